@@ -1,0 +1,152 @@
+"""Types shared by both SSE accountant twins (pure ``_sse_py`` and native ``_sse_c``).
+
+They live in a Python module that the ``.pyx`` imports, so both paths return
+identical types and compare equal field by field (parity tests rely on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Event", "StreamResult", "cached_tokens_of", "reasoning_tokens_of"]
+
+HEAD_CHARS = 256
+"""Default bound on the response text kept per request (characters)."""
+
+MAX_LINE_BYTES = 1 << 20
+"""Default bound on one SSE line (bytes); longer is a ``StreamError``."""
+
+ERROR_BYTES = 1024
+"""Bound on a server error message kept in a record (characters)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One dispatched SSE event, kept only when the accountant runs with ``keep_events``.
+
+    Attributes:
+        name: The ``event:`` field, ``""`` when absent.
+        data: The joined ``data:`` lines (bytes, without the final LF).
+        recv_ns: Arrival time of the chunk that completed it (ns, caller's clock).
+    """
+
+    name: str
+    data: bytes
+    recv_ns: int
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamResult:
+    """What one streamed response did, as accounted from its bytes.
+
+    A *token event* is a data event whose delta carries non-empty content or
+    non-empty reasoning text (any channel). A role-only prelude
+    (``{"role":"assistant","content":""}``), a finish chunk with an empty delta
+    and a usage-only chunk (``choices: []``) are not token events, so they never
+    move TTFT (field cases B02, B04).
+
+    Attributes:
+        events: SSE events dispatched (a blank line ended a non-empty data buffer).
+        chunks: Events whose data was a JSON payload (``[DONE]`` excluded).
+        content_deltas: Chunks with non-empty visible content (``delta.content``,
+            text parts of an array ``content``, or legacy ``choices[].text``).
+        reasoning_deltas: Chunks with non-empty hidden reasoning
+            (``delta.reasoning_content``, ``delta.reasoning``, thinking parts).
+        first_byte_ns: Arrival of the first non-empty chunk of the body (ns).
+        first_token_ns: Arrival of the first token event on any channel (TTFT end).
+        first_content_ns: Arrival of the first visible-content token event.
+        last_token_ns: Arrival of the last token event.
+        token_ns: Arrival of every token event, in order (ITL = successive gaps).
+        finish_reason: Last non-null ``finish_reason`` seen.
+        done_marker: ``data: [DONE]`` was seen.
+        usage: The last ``usage`` object seen, verbatim (top level, else
+            ``x_groq.usage``); None when the stream carried none.
+        timings: llama.cpp's ``timings`` object verbatim, last seen.
+        error: Message of the last error event (``data: {"error":...}``,
+            ``event: error`` or a legacy ``error:`` line), at most 1 KiB.
+        error_events: Number of error events.
+        text_head: The first ``head_chars`` characters of visible content.
+    """
+
+    events: int = 0
+    chunks: int = 0
+    content_deltas: int = 0
+    reasoning_deltas: int = 0
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None
+    first_content_ns: int | None = None
+    last_token_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    done_marker: bool = False
+    usage: dict | None = None
+    timings: dict | None = None
+    error: str | None = None
+    error_events: int = 0
+    text_head: str = ""
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """``usage.prompt_tokens`` (tokens), None when not reported."""
+        return _int(self.usage, "prompt_tokens")
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """``usage.completion_tokens`` (tokens), None when not reported."""
+        return _int(self.usage, "completion_tokens")
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Cached prompt tokens the server reported; None when it did not say."""
+        return cached_tokens_of(self.usage)
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """``usage.completion_tokens_details.reasoning_tokens``; None when absent."""
+        return reasoning_tokens_of(self.usage)
+
+    @property
+    def visible(self) -> bool:
+        """True when any visible content was streamed (not reasoning-only)."""
+        return self.content_deltas > 0
+
+
+def _int(d: dict | None, key: str) -> int | None:
+    if not isinstance(d, dict):
+        return None
+    v = d.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def cached_tokens_of(usage: dict | None) -> int | None:
+    """Cached prompt tokens from an OpenAI-style usage object.
+
+    Reads ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM, SGLang,
+    llama.cpp), else ``input_tokens_details.cached_tokens`` (Responses API), else
+    DeepSeek's ``prompt_cache_hit_tokens``. Absent or null is None, never 0
+    (SERVERS.md: vLLM drops a 0 behind a truthiness check).
+
+    Args:
+        usage: The usage object, or None.
+
+    Returns:
+        Tokens, or None when the server did not say.
+    """
+    if not isinstance(usage, dict):
+        return None
+    for key in ("prompt_tokens_details", "input_tokens_details"):
+        v = _int(usage.get(key), "cached_tokens")
+        if v is not None:
+            return v
+    return _int(usage, "prompt_cache_hit_tokens")
+
+
+def reasoning_tokens_of(usage: dict | None) -> int | None:
+    """``completion_tokens_details.reasoning_tokens`` (or Responses' output details); None if absent."""
+    if not isinstance(usage, dict):
+        return None
+    for key in ("completion_tokens_details", "output_tokens_details"):
+        v = _int(usage.get(key), "reasoning_tokens")
+        if v is not None:
+            return v
+    return None

@@ -1,0 +1,1 @@
+"""Subcommands of the ``kvreplay`` CLI, one module each (discovered by ``cli.py``)."""

@@ -1,0 +1,157 @@
+"""Load a workload: retained request bodies as the exact bytes they were captured with.
+
+A workload is a folder of ``*.json`` files (one body each, sorted by name) or a
+JSONL file (one body per non-blank line). Bodies are never re-serialised: the
+bytes read are the bytes sent. Every body is checked before any request is sent;
+a bad one raises ``WorkloadError`` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from kvreplay.errors import WorkloadError
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Body", "Workload", "load_workload"]
+
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+"""Largest body accepted by default (bytes); a 64k-token prompt is well under 1 MiB."""
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """One retained request body.
+
+    Attributes:
+        index: 0-based position in the workload.
+        raw: The exact bytes to send.
+        sha256: Hex SHA-256 of ``raw`` (the body's identity).
+        source: ``file.json`` or ``file.jsonl:LINE`` it came from.
+        kind: ``"chat"`` (has ``messages``) or ``"completions"`` (has ``prompt``).
+        stream: The body's own ``stream`` flag.
+    """
+
+    index: int
+    raw: bytes
+    sha256: str
+    source: str
+    kind: str
+    stream: bool
+
+    @property
+    def body_bytes(self) -> int:
+        """Size of the body (bytes)."""
+        return len(self.raw)
+
+    @property
+    def path(self) -> str:
+        """The OpenAI-compatible route this body is sent to."""
+        return "/v1/chat/completions" if self.kind == "chat" else "/v1/completions"
+
+    def decoded(self) -> dict:
+        """The body parsed as JSON (for inspection only; never re-sent)."""
+        return orjson.loads(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """An ordered list of bodies.
+
+    Attributes:
+        path: Where it was loaded from.
+        bodies: The bodies, in workload order.
+        sha256: Hex SHA-256 over the bodies' hex digests joined by LF (order matters).
+    """
+
+    path: str
+    bodies: tuple[Body, ...]
+    sha256: str
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def duplicates(self) -> dict[str, list[int]]:
+        """Bodies whose bytes are identical: sha256 -> indices (allowed, reported)."""
+        seen: dict[str, list[int]] = {}
+        for b in self.bodies:
+            seen.setdefault(b.sha256, []).append(b.index)
+        return {k: v for k, v in seen.items() if len(v) > 1}
+
+
+def _check(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int) -> Body:
+    where = {"path": path, "line": line, "body_index": index}
+    if len(raw) > max_bytes:
+        raise WorkloadError(f"body is {len(raw)} bytes, over the limit of {max_bytes}", **where)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"body is not UTF-8 (byte {exc.start})", **where) from exc
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise WorkloadError(f"body is not valid JSON: {exc}", **where) from exc
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"body is a JSON {type(obj).__name__}, not an object", **where)
+    if "messages" in obj:
+        kind = "chat"
+        msgs = obj["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise WorkloadError("must be a non-empty list of messages", field="messages", **where)
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise WorkloadError("each message needs a string 'role'", field=f"messages[{i}]", **where)
+    elif "prompt" in obj:
+        kind = "completions"
+        if not isinstance(obj["prompt"], (str, list)):
+            raise WorkloadError("must be a string or a list", field="prompt", **where)
+    else:
+        raise WorkloadError(
+            "neither 'messages' (chat) nor 'prompt' (completions): not a generation request",
+            field="messages",
+            **where,
+        )
+    stream = obj.get("stream", False)
+    if not isinstance(stream, bool):
+        raise WorkloadError("must be true or false", field="stream", **where)
+    src = path.name if line is None else f"{path.name}:{line}"
+    return Body(index, raw, hashlib.sha256(raw).hexdigest(), src, kind, stream)
+
+
+def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Workload:
+    """Load and check every body of a workload.
+
+    Args:
+        path: A folder of ``*.json`` bodies, or a ``.jsonl`` file.
+        max_body_bytes: Largest body accepted (bytes).
+
+    Returns:
+        The workload, bodies in order (file names sorted, or line order).
+
+    Raises:
+        WorkloadError: missing path, empty workload, or a body that is not UTF-8,
+            not JSON, not an object, or not a chat/completions request (file, line
+            and field named).
+    """
+    p = Path(path)
+    bodies: list[Body] = []
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.suffix == ".json" and f.is_file())
+        for f in files:
+            bodies.append(_check(f.read_bytes(), len(bodies), f, None, max_body_bytes))
+    elif p.is_file():
+        data = p.read_bytes()
+        for lineno, line in enumerate(data.split(b"\n"), start=1):
+            line = line.rstrip(b"\r")
+            if not line.strip():
+                continue
+            bodies.append(_check(line, len(bodies), p, lineno, max_body_bytes))
+    else:
+        raise WorkloadError("no such workload (a folder of *.json or a .jsonl file)", path=p)
+    if not bodies:
+        raise WorkloadError("workload holds no bodies", path=p)
+    digest = hashlib.sha256("\n".join(b.sha256 for b in bodies).encode()).hexdigest()
+    return Workload(str(p), tuple(bodies), digest)
