@@ -4,10 +4,16 @@
 this Protocol. Common counter names (a key is *absent*, never 0, when the server
 does not report it)::
 
-    counters: lookups hits hit_tokens query_tokens prompt_tokens stores evictions
-              host_lookups host_hits host_fetched_tokens host_reused_tokens host_stores
-    gauges:   entries bytes host_bytes running waiting retiring
-              transfers_in_flight transfers_waiting
+    counters: lookups hits misses hit_tokens query_tokens prompt_tokens computed_tokens
+              stores evictions refused host_lookups host_hits host_query_tokens
+              host_fetched_tokens host_reused_tokens host_stores host_evictions
+    gauges:   entries bytes host_bytes host_rows_used host_pages_used running waiting
+              retiring transfers_in_flight transfers_waiting
+
+``prompt_tokens`` counts every prompt token, cached ones included (vLLM, SGLang);
+``computed_tokens`` counts only the prompt tokens the server computed, cache
+excluded (llama.cpp's ``prompt_tokens_total``, vLLM's ``source="local_compute"``).
+``host_query_tokens`` is the host/external tier's analogue of ``query_tokens``.
 
 A counter that goes down means the server restarted: its delta is invalid and is
 reported as the post-restart value (Prometheus ``increase()`` semantics), never
@@ -36,11 +42,13 @@ COUNTER_NAMES = (
     "hit_tokens",
     "query_tokens",
     "prompt_tokens",
+    "computed_tokens",
     "stores",
     "evictions",
     "refused",
     "host_lookups",
     "host_hits",
+    "host_query_tokens",
     "host_fetched_tokens",
     "host_reused_tokens",
     "host_stores",
@@ -73,12 +81,16 @@ class Snapshot:
         common: Values mapped onto the common names above; absent when unknown.
         started: The server's start marker (``process_start_time_seconds``, a
             ``_created`` value, or a restart epoch), None when it has none.
+        settled: True when two consecutive reads agreed before this one was
+            returned, False when the settle bound ran out first, None when no
+            settling was attempted (``kvreplay.backends.settled_snapshot``).
     """
 
     taken_ns: int
     raw: dict[str, Any]
     common: dict[str, float]
     started: float | None = None
+    settled: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
