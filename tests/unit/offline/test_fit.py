@@ -1,0 +1,220 @@
+"""kvreplay fit: hand-computed cases on each side of every boundary.
+
+Base case (all figures exact):
+  kv_bytes_per_position = 131072 B = 1/8192 GiB  (32 layers x 8 KV heads x 128 x f16 x 2)
+  positions 131072 -> KV 16 GiB; arena 1 + 0.5 * 32768/16384 = 2 GiB; vision 1 GiB
+  need = 19 GiB, margin 1 GiB -> fits iff budget >= 20 GiB
+  host 64 - weights 20 - reserve R -> budget 44 - R
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from kvreplay.cli import main
+from kvreplay.errors import ConfigError
+from kvreplay.offline.fit import FitInputs, fit_pool, kv_bytes_per_position, parse_printed_need
+
+ONE_BYTE_GIB = "0.000000000931322574615478515625"  # 2**-30 exactly, in decimal
+assert Fraction(ONE_BYTE_GIB) == Fraction(1, 1 << 30)
+
+
+def base(**kw):
+    values = dict(
+        host_ram_gib=Fraction(64),
+        weights_gib=Fraction(20),
+        reserve_gib=Fraction(4),
+        positions=131072,
+        kv_bytes_per_position=Fraction(131072),
+        max_tok=32768,
+        arena_base_gib=Fraction(1),
+        arena_per_16k_gib=Fraction(1, 2),
+        vision_gib=Fraction(1),
+        margin_gib=Fraction(1),
+        ctx=8192,
+    )
+    values.update(kw)
+    return FitInputs(**values)
+
+
+def test_kv_bytes_derived_from_shape():
+    assert kv_bytes_per_position(layers=32, kv_heads=8, head_dim=128, dtype="f16") == 131072
+    assert kv_bytes_per_position(layers=32, kv_heads=8, head_dim=128, dtype="bf16") == 131072
+    assert kv_bytes_per_position(layers=32, kv_heads=8, head_dim=128, dtype="q8_0") == 69632
+    assert kv_bytes_per_position(layers=2, kv_heads=1, head_dim=64, dtype="f32") == 1024
+    with pytest.raises(ConfigError):
+        kv_bytes_per_position(layers=32, kv_heads=8, head_dim=128, dtype="f12")
+
+
+def test_roomy_fits():
+    r = fit_pool(base())
+    assert (r.verdict, r.positions) == ("fits", 131072)
+    assert r.budget_gib == 40 and r.need_gib == 19 and r.kv_gib == 16 and r.fixed_gib == 3
+    assert r.headroom_gib == 20
+    assert r.max_reserve_gib == 24  # 64 - 20 - 19 - 1
+
+
+def test_exactly_on_the_boundary_fits():
+    r = fit_pool(base(reserve_gib=Fraction(24)))  # budget 20 = need 19 + margin 1
+    assert (r.verdict, r.positions, r.headroom_gib) == ("fits", 131072, 0)
+
+
+def test_one_byte_short_is_clamped_by_one_position():
+    r = fit_pool(base(reserve_gib=24 + Fraction(ONE_BYTE_GIB)))
+    # (16 GiB - 1 B) / 131072 B = 131071.99.. -> 131071
+    assert (r.verdict, r.positions) == ("clamped", 131071)
+
+
+def test_one_position_over_is_clamped_back():
+    r = fit_pool(base(reserve_gib=Fraction(24), positions=131073))
+    assert (r.verdict, r.positions) == ("clamped", 131072)
+
+
+def test_clamp_to_largest_fitting():
+    # budget 20, pool asked 262144 (32 GiB): room for (20 - 1 - 3) * 8192 = 131072
+    r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, ctx=100000))
+    assert (r.verdict, r.positions) == ("clamped", 131072)
+    assert r.need_gib == 35
+    assert not r.warnings[1:]  # only the whole-GiB host warning
+
+
+def test_position_step_rounds_clamp_down():
+    r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, position_step=3000))
+    assert r.positions == 129000  # 131072 // 3000 * 3000
+
+
+def test_clamp_never_below_ctx_and_warns():
+    r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, ctx=140000))
+    assert (r.verdict, r.positions) == ("clamped", 140000)
+    assert any("floor pool" in w for w in r.warnings)
+
+
+def test_clamp_never_raises_the_pool():
+    # budget 14: room for (14 - 1 - 3) * 8192 = 81920; ctx 140000 above the asked 120000
+    r = fit_pool(base(reserve_gib=Fraction(30), positions=120000, ctx=140000))
+    assert r.verdict == "clamped" and r.positions == 120000
+
+
+def test_fixed_part_equal_to_budget_still_boots():
+    # budget 3 = arena 2 + vision 1: boots (clamped to the ctx floor, margin eaten)
+    r = fit_pool(base(reserve_gib=Fraction(41)))
+    assert (r.verdict, r.positions) == ("clamped", 8192)
+
+
+def test_fixed_part_one_byte_over_budget_will_not_boot():
+    r = fit_pool(base(reserve_gib=41 + Fraction(ONE_BYTE_GIB)))
+    assert (r.verdict, r.positions) == ("no_boot", 0)
+
+
+def test_vision_tips_it_into_no_boot():
+    assert fit_pool(base(reserve_gib=Fraction(42), vision_gib=Fraction(0))).verdict == "clamped"
+    assert fit_pool(base(reserve_gib=Fraction(42))).verdict == "no_boot"
+
+
+def test_memtotal_is_exact_and_not_flagged():
+    r = fit_pool(base(host_ram_gib=Fraction(65536000, 1 << 20), host_ram_from_memtotal=True))
+    assert r.budget_gib == Fraction(77, 2)  # 62.5 - 20 - 4
+    assert not r.warnings
+
+
+def test_whole_gib_host_is_flagged_and_half_is_not():
+    assert any("whole number" in w for w in fit_pool(base()).warnings)
+    assert not fit_pool(base(host_ram_gib=Fraction(125, 2))).warnings
+
+
+def test_noisy_margin_warning_boundary():
+    h = Fraction(125, 2)
+    assert any("0.5 GiB" in w for w in fit_pool(base(host_ram_gib=h, margin_gib=Fraction(49, 100))).warnings)
+    assert not fit_pool(base(host_ram_gib=h, margin_gib=Fraction(1, 2))).warnings
+
+
+# --printed-need: server said 18 GiB at 131072 positions (model says 19). Implied fixed
+# part 18 - 16 = 2 GiB; slope stays 1/8192 GiB per position.
+
+
+def test_printed_need_overrides_model_at_its_size():
+    pn = parse_printed_need("18@131072")
+    assert pn.need_gib == 18 and pn.positions == 131072
+    # budget 19: model 19 + 1 > 19 clamps, printed 18 + 1 = 19 fits exactly
+    assert fit_pool(base(reserve_gib=Fraction(25))).verdict == "clamped"
+    r = fit_pool(base(reserve_gib=Fraction(25), printed_need=pn))
+    assert (r.verdict, r.positions, r.need_gib, r.need_source) == ("fits", 131072, 18, "printed")
+    r = fit_pool(base(reserve_gib=25 + Fraction(ONE_BYTE_GIB), printed_need=pn))
+    assert (r.verdict, r.positions) == ("clamped", 131071)
+
+
+def test_printed_need_extrapolates_by_kv_slope():
+    pn = parse_printed_need("18@131072")
+    # 139264 positions = printed + 8192 -> need 19; budget 19, margin 1 -> room for 131072
+    r = fit_pool(base(reserve_gib=Fraction(25), positions=139264, printed_need=pn))
+    assert r.need_gib == 19 and (r.verdict, r.positions) == ("clamped", 131072)
+    # a smaller pool than the printed one: 65536 positions -> 18 - 8 = 10
+    r = fit_pool(base(positions=65536, printed_need=pn))
+    assert r.need_gib == 10 and r.fixed_gib == 2
+
+
+def test_printed_need_no_boot_boundary():
+    pn = parse_printed_need("18@131072")
+    assert fit_pool(base(reserve_gib=Fraction(42), printed_need=pn)).verdict == "clamped"  # budget 2
+    r = fit_pool(base(reserve_gib=42 + Fraction(ONE_BYTE_GIB), printed_need=pn))
+    assert r.verdict == "no_boot"
+
+
+@pytest.mark.parametrize("bad", ["18", "18@", "x@1", "18@1.5", "-1@100", "18@0"])
+def test_printed_need_rejects(bad):
+    with pytest.raises(ConfigError):
+        parse_printed_need(bad)
+
+
+ARGS = [
+    "fit", "--weights-gib", "20", "--reserve-gib", "4", "--positions", "131072",
+    "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--max-tok", "32768",
+    "--arena-base-gib", "1", "--arena-per-16k-gib", "0.5", "--vision-gib", "1",
+    "--margin-gib", "1", "--ctx", "8192",
+]
+
+
+def run_json(capsys, *extra):
+    assert main([*ARGS, *extra, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_json_keys_and_values(capsys):
+    rep = run_json(capsys, "--memtotal-kb", "67108864")  # exactly 64 GiB
+    assert {"budget_gib", "need_gib", "margin_gib", "verdict", "positions"} <= rep.keys()
+    assert (rep["budget_gib"], rep["need_gib"], rep["margin_gib"]) == (40.0, 19.0, 1.0)
+    assert (rep["verdict"], rep["positions"]) == ("fits", 131072)
+    assert rep["warnings"] == []
+    assert rep["max_reserve_gib"] == 24.0
+    pools = {r["positions"]: r for r in rep["pools"]}
+    assert pools[65536]["handed_back_gib"] == 8.0 and pools[32768]["need_gib"] == 7.0
+    assert [a["handed_back_gib"] for a in rep["arenas"]] == [0.0, 0.5, 0.75]
+    res = {r["reserve_gib"]: r for r in rep["reserves"]}
+    assert res[8.0]["verdict"] == "fits"
+
+
+def test_cli_reserve_table(capsys):
+    rep = run_json(capsys, "--host-ram-gib", "64", "--reserves", "24,24.5,41,41.5")
+    assert [(r["verdict"], r["positions"]) for r in rep["reserves"]] == [
+        ("fits", 131072), ("clamped", 126976), ("clamped", 8192), ("no_boot", 0),
+    ]  # 24.5: (19.5 - 1 - 3) * 8192 = 126976
+    assert any("whole number" in w for w in rep["warnings"])
+
+
+def test_cli_printed_need(capsys):
+    rep = run_json(capsys, "--host-ram-gib", "64", "--reserve-gib", "25", "--printed-need", "18@131072")
+    assert (rep["verdict"], rep["need_gib"], rep["need_source"]) == ("fits", 18.0, "printed")
+
+
+def test_cli_text_and_clamp(capsys):
+    assert main([*ARGS, "--host-ram-gib", "64", "--reserve-gib", "24.5"]) == 0
+    out = capsys.readouterr().out
+    assert "clamped to 126976 positions" in out
+
+
+def test_cli_needs_kv_bytes(capsys):
+    assert main(["fit", "--host-ram-gib", "64", "--weights-gib", "1", "--positions", "10"]) == 2
+    assert "kv-bytes-per-position" in capsys.readouterr().err
