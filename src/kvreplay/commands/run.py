@@ -1,0 +1,205 @@
+"""``kvreplay run``: replay a workload against a target in a frozen order.
+
+Examples::
+
+    kvreplay run fixtures/workloads/mtbench-52 --target sim \\
+        --phase prime:forward:c1 --phase replay:reverse:c4 --out runs/x
+    kvreplay run --from-plan runs/x/plan.json --target http://127.0.0.1:8000 --backend vllm
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import ConfigError
+from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
+from kvreplay.report.markdown import render_table
+from kvreplay.runner import RunOptions, execute_plan
+from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+
+NAME = "run"
+HELP = "Replay a workload's exact bodies against a server in a frozen order (closed loop)."
+
+EXIT_ABORTED = 3
+
+
+def add_target_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by commands that talk to a target (run, demo, probe...)."""
+    p.add_argument("--target", default="sim",
+                   help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
+    p.add_argument("--backend", default="auto",
+                   help="counter adapter: auto, none, halogen, vllm, sglang, llamacpp, prometheus, openai")
+    p.add_argument("--profile", default=None, help="TOML profile for --backend prometheus")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="read the API key from this environment variable (never from the command line)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from this file")
+    try:
+        from kvreplay.sim import add_arguments as add_sim_arguments
+    except ImportError:  # pragma: no cover - simulator not built
+        return
+    add_sim_arguments(p, prefix="sim-")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``run``'s options."""
+    p.add_argument("workload", nargs="?", help="folder of *.json bodies or a .jsonl file")
+    p.add_argument("--phase", action="append", default=[], metavar="SPEC",
+                   help="NAME:ORDER:cN[:xREPEATS][:lastN|firstN], repeatable, in run order")
+    p.add_argument("--plan", default=None, metavar="FILE", help="TOML plan file")
+    p.add_argument("--from-plan", default=None, metavar="PLAN_JSON",
+                   help="re-execute exactly the sequence of an earlier plan.json")
+    p.add_argument("--out", default=None, help="run directory (default runs/<UTC timestamp>)")
+    p.add_argument("--connect-timeout", type=float, default=30.0, metavar="S")
+    p.add_argument("--read-timeout", type=float, default=120.0, metavar="S",
+                   help="longest silence allowed between two reads of a response (s)")
+    p.add_argument("--total-timeout", type=float, default=None, metavar="S",
+                   help="whole-request bound (s); off by default")
+    p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--no-per-request-counters", action="store_true",
+                   help="at C1, do not read counters around each request")
+    p.add_argument("--no-text", action="store_true", help="keep no response text in records")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    p.add_argument("--quiet", action="store_true")
+    add_target_arguments(p)
+
+
+def read_api_key(args: argparse.Namespace) -> str | None:
+    """The API key from ``--api-key-env`` or ``--api-key-file``; None when neither is given.
+
+    Raises:
+        ConfigError: the variable is unset or the file is unreadable.
+    """
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {args.api_key_env} is not set", field="--api-key-env")
+        return key.strip()
+    if args.api_key_file:
+        try:
+            return Path(args.api_key_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read API key file: {exc}", field="--api-key-file") from exc
+    return None
+
+
+def default_out() -> Path:
+    """``runs/<UTC timestamp>``."""
+    return Path("runs") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = None) -> dict[str, Any]:
+    """Resolve inputs, start the simulator if asked, execute, return the summary.
+
+    Raises:
+        ConfigError, WorkloadError: bad input, before any request is sent.
+    """
+    settings: dict[str, Any] = {}
+    if args.plan:
+        specs_f, settings = load_plan_toml(args.plan)
+        specs = (specs or []) + specs_f
+    specs = (specs or []) + [parse_phase(s) for s in args.phase]
+    wl_path = args.workload or settings.get("workload")
+    if args.from_plan:
+        import orjson
+
+        try:
+            plan_path_data = orjson.loads(Path(args.from_plan).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read plan: {exc}", path=args.from_plan) from exc
+        wl_path = wl_path or plan_path_data.get("workload", {}).get("path")
+        if not wl_path:
+            raise ConfigError("plan names no workload; give it", path=args.from_plan)
+        workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
+        plan, _ = load_plan_json(args.from_plan, workload)
+        if specs:
+            raise ConfigError("--from-plan replays a frozen plan; do not add phases", field="--phase")
+    else:
+        if not wl_path:
+            raise ConfigError("give a workload (folder of *.json or a .jsonl file)", field="workload")
+        workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
+        plan = build_plan(workload, specs)
+    api_key = read_api_key(args)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    out = Path(args.out) if args.out else default_out()
+    if (out / "records.jsonl").exists():
+        raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
+    target = args.target or settings.get("target", "sim")
+    backend_name = args.backend
+    sim = None
+    if target == "sim":
+        from kvreplay.sim import SimServer, config_from_args
+
+        sim = SimServer(config_from_args(args, prefix="sim-"))
+        await sim.start(host="127.0.0.1", port=0)
+        url = sim.base_url
+        if backend_name == "auto":
+            backend_name = "halogen"
+    else:
+        url = target
+    quiet = args.quiet
+
+    def progress(msg: str) -> None:
+        if not quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
+        nonlocal backend_name
+        if backend_name == "none":
+            return None
+        try:
+            from kvreplay.backends import detect, make_backend
+        except ImportError:
+            progress("backend adapters not available; running without counters")
+            backend_name = "none"
+            return None
+        if backend_name == "auto":
+            backend_name = await detect(url, session)
+        return make_backend(backend_name, url, session, profile=args.profile)
+
+    opts = RunOptions(
+        target_url=url,
+        target_label="sim" if sim else url,
+        out_dir=out,
+        backend_name=backend_name,
+        headers=headers,
+        head_chars=0 if args.no_text else 256,
+        connect_timeout_s=args.connect_timeout,
+        read_idle_timeout_s=args.read_timeout,
+        total_timeout_s=args.total_timeout,
+        per_request_counters=not args.no_per_request_counters,
+        drain_timeout_s=args.drain_timeout,
+        quiet=quiet,
+    )
+    try:
+        summary = await execute_plan(plan, workload, opts, backend_factory=factory, progress=progress)
+    finally:
+        if sim is not None:
+            await sim.stop()
+    summary["_out"] = str(out)
+    return summary
+
+
+def install_loop() -> None:
+    """Use uvloop where it is installed (the runner's default event loop)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``kvreplay run``; exit 0 ok, 2 bad input, 3 aborted."""
+    install_loop()
+    summary = asyncio.run(run_async(args))
+    out = summary.pop("_out")
+    if not args.quiet:
+        print(render_table(summary))
+        print(f"run directory: {out}")
+    return EXIT_ABORTED if summary.get("aborted") else 0

@@ -1,0 +1,123 @@
+"""Per-phase aggregation of records into ``summary.json`` (schema version 1).
+
+summary.json::
+
+    {"schema_version": 1, "plan_sha256", "implementation", "aborted": null | {"reason", "message"},
+     "identity": {"before", "after"}, "wall_s",
+     "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent",
+                 "failed": {class: n}, "wall_s", "throughput_rps", "output_tokens_per_s",
+                 "ttft_ms" | "itl_ms" | "tpot_ms" | "e2e_ms" | "queue_ms": {n, mean, p50, p90, p99, max},
+                 "tokens": {"prompt", "cached", "completion", "cached_unknown"},
+                 "attribution": "per_request" | "phase_only" | "none",
+                 "counter_delta": {...} | null, "drain": {...} | null,
+                 "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
+                 "out_of_range": n}]}
+
+Latency metrics aggregate ``ok`` requests only; failures are counted by class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvreplay.metrics.histograms import METRICS, PhaseHistograms
+
+__all__ = ["SCHEMA_VERSION", "PhaseStats"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(slots=True)
+class PhaseStats:
+    """Running totals for one phase; ``add()`` one record at a time."""
+
+    name: str
+    concurrency: int
+    repeats: int
+    planned: int
+    sent: int = 0
+    ok: int = 0
+    not_sent: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cached_unknown: int = 0
+    completion_tokens: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+    hists: PhaseHistograms = field(default_factory=PhaseHistograms)
+    counter_delta: dict | None = None
+    drain: dict | None = None
+    invalid_reasons: list[str] = field(default_factory=list)
+    attribution: str = "none"
+    histogram_files: dict[str, str] = field(default_factory=dict)
+
+    def add(self, rec: dict[str, Any], token_ns: list[int] | None = None) -> None:
+        """Account one record (and the token arrival times of its stream, ns).
+
+        Args:
+            rec: A record as written to records.jsonl.
+            token_ns: Arrival of each token event (ns) for ITL samples; None to
+                skip ITL (e.g. when rebuilding from records alone).
+        """
+        status = rec["status"]
+        if not rec.get("sent", True):
+            self.not_sent += 1
+            return
+        self.sent += 1
+        if status != "ok":
+            self.failed[status] = self.failed.get(status, 0) + 1
+            return
+        self.ok += 1
+        u = rec.get("usage") or {}
+        self.prompt_tokens += u.get("prompt_tokens") or 0
+        self.completion_tokens += u.get("completion_tokens") or 0
+        if u.get("cached_tokens") is None:
+            self.cached_unknown += 1
+        else:
+            self.cached_tokens += u["cached_tokens"]
+        s = self.hists.sets
+        for metric in ("ttft", "tpot", "e2e", "queue"):
+            v = rec.get(f"{metric}_ns")
+            if v is not None:
+                s[metric].record_ns(v)
+        if token_ns:
+            itl = s["itl"]
+            prev = token_ns[0]
+            for t in token_ns[1:]:
+                itl.record_ns(t - prev)
+                prev = t
+
+    def to_json(self) -> dict[str, Any]:
+        """The phase's entry in summary.json."""
+        wall_s = (self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns else None
+        out: dict[str, Any] = {
+            "name": self.name,
+            "concurrency": self.concurrency,
+            "repeats": self.repeats,
+            "planned": self.planned,
+            "sent": self.sent,
+            "ok": self.ok,
+            "not_sent": self.not_sent,
+            "failed": dict(sorted(self.failed.items())),
+            "wall_s": round(wall_s, 6) if wall_s else None,
+            "throughput_rps": round(self.ok / wall_s, 3) if wall_s else None,
+            "output_tokens_per_s": round(self.completion_tokens / wall_s, 1) if wall_s else None,
+        }
+        for m in METRICS:
+            out[f"{m}_ms"] = self.hists.sets[m].summary_ms()
+        out["tokens"] = {
+            "prompt": self.prompt_tokens,
+            "cached": self.cached_tokens,
+            "completion": self.completion_tokens,
+            "cached_unknown": self.cached_unknown,
+        }
+        out["attribution"] = self.attribution
+        out["counter_delta"] = self.counter_delta
+        out["drain"] = self.drain
+        out["valid"] = not self.invalid_reasons
+        out["invalid_reasons"] = list(self.invalid_reasons)
+        out["histograms"] = dict(self.histogram_files)
+        out["out_of_range"] = sum(ls.out_of_range for ls in self.hists.sets.values())
+        return out

@@ -1,0 +1,416 @@
+"""The frozen plan: phases, selection, order, repeats, concurrency.
+
+A plan is expanded into the exact request sequence of every phase before the
+first request and written to ``plan.json`` with a SHA-256 of its own content, so
+that ``kvreplay run --from-plan plan.json`` sends the same bodies in the same
+order.
+
+Phase shorthand (command line)::
+
+    NAME:ORDER:cN[:xREPEATS][:lastN|firstN]
+    prime:forward:c1   replay:reverse:c4   control:forward:c1:x2:last12
+    mix:shuffle:7:c4   (a seeded shuffle; the seed is the token after "shuffle")
+
+TOML plan file (``--plan FILE``)::
+
+    [[phase]]
+    name = "prime"          # required, unique
+    order = "forward"       # forward | reverse | shuffle:SEED
+    concurrency = 1         # closed loop, >= 1
+    repeats = 1
+    select = "all"          # all | first:N | last:N | [i, j, ...]
+    drain = false           # a drain must pass before the phase starts
+    reset = false           # ask the server to empty its prefix cache first
+    fresh = false           # require zeroed counters and an empty cache
+
+Unknown keys and bad values raise ``ConfigError`` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvreplay.errors import ConfigError
+from kvreplay.workload import Workload
+
+__all__ = [
+    "PLAN_FORMAT",
+    "Phase",
+    "PhaseSpec",
+    "Plan",
+    "build_plan",
+    "load_plan_json",
+    "load_plan_toml",
+    "parse_phase",
+]
+
+PLAN_FORMAT = "kvreplay-plan/1"
+_ORDER_RE = re.compile(r"^(forward|reverse|shuffle:\d+)$")
+_SELECT_RE = re.compile(r"^(all|first:\d+|last:\d+)$")
+_PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseSpec:
+    """One phase as the user wrote it.
+
+    Attributes:
+        name: Unique phase name (used in records and summaries).
+        order: ``forward``, ``reverse`` or ``shuffle:SEED``.
+        concurrency: Closed-loop workers (C1, C4, ...), >= 1.
+        repeats: Times the ordered selection is sent, >= 1.
+        select: ``all``, ``first:N``, ``last:N`` or a tuple of body indices.
+        drain: A drain must pass before the phase starts.
+        reset: Empty the server's prefix cache before the phase.
+        fresh: Require a fresh server (zero counters, empty cache) at the start.
+    """
+
+    name: str
+    order: str = "forward"
+    concurrency: int = 1
+    repeats: int = 1
+    select: str | tuple[int, ...] = "all"
+    drain: bool = False
+    reset: bool = False
+    fresh: bool = False
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], *, where: dict[str, Any]) -> PhaseSpec:
+        """Validate a mapping (from TOML or plan.json).
+
+        Args:
+            data: The phase table.
+            where: ``path``/``line``/``field`` prefix for error messages.
+
+        Raises:
+            ConfigError: unknown key, missing name, or a bad value.
+        """
+        prefix = where.get("field", "phase")
+        loc = {k: v for k, v in where.items() if k != "field"}
+        unknown = sorted(set(data) - _PHASE_KEYS)
+        if unknown:
+            raise ConfigError(f"unknown key {unknown[0]!r}", field=f"{prefix}.{unknown[0]}", **loc)
+
+        def bad(key: str, msg: str) -> ConfigError:
+            return ConfigError(msg, field=f"{prefix}.{key}", **loc)
+
+        name = data.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise bad("name", "needs a name of letters, digits, '_', '.', '-'")
+        order = data.get("order", "forward")
+        if not isinstance(order, str) or not _ORDER_RE.match(order):
+            raise bad("order", f"must be forward, reverse or shuffle:SEED, not {order!r}")
+        ints = {}
+        for key in ("concurrency", "repeats"):
+            v = data.get(key, 1)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(key, f"must be an integer >= 1, not {v!r}")
+            ints[key] = v
+        select = data.get("select", "all")
+        if isinstance(select, list):
+            if not select or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in select):
+                raise bad("select", "an explicit selection is a non-empty list of body indices >= 0")
+            select = tuple(select)
+        elif not isinstance(select, str) or not _SELECT_RE.match(select):
+            raise bad("select", f"must be all, first:N, last:N or a list of indices, not {select!r}")
+        flags = {}
+        for key in ("drain", "reset", "fresh"):
+            v = data.get(key, False)
+            if not isinstance(v, bool):
+                raise bad(key, f"must be true or false, not {v!r}")
+            flags[key] = v
+        return cls(name=name, order=order, select=select, **ints, **flags)
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as JSON (explicit selections as lists)."""
+        return {
+            "name": self.name,
+            "order": self.order,
+            "concurrency": self.concurrency,
+            "repeats": self.repeats,
+            "select": list(self.select) if isinstance(self.select, tuple) else self.select,
+            "drain": self.drain,
+            "reset": self.reset,
+            "fresh": self.fresh,
+        }
+
+
+def parse_phase(spec: str) -> PhaseSpec:
+    """Parse the shorthand ``NAME:ORDER:cN[:xREPEATS][:lastN|firstN]``.
+
+    ``ORDER`` may be ``shuffle:SEED`` (two tokens). Tokens after ``cN`` may come
+    in any order.
+
+    Raises:
+        ConfigError: on any token it does not understand (``field`` = ``--phase``).
+    """
+    parts = spec.split(":")
+    if len(parts) < 3:
+        raise ConfigError(f"{spec!r}: expected NAME:ORDER:cN[:xREPEATS][:lastN|firstN]", field="--phase")
+    data: dict[str, Any] = {"name": parts[0]}
+    rest = parts[1:]
+    if rest[0] == "shuffle":
+        if len(rest) < 2 or not rest[1].isdigit():
+            raise ConfigError(f"{spec!r}: shuffle needs a seed, e.g. shuffle:7", field="--phase")
+        data["order"] = f"shuffle:{rest[1]}"
+        rest = rest[2:]
+    else:
+        data["order"] = rest[0]
+        rest = rest[1:]
+    for tok in rest:
+        if m := re.fullmatch(r"c(\d+)", tok):
+            data["concurrency"] = int(m.group(1))
+        elif m := re.fullmatch(r"x(\d+)", tok):
+            data["repeats"] = int(m.group(1))
+        elif m := re.fullmatch(r"(first|last)(\d+)", tok):
+            data["select"] = f"{m.group(1)}:{m.group(2)}"
+        elif tok in ("drain", "reset", "fresh"):
+            data[tok] = True
+        else:
+            raise ConfigError(f"{spec!r}: unknown token {tok!r}", field="--phase")
+    if "concurrency" not in data:
+        raise ConfigError(f"{spec!r}: missing concurrency (c1, c4, ...)", field="--phase")
+    return PhaseSpec.from_mapping(data, where={"field": "--phase"})
+
+
+def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
+    """Read a TOML plan file.
+
+    Returns:
+        The phases, and the other top-level settings (``workload``, ``target``,
+        ``backend``) as given.
+
+    Raises:
+        ConfigError: unreadable TOML, unknown keys, bad values (file, line, field).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError as exc:
+        raise ConfigError("plan file not found", path=p) from exc
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        raise ConfigError(f"not valid TOML: {exc}", path=p, line=line) from exc
+    allowed = {"phase", "workload", "target", "backend"}
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(f"unknown key {key!r}", path=p, line=_line_of(text, key), field=key)
+    phases_raw = data.get("phase")
+    if not isinstance(phases_raw, list) or not phases_raw:
+        raise ConfigError("a plan needs at least one [[phase]]", path=p, field="phase")
+    lines = [i + 1 for i, ln in enumerate(text.splitlines()) if ln.strip() == "[[phase]]"]
+    phases = []
+    for i, ph in enumerate(phases_raw):
+        line = lines[i] if i < len(lines) else None
+        phases.append(PhaseSpec.from_mapping(ph, where={"path": p, "line": line, "field": f"phase[{i}]"}))
+    _check_unique(phases, where={"path": p})
+    settings = {k: v for k, v in data.items() if k != "phase"}
+    return phases, settings
+
+
+def _line_of(text: str, key: str) -> int | None:
+    for i, ln in enumerate(text.splitlines()):
+        if re.match(rf"\s*{re.escape(key)}\s*=", ln) or ln.strip() == f"[{key}]":
+            return i + 1
+    return None
+
+
+def _check_unique(phases: list[PhaseSpec], *, where: dict[str, Any]) -> None:
+    seen = set()
+    for ph in phases:
+        if ph.name in seen:
+            raise ConfigError(f"phase name {ph.name!r} used twice", field="phase.name", **where)
+        seen.add(ph.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A phase with its frozen request sequence.
+
+    Attributes:
+        spec: What the user asked for.
+        sequence: ``(body_index, repetition)`` per position, in send order.
+    """
+
+    spec: PhaseSpec
+    sequence: tuple[tuple[int, int], ...]
+
+    @property
+    def name(self) -> str:
+        """The phase name."""
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A frozen plan: workload identity and the expanded phases.
+
+    Attributes:
+        workload_path: Where the workload was loaded from.
+        workload_sha256: The workload's digest (see ``Workload.sha256``).
+        body_sha256: Every body's SHA-256, by index.
+        phases: The phases in run order.
+    """
+
+    workload_path: str
+    workload_sha256: str
+    body_sha256: tuple[str, ...]
+    phases: tuple[Phase, ...]
+
+    def content(self) -> dict[str, Any]:
+        """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``)."""
+        return {
+            "format": PLAN_FORMAT,
+            "workload": {
+                "path": self.workload_path,
+                "n_bodies": len(self.body_sha256),
+                "sha256": self.workload_sha256,
+            },
+            "phases": [
+                {
+                    **ph.spec.to_json(),
+                    "sequence": [
+                        {
+                            "position": pos,
+                            "body_index": bi,
+                            "body_sha256": self.body_sha256[bi],
+                            "repetition": rep,
+                        }
+                        for pos, (bi, rep) in enumerate(ph.sequence)
+                    ],
+                }
+                for ph in self.phases
+            ],
+        }
+
+    @property
+    def sha256(self) -> str:
+        """SHA-256 of the canonical JSON of ``content()`` (sorted keys)."""
+        return hashlib.sha256(orjson.dumps(self.content(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+    @property
+    def total_requests(self) -> int:
+        """Requests in all phases."""
+        return sum(len(p.sequence) for p in self.phases)
+
+    def to_json(self, run: dict[str, Any]) -> dict[str, Any]:
+        """plan.json: content, its hash, and the run block (target, backend, version, ...)."""
+        return {**self.content(), "plan_sha256": self.sha256, "run": run}
+
+
+def _select(spec: PhaseSpec, n: int) -> list[int]:
+    sel = spec.select
+    if isinstance(sel, tuple):
+        bad = [i for i in sel if i >= n]
+        if bad:
+            raise ConfigError(
+                f"phase {spec.name!r} selects body {bad[0]} but the workload has {n}", field="select"
+            )
+        return list(sel)
+    if sel == "all":
+        return list(range(n))
+    kind, count = sel.split(":")
+    k = min(int(count), n)
+    return list(range(k)) if kind == "first" else list(range(n - k, n))
+
+
+def _order(spec: PhaseSpec, idx: list[int]) -> list[int]:
+    if spec.order == "forward":
+        return idx
+    if spec.order == "reverse":
+        return idx[::-1]
+    seed = int(spec.order.split(":")[1])
+    out = list(idx)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def build_plan(workload: Workload, specs: list[PhaseSpec]) -> Plan:
+    """Expand phase specs into the frozen request sequence.
+
+    Selection is applied to workload order, then the order, then repeats (each
+    repetition sends the same ordered selection).
+
+    Raises:
+        ConfigError: no phases, duplicate names, or a selection outside the workload.
+    """
+    if not specs:
+        raise ConfigError("no phases: give --phase or --plan", field="--phase")
+    _check_unique(list(specs), where={})
+    n = len(workload)
+    phases = []
+    for spec in specs:
+        ordered = _order(spec, _select(spec, n))
+        seq = tuple((bi, rep) for rep in range(spec.repeats) for bi in ordered)
+        phases.append(Phase(spec, seq))
+    return Plan(
+        workload_path=workload.path,
+        workload_sha256=workload.sha256,
+        body_sha256=tuple(b.sha256 for b in workload.bodies),
+        phases=tuple(phases),
+    )
+
+
+def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[Plan, dict[str, Any]]:
+    """Re-read a plan.json so it can be executed again exactly.
+
+    Args:
+        path: The plan.json file.
+        workload: The workload to check it against; loaded from the plan's
+            ``workload.path`` by the caller when None is given here.
+
+    Returns:
+        The plan (sequence taken verbatim from the file) and its ``run`` block.
+
+    Raises:
+        ConfigError: unreadable file, hash mismatch, or bodies whose SHA-256 no
+            longer match the workload.
+    """
+    p = Path(path)
+    try:
+        data = orjson.loads(p.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read plan: {exc}", path=p) from exc
+    if data.get("format") != PLAN_FORMAT:
+        raise ConfigError(f"not a {PLAN_FORMAT} file", path=p, field="format")
+    content = {k: v for k, v in data.items() if k not in ("plan_sha256", "run")}
+    digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    if digest != data.get("plan_sha256"):
+        raise ConfigError("plan_sha256 does not match the plan's content (edited?)", path=p, field="plan_sha256")
+    wl = data["workload"]
+    if workload is not None:
+        if len(workload) != wl["n_bodies"] or workload.sha256 != wl["sha256"]:
+            raise ConfigError(
+                f"workload {workload.path} is not the one the plan was made from "
+                f"(sha256 {workload.sha256[:12]} vs {wl['sha256'][:12]})",
+                path=p,
+                field="workload.sha256",
+            )
+    phases = []
+    body_sha = [""] * wl["n_bodies"]
+    for i, ph in enumerate(data["phases"]):
+        spec_data = {k: v for k, v in ph.items() if k != "sequence"}
+        spec = PhaseSpec.from_mapping(spec_data, where={"path": p, "field": f"phases[{i}]"})
+        seq = []
+        for item in ph["sequence"]:
+            body_sha[item["body_index"]] = item["body_sha256"]
+            seq.append((item["body_index"], item["repetition"]))
+        phases.append(Phase(spec, tuple(seq)))
+    if workload is not None:
+        for bi, sha in enumerate(body_sha):
+            if sha and workload.bodies[bi].sha256 != sha:
+                raise ConfigError(f"body {bi} changed since the plan was made", path=p, field="body_sha256")
+        body_sha = [b.sha256 for b in workload.bodies]
+    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases))
+    if workload is not None and plan.sha256 != data["plan_sha256"]:
+        raise ConfigError("re-expanded plan does not hash to plan_sha256", path=p, field="plan_sha256")
+    return plan, data.get("run", {})

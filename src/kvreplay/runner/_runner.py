@@ -1,0 +1,411 @@
+"""Closed-loop execution of a frozen plan.
+
+For each phase, in order: optional reset, drain and fresh checks; a counter
+snapshot; N workers each taking the next position of the frozen sequence (so
+sends follow ``position``); one record per request appended and flushed as it
+completes; a closing snapshot. At concurrency 1 with a backend, counters are
+read before and after every request (the "after" once two reads agree), and the
+record carries the delta; above C1 the record says attribution is per phase only.
+
+Abort conditions stop new requests (in-flight ones finish) and are recorded in
+``summary.json``: authentication failure (HTTP 401/403), a server error naming
+out-of-memory / CUDA / Xid, identity drift between phases, a counter restart
+when ``abort_on_restart`` is set, and an operator interrupt. Positions never sent
+get a record with ``status: "aborted"`` and ``sent: false``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from kvreplay import __version__
+from kvreplay.accounting import IMPLEMENTATION
+from kvreplay.clock import RunClock, now_ns
+from kvreplay.errors import BackendError
+from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
+from kvreplay.plan import Phase, Plan
+from kvreplay.report.markdown import render_markdown
+from kvreplay.runner.backend import Backend, Snapshot, counter_delta
+from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
+from kvreplay.runner.http import RequestOutcome, send_body
+from kvreplay.workload import Workload
+
+__all__ = ["RecordWriter", "RunOptions", "execute_plan"]
+
+_FATAL_SERVER_ERROR = re.compile(r"out of memory|\boom\b|cuda|\bxid\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """How to run a plan (nothing here changes what is sent).
+
+    Attributes:
+        target_url: Server base URL, e.g. ``http://127.0.0.1:8000``.
+        out_dir: Run directory.
+        backend_name: Name written to plan.json (``none`` without counters).
+        headers: Extra request headers (e.g. Authorization); never written out.
+        head_chars: Visible text kept per record (characters); 0 with ``--no-text``.
+        connect_timeout_s: TCP connect bound (s).
+        read_idle_timeout_s: Longest silence between two reads (s) (field case B12).
+        total_timeout_s: Whole-request bound (s); None = none (B12: off by default).
+        per_request_counters: Read counters around each request at C1.
+        drain_timeout_s / drain_interval_s: Drain check bounds (s).
+        abort_on_restart: Stop new requests when counters show a restart.
+        quiet: No progress lines.
+    """
+
+    target_url: str
+    out_dir: Path
+    backend_name: str = "none"
+    target_label: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    head_chars: int = 256
+    connect_timeout_s: float = 30.0
+    read_idle_timeout_s: float = 120.0
+    total_timeout_s: float | None = None
+    per_request_counters: bool = True
+    drain_timeout_s: float = 10.0
+    drain_interval_s: float = 0.2
+    abort_on_restart: bool = False
+    quiet: bool = False
+
+
+class RecordWriter:
+    """Appends one JSON line per record to records.jsonl, flushed as written.
+
+    The file is opened unbuffered, so each record is one ``write`` syscall and a
+    kill of kvreplay loses nothing already written.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        self.count = 0
+
+    def write(self, rec: dict[str, Any]) -> None:
+        """Append one record (a JSON object) and flush it."""
+        self._f.write(orjson.dumps(rec) + b"\n")
+        self.count += 1
+
+    def close(self) -> None:
+        """Close the file."""
+        self._f.close()
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, path)
+
+
+class _Run:
+    def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
+                 progress: Callable[[str], None] | None) -> None:
+        self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
+        self.clock = RunClock.start()
+        self.stop_new = False
+        self.abort: dict[str, str] | None = None
+        self.progress = progress or (lambda s: None)
+        self.identity_before: dict | None = None
+        self.identity_after: dict | None = None
+        self.restarts = 0
+        self.stats: list[PhaseStats] = []
+        self.out = opts.out_dir
+        self.writer = RecordWriter(self.out / "records.jsonl")
+        self.headers = {"Content-Type": "application/json", **opts.headers}
+        self.last_snap: Snapshot | None = None
+
+    def request_abort(self, reason: str, message: str) -> None:
+        if self.abort is None:
+            self.abort = {"reason": reason, "message": message[:1024]}
+            self.progress(f"abort: {reason}: {message}")
+        self.stop_new = True
+
+    def rel(self, t: int | None) -> int | None:
+        return None if t is None else t - self.clock.origin_ns
+
+    def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
+               delta: dict | None, attribution: str) -> dict[str, Any]:
+        body = self.workload.bodies[bi]
+        base = {
+            "phase": phase.name,
+            "repetition": rep,
+            "position": pos,
+            "body_index": bi,
+            "body_sha256": body.sha256,
+            "body_bytes": body.body_bytes,
+            "concurrency": phase.spec.concurrency,
+        }
+        if out is None:
+            return {**base, "sent": False, "status": "aborted", "http_status": None,
+                    "error": (self.abort or {}).get("reason", "not sent")}
+        r = out.stream
+        ttft = r.first_token_ns - out.sent_ns if r.first_token_ns is not None else None
+        ct = r.completion_tokens
+        tpot = None
+        if r.first_token_ns is not None and r.last_token_ns is not None:
+            n = ct if ct is not None else len(r.token_ns)
+            if n and n > 1:
+                tpot = (r.last_token_ns - r.first_token_ns) // (n - 1)
+        gaps = [b - a for a, b in zip(r.token_ns, r.token_ns[1:])]
+        itl = None
+        if gaps:
+            gs = sorted(gaps)
+            itl = {"n": len(gs), "mean_ms": round(sum(gs) / len(gs) / 1e6, 3),
+                   "p50_ms": round(gs[len(gs) // 2] / 1e6, 3), "max_ms": round(gs[-1] / 1e6, 3)}
+        terminal = "finished" if r.finish_reason else ("errored" if out.status != "ok" else "stopped")
+        return {
+            **base,
+            "sent": True,
+            "status": out.status,
+            "http_status": out.http_status,
+            "finish_reason": r.finish_reason,
+            "terminal": terminal,
+            "done_marker": r.done_marker,
+            "visible": r.visible,
+            "reasoning_only": r.reasoning_deltas > 0 and not r.visible,
+            "chunks": r.chunks,
+            "content_deltas": r.content_deltas,
+            "reasoning_deltas": r.reasoning_deltas,
+            "usage": {
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": ct,
+                "cached_tokens": r.cached_tokens,
+                "reasoning_tokens": r.reasoning_tokens,
+            },
+            "usage_raw": r.usage,
+            "timings": r.timings,
+            "error": out.error,
+            "timeout_kind": out.timeout_kind,
+            "t_intended_ns": None,
+            "t_sent_ns": self.rel(out.sent_ns),
+            "t_headers_ns": self.rel(out.headers_ns),
+            "t_first_byte_ns": self.rel(r.first_byte_ns),
+            "t_first_token_ns": self.rel(r.first_token_ns),
+            "t_first_content_ns": self.rel(r.first_content_ns),
+            "t_last_token_ns": self.rel(r.last_token_ns),
+            "t_done_ns": self.rel(out.done_ns),
+            "ttft_ns": ttft,
+            "tpot_ns": tpot,
+            "e2e_ns": out.done_ns - out.sent_ns,
+            "queue_ns": None,
+            "itl": itl,
+            "text_head": r.text_head,
+            "attribution": attribution,
+            "counter_delta": delta,
+        }
+
+    def check_outcome(self, out: RequestOutcome) -> None:
+        if out.status == "http" and out.http_status in (401, 403):
+            self.request_abort("auth", f"HTTP {out.http_status}: {out.error or ''}")
+        elif out.status in ("http", "stream_error") and out.error and _FATAL_SERVER_ERROR.search(out.error):
+            self.request_abort("server_fatal", out.error)
+
+    async def snapshot(self, prev: Snapshot | None = None) -> Snapshot | None:
+        if self.backend is None:
+            return None
+        try:
+            return await settled_snapshot(self.backend, prev=prev)
+        except BackendError as exc:
+            self.progress(f"counter read failed: {exc}")
+            return None
+
+    def delta_json(self, a: Snapshot | None, b: Snapshot | None) -> dict | None:
+        if a is None or b is None:
+            return None
+        d = counter_delta(a, b)
+        if d.reset:
+            self.restarts += 1
+            if self.opts.abort_on_restart:
+                self.request_abort("restart", f"counters went down: {', '.join(d.reset_names) or 'start marker changed'}")
+        return d.to_json()
+
+    async def check_identity(self) -> None:
+        if self.backend is None or self.identity_before is None:
+            return
+        try:
+            ident = await self.backend.identity()
+        except BackendError as exc:
+            self.progress(f"identity read failed: {exc}")
+            return
+        self.identity_after = ident
+        if ident != self.identity_before:
+            changed = sorted(k for k in set(ident) | set(self.identity_before)
+                             if ident.get(k) != self.identity_before.get(k))
+            self.request_abort("identity_drift", "server identity changed: " + ", ".join(changed))
+
+    async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
+        spec = phase.spec
+        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence))
+        self.stats.append(st)
+        be = self.backend
+        if be is not None and not self.stop_new:
+            if spec.reset:
+                ok = await be.reset_cache()
+                if not ok:
+                    st.invalid_reasons.append("reset requested but the server has no cache reset")
+            if spec.drain:
+                dr = await wait_drained(be, interval_s=self.opts.drain_interval_s, timeout_s=self.opts.drain_timeout_s)
+                st.drain = dr.to_json()
+                if not dr.passed:
+                    st.invalid_reasons.append(f"drain did not pass within {self.opts.drain_timeout_s} s: {dr.reason}")
+        before = await self.snapshot()
+        if spec.fresh and before is not None:
+            fresh, why = check_fresh(before)
+            if not fresh:
+                st.invalid_reasons.append(why or "not fresh")
+        elif spec.fresh:
+            st.invalid_reasons.append("fresh required but the backend reports no counters")
+        per_req = be is not None and spec.concurrency == 1 and self.opts.per_request_counters
+        attribution = "per_request" if per_req else ("phase_only" if be is not None else "none")
+        st.attribution = attribution
+        self.last_snap = before
+        url = self.opts.target_url.rstrip("/")
+        seq = iter(enumerate(phase.sequence))
+        st.start_ns = now_ns()
+        self.progress(f"phase {phase.name}: {len(phase.sequence)} requests at C{spec.concurrency}")
+
+        async def worker() -> None:
+            for pos, (bi, rep) in seq:
+                if self.stop_new:
+                    rec = self.record(phase, pos, bi, rep, None, None, attribution)
+                    self.writer.write(rec)
+                    st.add(rec)
+                    continue
+                body = self.workload.bodies[bi]
+                out = await send_body(session, url + body.path, body.raw, headers=self.headers,
+                                      head_chars=self.opts.head_chars, total_timeout_s=self.opts.total_timeout_s)
+                delta = None
+                if per_req:
+                    after = await self.snapshot(None)
+                    delta = self.delta_json(self.last_snap, after)
+                    self.last_snap = after
+                rec = self.record(phase, pos, bi, rep, out, delta, attribution)
+                self.writer.write(rec)
+                st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+                self.check_outcome(out)
+
+        await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
+        st.end_ns = now_ns()
+        after = await self.snapshot()
+        st.counter_delta = self.delta_json(before, after)
+        if st.counter_delta and st.counter_delta.get("reset"):
+            st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        start_s = (st.start_ns - self.clock.origin_ns) / 1e9
+        end_s = (st.end_ns - self.clock.origin_ns) / 1e9
+        st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
+        ph = st.to_json()
+        self.progress(
+            f"phase {phase.name}: ok {ph['ok']}/{ph['planned']}, TTFT p50 {ph['ttft_ms']['p50']} ms, "
+            f"cached {ph['tokens']['cached']}/{ph['tokens']['prompt']} tokens"
+        )
+        return st
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "plan_sha256": self.plan.sha256,
+            "implementation": IMPLEMENTATION,
+            "aborted": self.abort,
+            "restarts": self.restarts,
+            "identity": {"before": self.identity_before, "after": self.identity_after},
+            "wall_s": round((now_ns() - self.clock.origin_ns) / 1e9, 6),
+            "records": self.writer.count,
+            "phases": [s.to_json() for s in self.stats],
+        }
+
+
+async def execute_plan(
+    plan: Plan,
+    workload: Workload,
+    opts: RunOptions,
+    *,
+    backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run a frozen plan against a target and write the run directory.
+
+    Writes ``plan.json`` before the first request, ``records.jsonl`` as requests
+    complete, then ``summary.json``, ``histograms/*.hlog`` and ``report.md`` —
+    also after an abort or an interrupt.
+
+    Args:
+        plan: The frozen plan.
+        workload: The bodies it indexes (checked against the plan's hashes).
+        opts: Run options.
+        backend_factory: Async; builds the counter adapter from the run's session; None = no counters.
+        progress: Called with one-line progress messages.
+
+    Returns:
+        The summary (as written to summary.json).
+    """
+    out = opts.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    concurrency = max(p.spec.concurrency for p in plan.phases)
+    run = _Run(plan, workload, opts, None, progress)
+    plan_json = plan.to_json({
+        "target": opts.target_label or opts.target_url,
+        "backend": opts.backend_name,
+        "kvreplay_version": __version__,
+        "implementation": IMPLEMENTATION,
+        "wall_anchor_ns": run.clock.wall_anchor_ns,
+        "unplanned_requests": [],
+    })
+    _write_json(out / "plan.json", plan_json)
+    # Connector limit = concurrency, so the client never queues requests inside
+    # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s,
+                                    sock_read=opts.read_idle_timeout_s)
+    loop = asyncio.get_running_loop()
+    interrupted = {"n": 0}
+    main_task = asyncio.current_task()
+
+    def on_signal() -> None:
+        interrupted["n"] += 1
+        run.request_abort("interrupt", "operator interrupt (signal)")
+        if interrupted["n"] >= 2 and main_task is not None:
+            main_task.cancel()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
+            pass
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                         auto_decompress=False) as session:
+            run.backend = await backend_factory(session) if backend_factory else None
+            if run.backend is not None:
+                try:
+                    run.identity_before = await run.backend.identity()
+                    run.identity_after = run.identity_before
+                except BackendError as exc:
+                    run.progress(f"identity read failed: {exc}")
+            try:
+                for i, phase in enumerate(plan.phases):
+                    if i > 0:
+                        await run.check_identity()
+                    await run.run_phase(session, phase)
+                await run.check_identity()
+            except asyncio.CancelledError:
+                run.request_abort("interrupt", "cancelled by a second interrupt")
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        run.writer.close()
+        summary = run.summary()
+        _write_json(out / "summary.json", summary)
+        (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+    return summary

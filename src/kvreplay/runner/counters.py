@@ -1,0 +1,112 @@
+"""Counter reads the runner makes around requests and phases (generic over ``Backend``).
+
+Counters move at different moments (SERVERS.md: vLLM prefix counters at
+admission, prompt counters at the first token, request histograms at finish),
+so a per-request "after" snapshot is taken only once two consecutive reads agree.
+None of these functions sends a generation request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from kvreplay.clock import now_ns
+from kvreplay.runner.backend import COUNTER_NAMES, LOAD_GAUGES, Backend, Snapshot
+
+__all__ = ["DrainResult", "check_fresh", "settled_snapshot", "wait_drained"]
+
+
+def _same_counters(a: Snapshot, b: Snapshot) -> bool:
+    return all(a.common.get(n) == b.common.get(n) for n in COUNTER_NAMES) and all(
+        a.common.get(g) == b.common.get(g) for g in LOAD_GAUGES
+    )
+
+
+async def settled_snapshot(
+    backend: Backend, *, prev: Snapshot | None = None, interval_s: float = 0.02, timeout_s: float = 2.0
+) -> Snapshot:
+    """Read counters until two consecutive reads agree, bounded by ``timeout_s``.
+
+    Args:
+        backend: The adapter.
+        prev: A read taken just before, used as the first of the pair.
+        interval_s: Pause between reads (s).
+        timeout_s: Give up waiting after this long (s) and return the last read.
+
+    Returns:
+        The last snapshot read.
+
+    Raises:
+        BackendError: from the adapter.
+    """
+    deadline = now_ns() + int(timeout_s * 1e9)
+    cur = await backend.snapshot()
+    if prev is None:
+        prev, cur = cur, None
+    while True:
+        if cur is not None and _same_counters(prev, cur):
+            return cur
+        if now_ns() >= deadline:
+            return cur if cur is not None else prev
+        if cur is not None:
+            prev = cur
+            await asyncio.sleep(interval_s)
+        cur = await backend.snapshot()
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResult:
+    """Outcome of a drain check.
+
+    Attributes:
+        passed: Load gauges zero and counters unchanged across two reads.
+        waited_s: Time spent (s).
+        snapshot: The last read.
+        reason: Why it did not pass (None when it did).
+    """
+
+    passed: bool
+    waited_s: float
+    snapshot: Snapshot
+    reason: str | None = None
+
+    def to_json(self) -> dict:
+        """JSON form for summaries."""
+        return {"passed": self.passed, "waited_s": round(self.waited_s, 3), "reason": self.reason}
+
+
+async def wait_drained(backend: Backend, *, interval_s: float = 0.2, timeout_s: float = 10.0) -> DrainResult:
+    """Wait until the server is drained: ``backend.drained(a, b)`` for two reads ``interval_s`` apart.
+
+    Returns:
+        A ``DrainResult``; ``passed`` False after ``timeout_s`` (s) with the gauges
+        or counters that kept it busy in ``reason``.
+    """
+    t0 = now_ns()
+    deadline = t0 + int(timeout_s * 1e9)
+    a = await backend.snapshot()
+    while True:
+        await asyncio.sleep(interval_s)
+        b = await backend.snapshot()
+        if backend.drained(a, b):
+            return DrainResult(True, (now_ns() - t0) / 1e9, b)
+        if now_ns() >= deadline:
+            busy = [g for g in LOAD_GAUGES if b.common.get(g, 0) != 0]
+            moving = [n for n in COUNTER_NAMES if a.common.get(n) != b.common.get(n)]
+            reason = "busy: " + ", ".join(busy) if busy else "counters moving: " + ", ".join(moving)
+            return DrainResult(False, (now_ns() - t0) / 1e9, b, reason)
+        a = b
+
+
+def check_fresh(snap: Snapshot) -> tuple[bool, str | None]:
+    """A fresh server: every counter zero and the cache empty (``entries``/``bytes`` zero).
+
+    Returns:
+        ``(True, None)`` or ``(False, reason)``.
+    """
+    nonzero = [n for n in COUNTER_NAMES if snap.common.get(n, 0) != 0]
+    nonzero += [g for g in ("entries", "bytes", "host_bytes") if snap.common.get(g, 0) != 0]
+    if nonzero:
+        return False, "not fresh: " + ", ".join(f"{n}={snap.common[n]}" for n in nonzero)
+    return True, None

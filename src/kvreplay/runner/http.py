@@ -1,0 +1,197 @@
+"""Send one exact body and account its response; the one place aiohttp errors are translated.
+
+Per-request failures never raise: they come back as a ``RequestOutcome`` whose
+``status`` names the failure class (counted like wrk2's):
+
+    ok            HTTP 200 and the stream finished (finish_reason or [DONE])
+    connect       the TCP connection could not be made
+    write         the connection broke while the body was being sent
+    timeout       connect / read-idle (``sock_read``) / total timeout; ``timeout_kind`` says which
+    http          HTTP status other than 200 (first 1 KiB of the body in ``error``)
+    stream_error  an error event inside a 200 stream
+    cut           the connection closed before the stream finished
+    malformed     the stream or JSON body could not be parsed
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+
+from kvreplay.accounting import SSEAccountant, StreamResult
+from kvreplay.accounting.events import ERROR_BYTES
+from kvreplay.clock import now_ns
+from kvreplay.errors import StreamError
+
+__all__ = ["RequestOutcome", "send_body"]
+
+
+@dataclass(slots=True)
+class RequestOutcome:
+    """Result of one request.
+
+    Attributes:
+        status: Failure class or ``ok`` (see module docstring).
+        http_status: HTTP status code, None when no response arrived.
+        sent_ns / headers_ns / done_ns: ``now_ns()`` readings (absolute ns).
+        stream: Accounted stream (also filled for non-streamed JSON bodies).
+        error: Server message or client-side reason (<= 1 KiB), None when ok.
+        timeout_kind: ``connect``, ``first_byte``, ``read_idle`` or ``total`` for ``timeout``.
+        streamed: The response was ``text/event-stream``.
+    """
+
+    status: str
+    http_status: int | None
+    sent_ns: int
+    headers_ns: int | None
+    done_ns: int
+    stream: StreamResult = field(default_factory=StreamResult)
+    error: str | None = None
+    timeout_kind: str | None = None
+    streamed: bool = False
+
+
+def _json_error(raw: bytes) -> str:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw[:ERROR_BYTES].decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:ERROR_BYTES]
+        if isinstance(err, str):
+            return err[:ERROR_BYTES]
+    return raw[:ERROR_BYTES].decode("utf-8", "replace")
+
+
+def _account_json(raw: bytes, recv_ns: int, head_chars: int) -> StreamResult:
+    """Account a non-streamed chat/completions JSON response (one 'token event')."""
+    obj = orjson.loads(raw)
+    r = StreamResult(first_byte_ns=recv_ns)
+    if not isinstance(obj, dict):
+        raise StreamError("response is not a JSON object", partial=raw[:ERROR_BYTES])
+    usage = obj.get("usage")
+    r.usage = usage if isinstance(usage, dict) else None
+    if isinstance(obj.get("timings"), dict):
+        r.timings = obj["timings"]
+    if obj.get("error") is not None:
+        r.error_events = 1
+        r.error = _json_error(raw)
+    text = ""
+    for ch in obj.get("choices") or []:
+        if not isinstance(ch, dict):
+            continue
+        if ch.get("finish_reason") is not None:
+            r.finish_reason = str(ch["finish_reason"])
+        msg = ch.get("message")
+        if isinstance(msg, dict):
+            c = msg.get("content")
+            if isinstance(c, str) and c:
+                text += c
+                r.content_deltas = 1
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(msg.get(key), str) and msg[key]:
+                    r.reasoning_deltas = 1
+        elif isinstance(ch.get("text"), str) and ch["text"]:
+            text += ch["text"]
+            r.content_deltas = 1
+    r.text_head = text[:head_chars]
+    if r.content_deltas or r.reasoning_deltas:
+        r.first_token_ns = r.last_token_ns = recv_ns
+        r.first_content_ns = recv_ns if r.content_deltas else None
+        r.token_ns = [recv_ns]
+    r.chunks = 1
+    return r
+
+
+async def send_body(
+    session: aiohttp.ClientSession,
+    url: str,
+    raw: bytes,
+    *,
+    headers: dict[str, str],
+    head_chars: int = 256,
+    total_timeout_s: float | None = None,
+) -> RequestOutcome:
+    """POST ``raw`` exactly as given and account the response as it streams.
+
+    Args:
+        session: The run's session (its timeouts carry connect and read-idle).
+        url: Full endpoint URL.
+        raw: The body bytes, sent unchanged.
+        headers: Request headers (Content-Type, Authorization, ...).
+        head_chars: Visible text kept (characters).
+        total_timeout_s: Whole-request bound in seconds; None = no bound.
+
+    Returns:
+        The outcome; never raises for per-request failures.
+    """
+    sent = now_ns()
+    headers_ns: int | None = None
+    http_status: int | None = None
+    acc = None
+    try:
+        async with asyncio.timeout(total_timeout_s):
+            async with session.post(url, data=raw, headers=headers) as resp:
+                headers_ns = now_ns()
+                http_status = resp.status
+                if resp.status != 200:
+                    body = await resp.content.read(ERROR_BYTES)
+                    return RequestOutcome(
+                        "http", http_status, sent, headers_ns, now_ns(), error=_json_error(body) or resp.reason
+                    )
+                ctype = resp.headers.get("Content-Type", "")
+                if ctype.startswith("text/event-stream"):
+                    acc = SSEAccountant(head_chars=head_chars)
+                    feed = acc.feed
+                    async for chunk in resp.content.iter_any():
+                        feed(chunk, now_ns())
+                    res = acc.close()
+                    done = now_ns()
+                    if res.error_events:
+                        return RequestOutcome(
+                            "stream_error", 200, sent, headers_ns, done, res, error=res.error, streamed=True
+                        )
+                    if res.finish_reason is None and not res.done_marker:
+                        return RequestOutcome(
+                            "cut", 200, sent, headers_ns, done, res, error="eof_before_finish", streamed=True
+                        )
+                    return RequestOutcome("ok", 200, sent, headers_ns, done, res, streamed=True)
+                body = await resp.read()
+                recv = now_ns()
+                res = _account_json(body, recv, head_chars)
+                status = "stream_error" if res.error_events else "ok"
+                return RequestOutcome(status, 200, sent, headers_ns, recv, res, error=res.error)
+    except StreamError as exc:
+        res = acc.result if acc is not None else StreamResult()
+        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), res, error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+    except orjson.JSONDecodeError as exc:
+        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), error=f"invalid JSON: {exc}"[:ERROR_BYTES])
+    except aiohttp.ConnectionTimeoutError as exc:
+        return RequestOutcome("timeout", None, sent, None, now_ns(), error=f"connect_timeout: {exc}"[:ERROR_BYTES], timeout_kind="connect")
+    except aiohttp.ServerTimeoutError as exc:
+        # sock_read: no byte for read_idle seconds (a silent stream, field case B12).
+        res = acc.result if acc is not None else StreamResult()
+        kind = "first_byte" if headers_ns is None or res.first_byte_ns is None else "read_idle"
+        return RequestOutcome("timeout", http_status, sent, headers_ns, now_ns(), res, error=f"{kind}_timeout", timeout_kind=kind)
+    except TimeoutError:
+        # asyncio.timeout: the whole-request bound (off by default, field case B12).
+        res = acc.result if acc is not None else StreamResult()
+        return RequestOutcome("timeout", http_status, sent, headers_ns, now_ns(), res, error="client_total_timeout", timeout_kind="total")
+    except aiohttp.ClientConnectorError as exc:
+        return RequestOutcome("connect", None, sent, None, now_ns(), error=str(exc)[:ERROR_BYTES] or "connect failed")
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+        res = acc.result if acc is not None else StreamResult()
+        status = "cut" if headers_ns is not None else "write"
+        return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+    except aiohttp.ClientOSError as exc:
+        res = acc.result if acc is not None else StreamResult()
+        status = "cut" if headers_ns is not None else "write"
+        return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+    except aiohttp.ClientError as exc:
+        res = acc.result if acc is not None else StreamResult()
+        return RequestOutcome("cut" if headers_ns else "connect", http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
