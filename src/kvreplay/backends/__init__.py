@@ -1,1 +1,57 @@
-"""kvreplay.backends."""
+"""Backend adapters: read a server's native cache counters, identity and load.
+
+One adapter per server family, each satisfying ``kvreplay.runner.backend.Backend``
+(the runner owns the contract and never imports this package's internals)::
+
+    halogen     GET /cache JSON (halogen, kvreplay's simulator)
+    vllm        /metrics via profiles/vllm.toml; /v1/models, /version, cache_config_info
+    sglang      /metrics via profiles/sglang.toml; /get_server_info; POST /flush_cache
+    llamacpp    /metrics via profiles/llamacpp.toml (or /slots); /props
+    prometheus  /metrics via any profile TOML (--profile NAME|FILE)
+    openai      no counters
+
+Usage::
+
+    name = await detect(base_url, session)
+    backend = make_backend(name, base_url, session, profile=None)
+    snap = await settled_snapshot(backend, prev=None, interval_s=0.02, timeout_s=2.0)
+    res = await wait_drained(backend, interval_s=0.2, timeout_s=10.0)
+    ok, reason = check_fresh(snap)
+
+``settled_snapshot``, ``wait_drained``, ``check_fresh`` and ``DrainResult`` are the
+runner's own (``kvreplay.runner.counters``), re-exported here so that there is
+one implementation. Every HTTP error is translated into ``BackendError`` in
+``_http.fetch``.
+"""
+
+from kvreplay.runner.counters import DrainResult, check_fresh, settled_snapshot, wait_drained
+
+from ._families import LlamacppBackend, SglangBackend, VllmBackend
+from ._halogen import HALOGEN_KEYS, HalogenBackend
+from ._openai import OpenAIBackend
+from ._profile import Profile, SeriesMap, builtin_profile_names, load_profile
+from ._prometheus import PrometheusBackend
+from ._registry import BACKEND_NAMES, detect, detect_text, make_backend, parse_dump
+
+__all__ = [
+    "BACKEND_NAMES",
+    "DrainResult",
+    "HALOGEN_KEYS",
+    "HalogenBackend",
+    "LlamacppBackend",
+    "OpenAIBackend",
+    "Profile",
+    "PrometheusBackend",
+    "SeriesMap",
+    "SglangBackend",
+    "VllmBackend",
+    "builtin_profile_names",
+    "check_fresh",
+    "detect",
+    "detect_text",
+    "load_profile",
+    "make_backend",
+    "parse_dump",
+    "settled_snapshot",
+    "wait_drained",
+]

@@ -1,0 +1,74 @@
+"""Pieces shared by the adapters: snapshot construction, drain rule, identity probes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import aiohttp
+
+from kvreplay import clock
+from kvreplay.runner.backend import COUNTER_NAMES, LOAD_GAUGES, Snapshot
+
+from ._http import fetch_json
+
+__all__ = ["drain_blockers", "make_snapshot", "model_cards", "version_of"]
+
+
+def make_snapshot(raw: dict[str, Any], common: dict[str, float], started: float | None) -> Snapshot:
+    """A Snapshot stamped with ``clock.now_ns()`` (call it as soon as the reply arrived)."""
+    return Snapshot(taken_ns=clock.now_ns(), raw=raw, common=common, started=started)
+
+
+def drain_blockers(a: Snapshot, b: Snapshot, load_gauges: Iterable[str] = LOAD_GAUGES) -> list[str]:
+    """Why ``a -> b`` is not a drained pair; empty when it is.
+
+    A pair is drained when every load gauge present reads 0 in both snapshots and
+    every common counter is unchanged (present in neither, or equal in both).
+    A gauge the server does not report cannot block a drain.
+
+    Args:
+        a: Earlier snapshot.
+        b: Later snapshot, ``interval_s`` after ``a``.
+        load_gauges: Common gauge names that must read zero.
+
+    Returns:
+        Reasons such as ``"running=1"`` or ``"hits moved 3 -> 4"``, in name order.
+    """
+    out: list[str] = []
+    for g in load_gauges:
+        for snap in (b, a):
+            v = snap.common.get(g)
+            if v is not None and v != 0:
+                out.append(f"{g}={v:g}")
+                break
+    for name in COUNTER_NAMES:
+        va, vb = a.common.get(name), b.common.get(name)
+        if va != vb:
+            out.append(f"{name} moved {va if va is None else format(va, 'g')} -> "
+                       f"{vb if vb is None else format(vb, 'g')}")
+    return out
+
+
+async def model_cards(session: aiohttp.ClientSession, base_url: str) -> list[dict[str, Any]] | None:
+    """The ``data`` list of ``GET /v1/models`` (OpenAI shape), or None when absent.
+
+    Raises:
+        BackendError: the server could not be reached.
+    """
+    doc = await fetch_json(session, base_url, "/v1/models")
+    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+        return [c for c in doc["data"] if isinstance(c, dict)]
+    return None
+
+
+async def version_of(session: aiohttp.ClientSession, base_url: str) -> Any | None:
+    """``GET /version``: the ``version`` field of a JSON object, else the whole JSON, else None.
+
+    Raises:
+        BackendError: the server could not be reached.
+    """
+    doc = await fetch_json(session, base_url, "/version")
+    if isinstance(doc, dict) and "version" in doc and len(doc) == 1:
+        return doc["version"]
+    return doc

@@ -1,0 +1,206 @@
+"""vLLM, SGLang and llama.cpp: the Prometheus adapter with a built-in profile,
+plus each family's identity and cache-reset endpoints (SERVERS.md sections 1-3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from kvreplay import clock
+from kvreplay.runner.backend import Snapshot
+
+from ._common import model_cards, version_of
+from ._http import fetch, fetch_json
+from ._profile import Profile, load_profile
+from ._prom import parse_exposition
+from ._prometheus import PrometheusBackend
+
+__all__ = ["LlamacppBackend", "SglangBackend", "VllmBackend"]
+
+
+class VllmBackend(PrometheusBackend):
+    """vLLM (V1 engine): ``/metrics`` through the ``vllm`` profile.
+
+    Identity: ``/v1/models`` ids and ``max_model_len``, ``/version``, and the
+    labels of ``vllm:cache_config_info`` (block_size, enable_prefix_caching,
+    num_gpu_blocks, ...). Sources: ``vllm/v1/metrics/loggers.py``,
+    ``vllm/entrypoints/serve/cache/api_router.py``.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile | None = None
+    ) -> None:
+        super().__init__(base_url, session, profile or load_profile("vllm"))
+
+    def identity_from_text(self, text: str) -> dict[str, Any]:
+        """``{"cache_config": {...}}`` from ``vllm:cache_config_info`` labels, when present."""
+        for s in parse_exposition(text):
+            if s.name == "vllm:cache_config_info":
+                return {"cache_config": dict(s.labels)}
+        return {}
+
+    async def identity(self) -> dict[str, Any]:
+        """Model ids and ``max_model_len``, ``/version``, cache configuration.
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        ident: dict[str, Any] = {"backend": self.name}
+        cards = await model_cards(self._session(), self.base_url)
+        if cards is not None:
+            ident["models"] = [c.get("id") for c in cards]
+            if cards and "max_model_len" in cards[0]:
+                ident["max_model_len"] = cards[0]["max_model_len"]
+        version = await version_of(self._session(), self.base_url)
+        if version is not None:
+            ident["version"] = version
+        text = await self.scrape()
+        if text is not None:
+            ident.update(self.identity_from_text(text))
+        return ident
+
+    async def reset_cache(self) -> bool:
+        """``POST /reset_prefix_cache`` (mounted only with ``VLLM_SERVER_DEV_MODE=1``).
+
+        vLLM answers 200 without checking that the reset happened, and the reset
+        does not zero the Prometheus counters: verify with the fresh check.
+
+        Returns:
+            True on 2xx; False when the route is absent (404/405).
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        reply = await fetch(self._session(), "POST", self.base_url, "/reset_prefix_cache")
+        return reply.ok
+
+
+_SGLANG_IDENTITY_KEYS = (
+    "version", "model_path", "tokenizer_path", "served_model_name", "tp_size", "dp_size",
+    "context_length", "page_size", "disable_radix_cache", "enable_hierarchical_cache",
+    "hicache_ratio", "hicache_size", "chunked_prefill_size", "max_running_requests",
+    "max_total_tokens", "mem_fraction_static", "kv_cache_dtype", "schedule_policy",
+    "enable_cache_report", "enable_metrics", "speculative_algorithm",
+)
+"""Stable fields of ``/get_server_info`` (server_args and version). The rest of that
+document (``internal_states``, throughput) changes while serving and would read as
+identity drift."""
+
+
+class SglangBackend(PrometheusBackend):
+    """SGLang: ``/metrics`` (with ``--enable-metrics``) through the ``sglang`` profile.
+
+    Identity: the stable fields of ``/get_server_info`` (``/server_info`` in newer
+    builds) and ``/v1/models`` ids. Reset: ``POST /flush_cache``, which answers 400
+    while requests run, so its body is checked as well as its status. Source:
+    ``python/sglang/srt/entrypoints/http_server.py``.
+    """
+
+    name = "sglang"
+    metrics_optional = True
+
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile | None = None
+    ) -> None:
+        super().__init__(base_url, session, profile or load_profile("sglang"))
+
+    async def identity(self) -> dict[str, Any]:
+        """Stable server_info fields and model ids.
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        ident: dict[str, Any] = {"backend": self.name}
+        info = await fetch_json(self._session(), self.base_url, "/get_server_info")
+        if not isinstance(info, dict):
+            info = await fetch_json(self._session(), self.base_url, "/server_info")
+        if isinstance(info, dict):
+            for key in _SGLANG_IDENTITY_KEYS:
+                if key in info:
+                    ident[key] = info[key]
+        cards = await model_cards(self._session(), self.base_url)
+        if cards is not None:
+            ident["models"] = [c.get("id") for c in cards]
+        return ident
+
+    async def reset_cache(self) -> bool:
+        """``POST /flush_cache``.
+
+        Returns:
+            True only for a 2xx whose body says ``Cache flushed``; False for the
+            400 SGLang sends while requests are running or waiting.
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        reply = await fetch(self._session(), "POST", self.base_url, "/flush_cache")
+        return reply.ok and "cache flushed" in reply.text.lower()
+
+
+class LlamacppBackend(PrometheusBackend):
+    """llama.cpp ``llama-server``: ``/metrics`` (with ``--metrics``) via the ``llamacpp`` profile.
+
+    Without ``--metrics`` the server answers 501; snapshots then fall back to
+    ``/slots`` (on by default) for the one thing it shows, the number of slots
+    processing (``running``), kept raw as ``slots.is_processing``. llama.cpp has
+    no counter start marker, and no cache reset endpoint. Identity: ``/props``
+    ``build_info`` and ``model_path`` (plus ``model_alias``, ``total_slots``,
+    ``n_ctx``). Source: ``tools/server/server-context.cpp``.
+    """
+
+    name = "llamacpp"
+    metrics_optional = True
+
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile | None = None
+    ) -> None:
+        super().__init__(base_url, session, profile or load_profile("llamacpp"))
+
+    async def snapshot(self) -> Snapshot:
+        """Scrape ``/metrics``; when it is off, count busy slots from ``/slots``.
+
+        Raises:
+            BackendError: unreachable, non-2xx, or malformed exposition.
+        """
+        text = await self.scrape()
+        if text is not None:
+            taken_ns = clock.now_ns()
+            raw, common, started = self.parse(text)
+            return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
+        slots = await fetch_json(self._session(), self.base_url, "/slots")
+        taken_ns = clock.now_ns()
+        if isinstance(slots, list):
+            busy = [bool(s.get("is_processing")) for s in slots if isinstance(s, dict)]
+            return Snapshot(
+                taken_ns=taken_ns,
+                raw={"slots.is_processing": busy},
+                common={"running": float(sum(busy))},
+            )
+        return Snapshot(taken_ns=taken_ns, raw={}, common={})
+
+    async def identity(self) -> dict[str, Any]:
+        """``build_info`` and ``model_path`` from ``/props``, and model ids.
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        ident: dict[str, Any] = {"backend": self.name}
+        props = await fetch_json(self._session(), self.base_url, "/props")
+        if isinstance(props, dict):
+            for key in ("build_info", "model_path", "model_alias", "total_slots"):
+                if key in props:
+                    ident[key] = props[key]
+            dgs = props.get("default_generation_settings")
+            if isinstance(dgs, dict) and "n_ctx" in dgs:
+                ident["n_ctx"] = dgs["n_ctx"]
+        cards = await model_cards(self._session(), self.base_url)
+        if cards is not None:
+            ident["models"] = [c.get("id") for c in cards]
+        return ident
+
+    async def reset_cache(self) -> bool:
+        """llama.cpp has no prompt-cache reset endpoint: always False, nothing sent."""
+        return False

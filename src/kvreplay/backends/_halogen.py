@@ -1,0 +1,161 @@
+"""halogen-style ``GET /cache`` JSON counters (halogen, and kvreplay's simulator).
+
+The document is one JSON object with exactly these keys (issue 4)::
+
+    entries bytes last_entry_bytes max_entries hits misses stores evicted
+    prompt_tokens_saved store_ms_total restore_ms_total refused rows_copied hit_rate
+
+Common names read from it (absent when the key is absent or not a number):
+``hits``, ``misses``, ``lookups`` (= hits + misses: every lookup ends as one of
+the two), ``stores``, ``evictions`` (``evicted``), ``refused``, ``hit_tokens``
+(``prompt_tokens_saved``: prompt tokens restored instead of computed),
+``entries`` and ``bytes``. Everything else stays in ``raw`` only. The document
+has no start marker unless it carries a numeric ``started`` (or ``epoch``) key;
+otherwise a restart shows as a counter going down.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import aiohttp
+
+from kvreplay import clock
+from kvreplay.errors import BackendError
+from kvreplay.runner.backend import Snapshot
+
+from ._common import drain_blockers, model_cards, version_of
+from ._http import fetch
+
+__all__ = ["HALOGEN_KEYS", "HalogenBackend"]
+
+HALOGEN_KEYS = (
+    "entries", "bytes", "last_entry_bytes", "max_entries", "hits", "misses", "stores", "evicted",
+    "prompt_tokens_saved", "store_ms_total", "restore_ms_total", "refused", "rows_copied", "hit_rate",
+)
+
+_COMMON_OF = {
+    "hits": "hits",
+    "misses": "misses",
+    "stores": "stores",
+    "evicted": "evictions",
+    "refused": "refused",
+    "prompt_tokens_saved": "hit_tokens",
+    "entries": "entries",
+    "bytes": "bytes",
+}
+_UNITS = {"hits": "lookups", "misses": "lookups", "lookups": "lookups", "stores": "entries",
+          "evictions": "entries", "refused": "entries", "hit_tokens": "tokens",
+          "entries": "entries", "bytes": "bytes"}
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+class HalogenBackend:
+    """Counters from ``GET /cache``; identity from ``/v1/models`` and ``/version``.
+
+    Attributes:
+        name: ``"halogen"``.
+        base_url: Server root URL.
+        units: Common name -> unit.
+        load_gauges: Empty: ``/cache`` has no load gauge, so a drain is "counters
+            unchanged across two reads" only.
+    """
+
+    name = "halogen"
+    cache_path = "/cache"
+
+    def __init__(self, base_url: str, session: aiohttp.ClientSession | None, profile: object = None) -> None:
+        self.base_url = base_url
+        self.session = session
+        self.units = dict(_UNITS)
+        self.load_gauges: tuple[str, ...] = ()
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            raise BackendError("halogen backend has no HTTP session (offline parse only)")
+        return self.session
+
+    def parse(self, text: str) -> tuple[dict[str, Any], dict[str, float], float | None]:
+        """Parse one saved or live ``/cache`` body.
+
+        Returns:
+            ``(raw, common, started)``: the JSON object verbatim, the common values,
+            and ``started``/``epoch`` when the document carries one (else None).
+
+        Raises:
+            BackendError: not JSON, or not a JSON object.
+        """
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise BackendError(f"/cache body is not JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise BackendError(f"/cache body is a JSON {type(doc).__name__}, not an object")
+        common: dict[str, float] = {}
+        for key, name in _COMMON_OF.items():
+            v = _number(doc.get(key))
+            if v is not None:
+                common[name] = v
+        if "hits" in common and "misses" in common:
+            common["lookups"] = common["hits"] + common["misses"]
+        started = _number(doc.get("started", doc.get("epoch")))
+        return doc, common, started
+
+    def identity_from_text(self, text: str) -> dict[str, Any]:
+        """Identity fields in a ``/cache`` dump: its ``max_entries`` (cache size), when present."""
+        raw, _, _ = self.parse(text)
+        return {"max_entries": raw["max_entries"]} if "max_entries" in raw else {}
+
+    async def snapshot(self) -> Snapshot:
+        """GET ``/cache`` once.
+
+        Raises:
+            BackendError: unreachable, non-2xx, or not a JSON object.
+        """
+        reply = await fetch(self._session(), "GET", self.base_url, self.cache_path)
+        taken_ns = clock.now_ns()
+        if not reply.ok:
+            raise BackendError(f"GET {self.cache_path}: HTTP {reply.status}", url=self.base_url + self.cache_path)
+        raw, common, started = self.parse(reply.text)
+        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
+
+    async def identity(self) -> dict[str, Any]:
+        """Model ids, ``/version``, and the cache size (``max_entries``) from ``/cache``.
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        ident: dict[str, Any] = {"backend": self.name}
+        cards = await model_cards(self._session(), self.base_url)
+        if cards is not None:
+            ident["models"] = [c.get("id") for c in cards]
+        version = await version_of(self._session(), self.base_url)
+        if version is not None:
+            ident["version"] = version
+        reply = await fetch(self._session(), "GET", self.base_url, self.cache_path)
+        if reply.ok:
+            ident.update(self.identity_from_text(reply.text))
+        return ident
+
+    def drained(self, a: Snapshot, b: Snapshot) -> bool:
+        """Counters unchanged from a to b (``/cache`` has no load gauges)."""
+        return not drain_blockers(a, b, self.load_gauges)
+
+    async def reset_cache(self) -> bool:
+        """``POST /reset_prefix_cache`` (the simulator has it; halogen may not).
+
+        Returns:
+            True on 2xx, False otherwise (404/405: no such endpoint).
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        reply = await fetch(self._session(), "POST", self.base_url, "/reset_prefix_cache")
+        return reply.ok

@@ -1,0 +1,125 @@
+"""The one place where backend adapters talk HTTP and translate aiohttp errors.
+
+Every adapter request goes through :func:`fetch`, so a refused connection, a
+timeout or a broken response becomes a :class:`~kvreplay.errors.BackendError`
+(raised ``from`` the aiohttp exception) in exactly one place, as httpx does.
+Adapters never send generation requests: only the GET/POST control endpoints
+named in SERVERS.md (``/metrics``, ``/cache``, ``/v1/models``, ``/version``,
+``/props``, ``/get_server_info``, ``/reset_prefix_cache``, ``/flush_cache``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from kvreplay.errors import BackendError
+
+__all__ = ["Reply", "fetch", "fetch_json"]
+
+DEFAULT_TIMEOUT_S = 5.0
+"""Bound on one control request (s); counters are small and local."""
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest control response read (bytes); a 2,200-line vLLM scrape is ~160 KB."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One control-endpoint response.
+
+    Attributes:
+        status: HTTP status code.
+        text: The body decoded as UTF-8 (invalid bytes replaced).
+        content_type: The response ``Content-Type`` without parameters, lower case.
+    """
+
+    status: int
+    text: str
+    content_type: str
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx status."""
+        return 200 <= self.status < 300
+
+
+def join_url(base_url: str, path: str) -> str:
+    """``base_url`` (with or without a trailing slash) joined with an absolute ``path``."""
+    return base_url.rstrip("/") + path
+
+
+async def fetch(
+    session: aiohttp.ClientSession,
+    method: str,
+    base_url: str,
+    path: str,
+    *,
+    accept: str = "application/json",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Reply:
+    """Send one control request and read the whole body.
+
+    Any HTTP status is returned (callers decide what 404 or 501 means); only a
+    failure to get a response at all is raised.
+
+    Args:
+        session: The caller's aiohttp session (not closed here).
+        method: ``"GET"`` or ``"POST"``.
+        base_url: Server root, e.g. ``http://127.0.0.1:8000``.
+        path: Absolute path with optional query, e.g. ``/metrics``.
+        accept: The ``Accept`` header; ``text/plain`` for Prometheus scrapes, because
+            prometheus_client >= 0.26 answers an OpenMetrics Accept with escaped
+            names (SERVERS.md section 6).
+        timeout_s: Total bound on the request (s).
+
+    Returns:
+        The status, decoded body and content type.
+
+    Raises:
+        BackendError: connection refused or reset, timeout, body over
+            ``MAX_BODY_BYTES``, or any other aiohttp client error; ``.url`` is set.
+    """
+    url = join_url(base_url, path)
+    try:
+        async with session.request(
+            method,
+            url,
+            headers={"Accept": accept},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            allow_redirects=False,
+        ) as resp:
+            body = await resp.content.read(MAX_BODY_BYTES + 1)
+            if len(body) > MAX_BODY_BYTES:
+                raise BackendError(f"{method} {url}: body over {MAX_BODY_BYTES} bytes", url=url)
+            ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            return Reply(resp.status, body.decode("utf-8", errors="replace"), ctype)
+    except asyncio.TimeoutError as exc:
+        raise BackendError(f"{method} {url}: no response within {timeout_s} s", url=url) from exc
+    except aiohttp.ClientError as exc:
+        raise BackendError(f"{method} {url}: {type(exc).__name__}: {exc}", url=url) from exc
+
+
+async def fetch_json(
+    session: aiohttp.ClientSession, base_url: str, path: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Any | None:
+    """GET ``path`` and decode its JSON body.
+
+    Returns:
+        The decoded value, or None when the status is not 2xx or the body is not
+        JSON (the endpoint is absent or belongs to another server family).
+
+    Raises:
+        BackendError: the server could not be reached (see :func:`fetch`).
+    """
+    reply = await fetch(session, "GET", base_url, path, timeout_s=timeout_s)
+    if not reply.ok:
+        return None
+    try:
+        return json.loads(reply.text)
+    except ValueError:
+        return None

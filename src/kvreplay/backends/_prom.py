@@ -1,0 +1,93 @@
+"""Prometheus text exposition (0.0.4) parsed into verbatim series.
+
+Parsing is done by the maintained parser,
+``prometheus_client.parser.text_string_to_metric_families``; this module only
+undoes the parser's renaming so that raw keys are the names the server printed
+(SERVERS.md section 6, "Parser quirks"):
+
+- a counter whose name lacks ``_total`` gets ``_total`` appended to its sample
+  names (llama.cpp's ``llamacpp:n_tokens_max`` comes back as
+  ``llamacpp:n_tokens_max_total``): the printed name is restored;
+- family names drop ``_total``, and ``_created`` samples are separate gauge
+  families: samples are used, never family names;
+- timestamps are ignored (the snapshot carries the time it was taken);
+- ``# EOF`` is ignored by the parser, and a name ending in ``_total`` may be a
+  histogram (vLLM's ``vllm:iteration_tokens_total``): samples are kept by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvreplay.errors import BackendError
+
+__all__ = ["Sample", "parse_exposition", "raw_from_samples", "series_key"]
+
+_NAME_AT_LINE_START = re.compile(r"^[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One exposition line.
+
+    Attributes:
+        name: The sample name as the server printed it (``_total``, ``_bucket``,
+            ``_created`` suffixes included).
+        labels: Label name -> value, in printed order.
+        value: The value (int or float as parsed; NaN and infinities allowed).
+        family_type: ``counter``, ``gauge``, ``histogram``, ``summary`` or ``unknown``.
+    """
+
+    name: str
+    labels: dict[str, str]
+    value: float
+    family_type: str
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def series_key(name: str, labels: dict[str, str]) -> str:
+    """The canonical text of one series: ``name{a="1",b="2"}`` or bare ``name``.
+
+    Labels keep the order given; values are escaped as in the exposition format.
+    """
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    return f"{name}{{{inner}}}"
+
+
+def parse_exposition(text: str) -> list[Sample]:
+    """Parse a ``/metrics`` body into samples named as printed.
+
+    Args:
+        text: Exposition text (format 0.0.4; an OpenMetrics ``# EOF`` is tolerated).
+
+    Returns:
+        Every sample in text order.
+
+    Raises:
+        BackendError: the text is not valid exposition format.
+    """
+    printed = set(_NAME_AT_LINE_START.findall(text))
+    out: list[Sample] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                name = s.name
+                if name not in printed and name.endswith("_total") and name[:-6] in printed:
+                    name = name[:-6]
+                out.append(Sample(name, dict(s.labels), s.value, family.type))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise BackendError(f"malformed Prometheus exposition: {exc}") from exc
+    return out
+
+
+def raw_from_samples(samples: list[Sample]) -> dict[str, float]:
+    """Series key -> value for every sample (a repeated series keeps its last value)."""
+    return {series_key(s.name, s.labels): s.value for s in samples}
