@@ -1,0 +1,238 @@
+"""Miss-ratio (hit-ratio) curves of prefix caches, every capacity in one pass.
+
+**Block radix model.** A request is a chain of blocks from the root of a block
+tree (Mooncake ``hash_ids``, or token blocks of a rendered prompt). A radix
+cache of ``C`` blocks looks the chain up (its hit is the longest cached prefix),
+then inserts the missing blocks and touches the whole chain; to make room it
+evicts the least recently touched *leaf*. Plain per-block LRU is not that in
+general: a chain's blocks are touched at the same moment, and per-block LRU
+may evict an inner block and leave its children stranded. The two agree
+exactly for this order of references:
+
+    within a request, touch the blocks deepest first, root last.
+
+Then every block is more recent than all its descendants (each request that
+touches a child touches its parent after it), so (a) the ``C`` most recent
+blocks are closed under prefixes: an LRU cache of ``C`` blocks is always a
+radix tree; (b) its least recent block has no cached child, so the block LRU
+evicts is a leaf, and it is the least recently touched leaf (ties between
+leaves of one request cannot occur: a request touches one path, whose deepest
+block is its only possible leaf). Hence per-block LRU on that reference string
+*is* leaf-LRU radix eviction with lookups before inserts, a request's hit is
+the set of its blocks whose stack distance (looked up against the state before
+the request, see ``stack``) is ``<= C``, and that set is a prefix because
+distances rise with depth. A request longer than ``C`` keeps its first ``C``
+blocks. Exactness holds for page-granular trees (one node per block, as
+vLLM's and SGLang's paged prefix caches); engines that evict whole
+variable-length radix segments at once can evict more than LRU does.
+
+**Host tier.** An exclusive host tier of ``H`` blocks that receives the
+device tier's victims and hands a block back to the device on a hit holds
+exactly stack positions ``C+1 .. C+H``, so device hits are ``d <= C`` and
+host hits ``C < d <= C+H`` on the same distances.
+
+**Entries model.** See ``entries``; a request's snapshots are items of the
+same one-pass algorithm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvreplay.offline.stack import lru_stack_distances
+
+__all__ = [
+    "Curve",
+    "block_distances",
+    "block_curve",
+    "curve_from_distances",
+    "default_capacities",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """Hits against capacity, for every capacity ``0 .. max_capacity``.
+
+    Attributes:
+        unit: The capacity unit, ``"block"`` or ``"entry"``.
+        unit_tokens: Tokens per unit where fixed (blocks), else None.
+        requests: Requests counted.
+        prompt_tokens: Their prompt tokens in total (tokens).
+        hit_requests: ``hit_requests[C]`` = requests with a cache hit at
+            capacity ``C``; shape ``(max_capacity + 1,)`` int64.
+        hit_tokens: ``hit_tokens[C]`` = cached prompt tokens at capacity ``C``
+            (tokens); same shape.
+        hit_units: ``hit_units[C]`` = references that hit (blocks or entries).
+    """
+
+    unit: str
+    unit_tokens: int | None
+    requests: int
+    prompt_tokens: int
+    hit_requests: np.ndarray
+    hit_tokens: np.ndarray
+    hit_units: np.ndarray
+
+    @property
+    def max_capacity(self) -> int:
+        """The capacity past which nothing more hits (units)."""
+        return len(self.hit_tokens) - 1
+
+    def at(self, capacity: int) -> tuple[int, int]:
+        """``(hit_requests, hit_tokens)`` at one capacity (units; any size >= 0)."""
+        c = min(int(capacity), self.max_capacity)
+        return int(self.hit_requests[c]), int(self.hit_tokens[c])
+
+    def smallest_capacity(self, share: float, *, metric: str = "tokens") -> int:
+        """Smallest capacity whose hit ratio reaches ``share`` of the best one.
+
+        Args:
+            share: Fraction of the best achievable hits, in (0, 1].
+            metric: ``"tokens"`` or ``"requests"``.
+
+        Returns:
+            The capacity (units); 0 when nothing ever hits.
+        """
+        arr = self.hit_tokens if metric == "tokens" else self.hit_requests
+        best = int(arr[-1])
+        if best == 0:
+            return 0
+        goal = share * best
+        return int(np.searchsorted(arr, goal - 1e-9 * best, side="left"))
+
+
+def curve_from_distances(
+    dist: np.ndarray,
+    weight_tokens: np.ndarray,
+    request_of: np.ndarray,
+    request_dist: np.ndarray,
+    *,
+    counted: np.ndarray,
+    prompt_tokens: np.ndarray,
+    unit: str,
+    unit_tokens: int | None,
+) -> Curve:
+    """Turn per-reference distances into cumulative hit curves.
+
+    Args:
+        dist: Stack distance of each reference (0 = cold), shape ``(n,)``.
+        weight_tokens: Tokens each reference contributes on a hit, ``(n,)``.
+        request_of: Request index of each reference, ``(n,)``.
+        request_dist: Per request, the smallest capacity at which it has any
+            hit (0 = never), shape ``(R,)``.
+        counted: Per request, whether it counts (foreign interleaved requests
+            do not), bool ``(R,)``.
+        prompt_tokens: Prompt length per request (tokens), ``(R,)``.
+        unit: ``"block"`` or ``"entry"``.
+        unit_tokens: Tokens per unit where fixed.
+
+    Returns:
+        The curve up to the largest distance seen.
+    """
+    keep = counted[request_of] & (dist > 0)
+    rq = counted & (request_dist > 0)
+    top = int(max(dist.max(initial=0), request_dist.max(initial=0)))
+    size = top + 1
+    tok = np.bincount(dist[keep], weights=weight_tokens[keep], minlength=size)
+    units = np.bincount(dist[keep], minlength=size)
+    reqs = np.bincount(request_dist[rq], minlength=size)
+    return Curve(
+        unit=unit,
+        unit_tokens=unit_tokens,
+        requests=int(counted.sum()),
+        prompt_tokens=int(prompt_tokens[counted].sum()),
+        hit_requests=np.cumsum(reqs).astype(np.int64),
+        hit_tokens=np.rint(np.cumsum(tok)).astype(np.int64),
+        hit_units=np.cumsum(units).astype(np.int64),
+    )
+
+
+def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Radix-LRU stack distance of every block reference.
+
+    Args:
+        blocks: Block ids, request after request, root first; ``(n,)``.
+        starts: Offsets of each request in ``blocks`` plus a final ``n``;
+            ``(R + 1,)``.
+
+    Returns:
+        Distances in the same (root-first) order, ``(n,)`` int64: block ``i``
+        of a request is cached before it at capacity ``C`` iff ``0 < d <= C``
+        (see the module docstring for the deepest-first touch order).
+
+    Raises:
+        ValueError: a block id repeats within one request.
+    """
+    blocks = np.asarray(blocks)
+    starts = np.asarray(starts, dtype=np.int64)
+    n = len(blocks)
+    lengths = np.diff(starts)
+    req = np.repeat(np.arange(len(lengths)), lengths)
+    first = starts[:-1][req]
+    last = starts[1:][req] - 1
+    rev = first + last - np.arange(n, dtype=np.int64)  # involution within each request
+    dist_rev = lru_stack_distances(blocks[rev], query_at=first)
+    return dist_rev[rev]
+
+
+def block_curve(
+    blocks: np.ndarray,
+    block_tok: np.ndarray,
+    starts: np.ndarray,
+    *,
+    prompt_tokens: np.ndarray,
+    counted: np.ndarray | None = None,
+    unit_tokens: int | None = None,
+) -> Curve:
+    """The radix block model's curve for capacities ``0 .. max`` blocks.
+
+    Args:
+        blocks: Block ids, request after request, root first; ``(n,)``.
+        block_tok: Tokens in each block reference; ``(n,)``.
+        starts: Request offsets plus a final ``n``; ``(R + 1,)``.
+        prompt_tokens: Prompt length per request (tokens), ``(R,)``.
+        counted: Requests that count (default all), bool ``(R,)``.
+        unit_tokens: Tokens per full block, for reporting.
+
+    Returns:
+        The curve: a request hits when its root block is cached.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    R = len(starts) - 1
+    dist = block_distances(blocks, starts)
+    lengths = np.diff(starts)
+    req = np.repeat(np.arange(R), lengths)
+    root = np.zeros(R, dtype=np.int64)
+    nonempty = lengths > 0
+    root[nonempty] = dist[starts[:-1][nonempty]]
+    if counted is None:
+        counted = np.ones(R, dtype=bool)
+    return curve_from_distances(
+        dist,
+        np.asarray(block_tok),
+        req,
+        root,
+        counted=np.asarray(counted, dtype=bool),
+        prompt_tokens=np.asarray(prompt_tokens),
+        unit="block",
+        unit_tokens=unit_tokens,
+    )
+
+
+def default_capacities(max_capacity: int, *, points: int = 40) -> list[int]:
+    """Roughly geometric capacities ``1 .. max_capacity`` (units), ascending, distinct.
+
+    Args:
+        max_capacity: The largest capacity of interest (units).
+        points: About how many to return.
+
+    Returns:
+        Capacities, always including 1 and ``max_capacity`` (empty when 0).
+    """
+    if max_capacity <= 0:
+        return []
+    caps = np.unique(np.rint(np.geomspace(1, max_capacity, num=max(points, 2))).astype(np.int64))
+    return [int(c) for c in caps]
