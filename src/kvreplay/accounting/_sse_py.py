@@ -5,11 +5,20 @@ streaming responses. Feed it socket chunks as they arrive; it dispatches an
 event at each blank line, decodes the event's JSON (orjson) and accounts
 tokens, usage, finish reason, errors and llama.cpp ``timings``.
 
+The native twin (``_sse_c``) scans the same bytes without decoding most
+events, and hands every event it does not fully understand to
+:func:`account_payload` below, so the two agree on every input by
+construction; the parity tests check that they do.
+
 Source: WHATWG HTML "Server-sent events", 9.2.6 (lines end in CR, LF or CRLF;
 ``:`` starts a comment; one leading space after the colon is stripped; an
 event is dispatched at a blank line and only when its data buffer is
 non-empty; an incomplete event at EOF is discarded). Payload shapes:
 SERVERS.md section 5 (OpenAI chat / legacy completions, vLLM, SGLang, llama.cpp).
+
+Deliberate departures from a browser ``EventSource``: a leading UTF-8 BOM is
+not stripped (no inference server sends one; orjson then reports the event as
+malformed), and ``id:`` / ``retry:`` fields are ignored.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from kvreplay.accounting.events import (
 )
 from kvreplay.errors import StreamError
 
-__all__ = ["SSEAccountant"]
+__all__ = ["SSEAccountant", "account_error_line", "account_payload", "complete_at_eof"]
 
 _DONE = b"[DONE]"
 
@@ -41,13 +50,26 @@ def _error_message(err: object) -> str:
     return orjson.dumps(err).decode()[:ERROR_BYTES]
 
 
+def _line_too_long(line: bytes, limit: int) -> StreamError:
+    return StreamError(f"SSE line longer than {limit} bytes", kind="line_too_long", partial=line)
+
+
 class SSEAccountant:
     """Accounts one streamed response, chunk by chunk (pure-Python twin).
 
+    ``feed`` returns a count of completed events rather than a list of
+    ``Event`` objects on purpose: the hot path allocates nothing per event.
+    Pass ``keep_events=True`` to also collect every ``Event`` in ``.events``
+    (tests, debugging).
+
     Args:
         head_chars: Visible text kept in ``result.text_head`` (characters).
-        max_line_bytes: Longest SSE line accepted (bytes).
+        max_line_bytes: Longest SSE line accepted (bytes, line end excluded).
         keep_events: Also keep every dispatched ``Event`` in ``self.events``.
+
+    Attributes:
+        result: The ``StreamResult`` being filled in (same object throughout).
+        events: Dispatched events when ``keep_events`` is set, else empty.
     """
 
     def __init__(
@@ -62,12 +84,11 @@ class SSEAccountant:
         self._keep = keep_events
         self._head_chars = head_chars
         self._max_line = max_line_bytes
-        self._buf = b""
+        self._pend = bytearray()
         self._skip_lf = False
         self._data: list[bytes] = []
         self._name = b""
-        self._seen = 0
-        self._closed = False
+        self._last_ns = 0
 
     def feed(self, data: bytes, recv_ns: int) -> int:
         """Consume one socket chunk of the stream.
@@ -77,34 +98,44 @@ class SSEAccountant:
             recv_ns: Arrival time of the chunk (ns, caller's clock; never read here).
 
         Returns:
-            Number of SSE events this chunk completed.
+            Number of SSE events this chunk completed (including ``[DONE]``).
 
         Raises:
-            StreamError: a line over ``max_line_bytes`` (kind ``line_too_long``) or
-                an event whose data is not JSON (kind ``malformed``); ``.partial``
-                holds the bytes of the pending line or event.
+            StreamError: a line over ``max_line_bytes`` (kind ``line_too_long``;
+                ``.partial`` is that line as received so far), or an event whose
+                data is not a JSON object (kind ``malformed``; ``.partial`` is the
+                event's data). Events completed earlier in the same chunk are
+                accounted before the error is raised.
         """
         if not data:
             return 0
         r = self.result
         if r.first_byte_ns is None:
             r.first_byte_ns = recv_ns
-        buf = self._buf + data if self._buf else data
+        self._last_ns = recv_ns
         if self._skip_lf:
             self._skip_lf = False
-            if buf[:1] == b"\n":
-                buf = buf[1:]
+            if data[0] == 10:
+                data = data[1:]
+                if not data:
+                    return 0
+        if b"\n" not in data and b"\r" not in data:
+            self._pend += data
+            if len(self._pend) > self._max_line:
+                raise _line_too_long(bytes(self._pend), self._max_line)
+            return 0
+        if self._pend:
+            buf = bytes(self._pend) + data
+            self._pend = bytearray()
+        else:
+            buf = data
         if b"\r" in buf:
-            if buf.endswith(b"\r"):
+            if buf[-1] == 13:
                 self._skip_lf = True
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         rest = lines.pop()
-        if len(rest) > self._max_line:
-            raise StreamError(
-                f"SSE line longer than {self._max_line} bytes", kind="line_too_long", partial=rest
-            )
-        self._buf = rest
+        check = len(buf) > self._max_line
         n = 0
         for line in lines:
             if not line:
@@ -114,6 +145,8 @@ class SSEAccountant:
                     self._data = []
                 self._name = b""
                 continue
+            if check and len(line) > self._max_line:
+                raise _line_too_long(line, self._max_line)
             if line[0] == 58:  # ':' comment
                 continue
             c = line.find(b":")
@@ -128,16 +161,35 @@ class SSEAccountant:
             elif fname == b"event":
                 self._name = value
             elif fname == b"error":
-                # Older llama.cpp builds write `error: {...}` lines (not SSE data).
-                r.error_events += 1
-                r.error = _error_message(_loads_or_text(value))
+                account_error_line(r, value)
+        if len(rest) > self._max_line:
+            raise _line_too_long(rest, self._max_line)
+        self._pend += rest
         return n
 
     def close(self) -> StreamResult:
-        """End of stream: discard an incomplete event (WHATWG) and return the result."""
-        self._closed = True
-        self._buf = b""
-        self._data = []
+        """End of stream: account what EOF completed and return the result.
+
+        EOF ends a pending line and then a pending event, as if a blank line
+        had followed: llama.cpp-family servers may end the body right after
+        the last ``data:`` line (field case B14). A pending event whose data
+        is not valid JSON (a connection cut inside it) is discarded, as WHATWG
+        discards incomplete events, and ``result.eof_truncated`` is set. The
+        completed event is stamped with the arrival time of the last chunk.
+
+        Returns:
+            The final ``StreamResult`` (the same object as ``self.result``).
+        """
+        if self._pend:
+            self.feed(b"\n", self._last_ns)  # ends the pending line, nothing else
+        if self._data:
+            payload = b"\n".join(self._data)
+            self._data = []
+            if complete_at_eof(payload):
+                self._dispatch(payload, self._last_ns)
+            else:
+                self.result.eof_truncated = True
+        self._name = b""
         return self.result
 
     def _dispatch(self, payload: bytes, recv_ns: int) -> None:
@@ -148,86 +200,132 @@ class SSEAccountant:
         if payload == _DONE:
             r.done_marker = True
             return
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError as exc:
-            raise StreamError(f"SSE data is not JSON: {exc}", partial=payload) from exc
-        r.chunks += 1
-        if not isinstance(obj, dict):
-            raise StreamError("SSE data is not a JSON object", partial=payload)
-        if self._name == b"error" or "error" in obj and obj["error"] is not None:
-            r.error_events += 1
-            r.error = _error_message(obj.get("error", obj))
-        elif obj.get("object") == "error":
-            r.error_events += 1
-            r.error = _error_message(obj)
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            r.usage = usage
-        else:
-            xg = obj.get("x_groq")
-            if isinstance(xg, dict) and isinstance(xg.get("usage"), dict):
-                r.usage = xg["usage"]
-        timings = obj.get("timings")
-        if isinstance(timings, dict):
-            r.timings = timings
-        choices = obj.get("choices")
-        if not choices or not isinstance(choices, list):
-            return
-        content_seen = False
-        reasoning_seen = False
-        for ch in choices:
-            if not isinstance(ch, dict):
-                continue
-            fr = ch.get("finish_reason")
-            if fr is not None:
-                r.finish_reason = fr if isinstance(fr, str) else str(fr)
-            delta = ch.get("delta")
-            if isinstance(delta, dict):
-                content = delta.get("content")
-                if isinstance(content, str):
-                    if content:
-                        content_seen = True
-                        self._head(content)
-                elif isinstance(content, list):
-                    for part in content:
-                        if not isinstance(part, dict):
-                            continue
-                        ptype = part.get("type")
-                        if ptype in ("thinking", "reasoning"):
-                            if _has_text(part.get(ptype)) or _has_text(part.get("text")):
-                                reasoning_seen = True
-                        else:
-                            t = part.get("text")
-                            if isinstance(t, str) and t:
-                                content_seen = True
-                                self._head(t)
-                for key in ("reasoning_content", "reasoning"):
-                    rv = delta.get(key)
-                    if isinstance(rv, str) and rv:
-                        reasoning_seen = True
-            else:
-                text = ch.get("text")
-                if isinstance(text, str) and text:
-                    content_seen = True
-                    self._head(text)
-        if content_seen or reasoning_seen:
-            if content_seen:
-                r.content_deltas += 1
-                if r.first_content_ns is None:
-                    r.first_content_ns = recv_ns
-            if reasoning_seen:
-                r.reasoning_deltas += 1
-            if r.first_token_ns is None:
-                r.first_token_ns = recv_ns
-            r.last_token_ns = recv_ns
-            r.token_ns.append(recv_ns)
+        if payload:
+            account_payload(r, payload, self._name, recv_ns, self._head_chars)
 
-    def _head(self, text: str) -> None:
-        r = self.result
-        room = self._head_chars - len(r.text_head)
-        if room > 0:
-            r.text_head += text[:room]
+
+def complete_at_eof(payload: bytes) -> bool:
+    """True when an event cut by EOF is still whole: ``[DONE]``, empty, or a JSON object."""
+    if payload in (_DONE, b""):
+        return True
+    try:
+        return isinstance(orjson.loads(payload), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def account_error_line(r: StreamResult, value: bytes) -> None:
+    """Account a legacy llama.cpp ``error: {...}`` line (not SSE data).
+
+    Args:
+        r: The result to update (``error_events``, ``error``).
+        value: The line after ``error:`` and one optional space (bytes).
+    """
+    r.error_events += 1
+    try:
+        err = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        err = value.decode("utf-8", "replace")
+    r.error = _error_message(err)
+
+
+def account_payload(r: StreamResult, payload: bytes, name: bytes, recv_ns: int, head_chars: int) -> None:
+    """Account one non-empty, non-``[DONE]`` event payload into ``r``.
+
+    The single source of truth for what a chunk means; the native twin calls
+    it for every event its scanner does not fully understand.
+
+    Args:
+        r: The result to update.
+        payload: The event's data (its ``data:`` lines joined by LF).
+        name: The event's ``event:`` field, ``b""`` when absent.
+        recv_ns: Arrival of the chunk that completed the event (ns).
+        head_chars: Bound on ``r.text_head`` (characters).
+
+    Raises:
+        StreamError: ``payload`` is not JSON, or is JSON but not an object
+            (kind ``malformed``, ``.partial`` = payload).
+    """
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise StreamError(f"SSE data is not JSON: {exc}", partial=payload) from exc
+    r.chunks += 1
+    if not isinstance(obj, dict):
+        raise StreamError("SSE data is not a JSON object", partial=payload)
+    if name == b"error" or obj.get("error") is not None:
+        r.error_events += 1
+        r.error = _error_message(obj.get("error", obj))
+    elif obj.get("object") == "error":
+        r.error_events += 1
+        r.error = _error_message(obj)
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        r.usage = usage
+    else:
+        xg = obj.get("x_groq")
+        if isinstance(xg, dict) and isinstance(xg.get("usage"), dict):
+            r.usage = xg["usage"]
+    timings = obj.get("timings")
+    if isinstance(timings, dict):
+        r.timings = timings
+    choices = obj.get("choices")
+    if not choices or not isinstance(choices, list):
+        return
+    content_seen = False
+    reasoning_seen = False
+    for ch in choices:
+        if not isinstance(ch, dict):
+            continue
+        fr = ch.get("finish_reason")
+        if fr is not None:
+            r.finish_reason = fr if isinstance(fr, str) else orjson.dumps(fr).decode()
+        delta = ch.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str):
+                if content:
+                    content_seen = True
+                    _head(r, content, head_chars)
+            elif isinstance(content, list):
+                for part in content:
+                    if not isinstance(part, dict):
+                        continue
+                    ptype = part.get("type")
+                    if ptype in ("thinking", "reasoning"):
+                        if _has_text(part.get(ptype)) or _has_text(part.get("text")):
+                            reasoning_seen = True
+                    else:
+                        t = part.get("text")
+                        if isinstance(t, str) and t:
+                            content_seen = True
+                            _head(r, t, head_chars)
+            for key in ("reasoning_content", "reasoning"):
+                rv = delta.get(key)
+                if isinstance(rv, str) and rv:
+                    reasoning_seen = True
+        else:
+            text = ch.get("text")
+            if isinstance(text, str) and text:
+                content_seen = True
+                _head(r, text, head_chars)
+    if content_seen or reasoning_seen:
+        if content_seen:
+            r.content_deltas += 1
+            if r.first_content_ns is None:
+                r.first_content_ns = recv_ns
+        if reasoning_seen:
+            r.reasoning_deltas += 1
+        if r.first_token_ns is None:
+            r.first_token_ns = recv_ns
+        r.last_token_ns = recv_ns
+        r.token_ns.append(recv_ns)
+
+
+def _head(r: StreamResult, text: str, head_chars: int) -> None:
+    room = head_chars - len(r.text_head)
+    if room > 0:
+        r.text_head += text[:room]
 
 
 def _has_text(v: object) -> bool:
@@ -236,10 +334,3 @@ def _has_text(v: object) -> bool:
     if isinstance(v, list):
         return any(isinstance(p, dict) and _has_text(p.get("text")) for p in v)
     return False
-
-
-def _loads_or_text(value: bytes) -> object:
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return value.decode("utf-8", "replace")

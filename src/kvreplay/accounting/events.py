@@ -66,6 +66,8 @@ class StreamResult:
             ``event: error`` or a legacy ``error:`` line), at most 1 KiB.
         error_events: Number of error events.
         text_head: The first ``head_chars`` characters of visible content.
+        eof_truncated: The body ended inside an event whose data was not a
+            whole JSON object (a cut connection); that event was discarded.
     """
 
     events: int = 0
@@ -84,6 +86,7 @@ class StreamResult:
     error: str | None = None
     error_events: int = 0
     text_head: str = ""
+    eof_truncated: bool = False
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -104,6 +107,52 @@ class StreamResult:
     def reasoning_tokens(self) -> int | None:
         """``usage.completion_tokens_details.reasoning_tokens``; None when absent."""
         return reasoning_tokens_of(self.usage)
+
+    @property
+    def eof_before_finish(self) -> bool:
+        """The stream ended with no ``finish_reason``, no ``[DONE]`` and no error event.
+
+        Meaningful after ``close()``: the server (or the connection) stopped
+        mid-answer (field case B14, cut variant). A stream that ends at EOF after
+        its finish chunk without ``[DONE]`` (llama.cpp family) is not this.
+        """
+        return self.finish_reason is None and not self.done_marker and self.error_events == 0
+
+    @property
+    def output_tokens(self) -> int:
+        """Generated tokens: ``usage.completion_tokens``, else token events on all channels.
+
+        When the server sent no usage this counts non-empty deltas (one per
+        chunk), which ``output_tokens_estimated`` flags (field case B06).
+        """
+        c = self.completion_tokens
+        return c if c is not None else self.content_deltas + self.reasoning_deltas
+
+    @property
+    def output_tokens_estimated(self) -> bool:
+        """True when ``output_tokens`` was counted from deltas, not reported in usage."""
+        return self.completion_tokens is None
+
+    @property
+    def content_tokens(self) -> int:
+        """Visible (non-reasoning) output tokens (field case B06).
+
+        ``completion_tokens - reasoning_tokens`` when usage gives both; all of
+        ``completion_tokens`` when usage gives no reasoning count and no
+        reasoning was streamed; else the count of content deltas (an estimate).
+        """
+        c, rt = self.completion_tokens, self.reasoning_tokens
+        if c is not None and rt is not None:
+            return c - rt
+        if c is not None and self.reasoning_deltas == 0:
+            return c
+        return self.content_deltas
+
+    @property
+    def itl_ns(self) -> list[int]:
+        """Inter-token latencies: gaps between successive token events (ns); len = tokens - 1."""
+        t = self.token_ns
+        return [b - a for a, b in zip(t, t[1:])]
 
     @property
     def visible(self) -> bool:
