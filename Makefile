@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
-	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server' tests/unit tests/parity
+	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server' $(wildcard tests/unit tests/parity tests/integration tests/goldens)
 
 bench: $(STAMP)
 	$(PY) -m pytest bench -q --benchmark-only
