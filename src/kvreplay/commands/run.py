@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
 from kvreplay.report.markdown import render_table
 from kvreplay.runner import RunOptions, execute_plan
+from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "run"
@@ -142,11 +142,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             backend_name = "halogen"
     else:
         url = target
-    quiet = args.quiet
-
-    def progress(msg: str) -> None:
-        if not quiet:
-            print(msg, file=sys.stderr, flush=True)
+    observer = make_observer(args)
+    progress = observer.on_message
 
     async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
         nonlocal backend_name
@@ -174,15 +171,26 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         total_timeout_s=args.total_timeout,
         per_request_counters=not args.no_per_request_counters,
         drain_timeout_s=args.drain_timeout,
-        quiet=quiet,
+        quiet=args.quiet,
     )
     try:
-        summary = await execute_plan(plan, workload, opts, backend_factory=factory, progress=progress)
+        summary = await execute_plan(plan, workload, opts, backend_factory=factory, observer=observer)
     finally:
         if sim is not None:
             await sim.stop()
     summary["_out"] = str(out)
     return summary
+
+
+def make_observer(args: argparse.Namespace) -> RunObserver:
+    """The live display: none with --quiet, else plain lines (rich when available on a TTY)."""
+    if args.quiet:
+        return NullObserver()
+    try:
+        from kvreplay.report.progress import make_live_observer
+    except ImportError:
+        return PlainObserver()
+    return make_live_observer()
 
 
 def install_loop() -> None:

@@ -37,6 +37,7 @@ from kvreplay.report.markdown import render_markdown
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.http import RequestOutcome, send_body
+from kvreplay.runner.observer import NullObserver, RunObserver
 from kvreplay.workload import Workload
 
 __all__ = ["RecordWriter", "RunOptions", "execute_plan"]
@@ -109,12 +110,13 @@ def _write_json(path: Path, obj: Any) -> None:
 
 class _Run:
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
-                 progress: Callable[[str], None] | None) -> None:
+                 observer: RunObserver) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
         self.clock = RunClock.start()
         self.stop_new = False
         self.abort: dict[str, str] | None = None
-        self.progress = progress or (lambda s: None)
+        self.obs = observer
+        self.progress = observer.on_message
         self.identity_before: dict | None = None
         self.identity_after: dict | None = None
         self.restarts = 0
@@ -256,6 +258,7 @@ class _Run:
             if spec.drain:
                 dr = await wait_drained(be, interval_s=self.opts.drain_interval_s, timeout_s=self.opts.drain_timeout_s)
                 st.drain = dr.to_json()
+                self.obs.on_drain(phase.name, st.drain)
                 if not dr.passed:
                     st.invalid_reasons.append(f"drain did not pass within {self.opts.drain_timeout_s} s: {dr.reason}")
         before = await self.snapshot()
@@ -272,7 +275,7 @@ class _Run:
         url = self.opts.target_url.rstrip("/")
         seq = iter(enumerate(phase.sequence))
         st.start_ns = now_ns()
-        self.progress(f"phase {phase.name}: {len(phase.sequence)} requests at C{spec.concurrency}")
+        self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
 
         async def worker() -> None:
             for pos, (bi, rep) in seq:
@@ -282,6 +285,7 @@ class _Run:
                     st.add(rec)
                     continue
                 body = self.workload.bodies[bi]
+                self.obs.on_request_start(phase.name, pos)
                 out = await send_body(session, url + body.path, body.raw, headers=self.headers,
                                       head_chars=self.opts.head_chars, total_timeout_s=self.opts.total_timeout_s)
                 delta = None
@@ -292,6 +296,7 @@ class _Run:
                 rec = self.record(phase, pos, bi, rep, out, delta, attribution)
                 self.writer.write(rec)
                 st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+                self.obs.on_record(rec)
                 self.check_outcome(out)
 
         await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
@@ -303,11 +308,7 @@ class _Run:
         start_s = (st.start_ns - self.clock.origin_ns) / 1e9
         end_s = (st.end_ns - self.clock.origin_ns) / 1e9
         st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
-        ph = st.to_json()
-        self.progress(
-            f"phase {phase.name}: ok {ph['ok']}/{ph['planned']}, TTFT p50 {ph['ttft_ms']['p50']} ms, "
-            f"cached {ph['tokens']['cached']}/{ph['tokens']['prompt']} tokens"
-        )
+        self.obs.on_phase_end(st.to_json())
         return st
 
     def summary(self) -> dict[str, Any]:
@@ -330,7 +331,7 @@ async def execute_plan(
     opts: RunOptions,
     *,
     backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None = None,
-    progress: Callable[[str], None] | None = None,
+    observer: RunObserver | None = None,
 ) -> dict[str, Any]:
     """Run a frozen plan against a target and write the run directory.
 
@@ -343,7 +344,7 @@ async def execute_plan(
         workload: The bodies it indexes (checked against the plan's hashes).
         opts: Run options.
         backend_factory: Async; builds the counter adapter from the run's session; None = no counters.
-        progress: Called with one-line progress messages.
+        observer: Live-display hooks (``runner.observer``); None = silent.
 
     Returns:
         The summary (as written to summary.json).
@@ -351,7 +352,8 @@ async def execute_plan(
     out = opts.out_dir
     out.mkdir(parents=True, exist_ok=True)
     concurrency = max(p.spec.concurrency for p in plan.phases)
-    run = _Run(plan, workload, opts, None, progress)
+    obs = observer or NullObserver()
+    run = _Run(plan, workload, opts, None, obs)
     plan_json = plan.to_json({
         "target": opts.target_label or opts.target_url,
         "backend": opts.backend_name,
@@ -361,6 +363,7 @@ async def execute_plan(
         "unplanned_requests": [],
     })
     _write_json(out / "plan.json", plan_json)
+    obs.on_run_start(plan_json, None)
     # Connector limit = concurrency, so the client never queues requests inside
     # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, force_close=False)
@@ -408,4 +411,5 @@ async def execute_plan(
         summary = run.summary()
         _write_json(out / "summary.json", summary)
         (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+        obs.on_run_end(summary)
     return summary
