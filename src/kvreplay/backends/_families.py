@@ -1,5 +1,8 @@
-"""vLLM, SGLang and llama.cpp: the Prometheus adapter with a built-in profile,
-plus each family's identity and cache-reset endpoints (SERVERS.md sections 1-3)."""
+"""vLLM, SGLang and llama.cpp adapters.
+
+Each is the Prometheus adapter with a built-in profile, plus the family's own
+identity and cache-reset endpoints (SERVERS.md sections 1-3).
+"""
 
 from __future__ import annotations
 

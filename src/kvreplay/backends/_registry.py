@@ -125,8 +125,10 @@ async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
 
 
 def detect_text(text: str) -> str:
-    """The backend that parses a saved dump: a JSON object is ``halogen``, else the
-    family whose series prefix appears at a line start.
+    """The backend that parses a saved dump.
+
+    A JSON object is ``halogen``; otherwise the family whose series prefix
+    (``vllm:``, ``sglang:``, ``llamacpp:``) starts a line.
 
     Raises:
         BackendError: neither (pass ``--backend`` explicitly).

@@ -1,0 +1,52 @@
+"""A tiny aiohttp server on 127.0.0.1 port 0 for adapter tests."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
+
+
+@contextlib.asynccontextmanager
+async def _serve(routes):
+    """routes: {(METHOD, path): handler or (status, body[, content_type])}; yields (base_url, hits)."""
+    hits: list[tuple[str, str, str]] = []
+    app = web.Application()
+
+    def make(spec):
+        async def handler(request):
+            hits.append((request.method, request.path_qs, request.headers.get("Accept", "")))
+            s = spec(request) if callable(spec) else spec
+            status, body, *ctype = s
+            return web.Response(status=status, text=body, content_type=ctype[0] if ctype else "text/plain")
+
+        return handler
+
+    for (method, path), spec in routes.items():
+        app.router.add_route(method, path, make(spec))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", hits
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def serve():
+    return _serve
+
+
+@pytest.fixture
+def dump():
+    def read(rel: str) -> str:
+        return (FIXTURES / rel).read_text(encoding="utf-8")
+
+    return read

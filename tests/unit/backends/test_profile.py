@@ -1,0 +1,129 @@
+import pytest
+
+from kvreplay.backends import Profile, builtin_profile_names, load_profile
+from kvreplay.backends._prom import parse_exposition
+from kvreplay.errors import ConfigError
+from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES
+
+BOTH = """vllm:prefix_cache_queries_total{engine="0"} 100
+vllm:gpu_prefix_cache_queries_total{engine="0"} 70
+vllm:prefix_cache_hits_total{engine="0"} 40
+vllm:gpu_prefix_cache_hits_total{engine="0"} 30
+"""
+DEPRECATED_ONLY = """vllm:gpu_prefix_cache_queries_total{engine="0"} 70
+vllm:gpu_prefix_cache_hits_total{engine="0"} 30
+"""
+TWO_ENGINES = """vllm:prefix_cache_queries_total{engine="0"} 100
+vllm:prefix_cache_queries_total{engine="1"} 20
+vllm:num_requests_running{engine="0"} 1
+vllm:num_requests_running{engine="1"} 2
+"""
+
+
+def apply(profile, text):
+    return profile.apply(parse_exposition(text))
+
+
+def test_current_name_wins_and_deprecated_duplicate_is_not_added():
+    common, _ = apply(load_profile("vllm"), BOTH)
+    assert common["query_tokens"] == 100  # not 170
+    assert common["hit_tokens"] == 40  # not 70
+
+
+def test_deprecated_name_used_when_current_is_absent():
+    common, _ = apply(load_profile("vllm"), DEPRECATED_ONLY)
+    assert common["query_tokens"] == 70
+    assert common["hits"] == 30
+
+
+def test_per_engine_series_are_summed():
+    common, _ = apply(load_profile("vllm"), TWO_ENGINES)
+    assert common["query_tokens"] == 120
+    assert common["running"] == 3
+
+
+def test_absent_series_are_absent_never_zero():
+    common, started = apply(load_profile("vllm"), "vllm:num_requests_running 0\n")
+    assert common == {"running": 0}
+    assert started is None
+    assert "hit_tokens" not in common and "prompt_tokens" not in common
+
+
+def test_sglang_gauges_take_max_over_tp_ranks_and_prefer_current_names():
+    text = (
+        'sglang:num_running_reqs{tp_rank="0"} 4\nsglang:num_running_reqs{tp_rank="1"} 4\n'
+        "sglang:num_requests_running 9\n"
+        'sglang:cached_tokens_total{cache_source="device"} 50\n'
+        'sglang:cached_tokens_total{cache_source="host"} 30\n'
+    )
+    common, _ = apply(load_profile("sglang"), text)
+    assert common["running"] == 4
+    assert common["hit_tokens"] == 80
+    assert common["host_reused_tokens"] == 30
+
+
+def test_label_filter_selects_the_source():
+    text = (
+        'vllm:prompt_tokens_by_source_total{source="local_compute"} 12\n'
+        'vllm:prompt_tokens_by_source_total{source="local_cache_hit"} 32\n'
+    )
+    common, _ = apply(load_profile("vllm"), text)
+    assert common["computed_tokens"] == 12
+
+
+def test_started_is_the_largest_marker_present():
+    text = "process_start_time_seconds 100\nvllm:prefix_cache_queries_created{engine=\"0\"} 160\n"
+    _, started = apply(load_profile("vllm"), text)
+    assert started == 160
+
+
+def test_builtin_profiles_load_and_name_only_common_names():
+    names = builtin_profile_names()
+    assert {"vllm", "sglang", "llamacpp"} <= set(names)
+    for name in names:
+        p = load_profile(name)
+        for m in p.maps:
+            assert m.common in COUNTER_NAMES or m.common in GAUGE_NAMES
+        assert set(p.load_gauges) <= {m.common for m in p.maps}
+
+
+def test_vllm_profile_says_hits_are_tokens():
+    units = load_profile("vllm").units
+    assert units["hits"] == units["hit_tokens"] == units["lookups"] == "tokens"
+
+
+def test_profile_file_by_path(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('name = "mine"\nload_gauges = ["running"]\n'
+                 '[common.running]\nseries = ["my_busy"]\n'
+                 '[common.hits]\nseries = [{ name = "my_hits_total", labels = { tier = "gpu" } }]\n')
+    p = load_profile(f)
+    common, _ = p.apply(parse_exposition('my_busy 2\nmy_hits_total{tier="gpu"} 5\nmy_hits_total{tier="cpu"} 7\n'))
+    assert common == {"running": 2, "hits": 5}
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"name": "x", "common": {"hits": {"series": ["a"]}}, "colour": 1}, "colour"),
+        ({"name": "x", "common": {"hitz": {"series": ["a"]}}}, "common.hitz"),
+        ({"name": "x", "common": {"hits": {"series": []}}}, "common.hits.series"),
+        ({"name": "x", "common": {"hits": {"series": ["a"], "aggregate": "avg"}}}, "common.hits.aggregate"),
+        ({"name": "x", "common": {"hits": {"series": ["a"]}}, "load_gauges": ["running"]}, "load_gauges"),
+        ({"name": "x", "common": {"hits": {"series": ["a"]}}, "reset": {"path": "x"}}, "reset.path"),
+        ({"common": {"hits": {"series": ["a"]}}}, "name"),
+    ],
+)
+def test_invalid_profiles_name_the_field(doc, field):
+    with pytest.raises(ConfigError) as ei:
+        Profile.from_mapping(doc, where="p.toml")
+    assert ei.value.field == field
+
+
+def test_unknown_builtin_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="no built-in profile"):
+        load_profile("nonesuch")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_profile(bad)

@@ -1,0 +1,46 @@
+import pytest
+
+import kvreplay.backends as backends
+from kvreplay.backends import BACKEND_NAMES, detect_text, make_backend, parse_dump
+from kvreplay.errors import BackendError, ConfigError
+from kvreplay.runner.backend import Backend
+
+
+def test_public_surface_is_sorted_and_importable():
+    assert backends.__all__ == sorted(backends.__all__)
+    for name in backends.__all__:
+        assert hasattr(backends, name), name
+
+
+def test_names():
+    assert BACKEND_NAMES == ("halogen", "llamacpp", "openai", "prometheus", "sglang", "vllm")
+
+
+@pytest.mark.parametrize("name", ["halogen", "llamacpp", "openai", "sglang", "vllm"])
+def test_every_adapter_satisfies_the_protocol(name):
+    b = make_backend(name, "http://x", None)
+    assert isinstance(b, Backend)
+    assert b.name == name
+
+
+def test_prometheus_needs_a_profile_and_takes_builtin_or_file():
+    with pytest.raises(ConfigError, match="profile"):
+        make_backend("prometheus", "http://x", None)
+    b = make_backend("prometheus", "http://x", None, profile="vllm")
+    assert isinstance(b, Backend) and b.profile.name == "vllm"
+
+
+def test_unknown_backend():
+    with pytest.raises(ConfigError, match="unknown backend"):
+        make_backend("tgi", "http://x", None)
+
+
+def test_detect_text():
+    assert detect_text('  {"hits": 1}') == "halogen"
+    assert detect_text("# HELP x\nllamacpp:prompt_tokens_total 1\n") == "llamacpp"
+    with pytest.raises(BackendError):
+        detect_text("# HELP vllm:x mentions vllm: only in help\nother 1\n")
+
+
+def test_parse_dump_openai_is_empty():
+    assert parse_dump("anything", "openai") == ("openai", {}, {}, {}, None)
