@@ -127,3 +127,55 @@ def test_unknown_builtin_and_bad_toml(tmp_path):
     bad.write_text("name = \n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_profile(bad)
+
+
+HOST_TIER = """# synthetic scrape in the example profile's (illustrative) names
+process_start_time_seconds 1.7e9
+server_prefix_cache_queried_tokens_total 9000
+server_prefix_cache_hit_tokens_total 3000
+server_prompt_tokens_total 9000
+hostcache_lookups_total 52
+hostcache_hits_total 12
+hostcache_fetched_tokens_total 30000
+hostcache_reused_tokens_total 28000
+hostcache_stores_total 156
+hostcache_evictions_total 116
+hostcache_bytes_used 1.5e9
+hostcache_rows_used 40
+hostcache_pages_used 310
+server_requests{state="active"} 0
+server_requests{state="pending"} 0
+server_requests{state="retiring"} 1
+hostcache_transfers_in_flight 0
+hostcache_transfers_waiting 2
+hostcache_config_info{rows="40",pages="512"} 1
+"""
+
+
+def test_example_host_tier_profile_maps_every_host_series():
+    p = load_profile("example-host-tier")
+    common, started = p.apply(parse_exposition(HOST_TIER))
+    assert common == {
+        "query_tokens": 9000, "hit_tokens": 3000, "prompt_tokens": 9000,
+        "host_lookups": 52, "host_hits": 12, "host_fetched_tokens": 30000, "host_reused_tokens": 28000,
+        "host_stores": 156, "host_evictions": 116, "host_bytes": 1.5e9, "host_rows_used": 40,
+        "host_pages_used": 310, "running": 0, "waiting": 0, "retiring": 1,
+        "transfers_in_flight": 0, "transfers_waiting": 2,
+    }
+    assert started == 1.7e9
+    assert p.info(parse_exposition(HOST_TIER)) == {"hostcache_config_info": {"rows": "40", "pages": "512"}}
+
+
+def test_example_host_tier_drain_is_blocked_by_retiring_and_transfers():
+    from kvreplay.backends import make_backend
+    from kvreplay.backends._common import drain_blockers
+    from kvreplay.runner.backend import Snapshot
+
+    b = make_backend("prometheus", "", None, profile="example-host-tier")
+    raw, common, started = b.parse(HOST_TIER)
+    s = Snapshot(taken_ns=0, raw=raw, common=common, started=started)
+    assert b.drained(s, s) is False
+    assert drain_blockers(s, s, b.load_gauges) == ["retiring=1", "transfers_waiting=2"]
+    idle = dict(common, retiring=0, transfers_waiting=0)
+    s2 = Snapshot(taken_ns=1, raw=raw, common=idle, started=started)
+    assert b.drained(s2, s2) is True
