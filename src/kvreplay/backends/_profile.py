@@ -134,16 +134,33 @@ class SeriesMap:
             raise ConfigError("must be a finite number", path=where, field=prefix + "scale")
         return cls(common=common, alternatives=tuple(alts), aggregate=aggregate, unit=unit, scale=float(scale))
 
-    def read(self, by_name: Mapping[str, list[Sample]]) -> float | None:
-        """The mapped value from samples grouped by printed name; None when absent."""
+    def read(self, by_name: Mapping[str, list[Sample]], declared: frozenset[str] = frozenset()) -> float | None:
+        """The mapped value; None when the server does not report it.
+
+        The first alternative that matches wins. An alternative counts as
+        reported at 0 when its series is declared (``# TYPE``) but has no
+        matching sample yet, provided the filter's label names occur on its
+        samples (or it has none): prometheus_client declares a labelled counter
+        before its first increment, e.g. SGLang's ``sglang:cached_tokens_total``,
+        which is incremented only when a request had cached tokens.
+
+        Args:
+            by_name: Samples grouped by printed name.
+            declared: Names declared by ``# TYPE`` lines (``declared_names``).
+        """
         for name, labels in self.alternatives:
+            present = by_name.get(name, ())
             values = [
                 float(s.value)
-                for s in by_name.get(name, ())
+                for s in present
                 if all(s.labels.get(k) == v for k, v in labels) and not math.isnan(s.value)
             ]
             if values:
                 return _AGGREGATES[self.aggregate](values) * self.scale
+            if name in declared:
+                keys_seen = {k for s in present for k in s.labels}
+                if not present or all(k in keys_seen for k, _ in labels):
+                    return 0.0
         return None
 
 
@@ -239,11 +256,15 @@ class Profile:
         """Common name -> unit, for the mappings that declare one."""
         return {m.common: m.unit for m in self.maps if m.unit}
 
-    def apply(self, samples: list[Sample]) -> tuple[dict[str, float], float | None]:
+    def apply(
+        self, samples: list[Sample], declared: frozenset[str] = frozenset()
+    ) -> tuple[dict[str, float], float | None]:
         """Map parsed samples onto common names.
 
         Args:
             samples: One scrape, as from ``parse_exposition``.
+            declared: Names its ``# TYPE`` lines declare (``declared_names``);
+                a declared series with no sample yet reads 0 (see ``SeriesMap.read``).
 
         Returns:
             ``(common, started)``: common values (absent names left out) and the
@@ -255,7 +276,7 @@ class Profile:
             by_name.setdefault(s.name, []).append(s)
         common: dict[str, float] = {}
         for m in self.maps:
-            value = m.read(by_name)
+            value = m.read(by_name, declared)
             if value is not None:
                 common[m.common] = value
         marks = [

@@ -24,9 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvreplay.errors import BackendError
 
-__all__ = ["Sample", "parse_exposition", "raw_from_samples", "series_key"]
+__all__ = ["Sample", "declared_names", "parse_exposition", "raw_from_samples", "series_key"]
 
 _NAME_AT_LINE_START = re.compile(r"^[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
+_TYPE_LINE = re.compile(r"^#[ \t]+TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(\w+)", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,21 @@ def parse_exposition(text: str) -> list[Sample]:
     except (ValueError, TypeError, IndexError) as exc:
         raise BackendError(f"malformed Prometheus exposition: {exc}") from exc
     return out
+
+
+def declared_names(text: str) -> frozenset[str]:
+    """Sample names that ``# TYPE`` lines declare, whether or not any sample follows.
+
+    prometheus_client prints HELP and TYPE for a labelled counter before its
+    first increment (no sample lines yet): such a series is reported, at 0. A
+    counter declared without ``_total`` also declares ``<name>_total``.
+    """
+    out: set[str] = set()
+    for name, kind in _TYPE_LINE.findall(text):
+        out.add(name)
+        if kind == "counter" and not name.endswith("_total"):
+            out.add(name + "_total")
+    return frozenset(out)
 
 
 def raw_from_samples(samples: list[Sample]) -> dict[str, float]:

@@ -19,7 +19,7 @@ from kvreplay.runner.backend import Snapshot
 from ._common import drain_blockers, model_cards, version_of
 from ._http import fetch
 from ._profile import Profile
-from ._prom import parse_exposition, raw_from_samples
+from ._prom import declared_names, parse_exposition, raw_from_samples
 
 __all__ = ["PrometheusBackend"]
 
@@ -68,7 +68,7 @@ class PrometheusBackend:
             BackendError: the text is not valid exposition format.
         """
         samples = parse_exposition(text)
-        common, started = self.profile.apply(samples)
+        common, started = self.profile.apply(samples, declared_names(text))
         return raw_from_samples(samples), common, started
 
     def identity_from_text(self, text: str) -> dict[str, Any]:

@@ -179,3 +179,32 @@ def test_example_host_tier_drain_is_blocked_by_retiring_and_transfers():
     idle = dict(common, retiring=0, transfers_waiting=0)
     s2 = Snapshot(taken_ns=1, raw=raw, common=idle, started=started)
     assert b.drained(s2, s2) is True
+
+
+def test_declared_counter_without_samples_reads_zero_not_absent():
+    from kvreplay.backends import make_backend
+
+    # prometheus_client before the first increment of a labelled counter (SGLang
+    # increments cached_tokens only when a request had cached tokens).
+    before_first_hit = (
+        "# HELP sglang:cached_tokens_total Number of cached prompt tokens.\n"
+        "# TYPE sglang:cached_tokens_total counter\n"
+        "# TYPE sglang:prompt_tokens_total counter\n"
+        'sglang:prompt_tokens_total{model_name="m"} 120.0\n'
+    )
+    _, common, _ = make_backend("sglang", "", None).parse(before_first_hit)
+    assert common["hit_tokens"] == 0
+    assert common["host_reused_tokens"] == 0
+
+
+def test_filtered_label_missing_from_an_older_build_stays_absent():
+    from kvreplay.backends import make_backend
+
+    older = "# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{model_name=\"m\"} 40\n"
+    _, common, _ = make_backend("sglang", "", None).parse(older)
+    assert common["hit_tokens"] == 40
+    assert "host_reused_tokens" not in common  # no cache_source label at all: not reported
+    newer = ("# TYPE sglang:cached_tokens_total counter\n"
+             'sglang:cached_tokens_total{model_name="m",cache_source="device"} 40\n')
+    _, common, _ = make_backend("sglang", "", None).parse(newer)
+    assert common["host_reused_tokens"] == 0  # labelled by source, host never incremented
