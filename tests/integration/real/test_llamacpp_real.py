@@ -1,0 +1,107 @@
+"""kvreplay against a real llama.cpp ``llama-server`` (native CPU build, tiny GGUF model).
+
+The same scaled-down workload as the vLLM test (12 bodies sharing a system block)
+is primed forward, then replayed in reverse, at C1 with 4 slots. llama.cpp keeps
+its prompt cache per slot (and, in newer builds, in a host-RAM prompt cache), so
+the expected values are bounds computed here from the server's own
+``/apply-template`` + ``/tokenize``: a request reuses at least the shared system
+prefix and at most its whole prompt but one token. ``usage...cached_tokens`` must
+equal ``timings.cache_n``, and the per-request deltas of
+``llamacpp:prompt_tokens_cached_total`` must equal it too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from integration.real.realsrv_helpers import kvreplay, lcp, post_json, read_records, scrape, series
+
+from kvreplay import testing as kt
+
+pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
+
+
+def prompt_tokens(url: str, body: dict) -> list[int]:
+    prompt = post_json(url, "/apply-template", {"messages": body["messages"]})["prompt"]
+    return post_json(url, "/tokenize", {"content": prompt, "add_special": True,
+                                        "parse_special": True})["tokens"]
+
+
+def test_snapshot_identity(llama_server, tiny_gguf_model):
+    proc = kvreplay("snapshot", "--target", llama_server.url, "--backend", "llamacpp", timeout_s=60)
+    assert proc.returncode == 0, proc.stderr
+    snap = json.loads(proc.stdout)
+    assert snap["backend"] == "llamacpp"
+    ident = snap["identity"]
+    assert ident["model_path"] == str(tiny_gguf_model)
+    assert "tiny" in ident["models"]
+    assert ident["total_slots"] == 4
+    # The build the server reports is the one the binary says it is.
+    ver = subprocess.run([str(kt.llama_server_binary()), "--version"], capture_output=True,
+                         text=True, timeout=30, check=False)
+    m = re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", ver.stdout + ver.stderr)
+    assert m, ver.stdout + ver.stderr
+    assert m.group(1) in ident["build_info"] and m.group(2) in ident["build_info"]
+    assert "llamacpp:prompt_tokens_cached_total" in json.dumps(snap["raw"])
+
+
+def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
+    url = llama_server.url
+    bodies = [json.loads(p.read_bytes()) for p in sorted(tiny_workload.glob("*.json"))]
+    assert len(bodies) == 12
+    tokens = [prompt_tokens(url, b) for b in bodies]
+    shared = min(lcp(tokens[0], t) for t in tokens[1:])
+    assert shared >= 256, f"shared prefix is only {shared} tokens"
+    assert max(len(t) for t in tokens) < 4096 - 16
+
+    before = scrape(url)
+    out = tmp_path / "run"
+    proc = kvreplay("run", str(tiny_workload), "--target", url, "--backend", "llamacpp",
+                    "--phase", "prime:forward:c1", "--phase", "replay:reverse:c1",
+                    "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    after = scrape(url)
+    records = read_records(out)
+    assert json.loads((out / "summary.json").read_text())
+
+    prime = sorted((r for r in records if r["phase"] == "prime"), key=lambda r: r["position"])
+    replay = sorted((r for r in records if r["phase"] == "replay"), key=lambda r: r["position"])
+    assert [r["body_index"] for r in prime] == list(range(12))
+    assert [r["body_index"] for r in replay] == list(range(11, -1, -1))
+    for r in prime + replay:
+        t = tokens[r["body_index"]]
+        assert r["status"] == "ok", r
+        assert r["http_status"] == 200
+        assert r["finish_reason"] in ("length", "stop")
+        timings = r["timings"]
+        assert isinstance(timings, dict), r
+        cached = r["usage"]["cached_tokens"]
+        assert r["usage"]["prompt_tokens"] == len(t)
+        assert cached == timings["cache_n"], (r["phase"], r["position"], r["usage"], timings)
+        assert timings["cache_n"] + timings["prompt_n"] == len(t)
+
+    assert prime[0]["usage"]["cached_tokens"] == 0
+    for i, r in enumerate(prime[1:], start=1):
+        best = max(lcp(tokens[i], tokens[j]) for j in range(i))
+        assert shared <= r["usage"]["cached_tokens"] <= best, (i, r["usage"], shared, best)
+    for r in replay:
+        t = tokens[r["body_index"]]
+        assert shared <= r["usage"]["cached_tokens"] <= len(t) - 1, (r["body_index"], r["usage"])
+
+    # Per-request counter deltas at C1 (common names: hit_tokens, computed_tokens).
+    for r in prime + replay:
+        delta = r["counter_delta"]
+        assert delta is not None and not delta.get("reset"), r
+        assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (r["phase"], r["position"], delta)
+        assert delta["computed_tokens"] == r["timings"]["prompt_n"], (r["phase"], r["position"], delta)
+
+    # And over the whole run, from our own scrape of the native series.
+    cached_total = (series(after, "llamacpp:prompt_tokens_cached_total")
+                    - series(before, "llamacpp:prompt_tokens_cached_total"))
+    assert cached_total == sum(r["usage"]["cached_tokens"] for r in records)
+    computed_total = (series(after, "llamacpp:prompt_tokens_total")
+                      - series(before, "llamacpp:prompt_tokens_total"))
+    assert computed_total == sum(r["timings"]["prompt_n"] for r in records)
