@@ -157,6 +157,11 @@ class EntriesCache:
         max_bytes: Total byte budget (bytes), evicting LRU to fit; None = none.
         restore_s_per_token: Model restore cost (s per token).
         store_s_per_token: Model store cost (s per token).
+        recency: What refreshes a snapshot: ``"use"`` (the lookup that uses it;
+            offering a held one does not) or ``"offer"`` (storing or offering
+            it; the lookup does not). Only ``"offer"`` is an LRU stack
+            algorithm, whose curve ``kvreplay.offline.entries`` computes for
+            every capacity in one pass.
 
     Raises:
         ValueError: A capacity or cost is out of range.
@@ -171,6 +176,7 @@ class EntriesCache:
         max_bytes: int | None = None,
         restore_s_per_token: float = 2.0e-5,
         store_s_per_token: float = 5.0e-6,
+        recency: str = "use",
     ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
@@ -182,6 +188,9 @@ class EntriesCache:
         self.max_bytes = max_bytes
         self.restore_s_per_token = restore_s_per_token
         self.store_s_per_token = store_s_per_token
+        if recency not in ("use", "offer"):
+            raise ValueError("recency must be 'use' or 'offer'")
+        self.recency = recency
         self.stats = EntriesStats()
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()  # LRU first
         self._lengths: Counter[int] = Counter()
@@ -254,7 +263,8 @@ class EntriesCache:
             for length in sorted(cands, reverse=True):
                 k = at[length]
                 if k in self._entries:
-                    self._entries.move_to_end(k)
+                    if self.recency == "use":
+                        self._entries.move_to_end(k)
                     hit_tokens = min(length, n - 1)
                     restore_s = hit_tokens * self.restore_s_per_token
                     s.hits += 1
@@ -299,6 +309,8 @@ class EntriesCache:
             k = at[length]
             if k in self._entries:
                 held.append(length)
+                if self.recency == "offer":
+                    self._entries.move_to_end(k)
                 continue
             nbytes = length * self.bytes_per_token
             too_big = (self.max_entry_bytes is not None and nbytes > self.max_entry_bytes) or (
