@@ -12,6 +12,14 @@ the two), ``stores``, ``evictions`` (``evicted``), ``refused``, ``hit_tokens``
 ``entries`` and ``bytes``. Everything else stays in ``raw`` only. The document
 has no start marker unless it carries a numeric ``started`` (or ``epoch``) key;
 otherwise a restart shows as a counter going down.
+
+``/cache`` has no load gauge. When the same server also serves a Prometheus
+``/metrics`` of a known family (kvreplay's simulator serves vLLM-named series
+beside ``/cache``), live snapshots also read it and take from it, through that
+family's built-in profile, only the load gauges (``running``, ``waiting``, ...)
+and the start marker; its series are kept verbatim under ``raw["/metrics"]``.
+The counters stay those of ``/cache``. A server without ``/metrics`` (404/501)
+is asked once and then never again.
 """
 
 from __future__ import annotations
@@ -26,8 +34,12 @@ from kvreplay import clock
 from kvreplay.errors import BackendError
 from kvreplay.runner.backend import Snapshot
 
+from kvreplay.runner.backend import LOAD_GAUGES
+
 from ._common import drain_blockers, model_cards, version_of
 from ._http import fetch
+from ._profile import load_profile
+from ._prom import declared_names, family_of, parse_exposition, raw_from_samples
 
 __all__ = ["HALOGEN_KEYS", "HalogenBackend"]
 
@@ -64,8 +76,8 @@ class HalogenBackend:
         name: ``"halogen"``.
         base_url: Server root URL.
         units: Common name -> unit.
-        load_gauges: Empty: ``/cache`` has no load gauge, so a drain is "counters
-            unchanged across two reads" only.
+        load_gauges: The load gauges found on a companion ``/metrics``; empty
+            without one, and a drain is then "counters unchanged across two reads".
     """
 
     name = "halogen"
@@ -76,6 +88,7 @@ class HalogenBackend:
         self.session = session
         self.units = dict(_UNITS)
         self.load_gauges: tuple[str, ...] = ()
+        self._metrics: bool | None = None  # None: not probed yet
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -113,17 +126,45 @@ class HalogenBackend:
         raw, _, _ = self.parse(text)
         return {"max_entries": raw["max_entries"]} if "max_entries" in raw else {}
 
+    async def _companion(self) -> tuple[dict[str, Any], dict[str, float], float | None] | None:
+        """Load gauges and start marker from the server's ``/metrics``, if it has one."""
+        if self._metrics is False:
+            return None
+        from ._prometheus import PROMETHEUS_ACCEPT
+
+        reply = await fetch(self._session(), "GET", self.base_url, "/metrics", accept=PROMETHEUS_ACCEPT)
+        family = family_of(reply.text) if reply.ok else None
+        if family is None:
+            if self._metrics is None:
+                self._metrics = False
+                return None
+            raise BackendError(f"GET /metrics: HTTP {reply.status}, no known series",
+                               url=self.base_url + "/metrics")
+        self._metrics = True
+        samples = parse_exposition(reply.text)
+        common, started = load_profile(family).apply(samples, declared_names(reply.text))
+        gauges = {g: common[g] for g in LOAD_GAUGES if g in common}
+        self.load_gauges = tuple(gauges)
+        return raw_from_samples(samples), gauges, started
+
     async def snapshot(self) -> Snapshot:
-        """GET ``/cache`` once.
+        """GET ``/cache`` once (and the companion ``/metrics``, see the module docstring).
 
         Raises:
-            BackendError: unreachable, non-2xx, or not a JSON object.
+            BackendError: unreachable, non-2xx, or not a JSON object; a companion
+                ``/metrics`` that answered before and fails now.
         """
         reply = await fetch(self._session(), "GET", self.base_url, self.cache_path)
         taken_ns = clock.now_ns()
         if not reply.ok:
             raise BackendError(f"GET {self.cache_path}: HTTP {reply.status}", url=self.base_url + self.cache_path)
         raw, common, started = self.parse(reply.text)
+        extra = await self._companion()
+        if extra is not None:
+            m_raw, gauges, m_started = extra
+            raw = {**raw, "/metrics": m_raw}
+            common = {**common, **gauges}
+            started = m_started if m_started is not None else started
         return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
 
     async def identity(self) -> dict[str, Any]:

@@ -24,7 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvreplay.errors import BackendError
 
-__all__ = ["Sample", "declared_names", "parse_exposition", "raw_from_samples", "series_key"]
+__all__ = ["Sample", "declared_names", "family_of", "parse_exposition", "raw_from_samples", "series_key"]
+
+FAMILY_PREFIXES = (("vllm", "vllm:"), ("sglang", "sglang:"), ("llamacpp", "llamacpp:"))
+"""Server family -> the prefix of its series names (SERVERS.md sections 1-3)."""
 
 _NAME_AT_LINE_START = re.compile(r"^[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
 _TYPE_LINE = re.compile(r"^#[ \t]+TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(\w+)", re.MULTILINE)
@@ -87,6 +90,17 @@ def parse_exposition(text: str) -> list[Sample]:
     except (ValueError, TypeError, IndexError) as exc:
         raise BackendError(f"malformed Prometheus exposition: {exc}") from exc
     return out
+
+
+def family_of(text: str) -> str | None:
+    """The server family whose series prefix starts a sample line, or None.
+
+    Only sample lines count: a HELP text that mentions ``vllm:`` does not.
+    """
+    for family, prefix in FAMILY_PREFIXES:
+        if re.search(r"^" + re.escape(prefix), text, re.MULTILINE):
+            return family
+    return None
 
 
 def declared_names(text: str) -> frozenset[str]:

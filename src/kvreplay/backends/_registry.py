@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from ._halogen import HalogenBackend
 from ._http import fetch, fetch_json
 from ._openai import OpenAIBackend
 from ._profile import Profile, load_profile
+from ._prom import family_of
 from ._prometheus import PROMETHEUS_ACCEPT, PrometheusBackend
 
 __all__ = ["BACKEND_NAMES", "detect", "detect_text", "make_backend", "parse_dump"]
@@ -30,14 +30,6 @@ _CLASSES: dict[str, type] = {
 BACKEND_NAMES = tuple(sorted(_CLASSES))
 """Names accepted by ``make_backend`` (``--backend``; ``auto`` is resolved by ``detect``)."""
 
-_FAMILY_PREFIX = (("vllm", "vllm:"), ("sglang", "sglang:"), ("llamacpp", "llamacpp:"))
-
-
-def _family_of_exposition(text: str) -> str | None:
-    for name, prefix in _FAMILY_PREFIX:
-        if re.search(r"^" + re.escape(prefix), text, re.MULTILINE):
-            return name
-    return None
 
 
 def make_backend(
@@ -109,7 +101,7 @@ async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
     if isinstance(cache, dict) and "hits" in cache and "misses" in cache:
         return "halogen"
     reply = await fetch(session, "GET", base_url, "/metrics", accept=PROMETHEUS_ACCEPT)
-    if reply.ok and (family := _family_of_exposition(reply.text)):
+    if reply.ok and (family := family_of(reply.text)):
         return family
     props = await fetch_json(session, base_url, "/props")
     if isinstance(props, dict) and ("build_info" in props or "default_generation_settings" in props):
@@ -135,7 +127,7 @@ def detect_text(text: str) -> str:
     """
     if text.lstrip().startswith("{"):
         return "halogen"
-    family = _family_of_exposition(text)
+    family = family_of(text)
     if family is None:
         raise BackendError("cannot tell the backend of this dump; pass --backend NAME")
     return family

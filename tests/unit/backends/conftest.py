@@ -15,11 +15,16 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
 async def _serve(routes):
     """routes: {(METHOD, path): handler or (status, body[, content_type])}; yields (base_url, hits)."""
     hits: list[tuple[str, str, str]] = []
-    app = web.Application()
+
+    @web.middleware
+    async def record(request, handler):  # every request, routed or not
+        hits.append((request.method, request.path_qs, request.headers.get("Accept", "")))
+        return await handler(request)
+
+    app = web.Application(middlewares=[record])
 
     def make(spec):
         async def handler(request):
-            hits.append((request.method, request.path_qs, request.headers.get("Accept", "")))
             s = spec(request) if callable(spec) else spec
             status, body, *ctype = s
             return web.Response(status=status, text=body, content_type=ctype[0] if ctype else "text/plain")

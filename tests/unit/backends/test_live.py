@@ -129,6 +129,7 @@ def test_vllm_identity_snapshot_and_reset_absent(serve, dump):
     assert snap.common["hit_tokens"] == 80 and snap.common["query_tokens"] == 246
     assert snap.raw['vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"}'] == 80
     assert reset is False  # no dev-mode route: 404
+    assert ("POST", "/reset_prefix_cache") in [(m, p) for m, p, _ in hits]
 
 
 def test_vllm_reset_in_dev_mode(serve, dump):
@@ -316,3 +317,43 @@ def test_snapshot_command_from_file(capsys):
 def test_snapshot_command_unreachable(capsys):
     assert main(["snapshot", "--target", f"http://127.0.0.1:{_free_port()}", "--backend", "vllm"]) == 1
     assert "kvreplay snapshot:" in capsys.readouterr().err
+
+
+def test_halogen_takes_load_gauges_and_start_marker_from_a_companion_metrics(serve):
+    state = {"running": 1}
+
+    def metrics(request):
+        return (200, "process_start_time_seconds 1.5e9\n"
+                     f"vllm:num_requests_running{{engine=\"0\"}} {state['running']}\n"
+                     "vllm:num_requests_waiting{engine=\"0\"} 0\n"
+                     "vllm:prefix_cache_hits_total{engine=\"0\"} 999\n")
+
+    routes = {("GET", "/cache"): (200, '{"hits": 1, "misses": 2}', JSON), ("GET", "/metrics"): metrics}
+
+    async def body(url, session):
+        b = make_backend("halogen", url, session)
+        s1 = await b.snapshot()
+        busy = await wait_drained(b, interval_s=0.01, timeout_s=0.05)
+        state["running"] = 0
+        idle = await wait_drained(b, interval_s=0.01, timeout_s=2.0)
+        return s1, busy, idle
+
+    (s1, busy, idle), _ = run(with_backend(serve, routes, "halogen", body))
+    assert s1.common == {"hits": 1, "misses": 2, "lookups": 3, "running": 1, "waiting": 0}
+    assert s1.started == 1.5e9
+    assert s1.raw["/metrics"]['vllm:prefix_cache_hits_total{engine="0"}'] == 999
+    assert busy.passed is False and "running" in busy.reason
+    assert idle.passed is True
+
+
+def test_halogen_without_metrics_asks_once(serve):
+    routes = {("GET", "/cache"): (200, '{"hits": 1, "misses": 2}', JSON)}
+
+    async def body(url, session):
+        b = make_backend("halogen", url, session)
+        return [await b.snapshot() for _ in range(3)]
+
+    snaps, hits = run(with_backend(serve, routes, "halogen", body))
+    assert all(s.common == {"hits": 1, "misses": 2, "lookups": 3} for s in snaps)
+    assert "/metrics" not in snaps[0].raw
+    assert [p for _, p, _ in hits] == ["/cache", "/metrics", "/cache", "/cache"]
