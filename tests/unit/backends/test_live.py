@@ -357,3 +357,41 @@ def test_halogen_without_metrics_asks_once(serve):
     assert all(s.common == {"hits": 1, "misses": 2, "lookups": 3} for s in snaps)
     assert "/metrics" not in snaps[0].raw
     assert [p for _, p, _ in hits] == ["/cache", "/metrics", "/cache", "/cache"]
+
+
+def test_profile_driven_backend_live_with_reset(serve, tmp_path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('name = "mine"\nload_gauges = ["running"]\n'
+                    '[reset]\nmethod = "POST"\npath = "/admin/flush"\nexpect_body = "ok"\n'
+                    '[common.running]\nseries = ["my_busy"]\n'
+                    '[common.host_hits]\nseries = ["my_host_hits_total"]\n')
+    routes = {("GET", "/metrics"): (200, "my_busy 0\nmy_host_hits_total 7\nother 1\n"),
+              ("POST", "/admin/flush"): (200, "ok, flushed")}
+
+    async def body(url, session):
+        b = make_backend("prometheus", url, session, profile=str(prof))
+        return await b.snapshot(), await b.reset_cache(), await b.identity()
+
+    (snap, reset, ident), hits = run(with_backend(serve, routes, "prometheus", body))
+    assert snap.common == {"running": 0, "host_hits": 7}
+    assert snap.raw == {"my_busy": 0, "my_host_hits_total": 7, "other": 1}
+    assert reset is True
+    assert ident == {"backend": "prometheus", "profile": "mine"}
+    assert ("POST", "/admin/flush") in [(m, p) for m, p, _ in hits]
+
+
+def test_snapshot_command_from_halogen_dump_auto(tmp_path, capsys):
+    f = tmp_path / "cache.json"
+    f.write_text('{"entries": 3, "hits": 5, "misses": 1, "hit_rate": 0.833333}')
+    assert main(["snapshot", "--from-file", str(f)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "halogen"
+    assert out["common"] == {"entries": 3, "hits": 5, "misses": 1, "lookups": 6}
+    assert out["raw"]["hit_rate"] == 0.833333
+
+
+def test_snapshot_command_rejects_unknown_backend(tmp_path, capsys):
+    f = tmp_path / "m.prom"
+    f.write_text("x 1\n")
+    assert main(["snapshot", "--from-file", str(f), "--backend", "tgi"]) == 2
+    assert "unknown backend" in capsys.readouterr().err
