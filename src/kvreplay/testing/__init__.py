@@ -63,16 +63,22 @@ def _run_maker(python: Path, script: str, out: Path, seed: int, timeout_s: float
         text=True,
         timeout=timeout_s,
         check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-             "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"},
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONHASHSEED": "0",
+        },
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{script} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def make_tiny_hf(out_dir: Path, *, python: Path | None = None, seed: int = 0,
-                 timeout_s: float = 300.0) -> Path:
+def make_tiny_hf(
+    out_dir: Path, *, python: Path | None = None, seed: int = 0, timeout_s: float = 300.0
+) -> Path:
     """Write the tiny random-weight HF llama model (for vLLM) into ``out_dir``.
 
     Args:
@@ -90,13 +96,16 @@ def make_tiny_hf(out_dir: Path, *, python: Path | None = None, seed: int = 0,
     """
     py = python or vllm_python()
     if py is None:
-        raise RuntimeError("no interpreter with torch/transformers: run scripts/setup_real_servers.sh vllm")
+        raise RuntimeError(
+            "no interpreter with torch/transformers: run scripts/setup_real_servers.sh vllm"
+        )
     _run_maker(py, "_tiny_hf.py", Path(out_dir), seed, timeout_s)
     return Path(out_dir)
 
 
-def make_tiny_gguf(out_path: Path, *, python: Path | None = None, seed: int = 0,
-                   timeout_s: float = 120.0) -> Path:
+def make_tiny_gguf(
+    out_path: Path, *, python: Path | None = None, seed: int = 0, timeout_s: float = 120.0
+) -> Path:
     """Write the tiny random-weight llama GGUF (for llama-server) to ``out_path``.
 
     Args:

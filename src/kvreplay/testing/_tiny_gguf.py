@@ -182,8 +182,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--words", type=int, default=3000)
     a = ap.parse_args(argv)
     info = write_gguf(
-        a.out, seed=a.seed, embd=a.embd, layers=a.layers, heads=a.heads,
-        kv_heads=a.kv_heads, ff=a.ff, ctx=a.ctx, words=a.words,
+        a.out,
+        seed=a.seed,
+        embd=a.embd,
+        layers=a.layers,
+        heads=a.heads,
+        kv_heads=a.kv_heads,
+        ff=a.ff,
+        ctx=a.ctx,
+        words=a.words,
     )
     print(json.dumps(info))
     return 0

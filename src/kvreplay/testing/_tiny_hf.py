@@ -128,8 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=8000)
     a = ap.parse_args(argv)
     info = write_hf(
-        a.out, seed=a.seed, embd=a.embd, layers=a.layers, heads=a.heads,
-        kv_heads=a.kv_heads, ff=a.ff, ctx=a.ctx, vocab=a.vocab,
+        a.out,
+        seed=a.seed,
+        embd=a.embd,
+        layers=a.layers,
+        heads=a.heads,
+        kv_heads=a.kv_heads,
+        ff=a.ff,
+        ctx=a.ctx,
+        vocab=a.vocab,
     )
     print(json.dumps(info))
     return 0

@@ -42,7 +42,9 @@ def pytest_runtest_makereport(item, call):
     if IN_CI and rep.skipped and item.get_closest_marker("real_server") is not None:
         if not hasattr(rep, "wasxfail"):
             rep.outcome = "failed"
-            rep.longrepr = f"CI=true: real_server test skipped ({rep.longrepr}); a skip in CI is a failure"
+            rep.longrepr = (
+                f"CI=true: real_server test skipped ({rep.longrepr}); a skip in CI is a failure"
+            )
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +56,9 @@ def realsrv_tmp(tmp_path_factory) -> Path:
 def tiny_workload(realsrv_tmp) -> Path:
     """12 bodies of the bundled workload, cut to fit a 4k context (shared system block kept)."""
     out = realsrv_tmp / "mtbench-12-tiny"
-    kt.scale_down(BUNDLED_WORKLOAD, out, n_bodies=12, system_chars=2400, message_chars=400, max_tokens=8)
+    kt.scale_down(
+        BUNDLED_WORKLOAD, out, n_bodies=12, system_chars=2400, message_chars=400, max_tokens=8
+    )
     return out
 
 
@@ -83,8 +87,9 @@ def vllm_server(tiny_hf_model, realsrv_tmp):
 @pytest.fixture(scope="module")
 def llama_server(tiny_gguf_model, realsrv_tmp):
     require(kt.llama_server_binary(), "llama-server")
-    srv = kt.start_llama_server(tiny_gguf_model, log_path=realsrv_tmp / "llama-server.log",
-                                slots=4, ctx_per_slot=4096)
+    srv = kt.start_llama_server(
+        tiny_gguf_model, log_path=realsrv_tmp / "llama-server.log", slots=4, ctx_per_slot=4096
+    )
     try:
         yield srv
     finally:

@@ -31,25 +31,35 @@ def series(samples: dict[str, float], name: str) -> float:
 
 
 def post_json(url: str, path: str, obj: dict) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(obj).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(obj).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
 
 
 def kvreplay(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
     """Run the kvreplay CLI of this interpreter as a subprocess (bounded)."""
-    return subprocess.run([sys.executable, "-m", "kvreplay", *args], capture_output=True,
-                          text=True, timeout=timeout_s, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kvreplay", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def read_records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in (out / "records.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def lcp(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

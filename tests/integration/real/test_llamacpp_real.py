@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
 
 def prompt_tokens(url: str, body: dict) -> list[int]:
     prompt = post_json(url, "/apply-template", {"messages": body["messages"]})["prompt"]
-    return post_json(url, "/tokenize", {"content": prompt, "add_special": True,
-                                        "parse_special": True})["tokens"]
+    return post_json(
+        url, "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
+    )["tokens"]
 
 
 def test_snapshot_identity(llama_server, tiny_gguf_model):
@@ -40,8 +41,13 @@ def test_snapshot_identity(llama_server, tiny_gguf_model):
     assert "tiny" in ident["models"]
     assert ident["total_slots"] == 4
     # The build the server reports is the one the binary says it is.
-    ver = subprocess.run([str(kt.llama_server_binary()), "--version"], capture_output=True,
-                         text=True, timeout=30, check=False)
+    ver = subprocess.run(
+        [str(kt.llama_server_binary()), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     m = re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", ver.stdout + ver.stderr)
     assert m, ver.stdout + ver.stderr
     assert m.group(1) in ident["build_info"] and m.group(2) in ident["build_info"]
@@ -59,9 +65,21 @@ def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
 
     before = scrape(url)
     out = tmp_path / "run"
-    proc = kvreplay("run", str(tiny_workload), "--target", url, "--backend", "llamacpp",
-                    "--phase", "prime:forward:c1", "--phase", "replay:reverse:c1",
-                    "--out", str(out), "--quiet")
+    proc = kvreplay(
+        "run",
+        str(tiny_workload),
+        "--target",
+        url,
+        "--backend",
+        "llamacpp",
+        "--phase",
+        "prime:forward:c1",
+        "--phase",
+        "replay:reverse:c1",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     after = scrape(url)
     records = read_records(out)
@@ -95,13 +113,23 @@ def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
     for r in prime + replay:
         delta = r["counter_delta"]
         assert delta is not None and not delta.get("reset"), r
-        assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (r["phase"], r["position"], delta)
-        assert delta["computed_tokens"] == r["timings"]["prompt_n"], (r["phase"], r["position"], delta)
+        assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (
+            r["phase"],
+            r["position"],
+            delta,
+        )
+        assert delta["computed_tokens"] == r["timings"]["prompt_n"], (
+            r["phase"],
+            r["position"],
+            delta,
+        )
 
     # And over the whole run, from our own scrape of the native series.
-    cached_total = (series(after, "llamacpp:prompt_tokens_cached_total")
-                    - series(before, "llamacpp:prompt_tokens_cached_total"))
+    cached_total = series(after, "llamacpp:prompt_tokens_cached_total") - series(
+        before, "llamacpp:prompt_tokens_cached_total"
+    )
     assert cached_total == sum(r["usage"]["cached_tokens"] for r in records)
-    computed_total = (series(after, "llamacpp:prompt_tokens_total")
-                      - series(before, "llamacpp:prompt_tokens_total"))
+    computed_total = series(after, "llamacpp:prompt_tokens_total") - series(
+        before, "llamacpp:prompt_tokens_total"
+    )
     assert computed_total == sum(r["timings"]["prompt_n"] for r in records)

@@ -29,9 +29,22 @@ def _gone(pid: int) -> bool:
 
 def test_start_ready_and_stop_by_pid(tmp_path):
     port = kt.free_port()
-    srv = ServerProcess(kind="stand-in", argv=[sys.executable, "-m", "http.server", str(port),
-                                               "--bind", "127.0.0.1", "--directory", str(tmp_path)],
-                        port=port, log_path=tmp_path / "log", env=os.environ)
+    srv = ServerProcess(
+        kind="stand-in",
+        argv=[
+            sys.executable,
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(tmp_path),
+        ],
+        port=port,
+        log_path=tmp_path / "log",
+        env=os.environ,
+    )
     with srv:
         ready_s = srv.wait_ready(["/"], timeout_s=30)
         assert 0 < ready_s < 30
@@ -42,8 +55,13 @@ def test_start_ready_and_stop_by_pid(tmp_path):
 
 
 def test_early_exit_reports_log_tail(tmp_path):
-    srv = ServerProcess(kind="stand-in", argv=[sys.executable, "-c", "print('boom: no model'); raise SystemExit(3)"],
-                        port=kt.free_port(), log_path=tmp_path / "log", env=os.environ)
+    srv = ServerProcess(
+        kind="stand-in",
+        argv=[sys.executable, "-c", "print('boom: no model'); raise SystemExit(3)"],
+        port=kt.free_port(),
+        log_path=tmp_path / "log",
+        env=os.environ,
+    )
     with pytest.raises(kt.ServerStartError, match="exited with status 3") as info:
         srv.wait_ready(["/health"], timeout_s=30)
     assert "boom: no model" in info.value.log_tail
@@ -51,8 +69,13 @@ def test_early_exit_reports_log_tail(tmp_path):
 
 
 def test_not_ready_in_time_is_stopped(tmp_path):
-    srv = ServerProcess(kind="stand-in", argv=[sys.executable, "-c", "import time; time.sleep(60)"],
-                        port=kt.free_port(), log_path=tmp_path / "log", env=os.environ)
+    srv = ServerProcess(
+        kind="stand-in",
+        argv=[sys.executable, "-c", "import time; time.sleep(60)"],
+        port=kt.free_port(),
+        log_path=tmp_path / "log",
+        env=os.environ,
+    )
     with pytest.raises(kt.ServerStartError, match="not ready after 1 s"):
         srv.wait_ready(["/health"], timeout_s=1)
     assert not srv.alive() and _gone(srv.pid)
@@ -72,7 +95,9 @@ def test_setup_script_versions_match_the_package():
 
 
 def test_scale_down_keeps_one_shared_prefix(tmp_path):
-    files = kt.scale_down(ROOT / "fixtures" / "workloads" / "mtbench-52", tmp_path / "wl", n_bodies=12)
+    files = kt.scale_down(
+        ROOT / "fixtures" / "workloads" / "mtbench-52", tmp_path / "wl", n_bodies=12
+    )
     assert len(files) == 12
     import json
 

@@ -29,4 +29,6 @@ def test_hf_same_seed_same_files(tmp_path, tiny_hf_model):
     again = kt.make_tiny_hf(tmp_path / "again")
     d0, d1 = digest(tiny_hf_model), digest(again)
     assert d0 == d1
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(d0)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(
+        d0
+    )

@@ -44,8 +44,10 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
     url = vllm_server.url
     bodies = [json.loads(p.read_bytes()) for p in sorted(tiny_workload.glob("*.json"))]
     assert len(bodies) == 12
-    tokens = [post_json(url, "/tokenize", {"model": "tiny", "messages": b["messages"]})["tokens"]
-              for b in bodies]
+    tokens = [
+        post_json(url, "/tokenize", {"model": "tiny", "messages": b["messages"]})["tokens"]
+        for b in bodies
+    ]
     before = scrape(url)
     blk = block_size(before)
     shared = min(lcp(tokens[0], t) for t in tokens[1:])
@@ -53,9 +55,21 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
     assert max(len(t) for t in tokens) < 4096 - 16
 
     out = tmp_path / "run"
-    proc = kvreplay("run", str(tiny_workload), "--target", url, "--backend", "vllm",
-                    "--phase", "prime:forward:c1", "--phase", "replay:reverse:c1",
-                    "--out", str(out), "--quiet")
+    proc = kvreplay(
+        "run",
+        str(tiny_workload),
+        "--target",
+        url,
+        "--backend",
+        "vllm",
+        "--phase",
+        "prime:forward:c1",
+        "--phase",
+        "replay:reverse:c1",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     after = scrape(url)
     records = read_records(out)
@@ -97,13 +111,24 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
     for r in prime + replay:
         delta = r["counter_delta"]
         assert delta is not None and not delta.get("reset"), r
-        assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (r["phase"], r["position"], delta)
-        assert delta["query_tokens"] == r["usage"]["prompt_tokens"], (r["phase"], r["position"], delta)
+        assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (
+            r["phase"],
+            r["position"],
+            delta,
+        )
+        assert delta["query_tokens"] == r["usage"]["prompt_tokens"], (
+            r["phase"],
+            r["position"],
+            delta,
+        )
 
     # And over the whole run, from our own scrape of the native series.
     total_cached = sum(r["usage"]["cached_tokens"] for r in records)
-    hits = series(after, "vllm:prefix_cache_hits_total") - series(before, "vllm:prefix_cache_hits_total")
+    hits = series(after, "vllm:prefix_cache_hits_total") - series(
+        before, "vllm:prefix_cache_hits_total"
+    )
     assert hits == total_cached
-    queries = (series(after, "vllm:prefix_cache_queries_total")
-               - series(before, "vllm:prefix_cache_queries_total"))
+    queries = series(after, "vllm:prefix_cache_queries_total") - series(
+        before, "vllm:prefix_cache_queries_total"
+    )
     assert queries == sum(len(tokens[r["body_index"]]) for r in records)
