@@ -117,6 +117,7 @@ class HostStats:
         evictions: Rows evicted.
         refused: Checkpoints that found no room.
         compactions: Rows folded into a terminal.
+        stored_tokens: Tokens copied into stored rows (each row's own part; tokens).
         restore_ms_total: Model restore time (ms, unscaled).
         store_ms_total: Model store time (ms, unscaled).
     """
@@ -129,6 +130,7 @@ class HostStats:
     evictions: int = 0
     refused: int = 0
     compactions: int = 0
+    stored_tokens: int = 0
     restore_ms_total: float = 0.0
     store_ms_total: float = 0.0
 
@@ -327,6 +329,7 @@ class HostTier:
             cost = (length - base) * self.store_s_per_token
             store_s += cost
             s.stores += 1
+            s.stored_tokens += length - base
             s.store_ms_total += cost * 1e3
             stored.append(EntryRef(k[:8].hex(), length))
         compacted: list[EntryRef] = []

@@ -1,0 +1,87 @@
+"""``kvreplay serve-sim``: run the embedded simulator as a standalone server.
+
+Binds 127.0.0.1 unless ``--host`` says otherwise (and warns when it does: the
+simulator has no authentication). ``--port 0`` (the default) picks a free port;
+the chosen URL is printed on stdout as ``kvreplay-sim listening on URL`` and
+flushed, so scripts can read it. Stops on SIGINT/SIGTERM (exit 0) or after
+``--duration`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+from kvreplay.sim.config import add_arguments as add_sim_arguments
+from kvreplay.sim.config import config_from_args
+
+NAME = "serve-sim"
+HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faults)"
+
+__all__ = ["HELP", "NAME", "add_arguments", "run", "serve"]
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--host``, ``--port``, ``--duration`` and the simulator options (no prefix)."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (default 0)")
+    parser.add_argument(
+        "--duration", type=float, default=None, metavar="S", help="stop after S seconds (default: run until interrupted)"
+    )
+    add_sim_arguments(parser, prefix="")
+
+
+async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> int:
+    """Serve until interrupted or ``--duration`` elapses.
+
+    Args:
+        args: Parsed options of this command.
+        ready: Set once the server listens (for in-process tests).
+
+    Returns:
+        Exit status 0.
+    """
+    from kvreplay.sim.server import SimServer
+
+    cfg = config_from_args(args, prefix="")
+    if args.host not in _LOOPBACK:
+        print(
+            f"kvreplay serve-sim: warning: binding {args.host}, not loopback; the simulator has no authentication",
+            file=sys.stderr,
+        )
+    srv = SimServer(cfg)
+    url = await srv.start(host=args.host, port=args.port)
+    print(f"kvreplay-sim listening on {url} (cache={cfg.cache}, time_scale={cfg.time_scale})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        if args.duration is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.duration)
+        else:
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+        await srv.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of the subcommand (see module docstring)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - non-POSIX
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))

@@ -1,0 +1,324 @@
+"""Simulator configuration: ``SimConfig``, its TOML form and its command-line options.
+
+Precedence: defaults, then ``--sim-config FILE.toml`` (or ``--config`` under
+``serve-sim``), then the other options given on the command line. Faults from
+the file and the command line are concatenated (file first).
+
+TOML keys are the field names of ``SimConfig`` (``-`` and ``_`` both accepted),
+at the top level or under a ``[sim]`` table; unknown keys are errors::
+
+    cache = "radix"
+    device_blocks = 215
+    host_rows = 40
+    host_evict = "leaf-lru"
+    time_scale = 0.001
+    faults = ["cut@3:chunks=2"]
+
+Default costs come from a measured server (issue 5): prefill ``a = 1.52 s`` plus
+``uncached_tokens / 1370`` s; restore 2e-5 s per token (0.48-0.6 s for 24-30k
+tokens, inside the measured 0.2-0.7 s); decode ITL 20 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import ConfigError
+from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
+from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
+from kvreplay.sim.faults import FaultSpec, parse_fault
+
+__all__ = ["CACHE_MODELS", "SNAPSHOT_POINTS", "SimConfig", "add_arguments", "config_from_args"]
+
+CACHE_MODELS = ("entries", "radix")
+SNAPSHOT_POINTS = ("system", "messages", "prompt")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """Everything the simulator server needs; every field has a default.
+
+    Attributes:
+        model: Model id served (``/v1/models``, response ``model``).
+        build: Build string of ``/version`` (part of the server identity).
+        cache: ``"entries"`` or ``"radix"``.
+        cache_entries: Entries model capacity (snapshots).
+        snapshots: Entries model snapshots per request, 1 or 2 (the first
+            ``snapshots`` points of ``snapshot_at``).
+        snapshot_at: Snapshot points in order: ``system`` (end of the system
+            block), ``messages`` (end of rendered messages), ``prompt`` (full prompt).
+        bytes_per_token: KV bytes per token (bytes).
+        max_entry_bytes: Entries model per-snapshot cap (bytes); None = none.
+        max_bytes: Entries model total byte budget (bytes); None = none.
+        block_size: Radix block size (tokens).
+        device_blocks: Radix device capacity (blocks).
+        host_rows: Host tier row pool (checkpoints); 0 = no host tier.
+        host_pages: Host tier page pool (pages).
+        page_tokens: Tokens per host page (tokens).
+        host_evict: ``"leaf-lru"`` or ``"ancestor-compact"``.
+        time_scale: Multiplier of every simulated delay (0 = no delay).
+        prefill_base_s: Prefill fixed cost ``a`` (s).
+        prefill_tokens_per_s: Prefill rate for uncached tokens (tokens/s).
+        restore_s_per_token: Restore cost per restored token (s).
+        store_s_per_token: Store cost per stored token (s).
+        itl_s: Decode inter-token latency (s).
+        slots: Requests served at once; more wait (``num_requests_waiting``).
+        output_tokens: Natural output length for every request (tokens); None =
+            from the body hash, 32..256.
+        max_output_tokens: Output cap when the body gives no ``max_tokens`` (tokens).
+        events_max: Events kept for ``/events`` (oldest dropped beyond).
+        faults: Fault specs (``faults.parse_fault``).
+    """
+
+    model: str = "kvreplay-sim"
+    build: str = "sim-1"
+    cache: str = "entries"
+    cache_entries: int = 8
+    snapshots: int = 2
+    snapshot_at: tuple[str, ...] = ("system", "messages")
+    bytes_per_token: int = DEFAULT_BYTES_PER_TOKEN
+    max_entry_bytes: int | None = None
+    max_bytes: int | None = None
+    block_size: int = 16
+    device_blocks: int = 4096
+    host_rows: int = 0
+    host_pages: int = 4096
+    page_tokens: int = 256
+    host_evict: str = "leaf-lru"
+    time_scale: float = 1.0
+    prefill_base_s: float = 1.52
+    prefill_tokens_per_s: float = 1370.0
+    restore_s_per_token: float = 2.0e-5
+    store_s_per_token: float = 5.0e-6
+    itl_s: float = 0.020
+    slots: int = 16
+    output_tokens: int | None = None
+    max_output_tokens: int = 256
+    events_max: int = 100_000
+    faults: tuple[FaultSpec, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, *, where: object = None) -> None:
+        """Check ranges and choices.
+
+        Raises:
+            ConfigError: A value is out of range, naming the field.
+        """
+
+        def bad(name: str, msg: str) -> ConfigError:
+            return ConfigError(msg, path=where, field=name)
+
+        if self.cache not in CACHE_MODELS:
+            raise bad("cache", f"must be one of {CACHE_MODELS}, not {self.cache!r}")
+        if self.snapshots not in (1, 2):
+            raise bad("snapshots", "must be 1 or 2")
+        if not self.snapshot_at or any(p not in SNAPSHOT_POINTS for p in self.snapshot_at):
+            raise bad("snapshot_at", f"points must be among {SNAPSHOT_POINTS}")
+        if self.host_evict not in HOST_EVICT_POLICIES:
+            raise bad("host_evict", f"must be one of {HOST_EVICT_POLICIES}")
+        for name in ("cache_entries", "block_size", "device_blocks", "host_pages", "page_tokens", "slots"):
+            if getattr(self, name) < 1:
+                raise bad(name, "must be >= 1")
+        for name in ("host_rows", "bytes_per_token", "max_output_tokens", "events_max"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
+        for name in ("time_scale", "prefill_base_s", "restore_s_per_token", "store_s_per_token", "itl_s"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
+        if self.prefill_tokens_per_s <= 0:
+            raise bad("prefill_tokens_per_s", "must be > 0")
+        if self.output_tokens is not None and self.output_tokens < 0:
+            raise bad("output_tokens", "must be >= 0")
+
+    @property
+    def snapshot_points(self) -> tuple[str, ...]:
+        """The snapshot points actually stored per request (entries model)."""
+        return self.snapshot_at[: self.snapshots]
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], *, where: object = None, base: SimConfig | None = None) -> SimConfig:
+        """Build a config from a mapping (e.g. parsed TOML) over ``base``.
+
+        Args:
+            data: Field names (``-`` or ``_``) to values; ``faults`` is a list of spec strings.
+            where: File the mapping came from (for error messages).
+            base: Values not in ``data`` (default: the defaults).
+
+        Returns:
+            The merged config.
+
+        Raises:
+            ConfigError: Unknown key, wrong type or out-of-range value.
+        """
+        known = {f.name: f for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        for raw_key, value in data.items():
+            key = raw_key.replace("-", "_")
+            if key not in known:
+                raise ConfigError(f"unknown simulator setting {raw_key!r}", path=where, field=raw_key)
+            changes[key] = _coerce(key, value, where)
+        try:
+            return replace(base or cls(), **changes)
+        except TypeError as exc:  # pragma: no cover - guarded by _coerce
+            raise ConfigError(str(exc), path=where) from exc
+
+    @classmethod
+    def from_toml(cls, path: str | Path, *, base: SimConfig | None = None) -> SimConfig:
+        """Load a TOML file (top level or ``[sim]`` table).
+
+        Raises:
+            ConfigError: Unreadable file, invalid TOML or a bad setting.
+        """
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc}", path=path) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"invalid TOML: {exc}", path=path) from exc
+        if set(data) == {"sim"} and isinstance(data["sim"], dict):
+            data = data["sim"]
+        return cls.from_mapping(data, where=path, base=base)
+
+
+_INT_OR_NONE = {"max_entry_bytes", "max_bytes", "output_tokens"}
+_FLOATS = {
+    "time_scale",
+    "prefill_base_s",
+    "prefill_tokens_per_s",
+    "restore_s_per_token",
+    "store_s_per_token",
+    "itl_s",
+}
+_STRS = {"model", "build", "cache", "host_evict"}
+
+
+def _coerce(key: str, value: Any, where: object) -> Any:
+    def bad(msg: str) -> ConfigError:
+        return ConfigError(msg, path=where, field=key)
+
+    if key == "faults":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise bad("must be a list of fault specs")
+        return tuple(v if isinstance(v, FaultSpec) else parse_fault(str(v)) for v in value)
+    if key == "snapshot_at":
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise bad("must be a list of snapshot points")
+        return tuple(value)
+    if key in _STRS:
+        if not isinstance(value, str):
+            raise bad("must be a string")
+        return value
+    if key in _FLOATS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("must be a number")
+        return float(value)
+    if value is None and key in _INT_OR_NONE:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad("must be an integer")
+    return value
+
+
+# (option name, field, type, help)
+_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    ("cache", "cache", str, "cache model: entries (N snapshots, LRU) or radix (block prefix cache)"),
+    ("cache-entries", "cache_entries", int, "entries model capacity (snapshots; default 8)"),
+    ("snapshots", "snapshots", int, "entries model snapshots per request: 1 (system) or 2 (+messages)"),
+    ("snapshot-at", "snapshot_at", str, "snapshot points, comma separated: system,messages,prompt"),
+    ("bytes-per-token", "bytes_per_token", int, "KV bytes per token (bytes)"),
+    ("max-entry-bytes", "max_entry_bytes", int, "entries model: refuse snapshots larger than this (bytes)"),
+    ("max-bytes", "max_bytes", int, "entries model: total byte budget (bytes)"),
+    ("block-size", "block_size", int, "radix block size (tokens; default 16)"),
+    ("device-blocks", "device_blocks", int, "radix device capacity (blocks; default 4096)"),
+    ("host-rows", "host_rows", int, "radix host tier row pool (0 = no host tier)"),
+    ("host-pages", "host_pages", int, "radix host tier page pool (pages; default 4096)"),
+    ("page-tokens", "page_tokens", int, "tokens per host page (default 256)"),
+    ("host-evict", "host_evict", str, "host eviction: leaf-lru or ancestor-compact"),
+    ("time-scale", "time_scale", float, "multiply every simulated delay (0 = none; default 1)"),
+    ("prefill-base-s", "prefill_base_s", float, "prefill fixed cost a (s; default 1.52)"),
+    ("prefill-rate", "prefill_tokens_per_s", float, "prefill rate (tokens/s; default 1370)"),
+    ("restore-s-per-token", "restore_s_per_token", float, "restore cost (s per token; default 2e-5)"),
+    ("store-s-per-token", "store_s_per_token", float, "store cost (s per token; default 5e-6)"),
+    ("itl-s", "itl_s", float, "decode inter-token latency (s; default 0.020)"),
+    ("slots", "slots", int, "requests served at once, more wait (default 16)"),
+    ("output-tokens", "output_tokens", int, "fixed natural output length (tokens; default from body hash)"),
+    ("model", "model", str, "model id served (default kvreplay-sim)"),
+    ("build", "build", str, "build string of /version (default sim-1)"),
+)
+
+
+def _dest(prefix: str, name: str) -> str:
+    return (prefix + name).replace("-", "_")
+
+
+def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None:
+    """Add the simulator options to a parser.
+
+    Args:
+        parser: The parser (or argument group) to extend.
+        prefix: Option prefix: ``"sim-"`` gives ``--sim-cache ...`` (for ``run``),
+            ``""`` gives ``--cache ...`` (for ``serve-sim``).
+    """
+    g = parser.add_argument_group("simulator") if hasattr(parser, "add_argument_group") else parser
+    for name, fname, typ, help_ in _OPTIONS:
+        kwargs: dict[str, Any] = {"type": typ, "default": None, "help": help_, "dest": _dest(prefix, fname)}
+        if fname == "cache":
+            kwargs["choices"] = CACHE_MODELS
+        elif fname == "host_evict":
+            kwargs["choices"] = HOST_EVICT_POLICIES
+        elif fname == "snapshots":
+            kwargs["choices"] = (1, 2)
+        g.add_argument(f"--{prefix}{name}", **kwargs)
+    g.add_argument(
+        f"--{prefix}fault",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        dest=_dest(prefix, "faults"),
+        help="inject a fault: KIND[@N][:key=value,...] (repeatable; see kvreplay.sim.faults)",
+    )
+    g.add_argument(
+        f"--{prefix}config",
+        default=None,
+        metavar="FILE.toml",
+        dest=_dest(prefix, "config"),
+        help="simulator settings file (TOML); command-line options win",
+    )
+
+
+def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfig:
+    """Build a ``SimConfig`` from parsed options (see ``add_arguments``).
+
+    Args:
+        args: The parsed namespace.
+        prefix: The prefix given to ``add_arguments``.
+
+    Returns:
+        Defaults, then the config file, then the options given.
+
+    Raises:
+        ConfigError: Bad file, fault spec or value.
+    """
+    cfg = SimConfig()
+    path = getattr(args, _dest(prefix, "config"), None)
+    if path:
+        cfg = SimConfig.from_toml(path)
+    changes: dict[str, Any] = {}
+    for _name, fname, _typ, _help in _OPTIONS:
+        value = getattr(args, _dest(prefix, fname), None)
+        if value is not None:
+            changes[fname] = value
+    specs = getattr(args, _dest(prefix, "faults"), None)
+    if specs:
+        changes["faults"] = tuple(cfg.faults) + tuple(parse_fault(s) for s in specs)
+    return SimConfig.from_mapping(changes, base=cfg) if changes else cfg
