@@ -16,7 +16,7 @@ otherwise a restart shows as a counter going down.
 ``/cache`` has no load gauge. When the same server also serves a Prometheus
 ``/metrics`` of a known family (kvreplay's simulator serves vLLM-named series
 beside ``/cache``), live snapshots also read it and take from it, through that
-family's built-in profile, only the load gauges (``running``, ``waiting``, ...)
+family's built-in profile (``sim`` for the simulator), only the load gauges (``running``, ``waiting``, ...)
 and the start marker; its series are kept verbatim under ``raw["/metrics"]``.
 The counters stay those of ``/cache``. A server without ``/metrics`` (404/501)
 is asked once and then never again.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import aiohttp
@@ -134,6 +135,8 @@ class HalogenBackend:
 
         reply = await fetch(self._session(), "GET", self.base_url, "/metrics", accept=PROMETHEUS_ACCEPT)
         family = family_of(reply.text) if reply.ok else None
+        if family is not None and re.search(r"^kvreplay_sim:", reply.text, re.MULTILINE):
+            family = "sim"  # the simulator: its own profile also maps retiring/transfer gauges
         if family is None:
             if self._metrics is None:
                 self._metrics = False
