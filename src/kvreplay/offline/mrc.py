@@ -26,10 +26,20 @@ blocks. Exactness holds for page-granular trees (one node per block, as
 vLLM's and SGLang's paged prefix caches); engines that evict whole
 variable-length radix segments at once can evict more than LRU does.
 
-**Host tier.** An exclusive host tier of ``H`` blocks that receives the
-device tier's victims and hands a block back to the device on a hit holds
-exactly stack positions ``C+1 .. C+H``, so device hits are ``d <= C`` and
-host hits ``C < d <= C+H`` on the same distances.
+The simulator's ``RadixCache`` evicts unreferenced leaves by
+``(last_used, -depth)``: least recent first, deepest first within one touch,
+which is this order exactly (its pins are released before it evicts, so at
+concurrency 1 they change nothing). It also inserts the full blocks of the
+output, which this module takes as part of the chain, and looks up only the
+first ``(n - 1) // block_size`` blocks, which ``block_curve`` takes as
+``lookup_blocks``.
+
+**Host tier.** The simulator's host tier (``cache_host.HostTier``) is a pool
+of checkpoint rows and pages with its own eviction and folding, and whether a
+request uses it depends on the device hit; it is not an LRU stack over blocks,
+so ``simulate`` runs it once per capacity with the simulator's class. The
+device tier does not depend on it (a host hit inserts the same device blocks),
+so the device curve stays one pass.
 
 **Entries model.** See ``entries``; a request's snapshots are items of the
 same one-pass algorithm.
@@ -180,45 +190,63 @@ def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 def block_curve(
     blocks: np.ndarray,
-    block_tok: np.ndarray,
     starts: np.ndarray,
+    lookup_blocks: np.ndarray,
     *,
+    block_tokens: int,
     prompt_tokens: np.ndarray,
     counted: np.ndarray | None = None,
-    unit_tokens: int | None = None,
 ) -> Curve:
     """The radix block model's curve for capacities ``0 .. max`` blocks.
 
+    Matches ``kvreplay.sim.cache_radix.RadixCache`` at concurrency 1: a request
+    looks up its first ``lookup_blocks`` blocks (``(n - 1) // block_size``
+    there, so one prompt token is always computed), then inserts and touches
+    its whole chain (the full blocks of prompt and output).
+
     Args:
-        blocks: Block ids, request after request, root first; ``(n,)``.
-        block_tok: Tokens in each block reference; ``(n,)``.
+        blocks: Block ids of each request's chain, request after request,
+            root first; ``(n,)``.
         starts: Request offsets plus a final ``n``; ``(R + 1,)``.
+        lookup_blocks: Leading chain blocks each request looks up, ``(R,)``;
+            at most the chain length.
+        block_tokens: Tokens per block; a hit block credits this many tokens.
         prompt_tokens: Prompt length per request (tokens), ``(R,)``.
         counted: Requests that count (default all), bool ``(R,)``.
-        unit_tokens: Tokens per full block, for reporting.
 
     Returns:
-        The curve: a request hits when its root block is cached.
+        The curve: hits are block aligned; a request hits when its first
+        block is cached.
+
+    Raises:
+        ValueError: a block repeats within a chain, or ``lookup_blocks``
+            exceeds a chain.
     """
     starts = np.asarray(starts, dtype=np.int64)
+    lookup_blocks = np.asarray(lookup_blocks, dtype=np.int64)
     R = len(starts) - 1
-    dist = block_distances(blocks, starts)
     lengths = np.diff(starts)
+    if np.any(lookup_blocks > lengths) or np.any(lookup_blocks < 0):
+        raise ValueError("lookup_blocks must lie within each chain")
+    dist = block_distances(blocks, starts)
     req = np.repeat(np.arange(R), lengths)
+    depth = np.arange(len(dist), dtype=np.int64) - starts[:-1][req]
+    looked = depth < lookup_blocks[req]
+    dist = np.where(looked, dist, 0)
     root = np.zeros(R, dtype=np.int64)
-    nonempty = lengths > 0
-    root[nonempty] = dist[starts[:-1][nonempty]]
+    has = lookup_blocks > 0
+    root[has] = dist[starts[:-1][has]]
     if counted is None:
         counted = np.ones(R, dtype=bool)
     return curve_from_distances(
         dist,
-        np.asarray(block_tok),
+        np.full(len(dist), block_tokens, dtype=np.int64),
         req,
         root,
         counted=np.asarray(counted, dtype=bool),
         prompt_tokens=np.asarray(prompt_tokens),
         unit="block",
-        unit_tokens=unit_tokens,
+        unit_tokens=block_tokens,
     )
 
 

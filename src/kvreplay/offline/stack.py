@@ -38,7 +38,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["COLD", "count_below_in_prefix", "lru_stack_distances", "previous_positions"]
+__all__ = [
+    "COLD",
+    "count_below_in_prefix",
+    "lru_query_distances",
+    "lru_stack_distances",
+    "previous_positions",
+]
 
 COLD = 0
 """Distance given to a first reference (a miss at every capacity)."""
@@ -130,3 +136,39 @@ def lru_stack_distances(items: np.ndarray, query_at: np.ndarray | None = None) -
     dist = np.zeros(n, dtype=np.int64)
     dist[seen] = count_below_in_prefix(prev, q[seen], prev[seen]) - prev[seen]
     return dist
+
+
+def lru_query_distances(
+    items: np.ndarray, query_items: np.ndarray, query_at: np.ndarray
+) -> np.ndarray:
+    """Stack distances of look-ups that do not touch the cache.
+
+    A query asks: at position ``query_at[k]`` of the reference string (before
+    that reference), how deep in the LRU stack is ``query_items[k]``?
+
+    Args:
+        items: Item ids in reference order, shape ``(n,)``, integers ``>= 0``.
+        query_items: Item ids asked about, shape ``(m,)``.
+        query_at: Positions ``0..n``, shape ``(m,)``.
+
+    Returns:
+        Distances, shape ``(m,)`` int64, 1-based; ``COLD`` when the item was
+        not referenced before the position.
+    """
+    items = np.asarray(items, dtype=np.int64)
+    query_items = np.asarray(query_items, dtype=np.int64)
+    query_at = np.asarray(query_at, dtype=np.int64)
+    n = len(items)
+    out = np.zeros(len(query_items), dtype=np.int64)
+    if n == 0 or len(query_items) == 0:
+        return out
+    span = n + 1
+    ref_keys = np.sort(items * span + np.arange(n, dtype=np.int64))
+    q_keys = query_items * span + query_at
+    idx = np.searchsorted(ref_keys, q_keys, side="left") - 1
+    ok = idx >= 0
+    ok[ok] = ref_keys[idx[ok]] // span == query_items[ok]
+    p = ref_keys[idx[ok]] % span
+    prev = previous_positions(items)
+    out[ok] = count_below_in_prefix(prev, query_at[ok], p) - p
+    return out

@@ -1,4 +1,4 @@
-"""Block radix model: one-pass curve equals a naive leaf-LRU radix tree at every capacity."""
+"""Radix block model: the one-pass curve equals the simulator's RadixCache at every capacity."""
 
 from __future__ import annotations
 
@@ -7,41 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvreplay.offline.mrc import block_curve, block_distances, default_capacities
-
-
-class NaiveRadix:
-    """Page-granular radix tree: lookup longest cached prefix, insert, touch, evict LRU leaves.
-
-    Written independently of the stack code: explicit tree, eviction scans leaves for the
-    oldest touch (ties: deepest first, i.e. the leaf of the path the request touched).
-    """
-
-    def __init__(self, capacity):
-        self.capacity = capacity
-        self.parent, self.touch, self.depth, self.children = {}, {}, {}, {}
-
-    def request(self, chain, now):
-        hit = 0
-        for b in chain:
-            if b in self.parent:
-                hit += 1
-            else:
-                break
-        for i, b in enumerate(chain):
-            if b not in self.parent:
-                p = chain[i - 1] if i else None
-                self.parent[b], self.depth[b], self.children[b] = p, i, 0
-                if p is not None:
-                    self.children[p] += 1
-            self.touch[b] = now
-        while len(self.parent) > self.capacity:
-            leaf = min((b for b in self.parent if self.children[b] == 0),
-                       key=lambda b: (self.touch[b], -self.depth[b]))
-            p = self.parent.pop(leaf)
-            del self.touch[leaf], self.depth[leaf], self.children[leaf]
-            if p is not None:
-                self.children[p] -= 1
-        return hit
+from kvreplay.offline.reference import brute_radix
+from kvreplay.offline.sources import ModelRequest, block_requests_from_models
+from kvreplay.sim.cache_radix import RadixCache
 
 
 def flatten(chains):
@@ -50,60 +18,86 @@ def flatten(chains):
     return np.array(blocks, dtype=np.int64), starts
 
 
-def test_hand_computed():
+def test_distances_by_hand():
+    # touch order deepest first: after r0 the stack is 0,1,2; r1 looks up 0 (1), 1 (2), 3 cold,
+    # then stack 0,1,3,2; r2: 0 (1), 4 cold -> 0,4,1,3,2; r3: 0 (1), 1 (3), 2 (5)
     chains = [[0, 1, 2], [0, 1, 3], [0, 4], [0, 1, 2]]
     blocks, starts = flatten(chains)
     assert block_distances(blocks, starts).tolist() == [0, 0, 0, 1, 2, 0, 1, 0, 1, 3, 5]
-    tok = np.array([512, 512, 100, 512, 512, 7, 512, 9, 512, 512, 100])
-    c = block_curve(blocks, tok, starts, prompt_tokens=np.array([1124, 1031, 521, 1124]))
-    assert c.max_capacity == 5 and c.requests == 4 and c.prompt_tokens == 3800
-    # C=1: roots of r1..r3 hit -> 3 requests, 3 * 512 tokens
-    assert c.at(1) == (3, 1536)
-    # C=3: r1 hits 0,1; r2 hits 0; r3 hits 0,1 -> 5 blocks
-    assert c.at(3) == (3, 2560) and int(c.hit_units[3]) == 5
-    # C=5 and beyond: r3 also hits its 100-token block 2
-    assert c.at(5) == (3, 2660) and c.at(10**6) == (3, 2660)
-    # C=2: 1024 + 512 + 512 = 2048 tokens
-    assert c.at(2) == (3, 2048)
-    assert c.smallest_capacity(1.0) == 5 and c.smallest_capacity(0.6) == 2 and c.smallest_capacity(0.5) == 1
 
 
-def test_interleaved_requests_not_counted():
+def test_curve_by_hand():
+    chains = [[0, 1, 2], [0, 1, 3], [0, 4], [0, 1, 2]]
+    blocks, starts = flatten(chains)
+    # every request looks up all but its last block (n - 1 // B with a partial tail)
+    look = np.array([2, 2, 1, 2])
+    c = block_curve(blocks, starts, look, block_tokens=16, prompt_tokens=np.array([40, 40, 20, 40]))
+    assert c.requests == 4 and c.prompt_tokens == 140 and c.max_capacity == 3
+    # C=1: roots of r1, r2, r3 -> 3 requests, 3 blocks
+    assert c.at(1) == (3, 48)
+    # C=2: r1 also block 1 (distance 2) -> 4 blocks
+    assert c.at(2) == (3, 64)
+    # C=3: r3 block 1 (distance 3) -> 5 blocks; block 2 of r3 is never looked up
+    assert c.at(3) == (3, 80) and c.at(10**6) == (3, 80)
+    assert c.smallest_capacity(1.0) == 3 and c.smallest_capacity(0.75) == 2
+    assert c.smallest_capacity(0.6) == 1
+
+
+def test_uncounted_requests_still_take_space():
     chains = [[0, 1], [9], [0, 1]]
     blocks, starts = flatten(chains)
-    c = block_curve(blocks, np.ones(5, dtype=np.int64), starts, prompt_tokens=np.array([2, 1, 2]),
-                    counted=np.array([True, False, True]))
-    assert c.requests == 2 and c.prompt_tokens == 4
-    # the foreign block 9 pushes 0 to distance 2: nothing hits at C=1
+    c = block_curve(blocks, starts, np.array([2, 1, 2]), block_tokens=1,
+                    prompt_tokens=np.array([3, 2, 3]), counted=np.array([True, False, True]))
+    assert c.requests == 2 and c.prompt_tokens == 6
+    # foreign block 9 pushes 0 to distance 2
     assert c.at(1) == (0, 0) and c.at(2) == (1, 1) and c.at(3) == (1, 2)
 
 
 @st.composite
-def tree_chains(draw):
-    n_req = draw(st.integers(1, 30))
-    chains, paths, next_id = [], [[]], 0
+def tree_prompts(draw):
+    """Prompts built from shared segments, so that they share block prefixes."""
+    n_req = draw(st.integers(1, 16))
+    paths, out = [[]], []
     for _ in range(n_req):
         base = draw(st.sampled_from(paths))
         cut = draw(st.integers(0, len(base)))
-        extra = draw(st.integers(0 if cut else 1, 4))
-        chain = base[:cut] + list(range(next_id, next_id + extra))
-        next_id += extra
-        chains.append(chain)
-        paths.append(chain)
-    return chains
+        extra = draw(st.lists(st.integers(1000, 1010), min_size=0 if cut else 1, max_size=9))
+        toks = tuple(base[:cut] + extra)
+        paths.append(list(toks))
+        out_len = draw(st.integers(0, 4))
+        out.append(ModelRequest(toks, tuple(range(5000, 5000 + out_len)), 0, len(toks)))
+    return out
 
 
-@settings(max_examples=120, deadline=None)
-@given(tree_chains())
-def test_equals_naive_radix_at_every_capacity(chains):
-    blocks, starts = flatten(chains)
-    tok = np.ones(len(blocks), dtype=np.int64)
-    c = block_curve(blocks, tok, starts, prompt_tokens=np.array([len(x) for x in chains]))
-    for cap in range(1, c.max_capacity + 3):
-        sim = NaiveRadix(cap)
-        hits = [sim.request(ch, t) for t, ch in enumerate(chains)]
-        assert int(c.hit_units[min(cap, c.max_capacity)]) == sum(hits), cap
-        assert c.at(cap)[0] == sum(h > 0 for h in hits), cap
+@settings(max_examples=60, deadline=None)
+@given(tree_prompts(), st.integers(1, 3))
+def test_equals_radixcache_at_every_capacity(reqs, block_size):
+    br = block_requests_from_models(reqs, block_size)
+    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=block_size,
+                    prompt_tokens=br.prompt_tokens)
+    caps = list(range(1, c.max_capacity + 3))
+    for p in brute_radix(reqs, caps, block_size=block_size):
+        assert c.at(p.capacity) == (p.hit_requests, p.hit_tokens), p
+
+
+def test_epoch_clears_like_reset():
+    a = ModelRequest((1, 2, 3, 4, 5), (), 0, 5)
+    reqs = [a, a, ModelRequest(a.tokens, (), 0, 5, True, 1)]
+    br = block_requests_from_models(reqs, 2)
+    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=2, prompt_tokens=br.prompt_tokens)
+    # only the second request hits (2 blocks = 4 tokens); the third is after a reset
+    assert c.at(2) == (1, 4)
+    assert [(p.hit_requests, p.hit_tokens) for p in brute_radix(reqs, [2], block_size=2)] == [(1, 4)]
+
+
+def test_full_prompt_repeat_hits_n_minus_one_rounded_down():
+    cache = RadixCache(capacity_blocks=8, block_size=4)
+    toks = tuple(range(100, 108))  # 8 tokens, 2 blocks; lookup limit (8 - 1) // 4 = 1
+    cache.request(toks)
+    assert cache.request(toks).cached_tokens == 4
+    br = block_requests_from_models([ModelRequest(toks, (), 0, 8)] * 2, 4)
+    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=4, prompt_tokens=br.prompt_tokens)
+    assert c.at(8) == (1, 4)
 
 
 def test_default_capacities():
