@@ -220,3 +220,31 @@ def test_identity_change_aborts_with_records_intact(tmp_path):
     assert len(recs) == 6
     assert [r["status"] for r in recs if r["phase"] == "a"] == ["ok", "ok", "ok"]
     assert all(r["status"] != "ok" for r in recs if r["phase"] == "b")
+
+
+def test_reset_empties_the_simulator_cache_but_keeps_counters():
+    from kvreplay.backends import check_empty
+
+    async def body():
+        srv = SimServer(SimConfig(time_scale=0, max_output_tokens=2))
+        await srv.start(host="127.0.0.1", port=0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                req = {"model": "kvreplay-sim", "messages": [{"role": "system", "content": "be brief " * 40},
+                                                             {"role": "user", "content": "hi"}]}
+                async with s.post(srv.base_url + "/v1/chat/completions", json=req) as r:
+                    await r.read()
+                b = make_backend("halogen", srv.base_url, s)
+                used = await settled_snapshot(b)
+                ok = await b.reset_cache()
+                after = await settled_snapshot(b)
+                return used, ok, after
+        finally:
+            await srv.stop()
+
+    used, ok, after = asyncio.run(body())
+    assert used.common["entries"] > 0 and check_empty(used)[0] is False
+    assert ok is True
+    assert check_empty(after) == (True, None)
+    assert check_fresh(after)[0] is False  # counters are kept, as vLLM's reset keeps them
+    assert after.common["misses"] == used.common["misses"] == 1

@@ -16,7 +16,8 @@ Usage::
     backend = make_backend(name, base_url, session, profile=None)
     snap = await settled_snapshot(backend, prev=None, interval_s=0.02, timeout_s=2.0)
     res = await wait_drained(backend, interval_s=0.2, timeout_s=10.0)
-    ok, reason = check_fresh(snap)
+    ok, reason = check_fresh(snap)          # counters at zero and cache empty
+    ok, reason = check_empty(snap)          # cache empty (verifies a reset_cache())
 
 ``settled_snapshot``, ``wait_drained``, ``check_fresh`` and ``DrainResult`` are the
 runner's own (``kvreplay.runner.counters``), re-exported here so that there is
@@ -26,6 +27,7 @@ one implementation. Every HTTP error is translated into ``BackendError`` in
 
 from kvreplay.runner.counters import DrainResult, check_fresh, settled_snapshot, wait_drained
 
+from ._common import check_empty
 from ._families import LlamacppBackend, SglangBackend, VllmBackend
 from ._halogen import HALOGEN_KEYS, HalogenBackend
 from ._openai import OpenAIBackend
@@ -46,6 +48,7 @@ __all__ = [
     "SglangBackend",
     "VllmBackend",
     "builtin_profile_names",
+    "check_empty",
     "check_fresh",
     "detect",
     "detect_text",

@@ -12,7 +12,7 @@ from kvreplay.runner.backend import COUNTER_NAMES, LOAD_GAUGES, Snapshot
 
 from ._http import fetch_json
 
-__all__ = ["drain_blockers", "make_snapshot", "model_cards", "version_of"]
+__all__ = ["OCCUPANCY_GAUGES", "check_empty", "drain_blockers", "make_snapshot", "model_cards", "version_of"]
 
 
 def make_snapshot(raw: dict[str, Any], common: dict[str, float], started: float | None) -> Snapshot:
@@ -72,3 +72,29 @@ async def version_of(session: aiohttp.ClientSession, base_url: str) -> Any | Non
     if isinstance(doc, dict) and "version" in doc and len(doc) == 1:
         return doc["version"]
     return doc
+
+
+OCCUPANCY_GAUGES = ("entries", "bytes", "host_bytes", "host_rows_used", "host_pages_used")
+"""Common gauges that say how much the cache holds."""
+
+
+def check_empty(snap: Snapshot) -> tuple[bool, str | None]:
+    """Whether the cache is empty, from its occupancy gauges alone (not counters).
+
+    This is what a ``reset_cache()`` can be verified with: vLLM's
+    ``/reset_prefix_cache`` and the simulator's keep their counters, so the
+    fresh check (counters at zero) cannot pass after them.
+
+    Args:
+        snap: A snapshot taken after the reset.
+
+    Returns:
+        ``(True, None)`` when every occupancy gauge the server reports is 0;
+        ``(False, reason)`` when one is not, or when it reports none (vLLM,
+        SGLang, llama.cpp: emptiness is then not observable).
+    """
+    present = {g: snap.common[g] for g in OCCUPANCY_GAUGES if g in snap.common}
+    if not present:
+        return False, "the server reports no cache occupancy gauge; emptiness cannot be checked"
+    full = [f"{g}={v:g}" for g, v in present.items() if v != 0]
+    return (False, "cache not empty: " + ", ".join(full)) if full else (True, None)

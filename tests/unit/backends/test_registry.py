@@ -44,3 +44,16 @@ def test_detect_text():
 
 def test_parse_dump_openai_is_empty():
     assert parse_dump("anything", "openai") == ("openai", {}, {}, {}, None)
+
+
+def test_check_empty():
+    from kvreplay.backends import check_empty
+    from kvreplay.runner.backend import Snapshot
+
+    def snap(**common):
+        return Snapshot(taken_ns=0, raw={}, common=common)
+
+    assert check_empty(snap(entries=0, bytes=0, hits=5)) == (True, None)
+    assert check_empty(snap(entries=2, bytes=0)) == (False, "cache not empty: entries=2")
+    ok, why = check_empty(snap(hits=0, running=0))
+    assert ok is False and "no cache occupancy gauge" in why
