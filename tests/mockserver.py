@@ -8,6 +8,8 @@ Behaviour is set per test through ``MockServer.cfg``:
     error_msg    message of that error JSON
     cut_after    close the connection after this many token chunks (None = never)
     cached       cached_tokens to report (None = omit prompt_tokens_details)
+    stall_s      after the first token, go silent this long with the socket open
+    keepalive_s  the server closes idle keep-alive connections after this long
 It tracks requests in flight and the peak, and keeps every body it received.
 """
 
@@ -23,7 +25,8 @@ from aiohttp import web
 class MockServer:
     def __init__(self, **cfg: Any) -> None:
         self.cfg: dict[str, Any] = {"delay_s": 0.0, "tokens": 3, "itl_s": 0.0, "status": 200,
-                                    "error_msg": "boom", "cut_after": None, "cached": None}
+                                    "error_msg": "boom", "cut_after": None, "cached": None,
+                                    "stall_s": 0.0, "keepalive_s": 75.0}
         self.cfg.update(cfg)
         self.in_flight = 0
         self.peak = 0
@@ -54,6 +57,8 @@ class MockServer:
                     return resp
                 if i:
                     await asyncio.sleep(c["itl_s"])
+                if i == 1 and c["stall_s"]:
+                    await asyncio.sleep(c["stall_s"])
                 await send({"choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}]})
             await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             usage: dict[str, Any] = {"prompt_tokens": len(raw) // 4, "completion_tokens": c["tokens"],
@@ -71,7 +76,7 @@ class MockServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.cfg["keepalive_s"])
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

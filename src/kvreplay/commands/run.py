@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-per-request-counters", action="store_true",
                    help="at C1, do not read counters around each request")
     p.add_argument("--no-text", action="store_true", help="keep no response text in records")
+    p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
+                   help="send no new request after this long (e.g. 70m, 90s, 1h); in-flight ones finish")
+    p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
+                   help="cancel requests still in flight at this point (e.g. 90m)")
+    p.add_argument("--max-error-rate", type=float, default=None, metavar="FRACTION",
+                   help="abort when more than this fraction of sent requests failed (after 20 requests)")
+    p.add_argument("--abort-if", action="append", default=[], type=parse_bound, metavar="NAME>VALUE",
+                   help="abort when a common counter or gauge crosses a bound, e.g. 'host_bytes>34e9'")
+    p.add_argument("--abort-on-restart", action="store_true",
+                   help="abort when counters show the server restarted (a counter went down)")
+    p.add_argument("--keepalive-timeout", type=float, default=2.0, metavar="S",
+                   help="close idle pooled connections after S seconds (below the server's own limit)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     p.add_argument("--quiet", action="store_true")
     add_target_arguments(p)
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``70m``, ``1.5h`` -> seconds.
+
+    Raises:
+        argparse.ArgumentTypeError: not a duration.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 70m, 1h)")
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
+    return float(m.group(1)) * scale
+
+
+def parse_bound(text: str) -> tuple[str, str, float]:
+    """``host_bytes>34e9`` -> ``("host_bytes", ">", 34e9)``.
+
+    Raises:
+        argparse.ArgumentTypeError: not NAME OP NUMBER with OP in > >= < <=.
+    """
+    m = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a bound: {text!r} (e.g. host_bytes>34e9)")
+    try:
+        value = float(m.group(3))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number in {text!r}") from exc
+    return m.group(1), m.group(2), value
 
 
 def read_api_key(args: argparse.Namespace) -> str | None:
@@ -171,6 +213,12 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         total_timeout_s=args.total_timeout,
         per_request_counters=not args.no_per_request_counters,
         drain_timeout_s=args.drain_timeout,
+        stop_new_after_s=args.stop_new_after,
+        hard_deadline_s=args.hard_deadline,
+        max_error_rate=args.max_error_rate,
+        abort_if=tuple(args.abort_if),
+        abort_on_restart=args.abort_on_restart,
+        keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
     )
     try:

@@ -4,12 +4,13 @@ summary.json::
 
     {"schema_version": 1, "plan_sha256", "implementation", "aborted": null | {"reason", "message"},
      "identity": {"before", "after"}, "wall_s",
-     "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent",
+     "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent", "peak_in_flight",
                  "failed": {class: n}, "wall_s", "throughput_rps", "output_tokens_per_s",
                  "ttft_ms" | "itl_ms" | "tpot_ms" | "e2e_ms" | "queue_ms": {n, mean, p50, p90, p99, max},
                  "tokens": {"prompt", "cached", "completion", "cached_unknown"},
                  "attribution": "per_request" | "phase_only" | "none",
                  "counter_delta": {...} | null, "drain": {...} | null,
+                 "deferred": bool (aborted before it sent anything),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
                  "out_of_range": n}]}
 
@@ -52,6 +53,8 @@ class PhaseStats:
     invalid_reasons: list[str] = field(default_factory=list)
     attribution: str = "none"
     histogram_files: dict[str, str] = field(default_factory=dict)
+    deferred: bool = False
+    peak_in_flight: int = 0
 
     def add(self, rec: dict[str, Any], token_ns: list[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -113,11 +116,16 @@ class PhaseStats:
             "completion": self.completion_tokens,
             "cached_unknown": self.cached_unknown,
         }
+        out["peak_in_flight"] = self.peak_in_flight
+        reasons = list(self.invalid_reasons)
+        if self.sent >= self.concurrency and self.peak_in_flight < self.concurrency:
+            reasons.append(f"client never had {self.concurrency} requests in flight (peak {self.peak_in_flight})")
         out["attribution"] = self.attribution
         out["counter_delta"] = self.counter_delta
         out["drain"] = self.drain
-        out["valid"] = not self.invalid_reasons
-        out["invalid_reasons"] = list(self.invalid_reasons)
+        out["deferred"] = self.deferred
+        out["valid"] = not reasons and not self.deferred
+        out["invalid_reasons"] = reasons
         out["histograms"] = dict(self.histogram_files)
         out["out_of_range"] = sum(ls.out_of_range for ls in self.hists.sets.values())
         return out

@@ -43,7 +43,9 @@ def render_table(summary: dict[str, Any]) -> str:
         if tok.get("cached_unknown"):
             cached += f" ({tok['cached_unknown']} unknown)"
         d = ph.get("counter_delta")
-        if ph.get("valid", True):
+        if ph.get("deferred"):
+            lat = ["deferred"] * 4
+        elif ph.get("valid", True):
             lat = [
                 _f(ph["ttft_ms"]["p50"]),
                 _f(ph["ttft_ms"]["p99"]),

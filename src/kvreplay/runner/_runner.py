@@ -61,6 +61,15 @@ class RunOptions:
         per_request_counters: Read counters around each request at C1.
         drain_timeout_s / drain_interval_s: Drain check bounds (s).
         abort_on_restart: Stop new requests when counters show a restart.
+        stop_new_after_s: Deadline (s from run start) after which no request is sent.
+        hard_deadline_s: Deadline (s) at which in-flight requests are cancelled too.
+        max_error_rate: Abort when failed/sent exceeds this fraction (after
+            ``error_rate_min_requests`` requests).
+        abort_if: Bounds on common counter/gauge names, ``(name, op, value)`` with op
+            one of ``>``, ``>=``, ``<``, ``<=``; checked at every counter read and
+            every ``monitor_interval_s`` while a phase runs.
+        keepalive_timeout_s: Close pooled idle connections after this long (s), under
+            the servers' own idle limits (llama.cpp closes at 5 s, field case B11).
         quiet: No progress lines.
     """
 
@@ -77,6 +86,13 @@ class RunOptions:
     drain_timeout_s: float = 10.0
     drain_interval_s: float = 0.2
     abort_on_restart: bool = False
+    stop_new_after_s: float | None = None
+    hard_deadline_s: float | None = None
+    max_error_rate: float | None = None
+    error_rate_min_requests: int = 20
+    abort_if: tuple[tuple[str, str, float], ...] = ()
+    monitor_interval_s: float = 1.0
+    keepalive_timeout_s: float = 2.0
     quiet: bool = False
 
 
@@ -125,6 +141,10 @@ class _Run:
         self.writer = RecordWriter(self.out / "records.jsonl")
         self.headers = {"Content-Type": "application/json", **opts.headers}
         self.last_snap: Snapshot | None = None
+        self.active: set[asyncio.Task] = set()
+        self.in_flight = 0
+        self.sent = 0
+        self.failed = 0
 
     def request_abort(self, reason: str, message: str) -> None:
         if self.abort is None:
@@ -188,6 +208,7 @@ class _Run:
             "timings": r.timings,
             "error": out.error,
             "timeout_kind": out.timeout_kind,
+            "reconnects": out.reconnects,
             "t_intended_ns": None,
             "t_sent_ns": self.rel(out.sent_ns),
             "t_headers_ns": self.rel(out.headers_ns),
@@ -212,14 +233,49 @@ class _Run:
         elif out.status in ("http", "stream_error") and out.error and _FATAL_SERVER_ERROR.search(out.error):
             self.request_abort("server_fatal", out.error)
 
+    def cancel_in_flight(self, reason: str, message: str) -> None:
+        self.request_abort(reason, message)
+        for t in list(self.active):
+            t.cancel()
+
+    def check_error_rate(self, out: RequestOutcome) -> None:
+        self.sent += 1
+        if out.status != "ok":
+            self.failed += 1
+        lim = self.opts.max_error_rate
+        if lim is not None and self.sent >= self.opts.error_rate_min_requests and self.failed / self.sent > lim:
+            self.request_abort("error_rate", f"{self.failed}/{self.sent} requests failed (> {lim:.1%})")
+
+    def check_bounds(self, snap: Snapshot | None) -> None:
+        if snap is None:
+            return
+        for name, op, bound in self.opts.abort_if:
+            v = snap.common.get(name)
+            if v is None:
+                continue
+            hit = {">": v > bound, ">=": v >= bound, "<": v < bound, "<=": v <= bound}[op]
+            if hit:
+                self.request_abort("bound", f"{name}={v:g} crossed {op}{bound:g}")
+
     async def snapshot(self, prev: Snapshot | None = None) -> Snapshot | None:
         if self.backend is None:
             return None
         try:
-            return await settled_snapshot(self.backend, prev=prev)
+            snap = await settled_snapshot(self.backend, prev=prev)
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
             return None
+        self.check_bounds(snap)
+        return snap
+
+    async def monitor(self) -> None:
+        """Read counters every monitor_interval_s while a phase runs (for abort_if bounds)."""
+        while True:
+            await asyncio.sleep(self.opts.monitor_interval_s)
+            try:
+                self.check_bounds(await self.backend.snapshot())  # type: ignore[union-attr]
+            except BackendError as exc:
+                self.progress(f"counter read failed: {exc}")
 
     def delta_json(self, a: Snapshot | None, b: Snapshot | None) -> dict | None:
         if a is None or b is None:
@@ -286,11 +342,32 @@ class _Run:
                     continue
                 body = self.workload.bodies[bi]
                 self.obs.on_request_start(phase.name, pos)
-                out = await send_body(session, url + body.path, body.raw, headers=self.headers,
-                                      head_chars=self.opts.head_chars, total_timeout_s=self.opts.total_timeout_s)
+                self.in_flight += 1
+                st.peak_in_flight = max(st.peak_in_flight, self.in_flight)
+                try:
+                    out = await send_body(session, url + body.path, body.raw, headers=self.headers,
+                                          head_chars=self.opts.head_chars,
+                                          total_timeout_s=self.opts.total_timeout_s)
+                except asyncio.CancelledError:
+                    # Cancelled in flight (second interrupt, hard deadline): still a record.
+                    t = now_ns()
+                    out = RequestOutcome("aborted", None, t, None, t, error=(self.abort or {}).get("reason"))
+                    rec = self.record(phase, pos, bi, rep, out, None, attribution)
+                    self.writer.write(rec)
+                    st.add(rec)
+                    raise
+                finally:
+                    self.in_flight -= 1
+                self.check_error_rate(out)
                 delta = None
                 if per_req:
-                    after = await self.snapshot(None)
+                    try:
+                        after = await self.snapshot(None)
+                    except asyncio.CancelledError:
+                        rec = self.record(phase, pos, bi, rep, out, None, attribution)
+                        self.writer.write(rec)
+                        st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+                        raise
                     delta = self.delta_json(self.last_snap, after)
                     self.last_snap = after
                 rec = self.record(phase, pos, bi, rep, out, delta, attribution)
@@ -299,7 +376,21 @@ class _Run:
                 self.obs.on_record(rec)
                 self.check_outcome(out)
 
-        await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
+        tasks = [asyncio.ensure_future(worker()) for _ in range(spec.concurrency)]
+        self.active.update(tasks)
+        mon = asyncio.ensure_future(self.monitor()) if be is not None and self.opts.abort_if else None
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.active.difference_update(tasks)
+            if mon is not None:
+                mon.cancel()
+        for pos, (bi, rep) in seq:  # positions left by cancelled workers: never sent
+            rec = self.record(phase, pos, bi, rep, None, None, attribution)
+            self.writer.write(rec)
+            st.add(rec)
+        if st.sent == 0 and self.abort is not None:
+            st.deferred = True
         st.end_ns = now_ns()
         after = await self.snapshot()
         st.counter_delta = self.delta_json(before, after)
@@ -366,25 +457,34 @@ async def execute_plan(
     obs.on_run_start(plan_json, None)
     # Connector limit = concurrency, so the client never queues requests inside
     # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, force_close=False)
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency,
+                                     keepalive_timeout=opts.keepalive_timeout_s)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s,
                                     sock_read=opts.read_idle_timeout_s)
     loop = asyncio.get_running_loop()
     interrupted = {"n": 0}
-    main_task = asyncio.current_task()
 
     def on_signal() -> None:
         interrupted["n"] += 1
-        run.request_abort("interrupt", "operator interrupt (signal)")
-        if interrupted["n"] >= 2 and main_task is not None:
-            main_task.cancel()
+        if interrupted["n"] >= 2:
+            run.cancel_in_flight("interrupt", "operator interrupt (signal)")
+        else:
+            run.request_abort("interrupt", "operator interrupt (signal): finishing requests in flight")
+
+    timers = []
+    if opts.stop_new_after_s is not None:
+        timers.append(loop.call_later(opts.stop_new_after_s, run.request_abort, "deadline",
+                                      f"no new requests after {opts.stop_new_after_s:g} s"))
+    if opts.hard_deadline_s is not None:
+        timers.append(loop.call_later(opts.hard_deadline_s, run.cancel_in_flight, "hard_deadline",
+                                      f"hard deadline of {opts.hard_deadline_s:g} s"))
 
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, on_signal)
             installed.append(sig)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (uvloop: ValueError)
             pass
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
@@ -405,6 +505,8 @@ async def execute_plan(
             except asyncio.CancelledError:
                 run.request_abort("interrupt", "cancelled by a second interrupt")
     finally:
+        for tm in timers:
+            tm.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
         run.writer.close()

@@ -41,6 +41,8 @@ class RequestOutcome:
         error: Server message or client-side reason (<= 1 KiB), None when ok.
         timeout_kind: ``connect``, ``first_byte``, ``read_idle`` or ``total`` for ``timeout``.
         streamed: The response was ``text/event-stream``.
+        reconnects: Times the request was re-sent on a fresh connection because a
+            pooled keep-alive connection was found closed (at most 1).
     """
 
     status: str
@@ -52,6 +54,7 @@ class RequestOutcome:
     error: str | None = None
     timeout_kind: str | None = None
     streamed: bool = False
+    reconnects: int = 0
 
 
 def _json_error(raw: bytes) -> str:
@@ -108,7 +111,7 @@ def _account_json(raw: bytes, recv_ns: int, head_chars: int) -> StreamResult:
     return r
 
 
-async def send_body(
+async def _send_once(
     session: aiohttp.ClientSession,
     url: str,
     raw: bytes,
@@ -195,3 +198,50 @@ async def send_body(
     except aiohttp.ClientError as exc:
         res = acc.result if acc is not None else StreamResult()
         return RequestOutcome("cut" if headers_ns else "connect", http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+
+
+STALE_WINDOW_NS = 100_000_000
+"""A disconnect within 100 ms of sending, before any response byte, is the stale
+keep-alive race (the server closed the idle connection as we reused it), not a
+server that took the request and died: only then is the body re-sent (B11)."""
+
+
+async def send_body(
+    session: aiohttp.ClientSession,
+    url: str,
+    raw: bytes,
+    *,
+    headers: dict[str, str],
+    head_chars: int = 256,
+    total_timeout_s: float | None = None,
+) -> RequestOutcome:
+    """POST ``raw`` exactly as given and account the response as it streams.
+
+    A request that fails with a disconnect before any response byte and within
+    ``STALE_WINDOW_NS`` of sending is re-sent once on a fresh connection and the
+    outcome counts one reconnect (field case B11: pooled keep-alive connection
+    closed by the server during an idle gap).
+
+    Args:
+        session: The run's session (its timeouts carry connect and read-idle).
+        url: Full endpoint URL.
+        raw: The body bytes, sent unchanged.
+        headers: Request headers (Content-Type, Authorization, ...).
+        head_chars: Visible text kept (characters).
+        total_timeout_s: Whole-request bound in seconds; None = no bound.
+
+    Returns:
+        The outcome; never raises for per-request failures.
+    """
+    out = await _send_once(session, url, raw, headers=headers, head_chars=head_chars,
+                           total_timeout_s=total_timeout_s)
+    if (
+        out.status in ("write", "cut")
+        and out.headers_ns is None
+        and out.stream.first_byte_ns is None
+        and out.done_ns - out.sent_ns < STALE_WINDOW_NS
+    ):
+        out = await _send_once(session, url, raw, headers=headers, head_chars=head_chars,
+                               total_timeout_s=total_timeout_s)
+        out.reconnects = 1
+    return out
