@@ -1,0 +1,257 @@
+"""``kvreplay simulate``: load a source, pick the model, compute the curve, build the report.
+
+Sources: a block trace (Mooncake ``hash_ids``), a kvreplay workload (a folder of
+``*.json`` or a JSONL of bodies), or a ``plan.json`` (its frozen order, phases
+included; a phase with ``reset`` starts a new cache epoch). Models: ``radix``
+(one pass; per capacity with the simulator's class when a host tier is on) and
+``entries`` (one pass with ``recency="offer"``; per capacity with the
+simulator's class for its default ``recency="use"``, which is not a stack
+algorithm, see ``entries``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvreplay.errors import ConfigError
+from kvreplay.offline.entries import entries_curve
+from kvreplay.offline.mrc import Curve, block_curve, default_capacities
+from kvreplay.offline.reference import brute_entries, brute_radix
+from kvreplay.offline.report import PrefillModel, curve_rows, recommend
+from kvreplay.offline.sources import (
+    ModelRequest,
+    block_requests_from_models,
+    block_requests_from_trace,
+    interleave,
+    model_requests,
+    snapshot_requests,
+)
+from kvreplay.offline.traces import MOONCAKE_BLOCK_TOKENS, BlockTrace, is_block_trace, load_block_trace
+
+__all__ = ["SimulateOptions", "load_requests", "simulate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulateOptions:
+    """What ``simulate`` was asked for (see ``commands/simulate.py`` for the flags).
+
+    Attributes:
+        source: Trace, workload or plan.json path.
+        model: ``"radix"`` or ``"entries"``; None = radix for traces, else entries.
+        capacities: Explicit capacities (units), or None for about ``points``.
+        points: Number of geometric capacities when none are given.
+        block_size: Radix block size (tokens); None = the simulator's (16).
+        trace_block_tokens: Tokens per trace block (512 for Mooncake).
+        limit: Use only the first ``limit`` trace requests.
+        snapshot_points: Entries snapshot points.
+        recency: Entries recency, ``"use"`` or ``"offer"``.
+        max_entry_bytes: Entries per-snapshot cap (bytes).
+        bytes_per_token: KV bytes per token (bytes).
+        host: Makes a host tier (radix), or None.
+        phases: Phase shorthands for a workload (serial order).
+        outputs: Insert the simulator's outputs (radix).
+        output_tokens: The simulator's ``output_tokens``.
+        max_output_tokens: The simulator's ``max_output_tokens``.
+        interleave_path: A second workload/trace mixed in.
+        interleave_every: One foreign request after every ``k``.
+        prefill: Prefill cost model, or None.
+        share: Target share of the best hit ratio.
+        metric: ``"tokens"`` or ``"requests"``.
+    """
+
+    source: str
+    model: str | None = None
+    capacities: Sequence[int] | None = None
+    points: int = 40
+    block_size: int | None = None
+    trace_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    limit: int | None = None
+    snapshot_points: tuple[str, ...] = ("system", "messages")
+    recency: str = "use"
+    max_entry_bytes: int | None = None
+    bytes_per_token: int | None = None
+    host: Callable | None = None
+    phases: Sequence[str] = field(default_factory=tuple)
+    outputs: bool = True
+    output_tokens: int | None = None
+    max_output_tokens: int | None = None
+    interleave_path: str | None = None
+    interleave_every: int = 1
+    prefill: PrefillModel | None = None
+    share: float = 0.95
+    metric: str = "tokens"
+
+
+def _is_plan(path: Path) -> bool:
+    if not path.is_file() or path.suffix != ".json":
+        return False
+    import orjson
+
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and "plan_sha256" in data
+
+
+def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | list[ModelRequest]]:
+    """Load one source as a trace or as rendered requests in send order.
+
+    Returns:
+        ``("trace", BlockTrace)``, or ``("workload" | "plan", [ModelRequest])``.
+
+    Raises:
+        WorkloadError: unreadable or invalid source.
+        ConfigError: bad phases or plan.
+    """
+    from kvreplay.plan import build_plan, load_plan_json, parse_phase
+    from kvreplay.workload import load_workload
+
+    p = Path(path)
+    if is_block_trace(p):
+        return "trace", load_block_trace(p, block_tokens=opts.trace_block_tokens, limit=opts.limit)
+    kw = {"outputs": opts.outputs, "output_tokens": opts.output_tokens,
+          "max_output_tokens": opts.max_output_tokens}
+    if _is_plan(p):
+        plan, _run = load_plan_json(p)
+        wl = load_workload(plan.workload_path)
+        plan, _run = load_plan_json(p, wl)
+        kind = "plan"
+    else:
+        wl = load_workload(p)
+        if not opts.phases:
+            return "workload", model_requests(wl, **kw)
+        plan = build_plan(wl, [parse_phase(s) for s in opts.phases])
+        kind = "workload"
+    order, epochs, epoch = [], [], 0
+    for i, ph in enumerate(plan.phases):
+        if i and ph.spec.reset:
+            epoch += 1
+        for bi, _rep in ph.sequence:
+            order.append(bi)
+            epochs.append(epoch)
+    return kind, model_requests(wl, order, epochs=epochs, **kw)
+
+
+def _sample(cur_max: int, opts: SimulateOptions) -> list[int]:
+    if opts.capacities:
+        return sorted({int(c) for c in opts.capacities if int(c) >= 1})
+    return default_capacities(max(cur_max, 1), points=opts.points)
+
+
+def simulate(opts: SimulateOptions) -> dict:
+    """Compute the curve and the report for ``opts``.
+
+    Returns:
+        The JSON report: ``curve`` (rows with ``capacity``,
+        ``hit_ratio_requests``, ``hit_ratio_tokens``, ``prefill_s_saved``, ...),
+        ``recommended``, and the description of source, model and method.
+
+    Raises:
+        ConfigError: an option that does not fit the source (e.g. the entries
+            model on a trace, or interleaving a trace into a workload).
+        WorkloadError: an unreadable source.
+    """
+    from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
+
+    bpt = opts.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+    kind, data = load_requests(opts.source, opts)
+    model = opts.model or ("radix" if kind == "trace" else "entries")
+    foreign = None
+    if opts.interleave_path:
+        fkind, foreign = load_requests(opts.interleave_path, opts)
+        if (fkind == "trace") != (kind == "trace"):
+            raise ConfigError("interleave a trace with a trace, or a workload with a workload",
+                              field="interleave")
+    info: dict = {"source": opts.source, "kind": kind, "model": model}
+    if opts.interleave_path:
+        info["interleave"] = {"source": opts.interleave_path, "every": opts.interleave_every}
+    curve: Curve | None = None
+    points: list[tuple[int, int, int]]
+    if kind == "trace":
+        if model != "radix":
+            raise ConfigError("a block trace has no tokens: only --model radix applies", field="model")
+        if opts.host is not None:
+            raise ConfigError("the host tier needs token prompts; not available for traces", field="host-rows")
+        assert isinstance(data, BlockTrace)
+        br = block_requests_from_trace(data, foreign, opts.interleave_every)  # type: ignore[arg-type]
+        curve = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=br.block_tokens,
+                            prompt_tokens=br.prompt_tokens, counted=br.counted)
+        info.update(method="one-pass", unit="block", unit_tokens=br.block_tokens)
+    else:
+        reqs = list(data)  # type: ignore[arg-type]
+        if foreign is not None:
+            reqs = interleave(reqs, list(foreign), opts.interleave_every)  # type: ignore[arg-type]
+        if model == "radix":
+            B = opts.block_size or 16
+            br = block_requests_from_models(reqs, B)
+            info.update(unit="block", unit_tokens=B)
+            if opts.host is None:
+                curve = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=B,
+                                    prompt_tokens=br.prompt_tokens, counted=br.counted)
+                info["method"] = "one-pass"
+            else:
+                universe = int(len(set(br.blocks.tolist())))
+                caps = _sample(universe, opts)
+                pts = brute_radix(reqs, caps, block_size=B, host=opts.host)
+                points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
+                info["method"] = "per-capacity"
+                info["host_hit_tokens"] = {str(p.capacity): p.host_hit_tokens for p in pts}
+        elif model == "entries":
+            info.update(unit="entry", unit_tokens=None, recency=opts.recency,
+                        snapshot_points=list(opts.snapshot_points))
+            max_tok = None if opts.max_entry_bytes is None else opts.max_entry_bytes // bpt
+            snaps = snapshot_requests(reqs, opts.snapshot_points)
+            if opts.recency == "offer":
+                curve = entries_curve(snaps, max_entry_tokens=max_tok)
+                info["method"] = "one-pass"
+            else:
+                universe = max(entries_curve(snaps, max_entry_tokens=max_tok).max_capacity, 1)
+                distinct = len({(s.epoch, s.tokens[:o]) for s in snaps for o in s.offsets if o})
+                caps = _sample(max(universe, distinct), opts)
+                if not opts.capacities:
+                    caps = sorted(set(caps) | {distinct})
+                pts = brute_entries(reqs, caps, points=opts.snapshot_points, recency=opts.recency,
+                                    max_entry_bytes=opts.max_entry_bytes, bytes_per_token=bpt)
+                points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
+                info["method"] = "per-capacity"
+        else:
+            raise ConfigError(f"unknown model {model!r}; radix or entries", field="model")
+        n_req = sum(1 for r in reqs if r.counted)
+        n_tok = sum(len(r.tokens) for r in reqs if r.counted)
+    if curve is not None:
+        caps = _sample(curve.max_capacity, opts)
+        rec_cap = curve.smallest_capacity(opts.share, metric=opts.metric)
+        if rec_cap > 0 and not opts.capacities:
+            caps = sorted(set(caps) | {rec_cap, curve.max_capacity})
+        points = [(c, *curve.at(c)) for c in caps]
+        n_req, n_tok = curve.requests, curve.prompt_tokens
+        info["max_useful_capacity"] = curve.max_capacity
+    unit_tokens = info.get("unit_tokens")
+    rows = curve_rows(points, requests=n_req, prompt_tokens=n_tok, prefill=opts.prefill,
+                      capacity_tokens=unit_tokens, bytes_per_token=bpt)
+    if curve is None:
+        rec = recommend(rows, share=opts.share, metric=opts.metric)
+    else:
+        # exact on the full curve, not only among the sampled rows
+        best_arr = curve.hit_tokens if opts.metric == "tokens" else curve.hit_requests
+        total = n_tok if opts.metric == "tokens" else n_req
+        rec_row = curve_rows([(rec_cap, *curve.at(rec_cap))], requests=n_req, prompt_tokens=n_tok,
+                             prefill=opts.prefill, capacity_tokens=unit_tokens, bytes_per_token=bpt)[0]
+        rec = {**rec_row, "share": opts.share, "metric": opts.metric,
+               "best_hit_ratio": int(best_arr[-1]) / total if total else 0.0}
+    cold = None
+    if opts.prefill is not None:
+        cold = n_req * opts.prefill.a_s + n_tok / opts.prefill.rate_tokens_per_s
+    return {
+        **info,
+        "requests": n_req,
+        "prompt_tokens": n_tok,
+        "bytes_per_token": bpt,
+        "prefill": None if opts.prefill is None else opts.prefill.to_json(),
+        "prefill_s_cold": cold,
+        "curve": rows,
+        "recommended": rec,
+    }
