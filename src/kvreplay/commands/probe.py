@@ -1,0 +1,132 @@
+"""``kvreplay probe``: what does this server's cache hold, and what is it worth?
+
+Examples::
+
+    kvreplay probe --target http://127.0.0.1:8000 --sizes 8k,16k,32k,64k --out runs/probe
+    kvreplay probe --target sim --sim-cache-entries 8 --sim-time-scale 0 --out runs/probe-sim
+
+Writes ``verdict.json``, ``report.md`` and ``requests.jsonl`` (one line per leg
+request) into ``--out``. See ``kvreplay.experiments.probe`` for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key
+from kvreplay.errors import ConfigError
+from kvreplay.experiments.probe import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+
+NAME = "probe"
+HELP = "Probe a server's prefix cache: cold/warm legs, prefill fit, eviction bisection, verdict.json."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``probe``'s options (plus the target options of ``run``)."""
+    p.add_argument("--sizes", default="8k,16k,32k,64k", help="cold/warm leg sizes in tokens (k = 1024)")
+    p.add_argument("--cold-repeats", type=int, default=1, help="cold legs per size (the fastest is fitted)")
+    p.add_argument("--flush-prefix", default="8k", help="prefix size of the eviction legs (tokens)")
+    p.add_argument("--foreign-tokens", default="1k", help="size of each foreign prompt (tokens)")
+    p.add_argument("--flush-max", type=int, default=32, metavar="K",
+                   help="upper bound of the eviction bisection (0 = skip eviction legs)")
+    p.add_argument("--flush-repeats", type=int, default=2, help="repeats per bisection point")
+    p.add_argument("--fit-on", choices=FIT_SOURCES, default="ttft",
+                   help="series for prefill_fit: ttft (send to first token), stream (headers to first "
+                        "token), server (timings.prompt_ms)")
+    p.add_argument("--model", default=None, help="model id for the bodies (default: first of /v1/models)")
+    p.add_argument("--out", default=None, help="output directory (default runs/<UTC timestamp>)")
+    p.add_argument("--read-timeout", type=float, default=600.0, metavar="S",
+                   help="longest silence allowed between two reads (s); a cold 64k prefill can be long")
+    p.add_argument("--quiet", action="store_true")
+    add_target_arguments(p)
+
+
+def config_from_args(args: argparse.Namespace) -> ProbeConfig:
+    """The probe configuration from parsed options.
+
+    Raises:
+        ConfigError: a bad size or bound.
+    """
+    try:
+        return ProbeConfig(
+            sizes=parse_sizes(args.sizes),
+            cold_repeats=args.cold_repeats,
+            flush_prefix_tokens=parse_sizes(args.flush_prefix)[0],
+            foreign_tokens=parse_sizes(args.foreign_tokens)[0],
+            flush_max=args.flush_max,
+            flush_repeats=args.flush_repeats,
+            fit_on=args.fit_on,
+            model=args.model,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="--sizes") from exc
+
+
+async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the simulator if asked, run the probe, write the output directory.
+
+    Returns:
+        The verdict (as written to verdict.json), with ``_out`` added.
+    """
+    cfg = config_from_args(args)
+    api_key = read_api_key(args)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    out = Path(args.out) if args.out else default_out()
+    out.mkdir(parents=True, exist_ok=True)
+    backend_name = args.backend
+    sim = None
+    if args.target == "sim":
+        from kvreplay.sim import SimServer, config_from_args as sim_config
+
+        sim = SimServer(sim_config(args, prefix="sim-"))
+        await sim.start(host="127.0.0.1", port=0)
+        url = sim.base_url
+        if backend_name == "auto":
+            backend_name = "halogen"
+    else:
+        url = args.target
+    say = (lambda _m: None) if args.quiet else (lambda m: print(f"probe: {m}", flush=True))
+    fh = open(out / "requests.jsonl", "ab", buffering=0)  # noqa: SIM115 - closed below
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=args.read_timeout)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+            backend = None
+            if backend_name != "none":
+                from kvreplay.backends import detect, make_backend
+
+                if backend_name == "auto":
+                    backend_name = await detect(url, session)
+                backend = None if backend_name == "openai" else make_backend(
+                    backend_name, url, session, profile=args.profile)
+            verdict = await run_probe(session, url, backend, cfg, headers=headers,
+                                      log=lambda rec: fh.write(orjson.dumps(rec) + b"\n"), progress=say)
+    finally:
+        fh.close()
+        if sim is not None:
+            await sim.stop()
+    verdict["target"] = "sim" if sim is not None else url
+    verdict["backend"] = backend_name
+    tmp = out / "verdict.json.tmp"
+    tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, out / "verdict.json")
+    (out / "report.md").write_text(render_report(verdict), encoding="utf-8")
+    verdict["_out"] = str(out)
+    return verdict
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``kvreplay probe``; exit 0 with a verdict, 2 on bad input."""
+    install_loop()
+    verdict = asyncio.run(probe_async(args))
+    out = verdict.pop("_out")
+    if not args.quiet:
+        print(verdict["plain"])
+        print(f"verdict: {out}/verdict.json")
+    return 0

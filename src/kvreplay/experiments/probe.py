@@ -1,0 +1,562 @@
+"""The KV probe: what does a server's prefix cache hold, and what is it worth?
+
+Legs (every request is streamed with ``max_tokens = 1`` and counters are read
+around it through the backend adapter)::
+
+    A  cold   "probe cold <nonce>." + filler, fresh tail      one per size (x cold_repeats)
+    B  warm   A's exact system bytes, fresh tail              right after its A
+    C  evict  W1 = new prefix P + tail; k foreign prompts, each with its own
+              system block; W2 = P + fresh tail                one per (k, repeat)
+
+**Fit.** Ordinary least squares ``prefill_s = a + uncached_tokens / rate`` over
+the cold legs (``stats.fit_line``; ``rate = 1 / slope``), on one of three
+series (``fit_on``): ``ttft`` (send to first token: what a client waits),
+``stream`` (response headers to first token: the server's wait after it accepted
+and tokenized the request; meaningful where headers precede prefill, as in vLLM,
+SGLang and the simulator) or ``server`` (``timings.prompt_ms`` where the server
+reports it, as llama.cpp does). Every available series is fitted and kept; the
+chosen one is ``prefill_fit``. Where a size has several cold repeats, the
+fastest is fitted (scheduler and network delays only ever add time).
+
+**Eviction bisection.** A point ``k`` is *flushed* when W2's cached tokens are at
+or below the floor, the most cached tokens any cold (nonce-first) leg got (0 on
+the simulator). ``k = 0`` is measured first (the baseline: the prefix must be
+reusable at all), then ``flush_max``; if that flushes, the bracket ``[lo, hi]``
+(lo not flushed, hi flushed) is halved until ``hi - lo == 1``. A point flushes
+only if every repeat does; each repeat uses fresh system bytes, so no point can
+reuse another's prefix. Every point is kept.
+
+**Bytes per token.** Where the server reports the bytes of the last stored entry
+(halogen's ``last_entry_bytes``) or of the pool, bytes per token is the slope of
+entry bytes against prompt tokens over single-request legs that stored something
+(the intercept absorbs the template tokens the snapshot leaves out); with one
+such leg, entry bytes / prompt tokens. A prefix of T tokens then needs
+``T * bytes_per_token`` bytes; a request stores ``s`` entries (median of the
+cold legs' store counts), so a prefix survives ``k`` foreign requests only with
+at least ``s * (k + 1)`` entries, and ``min_flush_k`` implies
+``s * min_flush_k .. s * min_flush_k + s - 1`` entries.
+
+The probe learns only from responses and counters; it never reads a simulator's
+configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import aiohttp
+
+from kvreplay.clock import now_ns
+from kvreplay.errors import BackendError
+from kvreplay.experiments.prompts import TokenCounter
+from kvreplay.experiments.stats import LineFit, fit_line, median
+from kvreplay.runner.backend import Backend, Snapshot, counter_delta
+from kvreplay.runner.counters import settled_snapshot, wait_drained
+from kvreplay.runner.http import send_body
+
+__all__ = ["FIT_SOURCES", "ProbeConfig", "parse_sizes", "run_probe"]
+
+FIT_SOURCES = ("ttft", "stream", "server")
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Parse ``8k,16k,32k,64k`` (k = 1024 tokens) or plain integers into token counts.
+
+    Raises:
+        ValueError: an empty list, a non-number, or a size < 16 tokens.
+    """
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        if not p:
+            continue
+        mult = 1024 if p.endswith("k") else 1
+        num = p[:-1] if p.endswith("k") else p
+        if not num.isdigit():
+            raise ValueError(f"bad size {part!r}: use e.g. 8k or 8192")
+        v = int(num) * mult
+        if v < 16:
+            raise ValueError(f"size {part!r} is under 16 tokens")
+        out.append(v)
+    if not out:
+        raise ValueError("no sizes given")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeConfig:
+    """What the probe measures.
+
+    Attributes:
+        sizes: Cold/warm leg sizes (prompt tokens).
+        cold_repeats: Cold legs per size (each with a fresh nonce).
+        flush_prefix_tokens: Size of the prefix P of the eviction legs (tokens).
+        foreign_tokens: Size of each foreign prompt (tokens).
+        flush_max: Upper bound of the bisection (foreign requests); 0 skips eviction legs.
+        flush_repeats: Repeats per bisection point.
+        fit_on: Series fitted for ``prefill_fit`` (one of ``FIT_SOURCES``).
+        model: Model id for bodies; None = the first of ``/v1/models``.
+        nonce: Prefix of every nonce; None = random (a rerun never reuses a prefix).
+        drain_timeout_s: Bound of the drain check before the first leg (s).
+    """
+
+    sizes: tuple[int, ...] = (8192, 16384, 32768, 65536)
+    cold_repeats: int = 1
+    flush_prefix_tokens: int = 8192
+    foreign_tokens: int = 1024
+    flush_max: int = 32
+    flush_repeats: int = 2
+    fit_on: str = "ttft"
+    model: str | None = None
+    nonce: str | None = None
+    drain_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.sizes or any(s < 16 for s in self.sizes):
+            raise ValueError("sizes must be >= 16 tokens")
+        if self.cold_repeats < 1 or self.flush_repeats < 1 or self.flush_max < 0:
+            raise ValueError("repeats must be >= 1 and flush_max >= 0")
+        if self.fit_on not in FIT_SOURCES:
+            raise ValueError(f"fit_on must be one of {FIT_SOURCES}")
+
+
+@dataclass
+class _Probe:
+    session: aiohttp.ClientSession
+    url: str
+    backend: Backend | None
+    headers: dict[str, str]
+    cfg: ProbeConfig
+    counter: TokenCounter
+    nonce: str
+    log: Callable[[dict[str, Any]], None]
+    progress: Callable[[str], None]
+    seq: int = 0
+    last_snap: Snapshot | None = None
+    requests: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def fresh(self, tag: str) -> str:
+        self.seq += 1
+        return f"{self.nonce}-{tag}{self.seq}"
+
+    async def snap(self) -> Snapshot | None:
+        if self.backend is None:
+            return None
+        try:
+            return await settled_snapshot(self.backend)
+        except BackendError as exc:
+            self.notes.append(f"counter read failed: {exc}")
+            return None
+
+    async def send(self, leg: str, raw: bytes, extra: dict[str, Any], *, counters: bool = True) -> dict[str, Any]:
+        """One request with counters read around it; returns (and logs) its record."""
+        before = self.last_snap if self.last_snap is not None else await self.snap()
+        out = await send_body(self.session, self.url + "/v1/chat/completions", raw, headers=self.headers,
+                              head_chars=0)
+        self.requests += 1
+        r = out.stream
+        rec: dict[str, Any] = {
+            "leg": leg,
+            **extra,
+            "body_sha256": hashlib.sha256(raw).hexdigest(),
+            "body_bytes": len(raw),
+            "status": out.status,
+            "http_status": out.http_status,
+            "error": out.error,
+            "prompt_tokens": r.prompt_tokens,
+            "cached_tokens": r.cached_tokens,
+            "ttft_s": (r.first_token_ns - out.sent_ns) / 1e9 if r.first_token_ns is not None else None,
+            "stream_s": (r.first_token_ns - out.headers_ns) / 1e9
+            if r.first_token_ns is not None and out.headers_ns is not None else None,
+            "server_prefill_s": _server_prefill_s(r.timings),
+            "e2e_s": (out.done_ns - out.sent_ns) / 1e9,
+        }
+        if counters:
+            after = await self.snap()
+            self.last_snap = after
+            rec["counter_delta"] = counter_delta(before, after).to_json() if before and after else None
+            rec["last_entry_bytes"] = _num(after.raw.get("last_entry_bytes")) if after is not None else None
+            rec["entries_gauge"] = after.common.get("entries") if after is not None else None
+        else:
+            self.last_snap = None
+        self.log(rec)
+        return rec
+
+    async def foreign_block(self, k: int, point: str) -> dict[str, Any]:
+        """k foreign prompts, each with its own system block; counters around the block."""
+        before = self.last_snap if self.last_snap is not None else await self.snap()
+        cached = []
+        for i in range(k):
+            body = await self.counter.build(self.cfg.foreign_tokens, f"probe foreign {self.fresh('f')}.",
+                                            seed=self.fresh("fs"), tail_seed=self.fresh("ft"))
+            rec = await self.send("C-foreign", body.raw, {"point": point, "i": i, "size_tokens":
+                                                          self.cfg.foreign_tokens}, counters=False)
+            cached.append(rec["cached_tokens"])
+        after = await self.snap()
+        self.last_snap = after
+        return {"k": k, "cached_tokens": cached,
+                "counter_delta": counter_delta(before, after).to_json() if before and after else None}
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _server_prefill_s(timings: Any) -> float | None:
+    if isinstance(timings, dict) and isinstance(timings.get("prompt_ms"), (int, float)):
+        return float(timings["prompt_ms"]) / 1e3
+    return None
+
+
+def _fit_json(fit: LineFit, source: str, xs: list[int], ys: list[float]) -> dict[str, Any]:
+    rate = 1.0 / fit.slope if fit.slope > 0 else None
+    return {
+        "source": source,
+        "a_s": round(fit.intercept, 6),
+        "rate_tokens_per_s": round(rate, 3) if rate else None,
+        "r2": round(fit.r2, 6) if fit.r2 == fit.r2 else None,
+        "n": fit.n,
+        "points": [[x, round(y, 6)] for x, y in zip(xs, ys)],
+        "residuals_s": [round(r, 6) for r in fit.residuals],
+    }
+
+
+def _fits(cold: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Fit every available series over the fastest cold leg of each size."""
+    fits: dict[str, dict[str, Any]] = {}
+    key_of = {"ttft": "ttft_s", "stream": "stream_s", "server": "server_prefill_s"}
+    for source, key in key_of.items():
+        best: dict[int, tuple[int, float]] = {}
+        for rec in cold:
+            y = rec.get(key)
+            if rec["status"] != "ok" or y is None or rec["prompt_tokens"] is None:
+                continue
+            x = rec["prompt_tokens"] - (rec["cached_tokens"] or 0)
+            size = rec["size_tokens"]
+            if size not in best or y < best[size][1]:
+                best[size] = (x, y)
+        pts = sorted(best.values())
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        if len(set(xs)) >= 2:
+            fits[source] = _fit_json(fit_line(xs, ys), source, xs, ys)
+    return fits
+
+
+def _bytes_per_token(legs: list[dict[str, Any]]) -> tuple[float | None, str | None]:
+    pts = []
+    for rec in legs:
+        d = rec.get("counter_delta") or {}
+        if rec.get("status") == "ok" and rec.get("last_entry_bytes") and d.get("stores", 0) >= 1 and rec.get(
+                "prompt_tokens"):
+            pts.append((rec["prompt_tokens"], rec["last_entry_bytes"]))
+    xs = sorted({p[0] for p in pts})
+    if len(xs) >= 2:
+        fit = fit_line([p[0] for p in pts], [p[1] for p in pts])
+        return round(fit.slope, 1), f"slope of last_entry_bytes over {len(pts)} legs (R^2 {fit.r2:.6f})"
+    if pts:
+        return round(pts[0][1] / pts[0][0], 1), "last_entry_bytes / prompt_tokens of one leg"
+    return None, None
+
+
+async def run_probe(
+    session: aiohttp.ClientSession,
+    url: str,
+    backend: Backend | None,
+    cfg: ProbeConfig,
+    *,
+    headers: dict[str, str] | None = None,
+    log: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every leg against one target and return the verdict (see module docstring).
+
+    Args:
+        session: aiohttp session (timeouts are the caller's).
+        url: Target root URL.
+        backend: Counter adapter, or None (no counters: no bytes per token, and
+            cached tokens must come from usage).
+        cfg: What to measure.
+        headers: Request headers (Authorization); Content-Type is added.
+        log: Called with every leg request's record as it completes.
+        progress: Called with one line per step.
+
+    Returns:
+        The verdict object written to ``verdict.json``.
+    """
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    say = progress or (lambda _m: None)
+    url = url.rstrip("/")
+    t0 = now_ns()
+    identity_before = identity_after = None
+    if backend is not None:
+        try:
+            identity_before = await backend.identity()
+        except BackendError as exc:
+            say(f"identity read failed: {exc}")
+    drain = None
+    if backend is not None:
+        dr = await wait_drained(backend, interval_s=0.05, timeout_s=cfg.drain_timeout_s)
+        drain = dr.to_json()
+    model = cfg.model or await _first_model(session, url, hdrs) or "default"
+    counter = TokenCounter(session, url, model, hdrs)
+    nonce = cfg.nonce or os.urandom(6).hex()
+    legs: list[dict[str, Any]] = []
+
+    def keep(rec: dict[str, Any]) -> None:
+        legs.append(rec)
+        if log:
+            log(rec)
+
+    p = _Probe(session, url, backend, hdrs, cfg, counter, nonce, keep, say)
+    await counter.calibrate(f"probe calibration {nonce}.")
+    say(f"token counting: {counter.mode} ({counter.c1:.3f} tokens per filler word)")
+
+    # A and B legs
+    cold: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []
+    for size in cfg.sizes:
+        last_system = None
+        for rep in range(cfg.cold_repeats):
+            tag = p.fresh("a")
+            body = await counter.build(size, f"probe cold {tag}.", seed=tag, tail_seed=p.fresh("t"))
+            rec = await p.send("A", body.raw, {"size_tokens": size, "repeat": rep, "counted_tokens":
+                                               body.counted_tokens})
+            cold.append(rec)
+            last_system = body.system
+        raw = counter.body_with_system(last_system, p.fresh("t"))
+        rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
+        warm.append(rec)
+        say(f"size {size}: cold ttft {_fmt(cold[-1]['ttft_s'])} s, warm ttft {_fmt(rec['ttft_s'])} s, "
+            f"warm cached {rec['cached_tokens']}")
+
+    fits = _fits(cold)
+    chosen = fits.get(cfg.fit_on)
+    floor = max((r["cached_tokens"] or 0) for r in cold) if cold else 0
+
+    # C legs: eviction bisection
+    points: list[dict[str, Any]] = []
+
+    async def measure(k: int) -> bool | None:
+        flushed_all = True
+        for rep in range(cfg.flush_repeats):
+            tag = p.fresh("p")
+            body = await counter.build(cfg.flush_prefix_tokens, f"probe prefix {tag}.", seed=tag,
+                                       tail_seed=p.fresh("t"))
+            point = f"k{k}r{rep}"
+            first = await p.send("C-first", body.raw, {"point": point, "k": k, "repeat": rep,
+                                                       "size_tokens": cfg.flush_prefix_tokens})
+            block = await p.foreign_block(k, point)
+            second = await p.send("C-second", counter.body_with_system(body.system, p.fresh("t")),
+                                  {"point": point, "k": k, "repeat": rep, "size_tokens": cfg.flush_prefix_tokens})
+            c2 = second["cached_tokens"]
+            flushed = None if c2 is None else c2 <= floor
+            points.append({
+                "k": k,
+                "repeat": rep,
+                "prefix_tokens": first["prompt_tokens"],
+                "cached_first": first["cached_tokens"],
+                "cached_second": c2,
+                "flushed": flushed,
+                "foreign_cached_tokens": block["cached_tokens"],
+                "foreign_counter_delta": block["counter_delta"],
+                "counter_delta_second": second.get("counter_delta"),
+            })
+            if flushed is None:
+                return None
+            flushed_all = flushed_all and flushed
+        say(f"eviction: k={k} {'flushed' if flushed_all else 'kept'}")
+        return flushed_all
+
+    min_k = None
+    bracket: list[int | None] = [None, None]
+    baseline_cached = None
+    evict_note = None
+    if cfg.flush_max > 0:
+        base = await measure(0)
+        baseline_cached = min((pt["cached_second"] or 0) for pt in points if pt["k"] == 0)
+        if base is None:
+            evict_note = "the server reports no cached tokens; eviction cannot be seen"
+        elif base:
+            evict_note = "nothing reusable: the prefix was not cached even with no foreign request"
+            bracket = [None, 0]
+        else:
+            top = await measure(cfg.flush_max)
+            if top is None:
+                evict_note = "cached tokens missing at flush_max"
+            elif not top:
+                bracket = [cfg.flush_max, None]
+                evict_note = f"{cfg.flush_max} foreign requests did not flush the prefix; raise --flush-max"
+            else:
+                lo, hi = 0, cfg.flush_max
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    res = await measure(mid)
+                    if res is None:
+                        evict_note = f"cached tokens missing at k={mid}"
+                        break
+                    if res:
+                        hi = mid
+                    else:
+                        lo = mid
+                bracket = [lo, hi]
+                if hi - lo == 1:
+                    min_k = hi
+
+    if backend is not None:
+        try:
+            identity_after = await backend.identity()
+        except BackendError as exc:
+            say(f"identity read failed: {exc}")
+
+    all_cached = [r["cached_tokens"] for r in legs if r.get("cached_tokens") is not None]
+    cmax = max(all_cached) if all_cached else None
+    bpt, bpt_how = _bytes_per_token(legs)
+    stores = [r["counter_delta"]["stores"] for r in cold
+              if r.get("counter_delta") and r["counter_delta"].get("stores") is not None]
+    per_request = int(median(stores)) if stores else None
+    implied = [per_request * min_k, per_request * min_k + per_request - 1] if per_request and min_k else None
+    entries_seen = [r["entries_gauge"] for r in legs if r.get("entries_gauge") is not None]
+    warm_rows = []
+    for w in warm:
+        c = [r for r in cold if r["size_tokens"] == w["size_tokens"] and r["ttft_s"] is not None]
+        cold_s = min(r["ttft_s"] for r in c) if c else None
+        warm_rows.append({
+            "size_tokens": w["size_tokens"],
+            "prompt_tokens": w["prompt_tokens"],
+            "cached_tokens": w["cached_tokens"],
+            "cold_ttft_s": _r(cold_s),
+            "warm_ttft_s": _r(w["ttft_s"]),
+            "saving_per_reuse_s": _r(cold_s - w["ttft_s"]) if cold_s is not None and w["ttft_s"] is not None
+            else None,
+        })
+    eviction_cost = None
+    if chosen and chosen["rate_tokens_per_s"] and baseline_cached:
+        eviction_cost = chosen["a_s"] + baseline_cached / chosen["rate_tokens_per_s"]
+    drift = identity_before is not None and identity_after is not None and identity_before != identity_after
+    verdict = {
+        "format": "kvreplay-probe/1",
+        "target": url,
+        "model": model,
+        "prefill_fit": {k: chosen[k] for k in ("a_s", "rate_tokens_per_s", "r2")} | {"source": cfg.fit_on}
+        if chosen else None,
+        "prefill_fits": fits,
+        "cmax_tokens": cmax,
+        "min_flush_k": min_k,
+        "flush_bracket": bracket,
+        "flush_floor_tokens": floor,
+        "flush_prefix_tokens": baseline_cached,
+        "eviction_note": evict_note,
+        "points": points,
+        "warm": warm_rows,
+        "bytes_per_token": bpt,
+        "bytes_per_token_method": bpt_how,
+        "entries_per_request": per_request,
+        "implied_entries": implied,
+        "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
+        "eviction_cost_s": _r(eviction_cost),
+        "prefix_bytes": round(baseline_cached * bpt) if bpt and baseline_cached else None,
+        "token_counting": {"mode": counter.mode, "c0_tokens": counter.c0, "tokens_per_word": counter.c1},
+        "unplanned_requests": counter.calls,
+        "requests": p.requests,
+        "identity": {"before": identity_before, "after": identity_after, "drift": drift},
+        "drain": drain,
+        "notes": p.notes,
+        "wall_s": round((now_ns() - t0) / 1e9, 3),
+        "config": {
+            "sizes": list(cfg.sizes), "cold_repeats": cfg.cold_repeats, "flush_prefix_tokens":
+            cfg.flush_prefix_tokens, "foreign_tokens": cfg.foreign_tokens, "flush_max": cfg.flush_max,
+            "flush_repeats": cfg.flush_repeats, "fit_on": cfg.fit_on,
+        },
+    }
+    verdict["plain"] = plain_line(verdict)
+    return verdict
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+async def _first_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str | None:
+    try:
+        async with session.get(url + "/v1/models", headers=headers) as resp:
+            if resp.status != 200:
+                return None
+            data = await resp.json(content_type=None)
+    except (aiohttp.ClientError, ValueError):
+        return None
+    cards = data.get("data") if isinstance(data, dict) else None
+    if isinstance(cards, list) and cards and isinstance(cards[0], dict):
+        return cards[0].get("id")
+    return None
+
+
+def _ktok(tokens: float) -> str:
+    return f"{tokens / 1024:.0f}k" if tokens >= 1024 else f"{tokens:.0f}"
+
+
+def plain_line(v: dict[str, Any]) -> str:
+    """The one sentence a person acts on (see ``report.md``)."""
+    k = v.get("min_flush_k")
+    prefix = v.get("flush_prefix_tokens")
+    if k is None:
+        return f"No flushing count found: {v.get('eviction_note') or 'eviction legs not run'}."
+    ents = v.get("implied_entries")
+    head = ""
+    if ents:
+        head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
+    line = f"{head}about {k} foreign requests evict a {_ktok(prefix or 0)} prefix"
+    if v.get("eviction_cost_s") is not None:
+        line += f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
+    return line + "."
+
+
+def render_report(v: dict[str, Any]) -> str:
+    """``report.md``: fit, Cmax, minimum flushing k, implied entries, bytes per token."""
+    lines = ["# kvreplay probe", "", f"**{v['plain']}**", "", f"Target: `{v['target']}`, model `{v['model']}`.", ""]
+    lines += ["## Prefill cost", ""]
+    if v["prefill_fit"]:
+        f = v["prefill_fit"]
+        lines.append(f"prefill_s = {f['a_s']:.4f} + tokens / {f['rate_tokens_per_s']:.1f} "
+                     f"(R^2 {f['r2']}, fitted on `{f['source']}`)")
+    else:
+        lines.append("no fit (fewer than two cold sizes answered)")
+    lines += ["", "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |", "|---|---|---|---|---|"]
+    for name, f in v["prefill_fits"].items():
+        lines.append(f"| {name} | {f['a_s']:.4f} | {f['rate_tokens_per_s']} | {f['r2']} | "
+                     f"{', '.join(f'{r:+.4f}' for r in f['residuals_s'])} |")
+    lines += ["", "| size | prompt tokens | cached (warm) | cold TTFT (s) | warm TTFT (s) | saving per reuse (s) |",
+              "|---|---|---|---|---|---|"]
+    for w in v["warm"]:
+        lines.append(f"| {w['size_tokens']} | {w['prompt_tokens']} | {w['cached_tokens']} | "
+                     f"{_fmt(w['cold_ttft_s'])} | {_fmt(w['warm_ttft_s'])} | {_fmt(w['saving_per_reuse_s'])} |")
+    lines += ["", "## Cache", "", f"- Cmax (largest cached_tokens seen): {v['cmax_tokens']}",
+              f"- minimum flushing k: {v['min_flush_k'] if v['min_flush_k'] is not None else 'not found'} "
+              f"(bracket {v['flush_bracket']}, floor {v['flush_floor_tokens']} cached tokens)"]
+    if v["eviction_note"]:
+        lines.append(f"- note: {v['eviction_note']}")
+    lines.append(f"- entries stored per request: {v['entries_per_request'] if v['entries_per_request'] else 'unknown'}")
+    lines.append(f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}")
+    if v["bytes_per_token"]:
+        lines.append(f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})")
+        if v["prefix_bytes"]:
+            lines.append(f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
+                         f"per entry")
+    else:
+        lines.append("- bytes per token: not reported by this server")
+    lines += ["", "## Eviction points", "", "| k | repeat | prefix tokens | cached (first) | cached (second) | flushed |",
+              "|---|---|---|---|---|---|"]
+    for pt in v["points"]:
+        lines.append(f"| {pt['k']} | {pt['repeat']} | {pt['prefix_tokens']} | {pt['cached_first']} | "
+                     f"{pt['cached_second']} | {pt['flushed']} |")
+    lines += ["", f"Requests: {v['requests']} measured, {len(v['unplanned_requests'])} unplanned (calibration).",
+              f"Identity drift: {v['identity']['drift']}.", ""]
+    return "\n".join(lines)
