@@ -35,8 +35,10 @@ def _id(p: Path) -> str:
 HAND = {
     "vllm/nvcr-25.09.prom": {
         "common": {
-            "lookups": 246.0,  # l.63 vllm:prefix_cache_queries_total{engine="0",...} 246.0 (unit: tokens)
-            "query_tokens": 246.0,  # l.63 same series; NOT + l.48 gpu_prefix_cache_queries_total 246.0
+            # l.63 vllm:prefix_cache_queries_total{engine="0",...} 246.0 (unit: tokens)
+            "lookups": 246.0,
+            # l.63 same series; NOT + l.48 vllm:gpu_prefix_cache_queries_total 246.0
+            "query_tokens": 246.0,
             "hits": 80.0,  # l.69 vllm:prefix_cache_hits_total{engine="0",...} 80.0 (unit: tokens)
             "hit_tokens": 80.0,  # l.69 same series; NOT + l.54 gpu_prefix_cache_hits_total 80.0
             "prompt_tokens": 246.0,  # l.81 vllm:prompt_tokens_total{...} 246.0
@@ -47,23 +49,30 @@ HAND = {
         # l.66 vllm:prefix_cache_queries_created 1.771042457420837e+09,
         # l.51 vllm:gpu_prefix_cache_queries_created 1.7710424574207425e+09
         "started": 1.771042457420837e09,
-        "identity_subset": {"block_size": "16", "num_gpu_blocks": "850", "enable_prefix_caching": "True"},  # l.419
+        "identity_subset": {
+            "block_size": "16",
+            "num_gpu_blocks": "850",
+            "enable_prefix_caching": "True",
+        },  # l.419
         "series": 360,  # grep -c '^[^#]' (sample lines)
     },
     "sglang/docs-2024-11.prom": {
         "common": {
-            "prompt_tokens": 506780.0,  # l.15 sglang:prompt_tokens_total{name="google/gemma-2-9b-it"} 506780.0
+            # l.15 sglang:prompt_tokens_total{name="google/gemma-2-9b-it"} 506780.0
+            "prompt_tokens": 506780.0,
             "running": 0.0,  # l.21 sglang:num_requests_running{...} 0.0 (2024 name)
             "waiting": 0.0,  # l.24 sglang:num_requests_waiting{...} 0.0 (2024 name)
         },
-        # no hit_tokens: l.36 sglang:cached_token is a per-batch gauge, not the cached_tokens_total counter
+        # no hit_tokens: sglang:cached_token (l.39) is a per-batch gauge,
+        # not the cached_tokens_total counter
         "started": None,
         "identity_subset": {},
         "series": 135,
     },
     "llamacpp/ik-pr695.prom": {
         "common": {
-            "computed_tokens": 6886.0,  # l.3 llamacpp:prompt_tokens_total 6886 (processed, cache excluded)
+            # l.3 llamacpp:prompt_tokens_total 6886 (processed, cache excluded)
+            "computed_tokens": 6886.0,
             "running": 0.0,  # l.27 llamacpp:requests_processing 0
             "waiting": 0.0,  # l.30 llamacpp:requests_deferred 0
         },
@@ -90,7 +99,9 @@ def test_every_dump_has_hand_values():
 @pytest.mark.parametrize("dump", DUMPS, ids=_id)
 def test_common_equals_hand_read_values(dump):
     hand = HAND[_id(dump)]
-    name, identity, raw, common, started = parse_dump(dump.read_text(encoding="utf-8"), dump.parent.name)
+    name, identity, raw, common, started = parse_dump(
+        dump.read_text(encoding="utf-8"), dump.parent.name
+    )
     assert name == dump.parent.name
     assert common == hand["common"]
     assert started == hand["started"]
@@ -107,8 +118,12 @@ def test_auto_detects_the_family_from_the_text(dump):
 
 @pytest.mark.parametrize("dump", DUMPS, ids=_id)
 def test_whole_parse_equals_golden(dump):
-    name, identity, raw, common, started = parse_dump(dump.read_text(encoding="utf-8"), dump.parent.name)
-    got = _jsonable({"backend": name, "identity": identity, "common": common, "started": started, "raw": raw})
+    name, identity, raw, common, started = parse_dump(
+        dump.read_text(encoding="utf-8"), dump.parent.name
+    )
+    got = _jsonable(
+        {"backend": name, "identity": identity, "common": common, "started": started, "raw": raw}
+    )
     golden = EXPECTED / f"{dump.parent.name}__{dump.stem}.json"
     if UPDATE:
         golden.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -120,6 +135,8 @@ def test_whole_parse_equals_golden(dump):
 @pytest.mark.parametrize("dump", DUMPS, ids=_id)
 def test_raw_keys_are_the_printed_series(dump):
     text = dump.read_text(encoding="utf-8")
-    printed = {line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+    printed = {
+        line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")
+    }
     _, _, raw, _, _ = parse_dump(text, dump.parent.name)
     assert set(raw) == printed

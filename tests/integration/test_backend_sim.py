@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from kvreplay.backends import check_fresh, detect, make_backend, settled_snapshot, wait_drained
 from kvreplay.plan import build_plan, parse_phase
@@ -45,7 +44,11 @@ async def run_against_sim(cfg, wl_path, phases, out, backend="halogen", profile=
             return make_backend(backend, srv.base_url, session, profile=profile)
 
         summary = await execute_plan(
-            plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True, backend_name=backend, **opts),
+            plan,
+            wl,
+            RunOptions(
+                target_url=srv.base_url, out_dir=out, quiet=True, backend_name=backend, **opts
+            ),
             backend_factory=factory,
         )
         async with aiohttp.ClientSession() as s:
@@ -74,15 +77,25 @@ def test_detect_and_identity_on_the_simulator():
     assert ident["models"] == ["kvreplay-sim"]
     assert ident["version"]["build"] == "sim-1"
     assert ident["max_entries"] == 8
-    assert set(gauges) == {"running", "waiting", "retiring", "transfers_in_flight", "transfers_waiting"}
+    assert set(gauges) == {
+        "running",
+        "waiting",
+        "retiring",
+        "transfers_in_flight",
+        "transfers_waiting",
+    }
     assert check_fresh(snap) == (True, None)
     assert snap.started is not None
 
 
 def test_c1_per_request_deltas_equal_the_event_log_for_every_bundled_request(tmp_path):
     out = tmp_path / "run"
-    cfg = SimConfig(time_scale=0, cache="entries", cache_entries=8, snapshots=2, max_output_tokens=8)
-    summary, evs = asyncio.run(run_against_sim(cfg, MTBENCH, ["prime:forward:c1", "replay:reverse:c1"], out))
+    cfg = SimConfig(
+        time_scale=0, cache="entries", cache_entries=8, snapshots=2, max_output_tokens=8
+    )
+    summary, evs = asyncio.run(
+        run_against_sim(cfg, MTBENCH, ["prime:forward:c1", "replay:reverse:c1"], out)
+    )
     recs = records(out)
     reqs = [e for e in evs if e["kind"] == "request"]
     assert len(recs) == len(reqs) == 104
@@ -116,9 +129,19 @@ def test_c1_host_tier_deltas_through_the_sim_profile(tmp_path):
     # Radix model, a device tier too small for every body's suffix, and a host tier
     # with room for all rows: the reverse replay restores suffixes from the host.
     out = tmp_path / "run"
-    cfg = SimConfig(time_scale=0, cache="radix", device_blocks=256, host_rows=156, max_output_tokens=8)
-    summary, evs = asyncio.run(run_against_sim(cfg, MTBENCH, ["prime:forward:c1:first12", "replay:reverse:c1:first12"],
-                                               out, backend="prometheus", profile="sim"))
+    cfg = SimConfig(
+        time_scale=0, cache="radix", device_blocks=256, host_rows=156, max_output_tokens=8
+    )
+    summary, evs = asyncio.run(
+        run_against_sim(
+            cfg,
+            MTBENCH,
+            ["prime:forward:c1:first12", "replay:reverse:c1:first12"],
+            out,
+            backend="prometheus",
+            profile="sim",
+        )
+    )
     recs = records(out)
     reqs = [e for e in evs if e["kind"] == "request"]
     assert len(recs) == len(reqs) == 24
@@ -147,8 +170,16 @@ def test_c1_host_tier_deltas_through_the_sim_profile(tmp_path):
 def test_drain_times_out_while_the_simulator_holds_a_gauge(tmp_path):
     out = tmp_path / "run"
     cfg = SimConfig(time_scale=0, max_output_tokens=4, faults=(parse_fault("busy-gauge@1:s=3"),))
-    summary, _ = asyncio.run(run_against_sim(cfg, MTBENCH, ["a:forward:c1:first2", "b:forward:c1:first2:drain"],
-                                             out, drain_timeout_s=0.6, drain_interval_s=0.1))
+    summary, _ = asyncio.run(
+        run_against_sim(
+            cfg,
+            MTBENCH,
+            ["a:forward:c1:first2", "b:forward:c1:first2:drain"],
+            out,
+            drain_timeout_s=0.6,
+            drain_interval_s=0.1,
+        )
+    )
     a, b = summary["phases"]
     assert not a.get("invalid_reasons")
     assert b["drain"]["passed"] is False
@@ -159,7 +190,9 @@ def test_drain_times_out_while_the_simulator_holds_a_gauge(tmp_path):
 
 def test_wait_drained_direct_busy_then_idle():
     async def body():
-        cfg = SimConfig(time_scale=0, max_output_tokens=2, faults=(parse_fault("busy-gauge@1:s=0.5"),))
+        cfg = SimConfig(
+            time_scale=0, max_output_tokens=2, faults=(parse_fault("busy-gauge@1:s=0.5"),)
+        )
         srv = SimServer(cfg)
         await srv.start(host="127.0.0.1", port=0)
         try:
@@ -187,7 +220,9 @@ def test_restart_mid_run_is_detected(tmp_path):
     assert [e["kind"] for e in evs].count("restart") == 1
     flagged = [r["position"] for r in recs if (r["counter_delta"] or {}).get("reset")]
     assert flagged == [3]  # the 4th request (position 3) was served by the restarted server
-    assert all(v >= 0 for r in recs for k, v in r["counter_delta"].items() if isinstance(v, (int, float)))
+    assert all(
+        v >= 0 for r in recs for k, v in r["counter_delta"].items() if isinstance(v, (int, float))
+    )
     assert summary["restarts"] >= 1
     assert any("restarted" in r for r in summary["phases"][0]["invalid_reasons"])
 
@@ -213,7 +248,9 @@ def test_restart_detected_by_start_marker_even_when_counters_do_not_go_down():
 def test_identity_change_aborts_with_records_intact(tmp_path):
     out = tmp_path / "run"
     cfg = SimConfig(time_scale=0, max_output_tokens=4, faults=(parse_fault("identity@2"),))
-    summary, _ = asyncio.run(run_against_sim(cfg, MTBENCH, ["a:forward:c1:first3", "b:forward:c1:first3"], out))
+    summary, _ = asyncio.run(
+        run_against_sim(cfg, MTBENCH, ["a:forward:c1:first3", "b:forward:c1:first3"], out)
+    )
     recs = records(out)
     assert summary["aborted"]["reason"] == "identity_drift"
     assert "version" in summary["aborted"]["message"]
@@ -230,8 +267,13 @@ def test_reset_empties_the_simulator_cache_but_keeps_counters():
         await srv.start(host="127.0.0.1", port=0)
         try:
             async with aiohttp.ClientSession() as s:
-                req = {"model": "kvreplay-sim", "messages": [{"role": "system", "content": "be brief " * 40},
-                                                             {"role": "user", "content": "hi"}]}
+                req = {
+                    "model": "kvreplay-sim",
+                    "messages": [
+                        {"role": "system", "content": "be brief " * 40},
+                        {"role": "user", "content": "hi"},
+                    ],
+                }
                 async with s.post(srv.base_url + "/v1/chat/completions", json=req) as r:
                     await r.read()
                 b = make_backend("halogen", srv.base_url, s)

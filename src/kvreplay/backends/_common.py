@@ -12,7 +12,14 @@ from kvreplay.runner.backend import COUNTER_NAMES, LOAD_GAUGES, Snapshot
 
 from ._http import fetch_json
 
-__all__ = ["OCCUPANCY_GAUGES", "check_empty", "drain_blockers", "make_snapshot", "model_cards", "version_of"]
+__all__ = [
+    "OCCUPANCY_GAUGES",
+    "check_empty",
+    "drain_blockers",
+    "make_snapshot",
+    "model_cards",
+    "version_of",
+]
 
 
 def make_snapshot(raw: dict[str, Any], common: dict[str, float], started: float | None) -> Snapshot:
@@ -45,8 +52,10 @@ def drain_blockers(a: Snapshot, b: Snapshot, load_gauges: Iterable[str] = LOAD_G
     for name in COUNTER_NAMES:
         va, vb = a.common.get(name), b.common.get(name)
         if va != vb:
-            out.append(f"{name} moved {va if va is None else format(va, 'g')} -> "
-                       f"{vb if vb is None else format(vb, 'g')}")
+            out.append(
+                f"{name} moved {va if va is None else format(va, 'g')} -> "
+                f"{vb if vb is None else format(vb, 'g')}"
+            )
     return out
 
 

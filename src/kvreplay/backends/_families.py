@@ -82,11 +82,27 @@ class VllmBackend(PrometheusBackend):
 
 
 _SGLANG_IDENTITY_KEYS = (
-    "version", "model_path", "tokenizer_path", "served_model_name", "tp_size", "dp_size",
-    "context_length", "page_size", "disable_radix_cache", "enable_hierarchical_cache",
-    "hicache_ratio", "hicache_size", "chunked_prefill_size", "max_running_requests",
-    "max_total_tokens", "mem_fraction_static", "kv_cache_dtype", "schedule_policy",
-    "enable_cache_report", "enable_metrics", "speculative_algorithm",
+    "version",
+    "model_path",
+    "tokenizer_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    "context_length",
+    "page_size",
+    "disable_radix_cache",
+    "enable_hierarchical_cache",
+    "hicache_ratio",
+    "hicache_size",
+    "chunked_prefill_size",
+    "max_running_requests",
+    "max_total_tokens",
+    "mem_fraction_static",
+    "kv_cache_dtype",
+    "schedule_policy",
+    "enable_cache_report",
+    "enable_metrics",
+    "speculative_algorithm",
 )
 """Stable fields of ``/get_server_info`` (server_args and version). The rest of that
 document (``internal_states``, throughput) changes while serving and would read as

@@ -16,7 +16,8 @@ otherwise a restart shows as a counter going down.
 ``/cache`` has no load gauge. When the same server also serves a Prometheus
 ``/metrics`` of a known family (kvreplay's simulator serves vLLM-named series
 beside ``/cache``), live snapshots also read it and take from it, through that
-family's built-in profile (``sim`` for the simulator), only the load gauges (``running``, ``waiting``, ...)
+family's built-in profile (``sim`` for the simulator), only the load gauges
+(``running``, ``waiting``, ...)
 and the start marker; its series are kept verbatim under ``raw["/metrics"]``.
 The counters stay those of ``/cache``. A server without ``/metrics`` (404/501)
 is asked once and then never again.
@@ -33,9 +34,7 @@ import aiohttp
 
 from kvreplay import clock
 from kvreplay.errors import BackendError
-from kvreplay.runner.backend import Snapshot
-
-from kvreplay.runner.backend import LOAD_GAUGES
+from kvreplay.runner.backend import LOAD_GAUGES, Snapshot
 
 from ._common import drain_blockers, model_cards, version_of
 from ._http import fetch
@@ -45,8 +44,20 @@ from ._prom import declared_names, family_of, parse_exposition, raw_from_samples
 __all__ = ["HALOGEN_KEYS", "HalogenBackend"]
 
 HALOGEN_KEYS = (
-    "entries", "bytes", "last_entry_bytes", "max_entries", "hits", "misses", "stores", "evicted",
-    "prompt_tokens_saved", "store_ms_total", "restore_ms_total", "refused", "rows_copied", "hit_rate",
+    "entries",
+    "bytes",
+    "last_entry_bytes",
+    "max_entries",
+    "hits",
+    "misses",
+    "stores",
+    "evicted",
+    "prompt_tokens_saved",
+    "store_ms_total",
+    "restore_ms_total",
+    "refused",
+    "rows_copied",
+    "hit_rate",
 )
 
 _COMMON_OF = {
@@ -59,9 +70,17 @@ _COMMON_OF = {
     "entries": "entries",
     "bytes": "bytes",
 }
-_UNITS = {"hits": "lookups", "misses": "lookups", "lookups": "lookups", "stores": "entries",
-          "evictions": "entries", "refused": "entries", "hit_tokens": "tokens",
-          "entries": "entries", "bytes": "bytes"}
+_UNITS = {
+    "hits": "lookups",
+    "misses": "lookups",
+    "lookups": "lookups",
+    "stores": "entries",
+    "evictions": "entries",
+    "refused": "entries",
+    "hit_tokens": "tokens",
+    "entries": "entries",
+    "bytes": "bytes",
+}
 
 
 def _number(v: Any) -> float | None:
@@ -84,7 +103,9 @@ class HalogenBackend:
     name = "halogen"
     cache_path = "/cache"
 
-    def __init__(self, base_url: str, session: aiohttp.ClientSession | None, profile: object = None) -> None:
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession | None, profile: object = None
+    ) -> None:
         self.base_url = base_url
         self.session = session
         self.units = dict(_UNITS)
@@ -133,7 +154,9 @@ class HalogenBackend:
             return None
         from ._prometheus import PROMETHEUS_ACCEPT
 
-        reply = await fetch(self._session(), "GET", self.base_url, "/metrics", accept=PROMETHEUS_ACCEPT)
+        reply = await fetch(
+            self._session(), "GET", self.base_url, "/metrics", accept=PROMETHEUS_ACCEPT
+        )
         family = family_of(reply.text) if reply.ok else None
         if family is not None and re.search(r"^kvreplay_sim:", reply.text, re.MULTILINE):
             family = "sim"  # the simulator: its own profile also maps retiring/transfer gauges
@@ -141,8 +164,10 @@ class HalogenBackend:
             if self._metrics is None:
                 self._metrics = False
                 return None
-            raise BackendError(f"GET /metrics: HTTP {reply.status}, no known series",
-                               url=self.base_url + "/metrics")
+            raise BackendError(
+                f"GET /metrics: HTTP {reply.status}, no known series",
+                url=self.base_url + "/metrics",
+            )
         self._metrics = True
         samples = parse_exposition(reply.text)
         common, started = load_profile(family).apply(samples, declared_names(reply.text))
@@ -160,7 +185,9 @@ class HalogenBackend:
         reply = await fetch(self._session(), "GET", self.base_url, self.cache_path)
         taken_ns = clock.now_ns()
         if not reply.ok:
-            raise BackendError(f"GET {self.cache_path}: HTTP {reply.status}", url=self.base_url + self.cache_path)
+            raise BackendError(
+                f"GET {self.cache_path}: HTTP {reply.status}", url=self.base_url + self.cache_path
+            )
         raw, common, started = self.parse(reply.text)
         extra = await self._companion()
         if extra is not None:

@@ -10,7 +10,6 @@ named in SERVERS.md (``/metrics``, ``/cache``, ``/v1/models``, ``/version``,
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -98,14 +97,18 @@ async def fetch(
                 raise BackendError(f"{method} {url}: body over {MAX_BODY_BYTES} bytes", url=url)
             ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             return Reply(resp.status, body.decode("utf-8", errors="replace"), ctype)
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise BackendError(f"{method} {url}: no response within {timeout_s} s", url=url) from exc
     except aiohttp.ClientError as exc:
         raise BackendError(f"{method} {url}: {type(exc).__name__}: {exc}", url=url) from exc
 
 
 async def fetch_json(
-    session: aiohttp.ClientSession, base_url: str, path: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    session: aiohttp.ClientSession,
+    base_url: str,
+    path: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Any | None:
     """GET ``path`` and decode its JSON body.
 

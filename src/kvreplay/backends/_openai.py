@@ -25,7 +25,9 @@ class OpenAIBackend:
 
     name = "openai"
 
-    def __init__(self, base_url: str, session: aiohttp.ClientSession | None, profile: object = None) -> None:
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession | None, profile: object = None
+    ) -> None:
         self.base_url = base_url
         self.session = session
         self.units: dict[str, str] = {}

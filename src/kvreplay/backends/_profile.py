@@ -43,14 +43,24 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES
+from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES
 
 from ._prom import Sample
 
 __all__ = ["Profile", "SeriesMap", "builtin_profile_names", "load_profile"]
 
 _AGGREGATES = {"sum": math.fsum, "max": max, "min": min}
-_UNITS = ("tokens", "requests", "lookups", "entries", "bytes", "rows", "pages", "transfers", "ratio")
+_UNITS = (
+    "tokens",
+    "requests",
+    "lookups",
+    "entries",
+    "bytes",
+    "rows",
+    "pages",
+    "transfers",
+    "ratio",
+)
 
 
 def _strs(value: Any, *, where: object, field_name: str) -> tuple[str, ...]:
@@ -102,10 +112,14 @@ class SeriesMap:
         """
         prefix = f"common.{common}."
         if common not in COUNTER_NAMES and common not in GAUGE_NAMES:
-            raise ConfigError("not a common counter or gauge name", path=where, field=f"common.{common}")
+            raise ConfigError(
+                "not a common counter or gauge name", path=where, field=f"common.{common}"
+            )
         if not isinstance(data, Mapping):
             raise ConfigError("must be a table", path=where, field=f"common.{common}")
-        _unknown(data, ("series", "labels", "aggregate", "unit", "scale"), where=where, prefix=prefix)
+        _unknown(
+            data, ("series", "labels", "aggregate", "unit", "scale"), where=where, prefix=prefix
+        )
         base = _labels(data.get("labels", {}), where=where, field_name=prefix + "labels")
         series = data.get("series")
         if not isinstance(series, list) or not series:
@@ -119,22 +133,40 @@ class SeriesMap:
                 name = entry.get("name")
                 if not isinstance(name, str) or not name:
                     raise ConfigError("needs a name", path=where, field=f"{prefix}series[{i}]")
-                lab = _labels(entry.get("labels", {}), where=where, field_name=f"{prefix}series[{i}].labels")
+                lab = _labels(
+                    entry.get("labels", {}), where=where, field_name=f"{prefix}series[{i}].labels"
+                )
                 alts.append((name, lab))
             else:
-                raise ConfigError("must be a string or a table", path=where, field=f"{prefix}series[{i}]")
+                raise ConfigError(
+                    "must be a string or a table", path=where, field=f"{prefix}series[{i}]"
+                )
         aggregate = data.get("aggregate", "sum")
         if aggregate not in _AGGREGATES:
-            raise ConfigError(f"must be one of {sorted(_AGGREGATES)}", path=where, field=prefix + "aggregate")
+            raise ConfigError(
+                f"must be one of {sorted(_AGGREGATES)}", path=where, field=prefix + "aggregate"
+            )
         unit = data.get("unit")
         if unit is not None and unit not in _UNITS:
             raise ConfigError(f"must be one of {list(_UNITS)}", path=where, field=prefix + "unit")
         scale = data.get("scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not math.isfinite(scale)
+        ):
             raise ConfigError("must be a finite number", path=where, field=prefix + "scale")
-        return cls(common=common, alternatives=tuple(alts), aggregate=aggregate, unit=unit, scale=float(scale))
+        return cls(
+            common=common,
+            alternatives=tuple(alts),
+            aggregate=aggregate,
+            unit=unit,
+            scale=float(scale),
+        )
 
-    def read(self, by_name: Mapping[str, list[Sample]], declared: frozenset[str] = frozenset()) -> float | None:
+    def read(
+        self, by_name: Mapping[str, list[Sample]], declared: frozenset[str] = frozenset()
+    ) -> float | None:
         """The mapped value; None when the server does not report it.
 
         The first alternative that matches wins. An alternative counts as
@@ -202,8 +234,17 @@ class Profile:
         """
         if not isinstance(data, Mapping):
             raise ConfigError("profile must be a table", path=where)
-        allowed = ("name", "description", "sources", "metrics_path", "load_gauges", "started",
-                   "info_series", "reset", "common")
+        allowed = (
+            "name",
+            "description",
+            "sources",
+            "metrics_path",
+            "load_gauges",
+            "started",
+            "info_series",
+            "reset",
+            "common",
+        )
         _unknown(data, allowed, where=where, prefix="")
         name = data.get("name")
         if not isinstance(name, str) or not name:
@@ -326,7 +367,8 @@ def load_profile(name_or_path: str | Path) -> Profile:
         res = resources.files("kvreplay") / "profiles" / f"{name_or_path}.toml"
         if not res.is_file():
             raise ConfigError(
-                f"no built-in profile {str(name_or_path)!r} (have: {', '.join(builtin_profile_names())})"
+                f"no built-in profile {str(name_or_path)!r} "
+                f"(have: {', '.join(builtin_profile_names())})"
             )
         text = res.read_text(encoding="utf-8")
         where = f"kvreplay/profiles/{name_or_path}.toml"

@@ -24,7 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvreplay.errors import BackendError
 
-__all__ = ["Sample", "declared_names", "family_of", "parse_exposition", "raw_from_samples", "series_key"]
+__all__ = [
+    "Sample",
+    "declared_names",
+    "family_of",
+    "parse_exposition",
+    "raw_from_samples",
+    "series_key",
+]
 
 FAMILY_PREFIXES = (("vllm", "vllm:"), ("sglang", "sglang:"), ("llamacpp", "llamacpp:"))
 """Server family -> the prefix of its series names (SERVERS.md sections 1-3)."""

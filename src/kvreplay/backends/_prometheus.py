@@ -44,7 +44,9 @@ class PrometheusBackend:
     """True when the family serves /metrics only behind a flag (404/501 then means
     "off", and snapshots come back empty instead of failing)."""
 
-    def __init__(self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile) -> None:
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile
+    ) -> None:
         self.base_url = base_url
         self.session = session
         self.profile = profile

@@ -31,7 +31,6 @@ BACKEND_NAMES = tuple(sorted(_CLASSES))
 """Names accepted by ``make_backend`` (``--backend``; ``auto`` is resolved by ``detect``)."""
 
 
-
 def make_backend(
     name: str,
     base_url: str,
@@ -60,14 +59,16 @@ def make_backend(
     """
     cls = _CLASSES.get(name)
     if cls is None:
-        raise ConfigError(f"unknown backend {name!r}; one of: auto, {', '.join(BACKEND_NAMES)}",
-                          field="--backend")
+        raise ConfigError(
+            f"unknown backend {name!r}; one of: auto, {', '.join(BACKEND_NAMES)}", field="--backend"
+        )
     if profile is not None and not isinstance(profile, Profile):
         profile = load_profile(profile)
     if cls is PrometheusBackend:
         if profile is None:
-            raise ConfigError("the prometheus backend needs --profile (a name or a TOML file)",
-                              field="--profile")
+            raise ConfigError(
+                "the prometheus backend needs --profile (a name or a TOML file)", field="--profile"
+            )
         return PrometheusBackend(base_url, session, profile)
     return cls(base_url, session, profile)
 
@@ -104,7 +105,9 @@ async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
     if reply.ok and (family := family_of(reply.text)):
         return family
     props = await fetch_json(session, base_url, "/props")
-    if isinstance(props, dict) and ("build_info" in props or "default_generation_settings" in props):
+    if isinstance(props, dict) and (
+        "build_info" in props or "default_generation_settings" in props
+    ):
         return "llamacpp"
     info = await fetch_json(session, base_url, "/get_server_info")
     if isinstance(info, dict):

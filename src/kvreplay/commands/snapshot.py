@@ -34,11 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--target", metavar="URL", help="server root URL, e.g. http://127.0.0.1:8000")
     src.add_argument("--from-file", metavar="DUMP", help="a saved /metrics or /cache body")
     parser.add_argument(
-        "--backend", default="auto",
+        "--backend",
+        default="auto",
         help="auto (probe the server, or tell from the dump), halogen, vllm, sglang, llamacpp, "
-             "prometheus, openai",
+        "prometheus, openai",
     )
-    parser.add_argument("--profile", default=None, help="profile name or TOML file (prometheus backend)")
+    parser.add_argument(
+        "--profile", default=None, help="profile name or TOML file (prometheus backend)"
+    )
     parser.add_argument("--timeout", type=float, default=10.0, help="bound on the whole read (s)")
 
 
@@ -64,8 +67,14 @@ async def _live(args: argparse.Namespace) -> dict[str, Any]:
         backend = make_backend(name, args.target, session, profile=args.profile)
         identity = await backend.identity()
         snap = await backend.snapshot()
-    return {"backend": name, "identity": identity, "common": snap.common, "raw": snap.raw,
-            "started": snap.started, "units": getattr(backend, "units", {})}
+    return {
+        "backend": name,
+        "identity": identity,
+        "common": snap.common,
+        "raw": snap.raw,
+        "started": snap.started,
+        "units": getattr(backend, "units", {}),
+    }
 
 
 def _offline(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,8 +87,14 @@ def _offline(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"cannot read dump: {exc.strerror}", path=path) from exc
     name, identity, raw, common, started = parse_dump(text, args.backend, args.profile)
     units = getattr(make_backend(name, "", None, args.profile), "units", {})
-    return {"backend": name, "identity": identity, "common": common, "raw": raw,
-            "started": started, "units": units}
+    return {
+        "backend": name,
+        "identity": identity,
+        "common": common,
+        "raw": raw,
+        "started": started,
+        "units": units,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except BackendError as exc:
         print(f"kvreplay snapshot: {exc}", file=sys.stderr)
         return EXIT_BACKEND
-    except asyncio.TimeoutError:
+    except TimeoutError:
         print(f"kvreplay snapshot: no answer within {args.timeout} s", file=sys.stderr)
         return EXIT_BACKEND
     json.dump(_jsonable(out), sys.stdout, indent=2, allow_nan=False)

@@ -13,7 +13,10 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "metrics"
 
 @contextlib.asynccontextmanager
 async def _serve(routes):
-    """routes: {(METHOD, path): handler or (status, body[, content_type])}; yields (base_url, hits)."""
+    """Serve ``{(METHOD, path): handler | (status, body[, content_type])}``.
+
+    Yields ``(base_url, hits)``; hits lists every request as (method, path_qs, Accept).
+    """
     hits: list[tuple[str, str, str]] = []
 
     @web.middleware
@@ -27,7 +30,9 @@ async def _serve(routes):
         async def handler(request):
             s = spec(request) if callable(spec) else spec
             status, body, *ctype = s
-            return web.Response(status=status, text=body, content_type=ctype[0] if ctype else "text/plain")
+            return web.Response(
+                status=status, text=body, content_type=ctype[0] if ctype else "text/plain"
+            )
 
         return handler
 

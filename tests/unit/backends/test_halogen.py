@@ -32,12 +32,16 @@ def test_parse_maps_by_hand():
 
 
 def test_missing_keys_are_absent_and_lookups_needs_both():
-    _, common, _ = make_backend("halogen", "", None).parse('{"hits": 3, "entries": 0, "bytes": null}')
+    _, common, _ = make_backend("halogen", "", None).parse(
+        '{"hits": 3, "entries": 0, "bytes": null}'
+    )
     assert common == {"hits": 3, "entries": 0}
 
 
 def test_started_marker_when_present():
-    _, _, started = make_backend("halogen", "", None).parse('{"hits": 1, "misses": 0, "started": 17.5}')
+    _, _, started = make_backend("halogen", "", None).parse(
+        '{"hits": 1, "misses": 0, "started": 17.5}'
+    )
     assert started == 17.5
 
 

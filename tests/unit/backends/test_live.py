@@ -21,7 +21,13 @@ def run(coro):
 
 
 def models(*ids, owned_by="kvreplay-test", **extra):
-    return (200, json.dumps({"object": "list", "data": [{"id": i, "owned_by": owned_by, **extra} for i in ids]}), JSON)
+    return (
+        200,
+        json.dumps(
+            {"object": "list", "data": [{"id": i, "owned_by": owned_by, **extra} for i in ids]}
+        ),
+        JSON,
+    )
 
 
 async def with_backend(serve, routes, name, body):
@@ -33,6 +39,7 @@ async def with_backend(serve, routes, name, body):
 
 # ---- detect -----------------------------------------------------------------
 
+
 def test_detect_each_family(serve, dump):
     cases = {
         "halogen": {("GET", "/cache"): (200, '{"hits": 0, "misses": 0}', JSON)},
@@ -43,16 +50,20 @@ def test_detect_each_family(serve, dump):
     for expected, routes in cases.items():
         (name, hits) = run(with_backend(serve, routes, expected, lambda u, s: detect(u, s)))
         assert name == expected
-        for method, path, accept in hits:
+        for _method, path, accept in hits:
             if path == "/metrics":
                 assert accept.startswith("text/plain")
 
 
 def test_detect_servers_with_metrics_off(serve):
     cases = {
-        "llamacpp": {("GET", "/metrics"): (501, "This server does not support metrics endpoint."),
-                     ("GET", "/props"): (200, '{"build_info": "b6097-abc", "model_path": "/m.gguf"}', JSON)},
-        "sglang": {("GET", "/get_server_info"): (200, '{"version": "0.4.0", "model_path": "x"}', JSON)},
+        "llamacpp": {
+            ("GET", "/metrics"): (501, "This server does not support metrics endpoint."),
+            ("GET", "/props"): (200, '{"build_info": "b6097-abc", "model_path": "/m.gguf"}', JSON),
+        },
+        "sglang": {
+            ("GET", "/get_server_info"): (200, '{"version": "0.4.0", "model_path": "x"}', JSON)
+        },
         "vllm": {("GET", "/v1/models"): models("m", owned_by="vllm")},
         "openai": {("GET", "/v1/models"): models("gpt-x")},
     }
@@ -106,10 +117,13 @@ def test_timeout_raises_backend_error(serve):
 
 # ---- vLLM -------------------------------------------------------------------
 
+
 def vllm_routes(dump, more=None):
     routes = {
         ("GET", "/metrics"): (200, dump("vllm/nvcr-25.09.prom")),
-        ("GET", "/v1/models"): models("Qwen/Qwen3-4B-Instruct-2507-FP8", owned_by="vllm", max_model_len=32768),
+        ("GET", "/v1/models"): models(
+            "Qwen/Qwen3-4B-Instruct-2507-FP8", owned_by="vllm", max_model_len=32768
+        ),
         ("GET", "/version"): (200, '{"version": "0.10.1.1"}', JSON),
     }
     routes.update(more or {})
@@ -127,7 +141,12 @@ def test_vllm_identity_snapshot_and_reset_absent(serve, dump):
     assert ident["version"] == "0.10.1.1"
     assert ident["cache_config"]["num_gpu_blocks"] == "850"
     assert snap.common["hit_tokens"] == 80 and snap.common["query_tokens"] == 246
-    assert snap.raw['vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"}'] == 80
+    assert (
+        snap.raw[
+            'vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"}'
+        ]
+        == 80
+    )
     assert reset is False  # no dev-mode route: 404
     assert ("POST", "/reset_prefix_cache") in [(m, p) for m, p, _ in hits]
 
@@ -153,16 +172,23 @@ def test_vllm_bad_scrape_raises(serve, status, text):
 # ---- SGLang -----------------------------------------------------------------
 
 SERVER_INFO = {
-    "model_path": "google/gemma-2-9b-it", "tp_size": 1, "page_size": 1, "version": "0.4.0",
-    "disable_radix_cache": False, "internal_states": [{"last_gen_throughput": 12.5}], "port": 30000,
+    "model_path": "google/gemma-2-9b-it",
+    "tp_size": 1,
+    "page_size": 1,
+    "version": "0.4.0",
+    "disable_radix_cache": False,
+    "internal_states": [{"last_gen_throughput": 12.5}],
+    "port": 30000,
 }
 
 
 @pytest.mark.parametrize(
     ("flush", "expected"),
-    [((200, "Cache flushed.\nPlease check backend logs for more details."), True),
-     ((400, "Cache not flushed. Please check backend logs for more details. "), False),
-     ((200, "something else"), False)],
+    [
+        ((200, "Cache flushed.\nPlease check backend logs for more details."), True),
+        ((400, "Cache not flushed. Please check backend logs for more details. "), False),
+        ((200, "something else"), False),
+    ],
 )
 def test_sglang_identity_and_flush_checks_the_body(serve, dump, flush, expected):
     routes = {
@@ -176,21 +202,42 @@ def test_sglang_identity_and_flush_checks_the_body(serve, dump, flush, expected)
         return await b.identity(), await b.snapshot(), await b.reset_cache()
 
     (ident, snap, reset), _ = run(with_backend(serve, routes, "sglang", body))
-    assert ident == {"backend": "sglang", "model_path": "google/gemma-2-9b-it", "tp_size": 1,
-                     "page_size": 1, "version": "0.4.0", "disable_radix_cache": False}
+    assert ident == {
+        "backend": "sglang",
+        "model_path": "google/gemma-2-9b-it",
+        "tp_size": 1,
+        "page_size": 1,
+        "version": "0.4.0",
+        "disable_radix_cache": False,
+    }
     assert snap.common["prompt_tokens"] == 506780
     assert reset is expected
 
 
 # ---- llama.cpp --------------------------------------------------------------
 
+
 def test_llamacpp_metrics_off_falls_back_to_slots(serve):
     routes = {
         ("GET", "/metrics"): (501, "This server does not support metrics endpoint."),
-        ("GET", "/slots"): (200, '[{"id": 0, "is_processing": true}, {"id": 1, "is_processing": false}]', JSON),
-        ("GET", "/props"): (200, json.dumps({"build_info": "b6097-5c0eb5ef", "model_path": "/m/phi-4.gguf",
-                                             "total_slots": 2, "default_generation_settings": {"n_ctx": 4096},
-                                             "chat_template": "..."}), JSON),
+        ("GET", "/slots"): (
+            200,
+            '[{"id": 0, "is_processing": true}, {"id": 1, "is_processing": false}]',
+            JSON,
+        ),
+        ("GET", "/props"): (
+            200,
+            json.dumps(
+                {
+                    "build_info": "b6097-5c0eb5ef",
+                    "model_path": "/m/phi-4.gguf",
+                    "total_slots": 2,
+                    "default_generation_settings": {"n_ctx": 4096},
+                    "chat_template": "...",
+                }
+            ),
+            JSON,
+        ),
     }
 
     async def body(url, session):
@@ -198,8 +245,13 @@ def test_llamacpp_metrics_off_falls_back_to_slots(serve):
         return await b.identity(), await b.snapshot(), await b.reset_cache()
 
     (ident, snap, reset), hits = run(with_backend(serve, routes, "llamacpp", body))
-    assert ident == {"backend": "llamacpp", "build_info": "b6097-5c0eb5ef", "model_path": "/m/phi-4.gguf",
-                     "total_slots": 2, "n_ctx": 4096}
+    assert ident == {
+        "backend": "llamacpp",
+        "build_info": "b6097-5c0eb5ef",
+        "model_path": "/m/phi-4.gguf",
+        "total_slots": 2,
+        "n_ctx": 4096,
+    }
     assert snap.common == {"running": 1.0}
     assert snap.raw == {"slots.is_processing": [True, False]}
     assert reset is False
@@ -208,10 +260,15 @@ def test_llamacpp_metrics_off_falls_back_to_slots(serve):
 
 # ---- halogen ----------------------------------------------------------------
 
+
 def test_halogen_snapshot_identity_reset(serve):
     routes = {
-        ("GET", "/cache"): (200, '{"entries": 2, "bytes": 10, "max_entries": 8, "hits": 1, "misses": 2, '
-                                 '"stores": 4, "evicted": 0, "prompt_tokens_saved": 30, "refused": 0}', JSON),
+        ("GET", "/cache"): (
+            200,
+            '{"entries": 2, "bytes": 10, "max_entries": 8, "hits": 1, "misses": 2, '
+            '"stores": 4, "evicted": 0, "prompt_tokens_saved": 30, "refused": 0}',
+            JSON,
+        ),
         ("GET", "/v1/models"): models("sim-model"),
         ("GET", "/version"): (200, '{"version": "halogen 1.2"}', JSON),
         ("POST", "/reset_prefix_cache"): (200, "{}", JSON),
@@ -222,12 +279,18 @@ def test_halogen_snapshot_identity_reset(serve):
         return await b.identity(), await b.snapshot(), await b.reset_cache()
 
     (ident, snap, reset), _ = run(with_backend(serve, routes, "halogen", body))
-    assert ident == {"backend": "halogen", "models": ["sim-model"], "version": "halogen 1.2", "max_entries": 8}
+    assert ident == {
+        "backend": "halogen",
+        "models": ["sim-model"],
+        "version": "halogen 1.2",
+        "max_entries": 8,
+    }
     assert snap.common["lookups"] == 3 and snap.common["hit_tokens"] == 30
     assert reset is True
 
 
 # ---- settle, drain, fresh -----------------------------------------------------
+
 
 def moving_metrics(moves: int, running: int = 0):
     """/metrics whose hit counter grows on each of the first `moves` scrapes, then stays."""
@@ -245,7 +308,9 @@ def test_settled_snapshot_waits_until_two_reads_agree(serve):
     handler, state = moving_metrics(moves=3)
 
     async def body(url, session):
-        return await settled_snapshot(make_backend("vllm", url, session), interval_s=0.001, timeout_s=5.0)
+        return await settled_snapshot(
+            make_backend("vllm", url, session), interval_s=0.001, timeout_s=5.0
+        )
 
     snap, _ = run(with_backend(serve, {("GET", "/metrics"): handler}, "vllm", body))
     assert snap.common["hit_tokens"] == 4  # counts 1,2,3,4,4: settles at the 5th read
@@ -256,7 +321,9 @@ def test_drain_passes_once_counters_stop(serve):
     handler, _ = moving_metrics(moves=2)
 
     async def body(url, session):
-        return await wait_drained(make_backend("vllm", url, session), interval_s=0.001, timeout_s=5.0)
+        return await wait_drained(
+            make_backend("vllm", url, session), interval_s=0.001, timeout_s=5.0
+        )
 
     res, _ = run(with_backend(serve, {("GET", "/metrics"): handler}, "vllm", body))
     assert res.passed is True and res.reason is None
@@ -267,7 +334,9 @@ def test_drain_times_out_on_a_busy_gauge(serve):
     handler, _ = moving_metrics(moves=0, running=1)
 
     async def body(url, session):
-        return await wait_drained(make_backend("vllm", url, session), interval_s=0.01, timeout_s=0.1)
+        return await wait_drained(
+            make_backend("vllm", url, session), interval_s=0.01, timeout_s=0.1
+        )
 
     res, _ = run(with_backend(serve, {("GET", "/metrics"): handler}, "vllm", body))
     assert res.passed is False
@@ -276,19 +345,28 @@ def test_drain_times_out_on_a_busy_gauge(serve):
 
 
 def test_fresh_check(serve, dump):
-    fresh = "vllm:prefix_cache_queries_total 0\nvllm:prefix_cache_hits_total 0\nvllm:num_requests_running 0\n"
+    fresh = (
+        "vllm:prefix_cache_queries_total 0\n"
+        "vllm:prefix_cache_hits_total 0\n"
+        "vllm:num_requests_running 0\n"
+    )
 
     async def body(url, session):
         return await make_backend("vllm", url, session).snapshot()
 
     snap, _ = run(with_backend(serve, {("GET", "/metrics"): (200, fresh)}, "vllm", body))
     assert check_fresh(snap) == (True, None)
-    used, _ = run(with_backend(serve, {("GET", "/metrics"): (200, dump("vllm/nvcr-25.09.prom"))}, "vllm", body))
+    used, _ = run(
+        with_backend(
+            serve, {("GET", "/metrics"): (200, dump("vllm/nvcr-25.09.prom"))}, "vllm", body
+        )
+    )
     ok, reason = check_fresh(used)
     assert ok is False and "hit_tokens" in reason
 
 
 # ---- kvreplay snapshot --------------------------------------------------------
+
 
 def test_snapshot_command_live(serve, dump, capsys):
     async def body(url, session):
@@ -315,7 +393,9 @@ def test_snapshot_command_from_file(capsys):
 
 
 def test_snapshot_command_unreachable(capsys):
-    assert main(["snapshot", "--target", f"http://127.0.0.1:{_free_port()}", "--backend", "vllm"]) == 1
+    assert (
+        main(["snapshot", "--target", f"http://127.0.0.1:{_free_port()}", "--backend", "vllm"]) == 1
+    )
     assert "kvreplay snapshot:" in capsys.readouterr().err
 
 
@@ -323,12 +403,18 @@ def test_halogen_takes_load_gauges_and_start_marker_from_a_companion_metrics(ser
     state = {"running": 1}
 
     def metrics(request):
-        return (200, "process_start_time_seconds 1.5e9\n"
-                     f"vllm:num_requests_running{{engine=\"0\"}} {state['running']}\n"
-                     "vllm:num_requests_waiting{engine=\"0\"} 0\n"
-                     "vllm:prefix_cache_hits_total{engine=\"0\"} 999\n")
+        return (
+            200,
+            "process_start_time_seconds 1.5e9\n"
+            f'vllm:num_requests_running{{engine="0"}} {state["running"]}\n'
+            'vllm:num_requests_waiting{engine="0"} 0\n'
+            'vllm:prefix_cache_hits_total{engine="0"} 999\n',
+        )
 
-    routes = {("GET", "/cache"): (200, '{"hits": 1, "misses": 2}', JSON), ("GET", "/metrics"): metrics}
+    routes = {
+        ("GET", "/cache"): (200, '{"hits": 1, "misses": 2}', JSON),
+        ("GET", "/metrics"): metrics,
+    }
 
     async def body(url, session):
         b = make_backend("halogen", url, session)
@@ -361,12 +447,16 @@ def test_halogen_without_metrics_asks_once(serve):
 
 def test_profile_driven_backend_live_with_reset(serve, tmp_path):
     prof = tmp_path / "p.toml"
-    prof.write_text('name = "mine"\nload_gauges = ["running"]\n'
-                    '[reset]\nmethod = "POST"\npath = "/admin/flush"\nexpect_body = "ok"\n'
-                    '[common.running]\nseries = ["my_busy"]\n'
-                    '[common.host_hits]\nseries = ["my_host_hits_total"]\n')
-    routes = {("GET", "/metrics"): (200, "my_busy 0\nmy_host_hits_total 7\nother 1\n"),
-              ("POST", "/admin/flush"): (200, "ok, flushed")}
+    prof.write_text(
+        'name = "mine"\nload_gauges = ["running"]\n'
+        '[reset]\nmethod = "POST"\npath = "/admin/flush"\nexpect_body = "ok"\n'
+        '[common.running]\nseries = ["my_busy"]\n'
+        '[common.host_hits]\nseries = ["my_host_hits_total"]\n'
+    )
+    routes = {
+        ("GET", "/metrics"): (200, "my_busy 0\nmy_host_hits_total 7\nother 1\n"),
+        ("POST", "/admin/flush"): (200, "ok, flushed"),
+    }
 
     async def body(url, session):
         b = make_backend("prometheus", url, session, profile=str(prof))

@@ -72,7 +72,7 @@ def test_label_filter_selects_the_source():
 
 
 def test_started_is_the_largest_marker_present():
-    text = "process_start_time_seconds 100\nvllm:prefix_cache_queries_created{engine=\"0\"} 160\n"
+    text = 'process_start_time_seconds 100\nvllm:prefix_cache_queries_created{engine="0"} 160\n'
     _, started = apply(load_profile("vllm"), text)
     assert started == 160
 
@@ -94,11 +94,15 @@ def test_vllm_profile_says_hits_are_tokens():
 
 def test_profile_file_by_path(tmp_path):
     f = tmp_path / "mine.toml"
-    f.write_text('name = "mine"\nload_gauges = ["running"]\n'
-                 '[common.running]\nseries = ["my_busy"]\n'
-                 '[common.hits]\nseries = [{ name = "my_hits_total", labels = { tier = "gpu" } }]\n')
+    f.write_text(
+        'name = "mine"\nload_gauges = ["running"]\n'
+        '[common.running]\nseries = ["my_busy"]\n'
+        '[common.hits]\nseries = [{ name = "my_hits_total", labels = { tier = "gpu" } }]\n'
+    )
     p = load_profile(f)
-    common, _ = p.apply(parse_exposition('my_busy 2\nmy_hits_total{tier="gpu"} 5\nmy_hits_total{tier="cpu"} 7\n'))
+    common, _ = p.apply(
+        parse_exposition('my_busy 2\nmy_hits_total{tier="gpu"} 5\nmy_hits_total{tier="cpu"} 7\n')
+    )
     assert common == {"running": 2, "hits": 5}
 
 
@@ -108,9 +112,18 @@ def test_profile_file_by_path(tmp_path):
         ({"name": "x", "common": {"hits": {"series": ["a"]}}, "colour": 1}, "colour"),
         ({"name": "x", "common": {"hitz": {"series": ["a"]}}}, "common.hitz"),
         ({"name": "x", "common": {"hits": {"series": []}}}, "common.hits.series"),
-        ({"name": "x", "common": {"hits": {"series": ["a"], "aggregate": "avg"}}}, "common.hits.aggregate"),
-        ({"name": "x", "common": {"hits": {"series": ["a"]}}, "load_gauges": ["running"]}, "load_gauges"),
-        ({"name": "x", "common": {"hits": {"series": ["a"]}}, "reset": {"path": "x"}}, "reset.path"),
+        (
+            {"name": "x", "common": {"hits": {"series": ["a"], "aggregate": "avg"}}},
+            "common.hits.aggregate",
+        ),
+        (
+            {"name": "x", "common": {"hits": {"series": ["a"]}}, "load_gauges": ["running"]},
+            "load_gauges",
+        ),
+        (
+            {"name": "x", "common": {"hits": {"series": ["a"]}}, "reset": {"path": "x"}},
+            "reset.path",
+        ),
         ({"common": {"hits": {"series": ["a"]}}}, "name"),
     ],
 )
@@ -156,14 +169,28 @@ def test_example_host_tier_profile_maps_every_host_series():
     p = load_profile("example-host-tier")
     common, started = p.apply(parse_exposition(HOST_TIER))
     assert common == {
-        "query_tokens": 9000, "hit_tokens": 3000, "prompt_tokens": 9000,
-        "host_lookups": 52, "host_hits": 12, "host_fetched_tokens": 30000, "host_reused_tokens": 28000,
-        "host_stores": 156, "host_evictions": 116, "host_bytes": 1.5e9, "host_rows_used": 40,
-        "host_pages_used": 310, "running": 0, "waiting": 0, "retiring": 1,
-        "transfers_in_flight": 0, "transfers_waiting": 2,
+        "query_tokens": 9000,
+        "hit_tokens": 3000,
+        "prompt_tokens": 9000,
+        "host_lookups": 52,
+        "host_hits": 12,
+        "host_fetched_tokens": 30000,
+        "host_reused_tokens": 28000,
+        "host_stores": 156,
+        "host_evictions": 116,
+        "host_bytes": 1.5e9,
+        "host_rows_used": 40,
+        "host_pages_used": 310,
+        "running": 0,
+        "waiting": 0,
+        "retiring": 1,
+        "transfers_in_flight": 0,
+        "transfers_waiting": 2,
     }
     assert started == 1.7e9
-    assert p.info(parse_exposition(HOST_TIER)) == {"hostcache_config_info": {"rows": "40", "pages": "512"}}
+    assert p.info(parse_exposition(HOST_TIER)) == {
+        "hostcache_config_info": {"rows": "40", "pages": "512"}
+    }
 
 
 def test_example_host_tier_drain_is_blocked_by_retiring_and_transfers():
@@ -200,11 +227,15 @@ def test_declared_counter_without_samples_reads_zero_not_absent():
 def test_filtered_label_missing_from_an_older_build_stays_absent():
     from kvreplay.backends import make_backend
 
-    older = "# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{model_name=\"m\"} 40\n"
+    older = (
+        '# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{model_name="m"} 40\n'
+    )
     _, common, _ = make_backend("sglang", "", None).parse(older)
     assert common["hit_tokens"] == 40
     assert "host_reused_tokens" not in common  # no cache_source label at all: not reported
-    newer = ("# TYPE sglang:cached_tokens_total counter\n"
-             'sglang:cached_tokens_total{model_name="m",cache_source="device"} 40\n')
+    newer = (
+        "# TYPE sglang:cached_tokens_total counter\n"
+        'sglang:cached_tokens_total{model_name="m",cache_source="device"} 40\n'
+    )
     _, common, _ = make_backend("sglang", "", None).parse(newer)
     assert common["host_reused_tokens"] == 0  # labelled by source, host never incremented

@@ -47,7 +47,7 @@ def test_series_key_bare_and_escaped():
     assert series_key("x", {"a": 'b"\\\n'}) == 'x{a="b\\"\\\\\\n"}'
 
 
-@pytest.mark.parametrize("bad", ['vllm:x{a=1} 3\n', 'x{a="b" 1\n', 'x{a="b"} notanumber\n'])
+@pytest.mark.parametrize("bad", ["vllm:x{a=1} 3\n", 'x{a="b" 1\n', 'x{a="b"} notanumber\n'])
 def test_malformed_exposition_raises_backend_error(bad):
     with pytest.raises(BackendError, match="malformed"):
         parse_exposition(bad)

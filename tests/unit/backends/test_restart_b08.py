@@ -30,8 +30,8 @@ def snap(text, taken_ns):
 def test_b08_reset_detected_and_window_uses_post_reset_values(with_start_time):
     a_text, b_text = A, B
     if not with_start_time:
-        a_text = "\n".join(l for l in A.splitlines() if not l.startswith("process_start")) + "\n"
-        b_text = "\n".join(l for l in B.splitlines() if not l.startswith("process_start")) + "\n"
+        a_text = "\n".join(x for x in A.splitlines() if not x.startswith("process_start")) + "\n"
+        b_text = "\n".join(x for x in B.splitlines() if not x.startswith("process_start")) + "\n"
     a, b = snap(a_text, 0), snap(b_text, 60_000_000_000)
     assert (a.started is not None) == with_start_time
     d = counter_delta(a, b)
