@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo: ``prime:forward:c1`` then ``replay:reverse:c1`` on mtbench-52 at sim time scale 0.01."""
+    """Run the demo: ``prime:forward:c1`` then ``replay:reverse:c1`` on mtbench-52 at sim time scale 0.02."""
     if not args.workload:
         args.workload = DEFAULT_WORKLOAD
         if not Path(args.workload).exists():
@@ -29,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.phase:
         args.phase = ["prime:forward:c1", "replay:reverse:c1"]
     if getattr(args, "sim_time_scale", None) is None and hasattr(args, "sim_time_scale"):
-        args.sim_time_scale = 0.01
+        args.sim_time_scale = 0.02
     return run_cmd.run(args)
