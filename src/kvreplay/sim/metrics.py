@@ -23,7 +23,8 @@ gauge family beside it, as prometheus_client prints them (SERVERS.md section 6).
 =================================================  =========================================
 
 Simulator series (``kvreplay_sim:`` prefix; host-tier ones only when a host tier
-is configured, absent otherwise — absent means "not reported", never 0):
+is configured, absent otherwise — absent means "not reported", never 0). Only
+counters end in ``_total``; pool sizes are gauges named ``_capacity``:
 
 =================================================  =========================================
 ``kvreplay_sim:host_lookups_total``                host lookups (one per request)
@@ -34,10 +35,10 @@ is configured, absent otherwise — absent means "not reported", never 0):
 ``kvreplay_sim:host_evictions_total``              rows evicted
 ``kvreplay_sim:host_refused_total``                checkpoints that found no room
 ``kvreplay_sim:host_compactions_total``            rows folded into a terminal
-``kvreplay_sim:host_rows_used`` / ``_total``       row pool
-``kvreplay_sim:host_pages_used`` / ``_total``      page pool
-``kvreplay_sim:host_bytes`` / ``_bytes_total``     pages x page_tokens x bytes_per_token
-``kvreplay_sim:device_blocks_used`` / ``_total``   radix device blocks held / capacity
+``kvreplay_sim:host_rows_used`` / ``_capacity``    row pool
+``kvreplay_sim:host_pages_used`` / ``_capacity``   page pool
+``kvreplay_sim:host_bytes`` / ``_bytes_capacity``  pages x page_tokens x bytes_per_token
+``kvreplay_sim:device_blocks_used`` / ``_capacity`` radix device blocks held / capacity
 ``kvreplay_sim:device_stored_blocks_total``        radix blocks inserted
 ``kvreplay_sim:device_evicted_blocks_total``       radix blocks evicted
 ``kvreplay_sim:cache_entries``                     entries model snapshots held
@@ -148,7 +149,7 @@ def render_metrics(eng: SimEngine) -> str:
     if eng.radix is not None:
         r = eng.radix
         o.gauge("kvreplay_sim:device_blocks_used", "Radix device blocks held.", r.blocks)
-        o.gauge("kvreplay_sim:device_blocks_total", "Radix device capacity in blocks.", r.capacity_blocks)
+        o.gauge("kvreplay_sim:device_blocks_capacity", "Radix device capacity in blocks.", r.capacity_blocks)
         o.counter("kvreplay_sim:device_stored_blocks", "Radix device blocks inserted.", r.stats.stored_blocks)
         o.counter("kvreplay_sim:device_evicted_blocks", "Radix device blocks evicted.", r.stats.evicted_blocks)
     else:
@@ -166,11 +167,11 @@ def render_metrics(eng: SimEngine) -> str:
         o.counter("kvreplay_sim:host_refused", "Host checkpoints refused for lack of room.", hs.refused)
         o.counter("kvreplay_sim:host_compactions", "Host rows folded into a terminal row.", hs.compactions)
         o.gauge("kvreplay_sim:host_rows_used", "Host rows held.", host.rows_used)
-        o.gauge("kvreplay_sim:host_rows_total", "Host row pool size.", host.rows_total)
+        o.gauge("kvreplay_sim:host_rows_capacity", "Host row pool size.", host.rows_total)
         o.gauge("kvreplay_sim:host_pages_used", "Host pages held.", host.pages_used)
-        o.gauge("kvreplay_sim:host_pages_total", "Host page pool size.", host.pages_total)
+        o.gauge("kvreplay_sim:host_pages_capacity", "Host page pool size.", host.pages_total)
         o.gauge("kvreplay_sim:host_bytes", "Host bytes held.", host.bytes)
-        o.gauge("kvreplay_sim:host_bytes_total", "Host capacity in bytes.", host.bytes_total)
+        o.gauge("kvreplay_sim:host_bytes_capacity", "Host capacity in bytes.", host.bytes_total)
     o.gauge("kvreplay_sim:requests_active", "Requests holding a slot.", eng.running)
     o.gauge("kvreplay_sim:requests_pending", "Requests waiting for a slot.", eng.waiting)
     o.gauge("kvreplay_sim:requests_retiring", "Finished requests whose stores are still running.", eng.retiring)
