@@ -91,6 +91,13 @@ cdef struct Scan:
     bint reasoning[MAX_CHOICES]
 
 
+# PLAIN[c] is 1 for bytes a JSON string can hold as they are, without a closer look.
+cdef unsigned char PLAIN[256]
+cdef int _i
+for _i in range(256):
+    PLAIN[_i] = 1 if (0x20 <= _i < 0x80 and _i != 34 and _i != 92) else 0
+
+
 cdef inline void skip_ws(Scan* s) noexcept nogil:
     cdef cptr p = s.p
     while p < s.end and (p[0] == 32 or p[0] == 10 or p[0] == 13 or p[0] == 9):
@@ -125,6 +132,9 @@ cdef int scan_string(Scan* s, cptr* start, Py_ssize_t* n, bint* esc) noexcept no
     start[0] = p
     while p < end:
         c = p[0]
+        if PLAIN[c]:  # most bytes: printable ASCII other than '"' and backslash
+            p += 1
+            continue
         if c == 34:  # '"'
             n[0] = p - start[0]
             esc[0] = e
@@ -532,11 +542,14 @@ cdef class SSEAccountant:
         result: The ``StreamResult`` being filled in (same object throughout;
             reading it brings the natively kept counters up to date).
         events: Dispatched events when ``keep_events`` is set, else empty.
+        fallbacks: Events handed to orjson (``account_payload``) instead of
+            being accounted by the native scanner (native twin only).
     """
 
     cdef object _r
     cdef list _token_ns
     cdef readonly list events
+    cdef readonly long long fallbacks
     cdef bint _keep
     cdef Py_ssize_t _head_chars
     cdef Py_ssize_t _max_line
@@ -555,6 +568,7 @@ cdef class SSEAccountant:
     cdef object _first_token
     cdef object _first_content
     cdef object _last_token
+    cdef object _last_event
     cdef Py_ssize_t _head_len
 
     def __cinit__(self):
@@ -580,7 +594,7 @@ cdef class SSEAccountant:
         self._first_byte = False
         self._last_ns = 0
         self._events = self._chunks = self._content = self._reasoning = 0
-        self._first_token = self._first_content = self._last_token = None
+        self._first_token = self._first_content = self._last_token = self._last_event = None
         self._head_len = 0
 
     @property
@@ -598,6 +612,7 @@ cdef class SSEAccountant:
         r.first_token_ns = self._first_token
         r.first_content_ns = self._first_content
         r.last_token_ns = self._last_token
+        r.last_event_ns = self._last_event
         return 0
 
     cdef int _sync_in(self) except -1:
@@ -609,6 +624,7 @@ cdef class SSEAccountant:
         self._first_token = r.first_token_ns
         self._first_content = r.first_content_ns
         self._last_token = r.last_token_ns
+        self._last_event = r.last_event_ns
         self._head_len = len(r.text_head)
         return 0
 
@@ -656,10 +672,12 @@ cdef class SSEAccountant:
         if q == NULL:
             buf_append(&self._pend, p, end - p)
             if self._pend.n > self._max_line:
+                partial = PyBytes_FromStringAndSize(self._pend.p, self._pend.n)
+                self._pend.n = 0
                 raise StreamError(
                     f"SSE line longer than {self._max_line} bytes",
                     kind="line_too_long",
-                    partial=PyBytes_FromStringAndSize(self._pend.p, self._pend.n),
+                    partial=partial,
                 )
             return 0
         while q != NULL:
@@ -739,6 +757,7 @@ cdef class SSEAccountant:
         cdef bint content_seen, reasoning_seen
         cdef int i
         self._events += 1
+        self._last_event = recv_ns
         if self._keep:
             self.events.append(
                 Event(self._name.decode("utf-8", "replace"), PyBytes_FromStringAndSize(payload, n), recv_ns)
@@ -788,6 +807,7 @@ cdef class SSEAccountant:
         return 0
 
     cdef int _fallback(self, bytes payload, object recv_ns) except -1:
+        self.fallbacks += 1
         self._sync_out()
         try:
             account_payload(self._r, payload, self._name, recv_ns, self._head_chars)

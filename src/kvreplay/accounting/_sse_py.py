@@ -122,7 +122,8 @@ class SSEAccountant:
         if b"\n" not in data and b"\r" not in data:
             self._pend += data
             if len(self._pend) > self._max_line:
-                raise _line_too_long(bytes(self._pend), self._max_line)
+                line, self._pend = bytes(self._pend), bytearray()
+                raise _line_too_long(line, self._max_line)
             return 0
         if self._pend:
             buf = bytes(self._pend) + data
@@ -141,8 +142,8 @@ class SSEAccountant:
             if not line:
                 if self._data:
                     n += 1
-                    self._dispatch(b"\n".join(self._data), recv_ns)
-                    self._data = []
+                    payload, self._data = b"\n".join(self._data), []
+                    self._dispatch(payload, recv_ns)
                 self._name = b""
                 continue
             if check and len(line) > self._max_line:
@@ -195,6 +196,7 @@ class SSEAccountant:
     def _dispatch(self, payload: bytes, recv_ns: int) -> None:
         r = self.result
         r.events += 1
+        r.last_event_ns = recv_ns
         if self._keep:
             self.events.append(Event(self._name.decode("utf-8", "replace"), payload, recv_ns))
         if payload == _DONE:

@@ -57,6 +57,8 @@ class StreamResult:
         first_content_ns: Arrival of the first visible-content token event.
         last_token_ns: Arrival of the last token event.
         token_ns: Arrival of every token event, in order (ITL = successive gaps).
+        last_event_ns: Arrival of the last dispatched event of any kind,
+            ``[DONE]`` included (the end of the answer for E2E).
         finish_reason: Last non-null ``finish_reason`` seen.
         done_marker: ``data: [DONE]`` was seen.
         usage: The last ``usage`` object seen, verbatim (top level, else
@@ -79,6 +81,7 @@ class StreamResult:
     first_content_ns: int | None = None
     last_token_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)
+    last_event_ns: int | None = None
     finish_reason: str | None = None
     done_marker: bool = False
     usage: dict | None = None

@@ -1,0 +1,292 @@
+"""The native and pure SSE accountants give identical results (yarl/aiohttp-style parity).
+
+Every capture in fixtures/sse/ under several chunkings, then generated streams
+(valid chunks of many shapes, serialised in several styles) and byte soup
+(tokens of JSON and SSE glued at random) with random read boundaries. The
+comparison covers the whole ``StreamResult``, the kept events, the count each
+``feed`` returned and the first ``StreamError`` (type, kind, partial, message).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from parity.sse_captures import CHUNKINGS, SSE_CAPTURES, load_capture, run, split
+
+from kvreplay.accounting import _sse_py
+
+NO_EXT = os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1"
+pytestmark = pytest.mark.skipif(NO_EXT, reason="KVREPLAY_NO_EXTENSIONS=1: pure twin only")
+
+
+def _native():
+    return importlib.import_module("kvreplay.accounting._sse_c").SSEAccountant
+
+
+def test_extension_loaded():
+    """Fails when the native module silently did not build or import."""
+    from kvreplay.accounting import sse
+
+    assert sse.IMPLEMENTATION == "native"
+    assert sse.SSEAccountant is _native()
+    assert sse.SSEAccountant is not _sse_py.SSEAccountant
+
+
+def test_captures_found():
+    assert len(SSE_CAPTURES) >= 12
+
+
+def both(chunks, **kw):
+    a = run(_native(), chunks, **kw)
+    b = run(_sse_py.SSEAccountant, chunks, **kw)
+    assert a == b
+    return b
+
+
+@pytest.mark.parametrize("capture", SSE_CAPTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_c_equals_py(capture, chunking):
+    result, events, _, err = both(split(load_capture(capture), chunking))
+    assert err is None
+    assert result["events"] == len(events) > 0
+
+
+@pytest.mark.parametrize("capture", SSE_CAPTURES, ids=lambda p: p.name)
+def test_c_equals_py_small_head_and_line_limit(capture):
+    data = load_capture(capture)
+    both(split(data, "seed-3"), head_chars=3)
+    both(split(data, "seed-4"), max_line_bytes=200)  # most captures have longer lines: errors must match
+
+
+# ------------------------------------------------------------------ generated streams
+_text = st.text(max_size=12) | st.sampled_from(["", "a", '"', "\\", "é", "\U0001f600", "\x00", "\u2028", "\n"])
+_maybe_str = st.none() | _text | st.integers(-3, 3) | st.just([]) | st.just({})
+
+
+@st.composite
+def _delta(draw):
+    d = {}
+    for key in draw(st.lists(st.sampled_from(["role", "content", "reasoning_content", "reasoning", "tool_calls", "refusal"]), max_size=4, unique=True)):
+        if key == "content" and draw(st.integers(0, 5)) == 0:
+            d[key] = [draw(st.fixed_dictionaries({"type": st.sampled_from(["text", "thinking", "image_url"]), "text": _text}))]
+        elif key == "tool_calls":
+            d[key] = [{"index": 0, "function": {"arguments": draw(_text)}}]
+        else:
+            d[key] = draw(_maybe_str)
+    return d
+
+
+@st.composite
+def _choice(draw):
+    c = {"index": draw(st.integers(0, 2))}
+    kind = draw(st.integers(0, 9))
+    if kind < 7:
+        c["delta"] = draw(_delta())
+    elif kind == 7:
+        c["text"] = draw(_text)
+    elif kind == 8:
+        c["delta"] = None
+        c["text"] = draw(_maybe_str)
+    if draw(st.booleans()):
+        c["finish_reason"] = draw(st.none() | st.sampled_from(["stop", "length"]) | st.integers(0, 2))
+    if draw(st.integers(0, 4)) == 0:
+        c["logprobs"] = {"content": [{"token": "a", "logprob": -0.25, "bytes": [97]}]}
+    return c
+
+
+@st.composite
+def _payload(draw) -> dict | list | int:
+    shape = draw(st.integers(0, 19))
+    if shape == 0:
+        return draw(st.sampled_from([[1], 3, "x", None]))
+    obj = {"id": "chatcmpl-1", "object": draw(st.sampled_from(["chat.completion.chunk", "text_completion", "error"])),
+           "created": 1760031300}
+    cs = draw(st.integers(0, 9))
+    if cs == 0:
+        obj["choices"] = None
+    elif cs == 1:
+        obj["choices"] = []
+    elif cs > 2:
+        obj["choices"] = draw(st.lists(_choice() | st.sampled_from([None, 1, "s"]), min_size=1, max_size=3))
+    u = draw(st.integers(0, 6))
+    if u == 0:
+        obj["usage"] = None
+    elif u == 1:
+        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": 1, "prompt_tokens_details": draw(st.none() | st.just({"cached_tokens": 0}))}
+    elif u == 2:
+        obj["x_groq"] = {"id": "q"} if draw(st.booleans()) else {"usage": {"prompt_tokens": 3}}
+    if draw(st.integers(0, 9)) == 0:
+        obj["timings"] = {"cache_n": 1, "prompt_n": 2, "prompt_ms": 1.5}
+    if draw(st.integers(0, 9)) == 0:
+        obj["error"] = draw(st.none() | st.just({"message": "boom", "code": 500}) | _text)
+    if draw(st.integers(0, 5)) == 0:
+        obj["big"] = draw(st.sampled_from([10**19, -(10**20), 1.5e300, 0.1, -0.0, True, False]))
+    return obj
+
+
+def _dump(obj, style: int) -> bytes:
+    if style == 0:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:  # integers over 64 bits
+            return json.dumps(obj, separators=(",", ":")).encode()
+    if style == 1:
+        return json.dumps(obj).encode()  # ensure_ascii: \uXXXX escapes, surrogate pairs
+    if style == 2:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(obj, indent=1, ensure_ascii=False).encode()  # multi-line -> several data: lines
+
+
+@st.composite
+def _stream(draw) -> bytes:
+    eol = draw(st.sampled_from([b"\n", b"\r\n", b"\r"]))
+    out = []
+    for obj in draw(st.lists(_payload(), max_size=6)):
+        if draw(st.integers(0, 6)) == 0:
+            out.append(b": keep-alive" + eol)
+        if draw(st.integers(0, 12)) == 0:
+            out.append(b"event: " + draw(st.sampled_from([b"error", b"message"])) + eol)
+        if draw(st.integers(0, 15)) == 0:
+            out.append(b'error: {"message":"old"}' + eol)
+        space = draw(st.sampled_from([b" ", b""]))
+        for line in _dump(obj, draw(st.integers(0, 3))).split(b"\n"):
+            out.append(b"data:" + space + line + eol)
+        out.append(eol)
+    if draw(st.booleans()):
+        out.append(b"data: [DONE]" + eol + eol)
+    body = b"".join(out)
+    if draw(st.integers(0, 4)) == 0:
+        body = body[: draw(st.integers(0, len(body)))]  # cut connection
+    return body
+
+
+def _cut(data: bytes, points: list[int]) -> list[bytes]:
+    cuts = sorted({p % (len(data) + 1) for p in points})
+    out, prev = [], 0
+    for c in cuts:
+        out.append(data[prev:c])
+        prev = c
+    out.append(data[prev:])
+    return out  # empty reads included on purpose
+
+
+_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_SETTINGS
+@given(body=_stream(), points=st.lists(st.integers(0, 10**6), max_size=12))
+def test_generated_streams(body, points):
+    both(_cut(body, points))
+
+
+@_SETTINGS
+@given(body=_stream(), head=st.integers(0, 6))
+def test_generated_streams_1_byte_small_head(body, head):
+    both(split(body, "1-byte"), head_chars=head)
+
+
+_SOUP = st.sampled_from(
+    [b"{", b"}", b"[", b"]", b":", b",", b" ", b"\n", b'"', b"\\", b"\\u", b"d83d", b"\\ude00", b"\\ud800", b"00e9",
+     b'"choices"', b'"delta"', b'"content"', b'"reasoning"', b'"reasoning_content"', b'"text"', b'"finish_reason"',
+     b'"usage"', b'"error"', b'"object"', b'"x_groq"', b'"timings"', b"null", b"true", b"0", b"-", b"12", b"1.5",
+     b"e5", b"01", b'"a"', b'""', b"\xc3\xa9", b"\xc3", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\x01", b"\x7f",
+     b"\xff", b"\t", b'"co\\u006etent"']
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(_SOUP, max_size=40))
+def test_byte_soup_payloads(parts):
+    payload = b"".join(parts).replace(b"\n", b" ")
+    both([b"data: " + payload + b"\n\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(_SOUP, max_size=30), prefix=st.sampled_from([b'{"choices":[{"delta":{"content":', b'{"choices":[{"text":', b'{"choices":[', b'{"']))
+def test_byte_soup_inside_a_chunk(parts, prefix):
+    payload = prefix + b"".join(parts).replace(b"\n", b" ")
+    both([b"data: " + payload + b"\n\n"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=300), points=st.lists(st.integers(0, 400), max_size=6))
+def test_random_bytes(raw, points):
+    both(_cut(raw, points), max_line_bytes=120)
+
+
+# ------------------------------------------------------------------ hand-picked edges
+# (payload, True when orjson must reject it). Invalid ones must raise the same
+# StreamError from both twins; valid ones must account identically.
+EDGES = [
+    (b'{"choices":[{"delta":{"content":"\xff"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\xc3"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\xc0\xaf"}}]}', True),  # overlong
+    (b'{"choices":[{"delta":{"content":"\xed\xa0\x80"}}]}', True),  # UTF-8 surrogate
+    (b'{"choices":[{"delta":{"content":"\xf4\x90\x80\x80"}}]}', True),  # > U+10FFFF
+    (b'{"id":"\xe2\x82","choices":[{"delta":{"content":"a"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\\ud800"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\\udc00\\ud800"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\\ud800\\u0041"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\\ud800\\n"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"\\x41"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"a\x01"}}]}', True),
+    (b'{"choices":[{"delta":{"content":"a"}}],}', True),
+    (b'{"choices":[{"delta":{"content":"a"}},]}', True),
+    (b'{"choices":[{"delta":{"content":"a"}}]} x', True),
+    (b'{"created":01,"choices":[{"delta":{"content":"a"}}]}', True),
+    (b'{"created":1e999,"choices":[{"delta":{"content":"a"}}]}', True),
+    (b'{"created":' + b"9" * 400 + b',"choices":[{"delta":{"content":"a"}}]}', True),
+    (b'{"created":1.,"choices":[{"delta":{"content":"a"}}]}', True),
+    (b'{"created":-,"choices":[]}', True),
+    (b'{"created":nul,"choices":[]}', True),
+    (b'{"choices":' + b"[" * 1100 + b"]" * 1100 + b"}", True),
+    (b'\xef\xbb\xbf{"choices":[]}', True),
+    (b'{"choices":[{"delta":{"content":"\xf0\x9f\x98\x80\xe2\x82\xac\xc3\xa9"}}]}', False),
+    (b'{"choices":[{"delta":{"content":"\\ud83d\\ude00"}}]}', False),
+    (b'{"choices":[{"delta":{"content":"\x7f"}}]}', False),
+    (b'{"choices":[{"delta":{"content":"a","content":""}}]}', False),  # duplicate: last wins
+    (b'{"choices":[{"delta":{"content":"","content":"b"}}]}', False),
+    (b'{"choices":[{"delta":{"\\u0063ontent":"esc"}}]}', False),  # escaped key spells "content"
+    (b'{"choices":[{"delta":{"content":"a"}}],"choices":[]}', False),
+    (b'{"choices":[{"delta":{"content":"a"},"delta":{}}]}', False),
+    (b'{"choices":[{"delta":{},"finish_reason":"stop","finish_reason":null}]}', False),
+    (b'{"object":"error","object":"chat.completion.chunk","choices":[]}', False),
+    (b'{"object":"err\\u006fr","message":"escaped"}', False),
+    (b'{"created":1e5,"choices":[{"delta":{"content":"a"}}]}', False),
+    (b'{"created":' + b"9" * 30 + b',"choices":[{"delta":{"content":"a"}}]}', False),
+    (b' \t {"choices":[{"delta":{"content":"ws"}}]} \t ', False),
+    (b'{"choices":[{"delta":{"content":{"x":1}}}]}', False),
+    (b'{"choices":[{"delta":{"content":7}}]}', False),
+    (b'{"choices":[{"delta":{"reasoning":"r","reasoning":""}}]}', False),
+    (b'{"choices":[{"delta":null,"text":"t"}]}', False),
+    (b'{"choices":[{"text":"t","text":""}]}', False),
+    (b'{"choices":[1,null,{"delta":{"content":"a"}},"s"]}', False),
+    (b'{"choices":' + b"[" * 100 + b"]" * 100 + b"}", False),
+    (b'{"choices":[{"delta":{"content":"' + b"a" * 40 + b'"}}' + b',{"delta":{"content":"b"}}' * 9 + b"]}", False),
+]
+
+
+@pytest.mark.parametrize("payload, invalid", EDGES, ids=range(len(EDGES)))
+def test_edges(payload, invalid):
+    for reads in ([b"data: " + payload + b"\n\n"], split(b"data: " + payload + b"\n\n", "1-byte")):
+        result, _, _, err = both(reads)
+        assert (err is not None and err[1] == "malformed") is invalid
+
+
+def test_native_scanner_handles_common_chunks_without_orjson():
+    """The native path is really taken: only usage / finish / odd chunks fall back."""
+    acc = _native()()
+    acc.feed(load_capture("openai_chat_gpt-4.1-nano_text.chunks.jsonl"), 0)
+    res = acc.close()
+    assert res.chunks == 303
+    assert acc.fallbacks == 2  # the finish chunk and the usage-only chunk
+    acc = _native()()
+    acc.feed(load_capture("deepseek_chat_deepseek-reasoner_reasoning.chunks.jsonl"), 0)
+    acc.close()
+    assert acc.fallbacks == 1  # the final chunk carries finish_reason and usage
