@@ -500,7 +500,11 @@ async def _first_model(session: aiohttp.ClientSession, url: str, headers: dict[s
 
 
 def _ktok(tokens: float) -> str:
-    return f"{tokens / 1024:.0f}k" if tokens >= 1024 else f"{tokens:.0f}"
+    """998 -> "1k", 24576 -> "24k", 1536 -> "1.5k", 600 -> "600" (k = 1024 tokens)."""
+    if tokens < 1000:
+        return f"{tokens:.0f}"
+    text = f"{tokens / 1024:.1f}"
+    return (text[:-2] if text.endswith(".0") else text) + "k"
 
 
 def plain_line(v: dict[str, Any]) -> str:
@@ -523,10 +527,13 @@ def render_report(v: dict[str, Any]) -> str:
     """``report.md``: fit, Cmax, minimum flushing k, implied entries, bytes per token."""
     lines = ["# kvreplay probe", "", f"**{v['plain']}**", "", f"Target: `{v['target']}`, model `{v['model']}`.", ""]
     lines += ["## Prefill cost", ""]
-    if v["prefill_fit"]:
-        f = v["prefill_fit"]
+    f = v["prefill_fit"]
+    if f and f["rate_tokens_per_s"]:
         lines.append(f"prefill_s = {f['a_s']:.4f} + tokens / {f['rate_tokens_per_s']:.1f} "
                      f"(R^2 {f['r2']}, fitted on `{f['source']}`)")
+    elif f:
+        lines.append(f"no positive slope on `{f['source']}` (a = {f['a_s']:.4f} s): prefill time does not "
+                     "grow with tokens here")
     else:
         lines.append("no fit (fewer than two cold sizes answered)")
     lines += ["", "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |", "|---|---|---|---|---|"]

@@ -1,0 +1,114 @@
+"""kvreplay probe against the embedded simulator: fit, Cmax and eviction bisection.
+
+Expected values are derived from the simulator's documented model, not from the
+probe's code:
+
+- entries model, N snapshots, strict LRU, ``s`` snapshots stored per missed
+  request. The prefix P is stored by W1 (a miss: s entries), each foreign
+  request (each its own system block, so a miss) stores s more. P's system
+  snapshot is the least recently used of those, so it is evicted as soon as
+  ``s * (k + 1) > N``; the smallest such k is ``floor(N / s)``:
+  N=8, s=2 -> 4; N=8, s=1 -> 8; N=6, s=2 -> 3; N=10, s=2 -> 5.
+- prefill is ``a + uncached / rate`` model seconds, slept times ``time_scale``,
+  so the wall-clock fit must give ``a * time_scale`` and ``rate / time_scale``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from kvreplay.backends import make_backend
+from kvreplay.cli import main
+from kvreplay.experiments.probe import ProbeConfig, run_probe
+from kvreplay.sim import SimConfig, SimServer
+
+
+def probe(sim_cfg: SimConfig, cfg: ProbeConfig):
+    async def go():
+        srv = SimServer(sim_cfg)
+        await srv.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                backend = make_backend("halogen", srv.base_url, session)
+                verdict = await run_probe(session, srv.base_url, backend, cfg)
+            return verdict, list(srv.engine.events)
+        finally:
+            await srv.stop()
+
+    return asyncio.run(go())
+
+
+EVICT = dict(sizes=(512, 1024), flush_prefix_tokens=1024, foreign_tokens=128, flush_max=16, flush_repeats=2)
+
+
+@pytest.mark.parametrize(("entries", "snapshots", "k_min"), [(8, 2, 4), (8, 1, 8), (6, 2, 3), (10, 2, 5)])
+def test_bisection_finds_the_smallest_flushing_k(entries, snapshots, k_min):
+    v, events = probe(SimConfig(time_scale=0, cache_entries=entries, snapshots=snapshots), ProbeConfig(**EVICT))
+    assert v["min_flush_k"] == k_min
+    assert v["flush_bracket"] == [k_min - 1, k_min]
+    by_k: dict[int, list[dict]] = {}
+    for pt in v["points"]:
+        by_k.setdefault(pt["k"], []).append(pt)
+    assert by_k[k_min - 1][0]["cached_second"] > 0 and all(not p["flushed"] for p in by_k[k_min - 1])
+    assert all(p["cached_second"] == 0 and p["flushed"] for p in by_k[k_min])
+    assert all(len(pts) == 2 for pts in by_k.values())  # every point repeated
+    # every repeat used fresh system bytes: W1 of every point was a miss
+    assert all(p["cached_first"] == 0 for p in v["points"])
+    assert v["entries_per_request"] == snapshots
+    lo, hi = v["implied_entries"]
+    assert lo <= entries <= hi
+    assert v["bytes_per_token"] == 147456.0  # the simulator's default KV bytes per token
+    # every generation request the simulator saw is one the probe counted
+    chats = [e for e in events if e["kind"] == "request"]
+    assert len(chats) == v["requests"]
+    assert v["unplanned_requests"] and all(c["endpoint"] == "/tokenize" for c in v["unplanned_requests"])
+
+
+def test_fit_matches_the_configured_prefill_cost():
+    scale = 0.2
+    v, _ = probe(SimConfig(time_scale=scale, cache_entries=8),
+                 ProbeConfig(sizes=(1024, 2048, 4096, 8192), flush_max=0, fit_on="stream"))
+    fit = v["prefill_fit"]
+    assert fit["source"] == "stream"
+    assert fit["a_s"] == pytest.approx(1.52 * scale, rel=0.05)
+    assert fit["rate_tokens_per_s"] == pytest.approx(1370 / scale, rel=0.05)
+    assert fit["r2"] > 0.999
+    assert len(v["prefill_fits"]["stream"]["residuals_s"]) == 4
+    # warm legs reuse the cold leg's system snapshot and are cheaper
+    for w in v["warm"]:
+        assert w["cached_tokens"] > 0.95 * w["size_tokens"]
+        assert w["saving_per_reuse_s"] > 0
+
+
+def test_cmax_is_the_cached_tokens_of_the_64k_warm_leg():
+    v, events = probe(SimConfig(time_scale=0, cache_entries=8),
+                      ProbeConfig(sizes=(8192, 65536), flush_max=0))
+    warm64 = [w for w in v["warm"] if w["size_tokens"] == 65536][0]
+    assert warm64["prompt_tokens"] == 65536  # sized exactly through /tokenize
+    reqs = [e for e in events if e["kind"] == "request"]
+    sim_cached = reqs[-1]["cached_tokens"]  # the last request is the 64k warm leg
+    assert reqs[-1]["prompt_tokens"] == 65536
+    assert sim_cached == reqs[-1]["system_end"]  # a hit on the system snapshot
+    assert v["cmax_tokens"] == sim_cached == warm64["cached_tokens"]
+
+
+def test_probe_command_writes_verdict_and_report(tmp_path):
+    out = tmp_path / "p"
+    rc = main(["probe", "--target", "sim", "--sim-time-scale", "0", "--sizes", "512,1024",
+               "--flush-prefix", "1024", "--foreign-tokens", "128", "--flush-max", "8",
+               "--flush-repeats", "1", "--out", str(out), "--quiet"])
+    assert rc == 0
+    v = json.loads((out / "verdict.json").read_text())
+    for key in ("prefill_fit", "cmax_tokens", "min_flush_k", "flush_bracket", "points", "bytes_per_token"):
+        assert key in v
+    assert set(v["prefill_fit"]) >= {"a_s", "rate_tokens_per_s", "r2"}
+    assert v["min_flush_k"] == 4
+    report = (out / "report.md").read_text()
+    assert "about 4 foreign requests evict a 1k prefix" in report
+    assert report.startswith("# kvreplay probe")
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == v["requests"]
