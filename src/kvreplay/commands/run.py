@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -255,7 +256,27 @@ def run(args: argparse.Namespace) -> int:
     install_loop()
     summary = asyncio.run(run_async(args))
     out = summary.pop("_out")
+    html_path = write_html_report(out)
     if not args.quiet:
         print(render_table(summary))
         print(f"run directory: {out}")
+        if html_path is not None:
+            print(f"report: {html_path}")
     return EXIT_ABORTED if summary.get("aborted") else 0
+
+
+def write_html_report(out: str | Path) -> Path | None:
+    """Write report.md and report.html into the run directory (after every run, interrupted ones too).
+
+    Returns:
+        The path of report.html, or None when it could not be written (the run's
+        data is already on disk; ``kvreplay report RUN_DIR --html`` retries).
+    """
+    try:
+        from kvreplay.report.write import write_reports
+
+        return write_reports(out, html=True)["html"]
+    except Exception as exc:  # noqa: BLE001 - records/summary are written; a report bug must not lose the exit code
+        print(f"kvreplay: report.html not written ({type(exc).__name__}: {exc}); "
+              f"retry with: kvreplay report {out} --html", file=sys.stderr)
+        return None

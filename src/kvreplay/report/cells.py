@@ -1,0 +1,202 @@
+"""Report cells: every figure the report shows is measured, failed (why) or deferred (not run).
+
+A cell never shows an empty value, and never shows a number from an invalid
+phase as measured (summary phases carry ``valid`` and ``invalid_reasons``).
+The rules, in the order they are applied to a phase's figure:
+
+1. The phase is in the plan but not in the summary, or the summary marks it
+   ``deferred``, or it sent nothing: **deferred** ("not run: <abort reason>").
+2. The phase is invalid: **failed** ("invalid phase: <reasons>").
+3. The phase sent requests but none finished ok: **failed** ("all N failed:
+   <class> n, ...").
+4. The figure itself has no value (e.g. ITL of one-token answers, a counter
+   the backend does not report): **failed** with that reason.
+5. Otherwise **measured**; a phase cut short by an abort keeps measured cells
+   over what it sent, and says "n of planned" in the cell's note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "Cell",
+    "Status",
+    "counter_cell",
+    "deferred",
+    "failed",
+    "latency_cell",
+    "measured",
+    "phase_gate",
+    "phases_in_order",
+    "record_cells",
+]
+
+Status = Literal["measured", "failed", "deferred"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One figure of the report.
+
+    Attributes:
+        status: ``measured``, ``failed`` or ``deferred``.
+        text: What the cell shows: the value when measured, else a short label.
+        reason: Why it failed or was deferred (None when measured).
+        note: Extra context for a measured value (e.g. partial phase).
+    """
+
+    status: Status
+    text: str
+    reason: str | None = None
+    note: str | None = None
+
+    def markdown(self) -> str:
+        """The cell in a Markdown table: the value, or ``failed: reason`` / ``deferred: reason``."""
+        if self.status == "measured":
+            return self.text
+        return f"{self.status}: {self.reason}".replace("|", "/")
+
+
+def measured(text: str, note: str | None = None) -> Cell:
+    """A measured value (already formatted)."""
+    return Cell("measured", text, None, note)
+
+
+def failed(reason: str) -> Cell:
+    """A figure that could not be measured, with the reason."""
+    return Cell("failed", "failed", reason)
+
+
+def deferred(reason: str) -> Cell:
+    """A figure that was not run (abort, deadline, kill)."""
+    return Cell("deferred", "deferred", reason)
+
+
+def fmt(v: float | int, nd: int = 1) -> str:
+    """A number for a cell: integers as is, floats with ``nd`` decimals."""
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.{nd}f}"
+    if isinstance(v, float):
+        return str(int(v))
+    return str(v)
+
+
+def _abort_reason(summary: dict[str, Any]) -> str:
+    ab = summary.get("aborted") or {}
+    return ab.get("reason") or "run ended before this phase"
+
+
+def phases_in_order(summary: dict[str, Any], plan: dict[str, Any] | None) -> list[dict[str, Any] | str]:
+    """Summary phases in plan order; a plan phase missing from the summary is its name (str)."""
+    by_name = {p["name"]: p for p in summary.get("phases", [])}
+    out: list[dict[str, Any] | str] = []
+    seen = set()
+    for spec in (plan or {}).get("phases") or []:
+        out.append(by_name.get(spec["name"], spec["name"]))
+        seen.add(spec["name"])
+    out.extend(p for p in summary.get("phases", []) if p["name"] not in seen)
+    return out
+
+
+def phase_gate(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell | None:
+    """The status every figure of this phase takes, or None when its figures are measurable.
+
+    Args:
+        ph: A summary phase, or the name of a plan phase absent from the summary.
+        summary: The run summary (for the abort reason).
+    """
+    if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
+        return deferred(f"not run: {_abort_reason(summary)}")
+    if not ph.get("valid", True):
+        return failed("invalid phase: " + "; ".join(ph.get("invalid_reasons") or ["(no reason given)"]))
+    if ph.get("ok", 0) == 0:
+        classes = ", ".join(f"{k} {v}" for k, v in (ph.get("failed") or {}).items()) or "unknown"
+        return failed(f"all {ph.get('sent', 0)} sent requests failed ({classes})")
+    return None
+
+
+def _partial_note(ph: dict[str, Any]) -> str | None:
+    if ph.get("not_sent"):
+        return f"over {ph.get('sent')} of {ph.get('planned')} planned requests (the rest not run)"
+    return None
+
+
+def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str, stat: str) -> Cell:
+    """A latency percentile (ms) of one phase: ``metric`` in ttft/itl/tpot/e2e, ``stat`` p50/p90/p99/mean/max."""
+    gate = phase_gate(ph, summary)
+    if gate is not None:
+        return gate
+    assert isinstance(ph, dict)
+    m = ph.get(f"{metric}_ms") or {}
+    v = m.get(stat)
+    if v is None:
+        if metric == "itl" and summary.get("rebuilt_from_records"):
+            return failed("ITL samples are not kept in records and the phase's histogram was never written")
+        if metric in ("itl", "tpot"):
+            return failed("no samples: no answer had two or more tokens")
+        return failed(f"no {metric.upper()} samples")
+    return measured(fmt(float(v), 2 if metric in ("itl", "tpot") else 1), _partial_note(ph))
+
+
+def tokens_cell(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell:
+    """``cached/prompt`` tokens from usage; failed when the server never reported cached tokens."""
+    gate = phase_gate(ph, summary)
+    if gate is not None:
+        return gate
+    assert isinstance(ph, dict)
+    tok = ph["tokens"]
+    if tok.get("cached_unknown") and tok["cached_unknown"] >= ph.get("ok", 0):
+        return failed("the server reported no usage.prompt_tokens_details.cached_tokens")
+    text = f"{tok['cached']}/{tok['prompt']}"
+    note = f"{tok['cached_unknown']} answers without cached_tokens" if tok.get("cached_unknown") else None
+    return measured(text, note or _partial_note(ph))
+
+
+def counter_cell(ph: dict[str, Any] | str, summary: dict[str, Any], key: str) -> Cell:
+    """A native counter delta over a phase."""
+    gate = phase_gate(ph, summary)
+    if gate is not None:
+        return gate
+    assert isinstance(ph, dict)
+    d = ph.get("counter_delta")
+    if ph.get("attribution") == "none" or d is None:
+        return failed("no counters (backend none or counter read failed)")
+    if d.get("reset"):
+        return failed("server restarted during the phase (a counter went down)")
+    if key not in d:
+        return failed(f"{key} not reported by this server")
+    return measured(fmt(d[key]), _partial_note(ph))
+
+
+def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
+    """Per-request cells: status, TTFT (ms), E2E (ms), prompt/cached tokens, then ``counter_keys`` deltas."""
+    if not rec.get("sent", True):
+        why = f"not sent: {rec.get('error') or 'aborted'}"
+        return [deferred(why)] * (5 + len(counter_keys))
+    status = rec.get("status")
+    if status != "ok":
+        why = f"{status}: {(rec.get('error') or '')[:120]}".rstrip(": ")
+        cells = [failed(why)] + [failed(status or "error")] * (4 + len(counter_keys))
+        return cells
+    u = rec.get("usage") or {}
+    cells = [measured("ok")]
+    for key in ("ttft_ns", "e2e_ns"):
+        v = rec.get(key)
+        cells.append(measured(fmt(v / 1e6, 1)) if v is not None else failed("no token arrived"))
+    cells.append(measured(str(u["prompt_tokens"])) if u.get("prompt_tokens") is not None
+                 else failed("usage has no prompt_tokens"))
+    cells.append(measured(str(u["cached_tokens"])) if u.get("cached_tokens") is not None
+                 else failed("usage has no cached_tokens"))
+    d = rec.get("counter_delta")
+    for key in counter_keys:
+        if d is None:
+            cells.append(failed("no per-request counter read"))
+        elif d.get("reset"):
+            cells.append(failed("counter restart"))
+        elif key not in d:
+            cells.append(failed(f"{key} not reported"))
+        else:
+            cells.append(measured(fmt(d[key])))
+    return cells

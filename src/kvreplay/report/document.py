@@ -1,0 +1,277 @@
+"""The whole report of a run directory, rendered as Markdown and as self-contained HTML.
+
+``build(run)`` gathers the sections once (tables of labelled cells, plots,
+findings); ``to_markdown`` and ``to_html`` render them. The HTML embeds every
+plot as a base64 PNG ``data:`` URI and its style inline, so it opens with no
+network. Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
+failed/deferred cells carry their reason in ``title`` and in the text; every
+plot is a ``<figure data-plot=KEY data-status=...>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvreplay.report.cells import Cell, failed, measured
+from kvreplay.report.diagnose import Finding, diagnose
+from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
+from kvreplay.report.load import RunData
+from kvreplay.report.sections import (
+    Table,
+    counter_table,
+    drain_table,
+    error_examples,
+    error_table,
+    identity_table,
+    phase_table,
+    request_tables,
+)
+
+__all__ = ["Report", "build", "to_html", "to_markdown"]
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything the report shows, before rendering.
+
+    Attributes:
+        run: The loaded run.
+        header: ``(label, value)`` lines about the plan and target.
+        banners: Run-level warnings (abort, rebuilt summary).
+        findings: Diagnosis.
+        sections: ``(title, tables, plots, notes)`` in display order.
+    """
+
+    run: RunData
+    header: list[tuple[str, str]] = field(default_factory=list)
+    banners: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    sections: list[tuple[str, list[Table], list[Plot], list[str]]] = field(default_factory=list)
+
+
+def _opt(v: Any, reason: str, nd: int = 4) -> Cell:
+    if v is None:
+        return failed(reason)
+    if isinstance(v, float):
+        return measured(f"{v:.{nd}g}")
+    return measured(str(v))
+
+
+def _probe_table(v: dict[str, Any]) -> Table:
+    fit = v.get("prefill_fit") or {}
+    t = Table("probe", ["value"], corner="probe figure")
+    t.rows += [
+        ("prefill a (s)", [_opt(fit.get("a_s"), "no fit")]),
+        ("prefill rate (tokens/s)", [_opt(fit.get("rate_tokens_per_s"), "no fit")]),
+        ("fit r²", [_opt(fit.get("r2"), "no fit")]),
+        ("Cmax (largest cached_tokens seen)", [_opt(v.get("cmax_tokens"), "not in verdict.json")]),
+        ("minimum flushing k", [_opt(v.get("min_flush_k"), "bisection did not bracket a flush")]),
+        ("flush bracket", [_opt(v.get("flush_bracket"), "not in verdict.json")]),
+        ("bytes per token", [_opt(v.get("bytes_per_token"), "server reports no entry or pool bytes")]),
+    ]
+    return t
+
+
+def _simulate_table(sim: dict[str, Any]) -> Table:
+    t = Table("simulate", ["value"], corner="simulate figure")
+    rec = sim.get("recommended")
+    if isinstance(rec, dict):
+        for k, v in rec.items():
+            t.rows.append((f"recommended {k}", [_opt(v, "not computed")]))
+    else:
+        t.rows.append(("recommended capacity", [_opt(rec, "no capacity reaches the target share")]))
+    t.rows.append(("curve points", [measured(str(len(sim.get("curve") or [])))]))
+    return t
+
+
+def build(run: RunData) -> Report:
+    """Gather every section of the report for ``run``."""
+    s, plan = run.summary, run.plan or {}
+    rep = Report(run)
+    rn = plan.get("run") or {}
+    wl = plan.get("workload") or {}
+    if plan:
+        rep.header += [
+            ("plan", str(plan.get("plan_sha256", ""))),
+            ("workload", f"{wl.get('path')} ({wl.get('n_bodies')} bodies, sha256 {str(wl.get('sha256', ''))[:16]})"),
+            ("target", str(rn.get("target"))),
+            ("backend", str(rn.get("backend"))),
+            ("kvreplay", f"{rn.get('kvreplay_version')} (accountant {rn.get('implementation')})"),
+        ]
+    if s.get("wall_s") is not None:
+        rep.header.append(("wall time", f"{s['wall_s']:.1f} s"))
+    if s.get("aborted"):
+        ab = s["aborted"]
+        rep.banners.append(f"Run aborted: {ab.get('reason')} — {ab.get('message', '')}. "
+                           "Positions never sent are deferred.")
+    if s.get("rebuilt_from_records"):
+        rep.banners.append("summary.json was rebuilt from records.jsonl (the run ended without writing it).")
+    for ph in s.get("phases", []):
+        if not ph.get("valid", True) and not ph.get("deferred"):
+            rep.banners.append(f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "
+                               "Its figures are shown as failed, not measured.")
+    if s.get("phases") or plan.get("phases"):
+        rep.findings = diagnose(s, run.plan, run.record_list)
+        plots = run_plots(run)
+        rep.sections.append(("Phases", [phase_table(run)], [p for p in plots if p.key.startswith("cdf-")], []))
+        rep.sections.append(("TTFT against position (the churn picture)", [],
+                             [p for p in plots if p.key.startswith("ttft-position:")], []))
+        rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
+        rq = request_tables(run)
+        if rq:
+            rep.sections.append(("Per request at C1 (native counter deltas across each request)", rq, [], []))
+        rep.sections.append(("Drain checks", [drain_table(run)], [], []))
+        rep.sections.append(("Server identity before and after", [identity_table(run)], [], []))
+        rep.sections.append(("Errors by class", [error_table(run)], [], error_examples(run)))
+    if run.verdict is not None:
+        rep.sections.append(("Probe (verdict.json)", [_probe_table(run.verdict)], probe_plots(run.verdict), []))
+    if run.simulate is not None:
+        rep.sections.append(("Simulate (miss-ratio curve)", [_simulate_table(run.simulate)],
+                             simulate_plots(run.simulate), []))
+    return rep
+
+
+# ---------------------------------------------------------------- Markdown
+
+
+def _md_table(t: Table) -> str:
+    lines = ["| " + " | ".join([t.corner, *t.columns]) + " |", "|" + "---|" * (len(t.columns) + 1)]
+    for head, cells in t.rows:
+        lines.append("| " + " | ".join([head.replace("|", "/"), *(c.markdown() for c in cells)]) + " |")
+    return "\n".join(lines)
+
+
+def to_markdown(rep: Report) -> str:
+    """report.md: header, banners, diagnosis, tables, plot statuses, plan hashes."""
+    out = ["# kvreplay run report", ""]
+    out += [f"- {k}: `{v}`" for k, v in rep.header]
+    out += ["", *(f"> **{b}**" for b in rep.banners)]
+    if rep.findings:
+        out += ["", "## Diagnosis", ""]
+        for f in rep.findings:
+            out.append(f"- **{f.rule}**: {f.finding} Next: {f.next_experiment}")
+    elif rep.sections:
+        out += ["", "## Diagnosis", "", "No rule fired (see the rules in `kvreplay.report.diagnose`)."]
+    for title, tables, plots, notes in rep.sections:
+        out += ["", f"## {title}", ""]
+        for t in tables:
+            out += [_md_table(t), ""]
+        for p in plots:
+            state = p.status if p.status == "measured" else f"{p.status}: {p.reason}"
+            out.append(f"- figure `{p.key}` ({state}) — in report.html")
+        out += [f"- {n}" for n in notes]
+    plan = rep.run.plan or {}
+    if plan.get("phases"):
+        out += ["", "## Plan", ""]
+        for ph in plan["phases"]:
+            seq = ph.get("sequence") or []
+            out.append(f"- {ph['name']}: {ph.get('order')} C{ph.get('concurrency')} x{ph.get('repeats')}, "
+                       f"{len(seq)} requests, bodies {', '.join(str(x['body_index']) for x in seq[:20])}"
+                       + (" ..." if len(seq) > 20 else ""))
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- HTML
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
+th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
+th{background:#f3f3f3}th[scope=row]{text-align:left}
+td[data-status=failed]{background:#fde8e8;color:#8a1c1c;white-space:normal;max-width:22em;text-align:left}
+td[data-status=deferred]{background:#eee;color:#666;font-style:italic;white-space:normal;max-width:22em;
+text-align:left}
+figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%}
+figure[data-status=failed] .nofig,figure[data-status=deferred] .nofig{width:420px;height:120px;
+display:flex;align-items:center;justify-content:center;border:1px dashed #aaa;padding:.5em}
+figure[data-status=failed] .nofig{background:#fde8e8}figure[data-status=deferred] .nofig{background:#eee}
+figcaption{font-size:.8em;color:#555;max-width:680px}
+.banner{background:#fff4d6;border-left:4px solid #e0a800;padding:.4em .8em;margin:.4em 0}
+.finding{margin:.4em 0}.next{color:#225}.legend span{padding:0 .4em;margin-right:.5em}
+dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dd{margin:0}
+pre{font-size:.75em;background:#f8f8f8;padding:.5em;overflow:auto}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _html_cell(c: Cell) -> str:
+    title = c.reason if c.status != "measured" else c.note
+    t = f' title="{_e(title)}"' if title else ""
+    text = c.text if c.status == "measured" else f"{c.status}: {c.reason}"
+    return f'<td data-status="{c.status}"{t}>{_e(text)}</td>'
+
+
+def _html_table(t: Table) -> str:
+    out = [f'<table data-table="{_e(t.key)}"><thead><tr><th scope="col">{_e(t.corner)}</th>']
+    out += [f'<th scope="col">{_e(c)}</th>' for c in t.columns]
+    out.append("</tr></thead><tbody>")
+    for head, cells in t.rows:
+        out.append(f'<tr><th scope="row">{_e(head)}</th>' + "".join(_html_cell(c) for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _html_plot(p: Plot) -> str:
+    head = f'<figure data-plot="{_e(p.key)}" data-status="{p.status}">'
+    if p.png is not None:
+        src = "data:image/png;base64," + base64.b64encode(p.png).decode("ascii")
+        body = f'<img alt="{_e(p.title)}" src="{src}">'
+    else:
+        body = f'<div class="nofig">{_e(p.status)}: {_e(p.reason)}</div>'
+    cap = _e(p.title) + (f" — {_e(p.reason)}" if p.reason and p.png is not None else "")
+    return f"{head}{body}<figcaption>{cap}</figcaption></figure>"
+
+
+def to_html(rep: Report) -> str:
+    """report.html: one self-contained page (inline CSS, plots as data: URIs, no scripts)."""
+    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<title>kvreplay run report</title>", f"<style>{_CSS}</style></head><body>",
+           "<h1>kvreplay run report</h1>"]
+    if rep.header:
+        out.append("<dl>" + "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(v)}</code></dd>" for k, v in rep.header)
+                   + "</dl>")
+    out.append('<p class="legend">Cells: <span style="background:#fff">measured</span>'
+               '<span style="background:#fde8e8">failed (reason)</span>'
+               '<span style="background:#eee">deferred (not run)</span></p>')
+    out += [f'<div class="banner">{_e(b)}</div>' for b in rep.banners]
+    if rep.sections and rep.run.summary.get("phases") is not None:
+        out.append('<h2 id="diagnosis">Diagnosis</h2>')
+        if rep.findings:
+            out.append("<ul>")
+            for f in rep.findings:
+                out.append(f'<li class="finding" data-rule="{_e(f.rule)}"><b>{_e(f.rule)}</b>: {_e(f.finding)} '
+                           f'<span class="next">Next: {_e(f.next_experiment)}</span></li>')
+            out.append("</ul>")
+        else:
+            out.append("<p>No rule fired.</p>")
+    for title, tables, plots, notes in rep.sections:
+        out.append(f"<h2>{_e(title)}</h2>")
+        if title.startswith("Per request"):
+            for t in tables:
+                out.append(f"<details><summary>{_e(t.key.split(':', 1)[1])}: {len(t.rows)} requests"
+                           f"</summary>{_html_table(t)}</details>")
+        else:
+            out += [_html_table(t) for t in tables]
+        out += [_html_plot(p) for p in plots]
+        if notes:
+            out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    plan = rep.run.plan or {}
+    if plan.get("phases"):
+        out.append('<h2>Plan</h2><details data-section="plan"><summary>Frozen order and body hashes '
+                   f'(plan {_e(str(plan.get("plan_sha256", ""))[:16])})</summary>')
+        for ph in plan["phases"]:
+            spec = {k: v for k, v in ph.items() if k != "sequence"}
+            lines = [f"{s['position']:>6} {s['body_index']:>6} {s['body_sha256']} {s.get('repetition', 0)}"
+                     for s in ph.get("sequence") or []]
+            out.append(f"<h3>{_e(ph['name'])}</h3><p><code>{_e(spec)}</code></p>"
+                       f"<pre>position   body sha256{' ' * 58}rep\n{_e(chr(10).join(lines))}</pre>")
+        out.append("</details>")
+    out.append("</body></html>")
+    return "\n".join(out)

@@ -1,0 +1,159 @@
+"""Which plots a run gets, with their data and status (measured / failed / deferred).
+
+Plot keys (``data-plot`` in HTML): ``cdf-ttft``, ``cdf-itl``, ``cdf-e2e``,
+``ttft-position:<phase>`` (one per plan phase), and when their files exist
+``probe-prefill-fit``, ``probe-bisection``, ``simulate-mrc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvreplay.report import plots
+from kvreplay.report.cells import Status, phase_gate, phases_in_order
+from kvreplay.report.load import RunData
+from kvreplay.report.sections import restore_key
+
+__all__ = ["CDF_METRICS", "Plot", "probe_plots", "run_plots", "simulate_plots"]
+
+CDF_METRICS = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E"))
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    """One figure of the report.
+
+    Attributes:
+        key: Stable id (see module docstring).
+        title: Caption.
+        status: ``measured`` when drawn, else ``failed`` / ``deferred``.
+        reason: Why it was not drawn, or what it leaves out.
+        png: The image (None unless measured).
+    """
+
+    key: str
+    title: str
+    status: Status
+    reason: str | None = None
+    png: bytes | None = None
+
+
+def _cdf_plots(run: RunData) -> list[Plot]:
+    out = []
+    phases = phases_in_order(run.summary, run.plan)
+    for metric, label in CDF_METRICS:
+        curves, left_out = [], []
+        for ph in phases:
+            name = ph if isinstance(ph, str) else ph["name"]
+            gate = phase_gate(ph, run.summary)
+            arr = run.histograms.get(name, {}).get(metric)
+            if gate is not None:
+                left_out.append(f"{name}: {gate.status} ({gate.reason})")
+            elif arr is None or arr.total == 0:
+                left_out.append(f"{name}: failed (no {label} histogram)")
+            else:
+                xs, ys = arr.cdf()
+                curves.append((f"{name} (n={arr.total})", xs.tolist(), ys.tolist()))
+        reason = "; ".join(left_out) or None
+        if curves:
+            out.append(Plot(f"cdf-{metric}", f"{label} CDF per phase", "measured", reason,
+                            plots.cdf_png(label, curves)))
+        else:
+            status: Status = "deferred" if left_out and all(": deferred" in x for x in left_out) else "failed"
+            out.append(Plot(f"cdf-{metric}", f"{label} CDF per phase", status, reason or "no phases"))
+    return out
+
+
+def _position_plots(run: RunData) -> list[Plot]:
+    out = []
+    for ph in phases_in_order(run.summary, run.plan):
+        name = ph if isinstance(ph, str) else ph["name"]
+        key, title = f"ttft-position:{name}", f"phase {name}: TTFT vs position, cached tokens overlaid"
+        gate = phase_gate(ph, run.summary)
+        if gate is not None:
+            out.append(Plot(key, title, gate.status, gate.reason))
+            continue
+        recs = sorted((r for r in run.record_list if r.get("phase") == name), key=lambda r: r.get("position", 0))
+        ok = [r for r in recs if r.get("status") == "ok" and r.get("ttft_ns") is not None]
+        if not ok:
+            out.append(Plot(key, title, "failed", "no request with a first token"))
+            continue
+        failed_pos = [r["position"] for r in recs if r.get("sent", True) and r.get("status") != "ok"]
+        rk = restore_key(recs)
+        restores = None
+        if rk is not None:
+            rr = [r for r in ok if rk in (r.get("counter_delta") or {}) and not r["counter_delta"].get("reset")]
+            restores = (rk, [r["position"] for r in rr], [float(r["counter_delta"][rk]) for r in rr])
+        png = plots.ttft_position_png(
+            name, [r["position"] for r in ok], [r["ttft_ns"] / 1e6 for r in ok],
+            [(r.get("usage") or {}).get("cached_tokens") for r in ok], failed_pos, restores)
+        note = f"{len(failed_pos)} failed requests marked ×" if failed_pos else None
+        out.append(Plot(key, title, "measured", note, png))
+    return out
+
+
+def run_plots(run: RunData) -> list[Plot]:
+    """CDFs and TTFT-vs-position figures of a replay run (empty when it has no phases)."""
+    if not run.summary.get("phases") and not (run.plan or {}).get("phases"):
+        return []
+    return _cdf_plots(run) + _position_plots(run)
+
+
+def _num(d: dict[str, Any], *keys: str) -> float | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def probe_plots(verdict: dict[str, Any]) -> list[Plot]:
+    """Prefill fit with its points, and the eviction bisection, from a probe's verdict.json.
+
+    Points are read leniently: tokens from ``tokens``/``prompt_tokens``, prefill
+    time from ``prefill_s``/``ttft_s`` (or ``ttft_ms`` / 1000), label from
+    ``leg``/``kind``; bisection steps are points (or ``bisection`` entries) with
+    ``k`` and ``flushed``.
+    """
+    out = []
+    fit = verdict.get("prefill_fit") or {}
+    raw = [p for p in verdict.get("points") or [] if isinstance(p, dict)]
+    pts = []
+    for p in raw:
+        tok = _num(p, "tokens", "prompt_tokens", "size_tokens")
+        sec = _num(p, "prefill_s", "ttft_s")
+        if sec is None and _num(p, "ttft_ms") is not None:
+            sec = _num(p, "ttft_ms") / 1000.0  # type: ignore[operator]
+        if tok is not None and sec is not None:
+            pts.append((tok, sec, str(p.get("leg") or p.get("kind") or "")))
+    a, rate = _num(fit, "a_s"), _num(fit, "rate_tokens_per_s")
+    if pts:
+        r2 = _num(fit, "r2")
+        why = f"fit r² {r2:.3f}" if r2 is not None else ("no fit in verdict.json" if a is None else None)
+        out.append(Plot("probe-prefill-fit", "probe: prefill seconds against prompt tokens", "measured", why,
+                        plots.prefill_fit_png(pts, a, rate)))
+    else:
+        out.append(Plot("probe-prefill-fit", "probe: prefill seconds against prompt tokens", "failed",
+                        "verdict.json has no points with tokens and prefill time"))
+    steps = [p for p in (verdict.get("bisection") or raw) if isinstance(p, dict) and "k" in p and "flushed" in p]
+    if steps:
+        br = verdict.get("flush_bracket")
+        out.append(Plot("probe-bisection", "probe: eviction bisection (foreign prompts k)", "measured",
+                        f"minimum flushing k {verdict.get('min_flush_k')}, bracket {br}" if br else None,
+                        plots.bisection_png([(float(p["k"]), bool(p["flushed"])) for p in steps])))
+    elif "min_flush_k" in verdict or "flush_bracket" in verdict:
+        out.append(Plot("probe-bisection", "probe: eviction bisection (foreign prompts k)", "failed",
+                        "verdict.json names a bracket but keeps no bisection steps"))
+    return out
+
+
+def simulate_plots(sim: dict[str, Any]) -> list[Plot]:
+    """The miss-ratio curve with the recommended capacity from a simulate ``--json`` output."""
+    curve = [p for p in sim.get("curve") or [] if isinstance(p, dict) and "capacity" in p]
+    rec = sim.get("recommended")
+    rec_cap = _num(rec, "capacity") if isinstance(rec, dict) else (float(rec) if isinstance(rec, (int, float)) else None)
+    if not curve:
+        return [Plot("simulate-mrc", "simulate: hit ratio against capacity", "failed", "no curve points")]
+    return [Plot("simulate-mrc", "simulate: hit ratio against capacity", "measured",
+                 None if rec_cap is not None else "no recommended capacity", plots.curve_png(curve, rec_cap))]

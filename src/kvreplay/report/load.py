@@ -1,0 +1,352 @@
+"""Read a run directory back: records, summary, histograms, plan and side outputs.
+
+``load_run(path)`` is the notebook entry point (``kvreplay.load_run``). The
+report commands use the same reader, so what a notebook sees is what the report
+drew.
+
+Histograms are read from the HdrHistogram interval logs the runner wrote
+(``histograms/<phase>.<metric>.hlog``) with ``hdrh.log.HistogramLogReader``;
+every interval of a file is added into one histogram. Source: the HdrHistogram
+interval log format, version 1.2 (``HistogramLogWriter`` / ``HistogramLogReader``
+in HdrHistogram and HdrHistogram_py): comment lines start with ``#``, a
+``"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"``
+legend, then one line per interval whose last field is a base64, zlib
+compressed histogram. Values are integer microseconds (1 µs to 1 h, 3
+significant digits, ``kvreplay.metrics.histograms``).
+
+When ``summary.json`` is missing (the run was killed with SIGKILL before it
+could write it), ``rebuild_summary`` recomputes it from ``records.jsonl`` and
+``plan.json``: counts, tokens and TTFT/TPOT/E2E from the records, ITL from an
+existing ``.hlog`` when the phase finished (records keep only an ITL summary),
+per-phase counter deltas as the sum of per-request deltas at C1. The rebuilt
+summary says so (``rebuilt_from_records: true``) and its run is marked aborted
+with reason ``killed``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+
+from kvreplay.metrics.histograms import new_histogram
+from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
+from kvreplay.runner.backend import GAUGE_NAMES
+
+__all__ = [
+    "HistogramArrays",
+    "RunData",
+    "load_run",
+    "read_hlog",
+    "read_records",
+    "rebuild_summary",
+]
+
+VERDICT_FILE = "verdict.json"
+"""``kvreplay probe`` output (issue 6): ``prefill_fit``, ``points``, ``flush_bracket``..."""
+SIMULATE_FILES = ("simulate.json", "mrc.json")
+"""``kvreplay simulate --json`` output saved in the run directory (``curve``, ``recommended``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramArrays:
+    """One latency distribution as arrays (from an HdrHistogram).
+
+    Attributes:
+        value_us: Distinct recorded values, ascending (µs; each the highest value
+            equivalent to its bucket, as HdrHistogram's percentile output uses).
+        count: Samples at each value.
+    """
+
+    value_us: np.ndarray
+    count: np.ndarray
+
+    @property
+    def total(self) -> int:
+        """Number of samples."""
+        return int(self.count.sum())
+
+    def cdf(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(value_ms, fraction <= value)``; both empty when there are no samples."""
+        if self.total == 0:
+            return np.zeros(0), np.zeros(0)
+        return self.value_us / 1000.0, np.cumsum(self.count) / self.total
+
+    def percentile_ms(self, q: float) -> float | None:
+        """Value at percentile ``q`` (0-100) in ms, HdrHistogram's rule (first value whose
+        cumulative count reaches ``ceil(q/100 * total)``); None when empty."""
+        n = self.total
+        if n == 0:
+            return None
+        need = max(1, int(np.ceil(q / 100.0 * n)))
+        i = int(np.searchsorted(np.cumsum(self.count), need))
+        return float(self.value_us[min(i, len(self.value_us) - 1)]) / 1000.0
+
+    @classmethod
+    def from_histogram(cls, h: HdrHistogram) -> HistogramArrays:
+        """Arrays from a ``hdrh`` histogram's recorded values."""
+        vals, counts = [], []
+        for it in h.get_recorded_iterator():
+            vals.append(it.value_iterated_to)
+            counts.append(it.count_added_in_this_iter_step)
+        return cls(np.asarray(vals, dtype=np.int64), np.asarray(counts, dtype=np.int64))
+
+
+@dataclass(slots=True)
+class RunData:
+    """Everything a run directory holds, parsed.
+
+    Attributes:
+        path: The run directory.
+        plan: plan.json (None when absent).
+        summary: summary.json (rebuilt from records when it was missing).
+        records: records.jsonl as a pandas DataFrame when pandas is installed,
+            else the list of record dicts.
+        record_list: records.jsonl as a list of dicts, always.
+        histograms: ``{phase: {metric: HistogramArrays}}`` from the .hlog files.
+        summary_rebuilt: True when summary.json was rebuilt by this load.
+        verdict: A probe's verdict.json, or None.
+        simulate: A simulate ``--json`` output, or None.
+    """
+
+    path: Path
+    plan: dict[str, Any] | None
+    summary: dict[str, Any]
+    records: Any
+    record_list: list[dict[str, Any]]
+    histograms: dict[str, dict[str, HistogramArrays]] = field(default_factory=dict)
+    summary_rebuilt: bool = False
+    verdict: dict[str, Any] | None = None
+    simulate: dict[str, Any] | None = None
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """records.jsonl as dicts; a torn last line (a killed writer) is skipped."""
+    out = []
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return out
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    return out
+
+
+def read_hlog(path: Path) -> HdrHistogram:
+    """All intervals of one HdrHistogram interval log, added into one histogram (µs).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    total = new_histogram()
+    reader = HistogramLogReader(str(path), new_histogram())
+    try:
+        while True:
+            h = reader.get_next_interval_histogram()
+            if h is None:
+                break
+            total.add(h)
+    finally:
+        reader.close()
+    return total
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _sum_deltas(deltas: list[dict]) -> dict[str, Any] | None:
+    if not deltas:
+        return None
+    out: dict[str, Any] = {}
+    for d in deltas:
+        for k, v in d.items():
+            if k == "reset":
+                out["reset"] = out.get("reset", False) or bool(v)
+            elif k == "reset_names":
+                out["reset_names"] = sorted(set(out.get("reset_names", [])) | set(v))
+            elif isinstance(v, (int, float)):
+                out[k] = v if k in GAUGE_NAMES else out.get(k, 0) + v
+    return out
+
+
+def _peak_in_flight(recs: list[dict[str, Any]]) -> int:
+    """Most requests between ``t_sent_ns`` and ``t_done_ns`` at once (ends before starts at ties)."""
+    ev = []
+    for r in recs:
+        if r.get("t_sent_ns") is not None and r.get("t_done_ns") is not None:
+            ev.append((r["t_sent_ns"], 1))
+            ev.append((r["t_done_ns"], -1))
+    peak = cur = 0
+    for _, d in sorted(ev, key=lambda e: (e[0], e[1])):
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
+                    records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A summary.json rebuilt from records (and finished phases' .hlog for ITL).
+
+    Args:
+        run_dir: The run directory (for ``histograms/``).
+        plan: plan.json; gives phase order, concurrency and planned counts.
+            Without it, phases come from the records in first-seen order.
+        records: records.jsonl as dicts.
+
+    Returns:
+        A summary in the schema of ``kvreplay.metrics.summary`` with
+        ``rebuilt_from_records: true``. Positions of the plan that have no
+        record were never run: they count as ``not_sent`` and a phase with no
+        record at all is ``deferred``.
+    """
+    phases_spec: list[dict[str, Any]] = list((plan or {}).get("phases") or [])
+    if not phases_spec:
+        seen: dict[str, dict[str, Any]] = {}
+        for r in records:
+            ph = seen.setdefault(r["phase"], {"name": r["phase"], "concurrency": r.get("concurrency", 1),
+                                              "repeats": 1, "sequence": []})
+            ph["sequence"].append(r)
+        phases_spec = list(seen.values())
+    by_phase: dict[str, list[dict]] = {}
+    for r in records:
+        by_phase.setdefault(r["phase"], []).append(r)
+    phases = []
+    for spec in phases_spec:
+        name = spec["name"]
+        recs = by_phase.get(name, [])
+        st = PhaseStats(name, int(spec.get("concurrency", 1)), int(spec.get("repeats", 1)),
+                        len(spec.get("sequence") or recs))
+        for r in recs:
+            st.add(r)
+        st.not_sent += max(0, st.planned - len(recs))
+        sent = [r for r in recs if r.get("sent", True)]
+        if sent:
+            st.start_ns = min(r.get("t_sent_ns") or 0 for r in sent)
+            st.end_ns = max(r.get("t_done_ns") or 0 for r in sent) or None
+        if hasattr(st, "deferred"):  # schema additions made while this reader was written
+            st.deferred = not sent
+        if hasattr(st, "peak_in_flight"):
+            st.peak_in_flight = _peak_in_flight(sent)
+        attrs = {r.get("attribution") for r in sent}
+        st.attribution = attrs.pop() if len(attrs) == 1 else "none"
+        if st.attribution == "per_request":
+            st.counter_delta = _sum_deltas([r["counter_delta"] for r in sent if r.get("counter_delta")])
+        itl_log = run_dir / "histograms" / f"{name}.itl.hlog"
+        if itl_log.exists():
+            try:
+                h = read_hlog(itl_log)
+            except (OSError, ValueError):
+                h = None
+            if h is not None:
+                arr = HistogramArrays.from_histogram(h)
+                ls = st.hists.sets["itl"]
+                ls.hist = h
+                ls.sum_us = int((arr.value_us * arr.count).sum())
+        files = {}
+        for m in st.hists.sets:
+            if (run_dir / "histograms" / f"{name}.{m}.hlog").exists():
+                files[m] = f"{name}.{m}.hlog"
+        st.histogram_files = files
+        ph_json = st.to_json()
+        # The rebuilt phase is no more or less valid than the records say; the
+        # run-level flag tells readers it was rebuilt.
+        phases.append(ph_json)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "plan_sha256": (plan or {}).get("plan_sha256"),
+        "implementation": ((plan or {}).get("run") or {}).get("implementation"),
+        "aborted": {"reason": "killed",
+                    "message": "summary.json was missing (the run ended without writing it); "
+                               "rebuilt from records.jsonl by kvreplay report"},
+        "restarts": sum(1 for r in records if (r.get("counter_delta") or {}).get("reset")),
+        "identity": {"before": None, "after": None},
+        "wall_s": None,
+        "records": len(records),
+        "phases": phases,
+        "rebuilt_from_records": True,
+    }
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, path)
+
+
+def _records_frame(records: list[dict[str, Any]]) -> Any:
+    try:
+        import pandas as pd
+    except ImportError:
+        return records
+    return pd.json_normalize(records, sep=".") if records else pd.DataFrame()
+
+
+def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> RunData:
+    """Load a run directory for a notebook or a report.
+
+    Args:
+        path: The run directory (holding plan.json, records.jsonl, ...).
+        write_rebuilt: When summary.json is missing and had to be rebuilt,
+            also write it back to the directory.
+
+    Returns:
+        The parsed run (``RunData``).
+
+    Raises:
+        FileNotFoundError: the directory holds neither summary.json nor
+            records.jsonl (nothing to load).
+    """
+    run_dir = Path(path)
+    plan = _read_json(run_dir / "plan.json")
+    record_list = read_records(run_dir / "records.jsonl")
+    summary = _read_json(run_dir / "summary.json")
+    rebuilt = False
+    if summary is None:
+        if not (run_dir / "records.jsonl").exists():
+            raise FileNotFoundError(f"{run_dir}: no summary.json and no records.jsonl")
+        summary = rebuild_summary(run_dir, plan, record_list)
+        rebuilt = True
+        if write_rebuilt:
+            _write_json(run_dir / "summary.json", summary)
+    hists: dict[str, dict[str, HistogramArrays]] = {}
+    hdir = run_dir / "histograms"
+    if hdir.is_dir():
+        for f in sorted(hdir.glob("*.hlog")):
+            phase, _, metric = f.name[: -len(".hlog")].rpartition(".")
+            try:
+                arr = HistogramArrays.from_histogram(read_hlog(f))
+            except (OSError, ValueError):
+                continue
+            hists.setdefault(phase, {})[metric] = arr
+    simulate = None
+    for name in SIMULATE_FILES:
+        simulate = _read_json(run_dir / name)
+        if simulate is not None:
+            break
+    return RunData(
+        path=run_dir,
+        plan=plan,
+        summary=summary,
+        records=_records_frame(record_list),
+        record_list=record_list,
+        histograms=hists,
+        summary_rebuilt=rebuilt,
+        verdict=_read_json(run_dir / VERDICT_FILE),
+        simulate=simulate,
+    )

@@ -1,0 +1,237 @@
+"""The report's content as data, shared by the Markdown and HTML renderers.
+
+Each table is a ``Table`` of ``Cell`` rows (``kvreplay.report.cells``), so both
+outputs label every figure the same way. Plots are drawn only from measured
+data: an invalid or unrun phase gets a figure placeholder with its status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvreplay.report.cells import (
+    Cell,
+    counter_cell,
+    deferred,
+    failed,
+    fmt,
+    latency_cell,
+    measured,
+    phase_gate,
+    phases_in_order,
+    record_cells,
+    tokens_cell,
+)
+from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
+from kvreplay.report.load import RunData
+
+__all__ = [
+    "COUNTER_ORDER",
+    "Table",
+    "counter_table",
+    "drain_table",
+    "error_table",
+    "identity_table",
+    "phase_name",
+    "phase_table",
+    "request_tables",
+]
+
+COUNTER_ORDER = (
+    "lookups", "hits", "misses", "hit_tokens", "query_tokens", "prompt_tokens", "computed_tokens",
+    "stores", "evictions", "refused", "host_lookups", "host_hits", "host_query_tokens",
+    "host_fetched_tokens", "host_reused_tokens", "host_stores", "host_evictions",
+    "entries", "bytes", "host_bytes", "host_rows_used", "host_pages_used",
+)
+"""Column order of counter tables: the common names of ``runner.backend``, counters then gauges."""
+
+
+@dataclass(slots=True)
+class Table:
+    """A table: ``rows`` of (row header, cells); every cell carries a status.
+
+    Attributes:
+        key: Stable id (``data-table`` in HTML).
+        columns: Column headers after the row header.
+        rows: ``(row header, cells)`` with ``len(cells) == len(columns)``.
+        corner: Header of the row-header column.
+    """
+
+    key: str
+    columns: list[str]
+    rows: list[tuple[str, list[Cell]]] = field(default_factory=list)
+    corner: str = "phase"
+
+
+def phase_name(ph: dict[str, Any] | str) -> str:
+    """``name (Cn)`` for a summary phase, the bare name for an unrun plan phase."""
+    if isinstance(ph, str):
+        return ph
+    return f"{ph['name']} (C{ph.get('concurrency', 1)})"
+
+
+def _count_cell(ph: dict[str, Any] | str, summary: dict[str, Any], text: str) -> Cell:
+    if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
+        return phase_gate(ph, summary) or deferred("not run")
+    return measured(text)
+
+
+def phase_table(run: RunData) -> Table:
+    """Per-phase figures: counts, TTFT/ITL/TPOT/E2E percentiles (ms), cached/prompt tokens."""
+    s = run.summary
+    t = Table("phases", ["ok/planned", "failed", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms",
+                         "ITL p50 ms", "TPOT p50 ms", "E2E p50 ms", "cached/prompt tokens"])
+    for ph in phases_in_order(s, run.plan):
+        if isinstance(ph, str):
+            t.rows.append((ph, [deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")]
+                           * len(t.columns)))
+            continue
+        nfail = sum((ph.get("failed") or {}).values())
+        cells = [
+            _count_cell(ph, s, f"{ph['ok']}/{ph['planned']}"),
+            _count_cell(ph, s, str(nfail)),
+            latency_cell(ph, s, "ttft", "p50"),
+            latency_cell(ph, s, "ttft", "p90"),
+            latency_cell(ph, s, "ttft", "p99"),
+            latency_cell(ph, s, "itl", "p50"),
+            latency_cell(ph, s, "tpot", "p50"),
+            latency_cell(ph, s, "e2e", "p50"),
+            tokens_cell(ph, s),
+        ]
+        t.rows.append((phase_name(ph), cells))
+    return t
+
+
+def _counter_keys(deltas: list[dict[str, Any]]) -> list[str]:
+    present = set()
+    for d in deltas:
+        present |= {k for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    keys = [k for k in COUNTER_ORDER if k in present]
+    return keys + sorted(present - set(keys))
+
+
+def counter_table(run: RunData) -> Table:
+    """Native counter deltas per phase (gauges: value at the phase end)."""
+    s = run.summary
+    phases = phases_in_order(s, run.plan)
+    keys = _counter_keys([p.get("counter_delta") or {} for p in phases if isinstance(p, dict)])
+    t = Table("counters", keys or ["counters"])
+    for ph in phases:
+        if keys:
+            cells = [counter_cell(ph, s, k) for k in keys]
+        else:
+            cells = [phase_gate(ph, s) or failed("no counters (backend none or counter read failed)")]
+        t.rows.append((phase_name(ph), cells))
+    return t
+
+
+def restore_key(records: list[dict[str, Any]]) -> str | None:
+    """The per-request counter to overlay on the churn picture: host restores, else device hits."""
+    for k in HOST_KEYS + DEVICE_KEYS:
+        if any(k in (r.get("counter_delta") or {}) for r in records):
+            return k
+    return None
+
+
+def request_tables(run: RunData) -> list[Table]:
+    """Per-request figures for phases with per-request counter attribution (C1)."""
+    out = []
+    for ph in phases_in_order(run.summary, run.plan):
+        if isinstance(ph, str) or ph.get("concurrency", 1) != 1:
+            continue
+        recs = [r for r in run.record_list if r.get("phase") == ph["name"]]
+        if not recs:
+            continue
+        keys = _counter_keys([r.get("counter_delta") or {} for r in recs])
+        keys = [k for k in keys if k in COUNTER_ORDER[:17]][:8]  # counters, not gauges; keep it narrow
+        t = Table(f"requests:{ph['name']}",
+                  ["status", "TTFT ms", "E2E ms", "prompt tokens", "cached tokens"] + [f"Δ {k}" for k in keys],
+                  corner="position · body")
+        invalid = phase_gate(ph, run.summary)
+        for r in sorted(recs, key=lambda r: r.get("position", 0)):
+            head = f"{r.get('position')} · #{r.get('body_index')} {str(r.get('body_sha256', ''))[:12]}"
+            cells = record_cells(r, keys)
+            if invalid is not None and invalid.status == "failed" and r.get("sent", True):
+                cells = [invalid] * len(cells)
+            t.rows.append((head, cells))
+        out.append(t)
+    return out
+
+
+def drain_table(run: RunData) -> Table:
+    """Drain check before each phase: passed / failed (why) / deferred; phases without one say so."""
+    s = run.summary
+    specs = {p["name"]: p for p in (run.plan or {}).get("phases") or []}
+    t = Table("drain", ["drain before the phase"])
+    for ph in phases_in_order(s, run.plan):
+        name = ph if isinstance(ph, str) else ph["name"]
+        dr = None if isinstance(ph, str) else ph.get("drain")
+        if dr:
+            if dr.get("passed"):
+                cell = measured(f"passed after {dr.get('waited_s')} s")
+            else:
+                cell = failed(f"did not pass after {dr.get('waited_s')} s: {dr.get('reason')}")
+        elif specs.get(name, {}).get("drain"):
+            cell = phase_gate(ph, s) or failed("drain requested but not checked (no counters)")
+        else:
+            cell = deferred("no drain check: not requested in the plan") if not isinstance(ph, str) \
+                else deferred("not run")
+        t.rows.append((phase_name(ph), [cell]))
+    return t
+
+
+def identity_table(run: RunData) -> Table:
+    """Server identity before and after the run; a changed field is failed (drift)."""
+    ident = run.summary.get("identity") or {}
+    before, after = ident.get("before"), ident.get("after")
+    t = Table("identity", ["before", "after"], corner="field")
+    if not before and not after:
+        why = "summary rebuilt from records: identity not kept" if run.summary.get("rebuilt_from_records") \
+            else "no backend identity (backend none or identity read failed)"
+        t.rows.append(("identity", [failed(why), failed(why)]))
+        return t
+    before, after = before or {}, after or {}
+    for k in sorted(set(before) | set(after)):
+        b = measured(str(before[k])) if k in before else failed("not read")
+        if k not in after:
+            a = failed("not read")
+        elif k in before and after[k] != before[k]:
+            a = failed(f"changed to {after[k]!s} (identity drift)")
+        else:
+            a = measured(str(after[k]))
+        t.rows.append((k, [b, a]))
+    return t
+
+
+def error_table(run: RunData) -> Table:
+    """Failed requests per phase by class (connect, timeout, http, stream_error, cut, ...)."""
+    s = run.summary
+    phases = phases_in_order(s, run.plan)
+    classes = sorted({c for p in phases if isinstance(p, dict) for c in (p.get("failed") or {})})
+    t = Table("errors", classes or ["failed requests"])
+    for ph in phases:
+        if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
+            t.rows.append((phase_name(ph), [phase_gate(ph, s) or deferred("not run")] * len(t.columns)))
+            continue
+        f = ph.get("failed") or {}
+        t.rows.append((phase_name(ph), [measured(str(f.get(c, 0))) for c in classes] or [measured("0")]))
+    return t
+
+
+def error_examples(run: RunData, limit: int = 10) -> list[str]:
+    """The first ``limit`` failed requests as one line each (phase, position, class, message)."""
+    out = []
+    for r in run.record_list:
+        if r.get("sent", True) and r.get("status") not in ("ok", None):
+            msg = (r.get("error") or "").replace("\n", " ")[:200]
+            out.append(f"{r['phase']} #{r.get('position')}: {r['status']}"
+                       + (f" (HTTP {r['http_status']})" if r.get("http_status") else "") + (f": {msg}" if msg else ""))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def fmt_value(v: Any) -> str:
+    """A value for prose: numbers via ``fmt``, others as str."""
+    return fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)

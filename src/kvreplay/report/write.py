@@ -1,0 +1,56 @@
+"""Write a run directory's reports: report.md, report.html and (optionally) Parquet exports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kvreplay.report.document import build, to_html, to_markdown
+from kvreplay.report.load import load_run
+
+__all__ = ["write_reports"]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_reports(run_dir: str | os.PathLike[str], *, html: bool = True,
+                  parquet: bool = False) -> dict[str, Path]:
+    """Render the reports of a run directory in place.
+
+    Rebuilds summary.json from records.jsonl first when it is missing (a
+    killed run), then writes report.md, report.html (``html``) and
+    ``records.parquet`` (``parquet``; needs the ``kvreplay[parquet]`` extra).
+
+    Args:
+        run_dir: The run directory.
+        html: Also write report.html.
+        parquet: Also write records.parquet.
+
+    Returns:
+        Name (``summary``, ``markdown``, ``html``, ``parquet``) -> path written
+        (``summary`` only when it was rebuilt).
+
+    Raises:
+        FileNotFoundError: the directory holds neither summary.json nor records.jsonl.
+        ImportError: ``parquet`` asked without pyarrow installed.
+    """
+    d = Path(run_dir)
+    run = load_run(d, write_rebuilt=True)
+    rep = build(run)
+    out: dict[str, Path] = {}
+    if run.summary_rebuilt:
+        out["summary"] = d / "summary.json"
+    _atomic_write(d / "report.md", to_markdown(rep))
+    out["markdown"] = d / "report.md"
+    if html:
+        _atomic_write(d / "report.html", to_html(rep))
+        out["html"] = d / "report.html"
+    if parquet:
+        from kvreplay.report.parquet import write_parquet
+
+        out["parquet"] = write_parquet(run.record_list, d / "records.parquet")
+    return out
