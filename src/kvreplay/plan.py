@@ -7,8 +7,10 @@ order.
 
 Phase shorthand (command line)::
 
-    NAME:ORDER:cN[:xREPEATS][:lastN|firstN]
+    NAME:ORDER:cN[:xREPEATS][:lastN|firstN][:rRATE[:poissonSEED]]
     prime:forward:c1   replay:reverse:c4   control:forward:c1:x2:last12
+    load:forward:c4:r40            open loop, 40 requests/s, at most 4 in flight
+    load:forward:c64:r20:poisson7  open loop, Poisson arrivals (seed 7)
     mix:shuffle:7:c4   (a seeded shuffle; the seed is the token after "shuffle")
 
 TOML plan file (``--plan FILE``)::
@@ -22,6 +24,8 @@ TOML plan file (``--plan FILE``)::
     drain = false           # a drain must pass before the phase starts
     reset = false           # ask the server to empty its prefix cache first
     fresh = false           # require zeroed counters and an empty cache
+    arrival = "constant"    # open loop: constant | poisson:SEED | trace:FILE (omit: closed loop)
+    rate = 40.0             # requests/s for constant / poisson
 
 Unknown keys and bad values raise ``ConfigError`` naming file, line and field.
 """
@@ -55,7 +59,9 @@ __all__ = [
 PLAN_FORMAT = "kvreplay-plan/1"
 _ORDER_RE = re.compile(r"^(forward|reverse|shuffle:\d+)$")
 _SELECT_RE = re.compile(r"^(all|first:\d+|last:\d+)$")
-_PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh"}
+_PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh",
+               "arrival", "rate", "time_scale"}
+_ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|trace:.+)$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +77,15 @@ class PhaseSpec:
         drain: A drain must pass before the phase starts.
         reset: Empty the server's prefix cache before the phase.
         fresh: Require a fresh server (zero counters, empty cache) at the start.
+        arrival: None for a closed loop; else an open loop whose intended send
+            times are frozen into the plan: ``constant`` (every 1/rate s),
+            ``poisson:SEED`` (exponential gaps of mean 1/rate s, seeded) or
+            ``trace:FILE`` (a JSON list of arrival offsets in ms, one per
+            position, e.g. from ``kvreplay import mooncake``). ``concurrency``
+            then caps requests in flight; latency is measured from the intended
+            time as well as from the actual send (no coordinated omission).
+        rate: Offered load for ``constant``/``poisson`` (requests/s).
+        time_scale: Multiplies trace offsets (0.5 = twice as fast).
     """
 
     name: str
@@ -81,6 +96,9 @@ class PhaseSpec:
     drain: bool = False
     reset: bool = False
     fresh: bool = False
+    arrival: str | None = None
+    rate: float | None = None
+    time_scale: float = 1.0
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], *, where: dict[str, Any]) -> PhaseSpec:
@@ -127,7 +145,22 @@ class PhaseSpec:
             if not isinstance(v, bool):
                 raise bad(key, f"must be true or false, not {v!r}")
             flags[key] = v
-        return cls(name=name, order=order, select=select, **ints, **flags)
+        arrival = data.get("arrival")
+        rate = data.get("rate")
+        time_scale = data.get("time_scale", 1.0)
+        if arrival is not None:
+            if not isinstance(arrival, str) or not _ARRIVAL_RE.match(arrival):
+                raise bad("arrival", f"must be constant, poisson:SEED or trace:FILE, not {arrival!r}")
+            if not arrival.startswith("trace:"):
+                if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+                    raise bad("rate", f"an open loop needs a rate > 0 (requests/s), not {rate!r}")
+                rate = float(rate)
+        elif rate is not None:
+            raise bad("rate", "a rate needs an arrival process (arrival = \"constant\" or \"poisson:SEED\")")
+        if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or time_scale <= 0:
+            raise bad("time_scale", f"must be a number > 0, not {time_scale!r}")
+        return cls(name=name, order=order, select=select, **ints, **flags, arrival=arrival, rate=rate,
+                   time_scale=float(time_scale))
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON (explicit selections as lists)."""
@@ -140,6 +173,8 @@ class PhaseSpec:
             "drain": self.drain,
             "reset": self.reset,
             "fresh": self.fresh,
+            **({"arrival": self.arrival, "rate": self.rate, "time_scale": self.time_scale}
+               if self.arrival is not None else {}),
         }
 
 
@@ -174,6 +209,11 @@ def parse_phase(spec: str) -> PhaseSpec:
             data["select"] = f"{m.group(1)}:{m.group(2)}"
         elif tok in ("drain", "reset", "fresh"):
             data[tok] = True
+        elif m := re.fullmatch(r"r(\d+(?:\.\d+)?)", tok):
+            data["rate"] = float(m.group(1))
+            data.setdefault("arrival", "constant")
+        elif m := re.fullmatch(r"poisson(\d+)", tok):
+            data["arrival"] = f"poisson:{m.group(1)}"
         else:
             raise ConfigError(f"{spec!r}: unknown token {tok!r}", field="--phase")
     if "concurrency" not in data:
@@ -239,10 +279,13 @@ class Phase:
     Attributes:
         spec: What the user asked for.
         sequence: ``(body_index, repetition)`` per position, in send order.
+        intended_ns: Open loop only: intended send time of each position (ns
+            after the phase start), frozen before the first request.
     """
 
     spec: PhaseSpec
     sequence: tuple[tuple[int, int], ...]
+    intended_ns: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -284,6 +327,7 @@ class Plan:
                             "body_index": bi,
                             "body_sha256": self.body_sha256[bi],
                             "repetition": rep,
+                            **({"intended_ns": ph.intended_ns[pos]} if ph.intended_ns is not None else {}),
                         }
                         for pos, (bi, rep) in enumerate(ph.sequence)
                     ],
@@ -334,6 +378,31 @@ def _order(spec: PhaseSpec, idx: list[int]) -> list[int]:
     return out
 
 
+def _intended(spec: PhaseSpec, n: int) -> tuple[int, ...] | None:
+    """Intended send offsets (ns after phase start) of an open-loop phase, or None."""
+    if spec.arrival is None:
+        return None
+    if spec.arrival == "constant":
+        gap = 1e9 / spec.rate  # type: ignore[operator]
+        return tuple(round(i * gap) for i in range(n))
+    if spec.arrival.startswith("poisson:"):
+        rng = random.Random(int(spec.arrival.split(":")[1]))
+        t, out = 0.0, []
+        for _ in range(n):
+            out.append(round(t))
+            t += rng.expovariate(spec.rate) * 1e9  # type: ignore[arg-type]
+        return tuple(out)
+    path = Path(spec.arrival.split(":", 1)[1])
+    try:
+        offsets = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read trace arrivals: {exc}", path=path, field="arrival") from exc
+    if not isinstance(offsets, list) or len(offsets) < n or not all(isinstance(x, (int, float)) for x in offsets):
+        raise ConfigError(f"needs a JSON list of at least {n} arrival offsets (ms)", path=path, field="arrival")
+    base = offsets[0]
+    return tuple(round((x - base) * 1e6 * spec.time_scale) for x in offsets[:n])
+
+
 def build_plan(workload: Workload, specs: list[PhaseSpec]) -> Plan:
     """Expand phase specs into the frozen request sequence.
 
@@ -351,7 +420,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec]) -> Plan:
     for spec in specs:
         ordered = _order(spec, _select(spec, n))
         seq = tuple((bi, rep) for rep in range(spec.repeats) for bi in ordered)
-        phases.append(Phase(spec, seq))
+        phases.append(Phase(spec, seq, _intended(spec, len(seq))))
     return Plan(
         workload_path=workload.path,
         workload_sha256=workload.sha256,
@@ -401,10 +470,13 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
         spec_data = {k: v for k, v in ph.items() if k != "sequence"}
         spec = PhaseSpec.from_mapping(spec_data, where={"path": p, "field": f"phases[{i}]"})
         seq = []
+        intended = []
         for item in ph["sequence"]:
             body_sha[item["body_index"]] = item["body_sha256"]
             seq.append((item["body_index"], item["repetition"]))
-        phases.append(Phase(spec, tuple(seq)))
+            if "intended_ns" in item:
+                intended.append(item["intended_ns"])
+        phases.append(Phase(spec, tuple(seq), tuple(intended) if spec.arrival is not None else None))
     if workload is not None:
         for bi, sha in enumerate(body_sha):
             if sha and workload.bodies[bi].sha256 != sha:

@@ -19,9 +19,11 @@ __all__ = ["HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms"
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
 SIG_FIGS = 3
-METRICS = ("ttft", "itl", "tpot", "e2e", "queue")
+METRICS = ("ttft", "itl", "tpot", "e2e", "queue", "ttft_from_intended", "e2e_from_intended")
 """ttft: sent -> first token; itl: gap between token events; tpot: (last - first token) /
-(completion tokens - 1); e2e: sent -> done; queue: intended -> sent (open loop only)."""
+(completion tokens - 1); e2e: sent -> done. Open loop only (wrk2's corrected
+latencies): queue: intended -> sent (dispatch delay); ttft_from_intended and
+e2e_from_intended: measured from the intended send time."""
 
 
 def new_histogram() -> HdrHistogram:

@@ -55,6 +55,9 @@ class PhaseStats:
     histogram_files: dict[str, str] = field(default_factory=dict)
     deferred: bool = False
     peak_in_flight: int = 0
+    open_loop: bool = False
+    offered_rps: float | None = None
+    schedule_slack_ms: float = 10.0
 
     def add(self, rec: dict[str, Any], token_ns: list[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -81,7 +84,7 @@ class PhaseStats:
         else:
             self.cached_tokens += u["cached_tokens"]
         s = self.hists.sets
-        for metric in ("ttft", "tpot", "e2e", "queue"):
+        for metric in ("ttft", "tpot", "e2e", "queue", "ttft_from_intended", "e2e_from_intended"):
             v = rec.get(f"{metric}_ns")
             if v is not None:
                 s[metric].record_ns(v)
@@ -91,6 +94,23 @@ class PhaseStats:
             for t in token_ns[1:]:
                 itl.record_ns(t - prev)
                 prev = t
+
+    def _schedule(self, wall_s: float | None) -> dict[str, Any]:
+        if not self.open_loop:
+            return {"open_loop": False,
+                    "note": "closed loop: no intended send times; latencies are from the actual send"}
+        q = self.hists.sets["queue"].summary_ms()
+        late = q["max"] is not None and q["max"] > self.schedule_slack_ms
+        return {
+            "open_loop": True,
+            "offered_rps": round(self.offered_rps, 3) if self.offered_rps else None,
+            "achieved_rps": round(self.sent / wall_s, 3) if wall_s else None,
+            "dispatch_delay_ms": q,
+            "kept_schedule": not late,
+            "note": (f"client could not keep schedule: sends up to {q['max']} ms late "
+                     f"(concurrency cap {self.concurrency}); see *_from_intended latencies")
+            if late else "schedule kept",
+        }
 
     def to_json(self) -> dict[str, Any]:
         """The phase's entry in summary.json."""
@@ -117,6 +137,7 @@ class PhaseStats:
             "cached_unknown": self.cached_unknown,
         }
         out["peak_in_flight"] = self.peak_in_flight
+        out["schedule"] = self._schedule(wall_s)
         reasons = list(self.invalid_reasons)
         if self.sent >= self.concurrency and self.peak_in_flight < self.concurrency:
             reasons.append(f"client never had {self.concurrency} requests in flight (peak {self.peak_in_flight})")

@@ -156,7 +156,7 @@ class _Run:
         return None if t is None else t - self.clock.origin_ns
 
     def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
-               delta: dict | None, attribution: str) -> dict[str, Any]:
+               delta: dict | None, attribution: str, intended_ns: int | None = None) -> dict[str, Any]:
         body = self.workload.bodies[bi]
         base = {
             "phase": phase.name,
@@ -209,7 +209,7 @@ class _Run:
             "error": out.error,
             "timeout_kind": out.timeout_kind,
             "reconnects": out.reconnects,
-            "t_intended_ns": None,
+            "t_intended_ns": self.rel(intended_ns),
             "t_sent_ns": self.rel(out.sent_ns),
             "t_headers_ns": self.rel(out.headers_ns),
             "t_first_byte_ns": self.rel(r.first_byte_ns),
@@ -220,7 +220,10 @@ class _Run:
             "ttft_ns": ttft,
             "tpot_ns": tpot,
             "e2e_ns": out.done_ns - out.sent_ns,
-            "queue_ns": None,
+            "queue_ns": None if intended_ns is None else max(0, out.sent_ns - intended_ns),
+            "ttft_from_intended_ns": None if intended_ns is None or r.first_token_ns is None
+            else r.first_token_ns - intended_ns,
+            "e2e_from_intended_ns": None if intended_ns is None else out.done_ns - intended_ns,
             "itl": itl,
             "text_head": r.text_head,
             "attribution": attribution,
@@ -304,6 +307,10 @@ class _Run:
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec
         st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence))
+        if phase.intended_ns is not None:
+            st.open_loop = True
+            span = phase.intended_ns[-1] if phase.intended_ns else 0
+            st.offered_rps = (len(phase.sequence) - 1) / (span / 1e9) if span > 0 else None
         self.stats.append(st)
         be = self.backend
         if be is not None and not self.stop_new:
@@ -324,7 +331,8 @@ class _Run:
                 st.invalid_reasons.append(why or "not fresh")
         elif spec.fresh:
             st.invalid_reasons.append("fresh required but the backend reports no counters")
-        per_req = be is not None and spec.concurrency == 1 and self.opts.per_request_counters
+        per_req = (be is not None and spec.concurrency == 1 and self.opts.per_request_counters
+                   and phase.intended_ns is None)
         attribution = "per_request" if per_req else ("phase_only" if be is not None else "none")
         st.attribution = attribution
         self.last_snap = before
@@ -333,8 +341,18 @@ class _Run:
         st.start_ns = now_ns()
         self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
 
+        intended = phase.intended_ns
+
         async def worker() -> None:
             for pos, (bi, rep) in seq:
+                t_int = None
+                if intended is not None and not self.stop_new:
+                    # Open loop: not before the intended time; a late send is
+                    # measured from the intended time too (no coordinated omission).
+                    t_int = st.start_ns + intended[pos]
+                    wait = t_int - now_ns()
+                    if wait > 0:
+                        await asyncio.sleep(wait / 1e9)
                 if self.stop_new:
                     rec = self.record(phase, pos, bi, rep, None, None, attribution)
                     self.writer.write(rec)
@@ -352,7 +370,7 @@ class _Run:
                     # Cancelled in flight (second interrupt, hard deadline): still a record.
                     t = now_ns()
                     out = RequestOutcome("aborted", None, t, None, t, error=(self.abort or {}).get("reason"))
-                    rec = self.record(phase, pos, bi, rep, out, None, attribution)
+                    rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                     self.writer.write(rec)
                     st.add(rec)
                     raise
@@ -364,13 +382,13 @@ class _Run:
                     try:
                         after = await self.snapshot(None)
                     except asyncio.CancelledError:
-                        rec = self.record(phase, pos, bi, rep, out, None, attribution)
+                        rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                         self.writer.write(rec)
                         st.add(rec, out.stream.token_ns if out.status == "ok" else None)
                         raise
                     delta = self.delta_json(self.last_snap, after)
                     self.last_snap = after
-                rec = self.record(phase, pos, bi, rep, out, delta, attribution)
+                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
                 self.writer.write(rec)
                 st.add(rec, out.stream.token_ns if out.status == "ok" else None)
                 self.obs.on_record(rec)
