@@ -449,7 +449,8 @@ async def run_probe(
         "min_flush_k": min_k,
         "flush_bracket": bracket,
         "flush_floor_tokens": floor,
-        "flush_prefix_tokens": baseline_cached,
+        "flush_prefix_tokens": points[0]["prefix_tokens"] if points else None,
+        "flush_prefix_cached_tokens": baseline_cached,
         "eviction_note": evict_note,
         "points": points,
         "warm": warm_rows,
@@ -459,7 +460,7 @@ async def run_probe(
         "implied_entries": implied,
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
         "eviction_cost_s": _r(eviction_cost),
-        "prefix_bytes": round(baseline_cached * bpt) if bpt and baseline_cached else None,
+        "prefix_bytes": round(points[0]["prefix_tokens"] * bpt) if bpt and points else None,
         "token_counting": {"mode": counter.mode, "c0_tokens": counter.c0, "tokens_per_word": counter.c1},
         "unplanned_requests": counter.calls,
         "requests": p.requests,
@@ -511,13 +512,13 @@ def plain_line(v: dict[str, Any]) -> str:
     """The one sentence a person acts on (see ``report.md``)."""
     k = v.get("min_flush_k")
     prefix = v.get("flush_prefix_tokens")
-    if k is None:
+    if k is None or prefix is None:
         return f"No flushing count found: {v.get('eviction_note') or 'eviction legs not run'}."
     ents = v.get("implied_entries")
     head = ""
     if ents:
         head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
-    line = f"{head}about {k} foreign requests evict a {_ktok(prefix or 0)} prefix"
+    line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
     if v.get("eviction_cost_s") is not None:
         line += f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
     return line + "."
