@@ -440,6 +440,30 @@ class SimServer:
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
+        sent_box = [0]
+        try:
+            return await self._stream_body(resp, chat, ticket, gen, kinds, include_usage, finish, chunk, head, rid,
+                                           sent_box)
+        except ConnectionError:
+            # The client went away (e.g. its read timeout): account for what was sent and
+            # let aiohttp finish quietly (it ignores ConnectionError on a prepared response).
+            finish(sent_box[0], "abort", "client_gone")
+            return resp
+
+    async def _stream_body(
+        self,
+        resp: web.StreamResponse,
+        chat: bool,
+        ticket: Ticket,
+        gen: Generation,
+        kinds: dict[str, FaultSpec],
+        include_usage: bool,
+        finish: Any,
+        chunk: Any,
+        head: dict,
+        rid: str,
+        sent_box: list[int],
+    ) -> web.StreamResponse:
         await self._wait_first(ticket, kinds)
         if chat:
             await resp.write(chunk(None, role=True))
@@ -481,6 +505,7 @@ class SimServer:
                 await self._sleep(self.config.itl_s)
             await resp.write(chunk(gen.pieces[sent]))
             sent += 1
+            sent_box[0] = sent
         finish(total, gen.finish_reason, "ok")
         tail = chunk(None, gen.finish_reason)
         if include_usage:
