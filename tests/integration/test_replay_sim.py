@@ -73,6 +73,10 @@ def test_prime_forward_replay_reverse(tiny, tmp_path, entries, prime_cached, rep
     for name, want in (("prime", prime_delta), ("replay", replay_delta)):
         for k, v in want.items():
             assert ph[name]["counter_delta"][k] == v, (name, k)
+    for name in ("prime", "replay"):
+        cc = ph[name]["cross_check"]
+        assert cc["agree"] is True and cc["requests_disagreeing"] == 0
+        assert cc["usage_cached_tokens"] == cc["counter_hit_tokens"] == ph[name]["tokens"]["cached"]
     assert ph["prime"]["tokens"] == {"prompt": 57, "cached": sum(prime_cached), "completion":
                                      sum(r["usage"]["completion_tokens"] for r in prime), "cached_unknown": 0}
 

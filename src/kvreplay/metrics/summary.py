@@ -10,6 +10,10 @@ summary.json::
                  "tokens": {"prompt", "cached", "completion", "cached_unknown"},
                  "attribution": "per_request" | "phase_only" | "none",
                  "counter_delta": {...} | null, "drain": {...} | null,
+                 "cross_check": {"usage_cached_tokens", "counter_hit_tokens", "agree",
+                                 "requests_disagreeing", "disagreements": [...], "note"} | null,
+                 "schedule": {"open_loop", "offered_rps", "achieved_rps", "dispatch_delay_ms",
+                              "kept_schedule", "note"},
                  "deferred": bool (aborted before it sent anything),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
                  "out_of_range": n}]}
@@ -27,6 +31,8 @@ from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 __all__ = ["SCHEMA_VERSION", "PhaseStats"]
 
 SCHEMA_VERSION = 1
+MAX_LISTED = 20
+"""Disagreeing requests listed per phase in ``cross_check`` (the count is exact)."""
 
 
 @dataclass(slots=True)
@@ -58,6 +64,8 @@ class PhaseStats:
     open_loop: bool = False
     offered_rps: float | None = None
     schedule_slack_ms: float = 10.0
+    disagreements: list[dict[str, Any]] = field(default_factory=list)
+    n_disagreements: int = 0
 
     def add(self, rec: dict[str, Any], token_ns: list[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -72,6 +80,7 @@ class PhaseStats:
             self.not_sent += 1
             return
         self.sent += 1
+        self._cross_check(rec)
         if status != "ok":
             self.failed[status] = self.failed.get(status, 0) + 1
             return
@@ -94,6 +103,42 @@ class PhaseStats:
             for t in token_ns[1:]:
                 itl.record_ns(t - prev)
                 prev = t
+
+    def _cross_check(self, rec: dict[str, Any]) -> None:
+        """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta."""
+        d = rec.get("counter_delta")
+        u = (rec.get("usage") or {}).get("cached_tokens")
+        if not d or "hit_tokens" not in d or u is None or d.get("reset"):
+            return
+        if d["hit_tokens"] != u:
+            self.n_disagreements += 1
+            if len(self.disagreements) < MAX_LISTED:
+                self.disagreements.append({"position": rec["position"], "body_index": rec["body_index"],
+                                           "usage_cached_tokens": u, "counter_hit_tokens": d["hit_tokens"]})
+
+    def cross_check(self) -> dict[str, Any] | None:
+        """Usage ``cached_tokens`` against counter ``hit_tokens``, per phase and per request (C1).
+
+        SERVERS.md: counters and usage can disagree (vLLM counts hits at admission,
+        block-granular, preempted requests excluded; SGLang with MTP reports 0;
+        llama.cpp's ``cache_n`` is per slot). Disagreements are listed, never hidden.
+        """
+        d = self.counter_delta
+        if not d or "hit_tokens" not in d:
+            return None
+        usage_total = None if self.cached_unknown else self.cached_tokens
+        out: dict[str, Any] = {
+            "usage_cached_tokens": usage_total,
+            "counter_hit_tokens": d["hit_tokens"],
+            "agree": usage_total is not None and usage_total == d["hit_tokens"] and not self.n_disagreements,
+            "requests_disagreeing": self.n_disagreements,
+            "disagreements": list(self.disagreements),
+        }
+        if usage_total is None:
+            out["note"] = f"{self.cached_unknown} responses did not report cached_tokens"
+        elif usage_total != d["hit_tokens"]:
+            out["note"] = f"gap of {d['hit_tokens'] - usage_total:+g} tokens (counters - usage)"
+        return out
 
     def _schedule(self, wall_s: float | None) -> dict[str, Any]:
         if not self.open_loop:
@@ -143,6 +188,7 @@ class PhaseStats:
             reasons.append(f"client never had {self.concurrency} requests in flight (peak {self.peak_in_flight})")
         out["attribution"] = self.attribution
         out["counter_delta"] = self.counter_delta
+        out["cross_check"] = self.cross_check()
         out["drain"] = self.drain
         out["deferred"] = self.deferred
         out["valid"] = not reasons and not self.deferred

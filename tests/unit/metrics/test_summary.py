@@ -1,0 +1,50 @@
+from kvreplay.metrics.histograms import LatencySet
+from kvreplay.metrics.summary import PhaseStats
+
+
+def rec(pos, status="ok", cached=10, hit=10, ttft_ns=5_000_000):
+    return {"phase": "p", "position": pos, "body_index": pos, "status": status, "sent": True,
+            "usage": {"prompt_tokens": 100, "completion_tokens": 4, "cached_tokens": cached},
+            "counter_delta": {"hit_tokens": hit}, "ttft_ns": ttft_ns, "e2e_ns": 2 * ttft_ns}
+
+
+def test_cross_check_lists_disagreements():
+    st = PhaseStats("p", 1, 1, 3)
+    st.add(rec(0, cached=0, hit=0))
+    st.add(rec(1, cached=96, hit=100))
+    st.add(rec(2, cached=None, hit=16))
+    st.counter_delta = {"hit_tokens": 116}
+    cc = st.to_json()["cross_check"]
+    assert cc["requests_disagreeing"] == 1
+    assert cc["disagreements"] == [{"position": 1, "body_index": 1, "usage_cached_tokens": 96,
+                                    "counter_hit_tokens": 100}]
+    assert cc["agree"] is False and cc["usage_cached_tokens"] is None
+    assert "did not report" in cc["note"]
+
+
+def test_counts_and_failures():
+    st = PhaseStats("p", 2, 1, 4)
+    st.add(rec(0))
+    st.add(rec(1, status="timeout"))
+    st.add({"phase": "p", "position": 2, "body_index": 2, "status": "aborted", "sent": False})
+    st.add(rec(3), token_ns=[0, 1_000_000, 3_000_000])
+    j = st.to_json()
+    assert (j["sent"], j["ok"], j["not_sent"], j["failed"]) == (3, 2, 1, {"timeout": 1})
+    assert j["tokens"] == {"prompt": 200, "cached": 20, "completion": 8, "cached_unknown": 0}
+    assert j["ttft_ms"]["n"] == 2 and j["ttft_ms"]["p50"] == 5.0
+    assert j["itl_ms"]["n"] == 2 and j["itl_ms"]["max"] == 2.0
+    assert j["cross_check"] is None  # no phase delta with hit_tokens
+
+
+def test_hdr_recorder_counts_out_of_range_and_keeps_the_stall():
+    # HdrHistogram's canonical case: 10,000 x 1 ms plus one 100 s stall.
+    ls = LatencySet()
+    for _ in range(10_000):
+        ls.record_ns(1_000_000)
+    ls.record_ns(100_000_000_000)
+    s = ls.summary_ms()
+    assert s["n"] == 10_001 and s["p50"] == 1.0 and s["p99"] == 1.0
+    assert 99_900 <= s["max"] <= 100_100
+    assert abs(s["mean"] - (10_000 * 1 + 100_000) / 10_001) < 1e-3
+    ls.record_ns(7_200 * 10**9)  # two hours: beyond the 1 h range
+    assert ls.out_of_range == 1 and ls.summary_ms()["n"] == 10_001
