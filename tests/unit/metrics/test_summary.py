@@ -31,8 +31,8 @@ def test_counts_and_failures():
     j = st.to_json()
     assert (j["sent"], j["ok"], j["not_sent"], j["failed"]) == (3, 2, 1, {"timeout": 1})
     assert j["tokens"] == {"prompt": 200, "cached": 20, "completion": 8, "cached_unknown": 0}
-    assert j["ttft_ms"]["n"] == 2 and j["ttft_ms"]["p50"] == 5.0
-    assert j["itl_ms"]["n"] == 2 and j["itl_ms"]["max"] == 2.0
+    assert j["ttft_ms"]["n"] == 2 and abs(j["ttft_ms"]["p50"] - 5.0) <= 0.005  # 3 significant digits
+    assert j["itl_ms"]["n"] == 2 and abs(j["itl_ms"]["max"] - 2.0) <= 0.002
     assert j["cross_check"] is None  # no phase delta with hit_tokens
 
 
