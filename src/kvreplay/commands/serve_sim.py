@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import signal
 import sys
 
@@ -21,9 +22,18 @@ from kvreplay.sim.config import config_from_args
 NAME = "serve-sim"
 HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faults)"
 
-__all__ = ["HELP", "NAME", "add_arguments", "run", "serve"]
+__all__ = ["HELP", "NAME", "add_arguments", "is_loopback", "run", "serve"]
 
-_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +59,7 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     from kvreplay.sim.server import SimServer
 
     cfg = config_from_args(args, prefix="")
-    if args.host not in _LOOPBACK:
+    if not is_loopback(args.host):
         print(
             f"kvreplay serve-sim: warning: binding {args.host}, not loopback; the simulator has no authentication",
             file=sys.stderr,
