@@ -1,0 +1,6 @@
+"""Type stub for the native prefix-chain hasher (ext/_hash_c.pyx); same API as ``_chain``."""
+
+from kvreplay.workload._chain import BodySpans, PrefixChain
+
+def body_spans(raw: bytes) -> BodySpans: ...
+def prefix_chain(raw: bytes, *, block_bytes: int = ...) -> PrefixChain: ...
