@@ -17,14 +17,24 @@ from kvreplay.offline.mrc import block_curve
 from kvreplay.offline.sources import block_requests_from_trace
 from kvreplay.offline.traces import load_block_trace
 
-TRACE = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "mooncake_fast25_conversation_trace.jsonl"
+TRACE = (
+    Path(__file__).resolve().parent.parent
+    / "fixtures"
+    / "traces"
+    / "mooncake_fast25_conversation_trace.jsonl"
+)
 
 
 def whole_curve(path=TRACE):
     trace = load_block_trace(path)
     br = block_requests_from_trace(trace)
-    curve = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=br.block_tokens,
-                        prompt_tokens=br.prompt_tokens)
+    curve = block_curve(
+        br.blocks,
+        br.starts,
+        br.lookup_blocks,
+        block_tokens=br.block_tokens,
+        prompt_tokens=br.prompt_tokens,
+    )
     return trace, curve
 
 
@@ -44,15 +54,25 @@ def main() -> None:
         trace = load_block_trace(TRACE)
         t1 = time.perf_counter()
         br = block_requests_from_trace(trace)
-        curve = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=br.block_tokens,
-                            prompt_tokens=br.prompt_tokens)
+        curve = block_curve(
+            br.blocks,
+            br.starts,
+            br.lookup_blocks,
+            block_tokens=br.block_tokens,
+            prompt_tokens=br.prompt_tokens,
+        )
         t2 = time.perf_counter()
         runs.append((t1 - t0, t2 - t1, t2 - t0))
     best = min(runs, key=lambda r: r[2])
     worst = max(runs, key=lambda r: r[2])
-    print(f"{len(trace)} requests, {len(trace.blocks)} block references, "
-          f"curve over capacities 0..{curve.max_capacity} blocks")
-    print(f"best of 5: load {best[0]:.3f} s + curve {best[1]:.3f} s = {best[2]:.3f} s; worst {worst[2]:.3f} s")
+    print(
+        f"{len(trace)} requests, {len(trace.blocks)} block references, "
+        f"curve over capacities 0..{curve.max_capacity} blocks"
+    )
+    print(
+        f"best of 5: load {best[0]:.3f} s + curve {best[1]:.3f} s = {best[2]:.3f} s;"
+        f" worst {worst[2]:.3f} s"
+    )
     print(f"hit ratio (tokens) at max capacity: {curve.hit_tokens[-1] / curve.prompt_tokens:.4f}")
 
 

@@ -24,17 +24,26 @@ def run_json(capsys, *args):
 
 def small_trace(tmp_path):
     p = tmp_path / "t.jsonl"
-    rows = [{"timestamp": 0, "input_length": 1030, "output_length": 1, "hash_ids": [0, 1, 2]},
-            {"timestamp": 1, "input_length": 1100, "output_length": 1, "hash_ids": [0, 1, 3]},
-            {"timestamp": 2, "input_length": 600, "output_length": 1, "hash_ids": [0, 4]}]
+    rows = [
+        {"timestamp": 0, "input_length": 1030, "output_length": 1, "hash_ids": [0, 1, 2]},
+        {"timestamp": 1, "input_length": 1100, "output_length": 1, "hash_ids": [0, 1, 3]},
+        {"timestamp": 2, "input_length": 600, "output_length": 1, "hash_ids": [0, 4]},
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
 
 
 def test_trace_by_hand(tmp_path, capsys):
-    rep = run_json(capsys, small_trace(tmp_path), "--capacities", "1,2,3", "--prefill", "a=1,rate=512")
+    rep = run_json(
+        capsys, small_trace(tmp_path), "--capacities", "1,2,3", "--prefill", "a=1,rate=512"
+    )
     assert (rep["kind"], rep["model"], rep["method"], rep["unit"], rep["unit_tokens"]) == (
-        "trace", "radix", "one-pass", "block", 512)
+        "trace",
+        "radix",
+        "one-pass",
+        "block",
+        512,
+    )
     assert rep["requests"] == 3 and rep["prompt_tokens"] == 2730
     # chains of full blocks [0,1] [0,1] [0]; lookups 2, 2, 1. Request 2 hits 0 (d=1) and 1 (d=2);
     # request 3 hits 0 (d=1).
@@ -42,8 +51,12 @@ def test_trace_by_hand(tmp_path, capsys):
     assert (curve[1]["hit_requests"], curve[1]["hit_tokens"]) == (2, 1024)
     assert (curve[2]["hit_requests"], curve[2]["hit_tokens"]) == (2, 1536)
     assert curve[2]["prefill_s_saved"] == 3.0 and curve[2]["hit_ratio_requests"] == 2 / 3
-    assert curve[3] == {**curve[2], "capacity": 3, "capacity_tokens": 1536,
-                        "memory_gib": 1536 * rep["bytes_per_token"] / 2**30}
+    assert curve[3] == {
+        **curve[2],
+        "capacity": 3,
+        "capacity_tokens": 1536,
+        "memory_gib": 1536 * rep["bytes_per_token"] / 2**30,
+    }
     assert rep["recommended"]["capacity"] == 2
     assert rep["prefill_s_cold"] == 3 * 1 + 2730 / 512
 
@@ -52,7 +65,12 @@ def test_mooncake_limit_and_keys(capsys):
     rep = run_json(capsys, TRACE, "--limit", "2000", "--points", "10")
     assert rep["requests"] == 2000
     for row in rep["curve"]:
-        assert {"capacity", "hit_ratio_requests", "hit_ratio_tokens", "prefill_s_saved"} <= row.keys()
+        assert {
+            "capacity",
+            "hit_ratio_requests",
+            "hit_ratio_tokens",
+            "prefill_s_saved",
+        } <= row.keys()
     caps = [r["capacity"] for r in rep["curve"]]
     assert caps == sorted(caps) and caps[-1] == rep["max_useful_capacity"]
     ratios = [r["hit_ratio_tokens"] for r in rep["curve"]]
@@ -62,8 +80,18 @@ def test_mooncake_limit_and_keys(capsys):
 
 def test_interleaving_a_trace_lowers_its_curve(tmp_path, capsys):
     base = run_json(capsys, TRACE, "--limit", "1500", "--capacities", "2000")
-    mixed = run_json(capsys, TRACE, "--limit", "1500", "--capacities", "2000",
-                     "--interleave", TRACE, "--every", "1")
+    mixed = run_json(
+        capsys,
+        TRACE,
+        "--limit",
+        "1500",
+        "--capacities",
+        "2000",
+        "--interleave",
+        TRACE,
+        "--every",
+        "1",
+    )
     assert mixed["requests"] == base["requests"] == 1500
     assert mixed["interleave"] == {"source": str(TRACE), "every": 1}
     assert mixed["curve"][0]["hit_tokens"] < base["curve"][0]["hit_tokens"]
@@ -76,8 +104,18 @@ def test_plan_json_input_with_reset(tmp_path, capsys):
     p = tmp_path / "plan.json"
     p.write_bytes(orjson.dumps(plan.to_json({})))
     a = run_json(capsys, p, "--model", "entries", "--capacities", "16")
-    b = run_json(capsys, WORKLOAD, "--phase", "prime:forward:c1:first5", "--phase",
-                 "replay:forward:c1:first5", "--model", "entries", "--capacities", "16")
+    b = run_json(
+        capsys,
+        WORKLOAD,
+        "--phase",
+        "prime:forward:c1:first5",
+        "--phase",
+        "replay:forward:c1:first5",
+        "--model",
+        "entries",
+        "--capacities",
+        "16",
+    )
     assert a["kind"] == "plan" and a["requests"] == 10
     # no reset: primes 2-5 hit the system snapshot, every replayed body its own messages one
     assert b["curve"][0]["hit_requests"] == 9
@@ -92,10 +130,32 @@ def test_entries_offer_is_one_pass(capsys):
 
 
 def test_host_tier_runs_per_capacity(capsys):
-    rep = run_json(capsys, WORKLOAD, "--model", "radix", "--host-rows", "40", "--capacities", "100,300",
-                   "--phase", "p:forward:c1:first10", "--phase", "r:reverse:c1:first10")
-    dev = run_json(capsys, WORKLOAD, "--model", "radix", "--capacities", "100,300",
-                   "--phase", "p:forward:c1:first10", "--phase", "r:reverse:c1:first10")
+    rep = run_json(
+        capsys,
+        WORKLOAD,
+        "--model",
+        "radix",
+        "--host-rows",
+        "40",
+        "--capacities",
+        "100,300",
+        "--phase",
+        "p:forward:c1:first10",
+        "--phase",
+        "r:reverse:c1:first10",
+    )
+    dev = run_json(
+        capsys,
+        WORKLOAD,
+        "--model",
+        "radix",
+        "--capacities",
+        "100,300",
+        "--phase",
+        "p:forward:c1:first10",
+        "--phase",
+        "r:reverse:c1:first10",
+    )
     assert rep["method"] == "per-capacity" and dev["method"] == "one-pass"
     for h, d in zip(rep["curve"], dev["curve"], strict=True):
         host = rep["host_hit_tokens"][str(h["capacity"])]

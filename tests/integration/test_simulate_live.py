@@ -22,8 +22,21 @@ PHASES = ["--phase", "prime:forward:c1:first20", "--phase", "replay:reverse:c1:f
 
 def live(tmp_path, capsys, name, *sim_flags):
     out = tmp_path / name
-    rc = main(["run", str(WORKLOAD), *PHASES, "--target", "sim", "--sim-time-scale", "0",
-               "--out", str(out), "--quiet", *sim_flags])
+    rc = main(
+        [
+            "run",
+            str(WORKLOAD),
+            *PHASES,
+            "--target",
+            "sim",
+            "--sim-time-scale",
+            "0",
+            "--out",
+            str(out),
+            "--quiet",
+            *sim_flags,
+        ]
+    )
     capsys.readouterr()
     assert rc == 0
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
@@ -34,8 +47,20 @@ def live(tmp_path, capsys, name, *sim_flags):
 
 
 def predicted(capsys, caps, *flags):
-    assert main(["simulate", str(WORKLOAD), *PHASES, "--capacities", ",".join(map(str, caps)),
-                 "--json", *flags]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(WORKLOAD),
+                *PHASES,
+                "--capacities",
+                ",".join(map(str, caps)),
+                "--json",
+                *flags,
+            ]
+        )
+        == 0
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rep["requests"] == 40
     return rep, {r["capacity"]: (r["hit_requests"], r["hit_tokens"]) for r in rep["curve"]}
@@ -46,8 +71,10 @@ def test_entries_model_matches_live_counters(tmp_path, capsys):
     caps = [2, 6, 24]
     rep, pred = predicted(capsys, caps, "--model", "entries")
     assert rep["method"] == "per-capacity"
-    got = {c: live(tmp_path, capsys, f"e{c}", "--sim-cache", "entries", "--sim-cache-entries", str(c))
-           for c in caps}
+    got = {
+        c: live(tmp_path, capsys, f"e{c}", "--sim-cache", "entries", "--sim-cache-entries", str(c))
+        for c in caps
+    }
     assert got == pred
     assert len(set(pred.values())) == 3  # the three capacities really differ
 
@@ -57,8 +84,19 @@ def test_radix_model_matches_live_counters(tmp_path, capsys):
     caps = [100, 250, 5000]
     rep, pred = predicted(capsys, caps, "--model", "radix", "--block-size", "16")
     assert rep["method"] == "one-pass"
-    got = {c: live(tmp_path, capsys, f"r{c}", "--sim-cache", "radix", "--sim-block-size", "16",
-                   "--sim-device-blocks", str(c))
-           for c in caps}
+    got = {
+        c: live(
+            tmp_path,
+            capsys,
+            f"r{c}",
+            "--sim-cache",
+            "radix",
+            "--sim-block-size",
+            "16",
+            "--sim-device-blocks",
+            str(c),
+        )
+        for c in caps
+    }
     assert got == pred
     assert len(set(pred.values())) == 3

@@ -27,30 +27,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``fit`` flags."""
     ram = parser.add_mutually_exclusive_group(required=True)
     ram.add_argument("--host-ram-gib", metavar="GIB", help="host RAM (GiB)")
-    ram.add_argument("--memtotal-kb", metavar="KB", help="MemTotal from /proc/meminfo (kB = KiB), exact")
-    parser.add_argument("--weights-gib", required=True, metavar="GIB", help="resident weights (GiB)")
+    ram.add_argument(
+        "--memtotal-kb", metavar="KB", help="MemTotal from /proc/meminfo (kB = KiB), exact"
+    )
+    parser.add_argument(
+        "--weights-gib", required=True, metavar="GIB", help="resident weights (GiB)"
+    )
     parser.add_argument("--reserve-gib", default="0", metavar="GIB", help="RAM kept back (GiB)")
-    parser.add_argument("--positions", type=int, required=True, help="requested KV pool (positions)")
+    parser.add_argument(
+        "--positions", type=int, required=True, help="requested KV pool (positions)"
+    )
     kv = parser.add_argument_group("KV bytes per position (give one way)")
-    kv.add_argument("--kv-bytes-per-position", metavar="BYTES",
-                    help="bytes per position, given or measured by a probe (bytes per token)")
+    kv.add_argument(
+        "--kv-bytes-per-position",
+        metavar="BYTES",
+        help="bytes per position, given or measured by a probe (bytes per token)",
+    )
     kv.add_argument("--layers", type=int, help="layers with a KV cache")
     kv.add_argument("--kv-heads", type=int, help="KV heads per layer")
     kv.add_argument("--head-dim", type=int, help="elements per head")
-    kv.add_argument("--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)")
+    kv.add_argument(
+        "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
+    )
     parser.add_argument("--max-tok", type=int, default=0, help="tokens the arena is sized for")
     parser.add_argument("--arena-base-gib", default="0", metavar="GIB", help="arena base (GiB)")
-    parser.add_argument("--arena-per-16k-gib", default="0", metavar="GIB",
-                        help="arena growth per 16384 tokens of --max-tok (GiB)")
+    parser.add_argument(
+        "--arena-per-16k-gib",
+        default="0",
+        metavar="GIB",
+        help="arena growth per 16384 tokens of --max-tok (GiB)",
+    )
     parser.add_argument("--vision-gib", default="0", metavar="GIB", help="vision tower (GiB)")
     parser.add_argument("--margin-gib", default="0", metavar="GIB", help="required margin (GiB)")
-    parser.add_argument("--ctx", type=int, default=0, help="context length: the pool's floor (tokens)")
-    parser.add_argument("--position-step", type=int, default=1,
-                        help="round clamped pools down to a multiple of this (positions)")
-    parser.add_argument("--printed-need", metavar="GIB@POSITIONS",
-                        help="the server's own printed need for a pool size; overrides the model")
-    parser.add_argument("--reserves", metavar="GIB,GIB,...",
-                        help="reserves for the table (default: 0 to reserve+4 by 1 GiB)")
+    parser.add_argument(
+        "--ctx", type=int, default=0, help="context length: the pool's floor (tokens)"
+    )
+    parser.add_argument(
+        "--position-step",
+        type=int,
+        default=1,
+        help="round clamped pools down to a multiple of this (positions)",
+    )
+    parser.add_argument(
+        "--printed-need",
+        metavar="GIB@POSITIONS",
+        help="the server's own printed need for a pool size; overrides the model",
+    )
+    parser.add_argument(
+        "--reserves",
+        metavar="GIB,GIB,...",
+        help="reserves for the table (default: 0 to reserve+4 by 1 GiB)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -126,8 +153,10 @@ def _text(rep: dict) -> str:
         "no_boot": "will not boot",
     }[rep["verdict"]]
     lines = [
-        f"budget   {rep['budget_gib']:10.3f} GiB  (host {rep['host_ram_gib']:.3f} - weights - reserve)",
-        f"need     {rep['need_gib']:10.3f} GiB  (KV {rep['kv_gib']:.3f} + fixed {rep['fixed_gib']:.3f},"
+        f"budget   {rep['budget_gib']:10.3f} GiB"
+        f"  (host {rep['host_ram_gib']:.3f} - weights - reserve)",
+        f"need     {rep['need_gib']:10.3f} GiB"
+        f"  (KV {rep['kv_gib']:.3f} + fixed {rep['fixed_gib']:.3f},"
         f" {rep['need_source']})",
         f"margin   {rep['margin_gib']:10.3f} GiB",
         f"headroom {rep['headroom_gib']:10.3f} GiB",
@@ -137,7 +166,8 @@ def _text(rep: dict) -> str:
         f"{'pool (positions)':>16} {'need GiB':>10} {'handed back GiB':>16} fits",
     ]
     lines += [
-        f"{r['positions']:>16} {r['need_gib']:>10.3f} {r['handed_back_gib']:>16.3f} {'yes' if r['fits'] else 'no'}"
+        f"{r['positions']:>16} {r['need_gib']:>10.3f} {r['handed_back_gib']:>16.3f}"
+        f" {'yes' if r['fits'] else 'no'}"
         for r in rep["pools"]
     ]
     lines += ["", f"{'reserve GiB':>12} {'budget GiB':>11} {'verdict':>8} {'positions':>10}"]
@@ -146,7 +176,10 @@ def _text(rep: dict) -> str:
         for r in rep["reserves"]
     ]
     lines += ["", f"{'max_tok':>8} {'arena GiB':>10} {'handed back GiB':>16}"]
-    lines += [f"{r['max_tok']:>8} {r['arena_gib']:>10.3f} {r['handed_back_gib']:>16.3f}" for r in rep["arenas"]]
+    lines += [
+        f"{r['max_tok']:>8} {r['arena_gib']:>10.3f} {r['handed_back_gib']:>16.3f}"
+        for r in rep["arenas"]
+    ]
     lines += [f"warning: {w}" for w in rep["warnings"]]
     return "\n".join(lines)
 
@@ -155,7 +188,9 @@ def run(args: argparse.Namespace) -> int:
     """Print the verdict and tables; exit 0 whatever the verdict."""
     inp = inputs_from_args(args)
     if args.reserves:
-        reserves = [to_fraction(x.strip(), field="reserves") for x in args.reserves.split(",") if x.strip()]
+        reserves = [
+            to_fraction(x.strip(), field="reserves") for x in args.reserves.split(",") if x.strip()
+        ]
     else:
         top = int(inp.reserve_gib) + 4
         reserves = [Fraction(r) for r in range(0, top + 1)]

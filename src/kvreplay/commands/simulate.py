@@ -10,48 +10,100 @@ from kvreplay.offline.report import parse_prefill
 from kvreplay.offline.simulate import SimulateOptions, simulate
 
 NAME = "simulate"
-HELP = ("Offline cache simulation: hit ratio (requests, tokens) against capacity for a workload, "
-        "plan or block trace, by LRU stack distances; prefill seconds saved; recommended size.")
+HELP = (
+    "Offline cache simulation: hit ratio (requests, tokens) against capacity for a workload, "
+    "plan or block trace, by LRU stack distances; prefill seconds saved; recommended size."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``simulate`` flags."""
-    parser.add_argument("source", metavar="WORKLOAD_OR_TRACE",
-                        help="workload (folder of *.json or .jsonl), plan.json, or block trace (hash_ids)")
-    parser.add_argument("--model", choices=("radix", "entries"),
-                        help="cache model (default: radix for traces, entries for workloads)")
-    parser.add_argument("--capacities", metavar="N,N,...", help="capacities to report (entries or blocks)")
-    parser.add_argument("--points", type=int, default=40, help="geometric capacities when none are given")
-    parser.add_argument("--phase", action="append", default=[], metavar="SPEC",
-                        help="plan phases for a workload, e.g. prime:forward:c1 (repeatable; serial order)")
+    parser.add_argument(
+        "source",
+        metavar="WORKLOAD_OR_TRACE",
+        help="workload (folder of *.json or .jsonl), plan.json, or block trace (hash_ids)",
+    )
+    parser.add_argument(
+        "--model",
+        choices=("radix", "entries"),
+        help="cache model (default: radix for traces, entries for workloads)",
+    )
+    parser.add_argument(
+        "--capacities", metavar="N,N,...", help="capacities to report (entries or blocks)"
+    )
+    parser.add_argument(
+        "--points", type=int, default=40, help="geometric capacities when none are given"
+    )
+    parser.add_argument(
+        "--phase",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="plan phases for a workload, e.g. prime:forward:c1 (repeatable; serial order)",
+    )
     parser.add_argument("--interleave", metavar="PATH", help="second workload or trace mixed in")
-    parser.add_argument("--every", type=int, default=1, metavar="K",
-                        help="with --interleave: one foreign request after every K (default 1)")
-    parser.add_argument("--prefill", metavar="a=S,rate=TOK_PER_S|verdict.json",
-                        help="prefill cost model (prefill_s = a + tokens / rate)")
-    parser.add_argument("--share", type=float, default=0.95,
-                        help="recommend the smallest capacity reaching this share of the best hit ratio")
-    parser.add_argument("--metric", choices=("tokens", "requests"), default="tokens",
-                        help="hit ratio the recommendation uses")
-    parser.add_argument("--bytes-per-token", type=int, help="KV bytes per token (default: the simulator's)")
+    parser.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --interleave: one foreign request after every K (default 1)",
+    )
+    parser.add_argument(
+        "--prefill",
+        metavar="a=S,rate=TOK_PER_S|verdict.json",
+        help="prefill cost model (prefill_s = a + tokens / rate)",
+    )
+    parser.add_argument(
+        "--share",
+        type=float,
+        default=0.95,
+        help="recommend the smallest capacity reaching this share of the best hit ratio",
+    )
+    parser.add_argument(
+        "--metric",
+        choices=("tokens", "requests"),
+        default="tokens",
+        help="hit ratio the recommendation uses",
+    )
+    parser.add_argument(
+        "--bytes-per-token", type=int, help="KV bytes per token (default: the simulator's)"
+    )
     ent = parser.add_argument_group("entries model (as serve-sim --sim-cache entries)")
-    ent.add_argument("--snapshots", type=int, choices=(1, 2), default=2, help="snapshots per request")
-    ent.add_argument("--snapshot-at", default="system,messages",
-                     help="snapshot points in order (system, messages, prompt)")
-    ent.add_argument("--recency", choices=("use", "offer"), default="use",
-                     help="what refreshes a snapshot: use (simulator default; per-capacity runs) "
-                          "or offer (one pass)")
-    ent.add_argument("--max-entry-bytes", type=int, help="refuse snapshots larger than this (bytes)")
+    ent.add_argument(
+        "--snapshots", type=int, choices=(1, 2), default=2, help="snapshots per request"
+    )
+    ent.add_argument(
+        "--snapshot-at",
+        default="system,messages",
+        help="snapshot points in order (system, messages, prompt)",
+    )
+    ent.add_argument(
+        "--recency",
+        choices=("use", "offer"),
+        default="use",
+        help="what refreshes a snapshot: use (simulator default; per-capacity runs) "
+        "or offer (one pass)",
+    )
+    ent.add_argument(
+        "--max-entry-bytes", type=int, help="refuse snapshots larger than this (bytes)"
+    )
     rad = parser.add_argument_group("radix model")
     rad.add_argument("--block-size", type=int, help="tokens per block for workloads (default 16)")
-    rad.add_argument("--trace-block-tokens", type=int, default=512,
-                     help="tokens per hash_ids block of a trace (Mooncake: 512)")
+    rad.add_argument(
+        "--trace-block-tokens",
+        type=int,
+        default=512,
+        help="tokens per hash_ids block of a trace (Mooncake: 512)",
+    )
     rad.add_argument("--limit", type=int, help="first N trace requests only")
     rad.add_argument("--host-rows", type=int, default=0, help="host tier rows (0: no host tier)")
     rad.add_argument("--host-pages", type=int, default=4096, help="host tier pages")
     rad.add_argument("--page-tokens", type=int, default=256, help="tokens per host page")
     rad.add_argument("--host-evict", choices=("leaf-lru", "ancestor-compact"), default="leaf-lru")
-    out = parser.add_argument_group("outputs (radix inserts the output's blocks, as serve-sim does)")
+    out = parser.add_argument_group(
+        "outputs (radix inserts the output's blocks, as serve-sim does)"
+    )
     out.add_argument("--no-outputs", action="store_true", help="insert no output tokens")
     out.add_argument("--output-tokens", type=int, help="serve-sim's output_tokens")
     out.add_argument("--max-output-tokens", type=int, help="serve-sim's max_output_tokens")
@@ -69,7 +121,9 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         try:
             caps = [int(x) for x in args.capacities.split(",") if x.strip()]
         except ValueError as exc:
-            raise ConfigError(f"not a list of integers: {args.capacities!r}", field="capacities") from exc
+            raise ConfigError(
+                f"not a list of integers: {args.capacities!r}", field="capacities"
+            ) from exc
     if not 0 < args.share <= 1:
         raise ConfigError("must be in (0, 1]", field="share")
     if args.every < 1:
@@ -81,8 +135,12 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     if args.host_rows:
         from kvreplay.sim.cache_host import HostTier
 
-        kw = {"rows": args.host_rows, "pages": args.host_pages, "page_tokens": args.page_tokens,
-              "evict": args.host_evict}
+        kw = {
+            "rows": args.host_rows,
+            "pages": args.host_pages,
+            "page_tokens": args.page_tokens,
+            "evict": args.host_evict,
+        }
         if args.bytes_per_token:
             kw["bytes_per_token"] = args.bytes_per_token
 
@@ -117,13 +175,18 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
 def table(rep: dict) -> str:
     """The report as a text table, the recommended capacity marked ``*``."""
     unit = rep["unit"]
-    head = (f"{rep['kind']} {rep['source']}: {rep['requests']} requests, {rep['prompt_tokens']} prompt tokens; "
-            f"model {rep['model']} ({rep['method']}), capacity in {unit}s"
-            + (f" of {rep['unit_tokens']} tokens" if rep.get("unit_tokens") else ""))
+    head = (
+        f"{rep['kind']} {rep['source']}: {rep['requests']} requests,"
+        f" {rep['prompt_tokens']} prompt tokens; "
+        f"model {rep['model']} ({rep['method']}), capacity in {unit}s"
+        + (f" of {rep['unit_tokens']} tokens" if rep.get("unit_tokens") else "")
+    )
     lines = [head]
     if rep.get("interleave"):
-        lines.append(f"interleaved: {rep['interleave']['source']} after every {rep['interleave']['every']}"
-                     " (foreign requests take space, their hits are not counted)")
+        lines.append(
+            f"interleaved: {rep['interleave']['source']} after every {rep['interleave']['every']}"
+            " (foreign requests take space, their hits are not counted)"
+        )
     rec = rep.get("recommended") or {}
     cols = f"{'capacity':>10} {'hit% req':>9} {'hit% tok':>9} {'prefill s saved':>16}"
     if rep.get("unit_tokens"):
@@ -134,19 +197,31 @@ def table(rep: dict) -> str:
         rows = sorted([*rows, rec], key=lambda r: r["capacity"])
     for r in rows:
         saved = "-" if r["prefill_s_saved"] is None else f"{r['prefill_s_saved']:.1f}"
-        line = (f"{r['capacity']:>10} {100 * r['hit_ratio_requests']:>9.2f} {100 * r['hit_ratio_tokens']:>9.2f}"
-                f" {saved:>16}")
+        line = (
+            f"{r['capacity']:>10} {100 * r['hit_ratio_requests']:>9.2f}"
+            f" {100 * r['hit_ratio_tokens']:>9.2f}"
+            f" {saved:>16}"
+        )
         if "capacity_tokens" in r:
             line += f" {r['capacity_tokens']:>12} {r['memory_gib']:>9.3f}"
         if rec and r["capacity"] == rec["capacity"]:
             line += "  *"
         lines.append(line)
     if rec:
-        mem = f", {rec['memory_gib']:.3f} GiB at {rep['bytes_per_token']} B/token" if "memory_gib" in rec else ""
-        lines.append(f"* smallest capacity reaching {rec['share']:.0%} of the best {rec['metric']} hit ratio "
-                     f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']} {unit}s{mem}")
+        mem = (
+            f", {rec['memory_gib']:.3f} GiB at {rep['bytes_per_token']} B/token"
+            if "memory_gib" in rec
+            else ""
+        )
+        lines.append(
+            f"* smallest capacity reaching {rec['share']:.0%} of the best"
+            f" {rec['metric']} hit ratio "
+            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']} {unit}s{mem}"
+        )
     if rep.get("prefill_s_cold") is not None:
-        lines.append(f"prefill with no cache: {rep['prefill_s_cold']:.1f} s (model {rep['prefill']})")
+        lines.append(
+            f"prefill with no cache: {rep['prefill_s_cold']:.1f} s (model {rep['prefill']})"
+        )
     return "\n".join(lines)
 
 

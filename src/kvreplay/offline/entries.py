@@ -14,18 +14,17 @@ holds a subset of what a cache of ``N + 1`` holds:
   the longest snapshot that is a prefix of its prompt and whose stack distance
   before the request is ``<= N``: this module computes it for every ``N`` in
   one pass, exactly.
-- **refresh on use** (``recency="use"``, the simulator's default: the lookup refreshes the snapshot it used, offers refresh
-  nothing): the snapshot used depends on the capacity (a large cache uses a
-  longer one), so different capacities see different reference strings and the
-  curve can even fall as ``N`` grows (the 4-request example in
-  ``tests/unit/offline/test_entries.py`` credits 5 tokens at 3 entries and 3
-  at 4). No one-pass curve can equal it; ``simulate`` runs the simulator's
-  class once per capacity for it.
+- **refresh on use** (``recency="use"``, the simulator's default: the lookup
+  refreshes the snapshot it used, offers refresh nothing): the snapshot used
+  depends on the capacity (a large cache uses a longer one), so different
+  capacities see different reference strings and the curve can even fall as
+  ``N`` grows (the 4-request example in ``tests/unit/offline/test_entries.py``
+  credits 5 tokens at 3 entries and 3 at 4). No one-pass curve can equal it;
+  ``simulate`` runs the simulator's class once per capacity for it.
 
-Under refresh on offer the snapshot a hit uses but that the request does not
-offer again is always superseded by a longer one the request stores (the next
-turn's history), so the two policies part only on what such superseded
-snapshots are worth.
+The two policies part only on snapshots that a request uses without offering
+them again; in multi-turn traffic that is the previous turn's history, which
+the request supersedes with the longer snapshot it stores.
 """
 
 from __future__ import annotations
@@ -60,7 +59,9 @@ class SnapshotRequest:
     epoch: int = 0
 
 
-def entries_curve(requests: Sequence[SnapshotRequest], *, max_entry_tokens: int | None = None) -> Curve:
+def entries_curve(
+    requests: Sequence[SnapshotRequest], *, max_entry_tokens: int | None = None
+) -> Curve:
     """Hits of the entries model (refresh on offer) at every capacity ``0 .. max``.
 
     Args:
@@ -115,7 +116,9 @@ def entries_curve(requests: Sequence[SnapshotRequest], *, max_entry_tokens: int 
                 first_req.append(r)
                 lengths_seen.add(o)
             refs.append(i)
-    dist = lru_query_distances(np.asarray(refs, dtype=np.int64), np.asarray(q_items), np.asarray(q_at))
+    dist = lru_query_distances(
+        np.asarray(refs, dtype=np.int64), np.asarray(q_items), np.asarray(q_at)
+    )
     top = int(dist.max(initial=0))
     tok_hist = np.zeros(top + 2, dtype=np.int64)
     req_hist = np.zeros(top + 2, dtype=np.int64)

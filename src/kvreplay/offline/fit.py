@@ -112,7 +112,9 @@ def kv_bytes_per_position(*, layers: int, kv_heads: int, head_dim: int, dtype: s
         ConfigError: unknown dtype or a non-positive dimension.
     """
     if dtype.lower() not in DTYPE_BYTES:
-        raise ConfigError(f"unknown KV dtype {dtype!r}; one of {sorted(DTYPE_BYTES)}", field="dtype")
+        raise ConfigError(
+            f"unknown KV dtype {dtype!r}; one of {sorted(DTYPE_BYTES)}", field="dtype"
+        )
     for name, v in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim)):
         if v <= 0:
             raise ConfigError(f"must be positive, got {v}", field=name)
@@ -151,7 +153,9 @@ def parse_printed_need(text: str) -> PrintedNeed:
     try:
         positions = int(pos.strip())
     except ValueError as exc:
-        raise ConfigError(f"positions must be an integer, got {pos!r}", field="printed-need") from exc
+        raise ConfigError(
+            f"positions must be an integer, got {pos!r}", field="printed-need"
+        ) from exc
     if need <= 0 or positions <= 0:
         raise ConfigError(f"both parts must be positive, got {text!r}", field="printed-need")
     return PrintedNeed(need, positions)
@@ -205,8 +209,14 @@ class FitInputs:
         for name in ("max_tok", "ctx"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", field=name.replace("_", "-"))
-        for name in ("weights_gib", "reserve_gib", "arena_base_gib", "arena_per_16k_gib",
-                     "vision_gib", "margin_gib"):
+        for name in (
+            "weights_gib",
+            "reserve_gib",
+            "arena_base_gib",
+            "arena_per_16k_gib",
+            "vision_gib",
+            "margin_gib",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", field=name.replace("_", "-"))
         if self.host_ram_gib <= 0:
@@ -214,7 +224,7 @@ class FitInputs:
 
     @property
     def budget_gib(self) -> Fraction:
-        """host RAM - weights - reserve (GiB)."""
+        """Host RAM - weights - reserve (GiB)."""
         return self.host_ram_gib - self.weights_gib - self.reserve_gib
 
     @property
@@ -305,7 +315,8 @@ def fit_pool(inp: FitInputs) -> FitResult:
         )
     if inp.margin_gib < NOISY_MARGIN_GIB:
         warnings.append(
-            f"margin {float(inp.margin_gib):g} GiB is under 0.5 GiB, inside the noise of the weights figure"
+            f"margin {float(inp.margin_gib):g} GiB is under 0.5 GiB,"
+            " inside the noise of the weights figure"
         )
     budget = inp.budget_gib
     need = inp.need_gib(inp.positions)
@@ -313,7 +324,8 @@ def fit_pool(inp: FitInputs) -> FitResult:
     source = "printed" if inp.printed_need is not None else "model"
     if inp.printed_need is not None and inp.fixed_gib < 0:
         warnings.append(
-            "printed need is below its own KV part: check --kv-bytes-per-position against the server"
+            "printed need is below its own KV part:"
+            " check --kv-bytes-per-position against the server"
         )
     if headroom >= 0:
         verdict, positions = "fits", inp.positions
@@ -412,7 +424,9 @@ def arena_table(inp: FitInputs, max_toks: list[int] | None = None) -> list[dict]
         One row each: ``max_tok``, ``arena_gib``, ``handed_back_gib``.
     """
     if max_toks is None:
-        max_toks = sorted({inp.max_tok, inp.max_tok // 2, inp.max_tok // 4} - {0} or {0}, reverse=True)
+        max_toks = sorted(
+            {inp.max_tok, inp.max_tok // 2, inp.max_tok // 4} - {0} or {0}, reverse=True
+        )
     base = inp.arena_gib
     rows = []
     for m in max_toks:

@@ -55,8 +55,8 @@ from kvreplay.offline.stack import lru_stack_distances
 
 __all__ = [
     "Curve",
-    "block_distances",
     "block_curve",
+    "block_distances",
     "curve_from_distances",
     "default_capacities",
 ]

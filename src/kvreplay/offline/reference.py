@@ -76,8 +76,14 @@ def brute_entries(
                 cache.clear()
                 epoch = r.epoch
             look = cache.lookup(r.tokens)
-            offs = [r.system_end if p == "system" else r.messages_end if p == "messages" else len(r.tokens)
-                    for p in points]
+            offs = [
+                r.system_end
+                if p == "system"
+                else r.messages_end
+                if p == "messages"
+                else len(r.tokens)
+                for p in points
+            ]
             cache.store(r.tokens, offs)
             if r.counted:
                 hr += look.hit_tokens > 0
@@ -106,7 +112,9 @@ def brute_radix(
     """
     out = []
     for cap in capacities:
-        cache = RadixCache(capacity_blocks=cap, block_size=block_size, host=host() if host else None)
+        cache = RadixCache(
+            capacity_blocks=cap, block_size=block_size, host=host() if host else None
+        )
         hr = ht = hd = 0
         epoch = reqs[0].epoch if reqs else 0
         for r in reqs:

@@ -38,7 +38,12 @@ class PrefillModel:
 
     def to_json(self) -> dict:
         """JSON form."""
-        return {"a_s": self.a_s, "rate_tokens_per_s": self.rate_tokens_per_s, "r2": self.r2, "source": self.source}
+        return {
+            "a_s": self.a_s,
+            "rate_tokens_per_s": self.rate_tokens_per_s,
+            "r2": self.r2,
+            "source": self.source,
+        }
 
 
 def parse_prefill(text: str) -> PrefillModel:
@@ -62,7 +67,9 @@ def parse_prefill(text: str) -> PrefillModel:
             k, sep, v = part.partition("=")
             k = k.strip()
             if not sep or k not in ("a", "rate"):
-                raise ConfigError(f"expected a=SECONDS,rate=TOKENS_PER_S, got {text!r}", field="prefill")
+                raise ConfigError(
+                    f"expected a=SECONDS,rate=TOKENS_PER_S, got {text!r}", field="prefill"
+                )
             try:
                 vals[k] = float(v)
             except ValueError as exc:
@@ -74,10 +81,16 @@ def parse_prefill(text: str) -> PrefillModel:
         p = Path(text)
         try:
             fit = json.loads(p.read_text())["prefill_fit"]
-            model = PrefillModel(float(fit["a_s"]), float(fit["rate_tokens_per_s"]),
-                                 None if fit.get("r2") is None else float(fit["r2"]), str(p))
+            model = PrefillModel(
+                float(fit["a_s"]),
+                float(fit["rate_tokens_per_s"]),
+                None if fit.get("r2") is None else float(fit["r2"]),
+                str(p),
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"not a probe verdict with prefill_fit: {exc}", path=p, field="prefill_fit") from exc
+            raise ConfigError(
+                f"not a probe verdict with prefill_fit: {exc}", path=p, field="prefill_fit"
+            ) from exc
     if not model.rate_tokens_per_s > 0:
         raise ConfigError("rate must be positive", field="prefill")
     return model

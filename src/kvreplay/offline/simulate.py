@@ -28,7 +28,12 @@ from kvreplay.offline.sources import (
     model_requests,
     snapshot_requests,
 )
-from kvreplay.offline.traces import MOONCAKE_BLOCK_TOKENS, BlockTrace, is_block_trace, load_block_trace
+from kvreplay.offline.traces import (
+    MOONCAKE_BLOCK_TOKENS,
+    BlockTrace,
+    is_block_trace,
+    load_block_trace,
+)
 
 __all__ = ["SimulateOptions", "load_requests", "simulate"]
 
@@ -112,8 +117,11 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
     p = Path(path)
     if is_block_trace(p):
         return "trace", load_block_trace(p, block_tokens=opts.trace_block_tokens, limit=opts.limit)
-    kw = {"outputs": opts.outputs, "output_tokens": opts.output_tokens,
-          "max_output_tokens": opts.max_output_tokens}
+    kw = {
+        "outputs": opts.outputs,
+        "output_tokens": opts.output_tokens,
+        "max_output_tokens": opts.max_output_tokens,
+    }
     if _is_plan(p):
         plan, _run = load_plan_json(p)
         wl = load_workload(plan.workload_path)
@@ -163,8 +171,9 @@ def simulate(opts: SimulateOptions) -> dict:
     if opts.interleave_path:
         fkind, foreign = load_requests(opts.interleave_path, opts)
         if (fkind == "trace") != (kind == "trace"):
-            raise ConfigError("interleave a trace with a trace, or a workload with a workload",
-                              field="interleave")
+            raise ConfigError(
+                "interleave a trace with a trace, or a workload with a workload", field="interleave"
+            )
     info: dict = {"source": opts.source, "kind": kind, "model": model}
     if opts.interleave_path:
         info["interleave"] = {"source": opts.interleave_path, "every": opts.interleave_every}
@@ -172,13 +181,23 @@ def simulate(opts: SimulateOptions) -> dict:
     points: list[tuple[int, int, int]]
     if kind == "trace":
         if model != "radix":
-            raise ConfigError("a block trace has no tokens: only --model radix applies", field="model")
+            raise ConfigError(
+                "a block trace has no tokens: only --model radix applies", field="model"
+            )
         if opts.host is not None:
-            raise ConfigError("the host tier needs token prompts; not available for traces", field="host-rows")
+            raise ConfigError(
+                "the host tier needs token prompts; not available for traces", field="host-rows"
+            )
         assert isinstance(data, BlockTrace)
         br = block_requests_from_trace(data, foreign, opts.interleave_every)  # type: ignore[arg-type]
-        curve = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=br.block_tokens,
-                            prompt_tokens=br.prompt_tokens, counted=br.counted)
+        curve = block_curve(
+            br.blocks,
+            br.starts,
+            br.lookup_blocks,
+            block_tokens=br.block_tokens,
+            prompt_tokens=br.prompt_tokens,
+            counted=br.counted,
+        )
         info.update(method="one-pass", unit="block", unit_tokens=br.block_tokens)
     else:
         reqs = list(data)  # type: ignore[arg-type]
@@ -189,8 +208,14 @@ def simulate(opts: SimulateOptions) -> dict:
             br = block_requests_from_models(reqs, B)
             info.update(unit="block", unit_tokens=B)
             if opts.host is None:
-                curve = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=B,
-                                    prompt_tokens=br.prompt_tokens, counted=br.counted)
+                curve = block_curve(
+                    br.blocks,
+                    br.starts,
+                    br.lookup_blocks,
+                    block_tokens=B,
+                    prompt_tokens=br.prompt_tokens,
+                    counted=br.counted,
+                )
                 info["method"] = "one-pass"
             else:
                 universe = int(len(set(br.blocks.tolist())))
@@ -200,8 +225,12 @@ def simulate(opts: SimulateOptions) -> dict:
                 info["method"] = "per-capacity"
                 info["host_hit_tokens"] = {str(p.capacity): p.host_hit_tokens for p in pts}
         elif model == "entries":
-            info.update(unit="entry", unit_tokens=None, recency=opts.recency,
-                        snapshot_points=list(opts.snapshot_points))
+            info.update(
+                unit="entry",
+                unit_tokens=None,
+                recency=opts.recency,
+                snapshot_points=list(opts.snapshot_points),
+            )
             max_tok = None if opts.max_entry_bytes is None else opts.max_entry_bytes // bpt
             snaps = snapshot_requests(reqs, opts.snapshot_points)
             if opts.recency == "offer":
@@ -213,8 +242,14 @@ def simulate(opts: SimulateOptions) -> dict:
                 caps = _sample(max(universe, distinct), opts)
                 if not opts.capacities:
                     caps = sorted(set(caps) | {distinct})
-                pts = brute_entries(reqs, caps, points=opts.snapshot_points, recency=opts.recency,
-                                    max_entry_bytes=opts.max_entry_bytes, bytes_per_token=bpt)
+                pts = brute_entries(
+                    reqs,
+                    caps,
+                    points=opts.snapshot_points,
+                    recency=opts.recency,
+                    max_entry_bytes=opts.max_entry_bytes,
+                    bytes_per_token=bpt,
+                )
                 points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
                 info["method"] = "per-capacity"
         else:
@@ -230,18 +265,34 @@ def simulate(opts: SimulateOptions) -> dict:
         n_req, n_tok = curve.requests, curve.prompt_tokens
         info["max_useful_capacity"] = curve.max_capacity
     unit_tokens = info.get("unit_tokens")
-    rows = curve_rows(points, requests=n_req, prompt_tokens=n_tok, prefill=opts.prefill,
-                      capacity_tokens=unit_tokens, bytes_per_token=bpt)
+    rows = curve_rows(
+        points,
+        requests=n_req,
+        prompt_tokens=n_tok,
+        prefill=opts.prefill,
+        capacity_tokens=unit_tokens,
+        bytes_per_token=bpt,
+    )
     if curve is None:
         rec = recommend(rows, share=opts.share, metric=opts.metric)
     else:
         # exact on the full curve, not only among the sampled rows
         best_arr = curve.hit_tokens if opts.metric == "tokens" else curve.hit_requests
         total = n_tok if opts.metric == "tokens" else n_req
-        rec_row = curve_rows([(rec_cap, *curve.at(rec_cap))], requests=n_req, prompt_tokens=n_tok,
-                             prefill=opts.prefill, capacity_tokens=unit_tokens, bytes_per_token=bpt)[0]
-        rec = {**rec_row, "share": opts.share, "metric": opts.metric,
-               "best_hit_ratio": int(best_arr[-1]) / total if total else 0.0}
+        rec_row = curve_rows(
+            [(rec_cap, *curve.at(rec_cap))],
+            requests=n_req,
+            prompt_tokens=n_tok,
+            prefill=opts.prefill,
+            capacity_tokens=unit_tokens,
+            bytes_per_token=bpt,
+        )[0]
+        rec = {
+            **rec_row,
+            "share": opts.share,
+            "metric": opts.metric,
+            "best_hit_ratio": int(best_arr[-1]) / total if total else 0.0,
+        }
     cold = None
     if opts.prefill is not None:
         cold = n_req * opts.prefill.a_s + n_tok / opts.prefill.rate_tokens_per_s

@@ -189,7 +189,13 @@ def snapshot_requests(reqs: Sequence[ModelRequest], points: Sequence[str]) -> li
     for r in reqs:
         offs = []
         for p in points:
-            offs.append(r.system_end if p == "system" else r.messages_end if p == "messages" else len(r.tokens))
+            offs.append(
+                r.system_end
+                if p == "system"
+                else r.messages_end
+                if p == "messages"
+                else len(r.tokens)
+            )
         out.append(SnapshotRequest(r.tokens, tuple(offs), r.counted, r.epoch))
     return out
 
@@ -270,7 +276,9 @@ def block_requests_from_trace(
     )
 
 
-def _trace_items(trace: BlockTrace, offset: int, counted: bool) -> list[tuple[np.ndarray, int, bool]]:
+def _trace_items(
+    trace: BlockTrace, offset: int, counted: bool
+) -> list[tuple[np.ndarray, int, bool]]:
     B = trace.block_tokens
     s = trace.starts
     out = []
@@ -282,7 +290,7 @@ def _trace_items(trace: BlockTrace, offset: int, counted: bool) -> list[tuple[np
 
 
 def trace_tokens(trace: BlockTrace, r: int, tokens_per_block: int) -> list[int]:
-    """A token sequence that ``RadixCache(block_size=tokens_per_block)`` treats as trace request ``r``.
+    """Tokens that ``RadixCache(block_size=tokens_per_block)`` treats as trace request ``r``.
 
     Each full block becomes ``tokens_per_block`` copies of its id and a partial
     last block one copy, so the simulator's class sees the same full blocks

@@ -72,7 +72,9 @@ def previous_positions(items: np.ndarray) -> np.ndarray:
     return prev
 
 
-def count_below_in_prefix(values: np.ndarray, ends: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+def count_below_in_prefix(
+    values: np.ndarray, ends: np.ndarray, thresholds: np.ndarray
+) -> np.ndarray:
     """``out[k] = #{j < ends[k] : values[j] < thresholds[k]}`` for every query at once.
 
     Args:

@@ -121,13 +121,16 @@ def load_block_trace(
         want = -(-n_in // block_tokens)
         if len(ids) != want:
             raise WorkloadError(
-                f"{len(ids)} hash_ids for {n_in} tokens; expected ceil({n_in}/{block_tokens}) = {want}",
+                f"{len(ids)} hash_ids for {n_in} tokens;"
+                f" expected ceil({n_in}/{block_tokens}) = {want}",
                 path=p,
                 line=lineno,
                 field="hash_ids",
             )
         if len(set(ids)) != len(ids):
-            raise WorkloadError("a block id repeats within the request", path=p, line=lineno, field="hash_ids")
+            raise WorkloadError(
+                "a block id repeats within the request", path=p, line=lineno, field="hash_ids"
+            )
         blocks.extend(ids)
         if ids:
             toks.extend([block_tokens] * (len(ids) - 1))

@@ -54,8 +54,12 @@ def test_use_recency_is_not_a_stack_algorithm():
     With 3 entries S1 was already gone, so R3 stores it anew (most recent) and R4 hits it.
     With 4 entries S1 is still held, so R3's offer does not refresh it, M3 evicts it, R4 misses.
     """
-    t = [ModelRequest((1, 2, 7, 9), (), 2, 3), ModelRequest((3, 7, 9), (), 1, 2),
-         ModelRequest((1, 2, 7, 6, 5, 9), (), 2, 5), ModelRequest((1, 2, 5, 6, 9), (), 2, 4)]
+    t = [
+        ModelRequest((1, 2, 7, 9), (), 2, 3),
+        ModelRequest((3, 7, 9), (), 1, 2),
+        ModelRequest((1, 2, 7, 6, 5, 9), (), 2, 5),
+        ModelRequest((1, 2, 5, 6, 9), (), 2, 4),
+    ]
     pts = ("system", "messages")
     use = [p.hit_tokens for p in brute_entries(t, range(1, 6), points=pts)]
     assert use == [0, 2, 5, 3, 5]
@@ -74,16 +78,27 @@ def conversations(draw):
             if draw(st.booleans()):
                 c.append(tuple(draw(st.lists(st.integers(10, 14), min_size=1, max_size=3))))
         else:
-            c = [draw(st.sampled_from(systems)), tuple(draw(st.lists(st.integers(10, 14), min_size=1, max_size=3)))]
+            c = [
+                draw(st.sampled_from(systems)),
+                tuple(draw(st.lists(st.integers(10, 14), min_size=1, max_size=3))),
+            ]
             convs.append(c)
         toks = tuple(t for seg in c for t in seg)
-        epoch = draw(st.sampled_from([0, 0, 0, 1])) if out and out[-1].epoch == 0 else (out[-1].epoch if out else 0)
-        out.append(ModelRequest(toks + (99,), (), len(c[0]), len(toks), draw(st.booleans()) or True, epoch))
+        epoch = (
+            draw(st.sampled_from([0, 0, 0, 1]))
+            if out and out[-1].epoch == 0
+            else (out[-1].epoch if out else 0)
+        )
+        out.append(
+            ModelRequest(toks + (99,), (), len(c[0]), len(toks), draw(st.booleans()) or True, epoch)
+        )
     return out
 
 
 @settings(max_examples=80, deadline=None)
-@given(conversations(), st.sampled_from([("system", "messages"), ("messages",), ("system", "prompt")]))
+@given(
+    conversations(), st.sampled_from([("system", "messages"), ("messages",), ("system", "prompt")])
+)
 def test_equals_entriescache_at_every_capacity(reqs, points):
     c = entries_curve(snapshot_requests(reqs, points))
     caps = list(range(1, c.max_capacity + 3))

@@ -127,7 +127,10 @@ def test_whole_gib_host_is_flagged_and_half_is_not():
 
 def test_noisy_margin_warning_boundary():
     h = Fraction(125, 2)
-    assert any("0.5 GiB" in w for w in fit_pool(base(host_ram_gib=h, margin_gib=Fraction(49, 100))).warnings)
+    assert any(
+        "0.5 GiB" in w
+        for w in fit_pool(base(host_ram_gib=h, margin_gib=Fraction(49, 100))).warnings
+    )
     assert not fit_pool(base(host_ram_gib=h, margin_gib=Fraction(1, 2))).warnings
 
 
@@ -158,7 +161,9 @@ def test_printed_need_extrapolates_by_kv_slope():
 
 def test_printed_need_no_boot_boundary():
     pn = parse_printed_need("18@131072")
-    assert fit_pool(base(reserve_gib=Fraction(42), printed_need=pn)).verdict == "clamped"  # budget 2
+    assert (
+        fit_pool(base(reserve_gib=Fraction(42), printed_need=pn)).verdict == "clamped"
+    )  # budget 2
     r = fit_pool(base(reserve_gib=42 + Fraction(ONE_BYTE_GIB), printed_need=pn))
     assert r.verdict == "no_boot"
 
@@ -170,10 +175,31 @@ def test_printed_need_rejects(bad):
 
 
 ARGS = [
-    "fit", "--weights-gib", "20", "--reserve-gib", "4", "--positions", "131072",
-    "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--max-tok", "32768",
-    "--arena-base-gib", "1", "--arena-per-16k-gib", "0.5", "--vision-gib", "1",
-    "--margin-gib", "1", "--ctx", "8192",
+    "fit",
+    "--weights-gib",
+    "20",
+    "--reserve-gib",
+    "4",
+    "--positions",
+    "131072",
+    "--layers",
+    "32",
+    "--kv-heads",
+    "8",
+    "--head-dim",
+    "128",
+    "--max-tok",
+    "32768",
+    "--arena-base-gib",
+    "1",
+    "--arena-per-16k-gib",
+    "0.5",
+    "--vision-gib",
+    "1",
+    "--margin-gib",
+    "1",
+    "--ctx",
+    "8192",
 ]
 
 
@@ -199,13 +225,18 @@ def test_cli_json_keys_and_values(capsys):
 def test_cli_reserve_table(capsys):
     rep = run_json(capsys, "--host-ram-gib", "64", "--reserves", "24,24.5,41,41.5")
     assert [(r["verdict"], r["positions"]) for r in rep["reserves"]] == [
-        ("fits", 131072), ("clamped", 126976), ("clamped", 8192), ("no_boot", 0),
+        ("fits", 131072),
+        ("clamped", 126976),
+        ("clamped", 8192),
+        ("no_boot", 0),
     ]  # 24.5: (19.5 - 1 - 3) * 8192 = 126976
     assert any("whole number" in w for w in rep["warnings"])
 
 
 def test_cli_printed_need(capsys):
-    rep = run_json(capsys, "--host-ram-gib", "64", "--reserve-gib", "25", "--printed-need", "18@131072")
+    rep = run_json(
+        capsys, "--host-ram-gib", "64", "--reserve-gib", "25", "--printed-need", "18@131072"
+    )
     assert (rep["verdict"], rep["need_gib"], rep["need_source"]) == ("fits", 18.0, "printed")
 
 

@@ -46,8 +46,14 @@ def test_curve_by_hand():
 def test_uncounted_requests_still_take_space():
     chains = [[0, 1], [9], [0, 1]]
     blocks, starts = flatten(chains)
-    c = block_curve(blocks, starts, np.array([2, 1, 2]), block_tokens=1,
-                    prompt_tokens=np.array([3, 2, 3]), counted=np.array([True, False, True]))
+    c = block_curve(
+        blocks,
+        starts,
+        np.array([2, 1, 2]),
+        block_tokens=1,
+        prompt_tokens=np.array([3, 2, 3]),
+        counted=np.array([True, False, True]),
+    )
     assert c.requests == 2 and c.prompt_tokens == 6
     # foreign block 9 pushes 0 to distance 2
     assert c.at(1) == (0, 0) and c.at(2) == (1, 1) and c.at(3) == (1, 2)
@@ -73,8 +79,13 @@ def tree_prompts(draw):
 @given(tree_prompts(), st.integers(1, 3))
 def test_equals_radixcache_at_every_capacity(reqs, block_size):
     br = block_requests_from_models(reqs, block_size)
-    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=block_size,
-                    prompt_tokens=br.prompt_tokens)
+    c = block_curve(
+        br.blocks,
+        br.starts,
+        br.lookup_blocks,
+        block_tokens=block_size,
+        prompt_tokens=br.prompt_tokens,
+    )
     caps = list(range(1, c.max_capacity + 3))
     for p in brute_radix(reqs, caps, block_size=block_size):
         assert c.at(p.capacity) == (p.hit_requests, p.hit_tokens), p
@@ -84,10 +95,14 @@ def test_epoch_clears_like_reset():
     a = ModelRequest((1, 2, 3, 4, 5), (), 0, 5)
     reqs = [a, a, ModelRequest(a.tokens, (), 0, 5, True, 1)]
     br = block_requests_from_models(reqs, 2)
-    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=2, prompt_tokens=br.prompt_tokens)
+    c = block_curve(
+        br.blocks, br.starts, br.lookup_blocks, block_tokens=2, prompt_tokens=br.prompt_tokens
+    )
     # only the second request hits (2 blocks = 4 tokens); the third is after a reset
     assert c.at(2) == (1, 4)
-    assert [(p.hit_requests, p.hit_tokens) for p in brute_radix(reqs, [2], block_size=2)] == [(1, 4)]
+    assert [(p.hit_requests, p.hit_tokens) for p in brute_radix(reqs, [2], block_size=2)] == [
+        (1, 4)
+    ]
 
 
 def test_full_prompt_repeat_hits_n_minus_one_rounded_down():
@@ -96,7 +111,9 @@ def test_full_prompt_repeat_hits_n_minus_one_rounded_down():
     cache.request(toks)
     assert cache.request(toks).cached_tokens == 4
     br = block_requests_from_models([ModelRequest(toks, (), 0, 8)] * 2, 4)
-    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=4, prompt_tokens=br.prompt_tokens)
+    c = block_curve(
+        br.blocks, br.starts, br.lookup_blocks, block_tokens=4, prompt_tokens=br.prompt_tokens
+    )
     assert c.at(8) == (1, 4)
 
 

@@ -24,11 +24,14 @@ def write(tmp_path, lines):
 
 
 def test_load_small(tmp_path):
-    p = write(tmp_path, [
-        '{"timestamp": 0, "input_length": 1030, "output_length": 5, "hash_ids": [0, 1, 2]}',
-        "",
-        '{"timestamp": 7, "input_length": 1024, "output_length": 5, "hash_ids": [0, 1]}',
-    ])
+    p = write(
+        tmp_path,
+        [
+            '{"timestamp": 0, "input_length": 1030, "output_length": 5, "hash_ids": [0, 1, 2]}',
+            "",
+            '{"timestamp": 7, "input_length": 1024, "output_length": 5, "hash_ids": [0, 1]}',
+        ],
+    )
     assert is_block_trace(p)
     t = load_block_trace(p)
     assert len(t) == 2
@@ -39,17 +42,22 @@ def test_load_small(tmp_path):
     br = block_requests_from_trace(t)
     # full blocks only: 2 and 2; lookups (1030-1)//512 = 2 and (1024-1)//512 = 1
     assert br.starts.tolist() == [0, 2, 4] and br.lookup_blocks.tolist() == [2, 1]
-    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens)
+    c = block_curve(
+        br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens
+    )
     assert c.at(1) == (1, 512) and c.at(2) == (1, 512)
 
 
-@pytest.mark.parametrize("line,msg", [
-    ('{"input_length": 1030, "hash_ids": [0, 1]}', "expected ceil"),
-    ('{"input_length": 10, "hash_ids": [0, 0]}', "expected ceil"),
-    ('{"input_length": 600, "hash_ids": [4, 4]}', "repeats"),
-    ('{"hash_ids": [0]}', "not a block-trace row"),
-    ("not json", "not a block-trace row"),
-])
+@pytest.mark.parametrize(
+    "line,msg",
+    [
+        ('{"input_length": 1030, "hash_ids": [0, 1]}', "expected ceil"),
+        ('{"input_length": 10, "hash_ids": [0, 0]}', "expected ceil"),
+        ('{"input_length": 600, "hash_ids": [4, 4]}', "repeats"),
+        ('{"hash_ids": [0]}', "not a block-trace row"),
+        ("not json", "not a block-trace row"),
+    ],
+)
 def test_load_rejects(tmp_path, line, msg):
     with pytest.raises(WorkloadError, match=msg) as ei:
         load_block_trace(write(tmp_path, [line]))
@@ -57,8 +65,13 @@ def test_load_rejects(tmp_path, line, msg):
 
 
 def test_trace_tokens_mapping(tmp_path):
-    p = write(tmp_path, ['{"input_length": 1030, "hash_ids": [7, 8, 9]}',
-                         '{"input_length": 1024, "hash_ids": [7, 8]}'])
+    p = write(
+        tmp_path,
+        [
+            '{"input_length": 1030, "hash_ids": [7, 8, 9]}',
+            '{"input_length": 1024, "hash_ids": [7, 8]}',
+        ],
+    )
     t = load_block_trace(p)
     assert trace_tokens(t, 0, 2) == [7, 7, 8, 8, 9]
     assert trace_tokens(t, 1, 3) == [7, 7, 7, 8, 8, 8]
@@ -81,10 +94,12 @@ def test_mooncake_whole_trace_facts():
 
 @pytest.mark.parametrize("cap", [1, 40, 700, 5000])
 def test_mooncake_slice_equals_radixcache(cap):
-    """First 1500 requests: one-pass hits == the simulator's RadixCache (2 tokens per trace block)."""
+    """First 1500 requests: one-pass hits == the sim's RadixCache (2 tokens per trace block)."""
     t = load_block_trace(MOONCAKE, limit=1500)
     br = block_requests_from_trace(t)
-    c = block_curve(br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens)
+    c = block_curve(
+        br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens
+    )
     cache = RadixCache(capacity_blocks=cap, block_size=2)
     hit_req = hit_blocks = 0
     for r in range(len(t)):
