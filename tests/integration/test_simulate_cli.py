@@ -172,3 +172,10 @@ def test_table_marks_recommendation(tmp_path, capsys):
 def test_entries_on_trace_is_bad_input(tmp_path, capsys):
     assert main(["simulate", str(small_trace(tmp_path)), "--model", "entries"]) == 2
     assert "only --model radix" in capsys.readouterr().err
+
+
+def test_plot_written(tmp_path, capsys):
+    png = tmp_path / "curve.png"
+    assert main(["simulate", str(small_trace(tmp_path)), "--plot", str(png)]) == 0
+    capsys.readouterr()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

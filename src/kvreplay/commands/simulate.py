@@ -108,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--output-tokens", type=int, help="serve-sim's output_tokens")
     out.add_argument("--max-output-tokens", type=int, help="serve-sim's max_output_tokens")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
 
 
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
@@ -228,5 +229,11 @@ def table(rep: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print the curve (table or ``--json``)."""
     rep = simulate(options_from_args(args))
+    if args.plot:
+        from kvreplay.report.plots import curve_png
+
+        rec = rep.get("recommended")
+        with open(args.plot, "wb") as f:
+            f.write(curve_png(rep["curve"], None if rec is None else float(rec["capacity"])))
     print(json.dumps(rep, indent=2) if args.json else table(rep))
     return 0

@@ -107,3 +107,21 @@ def test_mooncake_slice_equals_radixcache(cap):
         hit_req += out.device_hit_tokens > 0
         hit_blocks += out.device_hit_tokens // 2
     assert c.at(cap) == (hit_req, hit_blocks * 512)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", [3000, 35421])
+def test_mooncake_whole_trace_equals_radixcache(cap):
+    """All 12,031 requests at two capacities (about 2 s each through the sim class)."""
+    t = load_block_trace(MOONCAKE)
+    br = block_requests_from_trace(t)
+    c = block_curve(
+        br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens
+    )
+    cache = RadixCache(capacity_blocks=cap, block_size=2)
+    hit_req = hit_blocks = 0
+    for r in range(len(t)):
+        out = cache.request(trace_tokens(t, r, 2))
+        hit_req += out.device_hit_tokens > 0
+        hit_blocks += out.device_hit_tokens // 2
+    assert c.at(cap) == (hit_req, hit_blocks * 512)
