@@ -165,8 +165,10 @@ class SimConfig:
             changes[key] = _coerce(key, value, where)
         try:
             return replace(base or cls(), **changes)
-        except TypeError as exc:  # pragma: no cover - guarded by _coerce
-            raise ConfigError(str(exc), path=where) from exc
+        except ConfigError as exc:
+            if where is None or exc.path is not None:
+                raise
+            raise ConfigError(str(exc).split(": ", 1)[-1], path=where, field=exc.field) from exc
 
     @classmethod
     def from_toml(cls, path: str | Path, *, base: SimConfig | None = None) -> SimConfig:

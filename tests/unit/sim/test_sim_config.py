@@ -58,6 +58,10 @@ def test_toml_unknown_key_and_type(tmp_path):
     f.write_text('cache_entries = "eight"\n')
     with pytest.raises(ConfigError, match="integer"):
         SimConfig.from_toml(f)
+    f.write_text("cache_entries = 0\n")
+    with pytest.raises(ConfigError) as ei:
+        SimConfig.from_toml(f)
+    assert (ei.value.path, ei.value.field) == (f, "cache_entries") and str(ei.value).endswith("must be >= 1")
 
 
 def test_parse_fault_forms():
