@@ -43,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="bytes per position, given or measured by a probe (bytes per token)",
     )
+    kv.add_argument(
+        "--probe-verdict",
+        metavar="VERDICT_JSON",
+        help="take bytes per position from a probe verdict's measured bytes_per_token",
+    )
     kv.add_argument("--layers", type=int, help="layers with a KV cache")
     kv.add_argument("--kv-heads", type=int, help="KV heads per layer")
     kv.add_argument("--head-dim", type=int, help="elements per head")
@@ -81,6 +86,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+def _probe_bytes(path: str) -> Fraction:
+    """``bytes_per_token`` measured by ``kvreplay probe`` (its verdict.json).
+
+    Raises:
+        ConfigError: unreadable file, or a verdict without a positive measurement.
+    """
+    try:
+        with open(path, "rb") as f:
+            value = json.load(f).get("bytes_per_token")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"cannot read probe verdict: {exc}", path=path) from exc
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(
+            "the probe measured no bytes per token (the server reports no entry or pool bytes)",
+            path=path,
+            field="bytes_per_token",
+        )
+    return to_fraction(repr(value), field="bytes_per_token")
+
+
 def inputs_from_args(args: argparse.Namespace) -> FitInputs:
     """Build the sizing inputs from parsed flags.
 
@@ -95,13 +120,15 @@ def inputs_from_args(args: argparse.Namespace) -> FitInputs:
         from_memtotal = False
     if args.kv_bytes_per_position is not None:
         kvb = to_fraction(args.kv_bytes_per_position, field="kv-bytes-per-position")
+    elif args.probe_verdict is not None:
+        kvb = _probe_bytes(args.probe_verdict)
     elif None not in (args.layers, args.kv_heads, args.head_dim):
         kvb = kv_bytes_per_position(
             layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=args.kv_dtype
         )
     else:
         raise ConfigError(
-            "give --kv-bytes-per-position, or --layers, --kv-heads and --head-dim",
+            "give --kv-bytes-per-position, --probe-verdict, or --layers, --kv-heads and --head-dim",
             field="kv-bytes-per-position",
         )
     return FitInputs(

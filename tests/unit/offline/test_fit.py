@@ -249,3 +249,16 @@ def test_cli_text_and_clamp(capsys):
 def test_cli_needs_kv_bytes(capsys):
     assert main(["fit", "--host-ram-gib", "64", "--weights-gib", "1", "--positions", "10"]) == 2
     assert "kv-bytes-per-position" in capsys.readouterr().err
+
+
+def test_cli_probe_verdict_bytes(tmp_path, capsys):
+    v = tmp_path / "verdict.json"
+    v.write_text(json.dumps({"bytes_per_token": 65536.0}))
+    base = [a for a in ARGS if a not in ("--layers", "32", "--kv-heads", "8", "--head-dim", "128")]
+    assert main([*base, "--host-ram-gib", "62.5", "--probe-verdict", str(v), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    # 131072 positions x 64 KiB = 8 GiB KV + 3 fixed = 11
+    assert rep["kv_bytes_per_position"] == 65536.0 and rep["need_gib"] == 11.0
+    v.write_text(json.dumps({"bytes_per_token": None}))
+    assert main([*base, "--host-ram-gib", "62.5", "--probe-verdict", str(v)]) == 2
+    assert "measured no bytes" in capsys.readouterr().err
