@@ -93,7 +93,7 @@ def test_c200_is_not_capped_by_the_connection_pool(tmp_path):
     # B11-A: aiohttp's default TCPConnector(limit=100) would cap in-flight at 100.
     wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(200)])
     out = tmp_path / "o"
-    srv, summary = asyncio.run(_run(wl, ["a:forward:c200"], out, {"delay_s": 1.0, "tokens": 1}))
+    srv, summary = asyncio.run(_run(wl, ["a:forward:c200"], out, {"delay_s": 3.0, "tokens": 1}))
     assert srv.peak == 200
     assert summary["phases"][0]["ok"] == 200
     assert summary["phases"][0]["peak_in_flight"] == 200  # the client's own count agrees
