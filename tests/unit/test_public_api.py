@@ -24,7 +24,7 @@ def test_all_is_sorted_and_resolves(name):
     mod = importlib.import_module(name)
     exported = getattr(mod, "__all__", None)
     if exported is None:
-        pytest.skip(f"{name} exports nothing")
+        return  # a package of modules only (e.g. kvreplay.commands)
     assert list(exported) in (sorted(exported), sorted(exported, key=_isort_key)), f"{name}.__all__ is not sorted"
     assert len(set(exported)) == len(exported)
     for attr in exported:
