@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
 from kvreplay.sim.cache_host import HostLookup, HostStoreOutcome, HostTier
-from kvreplay.sim.prefix import PrefixKeys
+from kvreplay.sim.prefix import BlockHasher, PrefixKeys
 
 __all__ = ["Admission", "RadixCache", "RadixOutcome", "RadixStats"]
 
@@ -99,6 +99,8 @@ class Admission:
         cached_tokens: ``max(device hit, host credit)`` (tokens).
         pinned: Keys of the pinned hit blocks.
         inflight_blocks: Blocks this request is computing (for ``kv_usage``).
+        finished: ``finish`` was called.
+        chain: Block hasher positioned after the prompt (continued at finish).
     """
 
     tokens: Sequence[int]
@@ -109,6 +111,7 @@ class Admission:
     pinned: list[bytes] = field(default_factory=list)
     inflight_blocks: int = 0
     finished: bool = False
+    chain: BlockHasher | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -245,8 +248,8 @@ class RadixCache:
             The admission, to pass to ``finish``.
         """
         n = len(tokens)
-        keys = PrefixKeys(tokens)
-        bkeys = keys.block_keys(self.block_size)
+        chain = BlockHasher(self.block_size)
+        bkeys = list(chain.feed(tokens))
         limit = (n - 1) // self.block_size if n else 0
         self._tick += 1
         hit_blocks = 0
@@ -270,7 +273,7 @@ class RadixCache:
             s.hit_requests += 1
         host = HostLookup(hit=False)
         if self.host is not None:
-            host = self.host.lookup(keys, device_hit_tokens=d)
+            host = self.host.lookup(PrefixKeys(tokens), device_hit_tokens=d)
             s.external_query_tokens += n - d
             if host.hit:
                 s.external_hit_tokens += host.reused_tokens - d
@@ -285,6 +288,7 @@ class RadixCache:
             cached_tokens=cached,
             pinned=pinned,
             inflight_blocks=inflight,
+            chain=chain,
         )
 
     def finish(self, adm: Admission, output_tokens: Sequence[int] = ()) -> RadixOutcome:
@@ -306,10 +310,11 @@ class RadixCache:
         self._inflight -= adm.inflight_blocks
         n = len(adm.tokens)
         m = len(output_tokens)
-        full = tuple(adm.tokens) + tuple(output_tokens)
-        keys = PrefixKeys(full)
-        kv_len = n + m - 1 if m else n
-        bkeys = keys.block_keys(self.block_size, limit=kv_len)
+        # KV exists for prompt + output but the last sampled token: n + m - 1 tokens.
+        if adm.chain is None:
+            adm.chain = BlockHasher(self.block_size)
+            adm.chain.feed(adm.tokens)
+        bkeys = adm.chain.feed(tuple(output_tokens)[: max(0, m - 1)])
         self._tick += 1
         stored = 0
         parent: bytes | None = None
@@ -338,6 +343,7 @@ class RadixCache:
         self.stats.stored_blocks += stored
         host_store = HostStoreOutcome()
         if self.host is not None and not adm.host.hit:
+            keys = PrefixKeys(tuple(adm.tokens) + tuple(output_tokens))
             host_store = self.host.store(keys, (adm.messages_end, n, n + m), terminal=n + m)
         return RadixOutcome(
             prompt_tokens=n,

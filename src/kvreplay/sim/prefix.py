@@ -19,7 +19,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 
-__all__ = ["PrefixKeys"]
+__all__ = ["BlockHasher", "PrefixKeys"]
 
 _DIGEST_BYTES = 16
 
@@ -91,3 +91,40 @@ class PrefixKeys:
             h.update(self._view[end - step : end])
             out.append(h.copy().digest())
         return out
+
+
+class BlockHasher:
+    """Block keys of a growing token sequence, fed in pieces.
+
+    ``keys[i]`` equals ``PrefixKeys(seq).key((i + 1) * block_size)``: the radix
+    model keys a request's prompt blocks at admission and continues over its
+    output at the finish without hashing the prompt again.
+
+    Args:
+        block_size: Tokens per block (> 0).
+    """
+
+    __slots__ = ("_h", "_pending", "block_size", "keys")
+
+    def __init__(self, block_size: int) -> None:
+        if block_size <= 0:
+            raise ValueError("block_size must be positive")
+        self.block_size = block_size
+        self.keys: list[bytes] = []
+        """Keys of the full blocks fed so far."""
+        self._h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
+        self._pending = b""
+
+    def feed(self, tokens: Sequence[int]) -> list[bytes]:
+        """Append tokens; returns ``keys`` (all full blocks so far)."""
+        arr = array("q", tokens)
+        if sys.byteorder != "little":
+            arr.byteswap()
+        data = memoryview(self._pending + arr.tobytes())
+        step = self.block_size * 8
+        full = len(data) // step * step
+        for end in range(step, full + 1, step):
+            self._h.update(data[end - step : end])
+            self.keys.append(self._h.copy().digest())
+        self._pending = bytes(data[full:])
+        return self.keys

@@ -141,3 +141,14 @@ def test_clear_keeps_counters_and_pins():
     assert c.stats.lookups == 2 and c.kv_usage == 0.0
     with pytest.raises(ValueError, match="already finished"):
         c.finish(adm2, out(1))
+
+
+def test_block_hasher_equals_prefix_keys():
+    from kvreplay.sim.prefix import BlockHasher, PrefixKeys
+
+    seq = list(range(5000, 5037))
+    h = BlockHasher(4)
+    h.feed(seq[:10])
+    h.feed(seq[10:11])
+    keys = h.feed(seq[11:])
+    assert keys == PrefixKeys(seq).block_keys(4) == [PrefixKeys(seq).key(4 * i) for i in range(1, 10)]
