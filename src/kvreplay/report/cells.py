@@ -31,6 +31,7 @@ __all__ = [
     "phase_gate",
     "phases_in_order",
     "record_cells",
+    "tokens_cell",
 ]
 
 Status = Literal["measured", "failed", "deferred"]
@@ -137,7 +138,8 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
         if metric in ("itl", "tpot"):
             return failed("no samples: no answer had two or more tokens")
         return failed(f"no {metric.upper()} samples")
-    return measured(fmt(float(v), 2 if metric in ("itl", "tpot") else 1), _partial_note(ph))
+    nd = 2 if metric in ("itl", "tpot") else 1
+    return measured(f"{float(v):.{nd}f}", _partial_note(ph))
 
 
 def tokens_cell(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell:
@@ -184,7 +186,7 @@ def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
     cells = [measured("ok")]
     for key in ("ttft_ns", "e2e_ns"):
         v = rec.get(key)
-        cells.append(measured(fmt(v / 1e6, 1)) if v is not None else failed("no token arrived"))
+        cells.append(measured(f"{v / 1e6:.1f}") if v is not None else failed("no token arrived"))
     cells.append(measured(str(u["prompt_tokens"])) if u.get("prompt_tokens") is not None
                  else failed("usage has no prompt_tokens"))
     cells.append(measured(str(u["cached_tokens"])) if u.get("cached_tokens") is not None

@@ -108,43 +108,67 @@ def _num(d: dict[str, Any], *keys: str) -> float | None:
     return None
 
 
-def probe_plots(verdict: dict[str, Any]) -> list[Plot]:
-    """Prefill fit with its points, and the eviction bisection, from a probe's verdict.json.
-
-    Points are read leniently: tokens from ``tokens``/``prompt_tokens``, prefill
-    time from ``prefill_s``/``ttft_s`` (or ``ttft_ms`` / 1000), label from
-    ``leg``/``kind``; bisection steps are points (or ``bisection`` entries) with
-    ``k`` and ``flushed``.
-    """
-    out = []
+def _fit_points(verdict: dict[str, Any]) -> list[tuple[float, float, str]]:
+    """Prefill points: the chosen fit's ``[tokens, seconds]`` pairs (cold legs), warm legs, or loose dicts."""
     fit = verdict.get("prefill_fit") or {}
-    raw = [p for p in verdict.get("points") or [] if isinstance(p, dict)]
-    pts = []
-    for p in raw:
+    fits = verdict.get("prefill_fits") or {}
+    src = fit.get("source")
+    chosen = fits.get(src) if isinstance(fits.get(src), dict) else next(
+        (f for f in fits.values() if isinstance(f, dict)), None)
+    pts: list[tuple[float, float, str]] = []
+    for xy in (chosen or {}).get("points") or []:
+        if isinstance(xy, (list, tuple)) and len(xy) == 2 and None not in xy:
+            pts.append((float(xy[0]), float(xy[1]), f"cold ({(chosen or {}).get('source', src) or 'fit'})"))
+    for w in verdict.get("warm") or []:
+        if isinstance(w, dict):
+            tok, sec = _num(w, "size_tokens", "tokens"), _num(w, "warm_ttft_s")
+            if tok is not None and sec is not None:
+                pts.append((tok, sec, "warm"))
+    if pts:
+        return pts
+    for p in verdict.get("points") or []:
+        if not isinstance(p, dict):
+            continue
         tok = _num(p, "tokens", "prompt_tokens", "size_tokens")
         sec = _num(p, "prefill_s", "ttft_s")
         if sec is None and _num(p, "ttft_ms") is not None:
-            sec = _num(p, "ttft_ms") / 1000.0  # type: ignore[operator]
-        if tok is not None and sec is not None:
+            sec = float(p["ttft_ms"]) / 1000.0
+        if tok is not None and sec is not None and "k" not in p:
             pts.append((tok, sec, str(p.get("leg") or p.get("kind") or "")))
+    return pts
+
+
+def probe_plots(verdict: dict[str, Any]) -> list[Plot]:
+    """Prefill fit with its points, and the eviction bisection, from a probe's verdict.json.
+
+    Fit points come from ``prefill_fits[prefill_fit.source].points`` (``[tokens,
+    seconds]`` of the cold legs, ``kvreplay.experiments.probe``) plus the warm
+    legs of ``warm``; bisection steps are the ``points`` entries with ``k`` and
+    ``flushed`` (None = could not tell), in the order they were run.
+    """
+    out = []
+    fit = verdict.get("prefill_fit") or {}
+    pts = _fit_points(verdict)
     a, rate = _num(fit, "a_s"), _num(fit, "rate_tokens_per_s")
+    title = "probe: prefill seconds against prompt tokens"
     if pts:
         r2 = _num(fit, "r2")
         why = f"fit r² {r2:.3f}" if r2 is not None else ("no fit in verdict.json" if a is None else None)
-        out.append(Plot("probe-prefill-fit", "probe: prefill seconds against prompt tokens", "measured", why,
-                        plots.prefill_fit_png(pts, a, rate)))
+        out.append(Plot("probe-prefill-fit", title, "measured", why, plots.prefill_fit_png(pts, a, rate)))
     else:
-        out.append(Plot("probe-prefill-fit", "probe: prefill seconds against prompt tokens", "failed",
-                        "verdict.json has no points with tokens and prefill time"))
-    steps = [p for p in (verdict.get("bisection") or raw) if isinstance(p, dict) and "k" in p and "flushed" in p]
+        out.append(Plot("probe-prefill-fit", title, "failed", "verdict.json has no legs with tokens and prefill time"))
+    raw = verdict.get("bisection") or verdict.get("points") or []
+    steps = [p for p in raw if isinstance(p, dict) and "k" in p and "flushed" in p]
+    title = "probe: eviction bisection (foreign prompts k)"
     if steps:
         br = verdict.get("flush_bracket")
-        out.append(Plot("probe-bisection", "probe: eviction bisection (foreign prompts k)", "measured",
-                        f"minimum flushing k {verdict.get('min_flush_k')}, bracket {br}" if br else None,
-                        plots.bisection_png([(float(p["k"]), bool(p["flushed"])) for p in steps])))
-    elif "min_flush_k" in verdict or "flush_bracket" in verdict:
-        out.append(Plot("probe-bisection", "probe: eviction bisection (foreign prompts k)", "failed",
-                        "verdict.json names a bracket but keeps no bisection steps"))
+        note = f"minimum flushing k {verdict.get('min_flush_k')}, bracket {br}" if br else \
+            (verdict.get("eviction_note") or None)
+        out.append(Plot("probe-bisection", title, "measured", note,
+                        plots.bisection_png([(float(p["k"]), p["flushed"]) for p in steps])))
+    elif verdict.get("eviction_note") or "min_flush_k" in verdict:
+        out.append(Plot("probe-bisection", title, "deferred",
+                        verdict.get("eviction_note") or "no eviction legs were run"))
     return out
 
 

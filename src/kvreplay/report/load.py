@@ -244,7 +244,7 @@ def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
         if hasattr(st, "peak_in_flight"):
             st.peak_in_flight = _peak_in_flight(sent)
         attrs = {r.get("attribution") for r in sent}
-        st.attribution = attrs.pop() if len(attrs) == 1 else "none"
+        st.attribution = next((a for a in ("per_request", "phase_only") if a in attrs), "none")
         if st.attribution == "per_request":
             st.counter_delta = _sum_deltas([r["counter_delta"] for r in sent if r.get("counter_delta")])
         itl_log = run_dir / "histograms" / f"{name}.itl.hlog"

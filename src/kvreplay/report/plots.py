@@ -125,7 +125,7 @@ def prefill_fit_png(points: Sequence[tuple[float, float, str]], a_s: float | Non
     return _png(fig)
 
 
-def bisection_png(points: Sequence[tuple[float, bool]]) -> bytes:
+def bisection_png(points: Sequence[tuple[float, bool | None]]) -> bytes:
     """Eviction bisection: foreign prompts k against whether the prefix was flushed.
 
     Returns:
@@ -135,11 +135,13 @@ def bisection_png(points: Sequence[tuple[float, bool]]) -> bytes:
     ax = fig.add_subplot()
     ks = [p[0] for p in points]
     ax.plot(range(len(ks)), ks, "-", color="grey", linewidth=0.8)
+    colour = {True: "tab:red", False: "tab:green", None: "tab:grey"}
     for i, (k, fl) in enumerate(points):
-        ax.plot([i], [k], "o", color="tab:red" if fl else "tab:green")
-    ax.plot([], [], "o", color="tab:red", label="flushed")
-    ax.plot([], [], "o", color="tab:green", label="kept")
-    ax.set_xlabel("bisection step")
+        ax.plot([i], [k], "o", color=colour[fl])
+    for fl, lab in ((True, "flushed"), (False, "kept"), (None, "could not tell")):
+        if any(p[1] is fl for p in points):
+            ax.plot([], [], "o", color=colour[fl], label=lab)
+    ax.set_xlabel("eviction leg, in the order run")
     ax.set_ylabel("foreign prompts k")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")

@@ -173,7 +173,7 @@ class LiveObserver:
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
         self.console.print(
             f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {phase['ttft_ms']['p50']} ms, "
-            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens")
+            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens", highlight=False)
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self.state.message(text)

@@ -72,8 +72,13 @@ def phase_name(ph: dict[str, Any] | str) -> str:
 
 
 def _count_cell(ph: dict[str, Any] | str, summary: dict[str, Any], text: str) -> Cell:
+    """A request count: measured, deferred when the phase did not run, failed in an invalid phase
+    (the count still shown in the reason, never as a measured figure)."""
     if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
         return phase_gate(ph, summary) or deferred("not run")
+    if not ph.get("valid", True):
+        gate = phase_gate(ph, summary)
+        return failed(f"{gate.reason if gate else 'invalid phase'}; recorded {text}")
     return measured(text)
 
 
@@ -215,7 +220,8 @@ def error_table(run: RunData) -> Table:
             t.rows.append((phase_name(ph), [phase_gate(ph, s) or deferred("not run")] * len(t.columns)))
             continue
         f = ph.get("failed") or {}
-        t.rows.append((phase_name(ph), [measured(str(f.get(c, 0))) for c in classes] or [measured("0")]))
+        t.rows.append((phase_name(ph), [_count_cell(ph, s, str(f.get(c, 0))) for c in classes]
+                       or [_count_cell(ph, s, "0")]))
     return t
 
 

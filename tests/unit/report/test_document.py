@@ -1,0 +1,135 @@
+"""report.md / report.html from hand-built run directories: every cell labelled, every plot present."""
+
+import json
+import re
+from html.parser import HTMLParser
+
+from rundirs import plan_json, record, write_run
+
+from kvreplay.report.write import write_reports
+
+
+class Cells(HTMLParser):
+    """Collects <td> statuses, <figure> plots and any network reference."""
+
+    def __init__(self):
+        super().__init__()
+        self.td, self.plots, self.remote = [], {}, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "td":
+            self.td.append(a.get("data-status"))
+        if tag == "figure":
+            self.plots[a.get("data-plot")] = a.get("data-status")
+        for k in ("src", "href"):
+            if a.get(k) and not a[k].startswith(("data:", "#")):
+                self.remote.append(a[k])
+
+
+def parse(path):
+    p = Cells()
+    p.feed(path.read_text())
+    return p
+
+
+def three_phase_run(tmp_path, **over):
+    plan = plan_json([("prime", "forward", 1, [0, 1, 2]), ("replay", "reverse", 1, [2, 1, 0]),
+                      ("later", "forward", 1, [0, 1, 2])])
+    recs = [record("prime", i, i, ttft_ms=100 + i, cached=0, t0_ms=200 * i,
+                   delta={"hits": 0, "hit_tokens": 0, "entries": i + 1}) for i in range(3)]
+    recs += [record("replay", 0, 2, ttft_ms=20, cached=64, t0_ms=700, delta={"hits": 1, "hit_tokens": 64}),
+             record("replay", 1, 1, status="timeout", t0_ms=800, error="read idle 120 s",
+                    attribution="per_request"),
+             record("replay", 2, 0, sent=False, error="interrupt")]
+    recs += [record("later", i, i, sent=False, error="interrupt") for i in range(3)]
+    out = write_run(tmp_path / "run", plan, recs, **over)
+    s = json.loads((out / "summary.json").read_text())
+    s["aborted"] = {"reason": "interrupt", "message": "operator interrupt (signal)"}
+    for ph in s["phases"]:
+        if ph["name"] == "later":
+            ph["deferred"] = True
+    (out / "summary.json").write_text(json.dumps(s))
+    return out
+
+
+def test_every_cell_labelled_and_every_plot_present(tmp_path):
+    out = three_phase_run(tmp_path)
+    written = write_reports(out, html=True)
+    assert written["html"] == out / "report.html"
+    p = parse(out / "report.html")
+    assert p.td and None not in p.td, f"{p.td.count(None)} unlabelled cells"
+    assert set(p.td) <= {"measured", "failed", "deferred"}
+    assert {"measured", "failed", "deferred"} <= set(p.td)
+    assert p.remote == []
+    for key in ("cdf-ttft", "cdf-itl", "cdf-e2e", "ttft-position:prime", "ttft-position:replay",
+                "ttft-position:later"):
+        assert key in p.plots, key
+    assert p.plots["ttft-position:prime"] == "measured"
+    assert p.plots["ttft-position:later"] == "deferred"
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 4  # TTFT/E2E CDFs, prime and replay positions
+    assert p.plots["cdf-itl"] == "failed"  # hand-built records keep no token times
+    assert '<details data-section="plan">' in html and html.count(record("prime", 0, 0)["body_sha256"]) >= 1
+    assert "read idle 120 s" in html  # the failed request's reason
+    md = (out / "report.md").read_text()
+    assert "deferred: not run: interrupt" in md and "| replay (C1) | 1/3 |" in md
+
+
+def test_invalid_phase_number_is_not_presented_as_measured(tmp_path):
+    plan = plan_json([("a", "forward", 1, [0, 1])])
+    recs = [record("a", 0, 0, ttft_ms=123.4), record("a", 1, 1, ttft_ms=123.4, t0_ms=300)]
+    out = write_run(tmp_path / "run", plan, recs,
+                    a={"valid": False, "invalid_reasons": ["drain did not pass within 10 s: running 1"]})
+    write_reports(out, html=True)
+    p = parse(out / "report.html")
+    html = (out / "report.html").read_text()
+    assert "123.4" not in html
+    assert p.plots["ttft-position:a"] == "failed" and p.plots["cdf-ttft"] == "failed"
+    assert "measured" not in p.td[:9]  # the phase row of the phase table
+    assert "drain did not pass" in html
+
+
+def test_killed_run_report_rebuilds_summary(tmp_path):
+    out = three_phase_run(tmp_path)
+    (out / "summary.json").unlink()
+    # a kill -9 leaves no histograms of the phase in progress either
+    for f in (out / "histograms").glob("replay.*"):
+        f.unlink()
+    written = write_reports(out, html=True)
+    assert "summary" in written and (out / "summary.json").exists()
+    p = parse(out / "report.html")
+    assert None not in p.td
+    assert "rebuilt from records.jsonl" in (out / "report.html").read_text()
+
+
+def test_probe_and_simulate_sections(tmp_path):
+    out = three_phase_run(tmp_path)
+    verdict = {
+        "prefill_fit": {"a_s": 1.5, "rate_tokens_per_s": 1370.0, "r2": 0.999, "source": "ttft"},
+        "prefill_fits": {"ttft": {"source": "ttft", "points": [[1000, 2.23], [4000, 4.42], [16000, 13.2]]}},
+        "warm": [{"size_tokens": 4000, "warm_ttft_s": 0.4}],
+        "cmax_tokens": 16000, "min_flush_k": 5, "flush_bracket": [4, 5], "bytes_per_token": None,
+        "points": [{"k": 8, "flushed": True}, {"k": 4, "flushed": False}, {"k": 6, "flushed": True},
+                   {"k": 5, "flushed": True}],
+    }
+    (out / "verdict.json").write_text(json.dumps(verdict))
+    sim = {"curve": [{"capacity": c, "hit_ratio_requests": min(1, c / 8), "hit_ratio_tokens": min(1, c / 10),
+                      "prefill_s_saved": c} for c in (1, 2, 4, 8, 16)],
+           "recommended": {"capacity": 8, "share": 0.95}}
+    (out / "simulate.json").write_text(json.dumps(sim))
+    write_reports(out, html=True)
+    p = parse(out / "report.html")
+    assert p.plots["probe-prefill-fit"] == "measured"
+    assert p.plots["probe-bisection"] == "measured"
+    assert p.plots["simulate-mrc"] == "measured"
+    assert None not in p.td
+    html = (out / "report.html").read_text()
+    assert re.search(r'data-status="failed"[^>]*>failed: server reports no entry or pool bytes', html)
+
+
+def test_sections_skipped_without_their_files(tmp_path):
+    out = three_phase_run(tmp_path)
+    write_reports(out, html=True)
+    p = parse(out / "report.html")
+    assert not any(k.startswith(("probe-", "simulate-")) for k in p.plots)
