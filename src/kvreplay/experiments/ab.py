@@ -1,0 +1,363 @@
+"""A/B repetitions: two arms, blocks in an alternating order frozen before the first request.
+
+An *arm* is a name and a command that switches the server to that arm
+(``--arm off=CMD --arm on=CMD``); the first arm is the baseline. A *block* is
+one execution of the same frozen plan (phases C1 and C4 by default, each
+preceded by a drain) against the server in one arm. With R repetitions the
+blocks run in the order ``A B, B A, A B, ...`` (rep r is ``A B`` when r is even),
+so a slow drift of the machine falls on both arms alike; the order, the arms and
+the inner plan's hash are written to ``ab.json`` before the first request.
+
+Before each block: the arm's command runs (``sh -c CMD``, bounded), then a
+readiness check must pass (``GET /health``, else ``/v1/models``, answering 200
+within ``ready_timeout_s``). The block is a normal run directory
+(``blocks/NN-ARM/``) made by the runner, whose identity and counters are read
+afresh at its start: a changed build string between blocks is expected, while
+a change *inside* a block aborts it (the runner's identity-drift check), and an
+aborted block stops the experiment (later blocks are recorded as deferred).
+
+**Simulator arms.** With ``--target sim`` an arm's command is a simulator
+configuration instead: ``sim:KEY=VALUE,...`` over the ``--sim-*`` options,
+where KEY is a ``SimConfig`` field (``prefill_base_s=1.672``) or
+``prefill_scale=F`` (prefill ``F`` times slower: ``a * F`` and ``rate / F``).
+Each block then starts a fresh simulator with that configuration, whose build
+string is ``<build>+<arm>``, and stops it after the block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from kvreplay.clock import now_ns
+from kvreplay.errors import ConfigError
+from kvreplay.plan import Plan
+
+__all__ = ["Arm", "block_order", "parse_arm", "sim_arm_config", "wait_ready"]
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One arm.
+
+    Attributes:
+        name: Arm name (letters, digits, ``_.-``).
+        cmd: Shell command run before each of its blocks (``""`` = none), or
+            ``sim:...`` for a simulator configuration.
+    """
+
+    name: str
+    cmd: str
+
+    @property
+    def is_sim(self) -> bool:
+        """The command is a simulator configuration."""
+        return self.cmd.startswith("sim:") or self.cmd == "sim"
+
+
+def parse_arm(text: str) -> Arm:
+    """Parse ``NAME=CMD`` (CMD may be empty).
+
+    Raises:
+        ConfigError: no ``=`` or a bad name.
+    """
+    name, sep, cmd = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not all(c.isalnum() or c in "_.-" for c in name):
+        raise ConfigError(f"{text!r}: expected NAME=CMD with a name of letters, digits, '_', '.', '-'",
+                          field="--arm")
+    return Arm(name, cmd.strip())
+
+
+def block_order(arms: list[Arm], reps: int) -> list[dict[str, Any]]:
+    """The alternating block order: rep r runs ``A B`` when r is even, ``B A`` when odd.
+
+    Returns:
+        ``[{"block": i, "rep": r, "arm": name, "dir": "blocks/NN-name"}, ...]``.
+
+    Raises:
+        ConfigError: not exactly two arms (with distinct names), or reps < 1.
+    """
+    if len(arms) != 2 or arms[0].name == arms[1].name:
+        raise ConfigError("an A/B experiment needs exactly two arms with distinct names", field="--arm")
+    if reps < 1:
+        raise ConfigError("repetitions must be >= 1", field="--reps")
+    out = []
+    for r in range(reps):
+        pair = arms if r % 2 == 0 else arms[::-1]
+        for arm in pair:
+            i = len(out)
+            out.append({"block": i, "rep": r, "arm": arm.name, "dir": f"blocks/{i:02d}-{arm.name}"})
+    return out
+
+
+def _scalar(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def sim_arm_config(base: Any, arm: Arm) -> Any:
+    """The simulator configuration of a ``sim:KEY=VALUE,...`` arm over ``base`` (a ``SimConfig``).
+
+    ``prefill_scale=F`` multiplies ``prefill_base_s`` by F and divides
+    ``prefill_tokens_per_s`` by F (every prefill F times as long). The build
+    string becomes ``<base build>+<arm name>``.
+
+    Raises:
+        ConfigError: a malformed item or an unknown or bad setting.
+    """
+    from kvreplay.sim import SimConfig
+
+    spec = arm.cmd[4:] if arm.cmd.startswith("sim:") else ""
+    data: dict[str, Any] = {}
+    scale = 1.0
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"arm {arm.name}: {item!r} is not KEY=VALUE", field="--arm")
+        if key.strip().replace("-", "_") == "prefill_scale":
+            scale = float(value)
+            if scale <= 0:
+                raise ConfigError(f"arm {arm.name}: prefill_scale must be > 0", field="--arm")
+            continue
+        data[key.strip()] = _scalar(value.strip())
+    cfg = SimConfig.from_mapping(data, where=f"--arm {arm.name}", base=base) if data else base
+    return replace(cfg, prefill_base_s=cfg.prefill_base_s * scale,
+                   prefill_tokens_per_s=cfg.prefill_tokens_per_s / scale, build=f"{cfg.build}+{arm.name}")
+
+
+async def run_arm_command(cmd: str, timeout_s: float) -> dict[str, Any]:
+    """Run an arm's shell command (``sh -c``), bounded; its output is kept (4 KiB tails).
+
+    Returns:
+        ``{"cmd", "rc", "wall_s", "stdout_tail", "stderr_tail"}``; ``rc`` None on timeout.
+    """
+    t0 = now_ns()
+    if not cmd:
+        return {"cmd": "", "rc": 0, "wall_s": 0.0, "stdout_tail": "", "stderr_tail": ""}
+    proc = await asyncio.create_subprocess_exec("/bin/sh", "-c", cmd, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+        rc: int | None = proc.returncode
+    except TimeoutError:
+        proc.kill()
+        out, err = await proc.communicate()
+        rc = None
+    return {"cmd": cmd, "rc": rc, "wall_s": round((now_ns() - t0) / 1e9, 3),
+            "stdout_tail": out[-4096:].decode("utf-8", "replace"),
+            "stderr_tail": err[-4096:].decode("utf-8", "replace")}
+
+
+async def wait_ready(url: str, headers: dict[str, str], *, timeout_s: float = 60.0,
+                     interval_s: float = 0.5) -> dict[str, Any]:
+    """Poll ``/health`` (else ``/v1/models``) until one answers 200, bounded by ``timeout_s`` (s).
+
+    Returns:
+        ``{"ready", "waited_s", "endpoint", "last_error"}``.
+    """
+    t0 = now_ns()
+    deadline = t0 + int(timeout_s * 1e9)
+    last = None
+    timeout = aiohttp.ClientTimeout(total=max(1.0, min(10.0, timeout_s)))
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        while True:
+            for path in ("/health", "/v1/models"):
+                try:
+                    async with session.get(url.rstrip("/") + path, headers=headers) as resp:
+                        if resp.status == 200:
+                            return {"ready": True, "waited_s": round((now_ns() - t0) / 1e9, 3),
+                                    "endpoint": path, "last_error": None}
+                        last = f"{path}: HTTP {resp.status}"
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    last = f"{path}: {type(exc).__name__}: {exc}"
+            if now_ns() >= deadline:
+                return {"ready": False, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": None,
+                        "last_error": last}
+            await asyncio.sleep(interval_s)
+
+
+BlockRunner = Callable[[dict[str, Any], Arm, Path], Awaitable[dict[str, Any]]]
+"""Runs one block: ``(block, arm, block_dir) -> summary`` (already switched and ready)."""
+
+
+def ab_document(arms: list[Arm], reps: int, plan: Plan, order: list[dict[str, Any]], *, target: str,
+                backend: str, thresholds: dict[str, list[str]]) -> dict[str, Any]:
+    """``ab.json`` as written before the first request."""
+    return {
+        "format": "kvreplay-ab/1",
+        "arms": [{"name": a.name, "cmd": a.cmd, "baseline": i == 0} for i, a in enumerate(arms)],
+        "reps": reps,
+        "plan_sha256": plan.sha256,
+        "phases": [{"name": p.name, "concurrency": p.spec.concurrency, "requests": len(p.sequence)}
+                   for p in plan.phases],
+        "order": order,
+        "target": target,
+        "backend": backend,
+        "thresholds": thresholds,
+        "blocks": [],
+    }
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (temp file, then rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    tmp.replace(path)
+
+
+def quote_cmd(cmd: str) -> str:
+    """The command as one shell-quoted word (for messages)."""
+    return shlex.quote(cmd)
+
+
+async def run_ab(
+    *,
+    workload: Any,
+    plan: Plan,
+    arms: list[Arm],
+    reps: int,
+    out: Path,
+    target: str,
+    backend_name: str,
+    thresholds: list[Any],
+    sim_base: Any = None,
+    profile: str | None = None,
+    headers: dict[str, str] | None = None,
+    seed: int = 0,
+    ready_timeout_s: float = 60.0,
+    cmd_timeout_s: float = 600.0,
+    drain_timeout_s: float = 10.0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every block in the frozen order, then compare (see module docstring).
+
+    Args:
+        workload: The ``Workload`` every block replays.
+        plan: The frozen plan of one block (the same for all).
+        arms: Baseline first.
+        reps: Repetitions (pairs).
+        out: Experiment directory (``ab.json``, ``blocks/``, ``compare.json``, ``compare.md``).
+        target: Server URL, or ``sim`` (arms are then simulator configurations).
+        backend_name: Counter adapter name, ``auto`` or ``none``.
+        thresholds: ``compare.Threshold`` checks.
+        sim_base: Base ``SimConfig`` for ``--target sim``.
+        profile: Profile for the prometheus adapter.
+        headers: Request headers (Authorization).
+        seed: Bootstrap seed.
+        ready_timeout_s: Readiness bound after an arm switch (s).
+        cmd_timeout_s: Bound of an arm's command (s).
+        drain_timeout_s: Drain bound before each phase (s).
+        progress: One line per step.
+
+    Returns:
+        The comparison (as written to ``compare.json``), with ``ab`` = the final ab.json.
+
+    Raises:
+        ConfigError: a non-sim arm with ``--target sim``, or a sim arm with a URL target.
+    """
+    from kvreplay.experiments.compare import compare_blocks, load_pairs, render_compare
+    from kvreplay.runner import RunOptions, execute_plan
+
+    say = progress or (lambda _m: None)
+    hdrs = dict(headers or {})
+    is_sim = target == "sim"
+    for a in arms:
+        if is_sim and a.cmd and not a.is_sim:
+            raise ConfigError(f"arm {a.name}: with --target sim an arm is 'sim:KEY=VALUE,...'", field="--arm")
+        if not is_sim and a.is_sim:
+            raise ConfigError(f"arm {a.name}: a 'sim:' arm needs --target sim", field="--arm")
+    sim_cfgs = {a.name: sim_arm_config(sim_base, a) for a in arms} if is_sim else {}
+    order = block_order(arms, reps)
+    by_name = {a.name: a for a in arms}
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "ab.json").exists():
+        raise ConfigError("directory already holds ab.json; choose a new --out", path=out)
+    doc = ab_document(arms, reps, plan, order, target=target, backend=backend_name,
+                      thresholds={"primary": [t.text for t in thresholds if t.role == "primary"],
+                                  "protected": [t.text for t in thresholds if t.role == "protected"]})
+    write_json(out / "ab.json", doc)  # frozen before the first request
+    stopped: str | None = None
+    for blk in order:
+        arm = by_name[blk["arm"]]
+        rec: dict[str, Any] = {k: blk[k] for k in ("block", "rep", "arm", "dir")}
+        if stopped is not None:
+            rec.update(deferred=True, reason=stopped)
+            doc["blocks"].append(rec)
+            continue
+        srv = None
+        if is_sim:
+            from kvreplay.sim import SimServer
+
+            srv = SimServer(sim_cfgs[arm.name])
+            await srv.start(host="127.0.0.1", port=0)
+            url = srv.base_url
+            rec["switch"] = {"cmd": arm.cmd, "rc": 0, "sim_build": sim_cfgs[arm.name].build}
+        else:
+            url = target
+            rec["switch"] = await run_arm_command(arm.cmd, cmd_timeout_s)
+        try:
+            if rec["switch"]["rc"] != 0:
+                stopped = f"block {blk['block']}: arm command failed (rc {rec['switch']['rc']})"
+                rec.update(deferred=True, reason=stopped)
+                doc["blocks"].append(rec)
+                continue
+            rec["ready"] = await wait_ready(url, hdrs, timeout_s=ready_timeout_s)
+            if not rec["ready"]["ready"]:
+                stopped = f"block {blk['block']}: not ready after the arm switch ({rec['ready']['last_error']})"
+                rec.update(deferred=True, reason=stopped)
+                doc["blocks"].append(rec)
+                continue
+            chosen = {"name": backend_name}
+
+            async def factory(session: aiohttp.ClientSession, _url: str = url, _chosen: dict = chosen) -> Any:
+                if _chosen["name"] == "none":
+                    return None
+                from kvreplay.backends import detect, make_backend
+
+                if _chosen["name"] == "auto":
+                    _chosen["name"] = "halogen" if is_sim else await detect(_url, session)
+                return make_backend(_chosen["name"], _url, session, profile=profile)
+
+            say(f"block {blk['block']} (rep {blk['rep']}, arm {arm.name})")
+            summary = await execute_plan(
+                plan, workload,
+                RunOptions(target_url=url, target_label="sim" if is_sim else url, out_dir=out / blk["dir"],
+                           backend_name=backend_name, headers=hdrs, drain_timeout_s=drain_timeout_s,
+                           drain_interval_s=0.1, quiet=True),
+                backend_factory=factory,
+            )
+        finally:
+            if srv is not None:
+                await srv.stop()
+        ident = summary.get("identity") or {}
+        rec.update(aborted=summary.get("aborted"), identity=ident.get("before"), plan_sha256=summary.get("plan_sha256"))
+        if summary.get("aborted"):
+            stopped = f"block {blk['block']} aborted: {summary['aborted'].get('reason')}"
+        doc["blocks"].append(rec)
+        write_json(out / "ab.json", doc)
+    doc["stopped"] = stopped
+    write_json(out / "ab.json", doc)
+    pairs, arm_names = load_pairs([out])
+    result = compare_blocks(pairs, thresholds, seed=seed)
+    if stopped:
+        result["reasons"].insert(0, stopped)
+    write_json(out / "compare.json", result)
+    (out / "compare.md").write_text(render_compare(result, arm_names), encoding="utf-8")
+    result["ab"] = doc
+    return result

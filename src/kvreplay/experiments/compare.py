@@ -1,0 +1,348 @@
+"""Compare matched blocks of two arms: paired ratios, bootstrap intervals, a verdict.
+
+Input is one or more ``kvreplay ab`` directories (their ``ab.json`` names the
+blocks and the arm of each) or plain run directories taken in pairs (baseline,
+candidate, baseline, candidate, ...). A *pair* is the baseline block and the
+candidate block of one repetition; for every phase and metric the pair gives
+the ratio candidate / baseline.
+
+Per metric: the median of the paired ratios and its percentile-bootstrap
+interval (``stats.bootstrap_median_ci``; Efron 1979), reported as the relative
+change ``ratio - 1`` in percent.
+
+Thresholds (``--primary ttft_p50:-5%``, ``--protected itl_p50:+3%``; a metric
+may be qualified by phase, ``c4.ttft_p50:-5%``, else it applies to every
+phase). For a primary check the sign says which way is better and the size how
+much counts (``-5%``: lower by at least 5%); with the interval ``[lo, hi]`` of
+the change:
+
+=============  ================================================================
+benefit        the whole interval is at least the threshold in the good direction
+regression     the whole interval is at least as far in the bad direction
+no change      the whole interval is strictly inside (-t, +t)
+no decision    the interval crosses a threshold
+=============  ================================================================
+
+A protected check (``+3%``: must not rise by more than 3%) is ``regression``
+when the whole interval is beyond the threshold, ``ok`` when the whole interval
+is within it, else ``no decision``. The verdict is ``regression`` if any check
+is, ``benefit`` if every primary check is and every protected check is ``ok``,
+``no change`` if every primary check is and every protected check is ``ok``,
+else ``no decision``. Fewer than two pairs is always ``no decision``: never a
+verdict from one pair.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvreplay.errors import ConfigError
+from kvreplay.experiments.stats import bootstrap_median_ci, median
+
+__all__ = ["METRICS", "Threshold", "compare_blocks", "load_pairs", "parse_threshold", "render_compare"]
+
+METRICS: dict[str, tuple[str, ...]] = {
+    "ttft_p50": ("ttft_ms", "p50"),
+    "ttft_p90": ("ttft_ms", "p90"),
+    "ttft_p99": ("ttft_ms", "p99"),
+    "itl_p50": ("itl_ms", "p50"),
+    "itl_p90": ("itl_ms", "p90"),
+    "itl_p99": ("itl_ms", "p99"),
+    "e2e_p50": ("e2e_ms", "p50"),
+    "e2e_p90": ("e2e_ms", "p90"),
+    "e2e_p99": ("e2e_ms", "p99"),
+    "throughput": ("throughput_rps",),
+    "output_tps": ("output_tokens_per_s",),
+    "cached_tokens": ("tokens", "cached"),
+}
+"""Metric name -> path into a phase of summary.json."""
+
+_THRESHOLD_RE = re.compile(r"^(?:([A-Za-z0-9_.-]+)\.)?([a-z0-9_]+):([+-]?\d+(?:\.\d+)?)%$")
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """One check.
+
+    Attributes:
+        phase: Phase name, or None for every phase.
+        metric: A key of ``METRICS``.
+        pct: Signed threshold (percent): primary = the good direction, protected
+            = the harmful direction.
+        role: ``primary`` or ``protected``.
+    """
+
+    phase: str | None
+    metric: str
+    pct: float
+    role: str
+
+    @property
+    def text(self) -> str:
+        """As written: ``[phase.]metric:+x%``."""
+        return f"{self.phase + '.' if self.phase else ''}{self.metric}:{self.pct:+g}%"
+
+
+def parse_threshold(text: str, role: str) -> Threshold:
+    """Parse ``[PHASE.]METRIC:[+-]X%``.
+
+    Raises:
+        ConfigError: bad syntax, unknown metric, or a zero threshold.
+    """
+    m = _THRESHOLD_RE.match(text.strip())
+    if not m:
+        raise ConfigError(f"{text!r}: expected [PHASE.]METRIC:+X% or -X%", field=f"--{role}")
+    phase, metric, pct = m.group(1), m.group(2), float(m.group(3))
+    if metric not in METRICS:
+        raise ConfigError(f"{text!r}: unknown metric {metric!r}; one of {', '.join(METRICS)}", field=f"--{role}")
+    if pct == 0:
+        raise ConfigError(f"{text!r}: a threshold of 0% can never be decided", field=f"--{role}")
+    return Threshold(phase, metric, pct, role)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", path=path) from exc
+
+
+def load_pairs(dirs: list[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Matched (baseline, candidate) blocks from ab directories or run directories.
+
+    Returns:
+        ``(pairs, arms)``: each pair ``{"rep", "baseline": {"dir", "summary"},
+        "candidate": {...}}``, and the two arm names.
+
+    Raises:
+        ConfigError: unreadable input, an odd number of plain run directories,
+            or ab directories whose arms differ.
+    """
+    pairs: list[dict[str, Any]] = []
+    plain: list[Path] = []
+    arms: list[str] | None = None
+    for d in map(Path, dirs):
+        if (d / "ab.json").exists():
+            ab = _read_json(d / "ab.json")
+            names = [a["name"] for a in ab["arms"]]
+            if arms is not None and names != arms:
+                raise ConfigError(f"arms {names} differ from {arms}", path=d / "ab.json")
+            arms = names
+            by_rep: dict[int, dict[str, Path]] = {}
+            for blk in ab["order"]:
+                by_rep.setdefault(blk["rep"], {})[blk["arm"]] = d / blk["dir"]
+            for rep in sorted(by_rep):
+                got = by_rep[rep]
+                if names[0] in got and names[1] in got:
+                    pairs.append({"rep": len(pairs), "source": str(d), "baseline": _block(got[names[0]]),
+                                  "candidate": _block(got[names[1]])})
+        elif (d / "summary.json").exists():
+            plain.append(d)
+        else:
+            raise ConfigError("neither an ab directory (ab.json) nor a run directory (summary.json)", path=d)
+    if len(plain) % 2:
+        raise ConfigError("plain run directories are taken in pairs (baseline, candidate); got an odd number",
+                          path=plain[-1])
+    for i in range(0, len(plain), 2):
+        pairs.append({"rep": len(pairs), "source": "runs", "baseline": _block(plain[i]),
+                      "candidate": _block(plain[i + 1])})
+    return pairs, arms or ["baseline", "candidate"]
+
+
+def _block(d: Path) -> dict[str, Any]:
+    p = d / "summary.json"
+    return {"dir": str(d), "summary": _read_json(p) if p.exists() else None}
+
+
+def _value(phase: dict[str, Any], metric: str) -> float | None:
+    cur: Any = phase
+    for key in METRICS[metric]:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else None
+
+
+def _phase_state(summary: dict[str, Any] | None, name: str) -> tuple[str, dict[str, Any] | None]:
+    """``ok``, ``failed`` or ``deferred`` (not run), and the phase.
+
+    A phase of a block that aborted (e.g. identity drift inside the block) is
+    ``failed`` even if it completed: the server changed under it. So is an
+    invalid phase, or one where any request failed.
+    """
+    if summary is None:
+        return "deferred", None
+    ph = next((p for p in summary.get("phases", []) if p["name"] == name), None)
+    if ph is None or ph.get("deferred") or ph.get("sent", 0) == 0:
+        return "deferred", ph
+    if summary.get("aborted") or not ph.get("valid", True) or ph.get("ok", 0) == 0 or ph.get("ok") != ph.get("planned"):
+        return "failed", ph
+    return "ok", ph
+
+
+def _decide(t: Threshold, lo: float, hi: float) -> str:
+    """Decision of one check from the interval of the change (fractions, e.g. -0.05)."""
+    m = abs(t.pct) / 100
+    good_down = t.pct < 0
+    if t.role == "primary":
+        if good_down:
+            if hi <= -m:
+                return "benefit"
+            if lo >= m:
+                return "regression"
+        else:
+            if lo >= m:
+                return "benefit"
+            if hi <= -m:
+                return "regression"
+        if -m < lo and hi < m:
+            return "no change"
+        return "no decision"
+    # protected: pct's sign is the harmful direction
+    if t.pct > 0:
+        if lo > m:
+            return "regression"
+        return "ok" if hi <= m else "no decision"
+    if hi < -m:
+        return "regression"
+    return "ok" if lo >= -m else "no decision"
+
+
+def compare_blocks(
+    pairs: list[dict[str, Any]],
+    thresholds: list[Threshold],
+    *,
+    seed: int = 0,
+    n_boot: int = 10_000,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Paired ratios per phase and metric, bootstrap intervals, checks and the verdict.
+
+    Args:
+        pairs: From ``load_pairs``.
+        thresholds: Primary and protected checks.
+        seed: Bootstrap seed (numpy ``default_rng``).
+        n_boot: Bootstrap resamples.
+        alpha: 1 - confidence level.
+
+    Returns:
+        ``{"pairs", "phases", "metrics": {"PHASE.METRIC": {...}}, "checks", "verdict", "reasons"}``.
+    """
+    phase_names: list[str] = []
+    for pr in pairs:
+        for side in ("baseline", "candidate"):
+            s = pr[side]["summary"] or {}
+            for ph in s.get("phases", []):
+                if ph["name"] not in phase_names:
+                    phase_names.append(ph["name"])
+    metrics: dict[str, dict[str, Any]] = {}
+    pair_rows = []
+    for pr in pairs:
+        row = {"rep": pr["rep"], "baseline": pr["baseline"]["dir"], "candidate": pr["candidate"]["dir"],
+               "phases": {}}
+        for name in phase_names:
+            sb, pb = _phase_state(pr["baseline"]["summary"], name)
+            sc, pc = _phase_state(pr["candidate"]["summary"], name)
+            state = "ok" if sb == sc == "ok" else ("failed" if "failed" in (sb, sc) else "deferred")
+            row["phases"][name] = state
+            for metric in METRICS:
+                key = f"{name}.{metric}"
+                entry = metrics.setdefault(key, {"phase": name, "metric": metric, "ratios": [], "cells": []})
+                if state != "ok":
+                    entry["cells"].append(state)
+                    continue
+                vb, vc = _value(pb, metric), _value(pc, metric)
+                if vb is None or vc is None or vb == 0:
+                    entry["cells"].append("n/a")
+                    continue
+                r = vc / vb
+                entry["ratios"].append(r)
+                entry["cells"].append(round(r, 6))
+        pair_rows.append(row)
+    for entry in metrics.values():
+        rs = entry["ratios"]
+        entry["n"] = len(rs)
+        if rs:
+            entry["median_ratio"] = round(median(rs), 6)
+            lo, hi = bootstrap_median_ci(rs, n_boot=n_boot, alpha=alpha, seed=seed)
+            entry["ci_ratio"] = [round(lo, 6), round(hi, 6)]
+            entry["change_pct"] = round((median(rs) - 1) * 100, 3)
+            entry["ci_change_pct"] = [round((lo - 1) * 100, 3), round((hi - 1) * 100, 3)]
+        else:
+            entry["median_ratio"] = entry["ci_ratio"] = entry["change_pct"] = entry["ci_change_pct"] = None
+    checks = []
+    reasons: list[str] = []
+    for t in thresholds:
+        for name in phase_names if t.phase is None else [t.phase]:
+            entry = metrics.get(f"{name}.{t.metric}")
+            chk = {"check": t.text, "role": t.role, "phase": name, "metric": t.metric, "threshold_pct": t.pct}
+            if entry is None or entry["n"] < 2:
+                n = 0 if entry is None else entry["n"]
+                chk.update(decision="no decision", n=n, reason=f"{n} usable pair(s); at least 2 are needed")
+                reasons.append(f"{name}.{t.metric}: only {n} usable pair(s)")
+            else:
+                lo, hi = entry["ci_ratio"]
+                chk.update(decision=_decide(t, lo - 1, hi - 1), n=entry["n"], ci_change_pct=entry["ci_change_pct"],
+                           change_pct=entry["change_pct"])
+            checks.append(chk)
+    verdict = _verdict(checks)
+    if not thresholds:
+        reasons.append("no thresholds given")
+    return {
+        "format": "kvreplay-compare/1",
+        "pairs": pair_rows,
+        "phases": phase_names,
+        "metrics": metrics,
+        "checks": checks,
+        "verdict": verdict,
+        "reasons": reasons,
+        "bootstrap": {"seed": seed, "n_boot": n_boot, "alpha": alpha, "method": "percentile (Efron 1979)"},
+    }
+
+
+def _verdict(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "no decision"
+    decisions = [c["decision"] for c in checks]
+    if "regression" in decisions:
+        return "regression"
+    primary = [c["decision"] for c in checks if c["role"] == "primary"]
+    protected_ok = all(c["decision"] == "ok" for c in checks if c["role"] == "protected")
+    if primary and protected_ok and all(d == "benefit" for d in primary):
+        return "benefit"
+    if primary and protected_ok and all(d == "no change" for d in primary):
+        return "no change"
+    return "no decision"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:+.2f}%"
+
+
+def render_compare(result: dict[str, Any], arms: list[str]) -> str:
+    """``compare.md``: the verdict, the checks, and every metric with its pairs."""
+    lines = [f"# kvreplay compare: {arms[1]} vs {arms[0]}", "", f"**Verdict: {result['verdict']}**", ""]
+    for r in result["reasons"]:
+        lines.append(f"- {r}")
+    lines += ["", "| check | role | n | change (median) | 95% CI | decision |", "|---|---|---|---|---|---|"]
+    for c in result["checks"]:
+        ci = c.get("ci_change_pct")
+        lines.append(f"| {c['phase']}.{c['metric']} ({c['threshold_pct']:+g}%) | {c['role']} | {c['n']} | "
+                     f"{_pct(c.get('change_pct'))} | {'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | "
+                     f"{c['decision']} |")
+    n_pairs = len(result["pairs"])
+    head = " | ".join(f"pair {i}" for i in range(n_pairs))
+    lines += ["", f"| metric | n | change (median) | 95% CI | {head} |", "|---" * (4 + n_pairs) + "|"]
+    for key, e in result["metrics"].items():
+        ci = e["ci_change_pct"]
+        cells = " | ".join(f"{c:.4f}" if isinstance(c, float) else str(c) for c in e["cells"])
+        lines.append(f"| {key} | {e['n']} | {_pct(e['change_pct'])} | "
+                     f"{'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | {cells} |")
+    lines += ["", "Pair cells are candidate / baseline ratios; `failed` = a block aborted or a phase had failures, "
+              "`deferred` = not run, `n/a` = the metric is missing or zero in the baseline.", ""]
+    return "\n".join(lines)

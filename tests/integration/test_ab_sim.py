@@ -1,0 +1,132 @@
+"""kvreplay ab against the embedded simulator: arms, frozen alternating order, verdicts.
+
+With ``prefill_scale=1.1`` every prefill of the "on" arm takes 10% longer, so
+TTFT (prefill + a restore that is not scaled) rises by a little under 10%; with
+identical arms the paired ratios scatter around 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from helpers import write_chat_workload
+
+from kvreplay.cli import main
+from kvreplay.experiments.ab import Arm, run_ab
+from kvreplay.experiments.compare import compare_blocks, load_pairs, parse_threshold
+from kvreplay.plan import PhaseSpec, build_plan
+from kvreplay.sim import SimConfig, SimServer
+from kvreplay.workload import load_workload
+
+WORDS = "alpha beta gamma delta river stone cloud light north south quiet bright".split()
+
+
+def workload(tmp_path: Path, n: int = 6) -> Path:
+    system = " ".join(WORDS[i % len(WORDS)] for i in range(1200))
+    return write_chat_workload(tmp_path / "wl", [(system, f"question {i}: " + " ".join(WORDS[: 5 + i]))
+                                                 for i in range(n)])
+
+
+def ab(tmp_path: Path, on: str, *extra: str, out: str = "ab") -> tuple[int, Path]:
+    wl = workload(tmp_path)
+    o = tmp_path / out
+    rc = main(["ab", str(wl), "--target", "sim", "--sim-time-scale", "0.05", "--sim-output-tokens", "4",
+               "--arm", "off=sim:", "--arm", f"on={on}", "--primary", "ttft_p50:-5%",
+               "--protected", "itl_p50:+3%", "--out", str(o), "--quiet", *extra])
+    return rc, o
+
+
+@pytest.mark.slow
+def test_slower_prefill_is_a_ttft_regression(tmp_path):
+    rc, out = ab(tmp_path, "sim:prefill_scale=1.1")
+    assert rc == 0
+    res = json.loads((out / "compare.json").read_text())
+    assert res["verdict"] == "regression"
+    ttft = {c["phase"]: c for c in res["checks"] if c["metric"] == "ttft_p50"}
+    assert ttft["c1"]["decision"] == "regression"
+    assert res["metrics"]["c1.ttft_p50"]["median_ratio"] >= 1.05
+    # the same cache behaviour in both arms: cached tokens identical in every pair
+    assert res["metrics"]["c1.cached_tokens"]["ratios"] == [1.0, 1.0, 1.0]
+    doc = json.loads((out / "ab.json").read_text())
+    assert [b["arm"] for b in doc["order"]] == ["off", "on", "on", "off", "off", "on"]
+    builds = {b["arm"]: b["identity"]["version"]["build"] for b in doc["blocks"]}
+    assert builds == {"off": "sim-1+off", "on": "sim-1+on"}  # re-baselined per block, no abort
+    assert all(b["aborted"] is None for b in doc["blocks"])
+    shas = {json.loads((out / b["dir"] / "plan.json").read_text())["plan_sha256"] for b in doc["order"]}
+    assert shas == {doc["plan_sha256"]}
+    for b in doc["order"]:  # a drain preceded every phase of every block
+        s = json.loads((out / b["dir"] / "summary.json").read_text())
+        assert [p["drain"]["passed"] for p in s["phases"]] == [True, True]
+        assert [p["concurrency"] for p in s["phases"]] == [1, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["forward", "shuffle:7"])
+def test_identical_arms_never_decide(tmp_path, order):
+    rc, out = ab(tmp_path, "sim:", "--order", order)
+    assert rc == 0
+    pairs, _ = load_pairs([out])
+    checks = [parse_threshold("ttft_p50:-5%", "primary"), parse_threshold("itl_p50:+3%", "protected")]
+    for seed in range(5):
+        res = compare_blocks(pairs, checks, seed=seed, n_boot=2000)
+        assert res["verdict"] in ("no decision", "no change"), res["checks"]
+        assert all(c["decision"] not in ("benefit", "regression") for c in res["checks"])
+
+
+def test_identity_drift_inside_a_block_aborts(tmp_path):
+    # the "on" simulator changes its build string on its 3rd request, inside the c1 phase
+    rc, out = ab(tmp_path, "sim:faults=identity@3", "--reps", "2")
+    assert rc == 3
+    doc = json.loads((out / "ab.json").read_text())
+    assert doc["blocks"][1]["aborted"]["reason"] == "identity_drift"
+    assert [b.get("deferred", False) for b in doc["blocks"]] == [False, False, True, True]
+    res = json.loads((out / "compare.json").read_text())
+    assert res["verdict"] == "no decision"
+    assert res["metrics"]["c1.ttft_p50"]["cells"] == ["failed", "deferred"]  # drifted block, then not run
+    assert "aborted" in res["reasons"][0]
+    md = (out / "compare.md").read_text()
+    assert "| failed | deferred |" in md
+
+
+def test_arm_commands_run_before_each_block_against_a_url(tmp_path):
+    log = tmp_path / "switch.log"
+    wl = load_workload(workload(tmp_path, 3))
+    plan = build_plan(wl, [PhaseSpec(name="c1", concurrency=1, drain=True)])
+
+    async def go():
+        srv = SimServer(SimConfig(time_scale=0))
+        await srv.start()
+        try:
+            return await run_ab(workload=wl, plan=plan, reps=2, out=tmp_path / "ab", target=srv.base_url,
+                                arms=[Arm("off", f"echo off >> {log}"), Arm("on", f"echo on >> {log}")],
+                                backend_name="auto", thresholds=[parse_threshold("ttft_p50:-5%", "primary")])
+        finally:
+            await srv.stop()
+
+    res = asyncio.run(go())
+    assert log.read_text().split() == ["off", "on", "on", "off"]
+    assert [b["switch"]["rc"] for b in res["ab"]["blocks"]] == [0, 0, 0, 0]
+    assert all(b["ready"]["ready"] for b in res["ab"]["blocks"])
+
+
+def test_failing_arm_command_stops_the_experiment(tmp_path):
+    wl = load_workload(workload(tmp_path, 2))
+    plan = build_plan(wl, [PhaseSpec(name="c1", concurrency=1)])
+
+    async def go():
+        srv = SimServer(SimConfig(time_scale=0))
+        await srv.start()
+        try:
+            return await run_ab(workload=wl, plan=plan, reps=1, out=tmp_path / "ab", target=srv.base_url,
+                                arms=[Arm("off", "true"), Arm("on", "exit 7")], backend_name="none",
+                                thresholds=[])
+        finally:
+            await srv.stop()
+
+    res = asyncio.run(go())
+    blocks = res["ab"]["blocks"]
+    assert blocks[1]["switch"]["rc"] == 7 and blocks[1]["deferred"]
+    assert res["verdict"] == "no decision"
