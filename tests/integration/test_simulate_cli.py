@@ -179,3 +179,38 @@ def test_plot_written(tmp_path, capsys):
     assert main(["simulate", str(small_trace(tmp_path)), "--plot", str(png)]) == 0
     capsys.readouterr()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_capacity_in_tokens_and_gib(tmp_path, capsys):
+    t = small_trace(tmp_path)
+    blocks = run_json(capsys, t, "--capacities", "1,2")
+    toks = run_json(capsys, t, "--capacities", "600,1024", "--capacity-unit", "tokens")
+    # 600 tokens -> 1 block of 512; 1024 -> 2; at 2**30 bytes per token... use 1 MiB per token:
+    gib = run_json(
+        capsys,
+        t,
+        "--capacities",
+        "0.5,1",
+        "--capacity-unit",
+        "gib",
+        "--bytes-per-token",
+        str(1 << 20),
+    )
+    # 0.5 GiB = 512 tokens = 1 block; 1 GiB = 1024 tokens = 2 blocks
+    assert [r["capacity"] for r in toks["curve"]] == [1, 2] == [r["capacity"] for r in gib["curve"]]
+    assert toks["curve"] == blocks["curve"]
+    assert (
+        main(
+            [
+                "simulate",
+                str(WORKLOAD),
+                "--model",
+                "entries",
+                "--capacities",
+                "100",
+                "--capacity-unit",
+                "tokens",
+            ]
+        )
+        == 2
+    )

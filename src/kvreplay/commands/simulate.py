@@ -29,7 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cache model (default: radix for traces, entries for workloads)",
     )
     parser.add_argument(
-        "--capacities", metavar="N,N,...", help="capacities to report (entries or blocks)"
+        "--capacities", metavar="N,N,...", help="capacities to report (see --capacity-unit)"
+    )
+    parser.add_argument(
+        "--capacity-unit",
+        choices=("units", "tokens", "gib"),
+        default="units",
+        help="unit of --capacities: entries/blocks, or for radix tokens or GiB (whole blocks)",
     )
     parser.add_argument(
         "--points", type=int, default=40, help="geometric capacities when none are given"
@@ -120,7 +126,8 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     caps = None
     if args.capacities:
         try:
-            caps = [int(x) for x in args.capacities.split(",") if x.strip()]
+            conv = int if args.capacity_unit in ("units", "tokens") else float
+            caps = [conv(x) for x in args.capacities.split(",") if x.strip()]
         except ValueError as exc:
             raise ConfigError(
                 f"not a list of integers: {args.capacities!r}", field="capacities"
@@ -152,6 +159,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         source=args.source,
         model=args.model,
         capacities=caps,
+        capacity_unit=args.capacity_unit,
         points=args.points,
         block_size=args.block_size,
         trace_block_tokens=args.trace_block_tokens,

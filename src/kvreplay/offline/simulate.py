@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from kvreplay.errors import ConfigError
@@ -37,6 +38,8 @@ from kvreplay.offline.traces import (
 
 __all__ = ["SimulateOptions", "load_requests", "simulate"]
 
+GIB = 1 << 30
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimulateOptions:
@@ -45,7 +48,10 @@ class SimulateOptions:
     Attributes:
         source: Trace, workload or plan.json path.
         model: ``"radix"`` or ``"entries"``; None = radix for traces, else entries.
-        capacities: Explicit capacities (units), or None for about ``points``.
+        capacities: Explicit capacities in ``capacity_unit``, or None for
+            about ``points`` geometric ones.
+        capacity_unit: ``"units"`` (blocks or entries), or for the radix model
+            ``"tokens"`` or ``"gib"`` (rounded down to whole blocks).
         points: Number of geometric capacities when none are given.
         block_size: Radix block size (tokens); None = the simulator's (16).
         trace_block_tokens: Tokens per trace block (512 for Mooncake).
@@ -68,7 +74,8 @@ class SimulateOptions:
 
     source: str
     model: str | None = None
-    capacities: Sequence[int] | None = None
+    capacities: Sequence[float] | None = None
+    capacity_unit: str = "units"
     points: int = 40
     block_size: int | None = None
     trace_block_tokens: int = MOONCAKE_BLOCK_TOKENS
@@ -143,10 +150,21 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
     return kind, model_requests(wl, order, epochs=epochs, **kw)
 
 
-def _sample(cur_max: int, opts: SimulateOptions) -> list[int]:
-    if opts.capacities:
-        return sorted({int(c) for c in opts.capacities if int(c) >= 1})
-    return default_capacities(max(cur_max, 1), points=opts.points)
+def _sample(cur_max: int, opts: SimulateOptions, unit_tokens: int | None, bpt: int) -> list[int]:
+    """Capacities in model units: the explicit ones converted, or geometric ones."""
+    if not opts.capacities:
+        return default_capacities(max(cur_max, 1), points=opts.points)
+    if opts.capacity_unit == "units":
+        units = [int(c) for c in opts.capacities]
+    elif unit_tokens is None:
+        raise ConfigError("the entries model counts whole entries only", field="capacity-unit")
+    elif opts.capacity_unit == "tokens":
+        units = [int(c // unit_tokens) for c in opts.capacities]
+    elif opts.capacity_unit == "gib":
+        units = [int(Fraction(str(c)) * GIB // (unit_tokens * bpt)) for c in opts.capacities]
+    else:
+        raise ConfigError(f"unknown unit {opts.capacity_unit!r}", field="capacity-unit")
+    return sorted({u for u in units if u >= 1})
 
 
 def simulate(opts: SimulateOptions) -> dict:
@@ -219,7 +237,7 @@ def simulate(opts: SimulateOptions) -> dict:
                 info["method"] = "one-pass"
             else:
                 universe = int(len(set(br.blocks.tolist())))
-                caps = _sample(universe, opts)
+                caps = _sample(universe, opts, B, bpt)
                 pts = brute_radix(reqs, caps, block_size=B, host=opts.host)
                 points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
                 info["method"] = "per-capacity"
@@ -239,7 +257,7 @@ def simulate(opts: SimulateOptions) -> dict:
             else:
                 universe = max(entries_curve(snaps, max_entry_tokens=max_tok).max_capacity, 1)
                 distinct = len({(s.epoch, s.tokens[:o]) for s in snaps for o in s.offsets if o})
-                caps = _sample(max(universe, distinct), opts)
+                caps = _sample(max(universe, distinct), opts, None, bpt)
                 if not opts.capacities:
                     caps = sorted(set(caps) | {distinct})
                 pts = brute_entries(
@@ -257,7 +275,7 @@ def simulate(opts: SimulateOptions) -> dict:
         n_req = sum(1 for r in reqs if r.counted)
         n_tok = sum(len(r.tokens) for r in reqs if r.counted)
     if curve is not None:
-        caps = _sample(curve.max_capacity, opts)
+        caps = _sample(curve.max_capacity, opts, info.get("unit_tokens"), bpt)
         rec_cap = curve.smallest_capacity(opts.share, metric=opts.metric)
         if rec_cap > 0 and not opts.capacities:
             caps = sorted(set(caps) | {rec_cap, curve.max_capacity})
