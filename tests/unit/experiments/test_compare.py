@@ -1,0 +1,145 @@
+import json
+
+import pytest
+
+from kvreplay.errors import ConfigError
+from kvreplay.experiments.ab import Arm, block_order, parse_arm, sim_arm_config
+from kvreplay.experiments.compare import (
+    Threshold,
+    _decide,
+    compare_blocks,
+    load_pairs,
+    parse_threshold,
+    render_compare,
+)
+from kvreplay.sim import SimConfig
+
+
+def T(text, role="primary"):
+    return parse_threshold(text, role)
+
+
+def test_parse_threshold():
+    assert T("ttft_p50:-5%") == Threshold(None, "ttft_p50", -5.0, "primary")
+    assert T("c4.itl_p50:+3%", "protected") == Threshold("c4", "itl_p50", 3.0, "protected")
+    assert T("throughput:2.5%").pct == 2.5
+    for bad in ("ttft_p50:-5", "nope:-5%", "ttft_p50:0%", "ttft_p50"):
+        with pytest.raises(ConfigError):
+            T(bad)
+
+
+@pytest.mark.parametrize(("text", "role", "lo", "hi", "want"), [
+    # primary, lower is better, 5%
+    ("ttft_p50:-5%", "primary", -0.09, -0.06, "benefit"),
+    ("ttft_p50:-5%", "primary", -0.05, -0.01, "no decision"),   # touches -5%: not strictly inside
+    ("ttft_p50:-5%", "primary", -0.049, 0.049, "no change"),
+    ("ttft_p50:-5%", "primary", 0.06, 0.12, "regression"),
+    ("ttft_p50:-5%", "primary", 0.04, 0.12, "no decision"),
+    # primary, higher is better
+    ("throughput:+5%", "primary", 0.05, 0.09, "benefit"),
+    ("throughput:+5%", "primary", -0.2, -0.06, "regression"),
+    # protected: rising by more than 3% is harm
+    ("itl_p50:+3%", "protected", 0.031, 0.05, "regression"),
+    ("itl_p50:+3%", "protected", -0.02, 0.03, "ok"),
+    ("itl_p50:+3%", "protected", -0.02, 0.04, "no decision"),
+    # protected: falling by more than 3% is harm
+    ("throughput:-3%", "protected", -0.1, -0.031, "regression"),
+    ("throughput:-3%", "protected", -0.03, 0.2, "ok"),
+])
+def test_decide(text, role, lo, hi, want):
+    assert _decide(T(text, role), lo, hi) == want
+
+
+def summary(ttft, itl=1.0, *, aborted=None, ok=4, sent=4, valid=True, name="c1"):
+    ph = {"name": name, "planned": 4, "sent": sent, "ok": ok, "valid": valid, "deferred": sent == 0,
+          "ttft_ms": {"p50": ttft, "p90": ttft, "p99": ttft}, "itl_ms": {"p50": itl, "p90": itl, "p99": itl},
+          "e2e_ms": {"p50": ttft + 10}, "throughput_rps": 1000 / ttft, "output_tokens_per_s": 5.0,
+          "tokens": {"cached": 100}}
+    return {"aborted": aborted, "phases": [ph]}
+
+
+def pairs_of(values):
+    return [{"rep": i, "baseline": {"dir": f"b{i}", "summary": summary(b)},
+             "candidate": {"dir": f"c{i}", "summary": summary(c)}} for i, (b, c) in enumerate(values)]
+
+
+def test_compare_regression_from_three_pairs():
+    res = compare_blocks(pairs_of([(100, 110), (100, 108), (100, 112)]), [T("ttft_p50:-5%")], n_boot=2000)
+    m = res["metrics"]["c1.ttft_p50"]
+    assert m["ratios"] == pytest.approx([1.10, 1.08, 1.12])
+    assert m["median_ratio"] == pytest.approx(1.10)
+    assert m["ci_ratio"] == pytest.approx([1.08, 1.12])  # 3 values: [min, max]
+    assert res["verdict"] == "regression"
+    assert res["metrics"]["c1.cached_tokens"]["ratios"] == [1.0, 1.0, 1.0]
+
+
+def test_compare_benefit_needs_protected_ok():
+    prs = pairs_of([(100, 90), (100, 88), (100, 91)])
+    assert compare_blocks(prs, [T("ttft_p50:-5%")])["verdict"] == "benefit"
+    # the same pairs with a protected ITL check whose CI crosses +3% -> no decision
+    for i, itl in enumerate((1.0, 1.05, 0.99)):
+        prs[i]["candidate"]["summary"]["phases"][0]["itl_ms"]["p50"] = itl
+    res = compare_blocks(prs, [T("ttft_p50:-5%"), T("itl_p50:+3%", "protected")])
+    assert res["verdict"] == "no decision"
+
+
+def test_never_a_verdict_from_one_pair():
+    res = compare_blocks(pairs_of([(100, 150)]), [T("ttft_p50:-5%")])
+    assert res["verdict"] == "no decision"
+    assert res["checks"][0]["n"] == 1
+
+
+def test_failed_and_deferred_blocks_are_cells_not_blanks():
+    prs = pairs_of([(100, 110), (100, 110), (100, 110)])
+    prs[1]["candidate"]["summary"] = summary(110, aborted={"reason": "identity_drift"})
+    prs[2]["candidate"]["summary"] = None
+    res = compare_blocks(prs, [T("ttft_p50:-5%")])
+    assert res["metrics"]["c1.ttft_p50"]["cells"] == [1.1, "failed", "deferred"]
+    assert res["verdict"] == "no decision"
+    md = render_compare(res, ["off", "on"])
+    assert "| 1.1000 | failed | deferred |" in md
+
+
+def test_load_pairs_plain_run_dirs(tmp_path):
+    dirs = []
+    for i, t in enumerate((100, 110, 100, 111)):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps(summary(t)))
+        dirs.append(d)
+    pairs, arms = load_pairs(dirs)
+    assert len(pairs) == 2 and arms == ["baseline", "candidate"]
+    with pytest.raises(ConfigError):
+        load_pairs(dirs[:3])
+
+
+def test_block_order_alternates():
+    arms = [Arm("off", ""), Arm("on", "")]
+    order = block_order(arms, 4)
+    assert [b["arm"] for b in order] == ["off", "on", "on", "off", "off", "on", "on", "off"]
+    assert [b["rep"] for b in order] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert order[2]["dir"] == "blocks/02-on"
+    with pytest.raises(ConfigError):
+        block_order([Arm("a", "")], 3)
+    with pytest.raises(ConfigError):
+        block_order([Arm("a", ""), Arm("a", "")], 3)
+
+
+def test_parse_arm():
+    assert parse_arm("on=./switch.sh on=1") == Arm("on", "./switch.sh on=1")
+    assert parse_arm("off=") == Arm("off", "")
+    with pytest.raises(ConfigError):
+        parse_arm("no-equals")
+
+
+def test_sim_arm_config_prefill_scale():
+    base = SimConfig(prefill_base_s=2.0, prefill_tokens_per_s=1000.0)
+    cfg = sim_arm_config(base, Arm("on", "sim:prefill_scale=1.1,cache_entries=4"))
+    assert cfg.prefill_base_s == pytest.approx(2.2)
+    assert cfg.prefill_tokens_per_s == pytest.approx(1000 / 1.1)
+    assert cfg.cache_entries == 4 and cfg.build == "sim-1+on"
+    # 1000 tokens: (2 + 1) s -> (2.2 + 1.1) s, 10% slower
+    assert (cfg.prefill_base_s + 1000 / cfg.prefill_tokens_per_s) / 3.0 == pytest.approx(1.1)
+    assert sim_arm_config(base, Arm("off", "sim:")).prefill_base_s == 2.0
+    with pytest.raises(ConfigError):
+        sim_arm_config(base, Arm("x", "sim:nonsense=1"))
