@@ -194,3 +194,22 @@ def test_twins_agree_on_byte_soup(parts):
     native = importlib.import_module("kvreplay.workload._hash_c")
     raw = b"".join(parts)
     assert native.body_spans(raw) == _chain.body_spans(raw)
+
+
+def test_facade_env_switch_and_fallback(monkeypatch):
+    import sys
+
+    import kvreplay.workload
+
+    try:
+        monkeypatch.setenv("KVREPLAY_NO_EXTENSIONS", "1")
+        assert importlib.reload(chain).IMPLEMENTATION == "pure"
+        monkeypatch.delenv("KVREPLAY_NO_EXTENSIONS")
+        monkeypatch.setitem(sys.modules, "kvreplay.workload._hash_c", None)
+        monkeypatch.delattr(kvreplay.workload, "_hash_c", raising=False)
+        with pytest.warns(RuntimeWarning, match="pure-Python twin"):
+            mod = importlib.reload(chain)
+        assert mod.IMPLEMENTATION == "pure" and mod.prefix_chain is _chain.prefix_chain
+    finally:
+        monkeypatch.undo()
+        importlib.reload(chain)
