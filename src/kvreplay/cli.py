@@ -1,8 +1,9 @@
 """Command line: parse and dispatch only (``main(argv) -> int``, tests call it in-process).
 
 Subcommands live in ``kvreplay.commands``: each module there defines
-``NAME`` (the subcommand), ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int``. They are discovered, so adding one needs no edit here.
+``NAME`` (the subcommand) and ``HELP`` as string constants,
+``add_arguments(parser)`` and ``run(args) -> int``. They are discovered, so
+adding one needs no edit here, and only the command being run is imported.
 
 Exit status: 0 ok, 2 bad input or configuration (nothing sent), 3 run aborted
 (all outputs written), 130 interrupted.
@@ -11,9 +12,12 @@ Exit status: 0 ok, 2 bad input or configuration (nothing sent), 3 run aborted
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from kvreplay import __version__
 from kvreplay.errors import ConfigError, WorkloadError
@@ -25,21 +29,49 @@ EXIT_BAD_INPUT = 2
 EXIT_ABORTED = 3
 
 
-def _commands() -> list:
+@dataclass(frozen=True, slots=True)
+class _Command:
+    name: str
+    help: str
+    module: str
+
+
+def _commands() -> list[_Command]:
+    """Subcommands found in ``kvreplay/commands``, read without importing them.
+
+    ``NAME`` and ``HELP`` are string constants read from each module's source, so
+    ``kvreplay --help`` and every command start without importing the others
+    (plotting or the simulator cost a second or more to import).
+    """
     import kvreplay.commands as pkg
 
-    mods = []
+    out = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
             continue
-        mod = importlib.import_module(f"kvreplay.commands.{info.name}")
-        if hasattr(mod, "NAME") and hasattr(mod, "run"):
-            mods.append(mod)
-    return mods
+        path = Path(pkg.__path__[0]) / f"{info.name}.py"
+        consts: dict[str, str] = {}
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                key = node.targets[0].id
+                if key in ("NAME", "HELP") and isinstance(node.value, ast.Constant):
+                    consts[key] = str(node.value.value)
+        if "NAME" in consts:
+            out.append(_Command(consts["NAME"], consts.get("HELP", ""), f"kvreplay.commands.{info.name}"))
+    return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every discovered subcommand."""
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only the command named in ``argv`` is imported and given its options.
+
+    Args:
+        argv: The arguments to be parsed; with None every command is imported
+            (complete parser, used by tests and documentation).
+    """
     from kvreplay.accounting import IMPLEMENTATION
 
     p = argparse.ArgumentParser(
@@ -50,10 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"kvreplay {__version__} (accountant: {IMPLEMENTATION})"
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _commands():
-        sp = sub.add_parser(mod.NAME, help=getattr(mod, "HELP", None), description=getattr(mod, "HELP", None))
-        mod.add_arguments(sp)
-        sp.set_defaults(_run=mod.run)
+    chosen = None
+    if argv is not None:
+        chosen = next((a for a in argv if not a.startswith("-")), None)
+    for cmd in _commands():
+        sp = sub.add_parser(cmd.name, help=cmd.help or None, description=cmd.help or None)
+        if argv is None or cmd.name == chosen:
+            mod = importlib.import_module(cmd.module)
+            mod.add_arguments(sp)
+            sp.set_defaults(_run=mod.run)
     return p
 
 
@@ -66,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The process exit status (see module docstring).
     """
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(list(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

@@ -33,7 +33,6 @@ from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import BackendError
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
-from kvreplay.report.markdown import render_markdown
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.http import RequestOutcome, send_body
@@ -530,6 +529,8 @@ async def execute_plan(
         run.writer.close()
         summary = run.summary()
         _write_json(out / "summary.json", summary)
+        from kvreplay.report.markdown import render_markdown
+
         (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
         obs.on_run_end(summary)
     return summary
