@@ -13,12 +13,19 @@ construction; the parity tests check that they do.
 Source: WHATWG HTML "Server-sent events", 9.2.6 (lines end in CR, LF or CRLF;
 ``:`` starts a comment; one leading space after the colon is stripped; an
 event is dispatched at a blank line and only when its data buffer is
-non-empty; an incomplete event at EOF is discarded). Payload shapes:
-SERVERS.md section 5 (OpenAI chat / legacy completions, vLLM, SGLang, llama.cpp).
+non-empty). Payload shapes: SERVERS.md section 5 (OpenAI chat / legacy
+completions, vLLM, SGLang, llama.cpp).
 
-Deliberate departures from a browser ``EventSource``: a leading UTF-8 BOM is
-not stripped (no inference server sends one; orjson then reports the event as
-malformed), and ``id:`` / ``retry:`` fields are ignored.
+Deliberate departures from a browser ``EventSource``:
+
+* EOF completes a pending event whose data is a whole JSON object (or
+  ``[DONE]``): llama.cpp-family servers may end the body right after the last
+  ``data:`` line (field case B14). A cut one is discarded, as WHATWG does, and
+  flagged in ``StreamResult.eof_truncated``.
+* An event with empty data is counted but not decoded (no error).
+* Every line, complete or pending, is bounded by ``max_line_bytes``.
+* A leading UTF-8 BOM is not stripped (no inference server sends one; orjson
+  then reports the event as malformed); ``id:`` / ``retry:`` are ignored.
 """
 
 from __future__ import annotations
