@@ -17,10 +17,14 @@ tokens are ``max(device hit, host credit)``; vLLM's connector counters become
 ``external_queries += n - device hit`` and ``external_hits += host credit -
 device hit``.
 
+**Prefill end** (``prefilled``): the prompt's full blocks are inserted (those not
+already held count as *stored*) and stay pinned by the request, so a request
+admitted later shares them, as vLLM caches blocks once computed.
+
 **Finish** (``finish``): the KV of prompt + output exists for every token but the
 last sampled one, so the full blocks of the first ``n + m - 1`` tokens
-(``m`` = output tokens) are inserted (those not already held count as
-*stored*), every block of the request is touched, the pins are released, and
+(``m`` = output tokens) are inserted (new ones count as *stored*), every block
+of the request is touched, the pins are released, and
 unreferenced leaves are evicted, least recently used first (among blocks
 touched at the same moment, deepest first, as vLLM frees a request's blocks
 tail first), until at most ``capacity_blocks`` are held. Pinned blocks are
@@ -101,6 +105,10 @@ class Admission:
         inflight_blocks: Blocks this request is computing (for ``kv_usage``).
         finished: ``finish`` was called.
         chain: Block hasher positioned after the prompt (continued at finish).
+        block_keys: Keys of the prompt's full blocks.
+        prefilled_done: ``prefilled`` was called.
+        stored_blocks: Blocks this request inserted so far.
+        evicted_blocks: Blocks evicted while inserting them.
     """
 
     tokens: Sequence[int]
@@ -112,6 +120,10 @@ class Admission:
     inflight_blocks: int = 0
     finished: bool = False
     chain: BlockHasher | None = None
+    block_keys: list[bytes] = field(default_factory=list)
+    prefilled_done: bool = False
+    stored_blocks: int = 0
+    evicted_blocks: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -289,7 +301,31 @@ class RadixCache:
             pinned=pinned,
             inflight_blocks=inflight,
             chain=chain,
+            block_keys=bkeys,
         )
+
+    def prefilled(self, adm: Admission) -> int:
+        """End of prefill: the prompt's full blocks become visible to other requests.
+
+        They stay pinned by this request until ``finish``. Called by ``finish``
+        when it was not called before, so C1 callers may skip it.
+
+        Args:
+            adm: The request's admission.
+
+        Returns:
+            Blocks newly inserted.
+        """
+        if adm.prefilled_done or adm.finished:
+            return 0
+        adm.prefilled_done = True
+        self._inflight -= adm.inflight_blocks
+        adm.inflight_blocks = 0
+        self._tick += 1
+        stored = self._insert(adm, adm.block_keys, pin=True)
+        adm.stored_blocks += stored
+        adm.evicted_blocks += self._evict_to_capacity()
+        return stored
 
     def finish(self, adm: Admission, output_tokens: Sequence[int] = ()) -> RadixOutcome:
         """Insert a finished request's blocks, release its pins, evict, store host rows.
@@ -299,15 +335,15 @@ class RadixCache:
             output_tokens: The generated token ids.
 
         Returns:
-            The request's full outcome.
+            The request's full outcome (blocks counted over prefill and finish).
 
         Raises:
             ValueError: ``adm`` was already finished.
         """
         if adm.finished:
             raise ValueError("admission already finished")
+        self.prefilled(adm)
         adm.finished = True
-        self._inflight -= adm.inflight_blocks
         n = len(adm.tokens)
         m = len(output_tokens)
         # KV exists for prompt + output but the last sampled token: n + m - 1 tokens.
@@ -316,31 +352,19 @@ class RadixCache:
             adm.chain.feed(adm.tokens)
         bkeys = adm.chain.feed(tuple(output_tokens)[: max(0, m - 1)])
         self._tick += 1
-        stored = 0
-        parent: bytes | None = None
-        for depth, k in enumerate(bkeys, start=1):
-            b = self._blocks.get(k)
-            if b is None:
-                b = _Block(parent, depth, self._tick)
-                self._blocks[k] = b
-                if parent is not None and parent in self._blocks:
-                    self._blocks[parent].children += 1
-                stored += 1
-            else:
-                b.last_used = self._tick
-            parent = k
+        adm.stored_blocks += self._insert(adm, bkeys, pin=False)
         for k in adm.pinned:
             b = self._blocks.get(k)
             if b is not None:
                 b.refs -= 1
                 if b.refs == 0:
                     self._pinned -= 1
+        adm.pinned = []
         for depth, k in enumerate(bkeys, start=1):
             b = self._blocks[k]
             if b.children == 0 and b.refs == 0:
                 heapq.heappush(self._heap, (b.last_used, -depth, k))
-        evicted = self._evict_to_capacity()
-        self.stats.stored_blocks += stored
+        adm.evicted_blocks += self._evict_to_capacity()
         host_store = HostStoreOutcome()
         if self.host is not None and not adm.host.hit:
             keys = PrefixKeys(tuple(adm.tokens) + tuple(output_tokens))
@@ -351,10 +375,35 @@ class RadixCache:
             device_hit_tokens=adm.device_hit_tokens,
             cached_tokens=adm.cached_tokens,
             host=adm.host,
-            stored_blocks=stored,
-            evicted_blocks=evicted,
+            stored_blocks=adm.stored_blocks,
+            evicted_blocks=adm.evicted_blocks,
             host_store=host_store,
         )
+
+    def _insert(self, adm: Admission, bkeys: Sequence[bytes], *, pin: bool) -> int:
+        """Insert (or touch) a chain of block keys at the current tick; optionally pin."""
+        stored = 0
+        parent: bytes | None = None
+        pinned = set(adm.pinned) if pin else set()
+        for depth, k in enumerate(bkeys, start=1):
+            b = self._blocks.get(k)
+            if b is None:
+                b = _Block(parent, depth, self._tick)
+                self._blocks[k] = b
+                if parent is not None:
+                    self._blocks[parent].children += 1
+                stored += 1
+            else:
+                b.last_used = self._tick
+            if pin and k not in pinned:
+                if b.refs == 0:
+                    self._pinned += 1
+                b.refs += 1
+                adm.pinned.append(k)
+                pinned.add(k)
+            parent = k
+        self.stats.stored_blocks += stored
+        return stored
 
     def request(
         self, tokens: Sequence[int], output_tokens: Sequence[int] = (), *, messages_end: int | None = None

@@ -2,8 +2,9 @@
 
 ``SimEngine`` owns one cache model (``EntriesCache`` or ``RadixCache``), the
 vLLM-style counters that ``/metrics`` prints, the load gauges, and the event log
-that ``/events`` pages. The server calls ``admit`` when a request gets a slot
-and ``finish`` before it writes the response's last bytes, so at concurrency 1 a
+that ``/events`` pages. The server calls ``admit`` when a request gets a slot,
+``prefilled`` when its first token is due, and ``finish`` before it writes the
+response's last bytes, so at concurrency 1 a
 client that reads ``/cache`` or ``/metrics`` after a response sees that
 request's whole effect.
 
@@ -296,6 +297,11 @@ class SimEngine:
             lookup=lookup,
             admission=adm,
         )
+
+    def prefilled(self, t: Ticket) -> None:
+        """End of the request's prefill: radix prompt blocks become shareable."""
+        if self.radix is not None and t.admission is not None and t.epoch == self.epoch:
+            self.radix.prefilled(t.admission)
 
     def finish(self, t: Ticket, output_ids: tuple[int, ...], finish_reason: str) -> tuple[float, dict]:
         """Store the request's snapshots / blocks / checkpoints and count it.

@@ -401,6 +401,7 @@ class SimServer:
             await asyncio.sleep(float(stall.get("s", 1.0)))
         await self._sleep(ticket.prefill_s)
         await self._transfer(ticket.restore_s)
+        self.engine.prefilled(ticket)
 
     async def _stream(
         self,

@@ -152,3 +152,22 @@ def test_block_hasher_equals_prefix_keys():
     h.feed(seq[10:11])
     keys = h.feed(seq[11:])
     assert keys == PrefixKeys(seq).block_keys(4) == [PrefixKeys(seq).key(4 * i) for i in range(1, 10)]
+
+
+def test_prompt_blocks_shared_once_prefilled():
+    # Two requests with the same 16-token prompt (4 blocks of 4) at once: B admitted
+    # before A's prefill ends misses; C admitted after it hits (16 - 1) // 4 = 3 blocks.
+    c = RadixCache(capacity_blocks=100, block_size=4)
+    p = list(range(200, 216))
+    a = c.admit(p)
+    b = c.admit(p)
+    assert (a.device_hit_tokens, b.device_hit_tokens) == (0, 0)
+    assert c.prefilled(a) == 4 and c.prefilled(a) == 0
+    assert c.kv_usage == (4 + 4) / 100  # A's 4 pinned blocks + B's 4 blocks being computed
+    cc = c.admit(p)
+    assert cc.device_hit_tokens == 12
+    assert c.finish(b).stored_blocks == 0  # B computed the same blocks: nothing new
+    ra = c.finish(a, [1, 2, 3, 4, 5])  # + output blocks of the first 16 + 5 - 1 = 20 tokens: 1 more
+    assert (ra.stored_blocks, c.blocks) == (5, 5)
+    c.finish(cc)
+    assert c.kv_usage == 0.0 and c.stats.stored_blocks == 5
