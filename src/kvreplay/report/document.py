@@ -193,6 +193,7 @@ figcaption{font-size:.8em;color:#555;max-width:680px}
 .banner{background:#fff4d6;border-left:4px solid #e0a800;padding:.4em .8em;margin:.4em 0}
 .finding{margin:.4em 0}.next{color:#225}.legend span{padding:0 .4em;margin-right:.5em}
 dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dd{margin:0}
+.scroll{overflow-x:auto}
 pre{font-size:.75em;background:#f8f8f8;padding:.5em;overflow:auto}
 """
 
@@ -209,12 +210,12 @@ def _html_cell(c: Cell) -> str:
 
 
 def _html_table(t: Table) -> str:
-    out = [f'<table data-table="{_e(t.key)}"><thead><tr><th scope="col">{_e(t.corner)}</th>']
+    out = [f'<div class="scroll"><table data-table="{_e(t.key)}"><thead><tr><th scope="col">{_e(t.corner)}</th>']
     out += [f'<th scope="col">{_e(c)}</th>' for c in t.columns]
     out.append("</tr></thead><tbody>")
     for head, cells in t.rows:
         out.append(f'<tr><th scope="row">{_e(head)}</th>' + "".join(_html_cell(c) for c in cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -241,7 +242,7 @@ def to_html(rep: Report) -> str:
                '<span style="background:#fde8e8">failed (reason)</span>'
                '<span style="background:#eee">deferred (not run)</span></p>')
     out += [f'<div class="banner">{_e(b)}</div>' for b in rep.banners]
-    if rep.sections and rep.run.summary.get("phases") is not None:
+    if rep.run.summary.get("phases") or (rep.run.plan or {}).get("phases"):
         out.append('<h2 id="diagnosis">Diagnosis</h2>')
         if rep.findings:
             out.append("<ul>")

@@ -309,21 +309,31 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         The parsed run (``RunData``).
 
     Raises:
-        FileNotFoundError: the directory holds neither summary.json nor
-            records.jsonl (nothing to load).
+        FileNotFoundError: the directory holds no summary.json, records.jsonl,
+            verdict.json or simulate output (nothing to load).
     """
     run_dir = Path(path)
     plan = _read_json(run_dir / "plan.json")
     record_list = read_records(run_dir / "records.jsonl")
     summary = _read_json(run_dir / "summary.json")
+    verdict = _read_json(run_dir / VERDICT_FILE)
+    simulate = None
+    for name in SIMULATE_FILES:
+        simulate = _read_json(run_dir / name)
+        if simulate is not None:
+            break
     rebuilt = False
     if summary is None:
-        if not (run_dir / "records.jsonl").exists():
-            raise FileNotFoundError(f"{run_dir}: no summary.json and no records.jsonl")
-        summary = rebuild_summary(run_dir, plan, record_list)
-        rebuilt = True
-        if write_rebuilt:
-            _write_json(run_dir / "summary.json", summary)
+        if (run_dir / "records.jsonl").exists():
+            summary = rebuild_summary(run_dir, plan, record_list)
+            rebuilt = True
+            if write_rebuilt:
+                _write_json(run_dir / "summary.json", summary)
+        elif verdict is not None or simulate is not None:
+            summary = {"schema_version": SCHEMA_VERSION, "phases": []}  # a probe or simulate directory
+        else:
+            raise FileNotFoundError(f"{run_dir}: no summary.json, records.jsonl, {VERDICT_FILE} "
+                                    f"or {' / '.join(SIMULATE_FILES)}")
     hists: dict[str, dict[str, HistogramArrays]] = {}
     hdir = run_dir / "histograms"
     if hdir.is_dir():
@@ -334,11 +344,6 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
             except (OSError, ValueError):
                 continue
             hists.setdefault(phase, {})[metric] = arr
-    simulate = None
-    for name in SIMULATE_FILES:
-        simulate = _read_json(run_dir / name)
-        if simulate is not None:
-            break
     return RunData(
         path=run_dir,
         plan=plan,
@@ -347,6 +352,6 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         record_list=record_list,
         histograms=hists,
         summary_rebuilt=rebuilt,
-        verdict=_read_json(run_dir / VERDICT_FILE),
+        verdict=verdict,
         simulate=simulate,
     )

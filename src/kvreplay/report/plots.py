@@ -95,7 +95,8 @@ def ttft_position_png(phase: str, positions: Sequence[int], ttft_ms: Sequence[fl
     ax2.set_ylim(bottom=0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper right", fontsize="small")
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize="small",
+              frameon=False)
     ax.set_title(f"phase {phase}: TTFT vs position, cached tokens overlaid")
     return _png(fig)
 

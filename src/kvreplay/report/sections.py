@@ -25,6 +25,7 @@ from kvreplay.report.cells import (
 )
 from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
 from kvreplay.report.load import RunData
+from kvreplay.runner.backend import LOAD_GAUGES
 
 __all__ = [
     "COUNTER_ORDER",
@@ -109,9 +110,11 @@ def phase_table(run: RunData) -> Table:
 
 
 def _counter_keys(deltas: list[dict[str, Any]]) -> list[str]:
+    """Numeric keys present, in ``COUNTER_ORDER``; load gauges are left to the drain table."""
     present = set()
     for d in deltas:
-        present |= {k for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        present |= {k for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and k not in LOAD_GAUGES}
     keys = [k for k in COUNTER_ORDER if k in present]
     return keys + sorted(present - set(keys))
 

@@ -22,7 +22,8 @@ def write_reports(run_dir: str | os.PathLike[str], *, html: bool = True,
     """Render the reports of a run directory in place.
 
     Rebuilds summary.json from records.jsonl first when it is missing (a
-    killed run), then writes report.md, report.html (``html``) and
+    killed run), then writes report.md (except over a probe's own report.md in
+    a directory without a replay run), report.html (``html``) and
     ``records.parquet`` (``parquet``; needs the ``kvreplay[parquet]`` extra).
 
     Args:
@@ -35,7 +36,7 @@ def write_reports(run_dir: str | os.PathLike[str], *, html: bool = True,
         (``summary`` only when it was rebuilt).
 
     Raises:
-        FileNotFoundError: the directory holds neither summary.json nor records.jsonl.
+        FileNotFoundError: the directory holds nothing to report (``load_run``).
         ImportError: ``parquet`` asked without pyarrow installed.
     """
     d = Path(run_dir)
@@ -44,8 +45,11 @@ def write_reports(run_dir: str | os.PathLike[str], *, html: bool = True,
     out: dict[str, Path] = {}
     if run.summary_rebuilt:
         out["summary"] = d / "summary.json"
-    _atomic_write(d / "report.md", to_markdown(rep))
-    out["markdown"] = d / "report.md"
+    is_run = run.plan is not None or bool(run.summary.get("phases"))
+    if is_run or not (d / "report.md").exists():
+        # A probe directory keeps the report.md its own command wrote.
+        _atomic_write(d / "report.md", to_markdown(rep))
+        out["markdown"] = d / "report.md"
     if html:
         _atomic_write(d / "report.html", to_html(rep))
         out["html"] = d / "report.html"
