@@ -10,7 +10,7 @@ Source: RFC 8259 (JSON strings and structure); RFC 7693 (BLAKE2).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.string cimport memcmp
+from libc.string cimport memchr, memcmp
 
 import hashlib
 
@@ -62,7 +62,8 @@ def body_spans(bytes raw):
     """
     cdef const unsigned char* s = <const unsigned char*>PyBytes_AS_STRING(raw)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
-    cdef Py_ssize_t i = 0, j, v
+    cdef Py_ssize_t i = 0, j, k, v
+    cdef const unsigned char* q
     cdef Py_ssize_t depth = 0
     cdef Key key = K_NONE
     cdef Py_ssize_t elem_start = -1, open_start = -1
@@ -79,10 +80,15 @@ def body_spans(bytes raw):
             j = i + 1
             closed = False
             while j < n:
-                if s[j] == 92:
-                    j += 2
-                    continue
-                if s[j] == 34:
+                q = <const unsigned char*>memchr(s + j, 34, n - j)
+                if q == NULL:
+                    break
+                j = q - s
+                # The quote closes the string unless an odd run of backslashes precedes it.
+                k = j - 1
+                while k > i and s[k] == 92:
+                    k -= 1
+                if (j - 1 - k) % 2 == 0:
                     closed = True
                     break
                 j += 1
