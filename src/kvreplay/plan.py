@@ -12,12 +12,13 @@ Phase shorthand (command line)::
     load:forward:c4:r40            open loop, 40 requests/s, at most 4 in flight
     load:forward:c64:r20:poisson7  open loop, Poisson arrivals (seed 7)
     mix:shuffle:7:c4   (a seeded shuffle; the seed is the token after "shuffle")
+    grouped:by-prefix:c1           bodies grouped by shared prefix chain
 
 TOML plan file (``--plan FILE``)::
 
     [[phase]]
     name = "prime"          # required, unique
-    order = "forward"       # forward | reverse | shuffle:SEED
+    order = "forward"       # forward | reverse | shuffle:SEED | by-prefix
     concurrency = 1         # closed loop, >= 1
     repeats = 1
     select = "all"          # all | first:N | last:N | [i, j, ...]
@@ -26,6 +27,18 @@ TOML plan file (``--plan FILE``)::
     fresh = false           # require zeroed counters and an empty cache
     arrival = "constant"    # open loop: constant | poisson:SEED | trace:FILE (omit: closed loop)
     rate = 40.0             # requests/s for constant / poisson
+    interleave = {workload = "other.jsonl", every = 4}   # one body of a second
+                            # workload after every 4 of this phase (cycling)
+
+``by-prefix`` keeps the selection but groups bodies that share a prefix chain
+(``kvreplay.workload.prefix_chain``: system block, then each further message):
+bodies are sorted by the first appearance of their chain links, depth by depth,
+so every group of bodies with the same system block is contiguous, and inside it
+every group with the same next message, ties in selection order. ``interleave``
+is applied last (after order and repeats): it mixes unrelated traffic into the
+phase, the bodies of the second workload taking indices after the main
+workload's (``plan.json`` lists it under ``interleave_workloads``). Plans that use
+neither write exactly the plan.json they did before these options existed.
 
 Unknown keys and bad values raise ``ConfigError`` naming file, line and field.
 """
@@ -43,24 +56,46 @@ from typing import Any
 import orjson
 
 from kvreplay.errors import ConfigError
-from kvreplay.workload import Workload
+from kvreplay.workload import Body, Workload
 
 __all__ = [
     "PLAN_FORMAT",
+    "ExtraWorkload",
+    "Interleave",
     "Phase",
     "PhaseSpec",
     "Plan",
     "build_plan",
+    "by_prefix",
+    "interleave_sequence",
     "load_plan_json",
     "load_plan_toml",
     "parse_phase",
 ]
 
 PLAN_FORMAT = "kvreplay-plan/1"
-_ORDER_RE = re.compile(r"^(forward|reverse|shuffle:\d+)$")
+_ORDER_RE = re.compile(r"^(forward|reverse|shuffle:\d+|by-prefix)$")
 _SELECT_RE = re.compile(r"^(all|first:\d+|last:\d+)$")
 _PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh",
-               "arrival", "rate", "time_scale"}
+               "arrival", "rate", "time_scale", "interleave"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interleave:
+    """A second workload mixed into a phase.
+
+    Attributes:
+        workload: Path of the second workload (folder or JSONL).
+        every: One of its bodies (in its order, cycling) after every ``every``
+            bodies of the phase (>= 1).
+    """
+
+    workload: str
+    every: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"workload": path, "every": k}``."""
+        return {"workload": self.workload, "every": self.every}
 _ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|trace:.+)$")
 
 
@@ -99,6 +134,7 @@ class PhaseSpec:
     arrival: str | None = None
     rate: float | None = None
     time_scale: float = 1.0
+    interleave: Interleave | None = None
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], *, where: dict[str, Any]) -> PhaseSpec:
@@ -125,7 +161,7 @@ class PhaseSpec:
             raise bad("name", "needs a name of letters, digits, '_', '.', '-'")
         order = data.get("order", "forward")
         if not isinstance(order, str) or not _ORDER_RE.match(order):
-            raise bad("order", f"must be forward, reverse or shuffle:SEED, not {order!r}")
+            raise bad("order", f"must be forward, reverse, shuffle:SEED or by-prefix, not {order!r}")
         ints = {}
         for key in ("concurrency", "repeats"):
             v = data.get(key, 1)
@@ -159,8 +195,17 @@ class PhaseSpec:
             raise bad("rate", "a rate needs an arrival process (arrival = \"constant\" or \"poisson:SEED\")")
         if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or time_scale <= 0:
             raise bad("time_scale", f"must be a number > 0, not {time_scale!r}")
+        interleave = data.get("interleave")
+        if interleave is not None:
+            if (not isinstance(interleave, dict) or set(interleave) != {"workload", "every"}
+                    or not isinstance(interleave["workload"], str) or not interleave["workload"]
+                    or not isinstance(interleave["every"], int) or isinstance(interleave["every"], bool)
+                    or interleave["every"] < 1):
+                raise bad("interleave", "must be {workload = PATH, every = K} with K >= 1, "
+                                        f"not {interleave!r}")
+            interleave = Interleave(workload=interleave["workload"], every=interleave["every"])
         return cls(name=name, order=order, select=select, **ints, **flags, arrival=arrival, rate=rate,
-                   time_scale=float(time_scale))
+                   time_scale=float(time_scale), interleave=interleave)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON (explicit selections as lists)."""
@@ -175,6 +220,7 @@ class PhaseSpec:
             "fresh": self.fresh,
             **({"arrival": self.arrival, "rate": self.rate, "time_scale": self.time_scale}
                if self.arrival is not None else {}),
+            **({"interleave": self.interleave.to_json()} if self.interleave is not None else {}),
         }
 
 
@@ -294,6 +340,30 @@ class Phase:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtraWorkload:
+    """A workload interleaved into some phase, indexed after the main workload.
+
+    Attributes:
+        path: Where it was loaded from (as written in the phase's ``interleave``).
+        sha256: Its digest (``Workload.sha256``).
+        body_sha256: Its bodies' SHA-256, in its order.
+        first_index: Plan body index of its first body (= main bodies + earlier extras).
+        workload: The loaded workload (not part of plan.json), or None.
+    """
+
+    path: str
+    sha256: str
+    body_sha256: tuple[str, ...]
+    first_index: int
+    workload: Workload | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Its entry in plan.json's ``interleave_workloads``."""
+        return {"path": self.path, "n_bodies": len(self.body_sha256), "sha256": self.sha256,
+                "first_index": self.first_index}
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A frozen plan: workload identity and the expanded phases.
 
@@ -302,16 +372,45 @@ class Plan:
         workload_sha256: The workload's digest (see ``Workload.sha256``).
         body_sha256: Every body's SHA-256, by index.
         phases: The phases in run order.
+        extra: Interleaved workloads (their bodies follow the main ones); empty
+            for a plan without ``interleave``.
     """
 
     workload_path: str
     workload_sha256: str
     body_sha256: tuple[str, ...]
     phases: tuple[Phase, ...]
+    extra: tuple[ExtraWorkload, ...] = ()
+
+    def sha_of(self, body_index: int) -> str:
+        """SHA-256 of a plan body index (main workload, then interleaved ones)."""
+        n = len(self.body_sha256)
+        if body_index < n:
+            return self.body_sha256[body_index]
+        for ex in self.extra:
+            if ex.first_index <= body_index < ex.first_index + len(ex.body_sha256):
+                return ex.body_sha256[body_index - ex.first_index]
+        raise IndexError(f"body index {body_index} is outside the plan's workloads")
+
+    def bind(self, workload: Workload) -> Workload:
+        """The workload the runner indexes: ``workload`` itself, or with the interleaved bodies appended.
+
+        Raises:
+            ConfigError: an interleaved workload was not loaded with the plan.
+        """
+        if not self.extra:
+            return workload
+        bodies = list(workload.bodies)
+        for ex in self.extra:
+            if ex.workload is None:
+                raise ConfigError(f"interleaved workload {ex.path} is not loaded", field="interleave")
+            bodies.extend(_reindexed(b, len(bodies)) for b in ex.workload.bodies)
+        return Workload(workload.path, tuple(bodies), workload.sha256)
 
     def content(self) -> dict[str, Any]:
         """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``)."""
-        return {
+        sha = self.body_sha256 if not self.extra else [self.sha_of(i) for i in range(self._n_all())]
+        out = {
             "format": PLAN_FORMAT,
             "workload": {
                 "path": self.workload_path,
@@ -325,7 +424,7 @@ class Plan:
                         {
                             "position": pos,
                             "body_index": bi,
-                            "body_sha256": self.body_sha256[bi],
+                            "body_sha256": sha[bi],
                             "repetition": rep,
                             **({"intended_ns": ph.intended_ns[pos]} if ph.intended_ns is not None else {}),
                         }
@@ -335,6 +434,12 @@ class Plan:
                 for ph in self.phases
             ],
         }
+        if self.extra:
+            out["interleave_workloads"] = [ex.to_json() for ex in self.extra]
+        return out
+
+    def _n_all(self) -> int:
+        return len(self.body_sha256) + sum(len(ex.body_sha256) for ex in self.extra)
 
     @property
     def sha256(self) -> str:
@@ -367,11 +472,43 @@ def _select(spec: PhaseSpec, n: int) -> list[int]:
     return list(range(k)) if kind == "first" else list(range(n - k, n))
 
 
-def _order(spec: PhaseSpec, idx: list[int]) -> list[int]:
+def _reindexed(body: Body, index: int) -> Body:
+    return Body(index, body.raw, body.sha256, body.source, body.kind, body.stream)
+
+
+def by_prefix(chains: list[tuple[bytes, ...]]) -> list[int]:
+    """Positions ``0..n-1`` reordered so that bodies sharing a prefix chain are contiguous.
+
+    Each link of a chain stands for the whole prefix up to it, so sorting by the
+    first-appearance rank of every link, depth by depth, groups bodies by their
+    first unit, then inside each group by their second, and so on; equal keys
+    keep their input order (the sort is stable).
+
+    Args:
+        chains: Links of each body, in selection order.
+
+    Returns:
+        The new order, as positions into ``chains``.
+    """
+    first_seen: dict[bytes, int] = {}
+    for links in chains:
+        for link in links:
+            first_seen.setdefault(link, len(first_seen))
+    return sorted(range(len(chains)), key=lambda i: tuple(first_seen[link] for link in chains[i]))
+
+
+def _order(spec: PhaseSpec, idx: list[int], workload: Workload | None = None) -> list[int]:
     if spec.order == "forward":
         return idx
     if spec.order == "reverse":
         return idx[::-1]
+    if spec.order == "by-prefix":
+        from kvreplay.workload import prefix_chain
+
+        if workload is None:
+            raise ConfigError("by-prefix needs the workload's bodies", field="order")
+        chains = [prefix_chain(workload.bodies[i].raw).links for i in idx]
+        return [idx[j] for j in by_prefix(chains)]
     seed = int(spec.order.split(":")[1])
     out = list(idx)
     random.Random(seed).shuffle(out)
@@ -403,29 +540,82 @@ def _intended(spec: PhaseSpec, n: int) -> tuple[int, ...] | None:
     return tuple(round((x - base) * 1e6 * spec.time_scale) for x in offsets[:n])
 
 
-def build_plan(workload: Workload, specs: list[PhaseSpec]) -> Plan:
+def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_extra: int,
+                        every: int) -> tuple[tuple[int, int], ...]:
+    """Insert one interleaved body after every ``every`` positions of ``seq``.
+
+    The interleaved bodies are taken in their order, cycling; each gets plan
+    index ``first_index + j`` and, as its repetition, the number of completed
+    cycles through the interleaved workload.
+
+    Args:
+        seq: ``(body_index, repetition)`` per position.
+        first_index: Plan index of the interleaved workload's first body.
+        n_extra: Bodies in the interleaved workload (>= 1).
+        every: ``k`` >= 1.
+
+    Returns:
+        The mixed sequence.
+    """
+    out: list[tuple[int, int]] = []
+    j = 0
+    for pos, item in enumerate(seq, start=1):
+        out.append(item)
+        if pos % every == 0:
+            out.append((first_index + j % n_extra, j // n_extra))
+            j += 1
+    return tuple(out)
+
+
+def build_plan(workload: Workload, specs: list[PhaseSpec],
+               interleave_workloads: dict[str, Workload] | None = None) -> Plan:
     """Expand phase specs into the frozen request sequence.
 
     Selection is applied to workload order, then the order, then repeats (each
-    repetition sends the same ordered selection).
+    repetition sends the same ordered selection), then ``interleave``.
+
+    Args:
+        workload: The main workload.
+        specs: The phases.
+        interleave_workloads: Already loaded interleaved workloads by the path
+            written in ``interleave``; others are loaded here.
 
     Raises:
         ConfigError: no phases, duplicate names, or a selection outside the workload.
+        WorkloadError: an interleaved workload cannot be loaded or is empty.
     """
     if not specs:
         raise ConfigError("no phases: give --phase or --plan", field="--phase")
     _check_unique(list(specs), where={})
     n = len(workload)
+    extras: dict[str, ExtraWorkload] = {}
+    next_index = n
     phases = []
     for spec in specs:
-        ordered = _order(spec, _select(spec, n))
+        ordered = _order(spec, _select(spec, n), workload)
         seq = tuple((bi, rep) for rep in range(spec.repeats) for bi in ordered)
+        if spec.interleave is not None:
+            path = spec.interleave.workload
+            if path not in extras:
+                extra_wl = (interleave_workloads or {}).get(path)
+                if extra_wl is None:
+                    from kvreplay.workload import load_workload
+
+                    extra_wl = load_workload(path)
+                if not len(extra_wl):
+                    raise ConfigError(f"interleaved workload {path} is empty", field="interleave")
+                extras[path] = ExtraWorkload(path, extra_wl.sha256, tuple(b.sha256 for b in extra_wl.bodies),
+                                             next_index, extra_wl)
+                next_index += len(extra_wl)
+            ex = extras[path]
+            seq = interleave_sequence(seq, ex.first_index, len(ex.body_sha256), spec.interleave.every)
         phases.append(Phase(spec, seq, _intended(spec, len(seq))))
     return Plan(
         workload_path=workload.path,
         workload_sha256=workload.sha256,
         body_sha256=tuple(b.sha256 for b in workload.bodies),
         phases=tuple(phases),
+        extra=tuple(extras.values()),
     )
 
 
@@ -464,6 +654,7 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
                 path=p,
                 field="workload.sha256",
             )
+    seen_extra: dict[int, str] = {}
     phases = []
     body_sha = [""] * wl["n_bodies"]
     for i, ph in enumerate(data["phases"]):
@@ -472,7 +663,10 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
         seq = []
         intended = []
         for item in ph["sequence"]:
-            body_sha[item["body_index"]] = item["body_sha256"]
+            if item["body_index"] < wl["n_bodies"]:
+                body_sha[item["body_index"]] = item["body_sha256"]
+            else:
+                seen_extra[item["body_index"]] = item["body_sha256"]
             seq.append((item["body_index"], item["repetition"]))
             if "intended_ns" in item:
                 intended.append(item["intended_ns"])
@@ -482,7 +676,36 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
             if sha and workload.bodies[bi].sha256 != sha:
                 raise ConfigError(f"body {bi} changed since the plan was made", path=p, field="body_sha256")
         body_sha = [b.sha256 for b in workload.bodies]
-    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases))
+    extra = _load_extras(data.get("interleave_workloads"), p, seen_extra, load=workload is not None)
+    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases), extra)
     if workload is not None and plan.sha256 != data["plan_sha256"]:
         raise ConfigError("re-expanded plan does not hash to plan_sha256", path=p, field="plan_sha256")
     return plan, data.get("run", {})
+
+
+def _load_extras(items: Any, p: Path, seen: dict[int, str], *, load: bool) -> tuple[ExtraWorkload, ...]:
+    """plan.json's ``interleave_workloads``: loaded and checked when ``load``, else
+    with the body hashes its sequences name (``seen``: plan index -> SHA-256)."""
+    if not items:
+        return ()
+    out = []
+    for it in items:
+        wl = None
+        if load:
+            from kvreplay.workload import load_workload
+
+            wl = load_workload(it["path"])
+            if wl.sha256 != it["sha256"] or len(wl) != it["n_bodies"]:
+                raise ConfigError(f"interleaved workload {it['path']} changed since the plan was made",
+                                  path=p, field="interleave_workloads")
+        if wl is not None:
+            sha = tuple(b.sha256 for b in wl.bodies)
+            for j, b in enumerate(wl.bodies):
+                named = seen.get(it["first_index"] + j)
+                if named is not None and named != b.sha256:
+                    raise ConfigError(f"body {j} of {it['path']} changed since the plan was made",
+                                      path=p, field="body_sha256")
+        else:
+            sha = tuple(seen.get(it["first_index"] + j, "") for j in range(it["n_bodies"]))
+        out.append(ExtraWorkload(it["path"], it["sha256"], sha, it["first_index"], wl))
+    return tuple(out)

@@ -223,7 +223,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         quiet=args.quiet,
     )
     try:
-        summary = await execute_plan(plan, workload, opts, backend_factory=factory, observer=observer)
+        # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
+        summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=factory, observer=observer)
     finally:
         if sim is not None:
             await sim.stop()

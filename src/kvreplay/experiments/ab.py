@@ -336,7 +336,7 @@ async def run_ab(
 
             say(f"block {blk['block']} (rep {blk['rep']}, arm {arm.name})")
             summary = await execute_plan(
-                plan, workload,
+                plan, plan.bind(workload),
                 RunOptions(target_url=url, target_label="sim" if is_sim else url, out_dir=out / blk["dir"],
                            backend_name=backend_name, headers=hdrs, drain_timeout_s=drain_timeout_s,
                            drain_interval_s=0.1, quiet=True),
