@@ -4,6 +4,7 @@ from kvreplay.accounting.events import Event, StreamResult
 
 class SSEAccountant:
     events: list[Event]
+    fallbacks: int
     def __init__(
         self, *, head_chars: int = ..., max_line_bytes: int = ..., keep_events: bool = ...
     ) -> None: ...
