@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.kvreplay-installed
 
 .PHONY: demo test install bench clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxi)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[dev]'

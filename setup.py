@@ -17,7 +17,12 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
     debug = os.environ.get("KVREPLAY_CYTHON_DEBUG", "") == "1"
     macros = [("CYTHON_TRACE_NOGIL", "1")] if debug else []
     extensions = [
-        Extension("kvreplay.accounting._sse_c", ["ext/_sse_c.pyx"], define_macros=macros),
+        Extension(
+            "kvreplay.accounting._sse_c",
+            ["ext/_sse_c.pyx"],
+            depends=["ext/_sse_scan.pxi"],
+            define_macros=macros,
+        ),
         Extension("kvreplay.workload._hash_c", ["ext/_hash_c.pyx"], define_macros=macros),
     ]
     extensions = [e for e in extensions if os.path.exists(e.sources[0])]

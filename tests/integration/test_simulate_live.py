@@ -100,3 +100,16 @@ def test_radix_model_matches_live_counters(tmp_path, capsys):
     }
     assert got == pred
     assert len(set(pred.values())) == 3
+
+
+@pytest.mark.slow
+def test_entries_one_pass_curve_matches_live_counters_with_refresh_on_offer(tmp_path, capsys):
+    caps = [2, 6, 24]
+    rep, pred = predicted(capsys, caps, "--model", "entries", "--recency", "offer")
+    assert rep["method"] == "one-pass"
+    got = {
+        c: live(tmp_path, capsys, f"o{c}", "--sim-cache", "entries", "--sim-cache-entries", str(c),
+                "--sim-entries-recency", "offer")
+        for c in caps
+    }
+    assert got == pred

@@ -60,6 +60,9 @@ class SimConfig:
         host_pages: Host tier page pool (pages).
         page_tokens: Tokens per host page (tokens).
         host_evict: ``"leaf-lru"`` or ``"ancestor-compact"``.
+        entries_recency: Entries model: what refreshes a snapshot, ``"use"`` (the
+            lookup that uses it, the default) or ``"offer"`` (storing it or
+            offering it again; a stack algorithm, see ``kvreplay.offline``).
         time_scale: Multiplier of every simulated delay (0 = no delay).
         prefill_base_s: Prefill fixed cost ``a`` (s).
         prefill_tokens_per_s: Prefill rate for uncached tokens (tokens/s).
@@ -89,6 +92,7 @@ class SimConfig:
     host_pages: int = 4096
     page_tokens: int = 256
     host_evict: str = "leaf-lru"
+    entries_recency: str = "use"
     time_scale: float = 1.0
     prefill_base_s: float = 1.52
     prefill_tokens_per_s: float = 1370.0
@@ -122,6 +126,8 @@ class SimConfig:
             raise bad("snapshot_at", f"points must be among {SNAPSHOT_POINTS}")
         if self.host_evict not in HOST_EVICT_POLICIES:
             raise bad("host_evict", f"must be one of {HOST_EVICT_POLICIES}")
+        if self.entries_recency not in ("use", "offer"):
+            raise bad("entries_recency", "must be 'use' or 'offer'")
         for name in ("cache_entries", "block_size", "device_blocks", "host_pages", "page_tokens", "slots"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
@@ -197,7 +203,7 @@ _FLOATS = {
     "store_s_per_token",
     "itl_s",
 }
-_STRS = {"model", "build", "cache", "host_evict"}
+_STRS = {"model", "build", "cache", "host_evict", "entries_recency"}
 
 
 def _coerce(key: str, value: Any, where: object) -> Any:
@@ -246,6 +252,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("host-pages", "host_pages", int, "radix host tier page pool (pages; default 4096)"),
     ("page-tokens", "page_tokens", int, "tokens per host page (default 256)"),
     ("host-evict", "host_evict", str, "host eviction: leaf-lru or ancestor-compact"),
+    ("entries-recency", "entries_recency", str, "entries model: a snapshot is refreshed on use (default) or offer"),
     ("time-scale", "time_scale", float, "multiply every simulated delay (0 = none; default 1)"),
     ("prefill-base-s", "prefill_base_s", float, "prefill fixed cost a (s; default 1.52)"),
     ("prefill-rate", "prefill_tokens_per_s", float, "prefill rate (tokens/s; default 1370)"),
@@ -276,6 +283,8 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
         kwargs: dict[str, Any] = {"type": typ, "default": None, "help": help_, "dest": _dest(prefix, fname)}
         if fname == "cache":
             kwargs["choices"] = CACHE_MODELS
+        elif fname == "entries_recency":
+            kwargs["choices"] = ("use", "offer")
         elif fname == "host_evict":
             kwargs["choices"] = HOST_EVICT_POLICIES
         elif fname == "snapshots":

@@ -179,6 +179,7 @@ class SimEngine:
                 max_bytes=cfg.max_bytes,
                 restore_s_per_token=cfg.restore_s_per_token,
                 store_s_per_token=cfg.store_s_per_token,
+                recency=cfg.entries_recency,
             )
         else:
             host = None
