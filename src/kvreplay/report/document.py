@@ -5,13 +5,16 @@ findings); ``to_markdown`` and ``to_html`` render them. The HTML embeds every
 plot as a base64 PNG ``data:`` URI and its style inline, so it opens with no
 network. Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
 failed/deferred cells carry their reason in ``title`` and in the text; every
-plot is a ``<figure data-plot=KEY data-status=...>``.
+plot is a ``<figure id="plot-KEY" data-plot=KEY data-status=...>`` (``:`` and other
+characters outside ``[A-Za-z0-9_-]`` become ``-`` in the id, so ``report.html#plot-ttft-position-replay``
+opens at that figure).
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,7 +188,7 @@ th{background:#f3f3f3}th[scope=row]{text-align:left}
 td[data-status=failed]{background:#fde8e8;color:#8a1c1c;white-space:normal;max-width:22em;text-align:left}
 td[data-status=deferred]{background:#eee;color:#666;font-style:italic;white-space:normal;max-width:22em;
 text-align:left}
-figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%}
+figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%;height:auto}
 figure[data-status=failed] .nofig,figure[data-status=deferred] .nofig{width:420px;height:120px;
 display:flex;align-items:center;justify-content:center;border:1px dashed #aaa;padding:.5em}
 figure[data-status=failed] .nofig{background:#fde8e8}figure[data-status=deferred] .nofig{background:#eee}
@@ -220,10 +223,14 @@ def _html_table(t: Table) -> str:
 
 
 def _html_plot(p: Plot) -> str:
-    head = f'<figure data-plot="{_e(p.key)}" data-status="{p.status}">'
+    anchor = "plot-" + re.sub(r"[^A-Za-z0-9_-]", "-", p.key)
+    head = f'<figure id="{anchor}" data-plot="{_e(p.key)}" data-status="{p.status}">'
     if p.png is not None:
         src = "data:image/png;base64," + base64.b64encode(p.png).decode("ascii")
-        body = f'<img alt="{_e(p.title)}" src="{src}">'
+        # Intrinsic size from the PNG header (IHDR width/height, big-endian at bytes 16-24), so the
+        # layout is final before the image decodes and #plot-... anchors land on their figure.
+        w, h = int.from_bytes(p.png[16:20], "big"), int.from_bytes(p.png[20:24], "big")
+        body = f'<img alt="{_e(p.title)}" width="{w}" height="{h}" src="{src}">'
     else:
         body = f'<div class="nofig">{_e(p.status)}: {_e(p.reason)}</div>'
     cap = _e(p.title) + (f" — {_e(p.reason)}" if p.reason and p.png is not None else "")

@@ -77,7 +77,7 @@ def ttft_position_png(phase: str, positions: Sequence[int], ttft_ms: Sequence[fl
         ax.plot(failed_positions, [0] * len(failed_positions), "x", color="tab:red", label="failed")
     ax.set_xlabel("position in the phase's frozen sequence")
     ax.set_ylabel("TTFT (ms)", color="tab:blue")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max(ttft_ms) * 1.12 if ttft_ms else 1.0)
     ax.grid(True, alpha=0.3)
     ax2 = ax.twinx()
     cp = [(p, c) for p, c in zip(positions, cached) if c is not None]
