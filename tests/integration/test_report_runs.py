@@ -1,4 +1,6 @@
-"""report.html for real runs: the runner against the mock server and the simulator, the demo, a probe,
+"""report.html for real runs.
+
+The runner against the mock server and the simulator, the demo, a probe,
 a Ctrl-C'd run and a killed one; the diagnosis rules triggered by simulator runs."""
 
 import asyncio
@@ -55,8 +57,10 @@ def page(out: Path) -> Page:
 
 def distinct_workload(folder: Path, n: int = 6) -> Path:
     """n bodies with their own system blocks: each is its own cache entry."""
-    return write_chat_workload(folder, [(f"System block {i}: " + "alpha beta gamma delta " * 30, f"q{i}?")
-                                        for i in range(n)])
+    return write_chat_workload(
+        folder,
+        [(f"System block {i}: " + "alpha beta gamma delta " * 30, f"q{i}?") for i in range(n)],
+    )
 
 
 def test_mock_run_report_has_every_plot_and_labelled_cells(small_workload, tmp_path):
@@ -67,8 +71,12 @@ def test_mock_run_report_has_every_plot_and_labelled_cells(small_workload, tmp_p
         await srv.start()
         try:
             wl = load_workload(small_workload)
-            plan = build_plan(wl, [parse_phase("prime:forward:c1"), parse_phase("replay:reverse:c2")])
-            await execute_plan(plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True))
+            plan = build_plan(
+                wl, [parse_phase("prime:forward:c1"), parse_phase("replay:reverse:c2")]
+            )
+            await execute_plan(
+                plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True)
+            )
         finally:
             await srv.stop()
 
@@ -93,8 +101,15 @@ def sim_run(tmp_path: Path, wl: Path, phases: list[str], *extra: str, capsys=Non
 @needs_sim
 def test_sim_churn_rule_and_run_prints_report_path(tmp_path, capsys):
     wl = distinct_workload(tmp_path / "wl")
-    out = sim_run(tmp_path, wl, ["prime:forward:c1", "fwd:forward:c1", "rev:reverse:c1"],
-                  "--sim-cache", "entries", "--sim-cache-entries", "4")
+    out = sim_run(
+        tmp_path,
+        wl,
+        ["prime:forward:c1", "fwd:forward:c1", "rev:reverse:c1"],
+        "--sim-cache",
+        "entries",
+        "--sim-cache-entries",
+        "4",
+    )
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == f"report: {out / 'report.html'}"
     p = page(out)
@@ -112,8 +127,16 @@ def test_sim_churn_rule_and_run_prints_report_path(tmp_path, capsys):
 def test_sim_ineligible_snapshots_give_no_restores(tmp_path):
     # Snapshots larger than the per-entry cap are refused: zero hits in both orders.
     wl = distinct_workload(tmp_path / "wl")
-    out = sim_run(tmp_path, wl, ["prime:forward:c1", "fwd:forward:c1", "rev:reverse:c1"],
-                  "--sim-cache", "entries", "--sim-max-entry-bytes", "1", "--quiet")
+    out = sim_run(
+        tmp_path,
+        wl,
+        ["prime:forward:c1", "fwd:forward:c1", "rev:reverse:c1"],
+        "--sim-cache",
+        "entries",
+        "--sim-max-entry-bytes",
+        "1",
+        "--quiet",
+    )
     assert [f.rule for f in diagnose(load_run(out).summary, load_run(out).plan)] == ["no_restores"]
     assert page(out).rules == ["no_restores"]
 
@@ -121,8 +144,16 @@ def test_sim_ineligible_snapshots_give_no_restores(tmp_path):
 @needs_sim
 def test_sim_one_order_zero(tmp_path):
     wl = distinct_workload(tmp_path / "wl")
-    out = sim_run(tmp_path, wl, ["prime:forward:c1", "again:forward:c1"],
-                  "--sim-cache", "entries", "--sim-cache-entries", "4", "--quiet")
+    out = sim_run(
+        tmp_path,
+        wl,
+        ["prime:forward:c1", "again:forward:c1"],
+        "--sim-cache",
+        "entries",
+        "--sim-cache-entries",
+        "4",
+        "--quiet",
+    )
     assert page(out).rules == ["one_order_zero"]
 
 
@@ -143,8 +174,28 @@ def test_demo_ends_with_the_report_path(tmp_path, capsys, monkeypatch):
 @needs_sim
 def test_probe_verdict_renders(tmp_path):
     out = tmp_path / "probe"
-    rc = main(["probe", "--target", "sim", "--sim-time-scale", "0", "--sizes", "512,1024", "--flush-prefix", "1k",
-               "--foreign-tokens", "128", "--flush-max", "8", "--flush-repeats", "1", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "probe",
+            "--target",
+            "sim",
+            "--sim-time-scale",
+            "0",
+            "--sizes",
+            "512,1024",
+            "--flush-prefix",
+            "1k",
+            "--foreign-tokens",
+            "128",
+            "--flush-max",
+            "8",
+            "--flush-repeats",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0 and (out / "verdict.json").exists()
     probe_md = (out / "report.md").read_text()
     assert main(["report", str(out), "--html"]) == 0
@@ -153,15 +204,32 @@ def test_probe_verdict_renders(tmp_path):
     p = page(out)
     assert p.plots["probe-prefill-fit"] == "measured" and "probe-bisection" in p.plots
     assert p.td.count(None) == 0 and not p.rules
-    assert "Diagnosis" not in (out / "report.html").read_text()  # no replay phases in a probe directory
+    assert (
+        "Diagnosis" not in (out / "report.html").read_text()
+    )  # no replay phases in a probe directory
 
 
 @needs_sim
 def test_ctrl_c_leaves_report_html(tmp_path):
     wl = distinct_workload(tmp_path / "wl", 8)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "kvreplay", "run", str(wl), "--target", "sim", "--sim-time-scale", "0.2",
-           "--phase", "prime:forward:c1", "--phase", "replay:reverse:c1", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvreplay",
+        "run",
+        str(wl),
+        "--target",
+        "sim",
+        "--sim-time-scale",
+        "0.2",
+        "--phase",
+        "prime:forward:c1",
+        "--phase",
+        "replay:reverse:c1",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 30
@@ -193,7 +261,9 @@ def test_killed_run_report_command_rebuilds(small_workload, tmp_path, capsys):
         try:
             wl = load_workload(small_workload)
             plan = build_plan(wl, [parse_phase("a:forward:c1")])
-            await execute_plan(plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True))
+            await execute_plan(
+                plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True)
+            )
         finally:
             await srv.stop()
 

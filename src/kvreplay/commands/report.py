@@ -11,15 +11,20 @@ import argparse
 import sys
 
 NAME = "report"
-HELP = "Write report.md (and report.html with --html) for a run directory; rebuilds a missing summary.json."
+HELP = "Write report.md (and report.html with --html) for a run directory; rebuilds summary.json."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``report``'s options."""
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (plan.json, records.jsonl, ...)")
+    p.add_argument(
+        "run_dir", metavar="RUN_DIR", help="a run directory (plan.json, records.jsonl, ...)"
+    )
     p.add_argument("--html", action="store_true", help="also write the self-contained report.html")
-    p.add_argument("--parquet", action="store_true",
-                   help="also write records.parquet (needs pip install 'kvreplay[parquet]')")
+    p.add_argument(
+        "--parquet",
+        action="store_true",
+        help="also write records.parquet (needs pip install 'kvreplay[parquet]')",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

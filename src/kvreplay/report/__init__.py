@@ -37,7 +37,8 @@ def __getattr__(name: str) -> Any:
 
     return getattr(importlib.import_module(mod), name)
 
-__all__ = sorted([
+
+__all__ = [
     "Finding",
     "HistogramArrays",
     "RunData",
@@ -46,4 +47,4 @@ __all__ = sorted([
     "render_markdown",
     "render_table",
     "write_reports",
-])
+]

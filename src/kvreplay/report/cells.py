@@ -89,7 +89,9 @@ def _abort_reason(summary: dict[str, Any]) -> str:
     return ab.get("reason") or "run ended before this phase"
 
 
-def phases_in_order(summary: dict[str, Any], plan: dict[str, Any] | None) -> list[dict[str, Any] | str]:
+def phases_in_order(
+    summary: dict[str, Any], plan: dict[str, Any] | None
+) -> list[dict[str, Any] | str]:
     """Summary phases in plan order; a plan phase missing from the summary is its name (str)."""
     by_name = {p["name"]: p for p in summary.get("phases", [])}
     out: list[dict[str, Any] | str] = []
@@ -111,7 +113,9 @@ def phase_gate(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell | None
     if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
         return deferred(f"not run: {_abort_reason(summary)}")
     if not ph.get("valid", True):
-        return failed("invalid phase: " + "; ".join(ph.get("invalid_reasons") or ["(no reason given)"]))
+        return failed(
+            "invalid phase: " + "; ".join(ph.get("invalid_reasons") or ["(no reason given)"])
+        )
     if ph.get("ok", 0) == 0:
         classes = ", ".join(f"{k} {v}" for k, v in (ph.get("failed") or {}).items()) or "unknown"
         return failed(f"all {ph.get('sent', 0)} sent requests failed ({classes})")
@@ -125,7 +129,14 @@ def _partial_note(ph: dict[str, Any]) -> str | None:
 
 
 def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str, stat: str) -> Cell:
-    """A latency percentile (ms) of one phase: ``metric`` in ttft/itl/tpot/e2e, ``stat`` p50/p90/p99/mean/max."""
+    """A latency percentile of one phase (ms).
+
+    Args:
+        ph: A summary phase, or the name of an unrun plan phase.
+        summary: The run summary.
+        metric: ``ttft``, ``itl``, ``tpot`` or ``e2e``.
+        stat: ``p50``, ``p90``, ``p99``, ``mean`` or ``max``.
+    """
     gate = phase_gate(ph, summary)
     if gate is not None:
         return gate
@@ -134,7 +145,9 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
     v = m.get(stat)
     if v is None:
         if metric == "itl" and summary.get("rebuilt_from_records"):
-            return failed("ITL samples are not kept in records and the phase's histogram was never written")
+            return failed(
+                "ITL samples are not kept in records and the phase's histogram was never written"
+            )
         if metric in ("itl", "tpot"):
             return failed("no samples: no answer had two or more tokens")
         return failed(f"no {metric.upper()} samples")
@@ -152,7 +165,11 @@ def tokens_cell(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell:
     if tok.get("cached_unknown") and tok["cached_unknown"] >= ph.get("ok", 0):
         return failed("the server reported no usage.prompt_tokens_details.cached_tokens")
     text = f"{tok['cached']}/{tok['prompt']}"
-    note = f"{tok['cached_unknown']} answers without cached_tokens" if tok.get("cached_unknown") else None
+    note = (
+        f"{tok['cached_unknown']} answers without cached_tokens"
+        if tok.get("cached_unknown")
+        else None
+    )
     return measured(text, note or _partial_note(ph))
 
 
@@ -173,7 +190,7 @@ def counter_cell(ph: dict[str, Any] | str, summary: dict[str, Any], key: str) ->
 
 
 def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
-    """Per-request cells: status, TTFT (ms), E2E (ms), prompt/cached tokens, then ``counter_keys`` deltas."""
+    """Per-request cells: status, TTFT and E2E (ms), prompt and cached tokens, counter deltas."""
     if not rec.get("sent", True):
         why = f"not sent: {rec.get('error') or 'aborted'}"
         return [deferred(why)] * (5 + len(counter_keys))
@@ -187,10 +204,16 @@ def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
     for key in ("ttft_ns", "e2e_ns"):
         v = rec.get(key)
         cells.append(measured(f"{v / 1e6:.1f}") if v is not None else failed("no token arrived"))
-    cells.append(measured(str(u["prompt_tokens"])) if u.get("prompt_tokens") is not None
-                 else failed("usage has no prompt_tokens"))
-    cells.append(measured(str(u["cached_tokens"])) if u.get("cached_tokens") is not None
-                 else failed("usage has no cached_tokens"))
+    cells.append(
+        measured(str(u["prompt_tokens"]))
+        if u.get("prompt_tokens") is not None
+        else failed("usage has no prompt_tokens")
+    )
+    cells.append(
+        measured(str(u["cached_tokens"]))
+        if u.get("cached_tokens") is not None
+        else failed("usage has no cached_tokens")
+    )
     d = rec.get("counter_delta")
     for key in counter_keys:
         if d is None:

@@ -83,8 +83,12 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (for tools and tests)."""
-        return {"rule": self.rule, "finding": self.finding, "next": self.next_experiment,
-                "phases": list(self.phases)}
+        return {
+            "rule": self.rule,
+            "finding": self.finding,
+            "next": self.next_experiment,
+            "phases": list(self.phases),
+        }
 
 
 def _usable(ph: dict[str, Any]) -> bool:
@@ -118,7 +122,9 @@ def _replays(plan: dict[str, Any] | None) -> dict[str, str]:
 
 def _order_rules(summary: dict[str, Any], plan: dict[str, Any] | None) -> list[Finding]:
     replays = _replays(plan)
-    phases = {p["name"]: p for p in summary.get("phases", []) if p["name"] in replays and _usable(p)}
+    phases = {
+        p["name"]: p for p in summary.get("phases", []) if p["name"] in replays and _usable(p)
+    }
     sig = {n: restore_signal(p) for n, p in phases.items()}
     sig = {n: s for n, s in sig.items() if s is not None}
     if not sig:
@@ -133,35 +139,45 @@ def _order_rules(summary: dict[str, Any], plan: dict[str, Any] | None) -> list[F
     fz = [n for n, v in fwd.items() if v == 0]
     rp = [n for n, v in rev.items() if v > 0]
     if fz and rp:
-        out.append(Finding(
-            "churn",
-            f"{key}: 0 in forward replay {', '.join(fz)} but "
-            + ", ".join(f"{fmt_num(rev[n])} in reverse replay {n}" for n in rp)
-            + ": consistent with churn (entries evicted in the order the replay asks for them).",
-            "run the small-working-set control: replay only the last few bodies, e.g. "
-            "--phase control:forward:c1:x2:lastN with N well under the cache capacity; "
-            "restores there confirm churn.",
-            tuple(fz + rp),
-        ))
+        out.append(
+            Finding(
+                "churn",
+                f"{key}: 0 in forward replay {', '.join(fz)} but "
+                + ", ".join(f"{fmt_num(rev[n])} in reverse replay {n}" for n in rp)
+                + ": consistent with churn (entries evicted in the order the replay asks"
+                " for them).",
+                "run the small-working-set control: replay only the last few bodies, e.g. "
+                "--phase control:forward:c1:x2:lastN with N well under the cache capacity; "
+                "restores there confirm churn.",
+                tuple(fz + rp),
+            )
+        )
     elif fwd and rev and all(v == 0 for v in fwd.values()) and all(v == 0 for v in rev.values()):
         ph = tuple(list(fwd) + list(rev))
-        out.append(Finding(
-            "no_restores",
-            f"{key}: 0 in both forward ({', '.join(fwd)}) and reverse ({', '.join(rev)}) replays: "
-            "order does not matter, so eviction is not the cause.",
-            "inspect key and checkpoint eligibility with `kvreplay inspect` on one replayed body "
-            "(is a checkpoint stored, and does the replay's key match it?).",
-            ph,
-        ))
+        out.append(
+            Finding(
+                "no_restores",
+                f"{key}: 0 in both forward ({', '.join(fwd)}) and reverse ({', '.join(rev)})"
+                " replays: "
+                "order does not matter, so eviction is not the cause.",
+                "inspect key and checkpoint eligibility with `kvreplay inspect` on one"
+                " replayed body "
+                "(is a checkpoint stored, and does the replay's key match it?).",
+                ph,
+            )
+        )
     elif vals and all(v == 0 for v in vals.values()) and (not fwd or not rev):
         order = "forward" if fwd else ("reverse" if rev else "shuffled")
-        out.append(Finding(
-            "one_order_zero",
-            f"{key}: 0 in every replay ({', '.join(vals)}), all {order}.",
-            "add a replay in the other order (e.g. --phase replay-rev:reverse:c1) to tell churn "
-            "from ineligibility.",
-            tuple(vals),
-        ))
+        out.append(
+            Finding(
+                "one_order_zero",
+                f"{key}: 0 in every replay ({', '.join(vals)}), all {order}.",
+                "add a replay in the other order (e.g. --phase replay-rev:reverse:c1) to"
+                " tell churn "
+                "from ineligibility.",
+                tuple(vals),
+            )
+        )
     return out
 
 
@@ -182,14 +198,18 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
         hit = float(d["hit_tokens"])
         if tok.get("cached_unknown", 0) >= ph["ok"]:
             if hit > 0:
-                out.append(Finding(
-                    "usage_vs_counters",
-                    f"phase {ph['name']}: counters show hit_tokens {fmt_num(hit)} but no answer reported "
-                    "usage cached_tokens.",
-                    "rely on the counters for this server, or enable its cached-token usage reporting "
-                    "and replay one body at C1 to compare.",
-                    (ph["name"],),
-                ))
+                out.append(
+                    Finding(
+                        "usage_vs_counters",
+                        f"phase {ph['name']}: counters show hit_tokens {fmt_num(hit)} but no"
+                        " answer reported "
+                        "usage cached_tokens.",
+                        "rely on the counters for this server, or enable its cached-token"
+                        " usage reporting "
+                        "and replay one body at C1 to compare.",
+                        (ph["name"],),
+                    )
+                )
             continue
         cached = float(tok["cached"])
         gap = cached - hit
@@ -208,15 +228,19 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
             if bad:
                 shown = ", ".join(str(p) for p in bad[:8]) + (" ..." if len(bad) > 8 else "")
                 detail = f" At C1, {len(bad)} requests disagree (positions {shown})."
-        out.append(Finding(
-            "usage_vs_counters",
-            f"phase {ph['name']}: usage cached_tokens {fmt_num(cached)} vs counter hit_tokens "
-            f"{fmt_num(hit)}: gap {fmt_num(gap)} tokens ({abs(gap) / max(cached, hit, 1):.0%})." + detail,
-            "replay one disagreeing body alone at C1 and compare the two per request: a constant gap "
-            "per request points to block rounding, a gap on some requests only to a tier the usage "
-            "field does not count.",
-            (ph["name"],),
-        ))
+        out.append(
+            Finding(
+                "usage_vs_counters",
+                f"phase {ph['name']}: usage cached_tokens {fmt_num(cached)} vs counter hit_tokens "
+                f"{fmt_num(hit)}: gap {fmt_num(gap)} tokens ({abs(gap) / max(cached, hit, 1):.0%})."
+                + detail,
+                "replay one disagreeing body alone at C1 and compare the two per request:"
+                " a constant gap per request points to block rounding, a gap on some"
+                " requests only to a tier the usage "
+                "field does not count.",
+                (ph["name"],),
+            )
+        )
     return out
 
 
@@ -229,32 +253,46 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
         flagged = ph.get("client_bound") is True or client.get("bound") is True
         why = "the runner labelled it client-bound"
         if client:
-            figs = ", ".join(f"{k} {v}" for k, v in client.items() if k != "bound" and v is not None)
+            figs = ", ".join(
+                f"{k} {v}" for k, v in client.items() if k != "bound" and v is not None
+            )
             why += f" ({figs})" if figs else ""
         if ph.get("client_bound") is None and not client and ph.get("attribution") != "per_request":
             wall = ph.get("wall_s")
             c = ph.get("concurrency", 1)
-            e2e = [r["e2e_ns"] for r in records if r.get("phase") == ph["name"] and r.get("status") == "ok"
-                   and r.get("e2e_ns") is not None]
+            e2e = [
+                r["e2e_ns"]
+                for r in records
+                if r.get("phase") == ph["name"]
+                and r.get("status") == "ok"
+                and r.get("e2e_ns") is not None
+            ]
             if wall and e2e and len(e2e) >= 2 * c:
                 occ = sum(e2e) / 1e9 / wall
                 if occ < OCCUPANCY_LIMIT * c:
                     flagged = True
-                    why = (f"the client kept {occ:.2f} requests in flight on average at C{c} "
-                           f"(below {OCCUPANCY_LIMIT:.0%} of C)")
+                    why = (
+                        f"the client kept {occ:.2f} requests in flight on average at C{c} "
+                        f"(below {OCCUPANCY_LIMIT:.0%} of C)"
+                    )
         if flagged:
-            out.append(Finding(
-                "client_bound",
-                f"phase {ph['name']}: {why}; its latencies are the client's, not the server's.",
-                "rerun the phase with fewer workers per process or over several processes, "
-                "and compare the TTFT and ITL percentiles.",
-                (ph["name"],),
-            ))
+            out.append(
+                Finding(
+                    "client_bound",
+                    f"phase {ph['name']}: {why}; its latencies are the client's, not the server's.",
+                    "rerun the phase with fewer workers per process or over several processes, "
+                    "and compare the TTFT and ITL percentiles.",
+                    (ph["name"],),
+                )
+            )
     return out
 
 
-def diagnose(summary: dict[str, Any], plan: dict[str, Any] | None,
-             records: list[dict[str, Any]] | None = None) -> list[Finding]:
+def diagnose(
+    summary: dict[str, Any],
+    plan: dict[str, Any] | None,
+    records: list[dict[str, Any]] | None = None,
+) -> list[Finding]:
     """All findings for a run (rules in the module docstring), in rule order.
 
     Args:

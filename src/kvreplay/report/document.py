@@ -6,8 +6,8 @@ plot as a base64 PNG ``data:`` URI and its style inline, so it opens with no
 network. Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
 failed/deferred cells carry their reason in ``title`` and in the text; every
 plot is a ``<figure id="plot-KEY" data-plot=KEY data-status=...>`` (``:`` and other
-characters outside ``[A-Za-z0-9_-]`` become ``-`` in the id, so ``report.html#plot-ttft-position-replay``
-opens at that figure).
+characters outside ``[A-Za-z0-9_-]`` become ``-`` in the id, so
+``report.html#plot-ttft-position-replay`` opens at that figure).
 """
 
 from __future__ import annotations
@@ -73,7 +73,10 @@ def _probe_table(v: dict[str, Any]) -> Table:
         ("Cmax (largest cached_tokens seen)", [_opt(v.get("cmax_tokens"), "not in verdict.json")]),
         ("minimum flushing k", [_opt(v.get("min_flush_k"), "bisection did not bracket a flush")]),
         ("flush bracket", [_opt(v.get("flush_bracket"), "not in verdict.json")]),
-        ("bytes per token", [_opt(v.get("bytes_per_token"), "server reports no entry or pool bytes")]),
+        (
+            "bytes per token",
+            [_opt(v.get("bytes_per_token"), "server reports no entry or pool bytes")],
+        ),
     ]
     return t
 
@@ -99,7 +102,11 @@ def build(run: RunData) -> Report:
     if plan:
         rep.header += [
             ("plan", str(plan.get("plan_sha256", ""))),
-            ("workload", f"{wl.get('path')} ({wl.get('n_bodies')} bodies, sha256 {str(wl.get('sha256', ''))[:16]})"),
+            (
+                "workload",
+                f"{wl.get('path')} ({wl.get('n_bodies')} bodies,"
+                f" sha256 {str(wl.get('sha256', ''))[:16]})",
+            ),
             ("target", str(rn.get("target"))),
             ("backend", str(rn.get("backend"))),
             ("kvreplay", f"{rn.get('kvreplay_version')} (accountant {rn.get('implementation')})"),
@@ -108,32 +115,56 @@ def build(run: RunData) -> Report:
         rep.header.append(("wall time", f"{s['wall_s']:.1f} s"))
     if s.get("aborted"):
         ab = s["aborted"]
-        rep.banners.append(f"Run aborted: {ab.get('reason')} — {ab.get('message', '')}. "
-                           "Positions never sent are deferred.")
+        rep.banners.append(
+            f"Run aborted: {ab.get('reason')} — {ab.get('message', '')}. "
+            "Positions never sent are deferred."
+        )
     if s.get("rebuilt_from_records"):
-        rep.banners.append("summary.json was rebuilt from records.jsonl (the run ended without writing it).")
+        rep.banners.append(
+            "summary.json was rebuilt from records.jsonl (the run ended without writing it)."
+        )
     for ph in s.get("phases", []):
         if not ph.get("valid", True) and not ph.get("deferred"):
-            rep.banners.append(f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "
-                               "Its figures are shown as failed, not measured.")
+            rep.banners.append(
+                f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "
+                "Its figures are shown as failed, not measured."
+            )
     if s.get("phases") or plan.get("phases"):
         rep.findings = diagnose(s, run.plan, run.record_list)
         plots = run_plots(run)
-        rep.sections.append(("Phases", [phase_table(run)], [p for p in plots if p.key.startswith("cdf-")], []))
-        rep.sections.append(("TTFT against position (the churn picture)", [],
-                             [p for p in plots if p.key.startswith("ttft-position:")], []))
+        rep.sections.append(
+            ("Phases", [phase_table(run)], [p for p in plots if p.key.startswith("cdf-")], [])
+        )
+        rep.sections.append(
+            (
+                "TTFT against position (the churn picture)",
+                [],
+                [p for p in plots if p.key.startswith("ttft-position:")],
+                [],
+            )
+        )
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         rq = request_tables(run)
         if rq:
-            rep.sections.append(("Per request at C1 (native counter deltas across each request)", rq, [], []))
+            rep.sections.append(
+                ("Per request at C1 (native counter deltas across each request)", rq, [], [])
+            )
         rep.sections.append(("Drain checks", [drain_table(run)], [], []))
         rep.sections.append(("Server identity before and after", [identity_table(run)], [], []))
         rep.sections.append(("Errors by class", [error_table(run)], [], error_examples(run)))
     if run.verdict is not None:
-        rep.sections.append(("Probe (verdict.json)", [_probe_table(run.verdict)], probe_plots(run.verdict), []))
+        rep.sections.append(
+            ("Probe (verdict.json)", [_probe_table(run.verdict)], probe_plots(run.verdict), [])
+        )
     if run.simulate is not None:
-        rep.sections.append(("Simulate (miss-ratio curve)", [_simulate_table(run.simulate)],
-                             simulate_plots(run.simulate), []))
+        rep.sections.append(
+            (
+                "Simulate (miss-ratio curve)",
+                [_simulate_table(run.simulate)],
+                simulate_plots(run.simulate),
+                [],
+            )
+        )
     return rep
 
 
@@ -143,7 +174,9 @@ def build(run: RunData) -> Report:
 def _md_table(t: Table) -> str:
     lines = ["| " + " | ".join([t.corner, *t.columns]) + " |", "|" + "---|" * (len(t.columns) + 1)]
     for head, cells in t.rows:
-        lines.append("| " + " | ".join([head.replace("|", "/"), *(c.markdown() for c in cells)]) + " |")
+        lines.append(
+            "| " + " | ".join([head.replace("|", "/"), *(c.markdown() for c in cells)]) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -157,7 +190,12 @@ def to_markdown(rep: Report) -> str:
         for f in rep.findings:
             out.append(f"- **{f.rule}**: {f.finding} Next: {f.next_experiment}")
     elif rep.sections:
-        out += ["", "## Diagnosis", "", "No rule fired (see the rules in `kvreplay.report.diagnose`)."]
+        out += [
+            "",
+            "## Diagnosis",
+            "",
+            "No rule fired (see the rules in `kvreplay.report.diagnose`).",
+        ]
     for title, tables, plots, notes in rep.sections:
         out += ["", f"## {title}", ""]
         for t in tables:
@@ -171,16 +209,19 @@ def to_markdown(rep: Report) -> str:
         out += ["", "## Plan", ""]
         for ph in plan["phases"]:
             seq = ph.get("sequence") or []
-            out.append(f"- {ph['name']}: {ph.get('order')} C{ph.get('concurrency')} x{ph.get('repeats')}, "
-                       f"{len(seq)} requests, bodies {', '.join(str(x['body_index']) for x in seq[:20])}"
-                       + (" ..." if len(seq) > 20 else ""))
+            out.append(
+                f"- {ph['name']}: {ph.get('order')} C{ph.get('concurrency')} x{ph.get('repeats')}, "
+                f"{len(seq)} requests, bodies {', '.join(str(x['body_index']) for x in seq[:20])}"
+                + (" ..." if len(seq) > 20 else "")
+            )
     return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- HTML
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;
+color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;margin-top:1.6em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
@@ -191,7 +232,8 @@ text-align:left}
 figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%;height:auto}
 figure[data-status=failed] .nofig,figure[data-status=deferred] .nofig{width:420px;height:120px;
 display:flex;align-items:center;justify-content:center;border:1px dashed #aaa;padding:.5em}
-figure[data-status=failed] .nofig{background:#fde8e8}figure[data-status=deferred] .nofig{background:#eee}
+figure[data-status=failed] .nofig{background:#fde8e8}
+figure[data-status=deferred] .nofig{background:#eee}
 figcaption{font-size:.8em;color:#555;max-width:680px}
 .banner{background:#fff4d6;border-left:4px solid #e0a800;padding:.4em .8em;margin:.4em 0}
 .finding{margin:.4em 0}.next{color:#225}.legend span{padding:0 .4em;margin-right:.5em}
@@ -213,11 +255,16 @@ def _html_cell(c: Cell) -> str:
 
 
 def _html_table(t: Table) -> str:
-    out = [f'<div class="scroll"><table data-table="{_e(t.key)}"><thead><tr><th scope="col">{_e(t.corner)}</th>']
+    out = [
+        f'<div class="scroll"><table data-table="{_e(t.key)}"><thead><tr>'
+        f'<th scope="col">{_e(t.corner)}</th>'
+    ]
     out += [f'<th scope="col">{_e(c)}</th>' for c in t.columns]
     out.append("</tr></thead><tbody>")
     for head, cells in t.rows:
-        out.append(f'<tr><th scope="row">{_e(head)}</th>' + "".join(_html_cell(c) for c in cells) + "</tr>")
+        out.append(
+            f'<tr><th scope="row">{_e(head)}</th>' + "".join(_html_cell(c) for c in cells) + "</tr>"
+        )
     out.append("</tbody></table></div>")
     return "".join(out)
 
@@ -239,23 +286,34 @@ def _html_plot(p: Plot) -> str:
 
 def to_html(rep: Report) -> str:
     """report.html: one self-contained page (inline CSS, plots as data: URIs, no scripts)."""
-    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
-           "<title>kvreplay run report</title>", f"<style>{_CSS}</style></head><body>",
-           "<h1>kvreplay run report</h1>"]
+    out = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        "<title>kvreplay run report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>kvreplay run report</h1>",
+    ]
     if rep.header:
-        out.append("<dl>" + "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(v)}</code></dd>" for k, v in rep.header)
-                   + "</dl>")
-    out.append('<p class="legend">Cells: <span style="background:#fff">measured</span>'
-               '<span style="background:#fde8e8">failed (reason)</span>'
-               '<span style="background:#eee">deferred (not run)</span></p>')
+        out.append(
+            "<dl>"
+            + "".join(f"<dt>{_e(k)}</dt><dd><code>{_e(v)}</code></dd>" for k, v in rep.header)
+            + "</dl>"
+        )
+    out.append(
+        '<p class="legend">Cells: <span style="background:#fff">measured</span>'
+        '<span style="background:#fde8e8">failed (reason)</span>'
+        '<span style="background:#eee">deferred (not run)</span></p>'
+    )
     out += [f'<div class="banner">{_e(b)}</div>' for b in rep.banners]
     if rep.run.summary.get("phases") or (rep.run.plan or {}).get("phases"):
         out.append('<h2 id="diagnosis">Diagnosis</h2>')
         if rep.findings:
             out.append("<ul>")
             for f in rep.findings:
-                out.append(f'<li class="finding" data-rule="{_e(f.rule)}"><b>{_e(f.rule)}</b>: {_e(f.finding)} '
-                           f'<span class="next">Next: {_e(f.next_experiment)}</span></li>')
+                out.append(
+                    f'<li class="finding" data-rule="{_e(f.rule)}"><b>{_e(f.rule)}</b>: '
+                    f"{_e(f.finding)} "
+                    f'<span class="next">Next: {_e(f.next_experiment)}</span></li>'
+                )
             out.append("</ul>")
         else:
             out.append("<p>No rule fired.</p>")
@@ -263,8 +321,10 @@ def to_html(rep: Report) -> str:
         out.append(f"<h2>{_e(title)}</h2>")
         if title.startswith("Per request"):
             for t in tables:
-                out.append(f"<details><summary>{_e(t.key.split(':', 1)[1])}: {len(t.rows)} requests"
-                           f"</summary>{_html_table(t)}</details>")
+                out.append(
+                    f"<details><summary>{_e(t.key.split(':', 1)[1])}: {len(t.rows)} requests"
+                    f"</summary>{_html_table(t)}</details>"
+                )
         else:
             out += [_html_table(t) for t in tables]
         out += [_html_plot(p) for p in plots]
@@ -272,14 +332,21 @@ def to_html(rep: Report) -> str:
             out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     plan = rep.run.plan or {}
     if plan.get("phases"):
-        out.append('<h2>Plan</h2><details data-section="plan"><summary>Frozen order and body hashes '
-                   f'(plan {_e(str(plan.get("plan_sha256", ""))[:16])})</summary>')
+        out.append(
+            '<h2>Plan</h2><details data-section="plan"><summary>Frozen order and body hashes '
+            f"(plan {_e(str(plan.get('plan_sha256', ''))[:16])})</summary>"
+        )
         for ph in plan["phases"]:
             spec = {k: v for k, v in ph.items() if k != "sequence"}
-            lines = [f"{s['position']:>6} {s['body_index']:>6} {s['body_sha256']} {s.get('repetition', 0)}"
-                     for s in ph.get("sequence") or []]
-            out.append(f"<h3>{_e(ph['name'])}</h3><p><code>{_e(spec)}</code></p>"
-                       f"<pre>position   body sha256{' ' * 58}rep\n{_e(chr(10).join(lines))}</pre>")
+            lines = [
+                f"{s['position']:>6} {s['body_index']:>6} {s['body_sha256']}"
+                f" {s.get('repetition', 0)}"
+                for s in ph.get("sequence") or []
+            ]
+            out.append(
+                f"<h3>{_e(ph['name'])}</h3><p><code>{_e(spec)}</code></p>"
+                f"<pre>position   body sha256{' ' * 58}rep\n{_e(chr(10).join(lines))}</pre>"
+            )
         out.append("</details>")
     out.append("</body></html>")
     return "\n".join(out)

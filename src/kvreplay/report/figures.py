@@ -57,11 +57,22 @@ def _cdf_plots(run: RunData) -> list[Plot]:
                 curves.append((f"{name} (n={arr.total})", xs.tolist(), ys.tolist()))
         reason = "; ".join(left_out) or None
         if curves:
-            out.append(Plot(f"cdf-{metric}", f"{label} CDF per phase", "measured", reason,
-                            plots.cdf_png(label, curves)))
+            out.append(
+                Plot(
+                    f"cdf-{metric}",
+                    f"{label} CDF per phase",
+                    "measured",
+                    reason,
+                    plots.cdf_png(label, curves),
+                )
+            )
         else:
-            status: Status = "deferred" if left_out and all(": deferred" in x for x in left_out) else "failed"
-            out.append(Plot(f"cdf-{metric}", f"{label} CDF per phase", status, reason or "no phases"))
+            status: Status = (
+                "deferred" if left_out and all(": deferred" in x for x in left_out) else "failed"
+            )
+            out.append(
+                Plot(f"cdf-{metric}", f"{label} CDF per phase", status, reason or "no phases")
+            )
     return out
 
 
@@ -69,25 +80,46 @@ def _position_plots(run: RunData) -> list[Plot]:
     out = []
     for ph in phases_in_order(run.summary, run.plan):
         name = ph if isinstance(ph, str) else ph["name"]
-        key, title = f"ttft-position:{name}", f"phase {name}: TTFT vs position, cached tokens overlaid"
+        key, title = (
+            f"ttft-position:{name}",
+            f"phase {name}: TTFT vs position, cached tokens overlaid",
+        )
         gate = phase_gate(ph, run.summary)
         if gate is not None:
             out.append(Plot(key, title, gate.status, gate.reason))
             continue
-        recs = sorted((r for r in run.record_list if r.get("phase") == name), key=lambda r: r.get("position", 0))
+        recs = sorted(
+            (r for r in run.record_list if r.get("phase") == name),
+            key=lambda r: r.get("position", 0),
+        )
         ok = [r for r in recs if r.get("status") == "ok" and r.get("ttft_ns") is not None]
         if not ok:
             out.append(Plot(key, title, "failed", "no request with a first token"))
             continue
-        failed_pos = [r["position"] for r in recs if r.get("sent", True) and r.get("status") != "ok"]
+        failed_pos = [
+            r["position"] for r in recs if r.get("sent", True) and r.get("status") != "ok"
+        ]
         rk = restore_key(recs)
         restores = None
         if rk is not None:
-            rr = [r for r in ok if rk in (r.get("counter_delta") or {}) and not r["counter_delta"].get("reset")]
-            restores = (rk, [r["position"] for r in rr], [float(r["counter_delta"][rk]) for r in rr])
+            rr = [
+                r
+                for r in ok
+                if rk in (r.get("counter_delta") or {}) and not r["counter_delta"].get("reset")
+            ]
+            restores = (
+                rk,
+                [r["position"] for r in rr],
+                [float(r["counter_delta"][rk]) for r in rr],
+            )
         png = plots.ttft_position_png(
-            name, [r["position"] for r in ok], [r["ttft_ns"] / 1e6 for r in ok],
-            [(r.get("usage") or {}).get("cached_tokens") for r in ok], failed_pos, restores)
+            name,
+            [r["position"] for r in ok],
+            [r["ttft_ns"] / 1e6 for r in ok],
+            [(r.get("usage") or {}).get("cached_tokens") for r in ok],
+            failed_pos,
+            restores,
+        )
         note = f"{len(failed_pos)} failed requests marked ×" if failed_pos else None
         out.append(Plot(key, title, "measured", note, png))
     return out
@@ -109,16 +141,21 @@ def _num(d: dict[str, Any], *keys: str) -> float | None:
 
 
 def _fit_points(verdict: dict[str, Any]) -> list[tuple[float, float, str]]:
-    """Prefill points: the chosen fit's ``[tokens, seconds]`` pairs (cold legs), warm legs, or loose dicts."""
+    """Prefill points: the chosen fit's ``[tokens, s]`` (cold legs), warm legs, or loose dicts."""
     fit = verdict.get("prefill_fit") or {}
     fits = verdict.get("prefill_fits") or {}
     src = fit.get("source")
-    chosen = fits.get(src) if isinstance(fits.get(src), dict) else next(
-        (f for f in fits.values() if isinstance(f, dict)), None)
+    chosen = (
+        fits.get(src)
+        if isinstance(fits.get(src), dict)
+        else next((f for f in fits.values() if isinstance(f, dict)), None)
+    )
     pts: list[tuple[float, float, str]] = []
     for xy in (chosen or {}).get("points") or []:
         if isinstance(xy, (list, tuple)) and len(xy) == 2 and None not in xy:
-            pts.append((float(xy[0]), float(xy[1]), f"cold ({(chosen or {}).get('source', src) or 'fit'})"))
+            pts.append(
+                (float(xy[0]), float(xy[1]), f"cold ({(chosen or {}).get('source', src) or 'fit'})")
+            )
     for w in verdict.get("warm") or []:
         if isinstance(w, dict):
             tok, sec = _num(w, "size_tokens", "tokens"), _num(w, "warm_ttft_s")
@@ -153,22 +190,51 @@ def probe_plots(verdict: dict[str, Any]) -> list[Plot]:
     title = "probe: prefill seconds against prompt tokens"
     if pts:
         r2 = _num(fit, "r2")
-        why = f"fit r² {r2:.3f}" if r2 is not None else ("no fit in verdict.json" if a is None else None)
-        out.append(Plot("probe-prefill-fit", title, "measured", why, plots.prefill_fit_png(pts, a, rate)))
+        why = (
+            f"fit r² {r2:.3f}"
+            if r2 is not None
+            else ("no fit in verdict.json" if a is None else None)
+        )
+        out.append(
+            Plot("probe-prefill-fit", title, "measured", why, plots.prefill_fit_png(pts, a, rate))
+        )
     else:
-        out.append(Plot("probe-prefill-fit", title, "failed", "verdict.json has no legs with tokens and prefill time"))
+        out.append(
+            Plot(
+                "probe-prefill-fit",
+                title,
+                "failed",
+                "verdict.json has no legs with tokens and prefill time",
+            )
+        )
     raw = verdict.get("bisection") or verdict.get("points") or []
     steps = [p for p in raw if isinstance(p, dict) and "k" in p and "flushed" in p]
     title = "probe: eviction bisection (foreign prompts k)"
     if steps:
         br = verdict.get("flush_bracket")
-        note = f"minimum flushing k {verdict.get('min_flush_k')}, bracket {br}" if br else \
-            (verdict.get("eviction_note") or None)
-        out.append(Plot("probe-bisection", title, "measured", note,
-                        plots.bisection_png([(float(p["k"]), p["flushed"]) for p in steps])))
+        note = (
+            f"minimum flushing k {verdict.get('min_flush_k')}, bracket {br}"
+            if br
+            else (verdict.get("eviction_note") or None)
+        )
+        out.append(
+            Plot(
+                "probe-bisection",
+                title,
+                "measured",
+                note,
+                plots.bisection_png([(float(p["k"]), p["flushed"]) for p in steps]),
+            )
+        )
     elif verdict.get("eviction_note") or "min_flush_k" in verdict:
-        out.append(Plot("probe-bisection", title, "deferred",
-                        verdict.get("eviction_note") or "no eviction legs were run"))
+        out.append(
+            Plot(
+                "probe-bisection",
+                title,
+                "deferred",
+                verdict.get("eviction_note") or "no eviction legs were run",
+            )
+        )
     return out
 
 
@@ -176,8 +242,23 @@ def simulate_plots(sim: dict[str, Any]) -> list[Plot]:
     """The miss-ratio curve with the recommended capacity from a simulate ``--json`` output."""
     curve = [p for p in sim.get("curve") or [] if isinstance(p, dict) and "capacity" in p]
     rec = sim.get("recommended")
-    rec_cap = _num(rec, "capacity") if isinstance(rec, dict) else (float(rec) if isinstance(rec, (int, float)) else None)
+    rec_cap = (
+        _num(rec, "capacity")
+        if isinstance(rec, dict)
+        else (float(rec) if isinstance(rec, (int, float)) else None)
+    )
     if not curve:
-        return [Plot("simulate-mrc", "simulate: hit ratio against capacity", "failed", "no curve points")]
-    return [Plot("simulate-mrc", "simulate: hit ratio against capacity", "measured",
-                 None if rec_cap is not None else "no recommended capacity", plots.curve_png(curve, rec_cap))]
+        return [
+            Plot(
+                "simulate-mrc", "simulate: hit ratio against capacity", "failed", "no curve points"
+            )
+        ]
+    return [
+        Plot(
+            "simulate-mrc",
+            "simulate: hit ratio against capacity",
+            "measured",
+            None if rec_cap is not None else "no recommended capacity",
+            plots.curve_png(curve, rec_cap),
+        )
+    ]

@@ -79,8 +79,11 @@ class HistogramArrays:
         return self.value_us / 1000.0, np.cumsum(self.count) / self.total
 
     def percentile_ms(self, q: float) -> float | None:
-        """Value at percentile ``q`` (0-100) in ms, HdrHistogram's rule (first value whose
-        cumulative count reaches ``ceil(q/100 * total)``); None when empty."""
+        """Value at percentile ``q`` (0-100) in ms; None when empty.
+
+        HdrHistogram's rule: the first value whose cumulative count reaches
+        ``ceil(q / 100 * total)``.
+        """
         n = self.total
         if n == 0:
             return None
@@ -186,7 +189,7 @@ def _sum_deltas(deltas: list[dict]) -> dict[str, Any] | None:
 
 
 def _peak_in_flight(recs: list[dict[str, Any]]) -> int:
-    """Most requests between ``t_sent_ns`` and ``t_done_ns`` at once (ends before starts at ties)."""
+    """Most requests between ``t_sent_ns`` and ``t_done_ns`` at once (ends first at ties)."""
     ev = []
     for r in recs:
         if r.get("t_sent_ns") is not None and r.get("t_done_ns") is not None:
@@ -199,8 +202,9 @@ def _peak_in_flight(recs: list[dict[str, Any]]) -> int:
     return peak
 
 
-def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
-                    records: list[dict[str, Any]]) -> dict[str, Any]:
+def rebuild_summary(
+    run_dir: Path, plan: dict[str, Any] | None, records: list[dict[str, Any]]
+) -> dict[str, Any]:
     """A summary.json rebuilt from records (and finished phases' .hlog for ITL).
 
     Args:
@@ -219,8 +223,15 @@ def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
     if not phases_spec:
         seen: dict[str, dict[str, Any]] = {}
         for r in records:
-            ph = seen.setdefault(r["phase"], {"name": r["phase"], "concurrency": r.get("concurrency", 1),
-                                              "repeats": 1, "sequence": []})
+            ph = seen.setdefault(
+                r["phase"],
+                {
+                    "name": r["phase"],
+                    "concurrency": r.get("concurrency", 1),
+                    "repeats": 1,
+                    "sequence": [],
+                },
+            )
             ph["sequence"].append(r)
         phases_spec = list(seen.values())
     by_phase: dict[str, list[dict]] = {}
@@ -230,8 +241,12 @@ def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
     for spec in phases_spec:
         name = spec["name"]
         recs = by_phase.get(name, [])
-        st = PhaseStats(name, int(spec.get("concurrency", 1)), int(spec.get("repeats", 1)),
-                        len(spec.get("sequence") or recs))
+        st = PhaseStats(
+            name,
+            int(spec.get("concurrency", 1)),
+            int(spec.get("repeats", 1)),
+            len(spec.get("sequence") or recs),
+        )
         for r in recs:
             st.add(r)
         st.not_sent += max(0, st.planned - len(recs))
@@ -246,7 +261,9 @@ def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
         attrs = {r.get("attribution") for r in sent}
         st.attribution = next((a for a in ("per_request", "phase_only") if a in attrs), "none")
         if st.attribution == "per_request":
-            st.counter_delta = _sum_deltas([r["counter_delta"] for r in sent if r.get("counter_delta")])
+            st.counter_delta = _sum_deltas(
+                [r["counter_delta"] for r in sent if r.get("counter_delta")]
+            )
         itl_log = run_dir / "histograms" / f"{name}.itl.hlog"
         if itl_log.exists():
             try:
@@ -271,9 +288,11 @@ def rebuild_summary(run_dir: Path, plan: dict[str, Any] | None,
         "schema_version": SCHEMA_VERSION,
         "plan_sha256": (plan or {}).get("plan_sha256"),
         "implementation": ((plan or {}).get("run") or {}).get("implementation"),
-        "aborted": {"reason": "killed",
-                    "message": "summary.json was missing (the run ended without writing it); "
-                               "rebuilt from records.jsonl by kvreplay report"},
+        "aborted": {
+            "reason": "killed",
+            "message": "summary.json was missing (the run ended without writing it); "
+            "rebuilt from records.jsonl by kvreplay report",
+        },
         "restarts": sum(1 for r in records if (r.get("counter_delta") or {}).get("reset")),
         "identity": {"before": None, "after": None},
         "wall_s": None,
@@ -330,10 +349,15 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
             if write_rebuilt:
                 _write_json(run_dir / "summary.json", summary)
         elif verdict is not None or simulate is not None:
-            summary = {"schema_version": SCHEMA_VERSION, "phases": []}  # a probe or simulate directory
+            summary = {
+                "schema_version": SCHEMA_VERSION,
+                "phases": [],
+            }  # a probe or simulate directory
         else:
-            raise FileNotFoundError(f"{run_dir}: no summary.json, records.jsonl, {VERDICT_FILE} "
-                                    f"or {' / '.join(SIMULATE_FILES)}")
+            raise FileNotFoundError(
+                f"{run_dir}: no summary.json, records.jsonl, {VERDICT_FILE} "
+                f"or {' / '.join(SIMULATE_FILES)}"
+            )
     hists: dict[str, dict[str, HistogramArrays]] = {}
     hdir = run_dir / "histograms"
     if hdir.is_dir():

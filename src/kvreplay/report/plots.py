@@ -54,9 +54,14 @@ def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[f
     return _png(fig)
 
 
-def ttft_position_png(phase: str, positions: Sequence[int], ttft_ms: Sequence[float],
-                      cached: Sequence[float | None], failed_positions: Sequence[int],
-                      restores: tuple[str, Sequence[int], Sequence[float]] | None = None) -> bytes:
+def ttft_position_png(
+    phase: str,
+    positions: Sequence[int],
+    ttft_ms: Sequence[float],
+    cached: Sequence[float | None],
+    failed_positions: Sequence[int],
+    restores: tuple[str, Sequence[int], Sequence[float]] | None = None,
+) -> bytes:
     """TTFT against position in the phase's frozen sequence, cached tokens overlaid.
 
     Args:
@@ -72,7 +77,9 @@ def ttft_position_png(phase: str, positions: Sequence[int], ttft_ms: Sequence[fl
     """
     fig = Figure(figsize=(7.2, 3.6))
     ax = fig.add_subplot()
-    ax.plot(positions, ttft_ms, "o-", color="tab:blue", markersize=3, linewidth=1, label="TTFT (ms)")
+    ax.plot(
+        positions, ttft_ms, "o-", color="tab:blue", markersize=3, linewidth=1, label="TTFT (ms)"
+    )
     if failed_positions:
         ax.plot(failed_positions, [0] * len(failed_positions), "x", color="tab:red", label="failed")
     ax.set_xlabel("position in the phase's frozen sequence")
@@ -80,10 +87,16 @@ def ttft_position_png(phase: str, positions: Sequence[int], ttft_ms: Sequence[fl
     ax.set_ylim(0, max(ttft_ms) * 1.12 if ttft_ms else 1.0)
     ax.grid(True, alpha=0.3)
     ax2 = ax.twinx()
-    cp = [(p, c) for p, c in zip(positions, cached) if c is not None]
+    cp = [(p, c) for p, c in zip(positions, cached, strict=True) if c is not None]
     if cp:
-        ax2.bar([p for p, _ in cp], [c for _, c in cp], color="tab:orange", alpha=0.35, width=0.8,
-                label="usage cached_tokens")
+        ax2.bar(
+            [p for p, _ in cp],
+            [c for _, c in cp],
+            color="tab:orange",
+            alpha=0.35,
+            width=0.8,
+            label="usage cached_tokens",
+        )
     if restores is not None:
         name, rpos, rval = restores
         ax2.plot(rpos, rval, "s", color="tab:green", markersize=3, label=f"Δ {name} (counters)")
@@ -95,14 +108,22 @@ def ttft_position_png(phase: str, positions: Sequence[int], ttft_ms: Sequence[fl
     ax2.set_ylim(bottom=0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, fontsize="small",
-              frameon=False)
+    ax.legend(
+        h1 + h2,
+        l1 + l2,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=4,
+        fontsize="small",
+        frameon=False,
+    )
     ax.set_title(f"phase {phase}: TTFT vs position, cached tokens overlaid")
     return _png(fig)
 
 
-def prefill_fit_png(points: Sequence[tuple[float, float, str]], a_s: float | None,
-                    rate_tokens_per_s: float | None) -> bytes:
+def prefill_fit_png(
+    points: Sequence[tuple[float, float, str]], a_s: float | None, rate_tokens_per_s: float | None
+) -> bytes:
     """Probe legs (prompt tokens, prefill s, leg label) with the fit ``a + tokens / rate``.
 
     Returns:
@@ -116,8 +137,13 @@ def prefill_fit_png(points: Sequence[tuple[float, float, str]], a_s: float | Non
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=lab or "leg")
     if a_s is not None and rate_tokens_per_s:
         xs = [0.0, max((p[0] for p in points), default=1.0)]
-        ax.plot(xs, [a_s + x / rate_tokens_per_s for x in xs], "-", color="black",
-                label=f"fit {a_s:.3g} s + tokens / {rate_tokens_per_s:.4g}")
+        ax.plot(
+            xs,
+            [a_s + x / rate_tokens_per_s for x in xs],
+            "-",
+            color="black",
+            label=f"fit {a_s:.3g} s + tokens / {rate_tokens_per_s:.4g}",
+        )
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel("prefill (s)")
     ax.grid(True, alpha=0.3)
@@ -159,7 +185,10 @@ def curve_png(curve: Sequence[dict[str, Any]], recommended: float | None) -> byt
     fig = Figure(figsize=_SIZE)
     ax = fig.add_subplot()
     xs = [float(p["capacity"]) for p in curve]
-    for key, lab in (("hit_ratio_requests", "hit ratio (requests)"), ("hit_ratio_tokens", "hit ratio (tokens)")):
+    for key, lab in (
+        ("hit_ratio_requests", "hit ratio (requests)"),
+        ("hit_ratio_tokens", "hit ratio (tokens)"),
+    ):
         ys = [p.get(key) for p in curve]
         if any(y is not None for y in ys):
             ax.plot(xs, [float("nan") if y is None else y for y in ys], "-", label=lab)

@@ -117,8 +117,10 @@ class ProgressState:
         drain = "none yet"
         if self.last_drain:
             ph, r = self.last_drain
-            drain = f"{ph}: {'passed' if r.get('passed') else 'FAILED'} after {r.get('waited_s')} s" + (
-                f" ({r['reason']})" if r.get("reason") else "")
+            drain = (
+                f"{ph}: {'passed' if r.get('passed') else 'FAILED'} after {r.get('waited_s')} s"
+                + (f" ({r['reason']})" if r.get("reason") else "")
+            )
         pos = f"{self.position + 1}/{self.phase_planned}" if self.phase else "-"
         return [
             ("phase", f"{self.phase or '-'} (C{self.concurrency})" if self.phase else "-"),
@@ -129,7 +131,10 @@ class ProgressState:
             ("TTFT p50 (phase)", f"{p50:.1f} ms" if p50 is not None else "-"),
             ("cached tokens so far", str(self.cached_tokens)),
             ("last drain", drain),
-            ("time left", f"{left:.0f} s before no new requests" if left is not None else "no deadline"),
+            (
+                "time left",
+                f"{left:.0f} s before no new requests" if left is not None else "no deadline",
+            ),
         ]
 
 
@@ -139,8 +144,12 @@ class LiveObserver:
     def __init__(self, console: Console | None = None, refresh_per_second: float = 4.0) -> None:
         self.state = ProgressState()
         self.console = console or Console(stderr=True)
-        self._live = Live(get_renderable=self._render, console=self.console,
-                          refresh_per_second=refresh_per_second, transient=False)
+        self._live = Live(
+            get_renderable=self._render,
+            console=self.console,
+            refresh_per_second=refresh_per_second,
+            transient=False,
+        )
         self._started = False
 
     def _render(self) -> Group:
@@ -172,8 +181,11 @@ class LiveObserver:
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
         self.console.print(
-            f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {phase['ttft_ms']['p50']} ms, "
-            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens", highlight=False)
+            f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']},"
+            f" TTFT p50 {phase['ttft_ms']['p50']} ms, "
+            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens",
+            highlight=False,
+        )
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self.state.message(text)
@@ -188,7 +200,8 @@ def make_live_observer(*, stdout: Any = None, stderr: Any = None) -> RunObserver
     """The observer ``kvreplay run`` uses: ``LiveObserver`` on a terminal, else ``PlainObserver``.
 
     Args:
-        stdout, stderr: Streams to test for a terminal (default ``sys.stdout`` / ``sys.stderr``).
+        stdout: Stream to test for a terminal (default ``sys.stdout``).
+        stderr: Likewise (default ``sys.stderr``); the panel is drawn there.
     """
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:

@@ -40,10 +40,28 @@ __all__ = [
 ]
 
 COUNTER_ORDER = (
-    "lookups", "hits", "misses", "hit_tokens", "query_tokens", "prompt_tokens", "computed_tokens",
-    "stores", "evictions", "refused", "host_lookups", "host_hits", "host_query_tokens",
-    "host_fetched_tokens", "host_reused_tokens", "host_stores", "host_evictions",
-    "entries", "bytes", "host_bytes", "host_rows_used", "host_pages_used",
+    "lookups",
+    "hits",
+    "misses",
+    "hit_tokens",
+    "query_tokens",
+    "prompt_tokens",
+    "computed_tokens",
+    "stores",
+    "evictions",
+    "refused",
+    "host_lookups",
+    "host_hits",
+    "host_query_tokens",
+    "host_fetched_tokens",
+    "host_reused_tokens",
+    "host_stores",
+    "host_evictions",
+    "entries",
+    "bytes",
+    "host_bytes",
+    "host_rows_used",
+    "host_pages_used",
 )
 """Column order of counter tables: the common names of ``runner.backend``, counters then gauges."""
 
@@ -73,8 +91,10 @@ def phase_name(ph: dict[str, Any] | str) -> str:
 
 
 def _count_cell(ph: dict[str, Any] | str, summary: dict[str, Any], text: str) -> Cell:
-    """A request count: measured, deferred when the phase did not run, failed in an invalid phase
-    (the count still shown in the reason, never as a measured figure)."""
+    """A request count: measured; deferred when the phase did not run; failed in an invalid phase.
+
+    In an invalid phase the count is still shown, in the reason, never as a measured figure.
+    """
     if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
         return phase_gate(ph, summary) or deferred("not run")
     if not ph.get("valid", True):
@@ -86,12 +106,29 @@ def _count_cell(ph: dict[str, Any] | str, summary: dict[str, Any], text: str) ->
 def phase_table(run: RunData) -> Table:
     """Per-phase figures: counts, TTFT/ITL/TPOT/E2E percentiles (ms), cached/prompt tokens."""
     s = run.summary
-    t = Table("phases", ["ok/planned", "failed", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms",
-                         "ITL p50 ms", "TPOT p50 ms", "E2E p50 ms", "cached/prompt tokens"])
+    t = Table(
+        "phases",
+        [
+            "ok/planned",
+            "failed",
+            "TTFT p50 ms",
+            "TTFT p90 ms",
+            "TTFT p99 ms",
+            "ITL p50 ms",
+            "TPOT p50 ms",
+            "E2E p50 ms",
+            "cached/prompt tokens",
+        ],
+    )
     for ph in phases_in_order(s, run.plan):
         if isinstance(ph, str):
-            t.rows.append((ph, [deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")]
-                           * len(t.columns)))
+            t.rows.append(
+                (
+                    ph,
+                    [deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")]
+                    * len(t.columns),
+                )
+            )
             continue
         nfail = sum((ph.get("failed") or {}).values())
         cells = [
@@ -113,8 +150,11 @@ def _counter_keys(deltas: list[dict[str, Any]]) -> list[str]:
     """Numeric keys present, in ``COUNTER_ORDER``; load gauges are left to the drain table."""
     present = set()
     for d in deltas:
-        present |= {k for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                    and k not in LOAD_GAUGES}
+        present |= {
+            k
+            for k, v in d.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in LOAD_GAUGES
+        }
     keys = [k for k in COUNTER_ORDER if k in present]
     return keys + sorted(present - set(keys))
 
@@ -129,7 +169,9 @@ def counter_table(run: RunData) -> Table:
         if keys:
             cells = [counter_cell(ph, s, k) for k in keys]
         else:
-            cells = [phase_gate(ph, s) or failed("no counters (backend none or counter read failed)")]
+            cells = [
+                phase_gate(ph, s) or failed("no counters (backend none or counter read failed)")
+            ]
         t.rows.append((phase_name(ph), cells))
     return t
 
@@ -152,13 +194,20 @@ def request_tables(run: RunData) -> list[Table]:
         if not recs:
             continue
         keys = _counter_keys([r.get("counter_delta") or {} for r in recs])
-        keys = [k for k in keys if k in COUNTER_ORDER[:17]][:8]  # counters, not gauges; keep it narrow
-        t = Table(f"requests:{ph['name']}",
-                  ["status", "TTFT ms", "E2E ms", "prompt tokens", "cached tokens"] + [f"Δ {k}" for k in keys],
-                  corner="position · body")
+        keys = [k for k in keys if k in COUNTER_ORDER[:17]][
+            :8
+        ]  # counters, not gauges; keep it narrow
+        t = Table(
+            f"requests:{ph['name']}",
+            ["status", "TTFT ms", "E2E ms", "prompt tokens", "cached tokens"]
+            + [f"Δ {k}" for k in keys],
+            corner="position · body",
+        )
         invalid = phase_gate(ph, run.summary)
         for r in sorted(recs, key=lambda r: r.get("position", 0)):
-            head = f"{r.get('position')} · #{r.get('body_index')} {str(r.get('body_sha256', ''))[:12]}"
+            head = (
+                f"{r.get('position')} · #{r.get('body_index')} {str(r.get('body_sha256', ''))[:12]}"
+            )
             cells = record_cells(r, keys)
             if invalid is not None and invalid.status == "failed" and r.get("sent", True):
                 cells = [invalid] * len(cells)
@@ -168,7 +217,7 @@ def request_tables(run: RunData) -> list[Table]:
 
 
 def drain_table(run: RunData) -> Table:
-    """Drain check before each phase: passed / failed (why) / deferred; phases without one say so."""
+    """Drain check before each phase: passed, failed (why), deferred (not requested or not run)."""
     s = run.summary
     specs = {p["name"]: p for p in (run.plan or {}).get("phases") or []}
     t = Table("drain", ["drain before the phase"])
@@ -183,8 +232,11 @@ def drain_table(run: RunData) -> Table:
         elif specs.get(name, {}).get("drain"):
             cell = phase_gate(ph, s) or failed("drain requested but not checked (no counters)")
         else:
-            cell = deferred("no drain check: not requested in the plan") if not isinstance(ph, str) \
+            cell = (
+                deferred("no drain check: not requested in the plan")
+                if not isinstance(ph, str)
                 else deferred("not run")
+            )
         t.rows.append((phase_name(ph), [cell]))
     return t
 
@@ -195,8 +247,11 @@ def identity_table(run: RunData) -> Table:
     before, after = ident.get("before"), ident.get("after")
     t = Table("identity", ["before", "after"], corner="field")
     if not before and not after:
-        why = "summary rebuilt from records: identity not kept" if run.summary.get("rebuilt_from_records") \
+        why = (
+            "summary rebuilt from records: identity not kept"
+            if run.summary.get("rebuilt_from_records")
             else "no backend identity (backend none or identity read failed)"
+        )
         t.rows.append(("identity", [failed(why), failed(why)]))
         return t
     before, after = before or {}, after or {}
@@ -220,11 +275,18 @@ def error_table(run: RunData) -> Table:
     t = Table("errors", classes or ["failed requests"])
     for ph in phases:
         if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
-            t.rows.append((phase_name(ph), [phase_gate(ph, s) or deferred("not run")] * len(t.columns)))
+            t.rows.append(
+                (phase_name(ph), [phase_gate(ph, s) or deferred("not run")] * len(t.columns))
+            )
             continue
         f = ph.get("failed") or {}
-        t.rows.append((phase_name(ph), [_count_cell(ph, s, str(f.get(c, 0))) for c in classes]
-                       or [_count_cell(ph, s, "0")]))
+        t.rows.append(
+            (
+                phase_name(ph),
+                [_count_cell(ph, s, str(f.get(c, 0))) for c in classes]
+                or [_count_cell(ph, s, "0")],
+            )
+        )
     return t
 
 
@@ -234,8 +296,11 @@ def error_examples(run: RunData, limit: int = 10) -> list[str]:
     for r in run.record_list:
         if r.get("sent", True) and r.get("status") not in ("ok", None):
             msg = (r.get("error") or "").replace("\n", " ")[:200]
-            out.append(f"{r['phase']} #{r.get('position')}: {r['status']}"
-                       + (f" (HTTP {r['http_status']})" if r.get("http_status") else "") + (f": {msg}" if msg else ""))
+            out.append(
+                f"{r['phase']} #{r.get('position')}: {r['status']}"
+                + (f" (HTTP {r['http_status']})" if r.get("http_status") else "")
+                + (f": {msg}" if msg else "")
+            )
             if len(out) >= limit:
                 break
     return out

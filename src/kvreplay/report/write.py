@@ -17,8 +17,9 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_reports(run_dir: str | os.PathLike[str], *, html: bool = True,
-                  parquet: bool = False) -> dict[str, Path]:
+def write_reports(
+    run_dir: str | os.PathLike[str], *, html: bool = True, parquet: bool = False
+) -> dict[str, Path]:
     """Render the reports of a run directory in place.
 
     Rebuilds summary.json from records.jsonl first when it is missing (a

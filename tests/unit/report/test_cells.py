@@ -1,16 +1,34 @@
-"""Cell statuses: measured / failed (reason) / deferred (not run); never a number from an invalid phase."""
+"""Cell statuses: measured, failed (reason), deferred (not run); never an invalid phase's number."""
 
-from kvreplay.report.cells import counter_cell, latency_cell, phase_gate, phases_in_order, record_cells, tokens_cell
+from kvreplay.report.cells import (
+    counter_cell,
+    latency_cell,
+    phase_gate,
+    phases_in_order,
+    record_cells,
+    tokens_cell,
+)
 
 SUMMARY = {"aborted": {"reason": "interrupt", "message": "operator interrupt"}}
 
 
 def phase(**kw):
-    ph = {"name": "p", "concurrency": 1, "planned": 4, "sent": 4, "ok": 4, "not_sent": 0, "failed": {},
-          "ttft_ms": {"n": 4, "p50": 12.5, "p99": 30.0}, "itl_ms": {"n": 0, "p50": None},
-          "tokens": {"prompt": 400, "cached": 128, "completion": 16, "cached_unknown": 0},
-          "attribution": "per_request", "counter_delta": {"hits": 2, "hit_tokens": 128},
-          "valid": True, "invalid_reasons": []}
+    ph = {
+        "name": "p",
+        "concurrency": 1,
+        "planned": 4,
+        "sent": 4,
+        "ok": 4,
+        "not_sent": 0,
+        "failed": {},
+        "ttft_ms": {"n": 4, "p50": 12.5, "p99": 30.0},
+        "itl_ms": {"n": 0, "p50": None},
+        "tokens": {"prompt": 400, "cached": 128, "completion": 16, "cached_unknown": 0},
+        "attribution": "per_request",
+        "counter_delta": {"hits": 2, "hit_tokens": 128},
+        "valid": True,
+        "invalid_reasons": [],
+    }
     ph.update(kw)
     return ph
 
@@ -24,7 +42,11 @@ def test_measured_values():
 
 def test_invalid_phase_never_shows_its_number():
     ph = phase(valid=False, invalid_reasons=["drain did not pass within 10 s"])
-    for c in (latency_cell(ph, SUMMARY, "ttft", "p50"), tokens_cell(ph, SUMMARY), counter_cell(ph, SUMMARY, "hits")):
+    for c in (
+        latency_cell(ph, SUMMARY, "ttft", "p50"),
+        tokens_cell(ph, SUMMARY),
+        counter_cell(ph, SUMMARY, "hits"),
+    ):
         assert c.status == "failed"
         assert "12.5" not in c.text + (c.reason or "") and "drain did not pass" in c.reason
         assert c.markdown().startswith("failed: invalid phase")
@@ -43,9 +65,18 @@ def test_all_failed_phase_names_the_classes():
 
 def test_missing_figures_fail_with_a_reason():
     assert latency_cell(phase(), SUMMARY, "itl", "p50").reason.startswith("no samples")
-    assert counter_cell(phase(), SUMMARY, "host_hits").reason == "host_hits not reported by this server"
-    assert counter_cell(phase(attribution="none", counter_delta=None), SUMMARY, "hits").status == "failed"
-    assert "restarted" in counter_cell(phase(counter_delta={"hits": 1, "reset": True}), SUMMARY, "hits").reason
+    assert (
+        counter_cell(phase(), SUMMARY, "host_hits").reason
+        == "host_hits not reported by this server"
+    )
+    assert (
+        counter_cell(phase(attribution="none", counter_delta=None), SUMMARY, "hits").status
+        == "failed"
+    )
+    assert (
+        "restarted"
+        in counter_cell(phase(counter_delta={"hits": 1, "reset": True}), SUMMARY, "hits").reason
+    )
     unknown = phase(tokens={"prompt": 400, "cached": 0, "completion": 16, "cached_unknown": 4})
     assert tokens_cell(unknown, SUMMARY).status == "failed"
 
@@ -62,8 +93,14 @@ def test_phases_in_order_keeps_unrun_plan_phases():
 
 
 def test_record_cells():
-    ok = {"sent": True, "status": "ok", "ttft_ns": 5_000_000, "e2e_ns": 9_000_000,
-          "usage": {"prompt_tokens": 10, "cached_tokens": None}, "counter_delta": {"hits": 1}}
+    ok = {
+        "sent": True,
+        "status": "ok",
+        "ttft_ns": 5_000_000,
+        "e2e_ns": 9_000_000,
+        "usage": {"prompt_tokens": 10, "cached_tokens": None},
+        "counter_delta": {"hits": 1},
+    }
     cells = record_cells(ok, ["hits", "host_hits"])
     assert [c.status for c in cells] == ["measured"] * 4 + ["failed", "measured", "failed"]
     assert cells[1].text == "5.0"

@@ -4,15 +4,27 @@ from rundirs import plan_json, record, summarise
 
 from kvreplay.report.diagnose import diagnose
 
-FWD_REV = plan_json([("prime", "forward", 1, [0, 1, 2, 3]), ("fwd", "forward", 1, [0, 1, 2, 3]),
-                     ("rev", "reverse", 1, [3, 2, 1, 0])])
+FWD_REV = plan_json(
+    [
+        ("prime", "forward", 1, [0, 1, 2, 3]),
+        ("fwd", "forward", 1, [0, 1, 2, 3]),
+        ("rev", "reverse", 1, [3, 2, 1, 0]),
+    ]
+)
 
 
 def with_deltas(plan, deltas):
     """Phase summaries whose counter_delta is given per phase name."""
-    recs = [record(ph["name"], s["position"], s["body_index"], t0_ms=100 * s["position"])
-            for ph in plan["phases"] for s in ph["sequence"]]
-    return summarise(plan, recs, **{n: {"counter_delta": d, "attribution": "phase_only"} for n, d in deltas.items()})
+    recs = [
+        record(ph["name"], s["position"], s["body_index"], t0_ms=100 * s["position"])
+        for ph in plan["phases"]
+        for s in ph["sequence"]
+    ]
+    return summarise(
+        plan,
+        recs,
+        **{n: {"counter_delta": d, "attribution": "phase_only"} for n, d in deltas.items()},
+    )
 
 
 def rules(findings):
@@ -20,17 +32,29 @@ def rules(findings):
 
 
 def test_churn_zero_forward_some_reverse():
-    s = with_deltas(FWD_REV, {"prime": {"host_fetched_tokens": 0}, "fwd": {"host_fetched_tokens": 0},
-                              "rev": {"host_fetched_tokens": 2048}})
+    s = with_deltas(
+        FWD_REV,
+        {
+            "prime": {"host_fetched_tokens": 0},
+            "fwd": {"host_fetched_tokens": 0},
+            "rev": {"host_fetched_tokens": 2048},
+        },
+    )
     f = diagnose(s, FWD_REV)
     assert rules(f) == ["churn"]
     assert "host_fetched_tokens" in f[0].finding and "2048" in f[0].finding
-    assert "small-working-set control" in f[0].next_experiment and set(f[0].phases) == {"fwd", "rev"}
+    assert "small-working-set control" in f[0].next_experiment and set(f[0].phases) == {
+        "fwd",
+        "rev",
+    }
 
 
 def test_host_tier_preferred_over_device_hits():
-    # Device hits in both orders (shared system block), host restores only in reverse: still churn of the host tier.
-    s = with_deltas(FWD_REV, {"fwd": {"hit_tokens": 0, "host_hits": 0}, "rev": {"hit_tokens": 0, "host_hits": 3}})
+    # Host restores only in reverse while device hits are zero in both: the host tier wins.
+    s = with_deltas(
+        FWD_REV,
+        {"fwd": {"hit_tokens": 0, "host_hits": 0}, "rev": {"hit_tokens": 0, "host_hits": 3}},
+    )
     f = diagnose(s, FWD_REV)
     assert rules(f) == ["churn"] and "host_hits" in f[0].finding
 
@@ -49,12 +73,16 @@ def test_one_order_only_asks_for_the_other():
 
 
 def test_no_order_finding_when_replays_restore():
-    s = with_deltas(FWD_REV, {"fwd": {"host_fetched_tokens": 10}, "rev": {"host_fetched_tokens": 20}})
+    s = with_deltas(
+        FWD_REV, {"fwd": {"host_fetched_tokens": 10}, "rev": {"host_fetched_tokens": 20}}
+    )
     assert diagnose(s, FWD_REV) == []
 
 
 def test_invalid_phase_takes_no_part():
-    s = with_deltas(FWD_REV, {"fwd": {"host_fetched_tokens": 0}, "rev": {"host_fetched_tokens": 99}})
+    s = with_deltas(
+        FWD_REV, {"fwd": {"host_fetched_tokens": 0}, "rev": {"host_fetched_tokens": 99}}
+    )
     s["phases"][2]["valid"] = False
     s["phases"][2]["invalid_reasons"] = ["drain did not pass"]
     assert "churn" not in rules(diagnose(s, FWD_REV))
@@ -62,9 +90,13 @@ def test_invalid_phase_takes_no_part():
 
 def test_usage_disagrees_with_counters_names_both_and_the_gap():
     plan = plan_json([("a", "forward", 1, [0, 1])])
-    recs = [record("a", 0, 0, cached=64, delta={"hit_tokens": 64}),
-            record("a", 1, 1, cached=192, t0_ms=50, delta={"hit_tokens": 128})]
-    s = summarise(plan, recs, a={"counter_delta": {"hit_tokens": 192}, "attribution": "per_request"})
+    recs = [
+        record("a", 0, 0, cached=64, delta={"hit_tokens": 64}),
+        record("a", 1, 1, cached=192, t0_ms=50, delta={"hit_tokens": 128}),
+    ]
+    s = summarise(
+        plan, recs, a={"counter_delta": {"hit_tokens": 192}, "attribution": "per_request"}
+    )
     f = diagnose(s, plan, recs)
     assert rules(f) == ["usage_vs_counters"]
     text = f[0].finding
@@ -73,9 +105,13 @@ def test_usage_disagrees_with_counters_names_both_and_the_gap():
 
 def test_usage_agreeing_with_counters_is_quiet():
     plan = plan_json([("a", "forward", 1, [0, 1])])
-    recs = [record("a", 0, 0, cached=64, delta={"hit_tokens": 64}),
-            record("a", 1, 1, cached=64, t0_ms=50, delta={"hit_tokens": 64})]
-    s = summarise(plan, recs, a={"counter_delta": {"hit_tokens": 128}, "attribution": "per_request"})
+    recs = [
+        record("a", 0, 0, cached=64, delta={"hit_tokens": 64}),
+        record("a", 1, 1, cached=64, t0_ms=50, delta={"hit_tokens": 64}),
+    ]
+    s = summarise(
+        plan, recs, a={"counter_delta": {"hit_tokens": 128}, "attribution": "per_request"}
+    )
     assert diagnose(s, plan, recs) == []
 
 

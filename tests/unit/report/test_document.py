@@ -1,4 +1,4 @@
-"""report.md / report.html from hand-built run directories: every cell labelled, every plot present."""
+"""report.md and report.html from hand-built run directories: labelled cells, every plot."""
 
 import json
 import re
@@ -34,14 +34,40 @@ def parse(path):
 
 
 def three_phase_run(tmp_path, **over):
-    plan = plan_json([("prime", "forward", 1, [0, 1, 2]), ("replay", "reverse", 1, [2, 1, 0]),
-                      ("later", "forward", 1, [0, 1, 2])])
-    recs = [record("prime", i, i, ttft_ms=100 + i, cached=0, t0_ms=200 * i,
-                   delta={"hits": 0, "hit_tokens": 0, "entries": i + 1}) for i in range(3)]
-    recs += [record("replay", 0, 2, ttft_ms=20, cached=64, t0_ms=700, delta={"hits": 1, "hit_tokens": 64}),
-             record("replay", 1, 1, status="timeout", t0_ms=800, error="read idle 120 s",
-                    attribution="per_request"),
-             record("replay", 2, 0, sent=False, error="interrupt")]
+    plan = plan_json(
+        [
+            ("prime", "forward", 1, [0, 1, 2]),
+            ("replay", "reverse", 1, [2, 1, 0]),
+            ("later", "forward", 1, [0, 1, 2]),
+        ]
+    )
+    recs = [
+        record(
+            "prime",
+            i,
+            i,
+            ttft_ms=100 + i,
+            cached=0,
+            t0_ms=200 * i,
+            delta={"hits": 0, "hit_tokens": 0, "entries": i + 1},
+        )
+        for i in range(3)
+    ]
+    recs += [
+        record(
+            "replay", 0, 2, ttft_ms=20, cached=64, t0_ms=700, delta={"hits": 1, "hit_tokens": 64}
+        ),
+        record(
+            "replay",
+            1,
+            1,
+            status="timeout",
+            t0_ms=800,
+            error="read idle 120 s",
+            attribution="per_request",
+        ),
+        record("replay", 2, 0, sent=False, error="interrupt"),
+    ]
     recs += [record("later", i, i, sent=False, error="interrupt") for i in range(3)]
     out = write_run(tmp_path / "run", plan, recs, **over)
     s = json.loads((out / "summary.json").read_text())
@@ -62,15 +88,24 @@ def test_every_cell_labelled_and_every_plot_present(tmp_path):
     assert set(p.td) <= {"measured", "failed", "deferred"}
     assert {"measured", "failed", "deferred"} <= set(p.td)
     assert p.remote == []
-    for key in ("cdf-ttft", "cdf-itl", "cdf-e2e", "ttft-position:prime", "ttft-position:replay",
-                "ttft-position:later"):
+    for key in (
+        "cdf-ttft",
+        "cdf-itl",
+        "cdf-e2e",
+        "ttft-position:prime",
+        "ttft-position:replay",
+        "ttft-position:later",
+    ):
         assert key in p.plots, key
     assert p.plots["ttft-position:prime"] == "measured"
     assert p.plots["ttft-position:later"] == "deferred"
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4  # TTFT/E2E CDFs, prime and replay positions
     assert p.plots["cdf-itl"] == "failed"  # hand-built records keep no token times
-    assert '<details data-section="plan">' in html and html.count(record("prime", 0, 0)["body_sha256"]) >= 1
+    assert (
+        '<details data-section="plan">' in html
+        and html.count(record("prime", 0, 0)["body_sha256"]) >= 1
+    )
     assert "read idle 120 s" in html  # the failed request's reason
     md = (out / "report.md").read_text()
     assert "deferred: not run: interrupt" in md and "| replay (C1) | 1/3 |" in md
@@ -79,8 +114,12 @@ def test_every_cell_labelled_and_every_plot_present(tmp_path):
 def test_invalid_phase_number_is_not_presented_as_measured(tmp_path):
     plan = plan_json([("a", "forward", 1, [0, 1])])
     recs = [record("a", 0, 0, ttft_ms=123.4), record("a", 1, 1, ttft_ms=123.4, t0_ms=300)]
-    out = write_run(tmp_path / "run", plan, recs,
-                    a={"valid": False, "invalid_reasons": ["drain did not pass within 10 s: running 1"]})
+    out = write_run(
+        tmp_path / "run",
+        plan,
+        recs,
+        a={"valid": False, "invalid_reasons": ["drain did not pass within 10 s: running 1"]},
+    )
     write_reports(out, html=True)
     p = parse(out / "report.html")
     html = (out / "report.html").read_text()
@@ -107,16 +146,34 @@ def test_probe_and_simulate_sections(tmp_path):
     out = three_phase_run(tmp_path)
     verdict = {
         "prefill_fit": {"a_s": 1.5, "rate_tokens_per_s": 1370.0, "r2": 0.999, "source": "ttft"},
-        "prefill_fits": {"ttft": {"source": "ttft", "points": [[1000, 2.23], [4000, 4.42], [16000, 13.2]]}},
+        "prefill_fits": {
+            "ttft": {"source": "ttft", "points": [[1000, 2.23], [4000, 4.42], [16000, 13.2]]}
+        },
         "warm": [{"size_tokens": 4000, "warm_ttft_s": 0.4}],
-        "cmax_tokens": 16000, "min_flush_k": 5, "flush_bracket": [4, 5], "bytes_per_token": None,
-        "points": [{"k": 8, "flushed": True}, {"k": 4, "flushed": False}, {"k": 6, "flushed": True},
-                   {"k": 5, "flushed": True}],
+        "cmax_tokens": 16000,
+        "min_flush_k": 5,
+        "flush_bracket": [4, 5],
+        "bytes_per_token": None,
+        "points": [
+            {"k": 8, "flushed": True},
+            {"k": 4, "flushed": False},
+            {"k": 6, "flushed": True},
+            {"k": 5, "flushed": True},
+        ],
     }
     (out / "verdict.json").write_text(json.dumps(verdict))
-    sim = {"curve": [{"capacity": c, "hit_ratio_requests": min(1, c / 8), "hit_ratio_tokens": min(1, c / 10),
-                      "prefill_s_saved": c} for c in (1, 2, 4, 8, 16)],
-           "recommended": {"capacity": 8, "share": 0.95}}
+    sim = {
+        "curve": [
+            {
+                "capacity": c,
+                "hit_ratio_requests": min(1, c / 8),
+                "hit_ratio_tokens": min(1, c / 10),
+                "prefill_s_saved": c,
+            }
+            for c in (1, 2, 4, 8, 16)
+        ],
+        "recommended": {"capacity": 8, "share": 0.95},
+    }
     (out / "simulate.json").write_text(json.dumps(sim))
     write_reports(out, html=True)
     p = parse(out / "report.html")
@@ -125,7 +182,9 @@ def test_probe_and_simulate_sections(tmp_path):
     assert p.plots["simulate-mrc"] == "measured"
     assert None not in p.td
     html = (out / "report.html").read_text()
-    assert re.search(r'data-status="failed"[^>]*>failed: server reports no entry or pool bytes', html)
+    assert re.search(
+        r'data-status="failed"[^>]*>failed: server reports no entry or pool bytes', html
+    )
 
 
 def test_sections_skipped_without_their_files(tmp_path):

@@ -19,14 +19,19 @@ def test_flatten_record():
     assert flat["counter_delta"] == '{"hits":1}' and flat["usage_raw"] == '{"x":{"y":1}}'
 
 
-@pytest.mark.skipif(not HAS_PYARROW, reason="pyarrow not installed (optional extra kvreplay[parquet])")
+@pytest.mark.skipif(
+    not HAS_PYARROW, reason="pyarrow not installed (optional extra kvreplay[parquet])"
+)
 def test_parquet_round_trip(tmp_path):
     import pyarrow.parquet as pq
 
     from kvreplay.report.write import write_reports
 
-    out = write_run(tmp_path / "run", plan_json([("a", "forward", 1, [0, 1])]),
-                    [record("a", 0, 0, cached=3), record("a", 1, 1, cached=9, t0_ms=30)])
+    out = write_run(
+        tmp_path / "run",
+        plan_json([("a", "forward", 1, [0, 1])]),
+        [record("a", 0, 0, cached=3), record("a", 1, 1, cached=9, t0_ms=30)],
+    )
     written = write_reports(out, html=False, parquet=True)
     t = pq.read_table(written["parquet"])
     assert t.num_rows == 2 and t.column("usage.cached_tokens").to_pylist() == [3, 9]

@@ -37,10 +37,22 @@ def test_torn_last_record_is_skipped(tmp_path):
 
 
 def test_rebuild_summary_from_records_of_a_killed_run(tmp_path):
-    plan = plan_json([("prime", "forward", 1, [0, 1, 2, 3]), ("replay", "reverse", 1, [3, 2, 1, 0])])
+    plan = plan_json(
+        [("prime", "forward", 1, [0, 1, 2, 3]), ("replay", "reverse", 1, [3, 2, 1, 0])]
+    )
     recs = [
-        record("prime", 0, 0, ttft_ms=30, cached=0, delta={"hits": 0, "hit_tokens": 0, "entries": 1}),
-        record("prime", 1, 1, ttft_ms=10, cached=64, t0_ms=50, delta={"hits": 1, "hit_tokens": 64, "entries": 2}),
+        record(
+            "prime", 0, 0, ttft_ms=30, cached=0, delta={"hits": 0, "hit_tokens": 0, "entries": 1}
+        ),
+        record(
+            "prime",
+            1,
+            1,
+            ttft_ms=10,
+            cached=64,
+            t0_ms=50,
+            delta={"hits": 1, "hit_tokens": 64, "entries": 2},
+        ),
         record("prime", 2, 2, status="http", t0_ms=100, error="boom", attribution="per_request"),
     ]  # killed during prime position 3: no record for it, nothing of replay
     write_run(tmp_path, plan, recs, summary=False)
@@ -70,7 +82,9 @@ def test_load_run_rebuilds_and_writes_missing_summary(tmp_path):
 
 def test_load_run_gives_arrays_and_records(tmp_path):
     plan = plan_json([("a", "forward", 1, [0, 1, 2])])
-    write_run(tmp_path, plan, [record("a", i, i, ttft_ms=10 * (i + 1), t0_ms=40 * i) for i in range(3)])
+    write_run(
+        tmp_path, plan, [record("a", i, i, ttft_ms=10 * (i + 1), t0_ms=40 * i) for i in range(3)]
+    )
     run = kvreplay.load_run(tmp_path)
     ttft = run.histograms["a"]["ttft"]
     assert isinstance(ttft.value_us, np.ndarray) and ttft.total == 3

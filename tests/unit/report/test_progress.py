@@ -7,12 +7,18 @@ from rich.console import Console
 from kvreplay.report.progress import LiveObserver, ProgressState, make_live_observer
 from kvreplay.runner.observer import PlainObserver
 
-PLAN = {"phases": [{"name": "prime", "sequence": [{}] * 3}, {"name": "replay", "sequence": [{}] * 3}]}
+PLAN = {
+    "phases": [{"name": "prime", "sequence": [{}] * 3}, {"name": "replay", "sequence": [{}] * 3}]
+}
 
 
 def rec(status="ok", ttft_ms=10.0, cached=5, sent=True):
-    return {"status": status, "sent": sent, "ttft_ns": int(ttft_ms * 1e6) if status == "ok" else None,
-            "usage": {"cached_tokens": cached}}
+    return {
+        "status": status,
+        "sent": sent,
+        "ttft_ns": int(ttft_ms * 1e6) if status == "ok" else None,
+        "usage": {"cached_tokens": cached},
+    }
 
 
 def test_state_follows_the_hooks():
@@ -57,12 +63,24 @@ def test_live_panel_renders_on_a_terminal():
     obs.on_record(rec())
     obs.on_drain("prime", {"passed": True, "waited_s": 0.2, "reason": None})
     obs.on_message("counter read failed: x")
-    obs.on_phase_end({"name": "prime", "ok": 1, "planned": 3, "ttft_ms": {"p50": 10.0},
-                      "tokens": {"cached": 5, "prompt": 100}})
+    obs.on_phase_end(
+        {
+            "name": "prime",
+            "ok": 1,
+            "planned": 3,
+            "ttft_ms": {"p50": 10.0},
+            "tokens": {"cached": 5, "prompt": 100},
+        }
+    )
     obs.on_run_end({})
     out = buf.getvalue()
-    for text in ("position in frozen sequence", "1/6", "prime: passed after 0.2 s", "counter read failed",
-                 "phase prime: ok 1/3"):
+    for text in (
+        "position in frozen sequence",
+        "1/6",
+        "prime: passed after 0.2 s",
+        "counter read failed",
+        "phase prime: ok 1/3",
+    ):
         assert text in out, text
 
 
