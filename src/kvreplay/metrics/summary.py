@@ -97,12 +97,8 @@ class PhaseStats:
             v = rec.get(f"{metric}_ns")
             if v is not None:
                 s[metric].record_ns(v)
-        if token_ns:
-            itl = s["itl"]
-            prev = token_ns[0]
-            for t in token_ns[1:]:
-                itl.record_ns(t - prev)
-                prev = t
+        if token_ns and len(token_ns) > 1:
+            s["itl"].record_many_ns([b - a for a, b in zip(token_ns, token_ns[1:])])
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta."""

@@ -35,7 +35,7 @@ from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
-from kvreplay.runner.http import RequestOutcome, send_body
+from kvreplay.runner.http import H1Client, RequestOutcome, send_body
 from kvreplay.runner.observer import NullObserver, RunObserver
 from kvreplay.workload import Workload
 
@@ -141,6 +141,7 @@ class _Run:
         self.headers = {"Content-Type": "application/json", **opts.headers}
         self.last_snap: Snapshot | None = None
         self.active: set[asyncio.Task] = set()
+        self.h1: H1Client | None = None
         self.in_flight = 0
         self.sent = 0
         self.failed = 0
@@ -341,6 +342,9 @@ class _Run:
         self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
 
         intended = phase.intended_ns
+        h1 = self.h1
+        head_chars = self.opts.head_chars
+        total_timeout_s = self.opts.total_timeout_s
 
         async def worker() -> None:
             for pos, (bi, rep) in seq:
@@ -362,9 +366,12 @@ class _Run:
                 self.in_flight += 1
                 st.peak_in_flight = max(st.peak_in_flight, self.in_flight)
                 try:
-                    out = await send_body(session, url + body.path, body.raw, headers=self.headers,
-                                          head_chars=self.opts.head_chars,
-                                          total_timeout_s=self.opts.total_timeout_s)
+                    if h1 is not None:
+                        out = await h1.send(body.path, body.raw, head_chars=head_chars,
+                                            total_timeout_s=total_timeout_s)
+                    else:
+                        out = await send_body(session, url + body.path, body.raw, headers=self.headers,
+                                              head_chars=head_chars, total_timeout_s=total_timeout_s)
                 except asyncio.CancelledError:
                     # Cancelled in flight (second interrupt, hard deadline): still a record.
                     t = now_ns()
@@ -431,6 +438,17 @@ class _Run:
             "records": self.writer.count,
             "phases": [s.to_json() for s in self.stats],
         }
+
+
+def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:
+    """The runner's own HTTP/1.1 client for http:// targets; None = use aiohttp (``send_body``).
+
+    ``KVREPLAY_HTTP=aiohttp`` forces the aiohttp path (for comparison or as a fallback).
+    """
+    if os.environ.get("KVREPLAY_HTTP", "") == "aiohttp" or not opts.target_url.startswith("http://"):
+        return None
+    return H1Client(opts.target_url, headers=headers, connect_timeout_s=opts.connect_timeout_s,
+                    read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s)
 
 
 async def execute_plan(
@@ -506,6 +524,7 @@ async def execute_plan(
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                          auto_decompress=False) as session:
+            run.h1 = _h1_client(opts, run.headers)
             run.backend = await backend_factory(session) if backend_factory else None
             if run.backend is not None:
                 try:
@@ -522,6 +541,8 @@ async def execute_plan(
             except asyncio.CancelledError:
                 run.request_abort("interrupt", "cancelled by a second interrupt")
     finally:
+        if run.h1 is not None:
+            run.h1.close()
         for tm in timers:
             tm.cancel()
         for sig in installed:
