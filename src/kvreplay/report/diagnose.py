@@ -43,8 +43,10 @@ Rules (``Finding.rule``):
 
 ``client_bound``
     The summary labels the phase client-bound (``client_bound: true``, from the
-    runner's self-measurement: loop lag or CPU over its thresholds), or — when
-    it does not say — the client kept fewer than half of the concurrency in
+    runner's self-measurement: loop lag or CPU over its thresholds), or an
+    open-loop phase did not keep its schedule (``schedule.kept_schedule:
+    false``: sends later than intended), or — in a closed-loop phase whose
+    summary says neither — the client kept fewer than half of the concurrency in
     flight on average (sum of E2E / phase wall time < 0.5 x C) in a phase
     without per-request counter reads (those pause the client on purpose).
     Its latencies are then the client's, not the server's. Next: rerun the
@@ -257,7 +259,17 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
                 f"{k} {v}" for k, v in client.items() if k != "bound" and v is not None
             )
             why += f" ({figs})" if figs else ""
-        if ph.get("client_bound") is None and not client and ph.get("attribution") != "per_request":
+        sched = ph.get("schedule") if isinstance(ph.get("schedule"), dict) else {}
+        if not flagged and sched.get("open_loop") and sched.get("kept_schedule") is False:
+            flagged = True
+            why = f"open loop and {sched.get('note') or 'the client could not keep the schedule'}"
+        if (
+            not flagged
+            and ph.get("client_bound") is None
+            and not client
+            and not sched.get("open_loop")
+            and ph.get("attribution") != "per_request"
+        ):
             wall = ph.get("wall_s")
             c = ph.get("concurrency", 1)
             e2e = [

@@ -142,3 +142,15 @@ def test_client_bound_from_low_occupancy():
     # the same requests packed into 2 ms keep 4 in flight: quiet
     s["phases"][0]["wall_s"] = 0.002
     assert diagnose(s, plan, recs) == []
+
+
+def test_client_bound_from_an_open_loop_schedule_not_kept():
+    plan = plan_json([("a", "forward", 4, [0, 1, 2, 3])])
+    recs = [record("a", i, i, c=4, t0_ms=0) for i in range(4)]
+    sched = {"open_loop": True, "kept_schedule": False,
+             "note": "client could not keep schedule: sends up to 250.0 ms late"}
+    s = summarise(plan, recs, a={"schedule": sched})
+    f = diagnose(s, plan, recs)
+    assert [x.rule for x in f] == ["client_bound"] and "250.0 ms late" in f[0].finding
+    sched["kept_schedule"] = True
+    assert diagnose(summarise(plan, recs, a={"schedule": sched}), plan, recs) == []
