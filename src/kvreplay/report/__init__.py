@@ -5,38 +5,15 @@
 - ``diagnose``: findings with the next causal experiment (rules in ``report.diagnose``).
 - ``render_markdown`` / ``render_table``: the runner's own per-phase table.
 - ``report.progress.make_live_observer``: the live display while a run goes.
+
+Names are imported on first use, so the runner's import of ``report.markdown``
+does not load matplotlib or numpy.
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kvreplay.report.diagnose import Finding, diagnose
-    from kvreplay.report.load import HistogramArrays, RunData, load_run
-    from kvreplay.report.markdown import render_markdown, render_table
-    from kvreplay.report.write import write_reports
-
-# Imported on first use: the runner needs only the markdown table, and plotting
-# (matplotlib) costs about a second and tens of MB that a run should not pay.
-_LAZY = {
-    "Finding": "kvreplay.report.diagnose",
-    "diagnose": "kvreplay.report.diagnose",
-    "HistogramArrays": "kvreplay.report.load",
-    "RunData": "kvreplay.report.load",
-    "load_run": "kvreplay.report.load",
-    "render_markdown": "kvreplay.report.markdown",
-    "render_table": "kvreplay.report.markdown",
-    "write_reports": "kvreplay.report.write",
-}
-
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'kvreplay.report' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(mod), name)
-
+import importlib
+from typing import Any
 
 __all__ = [
     "Finding",
@@ -48,3 +25,25 @@ __all__ = [
     "render_table",
     "write_reports",
 ]
+
+_WHERE = {
+    "Finding": "diagnose",
+    "diagnose": "diagnose",
+    "HistogramArrays": "load",
+    "RunData": "load",
+    "load_run": "load",
+    "render_markdown": "markdown",
+    "render_table": "markdown",
+    "write_reports": "write",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'kvreplay.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kvreplay.report.{mod}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -4,63 +4,63 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.report.cells import Cell, counter_cell, latency_cell, tokens_cell
+
 __all__ = ["render_markdown", "render_table"]
 
 
-def _f(v: Any, nd: int = 1) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}"
-    return str(v)
-
-
-def _delta(d: dict | None, key: str) -> str:
-    if not d or key not in d:
-        return "n/a"
-    v = d[key]
-    return str(int(v)) if isinstance(v, (int, float)) and float(v).is_integer() else _f(v)
+def _short(cell: Cell, phase: str, notes: list[str]) -> str:
+    """A cell for the terminal table: the value, else its status with the reason kept as a note."""
+    if cell.status == "measured":
+        return cell.text
+    note = f"{phase}: {cell.status}: {cell.reason}"
+    if note not in notes:
+        notes.append(note)
+    if cell.status == "failed" and (cell.reason or "").startswith("invalid phase"):
+        return "invalid"
+    return cell.status
 
 
 def render_table(summary: dict[str, Any]) -> str:
-    """Markdown table: one row per phase.
+    """Markdown table: one row per phase, then one note per distinct failed/deferred reason.
 
     Columns: requests ok/planned, TTFT p50/p99 (ms), ITL p50 (ms), E2E p50 (ms),
     cached/prompt tokens (usage), and native counter deltas (hits, misses,
-    stores, evictions) where the backend reports them. An invalid phase's
-    latency cells read ``invalid`` rather than a number.
+    stores, evictions). Every figure is a value or a status (``kvreplay.report.cells``):
+    ``failed`` or ``deferred`` with its reason in the notes, and ``invalid`` for
+    any figure of an invalid phase — never its number.
     """
     head = (
         "| phase | C | ok/planned | failed | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | E2E p50 ms "
         "| cached/prompt tokens | hits Δ | misses Δ | stores Δ | evicted Δ |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
-    rows = []
+    rows: list[str] = []
+    notes: list[str] = []
     for ph in summary.get("phases", []):
         failed = sum(ph["failed"].values()) if ph.get("failed") else 0
+        name = ph["name"]
+        cells = [
+            latency_cell(ph, summary, "ttft", "p50"),
+            latency_cell(ph, summary, "ttft", "p99"),
+            latency_cell(ph, summary, "itl", "p50"),
+            latency_cell(ph, summary, "e2e", "p50"),
+            tokens_cell(ph, summary),
+            *(counter_cell(ph, summary, k) for k in ("hits", "misses", "stores", "evictions")),
+        ]
         tok = ph["tokens"]
-        cached = f"{tok['cached']}/{tok['prompt']}"
-        if tok.get("cached_unknown"):
-            cached += f" ({tok['cached_unknown']} unknown)"
-        d = ph.get("counter_delta")
-        if ph.get("deferred"):
-            lat = ["deferred"] * 4
-        elif ph.get("valid", True):
-            lat = [
-                _f(ph["ttft_ms"]["p50"]),
-                _f(ph["ttft_ms"]["p99"]),
-                _f(ph["itl_ms"]["p50"], 2),
-                _f(ph["e2e_ms"]["p50"]),
-            ]
-        else:
-            lat = ["invalid"] * 4
+        texts = [_short(c, name, notes) for c in cells]
+        if cells[4].status == "measured" and tok.get("cached_unknown"):
+            texts[4] += f" ({tok['cached_unknown']} unknown)"
         rows.append(
-            f"| {ph['name']} | {ph['concurrency']} | {ph['ok']}/{ph['planned']} | {failed} | "
-            + " | ".join(lat)
-            + f" | {cached} | {_delta(d, 'hits')} | {_delta(d, 'misses')} | {_delta(d, 'stores')} | "
-            f"{_delta(d, 'evictions')} |"
+            f"| {name} | {ph['concurrency']} | {ph['ok']}/{ph['planned']} | {failed} | "
+            + " | ".join(texts)
+            + " |"
         )
-    return head + "\n".join(rows) + "\n"
+    out = head + "\n".join(rows) + "\n"
+    if notes:
+        out += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    return out
 
 
 def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None) -> str:

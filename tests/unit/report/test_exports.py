@@ -59,3 +59,14 @@ def test_public_surface():
     for name in report.__all__:
         assert hasattr(report, name)
     assert "load_run" in kvreplay.__all__ and kvreplay.load_run is report.load_run
+
+
+def test_runner_side_import_does_not_load_matplotlib():
+    import subprocess
+    import sys
+
+    code = "import sys, kvreplay.report.markdown; print('matplotlib' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False"
