@@ -240,7 +240,7 @@ def make_observer(args: argparse.Namespace) -> RunObserver:
         from kvreplay.report.progress import make_live_observer
     except ImportError:
         return PlainObserver()
-    return make_live_observer()
+    return make_live_observer(deadline_s=getattr(args, "stop_new_after", None))
 
 
 def install_loop() -> None:

@@ -81,7 +81,8 @@ class ProgressState:
     # Hooks' state changes, kept here so they can be tested without a terminal.
     def run_start(self, plan: dict[str, Any], deadline_s: float | None) -> None:  # noqa: D102
         self.planned = sum(len(p.get("sequence") or []) for p in plan.get("phases") or [])
-        self.deadline_s = deadline_s
+        if deadline_s is not None:  # else keep one given at construction (``--stop-new-after``)
+            self.deadline_s = deadline_s
         self.started_s = time.monotonic()
 
     def phase_start(self, name: str, planned: int, concurrency: int) -> None:  # noqa: D102
@@ -141,8 +142,14 @@ class ProgressState:
 class LiveObserver:
     """A rich Live panel driven by ``ProgressState`` (see module docstring)."""
 
-    def __init__(self, console: Console | None = None, refresh_per_second: float = 4.0) -> None:
+    def __init__(
+        self,
+        console: Console | None = None,
+        refresh_per_second: float = 4.0,
+        deadline_s: float | None = None,
+    ) -> None:
         self.state = ProgressState()
+        self.state.deadline_s = deadline_s
         self.console = console or Console(stderr=True)
         self._live = Live(
             get_renderable=self._render,
@@ -196,12 +203,16 @@ class LiveObserver:
             self._started = False
 
 
-def make_live_observer(*, stdout: Any = None, stderr: Any = None) -> RunObserver:
+def make_live_observer(
+    *, stdout: Any = None, stderr: Any = None, deadline_s: float | None = None
+) -> RunObserver:
     """The observer ``kvreplay run`` uses: ``LiveObserver`` on a terminal, else ``PlainObserver``.
 
     Args:
         stdout: Stream to test for a terminal (default ``sys.stdout``).
         stderr: Likewise (default ``sys.stderr``); the panel is drawn there.
+        deadline_s: Stop-new deadline (s from the run start) for "time left", when
+            the runner's ``on_run_start`` does not give one.
     """
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
@@ -209,5 +220,5 @@ def make_live_observer(*, stdout: Any = None, stderr: Any = None) -> RunObserver
     except (AttributeError, ValueError):
         tty = False
     if tty:
-        return LiveObserver(Console(file=err))
+        return LiveObserver(Console(file=err), deadline_s=deadline_s)
     return PlainObserver(err)

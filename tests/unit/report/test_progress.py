@@ -92,3 +92,13 @@ def test_plain_lines_when_not_a_terminal():
             return True
 
     assert isinstance(make_live_observer(stdout=Tty(), stderr=Tty()), LiveObserver)
+
+
+def test_deadline_from_the_command_line_survives_run_start():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    obs = make_live_observer(stdout=Tty(), stderr=Tty(), deadline_s=70 * 60)
+    obs.state.run_start(PLAN, None)
+    assert 4190 < obs.state.time_left_s() <= 4200
