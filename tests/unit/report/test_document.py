@@ -192,3 +192,13 @@ def test_sections_skipped_without_their_files(tmp_path):
     write_reports(out, html=True)
     p = parse(out / "report.html")
     assert not any(k.startswith(("probe-", "simulate-")) for k in p.plots)
+
+
+def test_single_request_phase_renders_without_warnings(tmp_path):
+    # One sample: a CDF with one value and a one-point position plot (warnings are errors here).
+    plan = plan_json([("one", "forward", 1, [0])])
+    out = write_run(tmp_path / "run", plan, [record("one", 0, 0, ttft_ms=5.0, cached=None)])
+    write_reports(out, html=True)
+    p = parse(out / "report.html")
+    assert p.plots["cdf-ttft"] == "measured" and p.plots["ttft-position:one"] == "measured"
+    assert None not in p.td
