@@ -18,7 +18,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-__all__ = ["HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "new_histogram"]
+__all__ = ["HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "new_histogram", "write_log"]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
@@ -207,11 +207,23 @@ class PhaseHistograms:
             if ls.hist.get_total_count() == 0:
                 continue
             name = f"{phase}.{metric}.hlog"
-            with open(out_dir / name, "w") as f:
-                w = HistogramLogWriter(f)
-                w.output_comment(f"kvreplay phase={phase} metric={metric} unit=us")
-                w.output_log_format_version()
-                w.output_legend()
-                w.output_interval_histogram(ls.hist, start_s, end_s, 1000.0)
+            write_log(out_dir / name, ls.hist, f"kvreplay phase={phase} metric={metric} unit=us", start_s, end_s)
             files[metric] = name
         return files
+
+
+def write_log(path: Path, hist: HdrHistogram, comment: str, start_s: float, end_s: float) -> None:
+    """Write one histogram as an HdrHistogram interval log (one interval).
+
+    Args:
+        path: The ``.hlog`` file.
+        hist: Values in µs (written with a max-value unit ratio of 1000, i.e. ms).
+        comment: The ``#`` comment line.
+        start_s, end_s: Interval bounds (s, run-relative).
+    """
+    with open(path, "w") as f:
+        w = HistogramLogWriter(f)
+        w.output_comment(comment)
+        w.output_log_format_version()
+        w.output_legend()
+        w.output_interval_histogram(hist, start_s, end_s, 1000.0)

@@ -15,6 +15,11 @@ summary.json::
                  "schedule": {"open_loop", "offered_rps", "achieved_rps", "dispatch_delay_ms",
                               "kept_schedule", "note"},
                  "deferred": bool (aborted before it sent anything),
+                 "client": {"bound", "cpu_s", "cpu_utilisation", "loop_lag_p50_ms", "loop_lag_p99_ms",
+                            "loop_lag_max_ms", "loop_lag_samples", "timed_sends", "late_sends",
+                            "late_send_share", "loop_lag_log"} (metrics.selfmeasure),
+                 "client_bound": bool (loop-lag p99 or CPU over the thresholds in
+                                       summary["client_thresholds"]),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
                  "out_of_range": n}]}
 
@@ -66,6 +71,7 @@ class PhaseStats:
     schedule_slack_ms: float = 10.0
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     n_disagreements: int = 0
+    client: dict[str, Any] | None = None
 
     def add(self, rec: dict[str, Any], token_ns: list[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -189,6 +195,9 @@ class PhaseStats:
         out["deferred"] = self.deferred
         out["valid"] = not reasons and not self.deferred
         out["invalid_reasons"] = reasons
+        if self.client is not None:
+            out["client"] = dict(self.client)
+            out["client_bound"] = bool(self.client.get("bound"))
         out["histograms"] = dict(self.histogram_files)
         out["out_of_range"] = sum(ls.out_of_range for ls in self.hists.sets.values())
         return out

@@ -31,6 +31,8 @@ from kvreplay import __version__
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import BackendError
+from kvreplay.metrics.histograms import write_log
+from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
@@ -346,6 +348,8 @@ class _Run:
         head_chars = self.opts.head_chars
         total_timeout_s = self.opts.total_timeout_s
 
+        mon = ClientMonitor()
+
         async def worker() -> None:
             for pos, (bi, rep) in seq:
                 t_int = None
@@ -382,6 +386,8 @@ class _Run:
                     raise
                 finally:
                     self.in_flight -= 1
+                if t_int is not None:
+                    mon.note_send(t_int, out.sent_ns)
                 self.check_error_rate(out)
                 delta = None
                 if per_req:
@@ -400,15 +406,17 @@ class _Run:
                 self.obs.on_record(rec)
                 self.check_outcome(out)
 
+        mon.start(open_loop=intended is not None)
         tasks = [asyncio.ensure_future(worker()) for _ in range(spec.concurrency)]
         self.active.update(tasks)
-        mon = asyncio.ensure_future(self.monitor()) if be is not None and self.opts.abort_if else None
+        bounds = asyncio.ensure_future(self.monitor()) if be is not None and self.opts.abort_if else None
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
+            mon.stop()
             self.active.difference_update(tasks)
-            if mon is not None:
-                mon.cancel()
+            if bounds is not None:
+                bounds.cancel()
         for pos, (bi, rep) in seq:  # positions left by cancelled workers: never sent
             rec = self.record(phase, pos, bi, rep, None, None, attribution)
             self.writer.write(rec)
@@ -423,6 +431,12 @@ class _Run:
         start_s = (st.start_ns - self.clock.origin_ns) / 1e9
         end_s = (st.end_ns - self.clock.origin_ns) / 1e9
         st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
+        st.client = mon.to_json()
+        if mon.lag.hist.get_total_count():
+            lag_name = f"{phase.name}.loop_lag.hlog"
+            write_log(self.out / "histograms" / lag_name, mon.lag.hist,
+                      f"kvreplay phase={phase.name} metric=loop_lag unit=us", start_s, end_s)
+            st.client["loop_lag_log"] = lag_name
         self.obs.on_phase_end(st.to_json())
         return st
 
@@ -436,6 +450,7 @@ class _Run:
             "identity": {"before": self.identity_before, "after": self.identity_after},
             "wall_s": round((now_ns() - self.clock.origin_ns) / 1e9, 6),
             "records": self.writer.count,
+            "client_thresholds": thresholds(),
             "phases": [s.to_json() for s in self.stats],
         }
 
