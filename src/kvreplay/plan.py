@@ -684,8 +684,11 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
 
 
 def _load_extras(items: Any, p: Path, seen: dict[int, str], *, load: bool) -> tuple[ExtraWorkload, ...]:
-    """plan.json's ``interleave_workloads``: loaded and checked when ``load``, else
-    with the body hashes its sequences name (``seen``: plan index -> SHA-256)."""
+    """Read plan.json's ``interleave_workloads``.
+
+    Loaded and checked when ``load``; else with the body hashes its sequences
+    name (``seen``: plan index -> SHA-256).
+    """
     if not items:
         return ()
     out = []

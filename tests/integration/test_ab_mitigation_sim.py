@@ -26,11 +26,18 @@ from kvreplay.cli import main
 
 
 def test_grouped_order_loses_hits_when_interleaved(tmp_path):
-    bodies = [(f"group {i % 4} system block: " + "alpha beta gamma " * (20 + i % 4), f"member {i // 4} of {i % 4}")
-              for i in range(16)]
+    bodies = [
+        (
+            f"group {i % 4} system block: " + "alpha beta gamma " * (20 + i % 4),
+            f"member {i // 4} of {i % 4}",
+        )
+        for i in range(16)
+    ]
     wl = write_chat_workload(tmp_path / "wl", bodies)
-    other = write_chat_workload(tmp_path / "other", [(f"unrelated system {j}: " + "river stone " * 15, f"u{j}")
-                                                     for j in range(8)])
+    other = write_chat_workload(
+        tmp_path / "other",
+        [(f"unrelated system {j}: " + "river stone " * 15, f"u{j}") for j in range(8)],
+    )
     plan = tmp_path / "plan.toml"
     plan.write_text(
         '[[phase]]\nname = "forward"\nreset = true\n\n'
@@ -39,8 +46,25 @@ def test_grouped_order_loses_hits_when_interleaved(tmp_path):
         f'interleave = {{workload = "{other}", every = 2}}\n'
     )
     out = tmp_path / "run"
-    rc = main(["run", str(wl), "--plan", str(plan), "--target", "sim", "--sim-time-scale", "0",
-               "--sim-cache-entries", "3", "--sim-snapshots", "2", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "run",
+            str(wl),
+            "--plan",
+            str(plan),
+            "--target",
+            "sim",
+            "--sim-time-scale",
+            "0",
+            "--sim-cache-entries",
+            "3",
+            "--sim-snapshots",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     phases = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["phases"]}
     hits = {n: p["counter_delta"]["hits"] for n, p in phases.items()}
@@ -49,6 +73,13 @@ def test_grouped_order_loses_hits_when_interleaved(tmp_path):
     assert phases["mixed"]["planned"] == 24 and phases["mixed"]["ok"] == 24
     plan_json = json.loads((out / "plan.json").read_text())
     seq = [it["body_index"] for it in plan_json["phases"][2]["sequence"]]
-    assert seq[:6] == [0, 4, 16, 8, 12, 17]  # group 0 in workload order, a foreign body after every 2
+    assert seq[:6] == [
+        0,
+        4,
+        16,
+        8,
+        12,
+        17,
+    ]  # group 0 in workload order, a foreign body after every 2
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert sum(1 for r in recs if r["phase"] == "mixed" and r["body_index"] >= 16) == 8

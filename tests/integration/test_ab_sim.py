@@ -1,7 +1,11 @@
 """kvreplay ab against the embedded simulator: arms, frozen alternating order, verdicts.
 
-With ``prefill_scale=1.1`` every prefill of the "on" arm takes 10% longer, so
-TTFT (prefill + a restore that is not scaled) rises by a little under 10%; with
+With ``prefill_scale=1.1`` every prefill of the "on" arm takes 10% longer; the
+bodies' long unique user turns keep TTFT mostly prefill (a = 1.52 s plus ~800
+uncached tokens / 1370 tokens/s, about 2.1 model s = 126 ms at time scale 0.06),
+so TTFT rises by a little under 10% (the client and loop overhead is the same in
+both arms). Decode is 8 tokens at 0.1 model s (6 ms) each, long enough that the
+protected ITL check measures the simulator rather than event-loop jitter. With
 identical arms the paired ratios scatter around 1.
 """
 
@@ -25,17 +29,41 @@ WORDS = "alpha beta gamma delta river stone cloud light north south quiet bright
 
 
 def workload(tmp_path: Path, n: int = 6) -> Path:
-    system = " ".join(WORDS[i % len(WORDS)] for i in range(1200))
-    return write_chat_workload(tmp_path / "wl", [(system, f"question {i}: " + " ".join(WORDS[: 5 + i]))
-                                                 for i in range(n)])
+    """n bodies, each with its own ~800-token user turn: TTFT is mostly uncached prefill."""
+    system = "You answer briefly."
+    users = [f"question {i}: " + " ".join(WORDS[(i + j * 7) % len(WORDS)] for j in range(800)) for i in range(n)]
+    return write_chat_workload(tmp_path / "wl", [(system, u) for u in users])
 
 
 def ab(tmp_path: Path, on: str, *extra: str, out: str = "ab") -> tuple[int, Path]:
     wl = workload(tmp_path)
     o = tmp_path / out
-    rc = main(["ab", str(wl), "--target", "sim", "--sim-time-scale", "0.05", "--sim-output-tokens", "4",
-               "--arm", "off=sim:", "--arm", f"on={on}", "--primary", "ttft_p50:-5%",
-               "--protected", "itl_p50:+3%", "--out", str(o), "--quiet", *extra])
+    rc = main(
+        [
+            "ab",
+            str(wl),
+            "--target",
+            "sim",
+            "--sim-time-scale",
+            "0.06",
+            "--sim-output-tokens",
+            "8",
+            "--sim-itl-s",
+            "0.1",
+            "--arm",
+            "off=sim:",
+            "--arm",
+            f"on={on}",
+            "--primary",
+            "ttft_p50:-5%",
+            "--protected",
+            "itl_p50:+3%",
+            "--out",
+            str(o),
+            "--quiet",
+            *extra,
+        ]
+    )
     return rc, o
 
 
@@ -46,8 +74,9 @@ def test_slower_prefill_is_a_ttft_regression(tmp_path):
     res = json.loads((out / "compare.json").read_text())
     assert res["verdict"] == "regression"
     ttft = {c["phase"]: c for c in res["checks"] if c["metric"] == "ttft_p50"}
-    assert ttft["c1"]["decision"] == "regression"
-    assert res["metrics"]["c1.ttft_p50"]["median_ratio"] >= 1.05
+    assert "regression" in {ttft["c1"]["decision"], ttft["c4"]["decision"]}
+    assert all(c["decision"] in ("regression", "no decision") for c in ttft.values())
+    assert 1.05 <= res["metrics"]["c1.ttft_p50"]["median_ratio"] <= 1.15
     # the same cache behaviour in both arms: cached tokens identical in every pair
     assert res["metrics"]["c1.cached_tokens"]["ratios"] == [1.0, 1.0, 1.0]
     doc = json.loads((out / "ab.json").read_text())
@@ -55,7 +84,9 @@ def test_slower_prefill_is_a_ttft_regression(tmp_path):
     builds = {b["arm"]: b["identity"]["version"]["build"] for b in doc["blocks"]}
     assert builds == {"off": "sim-1+off", "on": "sim-1+on"}  # re-baselined per block, no abort
     assert all(b["aborted"] is None for b in doc["blocks"])
-    shas = {json.loads((out / b["dir"] / "plan.json").read_text())["plan_sha256"] for b in doc["order"]}
+    shas = {
+        json.loads((out / b["dir"] / "plan.json").read_text())["plan_sha256"] for b in doc["order"]
+    }
     assert shas == {doc["plan_sha256"]}
     for b in doc["order"]:  # a drain preceded every phase of every block
         s = json.loads((out / b["dir"] / "summary.json").read_text())
@@ -69,7 +100,10 @@ def test_identical_arms_never_decide(tmp_path, order):
     rc, out = ab(tmp_path, "sim:", "--order", order)
     assert rc == 0
     pairs, _ = load_pairs([out])
-    checks = [parse_threshold("ttft_p50:-5%", "primary"), parse_threshold("itl_p50:+3%", "protected")]
+    checks = [
+        parse_threshold("ttft_p50:-5%", "primary"),
+        parse_threshold("itl_p50:+3%", "protected"),
+    ]
     for seed in range(5):
         res = compare_blocks(pairs, checks, seed=seed, n_boot=2000)
         assert res["verdict"] in ("no decision", "no change"), res["checks"]
@@ -85,7 +119,10 @@ def test_identity_drift_inside_a_block_aborts(tmp_path):
     assert [b.get("deferred", False) for b in doc["blocks"]] == [False, False, True, True]
     res = json.loads((out / "compare.json").read_text())
     assert res["verdict"] == "no decision"
-    assert res["metrics"]["c1.ttft_p50"]["cells"] == ["failed", "deferred"]  # drifted block, then not run
+    assert res["metrics"]["c1.ttft_p50"]["cells"] == [
+        "failed",
+        "deferred",
+    ]  # drifted block, then not run
     assert "aborted" in res["reasons"][0]
     md = (out / "compare.md").read_text()
     assert "| failed | deferred |" in md
@@ -100,9 +137,16 @@ def test_arm_commands_run_before_each_block_against_a_url(tmp_path):
         srv = SimServer(SimConfig(time_scale=0))
         await srv.start()
         try:
-            return await run_ab(workload=wl, plan=plan, reps=2, out=tmp_path / "ab", target=srv.base_url,
-                                arms=[Arm("off", f"echo off >> {log}"), Arm("on", f"echo on >> {log}")],
-                                backend_name="auto", thresholds=[parse_threshold("ttft_p50:-5%", "primary")])
+            return await run_ab(
+                workload=wl,
+                plan=plan,
+                reps=2,
+                out=tmp_path / "ab",
+                target=srv.base_url,
+                arms=[Arm("off", f"echo off >> {log}"), Arm("on", f"echo on >> {log}")],
+                backend_name="auto",
+                thresholds=[parse_threshold("ttft_p50:-5%", "primary")],
+            )
         finally:
             await srv.stop()
 
@@ -120,9 +164,16 @@ def test_failing_arm_command_stops_the_experiment(tmp_path):
         srv = SimServer(SimConfig(time_scale=0))
         await srv.start()
         try:
-            return await run_ab(workload=wl, plan=plan, reps=1, out=tmp_path / "ab", target=srv.base_url,
-                                arms=[Arm("off", "true"), Arm("on", "exit 7")], backend_name="none",
-                                thresholds=[])
+            return await run_ab(
+                workload=wl,
+                plan=plan,
+                reps=1,
+                out=tmp_path / "ab",
+                target=srv.base_url,
+                arms=[Arm("off", "true"), Arm("on", "exit 7")],
+                backend_name="none",
+                thresholds=[],
+            )
         finally:
             await srv.stop()
 

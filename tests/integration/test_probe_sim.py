@@ -42,18 +42,26 @@ def probe(sim_cfg: SimConfig, cfg: ProbeConfig):
     return asyncio.run(go())
 
 
-EVICT = dict(sizes=(512, 1024), flush_prefix_tokens=1024, foreign_tokens=128, flush_max=16, flush_repeats=2)
+EVICT = dict(
+    sizes=(512, 1024), flush_prefix_tokens=1024, foreign_tokens=128, flush_max=16, flush_repeats=2
+)
 
 
-@pytest.mark.parametrize(("entries", "snapshots", "k_min"), [(8, 2, 4), (8, 1, 8), (6, 2, 3), (10, 2, 5)])
+@pytest.mark.parametrize(
+    ("entries", "snapshots", "k_min"), [(8, 2, 4), (8, 1, 8), (6, 2, 3), (10, 2, 5)]
+)
 def test_bisection_finds_the_smallest_flushing_k(entries, snapshots, k_min):
-    v, events = probe(SimConfig(time_scale=0, cache_entries=entries, snapshots=snapshots), ProbeConfig(**EVICT))
+    v, events = probe(
+        SimConfig(time_scale=0, cache_entries=entries, snapshots=snapshots), ProbeConfig(**EVICT)
+    )
     assert v["min_flush_k"] == k_min
     assert v["flush_bracket"] == [k_min - 1, k_min]
     by_k: dict[int, list[dict]] = {}
     for pt in v["points"]:
         by_k.setdefault(pt["k"], []).append(pt)
-    assert by_k[k_min - 1][0]["cached_second"] > 0 and all(not p["flushed"] for p in by_k[k_min - 1])
+    assert by_k[k_min - 1][0]["cached_second"] > 0 and all(
+        not p["flushed"] for p in by_k[k_min - 1]
+    )
     assert all(p["cached_second"] == 0 and p["flushed"] for p in by_k[k_min])
     assert all(len(pts) == 2 for pts in by_k.values())  # every point repeated
     # every repeat used fresh system bytes: W1 of every point was a miss
@@ -65,13 +73,17 @@ def test_bisection_finds_the_smallest_flushing_k(entries, snapshots, k_min):
     # every generation request the simulator saw is one the probe counted
     chats = [e for e in events if e["kind"] == "request"]
     assert len(chats) == v["requests"]
-    assert v["unplanned_requests"] and all(c["endpoint"] == "/tokenize" for c in v["unplanned_requests"])
+    assert v["unplanned_requests"] and all(
+        c["endpoint"] == "/tokenize" for c in v["unplanned_requests"]
+    )
 
 
 def test_fit_matches_the_configured_prefill_cost():
     scale = 0.2
-    v, _ = probe(SimConfig(time_scale=scale, cache_entries=8),
-                 ProbeConfig(sizes=(1024, 2048, 4096, 8192), flush_max=0, fit_on="stream"))
+    v, _ = probe(
+        SimConfig(time_scale=scale, cache_entries=8),
+        ProbeConfig(sizes=(1024, 2048, 4096, 8192), flush_max=0, fit_on="stream"),
+    )
     fit = v["prefill_fit"]
     assert fit["source"] == "stream"
     assert fit["a_s"] == pytest.approx(1.52 * scale, rel=0.05)
@@ -85,8 +97,9 @@ def test_fit_matches_the_configured_prefill_cost():
 
 
 def test_cmax_is_the_cached_tokens_of_the_64k_warm_leg():
-    v, events = probe(SimConfig(time_scale=0, cache_entries=8),
-                      ProbeConfig(sizes=(8192, 65536), flush_max=0))
+    v, events = probe(
+        SimConfig(time_scale=0, cache_entries=8), ProbeConfig(sizes=(8192, 65536), flush_max=0)
+    )
     warm64 = [w for w in v["warm"] if w["size_tokens"] == 65536][0]
     assert warm64["prompt_tokens"] == 65536  # sized exactly through /tokenize
     reqs = [e for e in events if e["kind"] == "request"]
@@ -98,12 +111,38 @@ def test_cmax_is_the_cached_tokens_of_the_64k_warm_leg():
 
 def test_probe_command_writes_verdict_and_report(tmp_path):
     out = tmp_path / "p"
-    rc = main(["probe", "--target", "sim", "--sim-time-scale", "0", "--sizes", "512,1024",
-               "--flush-prefix", "1024", "--foreign-tokens", "128", "--flush-max", "8",
-               "--flush-repeats", "1", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "probe",
+            "--target",
+            "sim",
+            "--sim-time-scale",
+            "0",
+            "--sizes",
+            "512,1024",
+            "--flush-prefix",
+            "1024",
+            "--foreign-tokens",
+            "128",
+            "--flush-max",
+            "8",
+            "--flush-repeats",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     v = json.loads((out / "verdict.json").read_text())
-    for key in ("prefill_fit", "cmax_tokens", "min_flush_k", "flush_bracket", "points", "bytes_per_token"):
+    for key in (
+        "prefill_fit",
+        "cmax_tokens",
+        "min_flush_k",
+        "flush_bracket",
+        "points",
+        "bytes_per_token",
+    ):
         assert key in v
     assert set(v["prefill_fit"]) >= {"a_s", "rate_tokens_per_s", "r2"}
     assert v["min_flush_k"] == 4

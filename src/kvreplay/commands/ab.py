@@ -1,4 +1,4 @@
-"""``kvreplay ab``: did the change help, and did it hurt anything?
+r"""``kvreplay ab``: did the change help, and did it hurt anything?
 
 Examples::
 
@@ -28,7 +28,9 @@ from kvreplay.plan import PhaseSpec, build_plan
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "ab"
-HELP = "A/B repetitions of two arms in a frozen alternating order, compared with bootstrap intervals."
+HELP = (
+    "A/B repetitions of two arms in a frozen alternating order, compared with bootstrap intervals."
+)
 
 EXIT_ABORTED = 3
 
@@ -36,22 +38,46 @@ EXIT_ABORTED = 3
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``ab``'s options (plus the target options of ``run``)."""
     p.add_argument("workload", help="folder of *.json bodies or a .jsonl file")
-    p.add_argument("--arm", action="append", default=[], metavar="NAME=CMD", required=True,
-                   help="an arm and the command that switches the server to it (twice; baseline first); "
-                        "with --target sim: NAME=sim:KEY=VALUE,... (e.g. sim:prefill_scale=1.1)")
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME=CMD",
+        required=True,
+        help="an arm and the command that switches the server to it (twice; baseline first); "
+        "with --target sim: NAME=sim:KEY=VALUE,... (e.g. sim:prefill_scale=1.1)",
+    )
     p.add_argument("--reps", type=int, default=3, help="repetitions (pairs of blocks; default 3)")
-    p.add_argument("--phases", default="c1,c4", help="concurrencies of each block's phases (default c1,c4)")
-    p.add_argument("--order", default="forward", help="body order inside a phase: forward, reverse, shuffle:SEED")
-    p.add_argument("--primary", action="append", default=[], metavar="METRIC:±X%",
-                   help="primary check, e.g. ttft_p50:-5%% (lower by 5%% is a benefit); repeatable")
-    p.add_argument("--protected", action="append", default=[], metavar="METRIC:±X%",
-                   help="protected check, e.g. itl_p50:+3%% (rising by more is a regression); repeatable")
+    p.add_argument(
+        "--phases", default="c1,c4", help="concurrencies of each block's phases (default c1,c4)"
+    )
+    p.add_argument(
+        "--order",
+        default="forward",
+        help="body order inside a phase: forward, reverse, shuffle:SEED",
+    )
+    p.add_argument(
+        "--primary",
+        action="append",
+        default=[],
+        metavar="METRIC:±X%",
+        help="primary check, e.g. ttft_p50:-5%% (lower by 5%% is a benefit); repeatable",
+    )
+    p.add_argument(
+        "--protected",
+        action="append",
+        default=[],
+        metavar="METRIC:±X%",
+        help="protected check, e.g. itl_p50:+3%% (rising by more is a regression); repeatable",
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--ready-timeout", type=float, default=60.0, metavar="S")
     p.add_argument("--cmd-timeout", type=float, default=600.0, metavar="S")
     p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
-    p.add_argument("--out", default=None, help="experiment directory (default runs/<UTC timestamp>)")
+    p.add_argument(
+        "--out", default=None, help="experiment directory (default runs/<UTC timestamp>)"
+    )
     p.add_argument("--quiet", action="store_true")
     add_target_arguments(p)
 
@@ -67,8 +93,12 @@ def phase_specs(text: str, order: str) -> list[PhaseSpec]:
         m = re.fullmatch(r"c(\d+)", tok)
         if not m or int(m.group(1)) < 1:
             raise ConfigError(f"{tok!r}: phases are concurrencies like c1,c4", field="--phases")
-        specs.append(PhaseSpec.from_mapping({"name": tok, "order": order, "concurrency": int(m.group(1)),
-                                             "drain": True}, where={"field": "--phases"}))
+        specs.append(
+            PhaseSpec.from_mapping(
+                {"name": tok, "order": order, "concurrency": int(m.group(1)), "drain": True},
+                where={"field": "--phases"},
+            )
+        )
     if not specs:
         raise ConfigError("no phases", field="--phases")
     return specs
@@ -90,10 +120,21 @@ async def ab_async(args: argparse.Namespace) -> dict:
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"ab: {m}", flush=True))
     out = Path(args.out) if args.out else default_out()
     return await run_ab(
-        workload=workload, plan=plan, arms=arms, reps=args.reps, out=out, target=args.target,
-        backend_name=args.backend, thresholds=thresholds, sim_base=sim_base, profile=args.profile,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {}, seed=args.seed,
-        ready_timeout_s=args.ready_timeout, cmd_timeout_s=args.cmd_timeout, drain_timeout_s=args.drain_timeout,
+        workload=workload,
+        plan=plan,
+        arms=arms,
+        reps=args.reps,
+        out=out,
+        target=args.target,
+        backend_name=args.backend,
+        thresholds=thresholds,
+        sim_base=sim_base,
+        profile=args.profile,
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        seed=args.seed,
+        ready_timeout_s=args.ready_timeout,
+        cmd_timeout_s=args.cmd_timeout,
+        drain_timeout_s=args.drain_timeout,
         progress=say,
     ) | {"_out": str(out)}
 
@@ -105,8 +146,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"verdict: {result['verdict']}")
         for c in result["checks"]:
-            print(f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
-                  + (f", change {c['change_pct']:+.2f}% CI {c['ci_change_pct']}" if c.get("change_pct") is not None
-                     else ""))
+            print(
+                f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
+                + (
+                    f", change {c['change_pct']:+.2f}% CI {c['ci_change_pct']}"
+                    if c.get("change_pct") is not None
+                    else ""
+                )
+            )
         print(f"experiment directory: {result['_out']}")
     return EXIT_ABORTED if result["ab"].get("stopped") else 0

@@ -25,7 +25,9 @@ HELP = "Compare matched A/B blocks: median paired ratios with bootstrap CIs and 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``compare``'s options."""
-    p.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="ab directories, or run directories in pairs")
+    p.add_argument(
+        "dirs", nargs="+", metavar="RUN_DIR", help="ab directories, or run directories in pairs"
+    )
     p.add_argument("--primary", action="append", default=[], metavar="METRIC:±X%")
     p.add_argument("--protected", action="append", default=[], metavar="METRIC:±X%")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")

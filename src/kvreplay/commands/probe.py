@@ -22,28 +22,56 @@ import orjson
 
 from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+from kvreplay.experiments.probe import (
+    FIT_SOURCES,
+    ProbeConfig,
+    parse_sizes,
+    render_report,
+    run_probe,
+)
 
 NAME = "probe"
-HELP = "Probe a server's prefix cache: cold/warm legs, prefill fit, eviction bisection, verdict.json."
+HELP = (
+    "Probe a server's prefix cache: cold/warm legs, prefill fit, eviction bisection, verdict.json."
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``probe``'s options (plus the target options of ``run``)."""
-    p.add_argument("--sizes", default="8k,16k,32k,64k", help="cold/warm leg sizes in tokens (k = 1024)")
-    p.add_argument("--cold-repeats", type=int, default=1, help="cold legs per size (the fastest is fitted)")
+    p.add_argument(
+        "--sizes", default="8k,16k,32k,64k", help="cold/warm leg sizes in tokens (k = 1024)"
+    )
+    p.add_argument(
+        "--cold-repeats", type=int, default=1, help="cold legs per size (the fastest is fitted)"
+    )
     p.add_argument("--flush-prefix", default="8k", help="prefix size of the eviction legs (tokens)")
     p.add_argument("--foreign-tokens", default="1k", help="size of each foreign prompt (tokens)")
-    p.add_argument("--flush-max", type=int, default=32, metavar="K",
-                   help="upper bound of the eviction bisection (0 = skip eviction legs)")
+    p.add_argument(
+        "--flush-max",
+        type=int,
+        default=32,
+        metavar="K",
+        help="upper bound of the eviction bisection (0 = skip eviction legs)",
+    )
     p.add_argument("--flush-repeats", type=int, default=2, help="repeats per bisection point")
-    p.add_argument("--fit-on", choices=FIT_SOURCES, default="ttft",
-                   help="series for prefill_fit: ttft (send to first token), stream (headers to first "
-                        "token), server (timings.prompt_ms)")
-    p.add_argument("--model", default=None, help="model id for the bodies (default: first of /v1/models)")
+    p.add_argument(
+        "--fit-on",
+        choices=FIT_SOURCES,
+        default="ttft",
+        help="series for prefill_fit: ttft (send to first token), stream (headers to first "
+        "token), server (timings.prompt_ms)",
+    )
+    p.add_argument(
+        "--model", default=None, help="model id for the bodies (default: first of /v1/models)"
+    )
     p.add_argument("--out", default=None, help="output directory (default runs/<UTC timestamp>)")
-    p.add_argument("--read-timeout", type=float, default=600.0, metavar="S",
-                   help="longest silence allowed between two reads (s); a cold 64k prefill can be long")
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="longest silence allowed between two reads (s); a cold 64k prefill can be long",
+    )
     p.add_argument("--quiet", action="store_true")
     add_target_arguments(p)
 
@@ -83,7 +111,8 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
     backend_name = args.backend
     sim = None
     if args.target == "sim":
-        from kvreplay.sim import SimServer, config_from_args as sim_config
+        from kvreplay.sim import SimServer
+        from kvreplay.sim import config_from_args as sim_config
 
         sim = SimServer(sim_config(args, prefix="sim-"))
         await sim.start(host="127.0.0.1", port=0)
@@ -103,10 +132,20 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
 
                 if backend_name == "auto":
                     backend_name = await detect(url, session)
-                backend = None if backend_name == "openai" else make_backend(
-                    backend_name, url, session, profile=args.profile)
-            verdict = await run_probe(session, url, backend, cfg, headers=headers,
-                                      log=lambda rec: fh.write(orjson.dumps(rec) + b"\n"), progress=say)
+                backend = (
+                    None
+                    if backend_name == "openai"
+                    else make_backend(backend_name, url, session, profile=args.profile)
+                )
+            verdict = await run_probe(
+                session,
+                url,
+                backend,
+                cfg,
+                headers=headers,
+                log=lambda rec: fh.write(orjson.dumps(rec) + b"\n"),
+                progress=say,
+            )
     finally:
         fh.close()
         if sim is not None:

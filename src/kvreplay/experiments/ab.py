@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -70,8 +71,10 @@ def parse_arm(text: str) -> Arm:
     name, sep, cmd = text.partition("=")
     name = name.strip()
     if not sep or not name or not all(c.isalnum() or c in "_.-" for c in name):
-        raise ConfigError(f"{text!r}: expected NAME=CMD with a name of letters, digits, '_', '.', '-'",
-                          field="--arm")
+        raise ConfigError(
+            f"{text!r}: expected NAME=CMD with a name of letters, digits, '_', '.', '-'",
+            field="--arm",
+        )
     return Arm(name, cmd.strip())
 
 
@@ -85,7 +88,9 @@ def block_order(arms: list[Arm], reps: int) -> list[dict[str, Any]]:
         ConfigError: not exactly two arms (with distinct names), or reps < 1.
     """
     if len(arms) != 2 or arms[0].name == arms[1].name:
-        raise ConfigError("an A/B experiment needs exactly two arms with distinct names", field="--arm")
+        raise ConfigError(
+            "an A/B experiment needs exactly two arms with distinct names", field="--arm"
+        )
     if reps < 1:
         raise ConfigError("repetitions must be >= 1", field="--reps")
     out = []
@@ -137,8 +142,12 @@ def sim_arm_config(base: Any, arm: Arm) -> Any:
             continue
         data[key.strip()] = _scalar(value.strip())
     cfg = SimConfig.from_mapping(data, where=f"--arm {arm.name}", base=base) if data else base
-    return replace(cfg, prefill_base_s=cfg.prefill_base_s * scale,
-                   prefill_tokens_per_s=cfg.prefill_tokens_per_s / scale, build=f"{cfg.build}+{arm.name}")
+    return replace(
+        cfg,
+        prefill_base_s=cfg.prefill_base_s * scale,
+        prefill_tokens_per_s=cfg.prefill_tokens_per_s / scale,
+        build=f"{cfg.build}+{arm.name}",
+    )
 
 
 async def run_arm_command(cmd: str, timeout_s: float) -> dict[str, Any]:
@@ -150,8 +159,9 @@ async def run_arm_command(cmd: str, timeout_s: float) -> dict[str, Any]:
     t0 = now_ns()
     if not cmd:
         return {"cmd": "", "rc": 0, "wall_s": 0.0, "stdout_tail": "", "stderr_tail": ""}
-    proc = await asyncio.create_subprocess_exec("/bin/sh", "-c", cmd, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
         rc: int | None = proc.returncode
@@ -159,13 +169,18 @@ async def run_arm_command(cmd: str, timeout_s: float) -> dict[str, Any]:
         proc.kill()
         out, err = await proc.communicate()
         rc = None
-    return {"cmd": cmd, "rc": rc, "wall_s": round((now_ns() - t0) / 1e9, 3),
-            "stdout_tail": out[-4096:].decode("utf-8", "replace"),
-            "stderr_tail": err[-4096:].decode("utf-8", "replace")}
+    return {
+        "cmd": cmd,
+        "rc": rc,
+        "wall_s": round((now_ns() - t0) / 1e9, 3),
+        "stdout_tail": out[-4096:].decode("utf-8", "replace"),
+        "stderr_tail": err[-4096:].decode("utf-8", "replace"),
+    }
 
 
-async def wait_ready(url: str, headers: dict[str, str], *, timeout_s: float = 60.0,
-                     interval_s: float = 0.5) -> dict[str, Any]:
+async def wait_ready(
+    url: str, headers: dict[str, str], *, timeout_s: float = 60.0, interval_s: float = 0.5
+) -> dict[str, Any]:
     """Poll ``/health`` (else ``/v1/models``) until one answers 200, bounded by ``timeout_s`` (s).
 
     Returns:
@@ -181,14 +196,22 @@ async def wait_ready(url: str, headers: dict[str, str], *, timeout_s: float = 60
                 try:
                     async with session.get(url.rstrip("/") + path, headers=headers) as resp:
                         if resp.status == 200:
-                            return {"ready": True, "waited_s": round((now_ns() - t0) / 1e9, 3),
-                                    "endpoint": path, "last_error": None}
+                            return {
+                                "ready": True,
+                                "waited_s": round((now_ns() - t0) / 1e9, 3),
+                                "endpoint": path,
+                                "last_error": None,
+                            }
                         last = f"{path}: HTTP {resp.status}"
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     last = f"{path}: {type(exc).__name__}: {exc}"
             if now_ns() >= deadline:
-                return {"ready": False, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": None,
-                        "last_error": last}
+                return {
+                    "ready": False,
+                    "waited_s": round((now_ns() - t0) / 1e9, 3),
+                    "endpoint": None,
+                    "last_error": last,
+                }
             await asyncio.sleep(interval_s)
 
 
@@ -196,16 +219,26 @@ BlockRunner = Callable[[dict[str, Any], Arm, Path], Awaitable[dict[str, Any]]]
 """Runs one block: ``(block, arm, block_dir) -> summary`` (already switched and ready)."""
 
 
-def ab_document(arms: list[Arm], reps: int, plan: Plan, order: list[dict[str, Any]], *, target: str,
-                backend: str, thresholds: dict[str, list[str]]) -> dict[str, Any]:
+def ab_document(
+    arms: list[Arm],
+    reps: int,
+    plan: Plan,
+    order: list[dict[str, Any]],
+    *,
+    target: str,
+    backend: str,
+    thresholds: dict[str, list[str]],
+) -> dict[str, Any]:
     """``ab.json`` as written before the first request."""
     return {
         "format": "kvreplay-ab/1",
         "arms": [{"name": a.name, "cmd": a.cmd, "baseline": i == 0} for i, a in enumerate(arms)],
         "reps": reps,
         "plan_sha256": plan.sha256,
-        "phases": [{"name": p.name, "concurrency": p.spec.concurrency, "requests": len(p.sequence)}
-                   for p in plan.phases],
+        "phases": [
+            {"name": p.name, "concurrency": p.spec.concurrency, "requests": len(p.sequence)}
+            for p in plan.phases
+        ],
         "order": order,
         "target": target,
         "backend": backend,
@@ -279,7 +312,9 @@ async def run_ab(
     is_sim = target == "sim"
     for a in arms:
         if is_sim and a.cmd and not a.is_sim:
-            raise ConfigError(f"arm {a.name}: with --target sim an arm is 'sim:KEY=VALUE,...'", field="--arm")
+            raise ConfigError(
+                f"arm {a.name}: with --target sim an arm is 'sim:KEY=VALUE,...'", field="--arm"
+            )
         if not is_sim and a.is_sim:
             raise ConfigError(f"arm {a.name}: a 'sim:' arm needs --target sim", field="--arm")
     sim_cfgs = {a.name: sim_arm_config(sim_base, a) for a in arms} if is_sim else {}
@@ -288,9 +323,18 @@ async def run_ab(
     out.mkdir(parents=True, exist_ok=True)
     if (out / "ab.json").exists():
         raise ConfigError("directory already holds ab.json; choose a new --out", path=out)
-    doc = ab_document(arms, reps, plan, order, target=target, backend=backend_name,
-                      thresholds={"primary": [t.text for t in thresholds if t.role == "primary"],
-                                  "protected": [t.text for t in thresholds if t.role == "protected"]})
+    doc = ab_document(
+        arms,
+        reps,
+        plan,
+        order,
+        target=target,
+        backend=backend_name,
+        thresholds={
+            "primary": [t.text for t in thresholds if t.role == "primary"],
+            "protected": [t.text for t in thresholds if t.role == "protected"],
+        },
+    )
     write_json(out / "ab.json", doc)  # frozen before the first request
     stopped: str | None = None
     for blk in order:
@@ -325,7 +369,9 @@ async def run_ab(
                 continue
             chosen = {"name": backend_name}
 
-            async def factory(session: aiohttp.ClientSession, _url: str = url, _chosen: dict = chosen) -> Any:
+            async def factory(
+                session: aiohttp.ClientSession, _url: str = url, _chosen: dict = chosen
+            ) -> Any:
                 if _chosen["name"] == "none":
                     return None
                 from kvreplay.backends import detect, make_backend
@@ -336,17 +382,29 @@ async def run_ab(
 
             say(f"block {blk['block']} (rep {blk['rep']}, arm {arm.name})")
             summary = await execute_plan(
-                plan, plan.bind(workload),
-                RunOptions(target_url=url, target_label="sim" if is_sim else url, out_dir=out / blk["dir"],
-                           backend_name=backend_name, headers=hdrs, drain_timeout_s=drain_timeout_s,
-                           drain_interval_s=0.1, quiet=True),
+                plan,
+                plan.bind(workload),
+                RunOptions(
+                    target_url=url,
+                    target_label="sim" if is_sim else url,
+                    out_dir=out / blk["dir"],
+                    backend_name=backend_name,
+                    headers=hdrs,
+                    drain_timeout_s=drain_timeout_s,
+                    drain_interval_s=0.1,
+                    quiet=True,
+                ),
                 backend_factory=factory,
             )
         finally:
             if srv is not None:
                 await srv.stop()
         ident = summary.get("identity") or {}
-        rec.update(aborted=summary.get("aborted"), identity=ident.get("before"), plan_sha256=summary.get("plan_sha256"))
+        rec.update(
+            aborted=summary.get("aborted"),
+            identity=ident.get("before"),
+            plan_sha256=summary.get("plan_sha256"),
+        )
         if summary.get("aborted"):
             stopped = f"block {blk['block']} aborted: {summary['aborted'].get('reason')}"
         doc["blocks"].append(rec)

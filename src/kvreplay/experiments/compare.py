@@ -44,7 +44,14 @@ import orjson
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 
-__all__ = ["METRICS", "Threshold", "compare_blocks", "load_pairs", "parse_threshold", "render_compare"]
+__all__ = [
+    "METRICS",
+    "Threshold",
+    "compare_blocks",
+    "load_pairs",
+    "parse_threshold",
+    "render_compare",
+]
 
 METRICS: dict[str, tuple[str, ...]] = {
     "ttft_p50": ("ttft_ms", "p50"),
@@ -99,7 +106,9 @@ def parse_threshold(text: str, role: str) -> Threshold:
         raise ConfigError(f"{text!r}: expected [PHASE.]METRIC:+X% or -X%", field=f"--{role}")
     phase, metric, pct = m.group(1), m.group(2), float(m.group(3))
     if metric not in METRICS:
-        raise ConfigError(f"{text!r}: unknown metric {metric!r}; one of {', '.join(METRICS)}", field=f"--{role}")
+        raise ConfigError(
+            f"{text!r}: unknown metric {metric!r}; one of {', '.join(METRICS)}", field=f"--{role}"
+        )
     if pct == 0:
         raise ConfigError(f"{text!r}: a threshold of 0% can never be decided", field=f"--{role}")
     return Threshold(phase, metric, pct, role)
@@ -139,18 +148,34 @@ def load_pairs(dirs: list[str | Path]) -> tuple[list[dict[str, Any]], list[str]]
             for rep in sorted(by_rep):
                 got = by_rep[rep]
                 if names[0] in got and names[1] in got:
-                    pairs.append({"rep": len(pairs), "source": str(d), "baseline": _block(got[names[0]]),
-                                  "candidate": _block(got[names[1]])})
+                    pairs.append(
+                        {
+                            "rep": len(pairs),
+                            "source": str(d),
+                            "baseline": _block(got[names[0]]),
+                            "candidate": _block(got[names[1]]),
+                        }
+                    )
         elif (d / "summary.json").exists():
             plain.append(d)
         else:
-            raise ConfigError("neither an ab directory (ab.json) nor a run directory (summary.json)", path=d)
+            raise ConfigError(
+                "neither an ab directory (ab.json) nor a run directory (summary.json)", path=d
+            )
     if len(plain) % 2:
-        raise ConfigError("plain run directories are taken in pairs (baseline, candidate); got an odd number",
-                          path=plain[-1])
+        raise ConfigError(
+            "plain run directories are taken in pairs (baseline, candidate); got an odd number",
+            path=plain[-1],
+        )
     for i in range(0, len(plain), 2):
-        pairs.append({"rep": len(pairs), "source": "runs", "baseline": _block(plain[i]),
-                      "candidate": _block(plain[i + 1])})
+        pairs.append(
+            {
+                "rep": len(pairs),
+                "source": "runs",
+                "baseline": _block(plain[i]),
+                "candidate": _block(plain[i + 1]),
+            }
+        )
     return pairs, arms or ["baseline", "candidate"]
 
 
@@ -180,7 +205,12 @@ def _phase_state(summary: dict[str, Any] | None, name: str) -> tuple[str, dict[s
     ph = next((p for p in summary.get("phases", []) if p["name"] == name), None)
     if ph is None or ph.get("deferred") or ph.get("sent", 0) == 0:
         return "deferred", ph
-    if summary.get("aborted") or not ph.get("valid", True) or ph.get("ok", 0) == 0 or ph.get("ok") != ph.get("planned"):
+    if (
+        summary.get("aborted")
+        or not ph.get("valid", True)
+        or ph.get("ok", 0) == 0
+        or ph.get("ok") != ph.get("planned")
+    ):
         return "failed", ph
     return "ok", ph
 
@@ -243,8 +273,12 @@ def compare_blocks(
     metrics: dict[str, dict[str, Any]] = {}
     pair_rows = []
     for pr in pairs:
-        row = {"rep": pr["rep"], "baseline": pr["baseline"]["dir"], "candidate": pr["candidate"]["dir"],
-               "phases": {}}
+        row = {
+            "rep": pr["rep"],
+            "baseline": pr["baseline"]["dir"],
+            "candidate": pr["candidate"]["dir"],
+            "phases": {},
+        }
         for name in phase_names:
             sb, pb = _phase_state(pr["baseline"]["summary"], name)
             sc, pc = _phase_state(pr["candidate"]["summary"], name)
@@ -252,7 +286,9 @@ def compare_blocks(
             row["phases"][name] = state
             for metric in METRICS:
                 key = f"{name}.{metric}"
-                entry = metrics.setdefault(key, {"phase": name, "metric": metric, "ratios": [], "cells": []})
+                entry = metrics.setdefault(
+                    key, {"phase": name, "metric": metric, "ratios": [], "cells": []}
+                )
                 if state != "ok":
                     entry["cells"].append(state)
                     continue
@@ -274,21 +310,35 @@ def compare_blocks(
             entry["change_pct"] = round((median(rs) - 1) * 100, 3)
             entry["ci_change_pct"] = [round((lo - 1) * 100, 3), round((hi - 1) * 100, 3)]
         else:
-            entry["median_ratio"] = entry["ci_ratio"] = entry["change_pct"] = entry["ci_change_pct"] = None
+            entry["median_ratio"] = entry["ci_ratio"] = entry["change_pct"] = entry[
+                "ci_change_pct"
+            ] = None
     checks = []
     reasons: list[str] = []
     for t in thresholds:
         for name in phase_names if t.phase is None else [t.phase]:
             entry = metrics.get(f"{name}.{t.metric}")
-            chk = {"check": t.text, "role": t.role, "phase": name, "metric": t.metric, "threshold_pct": t.pct}
+            chk = {
+                "check": t.text,
+                "role": t.role,
+                "phase": name,
+                "metric": t.metric,
+                "threshold_pct": t.pct,
+            }
             if entry is None or entry["n"] < 2:
                 n = 0 if entry is None else entry["n"]
-                chk.update(decision="no decision", n=n, reason=f"{n} usable pair(s); at least 2 are needed")
+                chk.update(
+                    decision="no decision", n=n, reason=f"{n} usable pair(s); at least 2 are needed"
+                )
                 reasons.append(f"{name}.{t.metric}: only {n} usable pair(s)")
             else:
                 lo, hi = entry["ci_ratio"]
-                chk.update(decision=_decide(t, lo - 1, hi - 1), n=entry["n"], ci_change_pct=entry["ci_change_pct"],
-                           change_pct=entry["change_pct"])
+                chk.update(
+                    decision=_decide(t, lo - 1, hi - 1),
+                    n=entry["n"],
+                    ci_change_pct=entry["ci_change_pct"],
+                    change_pct=entry["change_pct"],
+                )
             checks.append(chk)
     verdict = _verdict(checks)
     if not thresholds:
@@ -301,7 +351,12 @@ def compare_blocks(
         "checks": checks,
         "verdict": verdict,
         "reasons": reasons,
-        "bootstrap": {"seed": seed, "n_boot": n_boot, "alpha": alpha, "method": "percentile (Efron 1979)"},
+        "bootstrap": {
+            "seed": seed,
+            "n_boot": n_boot,
+            "alpha": alpha,
+            "method": "percentile (Efron 1979)",
+        },
     }
 
 
@@ -326,23 +381,44 @@ def _pct(v: float | None) -> str:
 
 def render_compare(result: dict[str, Any], arms: list[str]) -> str:
     """``compare.md``: the verdict, the checks, and every metric with its pairs."""
-    lines = [f"# kvreplay compare: {arms[1]} vs {arms[0]}", "", f"**Verdict: {result['verdict']}**", ""]
+    lines = [
+        f"# kvreplay compare: {arms[1]} vs {arms[0]}",
+        "",
+        f"**Verdict: {result['verdict']}**",
+        "",
+    ]
     for r in result["reasons"]:
         lines.append(f"- {r}")
-    lines += ["", "| check | role | n | change (median) | 95% CI | decision |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| check | role | n | change (median) | 95% CI | decision |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in result["checks"]:
         ci = c.get("ci_change_pct")
-        lines.append(f"| {c['phase']}.{c['metric']} ({c['threshold_pct']:+g}%) | {c['role']} | {c['n']} | "
-                     f"{_pct(c.get('change_pct'))} | {'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | "
-                     f"{c['decision']} |")
+        lines.append(
+            f"| {c['phase']}.{c['metric']} ({c['threshold_pct']:+g}%) | {c['role']} | {c['n']} | "
+            f"{_pct(c.get('change_pct'))} | {'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | "
+            f"{c['decision']} |"
+        )
     n_pairs = len(result["pairs"])
     head = " | ".join(f"pair {i}" for i in range(n_pairs))
-    lines += ["", f"| metric | n | change (median) | 95% CI | {head} |", "|---" * (4 + n_pairs) + "|"]
+    lines += [
+        "",
+        f"| metric | n | change (median) | 95% CI | {head} |",
+        "|---" * (4 + n_pairs) + "|",
+    ]
     for key, e in result["metrics"].items():
         ci = e["ci_change_pct"]
         cells = " | ".join(f"{c:.4f}" if isinstance(c, float) else str(c) for c in e["cells"])
-        lines.append(f"| {key} | {e['n']} | {_pct(e['change_pct'])} | "
-                     f"{'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | {cells} |")
-    lines += ["", "Pair cells are candidate / baseline ratios; `failed` = a block aborted or a phase had failures, "
-              "`deferred` = not run, `n/a` = the metric is missing or zero in the baseline.", ""]
+        lines.append(
+            f"| {key} | {e['n']} | {_pct(e['change_pct'])} | "
+            f"{'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | {cells} |"
+        )
+    lines += [
+        "",
+        "Pair cells are candidate / baseline ratios; `failed` = a block aborted or a phase had failures, "
+        "`deferred` = not run, `n/a` = the metric is missing or zero in the baseline.",
+        "",
+    ]
     return "\n".join(lines)

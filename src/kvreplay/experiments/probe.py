@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -152,11 +153,14 @@ class _Probe:
             self.notes.append(f"counter read failed: {exc}")
             return None
 
-    async def send(self, leg: str, raw: bytes, extra: dict[str, Any], *, counters: bool = True) -> dict[str, Any]:
+    async def send(
+        self, leg: str, raw: bytes, extra: dict[str, Any], *, counters: bool = True
+    ) -> dict[str, Any]:
         """One request with counters read around it; returns (and logs) its record."""
         before = self.last_snap if self.last_snap is not None else await self.snap()
-        out = await send_body(self.session, self.url + "/v1/chat/completions", raw, headers=self.headers,
-                              head_chars=0)
+        out = await send_body(
+            self.session, self.url + "/v1/chat/completions", raw, headers=self.headers, head_chars=0
+        )
         self.requests += 1
         r = out.stream
         rec: dict[str, Any] = {
@@ -169,17 +173,24 @@ class _Probe:
             "error": out.error,
             "prompt_tokens": r.prompt_tokens,
             "cached_tokens": r.cached_tokens,
-            "ttft_s": (r.first_token_ns - out.sent_ns) / 1e9 if r.first_token_ns is not None else None,
+            "ttft_s": (r.first_token_ns - out.sent_ns) / 1e9
+            if r.first_token_ns is not None
+            else None,
             "stream_s": (r.first_token_ns - out.headers_ns) / 1e9
-            if r.first_token_ns is not None and out.headers_ns is not None else None,
+            if r.first_token_ns is not None and out.headers_ns is not None
+            else None,
             "server_prefill_s": _server_prefill_s(r.timings),
             "e2e_s": (out.done_ns - out.sent_ns) / 1e9,
         }
         if counters:
             after = await self.snap()
             self.last_snap = after
-            rec["counter_delta"] = counter_delta(before, after).to_json() if before and after else None
-            rec["last_entry_bytes"] = _num(after.raw.get("last_entry_bytes")) if after is not None else None
+            rec["counter_delta"] = (
+                counter_delta(before, after).to_json() if before and after else None
+            )
+            rec["last_entry_bytes"] = (
+                _num(after.raw.get("last_entry_bytes")) if after is not None else None
+            )
             rec["entries_gauge"] = after.common.get("entries") if after is not None else None
         else:
             self.last_snap = None
@@ -187,19 +198,30 @@ class _Probe:
         return rec
 
     async def foreign_block(self, k: int, point: str) -> dict[str, Any]:
-        """k foreign prompts, each with its own system block; counters around the block."""
+        """Send k foreign prompts, each with its own system block; counters around the block."""
         before = self.last_snap if self.last_snap is not None else await self.snap()
         cached = []
         for i in range(k):
-            body = await self.counter.build(self.cfg.foreign_tokens, f"probe foreign {self.fresh('f')}.",
-                                            seed=self.fresh("fs"), tail_seed=self.fresh("ft"))
-            rec = await self.send("C-foreign", body.raw, {"point": point, "i": i, "size_tokens":
-                                                          self.cfg.foreign_tokens}, counters=False)
+            body = await self.counter.build(
+                self.cfg.foreign_tokens,
+                f"probe foreign {self.fresh('f')}.",
+                seed=self.fresh("fs"),
+                tail_seed=self.fresh("ft"),
+            )
+            rec = await self.send(
+                "C-foreign",
+                body.raw,
+                {"point": point, "i": i, "size_tokens": self.cfg.foreign_tokens},
+                counters=False,
+            )
             cached.append(rec["cached_tokens"])
         after = await self.snap()
         self.last_snap = after
-        return {"k": k, "cached_tokens": cached,
-                "counter_delta": counter_delta(before, after).to_json() if before and after else None}
+        return {
+            "k": k,
+            "cached_tokens": cached,
+            "counter_delta": counter_delta(before, after).to_json() if before and after else None,
+        }
 
 
 def _num(v: Any) -> float | None:
@@ -220,7 +242,7 @@ def _fit_json(fit: LineFit, source: str, xs: list[int], ys: list[float]) -> dict
         "rate_tokens_per_s": round(rate, 3) if rate else None,
         "r2": round(fit.r2, 6) if fit.r2 == fit.r2 else None,
         "n": fit.n,
-        "points": [[x, round(y, 6)] for x, y in zip(xs, ys)],
+        "points": [[x, round(y, 6)] for x, y in zip(xs, ys, strict=False)],
         "residuals_s": [round(r, 6) for r in fit.residuals],
     }
 
@@ -251,13 +273,19 @@ def _bytes_per_token(legs: list[dict[str, Any]]) -> tuple[float | None, str | No
     pts = []
     for rec in legs:
         d = rec.get("counter_delta") or {}
-        if rec.get("status") == "ok" and rec.get("last_entry_bytes") and d.get("stores", 0) >= 1 and rec.get(
-                "prompt_tokens"):
+        if (
+            rec.get("status") == "ok"
+            and rec.get("last_entry_bytes")
+            and d.get("stores", 0) >= 1
+            and rec.get("prompt_tokens")
+        ):
             pts.append((rec["prompt_tokens"], rec["last_entry_bytes"]))
     xs = sorted({p[0] for p in pts})
     if len(xs) >= 2:
         fit = fit_line([p[0] for p in pts], [p[1] for p in pts])
-        return round(fit.slope, 1), f"slope of last_entry_bytes over {len(pts)} legs (R^2 {fit.r2:.6f})"
+        return round(
+            fit.slope, 1
+        ), f"slope of last_entry_bytes over {len(pts)} legs (R^2 {fit.r2:.6f})"
     if pts:
         return round(pts[0][1] / pts[0][0], 1), "last_entry_bytes / prompt_tokens of one leg"
     return None, None
@@ -324,15 +352,20 @@ async def run_probe(
         for rep in range(cfg.cold_repeats):
             tag = p.fresh("a")
             body = await counter.build(size, f"probe cold {tag}.", seed=tag, tail_seed=p.fresh("t"))
-            rec = await p.send("A", body.raw, {"size_tokens": size, "repeat": rep, "counted_tokens":
-                                               body.counted_tokens})
+            rec = await p.send(
+                "A",
+                body.raw,
+                {"size_tokens": size, "repeat": rep, "counted_tokens": body.counted_tokens},
+            )
             cold.append(rec)
             last_system = body.system
         raw = counter.body_with_system(last_system, p.fresh("t"))
         rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
         warm.append(rec)
-        say(f"size {size}: cold ttft {_fmt(cold[-1]['ttft_s'])} s, warm ttft {_fmt(rec['ttft_s'])} s, "
-            f"warm cached {rec['cached_tokens']}")
+        say(
+            f"size {size}: cold ttft {_fmt(cold[-1]['ttft_s'])} s, warm ttft {_fmt(rec['ttft_s'])} s, "
+            f"warm cached {rec['cached_tokens']}"
+        )
 
     fits = _fits(cold)
     chosen = fits.get(cfg.fit_on)
@@ -345,27 +378,36 @@ async def run_probe(
         flushed_all = True
         for rep in range(cfg.flush_repeats):
             tag = p.fresh("p")
-            body = await counter.build(cfg.flush_prefix_tokens, f"probe prefix {tag}.", seed=tag,
-                                       tail_seed=p.fresh("t"))
+            body = await counter.build(
+                cfg.flush_prefix_tokens, f"probe prefix {tag}.", seed=tag, tail_seed=p.fresh("t")
+            )
             point = f"k{k}r{rep}"
-            first = await p.send("C-first", body.raw, {"point": point, "k": k, "repeat": rep,
-                                                       "size_tokens": cfg.flush_prefix_tokens})
+            first = await p.send(
+                "C-first",
+                body.raw,
+                {"point": point, "k": k, "repeat": rep, "size_tokens": cfg.flush_prefix_tokens},
+            )
             block = await p.foreign_block(k, point)
-            second = await p.send("C-second", counter.body_with_system(body.system, p.fresh("t")),
-                                  {"point": point, "k": k, "repeat": rep, "size_tokens": cfg.flush_prefix_tokens})
+            second = await p.send(
+                "C-second",
+                counter.body_with_system(body.system, p.fresh("t")),
+                {"point": point, "k": k, "repeat": rep, "size_tokens": cfg.flush_prefix_tokens},
+            )
             c2 = second["cached_tokens"]
             flushed = None if c2 is None else c2 <= floor
-            points.append({
-                "k": k,
-                "repeat": rep,
-                "prefix_tokens": first["prompt_tokens"],
-                "cached_first": first["cached_tokens"],
-                "cached_second": c2,
-                "flushed": flushed,
-                "foreign_cached_tokens": block["cached_tokens"],
-                "foreign_counter_delta": block["counter_delta"],
-                "counter_delta_second": second.get("counter_delta"),
-            })
+            points.append(
+                {
+                    "k": k,
+                    "repeat": rep,
+                    "prefix_tokens": first["prompt_tokens"],
+                    "cached_first": first["cached_tokens"],
+                    "cached_second": c2,
+                    "flushed": flushed,
+                    "foreign_cached_tokens": block["cached_tokens"],
+                    "foreign_counter_delta": block["counter_delta"],
+                    "counter_delta_second": second.get("counter_delta"),
+                }
+            )
             if flushed is None:
                 return None
             flushed_all = flushed_all and flushed
@@ -390,7 +432,9 @@ async def run_probe(
                 evict_note = "cached tokens missing at flush_max"
             elif not top:
                 bracket = [cfg.flush_max, None]
-                evict_note = f"{cfg.flush_max} foreign requests did not flush the prefix; raise --flush-max"
+                evict_note = (
+                    f"{cfg.flush_max} foreign requests did not flush the prefix; raise --flush-max"
+                )
             else:
                 lo, hi = 0, cfg.flush_max
                 while hi - lo > 1:
@@ -416,34 +460,50 @@ async def run_probe(
     all_cached = [r["cached_tokens"] for r in legs if r.get("cached_tokens") is not None]
     cmax = max(all_cached) if all_cached else None
     bpt, bpt_how = _bytes_per_token(legs)
-    stores = [r["counter_delta"]["stores"] for r in cold
-              if r.get("counter_delta") and r["counter_delta"].get("stores") is not None]
+    stores = [
+        r["counter_delta"]["stores"]
+        for r in cold
+        if r.get("counter_delta") and r["counter_delta"].get("stores") is not None
+    ]
     per_request = int(median(stores)) if stores else None
-    implied = [per_request * min_k, per_request * min_k + per_request - 1] if per_request and min_k else None
+    implied = (
+        [per_request * min_k, per_request * min_k + per_request - 1]
+        if per_request and min_k
+        else None
+    )
     entries_seen = [r["entries_gauge"] for r in legs if r.get("entries_gauge") is not None]
     warm_rows = []
     for w in warm:
         c = [r for r in cold if r["size_tokens"] == w["size_tokens"] and r["ttft_s"] is not None]
         cold_s = min(r["ttft_s"] for r in c) if c else None
-        warm_rows.append({
-            "size_tokens": w["size_tokens"],
-            "prompt_tokens": w["prompt_tokens"],
-            "cached_tokens": w["cached_tokens"],
-            "cold_ttft_s": _r(cold_s),
-            "warm_ttft_s": _r(w["ttft_s"]),
-            "saving_per_reuse_s": _r(cold_s - w["ttft_s"]) if cold_s is not None and w["ttft_s"] is not None
-            else None,
-        })
+        warm_rows.append(
+            {
+                "size_tokens": w["size_tokens"],
+                "prompt_tokens": w["prompt_tokens"],
+                "cached_tokens": w["cached_tokens"],
+                "cold_ttft_s": _r(cold_s),
+                "warm_ttft_s": _r(w["ttft_s"]),
+                "saving_per_reuse_s": _r(cold_s - w["ttft_s"])
+                if cold_s is not None and w["ttft_s"] is not None
+                else None,
+            }
+        )
     eviction_cost = None
     if chosen and chosen["rate_tokens_per_s"] and baseline_cached:
         eviction_cost = chosen["a_s"] + baseline_cached / chosen["rate_tokens_per_s"]
-    drift = identity_before is not None and identity_after is not None and identity_before != identity_after
+    drift = (
+        identity_before is not None
+        and identity_after is not None
+        and identity_before != identity_after
+    )
     verdict = {
         "format": "kvreplay-probe/1",
         "target": url,
         "model": model,
-        "prefill_fit": {k: chosen[k] for k in ("a_s", "rate_tokens_per_s", "r2")} | {"source": cfg.fit_on}
-        if chosen else None,
+        "prefill_fit": {k: chosen[k] for k in ("a_s", "rate_tokens_per_s", "r2")}
+        | {"source": cfg.fit_on}
+        if chosen
+        else None,
         "prefill_fits": fits,
         "cmax_tokens": cmax,
         "min_flush_k": min_k,
@@ -461,7 +521,11 @@ async def run_probe(
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
         "eviction_cost_s": _r(eviction_cost),
         "prefix_bytes": round(points[0]["prefix_tokens"] * bpt) if bpt and points else None,
-        "token_counting": {"mode": counter.mode, "c0_tokens": counter.c0, "tokens_per_word": counter.c1},
+        "token_counting": {
+            "mode": counter.mode,
+            "c0_tokens": counter.c0,
+            "tokens_per_word": counter.c1,
+        },
         "unplanned_requests": counter.calls,
         "requests": p.requests,
         "identity": {"before": identity_before, "after": identity_after, "drift": drift},
@@ -469,9 +533,13 @@ async def run_probe(
         "notes": p.notes,
         "wall_s": round((now_ns() - t0) / 1e9, 3),
         "config": {
-            "sizes": list(cfg.sizes), "cold_repeats": cfg.cold_repeats, "flush_prefix_tokens":
-            cfg.flush_prefix_tokens, "foreign_tokens": cfg.foreign_tokens, "flush_max": cfg.flush_max,
-            "flush_repeats": cfg.flush_repeats, "fit_on": cfg.fit_on,
+            "sizes": list(cfg.sizes),
+            "cold_repeats": cfg.cold_repeats,
+            "flush_prefix_tokens": cfg.flush_prefix_tokens,
+            "foreign_tokens": cfg.foreign_tokens,
+            "flush_max": cfg.flush_max,
+            "flush_repeats": cfg.flush_repeats,
+            "fit_on": cfg.fit_on,
         },
     }
     verdict["plain"] = plain_line(verdict)
@@ -486,7 +554,9 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-async def _first_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str | None:
+async def _first_model(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> str | None:
     try:
         async with session.get(url + "/v1/models", headers=headers) as resp:
             if resp.status != 200:
@@ -526,45 +596,91 @@ def plain_line(v: dict[str, Any]) -> str:
 
 def render_report(v: dict[str, Any]) -> str:
     """``report.md``: fit, Cmax, minimum flushing k, implied entries, bytes per token."""
-    lines = ["# kvreplay probe", "", f"**{v['plain']}**", "", f"Target: `{v['target']}`, model `{v['model']}`.", ""]
+    lines = [
+        "# kvreplay probe",
+        "",
+        f"**{v['plain']}**",
+        "",
+        f"Target: `{v['target']}`, model `{v['model']}`.",
+        "",
+    ]
     lines += ["## Prefill cost", ""]
     f = v["prefill_fit"]
     if f and f["rate_tokens_per_s"]:
-        lines.append(f"prefill_s = {f['a_s']:.4f} + tokens / {f['rate_tokens_per_s']:.1f} "
-                     f"(R^2 {f['r2']}, fitted on `{f['source']}`)")
+        lines.append(
+            f"prefill_s = {f['a_s']:.4f} + tokens / {f['rate_tokens_per_s']:.1f} "
+            f"(R^2 {f['r2']}, fitted on `{f['source']}`)"
+        )
     elif f:
-        lines.append(f"no positive slope on `{f['source']}` (a = {f['a_s']:.4f} s): prefill time does not "
-                     "grow with tokens here")
+        lines.append(
+            f"no positive slope on `{f['source']}` (a = {f['a_s']:.4f} s): prefill time does not "
+            "grow with tokens here"
+        )
     else:
         lines.append("no fit (fewer than two cold sizes answered)")
-    lines += ["", "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |",
+        "|---|---|---|---|---|",
+    ]
     for name, f in v["prefill_fits"].items():
-        lines.append(f"| {name} | {f['a_s']:.4f} | {f['rate_tokens_per_s']} | {f['r2']} | "
-                     f"{', '.join(f'{r:+.4f}' for r in f['residuals_s'])} |")
-    lines += ["", "| size | prompt tokens | cached (warm) | cold TTFT (s) | warm TTFT (s) | saving per reuse (s) |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {f['a_s']:.4f} | {f['rate_tokens_per_s']} | {f['r2']} | "
+            f"{', '.join(f'{r:+.4f}' for r in f['residuals_s'])} |"
+        )
+    lines += [
+        "",
+        "| size | prompt tokens | cached (warm) | cold TTFT (s) | warm TTFT (s) | saving per reuse (s) |",
+        "|---|---|---|---|---|---|",
+    ]
     for w in v["warm"]:
-        lines.append(f"| {w['size_tokens']} | {w['prompt_tokens']} | {w['cached_tokens']} | "
-                     f"{_fmt(w['cold_ttft_s'])} | {_fmt(w['warm_ttft_s'])} | {_fmt(w['saving_per_reuse_s'])} |")
-    lines += ["", "## Cache", "", f"- Cmax (largest cached_tokens seen): {v['cmax_tokens']}",
-              f"- minimum flushing k: {v['min_flush_k'] if v['min_flush_k'] is not None else 'not found'} "
-              f"(bracket {v['flush_bracket']}, floor {v['flush_floor_tokens']} cached tokens)"]
+        lines.append(
+            f"| {w['size_tokens']} | {w['prompt_tokens']} | {w['cached_tokens']} | "
+            f"{_fmt(w['cold_ttft_s'])} | {_fmt(w['warm_ttft_s'])} | {_fmt(w['saving_per_reuse_s'])} |"
+        )
+    lines += [
+        "",
+        "## Cache",
+        "",
+        f"- Cmax (largest cached_tokens seen): {v['cmax_tokens']}",
+        f"- minimum flushing k: {v['min_flush_k'] if v['min_flush_k'] is not None else 'not found'} "
+        f"(bracket {v['flush_bracket']}, floor {v['flush_floor_tokens']} cached tokens)",
+    ]
     if v["eviction_note"]:
         lines.append(f"- note: {v['eviction_note']}")
-    lines.append(f"- entries stored per request: {v['entries_per_request'] if v['entries_per_request'] else 'unknown'}")
-    lines.append(f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}")
+    lines.append(
+        f"- entries stored per request: {v['entries_per_request'] if v['entries_per_request'] else 'unknown'}"
+    )
+    lines.append(
+        f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}"
+    )
     if v["bytes_per_token"]:
-        lines.append(f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})")
+        lines.append(
+            f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})"
+        )
         if v["prefix_bytes"]:
-            lines.append(f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
-                         f"per entry")
+            lines.append(
+                f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
+                f"per entry"
+            )
     else:
         lines.append("- bytes per token: not reported by this server")
-    lines += ["", "## Eviction points", "", "| k | repeat | prefix tokens | cached (first) | cached (second) | flushed |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Eviction points",
+        "",
+        "| k | repeat | prefix tokens | cached (first) | cached (second) | flushed |",
+        "|---|---|---|---|---|---|",
+    ]
     for pt in v["points"]:
-        lines.append(f"| {pt['k']} | {pt['repeat']} | {pt['prefix_tokens']} | {pt['cached_first']} | "
-                     f"{pt['cached_second']} | {pt['flushed']} |")
-    lines += ["", f"Requests: {v['requests']} measured, {len(v['unplanned_requests'])} unplanned (calibration).",
-              f"Identity drift: {v['identity']['drift']}.", ""]
+        lines.append(
+            f"| {pt['k']} | {pt['repeat']} | {pt['prefix_tokens']} | {pt['cached_first']} | "
+            f"{pt['cached_second']} | {pt['flushed']} |"
+        )
+    lines += [
+        "",
+        f"Requests: {v['requests']} measured, {len(v['unplanned_requests'])} unplanned (calibration).",
+        f"Identity drift: {v['identity']['drift']}.",
+        "",
+    ]
     return "\n".join(lines)

@@ -128,21 +128,27 @@ class TokenCounter:
     overhead_tokens: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def _note(self, endpoint: str, raw: bytes, status: Any, tokens: int | None, purpose: str) -> None:
-        self.calls.append({
-            "endpoint": endpoint,
-            "purpose": purpose,
-            "body_sha256": hashlib.sha256(raw).hexdigest(),
-            "body_bytes": len(raw),
-            "status": status,
-            "tokens": tokens,
-            "t_ns": now_ns(),
-        })
+    def _note(
+        self, endpoint: str, raw: bytes, status: Any, tokens: int | None, purpose: str
+    ) -> None:
+        self.calls.append(
+            {
+                "endpoint": endpoint,
+                "purpose": purpose,
+                "body_sha256": hashlib.sha256(raw).hexdigest(),
+                "body_bytes": len(raw),
+                "status": status,
+                "tokens": tokens,
+                "t_ns": now_ns(),
+            }
+        )
 
     async def _tokenize(self, payload: dict[str, Any], purpose: str) -> int | None:
         raw = orjson.dumps(payload)
         try:
-            async with self.session.post(self.base_url + "/tokenize", data=raw, headers=self.headers) as resp:
+            async with self.session.post(
+                self.base_url + "/tokenize", data=raw, headers=self.headers
+            ) as resp:
                 status = resp.status
                 data = await resp.read()
         except aiohttp.ClientError as exc:
@@ -163,8 +169,13 @@ class TokenCounter:
         return count
 
     async def _usage(self, raw: bytes, purpose: str) -> int | None:
-        out = await send_body(self.session, self.base_url + "/v1/chat/completions", raw,
-                              headers=self.headers, head_chars=0)
+        out = await send_body(
+            self.session,
+            self.base_url + "/v1/chat/completions",
+            raw,
+            headers=self.headers,
+            head_chars=0,
+        )
         tokens = out.stream.prompt_tokens if out.status == "ok" else None
         self._note("/v1/chat/completions", raw, out.http_status or out.status, tokens, purpose)
         return tokens
@@ -174,12 +185,21 @@ class TokenCounter:
         body = orjson.loads(raw)
         if self.mode == "tokenize-chat":
             return await self._tokenize(
-                {"model": self.model, "messages": body["messages"], "add_generation_prompt": True}, purpose)
+                {"model": self.model, "messages": body["messages"], "add_generation_prompt": True},
+                purpose,
+            )
         if self.mode == "tokenize-text":
             total = 0
             for m in body["messages"]:
-                n = await self._tokenize({"model": self.model, "prompt": m["content"], "content": m["content"],
-                                          "add_special_tokens": False}, purpose)
+                n = await self._tokenize(
+                    {
+                        "model": self.model,
+                        "prompt": m["content"],
+                        "content": m["content"],
+                        "add_special_tokens": False,
+                    },
+                    purpose,
+                )
                 if n is None:
                     return None
                 total += n
@@ -189,21 +209,41 @@ class TokenCounter:
     async def calibrate(self, system_head: str = "probe calibration.") -> None:
         """Measure ``c0`` and ``c1`` with two bodies (0 and 2000 filler words)."""
         user = tail_text("calibration")
-        bodies = [chat_body(self.model, (system_head + " " + filler("cal", w)).strip(), user) for w in (0, 2000)]
+        bodies = [
+            chat_body(self.model, (system_head + " " + filler("cal", w)).strip(), user)
+            for w in (0, 2000)
+        ]
         first = orjson.loads(bodies[0])["messages"]
-        n = await self._tokenize({"model": self.model, "messages": first, "add_generation_prompt": True},
-                                 "calibrate: /tokenize with messages")
+        n = await self._tokenize(
+            {"model": self.model, "messages": first, "add_generation_prompt": True},
+            "calibrate: /tokenize with messages",
+        )
         if n is not None:
             self.mode = "tokenize-chat"
         else:
-            text_n = await self._tokenize({"model": self.model, "prompt": first[0]["content"],
-                                           "content": first[0]["content"], "add_special_tokens": False},
-                                          "calibrate: /tokenize with text")
+            text_n = await self._tokenize(
+                {
+                    "model": self.model,
+                    "prompt": first[0]["content"],
+                    "content": first[0]["content"],
+                    "add_special_tokens": False,
+                },
+                "calibrate: /tokenize with text",
+            )
             if text_n is not None:
                 self.mode = "tokenize-text"
-                user_n = await self._tokenize({"model": self.model, "prompt": user, "content": user,
-                                               "add_special_tokens": False}, "calibrate: /tokenize with text")
-                whole = await self._usage(bodies[0], "calibrate: template overhead from usage.prompt_tokens")
+                user_n = await self._tokenize(
+                    {
+                        "model": self.model,
+                        "prompt": user,
+                        "content": user,
+                        "add_special_tokens": False,
+                    },
+                    "calibrate: /tokenize with text",
+                )
+                whole = await self._usage(
+                    bodies[0], "calibrate: template overhead from usage.prompt_tokens"
+                )
                 if user_n is None or whole is None:
                     self.mode = "usage"
                 else:
@@ -217,11 +257,15 @@ class TokenCounter:
             else:
                 counts.append(await self.count_body(raw, "calibrate: size of a body"))
         if counts[0] is None or counts[1] is None or counts[1] <= counts[0]:
-            raise RuntimeError(f"cannot count tokens on the target (mode {self.mode}, counts {counts})")
+            raise RuntimeError(
+                f"cannot count tokens on the target (mode {self.mode}, counts {counts})"
+            )
         self.c0 = float(counts[0])
         self.c1 = (counts[1] - counts[0]) / 2000.0
 
-    async def build(self, target_tokens: int, system_head: str, seed: str, tail_seed: str) -> ProbeBody:
+    async def build(
+        self, target_tokens: int, system_head: str, seed: str, tail_seed: str
+    ) -> ProbeBody:
         """A body of about ``target_tokens`` prompt tokens (exact where ``/tokenize`` exists).
 
         Args:

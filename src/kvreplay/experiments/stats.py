@@ -67,10 +67,10 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LineFit:
     sxx = math.fsum((x - mx) ** 2 for x in xs)
     if sxx == 0:
         raise ValueError("all x values are equal; the slope is undefined")
-    sxy = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxy = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False))
     b = sxy / sxx
     a = my - b * mx
-    res = tuple(y - (a + b * x) for x, y in zip(xs, ys))
+    res = tuple(y - (a + b * x) for x, y in zip(xs, ys, strict=False))
     ss_res = math.fsum(r * r for r in res)
     ss_tot = math.fsum((y - my) ** 2 for y in ys)
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")

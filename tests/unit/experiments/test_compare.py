@@ -28,43 +28,70 @@ def test_parse_threshold():
             T(bad)
 
 
-@pytest.mark.parametrize(("text", "role", "lo", "hi", "want"), [
-    # primary, lower is better, 5%
-    ("ttft_p50:-5%", "primary", -0.09, -0.06, "benefit"),
-    ("ttft_p50:-5%", "primary", -0.05, -0.01, "no decision"),   # touches -5%: not strictly inside
-    ("ttft_p50:-5%", "primary", -0.049, 0.049, "no change"),
-    ("ttft_p50:-5%", "primary", 0.06, 0.12, "regression"),
-    ("ttft_p50:-5%", "primary", 0.04, 0.12, "no decision"),
-    # primary, higher is better
-    ("throughput:+5%", "primary", 0.05, 0.09, "benefit"),
-    ("throughput:+5%", "primary", -0.2, -0.06, "regression"),
-    # protected: rising by more than 3% is harm
-    ("itl_p50:+3%", "protected", 0.031, 0.05, "regression"),
-    ("itl_p50:+3%", "protected", -0.02, 0.03, "ok"),
-    ("itl_p50:+3%", "protected", -0.02, 0.04, "no decision"),
-    # protected: falling by more than 3% is harm
-    ("throughput:-3%", "protected", -0.1, -0.031, "regression"),
-    ("throughput:-3%", "protected", -0.03, 0.2, "ok"),
-])
+@pytest.mark.parametrize(
+    ("text", "role", "lo", "hi", "want"),
+    [
+        # primary, lower is better, 5%
+        ("ttft_p50:-5%", "primary", -0.09, -0.06, "benefit"),
+        (
+            "ttft_p50:-5%",
+            "primary",
+            -0.05,
+            -0.01,
+            "no decision",
+        ),  # touches -5%: not strictly inside
+        ("ttft_p50:-5%", "primary", -0.049, 0.049, "no change"),
+        ("ttft_p50:-5%", "primary", 0.06, 0.12, "regression"),
+        ("ttft_p50:-5%", "primary", 0.04, 0.12, "no decision"),
+        # primary, higher is better
+        ("throughput:+5%", "primary", 0.05, 0.09, "benefit"),
+        ("throughput:+5%", "primary", -0.2, -0.06, "regression"),
+        # protected: rising by more than 3% is harm
+        ("itl_p50:+3%", "protected", 0.031, 0.05, "regression"),
+        ("itl_p50:+3%", "protected", -0.02, 0.03, "ok"),
+        ("itl_p50:+3%", "protected", -0.02, 0.04, "no decision"),
+        # protected: falling by more than 3% is harm
+        ("throughput:-3%", "protected", -0.1, -0.031, "regression"),
+        ("throughput:-3%", "protected", -0.03, 0.2, "ok"),
+    ],
+)
 def test_decide(text, role, lo, hi, want):
     assert _decide(T(text, role), lo, hi) == want
 
 
 def summary(ttft, itl=1.0, *, aborted=None, ok=4, sent=4, valid=True, name="c1"):
-    ph = {"name": name, "planned": 4, "sent": sent, "ok": ok, "valid": valid, "deferred": sent == 0,
-          "ttft_ms": {"p50": ttft, "p90": ttft, "p99": ttft}, "itl_ms": {"p50": itl, "p90": itl, "p99": itl},
-          "e2e_ms": {"p50": ttft + 10}, "throughput_rps": 1000 / ttft, "output_tokens_per_s": 5.0,
-          "tokens": {"cached": 100}}
+    ph = {
+        "name": name,
+        "planned": 4,
+        "sent": sent,
+        "ok": ok,
+        "valid": valid,
+        "deferred": sent == 0,
+        "ttft_ms": {"p50": ttft, "p90": ttft, "p99": ttft},
+        "itl_ms": {"p50": itl, "p90": itl, "p99": itl},
+        "e2e_ms": {"p50": ttft + 10},
+        "throughput_rps": 1000 / ttft,
+        "output_tokens_per_s": 5.0,
+        "tokens": {"cached": 100},
+    }
     return {"aborted": aborted, "phases": [ph]}
 
 
 def pairs_of(values):
-    return [{"rep": i, "baseline": {"dir": f"b{i}", "summary": summary(b)},
-             "candidate": {"dir": f"c{i}", "summary": summary(c)}} for i, (b, c) in enumerate(values)]
+    return [
+        {
+            "rep": i,
+            "baseline": {"dir": f"b{i}", "summary": summary(b)},
+            "candidate": {"dir": f"c{i}", "summary": summary(c)},
+        }
+        for i, (b, c) in enumerate(values)
+    ]
 
 
 def test_compare_regression_from_three_pairs():
-    res = compare_blocks(pairs_of([(100, 110), (100, 108), (100, 112)]), [T("ttft_p50:-5%")], n_boot=2000)
+    res = compare_blocks(
+        pairs_of([(100, 110), (100, 108), (100, 112)]), [T("ttft_p50:-5%")], n_boot=2000
+    )
     m = res["metrics"]["c1.ttft_p50"]
     assert m["ratios"] == pytest.approx([1.10, 1.08, 1.12])
     assert m["median_ratio"] == pytest.approx(1.10)

@@ -32,11 +32,19 @@ def wl3(tmp_path):
 
 
 def test_plans_without_the_options_are_byte_identical(tmp_path):
-    plan = build_plan(wl3(tmp_path), [parse_phase(x) for x in
-                                      ["prime:forward:c1", "replay:reverse:c4:x2", "s:shuffle:3:c1:last2"]])
+    plan = build_plan(
+        wl3(tmp_path),
+        [
+            parse_phase(x)
+            for x in ["prime:forward:c1", "replay:reverse:c4:x2", "s:shuffle:3:c1:last2"]
+        ],
+    )
     assert plan.sha256 == "c70eccfdbd5f327d3da53e65ec4189435aa81b8efe72452b175cb0611d70c8b2"
     text = orjson.dumps(plan.to_json({"target": "sim"}), option=orjson.OPT_INDENT_2)
-    assert hashlib.sha256(text).hexdigest() == "c55843bd3e5e9772cb41b028f06313e3c376dc12be0f68bf309f6eb4b499c330"
+    assert (
+        hashlib.sha256(text).hexdigest()
+        == "c55843bd3e5e9772cb41b028f06313e3c376dc12be0f68bf309f6eb4b499c330"
+    )
     assert b"interleave" not in text
 
 
@@ -55,21 +63,39 @@ def test_by_prefix_order_in_a_plan(tmp_path):
 
 def test_interleave_sequence_by_hand():
     seq = tuple((i, 0) for i in range(5))
-    assert interleave_sequence(seq, 10, 2, 2) == ((0, 0), (1, 0), (10, 0), (2, 0), (3, 0), (11, 0), (4, 0))
-    assert interleave_sequence(seq[:3], 10, 2, 1) == ((0, 0), (10, 0), (1, 0), (11, 0), (2, 0), (10, 1))
+    assert interleave_sequence(seq, 10, 2, 2) == (
+        (0, 0),
+        (1, 0),
+        (10, 0),
+        (2, 0),
+        (3, 0),
+        (11, 0),
+        (4, 0),
+    )
+    assert interleave_sequence(seq[:3], 10, 2, 1) == (
+        (0, 0),
+        (10, 0),
+        (1, 0),
+        (11, 0),
+        (2, 0),
+        (10, 1),
+    )
 
 
 def test_interleave_plan_json_round_trip(tmp_path):
     wl = load_workload(write_chat_workload(tmp_path / "wl", [("sys A", f"q{i}") for i in range(4)]))
     other = write_chat_workload(tmp_path / "other", [("own X", "u0"), ("own Y", "u1")])
-    spec = PhaseSpec(name="mix", order="by-prefix", interleave=Interleave(workload=str(other), every=2))
+    spec = PhaseSpec(
+        name="mix", order="by-prefix", interleave=Interleave(workload=str(other), every=2)
+    )
     plan = build_plan(wl, [spec])
     seq = plan.phases[0].sequence
     assert [bi for bi, _ in seq] == [0, 1, 4, 2, 3, 5]
     content = plan.content()
     assert content["workload"]["n_bodies"] == 4
-    assert content["interleave_workloads"] == [{"path": str(other), "n_bodies": 2, "sha256": load_workload(other).sha256,
-                                                 "first_index": 4}]
+    assert content["interleave_workloads"] == [
+        {"path": str(other), "n_bodies": 2, "sha256": load_workload(other).sha256, "first_index": 4}
+    ]
     assert content["phases"][0]["interleave"] == {"workload": str(other), "every": 2}
     other_sha = [b.sha256 for b in load_workload(other).bodies]
     assert [it["body_sha256"] for it in content["phases"][0]["sequence"]][2::3] == other_sha
@@ -86,11 +112,17 @@ def test_interleave_plan_json_round_trip(tmp_path):
 
 def test_interleave_in_toml_and_its_errors(tmp_path):
     f = tmp_path / "p.toml"
-    f.write_text('[[phase]]\nname = "g"\norder = "by-prefix"\ninterleave = {workload = "o.jsonl", every = 3}\n')
+    f.write_text(
+        '[[phase]]\nname = "g"\norder = "by-prefix"\ninterleave = {workload = "o.jsonl", every = 3}\n'
+    )
     specs, _ = load_plan_toml(f)
     assert specs[0].interleave == Interleave(workload="o.jsonl", every=3)
-    for bad in ('{workload = "o.jsonl", every = 0}', '{workload = "o.jsonl"}', '"o.jsonl"',
-                '{workload = "o.jsonl", every = 2, x = 1}'):
+    for bad in (
+        '{workload = "o.jsonl", every = 0}',
+        '{workload = "o.jsonl"}',
+        '"o.jsonl"',
+        '{workload = "o.jsonl", every = 2, x = 1}',
+    ):
         f.write_text(f'[[phase]]\nname = "g"\ninterleave = {bad}\n')
         with pytest.raises(ConfigError) as ei:
             load_plan_toml(f)

@@ -42,7 +42,15 @@ def test_probe_config_validation():
 
 
 def test_plain_line():
-    v = {"min_flush_k": 4, "flush_prefix_tokens": 24576, "implied_entries": [8, 8], "eviction_cost_s": 19.0}
-    assert plain_line(v) == "8 entries: about 4 foreign requests evict a 24k prefix; each eviction costs 19.0 s of prefill."
+    v = {
+        "min_flush_k": 4,
+        "flush_prefix_tokens": 24576,
+        "implied_entries": [8, 8],
+        "eviction_cost_s": 19.0,
+    }
+    assert (
+        plain_line(v)
+        == "8 entries: about 4 foreign requests evict a 24k prefix; each eviction costs 19.0 s of prefill."
+    )
     v = {"min_flush_k": None, "eviction_note": "raise --flush-max"}
     assert plain_line(v) == "No flushing count found: raise --flush-max."
