@@ -1,0 +1,276 @@
+"""Importers: workloads made from other sources. First: Mooncake block-hash traces.
+
+A Mooncake trace (kvcache-ai/Mooncake ``FAST25-release/traces/*.jsonl``) has one
+request per line: ``timestamp`` (ms), ``input_length`` and ``output_length``
+(tokens) and ``hash_ids``, the ids of the prompt's consecutive blocks of
+``block_tokens`` tokens (512 in the published traces; the last block may be
+partial). Equal ids are equal prefix blocks, so reuse is in the ids.
+
+``import_mooncake`` turns each line into one request body whose prompt text is
+the concatenation of one deterministic text per block id:
+
+- **Block text.** Block id ``h`` becomes ``block_tokens`` words drawn by
+  ``random.Random("kvreplay-block:<h>")`` from a fixed vocabulary of
+  pseudo-words, each ``" " + word``. Every vocabulary entry is checked to be
+  exactly one token of the simulator's tokenizer (``kvreplay.sim.tokenizer``),
+  and a space-led letter run never merges with its neighbour, so a block is
+  exactly ``block_tokens`` simulator tokens and a prompt of blocks tokenizes
+  as the concatenation of its blocks. The last block is cut to what
+  ``input_length`` leaves (``input_length - (len(hash_ids) - 1) * block_tokens``
+  words), so the prompt has exactly ``input_length`` simulator tokens. Two
+  bodies that share their first ``k`` ids therefore share their first ``k``
+  blocks of text (the ``k``-th only up to the shorter length when it is the
+  last, partial block of one of them). A real model's tokenizer counts these
+  pseudo-words differently (BPE: often 2-3 tokens each); the structure of
+  the reuse is what is kept.
+- **Body.** A completions request (``prompt``, no chat template to shift
+  block boundaries) or, with ``chat=True``, one user message; ``max_tokens``
+  = ``output_length``, ``stream: true`` with usage. The bytes are written once
+  and never re-serialised afterwards (they are the workload).
+- **Arrivals.** The selected lines' ``timestamp`` values go, in order, into a
+  JSON list of ms offsets (``<out>.arrivals.json``), and a plan
+  (``<out>.plan.toml``) names the workload and one open-loop phase with
+  ``arrival = "trace:<that file>"`` (``kvreplay run --plan``).
+
+Source: Mooncake FAST'25 traces, README of ``FAST25-release`` (block size 512,
+remapped hash ids); ``fixtures/traces/SOURCES.md``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import orjson
+
+from kvreplay.errors import WorkloadError
+
+__all__ = ["ImportResult", "block_text", "import_mooncake", "read_mooncake", "vocabulary"]
+
+_CONS = "bcdfghjklmnprstvz"
+_VOWELS = "aeiou"
+VOCAB_SIZE = 4096
+
+
+@lru_cache(maxsize=1)
+def vocabulary() -> tuple[str, ...]:
+    """The fixed pseudo-word vocabulary (4,096 words of 4-6 letters), each one simulator token.
+
+    Raises:
+        RuntimeError: a word is not exactly one token with a leading space (the
+            tokenizer changed; block sizes would be wrong).
+    """
+    from kvreplay.sim.tokenizer import count_tokens
+
+    rng = random.Random("kvreplay-vocabulary")
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < VOCAB_SIZE:
+        n = rng.choice((2, 3))
+        w = "".join(rng.choice(_CONS) + rng.choice(_VOWELS) for _ in range(n))
+        if w in seen:
+            continue
+        seen.add(w)
+        words.append(w)
+    bad = [w for w in words if count_tokens(" " + w) != 1]
+    if bad or count_tokens("".join(" " + w for w in words[:64])) != 64:
+        raise RuntimeError(f"vocabulary words are not one simulator token each: {bad[:3]}")
+    return tuple(words)
+
+
+@lru_cache(maxsize=4096)
+def block_text(hash_id: int, tokens: int) -> str:
+    """The text of block ``hash_id``: ``tokens`` space-led pseudo-words (one simulator token each).
+
+    Deterministic in ``hash_id`` (seeded ``random.Random("kvreplay-block:<id>")``);
+    a shorter block is a prefix of the full one.
+    """
+    vocab = vocabulary()
+    rng = random.Random(f"kvreplay-block:{hash_id}")
+    bits = rng.getrandbits
+    return "".join([" " + vocab[bits(12)] for _ in range(tokens)])
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One Mooncake trace line.
+
+    Attributes:
+        timestamp_ms: Arrival (ms from the trace start).
+        input_length: Prompt tokens.
+        output_length: Output tokens.
+        hash_ids: Prefix block ids, in order.
+        line: 1-based line number in the trace file.
+    """
+
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+    line: int
+
+
+def read_mooncake(path: str | Path, *, limit: int | None = None, block_tokens: int = 512) -> list[TraceRow]:
+    """Read and check a Mooncake trace (JSONL).
+
+    Args:
+        path: The trace file.
+        limit: Read only the first ``limit`` requests.
+        block_tokens: Tokens per block (512 in the published traces).
+
+    Returns:
+        The rows, in file order.
+
+    Raises:
+        WorkloadError: unreadable file, a line that is not a JSON object with the
+            four fields, or ``hash_ids`` that cannot hold ``input_length``
+            tokens at ``block_tokens`` per block (file and line named).
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise WorkloadError(f"cannot read trace: {exc}", path=p) from exc
+    rows: list[TraceRow] = []
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if limit is not None and len(rows) >= limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise WorkloadError(f"not JSON: {exc}", path=p, line=lineno) from exc
+        try:
+            ts = obj["timestamp"]
+            n_in, n_out, ids = obj["input_length"], obj["output_length"], obj["hash_ids"]
+        except (KeyError, TypeError) as exc:
+            raise WorkloadError(f"missing field {exc}", path=p, line=lineno) from exc
+        if (not isinstance(ts, (int, float)) or not isinstance(n_in, int) or n_in < 1
+                or not isinstance(n_out, int) or n_out < 1 or not isinstance(ids, list) or not ids
+                or not all(isinstance(h, int) for h in ids)):
+            raise WorkloadError("needs timestamp (ms), input_length >= 1, output_length >= 1 and "
+                                "a non-empty list of integer hash_ids", path=p, line=lineno)
+        if not (len(ids) - 1) * block_tokens < n_in <= len(ids) * block_tokens:
+            raise WorkloadError(f"{len(ids)} blocks of {block_tokens} tokens cannot hold input_length "
+                                f"{n_in} (wrong --block-tokens?)", path=p, line=lineno, field="hash_ids")
+        rows.append(TraceRow(ts, n_in, n_out, tuple(ids), lineno))
+    if not rows:
+        raise WorkloadError("trace holds no requests", path=p)
+    return rows
+
+
+def prompt_text(row: TraceRow, block_tokens: int) -> str:
+    """The prompt of one row: its blocks' texts, the last cut to ``input_length``."""
+    ids = row.hash_ids
+    last = row.input_length - (len(ids) - 1) * block_tokens
+    parts = [block_text(h, block_tokens) for h in ids[:-1]]
+    full_last = block_text(ids[-1], block_tokens)
+    parts.append(full_last if last == block_tokens else _cut_words(full_last, last))
+    return "".join(parts)
+
+
+def _cut_words(text: str, words: int) -> str:
+    """The first ``words`` space-led words of ``text``."""
+    i = -1
+    for _ in range(words + 1):
+        i = text.find(" ", i + 1)
+        if i < 0:
+            return text
+    return text[:i]
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """What ``import_mooncake`` wrote.
+
+    Attributes:
+        workload: The JSONL workload (one body per line).
+        arrivals: JSON list of arrival offsets (ms), one per body.
+        plan: TOML plan with one open-loop phase over the arrivals.
+        requests: Bodies written.
+        prompt_tokens: Sum of ``input_length`` (simulator tokens).
+    """
+
+    workload: Path
+    arrivals: Path
+    plan: Path
+    requests: int
+    prompt_tokens: int
+
+
+def import_mooncake(
+    trace: str | Path,
+    out: str | Path,
+    *,
+    limit: int | None = None,
+    block_tokens: int = 512,
+    model: str = "kvreplay-sim",
+    chat: bool = False,
+    concurrency: int = 64,
+    time_scale: float = 1.0,
+    ignore_eos: bool = False,
+) -> ImportResult:
+    """Write a workload, its arrival offsets and a plan from a Mooncake trace.
+
+    Args:
+        trace: Mooncake JSONL trace.
+        out: Workload path (``.jsonl``; the suffix is added when missing). The
+            arrivals go to ``<stem>.arrivals.json`` and the plan to
+            ``<stem>.plan.toml`` beside it.
+        limit: First ``limit`` requests only.
+        block_tokens: Tokens per hash block (512 for the published traces).
+        model: ``model`` field of every body.
+        chat: Chat bodies (one user message) instead of completions (``prompt``).
+        concurrency: The plan's cap on requests in flight.
+        time_scale: The plan's multiplier on trace offsets (0.5 = twice as fast).
+        ignore_eos: Add ``"ignore_eos": true`` (vLLM/SGLang) so servers produce
+            ``output_length`` tokens.
+
+    Returns:
+        The paths written and counts.
+
+    Raises:
+        WorkloadError: a bad trace (see ``read_mooncake``).
+    """
+    rows = read_mooncake(trace, limit=limit, block_tokens=block_tokens)
+    wl = Path(out)
+    if wl.suffix != ".jsonl":
+        wl = wl.with_name(wl.name + ".jsonl")
+    wl.parent.mkdir(parents=True, exist_ok=True)
+    stem = wl.with_suffix("")
+    arrivals = stem.with_name(stem.name + ".arrivals.json")
+    plan = stem.with_name(stem.name + ".plan.toml")
+    with open(wl, "wb") as f:
+        for row in rows:
+            text = prompt_text(row, block_tokens)
+            body: dict = {"model": model}
+            if chat:
+                body["messages"] = [{"role": "user", "content": text}]
+            else:
+                body["prompt"] = text
+            body.update({"max_tokens": row.output_length, "stream": True,
+                         "stream_options": {"include_usage": True}})
+            if ignore_eos:
+                body["ignore_eos"] = True
+            f.write(orjson.dumps(body) + b"\n")
+    arrivals.write_bytes(orjson.dumps([r.timestamp_ms for r in rows]))
+    plan.write_text(
+        f"# kvreplay import mooncake {Path(trace).name}: {len(rows)} requests, {block_tokens}-token blocks.\n"
+        f"# Paths are as given on the command line: run from the same directory.\n"
+        f"workload = {_toml_str(str(wl))}\n\n"
+        f"[[phase]]\n"
+        f"name = \"trace\"\n"
+        f"order = \"forward\"\n"
+        f"concurrency = {concurrency}\n"
+        f"arrival = {_toml_str('trace:' + str(arrivals))}\n"
+        f"time_scale = {time_scale!r}\n",
+        encoding="utf-8",
+    )
+    return ImportResult(wl, arrivals, plan, len(rows), sum(r.input_length for r in rows))
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
