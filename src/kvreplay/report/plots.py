@@ -14,7 +14,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 __all__ = ["cdf_png", "curve_png", "prefill_fit_png", "bisection_png", "ttft_position_png"]
 
@@ -44,8 +44,15 @@ def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[f
     for name, xs, ys in curves:
         # A step plot starting at 0: the fraction jumps at each recorded value.
         ax.step([xs[0], *xs], [0.0, *ys], where="post", label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel(f"{metric} (ms, log scale)")
+    lo = min(xs[0] for _, xs, _ in curves)
+    hi = max(xs[-1] for _, xs, _ in curves)
+    if hi > 20 * lo:  # a log axis only when the values span more than ~1.3 decades
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"{metric} (ms, log scale)")
+    else:
+        ax.set_xlabel(f"{metric} (ms)")
     ax.set_ylabel("fraction of requests ≤ x")
     ax.set_ylim(0, 1.02)
     ax.grid(True, which="both", alpha=0.3)
@@ -105,7 +112,8 @@ def ttft_position_png(
     ax.patch.set_visible(False)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.set_ylabel("tokens", color="tab:orange")
-    ax2.set_ylim(bottom=0)
+    tops = [c for _, c in cp] + (list(restores[2]) if restores is not None else [])
+    ax2.set_ylim(0, max(1.0, *tops) * 1.12 if tops else 1.0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(
