@@ -64,3 +64,46 @@ def lcp(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
+
+
+# `kvreplay probe` in a subprocess, with the probe's send_body wrapped so that the
+# exact bytes of every leg are kept (by SHA-256): the tests then measure the
+# shared prefix of the cold and warm legs with the server's own tokenizer.
+_PROBE_CAPTURE = """
+import hashlib, json, sys
+import kvreplay.experiments.probe as probe
+from kvreplay.cli import main
+
+sink = open(sys.argv[1], "a", encoding="utf-8")
+real_send = probe.send_body
+
+async def send_body(session, url, raw, **kw):
+    sink.write(json.dumps({"sha256": hashlib.sha256(raw).hexdigest(), "raw": raw.decode()}) + "\\n")
+    sink.flush()
+    return await real_send(session, url, raw, **kw)
+
+probe.send_body = send_body
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def kvreplay_probe(out: Path, *args: str, timeout_s: float = 600):
+    """Run ``kvreplay probe --out OUT ARGS``; return (process, verdict, legs, bodies by sha256)."""
+    out.mkdir(parents=True, exist_ok=True)
+    bodies_path = out / "bodies.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE_CAPTURE, str(bodies_path), "probe", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return proc, None, [], {}
+    verdict = json.loads((out / "verdict.json").read_text())
+    legs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines() if x.strip()]
+    bodies = {}
+    for line in bodies_path.read_text().splitlines():
+        row = json.loads(line)
+        bodies[row["sha256"]] = json.loads(row["raw"])
+    return proc, verdict, legs, bodies

