@@ -37,7 +37,8 @@ Rules (``Finding.rule``):
     delta differ by more than ``max(1, 1% of the phase's prompt tokens)``, or
     the counters show hit tokens while no answer reported ``cached_tokens``.
     The finding names both values and the gap (and, at C1, the requests that
-    disagree). Next: replay one disagreeing body alone at C1 and compare the
+    disagree: from the summary's ``cross_check`` when present, else from the
+    records). Next: replay one disagreeing body alone at C1 and compare the
     two per request; a constant gap per request points to block rounding, a
     gap on some requests only to a tier the usage field does not count.
 
@@ -218,7 +219,14 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
         if abs(gap) <= max(1.0, 0.01 * float(tok.get("prompt") or 0)):
             continue
         detail = ""
-        if ph.get("attribution") == "per_request":
+        xc = ph.get("cross_check") if isinstance(ph.get("cross_check"), dict) else {}
+        if xc.get("requests_disagreeing"):
+            # The summary's own per-request cross-check (exact count, first few listed).
+            n = int(xc["requests_disagreeing"])
+            pos = [str(d.get("position")) for d in xc.get("disagreements") or []]
+            shown = ", ".join(pos) + (" ..." if n > len(pos) else "")
+            detail = f" At C1, {n} requests disagree" + (f" (positions {shown})." if pos else ".")
+        elif ph.get("attribution") == "per_request":
             bad = []
             for r in records:
                 if r.get("phase") != ph["name"] or r.get("status") != "ok":

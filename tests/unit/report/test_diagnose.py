@@ -147,10 +147,33 @@ def test_client_bound_from_low_occupancy():
 def test_client_bound_from_an_open_loop_schedule_not_kept():
     plan = plan_json([("a", "forward", 4, [0, 1, 2, 3])])
     recs = [record("a", i, i, c=4, t0_ms=0) for i in range(4)]
-    sched = {"open_loop": True, "kept_schedule": False,
-             "note": "client could not keep schedule: sends up to 250.0 ms late"}
+    sched = {
+        "open_loop": True,
+        "kept_schedule": False,
+        "note": "client could not keep schedule: sends up to 250.0 ms late",
+    }
     s = summarise(plan, recs, a={"schedule": sched})
     f = diagnose(s, plan, recs)
     assert [x.rule for x in f] == ["client_bound"] and "250.0 ms late" in f[0].finding
     sched["kept_schedule"] = True
     assert diagnose(summarise(plan, recs, a={"schedule": sched}), plan, recs) == []
+
+
+def test_usage_rule_uses_the_summary_cross_check_when_there_are_no_records():
+    plan = plan_json([("a", "forward", 1, [0, 1, 2])])
+    recs = [record("a", i, i, cached=100, t0_ms=40 * i) for i in range(3)]
+    xc = {
+        "usage_cached_tokens": 300,
+        "counter_hit_tokens": 200,
+        "agree": False,
+        "requests_disagreeing": 2,
+        "disagreements": [{"position": 0}, {"position": 2}],
+    }
+    s = summarise(
+        plan,
+        recs,
+        a={"counter_delta": {"hit_tokens": 200}, "attribution": "per_request", "cross_check": xc},
+    )
+    f = diagnose(s, plan)  # no records passed
+    assert [x.rule for x in f] == ["usage_vs_counters"]
+    assert "gap 100" in f[0].finding and "2 requests disagree (positions 0, 2)" in f[0].finding
