@@ -202,7 +202,7 @@ def test_probe_verdict_renders(tmp_path):
     assert (out / "report.md").read_text() == probe_md  # the probe's own report is kept
     assert main(["report", str(tmp_path / "empty"), "--html"]) == 2  # nothing there to report
     p = page(out)
-    assert p.plots["probe-prefill-fit"] == "measured" and "probe-bisection" in p.plots
+    assert p.plots["probe-prefill-fit"] == "measured" and p.plots["probe-bisection"] == "measured"
     assert p.td.count(None) == 0 and not p.rules
     assert (
         "Diagnosis" not in (out / "report.html").read_text()

@@ -68,7 +68,10 @@ def _probe_table(v: dict[str, Any]) -> Table:
     t = Table("probe", ["value"], corner="probe figure")
     t.rows += [
         ("prefill a (s)", [_opt(fit.get("a_s"), "no fit")]),
-        ("prefill rate (tokens/s)", [_opt(fit.get("rate_tokens_per_s"), "no fit")]),
+        (
+            "prefill rate (tokens/s)",
+            [_opt(fit.get("rate_tokens_per_s"), "no fit, or its slope was not positive")],
+        ),
         ("fit r²", [_opt(fit.get("r2"), "no fit")]),
         ("Cmax (largest cached_tokens seen)", [_opt(v.get("cmax_tokens"), "not in verdict.json")]),
         ("minimum flushing k", [_opt(v.get("min_flush_k"), "bisection did not bracket a flush")]),

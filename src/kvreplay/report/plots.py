@@ -177,6 +177,7 @@ def bisection_png(points: Sequence[tuple[float, bool | None]]) -> bytes:
         if any(p[1] is fl for p in points):
             ax.plot([], [], "o", color=colour[fl], label=lab)
     ax.set_xlabel("eviction leg, in the order run")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("foreign prompts k")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
