@@ -80,8 +80,9 @@ def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None)
             out.append(f"- phase `{ph['name']}` invalid: {'; '.join(ph['invalid_reasons'])}")
         if ph.get("drain"):
             dr = ph["drain"]
+            why = f" ({dr['reason']})" if dr.get("reason") else ""
             out.append(f"- phase `{ph['name']}` drain: {'passed' if dr['passed'] else 'FAILED'} "
-                       f"after {dr['waited_s']} s" + (f" ({dr['reason']})" if dr.get("reason") else ""))
+                       f"after {dr['waited_s']} s{why}")
     ab = summary.get("aborted")
     if ab:
         out.append(f"\n**Run aborted:** {ab['reason']} — {ab.get('message', '')}")
