@@ -31,7 +31,10 @@ WORDS = "alpha beta gamma delta river stone cloud light north south quiet bright
 def workload(tmp_path: Path, n: int = 6) -> Path:
     """n bodies, each with its own ~800-token user turn: TTFT is mostly uncached prefill."""
     system = "You answer briefly."
-    users = [f"question {i}: " + " ".join(WORDS[(i + j * 7) % len(WORDS)] for j in range(800)) for i in range(n)]
+    users = [
+        f"question {i}: " + " ".join(WORDS[(i + j * 7) % len(WORDS)] for j in range(800))
+        for i in range(n)
+    ]
     return write_chat_workload(tmp_path / "wl", [(system, u) for u in users])
 
 
@@ -88,6 +91,24 @@ def test_slower_prefill_is_a_ttft_regression(tmp_path):
         json.loads((out / b["dir"] / "plan.json").read_text())["plan_sha256"] for b in doc["order"]
     }
     assert shas == {doc["plan_sha256"]}
+    # kvreplay compare re-reads the same blocks against other thresholds: a 50% bar is not crossed
+    assert (
+        main(
+            [
+                "compare",
+                str(out),
+                "--primary",
+                "c1.ttft_p50:-50%",
+                "--out",
+                str(tmp_path / "cmp"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    again = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert again["verdict"] == "no change"
+    assert again["metrics"]["c1.ttft_p50"]["ratios"] == res["metrics"]["c1.ttft_p50"]["ratios"]
     for b in doc["order"]:  # a drain preceded every phase of every block
         s = json.loads((out / b["dir"] / "summary.json").read_text())
         assert [p["drain"]["passed"] for p in s["phases"]] == [True, True]

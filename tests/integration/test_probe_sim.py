@@ -151,3 +151,57 @@ def test_probe_command_writes_verdict_and_report(tmp_path):
     assert report.startswith("# kvreplay probe")
     lines = (out / "requests.jsonl").read_text().splitlines()
     assert len(lines) == v["requests"]
+
+
+class _NoTokenize(SimServer):
+    """The simulator without /tokenize: the probe must size prompts from usage.prompt_tokens."""
+
+    def make_app(self):
+        app = super().make_app()
+        return _without(app, "/tokenize")
+
+
+def _without(app, path):
+    from aiohttp import web
+
+    new = web.Application(client_max_size=app._client_max_size)
+    for route in app.router.routes():
+        info = route.resource.get_info() if route.resource is not None else {}
+        if info.get("path") != path:
+            new.router.add_route(route.method, info["path"], route.handler)
+    return new
+
+
+def test_usage_calibration_without_tokenize_and_without_counters():
+    async def go():
+        srv = _NoTokenize(SimConfig(time_scale=0, cache_entries=8))
+        await srv.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                cfg = ProbeConfig(**EVICT)
+                verdict = await run_probe(session, srv.base_url, None, cfg)
+            return verdict, list(srv.engine.events)
+        finally:
+            await srv.stop()
+
+    v, events = asyncio.run(go())
+    assert v["token_counting"]["mode"] == "usage"
+    calib = v["unplanned_requests"]
+    assert [c["endpoint"] for c in calib] == [
+        "/tokenize",
+        "/tokenize",
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+    ]
+    chats = [e for e in events if e["kind"] == "request"]
+    assert (
+        len(chats) == v["requests"] + 2
+    )  # the two calibration requests are the only unplanned ones
+    assert v["min_flush_k"] == 4  # learnt from usage.cached_tokens alone
+    assert v["bytes_per_token"] is None and v["implied_entries"] is None
+    # sized from two calibration counts (c0 + c1 * words), corrected by each leg's
+    # usage: the first leg is off only by its system head's tokens, the next exact
+    # (the probe records what it achieved either way)
+    cold = [r for r in v["warm"]]
+    assert abs(cold[0]["prompt_tokens"] - 512) <= 4
+    assert cold[1]["prompt_tokens"] == 1024

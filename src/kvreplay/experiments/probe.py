@@ -214,6 +214,7 @@ class _Probe:
                 {"point": point, "i": i, "size_tokens": self.cfg.foreign_tokens},
                 counters=False,
             )
+            self.counter.observe(body, rec["prompt_tokens"])
             cached.append(rec["cached_tokens"])
         after = await self.snap()
         self.last_snap = after
@@ -357,6 +358,7 @@ async def run_probe(
                 body.raw,
                 {"size_tokens": size, "repeat": rep, "counted_tokens": body.counted_tokens},
             )
+            counter.observe(body, rec["prompt_tokens"])
             cold.append(rec)
             last_system = body.system
         raw = counter.body_with_system(last_system, p.fresh("t"))
@@ -387,6 +389,7 @@ async def run_probe(
                 body.raw,
                 {"point": point, "k": k, "repeat": rep, "size_tokens": cfg.flush_prefix_tokens},
             )
+            counter.observe(body, first["prompt_tokens"])
             block = await p.foreign_block(k, point)
             second = await p.send(
                 "C-second",

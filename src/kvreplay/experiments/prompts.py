@@ -295,6 +295,16 @@ class TokenCounter:
             counted = await self.count_body(raw, f"size check for {target_tokens} tokens")
         return ProbeBody(raw, system, words, target_tokens, counted)
 
+    def observe(self, body: ProbeBody, prompt_tokens: int | None) -> None:
+        """Learn from a sent body's ``usage.prompt_tokens`` (``usage`` mode only).
+
+        Without ``/tokenize`` nothing checks a body before it is sent, and the
+        system head (nonce, tag) differs from the calibration body's by a few
+        tokens; the intercept ``c0`` is re-estimated from the last body sent.
+        """
+        if self.mode == "usage" and prompt_tokens is not None:
+            self.c0 = prompt_tokens - self.c1 * body.words
+
     def body_with_system(self, system: str, tail_seed: str) -> bytes:
         """A body that reuses ``system`` exactly with a fresh tail (a warm leg)."""
         return chat_body(self.model, system, tail_text(tail_seed))
