@@ -657,6 +657,12 @@ def render_report(v: dict[str, Any]) -> str:
     lines.append(
         f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}"
     )
+    s = v["entries_per_request"]
+    if s:
+        lines.append(
+            f"- to keep a prefix through N foreign requests the cache needs at least {s} x (N + 1) "
+            f"entries (e.g. {s * 11} for N = 10)"
+        )
     if v["bytes_per_token"]:
         lines.append(
             f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})"
