@@ -475,6 +475,9 @@ class SimServer:
         if stall is not None and stall.get("at", "first") == "between":
             stall_between = int(stall.get("chunks", 1))
         sent = 0
+        loop = asyncio.get_running_loop()
+        itl = self.config.itl_s * self.config.time_scale
+        due = loop.time()
         while True:
             # faults that fire once ``sent`` chunks are out (or at the end of the output)
             for kind, k in list(after.items()):
@@ -502,8 +505,15 @@ class SimServer:
                 break
             if stall_between is not None and sent == stall_between and sent > 0:
                 await asyncio.sleep(float(stall.get("s", 1.0)))  # type: ignore[union-attr]
+                due = loop.time()
             if sent:
-                await self._sleep(self.config.itl_s)
+                # Sleep to an absolute due time, not a relative itl_s: event-loop timers
+                # have ~1 ms resolution, so short scaled gaps would otherwise round to 0
+                # and collapse decode; this way the average ITL stays itl_s x time_scale.
+                due += itl
+                wait = due - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             await resp.write(chunk(gen.pieces[sent]))
             sent += 1
             sent_box[0] = sent
