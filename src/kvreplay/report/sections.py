@@ -25,7 +25,7 @@ from kvreplay.report.cells import (
 )
 from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
 from kvreplay.report.load import RunData
-from kvreplay.runner.backend import LOAD_GAUGES
+from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES
 
 __all__ = [
     "COUNTER_ORDER",
@@ -39,30 +39,7 @@ __all__ = [
     "request_tables",
 ]
 
-COUNTER_ORDER = (
-    "lookups",
-    "hits",
-    "misses",
-    "hit_tokens",
-    "query_tokens",
-    "prompt_tokens",
-    "computed_tokens",
-    "stores",
-    "evictions",
-    "refused",
-    "host_lookups",
-    "host_hits",
-    "host_query_tokens",
-    "host_fetched_tokens",
-    "host_reused_tokens",
-    "host_stores",
-    "host_evictions",
-    "entries",
-    "bytes",
-    "host_bytes",
-    "host_rows_used",
-    "host_pages_used",
-)
+COUNTER_ORDER = COUNTER_NAMES + tuple(g for g in GAUGE_NAMES if g not in LOAD_GAUGES)
 """Column order of counter tables: the common names of ``runner.backend``, counters then gauges."""
 
 
@@ -194,7 +171,7 @@ def request_tables(run: RunData) -> list[Table]:
         if not recs:
             continue
         keys = _counter_keys([r.get("counter_delta") or {} for r in recs])
-        keys = [k for k in keys if k in COUNTER_ORDER[:17]][
+        keys = [k for k in keys if k in COUNTER_ORDER[: len(COUNTER_NAMES)]][
             :8
         ]  # counters, not gauges; keep it narrow
         t = Table(
