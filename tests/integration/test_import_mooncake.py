@@ -43,7 +43,7 @@ def test_bodies_share_exactly_the_blocks_their_hash_ids_share(tmp_path):
     assert res.workload.name == "mc.jsonl" and res.requests == 5
     bodies = [orjson.loads(x) for x in res.workload.read_bytes().splitlines()]
     prompts = [x["prompt"] for x in bodies]
-    for row, body, text in zip(SYNTH, bodies, prompts):
+    for row, body, text in zip(SYNTH, bodies, prompts, strict=True):
         assert count_tokens(text) == row["input_length"]  # the simulator's own tokenizer
         assert body["max_tokens"] == row["output_length"] and body["stream"] is True
     blocks = [blocks_of(t, b) for t in prompts]

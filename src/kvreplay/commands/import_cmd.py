@@ -1,4 +1,4 @@
-"""``kvreplay import``: make a workload (bodies + arrivals + plan) from another source.
+r"""``kvreplay import``: make a workload (bodies + arrivals + plan) from another source.
 
 Example::
 

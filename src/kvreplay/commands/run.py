@@ -80,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="close idle pooled connections after S seconds (below the server's own limit)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run in N processes sharing each phase's frozen sequence (runner.multiproc); "
+                        "the phase's concurrency is spread over them")
     add_target_arguments(p)
 
 
@@ -224,7 +227,17 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
-        summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=factory, observer=observer)
+        if getattr(args, "workers", 1) > 1:
+            from kvreplay.runner.multiproc import execute_plan_workers
+
+            if plan.bind(workload) is not workload:
+                raise ConfigError("--workers does not take interleaved workloads yet", field="--workers")
+            summary = await execute_plan_workers(
+                plan, workload, opts, workers=args.workers, backend=(backend_name, url, args.profile),
+                observer=observer, max_body_bytes=args.max_body_bytes)
+        else:
+            summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=factory,
+                                         observer=observer)
     finally:
         if sim is not None:
             await sim.stop()

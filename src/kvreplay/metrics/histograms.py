@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
@@ -196,7 +195,8 @@ class PhaseHistograms:
         Args:
             out_dir: The run's ``histograms/`` folder.
             phase: Phase name (file prefix).
-            start_s, end_s: Interval bounds (s, run-relative).
+            start_s: Interval start (s, run-relative).
+            end_s: Interval end (s, run-relative).
 
         Returns:
             metric -> relative file name.
@@ -219,7 +219,8 @@ def write_log(path: Path, hist: HdrHistogram, comment: str, start_s: float, end_
         path: The ``.hlog`` file.
         hist: Values in µs (written with a max-value unit ratio of 1000, i.e. ms).
         comment: The ``#`` comment line.
-        start_s, end_s: Interval bounds (s, run-relative).
+        start_s: Interval start (s, run-relative).
+        end_s: Interval end (s, run-relative).
     """
     with open(path, "w") as f:
         w = HistogramLogWriter(f)

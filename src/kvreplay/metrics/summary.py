@@ -104,7 +104,7 @@ class PhaseStats:
             if v is not None:
                 s[metric].record_ns(v)
         if token_ns and len(token_ns) > 1:
-            s["itl"].record_many_ns([b - a for a, b in zip(token_ns, token_ns[1:])])
+            s["itl"].record_many_ns([b - a for a, b in zip(token_ns, token_ns[1:], strict=False)])
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta."""

@@ -127,9 +127,11 @@ def _write_json(path: Path, obj: Any) -> None:
 
 class _Run:
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
-                 observer: RunObserver) -> None:
+                 observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
-        self.clock = RunClock.start()
+        self.clock = clock or RunClock.start()
+        self.claim_ns: int | None = None
+        self.lag_hists: dict[str, Any] = {}
         self.stop_new = False
         self.abort: dict[str, str] | None = None
         self.obs = observer
@@ -153,6 +155,19 @@ class _Run:
             self.abort = {"reason": reason, "message": message[:1024]}
             self.progress(f"abort: {reason}: {message}")
         self.stop_new = True
+
+    # Hooks that runner.multiproc overrides (one process: the whole sequence, all slots, no peers).
+
+    def positions(self, phase: Phase) -> Any:
+        """Iterator of ``(position, (body_index, repetition))`` this process sends, in order."""
+        return iter(enumerate(phase.sequence))
+
+    def slots(self, phase: Phase) -> int:
+        """Closed-loop workers (requests in flight at most) in this process."""
+        return phase.spec.concurrency
+
+    async def phase_sync(self, phase: Phase, moment: str) -> None:
+        """Wait for peer processes at ``moment`` (``start``: before the first send, ``end``: after the last)."""
 
     def rel(self, t: int | None) -> int | None:
         return None if t is None else t - self.clock.origin_ns
@@ -339,7 +354,8 @@ class _Run:
         st.attribution = attribution
         self.last_snap = before
         url = self.opts.target_url.rstrip("/")
-        seq = iter(enumerate(phase.sequence))
+        seq = self.positions(phase)
+        await self.phase_sync(phase, "start")
         st.start_ns = now_ns()
         self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
 
@@ -372,7 +388,8 @@ class _Run:
                 try:
                     if h1 is not None:
                         out = await h1.send(body.path, body.raw, head_chars=head_chars,
-                                            total_timeout_s=total_timeout_s)
+                                            total_timeout_s=total_timeout_s,
+                                            sent_ns=self.claim_ns if t_int is None else None)
                     else:
                         out = await send_body(session, url + body.path, body.raw, headers=self.headers,
                                               head_chars=head_chars, total_timeout_s=total_timeout_s)
@@ -407,7 +424,7 @@ class _Run:
                 self.check_outcome(out)
 
         mon.start(open_loop=intended is not None)
-        tasks = [asyncio.ensure_future(worker()) for _ in range(spec.concurrency)]
+        tasks = [asyncio.ensure_future(worker()) for _ in range(self.slots(phase))]
         self.active.update(tasks)
         bounds = asyncio.ensure_future(self.monitor()) if be is not None and self.opts.abort_if else None
         try:
@@ -417,10 +434,11 @@ class _Run:
             self.active.difference_update(tasks)
             if bounds is not None:
                 bounds.cancel()
-        for pos, (bi, rep) in seq:  # positions left by cancelled workers: never sent
+        for pos, (bi, rep) in (seq if tasks else ()):  # positions left by cancelled workers: never sent
             rec = self.record(phase, pos, bi, rep, None, None, attribution)
             self.writer.write(rec)
             st.add(rec)
+        await self.phase_sync(phase, "end")
         if st.sent == 0 and self.abort is not None:
             st.deferred = True
         st.end_ns = now_ns()
@@ -433,6 +451,7 @@ class _Run:
         st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
         st.client = mon.to_json()
         if mon.lag.hist.get_total_count():
+            self.lag_hists[phase.name] = mon.lag.hist
             lag_name = f"{phase.name}.loop_lag.hlog"
             write_log(self.out / "histograms" / lag_name, mon.lag.hist,
                       f"kvreplay phase={phase.name} metric=loop_lag unit=us", start_s, end_s)
@@ -490,21 +509,35 @@ async def execute_plan(
     Returns:
         The summary (as written to summary.json).
     """
-    out = opts.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    concurrency = max(p.spec.concurrency for p in plan.phases)
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
     obs = observer or NullObserver()
     run = _Run(plan, workload, opts, None, obs)
-    plan_json = plan.to_json({
+    plan_json = plan_json_of(plan, opts, run.clock)
+    _write_json(opts.out_dir / "plan.json", plan_json)
+    obs.on_run_start(plan_json, None)
+    return await _execute(run, plan_json, backend_factory)
+
+
+def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) -> dict[str, Any]:
+    """plan.json's content for a run of ``plan`` with ``opts`` (``extra`` joins the run block)."""
+    return plan.to_json({
         "target": opts.target_label or opts.target_url,
         "backend": opts.backend_name,
         "kvreplay_version": __version__,
         "implementation": IMPLEMENTATION,
-        "wall_anchor_ns": run.clock.wall_anchor_ns,
+        "wall_anchor_ns": clock.wall_anchor_ns,
         "unplanned_requests": [],
+        **extra,
     })
-    _write_json(out / "plan.json", plan_json)
-    obs.on_run_start(plan_json, None)
+
+
+async def _execute(run: _Run, plan_json: dict[str, Any],
+                   backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None,
+                   ) -> dict[str, Any]:
+    """Run every phase of ``run.plan`` and write records, histograms, summary.json and report.md."""
+    plan, opts, obs = run.plan, run.opts, run.obs
+    out = opts.out_dir
+    concurrency = max(p.spec.concurrency for p in plan.phases)
     # Connector limit = concurrency, so the client never queues requests inside
     # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency,

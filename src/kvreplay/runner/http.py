@@ -16,8 +16,8 @@ Per-request failures never raise: they come back as a ``RequestOutcome`` whose
 from __future__ import annotations
 
 import asyncio
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import aiohttp
 import orjson
@@ -27,7 +27,7 @@ from kvreplay.accounting.events import ERROR_BYTES
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 
-__all__ = ["RequestOutcome", "send_body"]
+__all__ = ["H1Client", "RequestOutcome", "send_body"]
 
 
 @dataclass(slots=True)
@@ -650,14 +650,23 @@ class H1Client:
         return proto  # type: ignore[return-value]
 
     async def send(self, path: str, raw: bytes, *, head_chars: int = 256,
-                   total_timeout_s: float | None = None) -> RequestOutcome:
+                   total_timeout_s: float | None = None, sent_ns: int | None = None) -> RequestOutcome:
         """POST ``raw`` to ``path`` and account the response; the contract of ``send_body``.
 
         A request that fails with a disconnect before any response byte within
         ``STALE_WINDOW_NS`` of sending is re-sent once on a fresh connection
         (field case B11).
+
+        Args:
+            path: Route, e.g. ``/v1/chat/completions`` (after the base URL's path).
+            raw: The body bytes, sent unchanged.
+            head_chars: Visible text kept (characters).
+            total_timeout_s: Whole-request bound (s); None = none.
+            sent_ns: The send time to record (``now_ns()``, taken by the caller
+                when it claimed the position, e.g. under runner.multiproc's
+                lock); None = now.
         """
-        out = await self._send_once(path, raw, head_chars, total_timeout_s, False)
+        out = await self._send_once(path, raw, head_chars, total_timeout_s, False, sent_ns)
         if (out.status in ("write", "cut") and out.headers_ns is None and out.stream.first_byte_ns is None
                 and out.done_ns - out.sent_ns < STALE_WINDOW_NS):
             out = await self._send_once(path, raw, head_chars, total_timeout_s, True)
@@ -665,8 +674,8 @@ class H1Client:
         return out
 
     async def _send_once(self, path: str, raw: bytes, head_chars: int, total_timeout_s: float | None,
-                         fresh: bool) -> RequestOutcome:
-        sent = now_ns()
+                         fresh: bool, sent_ns: int | None = None) -> RequestOutcome:
+        sent = now_ns() if sent_ns is None else sent_ns
         try:
             conn = await self._acquire(fresh)
         except TimeoutError:

@@ -1,0 +1,388 @@
+"""Many processes, one frozen sequence: ``kvreplay run --workers N``.
+
+One Python event loop saturates one core (issue 11: C256 of 128-token streams
+is close to that). ``--workers N`` runs the same runner in N processes that
+share every phase's frozen sequence:
+
+- **Shared sequence, never a static split.** Each phase has one position
+  counter in shared memory. A slot of any worker that frees takes the next
+  position under the counter's lock and stamps its send time under that lock
+  too (closed loop), so the order of sends is the plan's across processes, as
+  in one process. The phase's concurrency C is spread over the workers
+  (worker i holds ``C // N`` slots, one more when ``i < C % N``), so the total
+  in flight is the plan's C.
+- **Phase boundaries.** Worker 0 owns the counter adapter: reset, drain,
+  fresh checks and snapshots, identity checks, and at C1 the per-request
+  counter reads (it then holds the one slot). All workers meet at a barrier
+  before the first send of a phase and after its last request, so worker 0's
+  closing snapshot follows every request. An abort in one worker (deadline,
+  error rate, server fatal error, interrupt) sets a shared flag that stops new
+  requests in all of them.
+- **One clock.** Workers use the coordinator's ``RunClock`` origin
+  (``perf_counter_ns`` is CLOCK_MONOTONIC, one clock per host), so run-relative
+  timestamps from different workers compare.
+- **Lossless merge.** Each worker keeps its own HdrHistograms and records;
+  at the end it sends every histogram encoded (HdrHistogram's compressed V2
+  encoding) to the coordinator, which decodes and ``add``s them per phase and
+  metric (HdrHistogram ``add`` is exact: same bucket layout, counts summed).
+  Records are merged in (phase, position) order into one ``records.jsonl``,
+  each with its ``worker``. Counts and tokens add up; client self-measurement
+  is merged by ``metrics.selfmeasure.merge_client``.
+
+Not here: a live progress display (the coordinator reports each phase when it
+ends) and hosts beyond this one (``--ray`` is not implemented).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvreplay.clock import RunClock, now_ns
+from kvreplay.metrics.histograms import new_histogram, write_log
+from kvreplay.metrics.selfmeasure import merge_client, thresholds
+from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
+from kvreplay.plan import Phase, Plan, load_plan_json
+from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, plan_json_of
+from kvreplay.runner.observer import NullObserver, RunObserver
+from kvreplay.workload import Workload, load_workload
+
+__all__ = ["execute_plan_workers", "slots_of"]
+
+_MERGED_FIELDS = ("sent", "ok", "not_sent", "prompt_tokens", "cached_tokens", "cached_unknown",
+                  "completion_tokens", "peak_in_flight", "n_disagreements")
+_WORKER0_FIELDS = ("counter_delta", "drain", "invalid_reasons", "attribution", "open_loop", "offered_rps")
+
+
+def slots_of(concurrency: int, workers: int, index: int) -> int:
+    """Slots worker ``index`` of ``workers`` holds for a phase of ``concurrency`` (they sum to it)."""
+    return concurrency // workers + (1 if index < concurrency % workers else 0)
+
+
+class _Shared:
+    """What the workers share: per-phase position counters, the stop flag and reason, the barrier."""
+
+    def __init__(self, ctx: Any, n_phases: int, workers: int) -> None:
+        self.counters = ctx.Array("q", n_phases)
+        self.stop = ctx.Value("i", 0)
+        self.reason = ctx.Array("c", 64)
+        self.barrier = ctx.Barrier(workers)
+
+
+class _WorkerRun(_Run):
+    """The runner in one worker process: claims positions from the shared counters."""
+
+    def __init__(self, *args: Any, index: int, workers: int, shared: _Shared, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.index, self.workers, self.shared = index, workers, shared
+        self.phase_index = {id(ph): i for i, ph in enumerate(self.plan.phases)}
+        self.broken = False
+        self.poller: asyncio.Task | None = None
+
+    def positions(self, phase: Phase) -> Any:  # noqa: D102
+        i = self.phase_index[id(phase)]
+        seq = phase.sequence
+        n = len(seq)
+        counters = self.shared.counters
+        lock = counters.get_lock()
+
+        def claim() -> Any:
+            while True:
+                with lock:
+                    p = counters[i]
+                    if p >= n:
+                        return
+                    counters[i] = p + 1
+                    self.claim_ns = now_ns()
+                yield p, seq[p]
+
+        return claim()
+
+    def slots(self, phase: Phase) -> int:  # noqa: D102
+        return slots_of(phase.spec.concurrency, self.workers, self.index)
+
+    async def phase_sync(self, phase: Phase, moment: str) -> None:  # noqa: D102
+        if self.poller is None:
+            self.poller = asyncio.ensure_future(self._poll_stop())
+        if self.broken:
+            return
+        from threading import BrokenBarrierError
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.shared.barrier.wait)
+        except BrokenBarrierError:
+            self.broken = True
+            self._peer_stop("a worker process left the run")
+        self._check_stop()
+
+    def request_abort(self, reason: str, message: str) -> None:  # noqa: D102
+        first = self.abort is None
+        super().request_abort(reason, message)
+        if first:
+            with self.shared.stop.get_lock():
+                if not self.shared.stop.value:
+                    self.shared.reason.value = reason.encode()[:63]
+                    self.shared.stop.value = 1
+
+    def _check_stop(self) -> None:
+        if self.shared.stop.value and not self.stop_new:
+            self._peer_stop(f"stopped by another worker: {self.shared.reason.value.decode(errors='replace')}")
+
+    def _peer_stop(self, message: str) -> None:
+        if self.abort is None:
+            self.abort = {"reason": self.shared.reason.value.decode(errors="replace") or "worker_exit",
+                          "message": message}
+        self.stop_new = True
+
+    async def _poll_stop(self) -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            self._check_stop()
+
+    def record(self, *args: Any, **kw: Any) -> dict[str, Any]:  # noqa: D102
+        rec = super().record(*args, **kw)
+        rec["worker"] = self.index
+        return rec
+
+
+def _phase_payload(st: PhaseStats) -> dict[str, Any]:
+    return {
+        "fields": {k: getattr(st, k) for k in _MERGED_FIELDS + _WORKER0_FIELDS
+                   + ("failed", "start_ns", "end_ns", "deferred", "disagreements", "client")},
+        "hists": {m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
+                  for m, ls in st.hists.sets.items()},
+    }
+
+
+async def _worker_async(index: int, workers: int, plan_path: str, workload_path: str, max_body_bytes: int,
+                        opts: RunOptions, backend: tuple[str, str, str | None] | None, shared: _Shared,
+                        origin_ns: int, wall_anchor_ns: int) -> dict[str, Any]:
+    workload = load_workload(workload_path, max_body_bytes=max_body_bytes)
+    plan, _ = load_plan_json(plan_path, workload)
+    elapsed_s = (now_ns() - origin_ns) / 1e9
+    wopts = replace(
+        opts, out_dir=opts.out_dir / "workers" / f"w{index}", quiet=True,
+        stop_new_after_s=None if opts.stop_new_after_s is None else max(0.0, opts.stop_new_after_s - elapsed_s),
+        hard_deadline_s=None if opts.hard_deadline_s is None else max(0.0, opts.hard_deadline_s - elapsed_s),
+    )
+    wopts.out_dir.mkdir(parents=True, exist_ok=True)
+    run = _WorkerRun(plan, workload, wopts, None, NullObserver(), RunClock(origin_ns, wall_anchor_ns),
+                     index=index, workers=workers, shared=shared)
+    factory = None
+    if index == 0 and backend is not None and backend[0] != "none":
+        name, url, profile = backend
+
+        async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
+            from kvreplay.backends import detect, make_backend
+
+            nm = await detect(url, session) if name == "auto" else name
+            return make_backend(nm, url, session, profile=profile)
+
+    plan_json = orjson.loads(Path(plan_path).read_bytes())
+    try:
+        summary = await _execute(run, plan_json, factory)
+    finally:
+        if run.poller is not None:
+            run.poller.cancel()
+        if not run.broken:
+            shared.barrier.abort()  # peers still waiting (this one left early) stop waiting
+    return {
+        "index": index,
+        "summary": {k: summary.get(k) for k in ("aborted", "restarts", "identity")},
+        "phases": [_phase_payload(st) for st in run.stats],
+        "lag": [run.lag_hists[st.name].encode() if st.name in run.lag_hists else None for st in run.stats],
+        "records": str(wopts.out_dir / "records.jsonl"),
+    }
+
+
+def _worker_main(index: int, workers: int, plan_path: str, workload_path: str, max_body_bytes: int,
+                 opts: RunOptions, backend: tuple[str, str, str | None] | None, shared: _Shared,
+                 origin_ns: int, wall_anchor_ns: int, results: Any) -> None:
+    try:
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:  # pragma: no cover
+            pass
+        payload = asyncio.run(_worker_async(index, workers, plan_path, workload_path, max_body_bytes, opts,
+                                            backend, shared, origin_ns, wall_anchor_ns))
+    except BaseException:  # noqa: BLE001 - reported to the coordinator, which fails the run
+        shared.barrier.abort()
+        results.put({"index": index, "error": traceback.format_exc()})
+        return
+    results.put(payload)
+
+
+async def execute_plan_workers(
+    plan: Plan,
+    workload: Workload,
+    opts: RunOptions,
+    *,
+    workers: int,
+    backend: tuple[str, str, str | None] | None = None,
+    observer: RunObserver | None = None,
+    max_body_bytes: int = 64 << 20,
+) -> dict[str, Any]:
+    """Run a frozen plan in ``workers`` processes sharing each phase's sequence; merge their outputs.
+
+    Writes the same run directory as ``execute_plan`` (plan.json before the
+    first request, then records.jsonl, histograms, summary.json, report.md),
+    with ``workers`` in plan.json's run block and summary.json, and a
+    ``worker`` key in every record.
+
+    Args:
+        plan: The frozen plan.
+        workload: Its bodies (each worker reloads them from ``workload.path``).
+        opts: Run options (as for ``execute_plan``).
+        workers: Processes, >= 1.
+        backend: ``(name, url, profile)`` of the counter adapter worker 0 builds;
+            None or name ``none`` = no counters.
+        observer: Told of the run start, each merged phase and the run end.
+        max_body_bytes: Body size limit when the workers reload the workload (bytes).
+
+    Returns:
+        The merged summary (as written to summary.json).
+
+    Raises:
+        RuntimeError: a worker process failed (its traceback is in the message).
+    """
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    out = opts.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    obs = observer or NullObserver()
+    clock = RunClock.start()
+    plan_json = plan_json_of(plan, opts, clock, workers=workers)
+    _write_json(out / "plan.json", plan_json)
+    obs.on_run_start(plan_json, None)
+    ctx = mp.get_context("spawn")
+    shared = _Shared(ctx, len(plan.phases), workers)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, daemon=True, name=f"kvreplay-worker-{i}",
+                         args=(i, workers, str(out / "plan.json"), workload.path, max_body_bytes, opts, backend,
+                               shared, clock.origin_ns, clock.wall_anchor_ns, results))
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    loop = asyncio.get_running_loop()
+    payloads: dict[int, dict[str, Any]] = {}
+    try:
+        while len(payloads) < workers:
+            try:
+                item = await loop.run_in_executor(None, results.get, True, 0.2)
+            except queue.Empty:
+                if not any(p.is_alive() for p in procs) and results.empty():
+                    raise RuntimeError(f"worker processes exited without a result ({len(payloads)}/{workers})"
+                                       ) from None
+                continue
+            if "error" in item:
+                shared.barrier.abort()
+                raise RuntimeError(f"worker {item['index']} failed:\n{item['error']}")
+            payloads[item["index"]] = item
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    summary = _merge(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs)
+    if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
+        shutil.rmtree(out / "workers", ignore_errors=True)
+    return summary
+
+
+def _merge(plan: Plan, plan_json: dict[str, Any], parts: list[dict[str, Any]], clock: RunClock, out: Path,
+           obs: RunObserver) -> dict[str, Any]:
+    from kvreplay.accounting import IMPLEMENTATION
+    from kvreplay.report.markdown import render_markdown
+
+    names = {ph.name: i for i, ph in enumerate(plan.phases)}
+    lines: list[tuple[int, int, bytes]] = []
+    for part in parts:
+        path = Path(part["records"])
+        if not path.exists():
+            continue
+        for line in path.read_bytes().splitlines():
+            if line:
+                rec = orjson.loads(line)
+                lines.append((names.get(rec["phase"], 1 << 30), rec["position"], line))
+    lines.sort(key=lambda t: (t[0], t[1]))
+    with open(out / "records.jsonl", "wb") as f:
+        f.write(b"".join(ln + b"\n" for _, _, ln in lines))
+    phases_json = []
+    for i, phase in enumerate(plan.phases):
+        spec = phase.spec
+        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence))
+        w0 = parts[0]["phases"][i]["fields"] if i < len(parts[0]["phases"]) else None
+        present = [p["phases"][i] for p in parts if i < len(p["phases"])]
+        if w0 is not None:
+            for k in _WORKER0_FIELDS:
+                setattr(st, k, w0[k])
+        for ph in present:
+            f = ph["fields"]
+            for k in _MERGED_FIELDS:
+                setattr(st, k, getattr(st, k) + (f[k] or 0))
+            for cls, n in f["failed"].items():
+                st.failed[cls] = st.failed.get(cls, 0) + n
+            st.disagreements.extend(f["disagreements"])
+            for m, (enc, sum_us, oor) in ph["hists"].items():
+                ls = st.hists.sets[m]
+                if enc is not None:
+                    ls.hist.decode_and_add(enc)
+                ls.sum_us += sum_us
+                ls.out_of_range += oor
+        starts = [ph["fields"]["start_ns"] for ph in present if ph["fields"]["start_ns"] is not None]
+        ends = [ph["fields"]["end_ns"] for ph in present if ph["fields"]["end_ns"] is not None]
+        st.start_ns = min(starts) if starts else None
+        st.end_ns = max(ends) if ends else None
+        st.deferred = bool(present) and all(ph["fields"]["deferred"] for ph in present)
+        st.disagreements = sorted(st.disagreements, key=lambda d: d["position"])[:20]
+        clients = [ph["fields"]["client"] for ph in present if ph["fields"]["client"]]
+        st.client = merge_client(clients) if clients else None
+        if st.client is not None:
+            st.client.pop("loop_lag_log", None)
+        if st.start_ns is not None and st.end_ns is not None:
+            start_s = (st.start_ns - clock.origin_ns) / 1e9
+            end_s = (st.end_ns - clock.origin_ns) / 1e9
+            st.histogram_files = st.hists.write_logs(out / "histograms", phase.name, start_s, end_s)
+            lag_enc = [p["lag"][i] for p in parts if i < len(p["lag"]) and p["lag"][i]]
+            if lag_enc and st.client is not None:
+                h = new_histogram()
+                for enc in lag_enc:
+                    h.decode_and_add(enc)
+                name = f"{phase.name}.loop_lag.hlog"
+                write_log(out / "histograms" / name, h, f"kvreplay phase={phase.name} metric=loop_lag unit=us "
+                          f"workers={len(parts)}", start_s, end_s)
+                st.client["loop_lag_log"] = name
+        pj = st.to_json()
+        phases_json.append(pj)
+        obs.on_phase_end(pj)
+    aborts = sorted((p["summary"]["aborted"] for p in parts if p["summary"]["aborted"]),
+                    key=lambda a: str(a.get("message", "")).startswith("stopped by another worker"))
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "plan_sha256": plan.sha256,
+        "implementation": IMPLEMENTATION,
+        "aborted": aborts[0] if aborts else None,
+        "restarts": sum(p["summary"]["restarts"] or 0 for p in parts),
+        "identity": parts[0]["summary"]["identity"],
+        "wall_s": round((now_ns() - clock.origin_ns) / 1e9, 6),
+        "records": len(lines),
+        "client_thresholds": thresholds(),
+        "workers": len(parts),
+        "phases": phases_json,
+    }
+    _write_json(out / "summary.json", summary)
+    (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+    obs.on_run_end(summary)
+    return summary
+

@@ -1,0 +1,132 @@
+"""--workers N: processes share one frozen sequence (dynamic claims, sends in position order), lossless merges."""
+
+import asyncio
+import json
+
+import orjson
+import pytest
+from helpers import write_chat_workload
+
+from kvreplay.cli import main
+from kvreplay.metrics.histograms import LatencySet
+from kvreplay.plan import build_plan, parse_phase
+from kvreplay.runner import RunOptions
+from kvreplay.runner.multiproc import execute_plan_workers, slots_of
+from kvreplay.workload import load_workload
+
+
+def _sse(n_tokens: int) -> bytes:
+    ev = [{"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]} for i in range(n_tokens)]
+    ev.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ev.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens}})
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in ev) + b"data: [DONE]\n\n"
+
+
+class _Slow(asyncio.Protocol):
+    """Answers at once, except bodies containing SLOW (after 2 s); 4 tokens, one write per event."""
+
+    def connection_made(self, t):
+        self.t, self.buf = t, b""
+
+    def data_received(self, data):
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buf[:end].decode().lower()
+        n = int(head.split("content-length:")[1].split("\r\n")[0])
+        if len(self.buf) < end + 4 + n:
+            return
+        body = self.buf[end + 4:end + 4 + n]
+        self.buf = self.buf[end + 4 + n:]
+        delay = 2.0 if b"SLOW" in body else 0.0
+        asyncio.get_running_loop().call_later(delay, self._answer)
+
+    def _answer(self):
+        if self.t.is_closing():
+            return
+        self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for line in _sse(4).split(b"\n\n")[:-1]:
+            p = line + b"\n\n"
+            self.t.write(b"%x\r\n%s\r\n" % (len(p), p))
+        self.t.write(b"0\r\n\r\n")
+
+
+async def _run_workers(wl_path, phases, out, workers, **opts):
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(_Slow, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        wl = load_workload(wl_path)
+        plan = build_plan(wl, [parse_phase(p) for p in phases])
+        return await execute_plan_workers(plan, wl, RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=out,
+                                                               quiet=True, **opts), workers=workers)
+    finally:
+        srv.close()
+
+
+def _records(out):
+    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_slots_spread_the_concurrency():
+    assert [slots_of(5, 2, i) for i in range(2)] == [3, 2]
+    assert [slots_of(1, 3, i) for i in range(3)] == [1, 0, 0]
+    assert sum(slots_of(256, 3, i) for i in range(3)) == 256
+
+
+def test_sends_follow_position_and_claims_are_never_a_static_split(tmp_path):
+    # Position 0 is slow (2 s). Two workers with one slot each: the one that took 0
+    # is busy while the other must take every later position (a static split
+    # would leave half of them to the busy worker).
+    bodies = [("s", "SLOW first")] + [("s", f"q{i}") for i in range(1, 20)]
+    wl = write_chat_workload(tmp_path / "wl", bodies)
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_workers(wl, ["a:forward:c2"], out, 2))
+    recs = _records(out)
+    assert [r["position"] for r in recs] == list(range(20))
+    assert {r["status"] for r in recs} == {"ok"}
+    slow_worker = recs[0]["worker"]
+    assert {r["worker"] for r in recs[1:]} == {1 - slow_worker}
+    sent = [r["t_sent_ns"] for r in recs]
+    assert sent == sorted(sent)  # the plan's order of sends, across processes
+    assert summary["workers"] == 2 and summary["phases"][0]["ok"] == 20
+
+
+def test_merged_histograms_equal_one_histogram_of_all_records(tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(60)])
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_workers(wl, ["a:forward:c4", "b:reverse:c3:x2"], out, 3))
+    recs = _records(out)
+    assert len(recs) == 180 and {r["worker"] for r in recs} == {0, 1, 2}
+    for ph in summary["phases"]:
+        mine = [r for r in recs if r["phase"] == ph["name"]]
+        assert [r["position"] for r in mine] == list(range(len(mine)))
+        for metric in ("ttft", "e2e"):
+            ls = LatencySet()
+            for r in mine:
+                ls.record_ns(r[f"{metric}_ns"])
+            assert ph[f"{metric}_ms"] == ls.summary_ms()  # HdrHistogram add across processes is exact
+        assert ph["itl_ms"]["n"] == sum(r["itl"]["n"] for r in mine)
+        assert ph["tokens"]["completion"] == 4 * len(mine)
+        assert ph["client"]["workers"] == 3 and ph["client"]["cpu_s"] > 0
+        assert (out / "histograms" / ph["histograms"]["ttft"]).exists()
+    assert not (out / "workers").exists()
+    assert json.loads((out / "plan.json").read_text())["run"]["workers"] == 3
+
+
+@pytest.mark.slow
+def test_cli_workers_against_the_simulator_keeps_counters_on_worker_0(tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("You are terse. " * 30, f"q{i}?") for i in range(8)])
+    out = tmp_path / "o"
+    rc = main(["run", str(wl), "--target", "sim", "--sim-time-scale", "0", "--phase", "prime:forward:c1",
+               "--phase", "load:forward:c4", "--workers", "2", "--out", str(out), "--quiet"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    prime, load = summary["phases"]
+    assert summary["workers"] == 2 and prime["ok"] == 8 and load["ok"] == 8
+    assert prime["attribution"] == "per_request" and load["attribution"] == "phase_only"
+    recs = _records(out)
+    assert all(r["counter_delta"] is not None for r in recs if r["phase"] == "prime")
+    assert {r["worker"] for r in recs if r["phase"] == "prime"} == {0}  # C1: worker 0 holds the one slot
+    assert load["counter_delta"] is not None
