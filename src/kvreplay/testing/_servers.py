@@ -25,7 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kvreplay.errors import KvreplayError
@@ -252,7 +252,7 @@ class ServerProcess:
 
 def _start(
     kind: str,
-    make_argv,
+    make_argv: Callable[[int], list[str]],
     *,
     log_path: Path,
     env: Mapping[str, str],
