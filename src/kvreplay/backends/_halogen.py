@@ -129,7 +129,7 @@ class HalogenBackend:
         """
         try:
             doc = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the stack
             raise BackendError(f"/cache body is not JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise BackendError(f"/cache body is a JSON {type(doc).__name__}, not an object")

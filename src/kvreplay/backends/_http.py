@@ -124,5 +124,5 @@ async def fetch_json(
         return None
     try:
         return json.loads(reply.text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
         return None
