@@ -145,15 +145,23 @@ class TokenCounter:
 
     async def _tokenize(self, payload: dict[str, Any], purpose: str) -> int | None:
         raw = orjson.dumps(payload)
-        try:
-            async with self.session.post(
-                self.base_url + "/tokenize", data=raw, headers=self.headers
-            ) as resp:
-                status = resp.status
-                data = await resp.read()
-        except aiohttp.ClientError as exc:
-            self._note("/tokenize", raw, f"error: {type(exc).__name__}", None, purpose)
-            return None
+        for attempt in (1, 2):
+            try:
+                async with self.session.post(
+                    self.base_url + "/tokenize", data=raw, headers=self.headers
+                ) as resp:
+                    status = resp.status
+                    data = await resp.read()
+                break
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+                # A pooled keep-alive connection the server had closed (llama-server
+                # closes it after a stream): once more on a fresh one (field case B11).
+                if attempt == 2:
+                    self._note("/tokenize", raw, f"error: {type(exc).__name__}", None, purpose)
+                    return None
+            except aiohttp.ClientError as exc:
+                self._note("/tokenize", raw, f"error: {type(exc).__name__}", None, purpose)
+                return None
         count = None
         if status == 200:
             try:
@@ -165,6 +173,11 @@ class TokenCounter:
                     count = obj["count"]
                 elif isinstance(obj.get("tokens"), list):
                     count = len(obj["tokens"])
+        if count == 0:
+            # No non-empty prompt is 0 tokens: the server ignored the payload's shape
+            # (llama-server answers {"messages": ...} with {"tokens": []}), so this
+            # way of counting is unsupported there and the next one is tried.
+            count = None
         self._note("/tokenize", raw, status, count, purpose)
         return count
 

@@ -148,12 +148,6 @@ def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
     assert computed_total == sum(r["timings"]["prompt_n"] for r in records)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kvreplay probe: llama-server answers /tokenize with messages as {'tokens': []} "
-    "(HTTP 200); TokenCounter.calibrate takes that for 0 tokens in tokenize-chat mode and "
-    "fails ('cannot count tokens on the target'). Needs /apply-template + /tokenize content.",
-)
 def test_kv_probe(llama_server, tmp_path):
     """Cold legs fit a positive prefill rate (from timings.prompt_ms); warm legs reuse
     the shared prefix (token-granular here); the eviction legs report a bracket."""
