@@ -85,18 +85,27 @@ async def fetch(
     """
     url = join_url(base_url, path)
     try:
-        async with session.request(
-            method,
-            url,
-            headers={"Accept": accept},
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-            allow_redirects=False,
-        ) as resp:
-            body = await resp.content.read(MAX_BODY_BYTES + 1)
-            if len(body) > MAX_BODY_BYTES:
-                raise BackendError(f"{method} {url}: body over {MAX_BODY_BYTES} bytes", url=url)
-            ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            return Reply(resp.status, body.decode("utf-8", errors="replace"), ctype)
+        for attempt in (1, 2):
+            try:
+                async with session.request(
+                    method,
+                    url,
+                    headers={"Accept": accept},
+                    timeout=aiohttp.ClientTimeout(total=timeout_s),
+                    allow_redirects=False,
+                ) as resp:
+                    body = await resp.content.read(MAX_BODY_BYTES + 1)
+                    if len(body) > MAX_BODY_BYTES:
+                        raise BackendError(f"{method} {url}: body over {MAX_BODY_BYTES} bytes", url=url)
+                    ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+                    return Reply(resp.status, body.decode("utf-8", errors="replace"), ctype)
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                # A pooled keep-alive connection the server closed after a stream
+                # (llama-server does): control requests are idempotent, so once more
+                # on a fresh connection (field case B11).
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
     except TimeoutError as exc:
         raise BackendError(f"{method} {url}: no response within {timeout_s} s", url=url) from exc
     except aiohttp.ClientError as exc:
