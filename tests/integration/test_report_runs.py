@@ -34,6 +34,17 @@ except ImportError:  # pragma: no cover - simulator not built yet
 needs_sim = pytest.mark.skipif(not HAS_SIM, reason="kvreplay.sim server not available")
 
 
+
+def cache_rules(rules: list[str]) -> list[str]:
+    """The cache-diagnosis rules, without ``client_bound``.
+
+    These runs put the simulator in the client's own process at time scale 0, so
+    on a loaded machine the process can honestly be CPU-bound; that finding is
+    tested on its own (tests/unit/report/test_diagnose.py) and is not what these
+    runs are about.
+    """
+    return [r for r in rules if r != "client_bound"]
+
 class Page(HTMLParser):
     def __init__(self):
         super().__init__()
@@ -113,7 +124,7 @@ def test_sim_churn_rule_and_run_prints_report_path(tmp_path, capsys):
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == f"report: {out / 'report.html'}"
     p = page(out)
-    assert p.rules == ["churn"] and p.td.count(None) == 0
+    assert cache_rules(p.rules) == ["churn"] and p.td.count(None) == 0
     run = load_run(out)
     fwd, rev = run.summary["phases"][1:]
     assert fwd["counter_delta"]["hits"] == 0 and rev["counter_delta"]["hits"] > 0
@@ -137,8 +148,8 @@ def test_sim_ineligible_snapshots_give_no_restores(tmp_path):
         "1",
         "--quiet",
     )
-    assert [f.rule for f in diagnose(load_run(out).summary, load_run(out).plan)] == ["no_restores"]
-    assert page(out).rules == ["no_restores"]
+    assert cache_rules([f.rule for f in diagnose(load_run(out).summary, load_run(out).plan)]) == ["no_restores"]
+    assert cache_rules(page(out).rules) == ["no_restores"]
 
 
 @needs_sim
@@ -154,7 +165,7 @@ def test_sim_one_order_zero(tmp_path):
         "4",
         "--quiet",
     )
-    assert page(out).rules == ["one_order_zero"]
+    assert cache_rules(page(out).rules) == ["one_order_zero"]
 
 
 @needs_sim
@@ -203,7 +214,7 @@ def test_probe_verdict_renders(tmp_path):
     assert main(["report", str(tmp_path / "empty"), "--html"]) == 2  # nothing there to report
     p = page(out)
     assert p.plots["probe-prefill-fit"] == "measured" and p.plots["probe-bisection"] == "measured"
-    assert p.td.count(None) == 0 and not p.rules
+    assert p.td.count(None) == 0 and not cache_rules(p.rules)
     assert (
         "Diagnosis" not in (out / "report.html").read_text()
     )  # no replay phases in a probe directory
