@@ -92,6 +92,12 @@ class _Conn(asyncio.Protocol):
     async def _respond(self) -> None:
         t = self.transport
         assert t is not None
+        if self.yield_every < 0:  # burst: the whole response in one write (cheapest server)
+            t.write(self.events[0])
+            self.busy = False
+            if self.buf:
+                self._next()
+            return
         t.write(HEAD)
         k = self.yield_every
         for i, ev in enumerate(self.events):
@@ -108,6 +114,8 @@ class _Conn(asyncio.Protocol):
 async def serve(tokens: int, prompt_tokens: int, yield_every: int) -> None:
     """Listen on 127.0.0.1:0, print ``PORT n``, serve until a signal."""
     events = build_events(tokens, prompt_tokens)
+    if yield_every < 0:
+        events = [HEAD + b"".join(events)]
     loop = asyncio.get_running_loop()
     srv = await loop.create_server(lambda: _Conn(events, yield_every), "127.0.0.1", 0, backlog=1024)
     port = srv.sockets[0].getsockname()[1]
@@ -124,7 +132,8 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core (os.sched_setaffinity)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=1024)
-    ap.add_argument("--yield-every", type=int, default=1, help="yield to the loop every N events (0: never)")
+    ap.add_argument("--yield-every", type=int, default=1,
+                    help="yield to the loop every N events (0: never; -1: burst, one write per response)")
     a = ap.parse_args()
     if a.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {a.cpu})

@@ -171,10 +171,15 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
     if workers > 1:
         from kvreplay.runner.multiproc import execute_plan_workers
 
-        c0, t0 = time.process_time(), time.perf_counter()
-        s = execute_plan_workers(plan_for("main", a.requests), wl,
-                                 RunOptions(target_url=url, out_dir=out / "main", quiet=True), workers=workers)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        def cpu_all() -> float:
+            ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return time.process_time() + ch.ru_utime + ch.ru_stime
+
+        c0, t0 = cpu_all(), time.perf_counter()
+        s = uvloop.run(execute_plan_workers(plan_for("main", a.requests), wl,
+                                            RunOptions(target_url=url, out_dir=out / "main", quiet=True),
+                                            workers=workers))
+        cpu, wall = cpu_all() - c0, time.perf_counter() - t0  # includes spawning and importing N workers
     else:
         s, cpu, wall = uvloop.run(both())
     ph = s["phases"][0]
@@ -182,7 +187,7 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
     rec = {"requests": ph["ok"], "tokens": ph["tokens"]["completion"],
            "ttft_p50_us": p50 * 1e3 if p50 is not None else None,
            "cpu_s": cpu, "wall_s": wall, "rss_mb": _rss_mb(), "failed": ph["failed"],
-           "records": s["records"]}
+           "records": s["records"], "phase_rps": ph["throughput_rps"]}
     if "client" in ph:
         rec["self"] = ph["client"]
     return rec
@@ -190,8 +195,8 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- driver
 
-def _start_server(cpu: int | None, tokens: int) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, str(HERE / "_fastserver.py"), "--tokens", str(tokens)]
+def _start_server(cpu: int | None, tokens: int, yield_every: int = 1) -> tuple[subprocess.Popen, int]:
+    cmd = [sys.executable, str(HERE / "_fastserver.py"), "--tokens", str(tokens), "--yield-every", str(yield_every)]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -217,9 +222,13 @@ def _run_child(kind: str, port: int, conc: int, requests: int, warmup: int, work
 
 
 def _per(r: dict) -> dict:
-    return {"cpu_s_per_1M_tokens": r["cpu_s"] / r["tokens"] * 1e6 if r["tokens"] else None,
-            "cpu_s_per_1k_requests": r["cpu_s"] / r["requests"] * 1e3 if r["requests"] else None,
-            "requests_per_s": r["requests"] / r["wall_s"] if r["wall_s"] else None}
+    out = {"cpu_s_per_1M_tokens": r["cpu_s"] / r["tokens"] * 1e6 if r["tokens"] else None,
+           "cpu_s_per_1k_requests": r["cpu_s"] / r["requests"] * 1e3 if r["requests"] else None,
+           "requests_per_s": r.get("phase_rps") or (r["requests"] / r["wall_s"] if r["wall_s"] else None)}
+    me = r.get("self") or {}
+    out.update({"self_cpu_util": me.get("cpu_utilisation"), "self_lag_p99_ms": me.get("loop_lag_p99_ms"),
+                "self_bound": me.get("bound")})
+    return out
 
 
 def _median(rows: list[dict], key: str) -> float | None:
@@ -236,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bodies", type=int, default=500)
     ap.add_argument("--quick", action="store_true", help="a quarter of the default request counts, 1 rep")
     ap.add_argument("--clients", default="plain,kvreplay")
-    ap.add_argument("--workers", type=int, default=1, help="kvreplay --workers N (multiprocess runner)")
+    ap.add_argument("--workers", default="1", help="kvreplay --workers N (multiprocess runner); a list "
+                    "(1,2) runs each, for the throughput comparison")
+    ap.add_argument("--server", default="per-event", choices=["per-event", "burst"],
+                    help="per-event: one write per SSE event (default); burst: one write per response "
+                         "(the cheapest server, so the client is the bottleneck)")
     ap.add_argument("--json", default=None, help="also write every measurement here")
     a = ap.parse_args(argv)
     concs = [int(c) for c in a.conc.split(",")]
@@ -248,48 +261,58 @@ def main(argv: list[str] | None = None) -> int:
         a.reps = 1
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     server_cpu, client_cpu = (cpus[-1], cpus[0]) if len(cpus) >= 2 else (None, None)
-    if a.workers > 1:
-        client_cpu = None  # the workers need the cores; the server shares
+    worker_counts = [int(w) for w in str(a.workers).split(",")]
+    if max(worker_counts) > 1:
+        client_cpu = server_cpu = None  # the workers need the cores; the server shares them
     load0 = os.getloadavg()
     clients = a.clients.split(",")
+    kinds = [(c, 1) for c in clients if c != "kvreplay"]
+    kinds += [("kvreplay", w) for w in worker_counts] if "kvreplay" in clients else []
     results: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="kvreplay-bench-") as td:
         tmp = Path(td)
         wl = tmp / "workload.jsonl"
         make_workload(wl, a.bodies, max_tokens=a.tokens)
-        srv, port = _start_server(server_cpu, a.tokens)
+        srv, port = _start_server(server_cpu, a.tokens, -1 if a.server == "burst" else 1)
         try:
             for conc in concs:
                 n = counts.get(conc, 4000)
                 warm = min(n, max(200, 2 * conc))
                 for rep in range(a.reps):
-                    order = clients if rep % 2 == 0 else clients[::-1]
-                    for kind in order:
-                        r = _run_child(kind, port, conc, n, warm, wl, tmp, client_cpu, a.workers)
+                    order = kinds if rep % 2 == 0 else kinds[::-1]
+                    for kind, w in order:
+                        r = _run_child(kind, port, conc, n, warm, wl, tmp, client_cpu, w)
                         r.update(_per(r))
-                        results.setdefault((kind, conc), []).append(r)
-                        print(f"# {kind:8s} C{conc:<4d} rep {rep}: {r['cpu_s']:.2f} s CPU, "
+                        label = kind if w == 1 else f"{kind}-w{w}"
+                        results.setdefault((label, conc), []).append(r)
+                        print(f"# {label:8s} C{conc:<4d} rep {rep}: {r['cpu_s']:.2f} s CPU, "
                               f"{r['cpu_s_per_1M_tokens']:.2f} s/1M tok, TTFT p50 {r['ttft_p50_us']:.0f} us, "
                               f"{r['requests_per_s']:.0f} req/s, RSS {r['rss_mb']:.0f} MB", file=sys.stderr)
         finally:
             srv.terminate()
             srv.wait(timeout=10)
     load1 = os.getloadavg()
-    print(f"\nclient-overhead benchmark: {a.tokens} tokens/response, 1k-token prompts, "
+    print(f"\nclient-overhead benchmark: {a.tokens} tokens/response, 1k-token prompts, {a.server} server, "
           f"server on cpu {server_cpu}, client on cpu {client_cpu}, workers {a.workers}, "
           f"medians of {a.reps} reps; load average before {load0[0]:.2f}, after {load1[0]:.2f} "
           f"({os.cpu_count()} CPUs)\n")
-    hdr = ("| C | client | CPU s / 1M tokens | CPU s / 1k req | TTFT p50 (µs) | req/s | peak RSS (MB) |")
+    hdr = ("| C | client | CPU s / 1M tokens | CPU s / 1k req | TTFT p50 (µs) | req/s | peak RSS (MB) "
+           "| self: CPU util / loop lag p99 ms / client_bound |")
     print(hdr)
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
+    labels = [k if w == 1 else f"{k}-w{w}" for k, w in kinds]
     for conc in concs:
-        for kind in clients:
+        for kind in labels:
             rows = results.get((kind, conc), [])
             if not rows:
                 continue
+            me = "—"
+            if rows[0].get("self_cpu_util") is not None:
+                me = (f"{_median(rows, 'self_cpu_util'):.2f} / {_median(rows, 'self_lag_p99_ms'):.2f} / "
+                      f"{sum(bool(r['self_bound']) for r in rows)} of {len(rows)}")
             print(f"| {conc} | {kind} | {_median(rows, 'cpu_s_per_1M_tokens'):.2f} | "
                   f"{_median(rows, 'cpu_s_per_1k_requests'):.3f} | {_median(rows, 'ttft_p50_us'):.0f} | "
-                  f"{_median(rows, 'requests_per_s'):.0f} | {_median(rows, 'rss_mb'):.0f} |")
+                  f"{_median(rows, 'requests_per_s'):.0f} | {_median(rows, 'rss_mb'):.0f} | {me} |")
         if ("plain", conc) in results and ("kvreplay", conc) in results:
             k, p = results[("kvreplay", conc)], results[("plain", conc)]
             print(f"| {conc} | **ratio kvreplay/plain** | {_median(k, 'cpu_s_per_1M_tokens') / _median(p, 'cpu_s_per_1M_tokens'):.2f} | "

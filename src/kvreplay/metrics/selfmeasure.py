@@ -15,8 +15,10 @@ Per phase, while its requests run:
   not the previous response, says when a request should go).
 
 Documented thresholds: a phase is labelled ``client_bound: true`` in
-``summary.json`` when its loop-lag p99 is at least ``LOOP_LAG_P99_MS`` or its
-CPU utilisation is at least ``CPU_UTILISATION``. Late sends are reported but do
+``summary.json`` when its loop-lag p99 is at least ``LOOP_LAG_P99_MS`` (over at
+least ``MIN_LAG_SAMPLES`` probe samples: the p99 of fewer samples is their
+maximum, and one host stall would decide it) or its CPU utilisation is at
+least ``CPU_UTILISATION``. Late sends are reported but do
 not by themselves label the phase: an open loop also sends late when its
 concurrency cap is full because the *server* is slow (``schedule`` says so).
 
@@ -34,7 +36,7 @@ from typing import Any
 from kvreplay.clock import now_ns
 from kvreplay.metrics.histograms import LatencySet
 
-__all__ = ["CPU_UTILISATION", "LAG_INTERVAL_S", "LATE_SEND_MS", "LOOP_LAG_P99_MS", "ClientMonitor",
+__all__ = ["CPU_UTILISATION", "LAG_INTERVAL_S", "LATE_SEND_MS", "LOOP_LAG_P99_MS", "MIN_LAG_SAMPLES", "ClientMonitor",
            "merge_client", "thresholds"]
 
 LAG_INTERVAL_S = 0.005
@@ -43,14 +45,17 @@ LOOP_LAG_P99_MS = 10.0
 """Loop-lag p99 at or above which a phase is client-bound (ms): reads wait that long behind our own work."""
 CPU_UTILISATION = 0.90
 """Client CPU utilisation (process CPU s / wall s, one core = 1.0) at or above which a phase is client-bound."""
+MIN_LAG_SAMPLES = 100
+"""Probe samples (0.5 s of phase at 5 ms) below which the loop-lag p99 does not label a phase."""
 LATE_SEND_MS = 1.0
 """An open-loop send this much later than intended (ms) counts as late."""
 
 
 def thresholds() -> dict[str, float]:
     """The documented thresholds, as written into summary.json."""
-    return {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "cpu_utilisation": CPU_UTILISATION,
-            "late_send_ms": LATE_SEND_MS, "lag_interval_ms": LAG_INTERVAL_S * 1e3}
+    return {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "min_lag_samples": MIN_LAG_SAMPLES,
+            "cpu_utilisation": CPU_UTILISATION, "late_send_ms": LATE_SEND_MS,
+            "lag_interval_ms": LAG_INTERVAL_S * 1e3}
 
 
 class ClientMonitor:
@@ -112,7 +117,7 @@ class ClientMonitor:
         """Flat figures for ``summary.json``'s ``phases[].client`` (``bound`` = client-bound)."""
         lag = self.lag.summary_ms()
         util = self.cpu_s / self.wall_s if self.wall_s > 0 else None
-        bound = bool((lag["p99"] is not None and lag["p99"] >= LOOP_LAG_P99_MS)
+        bound = bool((lag["p99"] is not None and lag["n"] >= MIN_LAG_SAMPLES and lag["p99"] >= LOOP_LAG_P99_MS)
                      or (util is not None and util >= CPU_UTILISATION))
         return {
             "bound": bound,
