@@ -28,8 +28,8 @@ PROFILES = ROOT / "src" / "kvreplay" / "profiles"
 PROM_FIXTURES = sorted((ROOT / "fixtures" / "metrics").glob("*/*.prom"))
 FAMILIES = ("vllm", "sglang", "llamacpp")
 
-FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
-"""Modest counts; a 2 s deadline per example is the "no hang" check."""
+FUZZ = settings(max_examples=150, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
+"""Modest counts; a 5 s deadline per example is the "no hang" check."""
 
 
 def _series_names() -> list[str]:

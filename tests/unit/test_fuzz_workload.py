@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kvreplay.errors import WorkloadError
 from kvreplay.workload import load_workload
 
-FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
 
 
 def load_or_error(path: Path, **kw):
