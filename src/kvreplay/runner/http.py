@@ -517,8 +517,12 @@ class _Exchange:
             msg = (str(exc) or type(exc).__name__) if exc is not None else "Server disconnected"
             self._fail("write", msg[:ERROR_BYTES], now)
         else:
-            msg = "Response payload is not completed" + (f": {exc}" if exc is not None else "")
-            self._fail("cut", msg[:ERROR_BYTES], now)
+            # aiohttp's wording (ClientPayloadError), so both send paths write the same records
+            why = (f"{exc}" if exc is not None else
+                   "<TransferEncodingError: 400, message='Not enough data to satisfy transfer length header.'>"
+                   if self.framing == 2 else
+                   "<ContentLengthError: 400, message='Not enough data to satisfy content length header.'>")
+            self._fail("cut", f"Response payload is not completed: {why}"[:ERROR_BYTES], now)
 
     def check_idle(self, idle_ns: int, loop: asyncio.AbstractEventLoop, sent_ns: int) -> None:
         """Timer callback: fail with a read timeout after ``idle_ns`` without a byte (aiohttp sock_read)."""

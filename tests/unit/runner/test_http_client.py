@@ -141,7 +141,7 @@ class _Canned(asyncio.Protocol):
 
 def _comparable(out):
     r = out.stream
-    return (out.status, out.http_status, out.error if out.status != "cut" else None, out.streamed,
+    return (out.status, out.http_status, out.error, out.streamed,
             r.chunks, r.content_deltas, r.finish_reason, r.done_marker, r.usage, r.text_head, len(r.token_ns),
             r.error_events, r.first_token_ns is not None, out.headers_ns is not None)
 
