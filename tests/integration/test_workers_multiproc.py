@@ -130,3 +130,17 @@ def test_cli_workers_against_the_simulator_keeps_counters_on_worker_0(tmp_path):
     assert all(r["counter_delta"] is not None for r in recs if r["phase"] == "prime")
     assert {r["worker"] for r in recs if r["phase"] == "prime"} == {0}  # C1: worker 0 holds the one slot
     assert load["counter_delta"] is not None
+
+
+def test_a_deadline_in_one_worker_stops_all_and_every_position_is_accounted(tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"SLOW {i}") for i in range(12)])
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_workers(wl, ["a:forward:c2", "b:forward:c2"], out, 2, stop_new_after_s=2.5))
+    recs = _records(out)
+    assert len(recs) == 24  # sent + not sent == planned, each position once
+    assert sorted((r["phase"], r["position"]) for r in recs) == [(p, i) for p in "ab" for i in range(12)]
+    a, b = summary["phases"]
+    assert a["sent"] + a["not_sent"] == 12 and a["not_sent"] >= 1
+    assert b["sent"] == 0 and b["deferred"] is True
+    assert summary["aborted"]["reason"] == "deadline"
+    assert {r["error"] for r in recs if not r["sent"]} == {"deadline"}

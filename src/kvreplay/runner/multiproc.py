@@ -40,6 +40,7 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
+import signal
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -276,6 +277,29 @@ async def execute_plan_workers(
         p.start()
     loop = asyncio.get_running_loop()
     payloads: dict[int, dict[str, Any]] = {}
+    interrupts = {"n": 0}
+
+    def on_signal() -> None:
+        # First: every worker stops sending (shared flag; each finishes what is in flight and
+        # writes its records). Second: the workers get SIGINT themselves (they then cancel).
+        interrupts["n"] += 1
+        if interrupts["n"] == 1:
+            with shared.stop.get_lock():
+                if not shared.stop.value:
+                    shared.reason.value = b"interrupt"
+                    shared.stop.value = 1
+        else:
+            for p in procs:
+                if p.is_alive() and p.pid is not None:
+                    os.kill(p.pid, signal.SIGINT)
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            pass
     try:
         while len(payloads) < workers:
             try:
@@ -290,6 +314,8 @@ async def execute_plan_workers(
                 raise RuntimeError(f"worker {item['index']} failed:\n{item['error']}")
             payloads[item["index"]] = item
     finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
