@@ -144,3 +144,17 @@ def test_a_deadline_in_one_worker_stops_all_and_every_position_is_accounted(tmp_
     assert b["sent"] == 0 and b["deferred"] is True
     assert summary["aborted"]["reason"] == "deadline"
     assert {r["error"] for r in recs if not r["sent"]} == {"deadline"}
+
+
+def test_open_loop_is_one_schedule_across_workers(tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(16)])
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_workers(wl, ["o:forward:c4:r50:poisson3"], out, 2))
+    plan = json.loads((out / "plan.json").read_text())
+    offsets = [item["intended_ns"] for item in plan["phases"][0]["sequence"]]
+    recs = _records(out)
+    assert {r["worker"] for r in recs} == {0, 1}
+    t0 = recs[0]["t_intended_ns"] - offsets[0]
+    assert [r["t_intended_ns"] - t0 for r in recs] == offsets  # one phase start for both processes
+    ph = summary["phases"][0]
+    assert ph["client"]["timed_sends"] == 16 and ph["queue_ms"]["n"] == 16

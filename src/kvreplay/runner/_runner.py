@@ -169,6 +169,10 @@ class _Run:
     async def phase_sync(self, phase: Phase, moment: str) -> None:
         """Wait for peer processes at ``moment`` (``start``: before the first send, ``end``: after the last)."""
 
+    def phase_start_ns(self, phase: Phase) -> int:
+        """The phase's start (``now_ns()``), origin of its open-loop intended times; common to all peers."""
+        return now_ns()
+
     def rel(self, t: int | None) -> int | None:
         return None if t is None else t - self.clock.origin_ns
 
@@ -356,7 +360,7 @@ class _Run:
         url = self.opts.target_url.rstrip("/")
         seq = self.positions(phase)
         await self.phase_sync(phase, "start")
-        st.start_ns = now_ns()
+        st.start_ns = self.phase_start_ns(phase)
         self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
 
         intended = phase.intended_ns

@@ -74,6 +74,7 @@ class _Shared:
 
     def __init__(self, ctx: Any, n_phases: int, workers: int) -> None:
         self.counters = ctx.Array("q", n_phases)
+        self.starts = ctx.Array("q", n_phases)
         self.stop = ctx.Value("i", 0)
         self.reason = ctx.Array("c", 64)
         self.barrier = ctx.Barrier(workers)
@@ -107,6 +108,16 @@ class _WorkerRun(_Run):
                 yield p, seq[p]
 
         return claim()
+
+    def phase_start_ns(self, phase: Phase) -> int:  # noqa: D102
+        # The first worker past the start barrier fixes the phase start for all, so
+        # open-loop intended times are one schedule across processes.
+        i = self.phase_index[id(phase)]
+        starts = self.shared.starts
+        with starts.get_lock():
+            if not starts[i]:
+                starts[i] = now_ns()
+            return starts[i]
 
     def slots(self, phase: Phase) -> int:  # noqa: D102
         return slots_of(phase.spec.concurrency, self.workers, self.index)
