@@ -49,7 +49,7 @@ MTBENCH = ROOT / "fixtures" / "workloads" / "mtbench-52"
 DEFAULT_FAULTS = (
     "error-event:p=0.004,seed=11",
     "cut:chunks=2,p=0.004,seed=12",
-    "stall:s=1.5,at=between,chunks=2,p=0.002,seed=13",
+    "stall:s=4,at=between,chunks=2,p=0.002,seed=13",
     "malformed:p=0.004,seed=14",
 )
 """Faults that make failed records but never abort a run (see docs/simulator.md)."""
@@ -305,6 +305,7 @@ def rss_figures(
         }
     w, e = statistics.median(warm), statistics.median(last)
     peak = max(v for t, v in samples if warmup_s <= t <= load_end_s)
+    after = [v for t, v in samples if t > load_end_s]
     return {
         "warmup_kib": int(w),
         "end_kib": int(e),
@@ -312,6 +313,8 @@ def rss_figures(
         "growth_pct": round(100.0 * (e - w) / w, 2),
         "samples": len(samples),
         "first_kib": samples[0][1],
+        "post_load_peak_kib": max(after) if after else None,
+        "post_load_s": round(samples[-1][0] - load_end_s, 1) if after else None,
         "series": [[round(t, 1), v] for t, v in samples[:: max(1, len(samples) // 60)]],
     }
 
@@ -335,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         "--time-scale", type=float, default=0.02, help="simulator time scale (default 0.02)"
     )
     ap.add_argument("--output-tokens", type=int, default=24)
-    ap.add_argument("--read-timeout", type=float, default=0.5, help="client read-idle timeout (s)")
+    ap.add_argument(
+        "--read-timeout", type=float, default=2.0, help="client read-idle timeout (s; default 2)"
+    )
     ap.add_argument(
         "--backend", default="halogen", help="counter adapter of the client (default halogen)"
     )
@@ -427,6 +432,10 @@ def markdown(r: dict[str, Any]) -> str:
         (f"client RSS at warm-up ({r['warmup_s']:g} s)", _mib(rss["warmup_kib"])),
         ("client RSS at end of load", _mib(rss["end_kib"])),
         ("client RSS peak after warm-up", _mib(rss["peak_kib"])),
+        (
+            "after the load: report writing",
+            f"{rss.get('post_load_s')} s, RSS peak {_mib(rss.get('post_load_peak_kib'))}",
+        ),
         (
             "RSS growth after warm-up",
             f"{rss['growth_pct']}%" if rss["growth_pct"] is not None else "n/a",
