@@ -37,23 +37,67 @@ def _event(obj: object) -> bytes:
 
 def build_events(tokens: int, prompt_tokens: int) -> list[bytes]:
     """The chunked-encoded SSE frames of one response (headers excluded)."""
-    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "bench"}
-    out = [_event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                        "logprobs": None, "finish_reason": None}]})]
+    base = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench",
+    }
+    out = [
+        _event(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+    ]
     for i in range(tokens):
         fr = "length" if i == tokens - 1 else None
-        out.append(_event({**base, "choices": [{"index": 0, "delta": {"content": f" tok{i % 100}"},
-                                                "logprobs": None, "finish_reason": fr}]}))
-    out.append(_event({**base, "choices": [], "usage": {
-        "prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + tokens, "completion_tokens": tokens,
-        "prompt_tokens_details": {"cached_tokens": 0}}}))
+        out.append(
+            _event(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"content": f" tok{i % 100}"},
+                            "logprobs": None,
+                            "finish_reason": fr,
+                        }
+                    ],
+                }
+            )
+        )
+    out.append(
+        _event(
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + tokens,
+                    "completion_tokens": tokens,
+                    "prompt_tokens_details": {"cached_tokens": 0},
+                },
+            }
+        )
+    )
     out.append(_frame(b"data: [DONE]\n\n"))
     out.append(b"0\r\n\r\n")
     return out
 
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+)
 
 
 class _Conn(asyncio.Protocol):
@@ -82,10 +126,14 @@ class _Conn(asyncio.Protocol):
             return
         head = bytes(self.buf[:end]).lower()
         i = head.find(b"content-length:")
-        n = int(head[i + 15:head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]) if i >= 0 else 0
+        n = (
+            int(head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None])
+            if i >= 0
+            else 0
+        )
         if len(self.buf) < end + 4 + n:
             return
-        del self.buf[:end + 4 + n]
+        del self.buf[: end + 4 + n]
         self.busy = True
         asyncio.get_running_loop().create_task(self._respond())
 
@@ -132,8 +180,12 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core (os.sched_setaffinity)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=1024)
-    ap.add_argument("--yield-every", type=int, default=1,
-                    help="yield to the loop every N events (0: never; -1: burst, one write per response)")
+    ap.add_argument(
+        "--yield-every",
+        type=int,
+        default=1,
+        help="yield to the loop every N events (0: never; -1: burst, one write per response)",
+    )
     a = ap.parse_args()
     if a.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {a.cpu})

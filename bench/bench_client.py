@@ -43,8 +43,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda omicron sigma tau upsilon "
-         "phi chi psi omega river stone cloud field light shadow garden window").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta theta iota kappa lambda omicron sigma tau upsilon "
+    "phi chi psi omega river stone cloud field light shadow garden window"
+).split()
 
 
 def make_workload(path: Path, n: int, prompt_tokens: int = 1024, max_tokens: int = 128) -> None:
@@ -59,9 +61,13 @@ def make_workload(path: Path, n: int, prompt_tokens: int = 1024, max_tokens: int
         filler = filler.rsplit(" ", 8)[0]
     lines = []
     for i in range(n):
-        body = {"model": "bench", "stream": True, "stream_options": {"include_usage": True},
-                "max_tokens": max_tokens,
-                "messages": [{"role": "user", "content": f"request {i}: {filler}"}]}
+        body = {
+            "model": "bench",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": f"request {i}: {filler}"}],
+        }
         lines.append(orjson.dumps(body))
     path.write_bytes(b"\n".join(lines) + b"\n")
 
@@ -77,6 +83,7 @@ def _rss_mb() -> float:
 
 # --------------------------------------------------------------------------- plain client
 
+
 async def _plain_once(url: str, bodies: list[bytes], order: list[int], conc: int) -> dict:
     import aiohttp
     import orjson
@@ -90,6 +97,7 @@ async def _plain_once(url: str, bodies: list[bytes], order: list[int], conc: int
     headers = {"Content-Type": "application/json"}
 
     async with aiohttp.ClientSession(connector=conn, auto_decompress=False) as s:
+
         async def worker() -> None:
             nonlocal tokens
             for i in it:
@@ -115,7 +123,11 @@ async def _plain_once(url: str, bodies: list[bytes], order: list[int], conc: int
 
         await asyncio.gather(*(worker() for _ in range(conc)))
     ttft.sort()
-    return {"requests": len(order), "tokens": tokens, "ttft_p50_us": ttft[len(ttft) // 2] / 1e3 if ttft else None}
+    return {
+        "requests": len(order),
+        "tokens": tokens,
+        "ttft_p50_us": ttft[len(ttft) // 2] / 1e3 if ttft else None,
+    }
 
 
 def child_plain(a: argparse.Namespace) -> dict:
@@ -139,6 +151,7 @@ def child_plain(a: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- kvreplay client
 
+
 def child_kvreplay(a: argparse.Namespace) -> dict:
     """Warm-up then measured ``execute_plan`` runs; CPU of the measured run (a whole normal run)."""
     import uvloop
@@ -155,17 +168,25 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
     def plan_for(name: str, count: int):  # noqa: ANN202
         reps = -(-count // n)
         sel = "all" if count >= n else f"first:{count}"
-        spec = PhaseSpec(name=name, concurrency=a.conc, repeats=reps if count >= n else 1, select=sel)
+        spec = PhaseSpec(
+            name=name, concurrency=a.conc, repeats=reps if count >= n else 1, select=sel
+        )
         return build_plan(wl, [spec])
 
     workers = getattr(a, "workers", 1)
 
     async def both() -> tuple[dict, float, float]:
-        await execute_plan(plan_for("warm", a.warmup), wl,
-                           RunOptions(target_url=url, out_dir=out / "warm", quiet=True))
+        await execute_plan(
+            plan_for("warm", a.warmup),
+            wl,
+            RunOptions(target_url=url, out_dir=out / "warm", quiet=True),
+        )
         c0, t0 = time.process_time(), time.perf_counter()
-        s = await execute_plan(plan_for("main", a.requests), wl,
-                               RunOptions(target_url=url, out_dir=out / "main", quiet=True))
+        s = await execute_plan(
+            plan_for("main", a.requests),
+            wl,
+            RunOptions(target_url=url, out_dir=out / "main", quiet=True),
+        )
         return s, time.process_time() - c0, time.perf_counter() - t0
 
     if workers > 1:
@@ -176,18 +197,33 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
             return time.process_time() + ch.ru_utime + ch.ru_stime
 
         c0, t0 = cpu_all(), time.perf_counter()
-        s = uvloop.run(execute_plan_workers(plan_for("main", a.requests), wl,
-                                            RunOptions(target_url=url, out_dir=out / "main", quiet=True),
-                                            workers=workers))
-        cpu, wall = cpu_all() - c0, time.perf_counter() - t0  # includes spawning and importing N workers
+        s = uvloop.run(
+            execute_plan_workers(
+                plan_for("main", a.requests),
+                wl,
+                RunOptions(target_url=url, out_dir=out / "main", quiet=True),
+                workers=workers,
+            )
+        )
+        cpu, wall = (
+            cpu_all() - c0,
+            time.perf_counter() - t0,
+        )  # includes spawning and importing N workers
     else:
         s, cpu, wall = uvloop.run(both())
     ph = s["phases"][0]
     p50 = ph["ttft_ms"]["p50"]
-    rec = {"requests": ph["ok"], "tokens": ph["tokens"]["completion"],
-           "ttft_p50_us": p50 * 1e3 if p50 is not None else None,
-           "cpu_s": cpu, "wall_s": wall, "rss_mb": _rss_mb(), "failed": ph["failed"],
-           "records": s["records"], "phase_rps": ph["throughput_rps"]}
+    rec = {
+        "requests": ph["ok"],
+        "tokens": ph["tokens"]["completion"],
+        "ttft_p50_us": p50 * 1e3 if p50 is not None else None,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "rss_mb": _rss_mb(),
+        "failed": ph["failed"],
+        "records": s["records"],
+        "phase_rps": ph["throughput_rps"],
+    }
     if "client" in ph:
         rec["self"] = ph["client"]
     return rec
@@ -195,8 +231,18 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
 
 # --------------------------------------------------------------------------- driver
 
-def _start_server(cpu: int | None, tokens: int, yield_every: int = 1) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, str(HERE / "_fastserver.py"), "--tokens", str(tokens), "--yield-every", str(yield_every)]
+
+def _start_server(
+    cpu: int | None, tokens: int, yield_every: int = 1
+) -> tuple[subprocess.Popen, int]:
+    cmd = [
+        sys.executable,
+        str(HERE / "_fastserver.py"),
+        "--tokens",
+        str(tokens),
+        "--yield-every",
+        str(yield_every),
+    ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -207,12 +253,38 @@ def _start_server(cpu: int | None, tokens: int, yield_every: int = 1) -> tuple[s
     return p, int(line.split()[1])
 
 
-def _run_child(kind: str, port: int, conc: int, requests: int, warmup: int, workload: Path,
-               tmp: Path, cpu: int | None, workers: int = 1) -> dict:
+def _run_child(
+    kind: str,
+    port: int,
+    conc: int,
+    requests: int,
+    warmup: int,
+    workload: Path,
+    tmp: Path,
+    cpu: int | None,
+    workers: int = 1,
+) -> dict:
     out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{kind}-c{conc}-"))
-    cmd = [sys.executable, __file__, "_child", kind, "--port", str(port), "--conc", str(conc),
-           "--requests", str(requests), "--warmup", str(warmup), "--workload", str(workload),
-           "--out", str(out), "--workers", str(workers)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "_child",
+        kind,
+        "--port",
+        str(port),
+        "--conc",
+        str(conc),
+        "--requests",
+        str(requests),
+        "--warmup",
+        str(warmup),
+        "--workload",
+        str(workload),
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+    ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
@@ -222,12 +294,20 @@ def _run_child(kind: str, port: int, conc: int, requests: int, warmup: int, work
 
 
 def _per(r: dict) -> dict:
-    out = {"cpu_s_per_1M_tokens": r["cpu_s"] / r["tokens"] * 1e6 if r["tokens"] else None,
-           "cpu_s_per_1k_requests": r["cpu_s"] / r["requests"] * 1e3 if r["requests"] else None,
-           "requests_per_s": r.get("phase_rps") or (r["requests"] / r["wall_s"] if r["wall_s"] else None)}
+    out = {
+        "cpu_s_per_1M_tokens": r["cpu_s"] / r["tokens"] * 1e6 if r["tokens"] else None,
+        "cpu_s_per_1k_requests": r["cpu_s"] / r["requests"] * 1e3 if r["requests"] else None,
+        "requests_per_s": r.get("phase_rps")
+        or (r["requests"] / r["wall_s"] if r["wall_s"] else None),
+    }
     me = r.get("self") or {}
-    out.update({"self_cpu_util": me.get("cpu_utilisation"), "self_lag_p99_ms": me.get("loop_lag_p99_ms"),
-                "self_bound": me.get("bound")})
+    out.update(
+        {
+            "self_cpu_util": me.get("cpu_utilisation"),
+            "self_lag_p99_ms": me.get("loop_lag_p99_ms"),
+            "self_bound": me.get("bound"),
+        }
+    )
     return out
 
 
@@ -239,17 +319,29 @@ def _median(rows: list[dict], key: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--conc", default="1,64,256", help="comma-separated concurrencies")
-    ap.add_argument("--requests", default=None, help="per concurrency, e.g. 1:1500,64:6000,256:6000")
+    ap.add_argument(
+        "--requests", default=None, help="per concurrency, e.g. 1:1500,64:6000,256:6000"
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--bodies", type=int, default=500)
-    ap.add_argument("--quick", action="store_true", help="a quarter of the default request counts, 1 rep")
+    ap.add_argument(
+        "--quick", action="store_true", help="a quarter of the default request counts, 1 rep"
+    )
     ap.add_argument("--clients", default="plain,kvreplay")
-    ap.add_argument("--workers", default="1", help="kvreplay --workers N (multiprocess runner); a list "
-                    "(1,2) runs each, for the throughput comparison")
-    ap.add_argument("--server", default="per-event", choices=["per-event", "burst"],
-                    help="per-event: one write per SSE event (default); burst: one write per response "
-                         "(the cheapest server, so the client is the bottleneck)")
+    ap.add_argument(
+        "--workers",
+        default="1",
+        help="kvreplay --workers N (multiprocess runner); a list "
+        "(1,2) runs each, for the throughput comparison",
+    )
+    ap.add_argument(
+        "--server",
+        default="per-event",
+        choices=["per-event", "burst"],
+        help="per-event: one write per SSE event (default); burst: one write per response "
+        "(the cheapest server, so the client is the bottleneck)",
+    )
     ap.add_argument("--json", default=None, help="also write every measurement here")
     a = ap.parse_args(argv)
     concs = [int(c) for c in a.conc.split(",")]
@@ -285,19 +377,28 @@ def main(argv: list[str] | None = None) -> int:
                         r.update(_per(r))
                         label = kind if w == 1 else f"{kind}-w{w}"
                         results.setdefault((label, conc), []).append(r)
-                        print(f"# {label:8s} C{conc:<4d} rep {rep}: {r['cpu_s']:.2f} s CPU, "
-                              f"{r['cpu_s_per_1M_tokens']:.2f} s/1M tok, TTFT p50 {r['ttft_p50_us']:.0f} us, "
-                              f"{r['requests_per_s']:.0f} req/s, RSS {r['rss_mb']:.0f} MB", file=sys.stderr)
+                        print(
+                            f"# {label:8s} C{conc:<4d} rep {rep}: {r['cpu_s']:.2f} s CPU, "
+                            f"{r['cpu_s_per_1M_tokens']:.2f} s/1M tok, "
+                            f"TTFT p50 {r['ttft_p50_us']:.0f} us, "
+                            f"{r['requests_per_s']:.0f} req/s, RSS {r['rss_mb']:.0f} MB",
+                            file=sys.stderr,
+                        )
         finally:
             srv.terminate()
             srv.wait(timeout=10)
     load1 = os.getloadavg()
-    print(f"\nclient-overhead benchmark: {a.tokens} tokens/response, 1k-token prompts, {a.server} server, "
-          f"server on cpu {server_cpu}, client on cpu {client_cpu}, workers {a.workers}, "
-          f"medians of {a.reps} reps; load average before {load0[0]:.2f}, after {load1[0]:.2f} "
-          f"({os.cpu_count()} CPUs)\n")
-    hdr = ("| C | client | CPU s / 1M tokens | CPU s / 1k req | TTFT p50 (µs) | req/s | peak RSS (MB) "
-           "| self: CPU util / loop lag p99 ms / client_bound |")
+    print(
+        f"\nclient-overhead benchmark: {a.tokens} tokens/response, 1k-token prompts, "
+        f"{a.server} server, "
+        f"server on cpu {server_cpu}, client on cpu {client_cpu}, workers {a.workers}, "
+        f"medians of {a.reps} reps; load average before {load0[0]:.2f}, after {load1[0]:.2f} "
+        f"({os.cpu_count()} CPUs)\n"
+    )
+    hdr = (
+        "| C | client | CPU s / 1M tokens | CPU s / 1k req | TTFT p50 (µs) | req/s | peak RSS (MB) "
+        "| self: CPU util / loop lag p99 ms / client_bound |"
+    )
     print(hdr)
     print("|---|---|---|---|---|---|---|---|")
     labels = [k if w == 1 else f"{k}-w{w}" for k, w in kinds]
@@ -308,20 +409,32 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             me = "—"
             if rows[0].get("self_cpu_util") is not None:
-                me = (f"{_median(rows, 'self_cpu_util'):.2f} / {_median(rows, 'self_lag_p99_ms'):.2f} / "
-                      f"{sum(bool(r['self_bound']) for r in rows)} of {len(rows)}")
-            print(f"| {conc} | {kind} | {_median(rows, 'cpu_s_per_1M_tokens'):.2f} | "
-                  f"{_median(rows, 'cpu_s_per_1k_requests'):.3f} | {_median(rows, 'ttft_p50_us'):.0f} | "
-                  f"{_median(rows, 'requests_per_s'):.0f} | {_median(rows, 'rss_mb'):.0f} | {me} |")
+                me = (
+                    f"{_median(rows, 'self_cpu_util'):.2f} / "
+                    f"{_median(rows, 'self_lag_p99_ms'):.2f} / "
+                    f"{sum(bool(r['self_bound']) for r in rows)} of {len(rows)}"
+                )
+            print(
+                f"| {conc} | {kind} | {_median(rows, 'cpu_s_per_1M_tokens'):.2f} | "
+                f"{_median(rows, 'cpu_s_per_1k_requests'):.3f} | "
+                f"{_median(rows, 'ttft_p50_us'):.0f} | "
+                f"{_median(rows, 'requests_per_s'):.0f} | {_median(rows, 'rss_mb'):.0f} | {me} |"
+            )
         if ("plain", conc) in results and ("kvreplay", conc) in results:
             k, p = results[("kvreplay", conc)], results[("plain", conc)]
-            print(f"| {conc} | **ratio kvreplay/plain** | {_median(k, 'cpu_s_per_1M_tokens') / _median(p, 'cpu_s_per_1M_tokens'):.2f} | "
-                  f"{_median(k, 'cpu_s_per_1k_requests') / _median(p, 'cpu_s_per_1k_requests'):.2f} | "
-                  f"{_median(k, 'ttft_p50_us') / _median(p, 'ttft_p50_us'):.2f} | "
-                  f"{_median(k, 'requests_per_s') / _median(p, 'requests_per_s'):.2f} | "
-                  f"{_median(k, 'rss_mb') / _median(p, 'rss_mb'):.2f} |")
+            keys = (
+                "cpu_s_per_1M_tokens",
+                "cpu_s_per_1k_requests",
+                "ttft_p50_us",
+                "requests_per_s",
+                "rss_mb",
+            )
+            cells = " | ".join(f"{_median(k, key) / _median(p, key):.2f}" for key in keys)
+            print(f"| {conc} | **ratio kvreplay/plain** | {cells} | |")
     if a.json:
-        Path(a.json).write_text(json.dumps({f"{k}:{c}": v for (k, c), v in results.items()}, indent=1))
+        Path(a.json).write_text(
+            json.dumps({f"{k}:{c}": v for (k, c), v in results.items()}, indent=1)
+        )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The runner's own HTTP/1.1 client and the aiohttp path write the same records (keys and values but times)."""
+"""The runner's HTTP/1.1 client and the aiohttp path write the same records (all but times)."""
 
 import asyncio
 import json
@@ -11,9 +11,23 @@ from kvreplay.plan import build_plan, parse_phase
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.workload import load_workload
 
-TIMES = {"t_intended_ns", "t_sent_ns", "t_headers_ns", "t_first_byte_ns", "t_first_token_ns", "t_first_content_ns",
-         "t_last_token_ns", "t_done_ns", "ttft_ns", "tpot_ns", "e2e_ns", "queue_ns", "ttft_from_intended_ns",
-         "e2e_from_intended_ns", "itl"}
+TIMES = {
+    "t_intended_ns",
+    "t_sent_ns",
+    "t_headers_ns",
+    "t_first_byte_ns",
+    "t_first_token_ns",
+    "t_first_content_ns",
+    "t_last_token_ns",
+    "t_done_ns",
+    "ttft_ns",
+    "tpot_ns",
+    "e2e_ns",
+    "queue_ns",
+    "ttft_from_intended_ns",
+    "e2e_from_intended_ns",
+    "itl",
+}
 
 
 def _run(tmp_path, name, monkeypatch, http, server_cfg):
@@ -30,7 +44,9 @@ def _run(tmp_path, name, monkeypatch, http, server_cfg):
         try:
             wl = load_workload(wl_path)
             plan = build_plan(wl, [parse_phase("a:forward:c2")])
-            return await execute_plan(plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True))
+            return await execute_plan(
+                plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True)
+            )
         finally:
             await srv.stop()
 
@@ -38,8 +54,11 @@ def _run(tmp_path, name, monkeypatch, http, server_cfg):
     return summary, [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("cfg", [{"tokens": 5}, {"status": 500}, {"tokens": 6, "cut_after": 3}],
-                         ids=["ok", "http500", "cut"])
+@pytest.mark.parametrize(
+    "cfg",
+    [{"tokens": 5}, {"status": 500}, {"tokens": 6, "cut_after": 3}],
+    ids=["ok", "http500", "cut"],
+)
 def test_h1_and_aiohttp_records_agree(tmp_path, monkeypatch, cfg):
     s1, fast = _run(tmp_path, "fast", monkeypatch, None, cfg)
     s2, slow = _run(tmp_path, "aiohttp", monkeypatch, "aiohttp", cfg)
@@ -48,5 +67,7 @@ def test_h1_and_aiohttp_records_agree(tmp_path, monkeypatch, cfg):
     for r in fast:
         other = by_pos[r["position"]]
         assert list(r) == list(other)  # same keys, same order
-        assert {k: v for k, v in r.items() if k not in TIMES} == {k: v for k, v in other.items() if k not in TIMES}
+        assert {k: v for k, v in r.items() if k not in TIMES} == {
+            k: v for k, v in other.items() if k not in TIMES
+        }
     assert s1["phases"][0]["failed"] == s2["phases"][0]["failed"]

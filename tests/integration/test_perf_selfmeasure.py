@@ -1,4 +1,4 @@
-"""Every phase of a run carries the client's self-measurement (CPU, loop lag, late sends) and the label."""
+"""Every phase carries the client's self-measurement (CPU, loop lag, late sends) and its label."""
 
 import asyncio
 import json
@@ -21,13 +21,21 @@ def test_summary_has_client_figures_and_label(tmp_path):
         await srv.start()
         try:
             wl = load_workload(wl_path)
-            plan = build_plan(wl, [parse_phase("closed:forward:c2"), parse_phase("open:forward:c4:r200")])
-            return await execute_plan(plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True))
+            plan = build_plan(
+                wl, [parse_phase("closed:forward:c2"), parse_phase("open:forward:c4:r200")]
+            )
+            return await execute_plan(
+                plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True)
+            )
         finally:
             await srv.stop()
 
     summary = asyncio.run(go())
-    assert set(summary["client_thresholds"]) >= {"loop_lag_p99_ms", "cpu_utilisation", "late_send_ms"}
+    assert set(summary["client_thresholds"]) >= {
+        "loop_lag_p99_ms",
+        "cpu_utilisation",
+        "late_send_ms",
+    }
     closed, opened = summary["phases"]
     for ph in (closed, opened):
         c = ph["client"]

@@ -1,4 +1,4 @@
-"""--workers N: processes share one frozen sequence (dynamic claims, sends in position order), lossless merges."""
+"""--workers N: one frozen sequence (dynamic claims, sends in position order), lossless merges."""
 
 import asyncio
 import json
@@ -16,7 +16,10 @@ from kvreplay.workload import load_workload
 
 
 def _sse(n_tokens: int) -> bytes:
-    ev = [{"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]} for i in range(n_tokens)]
+    ev = [
+        {"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]}
+        for i in range(n_tokens)
+    ]
     ev.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     ev.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens}})
     return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in ev) + b"data: [DONE]\n\n"
@@ -37,15 +40,18 @@ class _Slow(asyncio.Protocol):
         n = int(head.split("content-length:")[1].split("\r\n")[0])
         if len(self.buf) < end + 4 + n:
             return
-        body = self.buf[end + 4:end + 4 + n]
-        self.buf = self.buf[end + 4 + n:]
+        body = self.buf[end + 4 : end + 4 + n]
+        self.buf = self.buf[end + 4 + n :]
         delay = 2.0 if b"SLOW" in body else 0.0
         asyncio.get_running_loop().call_later(delay, self._answer)
 
     def _answer(self):
         if self.t.is_closing():
             return
-        self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        self.t.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         for line in _sse(4).split(b"\n\n")[:-1]:
             p = line + b"\n\n"
             self.t.write(b"%x\r\n%s\r\n" % (len(p), p))
@@ -59,8 +65,12 @@ async def _run_workers(wl_path, phases, out, workers, **opts):
     try:
         wl = load_workload(wl_path)
         plan = build_plan(wl, [parse_phase(p) for p in phases])
-        return await execute_plan_workers(plan, wl, RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=out,
-                                                               quiet=True, **opts), workers=workers)
+        return await execute_plan_workers(
+            plan,
+            wl,
+            RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=out, quiet=True, **opts),
+            workers=workers,
+        )
     finally:
         srv.close()
 
@@ -106,7 +116,9 @@ def test_merged_histograms_equal_one_histogram_of_all_records(tmp_path):
             ls = LatencySet()
             for r in mine:
                 ls.record_ns(r[f"{metric}_ns"])
-            assert ph[f"{metric}_ms"] == ls.summary_ms()  # HdrHistogram add across processes is exact
+            assert (
+                ph[f"{metric}_ms"] == ls.summary_ms()
+            )  # HdrHistogram add across processes is exact
         assert ph["itl_ms"]["n"] == sum(r["itl"]["n"] for r in mine)
         assert ph["tokens"]["completion"] == 4 * len(mine)
         assert ph["client"]["workers"] == 3 and ph["client"]["cpu_s"] > 0
@@ -117,10 +129,29 @@ def test_merged_histograms_equal_one_histogram_of_all_records(tmp_path):
 
 @pytest.mark.slow
 def test_cli_workers_against_the_simulator_keeps_counters_on_worker_0(tmp_path):
-    wl = write_chat_workload(tmp_path / "wl", [("You are terse. " * 30, f"q{i}?") for i in range(8)])
+    wl = write_chat_workload(
+        tmp_path / "wl", [("You are terse. " * 30, f"q{i}?") for i in range(8)]
+    )
     out = tmp_path / "o"
-    rc = main(["run", str(wl), "--target", "sim", "--sim-time-scale", "0", "--phase", "prime:forward:c1",
-               "--phase", "load:forward:c4", "--workers", "2", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "run",
+            str(wl),
+            "--target",
+            "sim",
+            "--sim-time-scale",
+            "0",
+            "--phase",
+            "prime:forward:c1",
+            "--phase",
+            "load:forward:c4",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     prime, load = summary["phases"]
@@ -128,17 +159,23 @@ def test_cli_workers_against_the_simulator_keeps_counters_on_worker_0(tmp_path):
     assert prime["attribution"] == "per_request" and load["attribution"] == "phase_only"
     recs = _records(out)
     assert all(r["counter_delta"] is not None for r in recs if r["phase"] == "prime")
-    assert {r["worker"] for r in recs if r["phase"] == "prime"} == {0}  # C1: worker 0 holds the one slot
+    assert {r["worker"] for r in recs if r["phase"] == "prime"} == {
+        0
+    }  # C1: worker 0 holds the one slot
     assert load["counter_delta"] is not None
 
 
 def test_a_deadline_in_one_worker_stops_all_and_every_position_is_accounted(tmp_path):
     wl = write_chat_workload(tmp_path / "wl", [("s", f"SLOW {i}") for i in range(12)])
     out = tmp_path / "o"
-    summary = asyncio.run(_run_workers(wl, ["a:forward:c2", "b:forward:c2"], out, 2, stop_new_after_s=2.5))
+    summary = asyncio.run(
+        _run_workers(wl, ["a:forward:c2", "b:forward:c2"], out, 2, stop_new_after_s=2.5)
+    )
     recs = _records(out)
     assert len(recs) == 24  # sent + not sent == planned, each position once
-    assert sorted((r["phase"], r["position"]) for r in recs) == [(p, i) for p in "ab" for i in range(12)]
+    assert sorted((r["phase"], r["position"]) for r in recs) == [
+        (p, i) for p in "ab" for i in range(12)
+    ]
     a, b = summary["phases"]
     assert a["sent"] + a["not_sent"] == 12 and a["not_sent"] >= 1
     assert b["sent"] == 0 and b["deferred"] is True

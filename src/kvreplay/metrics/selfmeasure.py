@@ -36,15 +36,23 @@ from typing import Any
 from kvreplay.clock import now_ns
 from kvreplay.metrics.histograms import LatencySet
 
-__all__ = ["CPU_UTILISATION", "LAG_INTERVAL_S", "LATE_SEND_MS", "LOOP_LAG_P99_MS", "MIN_LAG_SAMPLES", "ClientMonitor",
-           "merge_client", "thresholds"]
+__all__ = [
+    "CPU_UTILISATION",
+    "LAG_INTERVAL_S",
+    "LATE_SEND_MS",
+    "LOOP_LAG_P99_MS",
+    "MIN_LAG_SAMPLES",
+    "ClientMonitor",
+    "merge_client",
+    "thresholds",
+]
 
 LAG_INTERVAL_S = 0.005
 """Period of the loop-lag probe timer (s)."""
 LOOP_LAG_P99_MS = 10.0
-"""Loop-lag p99 at or above which a phase is client-bound (ms): reads wait that long behind our own work."""
+"""Loop-lag p99 at or above which a phase is client-bound (ms): reads waited that long."""
 CPU_UTILISATION = 0.90
-"""Client CPU utilisation (process CPU s / wall s, one core = 1.0) at or above which a phase is client-bound."""
+"""CPU utilisation (process CPU s / wall s; one core = 1.0) from which a phase is client-bound."""
 MIN_LAG_SAMPLES = 100
 """Probe samples (0.5 s of phase at 5 ms) below which the loop-lag p99 does not label a phase."""
 LATE_SEND_MS = 1.0
@@ -53,9 +61,13 @@ LATE_SEND_MS = 1.0
 
 def thresholds() -> dict[str, float]:
     """The documented thresholds, as written into summary.json."""
-    return {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "min_lag_samples": MIN_LAG_SAMPLES,
-            "cpu_utilisation": CPU_UTILISATION, "late_send_ms": LATE_SEND_MS,
-            "lag_interval_ms": LAG_INTERVAL_S * 1e3}
+    return {
+        "loop_lag_p99_ms": LOOP_LAG_P99_MS,
+        "min_lag_samples": MIN_LAG_SAMPLES,
+        "cpu_utilisation": CPU_UTILISATION,
+        "late_send_ms": LATE_SEND_MS,
+        "lag_interval_ms": LAG_INTERVAL_S * 1e3,
+    }
 
 
 class ClientMonitor:
@@ -117,8 +129,14 @@ class ClientMonitor:
         """Flat figures for ``summary.json``'s ``phases[].client`` (``bound`` = client-bound)."""
         lag = self.lag.summary_ms()
         util = self.cpu_s / self.wall_s if self.wall_s > 0 else None
-        bound = bool((lag["p99"] is not None and lag["n"] >= MIN_LAG_SAMPLES and lag["p99"] >= LOOP_LAG_P99_MS)
-                     or (util is not None and util >= CPU_UTILISATION))
+        bound = bool(
+            (
+                lag["p99"] is not None
+                and lag["n"] >= MIN_LAG_SAMPLES
+                and lag["p99"] >= LOOP_LAG_P99_MS
+            )
+            or (util is not None and util >= CPU_UTILISATION)
+        )
         return {
             "bound": bound,
             "cpu_s": round(self.cpu_s, 4),
@@ -129,7 +147,9 @@ class ClientMonitor:
             "loop_lag_samples": lag["n"],
             "timed_sends": self.sends if self.open_loop else None,
             "late_sends": self.late_sends if self.open_loop else None,
-            "late_send_share": round(self.late_sends / self.sends, 4) if self.open_loop and self.sends else None,
+            "late_send_share": round(self.late_sends / self.sends, 4)
+            if self.open_loop and self.sends
+            else None,
         }
 
 

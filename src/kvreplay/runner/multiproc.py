@@ -59,18 +59,34 @@ from kvreplay.workload import Workload, load_workload
 
 __all__ = ["execute_plan_workers", "slots_of"]
 
-_MERGED_FIELDS = ("sent", "ok", "not_sent", "prompt_tokens", "cached_tokens", "cached_unknown",
-                  "completion_tokens", "peak_in_flight", "n_disagreements")
-_WORKER0_FIELDS = ("counter_delta", "drain", "invalid_reasons", "attribution", "open_loop", "offered_rps")
+_MERGED_FIELDS = (
+    "sent",
+    "ok",
+    "not_sent",
+    "prompt_tokens",
+    "cached_tokens",
+    "cached_unknown",
+    "completion_tokens",
+    "peak_in_flight",
+    "n_disagreements",
+)
+_WORKER0_FIELDS = (
+    "counter_delta",
+    "drain",
+    "invalid_reasons",
+    "attribution",
+    "open_loop",
+    "offered_rps",
+)
 
 
 def slots_of(concurrency: int, workers: int, index: int) -> int:
-    """Slots worker ``index`` of ``workers`` holds for a phase of ``concurrency`` (they sum to it)."""
+    """Slots worker ``index`` of ``workers`` holds at ``concurrency`` (they sum to it)."""
     return concurrency // workers + (1 if index < concurrency % workers else 0)
 
 
 class _Shared:
-    """What the workers share: per-phase position counters, the stop flag and reason, the barrier."""
+    """Shared by the workers: per-phase counters and starts, the stop flag and reason, a barrier."""
 
     def __init__(self, ctx: Any, n_phases: int, workers: int) -> None:
         self.counters = ctx.Array("q", n_phases)
@@ -147,12 +163,16 @@ class _WorkerRun(_Run):
 
     def _check_stop(self) -> None:
         if self.shared.stop.value and not self.stop_new:
-            self._peer_stop(f"stopped by another worker: {self.shared.reason.value.decode(errors='replace')}")
+            self._peer_stop(
+                f"stopped by another worker: {self.shared.reason.value.decode(errors='replace')}"
+            )
 
     def _peer_stop(self, message: str) -> None:
         if self.abort is None:
-            self.abort = {"reason": self.shared.reason.value.decode(errors="replace") or "worker_exit",
-                          "message": message}
+            self.abort = {
+                "reason": self.shared.reason.value.decode(errors="replace") or "worker_exit",
+                "message": message,
+            }
         self.stop_new = True
 
     async def _poll_stop(self) -> None:
@@ -168,27 +188,57 @@ class _WorkerRun(_Run):
 
 def _phase_payload(st: PhaseStats) -> dict[str, Any]:
     return {
-        "fields": {k: getattr(st, k) for k in _MERGED_FIELDS + _WORKER0_FIELDS
-                   + ("failed", "start_ns", "end_ns", "deferred", "disagreements", "client")},
-        "hists": {m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
-                  for m, ls in st.hists.sets.items()},
+        "fields": {
+            k: getattr(st, k)
+            for k in _MERGED_FIELDS
+            + _WORKER0_FIELDS
+            + ("failed", "start_ns", "end_ns", "deferred", "disagreements", "client")
+        },
+        "hists": {
+            m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
+            for m, ls in st.hists.sets.items()
+        },
     }
 
 
-async def _worker_async(index: int, workers: int, plan_path: str, workload_path: str, max_body_bytes: int,
-                        opts: RunOptions, backend: tuple[str, str, str | None] | None, shared: _Shared,
-                        origin_ns: int, wall_anchor_ns: int) -> dict[str, Any]:
+async def _worker_async(
+    index: int,
+    workers: int,
+    plan_path: str,
+    workload_path: str,
+    max_body_bytes: int,
+    opts: RunOptions,
+    backend: tuple[str, str, str | None] | None,
+    shared: _Shared,
+    origin_ns: int,
+    wall_anchor_ns: int,
+) -> dict[str, Any]:
     workload = load_workload(workload_path, max_body_bytes=max_body_bytes)
     plan, _ = load_plan_json(plan_path, workload)
     elapsed_s = (now_ns() - origin_ns) / 1e9
     wopts = replace(
-        opts, out_dir=opts.out_dir / "workers" / f"w{index}", quiet=True,
-        stop_new_after_s=None if opts.stop_new_after_s is None else max(0.0, opts.stop_new_after_s - elapsed_s),
-        hard_deadline_s=None if opts.hard_deadline_s is None else max(0.0, opts.hard_deadline_s - elapsed_s),
+        opts,
+        out_dir=opts.out_dir / "workers" / f"w{index}",
+        quiet=True,
+        stop_new_after_s=None
+        if opts.stop_new_after_s is None
+        else max(0.0, opts.stop_new_after_s - elapsed_s),
+        hard_deadline_s=None
+        if opts.hard_deadline_s is None
+        else max(0.0, opts.hard_deadline_s - elapsed_s),
     )
     wopts.out_dir.mkdir(parents=True, exist_ok=True)
-    run = _WorkerRun(plan, workload, wopts, None, NullObserver(), RunClock(origin_ns, wall_anchor_ns),
-                     index=index, workers=workers, shared=shared)
+    run = _WorkerRun(
+        plan,
+        workload,
+        wopts,
+        None,
+        NullObserver(),
+        RunClock(origin_ns, wall_anchor_ns),
+        index=index,
+        workers=workers,
+        shared=shared,
+    )
     factory = None
     if index == 0 and backend is not None and backend[0] != "none":
         name, url, profile = backend
@@ -211,14 +261,27 @@ async def _worker_async(index: int, workers: int, plan_path: str, workload_path:
         "index": index,
         "summary": {k: summary.get(k) for k in ("aborted", "restarts", "identity")},
         "phases": [_phase_payload(st) for st in run.stats],
-        "lag": [run.lag_hists[st.name].encode() if st.name in run.lag_hists else None for st in run.stats],
+        "lag": [
+            run.lag_hists[st.name].encode() if st.name in run.lag_hists else None
+            for st in run.stats
+        ],
         "records": str(wopts.out_dir / "records.jsonl"),
     }
 
 
-def _worker_main(index: int, workers: int, plan_path: str, workload_path: str, max_body_bytes: int,
-                 opts: RunOptions, backend: tuple[str, str, str | None] | None, shared: _Shared,
-                 origin_ns: int, wall_anchor_ns: int, results: Any) -> None:
+def _worker_main(
+    index: int,
+    workers: int,
+    plan_path: str,
+    workload_path: str,
+    max_body_bytes: int,
+    opts: RunOptions,
+    backend: tuple[str, str, str | None] | None,
+    shared: _Shared,
+    origin_ns: int,
+    wall_anchor_ns: int,
+    results: Any,
+) -> None:
     try:
         try:
             import uvloop
@@ -226,8 +289,20 @@ def _worker_main(index: int, workers: int, plan_path: str, workload_path: str, m
             uvloop.install()
         except ImportError:  # pragma: no cover
             pass
-        payload = asyncio.run(_worker_async(index, workers, plan_path, workload_path, max_body_bytes, opts,
-                                            backend, shared, origin_ns, wall_anchor_ns))
+        payload = asyncio.run(
+            _worker_async(
+                index,
+                workers,
+                plan_path,
+                workload_path,
+                max_body_bytes,
+                opts,
+                backend,
+                shared,
+                origin_ns,
+                wall_anchor_ns,
+            )
+        )
     except BaseException:  # noqa: BLE001 - reported to the coordinator, which fails the run
         shared.barrier.abort()
         results.put({"index": index, "error": traceback.format_exc()})
@@ -245,7 +320,7 @@ async def execute_plan_workers(
     observer: RunObserver | None = None,
     max_body_bytes: int = 64 << 20,
 ) -> dict[str, Any]:
-    """Run a frozen plan in ``workers`` processes sharing each phase's sequence; merge their outputs.
+    """Run a frozen plan in ``workers`` processes sharing each phase's sequence; merge outputs.
 
     Writes the same run directory as ``execute_plan`` (plan.json before the
     first request, then records.jsonl, histograms, summary.json, report.md),
@@ -280,10 +355,27 @@ async def execute_plan_workers(
     ctx = mp.get_context("spawn")
     shared = _Shared(ctx, len(plan.phases), workers)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_worker_main, daemon=True, name=f"kvreplay-worker-{i}",
-                         args=(i, workers, str(out / "plan.json"), workload.path, max_body_bytes, opts, backend,
-                               shared, clock.origin_ns, clock.wall_anchor_ns, results))
-             for i in range(workers)]
+    procs = [
+        ctx.Process(
+            target=_worker_main,
+            daemon=True,
+            name=f"kvreplay-worker-{i}",
+            args=(
+                i,
+                workers,
+                str(out / "plan.json"),
+                workload.path,
+                max_body_bytes,
+                opts,
+                backend,
+                shared,
+                clock.origin_ns,
+                clock.wall_anchor_ns,
+                results,
+            ),
+        )
+        for i in range(workers)
+    ]
     for p in procs:
         p.start()
     loop = asyncio.get_running_loop()
@@ -317,8 +409,9 @@ async def execute_plan_workers(
                 item = await loop.run_in_executor(None, results.get, True, 0.2)
             except queue.Empty:
                 if not any(p.is_alive() for p in procs) and results.empty():
-                    raise RuntimeError(f"worker processes exited without a result ({len(payloads)}/{workers})"
-                                       ) from None
+                    raise RuntimeError(
+                        f"worker processes exited without a result ({len(payloads)}/{workers})"
+                    ) from None
                 continue
             if "error" in item:
                 shared.barrier.abort()
@@ -379,8 +472,14 @@ def _merge_records(paths: list[Path], names: dict[str, int], dest: Path) -> int:
     return len(index)
 
 
-def _merge(plan: Plan, plan_json: dict[str, Any], parts: list[dict[str, Any]], clock: RunClock, out: Path,
-           obs: RunObserver) -> dict[str, Any]:
+def _merge(
+    plan: Plan,
+    plan_json: dict[str, Any],
+    parts: list[dict[str, Any]],
+    clock: RunClock,
+    out: Path,
+    obs: RunObserver,
+) -> dict[str, Any]:
     from kvreplay.accounting import IMPLEMENTATION
     from kvreplay.report.markdown import render_markdown
 
@@ -408,7 +507,9 @@ def _merge(plan: Plan, plan_json: dict[str, Any], parts: list[dict[str, Any]], c
                     ls.hist.decode_and_add(enc)
                 ls.sum_us += sum_us
                 ls.out_of_range += oor
-        starts = [ph["fields"]["start_ns"] for ph in present if ph["fields"]["start_ns"] is not None]
+        starts = [
+            ph["fields"]["start_ns"] for ph in present if ph["fields"]["start_ns"] is not None
+        ]
         ends = [ph["fields"]["end_ns"] for ph in present if ph["fields"]["end_ns"] is not None]
         st.start_ns = min(starts) if starts else None
         st.end_ns = max(ends) if ends else None
@@ -428,14 +529,21 @@ def _merge(plan: Plan, plan_json: dict[str, Any], parts: list[dict[str, Any]], c
                 for enc in lag_enc:
                     h.decode_and_add(enc)
                 name = f"{phase.name}.loop_lag.hlog"
-                write_log(out / "histograms" / name, h, f"kvreplay phase={phase.name} metric=loop_lag unit=us "
-                          f"workers={len(parts)}", start_s, end_s)
+                write_log(
+                    out / "histograms" / name,
+                    h,
+                    f"kvreplay phase={phase.name} metric=loop_lag unit=us workers={len(parts)}",
+                    start_s,
+                    end_s,
+                )
                 st.client["loop_lag_log"] = name
         pj = st.to_json()
         phases_json.append(pj)
         obs.on_phase_end(pj)
-    aborts = sorted((p["summary"]["aborted"] for p in parts if p["summary"]["aborted"]),
-                    key=lambda a: str(a.get("message", "")).startswith("stopped by another worker"))
+    aborts = sorted(
+        (p["summary"]["aborted"] for p in parts if p["summary"]["aborted"]),
+        key=lambda a: str(a.get("message", "")).startswith("stopped by another worker"),
+    )
     summary = {
         "schema_version": SCHEMA_VERSION,
         "plan_sha256": plan.sha256,
@@ -453,4 +561,3 @@ def _merge(plan: Plan, plan_json: dict[str, Any], parts: list[dict[str, Any]], c
     (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
     obs.on_run_end(summary)
     return summary
-

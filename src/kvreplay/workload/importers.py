@@ -112,7 +112,9 @@ class TraceRow:
     line: int
 
 
-def read_mooncake(path: str | Path, *, limit: int | None = None, block_tokens: int = 512) -> list[TraceRow]:
+def read_mooncake(
+    path: str | Path, *, limit: int | None = None, block_tokens: int = 512
+) -> list[TraceRow]:
     """Read and check a Mooncake trace (JSONL).
 
     Args:
@@ -148,14 +150,30 @@ def read_mooncake(path: str | Path, *, limit: int | None = None, block_tokens: i
             n_in, n_out, ids = obj["input_length"], obj["output_length"], obj["hash_ids"]
         except (KeyError, TypeError) as exc:
             raise WorkloadError(f"missing field {exc}", path=p, line=lineno) from exc
-        if (not isinstance(ts, (int, float)) or not isinstance(n_in, int) or n_in < 1
-                or not isinstance(n_out, int) or n_out < 1 or not isinstance(ids, list) or not ids
-                or not all(isinstance(h, int) for h in ids)):
-            raise WorkloadError("needs timestamp (ms), input_length >= 1, output_length >= 1 and "
-                                "a non-empty list of integer hash_ids", path=p, line=lineno)
+        if (
+            not isinstance(ts, (int, float))
+            or not isinstance(n_in, int)
+            or n_in < 1
+            or not isinstance(n_out, int)
+            or n_out < 1
+            or not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(h, int) for h in ids)
+        ):
+            raise WorkloadError(
+                "needs timestamp (ms), input_length >= 1, output_length >= 1 and "
+                "a non-empty list of integer hash_ids",
+                path=p,
+                line=lineno,
+            )
         if not (len(ids) - 1) * block_tokens < n_in <= len(ids) * block_tokens:
-            raise WorkloadError(f"{len(ids)} blocks of {block_tokens} tokens cannot hold input_length "
-                                f"{n_in} (wrong --block-tokens?)", path=p, line=lineno, field="hash_ids")
+            raise WorkloadError(
+                f"{len(ids)} blocks of {block_tokens} tokens cannot hold input_length "
+                f"{n_in} (wrong --block-tokens?)",
+                path=p,
+                line=lineno,
+                field="hash_ids",
+            )
         rows.append(TraceRow(ts, n_in, n_out, tuple(ids), lineno))
     if not rows:
         raise WorkloadError("trace holds no requests", path=p)
@@ -251,19 +269,25 @@ def import_mooncake(
                 body["messages"] = [{"role": "user", "content": text}]
             else:
                 body["prompt"] = text
-            body.update({"max_tokens": row.output_length, "stream": True,
-                         "stream_options": {"include_usage": True}})
+            body.update(
+                {
+                    "max_tokens": row.output_length,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+            )
             if ignore_eos:
                 body["ignore_eos"] = True
             f.write(orjson.dumps(body) + b"\n")
     arrivals.write_bytes(orjson.dumps([r.timestamp_ms for r in rows]))
     plan.write_text(
-        f"# kvreplay import mooncake {Path(trace).name}: {len(rows)} requests, {block_tokens}-token blocks.\n"
+        f"# kvreplay import mooncake {Path(trace).name}: {len(rows)} requests, "
+        f"{block_tokens}-token blocks.\n"
         f"# Paths are as given on the command line: run from the same directory.\n"
         f"workload = {_toml_str(str(wl))}\n\n"
         f"[[phase]]\n"
-        f"name = \"trace\"\n"
-        f"order = \"forward\"\n"
+        f'name = "trace"\n'
+        f'order = "forward"\n'
         f"concurrency = {concurrency}\n"
         f"arrival = {_toml_str('trace:' + str(arrivals))}\n"
         f"time_scale = {time_scale!r}\n",

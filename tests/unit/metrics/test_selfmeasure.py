@@ -1,4 +1,4 @@
-"""Client self-measurement: loop lag seen when the loop is blocked, thresholds, merge across workers."""
+"""Client self-measurement: loop lag of a blocked loop, thresholds, merge across workers."""
 
 import asyncio
 import time
@@ -58,10 +58,26 @@ def test_late_sends_counted_in_open_loop():
 
 
 def test_merge_adds_cpu_and_keeps_the_worst_worker():
-    a = {"bound": False, "cpu_s": 1.0, "cpu_utilisation": 0.4, "loop_lag_p99_ms": 2.0, "loop_lag_samples": 10,
-         "timed_sends": 10, "late_sends": 1, "late_send_share": 0.1}
-    b = {"bound": True, "cpu_s": 2.0, "cpu_utilisation": 0.95, "loop_lag_p99_ms": 30.0, "loop_lag_samples": 5,
-         "timed_sends": 30, "late_sends": 3, "late_send_share": 0.1}
+    a = {
+        "bound": False,
+        "cpu_s": 1.0,
+        "cpu_utilisation": 0.4,
+        "loop_lag_p99_ms": 2.0,
+        "loop_lag_samples": 10,
+        "timed_sends": 10,
+        "late_sends": 1,
+        "late_send_share": 0.1,
+    }
+    b = {
+        "bound": True,
+        "cpu_s": 2.0,
+        "cpu_utilisation": 0.95,
+        "loop_lag_p99_ms": 30.0,
+        "loop_lag_samples": 5,
+        "timed_sends": 30,
+        "late_sends": 3,
+        "late_send_share": 0.1,
+    }
     m = merge_client([a, b])
     assert m["cpu_s"] == 3.0 and m["cpu_utilisation"] == 0.95 and m["loop_lag_p99_ms"] == 30.0
     assert m["bound"] is True and m["loop_lag_samples"] == 15 and m["workers"] == 2

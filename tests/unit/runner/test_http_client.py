@@ -1,4 +1,4 @@
-"""The runner's HTTP/1.1 client: chunked decoding under any split, and parity with send_body (aiohttp)."""
+"""The runner's HTTP/1.1 client: chunked decoding under any split, parity with send_body."""
 
 import asyncio
 import random
@@ -15,11 +15,13 @@ class _Conn:
         pass
 
 
-def chunked(payload: bytes, rng: random.Random, *, ext: bool = False, trailers: bool = False) -> bytes:
+def chunked(
+    payload: bytes, rng: random.Random, *, ext: bool = False, trailers: bool = False
+) -> bytes:
     out, i = [], 0
     while i < len(payload):
         n = rng.randint(1, 40)
-        piece = payload[i:i + n]
+        piece = payload[i : i + n]
         i += n
         size = b"%x" % len(piece)
         if ext and rng.random() < 0.3:
@@ -50,7 +52,9 @@ def dechunk_all(wire: bytes, cuts: list[int]) -> tuple[bytes, int]:
 def test_dechunk_recovers_the_payload_under_any_split(seed):
     rng = random.Random(seed)
     # SSE with LF and CRLF line ends, so some frames hold CRLF (the fast path must refuse those)
-    events = [b"data: {\"i\": %d}\n\n" % i if i % 3 else b"data: {\"i\": %d}\r\n\r\n" % i for i in range(50)]
+    events = [
+        b'data: {"i": %d}\n\n' % i if i % 3 else b'data: {"i": %d}\r\n\r\n' % i for i in range(50)
+    ]
     payload = b"".join(events)
     wire = chunked(payload, rng, ext=seed % 2 == 0, trailers=seed % 4 == 1)
     cuts = sorted(rng.sample(range(1, len(wire)), rng.randint(0, 30)))
@@ -60,57 +64,96 @@ def test_dechunk_recovers_the_payload_under_any_split(seed):
 
 
 def test_dechunk_one_byte_at_a_time():
-    payload = b"data: {\"a\": 1}\n\n" * 7
+    payload = b'data: {"a": 1}\n\n' * 7
     wire = chunked(payload, random.Random(1), trailers=True)
     got, ended = dechunk_all(wire, list(range(1, len(wire))))
     assert got == payload and ended == len(wire) - 1
 
 
 def test_dechunk_whole_body_in_one_read():
-    payload = b"".join(b"data: {\"i\": %d}\n\n" % i for i in range(200))
-    wire = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in payload.split(b"\n\n")[:-1]
-                    for e in [e + b"\n\n"]) + b"0\r\n\r\n"
+    payload = b"".join(b'data: {"i": %d}\n\n' % i for i in range(200))
+    wire = (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(e), e)
+            for e in payload.split(b"\n\n")[:-1]
+            for e in [e + b"\n\n"]
+        )
+        + b"0\r\n\r\n"
+    )
     got, ended = dechunk_all(wire, [])
     assert got == payload and ended == 0
 
 
 # --------------------------------------------------------------------------- parity with aiohttp
 
+
 def _sse_body() -> bytes:
-    ev = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
-    ev += [{"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]} for i in range(5)]
-    ev += [{"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-           {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5,
-                                      "prompt_tokens_details": {"cached_tokens": 2}}}]
+    ev = [
+        {
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            ]
+        }
+    ]
+    ev += [
+        {"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]}
+        for i in range(5)
+    ]
+    ev += [
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 3,
+                "completion_tokens": 5,
+                "prompt_tokens_details": {"cached_tokens": 2},
+            },
+        },
+    ]
     return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in ev) + b"data: [DONE]\n\n"
 
 
 SSE = _sse_body()
-JSON_OK = orjson.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                                     "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+JSON_OK = orjson.dumps(
+    {
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+)
 
 
 def _frames(body: bytes) -> bytes:
-    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in [body[i:i + 50] for i in range(0, len(body), 50)]) \
+    return (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(p), p)
+            for p in [body[i : i + 50] for i in range(0, len(body), 50)]
+        )
         + b"0\r\n\r\n"
+    )
 
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+SSE_CHUNKED = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+ERR_HEAD = (
+    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 36\r\n\r\n"
+)
 
 RESPONSES = {
-    "/sse-chunked": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    + _frames(SSE),
-    "/sse-length": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(SSE)
-                   + SSE,
-    "/sse-close": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + SSE,
-    "/json": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(JSON_OK)
-             + JSON_OK,
-    "/err500": b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: 36\r\n\r\n"
-               b'{"error": {"message": "bad thing!"}}',
-    "/cut": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + _frames(SSE)[:150],
-    "/stream-error": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     + _frames(SSE[:100].rsplit(b"\n\n", 1)[0] + b"\n\ndata: {\"error\": {\"message\": \"boom\"}}\n\n"),
-    "/malformed": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  + _frames(b"data: {not json\n\n"),
+    "/sse-chunked": SSE_CHUNKED + _frames(SSE),
+    "/sse-length": SSE_HEAD + b"Content-Length: %d\r\n\r\n" % len(SSE) + SSE,
+    "/sse-close": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    + SSE,
+    "/json": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    % len(JSON_OK)
+    + JSON_OK,
+    "/err500": ERR_HEAD + b'{"error": {"message": "bad thing!"}}',
+    "/cut": SSE_CHUNKED + _frames(SSE)[:150],
+    "/stream-error": SSE_CHUNKED
+    + _frames(SSE[:100].rsplit(b"\n\n", 1)[0] + b'\n\ndata: {"error": {"message": "boom"}}\n\n'),
+    "/malformed": SSE_CHUNKED + _frames(b"data: {not json\n\n"),
 }
 
 
@@ -127,23 +170,42 @@ class _Canned(asyncio.Protocol):
         if end < 0:
             return
         head = self.buf[:end].decode()
-        n = int(next(ln.split(":")[1] for ln in head.split("\r\n") if ln.lower().startswith("content-length")))
+        n = int(
+            next(
+                ln.split(":")[1]
+                for ln in head.split("\r\n")
+                if ln.lower().startswith("content-length")
+            )
+        )
         if len(self.buf) < end + 4 + n:
             return
-        self.buf = self.buf[end + 4 + n:]
+        self.buf = self.buf[end + 4 + n :]
         path = head.split(" ")[1]
         resp = RESPONSES[path]
         for i in range(0, len(resp), 97):  # several writes
-            self.t.write(resp[i:i + 97])
+            self.t.write(resp[i : i + 97])
         if path in ("/sse-close", "/cut"):
             self.t.close()
 
 
 def _comparable(out):
     r = out.stream
-    return (out.status, out.http_status, out.error, out.streamed,
-            r.chunks, r.content_deltas, r.finish_reason, r.done_marker, r.usage, r.text_head, len(r.token_ns),
-            r.error_events, r.first_token_ns is not None, out.headers_ns is not None)
+    return (
+        out.status,
+        out.http_status,
+        out.error,
+        out.streamed,
+        r.chunks,
+        r.content_deltas,
+        r.finish_reason,
+        r.done_marker,
+        r.usage,
+        r.text_head,
+        len(r.token_ns),
+        r.error_events,
+        r.first_token_ns is not None,
+        out.headers_ns is not None,
+    )
 
 
 @pytest.mark.parametrize("path", sorted(RESPONSES))
@@ -160,7 +222,9 @@ def test_h1client_outcome_equals_send_body(path):
             a2 = await h1.send(path, raw)  # reuse (or reconnect after a close)
             h1.close()
             async with aiohttp.ClientSession(auto_decompress=False) as s:
-                b = await send_body(s, base + path, raw, headers={"Content-Type": "application/json"})
+                b = await send_body(
+                    s, base + path, raw, headers={"Content-Type": "application/json"}
+                )
         finally:
             srv.close()
         return a, a2, b
