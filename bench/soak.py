@@ -84,14 +84,19 @@ class RssSampler:
     Args:
         pid: The process to watch.
         interval_s: Seconds between samples.
+        done_path: A file whose appearance ends the load (the run's summary.json,
+            written before the report); None = no such marker.
 
     Attributes:
         samples: ``(seconds since start, RSS KiB)`` in time order.
+        done_s: Seconds since start at which ``done_path`` was first seen, or None.
     """
 
-    def __init__(self, pid: int, interval_s: float) -> None:
+    def __init__(self, pid: int, interval_s: float, done_path: Path | None = None) -> None:
         self.pid = pid
         self.interval_s = interval_s
+        self.done_path = done_path
+        self.done_s: float | None = None
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._t0 = time.monotonic()
@@ -107,8 +112,11 @@ class RssSampler:
             v = rss_kib(self.pid)
             if v is None:
                 return
+            t = time.monotonic() - self._t0
+            if self.done_s is None and self.done_path is not None and self.done_path.exists():
+                self.done_s = t
             if v:  # 0 (or absent) while the child is still exec'ing
-                self.samples.append((time.monotonic() - self._t0, v))
+                self.samples.append((t, v))
             self._stop.wait(self.interval_s)
 
     def stop(self) -> None:
@@ -184,8 +192,13 @@ def stop(proc: subprocess.Popen) -> None:
 
 def run_client(
     args: argparse.Namespace, url: str, out: Path, repeats: int, seconds: float, sample: bool
-) -> tuple[int, list[tuple[float, int]], float]:
-    """Run ``kvreplay run`` as a subprocess; returns (exit code, RSS samples, wall seconds)."""
+) -> tuple[int, list[tuple[float, int]], float, float | None]:
+    """Run ``kvreplay run`` as a subprocess.
+
+    Returns:
+        ``(exit code, RSS samples, wall seconds, load end)``; the load end is when
+        summary.json appeared (s since start), None when not sampled.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -214,7 +227,7 @@ def run_client(
         text=True,
         preexec_fn=_niced(args.nice),
     )
-    sampler = RssSampler(proc.pid, args.interval_s) if sample else None
+    sampler = RssSampler(proc.pid, args.interval_s, out / "summary.json") if sample else None
     if sampler:
         sampler.start()
     try:
@@ -227,7 +240,9 @@ def run_client(
             sampler.stop()
     if err.strip():
         print(err.strip()[-2000:], file=sys.stderr)
-    return proc.returncode, (sampler.samples if sampler else []), time.monotonic() - t0
+    if sampler is None:
+        return proc.returncode, [], time.monotonic() - t0, None
+    return proc.returncode, sampler.samples, time.monotonic() - t0, sampler.done_s
 
 
 def account(out: Path) -> dict[str, Any]:
@@ -287,15 +302,16 @@ def rss_figures(
 
     Warm-up RSS is the median of the samples within 10 s before ``warmup_s``;
     end RSS is the median of the samples within 10 s before ``load_end_s`` (the
-    stop-new deadline: the report written after it is not load). ``peak_kib`` is
-    the largest sample between the two.
+    stop-new deadline, or when summary.json appeared if the plan ran out first:
+    the report written after it is not load). ``peak_kib`` is the largest sample
+    between the two.
     """
 
     def window(end: float) -> list[int]:
         return [v for t, v in samples if end - 10.0 <= t <= end]
 
     warm, last = window(warmup_s), window(load_end_s)
-    if not warm or not last:
+    if not warm or not last or load_end_s <= warmup_s:
         return {
             "warmup_kib": None,
             "end_kib": None,
@@ -383,11 +399,14 @@ def main(argv: list[str] | None = None) -> int:
             f"C{args.concurrency}, faults {faults}",
             file=sys.stderr,
         )
-        rc, samples, wall_s = run_client(args, url, out, repeats, seconds, sample=True)
+        rc, samples, wall_s, done_s = run_client(args, url, out, repeats, seconds, sample=True)
     finally:
         stop(sim)
     acc = account(out)
-    rss = rss_figures(samples, warmup_s, seconds)
+    # The load ends at the stop-new deadline, or earlier when the plan ran out
+    # (summary.json appears before report.html is written).
+    load_end_s = min(seconds, done_s) if done_s is not None else seconds
+    rss = rss_figures(samples, warmup_s, load_end_s)
     result = {
         "minutes": args.minutes,
         "concurrency": args.concurrency,
@@ -398,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         **acc,
         "rss": rss,
         "warmup_s": warmup_s,
+        "load_end_s": round(load_end_s, 1),
     }
     growth = rss["growth_pct"]
     result["checks"] = {

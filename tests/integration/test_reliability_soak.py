@@ -33,7 +33,7 @@ def test_short_soak_accounts_for_every_position(tmp_path):
         "--calibrate-s",
         "0",
         "--rate",
-        "150",
+        "400",  # above what two cores serve: the plan outlasts the 20 s deadline
         "--max-growth-pct",
         "25",
         "--json",
