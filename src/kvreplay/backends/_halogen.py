@@ -157,7 +157,14 @@ class HalogenBackend:
         reply = await fetch(
             self._session(), "GET", self.base_url, "/metrics", accept=PROMETHEUS_ACCEPT
         )
-        family = family_of(reply.text) if reply.ok else None
+        try:
+            family = family_of(reply.text) if reply.ok else None
+        except BackendError:
+            if self._metrics is None:
+                # Never readable: no companion. /cache alone still carries the counters.
+                self._metrics = False
+                return None
+            raise
         if family is not None and re.search(r"^kvreplay_sim:", reply.text, re.MULTILINE):
             family = "sim"  # the simulator: its own profile also maps retiring/transfer gauges
         if family is None:
@@ -168,8 +175,14 @@ class HalogenBackend:
                 f"GET /metrics: HTTP {reply.status}, no known series",
                 url=self.base_url + "/metrics",
             )
+        try:
+            samples = parse_exposition(reply.text)
+        except BackendError:
+            if self._metrics is None:
+                self._metrics = False
+                return None
+            raise
         self._metrics = True
-        samples = parse_exposition(reply.text)
         common, started = load_profile(family).apply(samples, declared_names(reply.text))
         gauges = {g: common[g] for g in LOAD_GAUGES if g in common}
         self.load_gauges = tuple(gauges)
