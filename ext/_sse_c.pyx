@@ -29,6 +29,7 @@ SERVERS.md section 5 for the payload shapes of vLLM, SGLang and llama.cpp.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython cimport array as carray
 from cpython.list cimport PyList_Append
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -101,7 +102,7 @@ cdef class SSEAccountant:
     """
 
     cdef object _r
-    cdef list _token_ns
+    cdef carray.array _token_ns
     cdef readonly list events
     cdef readonly long long fallbacks
     cdef bint _keep
@@ -305,6 +306,7 @@ cdef class SSEAccountant:
         return 0
 
     cdef int _dispatch(self, object recv_ns) except -1:
+        cdef Py_ssize_t ntok
         cdef const char* payload = self._data.p
         cdef Py_ssize_t n = self._data.n
         cdef Scan s
@@ -346,7 +348,9 @@ cdef class SSEAccountant:
             if self._first_token is None:
                 self._first_token = recv_ns
             self._last_token = recv_ns
-            PyList_Append(self._token_ns, recv_ns)
+            ntok = len(self._token_ns)
+            carray.resize_smart(self._token_ns, ntok + 1)
+            self._token_ns.data.as_longlongs[ntok] = recv_ns
         return 0
 
     cdef int _head(self, cptr p, Py_ssize_t n, bint esc) except -1:

@@ -13,8 +13,9 @@ Responses (``MODE TOTAL_BYTES``):
                  content is TOTAL bytes
 
 What is kept per request is bounded by design: a 256-character text head and
-a 1 MiB line limit (``malformed`` / ``line_too_long``). The per-token arrival
-list ``StreamResult.token_ns`` is not: the small-events test measures it.
+a 1 MiB line limit (``malformed`` / ``line_too_long``); token arrival times are
+an ``array('q')`` (8 bytes per token event) and their gaps are recorded in
+bounded numpy blocks: the small-events test measures that.
 """
 
 from __future__ import annotations
@@ -187,11 +188,6 @@ def test_text_head_is_off_with_no_text(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="StreamResult.token_ns keeps one Python int per token event (and the runner builds "
-    "gap lists from it): about 80 bytes of client memory per token, growing with stream length",
-)
 def test_40mb_of_small_token_events_keeps_memory_flat(tmp_path, baseline_kib):
     # ~525,000 token events of ~100 bytes. Measured (2026-11-29): +40 MiB peak RSS
     # (+12 MiB for 10 MiB / 132,000 events): linear in the number of token events.

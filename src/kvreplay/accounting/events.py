@@ -6,9 +6,12 @@ identical types and compare equal field by field (parity tests rely on it).
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
 from dataclasses import dataclass, field
 
-__all__ = ["Event", "StreamResult", "cached_tokens_of", "reasoning_tokens_of"]
+__all__ = ["Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "reasoning_tokens_of"]
 
 HEAD_CHARS = 256
 """Default bound on the response text kept per request (characters)."""
@@ -56,7 +59,9 @@ class StreamResult:
         first_token_ns: Arrival of the first token event on any channel (TTFT end).
         first_content_ns: Arrival of the first visible-content token event.
         last_token_ns: Arrival of the last token event.
-        token_ns: Arrival of every token event, in order (ITL = successive gaps).
+        token_ns: Arrival of every token event, in order (ITL = successive gaps), as
+            an ``array('q')``: 8 bytes per token event, so a long stream's client
+            memory stays small (a list of ints costs about 40 bytes each).
         last_event_ns: Arrival of the last dispatched event of any kind,
             ``[DONE]`` included (the end of the answer for E2E).
         finish_reason: Last non-null ``finish_reason`` seen.
@@ -80,7 +85,7 @@ class StreamResult:
     first_token_ns: int | None = None
     first_content_ns: int | None = None
     last_token_ns: int | None = None
-    token_ns: list[int] = field(default_factory=list)
+    token_ns: array = field(default_factory=lambda: array("q"))
     last_event_ns: int | None = None
     finish_reason: str | None = None
     done_marker: bool = False
@@ -154,8 +159,7 @@ class StreamResult:
     @property
     def itl_ns(self) -> list[int]:
         """Inter-token latencies: gaps between successive token events (ns); len = tokens - 1."""
-        t = self.token_ns
-        return [b - a for a, b in zip(t, t[1:])]
+        return itl_gaps_ns(self.token_ns).tolist()
 
     @property
     def visible(self) -> bool:
@@ -202,3 +206,19 @@ def reasoning_tokens_of(usage: dict | None) -> int | None:
         if v is not None:
             return v
     return None
+
+
+def itl_gaps_ns(token_ns: array) -> np.ndarray:
+    """Gaps between successive token arrivals (ns) as an int64 numpy array.
+
+    Args:
+        token_ns: ``StreamResult.token_ns`` (``array('q')``, or any int sequence).
+
+    Returns:
+        Shape ``(max(0, len(token_ns) - 1),)``; no Python int is made per token.
+    """
+    if isinstance(token_ns, array) and token_ns.typecode == "q":
+        t = np.frombuffer(token_ns, dtype=np.int64)
+    else:
+        t = np.asarray(token_ns, dtype=np.int64)
+    return np.diff(t)

@@ -122,8 +122,18 @@ class LatencySet:
         batches of ``FLUSH_AT``; reading ``hist`` or ``out_of_range`` records
         what is buffered first, so readers always see every value.
         """
+        if isinstance(values_ns, np.ndarray) and len(values_ns) >= FLUSH_AT:
+            # A long stream's gaps: recorded in place, block by block (no copy).
+            self.flush()
+            v = values_ns.astype(np.int64, copy=False)
+            for i in range(0, len(v), FLUSH_AT):
+                self._record_block(v[i : i + FLUSH_AT])
+            return
         p = self._pend
-        p.extend(values_ns)
+        if isinstance(values_ns, np.ndarray):
+            p.frombytes(values_ns.astype(np.int64, copy=False).tobytes())
+        else:
+            p.extend(values_ns)
         if len(p) >= FLUSH_AT:
             self.flush()
 
@@ -133,7 +143,13 @@ class LatencySet:
         if not p:
             return
         self._pend = array("q")
-        us = (np.frombuffer(p, dtype=np.int64) + 500) // 1000
+        v = np.frombuffer(p, dtype=np.int64)
+        for i in range(0, len(v), FLUSH_AT):
+            self._record_block(v[i : i + FLUSH_AT])
+
+    def _record_block(self, values_ns: np.ndarray) -> None:
+        """Record at most ``FLUSH_AT`` int64 ns values in one numpy pass (bounded temporaries)."""
+        us = (values_ns + 500) // 1000
         np.maximum(us, LOWEST_US, out=us)
         np.minimum(us, 1 << 52, out=us)  # keeps frexp exact; far beyond the range anyway
         _, exp = np.frexp((us | self._mask).astype(np.float64))  # exp = bit length (values < 2**53)

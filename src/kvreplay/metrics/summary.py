@@ -28,9 +28,11 @@ Latency metrics aggregate ``ok`` requests only; failures are counted by class.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 
 __all__ = ["SCHEMA_VERSION", "PhaseStats"]
@@ -73,7 +75,7 @@ class PhaseStats:
     n_disagreements: int = 0
     client: dict[str, Any] | None = None
 
-    def add(self, rec: dict[str, Any], token_ns: list[int] | None = None) -> None:
+    def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
 
         Args:
@@ -103,8 +105,8 @@ class PhaseStats:
             v = rec.get(f"{metric}_ns")
             if v is not None:
                 s[metric].record_ns(v)
-        if token_ns and len(token_ns) > 1:
-            s["itl"].record_many_ns([b - a for a, b in zip(token_ns, token_ns[1:], strict=False)])
+        if token_ns is not None and len(token_ns) > 1:
+            s["itl"].record_many_ns(itl_gaps_ns(token_ns))
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta."""

@@ -16,6 +16,7 @@ Per-request failures never raise: they come back as a ``RequestOutcome`` whose
 from __future__ import annotations
 
 import asyncio
+from array import array
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -107,7 +108,7 @@ def _account_json(raw: bytes, recv_ns: int, head_chars: int) -> StreamResult:
     if r.content_deltas or r.reasoning_deltas:
         r.first_token_ns = r.last_token_ns = recv_ns
         r.first_content_ns = recv_ns if r.content_deltas else None
-        r.token_ns = [recv_ns]
+        r.token_ns = array("q", [recv_ns])
     r.chunks = 1
     return r
 
