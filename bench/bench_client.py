@@ -22,6 +22,7 @@ clients; the table gives medians.
     .venv/bin/python bench/bench_client.py                 # full table (~2-4 min)
     .venv/bin/python bench/bench_client.py --quick         # smaller counts
     .venv/bin/python bench/bench_client.py --conc 64 --reps 5 --json out.json
+    .venv/bin/python -m pytest bench/bench_client.py --benchmark-only   # one C64 run per client
 
 Two cores are needed for the intended layout; with one, both share it (the
 table says so). Load on the machine is printed (``os.getloadavg``).
@@ -40,6 +41,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 
@@ -387,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             srv.terminate()
             srv.wait(timeout=10)
+            if srv.stdout is not None:
+                srv.stdout.close()
     load1 = os.getloadavg()
     print(
         f"\nclient-overhead benchmark: {a.tokens} tokens/response, 1k-token prompts, "
@@ -436,6 +441,36 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({f"{k}:{c}": v for (k, c), v in results.items()}, indent=1)
         )
     return 0
+
+
+# --------------------------------------------------------------------------- pytest-benchmark
+
+
+@pytest.mark.benchmark(group="client-overhead-c64")
+@pytest.mark.parametrize("kind", ["plain", "kvreplay"])
+def test_client_overhead_c64(benchmark, kind, tmp_path):
+    """One C64 run per client (2,000 requests); ``extra_info`` holds the per-token CPU figures."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    server_cpu, client_cpu = (cpus[-1], cpus[0]) if len(cpus) >= 2 else (None, None)
+    wl = tmp_path / "workload.jsonl"
+    make_workload(wl, 200)
+    srv, port = _start_server(server_cpu, 128)
+    try:
+        r = benchmark.pedantic(
+            _run_child,
+            args=(kind, port, 64, 2000, 200, wl, tmp_path, client_cpu),
+            rounds=1,
+            iterations=1,
+        )
+    finally:
+        srv.terminate()
+        srv.wait(timeout=10)
+        if srv.stdout is not None:
+            srv.stdout.close()
+    r.update(_per(r))
+    benchmark.extra_info.update(
+        {k: r[k] for k in ("cpu_s_per_1M_tokens", "cpu_s_per_1k_requests", "ttft_p50_us", "rss_mb")}
+    )
 
 
 def child_main(argv: list[str]) -> int:
