@@ -79,7 +79,10 @@ def test_kill_9_keeps_every_completed_record_and_report_rebuilds(tmp_path):
     assert not (out / "summary.json").exists()
     plan = json.loads((out / "plan.json").read_text())
     seq = [s["body_sha256"] for s in plan["phases"][0]["sequence"]]
-    assert [r["body_sha256"] for r in sorted(recs, key=lambda r: r["position"])] == seq[: len(recs)]
+    # At C2 a kill can land with an earlier position still in flight, so the kept
+    # records need not be a prefix; each one is still its position's body.
+    assert all(r["body_sha256"] == seq[r["position"]] for r in recs)
+    assert len({r["position"] for r in recs}) == len(recs)
     assert main(["report", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["phases"][0]["ok"] == len(recs)
