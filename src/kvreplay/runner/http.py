@@ -166,7 +166,13 @@ async def _send_once(
                             "cut", 200, sent, headers_ns, done, res, error="eof_before_finish", streamed=True
                         )
                     return RequestOutcome("ok", 200, sent, headers_ns, done, res, streamed=True)
-                body = await resp.read()
+                buf = bytearray()
+                while chunk := await resp.content.read(1 << 20):
+                    buf += chunk
+                    if len(buf) > MAX_JSON_BODY_BYTES:
+                        return RequestOutcome("malformed", 200, sent, headers_ns, now_ns(),
+                                              error=f"response_too_large: over {MAX_JSON_BODY_BYTES} bytes")
+                body = bytes(buf)
                 recv = now_ns()
                 res = _account_json(body, recv, head_chars)
                 status = "stream_error" if res.error_events else "ok"
@@ -201,6 +207,11 @@ async def _send_once(
         res = acc.result if acc is not None else StreamResult()
         return RequestOutcome("cut" if headers_ns else "connect", http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
 
+
+MAX_JSON_BODY_BYTES = 32 << 20
+"""Largest non-streamed (``stream: false``) response body kept for parsing (bytes).
+A chat completion that size would hold millions of tokens; a larger body is a
+``malformed`` record (``response_too_large``), so client memory stays bounded."""
 
 STALE_WINDOW_NS = 100_000_000
 """A disconnect within 100 ms of sending, before any response byte, is the stale
@@ -275,7 +286,8 @@ class _Exchange:
 
     __slots__ = ("acc", "body", "chunk_left", "chunk_state", "close_after", "conn", "content_length",
                  "ctype_sse", "done_ns", "error", "exc_status", "framing", "fut", "hbuf", "headers_ns",
-                 "http_status", "last_rx_ns", "pend", "reason", "state", "head_chars", "timeout_kind")
+                 "http_status", "last_rx_ns", "pend", "reason", "state", "head_chars", "timeout_kind",
+                 "body_len")
 
     def __init__(self, conn: _H1Conn, fut: asyncio.Future, head_chars: int) -> None:
         self.conn = conn
@@ -288,6 +300,7 @@ class _Exchange:
         self.reason = ""
         self.acc = None
         self.body: list[bytes] | None = None
+        self.body_len = 0
         self.framing = 0  # 0 close-delimited, 1 content-length, 2 chunked
         self.content_length = 0
         self.chunk_left = 0
@@ -343,9 +356,15 @@ class _Exchange:
             else:
                 body = self.body
                 body.append(payload)  # type: ignore[union-attr]
-                if self.http_status != 200 and sum(map(len, body)) > _MAX_ERROR_BODY:  # type: ignore[arg-type]
+                self.body_len += len(payload)
+                if self.http_status != 200 and self.body_len > _MAX_ERROR_BODY:
                     self.close_after = True
                     self._finish(now)
+                    return
+                if self.body_len > MAX_JSON_BODY_BYTES:
+                    self.body = []
+                    self.close_after = True
+                    self._fail("malformed", f"response_too_large: over {MAX_JSON_BODY_BYTES} bytes", now)
                     return
         if done:
             self._finish(now)
