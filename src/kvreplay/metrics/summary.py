@@ -3,6 +3,7 @@
 summary.json::
 
     {"schema_version": 1, "plan_sha256", "implementation", "aborted": null | {"reason", "message"},
+     "client_includes_server": bool (--target sim: the simulator shares the client's process),
      "identity": {"before", "after"}, "wall_s",
      "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent", "peak_in_flight",
                  "failed": {class: n}, "wall_s", "throughput_rps", "output_tokens_per_s",

@@ -477,6 +477,9 @@ class _Run:
             "wall_s": round((now_ns() - self.clock.origin_ns) / 1e9, 6),
             "records": self.writer.count,
             "client_thresholds": thresholds(),
+            # --target sim serves from this process: its CPU and loop time are in the
+            # client figures, so client_bound there may be the simulator's doing.
+            "client_includes_server": self.opts.target_label == "sim",
             "phases": [s.to_json() for s in self.stats],
         }
 
@@ -521,7 +524,7 @@ async def execute_plan(
     run = _Run(plan, workload, opts, None, obs)
     plan_json = plan_json_of(plan, opts, run.clock)
     _write_json(opts.out_dir / "plan.json", plan_json)
-    obs.on_run_start(plan_json, None)
+    obs.on_run_start(plan_json, opts.stop_new_after_s)
     return await _execute(run, plan_json, backend_factory)
 
 
