@@ -270,13 +270,25 @@ def run(args: argparse.Namespace) -> int:
     install_loop()
     summary = asyncio.run(run_async(args))
     out = summary.pop("_out")
-    html_path = write_html_report(out)
+    html_path = None
+    if summary.get("records", 0) <= AUTO_HTML_MAX_RECORDS:
+        html_path = write_html_report(out)
+    elif not args.quiet:
+        print(f"kvreplay: {summary['records']} records: report.html not drawn automatically "
+              f"(its plots and tables hold every record; about 14 KiB of memory each); "
+              f"draw it with: kvreplay report {out} --html", file=sys.stderr)
     if not args.quiet:
         print(render_table(summary))
         print(f"run directory: {out}")
         if html_path is not None:
             print(f"report: {html_path}")
     return EXIT_ABORTED if summary.get("aborted") else 0
+
+
+AUTO_HTML_MAX_RECORDS = 50_000
+"""Largest run whose report.html is drawn at the end of ``run`` (records). The HTML
+report loads every record (docs/reliability.md: a 224k-record soak took 260 s and
+3 GiB), so a longer run keeps its bounded memory and draws it on request."""
 
 
 def write_html_report(out: str | Path) -> Path | None:
