@@ -24,7 +24,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 
 from kvreplay.cli import main

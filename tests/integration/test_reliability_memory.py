@@ -203,6 +203,8 @@ def test_40mb_of_small_token_events_keeps_memory_flat(tmp_path, baseline_kib):
 def test_100mb_json_response_is_bounded(tmp_path, baseline_kib):
     # Measured (2026-11-29): 200 MiB JSON body -> 858 MiB peak RSS (+800 MiB); 50 MiB -> +200 MiB.
     rc, kib, rec = run_client(tmp_path, "json", 100 * MIB)
-    assert rc == 0 and rec["status"] == "malformed" and rec["error"].startswith("response_too_large")
+    assert (
+        rc == 0 and rec["status"] == "malformed" and rec["error"].startswith("response_too_large")
+    )
     growth_mib = (kib - baseline_kib) / 1024
     assert growth_mib < 64, f"client peak RSS grew {growth_mib:.1f} MiB for a 100 MiB JSON body"
