@@ -50,7 +50,7 @@ def test_long_prefill_is_not_a_client_failure_by_default(small_workload, tmp_pat
     _, summary = asyncio.run(_run(small_workload, ["a:forward:c1:first2"], out, {"delay_s": 0.4},
                                   read_idle_timeout_s=5))
     assert summary["phases"][0]["ok"] == 2
-    assert min(r["ttft_ns"] for r in records(out)) >= 400_000_000
+    assert min(r["ttft_ns"] for r in records(out)) >= 390_000_000  # 0.4 s sleep; timers may fire µs early
     out2 = tmp_path / "o2"
     asyncio.run(_run(small_workload, ["a:forward:c1:first2"], out2, {"delay_s": 0.4}, total_timeout_s=0.1))
     assert {(r["status"], r["error"]) for r in records(out2)} == {("timeout", "client_total_timeout")}

@@ -295,14 +295,27 @@ class _Run:
         self.check_bounds(snap)
         return snap
 
-    async def monitor(self) -> None:
-        """Read counters every monitor_interval_s while a phase runs (for abort_if bounds)."""
+    async def monitor(self, first: Snapshot | None) -> None:
+        """Read counters every monitor_interval_s while a phase runs.
+
+        For ``abort_if`` bounds, and for ``abort_on_restart`` above C1, where no
+        per-request read would otherwise see a restart until the phase ends.
+        """
+        prev = first
         while True:
             await asyncio.sleep(self.opts.monitor_interval_s)
             try:
-                self.check_bounds(await self.backend.snapshot())  # type: ignore[union-attr]
+                snap = await self.backend.snapshot()  # type: ignore[union-attr]
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
+                continue
+            self.check_bounds(snap)
+            if self.opts.abort_on_restart and prev is not None:
+                d = counter_delta(prev, snap)
+                if d.reset:
+                    self.request_abort("restart", "counters went down: "
+                                       + (", ".join(d.reset_names) or "start marker changed"))
+            prev = snap
 
     def delta_json(self, a: Snapshot | None, b: Snapshot | None) -> dict | None:
         if a is None or b is None:
@@ -433,7 +446,8 @@ class _Run:
         mon.start(open_loop=intended is not None)
         tasks = [asyncio.ensure_future(worker()) for _ in range(self.slots(phase))]
         self.active.update(tasks)
-        bounds = asyncio.ensure_future(self.monitor()) if be is not None and self.opts.abort_if else None
+        watch = be is not None and (self.opts.abort_if or (self.opts.abort_on_restart and not per_req))
+        bounds = asyncio.ensure_future(self.monitor(before)) if watch else None
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
@@ -584,6 +598,10 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
                                          auto_decompress=False) as session:
             run.h1 = _h1_client(opts, run.headers)
             run.backend = await backend_factory(session) if backend_factory else None
+            # The adapter actually used (``auto`` resolved), still before the first request;
+            # the run block is outside the plan's hash.
+            plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"
+            _write_json(out / "plan.json", plan_json)
             if run.backend is not None:
                 try:
                     run.identity_before = await run.backend.identity()
