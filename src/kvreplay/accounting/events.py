@@ -7,9 +7,9 @@ identical types and compare equal field by field (parity tests rely on it).
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass, field
 
 import numpy as np
-from dataclasses import dataclass, field
 
 __all__ = ["Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "reasoning_tokens_of"]
 

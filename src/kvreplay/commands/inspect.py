@@ -78,7 +78,7 @@ def analyse(workload: Workload, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> di
     for i, c in enumerate(chains):
         node = root
         node.bodies.append(i)
-        for link, end in zip(c.links, c.ends):
+        for link, end in zip(c.links, c.ends, strict=False):
             nxt = node.children.get(link)
             if nxt is None:
                 nxt = node.children[link] = _Node(node.depth + 1, end)
@@ -98,7 +98,7 @@ def analyse(workload: Workload, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> di
     seen: set[bytes] = set()
     per_body = []
     reused_total = prefix_total = 0
-    for b, c in zip(workload.bodies, chains):
+    for b, c in zip(workload.bodies, chains, strict=False):
         m = 0
         while m < len(c.links) and c.links[m] in seen:
             m += 1

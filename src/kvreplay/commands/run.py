@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import re
-from datetime import datetime, timezone
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def read_api_key(args: argparse.Namespace) -> str | None:
 
 def default_out() -> Path:
     """``runs/<UTC timestamp>``."""
-    return Path("runs") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("runs") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ negative (field case B08).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [

@@ -184,7 +184,7 @@ async def _send_once(
         return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), error=f"invalid JSON: {exc}"[:ERROR_BYTES])
     except aiohttp.ConnectionTimeoutError as exc:
         return RequestOutcome("timeout", None, sent, None, now_ns(), error=f"connect_timeout: {exc}"[:ERROR_BYTES], timeout_kind="connect")
-    except aiohttp.ServerTimeoutError as exc:
+    except aiohttp.ServerTimeoutError:
         # sock_read: no byte for read_idle seconds (a silent stream, field case B12).
         res = acc.result if acc is not None else StreamResult()
         kind = "first_byte" if headers_ns is None or res.first_byte_ns is None else "read_idle"

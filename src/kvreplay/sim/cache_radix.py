@@ -1,5 +1,6 @@
-"""The ``radix`` cache model: a block-granular device prefix cache (vLLM-like) with an
-optional host tier (``cache_host.HostTier``) behind it.
+"""The ``radix`` cache model: a block-granular device prefix cache (vLLM-like).
+
+An optional host tier (``cache_host.HostTier``) sits behind it.
 
 **Blocks.** A prompt of ``n`` tokens has ``n // B`` full blocks (``B`` =
 ``block_size``, 16 by default as in vLLM). A block is identified by the content

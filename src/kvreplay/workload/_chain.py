@@ -60,7 +60,7 @@ class PrefixChain:
     def shared(self, other: PrefixChain) -> int:
         """Number of leading links this chain shares with ``other``."""
         n = 0
-        for a, b in zip(self.links, other.links):
+        for a, b in zip(self.links, other.links, strict=False):
             if a != b:
                 break
             n += 1
