@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvreplay import __version__
-from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.errors import BackendError, ConfigError, WorkloadError
 
 __all__ = ["entry", "main"]
 
@@ -115,8 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, WorkloadError) as exc:
         print(f"kvreplay: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BackendError as exc:
+        # Before the first request (detection, identity): the target cannot be used.
+        print(f"kvreplay: error: cannot use the target: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point (a closed stdout pipe, as in ``| head``, ends quietly)."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's own advice: point stdout at devnull so the exit flush cannot fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)

@@ -235,7 +235,8 @@ def parse_phase(spec: str) -> PhaseSpec:
     """
     parts = spec.split(":")
     if len(parts) < 3:
-        raise ConfigError(f"{spec!r}: expected NAME:ORDER:cN[:xREPEATS][:lastN|firstN]", field="--phase")
+        raise ConfigError(f"{spec!r}: expected NAME:ORDER:cN[:xREPEATS][:lastN|firstN][:rRATE[:poissonSEED]]"
+                          " (ORDER: forward, reverse, shuffle:SEED, by-prefix)", field="--phase")
     data: dict[str, Any] = {"name": parts[0]}
     rest = parts[1:]
     if rest[0] == "shuffle":
@@ -247,6 +248,7 @@ def parse_phase(spec: str) -> PhaseSpec:
         data["order"] = rest[0]
         rest = rest[1:]
     for tok in rest:
+        tok = tok.lower() if re.fullmatch(r"[CX]\d+", tok) else tok  # C4 as written in prose
         if m := re.fullmatch(r"c(\d+)", tok):
             data["concurrency"] = int(m.group(1))
         elif m := re.fullmatch(r"x(\d+)", tok):
@@ -468,6 +470,8 @@ def _select(spec: PhaseSpec, n: int) -> list[int]:
     if sel == "all":
         return list(range(n))
     kind, count = sel.split(":")
+    if int(count) < 1:
+        raise ConfigError(f"phase {spec.name!r} selects {sel}: nothing to send (N >= 1)", field="select")
     k = min(int(count), n)
     return list(range(k)) if kind == "first" else list(range(n - k, n))
 

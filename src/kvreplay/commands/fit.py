@@ -188,7 +188,9 @@ def _text(rep: dict) -> str:
         f"margin   {rep['margin_gib']:10.3f} GiB",
         f"headroom {rep['headroom_gib']:10.3f} GiB",
         f"verdict  {verdict} (asked {rep['requested_positions']} positions)",
-        f"largest reserve at which the asked pool fits: {rep['max_reserve_gib']:.3f} GiB",
+        (f"largest reserve at which the asked pool fits: {rep['max_reserve_gib']:.3f} GiB"
+         if rep["max_reserve_gib"] >= 0 else
+         f"no reserve lets the asked pool fit (it is {-rep['max_reserve_gib']:.3f} GiB short at reserve 0)"),
         "",
         f"{'pool (positions)':>16} {'need GiB':>10} {'handed back GiB':>16} fits",
     ]

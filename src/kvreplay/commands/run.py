@@ -26,7 +26,7 @@ from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "run"
-HELP = "Replay a workload's exact bodies against a server in a frozen order (closed loop)."
+HELP = "Replay a workload's exact bodies against a server in a frozen order (closed loop, or open loop with a rate)."
 
 EXIT_ABORTED = 3
 
@@ -52,7 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``run``'s options."""
     p.add_argument("workload", nargs="?", help="folder of *.json bodies or a .jsonl file")
     p.add_argument("--phase", action="append", default=[], metavar="SPEC",
-                   help="NAME:ORDER:cN[:xREPEATS][:lastN|firstN], repeatable, in run order")
+                   help="NAME:ORDER:cN[:xREPEATS][:lastN|firstN][:rRATE[:poissonSEED]], repeatable, in run order; "
+                        "ORDER is forward, reverse, shuffle:SEED or by-prefix; rRATE makes an open loop "
+                        "(requests/s, at most N in flight)")
     p.add_argument("--plan", default=None, metavar="FILE", help="TOML plan file")
     p.add_argument("--from-plan", default=None, metavar="PLAN_JSON",
                    help="re-execute exactly the sequence of an earlier plan.json")
@@ -79,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keepalive-timeout", type=float, default=2.0, metavar="S",
                    help="close idle pooled connections after S seconds (below the server's own limit)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print nothing (the run directory holds everything)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run in N processes sharing each phase's frozen sequence (runner.multiproc); "
                         "the phase's concurrency is spread over them")
@@ -176,6 +178,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
     target = args.target or settings.get("target", "sim")
+    if target != "sim" and not target.startswith(("http://", "https://")):
+        raise ConfigError(f"{target!r} is not a URL: give http://HOST:PORT (or 'sim')", field="--target")
     backend_name = args.backend
     sim = None
     if target == "sim":
@@ -270,6 +274,17 @@ def run(args: argparse.Namespace) -> int:
     install_loop()
     summary = asyncio.run(run_async(args))
     out = summary.pop("_out")
+    try:
+        return _finish(args, summary, out)
+    except KeyboardInterrupt:
+        # A second Ctrl-C while the report is drawn: the data is on disk already.
+        print(f"\nkvreplay: interrupted while writing the report; run directory: {out}; "
+              f"redraw it with: kvreplay report {out} --html", file=sys.stderr)
+        return EXIT_ABORTED
+
+
+def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
+    """Draw the report, print the table and paths; the exit status of ``run``."""
     html_path = None
     if summary.get("records", 0) <= AUTO_HTML_MAX_RECORDS:
         html_path = write_html_report(out)

@@ -65,7 +65,12 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
             file=sys.stderr,
         )
     srv = SimServer(cfg)
-    url = await srv.start(host=args.host, port=args.port)
+    try:
+        url = await srv.start(host=args.host, port=args.port)
+    except OSError as exc:
+        print(f"kvreplay serve-sim: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+              " (use --port 0 for a free port)", file=sys.stderr)
+        return 2
     print(f"kvreplay-sim listening on {url} (cache={cfg.cache}, time_scale={cfg.time_scale})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -187,7 +187,7 @@ def table(rep: dict) -> str:
     head = (
         f"{rep['kind']} {rep['source']}: {rep['requests']} requests,"
         f" {rep['prompt_tokens']} prompt tokens; "
-        f"model {rep['model']} ({rep['method']}), capacity in {unit}s"
+        f"model {rep['model']} ({rep['method']}), capacity in {'entries' if unit == 'entry' else unit + 's'}"
         + (f" of {rep['unit_tokens']} tokens" if rep.get("unit_tokens") else "")
     )
     lines = [head]
@@ -225,7 +225,7 @@ def table(rep: dict) -> str:
         lines.append(
             f"* smallest capacity reaching {rec['share']:.0%} of the best"
             f" {rec['metric']} hit ratio "
-            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']} {unit}s{mem}"
+            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']} {'entries' if unit == 'entry' else unit + 's'}{mem}"
         )
     if rep.get("prefill_s_cold") is not None:
         lines.append(

@@ -43,6 +43,13 @@ MAX_LISTED = 20
 """Disagreeing requests listed per phase in ``cross_check`` (the count is exact)."""
 
 
+def _counter_cached(d: dict[str, Any]) -> float:
+    """Cached tokens as the counters tell it: device ``hit_tokens`` plus the tokens a
+    host tier or KV connector supplied beyond them (``host_fetched_tokens``), as a
+    server's usage ``cached_tokens`` counts both (vLLM: local + external hits)."""
+    return d["hit_tokens"] + d.get("host_fetched_tokens", 0)
+
+
 @dataclass(slots=True)
 class PhaseStats:
     """Running totals for one phase; ``add()`` one record at a time."""
@@ -115,11 +122,12 @@ class PhaseStats:
         u = (rec.get("usage") or {}).get("cached_tokens")
         if not d or "hit_tokens" not in d or u is None or d.get("reset"):
             return
-        if d["hit_tokens"] != u:
+        counted = _counter_cached(d)
+        if counted != u:
             self.n_disagreements += 1
             if len(self.disagreements) < MAX_LISTED:
                 self.disagreements.append({"position": rec["position"], "body_index": rec["body_index"],
-                                           "usage_cached_tokens": u, "counter_hit_tokens": d["hit_tokens"]})
+                                           "usage_cached_tokens": u, "counter_hit_tokens": counted})
 
     def cross_check(self) -> dict[str, Any] | None:
         """Usage ``cached_tokens`` against counter ``hit_tokens``, per phase and per request (C1).
@@ -132,17 +140,20 @@ class PhaseStats:
         if not d or "hit_tokens" not in d:
             return None
         usage_total = None if self.cached_unknown else self.cached_tokens
+        counted = _counter_cached(d)
         out: dict[str, Any] = {
             "usage_cached_tokens": usage_total,
-            "counter_hit_tokens": d["hit_tokens"],
-            "agree": usage_total is not None and usage_total == d["hit_tokens"] and not self.n_disagreements,
+            "counter_hit_tokens": counted,
+            "agree": usage_total is not None and usage_total == counted and not self.n_disagreements,
             "requests_disagreeing": self.n_disagreements,
             "disagreements": list(self.disagreements),
         }
         if usage_total is None:
             out["note"] = f"{self.cached_unknown} responses did not report cached_tokens"
-        elif usage_total != d["hit_tokens"]:
-            out["note"] = f"gap of {d['hit_tokens'] - usage_total:+g} tokens (counters - usage)"
+        elif usage_total != counted:
+            out["note"] = f"gap of {counted - usage_total:+g} tokens (counters - usage)"
+        if "host_fetched_tokens" in d:
+            out["counted_as"] = "hit_tokens + host_fetched_tokens"
         return out
 
     def _schedule(self, wall_s: float | None) -> dict[str, Any]:
@@ -189,7 +200,8 @@ class PhaseStats:
         out["peak_in_flight"] = self.peak_in_flight
         out["schedule"] = self._schedule(wall_s)
         reasons = list(self.invalid_reasons)
-        if self.sent >= self.concurrency and self.peak_in_flight < self.concurrency:
+        # Closed loop only: in an open loop cN is a cap, and staying under it is normal.
+        if not self.open_loop and self.sent >= self.concurrency and self.peak_in_flight < self.concurrency:
             reasons.append(f"client never had {self.concurrency} requests in flight (peak {self.peak_in_flight})")
         out["attribution"] = self.attribution
         out["counter_delta"] = self.counter_delta

@@ -46,13 +46,21 @@ Rules (``Finding.rule``):
     The summary labels the phase client-bound (``client_bound: true``, from the
     runner's self-measurement: loop lag or CPU over its thresholds), or an
     open-loop phase did not keep its schedule (``schedule.kept_schedule:
-    false``: sends later than intended), or — in a closed-loop phase whose
+    false``: sends later than intended) while slots were free, or — in a closed-loop phase whose
     summary says neither — the client kept fewer than half of the concurrency in
     flight on average (sum of E2E / phase wall time < 0.5 x C) in a phase
     without per-request counter reads (those pause the client on purpose).
     Its latencies are then the client's, not the server's. Next: rerun the
     phase with fewer workers per process, or spread the load over processes,
-    and compare.
+    and compare. With ``--target sim`` the finding says that the simulator
+    shares the client's process (``client_includes_server``).
+
+``schedule_cap``
+    An open-loop phase did not keep its schedule and every slot was busy
+    (``peak_in_flight`` reached cN): the server's latency times the rate needs
+    more than cN requests in flight, so the cap held the sends back, not the
+    client. Next: raise the cap or lower the rate, and compare
+    ``e2e_from_intended`` (with the backlog) with ``e2e``.
 """
 
 from __future__ import annotations
@@ -269,6 +277,22 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
             why += f" ({figs})" if figs else ""
         sched = ph.get("schedule") if isinstance(ph.get("schedule"), dict) else {}
         if not flagged and sched.get("open_loop") and sched.get("kept_schedule") is False:
+            c = ph.get("concurrency", 1)
+            if (ph.get("peak_in_flight") or 0) >= c:
+                # Every slot was busy: the server's latency times the rate needs more
+                # than cN in flight. The cap, not the client, held the sends back.
+                out.append(
+                    Finding(
+                        "schedule_cap",
+                        f"phase {ph['name']}: the open loop could not keep its schedule with at most "
+                        f"{c} requests in flight ({sched.get('note') or 'sends were late'}); its "
+                        "*_from_intended latencies include that backlog.",
+                        f"raise the in-flight cap above c{c} or lower the rate, and compare e2e_from_intended "
+                        "with e2e.",
+                        (ph["name"],),
+                    )
+                )
+                continue
             flagged = True
             why = f"open loop and {sched.get('note') or 'the client could not keep the schedule'}"
         if (
@@ -295,6 +319,8 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
                         f"the client kept {occ:.2f} requests in flight on average at C{c} "
                         f"(below {OCCUPANCY_LIMIT:.0%} of C)"
                     )
+        if flagged and summary.get("client_includes_server"):
+            why += " — the in-process simulator (--target sim) runs in the client's process, so its work counts here"
         if flagged:
             out.append(
                 Finding(

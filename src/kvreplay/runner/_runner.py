@@ -598,7 +598,11 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                          auto_decompress=False) as session:
             run.h1 = _h1_client(opts, run.headers)
-            run.backend = await backend_factory(session) if backend_factory else None
+            try:
+                run.backend = await backend_factory(session) if backend_factory else None
+            except BackendError as exc:
+                run.request_abort("target_unusable", str(exc))
+                raise
             # The adapter actually used (``auto`` resolved), still before the first request;
             # the run block is outside the plan's hash.
             plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"

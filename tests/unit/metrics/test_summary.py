@@ -48,3 +48,19 @@ def test_hdr_recorder_counts_out_of_range_and_keeps_the_stall():
     assert abs(s["mean"] - (10_000 * 1 + 100_000) / 10_001) < 1e-3
     ls.record_ns(7_200 * 10**9)  # two hours: beyond the 1 h range
     assert ls.out_of_range == 1 and ls.summary_ms()["n"] == 10_001
+
+
+def test_cross_check_counts_host_tier_tokens():
+    # Usage cached_tokens counts device hits plus what a host tier supplied (vLLM: local
+    # + external); the counters say so in two names, and the cross-check adds them.
+    st = PhaseStats("p", 1, 1, 2)
+    r0 = rec(0, cached=3440, hit=3440)
+    r1 = rec(1, cached=3900, hit=3440)
+    r1["counter_delta"]["host_fetched_tokens"] = 460
+    r0["counter_delta"]["host_fetched_tokens"] = 0
+    st.add(r0)
+    st.add(r1)
+    st.counter_delta = {"hit_tokens": 6880, "host_fetched_tokens": 460}
+    cc = st.to_json()["cross_check"]
+    assert cc["agree"] is True and cc["counter_hit_tokens"] == 7340 == cc["usage_cached_tokens"]
+    assert cc["counted_as"] == "hit_tokens + host_fetched_tokens"

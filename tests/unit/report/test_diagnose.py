@@ -152,11 +152,16 @@ def test_client_bound_from_an_open_loop_schedule_not_kept():
         "kept_schedule": False,
         "note": "client could not keep schedule: sends up to 250.0 ms late",
     }
-    s = summarise(plan, recs, a={"schedule": sched})
+    # Late with free slots (peak 2 of 4): the client held the sends back.
+    s = summarise(plan, recs, a={"schedule": sched, "peak_in_flight": 2})
     f = diagnose(s, plan, recs)
     assert [x.rule for x in f] == ["client_bound"] and "250.0 ms late" in f[0].finding
+    # Late with every slot busy: the cap, not the client.
+    s = summarise(plan, recs, a={"schedule": sched, "peak_in_flight": 4})
+    f = diagnose(s, plan, recs)
+    assert [x.rule for x in f] == ["schedule_cap"] and "at most 4 requests in flight" in f[0].finding
     sched["kept_schedule"] = True
-    assert diagnose(summarise(plan, recs, a={"schedule": sched}), plan, recs) == []
+    assert diagnose(summarise(plan, recs, a={"schedule": sched, "peak_in_flight": 2}), plan, recs) == []
 
 
 def test_usage_rule_uses_the_summary_cross_check_when_there_are_no_records():
