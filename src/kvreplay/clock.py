@@ -33,7 +33,3 @@ class RunClock:
     def start(cls) -> RunClock:
         """Anchor a new run clock now."""
         return cls(origin_ns=time.perf_counter_ns(), wall_anchor_ns=time.time_ns())
-
-    def rel_ns(self, t_ns: int | None = None) -> int:
-        """Run-relative ns of ``t_ns`` (a ``now_ns()`` reading), or of now."""
-        return (time.perf_counter_ns() if t_ns is None else t_ns) - self.origin_ns

@@ -7,13 +7,14 @@ from ``ValueError`` so callers can catch either (as aiohttp and asyncpg do)::
     ├─ ConfigError(KvreplayError, ValueError)    .path .line .field
     ├─ WorkloadError(KvreplayError, ValueError)  .path .line .body_index .field
     ├─ StreamError                               .partial: bytes received so far, .kind
-    ├─ BackendError                              .url
-    │   ├─ IdentityDriftError                    .before .after
-    │   └─ CounterWentDown                       .name .before .after
-    └─ RunAborted                                .reason; records already flushed
+    └─ BackendError                              .url
+        └─ IdentityDriftError                    .before .after
 
 Per-request failures (connect, timeout, HTTP status, stream errors) are never
 raised out of the runner: they become records whose ``status`` names the class.
+Run-level aborts (auth, identity drift, a counter that went down, deadlines)
+are not raised either: the runner stops new requests and records the reason in
+``summary.json`` (``aborted``), so nothing measured is lost.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "ConfigError",
-    "CounterWentDown",
     "IdentityDriftError",
     "KvreplayError",
-    "RunAborted",
     "StreamError",
     "WorkloadError",
 ]
@@ -115,23 +114,3 @@ class IdentityDriftError(BackendError):
         self.before, self.after = before, after
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         super().__init__(f"server identity changed: {', '.join(changed)}")
-
-
-class CounterWentDown(BackendError):
-    """A monotonic counter decreased: the server restarted between two snapshots."""
-
-    def __init__(self, name: str, before: float, after: float) -> None:
-        self.name, self.before, self.after = name, before, after
-        super().__init__(f"counter {name} went down {before} -> {after}: server restarted")
-
-
-class RunAborted(KvreplayError):
-    """The run stopped issuing requests; everything measured so far is on disk.
-
-    Attributes:
-        reason: Short machine-readable reason, e.g. ``"auth"``, ``"identity_drift"``.
-    """
-
-    def __init__(self, reason: str, message: str = "") -> None:
-        self.reason = reason
-        super().__init__(message or reason)

@@ -14,6 +14,7 @@ from ._http import fetch_json
 
 __all__ = [
     "OCCUPANCY_GAUGES",
+    "add_served_identity",
     "check_empty",
     "drain_blockers",
     "make_snapshot",
@@ -81,6 +82,29 @@ async def version_of(session: aiohttp.ClientSession, base_url: str) -> Any | Non
     if isinstance(doc, dict) and "version" in doc and len(doc) == 1:
         return doc["version"]
     return doc
+
+
+async def add_served_identity(
+    session: aiohttp.ClientSession, base_url: str, ident: dict[str, Any], *, version: bool = True
+) -> list[dict[str, Any]] | None:
+    """Add ``models`` (ids from ``/v1/models``) and, with ``version``, ``version`` to ``ident``.
+
+    The identity part every OpenAI-compatible server shares; adapters add their own.
+
+    Returns:
+        The model cards, for adapters that read more from them (None when absent).
+
+    Raises:
+        BackendError: the server could not be reached.
+    """
+    cards = await model_cards(session, base_url)
+    if cards is not None:
+        ident["models"] = [c.get("id") for c in cards]
+    if version:
+        v = await version_of(session, base_url)
+        if v is not None:
+            ident["version"] = v
+    return cards
 
 
 OCCUPANCY_GAUGES = ("entries", "bytes", "host_bytes", "host_rows_used", "host_pages_used")

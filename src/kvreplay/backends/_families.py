@@ -13,7 +13,7 @@ import aiohttp
 from kvreplay import clock
 from kvreplay.runner.backend import Snapshot
 
-from ._common import model_cards, version_of
+from ._common import add_served_identity
 from ._http import fetch, fetch_json
 from ._profile import Profile, load_profile
 from ._prom import parse_exposition
@@ -52,14 +52,9 @@ class VllmBackend(PrometheusBackend):
             BackendError: the server could not be reached.
         """
         ident: dict[str, Any] = {"backend": self.name}
-        cards = await model_cards(self._session(), self.base_url)
-        if cards is not None:
-            ident["models"] = [c.get("id") for c in cards]
-            if cards and "max_model_len" in cards[0]:
-                ident["max_model_len"] = cards[0]["max_model_len"]
-        version = await version_of(self._session(), self.base_url)
-        if version is not None:
-            ident["version"] = version
+        cards = await add_served_identity(self._session(), self.base_url, ident)
+        if cards and "max_model_len" in cards[0]:
+            ident["max_model_len"] = cards[0]["max_model_len"]
         text = await self.scrape()
         if text is not None:
             ident.update(self.identity_from_text(text))
@@ -140,9 +135,7 @@ class SglangBackend(PrometheusBackend):
             for key in _SGLANG_IDENTITY_KEYS:
                 if key in info:
                     ident[key] = info[key]
-        cards = await model_cards(self._session(), self.base_url)
-        if cards is not None:
-            ident["models"] = [c.get("id") for c in cards]
+        await add_served_identity(self._session(), self.base_url, ident, version=False)
         return ident
 
     async def reset_cache(self) -> bool:
@@ -215,9 +208,7 @@ class LlamacppBackend(PrometheusBackend):
             dgs = props.get("default_generation_settings")
             if isinstance(dgs, dict) and "n_ctx" in dgs:
                 ident["n_ctx"] = dgs["n_ctx"]
-        cards = await model_cards(self._session(), self.base_url)
-        if cards is not None:
-            ident["models"] = [c.get("id") for c in cards]
+        await add_served_identity(self._session(), self.base_url, ident, version=False)
         return ident
 
     async def reset_cache(self) -> bool:

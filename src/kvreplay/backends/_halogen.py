@@ -36,7 +36,7 @@ from kvreplay import clock
 from kvreplay.errors import BackendError
 from kvreplay.runner.backend import LOAD_GAUGES, Snapshot
 
-from ._common import drain_blockers, model_cards, version_of
+from ._common import add_served_identity, drain_blockers
 from ._http import fetch
 from ._profile import load_profile
 from ._prom import declared_names, family_of, parse_exposition, raw_from_samples
@@ -217,12 +217,7 @@ class HalogenBackend:
             BackendError: the server could not be reached.
         """
         ident: dict[str, Any] = {"backend": self.name}
-        cards = await model_cards(self._session(), self.base_url)
-        if cards is not None:
-            ident["models"] = [c.get("id") for c in cards]
-        version = await version_of(self._session(), self.base_url)
-        if version is not None:
-            ident["version"] = version
+        await add_served_identity(self._session(), self.base_url, ident)
         reply = await fetch(self._session(), "GET", self.base_url, self.cache_path)
         if reply.ok:
             ident.update(self.identity_from_text(reply.text))

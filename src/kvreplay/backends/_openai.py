@@ -15,7 +15,7 @@ from kvreplay import clock
 from kvreplay.errors import BackendError
 from kvreplay.runner.backend import Snapshot
 
-from ._common import model_cards
+from ._common import add_served_identity
 
 __all__ = ["OpenAIBackend"]
 
@@ -54,9 +54,7 @@ class OpenAIBackend:
         if self.session is None:
             raise BackendError("openai backend has no HTTP session")
         ident: dict[str, Any] = {"backend": self.name}
-        cards = await model_cards(self.session, self.base_url)
-        if cards is not None:
-            ident["models"] = [c.get("id") for c in cards]
+        await add_served_identity(self.session, self.base_url, ident, version=False)
         return ident
 
     def drained(self, a: Snapshot, b: Snapshot) -> bool:

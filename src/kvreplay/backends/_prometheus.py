@@ -16,7 +16,7 @@ from kvreplay import clock
 from kvreplay.errors import BackendError
 from kvreplay.runner.backend import Snapshot
 
-from ._common import drain_blockers, model_cards, version_of
+from ._common import add_served_identity, drain_blockers
 from ._http import fetch
 from ._profile import Profile
 from ._prom import declared_names, parse_exposition, raw_from_samples
@@ -125,12 +125,7 @@ class PrometheusBackend:
             BackendError: the server could not be reached.
         """
         ident: dict[str, Any] = {"backend": self.name, "profile": self.profile.name}
-        cards = await model_cards(self._session(), self.base_url)
-        if cards is not None:
-            ident["models"] = [c.get("id") for c in cards]
-        version = await version_of(self._session(), self.base_url)
-        if version is not None:
-            ident["version"] = version
+        await add_served_identity(self._session(), self.base_url, ident)
         if self.profile.info_series:
             text = await self.scrape()
             if text is not None:

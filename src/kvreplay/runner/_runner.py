@@ -32,7 +32,7 @@ from kvreplay import __version__
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.errors import BackendError
+from kvreplay.errors import BackendError, IdentityDriftError
 from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
@@ -338,9 +338,7 @@ class _Run:
             return
         self.identity_after = ident
         if ident != self.identity_before:
-            changed = sorted(k for k in set(ident) | set(self.identity_before)
-                             if ident.get(k) != self.identity_before.get(k))
-            self.request_abort("identity_drift", "server identity changed: " + ", ".join(changed))
+            self.request_abort("identity_drift", str(IdentityDriftError(self.identity_before, ident)))
 
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec

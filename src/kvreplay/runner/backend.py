@@ -190,17 +190,3 @@ class Backend(Protocol):
         """Empty the server's prefix cache where it can; False when it cannot."""
         ...
 
-
-def default_drained(a: Snapshot, b: Snapshot) -> bool:
-    """Drain rule shared by adapters: load gauges zero, counters unchanged a -> b."""
-    for g in LOAD_GAUGES:
-        if a.common.get(g, 0) != 0 or b.common.get(g, 0) != 0:
-            return False
-    for name in COUNTER_NAMES:
-        if a.common.get(name) != b.common.get(name):
-            return False
-    return True
-
-
-__all__ += ["default_drained"]
-__all__.sort()

@@ -113,6 +113,27 @@ def _account_json(raw: bytes, recv_ns: int, head_chars: int) -> StreamResult:
     return r
 
 
+def _stream_outcome(res: StreamResult, sent: int, headers_ns: int | None, done_ns: int) -> RequestOutcome:
+    """Classify a closed HTTP 200 event stream: ``stream_error``, ``cut`` or ``ok`` (both send paths)."""
+    if res.error_events:
+        return RequestOutcome("stream_error", 200, sent, headers_ns, done_ns, res, error=res.error, streamed=True)
+    if res.eof_before_finish:
+        return RequestOutcome("cut", 200, sent, headers_ns, done_ns, res, error="eof_before_finish", streamed=True)
+    return RequestOutcome("ok", 200, sent, headers_ns, done_ns, res, streamed=True)
+
+
+def _json_outcome(raw: bytes, sent: int, headers_ns: int | None, done_ns: int, head_chars: int) -> RequestOutcome:
+    """Account and classify a whole non-streamed HTTP 200 body (both send paths)."""
+    try:
+        res = _account_json(raw, done_ns, head_chars)
+    except StreamError as exc:
+        return RequestOutcome("malformed", 200, sent, headers_ns, done_ns, error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+    except orjson.JSONDecodeError as exc:
+        return RequestOutcome("malformed", 200, sent, headers_ns, done_ns, error=f"invalid JSON: {exc}"[:ERROR_BYTES])
+    status = "stream_error" if res.error_events else "ok"
+    return RequestOutcome(status, 200, sent, headers_ns, done_ns, res, error=res.error)
+
+
 async def _send_once(
     session: aiohttp.ClientSession,
     url: str,
@@ -156,27 +177,14 @@ async def _send_once(
                     async for chunk in resp.content.iter_any():
                         feed(chunk, now_ns())
                     res = acc.close()
-                    done = now_ns()
-                    if res.error_events:
-                        return RequestOutcome(
-                            "stream_error", 200, sent, headers_ns, done, res, error=res.error, streamed=True
-                        )
-                    if res.finish_reason is None and not res.done_marker:
-                        return RequestOutcome(
-                            "cut", 200, sent, headers_ns, done, res, error="eof_before_finish", streamed=True
-                        )
-                    return RequestOutcome("ok", 200, sent, headers_ns, done, res, streamed=True)
+                    return _stream_outcome(res, sent, headers_ns, now_ns())
                 buf = bytearray()
                 while chunk := await resp.content.read(1 << 20):
                     buf += chunk
                     if len(buf) > MAX_JSON_BODY_BYTES:
                         return RequestOutcome("malformed", 200, sent, headers_ns, now_ns(),
                                               error=f"response_too_large: over {MAX_JSON_BODY_BYTES} bytes")
-                body = bytes(buf)
-                recv = now_ns()
-                res = _account_json(body, recv, head_chars)
-                status = "stream_error" if res.error_events else "ok"
-                return RequestOutcome(status, 200, sent, headers_ns, recv, res, error=res.error)
+                return _json_outcome(bytes(buf), sent, headers_ns, now_ns(), head_chars)
     except StreamError as exc:
         res = acc.result if acc is not None else StreamResult()
         return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), res, error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
@@ -763,24 +771,8 @@ class H1Client:
             except StreamError as exc:
                 return RequestOutcome("malformed", st, sent, x.headers_ns, x.done_ns, acc.result,
                                       error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
-            if res.error_events:
-                return RequestOutcome("stream_error", 200, sent, x.headers_ns, x.done_ns, res,
-                                      error=res.error, streamed=True)
-            if res.finish_reason is None and not res.done_marker:
-                return RequestOutcome("cut", 200, sent, x.headers_ns, x.done_ns, res,
-                                      error="eof_before_finish", streamed=True)
-            return RequestOutcome("ok", 200, sent, x.headers_ns, x.done_ns, res, streamed=True)
-        raw = b"".join(x.body or ())
-        try:
-            res = _account_json(raw, x.done_ns, head_chars)
-        except StreamError as exc:
-            return RequestOutcome("malformed", st, sent, x.headers_ns, x.done_ns,
-                                  error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
-        except orjson.JSONDecodeError as exc:
-            return RequestOutcome("malformed", st, sent, x.headers_ns, x.done_ns,
-                                  error=f"invalid JSON: {exc}"[:ERROR_BYTES])
-        status = "stream_error" if res.error_events else "ok"
-        return RequestOutcome(status, 200, sent, x.headers_ns, x.done_ns, res, error=res.error)
+            return _stream_outcome(res, sent, x.headers_ns, x.done_ns)
+        return _json_outcome(b"".join(x.body or ()), sent, x.headers_ns, x.done_ns, head_chars)
 
     def close(self) -> None:
         """Close every connection (idle or not)."""

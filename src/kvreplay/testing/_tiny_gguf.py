@@ -22,9 +22,9 @@ import json
 import sys
 
 if __package__:
-    from ._vocab import CHATML, COMMON_WORDS, syllable_words
+    from ._vocab import CHATML, COMMON_WORDS, add_shape_arguments, shape_of, syllable_words
 else:  # run as a file by an interpreter without kvreplay
-    from _vocab import CHATML, COMMON_WORDS, syllable_words
+    from _vocab import CHATML, COMMON_WORDS, add_shape_arguments, shape_of, syllable_words
 
 __all__ = ["build_vocab", "main", "write_gguf"]
 
@@ -171,27 +171,10 @@ def write_gguf(
 def main(argv: list[str] | None = None) -> int:
     """Command line: write the model and print its summary as one JSON line."""
     ap = argparse.ArgumentParser(description="Write a tiny random-weight llama GGUF.")
-    ap.add_argument("out")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--embd", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=4)
-    ap.add_argument("--ff", type=int, default=1024)
-    ap.add_argument("--ctx", type=int, default=4096)
+    add_shape_arguments(ap)
     ap.add_argument("--words", type=int, default=3000)
     a = ap.parse_args(argv)
-    info = write_gguf(
-        a.out,
-        seed=a.seed,
-        embd=a.embd,
-        layers=a.layers,
-        heads=a.heads,
-        kv_heads=a.kv_heads,
-        ff=a.ff,
-        ctx=a.ctx,
-        words=a.words,
-    )
+    info = write_gguf(a.out, **shape_of(a), words=a.words)
     print(json.dumps(info))
     return 0
 

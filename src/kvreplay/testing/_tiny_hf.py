@@ -23,9 +23,9 @@ import os
 import sys
 
 if __package__:
-    from ._vocab import CHATML, SPECIAL_TOKENS, corpus_lines
+    from ._vocab import CHATML, SPECIAL_TOKENS, add_shape_arguments, corpus_lines, shape_of
 else:  # run as a file by an interpreter without kvreplay
-    from _vocab import CHATML, SPECIAL_TOKENS, corpus_lines
+    from _vocab import CHATML, SPECIAL_TOKENS, add_shape_arguments, corpus_lines, shape_of
 
 __all__ = ["main", "write_hf"]
 
@@ -117,27 +117,10 @@ def write_hf(
 def main(argv: list[str] | None = None) -> int:
     """Command line: write the model and print its summary as one JSON line."""
     ap = argparse.ArgumentParser(description="Write a tiny random-weight HF llama model.")
-    ap.add_argument("out")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--embd", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=4)
-    ap.add_argument("--ff", type=int, default=1024)
-    ap.add_argument("--ctx", type=int, default=4096)
+    add_shape_arguments(ap)
     ap.add_argument("--vocab", type=int, default=8000)
     a = ap.parse_args(argv)
-    info = write_hf(
-        a.out,
-        seed=a.seed,
-        embd=a.embd,
-        layers=a.layers,
-        heads=a.heads,
-        kv_heads=a.kv_heads,
-        ff=a.ff,
-        ctx=a.ctx,
-        vocab=a.vocab,
-    )
+    info = write_hf(a.out, **shape_of(a), vocab=a.vocab)
     print(json.dumps(info))
     return 0
 

@@ -1,4 +1,4 @@
-"""Shared text material for the tiny models: word lists, training corpus, chat template.
+"""Shared material for the tiny models: word lists, training corpus, chat template, shape options.
 
 Standard library only: the model makers import it from interpreters that do not
 have kvreplay installed (they run this directory's files as scripts).
@@ -6,10 +6,13 @@ have kvreplay installed (they run this directory's files as scripts).
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["CHATML", "COMMON_WORDS", "SPECIAL_TOKENS", "corpus_lines", "syllable_words"]
+__all__ = ["CHATML", "COMMON_WORDS", "SPECIAL_TOKENS", "add_shape_arguments", "corpus_lines", "shape_of",
+           "syllable_words"]
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
@@ -77,3 +80,20 @@ def corpus_lines(n_lines: int, seed: int) -> Iterator[str]:
     punct = [".", ",", "?", "!", ":", ";", "\n"]
     for _ in range(n_lines):
         yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + rng.choice(punct)
+
+
+_SHAPE = (("embd", 256), ("layers", 4), ("heads", 4), ("kv_heads", 4), ("ff", 1024), ("ctx", 4096))
+"""Model shape options shared by both makers: hidden size, layers, heads, KV heads, FFN size, context (tokens)."""
+
+
+def add_shape_arguments(ap: argparse.ArgumentParser) -> None:
+    """``OUT`` plus ``--seed`` and the shape options of both model makers."""
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    for name, default in _SHAPE:
+        ap.add_argument("--" + name.replace("_", "-"), type=int, default=default)
+
+
+def shape_of(a: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments ``seed`` and the shape options from parsed arguments."""
+    return {"seed": a.seed, **{name: getattr(a, name) for name, _ in _SHAPE}}
