@@ -25,6 +25,7 @@ import orjson
 
 from kvreplay.accounting import SSEAccountant, StreamResult
 from kvreplay.accounting.events import ERROR_BYTES
+from kvreplay.backends._http import read_upto
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 
@@ -166,7 +167,7 @@ async def _send_once(
                 headers_ns = now_ns()
                 http_status = resp.status
                 if resp.status != 200:
-                    body = await resp.content.read(ERROR_BYTES)
+                    body = (await read_upto(resp.content, ERROR_BYTES))[:ERROR_BYTES]
                     return RequestOutcome(
                         "http", http_status, sent, headers_ns, now_ns(), error=_json_error(body) or resp.reason
                     )

@@ -115,6 +115,74 @@ def test_timeout_raises_backend_error(serve):
     assert isinstance(ei.value.__cause__, asyncio.TimeoutError)
 
 
+async def _chunked_server(handler, body):
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        return await body(f"http://127.0.0.1:{port}")
+    finally:
+        await runner.cleanup()
+
+
+def _trickle(text: str, pieces: int):
+    """A handler writing ``text`` as ``pieces`` chunks with a pause between them."""
+    from aiohttp import web
+
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4"})
+        await resp.prepare(request)
+        raw = text.encode()
+        step = -(-len(raw) // pieces)
+        for i in range(0, len(raw), step):
+            await resp.write(raw[i : i + step])
+            await asyncio.sleep(0.01)
+        await resp.write_eof()
+        return resp
+
+    return handler
+
+
+@pytest.mark.parametrize("pieces", [1, 3, 17])
+def test_scrape_arriving_in_pieces_is_read_whole(dump, pieces):
+    """A body sent as several chunks with pauses (a big vLLM scrape over TCP) is read
+    to EOF, not cut at the first read (CI failure: 'Invalid value' mid-line)."""
+    text = dump("vllm/nvcr-25.09.prom")
+
+    async def body(url):
+        async with aiohttp.ClientSession() as session:
+            reply = await fetch(session, "GET", url, "/metrics", accept="text/plain")
+            backend = make_backend("vllm", url, session)
+            snap = await backend.snapshot()
+        return reply, snap
+
+    reply, snap = run(_chunked_server(_trickle(text, pieces), body))
+    assert reply.text == text
+    assert snap.raw == make_backend("vllm", "http://x", None).parse(text)[0]
+
+
+def test_body_over_the_bound_is_refused_even_in_pieces(dump, monkeypatch):
+    import kvreplay.backends._http as http_mod
+
+    text = dump("vllm/nvcr-25.09.prom")
+    monkeypatch.setattr(http_mod, "MAX_BODY_BYTES", len(text.encode()) - 1)
+
+    async def body(url):
+        async with aiohttp.ClientSession() as session:
+            return await fetch(session, "GET", url, "/metrics")
+
+    with pytest.raises(BackendError, match="body over"):
+        run(_chunked_server(_trickle(text, 5), body))
+    monkeypatch.setattr(http_mod, "MAX_BODY_BYTES", len(text.encode()))
+    assert run(_chunked_server(_trickle(text, 5), body)).text == text
+
+
 # ---- vLLM -------------------------------------------------------------------
 
 
