@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvreplay-installed
+RAY_STAMP := $(VENV)/.kvreplay-ray-installed
 
 .PHONY: demo test install bench clean
 
@@ -16,12 +17,17 @@ $(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxi)
 
 install: $(STAMP)
 
+# The optional Ray extra (kvreplay[ray], for run --ray), which the test suite exercises.
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,ray]'
+	touch $(RAY_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/kvreplay demo
 
-test: $(STAMP) real-servers
+test: $(STAMP) $(RAY_STAMP) real-servers
 	$(PY) -m pytest -q
-	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server' $(wildcard tests/unit tests/parity tests/integration tests/goldens)
+	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server and not ray' $(wildcard tests/unit tests/parity tests/integration tests/goldens)
 
 bench: $(STAMP)
 	$(PY) -m pytest bench -q --benchmark-only

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -19,3 +22,46 @@ def write_chat_workload(folder: Path, systems_and_users: list[tuple[str, str]], 
                 "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}, **extra}
         (folder / f"{i:03d}.json").write_text(json.dumps(body))
     return folder
+
+
+def sse_stream(n_tokens: int) -> bytes:
+    ev = [
+        {"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]}
+        for i in range(n_tokens)
+    ]
+    ev.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ev.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens}})
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in ev) + b"data: [DONE]\n\n"
+
+
+class SlowSSE(asyncio.Protocol):
+    """Answers at once, except bodies containing SLOW (after 2 s); 4 tokens, one write per event."""
+
+    def connection_made(self, t):
+        self.t, self.buf = t, b""
+
+    def data_received(self, data):
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buf[:end].decode().lower()
+        n = int(head.split("content-length:")[1].split("\r\n")[0])
+        if len(self.buf) < end + 4 + n:
+            return
+        body = self.buf[end + 4 : end + 4 + n]
+        self.buf = self.buf[end + 4 + n :]
+        delay = 2.0 if b"SLOW" in body else 0.0
+        asyncio.get_running_loop().call_later(delay, self._answer)
+
+    def _answer(self):
+        if self.t.is_closing():
+            return
+        self.t.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for line in sse_stream(4).split(b"\n\n")[:-1]:
+            p = line + b"\n\n"
+            self.t.write(b"%x\r\n%s\r\n" % (len(p), p))
+        self.t.write(b"0\r\n\r\n")

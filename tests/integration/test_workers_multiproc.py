@@ -3,8 +3,8 @@
 import asyncio
 import json
 
-import orjson
 import pytest
+from helpers import SlowSSE as _Slow
 from helpers import write_chat_workload
 
 from kvreplay.cli import main
@@ -13,49 +13,6 @@ from kvreplay.plan import build_plan, parse_phase
 from kvreplay.runner import RunOptions
 from kvreplay.runner.multiproc import execute_plan_workers, slots_of
 from kvreplay.workload import load_workload
-
-
-def _sse(n_tokens: int) -> bytes:
-    ev = [
-        {"choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}]}
-        for i in range(n_tokens)
-    ]
-    ev.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    ev.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens}})
-    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in ev) + b"data: [DONE]\n\n"
-
-
-class _Slow(asyncio.Protocol):
-    """Answers at once, except bodies containing SLOW (after 2 s); 4 tokens, one write per event."""
-
-    def connection_made(self, t):
-        self.t, self.buf = t, b""
-
-    def data_received(self, data):
-        self.buf += data
-        end = self.buf.find(b"\r\n\r\n")
-        if end < 0:
-            return
-        head = self.buf[:end].decode().lower()
-        n = int(head.split("content-length:")[1].split("\r\n")[0])
-        if len(self.buf) < end + 4 + n:
-            return
-        body = self.buf[end + 4 : end + 4 + n]
-        self.buf = self.buf[end + 4 + n :]
-        delay = 2.0 if b"SLOW" in body else 0.0
-        asyncio.get_running_loop().call_later(delay, self._answer)
-
-    def _answer(self):
-        if self.t.is_closing():
-            return
-        self.t.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
-        )
-        for line in _sse(4).split(b"\n\n")[:-1]:
-            p = line + b"\n\n"
-            self.t.write(b"%x\r\n%s\r\n" % (len(p), p))
-        self.t.write(b"0\r\n\r\n")
 
 
 async def _run_workers(wl_path, phases, out, workers, **opts):

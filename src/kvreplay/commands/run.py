@@ -85,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run in N processes sharing each phase's frozen sequence (runner.multiproc); "
                         "the phase's concurrency is spread over them")
+    p.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run the --workers as Ray actors, on any host of a Ray cluster: 'auto', HOST:PORT, "
+                        "ray://HOST:10001, or 'local' for a new instance here (optional extra: "
+                        "pip install 'kvreplay[ray]'); clocks are per host")
     add_target_arguments(p)
 
 
@@ -231,7 +235,18 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
-        if getattr(args, "workers", 1) > 1:
+        if getattr(args, "ray", None):
+            from kvreplay.runner.rayrun import execute_plan_ray, require_ray
+
+            require_ray()
+            if args.workers < 1:
+                raise ConfigError("--workers must be at least 1", field="--workers")
+            if plan.bind(workload) is not workload:
+                raise ConfigError("--ray does not take interleaved workloads yet", field="--ray")
+            summary = await execute_plan_ray(
+                plan, workload, opts, workers=args.workers, address=args.ray,
+                backend=(backend_name, url, args.profile), observer=observer)
+        elif getattr(args, "workers", 1) > 1:
             from kvreplay.runner.multiproc import execute_plan_workers
 
             if plan.bind(workload) is not workload:

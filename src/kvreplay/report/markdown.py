@@ -74,6 +74,11 @@ def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None)
             f"`{run.get('backend')}` · accountant `{run.get('implementation')}`"
         )
         out.append("")
+    if summary.get("ray"):
+        ray = summary["ray"]
+        where = ", ".join(f"w{h['worker']}@{h['host']} ({h.get('clock', '?')} clock)" for h in ray.get("hosts", []))
+        out.append(f"Ray `{ray.get('address')}`: {where}. {ray.get('clock_note', '')}")
+        out.append("")
     out.append(render_table(summary))
     for ph in summary.get("phases", []):
         if not ph.get("valid", True):

@@ -175,6 +175,12 @@ class _Run:
         """The phase's start (``now_ns()``), origin of its open-loop intended times; common to all peers."""
         return now_ns()
 
+    def record_not_sent(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str) -> None:
+        """Write the record of a position never sent (stopped or cancelled before its send)."""
+        rec = self.record(phase, pos, bi, rep, None, None, attribution)
+        self.writer.write(rec)
+        st.add(rec)
+
     def rel(self, t: int | None) -> int | None:
         return None if t is None else t - self.clock.origin_ns
 
@@ -385,62 +391,69 @@ class _Run:
 
         mon = ClientMonitor()
 
-        async def worker() -> None:
-            for pos, (bi, rep) in seq:
-                t_int = None
-                if intended is not None and not self.stop_new:
-                    # Open loop: not before the intended time; a late send is
-                    # measured from the intended time too (no coordinated omission).
-                    t_int = st.start_ns + intended[pos]
-                    wait = t_int - now_ns()
-                    if wait > 0:
-                        await asyncio.sleep(wait / 1e9)
-                if self.stop_new:
-                    rec = self.record(phase, pos, bi, rep, None, None, attribution)
-                    self.writer.write(rec)
-                    st.add(rec)
-                    continue
-                body = self.workload.bodies[bi]
-                self.obs.on_request_start(phase.name, pos)
-                self.in_flight += 1
-                st.peak_in_flight = max(st.peak_in_flight, self.in_flight)
+        async def one(pos: int, bi: int, rep: int) -> None:
+            t_int = None
+            if intended is not None and not self.stop_new:
+                # Open loop: not before the intended time; a late send is
+                # measured from the intended time too (no coordinated omission).
+                t_int = st.start_ns + intended[pos]
+                wait = t_int - now_ns()
+                if wait > 0:
+                    await asyncio.sleep(wait / 1e9)
+            if self.stop_new:
+                self.record_not_sent(st, phase, pos, bi, rep, attribution)
+                return
+            body = self.workload.bodies[bi]
+            self.obs.on_request_start(phase.name, pos)
+            self.in_flight += 1
+            st.peak_in_flight = max(st.peak_in_flight, self.in_flight)
+            try:
+                if h1 is not None:
+                    out = await h1.send(body.path, body.raw, head_chars=head_chars,
+                                        total_timeout_s=total_timeout_s,
+                                        sent_ns=self.claim_ns if t_int is None else None)
+                else:
+                    out = await send_body(session, url + body.path, body.raw, headers=self.headers,
+                                          head_chars=head_chars, total_timeout_s=total_timeout_s)
+            except asyncio.CancelledError:
+                # Cancelled in flight (second interrupt, hard deadline): still a record.
+                t = now_ns()
+                out = RequestOutcome("aborted", None, t, None, t, error=(self.abort or {}).get("reason"))
+                rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
+                self.writer.write(rec)
+                st.add(rec)
+                raise
+            finally:
+                self.in_flight -= 1
+            if t_int is not None:
+                mon.note_send(t_int, out.sent_ns)
+            self.check_error_rate(out)
+            delta = None
+            if per_req:
                 try:
-                    if h1 is not None:
-                        out = await h1.send(body.path, body.raw, head_chars=head_chars,
-                                            total_timeout_s=total_timeout_s,
-                                            sent_ns=self.claim_ns if t_int is None else None)
-                    else:
-                        out = await send_body(session, url + body.path, body.raw, headers=self.headers,
-                                              head_chars=head_chars, total_timeout_s=total_timeout_s)
+                    after = await self.snapshot(None)
                 except asyncio.CancelledError:
-                    # Cancelled in flight (second interrupt, hard deadline): still a record.
-                    t = now_ns()
-                    out = RequestOutcome("aborted", None, t, None, t, error=(self.abort or {}).get("reason"))
                     rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                     self.writer.write(rec)
-                    st.add(rec)
+                    st.add(rec, out.stream.token_ns if out.status == "ok" else None)
                     raise
-                finally:
-                    self.in_flight -= 1
-                if t_int is not None:
-                    mon.note_send(t_int, out.sent_ns)
-                self.check_error_rate(out)
-                delta = None
-                if per_req:
-                    try:
-                        after = await self.snapshot(None)
-                    except asyncio.CancelledError:
-                        rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
-                        self.writer.write(rec)
-                        st.add(rec, out.stream.token_ns if out.status == "ok" else None)
-                        raise
-                    delta = self.delta_json(self.last_snap, after)
-                    self.last_snap = after
-                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
-                self.writer.write(rec)
-                st.add(rec, out.stream.token_ns if out.status == "ok" else None)
-                self.obs.on_record(rec)
-                self.check_outcome(out)
+                delta = self.delta_json(self.last_snap, after)
+                self.last_snap = after
+            rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
+            self.writer.write(rec)
+            st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+            self.obs.on_record(rec)
+            self.check_outcome(out)
+
+        aseq = seq if hasattr(seq, "__anext__") else None  # claims from a remote coordinator (--ray)
+
+        async def worker() -> None:
+            if aseq is not None:
+                async for pos, (bi, rep) in aseq:
+                    await one(pos, bi, rep)
+            else:
+                for pos, (bi, rep) in seq:
+                    await one(pos, bi, rep)
 
         mon.start(open_loop=intended is not None)
         tasks = [asyncio.ensure_future(worker()) for _ in range(self.slots(phase))]
@@ -454,10 +467,12 @@ class _Run:
             self.active.difference_update(tasks)
             if bounds is not None:
                 bounds.cancel()
-        for pos, (bi, rep) in (seq if tasks else ()):  # positions left by cancelled workers: never sent
-            rec = self.record(phase, pos, bi, rep, None, None, attribution)
-            self.writer.write(rec)
-            st.add(rec)
+        # Positions left by cancelled workers: never sent.
+        if tasks and aseq is not None:
+            async for pos, (bi, rep) in aseq:
+                self.record_not_sent(st, phase, pos, bi, rep, attribution)
+        for pos, (bi, rep) in (seq if tasks and aseq is None else ()):
+            self.record_not_sent(st, phase, pos, bi, rep, attribution)
         await self.phase_sync(phase, "end")
         if st.sent == 0 and self.abort is not None:
             st.deferred = True

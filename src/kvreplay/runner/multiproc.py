@@ -57,7 +57,7 @@ from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, pla
 from kvreplay.runner.observer import NullObserver, RunObserver
 from kvreplay.workload import Workload, load_workload
 
-__all__ = ["execute_plan_workers", "slots_of"]
+__all__ = ["execute_plan_workers", "merge_run", "run_worker", "slots_of", "worker_options"]
 
 _MERGED_FIELDS = (
     "sent",
@@ -149,7 +149,7 @@ class _WorkerRun(_Run):
             await asyncio.get_running_loop().run_in_executor(None, self.shared.barrier.wait)
         except BrokenBarrierError:
             self.broken = True
-            self._peer_stop("a worker process left the run")
+            self._peer_stop("a worker process left the run", self.shared.reason.value.decode(errors="replace"))
         self._check_stop()
 
     def request_abort(self, reason: str, message: str) -> None:  # noqa: D102
@@ -163,16 +163,12 @@ class _WorkerRun(_Run):
 
     def _check_stop(self) -> None:
         if self.shared.stop.value and not self.stop_new:
-            self._peer_stop(
-                f"stopped by another worker: {self.shared.reason.value.decode(errors='replace')}"
-            )
+            reason = self.shared.reason.value.decode(errors="replace")
+            self._peer_stop(f"stopped by another worker: {reason}", reason)
 
-    def _peer_stop(self, message: str) -> None:
+    def _peer_stop(self, message: str, reason: str) -> None:
         if self.abort is None:
-            self.abort = {
-                "reason": self.shared.reason.value.decode(errors="replace") or "worker_exit",
-                "message": message,
-            }
+            self.abort = {"reason": reason or "worker_exit", "message": message}
         self.stop_new = True
 
     async def _poll_stop(self) -> None:
@@ -201,6 +197,63 @@ def _phase_payload(st: PhaseStats) -> dict[str, Any]:
     }
 
 
+def worker_options(opts: RunOptions, out_dir: Path, elapsed_s: float) -> RunOptions:
+    """A worker's options: its own output folder, quiet, deadlines less the time already gone (s)."""
+    return replace(
+        opts,
+        out_dir=out_dir,
+        quiet=True,
+        stop_new_after_s=None
+        if opts.stop_new_after_s is None
+        else max(0.0, opts.stop_new_after_s - elapsed_s),
+        hard_deadline_s=None
+        if opts.hard_deadline_s is None
+        else max(0.0, opts.hard_deadline_s - elapsed_s),
+    )
+
+
+async def run_worker(
+    run: _Run,
+    index: int,
+    plan_json: dict[str, Any],
+    backend: tuple[str, str, str | None] | None,
+    on_exit: Any,
+) -> dict[str, Any]:
+    """Execute one worker's share of the plan and return its payload for :func:`merge_run`.
+
+    Worker 0 builds the counter adapter ``backend`` = ``(name, url, profile)``;
+    ``on_exit()`` runs however the worker ends (it releases peers waiting at a barrier).
+    The payload's ``records`` is the path of the worker's records.jsonl.
+    """
+    factory = None
+    if index == 0 and backend is not None and backend[0] != "none":
+        name, url, profile = backend
+
+        async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
+            from kvreplay.backends import detect, make_backend
+
+            nm = await detect(url, session) if name == "auto" else name
+            return make_backend(nm, url, session, profile=profile)
+
+    try:
+        summary = await _execute(run, plan_json, factory)
+    finally:
+        poller = getattr(run, "poller", None)
+        if poller is not None:
+            poller.cancel()
+        on_exit()
+    return {
+        "index": index,
+        "summary": {k: summary.get(k) for k in ("aborted", "restarts", "identity")},
+        "phases": [_phase_payload(st) for st in run.stats],
+        "lag": [
+            run.lag_hists[st.name].encode() if st.name in run.lag_hists else None
+            for st in run.stats
+        ],
+        "records": str(run.opts.out_dir / "records.jsonl"),
+    }
+
+
 async def _worker_async(
     index: int,
     workers: int,
@@ -215,17 +268,8 @@ async def _worker_async(
 ) -> dict[str, Any]:
     workload = load_workload(workload_path, max_body_bytes=max_body_bytes)
     plan, _ = load_plan_json(plan_path, workload)
-    elapsed_s = (now_ns() - origin_ns) / 1e9
-    wopts = replace(
-        opts,
-        out_dir=opts.out_dir / "workers" / f"w{index}",
-        quiet=True,
-        stop_new_after_s=None
-        if opts.stop_new_after_s is None
-        else max(0.0, opts.stop_new_after_s - elapsed_s),
-        hard_deadline_s=None
-        if opts.hard_deadline_s is None
-        else max(0.0, opts.hard_deadline_s - elapsed_s),
+    wopts = worker_options(
+        opts, opts.out_dir / "workers" / f"w{index}", (now_ns() - origin_ns) / 1e9
     )
     wopts.out_dir.mkdir(parents=True, exist_ok=True)
     run = _WorkerRun(
@@ -239,34 +283,13 @@ async def _worker_async(
         workers=workers,
         shared=shared,
     )
-    factory = None
-    if index == 0 and backend is not None and backend[0] != "none":
-        name, url, profile = backend
 
-        async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
-            from kvreplay.backends import detect, make_backend
-
-            nm = await detect(url, session) if name == "auto" else name
-            return make_backend(nm, url, session, profile=profile)
-
-    plan_json = orjson.loads(Path(plan_path).read_bytes())
-    try:
-        summary = await _execute(run, plan_json, factory)
-    finally:
-        if run.poller is not None:
-            run.poller.cancel()
+    def on_exit() -> None:
         if not run.broken:
             shared.barrier.abort()  # peers still waiting (this one left early) stop waiting
-    return {
-        "index": index,
-        "summary": {k: summary.get(k) for k in ("aborted", "restarts", "identity")},
-        "phases": [_phase_payload(st) for st in run.stats],
-        "lag": [
-            run.lag_hists[st.name].encode() if st.name in run.lag_hists else None
-            for st in run.stats
-        ],
-        "records": str(wopts.out_dir / "records.jsonl"),
-    }
+
+    plan_json = orjson.loads(Path(plan_path).read_bytes())
+    return await run_worker(run, index, plan_json, backend, on_exit)
 
 
 def _worker_main(
@@ -424,7 +447,7 @@ async def execute_plan_workers(
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-    summary = _merge(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs)
+    summary = merge_run(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs)
     if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
         shutil.rmtree(out / "workers", ignore_errors=True)
     return summary
@@ -472,14 +495,23 @@ def _merge_records(paths: list[Path], names: dict[str, int], dest: Path) -> int:
     return len(index)
 
 
-def _merge(
+def merge_run(
     plan: Plan,
     plan_json: dict[str, Any],
     parts: list[dict[str, Any]],
     clock: RunClock,
     out: Path,
     obs: RunObserver,
+    **extra: Any,
 ) -> dict[str, Any]:
+    """Merge the workers' payloads (from :func:`run_worker`, in worker order) into the run directory.
+
+    Writes records.jsonl in (phase, position) order, the added histograms (HdrHistogram
+    ``add`` is exact), summary.json (``extra`` keys join it) and report.md.
+
+    Returns:
+        The merged summary.
+    """
     from kvreplay.accounting import IMPLEMENTATION
     from kvreplay.report.markdown import render_markdown
 
@@ -555,6 +587,7 @@ def _merge(
         "records": n_records,
         "client_thresholds": thresholds(),
         "workers": len(parts),
+        **extra,
         "phases": phases_json,
     }
     _write_json(out / "summary.json", summary)

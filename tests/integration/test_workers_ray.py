@@ -1,0 +1,183 @@
+"""--ray ADDRESS: the --workers runner as Ray actors, against a local Ray instance on this machine.
+
+One Ray instance serves the module (started here, stopped by ``ray.shutdown()``,
+which ends the processes it started). The load goes to servers on 127.0.0.1;
+Ray's own services bind the host's address (Ray refuses loopback by design).
+"""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import SlowSSE, write_chat_workload
+
+from kvreplay.cli import main
+from kvreplay.metrics.histograms import LatencySet
+from kvreplay.plan import build_plan, parse_phase
+from kvreplay.runner import RunOptions
+from kvreplay.workload import load_workload
+
+ray = pytest.importorskip("ray")
+
+from kvreplay.runner.rayrun import Coordinator, execute_plan_ray  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+             configure_logging=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+async def _run_ray(wl_path, phases, out, workers, **opts):
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(SlowSSE, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        wl = load_workload(wl_path)
+        plan = build_plan(wl, [parse_phase(p) for p in phases])
+        return await execute_plan_ray(
+            plan, wl,
+            RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=out, quiet=True, **opts),
+            workers=workers, address="auto",
+        )
+    finally:
+        srv.close()
+
+
+def _records(out):
+    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_coordinator_hands_out_each_position_once_and_the_rest_after_a_stop():
+    async def body():
+        c = Coordinator([5, 2], workers=2)
+        got = [await c.claim(0) for _ in range(3)]
+        await c.stop("deadline")
+        rest = await c.claim(0)
+        after = await c.claim(0)
+        other = await c.claim(1)
+        return got, rest, after, other
+
+    got, rest, after, other = asyncio.run(body())
+    assert got == [(0, 1, ""), (1, 2, ""), (2, 3, "")]
+    assert rest == (3, 5, "deadline")  # every remaining position at once, to be recorded as not sent
+    assert after == (5, 5, "deadline")
+    assert other == (0, 2, "deadline")
+
+
+def test_coordinator_barrier_waits_for_every_worker_and_breaks():
+    async def body():
+        c = Coordinator([1], workers=2)
+        first = asyncio.ensure_future(c.barrier("0:start"))
+        await asyncio.sleep(0.05)
+        waited = not first.done()
+        second = await c.barrier("0:start")
+        late = asyncio.ensure_future(c.barrier("0:end"))
+        await asyncio.sleep(0.05)
+        await c.break_barriers()
+        return waited, await first, second, await late, await c.barrier("1:start")
+
+    assert asyncio.run(body()) == (True, True, True, False, False)
+
+
+def test_sends_follow_position_across_actors_and_are_never_a_static_split(ray_instance, tmp_path):
+    # Position 0 is slow (2 s): the actor that took it is busy, so the other takes every later one.
+    bodies = [("s", "SLOW first")] + [("s", f"q{i}") for i in range(1, 16)]
+    wl = write_chat_workload(tmp_path / "wl", bodies)
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_ray(wl, ["a:forward:c2"], out, 2))
+    recs = _records(out)
+    assert [r["position"] for r in recs] == list(range(16))
+    assert {r["status"] for r in recs} == {"ok"}
+    slow = recs[0]["worker"]
+    assert {r["worker"] for r in recs[1:]} == {1 - slow}
+    sent = [r["t_sent_ns"] for r in recs]
+    assert sent == sorted(sent)  # one host: one clock, so send times compare across actors
+    assert summary["workers"] == 2 and summary["phases"][0]["ok"] == 16
+    hosts = summary["ray"]["hosts"]
+    assert [h["worker"] for h in hosts] == [0, 1]
+    assert {h["clock"] for h in hosts} == {"shared"} and len({h["pid"] for h in hosts}) == 2
+    assert os.getpid() not in {h["pid"] for h in hosts}
+    assert "host clock" in (out / "report.md").read_text()
+    assert not (out / "workers").exists()
+
+
+def test_merged_histograms_equal_one_histogram_of_all_records(ray_instance, tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(30)])
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_ray(wl, ["a:forward:c4", "b:reverse:c3"], out, 2))
+    recs = _records(out)
+    assert len(recs) == 60 and {r["worker"] for r in recs} == {0, 1}
+    for ph in summary["phases"]:
+        mine = [r for r in recs if r["phase"] == ph["name"]]
+        assert [r["position"] for r in mine] == list(range(30))
+        ls = LatencySet()
+        for r in mine:
+            ls.record_ns(r["ttft_ns"])
+        assert ph["ttft_ms"] == ls.summary_ms()  # HdrHistogram add across actors is exact
+        assert ph["tokens"]["completion"] == 4 * 30
+    assert json.loads((out / "plan.json").read_text())["run"]["ray"]["address"] == "auto"
+
+
+def test_a_deadline_stops_every_actor_and_every_position_is_accounted_once(ray_instance, tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"SLOW {i}") for i in range(10)])
+    out = tmp_path / "o"
+    summary = asyncio.run(_run_ray(wl, ["a:forward:c2", "b:forward:c2"], out, 2, stop_new_after_s=2.5))
+    recs = _records(out)
+    assert sorted((r["phase"], r["position"]) for r in recs) == [(p, i) for p in "ab" for i in range(10)]
+    a, b = summary["phases"]
+    assert a["sent"] + a["not_sent"] == 10 and a["not_sent"] >= 1
+    assert b["sent"] == 0 and b["deferred"] is True
+    assert summary["aborted"]["reason"] == "deadline"
+    assert {r["error"] for r in recs if not r["sent"]} == {"deadline"}
+
+
+def test_open_loop_is_one_schedule_across_actors(ray_instance, tmp_path):
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(12)])
+    out = tmp_path / "o"
+    asyncio.run(_run_ray(wl, ["o:forward:c4:r40:poisson3"], out, 2))
+    offsets = [item["intended_ns"] for item in json.loads((out / "plan.json").read_text())["phases"][0]["sequence"]]
+    recs = _records(out)
+    assert {r["worker"] for r in recs} == {0, 1}
+    t0 = recs[0]["t_intended_ns"] - offsets[0]
+    assert [r["t_intended_ns"] - t0 for r in recs] == offsets
+
+
+@pytest.mark.slow
+def test_cli_connects_to_a_ray_address_and_keeps_counters_on_worker_0(ray_instance, tmp_path):
+    """A second driver (a new process) joins the running instance by its GCS address."""
+    wl = write_chat_workload(tmp_path / "wl", [("You are terse. " * 30, f"q{i}?") for i in range(6)])
+    out = tmp_path / "o"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvreplay", "run", str(wl), "--target", "sim", "--sim-time-scale", "0",
+         "--phase", "prime:forward:c1", "--phase", "load:forward:c2", "--workers", "2",
+         "--ray", ray_instance, "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    prime, load = summary["phases"]
+    assert prime["ok"] == 6 and load["ok"] == 6 and summary["ray"]["address"] == ray_instance
+    assert prime["attribution"] == "per_request" and load["attribution"] == "phase_only"
+    recs = _records(out)
+    assert {r["worker"] for r in recs if r["phase"] == "prime"} == {0}  # C1: worker 0 holds the one slot
+    assert all(r["counter_delta"] is not None for r in recs if r["phase"] == "prime")
+    assert load["tokens"]["cached"] > 0  # the prime phase left the shared prefix in the cache
+
+
+def test_without_ray_the_flag_is_a_clean_error(tmp_path, monkeypatch, capsys):
+    wl = write_chat_workload(tmp_path / "wl", [("s", "q")])
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    rc = main(["run", str(wl), "--phase", "a:forward:c1", "--ray", "auto", "--workers", "2",
+               "--out", str(tmp_path / "o"), "--quiet"])
+    assert rc == 2
+    assert "kvreplay[ray]" in capsys.readouterr().err
