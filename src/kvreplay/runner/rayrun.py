@@ -8,8 +8,9 @@ Ray, so workers may sit on any host of a Ray cluster:
   slot that frees asks it for the next one (``claim``; one actor call, about
   1-3 ms on one host, spent between a slot's requests and never inside a
   measured latency) and stamps its send time on its own host when the answer
-  arrives. Sends therefore follow ``position`` in claim order, as in one
-  process; there is never a static split. Once the run stops (deadline, abort,
+  arrives. Claims are answered in ``position`` order, as in one process
+  (never a static split); two actors' send stamps can invert by the answer's
+  transit (well under 1 ms on one host), where ``--workers`` stamps under the lock. Once the run stops (deadline, abort,
   interrupt), the next claim of a phase returns all its remaining positions at
   once, and they are recorded as not sent.
 - **Phase boundaries.** All workers meet at the coordinator's barrier before a
@@ -103,6 +104,7 @@ class Coordinator:
         self.next = [0] * len(lengths)
         self.workers = workers
         self.reason = ""
+        self.cancel = False
         self.broken = False
         self.arrived: dict[str, int] = {}
         self.events: dict[str, asyncio.Event] = {}
@@ -123,9 +125,15 @@ class Coordinator:
         if not self.reason:
             self.reason = reason or "stop"
 
-    async def state(self) -> str:
-        """The stop reason, '' while running."""
-        return self.reason
+    async def state(self) -> tuple[str, bool]:
+        """The stop reason ('' while running) and whether requests in flight are to be cancelled."""
+        return self.reason, self.cancel
+
+    async def cancel_in_flight(self) -> None:
+        """Second interrupt: every worker cancels its requests in flight (each still gets a record)."""
+        self.cancel = True
+        if not self.reason:
+            self.reason = "interrupt"
 
     async def barrier(self, key: str) -> bool:
         """Wait until every worker arrived at ``key``; False when the barrier was broken."""
@@ -152,31 +160,54 @@ class Coordinator:
 class _Claims:
     """Async iterator of ``(position, (body_index, repetition))`` claimed from the coordinator.
 
-    Several slots of one worker await it at once; each call is one claim.
+    Several slots of one worker await it at once; each call is one claim. A claim
+    whose slot is cancelled while waiting for the answer (second interrupt, hard
+    deadline) is kept: its positions join the queue that the runner drains into
+    not-sent records, so no position is lost.
     """
 
     def __init__(self, run: _RayWorkerRun, phase_index: int, seq: list) -> None:
         self.run, self.i, self.seq = run, phase_index, seq
         self.rest: collections.deque[int] = collections.deque()
+        self.orphans: set[asyncio.Future] = set()
         self.done = False
 
     def __aiter__(self) -> _Claims:
         return self
 
     async def __anext__(self) -> tuple[int, Any]:
-        if self.rest:
-            p = self.rest.popleft()
-            return p, self.seq[p]
-        if self.done:
-            raise StopAsyncIteration
-        a, b, reason = await self.run.coord.claim.remote(self.i)
-        self.run.note_reason(reason)
+        while True:
+            if self.rest:
+                p = self.rest.popleft()
+                return p, self.seq[p]
+            if self.orphans:
+                await asyncio.gather(*self.orphans, return_exceptions=True)
+                continue
+            if self.done:
+                raise StopAsyncIteration
+            claim = asyncio.ensure_future(_awaitable(self.run.coord.claim.remote(self.i)))
+            try:
+                a, b, reason = await asyncio.shield(claim)
+            except asyncio.CancelledError:
+                self.orphans.add(claim)
+                claim.add_done_callback(self._adopt)
+                raise
+            self.run.note_reason(reason)
+            if a >= b:
+                self.done = True
+                raise StopAsyncIteration
+            self.run.claim_ns = now_ns()
+            self.rest.extend(range(a + 1, b))
+            return a, self.seq[a]
+
+    def _adopt(self, claim: asyncio.Future) -> None:
+        self.orphans.discard(claim)
+        if claim.cancelled() or claim.exception() is not None:
+            return
+        a, b, _ = claim.result()
         if a >= b:
             self.done = True
-            raise StopAsyncIteration
-        self.run.claim_ns = now_ns()
-        self.rest.extend(range(a + 1, b))
-        return a, self.seq[a]
+        self.rest.extend(range(a, b))
 
 
 class _RayWorkerRun(_WorkerRun):
@@ -185,6 +216,7 @@ class _RayWorkerRun(_WorkerRun):
     def __init__(self, *args: Any, coord: Any, **kw: Any) -> None:
         super().__init__(*args, shared=None, **kw)
         self.coord = coord
+        self.cancelled = False
         self.starts: dict[int, int] = {}
 
     def positions(self, phase: Phase) -> Any:  # noqa: D102
@@ -204,7 +236,7 @@ class _RayWorkerRun(_WorkerRun):
             # One schedule for open-loop phases: the first proposal, in this host's clock.
             rel = await self.coord.phase_start.remote(i, now_ns() - self.clock.origin_ns)
             self.starts[i] = self.clock.origin_ns + rel
-        self.note_reason(await self.coord.state.remote())
+        self.note_state(*await self.coord.state.remote())
 
     def request_abort(self, reason: str, message: str) -> None:  # noqa: D102
         first = self.abort is None
@@ -217,13 +249,20 @@ class _RayWorkerRun(_WorkerRun):
         if reason and not self.stop_new:
             self._peer_stop(f"stopped by another worker: {reason}", reason)
 
+    def note_state(self, reason: str, cancel: bool) -> None:
+        """Apply the coordinator's state: stop new sends; cancel those in flight on a second interrupt."""
+        self.note_reason(reason)
+        if cancel and not self.cancelled:
+            self.cancelled = True
+            self.cancel_in_flight("interrupt", "operator interrupt (signal), second")
+
     def _check_stop(self) -> None:
         pass  # the coordinator's state arrives with claims, barriers and the poller
 
     async def _poll_stop(self) -> None:
         while True:
             await asyncio.sleep(0.05)
-            self.note_reason(await self.coord.state.remote())
+            self.note_state(*await self.coord.state.remote())
 
 
 class WorkerActor:
@@ -402,7 +441,11 @@ async def execute_plan_ray(
 
 
 async def _gather(ray: Any, refs: list[Any], coord: Any) -> list[dict[str, Any]]:
-    """Every worker's payload; SIGINT/SIGTERM stop the run (first) or cancel the workers (second)."""
+    """Every worker's payload; SIGINT/SIGTERM stop new sends (first) or cancel those in flight (second).
+
+    Either way each worker still writes its records and returns its payload, so the run
+    directory is complete.
+    """
     loop = asyncio.get_running_loop()
     interrupts = {"n": 0}
 
@@ -411,8 +454,7 @@ async def _gather(ray: Any, refs: list[Any], coord: Any) -> list[dict[str, Any]]
         if interrupts["n"] == 1:
             coord.stop.remote("interrupt")
         else:
-            for r in refs:
-                ray.cancel(r)
+            coord.cancel_in_flight.remote()
 
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
