@@ -65,3 +65,28 @@ class SlowSSE(asyncio.Protocol):
             p = line + b"\n\n"
             self.t.write(b"%x\r\n%s\r\n" % (len(p), p))
         self.t.write(b"0\r\n\r\n")
+
+
+def interleave_scenario(tmp_path: Path) -> tuple[Path, Path]:
+    """A workload of 4 prefix groups and a plan.toml: forward, grouped (by-prefix), and
+    grouped with an unrelated workload interleaved every 2nd request (3-entry cache)."""
+    bodies = [
+        (f"group {i % 4} system block: " + "alpha beta gamma " * (20 + i % 4), f"member {i // 4} of {i % 4}")
+        for i in range(16)
+    ]
+    wl = write_chat_workload(tmp_path / "wl", bodies)
+    other = write_chat_workload(
+        tmp_path / "other", [(f"unrelated system {j}: " + "river stone " * 15, f"u{j}") for j in range(8)]
+    )
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[phase]]\nname = "forward"\nreset = true\n\n'
+        '[[phase]]\nname = "grouped"\norder = "by-prefix"\nreset = true\n\n'
+        f'[[phase]]\nname = "mixed"\norder = "by-prefix"\nreset = true\n'
+        f'interleave = {{workload = "{other}", every = 2}}\n'
+    )
+    return wl, plan
+
+
+INTERLEAVE_SIM = ["--target", "sim", "--sim-time-scale", "0", "--sim-cache-entries", "3", "--sim-snapshots", "2"]
+"""Simulator flags of :func:`interleave_scenario` (hits: forward 0, grouped 12, mixed 8)."""

@@ -20,51 +20,15 @@ from __future__ import annotations
 
 import json
 
-from helpers import write_chat_workload
+from helpers import INTERLEAVE_SIM, interleave_scenario
 
 from kvreplay.cli import main
 
 
 def test_grouped_order_loses_hits_when_interleaved(tmp_path):
-    bodies = [
-        (
-            f"group {i % 4} system block: " + "alpha beta gamma " * (20 + i % 4),
-            f"member {i // 4} of {i % 4}",
-        )
-        for i in range(16)
-    ]
-    wl = write_chat_workload(tmp_path / "wl", bodies)
-    other = write_chat_workload(
-        tmp_path / "other",
-        [(f"unrelated system {j}: " + "river stone " * 15, f"u{j}") for j in range(8)],
-    )
-    plan = tmp_path / "plan.toml"
-    plan.write_text(
-        '[[phase]]\nname = "forward"\nreset = true\n\n'
-        '[[phase]]\nname = "grouped"\norder = "by-prefix"\nreset = true\n\n'
-        f'[[phase]]\nname = "mixed"\norder = "by-prefix"\nreset = true\n'
-        f'interleave = {{workload = "{other}", every = 2}}\n'
-    )
+    wl, plan = interleave_scenario(tmp_path)
     out = tmp_path / "run"
-    rc = main(
-        [
-            "run",
-            str(wl),
-            "--plan",
-            str(plan),
-            "--target",
-            "sim",
-            "--sim-time-scale",
-            "0",
-            "--sim-cache-entries",
-            "3",
-            "--sim-snapshots",
-            "2",
-            "--out",
-            str(out),
-            "--quiet",
-        ]
-    )
+    rc = main(["run", str(wl), "--plan", str(plan), *INTERLEAVE_SIM, "--out", str(out), "--quiet"])
     assert rc == 0
     phases = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["phases"]}
     hits = {n: p["counter_delta"]["hits"] for n, p in phases.items()}

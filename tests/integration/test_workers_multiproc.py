@@ -5,7 +5,7 @@ import json
 
 import pytest
 from helpers import SlowSSE as _Slow
-from helpers import write_chat_workload
+from helpers import INTERLEAVE_SIM, interleave_scenario, write_chat_workload
 
 from kvreplay.cli import main
 from kvreplay.metrics.histograms import LatencySet
@@ -152,3 +152,16 @@ def test_open_loop_is_one_schedule_across_workers(tmp_path):
     assert [r["t_intended_ns"] - t0 for r in recs] == offsets  # one phase start for both processes
     ph = summary["phases"][0]
     assert ph["client"]["timed_sends"] == 16 and ph["queue_ms"]["n"] == 16
+
+
+@pytest.mark.slow
+def test_interleaved_workloads_run_in_worker_processes(tmp_path):
+    """The same plan as one process (test_ab_mitigation_sim) gives the same hits with 2 workers:
+    at C1 worker 0 holds the one slot; the interleaved bodies are appended in every worker."""
+    wl, plan = interleave_scenario(tmp_path)
+    out = tmp_path / "o"
+    rc = main(["run", str(wl), "--plan", str(plan), *INTERLEAVE_SIM, "--workers", "2", "--out", str(out), "--quiet"])
+    assert rc == 0
+    phases = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["phases"]}
+    assert {n: p["counter_delta"]["hits"] for n, p in phases.items()} == {"forward": 0, "grouped": 12, "mixed": 8}
+    assert phases["mixed"]["ok"] == 24

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import SlowSSE, write_chat_workload
+from helpers import INTERLEAVE_SIM, SlowSSE, interleave_scenario, write_chat_workload
 
 from kvreplay.cli import main
 from kvreplay.metrics.histograms import LatencySet
@@ -233,6 +233,18 @@ def test_two_interrupts_cancel_in_flight_and_every_position_has_a_record(ray_ins
     assert sorted((r["phase"], r["position"]) for r in recs) == [(p, i) for p in "ab" for i in range(52)]
     assert any(r["status"] == "aborted" for r in recs)  # cancelled in flight, still recorded
     assert summary["phases"][1]["sent"] == 0
+
+
+def test_interleaved_workloads_ship_to_the_actors(ray_instance, tmp_path):
+    """Actors get the bound workload from the driver (interleaved bodies appended), not paths."""
+    wl, plan = interleave_scenario(tmp_path)
+    out = tmp_path / "o"
+    rc = main(["run", str(wl), "--plan", str(plan), *INTERLEAVE_SIM, "--workers", "2", "--ray", "auto",
+               "--out", str(out), "--quiet"])
+    assert rc == 0
+    phases = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["phases"]}
+    assert {n: p["counter_delta"]["hits"] for n, p in phases.items()} == {"forward": 0, "grouped": 12, "mixed": 8}
+    assert phases["mixed"]["ok"] == 24
 
 
 def test_without_ray_the_flag_is_a_clean_error(tmp_path, monkeypatch, capsys):

@@ -241,16 +241,12 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             require_ray()
             if args.workers < 1:
                 raise ConfigError("--workers must be at least 1", field="--workers")
-            if plan.bind(workload) is not workload:
-                raise ConfigError("--ray does not take interleaved workloads yet", field="--ray")
             summary = await execute_plan_ray(
                 plan, workload, opts, workers=args.workers, address=args.ray,
                 backend=(backend_name, url, args.profile), observer=observer)
         elif getattr(args, "workers", 1) > 1:
             from kvreplay.runner.multiproc import execute_plan_workers
 
-            if plan.bind(workload) is not workload:
-                raise ConfigError("--workers does not take interleaved workloads yet", field="--workers")
             summary = await execute_plan_workers(
                 plan, workload, opts, workers=args.workers, backend=(backend_name, url, args.profile),
                 observer=observer, max_body_bytes=args.max_body_bytes)

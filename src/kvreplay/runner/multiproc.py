@@ -30,7 +30,7 @@ share every phase's frozen sequence:
   is merged by ``metrics.selfmeasure.merge_client``.
 
 Not here: a live progress display (the coordinator reports each phase when it
-ends) and hosts beyond this one (``--ray`` is not implemented).
+ends). Hosts beyond this one: ``runner.rayrun`` (``--ray``).
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ async def _worker_async(
     wopts.out_dir.mkdir(parents=True, exist_ok=True)
     run = _WorkerRun(
         plan,
-        workload,
+        plan.bind(workload),  # with the bodies of interleaved workloads appended
         wopts,
         None,
         NullObserver(),

@@ -52,7 +52,7 @@ from typing import Any
 
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
-from kvreplay.plan import Phase, Plan, load_plan_json
+from kvreplay.plan import Phase, Plan
 from kvreplay.runner._runner import RunOptions, _Run, _write_json, plan_json_of
 from kvreplay.runner.multiproc import _WorkerRun, merge_run, run_worker, worker_options
 from kvreplay.runner.observer import NullObserver, RunObserver
@@ -280,18 +280,22 @@ class WorkerActor:
         index: int,
         workers: int,
         plan_bytes: bytes,
+        plan: Plan,
         workload: Workload,
         opts: RunOptions,
         backend: tuple[str, str, str | None] | None,
         coord: Any,
         driver: dict[str, Any],
     ) -> dict[str, Any]:
-        """Run worker ``index``'s share; the payload as :func:`run_worker` returns it, plus ``clock``."""
+        """Run worker ``index``'s share; the payload as :func:`run_worker` returns it, plus ``clock``.
+
+        ``plan`` and ``workload`` (already bound: interleaved bodies appended) come from
+        the driver, which checked them against plan.json: nothing is read from the
+        driver's paths here, which need not exist on this host.
+        """
         import orjson
 
         self.dir = Path(tempfile.mkdtemp(prefix=f"kvreplay-ray-w{index}-"))
-        (self.dir / "plan.json").write_bytes(plan_bytes)
-        plan, _ = load_plan_json(self.dir / "plan.json", workload)
         if driver["boot_id"] and driver["boot_id"] == boot_id():
             clock, how = RunClock(driver["origin_ns"], driver["wall_anchor_ns"]), "shared"
         else:
@@ -367,7 +371,8 @@ async def execute_plan_ray(
 
     Args:
         plan: The frozen plan.
-        workload: Its bodies (shipped to the actors through Ray's object store).
+        workload: Its bodies (shipped to the actors through Ray's object store, with those
+            of interleaved workloads appended).
         opts: Run options (as for ``execute_plan``); ``target_url`` must be reachable from every host.
         workers: Actors, >= 1 (each asks Ray for one CPU).
         address: What ``ray.init(address=...)`` takes, or ``local``.
@@ -409,9 +414,9 @@ async def execute_plan_ray(
         import orjson
 
         plan_bytes = (out / "plan.json").read_bytes()
-        wl_ref = ray.put(workload)
+        plan_ref, wl_ref = ray.put(plan), ray.put(plan.bind(workload))
         driver = {"origin_ns": clock.origin_ns, "wall_anchor_ns": clock.wall_anchor_ns, "boot_id": boot_id()}
-        refs = [a.run.remote(i, workers, plan_bytes, wl_ref, opts, backend, coord, driver)
+        refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend, coord, driver)
                 for i, a in enumerate(actors)]
         payloads = await _gather(ray, refs, coord)
         plan_json = orjson.loads(plan_bytes)
