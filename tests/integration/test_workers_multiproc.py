@@ -4,8 +4,8 @@ import asyncio
 import json
 
 import pytest
-from helpers import SlowSSE as _Slow
 from helpers import INTERLEAVE_SIM, interleave_scenario, write_chat_workload
+from helpers import SlowSSE as _Slow
 
 from kvreplay.cli import main
 from kvreplay.metrics.histograms import LatencySet
