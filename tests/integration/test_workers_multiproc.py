@@ -120,6 +120,8 @@ def test_cli_workers_against_the_simulator_keeps_counters_on_worker_0(tmp_path):
         0
     }  # C1: worker 0 holds the one slot
     assert load["counter_delta"] is not None
+    # every worker's records name the phase's attribution, not only worker 0's
+    assert {r["attribution"] for r in recs if r["phase"] == "load"} == {"phase_only"}
 
 
 def test_a_deadline_in_one_worker_stops_all_and_every_position_is_accounted(tmp_path):
@@ -136,7 +138,7 @@ def test_a_deadline_in_one_worker_stops_all_and_every_position_is_accounted(tmp_
     a, b = summary["phases"]
     assert a["sent"] + a["not_sent"] == 12 and a["not_sent"] >= 1
     assert b["sent"] == 0 and b["deferred"] is True
-    assert summary["aborted"]["reason"] == "deadline"
+    assert summary["aborted"] == {"reason": "deadline", "message": "no new requests after 2.5 s"}
     assert {r["error"] for r in recs if not r["sent"]} == {"deadline"}
 
 

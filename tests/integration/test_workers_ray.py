@@ -142,7 +142,7 @@ def test_a_deadline_stops_every_actor_and_every_position_is_accounted_once(ray_i
     a, b = summary["phases"]
     assert a["sent"] + a["not_sent"] == 10 and a["not_sent"] >= 1
     assert b["sent"] == 0 and b["deferred"] is True
-    assert summary["aborted"]["reason"] == "deadline"
+    assert summary["aborted"] == {"reason": "deadline", "message": "no new requests after 2.5 s"}
     assert {r["error"] for r in recs if not r["sent"]} == {"deadline"}
 
 
@@ -195,7 +195,11 @@ def test_cli_connects_to_a_ray_address_and_keeps_counters_on_worker_0(ray_instan
     recs = _records(out)
     assert {r["worker"] for r in recs if r["phase"] == "prime"} == {0}  # C1: worker 0 holds the one slot
     assert all(r["counter_delta"] is not None for r in recs if r["phase"] == "prime")
-    assert load["tokens"]["cached"] > 0  # the prime phase left the shared prefix in the cache
+    assert {r["attribution"] for r in recs if r["phase"] == "load"} == {"phase_only"}  # every worker
+    assert load["tokens"]["cached"] > 0
+    # The reports the CLI leaves say where each worker ran and with which clock.
+    assert "w1@" in (out / "report.md").read_text() and "host clock" in (out / "report.md").read_text()
+    assert "(shared clock)" in (out / "report.html").read_text()  # the prime phase left the shared prefix in the cache
 
 
 @pytest.mark.slow
@@ -229,6 +233,7 @@ def test_two_interrupts_cancel_in_flight_and_every_position_has_a_record(ray_ins
     assert proc.returncode == 3, err[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["aborted"]["reason"] == "interrupt"
+    assert summary["aborted"]["message"].startswith("operator interrupt (signal)")
     recs = _records(out)
     assert sorted((r["phase"], r["position"]) for r in recs) == [(p, i) for p in "ab" for i in range(52)]
     assert any(r["status"] == "aborted" for r in recs)  # cancelled in flight, still recorded
@@ -254,3 +259,29 @@ def test_without_ray_the_flag_is_a_clean_error(tmp_path, monkeypatch, capsys):
                "--out", str(tmp_path / "o"), "--quiet"])
     assert rc == 2
     assert "kvreplay[ray]" in capsys.readouterr().err
+
+
+def test_an_address_nothing_listens_at_is_a_quick_clean_error(tmp_path):
+    """ray.init retries an unreachable GCS without end; kvreplay checks the address first."""
+    import socket
+    import time
+
+    from kvreplay.errors import ConfigError
+    from kvreplay.runner.rayrun import check_address
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(ConfigError, match="cannot reach Ray"):
+        check_address(f"127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match="give auto, local"):
+        check_address("nonsense")
+    wl = write_chat_workload(tmp_path / "wl", [("s", "q")])
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvreplay", "run", str(wl), "--phase", "a:forward:c1", "--workers", "2",
+         "--ray", f"ray://127.0.0.1:{port}", "--out", str(tmp_path / "o"), "--quiet"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2 and "cannot reach Ray" in proc.stderr
+    assert time.monotonic() - t0 < 30

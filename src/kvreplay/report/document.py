@@ -22,6 +22,7 @@ from kvreplay.report.cells import Cell, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
+from kvreplay.report.markdown import ray_line
 from kvreplay.report.sections import (
     Table,
     counter_table,
@@ -116,6 +117,10 @@ def build(run: RunData) -> Report:
         ]
     if s.get("wall_s") is not None:
         rep.header.append(("wall time", f"{s['wall_s']:.1f} s"))
+    if s.get("workers"):
+        rep.header.append(("workers", f"{s['workers']} ({'Ray actors' if s.get('ray') else 'processes'})"))
+    if line := ray_line(s):
+        rep.banners.append(line)
     if s.get("aborted"):
         ab = s["aborted"]
         rep.banners.append(

@@ -63,6 +63,15 @@ def render_table(summary: dict[str, Any]) -> str:
     return out
 
 
+def ray_line(summary: dict[str, Any]) -> str | None:
+    """Where each worker of a ``--ray`` run ran, with which clock; None for other runs."""
+    ray = summary.get("ray")
+    if not ray:
+        return None
+    where = ", ".join(f"w{h['worker']}@{h['host']} ({h.get('clock', '?')} clock)" for h in ray.get("hosts", []))
+    return f"Ray `{ray.get('address')}`: {where}. {ray.get('clock_note', '')}".rstrip()
+
+
 def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None) -> str:
     """The whole report.md: header, the table, invalid phases and the abort reason."""
     out = ["# kvreplay run", ""]
@@ -74,11 +83,8 @@ def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None)
             f"`{run.get('backend')}` · accountant `{run.get('implementation')}`"
         )
         out.append("")
-    if summary.get("ray"):
-        ray = summary["ray"]
-        where = ", ".join(f"w{h['worker']}@{h['host']} ({h.get('clock', '?')} clock)" for h in ray.get("hosts", []))
-        out.append(f"Ray `{ray.get('address')}`: {where}. {ray.get('clock_note', '')}")
-        out.append("")
+    if line := ray_line(summary):
+        out += [line, ""]
     out.append(render_table(summary))
     for ph in summary.get("phases", []):
         if not ph.get("valid", True):

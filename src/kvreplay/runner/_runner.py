@@ -74,6 +74,8 @@ class RunOptions:
         keepalive_timeout_s: Close pooled idle connections after this long (s), under
             the servers' own idle limits (llama.cpp closes at 5 s, field case B11).
         quiet: No progress lines.
+        elapsed_before_s: Seconds of the run gone before these options took effect (a
+            worker's deadlines are shortened by it); added back in the deadline messages.
     """
 
     target_url: str
@@ -97,6 +99,7 @@ class RunOptions:
     monitor_interval_s: float = 1.0
     keepalive_timeout_s: float = 2.0
     quiet: bool = False
+    elapsed_before_s: float = 0.0
 
 
 class RecordWriter:
@@ -133,6 +136,7 @@ class _Run:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
         self.clock = clock or RunClock.start()
         self.claim_ns: int | None = None
+        self.counters_elsewhere = False  # a peer worker reads this run's counters (--workers, --ray)
         self.lag_hists: dict[str, Any] = {}
         self.stop_new = False
         self.abort: dict[str, str] | None = None
@@ -375,7 +379,8 @@ class _Run:
             st.invalid_reasons.append("fresh required but the backend reports no counters")
         per_req = (be is not None and spec.concurrency == 1 and self.opts.per_request_counters
                    and phase.intended_ns is None)
-        attribution = "per_request" if per_req else ("phase_only" if be is not None else "none")
+        counted = be is not None or self.counters_elsewhere
+        attribution = "per_request" if per_req else ("phase_only" if counted else "none")
         st.attribution = attribution
         self.last_snap = before
         url = self.opts.target_url.rstrip("/")
@@ -595,10 +600,10 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
     timers = []
     if opts.stop_new_after_s is not None:
         timers.append(loop.call_later(opts.stop_new_after_s, run.request_abort, "deadline",
-                                      f"no new requests after {opts.stop_new_after_s:g} s"))
+                                      f"no new requests after {opts.stop_new_after_s + opts.elapsed_before_s:g} s"))
     if opts.hard_deadline_s is not None:
         timers.append(loop.call_later(opts.hard_deadline_s, run.cancel_in_flight, "hard_deadline",
-                                      f"hard deadline of {opts.hard_deadline_s:g} s"))
+                                      f"hard deadline of {opts.hard_deadline_s + opts.elapsed_before_s:g} s"))
 
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -80,6 +80,13 @@ _WORKER0_FIELDS = (
 )
 
 
+def peer_stop_message(reason: str) -> str:
+    """The abort message of a worker stopped by the coordinator or a peer for ``reason``."""
+    if reason == "interrupt":
+        return "operator interrupt (signal), relayed to every worker: finishing requests in flight"
+    return f"stopped by another worker: {reason}"
+
+
 def slots_of(concurrency: int, workers: int, index: int) -> int:
     """Slots worker ``index`` of ``workers`` holds at ``concurrency`` (they sum to it)."""
     return concurrency // workers + (1 if index < concurrency % workers else 0)
@@ -164,7 +171,7 @@ class _WorkerRun(_Run):
     def _check_stop(self) -> None:
         if self.shared.stop.value and not self.stop_new:
             reason = self.shared.reason.value.decode(errors="replace")
-            self._peer_stop(f"stopped by another worker: {reason}", reason)
+            self._peer_stop(peer_stop_message(reason), reason)
 
     def _peer_stop(self, message: str, reason: str) -> None:
         if self.abort is None:
@@ -209,6 +216,7 @@ def worker_options(opts: RunOptions, out_dir: Path, elapsed_s: float) -> RunOpti
         hard_deadline_s=None
         if opts.hard_deadline_s is None
         else max(0.0, opts.hard_deadline_s - elapsed_s),
+        elapsed_before_s=elapsed_s,
     )
 
 
@@ -226,6 +234,7 @@ async def run_worker(
     The payload's ``records`` is the path of the worker's records.jsonl.
     """
     factory = None
+    run.counters_elsewhere = index != 0 and backend is not None and backend[0] != "none"
     if index == 0 and backend is not None and backend[0] != "none":
         name, url, profile = backend
 

@@ -54,11 +54,11 @@ from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Phase, Plan
 from kvreplay.runner._runner import RunOptions, _Run, _write_json, plan_json_of
-from kvreplay.runner.multiproc import _WorkerRun, merge_run, run_worker, worker_options
+from kvreplay.runner.multiproc import _WorkerRun, merge_run, peer_stop_message, run_worker, worker_options
 from kvreplay.runner.observer import NullObserver, RunObserver
 from kvreplay.workload import Workload
 
-__all__ = ["RAY_HINT", "execute_plan_ray", "require_ray"]
+__all__ = ["RAY_HINT", "check_address", "execute_plan_ray", "require_ray"]
 
 RAY_HINT = "pip install 'kvreplay[ray]'"
 """How to get the optional Ray dependency."""
@@ -247,7 +247,7 @@ class _RayWorkerRun(_WorkerRun):
     def note_reason(self, reason: str) -> None:
         """Stop new sends here when the coordinator says the run stopped."""
         if reason and not self.stop_new:
-            self._peer_stop(f"stopped by another worker: {reason}", reason)
+            self._peer_stop(peer_stop_message(reason), reason)
 
     def note_state(self, reason: str, cancel: bool) -> None:
         """Apply the coordinator's state: stop new sends; cancel those in flight on a second interrupt."""
@@ -326,10 +326,31 @@ class WorkerActor:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def check_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``--ray`` address nothing listens at (``ray.init`` retries without end).
+
+    ``auto`` and ``local`` are not checked here; ``HOST:PORT`` and ``ray://HOST:PORT`` get
+    one TCP connect.
+
+    Raises:
+        ConfigError: malformed address, or the connect failed within ``timeout_s``.
+    """
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray {address!r}: give auto, local, HOST:PORT or ray://HOST:PORT", field="--ray")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach Ray at {address!r}: {exc}", field="--ray") from exc
+
+
 def _init_ray(ray: Any, address: str, workers: int) -> bool:
     """Connect to (or start) Ray; True when this call did, so the caller shuts it down."""
     if ray.is_initialized():
         return False
+    check_address(address)
     kw: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False, "configure_logging": False}
     env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith("KVREPLAY_")}}
     try:
@@ -338,8 +359,9 @@ def _init_ray(ray: Any, address: str, workers: int) -> bool:
                      runtime_env=env, **kw)
         else:
             ray.init(address=address, runtime_env=env, **kw)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"cannot connect to Ray at {address!r}: {exc}", field="--ray") from exc
+    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (connection, auth, version mismatch)
+        raise ConfigError(f"cannot connect to Ray at {address!r}: {type(exc).__name__}: {exc}",
+                          field="--ray") from exc
     return True
 
 
@@ -392,19 +414,23 @@ async def execute_plan_ray(
     ray = require_ray()
     started = _init_ray(ray, address, workers)
     out = opts.out_dir
-    out.mkdir(parents=True, exist_ok=True)
     obs = observer or NullObserver()
     actors: list[Any] = []
     try:
         coord = ray.remote(num_cpus=0)(Coordinator).remote([len(p.sequence) for p in plan.phases], workers)
         actor_cls = ray.remote(num_cpus=1)(WorkerActor)
         actors = [actor_cls.remote() for _ in range(workers)]
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if cpus < workers:
+            obs.on_message(f"waiting up to {PLACE_TIMEOUT_S:g} s for Ray to place {workers} workers "
+                           f"(1 CPU each; the cluster has {cpus:g} now)")
         try:
             places = await asyncio.wait_for(asyncio.gather(*(a.where.remote() for a in actors)), PLACE_TIMEOUT_S)
         except TimeoutError:
             cpus = ray.cluster_resources().get("CPU", 0)
             raise ConfigError(f"Ray did not start {workers} worker actors within {PLACE_TIMEOUT_S:g} s "
                               f"(each takes 1 CPU; the cluster has {cpus:g})", field="--workers") from None
+        out.mkdir(parents=True, exist_ok=True)
         clock = RunClock.start()
         hosts = [{"worker": i, "host": p["host"], "pid": p["pid"]} for i, p in enumerate(places)]
         ray_block = {"address": address, "hosts": hosts}
