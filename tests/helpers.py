@@ -90,3 +90,21 @@ def interleave_scenario(tmp_path: Path) -> tuple[Path, Path]:
 
 INTERLEAVE_SIM = ["--target", "sim", "--sim-time-scale", "0", "--sim-cache-entries", "3", "--sim-snapshots", "2"]
 """Simulator flags of :func:`interleave_scenario` (hits: forward 0, grouped 12, mixed 8)."""
+
+
+class TimedObserver:
+    """A run observer noting every hook call with ``time.monotonic()``: ``(t, name, *args)``."""
+
+    def __init__(self):
+        import time
+
+        self._now = time.monotonic
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        if not name.startswith("on_"):
+            raise AttributeError(name)
+        return lambda *a: self.calls.append((self._now(), name, *a))
+
+    def times(self, name: str) -> list[float]:
+        return [c[0] for c in self.calls if c[1] == name]

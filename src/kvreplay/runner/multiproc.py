@@ -29,8 +29,12 @@ share every phase's frozen sequence:
   each with its ``worker``. Counts and tokens add up; client self-measurement
   is merged by ``metrics.selfmeasure.merge_client``.
 
-Not here: a live progress display (the coordinator reports each phase when it
-ends). Hosts beyond this one: ``runner.rayrun`` (``--ray``).
+- **Live display.** Each worker batches its display events (phase starts,
+  request starts, slim records, drains, notices) and sends them to the
+  coordinator every 0.25 s on the results queue (``observer.ForwardingObserver``),
+  which replays them into the run's observer; phase ends are told at the merge.
+
+Hosts beyond this one: ``runner.rayrun`` (``--ray``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from kvreplay.metrics.selfmeasure import merge_client, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan, load_plan_json
 from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, plan_json_of
-from kvreplay.runner.observer import NullObserver, RunObserver
+from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload, load_workload
 
 __all__ = ["execute_plan_workers", "merge_run", "run_worker", "slots_of", "worker_options"]
@@ -244,9 +248,13 @@ async def run_worker(
             nm = await detect(url, session) if name == "auto" else name
             return make_backend(nm, url, session, profile=profile)
 
+    flusher = asyncio.ensure_future(_flush_every(run.obs)) if isinstance(run.obs, ForwardingObserver) else None
     try:
         summary = await _execute(run, plan_json, factory)
     finally:
+        if flusher is not None:
+            flusher.cancel()
+            run.obs.flush()
         poller = getattr(run, "poller", None)
         if poller is not None:
             poller.cancel()
@@ -263,6 +271,12 @@ async def run_worker(
     }
 
 
+async def _flush_every(obs: ForwardingObserver, interval_s: float = 0.25) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        obs.flush()
+
+
 async def _worker_async(
     index: int,
     workers: int,
@@ -274,6 +288,7 @@ async def _worker_async(
     shared: _Shared,
     origin_ns: int,
     wall_anchor_ns: int,
+    progress: Any,
 ) -> dict[str, Any]:
     workload = load_workload(workload_path, max_body_bytes=max_body_bytes)
     plan, _ = load_plan_json(plan_path, workload)
@@ -286,7 +301,7 @@ async def _worker_async(
         plan.bind(workload),  # with the bodies of interleaved workloads appended
         wopts,
         None,
-        NullObserver(),
+        NullObserver() if progress is None else ForwardingObserver(lambda ev: progress.put({"progress": ev})),
         RunClock(origin_ns, wall_anchor_ns),
         index=index,
         workers=workers,
@@ -313,6 +328,7 @@ def _worker_main(
     origin_ns: int,
     wall_anchor_ns: int,
     results: Any,
+    live: bool,
 ) -> None:
     try:
         try:
@@ -333,6 +349,7 @@ def _worker_main(
                 shared,
                 origin_ns,
                 wall_anchor_ns,
+                results if live else None,
             )
         )
     except BaseException:  # noqa: BLE001 - reported to the coordinator, which fails the run
@@ -404,6 +421,7 @@ async def execute_plan_workers(
                 clock.origin_ns,
                 clock.wall_anchor_ns,
                 results,
+                type(obs) is not NullObserver,
             ),
         )
         for i in range(workers)
@@ -412,6 +430,7 @@ async def execute_plan_workers(
         p.start()
     loop = asyncio.get_running_loop()
     payloads: dict[int, dict[str, Any]] = {}
+    phases_seen: set[str] = set()
     interrupts = {"n": 0}
 
     def on_signal() -> None:
@@ -444,6 +463,9 @@ async def execute_plan_workers(
                     raise RuntimeError(
                         f"worker processes exited without a result ({len(payloads)}/{workers})"
                     ) from None
+                continue
+            if "progress" in item:
+                replay_events(item["progress"], obs, phases_seen)
                 continue
             if "error" in item:
                 shared.barrier.abort()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-__all__ = ["NullObserver", "PlainObserver", "RunObserver"]
+__all__ = ["ForwardingObserver", "NullObserver", "PlainObserver", "RunObserver", "replay_events", "slim_record"]
 
 
 class RunObserver(Protocol):
@@ -93,3 +93,79 @@ class PlainObserver(NullObserver):
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
+
+
+_SLIM_KEYS = ("phase", "position", "sent", "status", "ttft_ns", "error", "worker")
+
+
+def slim_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record keys a live display reads (``ProgressState.record``), for sending between processes."""
+    out = {k: rec.get(k) for k in _SLIM_KEYS}
+    out["usage"] = {"cached_tokens": (rec.get("usage") or {}).get("cached_tokens")}
+    return out
+
+
+class ForwardingObserver(NullObserver):
+    """A worker's observer (``--workers``, ``--ray``): queues its events for the coordinator's display.
+
+    Events are tuples: ``("phase", name, planned, concurrency)``, ``("start", phase,
+    position)``, ``("rec", slim_record)``, ``("drain", phase, result)``, ``("msg", text)``.
+    ``flush()`` hands the queued list to ``send`` (the worker calls it every 0.25 s and at
+    each phase end), so a worker pays one message per interval, not one per request.
+
+    Args:
+        send: Called with a non-empty list of events.
+    """
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.events: list[tuple] = []
+
+    def flush(self) -> None:
+        """Send the queued events, if any."""
+        if self.events:
+            events, self.events = self.events, []
+            self.send(events)
+
+    def on_phase_start(self, name: str, planned: int, concurrency: int) -> None:  # noqa: D102
+        self.events.append(("phase", name, planned, concurrency))
+
+    def on_request_start(self, phase: str, position: int) -> None:  # noqa: D102
+        self.events.append(("start", phase, position))
+
+    def on_record(self, rec: dict[str, Any]) -> None:  # noqa: D102
+        self.events.append(("rec", slim_record(rec)))
+
+    def on_drain(self, phase: str, result: dict[str, Any]) -> None:  # noqa: D102
+        self.events.append(("drain", phase, result))
+
+    def on_message(self, text: str) -> None:  # noqa: D102
+        self.events.append(("msg", text))
+
+    def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
+        self.flush()
+
+    def on_run_end(self, summary: dict[str, Any]) -> None:  # noqa: D102
+        self.flush()
+
+
+def replay_events(events: list[tuple], obs: RunObserver, phases_seen: set[str]) -> None:
+    """Hand a worker's forwarded events to the coordinator's observer.
+
+    A phase start is told once (the first worker to report it); phase ends come from
+    the merge, where the phase's figures are known.
+    """
+    for ev in events:
+        kind = ev[0]
+        if kind == "phase":
+            if ev[1] not in phases_seen:
+                phases_seen.add(ev[1])
+                obs.on_phase_start(ev[1], ev[2], ev[3])
+        elif kind == "start":
+            obs.on_request_start(ev[1], ev[2])
+        elif kind == "rec":
+            obs.on_record(ev[1])
+        elif kind == "drain":
+            obs.on_drain(ev[1], ev[2])
+        elif kind == "msg":
+            obs.on_message(ev[1])

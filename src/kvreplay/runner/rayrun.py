@@ -55,7 +55,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.plan import Phase, Plan
 from kvreplay.runner._runner import RunOptions, _Run, _write_json, plan_json_of
 from kvreplay.runner.multiproc import _WorkerRun, merge_run, peer_stop_message, run_worker, worker_options
-from kvreplay.runner.observer import NullObserver, RunObserver
+from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload
 
 __all__ = ["RAY_HINT", "check_address", "execute_plan_ray", "require_ray"]
@@ -109,6 +109,16 @@ class Coordinator:
         self.arrived: dict[str, int] = {}
         self.events: dict[str, asyncio.Event] = {}
         self.starts: dict[int, int] = {}
+        self.display: list[tuple] = []
+
+    async def progress(self, events: list[tuple]) -> None:
+        """A worker's batch of live-display events (``observer.ForwardingObserver``)."""
+        self.display.extend(events)
+
+    async def take_progress(self) -> list[tuple]:
+        """The events received since the last call, in arrival order."""
+        events, self.display = self.display, []
+        return events
 
     async def claim(self, phase: int) -> tuple[int, int, str]:
         """Positions ``[a, b)`` for the caller and the stop reason ('' while running).
@@ -286,6 +296,7 @@ class WorkerActor:
         backend: tuple[str, str, str | None] | None,
         coord: Any,
         driver: dict[str, Any],
+        live: bool = False,
     ) -> dict[str, Any]:
         """Run worker ``index``'s share; the payload as :func:`run_worker` returns it, plus ``clock``.
 
@@ -303,8 +314,8 @@ class WorkerActor:
             clock, how = RunClock(now_ns() - since_ns, driver["wall_anchor_ns"]), "wall-aligned"
         wopts = worker_options(opts, self.dir / "out", (now_ns() - clock.origin_ns) / 1e9)
         wopts.out_dir.mkdir(parents=True)
-        run = _RayWorkerRun(plan, workload, wopts, None, NullObserver(), clock,
-                            index=index, workers=workers, coord=coord)
+        obs = ForwardingObserver(lambda ev: coord.progress.remote(ev)) if live else NullObserver()
+        run = _RayWorkerRun(plan, workload, wopts, None, obs, clock, index=index, workers=workers, coord=coord)
 
         def on_exit() -> None:
             if not run.broken:
@@ -442,9 +453,10 @@ async def execute_plan_ray(
         plan_bytes = (out / "plan.json").read_bytes()
         plan_ref, wl_ref = ray.put(plan), ray.put(plan.bind(workload))
         driver = {"origin_ns": clock.origin_ns, "wall_anchor_ns": clock.wall_anchor_ns, "boot_id": boot_id()}
-        refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend, coord, driver)
+        live = type(obs) is not NullObserver
+        refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend, coord, driver, live)
                 for i, a in enumerate(actors)]
-        payloads = await _gather(ray, refs, coord)
+        payloads = await _gather(ray, refs, coord, obs if live else None)
         plan_json = orjson.loads(plan_bytes)
         for i, (a, p) in enumerate(zip(actors, payloads, strict=True)):
             local = out / "workers" / f"w{i}" / "records.jsonl"
@@ -471,11 +483,12 @@ async def execute_plan_ray(
             ray.shutdown()
 
 
-async def _gather(ray: Any, refs: list[Any], coord: Any) -> list[dict[str, Any]]:
+async def _gather(ray: Any, refs: list[Any], coord: Any, obs: RunObserver | None) -> list[dict[str, Any]]:
     """Every worker's payload; SIGINT/SIGTERM stop new sends (first) or cancel those in flight (second).
 
     Either way each worker still writes its records and returns its payload, so the run
-    directory is complete.
+    directory is complete. With ``obs``, the workers' live-display events are taken from
+    the coordinator every 0.25 s and replayed into it.
     """
     loop = asyncio.get_running_loop()
     interrupts = {"n": 0}
@@ -497,8 +510,11 @@ async def _gather(ray: Any, refs: list[Any], coord: Any) -> list[dict[str, Any]]
     try:
         pending = {asyncio.ensure_future(_awaitable(r)): i for i, r in enumerate(refs)}
         done: dict[int, dict[str, Any]] = {}
+        seen: set[str] = set()
         while pending:
-            finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            finished, _ = await asyncio.wait(pending, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
+            if obs is not None:
+                replay_events(await coord.take_progress.remote(), obs, seen)
             for fut in finished:
                 i = pending.pop(fut)
                 try:
@@ -507,6 +523,8 @@ async def _gather(ray: Any, refs: list[Any], coord: Any) -> list[dict[str, Any]]
                     await coord.stop.remote("worker_exit")
                     await coord.break_barriers.remote()
                     raise RuntimeError(f"worker {i} failed:\n{exc}") from exc
+        if obs is not None:
+            replay_events(await coord.take_progress.remote(), obs, seen)
         return [done[i] for i in range(len(refs))]
     finally:
         for sig in installed:
