@@ -108,3 +108,35 @@ class TimedObserver:
 
     def times(self, name: str) -> list[float]:
         return [c[0] for c in self.calls if c[1] == name]
+
+
+def check_live_progress(tmp_path: Path, execute, **kw) -> None:
+    """Run 12 requests at C2 in 2 workers with ``execute`` (``execute_plan_workers`` or
+    ``execute_plan_ray``; ``kw`` joins its call). Position 0 takes 2 s (SlowSSE): the
+    other 11 records must reach the coordinator's observer while it waits."""
+    from kvreplay.plan import build_plan, parse_phase
+    from kvreplay.runner import RunOptions
+    from kvreplay.workload import load_workload
+
+    wl = write_chat_workload(tmp_path / "wl", [("s", "SLOW first")] + [("s", f"q{i}") for i in range(1, 12)])
+    obs = TimedObserver()
+
+    async def body():
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(SlowSSE, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        try:
+            w = load_workload(wl)
+            plan = build_plan(w, [parse_phase("a:forward:c2")])
+            opts = RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=tmp_path / "o", quiet=True)
+            return await execute(plan, w, opts, workers=2, observer=obs, **kw)
+        finally:
+            srv.close()
+
+    asyncio.run(body())
+    [(_, _, name, planned, conc)] = [c for c in obs.calls if c[1] == "on_phase_start"]
+    assert (name, planned, conc) == ("a", 12, 2)
+    recs = obs.times("on_record")
+    assert len(recs) == 12 and len(obs.times("on_request_start")) == 12
+    [end] = obs.times("on_phase_end")
+    assert sum(t < end - 1.0 for t in recs) >= 10  # shown live, not only at the merge

@@ -2,11 +2,9 @@
 
 import asyncio
 import json
-import os
 from pathlib import Path
 
 import aiohttp
-import pytest
 from helpers import write_chat_workload
 from mockserver import MockServer
 

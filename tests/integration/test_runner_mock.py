@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import orjson
-import pytest
 from mockserver import MockServer
 
 from kvreplay.plan import build_plan, parse_phase

@@ -4,7 +4,7 @@ import asyncio
 import json
 
 import pytest
-from helpers import INTERLEAVE_SIM, TimedObserver, interleave_scenario, write_chat_workload
+from helpers import INTERLEAVE_SIM, check_live_progress, interleave_scenario, write_chat_workload
 from helpers import SlowSSE as _Slow
 
 from kvreplay.cli import main
@@ -170,29 +170,8 @@ def test_interleaved_workloads_run_in_worker_processes(tmp_path):
 
 
 def test_the_coordinator_shows_worker_progress_while_the_run_goes_on(tmp_path):
-    """Position 0 takes 2 s; the other 11 records reach the coordinator's observer while it waits."""
-    wl = write_chat_workload(tmp_path / "wl", [("s", "SLOW first")] + [("s", f"q{i}") for i in range(1, 12)])
-    obs = TimedObserver()
+    check_live_progress(tmp_path, execute_plan_workers)
 
-    async def body():
-        loop = asyncio.get_running_loop()
-        srv = await loop.create_server(_Slow, "127.0.0.1", 0)
-        port = srv.sockets[0].getsockname()[1]
-        try:
-            w = load_workload(wl)
-            plan = build_plan(w, [parse_phase("a:forward:c2")])
-            opts = RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=tmp_path / "o", quiet=True)
-            return await execute_plan_workers(plan, w, opts, workers=2, observer=obs)
-        finally:
-            srv.close()
-
-    asyncio.run(body())
-    [(_, _, name, planned, conc)] = [c for c in obs.calls if c[1] == "on_phase_start"]
-    assert (name, planned, conc) == ("a", 12, 2)
-    recs = obs.times("on_record")
-    assert len(recs) == 12 and len(obs.times("on_request_start")) == 12
-    [end] = obs.times("on_phase_end")
-    assert sum(t < end - 1.0 for t in recs) >= 10  # shown live, not only at the merge
 
 
 def test_plain_progress_lines_come_from_the_workers(tmp_path, capsys):

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import INTERLEAVE_SIM, SlowSSE, TimedObserver, interleave_scenario, write_chat_workload
+from helpers import INTERLEAVE_SIM, SlowSSE, check_live_progress, interleave_scenario, write_chat_workload
 
 from kvreplay.cli import main
 from kvreplay.metrics.histograms import LatencySet
@@ -288,26 +288,4 @@ def test_an_address_nothing_listens_at_is_a_quick_clean_error(tmp_path):
 
 
 def test_the_coordinator_shows_worker_progress_while_the_run_goes_on(tmp_path, ray_instance):
-    """Position 0 takes 2 s; the other 11 records reach the coordinator's observer while it waits."""
-    wl = write_chat_workload(tmp_path / "wl", [("s", "SLOW first")] + [("s", f"q{i}") for i in range(1, 12)])
-    obs = TimedObserver()
-
-    async def body():
-        loop = asyncio.get_running_loop()
-        srv = await loop.create_server(SlowSSE, "127.0.0.1", 0)
-        port = srv.sockets[0].getsockname()[1]
-        try:
-            w = load_workload(wl)
-            plan = build_plan(w, [parse_phase("a:forward:c2")])
-            opts = RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=tmp_path / "o", quiet=True)
-            return await execute_plan_ray(plan, w, opts, workers=2, observer=obs, address="auto")
-        finally:
-            srv.close()
-
-    asyncio.run(body())
-    [(_, _, name, planned, conc)] = [c for c in obs.calls if c[1] == "on_phase_start"]
-    assert (name, planned, conc) == ("a", 12, 2)
-    recs = obs.times("on_record")
-    assert len(recs) == 12 and len(obs.times("on_request_start")) == 12
-    [end] = obs.times("on_phase_end")
-    assert sum(t < end - 1.0 for t in recs) >= 10  # shown live, not only at the merge
+    check_live_progress(tmp_path, execute_plan_ray, address="auto")

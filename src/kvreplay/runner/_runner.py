@@ -124,6 +124,22 @@ class RecordWriter:
         self._f.close()
 
 
+def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> list[int]:
+    """Call ``handler`` on SIGINT and SIGTERM; returns the signals installed (for ``remove_signal_handler``).
+
+    None off the main thread (a Ray actor, a test's thread): ``add_signal_handler``
+    refuses there (uvloop with ValueError).
+    """
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, handler)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    return installed
+
+
 def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
@@ -605,13 +621,7 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
         timers.append(loop.call_later(opts.hard_deadline_s, run.cancel_in_flight, "hard_deadline",
                                       f"hard deadline of {opts.hard_deadline_s + opts.elapsed_before_s:g} s"))
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (uvloop: ValueError)
-            pass
+    installed = on_interrupt_signals(loop, on_signal)
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                          auto_decompress=False) as session:

@@ -57,7 +57,7 @@ from kvreplay.metrics.histograms import new_histogram, write_log
 from kvreplay.metrics.selfmeasure import merge_client, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan, load_plan_json
-from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, plan_json_of
+from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, on_interrupt_signals, plan_json_of
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload, load_workload
 
@@ -447,13 +447,7 @@ async def execute_plan_workers(
                 if p.is_alive() and p.pid is not None:
                     os.kill(p.pid, signal.SIGINT)
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            pass
+    installed = on_interrupt_signals(loop, on_signal)
     try:
         while len(payloads) < workers:
             try:

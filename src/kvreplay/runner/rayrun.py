@@ -43,7 +43,6 @@ import asyncio
 import collections
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import time
@@ -53,7 +52,7 @@ from typing import Any
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Phase, Plan
-from kvreplay.runner._runner import RunOptions, _Run, _write_json, plan_json_of
+from kvreplay.runner._runner import RunOptions, _Run, _write_json, on_interrupt_signals, plan_json_of
 from kvreplay.runner.multiproc import _WorkerRun, merge_run, peer_stop_message, run_worker, worker_options
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload
@@ -500,13 +499,7 @@ async def _gather(ray: Any, refs: list[Any], coord: Any, obs: RunObserver | None
         else:
             coord.cancel_in_flight.remote()
 
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            pass
+    installed = on_interrupt_signals(loop, on_signal)
     try:
         pending = {asyncio.ensure_future(_awaitable(r)): i for i, r in enumerate(refs)}
         done: dict[int, dict[str, Any]] = {}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from kvreplay.accounting import IMPLEMENTATION, Event, SSEAccountant, StreamResult
+from kvreplay.accounting import IMPLEMENTATION, Event, SSEAccountant, StreamResult, sse
 from kvreplay.accounting import __all__ as accounting_all
-from kvreplay.accounting import sse
 from kvreplay.errors import StreamError
 
 

@@ -89,33 +89,7 @@ def test_unreachable_server_raises_backend_error_from_aiohttp():
     assert ei.value.url.endswith("/cache")
 
 
-def test_timeout_raises_backend_error(serve):
-    async def slow(request):
-        await asyncio.sleep(1.0)
-        return aiohttp.web.Response(text="late")
-
-    async def body():
-        from aiohttp import web
-
-        app = web.Application()
-        app.router.add_get("/metrics", slow)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
-            async with aiohttp.ClientSession() as session:
-                await fetch(session, "GET", f"http://127.0.0.1:{port}", "/metrics", timeout_s=0.1)
-        finally:
-            await runner.cleanup()
-
-    with pytest.raises(BackendError, match="no response within 0.1 s") as ei:
-        run(body())
-    assert isinstance(ei.value.__cause__, asyncio.TimeoutError)
-
-
-async def _chunked_server(handler, body):
+async def _metrics_server(handler, body):
     from aiohttp import web
 
     app = web.Application()
@@ -129,6 +103,20 @@ async def _chunked_server(handler, body):
         return await body(f"http://127.0.0.1:{port}")
     finally:
         await runner.cleanup()
+
+
+def test_timeout_raises_backend_error(serve):
+    async def slow(request):
+        await asyncio.sleep(1.0)
+        return aiohttp.web.Response(text="late")
+
+    async def body(url):
+        async with aiohttp.ClientSession() as session:
+            await fetch(session, "GET", url, "/metrics", timeout_s=0.1)
+
+    with pytest.raises(BackendError, match="no response within 0.1 s") as ei:
+        run(_metrics_server(slow, body))
+    assert isinstance(ei.value.__cause__, asyncio.TimeoutError)
 
 
 def _trickle(text: str, pieces: int):
@@ -162,7 +150,7 @@ def test_scrape_arriving_in_pieces_is_read_whole(dump, pieces):
             snap = await backend.snapshot()
         return reply, snap
 
-    reply, snap = run(_chunked_server(_trickle(text, pieces), body))
+    reply, snap = run(_metrics_server(_trickle(text, pieces), body))
     assert reply.text == text
     assert snap.raw == make_backend("vllm", "http://x", None).parse(text)[0]
 
@@ -178,9 +166,9 @@ def test_body_over_the_bound_is_refused_even_in_pieces(dump, monkeypatch):
             return await fetch(session, "GET", url, "/metrics")
 
     with pytest.raises(BackendError, match="body over"):
-        run(_chunked_server(_trickle(text, 5), body))
+        run(_metrics_server(_trickle(text, 5), body))
     monkeypatch.setattr(http_mod, "MAX_BODY_BYTES", len(text.encode()))
-    assert run(_chunked_server(_trickle(text, 5), body)).text == text
+    assert run(_metrics_server(_trickle(text, 5), body)).text == text
 
 
 # ---- vLLM -------------------------------------------------------------------

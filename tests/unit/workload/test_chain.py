@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvreplay.errors import WorkloadError
-from kvreplay.workload import _chain, chain
 from kvreplay.workload import __all__ as workload_all
+from kvreplay.workload import _chain, chain
 
 NO_EXT = os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1"
 TWINS = ["pure"] if NO_EXT else ["native", "pure"]
