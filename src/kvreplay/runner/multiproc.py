@@ -316,20 +316,13 @@ async def _worker_async(
     return await run_worker(run, index, plan_json, backend, on_exit)
 
 
-def _worker_main(
-    index: int,
-    workers: int,
-    plan_path: str,
-    workload_path: str,
-    max_body_bytes: int,
-    opts: RunOptions,
-    backend: tuple[str, str, str | None] | None,
-    shared: _Shared,
-    origin_ns: int,
-    wall_anchor_ns: int,
-    results: Any,
-    live: bool,
-) -> None:
+def _worker_main(results: Any, live: bool, *args: Any) -> None:
+    """A worker process: ``_worker_async(*args, progress)``; its payload or traceback goes to ``results``.
+
+    ``args`` are ``_worker_async``'s up to ``wall_anchor_ns``; ``progress`` is ``results``
+    when ``live`` (the coordinator shows a display), else None.
+    """
+    index, shared = args[0], args[7]
     try:
         try:
             import uvloop
@@ -337,21 +330,7 @@ def _worker_main(
             uvloop.install()
         except ImportError:  # pragma: no cover
             pass
-        payload = asyncio.run(
-            _worker_async(
-                index,
-                workers,
-                plan_path,
-                workload_path,
-                max_body_bytes,
-                opts,
-                backend,
-                shared,
-                origin_ns,
-                wall_anchor_ns,
-                results if live else None,
-            )
-        )
+        payload = asyncio.run(_worker_async(*args, results if live else None))
     except BaseException:  # noqa: BLE001 - reported to the coordinator, which fails the run
         shared.barrier.abort()
         results.put({"index": index, "error": traceback.format_exc()})
@@ -410,6 +389,8 @@ async def execute_plan_workers(
             daemon=True,
             name=f"kvreplay-worker-{i}",
             args=(
+                results,
+                type(obs) is not NullObserver,
                 i,
                 workers,
                 str(out / "plan.json"),
@@ -420,8 +401,6 @@ async def execute_plan_workers(
                 shared,
                 clock.origin_ns,
                 clock.wall_anchor_ns,
-                results,
-                type(obs) is not NullObserver,
             ),
         )
         for i in range(workers)
