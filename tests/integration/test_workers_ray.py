@@ -289,3 +289,24 @@ def test_an_address_nothing_listens_at_is_a_quick_clean_error(tmp_path):
 
 def test_the_coordinator_shows_worker_progress_while_the_run_goes_on(tmp_path, ray_instance):
     check_live_progress(tmp_path, execute_plan_ray, address="auto")
+
+
+def test_a_failed_worker_fails_the_run_but_keeps_every_record_written(ray_instance, tmp_path):
+    """Worker 0 cannot build its counter adapter (an unknown backend name): the run fails,
+    and the records the other worker wrote come home before the actors' folders go."""
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(6)])
+    out = tmp_path / "o"
+
+    async def body():
+        w = load_workload(wl)
+        plan = build_plan(w, [parse_phase("a:forward:c2")])
+        opts = RunOptions(target_url="http://127.0.0.1:9", out_dir=out, quiet=True)
+        return await execute_plan_ray(plan, w, opts, workers=2, address="auto",
+                                      backend=("no-such-backend", "http://127.0.0.1:9", None))
+
+    with pytest.raises(RuntimeError, match="worker 0 failed") as ei:
+        asyncio.run(body())
+    assert "no-such-backend" in str(ei.value)
+    recs = [json.loads(x) for x in (out / "workers" / "w1" / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["position"] for r in recs) == list(range(6)) and not any(r["sent"] for r in recs)
+    assert (out / "plan.json").exists()

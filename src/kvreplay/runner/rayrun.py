@@ -324,6 +324,10 @@ class WorkerActor:
         payload["clock"] = how
         return payload
 
+    async def records_file(self) -> str | None:
+        """This actor's records.jsonl (None before its run started)."""
+        return None if self.dir is None else str(self.dir / "out" / "records.jsonl")
+
     async def read(self, path: str, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of this actor's file ``path`` from ``offset`` (b'' at the end)."""
         with open(path, "rb") as f:
@@ -455,7 +459,18 @@ async def execute_plan_ray(
         live = type(obs) is not NullObserver
         refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend, coord, driver, live)
                 for i, a in enumerate(actors)]
-        payloads = await _gather(ray, refs, coord, obs if live else None)
+        try:
+            payloads = await _gather(ray, refs, coord, obs if live else None)
+        except _WorkerFailed as wf:
+            # Keep what was measured: every actor's records, copied home before they are removed.
+            for i, a in enumerate(actors):
+                try:
+                    if remote := await a.records_file.remote():
+                        await _copy_back(a, remote, out / "workers" / f"w{i}" / "records.jsonl")
+                except Exception:  # noqa: BLE001, S110 - the failed actor may be gone
+                    pass
+            raise RuntimeError(f"worker {wf.index} failed; the records each worker wrote are in "
+                               f"{out / 'workers'}:\n{wf.exc}") from wf.exc
         plan_json = orjson.loads(plan_bytes)
         for i, (a, p) in enumerate(zip(actors, payloads, strict=True)):
             local = out / "workers" / f"w{i}" / "records.jsonl"
@@ -482,6 +497,12 @@ async def execute_plan_ray(
             ray.shutdown()
 
 
+class _WorkerFailed(Exception):
+    def __init__(self, index: int, exc: BaseException) -> None:
+        super().__init__(index, exc)
+        self.index, self.exc = index, exc
+
+
 async def _gather(ray: Any, refs: list[Any], coord: Any, obs: RunObserver | None) -> list[dict[str, Any]]:
     """Every worker's payload; SIGINT/SIGTERM stop new sends (first) or cancel those in flight (second).
 
@@ -503,6 +524,7 @@ async def _gather(ray: Any, refs: list[Any], coord: Any, obs: RunObserver | None
     try:
         pending = {asyncio.ensure_future(_awaitable(r)): i for i, r in enumerate(refs)}
         done: dict[int, dict[str, Any]] = {}
+        failed: _WorkerFailed | None = None
         seen: set[str] = set()
         while pending:
             finished, _ = await asyncio.wait(pending, timeout=0.25, return_when=asyncio.FIRST_COMPLETED)
@@ -513,9 +535,13 @@ async def _gather(ray: Any, refs: list[Any], coord: Any, obs: RunObserver | None
                 try:
                     done[i] = fut.result()
                 except Exception as exc:  # noqa: BLE001 - one failed worker fails the run, as with --workers
-                    await coord.stop.remote("worker_exit")
-                    await coord.break_barriers.remote()
-                    raise RuntimeError(f"worker {i} failed:\n{exc}") from exc
+                    if failed is None:
+                        # The others stop sending and finish what is in flight; wait for them.
+                        failed = _WorkerFailed(i, exc)
+                        await coord.stop.remote("worker_exit")
+                        await coord.break_barriers.remote()
+        if failed is not None:
+            raise failed
         if obs is not None:
             replay_events(await coord.take_progress.remote(), obs, seen)
         return [done[i] for i in range(len(refs))]
