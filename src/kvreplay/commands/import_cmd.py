@@ -85,5 +85,10 @@ def run(args: argparse.Namespace) -> int:
         f"-> {res.workload}"
     )
     print(f"arrivals (ms offsets) -> {res.arrivals}")
-    print(f"plan -> {res.plan}   (kvreplay run --plan {res.plan} --target URL)")
+    print(f"plan -> {res.plan}")
+    print(f"  against a server:  kvreplay run --plan {res.plan} --target URL")
+    # The entries model matches chat snapshots only; block-level reuse needs the radix model
+    # with the trace's block size, or every request misses.
+    print(f"  against the simulator (block-level prefix cache):  kvreplay run --plan {res.plan} "
+          f"--target sim --sim-cache radix --sim-block-size {args.block_tokens}")
     return 0

@@ -151,6 +151,10 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         if sim is not None:
             await sim.stop()
     verdict["target"] = "sim" if sim is not None else url
+    if sim is not None:
+        # The simulator's delays are model seconds x time_scale: the fit is in scaled seconds.
+        # Readers (simulate --prefill verdict.json) divide it back out.
+        verdict["sim_time_scale"] = sim.config.time_scale
     verdict["backend"] = backend_name
     tmp = out / "verdict.json.tmp"
     tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")

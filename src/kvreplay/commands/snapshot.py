@@ -25,7 +25,8 @@ from kvreplay.errors import BackendError, ConfigError
 NAME = "snapshot"
 HELP = "print a server's identity and native cache counters (live or from a saved dump) as JSON"
 
-EXIT_BACKEND = 1
+EXIT_BACKEND = 2
+"""Exit status when the server or dump could not be read: 2, as for every bad input (``kvreplay.cli``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +86,10 @@ def _offline(args: argparse.Namespace) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read dump: {exc.strerror}", path=path) from exc
-    name, identity, raw, common, started = parse_dump(text, args.backend, args.profile)
+    try:
+        name, identity, raw, common, started = parse_dump(text, args.backend, args.profile)
+    except BackendError as exc:
+        raise BackendError(f"{path}: {exc}") from exc
     units = getattr(make_backend(name, "", None, args.profile), "units", {})
     return {
         "backend": name,
@@ -101,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
     """Print the snapshot JSON.
 
     Returns:
-        0 on success; 1 when the server or dump could not be read
-        (``BackendError``, message on stderr). Bad arguments raise ConfigError
-        (exit 2 from the CLI).
+        0 on success; 2 when the server or dump could not be read
+        (``BackendError``, message on stderr), as for bad arguments (ConfigError).
     """
+    if args.target and not args.target.startswith(("http://", "https://")):
+        raise ConfigError(f"{args.target!r} is not a URL: give http://HOST:PORT", field="--target")
     try:
         if args.from_file:
             out = _offline(args)

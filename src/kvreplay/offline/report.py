@@ -49,7 +49,9 @@ class PrefillModel:
 def parse_prefill(text: str) -> PrefillModel:
     """Parse ``--prefill``: ``a=1.52,rate=1370`` or a probe ``verdict.json``.
 
-    The verdict file holds ``{"prefill_fit": {"a_s": ..., "rate_tokens_per_s": ..., "r2": ...}}``.
+    The verdict file holds ``{"prefill_fit": {"a_s": ..., "rate_tokens_per_s": ..., "r2": ...}}``
+    and, from a probe of ``--target sim``, ``sim_time_scale`` s: the fit is then in scaled
+    seconds and is returned as ``a / s``, ``rate x s``.
 
     Args:
         text: The flag value.
@@ -80,12 +82,18 @@ def parse_prefill(text: str) -> PrefillModel:
     else:
         p = Path(text)
         try:
-            fit = json.loads(p.read_text())["prefill_fit"]
+            doc = json.loads(p.read_text())
+            fit = doc["prefill_fit"]
+            # A probe of the simulator at time scale s measured s x (a + n / rate): undo it,
+            # so the model is in the simulator's model seconds like a real server's.
+            scale = float(doc.get("sim_time_scale", 1.0))
+            if not scale > 0:
+                raise ValueError("the probe ran the simulator at time scale 0: it measured no time")
             model = PrefillModel(
-                float(fit["a_s"]),
-                float(fit["rate_tokens_per_s"]),
+                float(fit["a_s"]) / scale,
+                float(fit["rate_tokens_per_s"]) * scale,
                 None if fit.get("r2") is None else float(fit["r2"]),
-                str(p),
+                str(p) if scale == 1.0 else f"{p} (simulator time scale {scale:g} undone)",
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(

@@ -270,13 +270,19 @@ def _dest(prefix: str, name: str) -> str:
     return (prefix + name).replace("-", "_")
 
 
+def _flags(prefix: str, name: str) -> tuple[str, ...]:
+    """``--PREFIXNAME``; without a prefix (``serve-sim``) ``--sim-NAME`` too, as ``run`` spells it."""
+    return (f"--{prefix}{name}",) if prefix else (f"--{name}", f"--sim-{name}")
+
+
 def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None:
     """Add the simulator options to a parser.
 
     Args:
         parser: The parser (or argument group) to extend.
         prefix: Option prefix: ``"sim-"`` gives ``--sim-cache ...`` (for ``run``),
-            ``""`` gives ``--cache ...`` (for ``serve-sim``).
+            ``""`` gives ``--cache ...`` (for ``serve-sim``, which takes ``--sim-cache ...``
+            too, so a flag copied from a ``run`` command works).
     """
     g = parser.add_argument_group("simulator") if hasattr(parser, "add_argument_group") else parser
     for name, fname, typ, help_ in _OPTIONS:
@@ -289,9 +295,9 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
             kwargs["choices"] = HOST_EVICT_POLICIES
         elif fname == "snapshots":
             kwargs["choices"] = (1, 2)
-        g.add_argument(f"--{prefix}{name}", **kwargs)
+        g.add_argument(*_flags(prefix, name), **kwargs)
     g.add_argument(
-        f"--{prefix}fault",
+        *_flags(prefix, "fault"),
         action="append",
         default=None,
         metavar="SPEC",
@@ -299,7 +305,7 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
         help="inject a fault: KIND[@N][:key=value,...] (repeatable; see kvreplay.sim.faults)",
     )
     g.add_argument(
-        f"--{prefix}config",
+        *_flags(prefix, "config"),
         default=None,
         metavar="FILE.toml",
         dest=_dest(prefix, "config"),

@@ -450,7 +450,7 @@ def test_snapshot_command_from_file(capsys):
 
 def test_snapshot_command_unreachable(capsys):
     assert (
-        main(["snapshot", "--target", f"http://127.0.0.1:{_free_port()}", "--backend", "vllm"]) == 1
+        main(["snapshot", "--target", f"http://127.0.0.1:{_free_port()}", "--backend", "vllm"]) == 2
     )
     assert "kvreplay snapshot:" in capsys.readouterr().err
 
