@@ -72,3 +72,13 @@ def test_probe_verdict_names_the_simulator_time_scale(tmp_path):
     assert json.loads((out / "verdict.json").read_text())["sim_time_scale"] == 0
     wl = write_chat_workload(tmp_path / "wl", [("s", "q")])
     assert main(["simulate", str(wl), "--prefill", str(out / "verdict.json")]) == 2  # time scale 0: no timing
+
+
+def test_a_csv_trace_is_refused_with_the_reason(tmp_path, capsys):
+    """Azure's traces are CSV (timestamps and token counts, no prefix ids)."""
+    csv = tmp_path / "azure.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    for argv in (["simulate", str(csv)], ["import", "mooncake", str(csv), "--out", str(tmp_path / "x.jsonl")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "looks like a CSV trace" in err and "hash_ids" in err

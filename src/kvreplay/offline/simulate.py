@@ -21,6 +21,7 @@ from kvreplay.offline.entries import entries_curve
 from kvreplay.offline.mrc import Curve, block_curve, default_capacities
 from kvreplay.offline.reference import brute_entries, brute_radix
 from kvreplay.offline.report import PrefillModel, curve_rows, recommend
+from kvreplay.workload.importers import reject_csv
 from kvreplay.offline.sources import (
     ModelRequest,
     block_requests_from_models,
@@ -122,6 +123,8 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
     from kvreplay.workload import load_workload
 
     p = Path(path)
+    if p.is_file() and p.suffix.lower() == ".csv":
+        reject_csv(p.read_bytes()[:65536], p)
     if is_block_trace(p):
         return "trace", load_block_trace(p, block_tokens=opts.trace_block_tokens, limit=opts.limit)
     kw = {

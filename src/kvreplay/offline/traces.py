@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.workload.importers import reject_csv
 
 __all__ = ["BlockTrace", "MOONCAKE_BLOCK_TOKENS", "is_block_trace", "load_block_trace"]
 
@@ -102,6 +103,7 @@ def load_block_trace(
         data = p.read_bytes()
     except OSError as exc:
         raise WorkloadError(f"cannot read trace: {exc}", path=p) from exc
+    reject_csv(data, p)
     blocks: list[int] = []
     toks: list[int] = []
     starts = [0]

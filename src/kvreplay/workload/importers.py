@@ -47,7 +47,7 @@ import orjson
 
 from kvreplay.errors import WorkloadError
 
-__all__ = ["ImportResult", "block_text", "import_mooncake", "read_mooncake", "vocabulary"]
+__all__ = ["ImportResult", "block_text", "import_mooncake", "read_mooncake", "reject_csv", "vocabulary"]
 
 _CONS = "bcdfghjklmnprstvz"
 _VOWELS = "aeiou"
@@ -112,6 +112,24 @@ class TraceRow:
     line: int
 
 
+def reject_csv(data: bytes, path: Path) -> None:
+    """Refuse a CSV trace (Azure's LLM inference traces are CSV) with a message that says why.
+
+    Block traces are JSON Lines with ``hash_ids`` per request (Mooncake's format); a CSV of
+    timestamps and token counts has no prefix identity to rebuild bodies or reuse from.
+
+    Raises:
+        WorkloadError: the first non-empty line does not start with ``{`` and has commas.
+    """
+    first = next((ln.strip() for ln in data.splitlines() if ln.strip()), b"")
+    if first and not first.startswith(b"{") and b"," in first:
+        raise WorkloadError(
+            "looks like a CSV trace (e.g. Azure's): it has no prefix block ids; only JSON Lines "
+            "block traces with hash_ids (Mooncake's format) are supported",
+            path=path, line=1,
+        )
+
+
 def read_mooncake(
     path: str | Path, *, limit: int | None = None, block_tokens: int = 512
 ) -> list[TraceRow]:
@@ -135,6 +153,7 @@ def read_mooncake(
         data = p.read_bytes()
     except OSError as exc:
         raise WorkloadError(f"cannot read trace: {exc}", path=p) from exc
+    reject_csv(data, p)
     rows: list[TraceRow] = []
     for lineno, line in enumerate(data.splitlines(), start=1):
         if limit is not None and len(rows) >= limit:
