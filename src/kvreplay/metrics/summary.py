@@ -25,6 +25,9 @@ summary.json::
                  "out_of_range": n}]}
 
 Latency metrics aggregate ``ok`` requests only; failures are counted by class.
+TPOT takes a sample only from a request with a decode interval (two or more
+completion tokens arriving at two or more times): a non-streamed answer gives
+TTFT and E2E but no TPOT, as it gives no ITL.
 """
 
 from __future__ import annotations
@@ -48,6 +51,26 @@ def _counter_cached(d: dict[str, Any]) -> float:
     host tier or KV connector supplied beyond them (``host_fetched_tokens``), as a
     server's usage ``cached_tokens`` counts both (vLLM: local + external hits)."""
     return d["hit_tokens"] + d.get("host_fetched_tokens", 0)
+
+
+def _has_decode_interval(rec: dict[str, Any], token_ns: Sequence[int] | None) -> bool:
+    """Whether a request shows a decode interval, so its ``tpot_ns`` is a TPOT sample.
+
+    Not when it has fewer than 2 completion tokens or fewer than 2 token arrival
+    times: a non-streamed answer is one JSON body, TTFT == E2E and ``tpot_ns``
+    comes out 0, which measures nothing. The arrivals are ``token_ns`` when
+    given (the same test as ITL's); when rebuilding from records, the record's
+    ``itl`` summary (None below 2 arrivals), else its first and last token times.
+    """
+    ct = (rec.get("usage") or {}).get("completion_tokens")
+    if ct is not None and ct < 2:
+        return False
+    if token_ns is not None:
+        return len(token_ns) > 1
+    if "itl" in rec:
+        return rec["itl"] is not None
+    first, last = rec.get("t_first_token_ns"), rec.get("t_last_token_ns")
+    return first is None or last is None or last > first
 
 
 @dataclass(slots=True)
@@ -111,7 +134,7 @@ class PhaseStats:
         s = self.hists.sets
         for metric in ("ttft", "tpot", "e2e", "queue", "ttft_from_intended", "e2e_from_intended"):
             v = rec.get(f"{metric}_ns")
-            if v is not None:
+            if v is not None and (metric != "tpot" or _has_decode_interval(rec, token_ns)):
                 s[metric].record_ns(v)
         if token_ns is not None and len(token_ns) > 1:
             s["itl"].record_many_ns(itl_gaps_ns(token_ns))

@@ -64,3 +64,34 @@ def test_cross_check_counts_host_tier_tokens():
     cc = st.to_json()["cross_check"]
     assert cc["agree"] is True and cc["counter_hit_tokens"] == 7340 == cc["usage_cached_tokens"]
     assert cc["counted_as"] == "hit_tokens + host_fetched_tokens"
+
+
+def test_tpot_needs_a_decode_interval():
+    # A non-streamed answer: one body, so first token = last token = done and
+    # TTFT == E2E; the runner's tpot_ns comes out 0. It is no TPOT sample.
+    nostream = {**rec(0), "usage": {"prompt_tokens": 10, "completion_tokens": 132, "cached_tokens": 0},
+                "ttft_ns": 43_000_000, "e2e_ns": 43_000_000, "tpot_ns": 0,
+                "t_first_token_ns": 57_000_000, "t_last_token_ns": 57_000_000, "itl": None}
+    one_token = {**rec(1), "usage": {"prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0},
+                 "tpot_ns": 0}
+    st = PhaseStats("p", 1, 1, 2)
+    st.add(nostream, token_ns=[57_000_000])
+    st.add(one_token)
+    j = st.to_json()
+    assert j["tpot_ms"]["n"] == 0 and j["tpot_ms"]["p50"] is None
+    assert j["itl_ms"]["n"] == 0
+    assert j["ttft_ms"]["n"] == 2 and j["e2e_ms"]["n"] == 2  # TTFT and E2E are still measured
+    # rebuilt from records (no token times): the record's own timestamps decide
+    st = PhaseStats("p", 1, 1, 1)
+    st.add(nostream)
+    assert st.to_json()["tpot_ms"]["n"] == 0
+
+
+def test_tpot_of_a_stream_is_kept():
+    streamed = {**rec(0), "tpot_ns": 2_000_000,
+                "t_first_token_ns": 10_000_000, "t_last_token_ns": 16_000_000}
+    st = PhaseStats("p", 1, 1, 2)
+    st.add(streamed, token_ns=[10_000_000, 12_000_000, 14_000_000, 16_000_000])
+    st.add(streamed)
+    j = st.to_json()
+    assert j["tpot_ms"]["n"] == 2 and abs(j["tpot_ms"]["p50"] - 2.0) <= 0.002
