@@ -19,8 +19,10 @@ could write it), ``rebuild_summary`` recomputes it from ``records.jsonl`` and
 ``plan.json``: counts, tokens and TTFT/TPOT/E2E from the records, ITL from an
 existing ``.hlog`` when the phase finished (records keep only an ITL summary),
 per-phase counter deltas as the sum of per-request deltas at C1. The rebuilt
-summary says so (``rebuilt_from_records: true``) and its run is marked aborted
-with reason ``killed``.
+summary says so (``rebuilt_from_records: true``). When every planned position of
+every phase has a sent record, the run finished its requests and ``aborted`` is
+null; otherwise (or without plan.json) the run is marked aborted with reason
+``killed`` and a message that counts the positions without a record.
 """
 
 from __future__ import annotations
@@ -238,9 +240,15 @@ def rebuild_summary(
     for r in records:
         by_phase.setdefault(r["phase"], []).append(r)
     phases = []
+    missing: dict[str, int] = {}
     for spec in phases_spec:
         name = spec["name"]
         recs = by_phase.get(name, [])
+        if spec.get("sequence") and plan is not None:
+            done = {r.get("position") for r in recs if r.get("sent", True)}
+            n = sum(1 for e in spec["sequence"] if e.get("position") not in done)
+            if n:
+                missing[name] = n
         st = PhaseStats(
             name,
             int(spec.get("concurrency", 1)),
@@ -288,17 +296,39 @@ def rebuild_summary(
         "schema_version": SCHEMA_VERSION,
         "plan_sha256": (plan or {}).get("plan_sha256"),
         "implementation": ((plan or {}).get("run") or {}).get("implementation"),
-        "aborted": {
-            "reason": "killed",
-            "message": "summary.json was missing (the run ended without writing it); "
-            "rebuilt from records.jsonl by kvreplay report",
-        },
+        "aborted": _rebuilt_abort(plan, phases_spec, missing),
         "restarts": sum(1 for r in records if (r.get("counter_delta") or {}).get("reset")),
         "identity": {"before": None, "after": None},
         "wall_s": None,
         "records": len(records),
         "phases": phases,
         "rebuilt_from_records": True,
+    }
+
+
+def _rebuilt_abort(
+    plan: dict[str, Any] | None, phases_spec: list[dict[str, Any]], missing: dict[str, int]
+) -> dict[str, str] | None:
+    """The rebuilt summary's ``aborted``: None when every planned position was sent.
+
+    A position counts as sent when it has a record with ``sent`` true (a failed
+    request was sent; a ``sent: false`` record was not). Without plan.json
+    nothing says what was planned, so the run is taken as killed.
+    """
+    why = (
+        "summary.json was missing (the run ended without writing it); "
+        "rebuilt from records.jsonl by kvreplay report"
+    )
+    if plan is None or not (plan.get("phases") or []):
+        return {"reason": "killed", "message": f"{why}; no plan.json to tell whether every position was sent"}
+    if not missing:
+        return None
+    planned = sum(len(spec.get("sequence") or []) for spec in phases_spec)
+    per_phase = ", ".join(f"{name}: {n}" for name, n in missing.items())
+    return {
+        "reason": "killed",
+        "message": f"{why}; {sum(missing.values())} of {planned} planned positions "
+        f"have no record of being sent ({per_phase})",
     }
 
 

@@ -102,3 +102,35 @@ def test_load_run_gives_arrays_and_records(tmp_path):
 def test_load_run_without_anything_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_run(tmp_path)
+
+
+def test_rebuilt_summary_of_a_finished_run_claims_no_abort(tmp_path):
+    # Every planned position of every phase has a record: the run finished its
+    # requests and only summary.json is missing. Not "killed".
+    plan = plan_json([("a", "forward", 1, [0, 1]), ("b", "reverse", 1, [1, 0])])
+    recs = [
+        record("a", 0, 0),
+        record("a", 1, 1, t0_ms=30),
+        record("b", 0, 1, t0_ms=60),
+        record("b", 1, 0, t0_ms=90, status="http", error="boom"),  # a failed request is still sent
+    ]
+    write_run(tmp_path, plan, recs, summary=False)
+    s = rebuild_summary(tmp_path, plan, recs)
+    assert s["rebuilt_from_records"] is True
+    assert s["aborted"] is None
+    assert load_run(tmp_path).summary["aborted"] is None
+
+
+def test_rebuilt_summary_counts_the_positions_without_a_record(tmp_path):
+    plan = plan_json([("a", "forward", 1, [0, 1, 2]), ("b", "forward", 1, [0, 1])])
+    recs = [
+        record("a", 0, 0),
+        record("a", 1, 1, t0_ms=30),
+        record("a", 2, 2, sent=False),  # written, never sent: not run
+    ]
+    s = rebuild_summary(tmp_path, plan, recs)
+    assert s["rebuilt_from_records"] is True and s["aborted"]["reason"] == "killed"
+    assert "3 of 5 planned positions have no record of being sent" in s["aborted"]["message"]
+    # without plan.json nothing says what was planned: still killed
+    s = rebuild_summary(tmp_path, None, recs[:2])
+    assert s["aborted"]["reason"] == "killed"
