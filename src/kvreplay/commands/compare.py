@@ -9,11 +9,17 @@ Arguments are ``kvreplay ab`` directories, or plain run directories in pairs
 (baseline, candidate). Prints the verdict and writes ``compare.json`` and
 ``compare.md`` into ``--out`` (default: the single ab directory given, else the
 current directory). See ``kvreplay.experiments.compare``.
+
+Runs of different workloads, concurrency or arrival (open vs closed loop) get
+no verdict: it reads ``not comparable: <reason>``, and every difference (body
+order too) is a warning in the output and in compare.json's ``comparability``.
+With ``--quiet`` the warnings still go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from kvreplay.experiments.ab import write_json
@@ -57,4 +63,8 @@ def run(args: argparse.Namespace) -> int:
     (out / "compare.md").write_text(text, encoding="utf-8")
     if not args.quiet:
         print(text)
+    else:
+        for w in result["comparability"]["warnings"]:
+            tag = "not comparable" if w["blocking"] else "warning"
+            print(f"kvreplay compare: {tag}: {w['message']}", file=sys.stderr)
     return 0

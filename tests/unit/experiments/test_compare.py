@@ -170,3 +170,106 @@ def test_sim_arm_config_prefill_scale():
     assert sim_arm_config(base, Arm("off", "sim:")).prefill_base_s == 2.0
     with pytest.raises(ConfigError):
         sim_arm_config(base, Arm("x", "sim:nonsense=1"))
+
+
+def plan_of(*, workload="a" * 64, c=1, arrival=None, rate=None, bodies=(0, 1, 2, 3), name="c1"):
+    ph = {
+        "name": name,
+        "order": "forward",
+        "concurrency": c,
+        "repeats": 1,
+        "sequence": [
+            {"position": p, "body_index": b, "body_sha256": f"{b:064x}", "repetition": 0}
+            for p, b in enumerate(bodies)
+        ],
+    }
+    if arrival:
+        ph.update(arrival=arrival, rate=rate, time_scale=1.0)
+    return {
+        "format": "kvreplay-plan/1",
+        "workload": {"path": f"wl-{workload[:4]}", "n_bodies": 4, "sha256": workload},
+        "phases": [ph],
+        "plan_sha256": "p" * 64,
+    }
+
+
+def run_dirs(tmp_path, plans, ttfts=None):
+    dirs = []
+    for i, plan in enumerate(plans):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        s = summary((ttfts or [100, 60] * len(plans))[i])
+        s["phases"][0]["concurrency"] = plan["phases"][0]["concurrency"]
+        (d / "summary.json").write_text(json.dumps(s))
+        (d / "plan.json").write_text(json.dumps(plan))
+        dirs.append(d)
+    return dirs
+
+
+def compare_dirs(dirs):
+    pairs, arms = load_pairs(dirs)
+    res = compare_blocks(pairs, [T("ttft_p50:-5%")], n_boot=500)
+    return res, render_compare(res, arms)
+
+
+def test_same_plan_compares_without_warnings(tmp_path):
+    res, md = compare_dirs(run_dirs(tmp_path, [plan_of()] * 4))
+    assert res["comparability"] == {"comparable": True, "warnings": []}
+    assert res["verdict"] == "benefit"
+    assert "WARNING" not in md and "not comparable" not in md
+
+
+@pytest.mark.parametrize(
+    ("candidate", "field", "values"),
+    [
+        (plan_of(workload="b" * 64), "workload sha256", ("aaaaaaaaaaaa", "bbbbbbbbbbbb")),
+        (plan_of(c=4), "concurrency", ("1", "4")),
+        (plan_of(c=1, arrival="constant", rate=10.0), "arrival", ("closed loop", "open loop (constant, 10/s)")),
+    ],
+)
+def test_different_workload_concurrency_or_arrival_gives_no_verdict(tmp_path, candidate, field, values):
+    res, md = compare_dirs(run_dirs(tmp_path, [plan_of(), candidate] * 2))
+    assert res["verdict"] == "not comparable"
+    assert res["comparability"]["comparable"] is False
+    w = [w for w in res["comparability"]["warnings"] if w["field"] == field]
+    assert w and w[0]["blocking"] is True
+    assert all(v in w[0]["message"] for v in values)
+    assert all(c["decision"] == "not comparable" for c in res["checks"])
+    assert res["reasons"][0].startswith("not comparable: ")
+    assert "**Verdict: not comparable: " in md and field in md
+    assert "benefit" not in md and "regression" not in md
+
+
+def test_different_body_order_is_a_warning_not_a_stop(tmp_path):
+    res, md = compare_dirs(run_dirs(tmp_path, [plan_of(), plan_of(bodies=(3, 2, 1, 0))] * 2))
+    assert res["verdict"] == "benefit"
+    (w,) = res["comparability"]["warnings"]
+    assert (w["field"], w["phase"], w["blocking"]) == ("sequence", "c1", False)
+    assert "first difference at position 0: body 0 vs body 3" in w["message"]
+    assert "WARNING" in md and "sequence" in md
+
+
+def test_pairs_of_different_workloads_are_not_pooled(tmp_path):
+    # each pair is self-consistent, but pair 1 ran another workload than pair 0
+    other = plan_of(workload="b" * 64)
+    res, _ = compare_dirs(run_dirs(tmp_path, [plan_of(), plan_of(), other, other]))
+    assert res["verdict"] == "not comparable"
+    (w,) = res["comparability"]["warnings"]
+    assert w["field"] == "workload sha256" and w["pairs"] == [1]
+
+
+def test_compare_command_writes_the_warning_and_no_verdict(tmp_path, capsys):
+    from kvreplay.cli import main
+
+    dirs = run_dirs(tmp_path, [plan_of(), plan_of(c=4)])
+    out = tmp_path / "cmp"
+    assert main(["compare", *map(str, dirs), "--primary", "ttft_p50:-5%", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "**Verdict: not comparable: concurrency differs in phase c1**" in text
+    assert "concurrency differs in phase c1: 1 (" in text
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["verdict"] == "not comparable"
+    assert doc["comparability"]["warnings"][0]["field"] == "concurrency"
+    assert "not comparable" in (out / "compare.md").read_text()
+    main(["compare", *map(str, dirs), "--out", str(out), "--quiet"])
+    assert "kvreplay compare: not comparable: concurrency differs" in capsys.readouterr().err
