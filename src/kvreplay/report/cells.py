@@ -149,7 +149,8 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
                 "ITL samples are not kept in records and the phase's histogram was never written"
             )
         if metric in ("itl", "tpot"):
-            return failed("no samples: no answer had two or more tokens")
+            return failed("no samples: no answer streamed two or more tokens (a non-streamed answer "
+                          "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1
     return measured(f"{float(v):.{nd}f}", _partial_note(ph))

@@ -129,7 +129,8 @@ def build(run: RunData) -> Report:
         )
     if s.get("rebuilt_from_records"):
         rep.banners.append(
-            "summary.json was rebuilt from records.jsonl (the run ended without writing it)."
+            "summary.json was rebuilt from records.jsonl (it was missing: the run ended without "
+            "writing it, or it was removed)."
         )
     for ph in s.get("phases", []):
         if not ph.get("valid", True) and not ph.get("deferred"):
