@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from kvreplay.offline.mrc import block_curve
 from kvreplay.offline.sources import block_requests_from_trace
 from kvreplay.offline.traces import load_block_trace
 
@@ -28,13 +27,7 @@ TRACE = (
 def whole_curve(path=TRACE):
     trace = load_block_trace(path)
     br = block_requests_from_trace(trace)
-    curve = block_curve(
-        br.blocks,
-        br.starts,
-        br.lookup_blocks,
-        block_tokens=br.block_tokens,
-        prompt_tokens=br.prompt_tokens,
-    )
+    curve = br.curve()
     return trace, curve
 
 
@@ -54,13 +47,7 @@ def main() -> None:
         trace = load_block_trace(TRACE)
         t1 = time.perf_counter()
         br = block_requests_from_trace(trace)
-        curve = block_curve(
-            br.blocks,
-            br.starts,
-            br.lookup_blocks,
-            block_tokens=br.block_tokens,
-            prompt_tokens=br.prompt_tokens,
-        )
+        curve = br.curve()
         t2 = time.perf_counter()
         runs.append((t1 - t0, t2 - t1, t2 - t0))
     best = min(runs, key=lambda r: r[2])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 NAME = "report"
 HELP = "Write report.md (and report.html with --html) for a run directory; rebuilds summary.json."
@@ -32,11 +31,6 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay report``; exit 0 ok, 2 nothing to report or a missing extra."""
     from kvreplay.report.write import write_reports
 
-    if not Path(args.run_dir).is_dir():
-        what = "a file" if Path(args.run_dir).exists() else "not found"
-        print(f"kvreplay report: {args.run_dir}: not a run directory ({what}); give the folder that holds "
-              "summary.json / records.jsonl", file=sys.stderr)
-        return 2
     try:
         written = write_reports(args.run_dir, html=args.html, parquet=args.parquet)
     except FileNotFoundError as exc:

@@ -121,6 +121,17 @@ def parse_bound(text: str) -> tuple[str, str, float]:
     return m.group(1), m.group(2), value
 
 
+def check_target(target: str, *, sim: bool) -> None:
+    """Refuse a ``--target`` that is not an http(s) URL (nor ``sim`` where ``sim`` is allowed).
+
+    Raises:
+        ConfigError: field ``--target``.
+    """
+    if not (sim and target == "sim") and not target.startswith(("http://", "https://")):
+        hint = " (or 'sim')" if sim else ""
+        raise ConfigError(f"{target!r} is not a URL: give http://HOST:PORT{hint}", field="--target")
+
+
 def read_api_key(args: argparse.Namespace) -> str | None:
     """The API key from ``--api-key-env`` or ``--api-key-file``; None when neither is given.
 
@@ -182,8 +193,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
     target = args.target or settings.get("target", "sim")
-    if target != "sim" and not target.startswith(("http://", "https://")):
-        raise ConfigError(f"{target!r} is not a URL: give http://HOST:PORT (or 'sim')", field="--target")
+    check_target(target, sim=True)
     backend_name = args.backend
     sim = None
     if target == "sim":

@@ -108,8 +108,10 @@ def run(args: argparse.Namespace) -> int:
         0 on success; 2 when the server or dump could not be read
         (``BackendError``, message on stderr), as for bad arguments (ConfigError).
     """
-    if args.target and not args.target.startswith(("http://", "https://")):
-        raise ConfigError(f"{args.target!r} is not a URL: give http://HOST:PORT", field="--target")
+    if args.target:
+        from kvreplay.commands.run import check_target
+
+        check_target(args.target, sim=False)
     try:
         if args.from_file:
             out = _offline(args)

@@ -18,10 +18,9 @@ from pathlib import Path
 
 from kvreplay.errors import ConfigError
 from kvreplay.offline.entries import entries_curve
-from kvreplay.offline.mrc import Curve, block_curve, default_capacities
+from kvreplay.offline.mrc import Curve, default_capacities
 from kvreplay.offline.reference import brute_entries, brute_radix
 from kvreplay.offline.report import PrefillModel, curve_rows, recommend
-from kvreplay.workload.importers import reject_csv
 from kvreplay.offline.sources import (
     ModelRequest,
     block_requests_from_models,
@@ -36,6 +35,7 @@ from kvreplay.offline.traces import (
     is_block_trace,
     load_block_trace,
 )
+from kvreplay.workload.importers import reject_csv
 
 __all__ = ["SimulateOptions", "load_requests", "simulate"]
 
@@ -211,14 +211,7 @@ def simulate(opts: SimulateOptions) -> dict:
             )
         assert isinstance(data, BlockTrace)
         br = block_requests_from_trace(data, foreign, opts.interleave_every)  # type: ignore[arg-type]
-        curve = block_curve(
-            br.blocks,
-            br.starts,
-            br.lookup_blocks,
-            block_tokens=br.block_tokens,
-            prompt_tokens=br.prompt_tokens,
-            counted=br.counted,
-        )
+        curve = br.curve()
         info.update(method="one-pass", unit="block", unit_tokens=br.block_tokens)
     else:
         reqs = list(data)  # type: ignore[arg-type]
@@ -229,14 +222,7 @@ def simulate(opts: SimulateOptions) -> dict:
             br = block_requests_from_models(reqs, B)
             info.update(unit="block", unit_tokens=B)
             if opts.host is None:
-                curve = block_curve(
-                    br.blocks,
-                    br.starts,
-                    br.lookup_blocks,
-                    block_tokens=B,
-                    prompt_tokens=br.prompt_tokens,
-                    counted=br.counted,
-                )
+                curve = br.curve()
                 info["method"] = "one-pass"
             else:
                 universe = int(len(set(br.blocks.tolist())))

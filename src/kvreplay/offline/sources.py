@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvreplay.offline.entries import SnapshotRequest
+from kvreplay.offline.mrc import Curve, block_curve
 from kvreplay.offline.traces import BlockTrace
 from kvreplay.sim.prefix import PrefixKeys
 from kvreplay.workload import Workload
@@ -80,6 +81,11 @@ class BlockRequests:
     prompt_tokens: np.ndarray
     counted: np.ndarray
     block_tokens: int
+
+    def curve(self) -> Curve:
+        """The radix block model's hit curve of these requests (``mrc.block_curve``)."""
+        return block_curve(self.blocks, self.starts, self.lookup_blocks, block_tokens=self.block_tokens,
+                           prompt_tokens=self.prompt_tokens, counted=self.counted)
 
 
 def model_requests(

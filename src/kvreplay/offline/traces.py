@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from kvreplay.errors import WorkloadError
-from kvreplay.workload.importers import reject_csv
+from kvreplay.workload.importers import read_trace_bytes
 
 __all__ = ["BlockTrace", "MOONCAKE_BLOCK_TOKENS", "is_block_trace", "load_block_trace"]
 
@@ -98,12 +98,7 @@ def load_block_trace(
             ``input_length``, repeats a block id within one request, or whose
             ``len(hash_ids) != ceil(input_length / block_tokens)``.
     """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise WorkloadError(f"cannot read trace: {exc}", path=p) from exc
-    reject_csv(data, p)
+    p, data = read_trace_bytes(path)
     blocks: list[int] = []
     toks: list[int] = []
     starts = [0]

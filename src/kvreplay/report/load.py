@@ -358,10 +358,14 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         The parsed run (``RunData``).
 
     Raises:
-        FileNotFoundError: the directory holds no summary.json, records.jsonl,
-            verdict.json or simulate output (nothing to load).
+        FileNotFoundError: ``path`` is not a directory, or it holds no summary.json,
+            records.jsonl, verdict.json or simulate output (nothing to load).
     """
     run_dir = Path(path)
+    if not run_dir.is_dir():
+        what = "a file" if run_dir.exists() else "not found"
+        raise FileNotFoundError(f"{run_dir}: not a run directory ({what}); give the folder that holds "
+                                "summary.json / records.jsonl")
     plan = _read_json(run_dir / "plan.json")
     record_list = read_records(run_dir / "records.jsonl")
     summary = _read_json(run_dir / "summary.json")

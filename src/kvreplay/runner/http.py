@@ -144,19 +144,7 @@ async def _send_once(
     head_chars: int = 256,
     total_timeout_s: float | None = None,
 ) -> RequestOutcome:
-    """POST ``raw`` exactly as given and account the response as it streams.
-
-    Args:
-        session: The run's session (its timeouts carry connect and read-idle).
-        url: Full endpoint URL.
-        raw: The body bytes, sent unchanged.
-        headers: Request headers (Content-Type, Authorization, ...).
-        head_chars: Visible text kept (characters).
-        total_timeout_s: Whole-request bound in seconds; None = no bound.
-
-    Returns:
-        The outcome; never raises for per-request failures.
-    """
+    """One attempt of :func:`send_body` (same arguments), without its stale-connection retry."""
     sent = now_ns()
     headers_ns: int | None = None
     http_status: int | None = None

@@ -47,7 +47,15 @@ import orjson
 
 from kvreplay.errors import WorkloadError
 
-__all__ = ["ImportResult", "block_text", "import_mooncake", "read_mooncake", "reject_csv", "vocabulary"]
+__all__ = [
+    "ImportResult",
+    "block_text",
+    "import_mooncake",
+    "read_mooncake",
+    "read_trace_bytes",
+    "reject_csv",
+    "vocabulary",
+]
 
 _CONS = "bcdfghjklmnprstvz"
 _VOWELS = "aeiou"
@@ -130,6 +138,21 @@ def reject_csv(data: bytes, path: Path) -> None:
         )
 
 
+def read_trace_bytes(path: str | Path) -> tuple[Path, bytes]:
+    """A block trace's bytes, after :func:`reject_csv`.
+
+    Raises:
+        WorkloadError: unreadable file, or a CSV trace.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise WorkloadError(f"cannot read trace: {exc}", path=p) from exc
+    reject_csv(data, p)
+    return p, data
+
+
 def read_mooncake(
     path: str | Path, *, limit: int | None = None, block_tokens: int = 512
 ) -> list[TraceRow]:
@@ -148,12 +171,7 @@ def read_mooncake(
             four fields, or ``hash_ids`` that cannot hold ``input_length``
             tokens at ``block_tokens`` per block (file and line named).
     """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise WorkloadError(f"cannot read trace: {exc}", path=p) from exc
-    reject_csv(data, p)
+    p, data = read_trace_bytes(path)
     rows: list[TraceRow] = []
     for lineno, line in enumerate(data.splitlines(), start=1):
         if limit is not None and len(rows) >= limit:

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from kvreplay.errors import WorkloadError
-from kvreplay.offline.mrc import block_curve
 from kvreplay.offline.sources import block_requests_from_trace, trace_tokens
 from kvreplay.offline.traces import is_block_trace, load_block_trace
 from kvreplay.sim.cache_radix import RadixCache
@@ -42,9 +41,7 @@ def test_load_small(tmp_path):
     br = block_requests_from_trace(t)
     # full blocks only: 2 and 2; lookups (1030-1)//512 = 2 and (1024-1)//512 = 1
     assert br.starts.tolist() == [0, 2, 4] and br.lookup_blocks.tolist() == [2, 1]
-    c = block_curve(
-        br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens
-    )
+    c = br.curve()
     assert c.at(1) == (1, 512) and c.at(2) == (1, 512)
 
 
@@ -97,9 +94,7 @@ def test_mooncake_slice_equals_radixcache(cap):
     """First 1500 requests: one-pass hits == the sim's RadixCache (2 tokens per trace block)."""
     t = load_block_trace(MOONCAKE, limit=1500)
     br = block_requests_from_trace(t)
-    c = block_curve(
-        br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens
-    )
+    c = br.curve()
     cache = RadixCache(capacity_blocks=cap, block_size=2)
     hit_req = hit_blocks = 0
     for r in range(len(t)):
@@ -115,9 +110,7 @@ def test_mooncake_whole_trace_equals_radixcache(cap):
     """All 12,031 requests at two capacities (about 2 s each through the sim class)."""
     t = load_block_trace(MOONCAKE)
     br = block_requests_from_trace(t)
-    c = block_curve(
-        br.blocks, br.starts, br.lookup_blocks, block_tokens=512, prompt_tokens=br.prompt_tokens
-    )
+    c = br.curve()
     cache = RadixCache(capacity_blocks=cap, block_size=2)
     hit_req = hit_blocks = 0
     for r in range(len(t)):

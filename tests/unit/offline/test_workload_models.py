@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from kvreplay.offline.entries import entries_curve
-from kvreplay.offline.mrc import block_curve
 from kvreplay.offline.reference import brute_entries, brute_radix
 from kvreplay.offline.sources import (
     block_requests_from_models,
@@ -46,9 +45,7 @@ def test_entries_offer_equals_class(reqs, points):
 
 def test_radix_equals_class(reqs):
     br = block_requests_from_models(reqs, 16)
-    c = block_curve(
-        br.blocks, br.starts, br.lookup_blocks, block_tokens=16, prompt_tokens=br.prompt_tokens
-    )
+    c = br.curve()
     caps = [1, 100, 250, 400, c.max_capacity, 20000]
     for p in brute_radix(reqs, caps, block_size=16):
         assert c.at(p.capacity) == (p.hit_requests, p.hit_tokens), p
@@ -59,13 +56,6 @@ def test_interleaved_radix_equals_class(reqs):
     mixed = interleave(reqs[:52], foreign, 4)
     assert len(mixed) == 65 and sum(r.counted for r in mixed) == 52
     br = block_requests_from_models(mixed, 16)
-    c = block_curve(
-        br.blocks,
-        br.starts,
-        br.lookup_blocks,
-        block_tokens=16,
-        prompt_tokens=br.prompt_tokens,
-        counted=br.counted,
-    )
+    c = br.curve()
     for p in brute_radix(mixed, [50, 200, 1000], block_size=16):
         assert c.at(p.capacity) == (p.hit_requests, p.hit_tokens), p
