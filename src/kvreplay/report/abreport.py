@@ -103,7 +103,8 @@ def _ratio_svg(check: dict[str, Any], entry: dict[str, Any] | None) -> str:
             parts.append(f'<text x="{x - 4}" y="{h - 2}" font-size="9" fill="#999">{_e(c)[:4]}</text>')
     parts.append("</svg>")
     cap = f"{key}: candidate / baseline per pair; dashed: threshold {check['threshold_pct']:+g}%"
-    return f'<figure data-plot="{_e(key)}" data-status="measured">{"".join(parts)}<figcaption>{_e(cap)}</figcaption></figure>'
+    return (f'<figure data-plot="{_e(key)}" data-status="measured">{"".join(parts)}'
+            f"<figcaption>{_e(cap)}</figcaption></figure>")
 
 
 def _block_rows(ab: dict[str, Any], d: Path) -> list[str]:
@@ -188,7 +189,8 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
     if logs:
         out.append("<details><summary>Arm command logs (last 4 KiB each)</summary>")
         for b, sw in logs:
-            out.append(f"<h3>block {b['block']} ({_e(b['arm'])}): {_e(sw.get('log_path'))}</h3><pre>{_e(sw['log_tail'])}</pre>")
+            out.append(f"<h3>block {b['block']} ({_e(b['arm'])}): {_e(sw.get('log_path'))}</h3>"
+                       f"<pre>{_e(sw['log_tail'])}</pre>")
         out.append("</details>")
     if cmp is not None:
         metrics = cmp.get("metrics", {})

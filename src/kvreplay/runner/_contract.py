@@ -36,8 +36,11 @@ IDENTITY_INTERVAL_MAX_S = 1.0
 
 
 class ContractChecks:
-    """Mixin: expects ``backend``, ``opts``, ``abort``, ``request_abort``, ``progress``,
-    ``identity_before``/``identity_after``, ``writer``, ``record`` and ``positions`` of ``_Run``."""
+    """Mixin of the runner's ``_Run``.
+
+    It expects ``backend``, ``opts``, ``abort``, ``request_abort``, ``progress``,
+    ``identity_before``/``identity_after`` and ``record`` from ``_Run``.
+    """
 
     backend: Any
     opts: Any

@@ -18,7 +18,8 @@ def with_deltas(plan, deltas):
     return summarise(plan, recs, **{n: {"counter_delta": d, "attribution": "phase_only"} for n, d in deltas.items()})
 
 
-SPECS = [("prime", "forward", 1, [0, 1, 2, 3]), ("fwd", "forward", 1, [0, 1, 2, 3]), ("rev", "reverse", 1, [3, 2, 1, 0])]
+SPECS = [("prime", "forward", 1, [0, 1, 2, 3]), ("fwd", "forward", 1, [0, 1, 2, 3]),
+         ("rev", "reverse", 1, [3, 2, 1, 0])]
 DELTAS = {"prime": {"host_fetched_tokens": 0}, "fwd": {"host_fetched_tokens": 0}, "rev": {"host_fetched_tokens": 2048}}
 
 
