@@ -125,7 +125,8 @@ def test_failed_fresh_check_with_mark_sends_as_before(tmp_path):
 
 
 def test_failed_check_across_workers_sends_nothing(tmp_path):
-    rc, recs, summary = kvrun(tmp_path / "r", "--workers", "2",
+    # A pin that holds: worker 0 checks it; worker 1 (no counter adapter) must not abort over it.
+    rc, recs, summary = kvrun(tmp_path / "r", "--workers", "2", "--expect-identity", "models=kvreplay-sim",
                               phases=("a:forward:c2:first2", "b:forward:c2:first4:fresh"))
     assert rc == 0
     b = sorted((r for r in recs if r["phase"] == "b"), key=lambda r: r["position"])
