@@ -220,7 +220,7 @@ class _Run(ContractChecks):
     def publish_check(self, phase: Phase, reason: str | None) -> None:
         """Tell peers the phase's failed-check reason, before the start barrier (one process: nothing)."""
 
-    def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:
+    async def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:
         """The phase's failed-check reason as all peers see it, after the start barrier (one process: its own)."""
         return reason
 
@@ -436,7 +436,7 @@ class _Run(ContractChecks):
         await self.phase_sync(phase, "start")
         st.start_ns = self.phase_start_ns(phase)
         self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
-        check_failed = self.phase_check_result(phase, check_failed)
+        check_failed = await self.phase_check_result(phase, check_failed)
         if check_failed is not None and self.opts.on_check_fail == "skip":
             # A failed check sends nothing: every position gets its record here and
             # the workers below find the sequence used up.

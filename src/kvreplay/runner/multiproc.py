@@ -172,7 +172,7 @@ class _WorkerRun(_Run):
                 self.shared.check_reason.value = reason.encode()[:511]
                 self.shared.check_phase.value = self.phase_index[id(phase)]
 
-    def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:  # noqa: D102
+    async def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:  # noqa: D102
         if reason is None and self.shared.check_phase.value == self.phase_index[id(phase)]:
             return self.shared.check_reason.value.decode(errors="replace")
         return reason
