@@ -114,6 +114,11 @@ def test_failed_fresh_check_sends_nothing(tmp_path):
     assert (ph["sent"], ph["not_sent"], ph["check_failed"], ph["valid"]) == (0, 3, reason, False)
     # The server saw no request of phase b: its lookups did not move across the phase.
     assert ph["counter_delta"]["lookups"] == 0
+    # A summary rebuilt from the records (kill -9) keeps the reason and the labels.
+    (tmp_path / "r" / "summary.json").unlink()
+    assert main(["report", str(tmp_path / "r")]) == 0
+    rebuilt = json.loads((tmp_path / "r" / "summary.json").read_text())["phases"][1]
+    assert (rebuilt["check_failed"], rebuilt["valid"], rebuilt["sent"]) == (reason, False, 0)
 
 
 def test_failed_fresh_check_with_mark_sends_as_before(tmp_path):

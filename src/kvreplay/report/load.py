@@ -258,6 +258,9 @@ def rebuild_summary(
         st.label, st.comparable = spec.get("label"), spec.get("comparable", True) is not False
         for r in recs:
             st.add(r)
+        st.check_failed = next((r.get("reason") for r in recs if r.get("status") == "check_failed"), None)
+        if st.check_failed:
+            st.invalid_reasons.append(st.check_failed)
         st.not_sent += max(0, st.planned - len(recs))
         sent = [r for r in recs if r.get("sent", True)]
         if sent:
