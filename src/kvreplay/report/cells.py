@@ -128,7 +128,14 @@ def _partial_note(ph: dict[str, Any]) -> str | None:
     return None
 
 
-def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str, stat: str) -> Cell:
+def latency_cell(
+    ph: dict[str, Any] | str,
+    summary: dict[str, Any],
+    metric: str,
+    stat: str,
+    *,
+    scale: float | None = None,
+) -> Cell:
     """A latency percentile of one phase (ms).
 
     Args:
@@ -136,6 +143,8 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
         summary: The run summary.
         metric: ``ttft``, ``itl``, ``tpot`` or ``e2e``.
         stat: ``p50``, ``p90``, ``p99``, ``mean`` or ``max``.
+        scale: The simulator's time scale (``report.units.sim_time_scale``): the
+            value is shown in model ms (measured / scale). None for real time.
     """
     gate = phase_gate(ph, summary)
     if gate is not None:
@@ -153,6 +162,11 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
                           "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1
+    if scale:
+        return measured(
+            f"{float(v) / scale:.{nd}f}",
+            "; ".join(x for x in (f"measured {float(v):.{nd}f} ms", _partial_note(ph)) if x),
+        )
     return measured(f"{float(v):.{nd}f}", _partial_note(ph))
 
 

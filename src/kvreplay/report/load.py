@@ -118,6 +118,10 @@ class RunData:
         summary_rebuilt: True when summary.json was rebuilt by this load.
         verdict: A probe's verdict.json, or None.
         simulate: A simulate ``--json`` output, or None.
+        streamed: True when records were not loaded (``load_run(..., stream=True)``,
+            ``report.stream.open_run``): ``record_list`` is empty, ``records`` is a
+            ``report.stream.RecordStream`` and each plan phase's ``sequence`` is
+            compact (``report.stream.compact_plan``).
     """
 
     path: Path
@@ -129,6 +133,15 @@ class RunData:
     summary_rebuilt: bool = False
     verdict: dict[str, Any] | None = None
     simulate: dict[str, Any] | None = None
+    streamed: bool = False
+
+    def iter_records(self) -> Any:
+        """The records one at a time: the loaded list, or records.jsonl streamed."""
+        if self.streamed:
+            from kvreplay.report.stream import iter_records
+
+            return iter_records(self.path / "records.jsonl")
+        return iter(self.record_list)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -346,13 +359,18 @@ def _records_frame(records: list[dict[str, Any]]) -> Any:
     return pd.json_normalize(records, sep=".") if records else pd.DataFrame()
 
 
-def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> RunData:
+def load_run(
+    path: str | os.PathLike[str], *, write_rebuilt: bool = False, stream: bool = False
+) -> RunData:
     """Load a run directory for a notebook or a report.
 
     Args:
         path: The run directory (holding plan.json, records.jsonl, ...).
         write_rebuilt: When summary.json is missing and had to be rebuilt,
             also write it back to the directory.
+        stream: Do not load the records (``RunData.streamed``; the reports'
+            path at any scale). Ignored when summary.json is missing: the
+            rebuild needs every record.
 
     Returns:
         The parsed run (``RunData``).
@@ -366,9 +384,19 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         what = "a file" if run_dir.exists() else "not found"
         raise FileNotFoundError(f"{run_dir}: not a run directory ({what}); give the folder that holds "
                                 "summary.json / records.jsonl")
-    plan = _read_json(run_dir / "plan.json")
-    record_list = read_records(run_dir / "records.jsonl")
     summary = _read_json(run_dir / "summary.json")
+    stream = stream and summary is not None
+    if stream:
+        from kvreplay.report.stream import RecordStream, compact_plan
+
+        try:
+            plan = compact_plan((run_dir / "plan.json").read_bytes())
+        except OSError:
+            plan = None
+        record_list: list[dict[str, Any]] = []
+    else:
+        plan = _read_json(run_dir / "plan.json")
+        record_list = read_records(run_dir / "records.jsonl")
     verdict = _read_json(run_dir / VERDICT_FILE)
     simulate = None
     for name in SIMULATE_FILES:
@@ -406,10 +434,11 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         path=run_dir,
         plan=plan,
         summary=summary,
-        records=_records_frame(record_list),
+        records=RecordStream(run_dir / "records.jsonl") if stream else _records_frame(record_list),
         record_list=record_list,
         histograms=hists,
         summary_rebuilt=rebuilt,
         verdict=verdict,
         simulate=simulate,
+        streamed=stream,
     )
