@@ -43,6 +43,7 @@ class Plot:
 def _cdf_plots(run: RunData) -> list[Plot]:
     out = []
     phases = phases_in_order(run.summary, run.plan)
+    scale = sim_time_scale(run.plan, run.summary)
     for metric, label in CDF_METRICS:
         curves, left_out = [], []
         for ph in phases:
@@ -55,6 +56,8 @@ def _cdf_plots(run: RunData) -> list[Plot]:
                 left_out.append(f"{name}: failed (no {label} histogram)")
             else:
                 xs, ys = arr.cdf()
+                if scale:
+                    xs = xs / scale
                 curves.append((f"{name} (n={arr.total})", xs.tolist(), ys.tolist()))
         reason = "; ".join(left_out) or None
         if curves:
@@ -64,7 +67,7 @@ def _cdf_plots(run: RunData) -> list[Plot]:
                     f"{label} CDF per phase",
                     "measured",
                     reason,
-                    plots.cdf_png(label, curves),
+                    plots.cdf_png(label, curves, unit="model ms" if scale else "ms"),
                 )
             )
         else:

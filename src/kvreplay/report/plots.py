@@ -55,12 +55,15 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[float]]]) -> bytes:
+def cdf_png(
+    metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], unit: str = "ms"
+) -> bytes:
     """Cumulative distributions of one latency metric, one line per phase.
 
     Args:
         metric: Label, e.g. ``TTFT``.
-        curves: ``(legend label, values_ms ascending, cumulative fraction)`` per phase.
+        curves: ``(legend label, values ascending, cumulative fraction)`` per phase.
+        unit: The values' unit (``ms``, or ``model ms`` against a time-scaled simulator).
 
     Returns:
         PNG bytes.
@@ -76,9 +79,9 @@ def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[f
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_ticker().FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(_ticker().NullFormatter())
-        ax.set_xlabel(f"{metric} (ms, log scale)")
+        ax.set_xlabel(f"{metric} ({unit}, log scale)")
     else:
-        ax.set_xlabel(f"{metric} (ms)")
+        ax.set_xlabel(f"{metric} ({unit})")
     ax.set_ylabel("fraction of requests ≤ x")
     ax.set_ylim(0, 1.02)
     ax.grid(True, which="both", alpha=0.3)
@@ -201,7 +204,7 @@ def ttft_position_png(
     keep = ~np.isnan(cy)
     if keep.any():
         # One step line for the whole phase: drawing cost does not grow with requests.
-        ax2.fill_between(cx[keep], 0, cy[keep], step="mid", color="tab:orange", alpha=0.3,
+        ax2.fill_between(cx[keep], 0, cy[keep], step="mid", color="tab:orange", alpha=0.35,
                          linewidth=0, label="usage cached_tokens" + (" (median per bin)" if binned else ""))
         tops.append(float(cy[keep].max()))
     if ry is not None:
