@@ -387,11 +387,11 @@ def load_run(
     summary = _read_json(run_dir / "summary.json")
     stream = stream and summary is not None
     if stream:
-        from kvreplay.report.stream import RecordStream, compact_plan
+        from kvreplay.report.stream import RecordStream, compact_plan_file
 
         try:
-            plan = compact_plan((run_dir / "plan.json").read_bytes())
-        except OSError:
+            plan = compact_plan_file(run_dir / "plan.json")
+        except (OSError, orjson.JSONDecodeError):
             plan = None
         record_list: list[dict[str, Any]] = []
     else:

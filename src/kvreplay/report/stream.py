@@ -168,6 +168,76 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
     return plan
 
 
+def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """``compact_plan`` of a plan.json file, read line by line where it is indented.
+
+    kvreplay writes plan.json indented (``orjson.OPT_INDENT_2``): each sequence
+    entry spans a few short lines, so the file is read one line at a time and
+    only the lines outside ``sequence`` arrays, the first ``HEAD_ENTRIES``
+    entries and the first entry of each distinct body are kept. A file whose
+    sequence does not open on a line of its own (compact JSON) is read whole.
+
+    Returns:
+        As ``compact_plan``; None when the file is missing or not a JSON object.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None
+    with f:
+        first = f.readline()
+        if not first.rstrip().endswith(b"{"):
+            return compact_plan(first + f.read())
+        parts: list[bytes] = [first]
+        heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]] = []
+        inside = False
+        entry: list[bytes] = []
+        for line in f:
+            if not inside:
+                parts.append(line)
+                st = line.rstrip()
+                if st.endswith(b"[") and _SEQ.search(st):
+                    inside, seen, uniq, head, n = True, set(), [], [], 0
+                continue
+            st = line.strip()
+            if not entry and st.startswith(b"]"):
+                heads.append((uniq, head, n))
+                parts.append(line)
+                inside = False
+                continue
+            entry.append(line)
+            if st.startswith(b"}"):
+                raw = b"".join(entry).rstrip().rstrip(b",")
+                entry = []
+                n += 1
+                sm = _SHA.search(raw)
+                key = sm.group(1) if sm else raw
+                if len(head) < HEAD_ENTRIES:
+                    head.append(orjson.loads(raw))
+                if key not in seen:
+                    seen.add(key)
+                    uniq.append(orjson.loads(raw))
+    if inside:
+        return None
+    try:
+        plan = orjson.loads(b"".join(parts))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(plan, dict):
+        return None
+    phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
+    if len(phases) != len(heads):
+        return compact_plan(Path(path).read_bytes())
+    for ph, (uniq, head, n) in zip(phases, heads, strict=True):
+        ph["sequence"] = uniq
+        ph["sequence_head"] = head
+        ph["sequence_length"] = n
+    return plan
+
+
 def sequence_length(spec: dict[str, Any]) -> int:
     """Planned requests of a plan phase (compact or full plan)."""
     if "sequence_length" in spec:
