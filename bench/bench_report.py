@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
 import random
 import shutil
@@ -157,13 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, action="append", default=None,
                     help="run sizes (repeatable; default 2000, 20000, 200000)")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep the largest run directory here")
+    ap.add_argument("--make", nargs=2, default=None, metavar=("DIR", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.make:
+        make_run(Path(args.make[0]), int(args.make[1]))
+        return 0
     sizes = sorted(args.records or [2000, 20000, 200000])
     tmp = Path(tempfile.mkdtemp(prefix="kvreplay-bench-report-"))
     rows = []
     try:
         for n in sizes:
-            d = make_run(tmp / f"run{n}", n)
+            # Made in a process of its own: a child's peak RSS (ru_maxrss) starts at its
+            # parent's size at fork and survives exec, so this process stays small.
+            d = tmp / f"run{n}"
+            subprocess.run([sys.executable, __file__, "--make", str(d), str(n)], check=True)
             mb = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6
             wall, cpu, rss = measure(d)
             html = (d / "report.html").stat().st_size / 1e6
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = cpu <= TARGET_S and rss <= TARGET_MB
     print(f"targets at {n} records: CPU {cpu:.2f} s <= {TARGET_S} s, RSS {rss:.0f} MB <= {TARGET_MB:.0f} MB: "
           f"{'met' if ok else 'MISSED'} (wall {wall:.2f} s; shared machine, CPU time is the robust figure)")
-    return 0 if ok or math.isnan(cpu) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
