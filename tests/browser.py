@@ -3,8 +3,8 @@
 Chromium is Debian's ``chromium`` package (``/usr/bin/chromium``) or
 ``chromium-headless-shell``; nothing is downloaded. It starts with a fresh
 profile and every network service off, and listens on a DevTools port chosen
-by itself (``--remote-debugging-port=0``; the ``DevTools listening on ws://...``
-line on stderr says which). The client is aiohttp's websocket (protocol:
+by itself (``--remote-debugging-port=0``; it writes the port to
+``DevToolsActivePort`` in the profile folder). The client is aiohttp's websocket (protocol:
 https://chromedevtools.github.io/devtools-protocol/, domains Page, Runtime,
 Log, Emulation).
 
@@ -20,7 +20,6 @@ import base64
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -178,24 +177,23 @@ async def _check(chromium: str, page_url: str, widths: tuple[int, ...], shots: P
     profile = tempfile.mkdtemp(prefix="kvreplay-chromium-")
     proc = subprocess.Popen(
         [chromium, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
+        # Chromium writes the port it chose to <user-data-dir>/DevToolsActivePort.
+        port_file = Path(profile) / "DevToolsActivePort"
         port = None
-        assert proc.stderr is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while port is None and loop.time() < deadline:
-            line = await loop.run_in_executor(None, proc.stderr.readline)
-            if not line and proc.poll() is not None:
+            if proc.poll() is not None:
                 raise RuntimeError(f"chromium exited with {proc.returncode} before listening")
-            m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                port = int(port_file.read_text().splitlines()[0])
+            if port is None:
+                await asyncio.sleep(0.1)
         if port is None:
-            raise RuntimeError("chromium did not announce its DevTools port in 60 s")
-        # Keep draining stderr so chromium never blocks on a full pipe.
-        loop.run_in_executor(None, lambda: [None for _ in proc.stderr])  # type: ignore[union-attr]
+            raise RuntimeError("chromium wrote no DevToolsActivePort in 60 s")
         out: dict[int, dict[str, Any]] = {}
         async with aiohttp.ClientSession() as http:
             async with http.put(f"http://127.0.0.1:{port}/json/new?about:blank") as r:
