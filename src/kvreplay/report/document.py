@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvreplay.report.cells import Cell, failed, measured
+from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
@@ -70,21 +70,47 @@ def _opt(v: Any, reason: str, nd: int = 4) -> Cell:
 def _probe_table(v: dict[str, Any]) -> Table:
     fit = v.get("prefill_fit") or {}
     t = Table("probe", ["value"], corner="probe figure")
+    scale = v.get("sim_time_scale")
+    scaled = isinstance(scale, (int, float)) and scale > 0 and scale != 1
     t.rows += [
         ("prefill a (s)", [_opt(fit.get("a_s"), "no fit")]),
         (
             "prefill rate (tokens/s)",
             [_opt(fit.get("rate_tokens_per_s"), "no fit, or its slope was not positive")],
         ),
+    ]
+    if scaled:
+        a, rate = fit.get("a_s"), fit.get("rate_tokens_per_s")
+        t.rows += [
+            (
+                f"prefill a (model s; simulator time scale {scale:g})",
+                [_opt(None if a is None else a / scale, "no fit")],
+            ),
+            (
+                f"prefill rate (tokens per model s; time scale {scale:g})",
+                [_opt(None if not rate else rate * scale, "no fit, or its slope was not positive")],
+            ),
+        ]
+    if fit:
+        warn = v.get("prefill_fit_warning")
+        if "prefill_fit_warning" not in v and isinstance(fit.get("a_s"), (int, float)) and fit["a_s"] < 0:
+            warn = f"negative intercept a = {fit['a_s']:.4f} s: a prefill cannot take less than no time"
+        t.rows.append(
+            ("intercept check", [failed(warn) if warn else measured("a is between 0 and the fastest cold leg")])
+        )
+    t.rows += [
         ("fit r²", [_opt(fit.get("r2"), "no fit")]),
         ("Cmax (largest cached_tokens seen)", [_opt(v.get("cmax_tokens"), "not in verdict.json")]),
         ("minimum flushing k", [_opt(v.get("min_flush_k"), "bisection did not bracket a flush")]),
         ("flush bracket", [_opt(v.get("flush_bracket"), "not in verdict.json")]),
+    ]
+    bpt = v.get("bytes_per_token")
+    t.rows.append(
         (
             "bytes per token",
-            [_opt(v.get("bytes_per_token"), "server reports no entry or pool bytes")],
-        ),
-    ]
+            [_opt(bpt, "") if bpt is not None else absent("the server reports no entry or pool bytes")],
+        )
+    )
     return t
 
 
@@ -275,6 +301,7 @@ th{background:#f3f3f3}th[scope=row]{text-align:left}
 thead th{white-space:normal;vertical-align:bottom;min-width:4em;max-width:11em}
 table.kv td{white-space:normal;overflow-wrap:anywhere;text-align:left;max-width:40em}
 td[data-status=failed]{background:#fde8e8;color:#8a1c1c;white-space:normal;max-width:22em;text-align:left}
+td[data-status=absent]{background:#eef2fb;color:#3a4a6b;white-space:normal;max-width:22em;text-align:left}
 td[data-status=deferred]{background:#eee;color:#666;font-style:italic;white-space:normal;max-width:22em;
 text-align:left}
 figure{display:inline-block;margin:.5em;vertical-align:top;max-width:100%}
@@ -379,7 +406,8 @@ def to_html(rep: Report) -> str:
     out.append(
         '<p class="legend">Cells: <span style="background:#fff">measured</span>'
         '<span style="background:#fde8e8">failed (reason)</span>'
-        '<span style="background:#eee">deferred (not run)</span></p>'
+        '<span style="background:#eee">deferred (not run)</span>'
+        '<span style="background:#eef2fb">absent (the server has no such series)</span></p>'
     )
     out += [f'<div class="banner">{_e(b)}</div>' for b in rep.banners]
     if rep.run.summary.get("phases") or (rep.run.plan or {}).get("phases"):

@@ -65,6 +65,29 @@ class Table:
     total: int | None = None
 
 
+FIRST_COLUMN = "as in the row's first column"
+
+
+def one_reason(cells: list[Cell], gate: Cell | None) -> list[Cell]:
+    """A row with the phase's reason written once: in its first cell that carries it.
+
+    Later cells whose reason starts with the phase's own (``phase_gate``: not
+    run, invalid, all failed) keep their status and say ``as in the row's first
+    column`` plus anything of their own (an invalid phase's recorded count).
+    """
+    if gate is None or not gate.reason:
+        return cells
+    out, seen = [], False
+    for c in cells:
+        if c.status == gate.status and c.reason and c.reason.startswith(gate.reason):
+            if seen:
+                rest = c.reason[len(gate.reason):].lstrip("; ")
+                c = Cell(c.status, c.text, FIRST_COLUMN + (f"; {rest}" if rest else ""), c.note)
+            seen = True
+        out.append(c)
+    return out
+
+
 def phase_name(ph: dict[str, Any] | str) -> str:
     """``name (Cn)`` for a summary phase, the bare name for an unrun plan phase."""
     if isinstance(ph, str):
@@ -109,13 +132,8 @@ def phase_table(run: RunData) -> Table:
     )
     for ph in phases_in_order(s, run.plan):
         if isinstance(ph, str):
-            t.rows.append(
-                (
-                    ph,
-                    [deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")]
-                    * len(t.columns),
-                )
-            )
+            gate = deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")
+            t.rows.append((ph, one_reason([gate] * len(t.columns), gate)))
             continue
         nfail = sum((ph.get("failed") or {}).values())
         cells = [
@@ -129,7 +147,7 @@ def phase_table(run: RunData) -> Table:
             latency_cell(ph, s, "e2e", "p50", scale=scale),
             tokens_cell(ph, s),
         ]
-        t.rows.append((phase_name(ph), cells))
+        t.rows.append((phase_name(ph), one_reason(cells, phase_gate(ph, s))))
     return t
 
 
@@ -159,7 +177,7 @@ def counter_table(run: RunData) -> Table:
             cells = [
                 phase_gate(ph, s) or failed("no counters (backend none or counter read failed)")
             ]
-        t.rows.append((phase_name(ph), cells))
+        t.rows.append((phase_name(ph), one_reason(cells, phase_gate(ph, s))))
     return t
 
 
@@ -209,10 +227,8 @@ def request_tables(run: RunData, sc: RunScan | None = None) -> list[Table]:
             )
             cells = record_cells(r, keys)
             if invalid is not None and invalid.status == "failed" and r.get("sent", True):
-                # The phase's reason once, in the status cell; the rest say "invalid".
-                cells = [invalid] + [failed("invalid phase (reason in the status column)")] * (
-                    len(cells) - 1
-                )
+                # The phase's reason once, in the status cell.
+                cells = one_reason([invalid] * len(cells), invalid)
             t.rows.append((head, cells))
         out.append(t)
     return out
@@ -296,18 +312,12 @@ def error_table(run: RunData) -> Table:
     t = Table("errors", [f"{c} (requests)" for c in classes] or ["failed (requests)"])
     for ph in phases:
         if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
-            t.rows.append(
-                (phase_name(ph), [phase_gate(ph, s) or deferred("not run")] * len(t.columns))
-            )
+            gate = phase_gate(ph, s) or deferred("not run")
+            t.rows.append((phase_name(ph), one_reason([gate] * len(t.columns), gate)))
             continue
         f = ph.get("failed") or {}
-        t.rows.append(
-            (
-                phase_name(ph),
-                [_count_cell(ph, s, str(f.get(c, 0))) for c in classes]
-                or [_count_cell(ph, s, "0")],
-            )
-        )
+        cells = [_count_cell(ph, s, str(f.get(c, 0))) for c in classes] or [_count_cell(ph, s, "0")]
+        t.rows.append((phase_name(ph), one_reason(cells, phase_gate(ph, s))))
     return t
 
 

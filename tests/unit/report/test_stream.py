@@ -120,7 +120,7 @@ def test_request_table_limited_with_every_counter_and_the_full_data_linked(tmp_p
         "status", "TTFT (ms)", "E2E (ms)", "prompt (tokens)", "cached (tokens)",
         "Δ hit_tokens (tokens)", "Δ host_fetched_tokens (tokens)", "Δ host_reused_tokens (tokens)",
     ]
-    assert [c.text for c in t.rows[1][1]] == ["ok", "12.0", "20.0", "100", "failed", "16", "32", "48"]
+    assert [c.text for c in t.rows[1][1]] == ["ok", "12.0", "20.0", "100", "absent", "16", "32", "48"]
     rep = build(run)
     rep_html = to_html(rep)
     assert "prime: first 200 of 5 requests" not in rep_html
@@ -136,7 +136,7 @@ def test_one_reason_per_row_of_an_invalid_phase(tmp_path):
     (t,) = request_tables(open_run(out))
     for _, cells in t.rows:
         assert cells[0].reason == "invalid phase: drain failed"
-        assert {c.reason for c in cells[1:]} == {"invalid phase (reason in the status column)"}
+        assert {c.reason for c in cells[1:]} == {"as in the row's first column"}
 
 
 def test_started_utc_units_and_simulator_scale(tmp_path):
@@ -200,3 +200,31 @@ def test_importing_the_report_writer_loads_no_matplotlib():
             "print('matplotlib' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "False"
+
+
+def test_invalid_phase_row_of_the_phase_table_says_its_reason_once(tmp_path):
+    from kvreplay.report.sections import phase_table
+
+    plan = plan_json([("prime", "forward", 1, [0, 1])])
+    recs = [record("prime", 0, 0), record("prime", 1, 1)]
+    out = write_run(tmp_path / "run", plan, recs,
+                    prime={"valid": False, "invalid_reasons": ["drain failed"]})
+    ((_, cells),) = phase_table(open_run(out)).rows
+    assert [c.reason for c in cells] == [
+        "invalid phase: drain failed; recorded 2/2",
+        "as in the row's first column; recorded 0",
+        *["as in the row's first column"] * 7,
+    ]
+
+
+def test_hits_column_shows_hit_tokens_for_a_server_without_hit_counts():
+    from kvreplay.report.markdown import hits_cell
+
+    ph = {"name": "p", "ok": 1, "sent": 1, "valid": True, "attribution": "per_request",
+          "counter_delta": {"hit_tokens": 4096.0, "prompt_tokens": 5000.0}}
+    c = hits_cell(ph, {})
+    assert (c.status, c.text) == ("measured", "4096 tok")
+    ph["counter_delta"]["hits"] = 3.0
+    assert hits_cell(ph, {}).text == "3"
+    del ph["counter_delta"]["hit_tokens"], ph["counter_delta"]["hits"]
+    assert hits_cell(ph, {}).status == "absent"
