@@ -443,7 +443,7 @@ def to_html(rep: Report) -> str:
             spec = {
                 k: v
                 for k, v in ph.items()
-                if k not in ("sequence", "sequence_head", "sequence_length")
+                if k not in ("sequence", "sequence_head", "sequence_length", "sequence_positions")
             }
             n, head = sequence_length(ph), sequence_head(ph, 200)
             lines = [

@@ -97,6 +97,7 @@ class RecordStream:
 
 _SEQ = re.compile(rb'"sequence"\s*:\s*\[')
 _SHA = re.compile(rb'"body_sha256"\s*:\s*"([0-9A-Fa-f]*)"')
+_POS = re.compile(rb'"position"\s*:\s*(-?\d+)')
 _ENTRY = re.compile(rb"\{[^{}]*\}")
 
 
@@ -115,8 +116,11 @@ def compact_plan(data: bytes) -> dict[str, Any] | None:
 
     Returns:
         The plan with ``sequence`` = the first entry of each distinct body in send
-        order, ``sequence_length`` = the full entry count and ``sequence_head`` =
-        the first ``HEAD_ENTRIES`` entries; None when the bytes are not a JSON object.
+        order, ``sequence_length`` = the full entry count, ``sequence_head`` =
+        the first ``HEAD_ENTRIES`` entries and ``sequence_positions: "range"``
+        (positions are ``0 .. sequence_length - 1``, as ``kvreplay.plan`` writes
+        them; a plan whose positions are not is returned whole); None when the
+        bytes are not a JSON object.
     """
     try:
         return _compact_plan(data)
@@ -125,7 +129,7 @@ def compact_plan(data: bytes) -> dict[str, Any] | None:
 
 
 def _compact_plan(data: bytes) -> dict[str, Any] | None:
-    heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]] = []
+    heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]] = []
     parts: list[bytes] = []
     pos = 0
     for m in _SEQ.finditer(data):
@@ -137,9 +141,12 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
         uniq: list[dict[str, Any]] = []
         head: list[dict[str, Any]] = []
         n = 0
+        in_range = True
         for em in _ENTRY.finditer(span):
-            n += 1
             raw = em.group(0)
+            pm = _POS.search(raw)
+            in_range = in_range and pm is not None and int(pm.group(1)) == n
+            n += 1
             if len(head) < HEAD_ENTRIES:
                 head.append(orjson.loads(raw))
             sm = _SHA.search(raw)
@@ -147,7 +154,7 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
             if key not in seen:
                 seen.add(key)
                 uniq.append(orjson.loads(raw))
-        heads.append((uniq, head, n))
+        heads.append((uniq, head, n, in_range))
         parts.append(data[pos : m.end()])
         pos = end
     parts.append(data[pos:])
@@ -158,13 +165,15 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
     if not isinstance(plan, dict):
         return None
     phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
-    if len(phases) != len(heads):  # a "sequence" key elsewhere: fall back to the full parse
+    if len(phases) != len(heads) or not all(h[3] for h in heads):
+        # a "sequence" key elsewhere, or positions other than 0..n-1: the full parse
         full = orjson.loads(data)
         return full if isinstance(full, dict) else None
-    for ph, (uniq, head, n) in zip(phases, heads, strict=True):
+    for ph, (uniq, head, n, _) in zip(phases, heads, strict=True):
         ph["sequence"] = uniq
         ph["sequence_head"] = head
         ph["sequence_length"] = n
+        ph["sequence_positions"] = "range"
     return plan
 
 
@@ -192,7 +201,7 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         if not first.rstrip().endswith(b"{"):
             return compact_plan(first + f.read())
         parts: list[bytes] = [first]
-        heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int]] = []
+        heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]] = []
         inside = False
         entry: list[bytes] = []
         for line in f:
@@ -200,11 +209,11 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                 parts.append(line)
                 st = line.rstrip()
                 if st.endswith(b"[") and _SEQ.search(st):
-                    inside, seen, uniq, head, n = True, set(), [], [], 0
+                    inside, seen, uniq, head, n, in_range = True, set(), [], [], 0, True
                 continue
             st = line.strip()
             if not entry and st.startswith(b"]"):
-                heads.append((uniq, head, n))
+                heads.append((uniq, head, n, in_range))
                 parts.append(line)
                 inside = False
                 continue
@@ -212,6 +221,8 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
             if st.startswith(b"}"):
                 raw = b"".join(entry).rstrip().rstrip(b",")
                 entry = []
+                pm = _POS.search(raw)
+                in_range = in_range and pm is not None and int(pm.group(1)) == n
                 n += 1
                 sm = _SHA.search(raw)
                 key = sm.group(1) if sm else raw
@@ -229,12 +240,15 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     if not isinstance(plan, dict):
         return None
     phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
-    if len(phases) != len(heads):
-        return compact_plan(Path(path).read_bytes())
-    for ph, (uniq, head, n) in zip(phases, heads, strict=True):
+    if len(phases) != len(heads) or not all(h[3] for h in heads):
+        # a "sequence" key elsewhere, or positions other than 0..n-1: the whole file
+        full = orjson.loads(Path(path).read_bytes())
+        return full if isinstance(full, dict) else None
+    for ph, (uniq, head, n, _) in zip(phases, heads, strict=True):
         ph["sequence"] = uniq
         ph["sequence_head"] = head
         ph["sequence_length"] = n
+        ph["sequence_positions"] = "range"
     return plan
 
 
@@ -256,19 +270,15 @@ def open_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> An
     """A run directory for the reports, records not loaded (``RunData`` with ``streamed`` set).
 
     Like ``report.load.load_run`` but ``record_list`` is empty, ``records`` is a
-    ``RecordStream`` and plan.json is compact (``compact_plan``). A run whose
-    summary.json is missing is loaded whole (``load_run``): rebuilding the
-    summary needs every record and the full plan.
+    ``RecordStream`` and plan.json is compact (``compact_plan``). A missing
+    summary.json is rebuilt from the records streamed once.
 
     Raises:
         FileNotFoundError: as ``load_run``.
     """
     from kvreplay.report.load import load_run
 
-    d = Path(path)
-    if not (d / "summary.json").is_file():
-        return load_run(d, write_rebuilt=write_rebuilt)
-    return load_run(d, write_rebuilt=write_rebuilt, stream=True)
+    return load_run(Path(path), write_rebuilt=write_rebuilt, stream=True)
 
 
 @dataclass(slots=True)

@@ -78,9 +78,27 @@ def test_streamed_load_holds_no_records_and_iterates_them(tmp_path):
     assert list(run.iter_records()) == recs
     full = load_run(out)
     assert not full.streamed and list(full.iter_records()) == recs
-    # a missing summary: the rebuild needs every record, so open_run loads it whole
+    # a missing summary is rebuilt from the streamed records and the compact plan,
+    # the same as from the loaded records and the full plan
     (out / "summary.json").unlink()
-    assert open_run(out).streamed is False
+    streamed, loaded = open_run(out), load_run(out)
+    assert streamed.streamed and streamed.summary_rebuilt and loaded.summary_rebuilt
+    assert streamed.summary == loaded.summary
+    assert [p["planned"] for p in streamed.summary["phases"]] == [5, 2]
+
+
+@pytest.mark.parametrize("indent", [False, True])
+def test_streamed_rebuild_counts_positions_never_sent(tmp_path, indent):
+    out, plan, recs = two_phase_run(tmp_path, indent=indent)
+    # the kill came after prime position 3: positions 4 of prime and all of load have no record
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:4]))
+    (out / "summary.json").unlink()
+    s = open_run(out).summary
+    assert s == load_run(out).summary
+    assert s["aborted"]["message"].endswith("3 of 7 planned positions have no record of being sent "
+                                            "(prime: 1, load: 2)")
+    assert [(p["planned"], p["sent"], p["not_sent"], p["deferred"]) for p in s["phases"]] == [
+        (5, 4, 1, False), (2, 0, 2, True)]
 
 
 def test_scan_keeps_arrays_rows_examples_and_the_host_counter(tmp_path):
