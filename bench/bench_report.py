@@ -173,9 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             mb = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6
             wall, cpu, rss = measure(d)
             html = (d / "report.html").stat().st_size / 1e6
-            rows.append((n, mb, wall, cpu, rss, html))
+            rows.append((str(n), mb, wall, cpu, rss, html))
             if args.keep and n == sizes[-1]:
                 shutil.copytree(d, args.keep, dirs_exist_ok=True)
+            if n == sizes[-1]:
+                # A killed run: summary.json rebuilt from the records streamed once, then the report.
+                for f in ("summary.json", "report.md", "report.html"):
+                    (d / f).unlink()
+                w2, c2, r2 = measure(d)
+                rows.append((f"{n}, summary rebuilt", mb, w2, c2, r2, (d / "report.html").stat().st_size / 1e6))
             shutil.rmtree(d)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -183,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|---:|")
     for n, mb, wall, cpu, rss, html in rows:
         print(f"| {n} | {mb:.0f} | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {html:.2f} |")
-    n, _, wall, cpu, rss, _ = rows[-1]
+    n, _, wall, cpu, rss, _ = next(r for r in rows if r[0] == str(sizes[-1]))
     ok = cpu <= TARGET_S and rss <= TARGET_MB
-    print(f"targets at {n} records: CPU {cpu:.2f} s <= {TARGET_S} s, RSS {rss:.0f} MB <= {TARGET_MB:.0f} MB: "
+    print(f"targets at {n} records (summary.json present): CPU {cpu:.2f} s <= {TARGET_S} s, RSS {rss:.0f} MB <= {TARGET_MB:.0f} MB: "
           f"{'met' if ok else 'MISSED'} (wall {wall:.2f} s; shared machine, CPU time is the robust figure)")
     return 0 if ok else 1
 
