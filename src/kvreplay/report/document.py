@@ -15,8 +15,8 @@ from __future__ import annotations
 import base64
 import html
 import re
-from datetime import UTC, datetime
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kvreplay.report.cells import Cell, absent, failed, measured
@@ -24,8 +24,6 @@ from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
 from kvreplay.report.markdown import ray_line
-from kvreplay.report.stream import RunScan, scan, sequence_head, sequence_length
-from kvreplay.report.units import sim_time_scale
 from kvreplay.report.sections import (
     Table,
     counter_table,
@@ -36,6 +34,8 @@ from kvreplay.report.sections import (
     phase_table,
     request_tables,
 )
+from kvreplay.report.stream import RunScan, scan, sequence_head, sequence_length
+from kvreplay.report.units import sim_time_scale
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
 
