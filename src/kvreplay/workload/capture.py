@@ -276,6 +276,9 @@ class CaptureWriter:
         max_body_bytes: Largest single body retained (bytes); a larger one is
             ``"invalid"`` (the loader would refuse it).
         origin_ns: Capture start (ns, the caller's clock).
+        timed: Arrival times are real (a live capture, a HAR): write
+            ``W.arrivals.json`` and an open-loop plan. False (OpenAI Batch
+            input has no times): no arrivals, a closed-loop plan at C64.
 
     Raises:
         ConfigError: ``folder`` exists and is not an empty directory, or cannot be created.
@@ -290,6 +293,7 @@ class CaptureWriter:
         paths: tuple[str, ...] = DEFAULT_PATHS,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         origin_ns: int = 0,
+        timed: bool = True,
     ) -> None:
         self.folder = Path(folder)
         if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
@@ -305,6 +309,7 @@ class CaptureWriter:
         self.paths = frozenset(paths)
         self.max_body_bytes = max_body_bytes
         self.origin_ns = origin_ns
+        self.timed = timed
         self.summary = CaptureSummary()
         self.arrivals_ns: list[int] = []
         self.in_flight = 0
@@ -400,6 +405,7 @@ class CaptureWriter:
         ttft_ns: int | None = None,
         e2e_ns: int | None = None,
         error: str | None = None,
+        extra: dict | None = None,
     ) -> None:
         """Write the body's manifest line (once; later calls are ignored) and flush it.
 
@@ -425,6 +431,8 @@ class CaptureWriter:
             ttft_ns: Arrival to first token event (ns), None when not streamed.
             e2e_ns: Arrival to the end of the response (ns).
             error: Upstream error message.
+            extra: More keys for the line (importers: ``source``, ``custom_id``,
+                ``reserialised``).
         """
         from kvreplay.accounting.events import cached_tokens_of
 
@@ -458,6 +466,8 @@ class CaptureWriter:
         }
         if error:
             line["error"] = error[:1024]
+        if extra:
+            line.update(extra)
         self._manifest.write(redact(orjson.dumps(line), slot.secrets) + b"\n")
         self._manifest.flush()
 
@@ -473,8 +483,8 @@ class CaptureWriter:
         if not self._dirty:
             return
         self._dirty = False
-        write_plan(self.folder, self.arrivals_ms(), concurrency=max(64, self.peak_in_flight),
-                   comment=f"{comment}: {self.summary.describe()}")
+        write_plan(self.folder, self.arrivals_ms() if self.timed else None,
+                   concurrency=max(64, self.peak_in_flight), comment=f"{comment}: {self.summary.describe()}")
 
     def close(self, *, comment: str = "kvreplay record") -> CaptureSummary:
         """Write the sidecars a last time and close the manifest; returns the summary.
