@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -90,7 +91,8 @@ def test_done_when_flow_bundled_bodies_byte_identical_and_replay_equal(tmp_path)
     finally:
         sim.stop()
     err = rec.stderr()
-    assert "52 bodies (686133 bytes) retained; skipped: none" in err
+    m = re.search(r"(\d+) requests proxied; 52 bodies \(686133 bytes\) retained; skipped: path (\d+)\n", err)
+    assert m and int(m[1]) == 52 + int(m[2]), err  # counters, identity: proxied, never retained
     # W holds the 52 bodies, byte-identical and in the same order, and the manifest only.
     files = sorted(p.name for p in w.iterdir())
     assert files == [f"{i:06d}.json" for i in range(52)] + ["capture.jsonl"]

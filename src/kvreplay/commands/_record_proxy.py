@@ -126,11 +126,9 @@ class RecordingProxy:
         arrival = now_ns()
         self.requests += 1
         raw = await request.read()
-        slot: Slot | None = None
-        if self.writer.wants(request.method, request.path):
-            slot = self.writer.admit(request.method, request.path, raw, arrival, request.headers,
-                                     content_encoding=request.headers.get("Content-Encoding"))
-            self._say_limit()
+        slot: Slot | None = self.writer.admit(request.method, request.path, raw, arrival, request.headers,
+                                              content_encoding=request.headers.get("Content-Encoding"))
+        self._say_limit()
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED_REQ]
         assert self._session is not None
         status: int | None = None

@@ -318,10 +318,6 @@ class CaptureWriter:
         self._closed = False
         self._open: dict[int, Slot] = {}
 
-    def wants(self, method: str, path: str) -> bool:
-        """True when a request to ``path`` is a candidate for retention (POST to a retained path)."""
-        return method == "POST" and path in self.paths
-
     def admit(
         self,
         method: str,
@@ -350,11 +346,11 @@ class CaptureWriter:
             OSError: the body cannot be written (disk full, ...).
         """
         s = self.summary
-        if method != "POST":
-            s.skip("method")
-            return None
         if path not in self.paths:
             s.skip("path")
+            return None
+        if method != "POST":
+            s.skip("method")
             return None
         if s.limit_reached:
             s.skip("limit")
