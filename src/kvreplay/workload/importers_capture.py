@@ -84,11 +84,14 @@ def _need_some(keep: list, summary: CaptureSummary, p: Path, paths: tuple[str, .
 # --- HAR 1.2 ---------------------------------------------------------------------------
 
 
-def _har_field(obj: object, key: str, kind: type | tuple[type, ...], where: str, p: Path) -> object:
+_KIND = {dict: "an object", str: "a string", list: "a list"}
+
+
+def _har_field(obj: object, key: str, kind: type, where: str, p: Path) -> object:
+    """``obj[key]`` when it is a ``kind``; else WorkloadError naming ``where.key``."""
     v = obj.get(key) if isinstance(obj, dict) else None
-    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
-        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise WorkloadError(f"missing or not a {want}", path=p, field=f"{where}.{key}")
+    if not isinstance(v, kind):
+        raise WorkloadError(f"missing or not {_KIND[kind]}", path=p, field=f"{where}.{key}" if where else key)
     return v
 
 
