@@ -143,7 +143,7 @@ class RecordingProxy:
                     request.method, self.upstream + request.raw_path, data=raw if raw else None,
                     headers=headers, allow_redirects=False,
                 )
-            except (ClientError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ClientError, OSError) as exc:
                 error = f"upstream unreachable: {type(exc).__name__}"
                 return web.json_response(
                     {"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}}, status=502)

@@ -11,8 +11,8 @@ import pytest
 
 from kvreplay.cli import main
 from kvreplay.errors import WorkloadError
-from kvreplay.workload import load_workload
 from kvreplay.workload import importers_capture as ic
+from kvreplay.workload import load_workload
 from kvreplay.workload.importers_capture import body_value_span, import_har, import_openai_batch
 
 # Hand-made bodies whose bytes a re-serialiser would change: spacing, key order, 1.50, \u00e9, \/.
@@ -223,4 +223,5 @@ def test_mooncake_import_is_unchanged(tmp_path, capsys):
     src = tmp_path / "t.jsonl"
     src.write_bytes(b'{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n')
     assert main(["import", "mooncake", str(src), "--out", str(tmp_path / "mc"), "--block-tokens", "8"]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"1 bodies (8 prompt tokens, simulator tokenizer) -> {tmp_path / 'mc.jsonl'}"
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"1 bodies (8 prompt tokens, simulator tokenizer) -> {tmp_path / 'mc.jsonl'}"
