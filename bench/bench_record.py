@@ -174,6 +174,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="C64 runs per target (alternating)")
     ap.add_argument("--quick", action="store_true", help="20 C1 pairs, 128 requests per C64 run")
     ap.add_argument("--json", default=None, metavar="FILE")
+    ap.add_argument("--record-args", nargs="*", default=[], help="more options for kvreplay record (e.g. --paths /none to proxy without retaining)")
     args = ap.parse_args()
     if args.quick:
         args.c1_requests, args.c64_requests = 20, 128
@@ -181,7 +182,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         sim = Proc("serve-sim", "--port", "0", "--time-scale", str(args.time_scale), "--slots", "64")
-        rec = Proc("record", "--upstream", sim.url, "--out", str(Path(tmp) / "W"))
+        rec = Proc("record", "--upstream", sim.url, "--out", str(Path(tmp) / "W"), *args.record_args)
         try:
             res = uvloop.run(bench(args, sim, rec))
         finally:

@@ -16,7 +16,7 @@ retained body, one per body) and ``W.plan.toml`` (the workload and one
 open-loop phase with ``arrival = "trace:W.arrivals.json"``, which replays
 the bodies at the times they arrived).
 
-Crash safety: each body is written to a temporary name in ``W`` (``.NNNNNN.tmp``,
+Crash safety: each body is written to a temporary name in ``W`` (``.NNNNNN.json.tmp``,
 not ``*.json``) and renamed into place, so a body file is either complete or
 absent; a manifest line is written and flushed per body; the arrivals and the
 plan are rewritten atomically (temporary file + rename) as bodies arrive and
@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,6 +168,7 @@ def _toml_str(s: str) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``.NAME.tmp`` beside ``path``, then rename it over ``path``."""
     tmp = path.with_name("." + path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -175,7 +178,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def write_plan(
     folder: str | Path,
     arrivals_ms: list[float] | None,
-    *,
     concurrency: int,
     comment: str,
 ) -> tuple[Path | None, Path]:
@@ -279,6 +281,10 @@ class CaptureWriter:
         timed: Arrival times are real (a live capture, a HAR): write
             ``W.arrivals.json`` and an open-loop plan. False (OpenAI Batch
             input has no times): no arrivals, a closed-loop plan at C64.
+        io: An executor that runs the file writes in submission order (one
+            worker, or the proxy's event-loop ``call_soon``), so a body is on
+            disk before its manifest line and the writes leave the request's
+            path. None: written inline. Its owner drains it after ``close``.
 
     Raises:
         ConfigError: ``folder`` exists and is not an empty directory, or cannot be created.
@@ -294,6 +300,7 @@ class CaptureWriter:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         origin_ns: int = 0,
         timed: bool = True,
+        io: Executor | None = None,
     ) -> None:
         self.folder = Path(folder)
         if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
@@ -310,6 +317,8 @@ class CaptureWriter:
         self.max_body_bytes = max_body_bytes
         self.origin_ns = origin_ns
         self.timed = timed
+        self._io = io
+        self.io_error: str | None = None
         self.summary = CaptureSummary()
         self.arrivals_ns: list[int] = []
         self.in_flight = 0
@@ -367,7 +376,7 @@ class CaptureWriter:
             s.skip("encoded")
             return None
         secrets = secrets_of(headers)
-        if secrets and redact(raw, secrets) != raw:
+        if any(form in raw for sec in secrets for form in (sec.encode(), orjson.dumps(sec)[1:-1])):
             s.skip("credential")
             return None
         index = s.retained
@@ -377,10 +386,7 @@ class CaptureWriter:
         except WorkloadError:
             s.skip("invalid")
             return None
-        tmp = self.folder / f".{index:06d}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(raw)
-        os.replace(tmp, self.folder / name)
+        self._do(_atomic_write, self.folder / name, raw)
         s.retained += 1
         s.retained_bytes += len(raw)
         self.arrivals_ns.append(arrival_ns)
@@ -464,8 +470,26 @@ class CaptureWriter:
             line["error"] = error[:1024]
         if extra:
             line.update(extra)
-        self._manifest.write(redact(orjson.dumps(line), slot.secrets) + b"\n")
+        self._do(self._append, redact(orjson.dumps(line), slot.secrets) + b"\n")
+
+    def _append(self, data: bytes) -> None:
+        self._manifest.write(data)
         self._manifest.flush()
+
+    def _do(self, fn: Callable[..., None], *args: object) -> None:
+        """Run a file operation inline, or queue it on ``io``; the first OSError is kept in ``io_error``."""
+        if self._io is None:
+            fn(*args)
+            return
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except OSError as exc:
+                if self.io_error is None:
+                    self.io_error = f"{type(exc).__name__}: {exc}"
+
+        self._io.submit(run)
 
     def arrivals_ms(self) -> list[float]:
         """Arrival offsets of the retained bodies (ms from the first, µs resolution)."""
@@ -479,8 +503,8 @@ class CaptureWriter:
         if not self._dirty:
             return
         self._dirty = False
-        write_plan(self.folder, self.arrivals_ms() if self.timed else None,
-                   concurrency=max(64, self.peak_in_flight), comment=f"{comment}: {self.summary.describe()}")
+        self._do(write_plan, self.folder, self.arrivals_ms() if self.timed else None,
+                 max(64, self.peak_in_flight), f"{comment}: {self.summary.describe()}")
 
     def close(self, *, comment: str = "kvreplay record") -> CaptureSummary:
         """Write the sidecars a last time and close the manifest; returns the summary.
@@ -495,5 +519,5 @@ class CaptureWriter:
             self._dirty = True
             if self.summary.retained:
                 self.flush_sidecars(comment=comment)
-            self._manifest.close()
+            self._do(self._manifest.close)
         return self.summary
