@@ -174,7 +174,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2, help="C64 runs per target (alternating)")
     ap.add_argument("--quick", action="store_true", help="20 C1 pairs, 128 requests per C64 run")
     ap.add_argument("--json", default=None, metavar="FILE")
-    ap.add_argument("--record-args", nargs="*", default=[], help="more options for kvreplay record (e.g. --paths /none to proxy without retaining)")
+    ap.add_argument("--record-args", nargs="*", default=[],
+                    help="more options for kvreplay record (e.g. --paths /none: proxy without retaining)")
     args = ap.parse_args()
     if args.quick:
         args.c1_requests, args.c64_requests = 20, 128

@@ -42,7 +42,7 @@ HOP_BY_HOP = frozenset({
 })
 """Headers that belong to one connection and are never forwarded (RFC 9110 7.6.1, RFC 9112)."""
 
-_NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length"}
+_NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
 _JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
 
 
@@ -82,7 +82,8 @@ class RecordingProxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             cookie_jar=DummyCookieJar(),  # never carry one client's cookies to another
         )
-        app = web.Application(client_max_size=self.writer.max_body_bytes + 1)
+        # Bodies over the retention limit are still forwarded (not retained): accept up to 1 GiB.
+        app = web.Application(client_max_size=max(1 << 30, self.writer.max_body_bytes + 1))
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()

@@ -165,7 +165,7 @@ class _LoopLater(Executor):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201, D102
+    def submit(self, fn, /, *args, **kwargs):  # noqa: D102
         self._loop.call_soon(lambda: fn(*args, **kwargs))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:  # noqa: D102

@@ -205,7 +205,7 @@ def write_plan(
     if arrivals_ms is not None:
         _atomic_write(arrivals, orjson.dumps(arrivals_ms))
         lines += [f"arrival = {_toml_str('trace:' + str(arrivals))}", "time_scale = 1.0"]
-    _atomic_write(plan, redact(("\n".join(lines) + "\n").encode(), []))
+    _atomic_write(plan, ("\n".join(lines) + "\n").encode())
     return (arrivals if arrivals_ms is not None else None), plan
 
 

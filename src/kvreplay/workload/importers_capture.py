@@ -104,24 +104,24 @@ def _pairs(items: object) -> list[tuple[str, str]]:
     return out
 
 
-def _response_usage(resp: object) -> tuple[int | None, object, str | None, int | None]:
-    """``(status, usage, error, ttft_ns)`` of a HAR response (SSE or JSON ``content.text``)."""
+def _response_usage(resp: object) -> tuple[int | None, object, str | None]:
+    """``(status, usage, error)`` of a HAR response (SSE or JSON ``content.text``)."""
     from kvreplay.accounting import SSEAccountant
     from kvreplay.errors import StreamError
 
     if not isinstance(resp, dict):
-        return None, None, None, None
+        return None, None, None
     status = resp.get("status") if isinstance(resp.get("status"), int) else None
     content = resp.get("content")
     text = content.get("text") if isinstance(content, dict) else None
     if not isinstance(text, str) or not text:
-        return status, None, None, None
+        return status, None, None
     data = text.encode("utf-8", "surrogatepass")
     if content.get("encoding") == "base64":
         try:
             data = base64.b64decode(text, validate=True)
         except ValueError:
-            return status, None, None, None
+            return status, None, None
     if "event-stream" in str(content.get("mimeType", "")) or data.lstrip().startswith(b"data:"):
         acct = SSEAccountant(head_chars=0)
         try:
@@ -129,16 +129,16 @@ def _response_usage(resp: object) -> tuple[int | None, object, str | None, int |
         except StreamError:
             pass
         r = acct.close()
-        return status, r.usage, r.error, None
+        return status, r.usage, r.error
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return status, None, None, None
+        return status, None, None
     if not isinstance(obj, dict):
-        return status, None, None, None
+        return status, None, None
     err = obj.get("error")
     msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
-    return status, obj.get("usage"), msg if isinstance(msg, str) else None, None
+    return status, obj.get("usage"), msg if isinstance(msg, str) else None
 
 
 def _parse_started(text: str, p: Path, where: str) -> int:
@@ -238,7 +238,7 @@ def import_har(
         slot = writer.admit("POST", path, raw, started, headers)
         if slot is None:  # only "credential" can reach here: the body was checked above
             continue
-        status, usage, error, _ = _response_usage(e.get("response"))
+        status, usage, error = _response_usage(e.get("response"))
         t = e.get("time")
         e2e = round(t * 1e6) if isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 else None
         writer.complete(slot, status=status, outcome="complete" if status else "unknown", usage=usage,
