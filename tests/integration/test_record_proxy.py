@@ -256,3 +256,60 @@ def test_cli_refuses_bad_options_and_a_used_folder(tmp_path, capsys, monkeypatch
     assert record_cmd.parse_listen("8100") == ("127.0.0.1", 8100)
     assert record_cmd.parse_listen("[::1]:8100") == ("::1", 8100)
     assert record_cmd.parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)
+
+
+def test_upstream_cut_client_gone_and_unreachable_are_recorded(tmp_path):
+    """A cut stream is passed on as a cut; a client that leaves; no upstream at all (502)."""
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"half"}}]}\n\n')
+        if b"LONG" in await request.read():
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n')
+        request.transport.close()  # the upstream dies mid-answer
+        return resp
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", cut)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        writer = CaptureWriter(tmp_path / "W")
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}", writer, log=io.StringIO())
+        url = await proxy.start()
+        seen = []
+        try:
+            async with aiohttp.ClientSession() as client:
+                async with client.post(url + "/v1/chat/completions", data=chat("a")) as r:
+                    with pytest.raises(aiohttp.ClientPayloadError):
+                        await r.read()
+                    seen.append(r.status)
+                r = await client.post(url + "/v1/chat/completions", data=chat("LONG"))
+                await r.content.readany()
+                r.close()  # the client leaves mid-stream
+                await asyncio.sleep(0.3)
+            await runner.cleanup()  # now nothing listens there: 502
+            async with aiohttp.ClientSession() as client:
+                async with client.post(url + "/v1/chat/completions", data=chat("c")) as r:
+                    seen.append((r.status, await r.json()))
+        finally:
+            await proxy.stop()
+        return seen
+
+    seen = run(go())
+    assert seen[0] == 200
+    assert seen[1] == (502, {"error": {"message": "kvreplay record: upstream unreachable: ClientConnectorError",
+                                       "type": "bad_gateway"}})
+    man = sorted((json.loads(x) for x in (tmp_path / "W" / "capture.jsonl").read_text().splitlines()),
+                 key=lambda m: m["index"])
+    assert [(m["outcome"], m["status"]) for m in man] == [
+        ("upstream_cut", 200), ("client_gone", 200), ("upstream_error", None)]
+    assert man[2]["error"] == "upstream unreachable: ClientConnectorError"
+    assert [b.raw for b in load_workload(tmp_path / "W").bodies] == [chat("a"), chat("LONG"), chat("c")]
