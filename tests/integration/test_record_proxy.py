@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from yarl import URL
 
 from kvreplay.cli import main
 from kvreplay.commands import record as record_cmd
@@ -121,7 +122,8 @@ def test_forwards_exact_bytes_and_headers_streams_unbuffered_and_keeps_no_secret
         async with stack(tmp_path) as (up, proxy, url, client, log):
             loop = asyncio.get_running_loop()
             got: list[tuple[float, bytes]] = []
-            async with client.post(url + "/v1/chat/completions?x=1", data=b0, headers=hdrs) as r:
+            async with client.post(URL(url + "/v1/chat/completions?x=%7e1&y=a%2Fb", encoded=True), data=b0,
+                                   headers=hdrs) as r:
                 assert r.status == 200 and r.headers["X-Upstream"] == "yes"
                 assert r.headers["X-Echo"] == f"Bearer {KEY}"  # relayed unchanged to the client
                 async for chunk in r.content.iter_any():
@@ -139,7 +141,7 @@ def test_forwards_exact_bytes_and_headers_streams_unbuffered_and_keeps_no_secret
     up, got, err, models, gz = run(go())
     # Upstream received the exact bytes and the client's headers, nothing added but Host/Content-Length.
     assert [s[3] for s in up.seen[:2]] == [b0, b1]
-    assert up.seen[0][:2] == ("POST", "/v1/chat/completions?x=1")
+    assert up.seen[0][:2] == ("POST", "/v1/chat/completions?x=%7e1&y=a%2Fb")  # not re-quoted
     names = {k.lower() for k, _ in up.seen[0][2]}
     assert names == {"host", "content-length", "authorization", "cookie", "x-api-key", "content-type",
                      "x-custom", "user-agent", "accept", "accept-encoding"}  # accept*: the test client's own

@@ -28,6 +28,7 @@ import sys
 
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
+from yarl import URL
 
 from kvreplay.accounting import SSEAccountant
 from kvreplay.clock import now_ns
@@ -141,7 +142,8 @@ class RecordingProxy:
         try:
             try:
                 up = await self._session.request(
-                    request.method, self.upstream + request.raw_path, data=raw if raw else None,
+                    # encoded=True: the path and query go out as received, not re-quoted by yarl
+                    request.method, URL(self.upstream + request.raw_path, encoded=True), data=raw if raw else None,
                     headers=headers, allow_redirects=False,
                 )
             except (TimeoutError, ClientError, OSError) as exc:
