@@ -8,6 +8,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvreplay.cli import main
 from kvreplay.errors import WorkloadError
@@ -225,3 +227,33 @@ def test_mooncake_import_is_unchanged(tmp_path, capsys):
     assert main(["import", "mooncake", str(src), "--out", str(tmp_path / "mc"), "--block-tokens", "8"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == f"1 bodies (8 prompt tokens, simulator tokenizer) -> {tmp_path / 'mc.jsonl'}"
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _dump(v, ws: str, escape: bool) -> str:
+    """JSON text of ``v`` with ``ws`` around every token and optional \\u escapes (what orjson never writes)."""
+    if isinstance(v, dict):
+        return "{" + ws + ("," + ws).join(_dump(k, ws, escape) + ws + ":" + ws + _dump(x, ws, escape)
+                                        for k, x in v.items()) + ws + "}"
+    if isinstance(v, list):
+        return "[" + ws + ("," + ws).join(_dump(x, ws, escape) for x in v) + ws + "]"
+    return json.dumps(v, ensure_ascii=escape)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_json_values, other=_json_values, ws=st.sampled_from(["", " ", "\t ", " \n"]), escape=st.booleans(),
+       first=st.booleans())
+def test_body_value_span_is_the_value_for_any_formatting(body, other, ws, escape, first):
+    items = [("body", body), ("custom_id", other)] if first else [("custom_id", other), ("body", body)]
+    line = _dump(dict(items), ws, escape).encode()
+    span = body_value_span(line)
+    assert span is not None
+    assert orjson.loads(line[span[0] : span[1]]) == body
+    assert line[span[0] : span[1]].decode() == _dump(body, ws, escape)  # the exact bytes, not a re-dump
