@@ -174,3 +174,25 @@ def test_signal_mid_capture_leaves_a_workload_run_accepts(tmp_path, sig):
     assert main(["run", "--plan", str(tmp_path / "W.plan.toml"), "--target", "sim", "--sim-time-scale", "0",
                  "--out", str(tmp_path / "planned"), "--quiet"]) == 0
     assert len(records(tmp_path / "planned")) == n
+
+
+def test_cli_limits_reach_the_writer_and_are_said(tmp_path):
+    sim = Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0")
+    w = tmp_path / "W"
+    sizes = [p.stat().st_size for p in ORIGINALS[:4]]
+    try:
+        rec = Proc(tmp_path, "record", "record", "--upstream", sim.url, "--out", str(w), "--max-bodies", "3",
+                   "--max-bytes", str(sizes[0] + sizes[1]), "--paths", "/v1/chat/completions")
+        try:
+            assert main(["run", str(MTBENCH), "--target", rec.url, "--phase", "p:forward:c1:first4",
+                         "--out", str(tmp_path / "client"), "--quiet"]) == 0
+        finally:
+            assert rec.stop() == 0
+    finally:
+        sim.stop()
+    assert [r["status"] for r in records(tmp_path / "client")] == ["ok"] * 4  # all four were proxied
+    err = rec.stderr()
+    assert f"kvreplay record: --max-bytes {sizes[0] + sizes[1]} reached: no longer retaining bodies " \
+           "(still proxying)\n" in err
+    assert f"2 bodies ({sizes[0] + sizes[1]} bytes) retained; skipped: limit 2, path " in err
+    assert [b.raw for b in load_workload(w).bodies] == [p.read_bytes() for p in ORIGINALS[:2]]
