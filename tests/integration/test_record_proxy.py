@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import io
 import json
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -255,6 +256,13 @@ def test_cli_refuses_bad_options_and_a_used_folder(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(serve_sim, "is_loopback", lambda host: False)  # tests bind loopback only
     assert main([*base, "--out", str(tmp_path / "f")]) == 0
     assert "warning: listening on 127.0.0.1, not loopback" in capsys.readouterr().err
+    with socket.socket() as busy:  # a port in use: exit 2, and no capture folder left behind
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main([*base, "--out", str(tmp_path / "g"), "--listen", f"127.0.0.1:{port}"]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
     assert record_cmd.parse_listen("8100") == ("127.0.0.1", 8100)
     assert record_cmd.parse_listen("[::1]:8100") == ("::1", 8100)
     assert record_cmd.parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)

@@ -26,6 +26,7 @@ import contextlib
 import signal
 import sys
 from concurrent.futures import Executor
+from pathlib import Path
 
 NAME = "record"
 HELP = "record live traffic through a transparent proxy into a replayable workload (exact bodies)"
@@ -111,6 +112,7 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
     except OSError as exc:
         writer.close()
         await asyncio.sleep(0)
+        _remove_if_unused(writer.folder)
         print(f"kvreplay record: error: cannot listen on {host}:{port}: {exc.strerror or exc}",
               file=sys.stderr)
         return 2
@@ -149,6 +151,16 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
               f"  kvreplay run --plan {plan} --target URL   (open loop at the captured arrival times)",
               file=sys.stderr)
     return 0
+
+
+def _remove_if_unused(folder: Path) -> None:
+    """Remove a capture folder that holds nothing but an empty manifest (the proxy never listened)."""
+    from kvreplay.workload.capture import MANIFEST
+
+    with contextlib.suppress(OSError):
+        if [p.name for p in folder.iterdir()] == [MANIFEST] and not (folder / MANIFEST).stat().st_size:
+            (folder / MANIFEST).unlink()
+            folder.rmdir()
 
 
 class _LoopLater(Executor):
