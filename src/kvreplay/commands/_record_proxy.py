@@ -190,7 +190,10 @@ class RecordingProxy:
                 end = now_ns()
                 e2e = end - arrival
                 if acct is not None:
-                    r = acct.close()
+                    try:
+                        r = acct.close()
+                    except StreamError:  # a malformed last event: keep what was accounted
+                        r = acct.result
                     usage, error = r.usage, r.error
                     if r.first_token_ns is not None:
                         ttft = r.first_token_ns - arrival
