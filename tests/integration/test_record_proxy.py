@@ -43,6 +43,10 @@ def sse(events: list[dict]) -> list[bytes]:
     return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
+MALFORMED_STREAM = [b'data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n', b"data: {not json\n\n",
+                    b'data: {"choices":[],"usage":{"prompt_tokens":3}}\n\n', b"data: " + b"x" * (2 << 20) + b"\n\n"]
+
+
 class Upstream:
     """Notes each request (method, path, headers, body); answers by body content."""
 
@@ -67,6 +71,13 @@ class Upstream:
         if not request.path.startswith("/v1/"):
             return web.Response(text="other", headers={"X-Up": "1"})
         auth = request.headers.get("Authorization", "")
+        if b"MALFORMED" in body:  # a hostile stream: a broken event, then a huge line
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for chunk in MALFORMED_STREAM:
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
         if b"ECHO-ERROR" in body:  # a 401 JSON error that quotes the key
             return web.json_response({"error": {"message": f"Invalid API key {auth} provided"}}, status=401,
                                      headers={"X-Echo": auth})
@@ -323,3 +334,15 @@ def test_upstream_cut_client_gone_and_unreachable_are_recorded(tmp_path):
         ("upstream_cut", 200), ("client_gone", 200), ("upstream_error", None)]
     assert man[2]["error"] == "upstream unreachable: ClientConnectorError"
     assert [b.raw for b in load_workload(tmp_path / "W").bodies] == [chat("a"), chat("LONG"), chat("c")]
+
+
+def test_a_hostile_stream_is_relayed_whole_and_accounting_stops(tmp_path):
+    async def go():
+        async with stack(tmp_path) as (up, proxy, url, client, log):
+            async with client.post(url + "/v1/chat/completions", data=chat("MALFORMED")) as r:
+                return await r.read()
+
+    assert run(go()) == b"".join(MALFORMED_STREAM)  # every byte relayed, 2 MiB line included
+    (m,) = [json.loads(x) for x in (tmp_path / "W" / "capture.jsonl").read_text().splitlines()]
+    assert (m["outcome"], m["status"], m["usage"], m["cached_tokens"]) == ("complete", 200, None, None)
+    assert 0 < m["ttft_ms"] <= m["e2e_ms"]  # the first token came before the broken event

@@ -163,15 +163,16 @@ class RecordingProxy:
                 keep = bytearray() if slot is not None and not stream else None
                 if slot is not None and stream:
                     acct = SSEAccountant(head_chars=0)
+                feeding = acct is not None
                 await resp.prepare(request)
                 try:
                     async for chunk in up.content.iter_any():
                         await resp.write(chunk)
-                        if acct is not None:
+                        if feeding:
                             try:
-                                acct.feed(chunk, now_ns())
+                                acct.feed(chunk, now_ns())  # type: ignore[union-attr]
                             except StreamError:
-                                acct = None  # keep relaying; stop accounting
+                                feeding = False  # keep relaying; stop accounting (what it saw stays)
                         elif keep is not None and len(keep) < _JSON_KEEP:
                             keep += chunk
                     await resp.write_eof()
@@ -190,10 +191,10 @@ class RecordingProxy:
                 end = now_ns()
                 e2e = end - arrival
                 if acct is not None:
-                    try:
-                        r = acct.close()
-                    except StreamError:  # a malformed last event: keep what was accounted
-                        r = acct.result
+                    r = acct.result
+                    if feeding:
+                        with contextlib.suppress(StreamError):  # a malformed last event: keep the rest
+                            r = acct.close()
                     usage, error = r.usage, r.error
                     if r.first_token_ns is not None:
                         ttft = r.first_token_ns - arrival
