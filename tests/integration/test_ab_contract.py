@@ -194,3 +194,20 @@ def test_tpot_and_counter_ratio_are_computed_from_the_blocks(tmp_path):
     assert f'data-verdict="{res["verdict"]}"' in page
     assert 'data-reps-measured="2" data-reps-planned="2"' in page
     assert page.count('<tr><td data-status="measured">') >= 4  # four blocks in the blocks table
+
+
+def test_hard_deadline_cancels_in_flight_and_bounds_arm_commands(tmp_path, sim_url):
+    rc, out = ab_sim(tmp_path, "--hard-deadline", "0.5s", "--phases", "c1", scale="0.2")
+    assert rc == 3
+    doc = json.loads((out / "ab.json").read_text())
+    b0 = doc["blocks"][0]
+    assert (b0["aborted"]["reason"], b0["aborted"]["message"]) == ("hard_deadline", "hard deadline of 0.5 s")
+    assert [b.get("deferred", False) for b in doc["blocks"]] == [False, True, True, True]
+    # An arm command gets at most what is left of the hard deadline, not --cmd-timeout (600 s).
+    out2 = tmp_path / "ab2"
+    t0 = time.monotonic()
+    rc = main(["ab", str(workload(tmp_path)), "--target", sim_url, "--arm", "off=sleep 30", "--arm", "on=true",
+               "--reps", "1", "--phases", "c1", "--hard-deadline", "1s", "--out", str(out2), "--quiet"])
+    assert rc == 3 and time.monotonic() - t0 < 10
+    sw = json.loads((out2 / "ab.json").read_text())["blocks"][0]["switch"]
+    assert sw["timed_out"] is True and 0.9 <= sw["duration_s"] < 5  # 1 s less the time before it
