@@ -112,3 +112,19 @@ class ContractChecks:
         rec = self.record(phase, pos, bi, rep, None, None, attribution)  # type: ignore[attr-defined]
         rec.update(status="check_failed", error=reason, reason=reason)
         return rec
+
+    def publish_check(self, phase: Any, reason: str | None) -> None:
+        """Tell peers the phase's failed-check reason, before the start barrier (one process: nothing)."""
+
+    async def phase_check_result(self, phase: Any, reason: str | None) -> str | None:
+        """The phase's failed-check reason as all peers see it, after the start barrier (one process: its own)."""
+        return reason
+
+    async def write_check_failed(self, st: Any, phase: Any, seq: Any, reason: str,
+                                 attribution: str) -> None:
+        """One ``check_failed`` record per position left in ``seq`` (sync or async iterator)."""
+        items = [x async for x in seq] if hasattr(seq, "__anext__") else list(seq)
+        for pos, (bi, rep) in items:
+            rec = self.check_failed_record(phase, pos, bi, rep, reason, attribution)
+            self.writer.write(rec)  # type: ignore[attr-defined]
+            st.add(rec)

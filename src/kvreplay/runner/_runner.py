@@ -221,22 +221,6 @@ class _Run(ContractChecks):
         self.writer.write(rec)
         st.add(rec)
 
-    def publish_check(self, phase: Phase, reason: str | None) -> None:
-        """Tell peers the phase's failed-check reason, before the start barrier (one process: nothing)."""
-
-    async def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:
-        """The phase's failed-check reason as all peers see it, after the start barrier (one process: its own)."""
-        return reason
-
-    async def write_check_failed(self, st: PhaseStats, phase: Phase, seq: Any, reason: str,
-                                 attribution: str) -> None:
-        """One ``check_failed`` record per position left in ``seq`` (sync or async iterator)."""
-        items = [x async for x in seq] if hasattr(seq, "__anext__") else list(seq)
-        for pos, (bi, rep) in items:
-            rec = self.check_failed_record(phase, pos, bi, rep, reason, attribution)
-            self.writer.write(rec)
-            st.add(rec)
-
     def rel(self, t: int | None) -> int | None:
         return None if t is None else t - self.clock.origin_ns
 
