@@ -159,3 +159,16 @@ def test_bad_names_are_config_errors(tmp_path, name):
 def test_non_positive_timeout_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="timeout must be > 0"):
         run_user_command_sync("true", name="t", log_dir=tmp_path, timeout_s=0)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_exit_statuses_survive_the_loops_own_child_watcher(tmp_path, loop_kind):
+    # The loop reaps the children it spawned itself; it must not reap (and zero) ours.
+    async def main():
+        own = await asyncio.create_subprocess_exec("sleep", "0.3")
+        res = await asyncio.gather(*[run_user_command(f"sleep 0.0{i}; exit {i}", name=f"c{i}", log_dir=tmp_path,
+                                                      timeout_s=10) for i in range(1, 6)])
+        await own.wait()
+        return [r.exit_status for r in res], own.returncode
+
+    assert _run(main(), loop_kind) == ([1, 2, 3, 4, 5], 0)
