@@ -83,7 +83,9 @@ class ContractChecks:
         try:
             ident = await self.backend.identity()
         except BackendError as exc:
-            self.progress(f"identity read failed: {exc}")  # type: ignore[attr-defined]
+            if not getattr(self, "_identity_read_failed", False):  # said once, not at every read
+                self._identity_read_failed = True
+                self.progress(f"identity read failed: {exc}")  # type: ignore[attr-defined]
             return
         self.identity_after = ident
         changes = identity_changes(self.identity_before, ident)
