@@ -92,7 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or offer (one pass)",
     )
     ent.add_argument(
-        "--max-entry-bytes", type=int, help="refuse snapshots larger than this (bytes)"
+        "--max-entry-bytes",
+        type=int,
+        help="per-snapshot cap (bytes): larger snapshots keep their first tokens that fit",
+    )
+    ent.add_argument(
+        "--refuse-over-bytes",
+        action="store_true",
+        help="refuse snapshots over --max-entry-bytes instead of truncating them",
     )
     rad = parser.add_argument_group("radix model")
     rad.add_argument("--block-size", type=int, help="tokens per block for workloads (default 16)")
@@ -167,6 +174,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         snapshot_points=points[: args.snapshots],
         recency=args.recency,
         max_entry_bytes=args.max_entry_bytes,
+        refuse_over_bytes=args.refuse_over_bytes,
         bytes_per_token=args.bytes_per_token,
         host=host,
         phases=tuple(args.phase),

@@ -59,7 +59,9 @@ class SimulateOptions:
         limit: Use only the first ``limit`` trace requests.
         snapshot_points: Entries snapshot points.
         recency: Entries recency, ``"use"`` or ``"offer"``.
-        max_entry_bytes: Entries per-snapshot cap (bytes).
+        max_entry_bytes: Entries per-snapshot cap (bytes); over-cap snapshots
+            are truncated to it.
+        refuse_over_bytes: Refuse over-cap snapshots instead (``--refuse-over-bytes``).
         bytes_per_token: KV bytes per token (bytes).
         host: Makes a host tier (radix), or None.
         phases: Phase shorthands for a workload (serial order).
@@ -84,6 +86,7 @@ class SimulateOptions:
     snapshot_points: tuple[str, ...] = ("system", "messages")
     recency: str = "use"
     max_entry_bytes: int | None = None
+    refuse_over_bytes: bool = False
     bytes_per_token: int | None = None
     host: Callable | None = None
     phases: Sequence[str] = field(default_factory=tuple)
@@ -241,10 +244,17 @@ def simulate(opts: SimulateOptions) -> dict:
             max_tok = None if opts.max_entry_bytes is None else opts.max_entry_bytes // bpt
             snaps = snapshot_requests(reqs, opts.snapshot_points)
             if opts.recency == "offer":
-                curve = entries_curve(snaps, max_entry_tokens=max_tok)
+                curve = entries_curve(
+                    snaps, max_entry_tokens=max_tok, truncate=not opts.refuse_over_bytes
+                )
                 info["method"] = "one-pass"
             else:
-                universe = max(entries_curve(snaps, max_entry_tokens=max_tok).max_capacity, 1)
+                universe = max(
+                    entries_curve(
+                        snaps, max_entry_tokens=max_tok, truncate=not opts.refuse_over_bytes
+                    ).max_capacity,
+                    1,
+                )
                 distinct = len({(s.epoch, s.tokens[:o]) for s in snaps for o in s.offsets if o})
                 caps = _sample(max(universe, distinct), opts, None, bpt)
                 if not opts.capacities:
@@ -255,6 +265,7 @@ def simulate(opts: SimulateOptions) -> dict:
                     points=opts.snapshot_points,
                     recency=opts.recency,
                     max_entry_bytes=opts.max_entry_bytes,
+                    refuse_over_bytes=opts.refuse_over_bytes,
                     bytes_per_token=bpt,
                 )
                 points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
