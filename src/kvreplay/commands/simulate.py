@@ -53,7 +53,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="with --interleave: one foreign request after every K (default 1)",
+        help="with --interleave: foreign requests after every K (default 1)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=1,
+        metavar="B",
+        help="with --interleave: B foreign requests per gap (default 1)",
+    )
+    parser.add_argument(
+        "--today",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the capacity run today: always reported, and the answer line compares it",
     )
     parser.add_argument(
         "--prefill",
@@ -143,6 +157,10 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         raise ConfigError("must be in (0, 1]", field="share")
     if args.every < 1:
         raise ConfigError("must be >= 1", field="every")
+    if args.burst < 1:
+        raise ConfigError("must be >= 1", field="burst")
+    if args.today is not None and args.today < 1:
+        raise ConfigError("must be >= 1", field="today")
     points = tuple(p.strip() for p in args.snapshot_at.split(",") if p.strip())
     if any(p not in ("system", "messages", "prompt") for p in points) or not points:
         raise ConfigError("points among system, messages, prompt", field="snapshot-at")
@@ -183,6 +201,8 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         max_output_tokens=args.max_output_tokens,
         interleave_path=args.interleave,
         interleave_every=args.every,
+        interleave_burst=args.burst,
+        today=args.today,
         prefill=parse_prefill(args.prefill) if args.prefill else None,
         share=args.share,
         metric=args.metric,
@@ -201,13 +221,19 @@ def table(rep: dict) -> str:
     lines = [head]
     if rep.get("interleave"):
         lines.append(
-            f"interleaved: {rep['interleave']['source']} after every {rep['interleave']['every']}"
+            f"interleaved: {rep['interleave']['source']}, {rep['interleave'].get('burst', 1)}"
+            f" after every {rep['interleave']['every']}"
             " (foreign requests take space, their hits are not counted)"
         )
     rec = rep.get("recommended") or {}
     cols = f"{'capacity':>10} {'hit% req':>9} {'hit% tok':>9} {'prefill s saved':>16}"
     if rep.get("unit_tokens"):
         cols += f" {'tokens':>12} {'GiB':>9}"
+    elif rep.get("entry_bytes") is not None:
+        cols += f" {'GiB':>9}"
+    has_loop = any(r.get("loop_s") is not None for r in rep["curve"])
+    if has_loop:
+        cols += f" {'loop s':>9}"
     lines.append(cols)
     rows = list(rep["curve"])
     if rec and all(r["capacity"] != rec["capacity"] for r in rows):
@@ -221,15 +247,20 @@ def table(rep: dict) -> str:
         )
         if "capacity_tokens" in r:
             line += f" {r['capacity_tokens']:>12} {r['memory_gib']:>9.3f}"
+        elif r.get("memory_gib") is not None:
+            line += f" {r['memory_gib']:>9.3f}"
+        if has_loop:
+            line += f" {r['loop_s']:>9.1f}"
         if rec and r["capacity"] == rec["capacity"]:
             line += "  *"
         lines.append(line)
     if rec:
-        mem = (
-            f", {rec['memory_gib']:.3f} GiB at {rep['bytes_per_token']} B/token"
-            if "memory_gib" in rec
-            else ""
-        )
+        if rep.get("entry_bytes") is not None and "memory_gib" in rec:
+            mem = f", {rec['memory_gib']:.3f} GiB at {rep['entry_bytes']} B per entry"
+        elif "memory_gib" in rec:
+            mem = f", {rec['memory_gib']:.3f} GiB at {rep['bytes_per_token']} B/token"
+        else:
+            mem = ""
         lines.append(
             f"* smallest capacity reaching {rec['share']:.0%} of the best"
             f" {rec['metric']} hit ratio "
@@ -239,12 +270,18 @@ def table(rep: dict) -> str:
         lines.append(
             f"prefill with no cache: {rep['prefill_s_cold']:.1f} s (model {rep['prefill']})"
         )
+    if rep.get("answer"):
+        lines.append(f"answer: {rep['answer']}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the curve (table or ``--json``)."""
     rep = simulate(options_from_args(args))
+    if args.today is not None or rep.get("interleave"):
+        from kvreplay.offline.sizing import answer_line
+
+        rep["answer"] = answer_line(rep, args.today)
     if args.plot:
         from kvreplay.report.plots import curve_png
 
