@@ -133,3 +133,30 @@ def test_plan_toml_bad_burst(burst):
             {"name": "p", "interleave": {"workload": "x.jsonl", "every": 1, "burst": burst}},
             where={},
         )
+
+
+def test_simulate_from_verdict_sets_model_capacity_and_prefill(workloads, tmp_path, capsys):
+    m, f, prompts = workloads
+    v = {
+        "format": "kvreplay-probe/1",
+        "backend": "halogen",
+        "prefill_fit": {"a_s": 1.52, "rate_tokens_per_s": 1370.0, "r2": 1.0, "source": "ttft"},
+        "warm": [],
+        "bytes_per_token": 2674.0,
+        "bytes_per_token_kind": "prompt_cache_entry",
+        "entries_per_request": 2,
+        "implied_entries": [8, 9],
+        "min_flush_k": 4,
+        "entry_cap_bytes": 116389652,
+    }
+    p = tmp_path / "verdict.json"
+    p.write_text(json.dumps(v))
+    rep = run_json(capsys, m, "--interleave", f, "--burst", "9", "--capacities", "20", "--sim-from-verdict", p)
+    assert rep["model"] == "entries" and rep["bytes_per_token"] == 2674
+    assert rep["entry_bytes"] == 116389652
+    assert rep["calibration"]["capacity"] == 8
+    rows = {r["capacity"]: r for r in rep["curve"]}
+    assert sorted(rows) == [8, 20]  # the calibrated capacity is reported as today's
+    cold = 10 * 1.52 + sum(len(q) for q in prompts) / 1370
+    assert rows[8]["loop_s"] == pytest.approx(cold, abs=1e-9)
+    assert rows[20]["hit_requests"] == 9

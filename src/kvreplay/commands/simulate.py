@@ -70,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the capacity run today: always reported, and the answer line compares it",
     )
     parser.add_argument(
+        "--sim-from-verdict",
+        metavar="VERDICT_JSON",
+        help="calibrate from a probe verdict: model, prefill fit, restore cost, block size,"
+        " bytes per token, entry cap; its capacity becomes --today (flags given win)",
+    )
+    parser.add_argument(
         "--prefill",
         metavar="a=S,rate=TOK_PER_S|verdict.json",
         help="prefill cost model (prefill_s = a + tokens / rate)",
@@ -138,6 +144,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
 
 
+def _apply_verdict(args: argparse.Namespace) -> dict | None:
+    """Fill unset flags from ``--sim-from-verdict`` (kvreplay.sim.calibrate); returns its JSON."""
+    if not getattr(args, "sim_from_verdict", None):
+        return None
+    from kvreplay.sim.calibrate import calibrate_from_verdict
+
+    cal = calibrate_from_verdict(args.sim_from_verdict)
+    ch = cal.changes
+    if args.model is None:
+        args.model = ch["cache"]
+    if args.prefill is None:
+        args.prefill = f"a={ch['prefill_base_s']!r},rate={ch['prefill_tokens_per_s']!r}"
+    if args.bytes_per_token is None and "bytes_per_token" in ch:
+        args.bytes_per_token = ch["bytes_per_token"]
+    if args.block_size is None and "block_size" in ch:
+        args.block_size = ch["block_size"]
+    if args.max_entry_bytes is None and "max_entry_bytes" in ch:
+        args.max_entry_bytes = ch["max_entry_bytes"]
+    if "snapshots" in ch:
+        args.snapshots = ch["snapshots"]
+    if args.today is None and isinstance(cal.capacity, int):
+        args.today = cal.capacity
+    args.restore_s_per_token = ch.get("restore_s_per_token")
+    return cal.to_json()
+
+
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     """Build the options.
 
@@ -202,6 +234,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         interleave_path=args.interleave,
         interleave_every=args.every,
         interleave_burst=args.burst,
+        restore_s_per_token=getattr(args, "restore_s_per_token", None),
         today=args.today,
         prefill=parse_prefill(args.prefill) if args.prefill else None,
         share=args.share,
@@ -272,12 +305,17 @@ def table(rep: dict) -> str:
         )
     if rep.get("answer"):
         lines.append(f"answer: {rep['answer']}")
+    for note in (rep.get("calibration") or {}).get("notes", []):
+        lines.append(f"calibration: {note}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the curve (table or ``--json``)."""
+    calibration = _apply_verdict(args)
     rep = simulate(options_from_args(args))
+    if calibration is not None:
+        rep["calibration"] = calibration
     if args.today is not None or rep.get("interleave"):
         from kvreplay.offline.sizing import answer_line
 

@@ -72,6 +72,8 @@ class SimulateOptions:
         interleave_path: A second workload/trace mixed in.
         interleave_every: Foreign requests after every ``k``.
         interleave_burst: Foreign requests per gap (``--burst``; default 1).
+        restore_s_per_token: Restore cost for ``loop_s`` (s per token); None =
+            the simulator's default (2e-5).
         today: A capacity always reported (the one run today), or None.
         prefill: Prefill cost model, or None.
         share: Target share of the best hit ratio.
@@ -99,6 +101,7 @@ class SimulateOptions:
     interleave_path: str | None = None
     interleave_every: int = 1
     interleave_burst: int = 1
+    restore_s_per_token: float | None = None
     today: int | None = None
     prefill: PrefillModel | None = None
     share: float = 0.95
@@ -341,6 +344,11 @@ def simulate(opts: SimulateOptions) -> dict:
         prompt_tokens=n_tok,
         prefill=opts.prefill,
         entry_size=info.get("entry_bytes"),
+        **(
+            {"restore_s_per_token": opts.restore_s_per_token}
+            if opts.restore_s_per_token is not None
+            else {}
+        ),
     )
     return {
         **info,

@@ -330,6 +330,14 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
         help="inject a fault: KIND[@N][:key=value,...] (repeatable; see kvreplay.sim.faults)",
     )
     g.add_argument(
+        *_flags(prefix, "from-verdict"),
+        default=None,
+        metavar="VERDICT_JSON",
+        dest=_dest(prefix, "from_verdict"),
+        help="calibrate from a probe verdict: prefill fit, restore cost, block size, capacity"
+        " from the eviction bisection (or unbounded), bytes per token (kvreplay.sim.calibrate)",
+    )
+    g.add_argument(
         *_flags(prefix, "config"),
         default=None,
         metavar="FILE.toml",
@@ -346,15 +354,27 @@ def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfi
         prefix: The prefix given to ``add_arguments``.
 
     Returns:
-        Defaults, then the config file, then the options given.
+        Defaults, then the config file, then a probe verdict's calibration
+        (``--sim-from-verdict``; what it set is printed to stderr), then the
+        options given.
 
     Raises:
-        ConfigError: Bad file, fault spec or value.
+        ConfigError: Bad file, verdict, fault spec or value.
     """
     cfg = SimConfig()
     path = getattr(args, _dest(prefix, "config"), None)
     if path:
         cfg = SimConfig.from_toml(path)
+    verdict = getattr(args, _dest(prefix, "from_verdict"), None)
+    if verdict:
+        import sys
+
+        from kvreplay.sim.calibrate import calibrate_from_verdict
+
+        cal = calibrate_from_verdict(verdict)
+        cfg = SimConfig.from_mapping(cal.changes, where=verdict, base=cfg)
+        for note in cal.notes:
+            print(f"sim calibration: {note}", file=sys.stderr)
     changes: dict[str, Any] = {}
     for fname in [o[1] for o in _OPTIONS] + ["refuse_over_bytes"]:
         value = getattr(args, _dest(prefix, fname), None)
