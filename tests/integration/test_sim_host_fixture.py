@@ -53,7 +53,7 @@ def run_plan(cfg: SimConfig):
             cached.append((t.cached_tokens, t.external_tokens, len(prompt)))
         return cached
 
-    prime = phase(FWD)
+    phase(FWD)  # the prime
     rows_after_prime = eng.radix.host.rows_used
     fwd = phase(FWD)
     c1 = phase(LAST12)

@@ -96,7 +96,7 @@ def test_text_answer_line(workloads, capsys):
     out = capsys.readouterr().out
     cold = 10 * 1.52 + sum(len(p) for p in prompts) / 1370
     assert (
-        f"answer: 20 entries (2.168 GiB) reach 100% of the best tokens hit ratio; a loop then costs"
+        "answer: 20 entries (2.168 GiB) reach 100% of the best tokens hit ratio; a loop then costs"
         in out
     )
     assert f"(no cache: {cold:.1f} s); at today's 8 entries a loop costs {cold:.1f} s" in out

@@ -297,7 +297,8 @@ def table(rep: dict) -> str:
         lines.append(
             f"* smallest capacity reaching {rec['share']:.0%} of the best"
             f" {rec['metric']} hit ratio "
-            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']} {'entries' if unit == 'entry' else unit + 's'}{mem}"
+            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']}"
+            f" {'entries' if unit == 'entry' else unit + 's'}{mem}"
         )
     if rep.get("prefill_s_cold") is not None:
         lines.append(

@@ -304,8 +304,10 @@ class EntriesCache:
 
     @property
     def cap_tokens(self) -> int | None:
-        """Tokens a snapshot at the per-entry cap holds (``max_entry_bytes //
-        bytes_per_token``); None without a cap (or at 0 bytes per token)."""
+        """Tokens a snapshot at the per-entry cap holds; None without a cap.
+
+        ``max_entry_bytes // bytes_per_token`` (None also at 0 bytes per token).
+        """
         if self.max_entry_bytes is None or self.bytes_per_token <= 0:
             return None
         return self.max_entry_bytes // self.bytes_per_token

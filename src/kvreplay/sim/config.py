@@ -145,7 +145,14 @@ class SimConfig:
         for name in ("host_rows", "bytes_per_token", "max_output_tokens", "events_max"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
-        for name in ("time_scale", "prefill_base_s", "hit_prefill_base_s", "restore_s_per_token", "store_s_per_token", "itl_s"):
+        for name in (
+            "time_scale",
+            "prefill_base_s",
+            "hit_prefill_base_s",
+            "restore_s_per_token",
+            "store_s_per_token",
+            "itl_s",
+        ):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         if self.prefill_tokens_per_s <= 0:
@@ -260,7 +267,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("snapshots", "snapshots", int, "entries model snapshots per request: 1 (system) or 2 (+messages)"),
     ("snapshot-at", "snapshot_at", str, "snapshot points, comma separated: system,messages,prompt"),
     ("bytes-per-token", "bytes_per_token", int, "KV bytes per token (bytes)"),
-    ("max-entry-bytes", "max_entry_bytes", int, "entries model: per-snapshot cap (bytes); larger snapshots are truncated to it"),
+    ("max-entry-bytes", "max_entry_bytes", int, "entries model: per-snapshot cap (bytes); larger ones are truncated"),
     ("max-bytes", "max_bytes", int, "entries model: total byte budget (bytes)"),
     ("block-size", "block_size", int, "radix block size (tokens; default 16)"),
     ("device-blocks", "device_blocks", int, "radix device capacity (blocks; default 4096)"),
