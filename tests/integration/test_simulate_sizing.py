@@ -160,3 +160,30 @@ def test_simulate_from_verdict_sets_model_capacity_and_prefill(workloads, tmp_pa
     cold = 10 * 1.52 + sum(len(q) for q in prompts) / 1370
     assert rows[8]["loop_s"] == pytest.approx(cold, abs=1e-9)
     assert rows[20]["hit_requests"] == 9
+
+
+def test_plan_toml_burst_round_trip(workloads, tmp_path, capsys):
+    import orjson
+
+    from kvreplay.plan import build_plan, load_plan_json, load_plan_toml
+    from kvreplay.workload import load_workload
+
+    m, f, _ = workloads
+    toml = tmp_path / "plan.toml"
+    toml.write_text(
+        f'workload = "{m}"\n[[phase]]\nname = "loop"\norder = "forward"\nconcurrency = 1\n'
+        f'interleave = {{workload = "{f}", every = 1, burst = 9}}\n'
+    )
+    specs, _meta = load_plan_toml(toml)
+    plan = build_plan(load_workload(m), specs)
+    seq = plan.phases[0].sequence
+    assert len(seq) == 10 * (1 + 9)  # 9 foreign bodies after each of the 10
+    assert [bi for bi, _r in seq[:11]] == [0, *range(10, 19), 1]  # foreign indexed after the 10
+    pj = tmp_path / "plan.json"
+    pj.write_bytes(orjson.dumps(plan.to_json({})))
+    again, _ = load_plan_json(pj, load_workload(m))
+    assert again.phases[0].sequence == seq
+    assert again.phases[0].spec.interleave.burst == 9
+    # simulate reads the plan: same hits as --interleave --burst 9 on the workload
+    a = run_json(capsys, pj, "--model", "entries", "--capacities", "19,20")
+    assert [r["hit_requests"] for r in a["curve"]] == [0, 9]

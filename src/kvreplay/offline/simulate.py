@@ -161,7 +161,13 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
         for bi, _rep in ph.sequence:
             order.append(bi)
             epochs.append(epoch)
-    return kind, model_requests(wl, order, epochs=epochs, **kw)
+    n_main = len(wl)
+    reqs = model_requests(plan.bind(wl), order, epochs=epochs, **kw)
+    # bodies of a phase's `interleave` workload are foreign: they take space, uncounted
+    return kind, [
+        r if bi < n_main else ModelRequest(r.tokens, r.output, r.system_end, r.messages_end, False, r.epoch)
+        for r, bi in zip(reqs, order, strict=True)
+    ]
 
 
 def _sample(cur_max: int, opts: SimulateOptions, unit_tokens: int | None, bpt: int) -> list[int]:
