@@ -91,6 +91,13 @@ def test_row1_262144_32768_r24_boots_knife_edge(capsys):
     assert (m.verdict, m.positions, m.need_gib) == ("floor", 262144, Fraction("29.57"))
 
 
+def test_row1_log_boots_without_sizing_lines(capsys):
+    assert main(["fit", "--from-log", str(LOGS / "r24_p262144_fits.log"), "--json"]) == 0
+    lg = json.loads(capsys.readouterr().out)["logs"][0]
+    assert (lg["outcome"], lg["clamped"], lg["pool_positions"], lg["pool_gib"]) == ("booted", False, 262144, 7.0)
+    assert lg["printed_need_gib"] is None and lg["hints"] == []
+
+
 def test_row2_524288_16384_r24_fits_clean(capsys):
     # table: need 28.6 (formula 14 + 12.2 + 1.97 = 28.17; with the 1.5 margin 29.67 >
     # 29.516, the formula would clamp). kvreplay moves the printed figure to max_tok
@@ -265,3 +272,31 @@ def test_probe_verdict_prompt_cache_bytes_refused(tmp_path, capsys):
     assert "not the KV pool's bytes per position" in capsys.readouterr().err
     assert main([*args, "--probe-verdict", str(v), "--probe-bytes-are-kv"]) == 0
     assert json.loads(capsys.readouterr().out)["kv_bytes_per_position"] == 2674.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["fit", "--weights-gib", "1", "--positions", "10", "--kv-bytes-per-position", "1"], "host-ram-gib"),
+        (["fit", "--host-ram-gib", "64", "--positions", "10", "--kv-bytes-per-position", "1"], "weights-gib"),
+        (["fit", "--host-ram-gib", "64", "--weights-gib", "1", "--kv-bytes-per-position", "1"], "positions"),
+    ],
+)
+def test_missing_inputs_exit_2_naming_the_flag(capsys, argv, field):
+    assert main(argv) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_unreadable_log_exit_2(tmp_path, capsys):
+    assert main(["fit", "--from-log", str(tmp_path / "nope.log")]) == 2
+    assert "cannot read boot log" in capsys.readouterr().err
+
+
+def test_floor_text(capsys):
+    # formula only, 262144 pool at a 262144 context (row 1 under the model): floor
+    args = ["fit", "--memtotal-kb", MEMTOTAL_KB, "--weights-gib", "67.7", "--reserve-gib", "24"]
+    args += ["--positions", "262144", "--kv-bytes-per-position", "28672", "--max-tok", "32768"]
+    args += ["--vision", "--ctx", "262144"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "verdict  floor: the pool stays at the context, 262144 positions" in out
