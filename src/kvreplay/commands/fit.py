@@ -272,6 +272,11 @@ def inputs_from_args(
         noise_gib=to_fraction(args.noise_gib, field="noise-gib"),
         position_step=args.position_step,
     )
+    if printed is None and inp.vision_gib == 0:
+        notes.append(
+            f"no vision tower counted: pass --vision ({VISION_GIB} GiB, halogen's) or"
+            " --vision-gib if the model has one on"
+        )
     if inp.arena_shift_gib:
         notes.append(
             f"printed need moved from max_tok {printed_at} to {args.max_tok}: arena"

@@ -300,3 +300,13 @@ def test_floor_text(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "verdict  floor: the pool stays at the context, 262144 positions" in out
+
+
+def test_model_without_vision_says_so(capsys):
+    args = ["fit", "--memtotal-kb", MEMTOTAL_KB, "--weights-gib", "67.7", "--positions", "262144"]
+    args += ["--kv-bytes-per-position", "28672", "--json"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("no vision tower counted: pass --vision (1.97 GiB") for w in rep["warnings"])
+    # defaults: margin 1.5, arena 3.80 + 8.40 x 0 / 16384 = 3.80 -> need 7 + 3.8
+    assert (rep["margin_gib"], rep["need_gib"]) == (1.5, pytest.approx(10.8, abs=1e-12))
