@@ -79,6 +79,7 @@ __all__ = [
     "ClientMonitor",
     "SchedStat",
     "classify",
+    "describe",
     "merge_client",
     "thresholds",
 ]
@@ -371,3 +372,54 @@ def merge_client(parts: list[dict[str, Any]]) -> dict[str, Any]:
                       else ("client_bound" if out["bound"] else None))
     out["workers"] = len(parts)
     return out
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:.0%}" if v is not None else "n/a"
+
+
+def describe(client: dict[str, Any], wall_s: float | None) -> str:
+    """Words for a phase's verdict: what was measured, and the latency the client may have added.
+
+    Args:
+        client: ``summary.json`` ``phases[].client`` (from ``ClientMonitor.to_json``).
+        wall_s: The phase's wall time (s), or None.
+
+    Returns:
+        One sentence without the phase name, e.g. ``"the client may have added up to
+        3000.3 ms ..."`` for ``client_bound``, ``"host scheduling stalls: ..."`` for
+        ``host_stalls``; ``""`` for ``quiet`` or a summary without a verdict.
+    """
+    verdict = client.get("verdict")
+    if verdict not in ("client_bound", "host_stalls"):
+        return ""
+    mx, p99 = client.get("loop_lag_max_ms"), client.get("loop_lag_p99_ms")
+    starved = client.get("starved_s")
+    util = client.get("cpu_utilisation")
+    measured = (
+        f"its event loop ran late by up to {mx} ms (loop-lag p99 {p99} ms over "
+        f"{client.get('loop_lag_samples')} probe samples, ticks a stall swallowed counted), "
+        f"at least {LOOP_LAG_P99_MS:g} ms late for {client.get('loop_late_s')} s in all"
+        + (f" of the {wall_s:.3f} s phase" if wall_s else "")
+        + f"; the client used {util if util is not None else 'n/a'} of a core "
+        f"(its loop thread ran {_pct(client.get('stall_cpu_share'))} of the late time) and "
+        + (
+            f"its loop thread waited {starved} s runnable for a CPU "
+            f"({_pct(client.get('starvation_share'))} of the phase, "
+            f"{_pct(client.get('stall_wait_share'))} of the late time)"
+            if starved is not None
+            else "its wait for a CPU was not measured (no /proc/thread-self/schedstat)"
+        )
+    )
+    if verdict == "client_bound":
+        return (
+            f"the client may have added up to {mx} ms to the latencies it stamped "
+            f"(p99 {p99} ms): {measured}"
+        )
+    return (
+        f"host scheduling stalls: {measured}. Neither its CPU (threshold {CPU_UTILISATION:g} of a core, "
+        f"{STALL_SHARE:.0%} of the late time) nor its wait for a CPU (threshold {STARVATION_SHARE:.0%} "
+        f"of the phase, {STALL_SHARE:.0%} of the late time) explains the lag: the loop thread was off-CPU "
+        "and not waiting for one (the host or hypervisor did not run it, the process was stopped, or a "
+        f"blocking call held the loop); requests in flight then may carry up to {mx} ms that is not the server's"
+    )
