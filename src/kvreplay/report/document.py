@@ -33,6 +33,7 @@ from kvreplay.report.sections import (
     phase_table,
     request_tables,
 )
+from kvreplay.report.throughput import throughput_notes, throughput_table
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
 
@@ -152,6 +153,7 @@ def build(run: RunData) -> Report:
                 [],
             )
         )
+        rep.sections.append(("Throughput", [throughput_table(run)], [], throughput_notes()))
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         rq = request_tables(run)
         if rq:

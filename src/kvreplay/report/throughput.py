@@ -1,0 +1,69 @@
+"""The report's throughput table: wall-clock against service-time request throughput per phase.
+
+``throughput_rps`` is ok requests / phase wall time: it includes every pause of
+the client between requests (at C1 with per-request counter reads, the reads).
+``service_throughput_rps`` (summary.json, ``metrics.summary``) is ok x C / the
+sum of E2E: the same requests without those pauses. Runs written before it
+existed show it as deferred ("not in this summary").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreplay.report.cells import Cell, deferred, fmt, measured, phase_gate, phases_in_order
+from kvreplay.report.load import RunData
+from kvreplay.report.sections import Table, phase_name
+
+__all__ = ["throughput_notes", "throughput_table"]
+
+
+def _rate(ph: dict[str, Any], key: str, missing: str, nd: int = 3) -> Cell:
+    v = ph.get(key)
+    return measured(fmt(float(v), nd)) if v is not None else deferred(missing)
+
+
+def _pauses(ph: dict[str, Any]) -> str:
+    if ph.get("attribution") == "per_request":
+        return "counter read after each request: in wall-clock, not in service"
+    if (ph.get("schedule") or {}).get("open_loop"):
+        return "open loop: the schedule sets the rate"
+    return "none by design"
+
+
+def throughput_table(run: RunData) -> Table:
+    """Per phase: wall-clock req/s, service-time req/s, output tokens/s, and the client's pauses.
+
+    Args:
+        run: The loaded run directory.
+
+    Returns:
+        Table ``throughput`` (columns in the order shown in the report).
+    """
+    s = run.summary
+    t = Table("throughput", ["wall-clock req/s", "service-time req/s", "output tokens/s (wall)",
+                             "client pauses between requests"])
+    for ph in phases_in_order(s, run.plan):
+        gate = phase_gate(ph, s)
+        if gate is not None or isinstance(ph, str):
+            t.rows.append((phase_name(ph), [gate or deferred("not run")] * len(t.columns)))
+            continue
+        service_missing = ("open loop" if (ph.get("schedule") or {}).get("open_loop")
+                           else "not in this summary" if "service_throughput_rps" not in ph else "no ok request")
+        t.rows.append((phase_name(ph), [
+            _rate(ph, "throughput_rps", "no wall time"),
+            _rate(ph, "service_throughput_rps", service_missing),
+            _rate(ph, "output_tokens_per_s", "no wall time", 1),
+            measured(_pauses(ph)),
+        ]))
+    return t
+
+
+def throughput_notes() -> list[str]:
+    """The definitions printed under the table."""
+    return [
+        "wall-clock req/s = ok requests / phase wall time: includes the client's pauses between "
+        "requests (per-request counter reads at C1).",
+        "service-time req/s = ok requests x C / sum of their E2E: the rate without those pauses "
+        "(counter reads excluded); compare it with a client that reads no counters.",
+    ]
