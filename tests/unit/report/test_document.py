@@ -85,9 +85,10 @@ def test_every_cell_labelled_and_every_plot_present(tmp_path):
     assert written["html"] == out / "report.html"
     p = parse(out / "report.html")
     assert p.td and None not in p.td, f"{p.td.count(None)} unlabelled cells"
-    assert set(p.td) <= {"measured", "failed", "deferred"}
+    assert set(p.td) <= {"measured", "failed", "deferred", "absent"}
     assert {"measured", "failed", "deferred"} <= set(p.td)
-    assert p.remote == []
+    # No network reference; only the run directory's own full data, one click away.
+    assert set(p.remote) == {"records.jsonl"}
     for key in (
         "cdf-ttft",
         "cdf-itl",
@@ -183,7 +184,7 @@ def test_probe_and_simulate_sections(tmp_path):
     assert None not in p.td
     html = (out / "report.html").read_text()
     assert re.search(
-        r'data-status="failed"[^>]*>failed: server reports no entry or pool bytes', html
+        r'data-status="absent"[^>]*>absent: the server reports no entry or pool bytes', html
     )
 
 
