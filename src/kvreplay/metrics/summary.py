@@ -7,6 +7,8 @@ summary.json::
      "identity": {"before", "after"}, "wall_s",
      "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent", "peak_in_flight",
                  "failed": {class: n}, "wall_s", "throughput_rps", "output_tokens_per_s",
+                 "service_throughput_rps" (ok * C / sum of E2E s: without the client's pauses between
+                                           requests, e.g. C1 counter reads; None in an open loop),
                  "ttft_ms" | "itl_ms" | "tpot_ms" | "e2e_ms" | "queue_ms": {n, mean, p50, p90, p99, max},
                  "tokens": {"prompt", "cached", "completion", "cached_unknown"},
                  "attribution": "per_request" | "phase_only" | "none",
@@ -16,11 +18,12 @@ summary.json::
                  "schedule": {"open_loop", "offered_rps", "achieved_rps", "dispatch_delay_ms",
                               "kept_schedule", "note"},
                  "deferred": bool (aborted before it sent anything),
-                 "client": {"bound", "cpu_s", "cpu_utilisation", "loop_lag_p50_ms", "loop_lag_p99_ms",
-                            "loop_lag_max_ms", "loop_lag_samples", "timed_sends", "late_sends",
-                            "late_send_share", "loop_lag_log"} (metrics.selfmeasure),
-                 "client_bound": bool (loop-lag p99 or CPU over the thresholds in
-                                       summary["client_thresholds"]),
+                 "client": {"bound", "verdict", "cpu_s", "cpu_utilisation", "starved_s", "starvation_share",
+                            "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms", "loop_lag_samples",
+                            "loop_late_s", "stall_cpu_share", "stall_wait_share", "timed_sends",
+                            "late_sends", "late_send_share", "loop_lag_log"} (metrics.selfmeasure),
+                 "client_bound": bool (verdict client_bound: loop-lag p99 and CPU or starvation over
+                                       the thresholds in summary["client_thresholds"]),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
                  "out_of_range": n}]}
 
@@ -196,6 +199,20 @@ class PhaseStats:
             if late else "schedule kept",
         }
 
+    def service_throughput_rps(self) -> float | None:
+        """Request throughput from service time (req/s): ``ok * C / sum(E2E s)`` of ok requests.
+
+        The rate the phase's C slots would reach if each sent its next request the
+        instant its previous one ended: the client's pauses between requests (at C1,
+        the per-request counter reads) are left out, unlike ``throughput_rps``
+        (ok / phase wall time), which includes them. None in an open loop (its
+        rate is the schedule's) or without an ok E2E.
+        """
+        e2e = self.hists.sets["e2e"]
+        if self.open_loop or not self.ok or e2e.sum_us <= 0:
+            return None
+        return round(e2e.hist.get_total_count() * self.concurrency / (e2e.sum_us / 1e6), 3)
+
     def to_json(self) -> dict[str, Any]:
         """The phase's entry in summary.json."""
         wall_s = (self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns else None
@@ -210,6 +227,7 @@ class PhaseStats:
             "failed": dict(sorted(self.failed.items())),
             "wall_s": round(wall_s, 6) if wall_s else None,
             "throughput_rps": round(self.ok / wall_s, 3) if wall_s else None,
+            "service_throughput_rps": self.service_throughput_rps(),
             "output_tokens_per_s": round(self.completion_tokens / wall_s, 1) if wall_s else None,
         }
         for m in METRICS:

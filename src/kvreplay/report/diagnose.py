@@ -50,10 +50,18 @@ Rules (``Finding.rule``):
     summary says neither — the client kept fewer than half of the concurrency in
     flight on average (sum of E2E / phase wall time < 0.5 x C) in a phase
     without per-request counter reads (those pause the client on purpose).
-    Its latencies are then the client's, not the server's. Next: rerun the
+    Its latencies are then the client's, not the server's (with the runner's
+    ``client.verdict``, the words say what it measured and that the client *may*
+    have added up to the loop lag). Next: rerun the
     phase with fewer workers per process, or spread the load over processes,
     and compare. With ``--target sim`` the finding says that the simulator
     shares the client's process (``client_includes_server``).
+
+``host_stalls``
+    The runner's ``client.verdict`` is ``host_stalls``: the event loop ran late
+    (loop-lag p99 over its threshold) while neither the client's CPU nor its
+    wait for a CPU was over theirs (``metrics.selfmeasure``); reported with the
+    figures, not as client-bound. Next: rerun on a quieter host and compare.
 
 ``schedule_cap``
     An open-loop phase did not keep its schedule and every slot was busy
@@ -67,6 +75,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvreplay.metrics.selfmeasure import describe
 
 __all__ = ["Finding", "diagnose", "restore_signal"]
 
@@ -275,6 +285,15 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
                 f"{k} {v}" for k, v in client.items() if k != "bound" and v is not None
             )
             why += f" ({figs})" if figs else ""
+        tail = "; its latencies are the client's, not the server's."
+        words = describe(client, ph.get("wall_s")) if client else ""
+        if words and client.get("verdict") == "host_stalls":
+            out.append(Finding("host_stalls", f"phase {ph['name']}: {words}.",
+                               "rerun the phase on a quieter host (or with the client pinned to an idle core) "
+                               "and compare the TTFT and ITL percentiles; a blocking call on the loop stalls "
+                               "an idle host too.", (ph["name"],)))
+        elif words and flagged:
+            why, tail = words, "."
         sched = ph.get("schedule") if isinstance(ph.get("schedule"), dict) else {}
         if not flagged and sched.get("open_loop") and sched.get("kept_schedule") is False:
             c = ph.get("concurrency", 1)
@@ -325,7 +344,7 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
             out.append(
                 Finding(
                     "client_bound",
-                    f"phase {ph['name']}: {why}; its latencies are the client's, not the server's.",
+                    f"phase {ph['name']}: {why}{tail}",
                     "rerun the phase with fewer workers per process or over several processes, "
                     "and compare the TTFT and ITL percentiles.",
                     (ph["name"],),

@@ -35,6 +35,7 @@ from kvreplay.report.sections import (
     request_tables,
 )
 from kvreplay.report.stream import RunScan, scan, sequence_head, sequence_length
+from kvreplay.report.throughput import throughput_notes, throughput_table
 from kvreplay.report.units import sim_time_scale
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
@@ -212,6 +213,7 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 [],
             )
         )
+        rep.sections.append(("Throughput", [throughput_table(run)], [], throughput_notes()))
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         rq = request_tables(run, sc)
         if rq:
