@@ -20,6 +20,7 @@ from typing import Any
 
 from kvreplay.report.cells import Cell, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
+from kvreplay.report.rawseries import raw_series_table, violations, with_units
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
 from kvreplay.report.markdown import ray_line
@@ -139,7 +140,7 @@ def build(run: RunData) -> Report:
                 "Its figures are shown as failed, not measured."
             )
     if s.get("phases") or plan.get("phases"):
-        rep.findings = diagnose(s, run.plan, run.record_list)
+        rep.findings = diagnose(s, run.plan, run.record_list, violations(run.path))
         plots = run_plots(run)
         rep.sections.append(
             ("Phases", [phase_table(run)], [p for p in plots if p.key.startswith("cdf-")], [])
@@ -152,8 +153,12 @@ def build(run: RunData) -> Report:
                 [],
             )
         )
-        rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
-        rq = request_tables(run)
+        rep.sections.append(
+            ("Native counter deltas per phase", [with_units(counter_table(run), s)], [], [])
+        )
+        if (raw := raw_series_table(run.path)) is not None:
+            rep.sections.append(("Raw series that changed per phase (counters.jsonl)", [raw], [], []))
+        rq = [with_units(t, s) for t in request_tables(run)]
         if rq:
             rep.sections.append(
                 ("Per request at C1 (native counter deltas across each request)", rq, [], [])
