@@ -37,7 +37,7 @@ from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
-from kvreplay.runner.backend import Backend, Snapshot, counter_delta
+from kvreplay.runner.backend import TOKEN_TWINS, Backend, Snapshot, counter_delta
 from kvreplay.runner.counterlog import CounterLog, counter_units
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.http import H1Client, RequestOutcome, send_body
@@ -314,6 +314,11 @@ class _Run:
             return
         for name, op, bound in self.opts.abort_if:
             v = snap.common.get(name)
+            if v is None and TOKEN_TWINS.get(name) in snap.common:
+                # The old meaning of a lookup name on a server that counts tokens (vLLM's
+                # host_hits was its external hit tokens): the bound reads the token name.
+                name = TOKEN_TWINS[name]
+                v = snap.common[name]
             if v is None:
                 continue
             hit = {">": v > bound, ">=": v >= bound, "<": v < bound, "<=": v <= bound}[op]

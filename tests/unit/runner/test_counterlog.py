@@ -114,3 +114,28 @@ def test_counter_units_and_old_runs():
     assert unit_of("hits", new) == "lookups" and unit_of("stores", new) == "entries"
     # A summary of an earlier version: token names are sure, lookup names are not.
     assert unit_of("hit_tokens", {}) == "tokens" and unit_of("hits", {}) is None
+
+
+def _bounds(bounds, common):
+    from types import SimpleNamespace
+
+    from kvreplay.runner._runner import _Run
+
+    aborts = []
+    run = SimpleNamespace(opts=SimpleNamespace(abort_if=bounds),
+                          request_abort=lambda reason, msg: aborts.append((reason, msg)))
+    _Run.check_bounds(run, Snapshot(taken_ns=0, raw={}, common=common))
+    return aborts
+
+
+def test_abort_if_accepts_old_and_new_names():
+    # New name, token count (vLLM's external hits).
+    assert _bounds([("host_hit_tokens", ">", 500.0)], {"host_hit_tokens": 640.0}) == [
+        ("bound", "host_hit_tokens=640 crossed >500")]
+    # Old name written for vLLM (host_hits was its external hit tokens): reads the token name.
+    assert _bounds([("host_hits", ">", 500.0)], {"host_hit_tokens": 640.0}) == [
+        ("bound", "host_hit_tokens=640 crossed >500")]
+    # Where host_hits exists (lookups, the simulator's profile) it is read as it is.
+    assert _bounds([("host_hits", ">", 500.0)], {"host_hits": 18.0, "host_hit_tokens": 640.0}) == []
+    assert _bounds([("host_hits", ">=", 18.0)], {"host_hits": 18.0}) == [
+        ("bound", "host_hits=18 crossed >=18")]
