@@ -27,9 +27,9 @@ from integration.real.realsrv_helpers import (
 )
 
 from kvreplay import testing as kt
-from kvreplay.report import diagnose, load_run
-from kvreplay.report.diagnose import CACHE_RULES
+from kvreplay.report.diagnose import CACHE_RULES, diagnose
 from kvreplay.report.evidence import phase_evidence
+from kvreplay.report.load import load_run
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
 
