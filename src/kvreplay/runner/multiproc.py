@@ -456,6 +456,9 @@ async def execute_plan_workers(
             if p.is_alive():
                 p.kill()
     summary = merge_run(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs)
+    w0_counters = out / "workers" / "w0" / "counters.jsonl"  # worker 0 reads the counters
+    if w0_counters.exists():
+        shutil.copyfile(w0_counters, out / "counters.jsonl")
     if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
         shutil.rmtree(out / "workers", ignore_errors=True)
     return summary

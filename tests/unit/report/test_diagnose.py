@@ -427,3 +427,15 @@ def test_client_bound_from_an_open_loop_schedule_not_kept():
     assert diagnose(summarise(plan, recs, a={"schedule": sched, "peak_in_flight": 2}), plan, recs) == []
 
 
+
+
+def test_old_vllm_summary_with_lookup_names_in_tokens_is_read_right():
+    # A run directory written before host_hit_tokens: vLLM's series under the lookup
+    # names, in tokens. The connector series read 0 and did not move: host absent.
+    plan = plan_json([("prime", "forward", 1, [0, 1, 2]), ("replay", "reverse", 1, [2, 1, 0])])
+    old = {"lookups": 33254, "hits": 31744, "query_tokens": 33254, "hit_tokens": 31744,
+           "host_lookups": 0, "host_hits": 0, "host_query_tokens": 0, "host_fetched_tokens": 0}
+    s = with_deltas(plan, {"replay": old})
+    assert diagnose(s, plan) == []
+    ev = phase_evidence(s["phases"][1])
+    assert ev.tiers[0].text() == "hit_tokens 31744 (lookups 33254, query_tokens 33254)"
