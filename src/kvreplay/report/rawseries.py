@@ -14,7 +14,7 @@ from typing import Any
 
 from kvreplay.report.cells import measured
 from kvreplay.report.sections import Table, fmt_value
-from kvreplay.runner.backend import COMMON_UNITS, TOKEN_TWINS
+from kvreplay.runner.backend import COMMON_UNITS, COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
 from kvreplay.runner.counterlog import read_counter_log
 
 __all__ = ["COUNTER_LOG", "raw_changes", "raw_series_table", "unit_of", "violations"]
@@ -111,7 +111,7 @@ def with_units(t: Table, summary: dict[str, Any]) -> Table:
     cols = []
     for c in t.columns:
         name = c[2:] if c.startswith("Δ ") else c
-        if name in COMMON_UNITS or name in TOKEN_TWINS or name in (summary.get("counter_units") or {}):
+        if name in COUNTER_NAMES or name in GAUGE_NAMES or name in (summary.get("counter_units") or {}):
             c = f"{c} ({unit_of(name, summary) or 'unit not recorded'})"
         cols.append(c)
     t.columns = cols
