@@ -410,6 +410,12 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
     return out
 
 
+def _figures(d: dict[str, Any]) -> dict[str, float]:
+    """The numeric entries of ``d`` (the figures a finding rests on)."""
+    return {k: float(v) for k, v in d.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Finding]:
     out = []
     for ph in summary.get("phases", []):
@@ -438,6 +444,8 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
                         f"raise the in-flight cap above c{c} or lower the rate, and compare e2e_from_intended "
                         "with e2e.",
                         (ph["name"],),
+                        {ph["name"]: _figures({"concurrency": c, "peak_in_flight": ph.get("peak_in_flight"),
+                                               **(sched.get("dispatch_delay_ms") or {})})},
                     )
                 )
                 continue
@@ -477,6 +485,8 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
                     "rerun the phase with fewer workers per process or over several processes, "
                     "and compare the TTFT and ITL percentiles.",
                     (ph["name"],),
+                    {ph["name"]: _figures({"concurrency": ph.get("concurrency", 1),
+                                           "wall_s": ph.get("wall_s"), **client})},
                 )
             )
     return out

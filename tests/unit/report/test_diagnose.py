@@ -393,6 +393,8 @@ def test_client_bound_label_from_the_runner():
     f = diagnose(s, plan, recs)
     assert rules(f) == ["client_bound"] and "latencies are the client's" in f[0].finding
     assert "85.0" in f[0].finding
+    ev = f[0].evidence["a"]
+    assert (ev["loop_lag_p99_ms"], ev["concurrency"]) == (85.0, 4.0)
 
 
 def test_client_bound_from_low_occupancy():
