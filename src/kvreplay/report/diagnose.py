@@ -13,8 +13,9 @@ has: a replay order or control that already ran is not asked for again.
 Rules (``Finding.rule``):
 
 ``churn``
-    A forward replay restored nothing (every live tier 0) while a reverse replay
-    of the same bodies restored some. LRU-like eviction replays in the order it
+    A forward replay restored nothing while a reverse replay of the same bodies
+    restored some, compared on the one tier live in every replay (host, else
+    device, else usage; ``kvreplay.report.evidence``). LRU-like eviction replays in the order it
     evicted, so a forward replay of a working set larger than the cache finds
     each entry already gone, while a reverse replay reads the most recent ones
     first. Next: the small-working-set control (a replay of only the last few
@@ -190,11 +191,23 @@ def _order_rules(
         return []
     controls = [n for n in _controls(plan, replays) if n in evs]
     main = {n: e for n, e in evs.items() if n not in controls}
+    tier = next(
+        (t for t in ("host", "device", "usage") if main and all(e.tier(t) for e in main.values())),
+        None,
+    )
+    if tier is None:
+        return []
+
+    def restored(n: str) -> bool:
+        t = evs[n].tier(tier)
+        return bool(evs[n].restored) if t is None else t.value > 0
+
     fwd = [n for n in main if replays[n] == "forward"]
     rev = [n for n in main if replays[n] == "reverse"]
     evidence = {n: e.numbers() for n, e in evs.items()}
-    fz = [n for n in fwd if not evs[n].restored]
-    rp = [n for n in rev if evs[n].restored]
+    on = f" on the {tier} tier" if tier != "usage" else " (usage cached_tokens)"
+    fz = [n for n in fwd if not restored(n)]
+    rp = [n for n in rev if restored(n)]
     out = []
     if fz and rp:
         ctl_text = ""
@@ -204,7 +217,7 @@ def _order_rules(
             "the cache capacity; restores there confirm churn."
         )
         if controls:
-            got = [n for n in controls if evs[n].restored]
+            got = [n for n in controls if restored(n)]
             ctl_text = " Control " + "; ".join(
                 f"{n} already ran: {evs[n].text()}" for n in controls
             ) + "."
@@ -223,7 +236,7 @@ def _order_rules(
         out.append(
             Finding(
                 "churn",
-                "forward replay restored nothing while reverse restored some: "
+                f"forward replay restored nothing{on} while reverse restored some: "
                 + _ev_text(evs, fz + rp, replays)
                 + ". Consistent with churn (entries evicted in the order the replay asks"
                 " for them)." + ctl_text,
@@ -232,12 +245,12 @@ def _order_rules(
                 {n: evidence[n] for n in fz + rp + controls},
             )
         )
-    elif fwd and rev and not any(evs[n].restored for n in fwd + rev):
+    elif fwd and rev and not any(restored(n) for n in fwd + rev):
         ph = fwd + rev
         out.append(
             Finding(
                 "no_restores",
-                "both forward and reverse replays restored nothing: "
+                f"both forward and reverse replays restored nothing{on}: "
                 + _ev_text(evs, ph, replays)
                 + ". Order does not matter, so eviction is not the cause.",
                 "inspect key and checkpoint eligibility with `kvreplay inspect` on one"
@@ -247,7 +260,7 @@ def _order_rules(
                 {n: evidence[n] for n in ph},
             )
         )
-    elif main and not any(e.restored for e in main.values()) and (not fwd or not rev):
+    elif not any(restored(n) for n in main) and (not fwd or not rev):
         names = list(main)
         orders = sorted({replays[n] for n in names})
         c = _phase_conc(summary, names[0])
@@ -263,7 +276,7 @@ def _order_rules(
         out.append(
             Finding(
                 "one_order_zero",
-                f"every replay ({', '.join(orders)}) restored nothing: "
+                f"every replay ({', '.join(orders)}) restored nothing{on}: "
                 + _ev_text(evs, names, replays) + ".",
                 nxt + " to tell churn from ineligibility.",
                 tuple(names),

@@ -23,6 +23,11 @@ answer reported it. A phase *restored some* when any of these is above zero, and
 *restored none* only when every one of them is zero and at least one exists; with
 none it is no evidence either way.
 
+*One tier across the compared phases.* The order rules compare replays on the
+first tier live in every one of them: the host tier when its lookups moved in
+each (host-tier findings need host lookups > 0), else the device prefix cache
+(a server without a host tier: device hit tokens), else usage ``cached_tokens``.
+
 *Primes are no evidence.* Only replays count: phases every body of which an
 earlier phase of the same run already sent (plan.json ``sequence`` hashes; for a
 run without plan.json, the records' ``body_sha256``). A phase whose name is
@@ -108,6 +113,10 @@ class PhaseEvidence:
         if not self.tiers:
             return None
         return any(t.value > 0 for t in self.tiers)
+
+    def tier(self, name: str) -> Tier | None:
+        """The live tier ``name`` (``host``, ``device``, ``usage``), or None."""
+        return next((t for t in self.tiers if t.tier == name), None)
 
     def numbers(self) -> dict[str, float]:
         """Every figure the evidence rests on, by name."""

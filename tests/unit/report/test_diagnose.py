@@ -441,3 +441,19 @@ def test_old_vllm_summary_with_lookup_names_in_tokens_is_read_right():
     assert diagnose(s, plan) == []
     ev = phase_evidence(s["phases"][1])
     assert ev.tiers[0].text() == "hit_tokens 31744 (lookups 33254, query_tokens 33254)"
+
+
+def test_host_tier_churn_is_judged_on_the_host_tier_when_it_looked_in_every_replay():
+    # Scenario 3a shape: the device hits the shared system block in every replay; the
+    # host tier (looked up in both) restored nothing forward and some in reverse.
+    d = lambda host: {"query_tokens": 4000, "hit_tokens": 3440,  # noqa: E731
+                      "host_lookups": 4, "host_query_tokens": 560, "host_fetched_tokens": host}
+    s = with_deltas(FWD_REV, {"fwd": d(0), "rev": d(512)})
+    f = diagnose(s, FWD_REV)
+    assert rules(f) == ["churn"]
+    assert f[0].finding.startswith("forward replay restored nothing on the host tier while")
+    assert "hit_tokens 3440 (query_tokens 4000)" in f[0].finding  # the device figures are shown
+    # Host tier consulted in reverse only: the comparison falls back to the device.
+    s = with_deltas(FWD_REV, {"fwd": {**d(0), "host_lookups": 0, "host_query_tokens": 0},
+                              "rev": d(512)})
+    assert diagnose(s, FWD_REV) == []
