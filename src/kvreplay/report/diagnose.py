@@ -126,6 +126,16 @@ class Finding:
     evidence: dict[str, dict[str, float]] = field(default_factory=dict)
     records: tuple[int, ...] = ()
 
+    def sources(self) -> str:
+        """Where the figures came from: ``From phases fwd, rev; records at positions 1, 3.``"""
+        if not self.phases and not self.records:
+            return ""
+        out = "From phase" + ("s " if len(self.phases) != 1 else " ") + ", ".join(self.phases)
+        if self.records:
+            out += "; records at position" + ("s " if len(self.records) != 1 else " ")
+            out += ", ".join(map(str, self.records))
+        return out + "."
+
     def to_json(self) -> dict[str, Any]:
         """JSON form (for tools and tests)."""
         return {

@@ -202,7 +202,7 @@ def to_markdown(rep: Report) -> str:
     if rep.findings:
         out += ["", "## Diagnosis", ""]
         for f in rep.findings:
-            out.append(f"- **{f.rule}**: {f.finding} Next: {f.next_experiment}")
+            out.append(f"- **{f.rule}**: {f.finding} Next: {f.next_experiment} {f.sources()}".rstrip())
     elif rep.sections:
         out += [
             "",
@@ -326,7 +326,8 @@ def to_html(rep: Report) -> str:
                 out.append(
                     f'<li class="finding" data-rule="{_e(f.rule)}"><b>{_e(f.rule)}</b>: '
                     f"{_e(f.finding)} "
-                    f'<span class="next">Next: {_e(f.next_experiment)}</span></li>'
+                    f'<span class="next">Next: {_e(f.next_experiment)}</span> '
+                    f'<span class="sources">{_e(f.sources())}</span></li>'
                 )
             out.append("</ul>")
         else:

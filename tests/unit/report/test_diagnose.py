@@ -309,6 +309,7 @@ def test_a_timeout_with_counted_hits_is_explained_not_a_disagreement():
     assert "gap +512 tokens (counters − usage)" in f[0].finding
     assert "1 requests without usage (timeout 1, positions 1) account for 512" in f[0].finding
     assert f[0].records == (1,)
+    assert f[0].sources() == "From phase a; records at position 1."
     # Without the timeout the same run is quiet.
     ok = [recs[0], dict(recs[2], position=1)]
     s = summarise(plan_json([("a", "forward", 1, [0, 2])]), ok,

@@ -233,5 +233,6 @@ def test_report_lists_raw_series_per_phase_units_and_invariant_breaks(tmp_path):
     assert ("**cache_invariant**: /cache broke stores - evicted = entries in 1 snapshot(s); "
             "first phase a at 1: stores_before 2, stores 3, evicted_before 0, evicted 0, "
             "entries_before 2, entries 2, gap 1.") in md
+    assert "the raw snapshots are in counters.jsonl. From phase a; records at position 1." in md
     # A summary without counter_units (an earlier version): token names are sure.
     assert "hit_tokens (tokens)" in md and "hits (unit not recorded)" in md
