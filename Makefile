@@ -25,7 +25,7 @@ $(RAY_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/kvreplay demo
 
-test: $(STAMP) $(RAY_STAMP) real-servers
+test: $(STAMP) $(RAY_STAMP) real-servers browser
 	$(PY) -m pytest -q
 	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server and not ray' $(wildcard tests/unit tests/parity tests/integration tests/goldens)
 
@@ -42,3 +42,13 @@ clean:
 .PHONY: real-servers
 real-servers:
 	scripts/setup_real_servers.sh
+
+# Headless Chromium for the report's browser test (tests/integration/test_report_in_browser.py):
+# Debian's chromium package, installed only where it is missing and the set-up runs as root.
+# Without it the browser tests skip, or fail under CI=true.
+.PHONY: browser
+browser:
+	@if [ -x /usr/bin/chromium ] || [ -x /usr/bin/chromium-headless-shell ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
+	else echo "chromium is missing and this is not root: the browser tests will skip (fail under CI=true)"; fi

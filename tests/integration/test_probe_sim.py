@@ -205,3 +205,31 @@ def test_usage_calibration_without_tokenize_and_without_counters():
     cold = [r for r in v["warm"]]
     assert abs(cold[0]["prompt_tokens"] - 512) <= 4
     assert cold[1]["prompt_tokens"] == 1024
+
+
+def test_console_line_prints_the_fastest_cold_repeat_as_the_fit_uses():
+    said, legs = [], []
+
+    async def go():
+        srv = SimServer(SimConfig(time_scale=0.05, cache_entries=8))
+        await srv.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                backend = make_backend("halogen", srv.base_url, session)
+                return await run_probe(
+                    session, srv.base_url, backend,
+                    ProbeConfig(sizes=(512, 2048), flush_max=0, cold_repeats=3),
+                    log=legs.append, progress=said.append,
+                )
+        finally:
+            await srv.stop()
+
+    v = asyncio.run(go())
+    for size in (512, 2048):
+        cold = [r["ttft_s"] for r in legs if r.get("leg") == "A" and r.get("size_tokens") == size]
+        assert len(cold) == 3
+        (line,) = [s for s in said if s.startswith(f"size {size}:")]
+        assert line.startswith(f"size {size}: cold ttft {min(cold):.3f} s (fastest of 3), ")
+        (w,) = [w for w in v["warm"] if w["size_tokens"] == size]
+        assert w["cold_ttft_s"] == round(min(cold), 6)
+    assert "prefill_fit_warning" in v

@@ -26,6 +26,7 @@ from kvreplay.experiments.probe import (
     FIT_SOURCES,
     ProbeConfig,
     parse_sizes,
+    plain_line,
     render_report,
     run_probe,
 )
@@ -155,6 +156,7 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         # The simulator's delays are model seconds x time_scale: the fit is in scaled seconds.
         # Readers (simulate --prefill verdict.json) divide it back out.
         verdict["sim_time_scale"] = sim.config.time_scale
+        verdict["plain"] = plain_line(verdict)  # with the model seconds of the scale
     verdict["backend"] = backend_name
     tmp = out / "verdict.json.tmp"
     tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")

@@ -82,6 +82,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="close idle pooled connections after S seconds (below the server's own limit)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     p.add_argument("--quiet", action="store_true", help="print nothing (the run directory holds everything)")
+    p.add_argument("--report", choices=("html", "md", "none"), default="html",
+                   help="reports written at the end: html (report.md and report.html; the default at every "
+                        "size: records are streamed, about 2 s a 200,000-record run), md (report.md only), "
+                        "none (records, summary and histograms only; draw later with kvreplay report)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run in N processes sharing each phase's frozen sequence (runner.multiproc); "
                         "the phase's concurrency is spread over them")
@@ -242,6 +246,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
+        report_md=getattr(args, "report", "html") != "none",
+        run_extra={"sim_time_scale": sim.config.time_scale} if sim is not None else {},
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
@@ -307,11 +313,17 @@ def run(args: argparse.Namespace) -> int:
 def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
     """Draw the report, print the table and paths; the exit status of ``run``."""
     html_path = None
-    if summary.get("records", 0) <= AUTO_HTML_MAX_RECORDS:
+    mode = getattr(args, "report", "html")
+    if mode == "none":
+        # --workers / --ray merge their report.md outside RunOptions: none means none.
+        (Path(out) / "report.md").unlink(missing_ok=True)
+    elif mode == "md":
+        write_html_report(out, html=False)
+    elif summary.get("records", 0) <= AUTO_HTML_MAX_RECORDS:
         html_path = write_html_report(out)
     elif not args.quiet:
         print(f"kvreplay: {summary['records']} records: report.html not drawn automatically "
-              f"(its plots and tables hold every record; about 14 KiB of memory each); "
+              f"(above {AUTO_HTML_MAX_RECORDS} records); "
               f"draw it with: kvreplay report {out} --html", file=sys.stderr)
     if not args.quiet:
         print(render_table(summary))
@@ -321,14 +333,17 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
     return EXIT_ABORTED if summary.get("aborted") else 0
 
 
-AUTO_HTML_MAX_RECORDS = 50_000
-"""Largest run whose report.html is drawn at the end of ``run`` (records). The HTML
-report loads every record (docs/reliability.md: a 224k-record soak took 260 s and
-3 GiB), so a longer run keeps its bounded memory and draws it on request."""
+AUTO_HTML_MAX_RECORDS = 2_000_000
+"""Largest run whose report.html is drawn at the end of ``run`` by default (records).
+The report streams records (``kvreplay.report.stream``; 200,000 records in about
+2 s of CPU and under 150 MB, bench/bench_report.py), so only a very long run
+leaves it to ``kvreplay report RUN_DIR --html``."""
 
 
-def write_html_report(out: str | Path) -> Path | None:
+def write_html_report(out: str | Path, *, html: bool = True) -> Path | None:
     """Write report.md and report.html into the run directory (after every run, interrupted ones too).
+
+    With ``html=False`` only report.md is written (``--report md``).
 
     Returns:
         The path of report.html, or None when it could not be written (the run's
@@ -337,7 +352,7 @@ def write_html_report(out: str | Path) -> Path | None:
     try:
         from kvreplay.report.write import write_reports
 
-        return write_reports(out, html=True)["html"]
+        return write_reports(out, html=html).get("html")
     except Exception as exc:  # noqa: BLE001 - records/summary are written; a report bug must not lose the exit code
         print(f"kvreplay: report.html not written ({type(exc).__name__}: {exc}); "
               f"retry with: kvreplay report {out} --html", file=sys.stderr)

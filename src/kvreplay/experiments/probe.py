@@ -364,13 +364,19 @@ async def run_probe(
         raw = counter.body_with_system(last_system, p.fresh("t"))
         rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
         warm.append(rec)
+        # The fastest cold repeat: the figure the fit and the verdict use (``_fits``).
+        times = [r["ttft_s"] for r in cold if r["size_tokens"] == size and r["ttft_s"] is not None]
+        of = f" (fastest of {cfg.cold_repeats})" if cfg.cold_repeats > 1 else ""
         say(
-            f"size {size}: cold ttft {_fmt(cold[-1]['ttft_s'])} s, warm ttft {_fmt(rec['ttft_s'])} s, "
-            f"warm cached {rec['cached_tokens']}"
+            f"size {size}: cold ttft {_fmt(min(times) if times else None)} s{of}, "
+            f"warm ttft {_fmt(rec['ttft_s'])} s, warm cached {rec['cached_tokens']}"
         )
 
     fits = _fits(cold)
     chosen = fits.get(cfg.fit_on)
+    fit_warning = intercept_warning(chosen)
+    if fit_warning:
+        say(f"prefill fit: {fit_warning}")
     floor = max((r["cached_tokens"] or 0) for r in cold) if cold else 0
 
     # C legs: eviction bisection
@@ -545,8 +551,42 @@ async def run_probe(
             "fit_on": cfg.fit_on,
         },
     }
+    verdict["prefill_fit_warning"] = fit_warning
     verdict["plain"] = plain_line(verdict)
     return verdict
+
+
+def intercept_warning(fit: dict[str, Any] | None) -> str | None:
+    """Why the fitted intercept ``a`` of ``prefill_s = a + tokens / rate`` cannot be read as a cost, or None.
+
+    Negative: no prefill takes less than no time, so ``a < 0`` says the cold
+    legs are too few or too noisy for a fixed cost (the rate may still hold).
+    Implausible: ``a`` at or above the fastest cold leg's own time leaves
+    nothing for the tokens of that leg.
+
+    Args:
+        fit: A ``prefill_fits`` entry (``a_s`` s, ``points`` ``[tokens, s]``), or None.
+    """
+    if not fit or fit.get("a_s") is None:
+        return None
+    a = float(fit["a_s"])
+    if a < 0:
+        return (f"negative intercept a = {a:.4f} s: a prefill cannot take less than no time; "
+                f"the {fit.get('n')} cold sizes do not pin a fixed cost (read a as about 0; "
+                "the rate still holds if R^2 is high)")
+    ys = [p[1] for p in fit.get("points") or [] if isinstance(p, (list, tuple)) and len(p) == 2]
+    if ys and a >= min(ys):
+        return (f"implausible intercept a = {a:.4f} s: at or above the fastest cold leg "
+                f"({min(ys):.4f} s), it leaves no time for that leg's tokens")
+    return None
+
+
+def _model(v: dict[str, Any], seconds: float) -> str:
+    """``" (= X model s at simulator time scale S)"`` for a probe of ``--target sim``, else ``""``."""
+    scale = v.get("sim_time_scale")
+    if isinstance(scale, (int, float)) and scale not in (0, 1) and scale > 0:
+        return f" (= {seconds / scale:.3g} model s at simulator time scale {scale:g})"
+    return ""
 
 
 def _r(v: float | None) -> float | None:
@@ -593,7 +633,8 @@ def plain_line(v: dict[str, Any]) -> str:
         head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
     line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
     if v.get("eviction_cost_s") is not None:
-        line += f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
+        line += (f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
+                 + _model(v, v["eviction_cost_s"]))
     return line + "."
 
 
@@ -621,6 +662,12 @@ def render_report(v: dict[str, Any]) -> str:
         )
     else:
         lines.append("no fit (fewer than two cold sizes answered)")
+    if f and f.get("rate_tokens_per_s") and _model(v, 1.0):
+        scale = float(v["sim_time_scale"])
+        lines += ["", f"In model seconds (simulator time scale {scale:g}: measured = model x {scale:g}): "
+                      f"prefill_s = {f['a_s'] / scale:.4f} + tokens / {f['rate_tokens_per_s'] * scale:.1f}"]
+    if v.get("prefill_fit_warning"):
+        lines += ["", f"**Warning:** {v['prefill_fit_warning']}"]
     lines += [
         "",
         "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |",

@@ -1,4 +1,9 @@
-"""Report cells: every figure the report shows is measured, failed (why) or deferred (not run).
+"""Report cells: every figure the report shows is measured, failed (why), deferred (not run) or absent.
+
+**absent** is a series the server does not have (a counter its adapter does
+not report, usage without cached_tokens, no bytes gauge): nothing was read
+because there is nothing to read. **failed** is a read or a request that went
+wrong. They look different in both renderings.
 
 A cell never shows an empty value, and never shows a number from an invalid
 phase as measured (summary phases carry ``valid`` and ``invalid_reasons``).
@@ -23,6 +28,7 @@ from typing import Any, Literal
 __all__ = [
     "Cell",
     "Status",
+    "absent",
     "counter_cell",
     "deferred",
     "failed",
@@ -34,7 +40,7 @@ __all__ = [
     "tokens_cell",
 ]
 
-Status = Literal["measured", "failed", "deferred"]
+Status = Literal["measured", "failed", "deferred", "absent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,11 @@ def measured(text: str, note: str | None = None) -> Cell:
 def failed(reason: str) -> Cell:
     """A figure that could not be measured, with the reason."""
     return Cell("failed", "failed", reason)
+
+
+def absent(reason: str) -> Cell:
+    """A series the server does not have (not a failed read), with what is missing."""
+    return Cell("absent", "absent", reason)
 
 
 def deferred(reason: str) -> Cell:
@@ -128,7 +139,14 @@ def _partial_note(ph: dict[str, Any]) -> str | None:
     return None
 
 
-def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str, stat: str) -> Cell:
+def latency_cell(
+    ph: dict[str, Any] | str,
+    summary: dict[str, Any],
+    metric: str,
+    stat: str,
+    *,
+    scale: float | None = None,
+) -> Cell:
     """A latency percentile of one phase (ms).
 
     Args:
@@ -136,6 +154,8 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
         summary: The run summary.
         metric: ``ttft``, ``itl``, ``tpot`` or ``e2e``.
         stat: ``p50``, ``p90``, ``p99``, ``mean`` or ``max``.
+        scale: The simulator's time scale (``report.units.sim_time_scale``): the
+            value is shown in model ms (measured / scale). None for real time.
     """
     gate = phase_gate(ph, summary)
     if gate is not None:
@@ -153,6 +173,11 @@ def latency_cell(ph: dict[str, Any] | str, summary: dict[str, Any], metric: str,
                           "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1
+    if scale:
+        return measured(
+            f"{float(v) / scale:.{nd}f}",
+            "; ".join(x for x in (f"measured {float(v):.{nd}f} ms", _partial_note(ph)) if x),
+        )
     return measured(f"{float(v):.{nd}f}", _partial_note(ph))
 
 
@@ -164,7 +189,7 @@ def tokens_cell(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell:
     assert isinstance(ph, dict)
     tok = ph["tokens"]
     if tok.get("cached_unknown") and tok["cached_unknown"] >= ph.get("ok", 0):
-        return failed("the server reported no usage.prompt_tokens_details.cached_tokens")
+        return absent("the server reported no usage.prompt_tokens_details.cached_tokens")
     text = f"{tok['cached']}/{tok['prompt']}"
     note = (
         f"{tok['cached_unknown']} answers without cached_tokens"
@@ -186,7 +211,7 @@ def counter_cell(ph: dict[str, Any] | str, summary: dict[str, Any], key: str) ->
     if d.get("reset"):
         return failed("server restarted during the phase (a counter went down)")
     if key not in d:
-        return failed(f"{key} not reported by this server")
+        return absent(f"{key} not reported by this server")
     return measured(fmt(d[key]), _partial_note(ph))
 
 
@@ -213,7 +238,7 @@ def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
     cells.append(
         measured(str(u["cached_tokens"]))
         if u.get("cached_tokens") is not None
-        else failed("usage has no cached_tokens")
+        else absent("usage has no cached_tokens")
     )
     d = rec.get("counter_delta")
     for key in counter_keys:
@@ -222,7 +247,7 @@ def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
         elif d.get("reset"):
             cells.append(failed("counter restart"))
         elif key not in d:
-            cells.append(failed(f"{key} not reported"))
+            cells.append(absent(f"{key} not reported by this server"))
         else:
             cells.append(measured(fmt(d[key])))
     return cells

@@ -81,6 +81,7 @@ plan.json, records.jsonl and counters.jsonl add detail when present.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,23 +297,33 @@ def _order_rules(
     return out
 
 
-def _no_usage_records(records: list[dict[str, Any]], phase: str) -> tuple[list[dict[str, Any]], float | None]:
-    """Sent, failed records of a phase (no usage) and their counted tokens (None if unknown)."""
-    bad = [
-        r for r in records
-        if r.get("phase") == phase and r.get("sent", True) and r.get("status") != "ok"
-    ]
-    tokens = 0.0
-    for r in bad:
-        d = r.get("counter_delta") or {}
-        if "hit_tokens" not in d or d.get("reset"):
-            return bad, None
-        tokens += counter_cached(d)
-    return bad, tokens
+def _no_usage_records(
+    records: Iterable[dict[str, Any]],
+) -> dict[str, tuple[list[dict[str, Any]], float | None]]:
+    """Per phase: sent, failed records (no usage) and their counted tokens (None if unknown).
+
+    One pass over the records (they may be streamed, ``report.stream.RecordStream``).
+    """
+    bad: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("sent", True) and r.get("status") != "ok":
+            bad.setdefault(str(r.get("phase")), []).append(r)
+    out: dict[str, tuple[list[dict[str, Any]], float | None]] = {}
+    for phase, rs in bad.items():
+        tokens: float | None = 0.0
+        for r in rs:
+            d = r.get("counter_delta") or {}
+            if "hit_tokens" not in d or d.get("reset"):
+                tokens = None
+                break
+            tokens += counter_cached(d)
+        out[phase] = (rs, tokens)
+    return out
 
 
 def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Finding]:
     out = []
+    failed = _no_usage_records(records) if records else {}
     for ph in summary.get("phases", []):
         if not usable(ph):
             continue
@@ -345,7 +356,7 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
         gap = counted - cached  # counters - usage, as summary cross_check
         xc = ph.get("cross_check") if isinstance(ph.get("cross_check"), dict) else {}
         if records:
-            bad, bad_tokens = _no_usage_records(records, name)
+            bad, bad_tokens = failed.get(name, ([], 0.0))
         else:
             wu = xc.get("requests_without_usage") or {}
             n = int(wu.get("n") or sum((ph.get("failed") or {}).values()))

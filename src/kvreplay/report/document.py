@@ -16,11 +16,12 @@ import base64
 import html
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from kvreplay.report.cells import Cell, failed, measured
+from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
-from kvreplay.report.rawseries import raw_series_table, violations, with_units
+from kvreplay.report.rawseries import raw_series_table, violations
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
 from kvreplay.report.markdown import ray_line
@@ -34,6 +35,8 @@ from kvreplay.report.sections import (
     phase_table,
     request_tables,
 )
+from kvreplay.report.stream import RunScan, scan, sequence_head, sequence_length
+from kvreplay.report.units import sim_time_scale
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
 
@@ -68,21 +71,47 @@ def _opt(v: Any, reason: str, nd: int = 4) -> Cell:
 def _probe_table(v: dict[str, Any]) -> Table:
     fit = v.get("prefill_fit") or {}
     t = Table("probe", ["value"], corner="probe figure")
+    scale = v.get("sim_time_scale")
+    scaled = isinstance(scale, (int, float)) and scale > 0 and scale != 1
     t.rows += [
         ("prefill a (s)", [_opt(fit.get("a_s"), "no fit")]),
         (
             "prefill rate (tokens/s)",
             [_opt(fit.get("rate_tokens_per_s"), "no fit, or its slope was not positive")],
         ),
+    ]
+    if scaled:
+        a, rate = fit.get("a_s"), fit.get("rate_tokens_per_s")
+        t.rows += [
+            (
+                f"prefill a (model s; simulator time scale {scale:g})",
+                [_opt(None if a is None else a / scale, "no fit")],
+            ),
+            (
+                f"prefill rate (tokens per model s; time scale {scale:g})",
+                [_opt(None if not rate else rate * scale, "no fit, or its slope was not positive")],
+            ),
+        ]
+    if fit:
+        warn = v.get("prefill_fit_warning")
+        if "prefill_fit_warning" not in v and isinstance(fit.get("a_s"), (int, float)) and fit["a_s"] < 0:
+            warn = f"negative intercept a = {fit['a_s']:.4f} s: a prefill cannot take less than no time"
+        t.rows.append(
+            ("intercept check", [failed(warn) if warn else measured("a is between 0 and the fastest cold leg")])
+        )
+    t.rows += [
         ("fit r²", [_opt(fit.get("r2"), "no fit")]),
         ("Cmax (largest cached_tokens seen)", [_opt(v.get("cmax_tokens"), "not in verdict.json")]),
         ("minimum flushing k", [_opt(v.get("min_flush_k"), "bisection did not bracket a flush")]),
         ("flush bracket", [_opt(v.get("flush_bracket"), "not in verdict.json")]),
+    ]
+    bpt = v.get("bytes_per_token")
+    t.rows.append(
         (
             "bytes per token",
-            [_opt(v.get("bytes_per_token"), "server reports no entry or pool bytes")],
-        ),
-    ]
+            [_opt(bpt, "") if bpt is not None else absent("the server reports no entry or pool bytes")],
+        )
+    )
     return t
 
 
@@ -98,12 +127,32 @@ def _simulate_table(sim: dict[str, Any]) -> Table:
     return t
 
 
-def build(run: RunData) -> Report:
-    """Gather every section of the report for ``run``."""
+def started_utc(run: RunData) -> str | None:
+    """The run's UTC start, ``YYYY-MM-DD HH:MM:SS UTC``, or None when unknown.
+
+    From plan.json's ``run.wall_anchor_ns`` (``time.time_ns()`` read when the
+    run's clock started, ``kvreplay.clock.RunClock``).
+    """
+    anchor = ((run.plan or {}).get("run") or {}).get("wall_anchor_ns")
+    if not isinstance(anchor, int) or isinstance(anchor, bool) or anchor <= 0:
+        return None
+    t = datetime.fromtimestamp(anchor / 1e9, tz=UTC)
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def build(run: RunData, sc: RunScan | None = None) -> Report:
+    """Gather every section of the report for ``run``.
+
+    Args:
+        run: The loaded run (``load_run`` or, at any scale, ``report.stream.open_run``).
+        sc: The one pass over its records (``report.stream.scan``); made here when None.
+    """
     s, plan = run.summary, run.plan or {}
     rep = Report(run)
     rn = plan.get("run") or {}
     wl = plan.get("workload") or {}
+    if (start := started_utc(run)) is not None:
+        rep.header.append(("started", start))
     if plan:
         rep.header += [
             ("plan", str(plan.get("plan_sha256", ""))),
@@ -118,6 +167,15 @@ def build(run: RunData) -> Report:
         ]
     if s.get("wall_s") is not None:
         rep.header.append(("wall time", f"{s['wall_s']:.1f} s"))
+    if (scale := sim_time_scale(run.plan, s)) is not None:
+        rep.header.append(
+            (
+                "simulator time",
+                f"time scale {scale:g}: every simulated delay ran {scale:g} x its model length; "
+                f"latencies below are in model ms (measured / {scale:g}; the client's own "
+                "overhead is divided too)",
+            )
+        )
     if s.get("workers"):
         rep.header.append(("workers", f"{s['workers']} ({'Ray actors' if s.get('ray') else 'processes'})"))
     if line := ray_line(s):
@@ -140,8 +198,12 @@ def build(run: RunData) -> Report:
                 "Its figures are shown as failed, not measured."
             )
     if s.get("phases") or plan.get("phases"):
-        rep.findings = diagnose(s, run.plan, run.record_list, violations(run.path))
-        plots = run_plots(run)
+        if sc is None:
+            sc = scan(run)
+        rep.findings = diagnose(
+            s, run.plan, run.records if run.streamed else run.record_list, violations(run.path)
+        )
+        plots = run_plots(run, sc)
         rep.sections.append(
             ("Phases", [phase_table(run)], [p for p in plots if p.key.startswith("cdf-")], [])
         )
@@ -153,19 +215,19 @@ def build(run: RunData) -> Report:
                 [],
             )
         )
-        rep.sections.append(
-            ("Native counter deltas per phase", [with_units(counter_table(run), s)], [], [])
-        )
+        rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         if (raw := raw_series_table(run.path)) is not None:
             rep.sections.append(("Raw series that changed per phase (counters.jsonl)", [raw], [], []))
-        rq = [with_units(t, s) for t in request_tables(run)]
+        rq = request_tables(run, sc)
         if rq:
             rep.sections.append(
                 ("Per request at C1 (native counter deltas across each request)", rq, [], [])
             )
         rep.sections.append(("Drain checks", [drain_table(run)], [], []))
         rep.sections.append(("Server identity before and after", [identity_table(run)], [], []))
-        rep.sections.append(("Errors by class", [error_table(run)], [], error_examples(run)))
+        rep.sections.append(
+            ("Errors by class", [error_table(run)], [], error_examples(run, sc=sc))
+        )
     if run.verdict is not None:
         rep.sections.append(
             ("Probe (verdict.json)", [_probe_table(run.verdict)], probe_plots(run.verdict), [])
@@ -196,7 +258,8 @@ def _md_table(t: Table) -> str:
 
 def to_markdown(rep: Report) -> str:
     """report.md: header, banners, diagnosis, tables, plot statuses, plan hashes."""
-    out = ["# kvreplay run report", ""]
+    when = next((f" — started {v}" for k, v in rep.header if k == "started"), "")
+    out = [f"# kvreplay run report{when}", ""]
     out += [f"- {k}: `{v}`" for k, v in rep.header]
     out += ["", *(f"> **{b}**" for b in rep.banners)]
     if rep.findings:
@@ -222,11 +285,11 @@ def to_markdown(rep: Report) -> str:
     if plan.get("phases"):
         out += ["", "## Plan", ""]
         for ph in plan["phases"]:
-            seq = ph.get("sequence") or []
+            n, head = sequence_length(ph), sequence_head(ph)
             out.append(
                 f"- {ph['name']}: {ph.get('order')} C{ph.get('concurrency')} x{ph.get('repeats')}, "
-                f"{len(seq)} requests, bodies {', '.join(str(x['body_index']) for x in seq[:20])}"
-                + (" ..." if len(seq) > 20 else "")
+                f"{n} requests, bodies {', '.join(str(x['body_index']) for x in head)}"
+                + (" ..." if n > len(head) else "")
             )
     return "\n".join(out) + "\n"
 
@@ -234,16 +297,20 @@ def to_markdown(rep: Report) -> str:
 # ---------------------------------------------------------------- HTML
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1200px;
-color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1360px;
+padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;margin-top:1.6em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}th[scope=row]{text-align:left}
+thead th{white-space:normal;vertical-align:bottom;min-width:4em;max-width:11em}
+table.kv td{white-space:normal;overflow-wrap:anywhere;text-align:left;max-width:40em}
 td[data-status=failed]{background:#fde8e8;color:#8a1c1c;white-space:normal;max-width:22em;text-align:left}
+td[data-status=absent]{background:#eef2fb;color:#3a4a6b;white-space:normal;max-width:22em;text-align:left}
 td[data-status=deferred]{background:#eee;color:#666;font-style:italic;white-space:normal;max-width:22em;
 text-align:left}
-figure{display:inline-block;margin:.5em;vertical-align:top}figure img{max-width:100%;height:auto}
+figure{display:inline-block;margin:.5em;vertical-align:top;max-width:100%}
+figure img{max-width:100%;height:auto}
 figure[data-status=failed] .nofig,figure[data-status=deferred] .nofig{width:420px;height:120px;
 display:flex;align-items:center;justify-content:center;border:1px dashed #aaa;padding:.5em}
 figure[data-status=failed] .nofig{background:#fde8e8}
@@ -251,8 +318,9 @@ figure[data-status=deferred] .nofig{background:#eee}
 figcaption{font-size:.8em;color:#555;max-width:680px}
 .banner{background:#fff4d6;border-left:4px solid #e0a800;padding:.4em .8em;margin:.4em 0}
 .finding{margin:.4em 0}.next{color:#225}.legend span{padding:0 .4em;margin-right:.5em}
-dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dd{margin:0}
-.scroll{overflow-x:auto}
+dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.1em 1em}
+dd{margin:0;overflow-wrap:anywhere}
+.scroll{overflow-x:auto;max-width:100%}
 pre{font-size:.75em;background:#f8f8f8;padding:.5em;overflow:auto}
 """
 
@@ -269,8 +337,9 @@ def _html_cell(c: Cell) -> str:
 
 
 def _html_table(t: Table) -> str:
+    kv = ' class="kv"' if t.key == "identity" else ""
     out = [
-        f'<div class="scroll"><table data-table="{_e(t.key)}"><thead><tr>'
+        f'<div class="scroll"><table{kv} data-table="{_e(t.key)}"><thead><tr>'
         f'<th scope="col">{_e(t.corner)}</th>'
     ]
     out += [f'<th scope="col">{_e(c)}</th>' for c in t.columns]
@@ -298,13 +367,40 @@ def _html_plot(p: Plot) -> str:
     return f"{head}{body}<figcaption>{cap}</figcaption></figure>"
 
 
+def _full_data_links(rep: Report) -> str:
+    """Links to the whole per-request data beside report.html (records.jsonl, records.parquet)."""
+    d = rep.run.path
+    links = ['<a href="records.jsonl">records.jsonl</a>']
+    if (d / "records.parquet").exists():
+        links.append('<a href="records.parquet">records.parquet</a>')
+    else:
+        links.append(f"Parquet: <code>kvreplay report {_e(d)} --parquet</code>")
+    return " · ".join(links)
+
+
+def _html_request_table(rep: Report, t: Table) -> str:
+    """A per-request table: the first rows of the phase, the full data one click away."""
+    total = t.total if t.total is not None else len(t.rows)
+    shown = (
+        f"{total} requests" if total <= len(t.rows) else f"first {len(t.rows)} of {total} requests"
+    )
+    return (
+        f'<details data-requests="{_e(t.key)}"><summary>{_e(t.key.split(":", 1)[1])}: {shown}'
+        f"</summary><p>Every request: {_full_data_links(rep)}</p>{_html_table(t)}</details>"
+    )
+
+
 def to_html(rep: Report) -> str:
-    """report.html: one self-contained page (inline CSS, plots as data: URIs, no scripts)."""
+    """report.html: one self-contained page (inline CSS, plots as data: URIs, no scripts).
+
+    The title block names the run's UTC start (``started_utc``) when plan.json gives it.
+    """
+    when = next((f" — started {v}" for k, v in rep.header if k == "started"), "")
     out = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        "<title>kvreplay run report</title>",
+        f"<title>kvreplay run report{_e(when)}</title>",
         f"<style>{_CSS}</style></head><body>",
-        "<h1>kvreplay run report</h1>",
+        f"<h1>kvreplay run report{_e(when)}</h1>",
     ]
     if rep.header:
         out.append(
@@ -315,7 +411,8 @@ def to_html(rep: Report) -> str:
     out.append(
         '<p class="legend">Cells: <span style="background:#fff">measured</span>'
         '<span style="background:#fde8e8">failed (reason)</span>'
-        '<span style="background:#eee">deferred (not run)</span></p>'
+        '<span style="background:#eee">deferred (not run)</span>'
+        '<span style="background:#eef2fb">absent (the server has no such series)</span></p>'
     )
     out += [f'<div class="banner">{_e(b)}</div>' for b in rep.banners]
     if rep.run.summary.get("phases") or (rep.run.plan or {}).get("phases"):
@@ -336,10 +433,7 @@ def to_html(rep: Report) -> str:
         out.append(f"<h2>{_e(title)}</h2>")
         if title.startswith("Per request"):
             for t in tables:
-                out.append(
-                    f"<details><summary>{_e(t.key.split(':', 1)[1])}: {len(t.rows)} requests"
-                    f"</summary>{_html_table(t)}</details>"
-                )
+                out.append(_html_request_table(rep, t))
         else:
             out += [_html_table(t) for t in tables]
         out += [_html_plot(p) for p in plots]
@@ -352,15 +446,25 @@ def to_html(rep: Report) -> str:
             f"(plan {_e(str(plan.get('plan_sha256', ''))[:16])})</summary>"
         )
         for ph in plan["phases"]:
-            spec = {k: v for k, v in ph.items() if k != "sequence"}
+            spec = {
+                k: v
+                for k, v in ph.items()
+                if k not in ("sequence", "sequence_head", "sequence_length", "sequence_positions")
+            }
+            n, head = sequence_length(ph), sequence_head(ph, 200)
             lines = [
                 f"{s['position']:>6} {s['body_index']:>6} {s['body_sha256']}"
                 f" {s.get('repetition', 0)}"
-                for s in ph.get("sequence") or []
+                for s in head
             ]
+            more = (
+                f"\n... first {len(head)} of {n} positions; every one is in plan.json"
+                if n > len(head)
+                else ""
+            )
             out.append(
                 f"<h3>{_e(ph['name'])}</h3><p><code>{_e(spec)}</code></p>"
-                f"<pre>position   body sha256{' ' * 58}rep\n{_e(chr(10).join(lines))}</pre>"
+                f"<pre>position   body sha256{' ' * 58}rep\n{_e(chr(10).join(lines))}{_e(more)}</pre>"
             )
         out.append("</details>")
     out.append("</body></html>")

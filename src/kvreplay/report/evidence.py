@@ -37,6 +37,7 @@ run without plan.json, the records' ``body_sha256``). A phase whose name is
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,7 +200,7 @@ def _is_prime(name: str) -> bool:
 
 
 def replay_orders(
-    summary: dict[str, Any], plan: dict[str, Any] | None, records: list[dict[str, Any]]
+    summary: dict[str, Any], plan: dict[str, Any] | None, records: Iterable[dict[str, Any]]
 ) -> dict[str, str]:
     """Replay phase name -> order (``forward``, ``reverse``, ``shuffle:SEED``, ...).
 
@@ -222,13 +223,13 @@ def replay_orders(
                 out[name] = str(spec.get("order", "forward"))
             seen |= hashes
         return out
+    by_phase: dict[str, set[str]] = {}
+    for r in records:  # one pass: the records may be streamed
+        if r.get("sent", True) and r.get("body_sha256"):
+            by_phase.setdefault(str(r.get("phase")), set()).add(r["body_sha256"])
     for ph in summary.get("phases") or []:
         name = ph.get("name", "")
-        hashes = {
-            r["body_sha256"]
-            for r in records
-            if r.get("phase") == name and r.get("sent", True) and r.get("body_sha256")
-        }
+        hashes = by_phase.get(name, set())
         if hashes and hashes <= seen and not _is_prime(name) and name not in not_comparable:
             out[name] = "unknown"
         seen |= hashes

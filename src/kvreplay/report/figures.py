@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvreplay.report import plots
+from kvreplay.report import plots  # matplotlib loads on the first drawing call
 from kvreplay.report.cells import Status, phase_gate, phases_in_order
 from kvreplay.report.load import RunData
-from kvreplay.report.sections import restore_key
+from kvreplay.report.stream import RunScan, scan
+from kvreplay.report.units import sim_time_scale
 
 __all__ = ["CDF_METRICS", "Plot", "probe_plots", "run_plots", "simulate_plots"]
 
@@ -42,6 +43,7 @@ class Plot:
 def _cdf_plots(run: RunData) -> list[Plot]:
     out = []
     phases = phases_in_order(run.summary, run.plan)
+    scale = sim_time_scale(run.plan, run.summary)
     for metric, label in CDF_METRICS:
         curves, left_out = [], []
         for ph in phases:
@@ -54,6 +56,8 @@ def _cdf_plots(run: RunData) -> list[Plot]:
                 left_out.append(f"{name}: failed (no {label} histogram)")
             else:
                 xs, ys = arr.cdf()
+                if scale:
+                    xs = xs / scale
                 curves.append((f"{name} (n={arr.total})", xs.tolist(), ys.tolist()))
         reason = "; ".join(left_out) or None
         if curves:
@@ -63,7 +67,7 @@ def _cdf_plots(run: RunData) -> list[Plot]:
                     f"{label} CDF per phase",
                     "measured",
                     reason,
-                    plots.cdf_png(label, curves),
+                    plots.cdf_png(label, curves, unit="model ms" if scale else "ms"),
                 )
             )
         else:
@@ -76,7 +80,9 @@ def _cdf_plots(run: RunData) -> list[Plot]:
     return out
 
 
-def _position_plots(run: RunData) -> list[Plot]:
+def _position_plots(run: RunData, sc: RunScan) -> list[Plot]:
+    import numpy as np
+
     out = []
     for ph in phases_in_order(run.summary, run.plan):
         name = ph if isinstance(ph, str) else ph["name"]
@@ -88,48 +94,44 @@ def _position_plots(run: RunData) -> list[Plot]:
         if gate is not None:
             out.append(Plot(key, title, gate.status, gate.reason))
             continue
-        recs = sorted(
-            (r for r in run.record_list if r.get("phase") == name),
-            key=lambda r: r.get("position", 0),
-        )
-        ok = [r for r in recs if r.get("status") == "ok" and r.get("ttft_ns") is not None]
-        if not ok:
+        ps = sc.phases.get(name)
+        if ps is None or len(ps.pos) == 0:
             out.append(Plot(key, title, "failed", "no request with a first token"))
             continue
-        failed_pos = [
-            r["position"] for r in recs if r.get("sent", True) and r.get("status") != "ok"
-        ]
-        rk = restore_key(recs)
+        pos = np.frombuffer(ps.pos, dtype=np.float64)
         restores = None
-        if rk is not None:
-            rr = [
-                r
-                for r in ok
-                if rk in (r.get("counter_delta") or {}) and not r["counter_delta"].get("reset")
-            ]
-            restores = (
-                rk,
-                [r["position"] for r in rr],
-                [float(r["counter_delta"][rk]) for r in rr],
-            )
-        png = plots.ttft_position_png(
+        if ps.restore_key is not None and len(ps.restore):
+            restores = (ps.restore_key, np.frombuffer(ps.restore, dtype=np.float64))
+        png, binned = plots.ttft_position_png(
             name,
-            [r["position"] for r in ok],
-            [r["ttft_ns"] / 1e6 for r in ok],
-            [(r.get("usage") or {}).get("cached_tokens") for r in ok],
-            failed_pos,
+            pos,
+            np.frombuffer(ps.ttft_ms, dtype=np.float64),
+            np.frombuffer(ps.cached, dtype=np.float64),
+            np.frombuffer(ps.failed_pos, dtype=np.float64),
             restores,
+            scale=sim_time_scale(run.plan, run.summary),
         )
-        note = f"{len(failed_pos)} failed requests marked ×" if failed_pos else None
-        out.append(Plot(key, title, "measured", note, png))
+        notes = []
+        if binned:
+            notes.append(binned)
+        if len(ps.failed_pos):
+            notes.append(f"{len(ps.failed_pos)} failed requests marked ×")
+        out.append(Plot(key, title, "measured", "; ".join(notes) or None, png))
     return out
 
 
-def run_plots(run: RunData) -> list[Plot]:
-    """CDFs and TTFT-vs-position figures of a replay run (empty when it has no phases)."""
+def run_plots(run: RunData, sc: RunScan | None = None) -> list[Plot]:
+    """CDFs and TTFT-vs-position figures of a replay run (empty when it has no phases).
+
+    Args:
+        run: The loaded run.
+        sc: The pass over the records (``report.stream.scan``); made here when None.
+    """
     if not run.summary.get("phases") and not (run.plan or {}).get("phases"):
         return []
-    return _cdf_plots(run) + _position_plots(run)
+    if sc is None:
+        sc = scan(run)
+    return _cdf_plots(run) + _position_plots(run, sc)
 
 
 def _num(d: dict[str, Any], *keys: str) -> float | None:

@@ -28,6 +28,8 @@ null; otherwise (or without plan.json) the run is marked aborted with reason
 from __future__ import annotations
 
 import os
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,10 @@ class RunData:
         summary_rebuilt: True when summary.json was rebuilt by this load.
         verdict: A probe's verdict.json, or None.
         simulate: A simulate ``--json`` output, or None.
+        streamed: True when records were not loaded (``load_run(..., stream=True)``,
+            ``report.stream.open_run``): ``record_list`` is empty, ``records`` is a
+            ``report.stream.RecordStream`` and each plan phase's ``sequence`` is
+            compact (``report.stream.compact_plan``).
     """
 
     path: Path
@@ -129,6 +135,15 @@ class RunData:
     summary_rebuilt: bool = False
     verdict: dict[str, Any] | None = None
     simulate: dict[str, Any] | None = None
+    streamed: bool = False
+
+    def iter_records(self) -> Any:
+        """The records one at a time: the loaded list, or records.jsonl streamed."""
+        if self.streamed:
+            from kvreplay.report.stream import iter_records
+
+            return iter_records(self.path / "records.jsonl")
+        return iter(self.record_list)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -175,39 +190,70 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _add_delta(out: dict[str, Any], d: dict[str, Any]) -> None:
+    """Add one per-request counter delta into ``out`` (gauges: the last value; reset flags: any)."""
+    for k, v in d.items():
+        if k == "reset":
+            out["reset"] = out.get("reset", False) or bool(v)
+        elif k == "reset_names":
+            out["reset_names"] = sorted(set(out.get("reset_names", [])) | set(v))
+        elif isinstance(v, (int, float)):
+            out[k] = v if k in GAUGE_NAMES else out.get(k, 0) + v
+
+
 def _sum_deltas(deltas: list[dict]) -> dict[str, Any] | None:
     if not deltas:
         return None
     out: dict[str, Any] = {}
     for d in deltas:
-        for k, v in d.items():
-            if k == "reset":
-                out["reset"] = out.get("reset", False) or bool(v)
-            elif k == "reset_names":
-                out["reset_names"] = sorted(set(out.get("reset_names", [])) | set(v))
-            elif isinstance(v, (int, float)):
-                out[k] = v if k in GAUGE_NAMES else out.get(k, 0) + v
+        _add_delta(out, d)
     return out
 
 
 def _peak_in_flight(recs: list[dict[str, Any]]) -> int:
     """Most requests between ``t_sent_ns`` and ``t_done_ns`` at once (ends first at ties)."""
-    ev = []
+    sent = array("q", [])
+    done = array("q", [])
     for r in recs:
         if r.get("t_sent_ns") is not None and r.get("t_done_ns") is not None:
-            ev.append((r["t_sent_ns"], 1))
-            ev.append((r["t_done_ns"], -1))
-    peak = cur = 0
-    for _, d in sorted(ev, key=lambda e: (e[0], e[1])):
-        cur += d
-        peak = max(peak, cur)
-    return peak
+            sent.append(r["t_sent_ns"])
+            done.append(r["t_done_ns"])
+    return _peak(sent, done)
+
+
+def _peak(sent: array, done: array) -> int:
+    """Peak of in-flight intervals ``[sent, done)``; at equal times an end counts first."""
+    if not sent:
+        return 0
+    t = np.concatenate([np.frombuffer(sent, dtype=np.int64), np.frombuffer(done, dtype=np.int64)])
+    step = np.concatenate([np.ones(len(sent), np.int64), -np.ones(len(done), np.int64)])
+    order = np.lexsort((step, t))
+    return int(max(0, np.cumsum(step[order]).max()))
+
+
+@dataclass(slots=True)
+class _Rebuild:
+    """One phase's running state while records stream past (``rebuild_summary``)."""
+
+    st: PhaseStats
+    n: int = 0
+    done: set[Any] = field(default_factory=set)
+    sent_t: array = field(default_factory=lambda: array("q"))
+    done_t: array = field(default_factory=lambda: array("q"))
+    start: int | None = None
+    end: int = 0
+    any_sent: bool = False
+    attrs: set[Any] = field(default_factory=set)
+    delta: dict[str, Any] | None = None
 
 
 def rebuild_summary(
-    run_dir: Path, plan: dict[str, Any] | None, records: list[dict[str, Any]]
+    run_dir: Path, plan: dict[str, Any] | None, records: Iterable[dict[str, Any]]
 ) -> dict[str, Any]:
     """A summary.json rebuilt from records (and finished phases' .hlog for ITL).
+
+    Records are read once, in order, and never held (a list or a stream such as
+    ``report.stream.iter_records`` both do).
 
     Args:
         run_dir: The run directory (for ``histograms/``).
@@ -221,57 +267,73 @@ def rebuild_summary(
         record were never run: they count as ``not_sent`` and a phase with no
         record at all is ``deferred``.
     """
-    phases_spec: list[dict[str, Any]] = list((plan or {}).get("phases") or [])
-    if not phases_spec:
-        seen: dict[str, dict[str, Any]] = {}
-        for r in records:
-            ph = seen.setdefault(
-                r["phase"],
-                {
-                    "name": r["phase"],
-                    "concurrency": r.get("concurrency", 1),
-                    "repeats": 1,
-                    "sequence": [],
-                },
-            )
-            ph["sequence"].append(r)
-        phases_spec = list(seen.values())
-    by_phase: dict[str, list[dict]] = {}
+    specs: dict[str, dict[str, Any]] = {}
+    for spec in (plan or {}).get("phases") or []:
+        specs.setdefault(spec["name"], spec)
+    from_plan = bool(specs)
+    state: dict[str, _Rebuild] = {}
+    order: list[str] = list(specs)
+    restarts = n_records = 0
     for r in records:
-        by_phase.setdefault(r["phase"], []).append(r)
+        n_records += 1
+        name = r["phase"]
+        ph = state.get(name)
+        if ph is None:
+            spec = specs.get(name)
+            if spec is None and not from_plan:
+                spec = specs[name] = {"name": name, "concurrency": r.get("concurrency", 1),
+                                      "repeats": 1}
+                order.append(name)
+            spec = spec or {"name": name, "concurrency": r.get("concurrency", 1), "repeats": 1}
+            planned = _planned(spec)
+            ph = state[name] = _Rebuild(
+                PhaseStats(name, int(spec.get("concurrency", 1)), int(spec.get("repeats", 1)), planned)
+            )
+        ph.n += 1
+        ph.st.add(r)
+        if (r.get("counter_delta") or {}).get("reset"):
+            restarts += 1
+        if not r.get("sent", True):
+            continue
+        ph.any_sent = True
+        ph.done.add(r.get("position"))
+        t0, t1 = r.get("t_sent_ns"), r.get("t_done_ns")
+        ph.start = (t0 or 0) if ph.start is None else min(ph.start, t0 or 0)
+        ph.end = max(ph.end, t1 or 0)
+        if t0 is not None and t1 is not None:
+            ph.sent_t.append(t0)
+            ph.done_t.append(t1)
+        ph.attrs.add(r.get("attribution"))
+        if r.get("counter_delta"):
+            if ph.delta is None:
+                ph.delta = {}
+            _add_delta(ph.delta, r["counter_delta"])
     phases = []
     missing: dict[str, int] = {}
-    for spec in phases_spec:
-        name = spec["name"]
-        recs = by_phase.get(name, [])
-        if spec.get("sequence") and plan is not None:
-            done = {r.get("position") for r in recs if r.get("sent", True)}
-            n = sum(1 for e in spec["sequence"] if e.get("position") not in done)
+    for name in order:
+        spec = specs[name]
+        ph = state.get(name)
+        if ph is None:
+            ph = _Rebuild(PhaseStats(name, int(spec.get("concurrency", 1)),
+                                     int(spec.get("repeats", 1)), _planned(spec)))
+        st = ph.st
+        if not from_plan:
+            st.planned = ph.n
+        elif spec.get("sequence") or spec.get("sequence_length"):
+            n = _missing(spec, ph.done)
             if n:
                 missing[name] = n
-        st = PhaseStats(
-            name,
-            int(spec.get("concurrency", 1)),
-            int(spec.get("repeats", 1)),
-            len(spec.get("sequence") or recs),
-        )
-        for r in recs:
-            st.add(r)
-        st.not_sent += max(0, st.planned - len(recs))
-        sent = [r for r in recs if r.get("sent", True)]
-        if sent:
-            st.start_ns = min(r.get("t_sent_ns") or 0 for r in sent)
-            st.end_ns = max(r.get("t_done_ns") or 0 for r in sent) or None
+        st.not_sent += max(0, st.planned - ph.n)
+        if ph.any_sent:
+            st.start_ns = ph.start
+            st.end_ns = ph.end or None
         if hasattr(st, "deferred"):  # schema additions made while this reader was written
-            st.deferred = not sent
+            st.deferred = not ph.any_sent
         if hasattr(st, "peak_in_flight"):
-            st.peak_in_flight = _peak_in_flight(sent)
-        attrs = {r.get("attribution") for r in sent}
-        st.attribution = next((a for a in ("per_request", "phase_only") if a in attrs), "none")
+            st.peak_in_flight = _peak(ph.sent_t, ph.done_t)
+        st.attribution = next((a for a in ("per_request", "phase_only") if a in ph.attrs), "none")
         if st.attribution == "per_request":
-            st.counter_delta = _sum_deltas(
-                [r["counter_delta"] for r in sent if r.get("counter_delta")]
-            )
+            st.counter_delta = ph.delta
         itl_log = run_dir / "histograms" / f"{name}.itl.hlog"
         if itl_log.exists():
             try:
@@ -288,22 +350,40 @@ def rebuild_summary(
             if (run_dir / "histograms" / f"{name}.{m}.hlog").exists():
                 files[m] = f"{name}.{m}.hlog"
         st.histogram_files = files
-        ph_json = st.to_json()
         # The rebuilt phase is no more or less valid than the records say; the
         # run-level flag tells readers it was rebuilt.
-        phases.append(ph_json)
+        phases.append(st.to_json())
     return {
         "schema_version": SCHEMA_VERSION,
         "plan_sha256": (plan or {}).get("plan_sha256"),
         "implementation": ((plan or {}).get("run") or {}).get("implementation"),
-        "aborted": _rebuilt_abort(plan, phases_spec, missing),
-        "restarts": sum(1 for r in records if (r.get("counter_delta") or {}).get("reset")),
+        "aborted": _rebuilt_abort(plan, list(specs.values()), missing),
+        "restarts": restarts,
         "identity": {"before": None, "after": None},
         "wall_s": None,
-        "records": len(records),
+        "records": n_records,
         "phases": phases,
         "rebuilt_from_records": True,
     }
+
+
+def _planned(spec: dict[str, Any]) -> int:
+    """Planned requests of a plan phase, full or compact (``report.stream.compact_plan``)."""
+    if "sequence_length" in spec:
+        return int(spec["sequence_length"])
+    return len(spec.get("sequence") or [])
+
+
+def _missing(spec: dict[str, Any], done: set[Any]) -> int:
+    """Planned positions of a phase without a sent record.
+
+    A compact plan keeps positions only as ``0 .. sequence_length - 1`` when it
+    saw them so (``sequence_positions: "range"``); a full plan lists them.
+    """
+    if spec.get("sequence_positions") == "range":
+        n = int(spec["sequence_length"])
+        return n - sum(1 for p in done if isinstance(p, int) and 0 <= p < n)
+    return sum(1 for e in spec.get("sequence") or [] if e.get("position") not in done)
 
 
 def _rebuilt_abort(
@@ -323,7 +403,7 @@ def _rebuilt_abort(
         return {"reason": "killed", "message": f"{why}; no plan.json to tell whether every position was sent"}
     if not missing:
         return None
-    planned = sum(len(spec.get("sequence") or []) for spec in phases_spec)
+    planned = sum(_planned(spec) for spec in phases_spec)
     per_phase = ", ".join(f"{name}: {n}" for name, n in missing.items())
     return {
         "reason": "killed",
@@ -346,13 +426,18 @@ def _records_frame(records: list[dict[str, Any]]) -> Any:
     return pd.json_normalize(records, sep=".") if records else pd.DataFrame()
 
 
-def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> RunData:
+def load_run(
+    path: str | os.PathLike[str], *, write_rebuilt: bool = False, stream: bool = False
+) -> RunData:
     """Load a run directory for a notebook or a report.
 
     Args:
         path: The run directory (holding plan.json, records.jsonl, ...).
         write_rebuilt: When summary.json is missing and had to be rebuilt,
             also write it back to the directory.
+        stream: Do not load the records (``RunData.streamed``; the reports'
+            path at any scale); a missing summary.json is rebuilt from the
+            records streamed once.
 
     Returns:
         The parsed run (``RunData``).
@@ -366,9 +451,18 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         what = "a file" if run_dir.exists() else "not found"
         raise FileNotFoundError(f"{run_dir}: not a run directory ({what}); give the folder that holds "
                                 "summary.json / records.jsonl")
-    plan = _read_json(run_dir / "plan.json")
-    record_list = read_records(run_dir / "records.jsonl")
     summary = _read_json(run_dir / "summary.json")
+    if stream:
+        from kvreplay.report.stream import RecordStream, compact_plan_file
+
+        try:
+            plan = compact_plan_file(run_dir / "plan.json")
+        except (OSError, orjson.JSONDecodeError):
+            plan = None
+        record_list: list[dict[str, Any]] = []
+    else:
+        plan = _read_json(run_dir / "plan.json")
+        record_list = read_records(run_dir / "records.jsonl")
     verdict = _read_json(run_dir / VERDICT_FILE)
     simulate = None
     for name in SIMULATE_FILES:
@@ -378,7 +472,12 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
     rebuilt = False
     if summary is None:
         if (run_dir / "records.jsonl").exists():
-            summary = rebuild_summary(run_dir, plan, record_list)
+            if stream:
+                from kvreplay.report.stream import iter_records
+
+                summary = rebuild_summary(run_dir, plan, iter_records(run_dir / "records.jsonl"))
+            else:
+                summary = rebuild_summary(run_dir, plan, record_list)
             rebuilt = True
             if write_rebuilt:
                 _write_json(run_dir / "summary.json", summary)
@@ -406,10 +505,11 @@ def load_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Ru
         path=run_dir,
         plan=plan,
         summary=summary,
-        records=_records_frame(record_list),
+        records=RecordStream(run_dir / "records.jsonl") if stream else _records_frame(record_list),
         record_list=record_list,
         histograms=hists,
         summary_rebuilt=rebuilt,
         verdict=verdict,
         simulate=simulate,
+        streamed=stream,
     )

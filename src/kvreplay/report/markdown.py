@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvreplay.report.cells import Cell, counter_cell, latency_cell, tokens_cell
+from kvreplay.report.cells import Cell, counter_cell, fmt, latency_cell, measured, tokens_cell
 
 __all__ = ["render_markdown", "render_table"]
 
@@ -21,12 +21,26 @@ def _short(cell: Cell, phase: str, notes: list[str]) -> str:
     return cell.status
 
 
+def hits_cell(ph: dict[str, Any], summary: dict[str, Any]) -> Cell:
+    """The ``hits Δ`` column: cache hits, or hit tokens (``N tok``) where the server counts only tokens.
+
+    llama-server exports cached prompt tokens (``hit_tokens``) but no hit count
+    (``kvreplay.backends``); its column shows those tokens instead of "absent".
+    """
+    cell = counter_cell(ph, summary, "hits")
+    d = ph.get("counter_delta") or {}
+    if cell.status == "absent" and isinstance(d.get("hit_tokens"), (int, float)):
+        return measured(f"{fmt(d['hit_tokens'])} tok", "hit tokens: the server counts no hits")
+    return cell
+
+
 def render_table(summary: dict[str, Any]) -> str:
     """Markdown table: one row per phase, then one note per distinct failed/deferred reason.
 
     Columns: requests ok/planned, TTFT p50/p99 (ms), ITL p50 (ms), E2E p50 (ms),
     cached/prompt tokens (usage), and native counter deltas (hits, misses,
-    stores, evictions). Every figure is a value or a status (``kvreplay.report.cells``):
+    stores, evictions; hits shows ``N tok``, the hit tokens, for a server that
+    counts only tokens, ``hits_cell``). Every figure is a value or a status (``kvreplay.report.cells``):
     ``failed`` or ``deferred`` with its reason in the notes, and ``invalid`` for
     any figure of an invalid phase — never its number.
     """
@@ -46,7 +60,8 @@ def render_table(summary: dict[str, Any]) -> str:
             latency_cell(ph, summary, "itl", "p50"),
             latency_cell(ph, summary, "e2e", "p50"),
             tokens_cell(ph, summary),
-            *(counter_cell(ph, summary, k) for k in ("hits", "misses", "stores", "evictions")),
+            hits_cell(ph, summary),
+            *(counter_cell(ph, summary, k) for k in ("misses", "stores", "evictions")),
         ]
         tok = ph["tokens"]
         texts = [_short(c, name, notes) for c in cells]

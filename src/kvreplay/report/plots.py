@@ -3,18 +3,42 @@
 No pyplot and no global state: each function builds a ``matplotlib.figure.Figure``
 on a ``FigureCanvasAgg`` and returns the encoded PNG, so rendering works headless
 and in threads. Callers only pass measured data (invalid phases are filtered
-before this module sees them).
+before this module sees them). matplotlib is imported by the first drawing call,
+not with this module.
+
+Drawing cost does not grow with the run: a per-position chart with more than
+``MAX_POINTS`` requests is binned into ``BINS`` bins of consecutive positions
+and draws, per bin, the median as a line and the min-max range as a band (the
+chart says so); cached tokens are a step line, not one bar per request.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+MAX_POINTS = 2000
+"""Largest number of requests a per-position chart draws one by one."""
+BINS = 500
+"""Bins of a per-position chart above ``MAX_POINTS`` requests."""
+
+
+def _new_figure(size: tuple[float, float]) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=size)
+
+
+def _ticker() -> Any:
+    from matplotlib import ticker
+
+    return ticker
 
 __all__ = ["cdf_png", "curve_png", "prefill_fit_png", "bisection_png", "ttft_position_png"]
 
@@ -23,23 +47,28 @@ _SIZE = (6.4, 3.4)
 
 
 def _png(fig: Figure) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight")
     return buf.getvalue()
 
 
-def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[float]]]) -> bytes:
+def cdf_png(
+    metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], unit: str = "ms"
+) -> bytes:
     """Cumulative distributions of one latency metric, one line per phase.
 
     Args:
         metric: Label, e.g. ``TTFT``.
-        curves: ``(legend label, values_ms ascending, cumulative fraction)`` per phase.
+        curves: ``(legend label, values ascending, cumulative fraction)`` per phase.
+        unit: The values' unit (``ms``, or ``model ms`` against a time-scaled simulator).
 
     Returns:
         PNG bytes.
     """
-    fig = Figure(figsize=_SIZE)
+    fig = _new_figure(_SIZE)
     ax = fig.add_subplot()
     for name, xs, ys in curves:
         # A step plot starting at 0: the fraction jumps at each recorded value.
@@ -48,11 +77,11 @@ def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[f
     hi = max(xs[-1] for _, xs, _ in curves)
     if hi > 20 * lo:  # a log axis only when the values span more than ~1.3 decades
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(f"{metric} (ms, log scale)")
+        ax.xaxis.set_major_formatter(_ticker().FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(_ticker().NullFormatter())
+        ax.set_xlabel(f"{metric} ({unit}, log scale)")
     else:
-        ax.set_xlabel(f"{metric} (ms)")
+        ax.set_xlabel(f"{metric} ({unit})")
     ax.set_ylabel("fraction of requests ≤ x")
     ax.set_ylim(0, 1.02)
     ax.grid(True, which="both", alpha=0.3)
@@ -61,72 +90,146 @@ def cdf_png(metric: str, curves: Sequence[tuple[str, Sequence[float], Sequence[f
     return _png(fig)
 
 
+def bin_series(
+    pos: np.ndarray, values: Sequence[np.ndarray], bins: int = BINS
+) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]], float]:
+    """Per-bin min, median and max of series over consecutive positions.
+
+    Args:
+        pos: Positions (any order; float).
+        values: Series aligned with ``pos``; NaN values are left out of their bin.
+        bins: Number of equal-width position bins over ``[min(pos), max(pos)]``.
+
+    Returns:
+        ``(bin centres, [(min, median, max) per series], bin width)``; bins that
+        hold no position are dropped; a series with no value in a bin gets NaN
+        there.
+    """
+    lo, hi = float(pos.min()), float(pos.max())
+    width = max((hi - lo + 1) / bins, 1.0)
+    idx = np.minimum(((pos - lo) / width).astype(np.int64), bins - 1)
+    order = np.argsort(idx, kind="stable")
+    sidx = idx[order]
+    present, starts = np.unique(sidx, return_index=True)
+    centres = lo + (present + 0.5) * width
+    out = []
+    for v in values:
+        sv = v[order]
+        mins = np.full(len(present), np.nan)
+        meds = np.full(len(present), np.nan)
+        maxs = np.full(len(present), np.nan)
+        for j, chunk in enumerate(np.split(sv, starts[1:])):
+            chunk = chunk[~np.isnan(chunk)]
+            if len(chunk):
+                mins[j], meds[j], maxs[j] = chunk.min(), np.median(chunk), chunk.max()
+        out.append((mins, meds, maxs))
+    return centres, out, width
+
+
 def ttft_position_png(
     phase: str,
-    positions: Sequence[int],
-    ttft_ms: Sequence[float],
-    cached: Sequence[float | None],
-    failed_positions: Sequence[int],
-    restores: tuple[str, Sequence[int], Sequence[float]] | None = None,
-) -> bytes:
+    positions: Sequence[float] | np.ndarray,
+    ttft_ms: Sequence[float] | np.ndarray,
+    cached: Sequence[float | None] | np.ndarray,
+    failed_positions: Sequence[float] | np.ndarray,
+    restores: tuple[str, Sequence[float] | np.ndarray] | None = None,
+    *,
+    scale: float | None = None,
+) -> tuple[bytes, str | None]:
     """TTFT against position in the phase's frozen sequence, cached tokens overlaid.
+
+    Above ``MAX_POINTS`` requests the series are binned (``bin_series``): per
+    bin the median is a line and the min-max range a band, and the chart's
+    subtitle states the bin count and width.
 
     Args:
         phase: Phase name.
         positions: Positions of ok requests.
         ttft_ms: Their TTFT (ms).
-        cached: Their usage cached_tokens (None where unreported).
+        cached: Their usage cached_tokens (None or NaN where unreported).
         failed_positions: Positions whose request failed (drawn as marks on the axis).
-        restores: Optional ``(counter name, positions, per-request delta)`` from C1 counters.
+        restores: Optional ``(counter name, per-request delta aligned with positions)``
+            from C1 counters (NaN where absent).
+        scale: The simulator's time scale (``report.units.sim_time_scale``): TTFT
+            is drawn in model ms (measured / scale). None for real time.
 
     Returns:
-        PNG bytes.
+        ``(PNG bytes, the binning sentence or None when every request is drawn)``.
     """
-    fig = Figure(figsize=(7.2, 3.6))
+    pos = np.asarray(positions, dtype=np.float64)
+    ttft = np.asarray(ttft_ms, dtype=np.float64)
+    if scale:
+        ttft = ttft / scale
+    cach = np.asarray([np.nan if c is None else c for c in cached], dtype=np.float64) if not isinstance(
+        cached, np.ndarray) else cached.astype(np.float64)
+    fpos = np.asarray(failed_positions, dtype=np.float64)
+    rname, rval = (restores[0], np.asarray(restores[1], dtype=np.float64)) if restores else (None, None)
+    order = np.argsort(pos, kind="stable")
+    pos, ttft, cach = pos[order], ttft[order], cach[order]
+    if rval is not None:
+        rval = rval[order]
+    unit = "model ms" if scale else "ms"
+    fig = _new_figure((7.2, 3.6))
     ax = fig.add_subplot()
-    ax.plot(
-        positions, ttft_ms, "o-", color="tab:blue", markersize=3, linewidth=1, label="TTFT (ms)"
-    )
-    if failed_positions:
-        ax.plot(failed_positions, [0] * len(failed_positions), "x", color="tab:red", label="failed")
-    ax.set_xlabel("position in the phase's frozen sequence")
-    ax.set_ylabel("TTFT (ms)", color="tab:blue")
-    ax.set_ylim(0, max(ttft_ms) * 1.12 if ttft_ms else 1.0)
-    ax.grid(True, alpha=0.3)
     ax2 = ax.twinx()
-    cp = [(p, c) for p, c in zip(positions, cached, strict=True) if c is not None]
-    if cp:
-        ax2.bar(
-            [p for p, _ in cp],
-            [c for _, c in cp],
-            color="tab:orange",
-            alpha=0.35,
-            width=0.8,
-            label="usage cached_tokens",
+    binned = None
+    if len(pos) > MAX_POINTS:
+        series = [ttft, cach] + ([rval] if rval is not None else [])
+        xs, stats, width = bin_series(pos, series)
+        binned = (
+            f"{len(pos)} requests binned into {len(xs)} bins of {width:.3g} positions: "
+            "line = median per bin, band = min to max"
         )
-    if restores is not None:
-        name, rpos, rval = restores
-        ax2.plot(rpos, rval, "s", color="tab:green", markersize=3, label=f"Δ {name} (counters)")
-    # TTFT drawn above the bars of the twin axis.
+        tmin, tmed, tmax = stats[0]
+        ax.fill_between(xs, tmin, tmax, color="tab:blue", alpha=0.25, linewidth=0,
+                        label=f"TTFT min-max per bin ({unit})")
+        ax.plot(xs, tmed, "-", color="tab:blue", linewidth=1, label=f"TTFT median per bin ({unit})")
+        top = float(np.nanmax(tmax))
+        cx, cy = xs, stats[1][1]
+        rx, ry = (xs, stats[2][1]) if rval is not None else (None, None)
+        if len(fpos) > MAX_POINTS:
+            fpos = np.unique(np.floor(fpos / width) * width + width / 2)
+    else:
+        ax.plot(pos, ttft, "o-", color="tab:blue", markersize=3, linewidth=1, label=f"TTFT ({unit})")
+        top = float(np.nanmax(ttft)) if len(ttft) else 1.0
+        cx, cy = pos, cach
+        rx, ry = (pos, rval) if rval is not None else (None, None)
+    if len(fpos):
+        ax.plot(fpos, np.zeros(len(fpos)), "x", color="tab:red", label="failed")
+    ax.set_xlabel("position in the phase's frozen sequence (requests)")
+    ax.set_ylabel(f"TTFT ({unit})", color="tab:blue")
+    ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+    ax.grid(True, alpha=0.3)
+    tops = []
+    keep = ~np.isnan(cy)
+    if keep.any():
+        # One step line for the whole phase: drawing cost does not grow with requests.
+        ax2.fill_between(cx[keep], 0, cy[keep], step="mid", color="tab:orange", alpha=0.35,
+                         linewidth=0, label="usage cached_tokens" + (" (median per bin)" if binned else ""))
+        tops.append(float(cy[keep].max()))
+    if ry is not None:
+        rk = ~np.isnan(ry)
+        if rk.any():
+            ax2.plot(rx[rk], ry[rk], "s", color="tab:green", markersize=2 if binned else 3,
+                     label=f"Δ {rname} (counters)" + (" (median per bin)" if binned else ""))
+            tops.append(float(ry[rk].max()))
+    # TTFT drawn above the twin axis.
     ax.set_zorder(ax2.get_zorder() + 1)
     ax.patch.set_visible(False)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
     ax2.set_ylabel("tokens", color="tab:orange")
-    tops = [c for _, c in cp] + (list(restores[2]) if restores is not None else [])
     ax2.set_ylim(0, max(1.0, *tops) * 1.12 if tops else 1.0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(
-        h1 + h2,
-        l1 + l2,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
-        ncol=4,
-        fontsize="small",
-        frameon=False,
-    )
-    ax.set_title(f"phase {phase}: TTFT vs position, cached tokens overlaid")
-    return _png(fig)
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+              fontsize="small", frameon=False)
+    title = f"phase {phase}: TTFT vs position, cached tokens overlaid"
+    if scale:
+        title += f"\nsimulator time scale {scale:g}: TTFT in model ms (measured / {scale:g})"
+    if binned:
+        title += f"\n{binned}"
+    ax.set_title(title, fontsize="small" if (binned or scale) else None)
+    return _png(fig), binned
 
 
 def prefill_fit_png(
@@ -137,7 +240,7 @@ def prefill_fit_png(
     Returns:
         PNG bytes.
     """
-    fig = Figure(figsize=_SIZE)
+    fig = _new_figure(_SIZE)
     ax = fig.add_subplot()
     labels = sorted({p[2] for p in points})
     for lab in labels:
@@ -166,7 +269,7 @@ def bisection_png(points: Sequence[tuple[float, bool | None]]) -> bytes:
     Returns:
         PNG bytes.
     """
-    fig = Figure(figsize=_SIZE)
+    fig = _new_figure(_SIZE)
     ax = fig.add_subplot()
     ks = [p[0] for p in points]
     ax.plot(range(len(ks)), ks, "-", color="grey", linewidth=0.8)
@@ -177,7 +280,7 @@ def bisection_png(points: Sequence[tuple[float, bool | None]]) -> bytes:
         if any(p[1] is fl for p in points):
             ax.plot([], [], "o", color=colour[fl], label=lab)
     ax.set_xlabel("eviction leg, in the order run")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
     ax.set_ylabel("foreign prompts k")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
@@ -191,7 +294,7 @@ def curve_png(curve: Sequence[dict[str, Any]], recommended: float | None) -> byt
     Returns:
         PNG bytes.
     """
-    fig = Figure(figsize=_SIZE)
+    fig = _new_figure(_SIZE)
     ax = fig.add_subplot()
     xs = [float(p["capacity"]) for p in curve]
     for key, lab in (

@@ -1,4 +1,4 @@
-"""counters.jsonl in the report: raw series that changed per phase, invariant breaks, units.
+"""counters.jsonl in the report: raw series that changed per phase, invariant breaks.
 
 The runner keeps every raw series it read in ``counters.jsonl``
 (``kvreplay.runner.counterlog``). The report lists, per phase, each series whose
@@ -14,10 +14,9 @@ from typing import Any
 
 from kvreplay.report.cells import measured
 from kvreplay.report.sections import Table, fmt_value
-from kvreplay.runner.backend import COMMON_UNITS, COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
 from kvreplay.runner.counterlog import read_counter_log
 
-__all__ = ["COUNTER_LOG", "raw_changes", "raw_series_table", "unit_of", "violations"]
+__all__ = ["COUNTER_LOG", "raw_changes", "raw_series_table", "violations"]
 
 COUNTER_LOG = "counters.jsonl"
 MAX_ROWS = 400
@@ -86,33 +85,3 @@ def violations(run_dir: Path) -> list[dict[str, Any]]:
         for v in ln.get("violations") or []:
             out.append({**v, "phase": ln.get("phase"), "at": ln.get("at")})
     return out
-
-
-def unit_of(name: str, summary: dict[str, Any]) -> str | None:
-    """The unit of a common counter name in this run, None when not known.
-
-    summary.json's ``counter_units`` when the run wrote it; otherwise (runs of
-    earlier versions) the fixed unit, except for the lookup names a profile may
-    then have counted in tokens (``TOKEN_TWINS``): unknown.
-    """
-    units = summary.get("counter_units")
-    if isinstance(units, dict) and name in units:
-        return str(units[name])
-    if isinstance(units, dict) or name not in TOKEN_TWINS:
-        return COMMON_UNITS.get(name)
-    return None
-
-
-def with_units(t: Table, summary: dict[str, Any]) -> Table:
-    """Name each counter column's unit: ``hit_tokens (tokens)``, ``Δ hits (lookups)``.
-
-    A column whose unit this run does not record reads ``(unit not recorded)``.
-    """
-    cols = []
-    for c in t.columns:
-        name = c[2:] if c.startswith("Δ ") else c
-        if name in COUNTER_NAMES or name in GAUGE_NAMES or name in (summary.get("counter_units") or {}):
-            c = f"{c} ({unit_of(name, summary) or 'unit not recorded'})"
-        cols.append(c)
-    t.columns = cols
-    return t

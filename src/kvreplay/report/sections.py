@@ -25,6 +25,8 @@ from kvreplay.report.cells import (
 )
 from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
 from kvreplay.report.load import RunData
+from kvreplay.report.stream import RunScan, scan
+from kvreplay.report.units import sim_time_scale, unit_of
 from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES
 
 __all__ = [
@@ -52,12 +54,38 @@ class Table:
         columns: Column headers after the row header.
         rows: ``(row header, cells)`` with ``len(cells) == len(columns)``.
         corner: Header of the row-header column.
+        total: Rows the full table would have when ``rows`` holds only the
+            first of them (per-request tables); None when ``rows`` is complete.
     """
 
     key: str
     columns: list[str]
     rows: list[tuple[str, list[Cell]]] = field(default_factory=list)
     corner: str = "phase"
+    total: int | None = None
+
+
+FIRST_COLUMN = "as in the row's first column"
+
+
+def one_reason(cells: list[Cell], gate: Cell | None) -> list[Cell]:
+    """A row with the phase's reason written once: in its first cell that carries it.
+
+    Later cells whose reason starts with the phase's own (``phase_gate``: not
+    run, invalid, all failed) keep their status and say ``as in the row's first
+    column`` plus anything of their own (an invalid phase's recorded count).
+    """
+    if gate is None or not gate.reason:
+        return cells
+    out, seen = [], False
+    for c in cells:
+        if c.status == gate.status and c.reason and c.reason.startswith(gate.reason):
+            if seen:
+                rest = c.reason[len(gate.reason):].lstrip("; ")
+                c = Cell(c.status, c.text, FIRST_COLUMN + (f"; {rest}" if rest else ""), c.note)
+            seen = True
+        out.append(c)
+    return out
 
 
 def phase_name(ph: dict[str, Any] | str) -> str:
@@ -81,45 +109,45 @@ def _count_cell(ph: dict[str, Any] | str, summary: dict[str, Any], text: str) ->
 
 
 def phase_table(run: RunData) -> Table:
-    """Per-phase figures: counts, TTFT/ITL/TPOT/E2E percentiles (ms), cached/prompt tokens."""
+    """Per-phase figures: counts, TTFT/ITL/TPOT/E2E percentiles (ms), cached/prompt tokens.
+
+    Against the simulator with a time scale (``report.units.sim_time_scale``)
+    the latencies are in model ms (measured / scale) and the headers say so.
+    """
     s = run.summary
+    scale = sim_time_scale(run.plan, s)
+    unit = "model ms" if scale else "ms"
     t = Table(
         "phases",
         [
-            "ok/planned",
-            "failed",
-            "TTFT p50 ms",
-            "TTFT p90 ms",
-            "TTFT p99 ms",
-            "ITL p50 ms",
-            "TPOT p50 ms",
-            "E2E p50 ms",
-            "cached/prompt tokens",
+            "ok/planned (requests)",
+            "failed (requests)",
+            *(
+                f"{m} {q} ({unit})"
+                for m, q in (("TTFT", "p50"), ("TTFT", "p90"), ("TTFT", "p99"), ("ITL", "p50"),
+                             ("TPOT", "p50"), ("E2E", "p50"))
+            ),
+            "cached/prompt (tokens)",
         ],
     )
     for ph in phases_in_order(s, run.plan):
         if isinstance(ph, str):
-            t.rows.append(
-                (
-                    ph,
-                    [deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")]
-                    * len(t.columns),
-                )
-            )
+            gate = deferred(f"not run: {(s.get('aborted') or {}).get('reason', 'run ended')}")
+            t.rows.append((ph, one_reason([gate] * len(t.columns), gate)))
             continue
         nfail = sum((ph.get("failed") or {}).values())
         cells = [
             _count_cell(ph, s, f"{ph['ok']}/{ph['planned']}"),
             _count_cell(ph, s, str(nfail)),
-            latency_cell(ph, s, "ttft", "p50"),
-            latency_cell(ph, s, "ttft", "p90"),
-            latency_cell(ph, s, "ttft", "p99"),
-            latency_cell(ph, s, "itl", "p50"),
-            latency_cell(ph, s, "tpot", "p50"),
-            latency_cell(ph, s, "e2e", "p50"),
+            latency_cell(ph, s, "ttft", "p50", scale=scale),
+            latency_cell(ph, s, "ttft", "p90", scale=scale),
+            latency_cell(ph, s, "ttft", "p99", scale=scale),
+            latency_cell(ph, s, "itl", "p50", scale=scale),
+            latency_cell(ph, s, "tpot", "p50", scale=scale),
+            latency_cell(ph, s, "e2e", "p50", scale=scale),
             tokens_cell(ph, s),
         ]
-        t.rows.append((phase_name(ph), cells))
+        t.rows.append((phase_name(ph), one_reason(cells, phase_gate(ph, s))))
     return t
 
 
@@ -141,7 +169,7 @@ def counter_table(run: RunData) -> Table:
     s = run.summary
     phases = phases_in_order(s, run.plan)
     keys = _counter_keys([p.get("counter_delta") or {} for p in phases if isinstance(p, dict)])
-    t = Table("counters", keys or ["counters"])
+    t = Table("counters", [f"Δ {k} ({unit_of(k, s)})" for k in keys] or ["counters"])
     for ph in phases:
         if keys:
             cells = [counter_cell(ph, s, k) for k in keys]
@@ -149,7 +177,7 @@ def counter_table(run: RunData) -> Table:
             cells = [
                 phase_gate(ph, s) or failed("no counters (backend none or counter read failed)")
             ]
-        t.rows.append((phase_name(ph), cells))
+        t.rows.append((phase_name(ph), one_reason(cells, phase_gate(ph, s))))
     return t
 
 
@@ -161,33 +189,46 @@ def restore_key(records: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def request_tables(run: RunData) -> list[Table]:
-    """Per-request figures for phases with per-request counter attribution (C1)."""
+def request_tables(run: RunData, sc: RunScan | None = None) -> list[Table]:
+    """Per-request figures for phases with per-request counter attribution (C1).
+
+    Every common counter the phase's deltas carry is a column (host tier
+    included), in ``COUNTER_ORDER``; gauges are left out (they are levels, not
+    deltas). Each table holds the ``sc.table_rows`` lowest positions of its
+    phase; ``Table.total`` says how many records the phase has (all of them are
+    in records.jsonl).
+
+    Args:
+        run: The loaded run.
+        sc: The pass over the records (``report.stream.scan``); made here when None.
+    """
+    if sc is None:
+        sc = scan(run)
     out = []
     for ph in phases_in_order(run.summary, run.plan):
         if isinstance(ph, str) or ph.get("concurrency", 1) != 1:
             continue
-        recs = [r for r in run.record_list if r.get("phase") == ph["name"]]
-        if not recs:
+        ps = sc.phases.get(ph["name"])
+        if ps is None or not ps.rows:
             continue
-        keys = _counter_keys([r.get("counter_delta") or {} for r in recs])
-        keys = [k for k in keys if k in COUNTER_ORDER[: len(COUNTER_NAMES)]][
-            :8
-        ]  # counters, not gauges; keep it narrow
+        keys = [k for k in _counter_keys([dict.fromkeys(ps.counter_keys, 0)])
+                if k not in GAUGE_NAMES]
         t = Table(
             f"requests:{ph['name']}",
-            ["status", "TTFT ms", "E2E ms", "prompt tokens", "cached tokens"]
-            + [f"Δ {k}" for k in keys],
+            ["status", "TTFT (ms)", "E2E (ms)", "prompt (tokens)", "cached (tokens)"]
+            + [f"Δ {k} ({unit_of(k, run.summary)})" for k in keys],
             corner="position · body",
         )
+        t.total = ps.n
         invalid = phase_gate(ph, run.summary)
-        for r in sorted(recs, key=lambda r: r.get("position", 0)):
+        for r in ps.rows:
             head = (
                 f"{r.get('position')} · #{r.get('body_index')} {str(r.get('body_sha256', ''))[:12]}"
             )
             cells = record_cells(r, keys)
             if invalid is not None and invalid.status == "failed" and r.get("sent", True):
-                cells = [invalid] * len(cells)
+                # The phase's reason once, in the status cell.
+                cells = one_reason([invalid] * len(cells), invalid)
             t.rows.append((head, cells))
         out.append(t)
     return out
@@ -197,7 +238,7 @@ def drain_table(run: RunData) -> Table:
     """Drain check before each phase: passed, failed (why), deferred (not requested or not run)."""
     s = run.summary
     specs = {p["name"]: p for p in (run.plan or {}).get("phases") or []}
-    t = Table("drain", ["drain before the phase"])
+    t = Table("drain", ["drain before the phase (waited s)"])
     for ph in phases_in_order(s, run.plan):
         name = ph if isinstance(ph, str) else ph["name"]
         dr = None if isinstance(ph, str) else ph.get("drain")
@@ -218,8 +259,27 @@ def drain_table(run: RunData) -> Table:
     return t
 
 
+def _flatten(d: Any, prefix: str = "") -> dict[str, str]:
+    """Nested identity fields as ``a.b`` -> text (lists joined with ``, ``)."""
+    out: dict[str, str] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict) and v:
+                out.update(_flatten(v, key))
+            elif isinstance(v, (list, tuple)):
+                out[key] = ", ".join(str(x) for x in v)
+            else:
+                out[key] = str(v)
+    return out
+
+
 def identity_table(run: RunData) -> Table:
-    """Server identity before and after the run; a changed field is failed (drift)."""
+    """Server identity before and after the run as a key/value table; a changed field is failed (drift).
+
+    Nested fields are flattened to one row each (``version.build``), so no row
+    holds a whole object on one line.
+    """
     ident = run.summary.get("identity") or {}
     before, after = ident.get("before"), ident.get("after")
     t = Table("identity", ["before", "after"], corner="field")
@@ -231,15 +291,15 @@ def identity_table(run: RunData) -> Table:
         )
         t.rows.append(("identity", [failed(why), failed(why)]))
         return t
-    before, after = before or {}, after or {}
+    before, after = _flatten(before or {}), _flatten(after or {})
     for k in sorted(set(before) | set(after)):
-        b = measured(str(before[k])) if k in before else failed("not read")
+        b = measured(before[k]) if k in before else failed("not read")
         if k not in after:
             a = failed("not read")
         elif k in before and after[k] != before[k]:
-            a = failed(f"changed to {after[k]!s} (identity drift)")
+            a = failed(f"changed to {after[k]} (identity drift)")
         else:
-            a = measured(str(after[k]))
+            a = measured(after[k])
         t.rows.append((k, [b, a]))
     return t
 
@@ -249,37 +309,30 @@ def error_table(run: RunData) -> Table:
     s = run.summary
     phases = phases_in_order(s, run.plan)
     classes = sorted({c for p in phases if isinstance(p, dict) for c in (p.get("failed") or {})})
-    t = Table("errors", classes or ["failed requests"])
+    t = Table("errors", [f"{c} (requests)" for c in classes] or ["failed (requests)"])
     for ph in phases:
         if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
-            t.rows.append(
-                (phase_name(ph), [phase_gate(ph, s) or deferred("not run")] * len(t.columns))
-            )
+            gate = phase_gate(ph, s) or deferred("not run")
+            t.rows.append((phase_name(ph), one_reason([gate] * len(t.columns), gate)))
             continue
         f = ph.get("failed") or {}
-        t.rows.append(
-            (
-                phase_name(ph),
-                [_count_cell(ph, s, str(f.get(c, 0))) for c in classes]
-                or [_count_cell(ph, s, "0")],
-            )
-        )
+        cells = [_count_cell(ph, s, str(f.get(c, 0))) for c in classes] or [_count_cell(ph, s, "0")]
+        t.rows.append((phase_name(ph), one_reason(cells, phase_gate(ph, s))))
     return t
 
 
-def error_examples(run: RunData, limit: int = 10) -> list[str]:
+def error_examples(run: RunData, limit: int = 10, sc: RunScan | None = None) -> list[str]:
     """The first ``limit`` failed requests as one line each (phase, position, class, message)."""
+    if sc is None:
+        sc = scan(run, examples=limit)
     out = []
-    for r in run.record_list:
-        if r.get("sent", True) and r.get("status") not in ("ok", None):
-            msg = (r.get("error") or "").replace("\n", " ")[:200]
-            out.append(
-                f"{r['phase']} #{r.get('position')}: {r['status']}"
-                + (f" (HTTP {r['http_status']})" if r.get("http_status") else "")
-                + (f": {msg}" if msg else "")
-            )
-            if len(out) >= limit:
-                break
+    for r in sc.examples[:limit]:
+        msg = (r.get("error") or "").replace("\n", " ")[:200]
+        out.append(
+            f"{r['phase']} #{r.get('position')}: {r['status']}"
+            + (f" (HTTP {r['http_status']})" if r.get("http_status") else "")
+            + (f": {msg}" if msg else "")
+        )
     return out
 
 

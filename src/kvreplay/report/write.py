@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from kvreplay.report.document import build, to_html, to_markdown
-from kvreplay.report.load import load_run
+from kvreplay.report.stream import open_run
 
 __all__ = ["write_reports"]
 
@@ -22,8 +22,10 @@ def write_reports(
 ) -> dict[str, Path]:
     """Render the reports of a run directory in place.
 
-    Rebuilds summary.json from records.jsonl first when it is missing (a
-    killed run), then writes report.md (except over a probe's own report.md in
+    Records are streamed, never loaded whole (``report.stream``): time and
+    memory stay bounded at any run size (``bench/bench_report.py``). Rebuilds
+    summary.json from records.jsonl first when it is missing (a killed run),
+    then writes report.md (except over a probe's own report.md in
     a directory without a replay run), report.html (``html``) and
     ``records.parquet`` (``parquet``; needs the ``kvreplay[parquet]`` extra).
 
@@ -41,7 +43,7 @@ def write_reports(
         ImportError: ``parquet`` asked without pyarrow installed.
     """
     d = Path(run_dir)
-    run = load_run(d, write_rebuilt=True)
+    run = open_run(d, write_rebuilt=True)
     rep = build(run)
     out: dict[str, Path] = {}
     if run.summary_rebuilt:
@@ -57,5 +59,5 @@ def write_reports(
     if parquet:
         from kvreplay.report.parquet import write_parquet
 
-        out["parquet"] = write_parquet(run.record_list, d / "records.parquet")
+        out["parquet"] = write_parquet(list(run.iter_records()), d / "records.parquet")
     return out

@@ -75,6 +75,8 @@ class RunOptions:
         keepalive_timeout_s: Close pooled idle connections after this long (s), under
             the servers' own idle limits (llama.cpp closes at 5 s, field case B11).
         quiet: No progress lines.
+        report_md: Write report.md at the end (``run --report none``: False).
+        run_extra: Extra keys of plan.json's ``run`` block (``sim_time_scale``).
         elapsed_before_s: Seconds of the run gone before these options took effect (a
             worker's deadlines are shortened by it); added back in the deadline messages.
     """
@@ -101,6 +103,8 @@ class RunOptions:
     keepalive_timeout_s: float = 2.0
     quiet: bool = False
     elapsed_before_s: float = 0.0
+    report_md: bool = True
+    run_extra: dict[str, Any] = field(default_factory=dict)
 
 
 class RecordWriter:
@@ -548,7 +552,7 @@ class _Run:
             "client_includes_server": self.opts.target_label == "sim",
             "phases": [s.to_json() for s in self.stats],
             # Unit of each counter name in the phases' deltas (summary-schema.md, "Units").
-            "counter_units": counter_units(getattr(self.backend, "units", None), {
+            "units": counter_units(getattr(self.backend, "units", None), {
                 k for s in self.stats for k in (s.counter_delta or {}) if k not in ("reset", "reset_names")}),
         }
 
@@ -606,6 +610,7 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
         "implementation": IMPLEMENTATION,
         "wall_anchor_ns": clock.wall_anchor_ns,
         "unplanned_requests": [],
+        **opts.run_extra,
         **extra,
     })
 
@@ -681,8 +686,9 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
             run.counter_log.close()
         summary = run.summary()
         _write_json(out / "summary.json", summary)
-        from kvreplay.report.markdown import render_markdown
+        if opts.report_md:
+            from kvreplay.report.markdown import render_markdown
 
-        (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+            (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
         obs.on_run_end(summary)
     return summary

@@ -103,7 +103,7 @@ COMMON_UNITS = {
 """The one unit of each common name that has a fixed one. ``stores``, ``evictions``,
 ``refused``, ``entries``, ``host_stores`` and ``host_evictions`` count the server's
 own cache units (entries, blocks, rows): their unit is the profile's and is written
-to summary.json (``counter_units``)."""
+to summary.json (``units``)."""
 TOKEN_TWINS = {
     "lookups": "query_tokens",
     "hits": "hit_tokens",

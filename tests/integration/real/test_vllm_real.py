@@ -151,7 +151,7 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
     d = ph["replay"]["counter_delta"]
     assert (d["host_query_tokens"], d["host_hit_tokens"]) == (0, 0), d
     assert not {"lookups", "hits", "host_lookups", "host_hits"} & set(d), d
-    assert summary["counter_units"]["hit_tokens"] == "tokens"
+    assert summary["units"]["hit_tokens"] == "tokens"
     replay_cached = sum(r["usage"]["cached_tokens"] for r in replay)
     ev = phase_evidence(ph["replay"])
     assert ev.absent == {"host": "host_query_tokens 0 in this phase"}

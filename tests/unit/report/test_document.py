@@ -85,9 +85,10 @@ def test_every_cell_labelled_and_every_plot_present(tmp_path):
     assert written["html"] == out / "report.html"
     p = parse(out / "report.html")
     assert p.td and None not in p.td, f"{p.td.count(None)} unlabelled cells"
-    assert set(p.td) <= {"measured", "failed", "deferred"}
+    assert set(p.td) <= {"measured", "failed", "deferred", "absent"}
     assert {"measured", "failed", "deferred"} <= set(p.td)
-    assert p.remote == []
+    # No network reference; only the run directory's own full data, one click away.
+    assert set(p.remote) == {"records.jsonl"}
     for key in (
         "cdf-ttft",
         "cdf-itl",
@@ -183,7 +184,7 @@ def test_probe_and_simulate_sections(tmp_path):
     assert None not in p.td
     html = (out / "report.html").read_text()
     assert re.search(
-        r'data-status="failed"[^>]*>failed: server reports no entry or pool bytes', html
+        r'data-status="absent"[^>]*>absent: the server reports no entry or pool bytes', html
     )
 
 
@@ -234,5 +235,9 @@ def test_report_lists_raw_series_per_phase_units_and_invariant_breaks(tmp_path):
             "first phase a at 1: stores_before 2, stores 3, evicted_before 0, evicted 0, "
             "entries_before 2, entries 2, gap 1.") in md
     assert "the raw snapshots are in counters.jsonl. From phase a; records at position 1." in md
-    # A summary without counter_units (an earlier version): token names are sure.
-    assert "hit_tokens (tokens)" in md and "hits (unit not recorded)" in md
+    # The summary's "units" (the runner writes them) name the column units.
+    assert "Δ hit_tokens (tokens)" in md and "Δ hits (events)" in md  # an earlier version
+    summary = json.loads((out / "summary.json").read_text())
+    summary["units"] = {"hits": "lookups", "hit_tokens": "tokens"}
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert "Δ hits (lookups)" in to_markdown(build(load_run(out)))

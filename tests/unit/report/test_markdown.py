@@ -33,10 +33,10 @@ def test_table_labels_missing_and_invalid_figures():
         rows["ok"][3] == "12.5" and rows["ok"][5] == "failed"
     )  # ITL: no samples in hand-built records
     assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:10] == ["3", "0"]
-    assert rows["ok"][10] == "failed"  # stores not reported
+    assert rows["ok"][10] == "absent"  # stores not reported
     assert "77.7" not in table and rows["bad"][3:] == ["invalid"] * 9
     assert rows["later"][3:] == ["deferred"] * 9
-    assert "- ok: failed: stores not reported by this server" in table
+    assert "- ok: absent: stores not reported by this server" in table
     assert "- bad: failed: invalid phase: drain did not pass" in table
     assert "- later: deferred: not run: deadline" in table
     assert "n/a" not in table
