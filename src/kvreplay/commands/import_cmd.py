@@ -6,6 +6,8 @@ Example::
         --out runs/mc/mooncake.jsonl --limit 500
     kvreplay run --plan runs/mc/mooncake.plan.toml --target sim \\
         --sim-cache radix --sim-block-size 512
+    kvreplay import har session.har --out runs/har          # folder of exact bodies + plan
+    kvreplay import openai-batch batch_input.jsonl --out runs/batch
 """
 
 from __future__ import annotations
@@ -13,21 +15,31 @@ from __future__ import annotations
 import argparse
 
 NAME = "import"
-HELP = "Import a workload from a trace: mooncake (block hash_ids) -> bodies, arrival offsets, plan."
+HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan; har | openai-batch -> "
+        "a folder of the exact bodies, arrivals, plan.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``import``'s options."""
-    p.add_argument("format", choices=["mooncake"], help="trace format")
+    p.add_argument("format", choices=["mooncake", "har", "openai-batch"], help="source format")
     p.add_argument(
         "trace",
-        help="trace file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids)",
+        help="source file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids; "
+        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl)",
     )
     p.add_argument(
         "--out",
         required=True,
         metavar="WORKLOAD",
-        help="workload file to write (.jsonl); arrivals and plan are written beside it",
+        help="mooncake: workload file to write (.jsonl); har, openai-batch: folder W to create; "
+        "arrivals and plan are written beside it",
+    )
+    p.add_argument(
+        "--paths",
+        default="/v1/chat/completions,/v1/completions",
+        metavar="P1,P2",
+        help="har, openai-batch: URL paths whose POST bodies are kept (default "
+        "/v1/chat/completions,/v1/completions); other entries are counted and skipped",
     )
     p.add_argument("--limit", type=int, default=None, metavar="N", help="first N requests only")
     p.add_argument(
@@ -62,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from kvreplay.errors import ConfigError
     from kvreplay.workload.importers import import_mooncake
 
+    if args.format != "mooncake":
+        return _run_capture_import(args)
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1", field="--limit")
     if args.block_tokens < 1 or args.concurrency < 1 or args.time_scale <= 0:
@@ -91,4 +105,26 @@ def run(args: argparse.Namespace) -> int:
     # with the trace's block size, or every request misses.
     print(f"  against the simulator (block-level prefix cache):  kvreplay run --plan {res.plan} "
           f"--target sim --sim-cache radix --sim-block-size {args.block_tokens}")
+    return 0
+
+
+def _run_capture_import(args: argparse.Namespace) -> int:
+    """``import har|openai-batch``: write the folder, then say what was kept, skipped, re-serialised."""
+    from kvreplay.errors import ConfigError
+    from kvreplay.workload.importers_capture import import_har, import_openai_batch
+
+    paths = tuple(x.strip() for x in args.paths.split(",") if x.strip())
+    if not paths or not all(x.startswith("/") for x in paths):
+        raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
+    fn = import_har if args.format == "har" else import_openai_batch
+    res = fn(args.trace, args.out, paths=paths)
+    print(f"{res.summary.describe()} -> {res.folder}")
+    for src in res.reserialised:
+        print(f"  re-serialised (exact bytes of 'body' not found in the line): {src}")
+    if res.summary.retained:
+        if res.arrivals is not None:
+            print(f"arrivals (ms offsets) -> {res.arrivals}")
+        print(f"plan -> {res.plan}")
+        print(f"  replay:  kvreplay run {res.folder} --target URL --phase replay:forward:c1")
+        print(f"  as planned:  kvreplay run --plan {res.plan} --target URL")
     return 0

@@ -1,0 +1,212 @@
+"""Overhead of ``kvreplay record``: TTFT added at C1, C64 throughput, proxy CPU per streamed token.
+
+Issue 19, item 2. ``kvreplay serve-sim`` runs as its own process at a time scale
+where the direct run is server-bound (``--time-scale 0.05``: prefill about
+0.08 s + tokens/1370 x 0.05 s, decode 1 ms per token; ``--slots 64``), and
+``kvreplay record`` as another, in front of it. This process is the client
+(aiohttp on uvloop, the project's SSE accountant for the first token); it sends
+the bundled mtbench-52 bodies (streamed, 128 output tokens each).
+
+- **C1, added TTFT**: for each body, the simulator's prefix cache is emptied
+  (``POST /reset_prefix_cache``) and the body is sent direct, then emptied again
+  and sent through the proxy (pairs alternate which goes first). TTFT is send to
+  first token event, as the client sees it. Reported: p50 of direct, of
+  proxied, and p50 of the paired difference (proxied - direct), in ms.
+  Criterion: added TTFT p50 <= 1 ms.
+- **C64, throughput**: ``--c64-requests`` bodies at 64 in flight, direct and
+  through the proxy (cache emptied before each run, runs alternate), output
+  tokens per second of wall time; criterion: proxied within 10% of direct.
+- **Proxy CPU per streamed token**: user + system CPU of the record process
+  (``/proc/PID/stat``, clock ticks) over the proxied C64 runs, divided by the
+  output tokens streamed through it (µs per token), and per request.
+
+Wall-clock figures on a shared machine are noisy; the CPU figure is robust to
+load. The load average is printed.
+
+    .venv/bin/python bench/bench_record.py             # ~1 min
+    .venv/bin/python bench/bench_record.py --quick     # fewer requests
+    .venv/bin/python bench/bench_record.py --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MTBENCH = ROOT / "fixtures" / "workloads" / "mtbench-52"
+
+
+class Proc:
+    """A ``kvreplay`` subprocess whose first stdout line names its URL."""
+
+    def __init__(self, *argv: str) -> None:
+        self.p = subprocess.Popen([sys.executable, "-m", "kvreplay", *argv], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        line = self.p.stdout.readline().decode()
+        if "listening on " not in line:
+            self.p.kill()
+            raise SystemExit(f"{argv[0]} did not start: {line!r} {self.p.stderr.read().decode()[-2000:]}")
+        self.url = line.split("listening on ")[1].split()[0]
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the process so far (``/proc/PID/stat`` fields 14, 15)."""
+        fields = Path(f"/proc/{self.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> str:
+        self.p.send_signal(2)
+        try:
+            _, err = self.p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            _, err = self.p.communicate()
+        return err.decode(errors="replace")
+
+
+async def send(session, url: str, body: bytes) -> tuple[int, int]:
+    """One streamed request: ``(ttft_ns, completion_tokens)``."""
+    from kvreplay.accounting import SSEAccountant
+    from kvreplay.clock import now_ns
+
+    acct = SSEAccountant(head_chars=0)
+    t0 = now_ns()
+    async with session.post(url + "/v1/chat/completions", data=body,
+                            headers={"Content-Type": "application/json"}) as r:
+        if r.status != 200:
+            raise SystemExit(f"HTTP {r.status} from {url}: {(await r.read())[:300]!r}")
+        async for chunk in r.content.iter_any():
+            acct.feed(chunk, now_ns())
+    res = acct.close()
+    if res.first_token_ns is None:
+        raise SystemExit(f"no token from {url}")
+    return res.first_token_ns - t0, res.output_tokens
+
+
+async def reset(session, sim: str) -> None:
+    async with session.post(sim + "/reset_prefix_cache") as r:
+        await r.read()
+
+
+async def c1_pairs(session, sim: str, proxy: str, bodies: list[bytes], n: int) -> dict:
+    direct, proxied, diff = [], [], []
+    for i in range(n):
+        body = bodies[i % len(bodies)]
+        order = [(sim, direct), (proxy, proxied)]
+        if i % 2:
+            order.reverse()
+        got = {}
+        for url, sink in order:
+            await reset(session, sim)
+            ttft, _ = await send(session, url, body)
+            sink.append(ttft)
+            got[url] = ttft
+        diff.append(got[proxy] - got[sim])
+    ms = 1e-6
+    return {"requests": n, "ttft_p50_direct_ms": statistics.median(direct) * ms,
+            "ttft_p50_proxied_ms": statistics.median(proxied) * ms,
+            "added_ttft_p50_ms": statistics.median(diff) * ms,
+            "added_ttft_p90_ms": sorted(diff)[int(0.9 * (n - 1))] * ms}
+
+
+async def c64_run(session, sim: str, url: str, bodies: list[bytes], n: int) -> tuple[float, int]:
+    await reset(session, sim)
+    queue = list(range(n))
+    tokens = 0
+
+    async def worker():
+        nonlocal tokens
+        while queue:
+            i = queue.pop(0)
+            _, t = await send(session, url, bodies[i % len(bodies)])
+            tokens += t
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(64)))
+    return time.perf_counter() - t0, tokens
+
+
+async def bench(args: argparse.Namespace, sim: Proc, rec: Proc) -> dict:
+    import aiohttp
+
+    bodies = [p.read_bytes() for p in sorted(MTBENCH.glob("*.json"))]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=600)) as s:
+        await c64_run(s, sim.url, rec.url, bodies, 8)  # warm-up: connections, imports
+        c1 = await c1_pairs(s, sim.url, rec.url, bodies, args.c1_requests)
+        walls = {"direct": [], "proxied": []}
+        tokens = {"direct": 0, "proxied": 0}
+        cpu = 0.0
+        for rep in range(args.reps):
+            for which in (("direct", "proxied") if rep % 2 == 0 else ("proxied", "direct")):
+                url = sim.url if which == "direct" else rec.url
+                c0 = rec.cpu_s()
+                wall, tok = await c64_run(s, sim.url, url, bodies, args.c64_requests)
+                if which == "proxied":
+                    cpu += rec.cpu_s() - c0
+                walls[which].append(wall)
+                tokens[which] += tok
+    per = args.c64_requests * args.reps
+    tps = {k: tokens[k] / sum(walls[k]) for k in walls}
+    return {
+        "c1": c1,
+        "c64": {"requests_per_run": args.c64_requests, "runs_each": args.reps,
+                "tokens_per_s_direct": tps["direct"], "tokens_per_s_proxied": tps["proxied"],
+                "proxied_over_direct": tps["proxied"] / tps["direct"]},
+        "proxy_cpu": {"cpu_s": cpu, "tokens": tokens["proxied"], "requests": per,
+                      "us_per_token": cpu / tokens["proxied"] * 1e6, "us_per_request": cpu / per * 1e6},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--time-scale", type=float, default=0.05)
+    ap.add_argument("--c1-requests", type=int, default=40)
+    ap.add_argument("--c64-requests", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=2, help="C64 runs per target (alternating)")
+    ap.add_argument("--quick", action="store_true", help="20 C1 pairs, 128 requests per C64 run")
+    ap.add_argument("--json", default=None, metavar="FILE")
+    ap.add_argument("--record-args", nargs="*", default=[],
+                    help="more options for kvreplay record (e.g. --paths /none: proxy without retaining)")
+    args = ap.parse_args()
+    if args.quick:
+        args.c1_requests, args.c64_requests = 20, 128
+    import uvloop
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = Proc("serve-sim", "--port", "0", "--time-scale", str(args.time_scale), "--slots", "64")
+        rec = Proc("record", "--upstream", sim.url, "--out", str(Path(tmp) / "W"), *args.record_args)
+        try:
+            res = uvloop.run(bench(args, sim, rec))
+        finally:
+            rec_err = rec.stop()
+            sim.stop()
+    load = os.getloadavg()
+    c1, c64, cpu = res["c1"], res["c64"], res["proxy_cpu"]
+    print(f"kvreplay record overhead (simulator --time-scale {args.time_scale}, --slots 64; "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}: shared machine)")
+    print(f"C1  TTFT p50 direct {c1['ttft_p50_direct_ms']:.3f} ms, through record "
+          f"{c1['ttft_p50_proxied_ms']:.3f} ms; added TTFT p50 {c1['added_ttft_p50_ms']:.3f} ms "
+          f"(p90 {c1['added_ttft_p90_ms']:.3f} ms) over {c1['requests']} pairs  "
+          f"[criterion <= 1 ms: {'met' if c1['added_ttft_p50_ms'] <= 1.0 else 'NOT met'}]")
+    print(f"C64 output tokens/s direct {c64['tokens_per_s_direct']:.0f}, through record "
+          f"{c64['tokens_per_s_proxied']:.0f} (ratio {c64['proxied_over_direct']:.3f})  "
+          f"[criterion >= 0.90: {'met' if c64['proxied_over_direct'] >= 0.9 else 'NOT met'}]")
+    print(f"proxy CPU {cpu['cpu_s']:.2f} s for {cpu['tokens']} streamed tokens / {cpu['requests']} requests: "
+          f"{cpu['us_per_token']:.1f} us per token, {cpu['us_per_request']:.0f} us per request")
+    print("record: " + rec_err.strip().splitlines()[0] if rec_err.strip() else "record: (no summary)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

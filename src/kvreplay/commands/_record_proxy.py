@@ -1,0 +1,226 @@
+"""The recording proxy behind ``kvreplay record``: aiohttp server in, aiohttp client out.
+
+Every request, on any path and method, is forwarded to the upstream with its
+exact body bytes and its headers minus the hop-by-hop ones (RFC 9110 section
+7.6.1: ``Connection``, ``Keep-Alive``, ``Proxy-*``, ``TE``, ``Trailer``,
+``Transfer-Encoding``, ``Upgrade``) and ``Host``/``Content-Length`` (set anew
+for the upstream connection). No header is added (the client's automatic
+``User-Agent``/``Accept``/``Accept-Encoding``/``Content-Type`` are skipped).
+The response comes back with the upstream's status, reason and headers (less
+the hop-by-hop ones), its bytes undecoded (``auto_decompress=False``) and
+unbuffered: each chunk the upstream socket delivers is written to the client
+before the next is read, so server-sent events keep their timing.
+
+Bodies POSTed to the retained paths go to a :class:`CaptureWriter` (body file
+written at arrival, before forwarding). A streamed response
+(``text/event-stream``) is fed, chunk by chunk, to the project's SSE
+accountant (``kvreplay.accounting``) for usage, ``cached_tokens`` and TTFT; a
+plain JSON response is kept (up to 1 MiB) and its ``usage`` read at the end.
+Neither ever changes what is relayed, and a response the accountant refuses
+is still relayed in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+
+import orjson
+from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
+from yarl import URL
+
+from kvreplay.accounting import SSEAccountant
+from kvreplay.clock import now_ns
+from kvreplay.errors import StreamError
+from kvreplay.workload.capture import CaptureWriter, Slot
+
+__all__ = ["HOP_BY_HOP", "RecordingProxy"]
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})
+"""Headers that belong to one connection and are never forwarded (RFC 9110 7.6.1, RFC 9112)."""
+
+_NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
+_JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
+
+
+class RecordingProxy:
+    """A transparent reverse proxy that retains generation bodies into a capture folder.
+
+    Args:
+        upstream: Base URL of the server (``http://host:port``, optionally with a
+            path prefix that is put before every request path).
+        writer: Where retained bodies go.
+        log: Stream for the one-line notices (limit reached); stderr by default.
+
+    Attributes:
+        requests: Requests proxied (all paths).
+    """
+
+    def __init__(self, upstream: str, writer: CaptureWriter, *, log: object = None) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.writer = writer
+        self.log = log if log is not None else sys.stderr
+        self.requests = 0
+        self._session: ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._limit_said = False
+        self._flusher: asyncio.Task | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on ``host:port`` (0: a free port); returns ``http://host:port``.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        self._session = ClientSession(
+            connector=TCPConnector(limit=0, force_close=False, enable_cleanup_closed=False),
+            timeout=ClientTimeout(total=None, sock_connect=30),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            cookie_jar=DummyCookieJar(),  # never carry one client's cookies to another
+        )
+        # Bodies over the retention limit are still forwarded (not retained): accept up to 1 GiB.
+        app = web.Application(client_max_size=max(1 << 30, self.writer.max_body_bytes + 1))
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            await self._session.close()
+            raise
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        bound = sock.getsockname()
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        h = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        return f"http://{h}:{bound[1]}"
+
+    async def stop(self) -> None:
+        """Stop listening, let in-flight responses finish (2 s grace), then close the capture."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        self.writer.close()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.writer.flush_sidecars()
+
+    def _say_limit(self) -> None:
+        if not self._limit_said and self.writer.summary.limit_reached:
+            self._limit_said = True
+            print(f"kvreplay record: {self.writer.summary.limit_reached} reached: no longer retaining "
+                  "bodies (still proxying)", file=self.log, flush=True)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        arrival = now_ns()
+        self.requests += 1
+        raw = await request.read()
+        slot: Slot | None = self.writer.admit(request.method, request.path, raw, arrival, request.headers,
+                                              content_encoding=request.headers.get("Content-Encoding"))
+        self._say_limit()
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED_REQ]
+        assert self._session is not None
+        status: int | None = None
+        outcome = "upstream_error"
+        acct = None
+        usage = None
+        error: str | None = None
+        ttft = e2e = None
+        try:
+            try:
+                up = await self._session.request(
+                    # encoded=True: the path and query go out as received, not re-quoted by yarl
+                    request.method, URL(self.upstream + request.raw_path, encoded=True), data=raw if raw else None,
+                    headers=headers, allow_redirects=False,
+                )
+            except (TimeoutError, ClientError, OSError) as exc:
+                error = f"upstream unreachable: {type(exc).__name__}"
+                return web.json_response(
+                    {"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}}, status=502)
+            async with up:
+                status = up.status
+                resp = web.StreamResponse(status=up.status, reason=up.reason)
+                for k, v in up.headers.items():
+                    if k.lower() not in HOP_BY_HOP:
+                        resp.headers.add(k, v)
+                if "Transfer-Encoding" in up.headers or "Content-Length" not in up.headers:
+                    resp.headers.popall("Content-Length", None)
+                ctype = up.headers.get("Content-Type", "")
+                stream = "text/event-stream" in ctype
+                keep = bytearray() if slot is not None and not stream else None
+                if slot is not None and stream:
+                    acct = SSEAccountant(head_chars=0)
+                feeding = acct is not None
+                await resp.prepare(request)
+                try:
+                    async for chunk in up.content.iter_any():
+                        await resp.write(chunk)
+                        if feeding:
+                            try:
+                                acct.feed(chunk, now_ns())  # type: ignore[union-attr]
+                            except StreamError:
+                                feeding = False  # keep relaying; stop accounting (what it saw stays)
+                        elif keep is not None and len(keep) < _JSON_KEEP:
+                            keep += chunk
+                    await resp.write_eof()
+                except asyncio.CancelledError:
+                    outcome = "interrupted"  # the proxy is stopping
+                    raise
+                except ConnectionResetError:
+                    outcome = "client_gone"  # the client left; leaving `async with` drops upstream
+                    return resp
+                except ClientError:
+                    outcome = "upstream_cut"  # pass the cut on: close the client's connection too
+                    if request.transport is not None:
+                        request.transport.close()
+                    return resp
+                outcome = "complete"
+                end = now_ns()
+                e2e = end - arrival
+                if acct is not None:
+                    r = acct.result
+                    if feeding:
+                        with contextlib.suppress(StreamError):  # a malformed last event: keep the rest
+                            r = acct.close()
+                    usage, error = r.usage, r.error
+                    if r.first_token_ns is not None:
+                        ttft = r.first_token_ns - arrival
+                elif keep is not None:
+                    usage, error = _json_usage(bytes(keep))
+                return resp
+        finally:
+            if slot is not None:
+                if acct is not None and usage is None:
+                    usage = acct.result.usage
+                self.writer.complete(slot, status=status, outcome=outcome, usage=usage, ttft_ns=ttft,
+                                     e2e_ns=e2e, error=error)
+
+
+def _json_usage(data: bytes) -> tuple[object, str | None]:
+    """``(usage, error message)`` of a non-streamed JSON response; ``(None, None)`` when unreadable."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(obj, dict):
+        return None, None
+    err = obj.get("error")
+    msg = None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        msg = err["message"]
+    elif isinstance(err, str):
+        msg = err
+    return obj.get("usage"), msg

@@ -1,0 +1,523 @@
+"""Capture folders: retained bodies written as a workload, with a manifest, arrivals and a plan.
+
+A capture folder ``W`` is a workload that ``kvreplay run`` takes as it is
+(``kvreplay.workload.load_workload``): it holds only
+
+- ``W/000000.json``, ``W/000001.json``, ... : the retained request bodies, the
+  exact bytes received, numbered in arrival order (6 digits; more than a
+  million bodies still sort, as names only grow longer);
+- ``W/capture.jsonl``: the manifest, one JSON line per body (its keys are
+  listed in ``CaptureWriter.complete``). Its suffix is not ``.json``, so the
+  loader does not take it for a body.
+
+Beside the folder, as ``kvreplay import mooncake`` writes them:
+``W.arrivals.json`` (a JSON list of arrival offsets in ms from the first
+retained body, one per body) and ``W.plan.toml`` (the workload and one
+open-loop phase with ``arrival = "trace:W.arrivals.json"``, which replays
+the bodies at the times they arrived).
+
+Crash safety: each body is written to a temporary name in ``W`` (``.NNNNNN.json.tmp``,
+not ``*.json``) and renamed into place, so a body file is either complete or
+absent; a manifest line is written and flushed per body; the arrivals and the
+plan are rewritten atomically (temporary file + rename) as bodies arrive and
+once more at ``close``.
+
+Secrets: request headers are retained only from ``ALLOWED_HEADERS``; the values
+of credential headers (``Authorization``, ``Proxy-Authorization``, cookies,
+and any header whose name says key, token, secret, auth, session or password)
+are collected per request by :func:`secrets_of` and removed from everything
+written (:func:`redact`), so a server that echoes the key leaves no copy. A body
+that contains one of them is not retained at all (its bytes cannot be changed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, _check
+
+__all__ = [
+    "ALLOWED_HEADERS",
+    "DEFAULT_PATHS",
+    "MANIFEST",
+    "REDACTED",
+    "CaptureSummary",
+    "CaptureWriter",
+    "Slot",
+    "parse_size",
+    "redact",
+    "retained_headers",
+    "secrets_of",
+    "sidecar_paths",
+    "write_plan",
+]
+
+MANIFEST = "capture.jsonl"
+"""Name of the manifest inside a capture folder."""
+
+DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
+"""URL paths whose request bodies are retained by default (OpenAI-compatible generation)."""
+
+ALLOWED_HEADERS = frozenset({"content-type", "accept", "user-agent", "openai-beta", "x-request-id"})
+"""Request headers kept in the manifest (lower case); no other header is ever written."""
+
+REDACTED = "[REDACTED]"
+"""What a secret is replaced with in anything written."""
+
+_SECRET_NAME = re.compile(r"auth|cookie|key|token|secret|session|passw|credential", re.IGNORECASE)
+_KEYLIKE = re.compile(rb"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}|\bBearer\s+[A-Za-z0-9._~+/=\-]{8,}")
+_MIN_SECRET = 4  # shorter values would redact ordinary text (and are no secret)
+
+
+def secrets_of(headers: object) -> list[str]:
+    """The credential values of one request's headers, to be kept off the disk.
+
+    Args:
+        headers: A mapping or ``(name, value)`` pairs (aiohttp ``CIMultiDict`` works).
+
+    Returns:
+        Each credential header value, plus its token after a ``Bearer``/``Basic``
+        scheme and each ``name=value`` value of a cookie; values shorter than 4
+        characters are ignored. Longest first, so a value is redacted before a
+        part of it.
+    """
+    items = headers.items() if hasattr(headers, "items") else headers
+    out: set[str] = set()
+    for name, value in items:  # type: ignore[union-attr]
+        if not _SECRET_NAME.search(name) or not value:
+            continue
+        out.add(value.strip())
+        parts = value.split(None, 1)
+        if len(parts) == 2 and parts[0].lower() in ("bearer", "basic", "token"):
+            out.add(parts[1].strip())
+        if "cookie" in name.lower():
+            for kv in value.split(";"):
+                out.add(kv.split("=", 1)[-1].strip())
+    return sorted((s for s in out if len(s) >= _MIN_SECRET), key=len, reverse=True)
+
+
+def redact(data: bytes, secrets: list[str]) -> bytes:
+    """``data`` with every secret (as is, and JSON-escaped) and every key-like token replaced.
+
+    Key-like tokens are ``sk-``/``pk-``/``rk-`` followed by 16 or more key
+    characters (OpenAI-style keys) and ``Bearer <token>``; they are replaced
+    even when no header carried them.
+
+    Args:
+        data: Bytes about to be written (a manifest line, a plan).
+        secrets: Values from :func:`secrets_of`.
+
+    Returns:
+        The bytes with each occurrence replaced by ``[REDACTED]``.
+    """
+    for s in secrets:
+        raw = s.encode()
+        esc = orjson.dumps(s)[1:-1]
+        for form in {raw, esc}:
+            data = data.replace(form, REDACTED.encode())
+    return _KEYLIKE.sub(REDACTED.encode(), data)
+
+
+def retained_headers(headers: object, secrets: list[str]) -> dict[str, str]:
+    """The request headers kept in the manifest: ``ALLOWED_HEADERS`` only, names lower-cased.
+
+    A value that contains a secret or a key-like token is dropped, not redacted.
+    """
+    items = headers.items() if hasattr(headers, "items") else headers
+    out: dict[str, str] = {}
+    for name, value in items:  # type: ignore[union-attr]
+        n = name.lower()
+        if n in ALLOWED_HEADERS and redact(value.encode(), secrets) == value.encode():
+            out[n] = value
+    return out
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"500000"``, ``"64MiB"``, ``"1.5G"``, ``"10kb"`` (k/M/G/T: 1000-based, KiB...: 1024).
+
+    Raises:
+        ConfigError: not a size.
+    """
+    m = _SIZE.match(text)
+    if not m:
+        raise ConfigError(f"not a size: {text!r} (e.g. 500000, 64MiB, 2GB)", field="--max-bytes")
+    num, unit, binary = float(m.group(1)), m.group(2).lower(), m.group(3)
+    base = 1024 if binary else 1000
+    return int(num * base ** " kmgt".index(unit or " "))
+
+
+def sidecar_paths(folder: str | Path) -> tuple[Path, Path]:
+    """``(W.arrivals.json, W.plan.toml)`` beside the folder ``W``."""
+    w = Path(folder)
+    return w.with_name(w.name + ".arrivals.json"), w.with_name(w.name + ".plan.toml")
+
+
+def _toml_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``.NAME.tmp`` beside ``path``, then rename it over ``path``."""
+    tmp = path.with_name("." + path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_plan(
+    folder: str | Path,
+    arrivals_ms: list[float] | None,
+    concurrency: int,
+    comment: str,
+) -> tuple[Path | None, Path]:
+    """Write ``W.arrivals.json`` (when ``arrivals_ms`` is given) and ``W.plan.toml`` beside ``W``.
+
+    The plan names ``W`` as given (paths are as given: run from the same
+    directory, as for ``kvreplay import mooncake``) and one phase ``capture``,
+    forward order; open loop over the arrivals (``trace:``), or a closed loop
+    at ``concurrency`` when there are no arrivals (OpenAI Batch input has no
+    times).
+
+    Args:
+        folder: The capture folder ``W``.
+        arrivals_ms: Arrival offsets (ms, first = 0), one per body, or None.
+        concurrency: The phase's cap on requests in flight (>= 1).
+        comment: First comment line of the plan (what made it); no newline.
+
+    Returns:
+        The arrivals path (None when not written) and the plan path.
+    """
+    arrivals, plan = sidecar_paths(folder)
+    lines = [f"# {comment}", "# Paths are as given on the command line: run from the same directory.",
+             f"workload = {_toml_str(str(folder))}", "", "[[phase]]", 'name = "capture"',
+             'order = "forward"', f"concurrency = {max(1, concurrency)}"]
+    if arrivals_ms is not None:
+        _atomic_write(arrivals, orjson.dumps(arrivals_ms))
+        lines += [f"arrival = {_toml_str('trace:' + str(arrivals))}", "time_scale = 1.0"]
+    _atomic_write(plan, ("\n".join(lines) + "\n").encode())
+    return (arrivals if arrivals_ms is not None else None), plan
+
+
+@dataclass(slots=True)
+class Slot:
+    """One retained body, from admission until its manifest line is written.
+
+    Attributes:
+        index: 0-based position in the capture (file ``NNNNNN.json``).
+        body: The checked body (exact bytes, sha256, kind, stream flag).
+        arrival_ns: When it arrived (ns, caller's clock, e.g. ``clock.now_ns``).
+        path: URL path it was sent to.
+        headers: Allow-listed request headers (see :func:`retained_headers`).
+        secrets: Credential values of its request (kept in memory only).
+    """
+
+    index: int
+    body: Body
+    arrival_ns: int
+    path: str
+    headers: dict[str, str]
+    secrets: list[str]
+    done: bool = False
+
+
+@dataclass(slots=True)
+class CaptureSummary:
+    """Counts of one capture (or import).
+
+    Attributes:
+        retained: Bodies written.
+        retained_bytes: Their total size (bytes).
+        skipped: Requests not retained, by reason (``"path"``: not a retained
+            path; ``"method"``: not POST; ``"invalid"``: not a chat/completions
+            JSON body; ``"credential"``: body holds a credential from its
+            headers; ``"encoded"``: compressed body; ``"limit"``: after
+            ``max_bodies``/``max_bytes``).
+        limit_reached: Which limit stopped retention, or None.
+    """
+
+    retained: int = 0
+    retained_bytes: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    limit_reached: str | None = None
+
+    def skip(self, reason: str) -> None:
+        """Count one request not retained, for ``reason``."""
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def describe(self) -> str:
+        """One line: ``N bodies (B bytes) retained; skipped: reason n, ...``."""
+        sk = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items())) or "none"
+        lim = f"; stopped retaining at {self.limit_reached}" if self.limit_reached else ""
+        return f"{self.retained} bodies ({self.retained_bytes} bytes) retained; skipped: {sk}{lim}"
+
+
+class CaptureWriter:
+    """Writes a capture folder as bodies arrive (see module docstring for the layout).
+
+    Use ``admit`` when a request arrives (before forwarding), ``complete``
+    when its response ends (or is cut), ``flush_sidecars`` now and then and
+    ``close`` once. Single-threaded: call from one event loop or thread.
+
+    Args:
+        folder: The folder ``W`` to create; it must not exist or be empty.
+        max_bodies: Stop retaining after this many bodies (None: no limit).
+        max_bytes: Stop retaining when the next body would take the total past
+            this many bytes (None: no limit).
+        paths: URL paths whose POST bodies are retained.
+        max_body_bytes: Largest single body retained (bytes); a larger one is
+            ``"invalid"`` (the loader would refuse it).
+        origin_ns: Capture start (ns, the caller's clock).
+        timed: Arrival times are real (a live capture, a HAR): write
+            ``W.arrivals.json`` and an open-loop plan. False (OpenAI Batch
+            input has no times): no arrivals, a closed-loop plan at C64.
+        io: An executor that runs the file writes in submission order (one
+            worker, or the proxy's event-loop ``call_soon``), so a body is on
+            disk before its manifest line and the writes leave the request's
+            path. None: written inline. Its owner drains it after ``close``.
+
+    Raises:
+        ConfigError: ``folder`` exists and is not an empty directory, or cannot be created.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        max_bodies: int | None = None,
+        max_bytes: int | None = None,
+        paths: tuple[str, ...] = DEFAULT_PATHS,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        origin_ns: int = 0,
+        timed: bool = True,
+        io: Executor | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
+            raise ConfigError("exists and is not an empty folder; choose a new --out", path=self.folder,
+                              field="--out")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._manifest = open(self.folder / MANIFEST, "ab")
+        except OSError as exc:
+            raise ConfigError(f"cannot create the capture folder: {exc}", path=self.folder,
+                              field="--out") from exc
+        self.max_bodies, self.max_bytes = max_bodies, max_bytes
+        self.paths = frozenset(paths)
+        self.max_body_bytes = max_body_bytes
+        self.origin_ns = origin_ns
+        self.timed = timed
+        self._io = io
+        self.io_error: str | None = None
+        self.summary = CaptureSummary()
+        self.arrivals_ns: list[int] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._dirty = False
+        self._closed = False
+        self._open: dict[int, Slot] = {}
+
+    def admit(
+        self,
+        method: str,
+        path: str,
+        raw: bytes,
+        arrival_ns: int,
+        headers: object = (),
+        *,
+        content_encoding: str | None = None,
+    ) -> Slot | None:
+        """Decide whether a request's body is retained; if so write it now (atomically).
+
+        Args:
+            method: HTTP method.
+            path: URL path (no query).
+            raw: The request body as received (bytes).
+            arrival_ns: Arrival time (ns, the caller's clock).
+            headers: The request headers (for the allow-list and the secrets).
+            content_encoding: The request's ``Content-Encoding``, if any.
+
+        Returns:
+            The slot to pass to ``complete``, or None when not retained (the
+            reason is counted in ``summary.skipped``).
+
+        Raises:
+            OSError: the body cannot be written (disk full, ...).
+        """
+        s = self.summary
+        if path not in self.paths:
+            s.skip("path")
+            return None
+        if method != "POST":
+            s.skip("method")
+            return None
+        if s.limit_reached:
+            s.skip("limit")
+            return None
+        if self.max_bodies is not None and s.retained >= self.max_bodies:
+            s.limit_reached = f"--max-bodies {self.max_bodies}"
+            s.skip("limit")
+            return None
+        if self.max_bytes is not None and s.retained_bytes + len(raw) > self.max_bytes:
+            s.limit_reached = f"--max-bytes {self.max_bytes}"
+            s.skip("limit")
+            return None
+        if content_encoding and content_encoding.lower() != "identity":
+            s.skip("encoded")
+            return None
+        secrets = secrets_of(headers)
+        if any(form in raw for sec in secrets for form in (sec.encode(), orjson.dumps(sec)[1:-1])):
+            s.skip("credential")
+            return None
+        index = s.retained
+        name = f"{index:06d}.json"
+        try:
+            body = _check(raw, index, self.folder / name, None, self.max_body_bytes)
+        except WorkloadError:
+            s.skip("invalid")
+            return None
+        self._do(_atomic_write, self.folder / name, raw)
+        s.retained += 1
+        s.retained_bytes += len(raw)
+        self.arrivals_ns.append(arrival_ns)
+        self._dirty = True
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        slot = Slot(index, body, arrival_ns, path, retained_headers(headers, secrets), secrets)
+        self._open[index] = slot
+        return slot
+
+    def complete(
+        self,
+        slot: Slot,
+        *,
+        status: int | None,
+        outcome: str,
+        usage: object = None,
+        ttft_ns: int | None = None,
+        e2e_ns: int | None = None,
+        error: str | None = None,
+        extra: dict | None = None,
+    ) -> None:
+        """Write the body's manifest line (once; later calls are ignored) and flush it.
+
+        The line's keys: ``index``, ``file``, ``body_sha256``, ``body_bytes``,
+        ``arrival_ms`` (offset from the first retained body, as in
+        ``W.arrivals.json``), ``since_start_ms`` (from ``origin_ns``), ``path``,
+        ``headers`` (allow-listed), ``stream`` (the body's flag), ``status``
+        (upstream HTTP status, None when none came), ``outcome``, ``usage``
+        (verbatim when a JSON object under 4 KiB, else None),
+        ``cached_tokens`` (``prompt_tokens_details.cached_tokens`` and its
+        variants, None when not reported), ``ttft_ms`` and ``e2e_ms`` (from
+        arrival at the proxy to the first token / the end of the response,
+        ms) and ``error`` (upstream error message, at most 1 KiB, when any).
+        The whole line passes through :func:`redact` with the request's secrets.
+
+        Args:
+            slot: From ``admit``.
+            status: Upstream HTTP status.
+            outcome: ``complete``, ``upstream_error`` (no response),
+                ``client_gone`` (the client left mid-response) or ``interrupted``
+                (the proxy stopped first).
+            usage: The response's ``usage`` object.
+            ttft_ns: Arrival to first token event (ns), None when not streamed.
+            e2e_ns: Arrival to the end of the response (ns).
+            error: Upstream error message.
+            extra: More keys for the line (importers: ``source``, ``custom_id``,
+                ``reserialised``).
+        """
+        from kvreplay.accounting.events import cached_tokens_of
+
+        if slot.done:
+            return
+        slot.done = True
+        self.in_flight -= 1
+        self._open.pop(slot.index, None)
+        if usage is not None:
+            try:
+                if not isinstance(usage, dict) or len(orjson.dumps(usage)) > 4096:
+                    usage = None
+            except TypeError:
+                usage = None
+        line = {
+            "index": slot.index,
+            "file": f"{slot.index:06d}.json",
+            "body_sha256": slot.body.sha256,
+            "body_bytes": slot.body.body_bytes,
+            "arrival_ms": round((slot.arrival_ns - self.arrivals_ns[0]) / 1e6, 3),
+            "since_start_ms": round((slot.arrival_ns - self.origin_ns) / 1e6, 3),
+            "path": slot.path,
+            "headers": slot.headers,
+            "stream": slot.body.stream,
+            "status": status,
+            "outcome": outcome,
+            "usage": usage,
+            "cached_tokens": cached_tokens_of(usage) if isinstance(usage, dict) else None,
+            "ttft_ms": None if ttft_ns is None else round(ttft_ns / 1e6, 3),
+            "e2e_ms": None if e2e_ns is None else round(e2e_ns / 1e6, 3),
+        }
+        if error:
+            line["error"] = error[:1024]
+        if extra:
+            line.update(extra)
+        self._do(self._append, redact(orjson.dumps(line), slot.secrets) + b"\n")
+
+    def _append(self, data: bytes) -> None:
+        self._manifest.write(data)
+        self._manifest.flush()
+
+    def _do(self, fn: Callable[..., None], *args: object) -> None:
+        """Run a file operation inline, or queue it on ``io``; the first OSError is kept in ``io_error``."""
+        if self._io is None:
+            fn(*args)
+            return
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except OSError as exc:
+                if self.io_error is None:
+                    self.io_error = f"{type(exc).__name__}: {exc}"
+
+        self._io.submit(run)
+
+    def arrivals_ms(self) -> list[float]:
+        """Arrival offsets of the retained bodies (ms from the first, µs resolution)."""
+        if not self.arrivals_ns:
+            return []
+        t0 = self.arrivals_ns[0]
+        return [round((t - t0) / 1e6, 3) for t in self.arrivals_ns]
+
+    def flush_sidecars(self, *, comment: str = "kvreplay record") -> None:
+        """Rewrite ``W.arrivals.json`` and ``W.plan.toml`` when bodies arrived since the last call."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        self._do(write_plan, self.folder, self.arrivals_ms() if self.timed else None,
+                 max(64, self.peak_in_flight), f"{comment}: {self.summary.describe()}")
+
+    def close(self, *, comment: str = "kvreplay record") -> CaptureSummary:
+        """Write the sidecars a last time and close the manifest; returns the summary.
+
+        Bodies still open (``complete`` not called: the response had not ended)
+        get their manifest line now, with outcome ``interrupted``.
+        """
+        if not self._closed:
+            for slot in sorted(self._open.values(), key=lambda s: s.index):
+                self.complete(slot, status=None, outcome="interrupted")
+            self._closed = True
+            self._dirty = True
+            if self.summary.retained:
+                self.flush_sidecars(comment=comment)
+            self._do(self._manifest.close)
+        return self.summary

@@ -1,0 +1,405 @@
+"""Importers of traffic people already have: HAR 1.2 archives and OpenAI Batch input files.
+
+Both write a capture folder (``kvreplay.workload.capture``): ``W/NNNNNN.json``
+bodies, ``W/capture.jsonl`` and ``W.plan.toml`` beside ``W`` (plus
+``W.arrivals.json`` for HAR, whose entries carry start times). Bodies keep
+the bytes of the source, never re-serialised except where said:
+
+- **HAR 1.2** (``log.entries[]``; W3C Web Performance WG draft "HTTP Archive
+  (HAR) format", HAR 1.2 spec by Jan Odvarko): an entry is retained when its
+  ``request.method`` is POST and the path of ``request.url`` is one of
+  ``paths``. The body is ``request.postData.text`` encoded as UTF-8 (the JSON
+  string holds the text exactly; ``postData.encoding = "base64"``, which
+  some exporters write, is decoded). Arrivals are the entries'
+  ``startedDateTime`` (ISO 8601), bodies ordered by them (stable: equal times
+  keep file order). ``response.status`` and the response's usage (SSE or
+  JSON ``response.content.text``) and ``time`` (E2E, ms) go into the manifest.
+- **OpenAI Batch input** (JSONL, one request per line: ``custom_id``,
+  ``method``, ``url``, ``body``; OpenAI API reference, "Batch: the input
+  file"): the body is the exact byte span of the ``body`` value in the line,
+  found by a scan of the line's top-level object. When the span cannot be
+  taken (its bytes do not parse to the same value), the body is
+  re-serialised with orjson instead and the manifest line and the summary
+  say so (``reserialised: true``). There are no times: the plan is a closed
+  loop.
+
+Entries that are not generation requests (another path, another method, no
+``postData``) are counted by reason and skipped. A malformed file raises
+``WorkloadError`` naming the file, the line (Batch) or the entry's field
+(HAR: ``log.entries[i].request.url``), and nothing is written for it beyond
+what was already there.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+
+from kvreplay.errors import WorkloadError, _where
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, _check
+from kvreplay.workload.capture import DEFAULT_PATHS, CaptureSummary, CaptureWriter, sidecar_paths
+
+__all__ = ["ImportedCapture", "body_value_span", "import_har", "import_openai_batch"]
+
+
+@dataclass(slots=True)
+class ImportedCapture:
+    """What an importer wrote.
+
+    Attributes:
+        folder: The capture folder ``W``.
+        arrivals: ``W.arrivals.json``, or None (Batch input: no times).
+        plan: ``W.plan.toml``.
+        summary: Bodies retained and entries skipped by reason.
+        reserialised: Sources (``file:line`` and ``custom_id``) whose body had
+            to be re-serialised (Batch only).
+    """
+
+    folder: Path
+    arrivals: Path | None
+    plan: Path
+    summary: CaptureSummary
+    reserialised: list[str] = field(default_factory=list)
+
+
+def _message_of(exc: WorkloadError) -> str:
+    """The message of ``exc`` without its ``path:line, field`` prefix."""
+    prefix = _where(exc.path, exc.line, exc.field)
+    text = str(exc)
+    return text[len(prefix) + 2 :] if prefix and text.startswith(prefix + ": ") else text
+
+
+def _need_some(keep: list, summary: CaptureSummary, p: Path, paths: tuple[str, ...]) -> None:
+    if not keep:
+        raise WorkloadError(f"no generation request (POST to {', '.join(paths)}) to import; "
+                            f"{summary.describe()}", path=p)
+
+
+# --- HAR 1.2 ---------------------------------------------------------------------------
+
+
+_KIND = {dict: "an object", str: "a string", list: "a list"}
+
+
+def _har_field(obj: object, key: str, kind: type, where: str, p: Path) -> object:
+    """``obj[key]`` when it is a ``kind``; else WorkloadError naming ``where.key``."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(v, kind):
+        raise WorkloadError(f"missing or not {_KIND[kind]}", path=p, field=f"{where}.{key}" if where else key)
+    return v
+
+
+def _pairs(items: object) -> list[tuple[str, str]]:
+    out = []
+    if isinstance(items, list):
+        for h in items:
+            if isinstance(h, dict) and isinstance(h.get("name"), str) and isinstance(h.get("value"), str):
+                out.append((h["name"], h["value"]))
+    return out
+
+
+def _response_usage(resp: object) -> tuple[int | None, object, str | None]:
+    """``(status, usage, error)`` of a HAR response (SSE or JSON ``content.text``)."""
+    from kvreplay.accounting import SSEAccountant
+    from kvreplay.errors import StreamError
+
+    if not isinstance(resp, dict):
+        return None, None, None
+    status = resp.get("status") if isinstance(resp.get("status"), int) else None
+    content = resp.get("content")
+    text = content.get("text") if isinstance(content, dict) else None
+    if not isinstance(text, str) or not text:
+        return status, None, None
+    data = text.encode("utf-8", "surrogatepass")
+    if content.get("encoding") == "base64":
+        try:
+            data = base64.b64decode(text, validate=True)
+        except ValueError:
+            return status, None, None
+    if "event-stream" in str(content.get("mimeType", "")) or data.lstrip().startswith(b"data:"):
+        acct = SSEAccountant(head_chars=0)
+        try:
+            acct.feed(data, 0)
+        except StreamError:
+            pass
+        r = acct.close()
+        return status, r.usage, r.error
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return status, None, None
+    if not isinstance(obj, dict):
+        return status, None, None
+    err = obj.get("error")
+    msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
+    return status, obj.get("usage"), msg if isinstance(msg, str) else None
+
+
+def _parse_started(text: str, p: Path, where: str) -> int:
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise WorkloadError(f"not an ISO 8601 date-time: {text!r}", path=p,
+                            field=f"{where}.startedDateTime") from exc
+    if dt.tzinfo is None:
+        raise WorkloadError(f"has no time zone: {text!r}", path=p, field=f"{where}.startedDateTime")
+    return round(dt.timestamp() * 1e6) * 1000
+
+
+def import_har(
+    src: str | Path,
+    out: str | Path,
+    *,
+    paths: tuple[str, ...] = DEFAULT_PATHS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> ImportedCapture:
+    """Write a capture folder from a HAR 1.2 archive (see module docstring).
+
+    Args:
+        src: The ``.har`` file (JSON).
+        out: The capture folder ``W`` to create (must not exist, or be empty).
+        paths: URL paths whose POST bodies are retained.
+        max_body_bytes: Largest body accepted (bytes).
+
+    Returns:
+        What was written.
+
+    Raises:
+        WorkloadError: unreadable or non-JSON file, no ``log.entries`` list, an
+            entry without ``request``/``method``/``url``/``startedDateTime``,
+            a retained entry whose ``postData.text`` is not a string or whose
+            body is not a chat/completions JSON object (field named).
+        ConfigError: ``out`` exists and is not empty.
+    """
+    p = Path(src)
+    try:
+        doc = orjson.loads(p.read_bytes())
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc}", path=p) from exc
+    except orjson.JSONDecodeError as exc:
+        raise WorkloadError(f"not JSON (a HAR file is one JSON document): {exc}", path=p) from exc
+    log = _har_field(doc, "log", dict, "", p) if isinstance(doc, dict) else None
+    if log is None:
+        raise WorkloadError("not a JSON object", path=p, field="log")
+    entries = _har_field(log, "entries", list, "log", p)
+    keep: list[tuple[int, int, bytes, list, dict]] = []
+    summary = CaptureSummary()
+    for i, e in enumerate(entries):  # type: ignore[arg-type]
+        where = f"log.entries[{i}]"
+        if not isinstance(e, dict):
+            raise WorkloadError("not an object", path=p, field=where)
+        req = _har_field(e, "request", dict, where, p)
+        method = _har_field(req, "method", str, f"{where}.request", p)
+        url = _har_field(req, "url", str, f"{where}.request", p)
+        started = _parse_started(_har_field(e, "startedDateTime", str, where, p), p, where)  # type: ignore[arg-type]
+        if method.upper() != "POST":  # type: ignore[union-attr]
+            summary.skip("method")
+            continue
+        if urlsplit(url).path not in paths:  # type: ignore[arg-type]
+            summary.skip("path")
+            continue
+        post = req.get("postData")  # type: ignore[union-attr]
+        if post is None:
+            summary.skip("no postData")
+            continue
+        text = _har_field(post, "text", str, f"{where}.request.postData", p)
+        if post.get("encoding") == "base64":
+            try:
+                raw = base64.b64decode(text, validate=True)  # type: ignore[arg-type]
+            except ValueError as exc:
+                raise WorkloadError(f"postData.encoding is base64 but the text is not: {exc}", path=p,
+                                    field=f"{where}.request.postData.text") from exc
+        else:
+            try:
+                raw = text.encode("utf-8")  # type: ignore[union-attr]
+            except UnicodeEncodeError as exc:
+                raise WorkloadError("text holds a lone surrogate; not UTF-8", path=p,
+                                    field=f"{where}.request.postData.text") from exc
+        try:
+            _check(raw, len(keep), p, None, max_body_bytes)
+        except WorkloadError as exc:
+            raise WorkloadError(_message_of(exc), path=p, field=f"{where}.request.postData.text"
+                                + (f" (body field {exc.field})" if exc.field else "")) from exc
+        headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]  # type: ignore[union-attr]
+        keep.append((started, i, raw, headers, e))
+    keep.sort(key=lambda k: (k[0], k[1]))
+    _need_some(keep, summary, p, paths)
+    writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths,
+                           origin_ns=keep[0][0] if keep else 0)
+    writer.summary.skipped = summary.skipped
+    for started, i, raw, headers, e in keep:
+        path = urlsplit(e["request"]["url"]).path
+        slot = writer.admit("POST", path, raw, started, headers)
+        if slot is None:  # only "credential" can reach here: the body was checked above
+            continue
+        status, usage, error = _response_usage(e.get("response"))
+        t = e.get("time")
+        e2e = round(t * 1e6) if isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 else None
+        writer.complete(slot, status=status, outcome="complete" if status else "unknown", usage=usage,
+                        e2e_ns=e2e, error=error, extra={"source": f"{p.name}:log.entries[{i}]"})
+    s = writer.close(comment=f"kvreplay import har {p.name}")
+    arrivals, plan = sidecar_paths(out)
+    return ImportedCapture(Path(out), arrivals if s.retained else None, plan, s)
+
+
+# --- OpenAI Batch input ----------------------------------------------------------------
+
+_WS = b" \t\r\n"
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_SCALAR = re.compile(rb"-?[0-9][0-9.eE+\-]*|true|false|null")
+_NESTED = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def _ws(b: bytes, i: int) -> int:
+    while i < len(b) and b[i] in _WS:
+        i += 1
+    return i
+
+
+def _value_end(b: bytes, i: int) -> int:
+    """End (exclusive) of the JSON value starting at ``b[i]``; ValueError when there is none."""
+    c = b[i : i + 1]
+    if c == b'"':
+        m = _STRING.match(b, i)
+        if not m:
+            raise ValueError("unterminated string")
+        return m.end()
+    if c in (b"{", b"["):
+        depth = 0
+        for m in _NESTED.finditer(b, i):
+            t = m.group()
+            if t in (b"{", b"["):
+                depth += 1
+            elif t in (b"}", b"]"):
+                depth -= 1
+                if depth == 0:
+                    return m.end()
+        raise ValueError("unbalanced brackets")
+    m = _SCALAR.match(b, i)
+    if not m:
+        raise ValueError(f"no JSON value at byte {i}")
+    return m.end()
+
+
+def body_value_span(line: bytes, key: str = "body") -> tuple[int, int] | None:
+    """Byte span ``(start, end)`` of the value of top-level ``key`` in a JSON object line.
+
+    The line must already be known to be valid JSON (the scan trusts its
+    structure). With a duplicated key the last one wins, as in orjson.
+
+    Returns:
+        The span, or None when the line is not an object or has no such key.
+    """
+    try:
+        i = _ws(line, 0)
+        if line[i : i + 1] != b"{":
+            return None
+        i = _ws(line, i + 1)
+        found = None
+        while line[i : i + 1] != b"}":
+            k_end = _value_end(line, i)
+            k = orjson.loads(line[i:k_end])
+            i = _ws(line, k_end)
+            if line[i : i + 1] != b":":
+                return None
+            i = _ws(line, i + 1)
+            v_end = _value_end(line, i)
+            if k == key:
+                found = (i, v_end)
+            i = _ws(line, v_end)
+            if line[i : i + 1] == b",":
+                i = _ws(line, i + 1)
+        return found
+    except (ValueError, IndexError, orjson.JSONDecodeError):
+        return None
+
+
+def import_openai_batch(
+    src: str | Path,
+    out: str | Path,
+    *,
+    paths: tuple[str, ...] = DEFAULT_PATHS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> ImportedCapture:
+    """Write a capture folder from an OpenAI Batch input JSONL file (see module docstring).
+
+    Args:
+        src: The ``.jsonl`` file (one request object per line; blank lines skipped).
+        out: The capture folder ``W`` to create (must not exist, or be empty).
+        paths: URL paths (``url`` values) whose bodies are retained.
+        max_body_bytes: Largest body accepted (bytes).
+
+    Returns:
+        What was written; ``reserialised`` names the bodies whose exact bytes
+        could not be taken from the line.
+
+    Raises:
+        WorkloadError: unreadable file; a line that is not a JSON object, lacks
+            ``custom_id``/``method``/``url``/``body`` or has the wrong type, or
+            (for a retained path) whose body is not a chat/completions request
+            (line and field named).
+        ConfigError: ``out`` exists and is not empty.
+    """
+    p = Path(src)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc}", path=p) from exc
+    keep: list[tuple[int, bytes, str, bool, str]] = []
+    summary = CaptureSummary()
+    for lineno, line in enumerate(data.split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise WorkloadError(f"not JSON: {exc}", path=p, line=lineno) from exc
+        if not isinstance(obj, dict):
+            raise WorkloadError("not a JSON object", path=p, line=lineno)
+        for key, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
+            if not isinstance(obj.get(key), kind):
+                what = "an object" if kind is dict else "a string"
+                raise WorkloadError(f"missing or not {what}", path=p, line=lineno, field=key)
+        if obj["method"].upper() != "POST":
+            summary.skip("method")
+            continue
+        if urlsplit(obj["url"]).path not in paths:
+            summary.skip("path")
+            continue
+        span = body_value_span(line)
+        raw = line[span[0] : span[1]] if span else b""
+        reser = False
+        try:
+            same = bool(span) and orjson.loads(raw) == obj["body"]
+        except orjson.JSONDecodeError:
+            same = False
+        if not same:
+            raw, reser = orjson.dumps(obj["body"]), True
+        try:
+            _check(raw, len(keep), p, lineno, max_body_bytes)
+        except WorkloadError as exc:
+            raise WorkloadError(_message_of(exc), path=p, line=lineno,
+                                field="body" + (f".{exc.field}" if exc.field else "")) from exc
+        keep.append((lineno, raw, obj["custom_id"], reser, urlsplit(obj["url"]).path))
+    _need_some(keep, summary, p, paths)
+    writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths, timed=False)
+    writer.summary.skipped = summary.skipped
+    reserialised = []
+    for lineno, raw, cid, reser, path in keep:
+        slot = writer.admit("POST", path, raw, 0)
+        if slot is None:
+            continue
+        if reser:
+            reserialised.append(f"{p.name}:{lineno} (custom_id {cid})")
+        writer.complete(slot, status=None, outcome="imported",
+                        extra={"source": f"{p.name}:{lineno}", "custom_id": cid, "reserialised": reser})
+    s = writer.close(comment=f"kvreplay import openai-batch {p.name}")
+    _, plan = sidecar_paths(out)
+    return ImportedCapture(Path(out), None, plan, s, reserialised)

@@ -1,0 +1,198 @@
+"""``kvreplay record`` in front of the simulator: exact bodies in order, same replay, signals, limits.
+
+The "Done when" flow of issue 19 as written: ``kvreplay serve-sim`` and ``kvreplay record
+--upstream URL --listen 127.0.0.1:PORT2 --out W`` as processes, the bundled 52 bodies
+replayed through the proxy, then ``kvreplay run W --target sim``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import MTBENCH
+
+from kvreplay.cli import main
+from kvreplay.plan import load_plan_toml
+from kvreplay.workload import load_workload
+
+ORIGINALS = sorted(MTBENCH.glob("*.json"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A kvreplay subprocess whose first stdout line names its URL."""
+
+    def __init__(self, tmp: Path, name: str, *argv: str) -> None:
+        self.err_path = tmp / f"{name}.stderr"
+        self.err = open(self.err_path, "wb")
+        self.p = subprocess.Popen([sys.executable, "-m", "kvreplay", *argv], stdout=subprocess.PIPE,
+                                  stderr=self.err)
+        line = self.p.stdout.readline().decode()
+        if "listening on " not in line:
+            self.p.kill()
+            pytest.fail(f"{name} did not start: {line!r} {self.stderr()}")
+        self.url = line.split("listening on ")[1].split()[0]
+
+    def stderr(self) -> str:
+        if not self.err.closed:
+            self.err.flush()
+        return self.err_path.read_text(errors="replace")[-3000:]
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 30) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            return self.p.wait(timeout=timeout_s)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+            self.p.stdout.close()
+            self.err.close()
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+
+
+def replay(workload: Path, out: Path, *extra: str) -> tuple[list[dict], dict]:
+    rc = main(["run", str(workload), "--target", "sim", "--sim-time-scale", "0", "--phase", "prime:forward:c1",
+               "--phase", "replay:reverse:c1", "--out", str(out), "--quiet", *extra])
+    assert rc == 0
+    return records(out), json.loads((out / "summary.json").read_text())
+
+
+def test_done_when_flow_bundled_bodies_byte_identical_and_replay_equal(tmp_path):
+    sim = Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0")
+    port2 = free_port()
+    w = tmp_path / "W"
+    try:
+        rec = Proc(tmp_path, "record", "record", "--upstream", sim.url, "--listen", f"127.0.0.1:{port2}",
+                   "--out", str(w))
+        assert rec.url == f"http://127.0.0.1:{port2}"
+        try:
+            assert main(["run", str(MTBENCH), "--target", rec.url, "--phase", "through:forward:c1",
+                         "--out", str(tmp_path / "through"), "--quiet"]) == 0
+        finally:
+            assert rec.stop() == 0, rec.stderr()
+    finally:
+        sim.stop()
+    err = rec.stderr()
+    m = re.search(r"(\d+) requests proxied; 52 bodies \(686133 bytes\) retained; skipped: path (\d+)\n", err)
+    assert m and int(m[1]) == 52 + int(m[2]), err  # counters, identity: proxied, never retained
+    # W holds the 52 bodies, byte-identical and in the same order, and the manifest only.
+    files = sorted(p.name for p in w.iterdir())
+    assert files == [f"{i:06d}.json" for i in range(52)] + ["capture.jsonl"]
+    for i, orig in enumerate(ORIGINALS):
+        assert (w / f"{i:06d}.json").read_bytes() == orig.read_bytes(), i
+    orig_wl, cap_wl = load_workload(MTBENCH), load_workload(w)
+    assert [b.sha256 for b in cap_wl.bodies] == [b.sha256 for b in orig_wl.bodies]
+    assert cap_wl.sha256 == orig_wl.sha256
+    # The manifest: one line per body, hashes in order, and the usage the client itself saw.
+    man = [json.loads(x) for x in (w / "capture.jsonl").read_text().splitlines()]
+    assert [m["index"] for m in man] == list(range(52))
+    assert [m["body_sha256"] for m in man] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in ORIGINALS]
+    client = records(tmp_path / "through")
+    assert [m["cached_tokens"] for m in man] == [r["usage"]["cached_tokens"] for r in client]
+    assert [m["usage"]["prompt_tokens"] for m in man] == [r["usage"]["prompt_tokens"] for r in client]
+    assert sum(m["cached_tokens"] for m in man) > 0  # the comparison is not between zeros
+    assert all(m["status"] == 200 and m["outcome"] == "complete" and m["path"] == "/v1/chat/completions"
+               for m in man)
+    assert all(0 < m["ttft_ms"] <= m["e2e_ms"] for m in man)
+    assert all(set(m["headers"]) <= {"content-type", "accept", "user-agent"} for m in man)
+    # Arrivals and plan beside W.
+    arrivals = json.loads((tmp_path / "W.arrivals.json").read_text())
+    assert len(arrivals) == 52 and arrivals[0] == 0.0 and arrivals == sorted(arrivals)
+    assert [m["arrival_ms"] for m in man] == arrivals
+    specs, top = load_plan_toml(tmp_path / "W.plan.toml")
+    assert top["workload"] == str(w)
+    assert [(s.name, s.order, s.arrival) for s in specs] == [
+        ("capture", "forward", f"trace:{tmp_path / 'W.arrivals.json'}")]
+    # Replaying the capture = replaying the original: cached tokens and counter deltas.
+    rec_o, sum_o = replay(MTBENCH, tmp_path / "orig")
+    rec_c, sum_c = replay(w, tmp_path / "cap")
+    assert [r["body_sha256"] for r in rec_c] == [r["body_sha256"] for r in rec_o]
+    assert [r["usage"]["cached_tokens"] for r in rec_c] == [r["usage"]["cached_tokens"] for r in rec_o]
+    assert [r["counter_delta"] for r in rec_c] == [r["counter_delta"] for r in rec_o]
+    for a, b in zip(sum_o["phases"], sum_c["phases"], strict=True):
+        assert a["counter_delta"] == b["counter_delta"] and a["tokens"] == b["tokens"]
+    assert sum_c["phases"][1]["tokens"]["cached"] > 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_capture_leaves_a_workload_run_accepts(tmp_path, sig):
+    sim = Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0.05")
+    w = tmp_path / "W"
+    client = None
+    try:
+        rec = Proc(tmp_path, "record", "record", "--upstream", sim.url, "--out", str(w))
+        client = subprocess.Popen(
+            [sys.executable, "-m", "kvreplay", "run", str(MTBENCH), "--target", rec.url, "--phase", "p:forward:c1",
+             "--out", str(tmp_path / "client"), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 40
+        man = w / "capture.jsonl"
+        while time.monotonic() < deadline:
+            if man.exists() and len(man.read_bytes().splitlines()) >= 4:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("no capture lines in time: " + rec.stderr())
+        assert rec.stop(sig) == 0, rec.stderr()
+    finally:
+        if client is not None:
+            client.kill()
+            client.wait()
+        sim.stop()
+    wl = load_workload(w)
+    n = len(wl)
+    assert 4 <= n < 52
+    assert [b.raw for b in wl.bodies] == [p.read_bytes() for p in ORIGINALS[:n]]
+    assert not [p.name for p in w.iterdir() if p.name.endswith(".tmp")]
+    raw = (w / "capture.jsonl").read_bytes()
+    assert raw.endswith(b"\n")
+    man = [json.loads(x) for x in raw.splitlines()]
+    assert sorted(m["index"] for m in man) == list(range(n))  # one line per body, none torn
+    assert {m["outcome"] for m in man} <= {"complete", "interrupted", "client_gone"}
+    assert len(json.loads((tmp_path / "W.arrivals.json").read_text())) == n
+    out = tmp_path / "replay"
+    assert main(["run", str(w), "--target", "sim", "--sim-time-scale", "0", "--phase", "r:forward:c1",
+                 "--out", str(out), "--quiet"]) == 0
+    assert [r["body_sha256"] for r in records(out)] == [b.sha256 for b in wl.bodies]
+    assert main(["run", "--plan", str(tmp_path / "W.plan.toml"), "--target", "sim", "--sim-time-scale", "0",
+                 "--out", str(tmp_path / "planned"), "--quiet"]) == 0
+    assert len(records(tmp_path / "planned")) == n
+
+
+def test_cli_limits_reach_the_writer_and_are_said(tmp_path):
+    sim = Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0")
+    w = tmp_path / "W"
+    sizes = [p.stat().st_size for p in ORIGINALS[:4]]
+    try:
+        rec = Proc(tmp_path, "record", "record", "--upstream", sim.url, "--out", str(w), "--max-bodies", "3",
+                   "--max-bytes", str(sizes[0] + sizes[1]), "--paths", "/v1/chat/completions")
+        try:
+            assert main(["run", str(MTBENCH), "--target", rec.url, "--phase", "p:forward:c1:first4",
+                         "--out", str(tmp_path / "client"), "--quiet"]) == 0
+        finally:
+            assert rec.stop() == 0
+    finally:
+        sim.stop()
+    assert [r["status"] for r in records(tmp_path / "client")] == ["ok"] * 4  # all four were proxied
+    err = rec.stderr()
+    assert f"kvreplay record: --max-bytes {sizes[0] + sizes[1]} reached: no longer retaining bodies " \
+           "(still proxying)\n" in err
+    assert f"2 bodies ({sizes[0] + sizes[1]} bytes) retained; skipped: limit 2, path " in err
+    assert [b.raw for b in load_workload(w).bodies] == [p.read_bytes() for p in ORIGINALS[:2]]
