@@ -36,7 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MTBENCH = ROOT / "fixtures" / "workloads" / "mtbench-52"
 
 TIME_SCALE = "0.05"
-"""Simulated delays x 0.05: a request takes about 0.2 s (prefill ~ 0.2 s, 6 tokens)."""
+"""Simulated delays x 0.05: a request takes about 0.2 s (prefill ~ 0.2 s, 6 tokens).
+
+Every request after the first hits the shared system block; the matrix keeps the
+fixed prefill cost on hits too (``--sim-hit-base-s 1.52``, issue 18's default is 0)
+so that each request still takes about 0.2 s."""
+
+HIT_BASE_S = "1.52"
 
 CONCURRENCIES = (1, 4)
 
@@ -113,6 +119,8 @@ def argv_of(case: Case, concurrency: int, out: Path) -> list[str]:
         "sim",
         "--sim-time-scale",
         TIME_SCALE,
+        "--sim-hit-base-s",
+        HIT_BASE_S,
         "--sim-output-tokens",
         "6",
         "--out",

@@ -328,6 +328,24 @@ cdef class SSEAccountant:
         if len(self._name) or scan_chunk(&s) != OK:
             self._fallback(PyBytes_FromStringAndSize(payload, n), recv_ns)
             return 0
+        # Decode the text the head still needs before touching any state: bytes the
+        # scanner let through but UTF-8 decoding rejects go to orjson, which raises
+        # the same StreamError (malformed) as the pure twin, never UnicodeDecodeError.
+        heads = None
+        if self._head_len < self._head_chars:
+            heads = []
+            room = self._head_chars - self._head_len
+            try:
+                for i in range(s.nch):
+                    if room <= 0:
+                        break
+                    if s.str_p[i] != NULL and s.str_n[i] != 0:
+                        text = self._decode(s.str_p[i], s.str_n[i], s.str_esc[i])
+                        heads.append(text)
+                        room -= len(text)
+            except ValueError:  # UnicodeDecodeError, orjson.JSONDecodeError
+                self._fallback(PyBytes_FromStringAndSize(payload, n), recv_ns)
+                return 0
         self._chunks += 1
         content_seen = False
         reasoning_seen = False
@@ -336,8 +354,14 @@ cdef class SSEAccountant:
                 reasoning_seen = True
             if s.str_p[i] != NULL and s.str_n[i] != 0:
                 content_seen = True
-                if self._head_len < self._head_chars:
-                    self._head(s.str_p[i], s.str_n[i], s.str_esc[i])
+        if heads:
+            r = self._r
+            for text in heads:
+                room = self._head_chars - self._head_len
+                if room <= 0:
+                    break
+                r.text_head += text[:room]
+                self._head_len = len(r.text_head)
         if content_seen or reasoning_seen:
             if content_seen:
                 self._content += 1
@@ -353,16 +377,10 @@ cdef class SSEAccountant:
             self._token_ns.data.as_longlongs[ntok] = recv_ns
         return 0
 
-    cdef int _head(self, cptr p, Py_ssize_t n, bint esc) except -1:
+    cdef object _decode(self, cptr p, Py_ssize_t n, bint esc):
         if esc:
-            text = orjson.loads(PyBytes_FromStringAndSize(<const char*>p - 1, n + 2))
-        else:
-            text = PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
-        r = self._r
-        room = self._head_chars - self._head_len
-        r.text_head += text[:room]
-        self._head_len = len(r.text_head)
-        return 0
+            return orjson.loads(PyBytes_FromStringAndSize(<const char*>p - 1, n + 2))
+        return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
 
     cdef int _fallback(self, bytes payload, object recv_ns) except -1:
         self.fallbacks += 1

@@ -105,14 +105,18 @@ class Interleave:
         workload: Path of the second workload (folder or JSONL).
         every: One of its bodies (in its order, cycling) after every ``every``
             bodies of the phase (>= 1).
+        burst: Bodies inserted per gap (>= 1; default 1): a burst of ``burst``
+            foreign prompts after every ``every`` bodies.
     """
 
     workload: str
     every: int
+    burst: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        """``{"workload": path, "every": k}``."""
-        return {"workload": self.workload, "every": self.every}
+        """``{"workload": path, "every": k}``, plus ``"burst": b`` when b > 1."""
+        return {"workload": self.workload, "every": self.every,
+                **({"burst": self.burst} if self.burst != 1 else {})}
 _ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|trace:.+)$")
 
 
@@ -221,13 +225,15 @@ class PhaseSpec:
             raise bad("time_scale", f"must be a number > 0, not {time_scale!r}")
         interleave = data.get("interleave")
         if interleave is not None:
-            if (not isinstance(interleave, dict) or set(interleave) != {"workload", "every"}
+            if (not isinstance(interleave, dict) or not {"workload", "every"} <= set(interleave)
+                    or not set(interleave) <= {"workload", "every", "burst"}
                     or not isinstance(interleave["workload"], str) or not interleave["workload"]
-                    or not isinstance(interleave["every"], int) or isinstance(interleave["every"], bool)
-                    or interleave["every"] < 1):
-                raise bad("interleave", "must be {workload = PATH, every = K} with K >= 1, "
+                    or any(not isinstance(interleave.get(k, 1), int) or isinstance(interleave.get(k, 1), bool)
+                           or interleave.get(k, 1) < 1 for k in ("every", "burst"))):
+                raise bad("interleave", "must be {workload = PATH, every = K[, burst = B]} with K, B >= 1, "
                                         f"not {interleave!r}")
-            interleave = Interleave(workload=interleave["workload"], every=interleave["every"])
+            interleave = Interleave(workload=interleave["workload"], every=interleave["every"],
+                                    burst=interleave.get("burst", 1))
         label = data.get("label")
         if label is not None and (not isinstance(label, str) or not _LABEL_RE.fullmatch(label)):
             raise bad("label", f"must be 1-64 letters, digits, '_', '.', '-', not {label!r}")
@@ -590,8 +596,8 @@ def _intended(spec: PhaseSpec, n: int) -> tuple[int, ...] | None:
 
 
 def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_extra: int,
-                        every: int) -> tuple[tuple[int, int], ...]:
-    """Insert one interleaved body after every ``every`` positions of ``seq``.
+                        every: int, burst: int = 1) -> tuple[tuple[int, int], ...]:
+    """Insert ``burst`` interleaved bodies after every ``every`` positions of ``seq``.
 
     The interleaved bodies are taken in their order, cycling; each gets plan
     index ``first_index + j`` and, as its repetition, the number of completed
@@ -602,6 +608,7 @@ def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_ex
         first_index: Plan index of the interleaved workload's first body.
         n_extra: Bodies in the interleaved workload (>= 1).
         every: ``k`` >= 1.
+        burst: Bodies per gap (>= 1).
 
     Returns:
         The mixed sequence.
@@ -611,8 +618,9 @@ def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_ex
     for pos, item in enumerate(seq, start=1):
         out.append(item)
         if pos % every == 0:
-            out.append((first_index + j % n_extra, j // n_extra))
-            j += 1
+            for _ in range(burst):
+                out.append((first_index + j % n_extra, j // n_extra))
+                j += 1
     return tuple(out)
 
 
@@ -657,7 +665,8 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
                                              next_index, extra_wl)
                 next_index += len(extra_wl)
             ex = extras[path]
-            seq = interleave_sequence(seq, ex.first_index, len(ex.body_sha256), spec.interleave.every)
+            seq = interleave_sequence(seq, ex.first_index, len(ex.body_sha256), spec.interleave.every,
+                                      spec.interleave.burst)
         phases.append(Phase(spec, seq, _intended(spec, len(seq))))
     return Plan(
         workload_path=workload.path,

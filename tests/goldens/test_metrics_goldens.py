@@ -35,12 +35,11 @@ def _id(p: Path) -> str:
 HAND = {
     "vllm/nvcr-25.09.prom": {
         "common": {
-            # l.63 vllm:prefix_cache_queries_total{engine="0",...} 246.0 (unit: tokens)
-            "lookups": 246.0,
-            # l.63 same series; NOT + l.48 vllm:gpu_prefix_cache_queries_total 246.0
+            # l.63 vllm:prefix_cache_queries_total{engine="0",...} 246.0 (unit: tokens);
+            # NOT + l.48 vllm:gpu_prefix_cache_queries_total 246.0. vLLM counts lookups in
+            # tokens, so "lookups"/"hits" (lookup counts everywhere) are absent.
             "query_tokens": 246.0,
-            "hits": 80.0,  # l.69 vllm:prefix_cache_hits_total{engine="0",...} 80.0 (unit: tokens)
-            "hit_tokens": 80.0,  # l.69 same series; NOT + l.54 gpu_prefix_cache_hits_total 80.0
+            "hit_tokens": 80.0,  # l.69 vllm:prefix_cache_hits_total 80.0; NOT + l.54 gpu_ 80.0
             "prompt_tokens": 246.0,  # l.81 vllm:prompt_tokens_total{...} 246.0
             "running": 0.0,  # l.39 vllm:num_requests_running{...} 0.0
             "waiting": 0.0,  # l.42 vllm:num_requests_waiting{...} 0.0

@@ -4,9 +4,12 @@ With ``prefill_scale=1.1`` every prefill of the "on" arm takes 10% longer; the
 bodies' long unique user turns keep TTFT mostly prefill (a = 1.52 s plus ~800
 uncached tokens / 1370 tokens/s, about 2.1 model s = 126 ms at time scale 0.06),
 so TTFT rises by a little under 10% (the client and loop overhead is the same in
-both arms). Decode is 8 tokens at 0.1 model s (6 ms) each, long enough that the
-protected ITL check measures the simulator rather than event-loop jitter. With
-identical arms the paired ratios scatter around 1.
+both arms). The short system block is a cache hit after the first body, so the
+arms run with ``--sim-hit-base-s 1.52``: a hit pays the same fixed cost as a miss
+(the default 0 would leave ~0.6 model s = 35 ms, closer to event-loop jitter).
+Decode is 8 tokens at 0.1 model s (6 ms) each, long enough that the protected ITL
+check measures the simulator rather than event-loop jitter. With identical arms the
+paired ratios scatter around 1.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def ab(tmp_path: Path, on: str, *extra: str, out: str = "ab") -> tuple[int, Path
             "sim",
             "--sim-time-scale",
             "0.06",
+            "--sim-hit-base-s",
+            "1.52",
             "--sim-output-tokens",
             "8",
             "--sim-itl-s",

@@ -233,3 +233,51 @@ def test_console_line_prints_the_fastest_cold_repeat_as_the_fit_uses():
         (w,) = [w for w in v["warm"] if w["size_tokens"] == size]
         assert w["cold_ttft_s"] == round(min(cold), 6)
     assert "prefill_fit_warning" in v
+
+
+# ---- issue 18: a halogen-like entry cap (truncating) -------------------------------
+# cap 116389652 B at 2674 B/token holds 116389652 // 2674 = 43526 tokens. The 64k cold
+# leg's two snapshots both truncate to that one 43526-token prefix; its warm leg hits
+# 43526 (Cmax, cap-bound). Every other leg is under the cap: entry bytes = L x 2674,
+# so the slope over them is exactly 2674.
+CAP = dict(cache_entries=8, snapshots=2, bytes_per_token=2674, max_entry_bytes=116389652)
+CAP_PROBE = dict(sizes=(16384, 32768, 65536), flush_prefix_tokens=8192, foreign_tokens=1024)
+
+
+def test_done_when_probe_cmax_is_the_truncated_entry():
+    v, _ = probe(SimConfig(time_scale=0, **CAP), ProbeConfig(**CAP_PROBE))
+    assert v["cmax_tokens"] == 43526
+    assert v["cmax_cap_bound"] is True
+    assert v["bytes_per_token"] == 2674.0
+    assert "below the entry cap" in v["bytes_per_token_method"]
+    assert v["refused_stores"] == 0
+    assert v["entry_cap_bytes"] == v["max_entry_bytes_seen"] == 43526 * 2674
+    assert [w["cached_tokens"] for w in v["warm"]][-1] == 43526
+
+
+def test_refusing_server_caches_nothing_on_the_64k_leg_and_counts_refusals():
+    v, _ = probe(SimConfig(time_scale=0, refuse_over_bytes=True, **CAP), ProbeConfig(**CAP_PROBE))
+    warm = {w["size_tokens"]: w["cached_tokens"] for w in v["warm"]}
+    assert warm[65536] == 0
+    assert v["cmax_tokens"] == warm[32768] == 32742  # the 32k leg is the largest held
+    # the 64k cold leg offers two over-cap snapshots (system, messages): both refused, and
+    # its warm leg offers one more over-cap messages snapshot (its system one is refused too)
+    assert v["refused_stores"] == 4
+    assert v["cmax_cap_bound"] is False
+
+
+def test_cli_target_prefix_statement(tmp_path, capsys):
+    args = ["probe", "--target", "sim", "--sim-time-scale", "0", "--sim-cache-entries", "8"]
+    args += ["--sim-bytes-per-token", "2674", "--sim-max-entry-bytes", "116389652"]
+    args += ["--sizes", "16k,32k,64k", "--flush-max", "0", "--target-prefix", "24k"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "Cmax 43526 tokens covers the 24576-token prefix" in out
+    v = json.loads((tmp_path / "a" / "verdict.json").read_text())
+    assert v["target_prefix"]["covered"] is True
+    assert v["target_prefix"]["entry_bytes_needed"] == 24576 * 2674
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert "cap-bound" in report and "refused stores: 0" in report
+    assert main([*args[:-1], "48k", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "Cmax 43526 tokens does not cover the 49152-token prefix: the entry cap is the wall" in out

@@ -29,9 +29,10 @@ def test_report_flag_decides_the_report_files(tmp_path, mode, reports):
     listed = {f"histograms/{f}" for ph in json.loads((out / "summary.json").read_text())["phases"]
               for f in ph["histograms"].values()}
     assert {"histograms/p.ttft.hlog", "histograms/q.e2e.hlog"} <= listed
-    # outside histograms/: exactly the run's files and the reports asked for
+    # outside histograms/: exactly the run's files (counters.jsonl: the simulator has
+    # counters) and the reports asked for
     top = [f for f in files(out) if not f.startswith("histograms/")]
-    assert top == sorted(["plan.json", "records.jsonl", "summary.json", *reports])
+    assert top == sorted(["counters.jsonl", "plan.json", "records.jsonl", "summary.json", *reports])
     hlogs = {f for f in files(out) if f.startswith("histograms/")}
     assert listed <= hlogs and all(f.endswith(".hlog") for f in hlogs)
     assert len((out / "records.jsonl").read_text().splitlines()) == 7

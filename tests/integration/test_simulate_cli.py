@@ -93,7 +93,7 @@ def test_interleaving_a_trace_lowers_its_curve(tmp_path, capsys):
         "1",
     )
     assert mixed["requests"] == base["requests"] == 1500
-    assert mixed["interleave"] == {"source": str(TRACE), "every": 1}
+    assert mixed["interleave"] == {"source": str(TRACE), "every": 1, "burst": 1}
     assert mixed["curve"][0]["hit_tokens"] < base["curve"][0]["hit_tokens"]
 
 

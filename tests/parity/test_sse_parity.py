@@ -228,6 +228,10 @@ EDGES = [
     (b'{"choices":[{"delta":{"content":"\xc3"}}]}', True),
     (b'{"choices":[{"delta":{"content":"\xc0\xaf"}}]}', True),  # overlong
     (b'{"choices":[{"delta":{"content":"\xed\xa0\x80"}}]}', True),  # UTF-8 surrogate
+    (b'{"choices":[{"delta":{"content":"\xe0\x80\xaf"}}]}', True),  # overlong 3-byte "/"
+    (b'{"choices":[{"delta":{"content":"a\xe0\x9f\xbf"}}]}', True),  # overlong 3-byte U+07FF
+    (b'{"choices":[{"delta":{"content":"\xf0\x80\x80\xaf"}}]}', True),  # overlong 4-byte
+    (b'{"choices":[{"delta":{"content":"\xed\xbf\xbf"}}]}', True),  # UTF-8 low surrogate
     (b'{"choices":[{"delta":{"content":"\xf4\x90\x80\x80"}}]}', True),  # > U+10FFFF
     (b'{"id":"\xe2\x82","choices":[{"delta":{"content":"a"}}]}', True),
     (b'{"choices":[{"delta":{"content":"\\ud800"}}]}', True),
@@ -277,6 +281,11 @@ def test_edges(payload, invalid):
     for reads in ([b"data: " + payload + b"\n\n"], split(b"data: " + payload + b"\n\n", "1-byte")):
         result, _, _, err = both(reads)
         assert (err is not None and err[1] == "malformed") is invalid
+        # Only StreamError from either twin (never UnicodeDecodeError or another type).
+        assert err is None or err[0] == "StreamError"
+    for head in (0, 1):  # a full head must not skip validation either
+        result, _, _, err = both([b"data: " + payload + b"\n\n"], head_chars=head)
+        assert (err is not None and err[:2] == ("StreamError", "malformed")) is invalid
 
 
 def test_native_scanner_handles_common_chunks_without_orjson():

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES
+from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
 
 from ._prom import Sample
 
@@ -149,6 +149,9 @@ class SeriesMap:
         unit = data.get("unit")
         if unit is not None and unit not in _UNITS:
             raise ConfigError(f"must be one of {list(_UNITS)}", path=where, field=prefix + "unit")
+        if unit == "tokens" and common in TOKEN_TWINS:
+            # An older profile's lookup name counted in tokens: it is the token name.
+            common = TOKEN_TWINS[common]
         scale = data.get("scale", 1.0)
         if (
             isinstance(scale, bool)
@@ -259,6 +262,10 @@ class Profile:
         if not isinstance(common, Mapping) or not common:
             raise ConfigError("needs at least one [common.NAME] table", path=where, field="common")
         maps = tuple(SeriesMap.from_mapping(k, v, where=where) for k, v in common.items())
+        # A lookup name moved to its token twin gives way to an explicit mapping of the twin.
+        maps = tuple(
+            m for i, m in enumerate(maps) if m.common not in {x.common for x in maps[:i]}
+        )
         mapped = {m.common for m in maps}
         load_gauges = _strs(data.get("load_gauges", []), where=where, field_name="load_gauges")
         for g in load_gauges:

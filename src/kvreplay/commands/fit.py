@@ -7,7 +7,10 @@ import json
 from fractions import Fraction
 
 from kvreplay.errors import ConfigError
+from kvreplay.offline.bootlog import BootLog, compare_footprints, read_boot_log
 from kvreplay.offline.fit import (
+    DEFAULT_MARGIN_GIB,
+    DEFAULT_NOISE_GIB,
     KIB_PER_GIB,
     FitInputs,
     arena_table,
@@ -20,22 +23,41 @@ from kvreplay.offline.fit import (
 )
 
 NAME = "fit"
+ARENA_BASE_GIB = "3.80"
+"""halogen's measured arena base (GiB), the field skill's figure (issue 18)."""
+
+ARENA_PER_16K_GIB = "8.40"
+"""halogen's measured arena growth per 16384 tokens of max_tok (GiB, linear; issue 18)."""
+
+VISION_GIB = "1.97"
+"""halogen's vision tower when on (GiB; issue 18)."""
+
 HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + vision (+ margin)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``fit`` flags."""
-    ram = parser.add_mutually_exclusive_group(required=True)
+    ram = parser.add_mutually_exclusive_group()
     ram.add_argument("--host-ram-gib", metavar="GIB", help="host RAM (GiB)")
     ram.add_argument(
         "--memtotal-kb", metavar="KB", help="MemTotal from /proc/meminfo (kB = KiB), exact"
     )
     parser.add_argument(
-        "--weights-gib", required=True, metavar="GIB", help="resident weights (GiB)"
+        "--weights-gib", metavar="GIB", help="resident weights (GiB; default: from --from-log)"
     )
-    parser.add_argument("--reserve-gib", default="0", metavar="GIB", help="RAM kept back (GiB)")
     parser.add_argument(
-        "--positions", type=int, required=True, help="requested KV pool (positions)"
+        "--reserve-gib", default=None, metavar="GIB", help="RAM kept back (GiB; default 0 or the log's)"
+    )
+    parser.add_argument(
+        "--positions", type=int, help="requested KV pool (positions; default: from --from-log)"
+    )
+    parser.add_argument(
+        "--from-log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a halogen boot log: the pool it got, clamp, OOM, memory left; twice to compare"
+        " the held footprints of two boots",
     )
     kv = parser.add_argument_group("KV bytes per position (give one way)")
     kv.add_argument(
@@ -46,7 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kv.add_argument(
         "--probe-verdict",
         metavar="VERDICT_JSON",
-        help="take bytes per position from a probe verdict's measured bytes_per_token",
+        help="take bytes per position from a probe verdict's measured bytes_per_token"
+        " (refused for a prompt-cache verdict unless --probe-bytes-are-kv)",
+    )
+    kv.add_argument(
+        "--probe-bytes-are-kv",
+        action="store_true",
+        help="accept a prompt-cache verdict's bytes per token as KV bytes per position",
     )
     kv.add_argument("--layers", type=int, help="layers with a KV cache")
     kv.add_argument("--kv-heads", type=int, help="KV heads per layer")
@@ -55,15 +83,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
     )
     parser.add_argument("--max-tok", type=int, default=0, help="tokens the arena is sized for")
-    parser.add_argument("--arena-base-gib", default="0", metavar="GIB", help="arena base (GiB)")
+    parser.add_argument(
+        "--arena-base-gib",
+        default=ARENA_BASE_GIB,
+        metavar="GIB",
+        help=f"arena base (GiB; default {ARENA_BASE_GIB}, measured on halogen)",
+    )
     parser.add_argument(
         "--arena-per-16k-gib",
-        default="0",
+        default=ARENA_PER_16K_GIB,
         metavar="GIB",
-        help="arena growth per 16384 tokens of --max-tok (GiB)",
+        help="arena growth per 16384 tokens of --max-tok (GiB; default "
+        f"{ARENA_PER_16K_GIB}, measured on halogen); also the slope that moves a printed"
+        " need to another --max-tok",
     )
     parser.add_argument("--vision-gib", default="0", metavar="GIB", help="vision tower (GiB)")
-    parser.add_argument("--margin-gib", default="0", metavar="GIB", help="required margin (GiB)")
+    parser.add_argument(
+        "--vision",
+        action="store_true",
+        help=f"the vision tower is on: --vision-gib {VISION_GIB} (halogen's)",
+    )
+    parser.add_argument(
+        "--margin-gib",
+        default=str(float(DEFAULT_MARGIN_GIB)),
+        metavar="GIB",
+        help="required margin (GiB; default 1.5, what halogen prints)",
+    )
+    parser.add_argument(
+        "--noise-gib",
+        default=str(float(DEFAULT_NOISE_GIB)),
+        metavar="GIB",
+        help="|headroom| at or under this is a knife edge (GiB; default 0.25)",
+    )
     parser.add_argument(
         "--ctx", type=int, default=0, help="context length: the pool's floor (tokens)"
     )
@@ -76,7 +127,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--printed-need",
         metavar="GIB@POSITIONS",
-        help="the server's own printed need for a pool size; overrides the model",
+        help="the server's own printed need for a pool size; overrides the model. Also in the"
+        " engine's words: '524288 positions need ~35.0 GiB (plus 1.5 of margin)'",
+    )
+    parser.add_argument(
+        "--printed-at-max-tok",
+        type=int,
+        metavar="N",
+        help="the --max-tok the printed need was printed at; at another --max-tok the arena"
+        " term moves by --arena-per-16k-gib (default: --max-tok, with a warning)",
     )
     parser.add_argument(
         "--reserves",
@@ -86,17 +145,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _probe_bytes(path: str) -> Fraction:
+def _probe_bytes(path: str, *, accept_entry_bytes: bool = False) -> Fraction:
     """``bytes_per_token`` measured by ``kvreplay probe`` (its verdict.json).
 
+    A prompt cache's bytes per token (halogen's ``last_entry_bytes`` slope, e.g.
+    2,674) is what a *snapshot* costs per prompt token, not what the KV pool
+    holds per position (e.g. 28 KiB): it is refused unless
+    ``accept_entry_bytes``.
+
     Raises:
-        ConfigError: unreadable file, or a verdict without a positive measurement.
+        ConfigError: unreadable file, a verdict without a positive measurement,
+            or a prompt-cache figure not accepted.
     """
     try:
         with open(path, "rb") as f:
-            value = json.load(f).get("bytes_per_token")
+            data = json.load(f)
+        value = data.get("bytes_per_token")
     except (OSError, ValueError, AttributeError) as exc:
         raise ConfigError(f"cannot read probe verdict: {exc}", path=path) from exc
+    kind = data.get("bytes_per_token_kind")
+    method = data.get("bytes_per_token_method") or ""
+    is_entry = kind == "prompt_cache_entry" or (
+        kind is None and isinstance(method, str) and "last_entry_bytes" in method
+    )
+    if is_entry and not accept_entry_bytes and value:
+        raise ConfigError(
+            f"this verdict's bytes_per_token ({value}) is a prompt-cache snapshot's bytes per"
+            " prompt token, not the KV pool's bytes per position; pass --probe-bytes-are-kv"
+            " if they are the same on this server, or give --kv-bytes-per-position",
+            path=path,
+            field="bytes_per_token",
+        )
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         raise ConfigError(
             "the probe measured no bytes per token (the server reports no entry or pool bytes)",
@@ -106,12 +185,24 @@ def _probe_bytes(path: str) -> Fraction:
     return to_fraction(repr(value), field="bytes_per_token")
 
 
-def inputs_from_args(args: argparse.Namespace) -> FitInputs:
-    """Build the sizing inputs from parsed flags.
+def inputs_from_args(
+    args: argparse.Namespace, log: BootLog | None = None
+) -> tuple[FitInputs, list[str]]:
+    """Build the sizing inputs from parsed flags (and a boot log's figures).
+
+    Flags win over the log; the log supplies weights, reserve, the printed need,
+    the ``max_tok`` it was printed at and the requested pool where not given.
+
+    Returns:
+        ``(inputs, warnings)``; the warnings are about how the inputs were read.
 
     Raises:
-        ConfigError: a value that is not a number, or no way to get KV bytes.
+        ConfigError: a value that is not a number, a missing input, or no way
+            to get KV bytes.
     """
+    notes: list[str] = []
+    if args.memtotal_kb is None and args.host_ram_gib is None:
+        raise ConfigError("give --host-ram-gib or --memtotal-kb", field="host-ram-gib")
     if args.memtotal_kb is not None:
         host = to_fraction(args.memtotal_kb, field="memtotal-kb") / KIB_PER_GIB
         from_memtotal = True
@@ -121,7 +212,7 @@ def inputs_from_args(args: argparse.Namespace) -> FitInputs:
     if args.kv_bytes_per_position is not None:
         kvb = to_fraction(args.kv_bytes_per_position, field="kv-bytes-per-position")
     elif args.probe_verdict is not None:
-        kvb = _probe_bytes(args.probe_verdict)
+        kvb = _probe_bytes(args.probe_verdict, accept_entry_bytes=args.probe_bytes_are_kv)
     elif None not in (args.layers, args.kv_heads, args.head_dim):
         kvb = kv_bytes_per_position(
             layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=args.kv_dtype
@@ -131,34 +222,94 @@ def inputs_from_args(args: argparse.Namespace) -> FitInputs:
             "give --kv-bytes-per-position, --probe-verdict, or --layers, --kv-heads and --head-dim",
             field="kv-bytes-per-position",
         )
-    return FitInputs(
+    weights = args.weights_gib
+    if weights is None and log is not None and log.weights_gib is not None:
+        weights = repr(log.weights_gib)
+    if weights is None:
+        raise ConfigError("give --weights-gib (or a --from-log with a weights line)", field="weights-gib")
+    reserve = args.reserve_gib
+    if reserve is None:
+        reserve = repr(log.reserve_gib) if log is not None and log.reserve_gib is not None else "0"
+    positions = args.positions
+    if positions is None and log is not None:
+        positions = log.requested_positions
+    if positions is None:
+        raise ConfigError("give --positions (or a --from-log with a reserving line)", field="positions")
+    printed = parse_printed_need(args.printed_need) if args.printed_need else None
+    printed_at = args.printed_at_max_tok
+    if printed is None and log is not None and log.printed_need_gib is not None:
+        printed = parse_printed_need(f"{log.printed_need_gib!r}@{log.requested_positions}")
+        if printed_at is None:
+            printed_at = log.printed_at_max_tok
+        notes.append(
+            f"printed need {log.printed_need_gib} GiB at {log.requested_positions} positions"
+            f" read from {log.path}"
+            + (f" (printed at max_tok {printed_at})" if printed_at is not None else "")
+        )
+    if printed is not None and printed_at is None:
+        printed_at = args.max_tok
+        notes.append(
+            f"printed need taken as printed at --max-tok {args.max_tok}: pass"
+            " --printed-at-max-tok N if the engine printed it at another max_tok"
+            " (a wrong max_tok moves the arena by 8.40 GiB per 16384 tokens)"
+        )
+    vision = VISION_GIB if args.vision else args.vision_gib
+    inp = FitInputs(
         host_ram_gib=host,
         host_ram_from_memtotal=from_memtotal,
-        weights_gib=to_fraction(args.weights_gib, field="weights-gib"),
-        reserve_gib=to_fraction(args.reserve_gib, field="reserve-gib"),
-        positions=args.positions,
+        weights_gib=to_fraction(weights, field="weights-gib"),
+        reserve_gib=to_fraction(reserve, field="reserve-gib"),
+        positions=positions,
         kv_bytes_per_position=kvb,
         max_tok=args.max_tok,
         arena_base_gib=to_fraction(args.arena_base_gib, field="arena-base-gib"),
         arena_per_16k_gib=to_fraction(args.arena_per_16k_gib, field="arena-per-16k-gib"),
-        vision_gib=to_fraction(args.vision_gib, field="vision-gib"),
+        vision_gib=to_fraction(vision, field="vision-gib"),
         margin_gib=to_fraction(args.margin_gib, field="margin-gib"),
         ctx=args.ctx,
-        printed_need=parse_printed_need(args.printed_need) if args.printed_need else None,
+        printed_need=printed,
+        printed_at_max_tok=printed_at,
+        noise_gib=to_fraction(args.noise_gib, field="noise-gib"),
         position_step=args.position_step,
     )
+    if printed is None and inp.vision_gib == 0:
+        notes.append(
+            f"no vision tower counted: pass --vision ({VISION_GIB} GiB, halogen's) or"
+            " --vision-gib if the model has one on"
+        )
+    if inp.arena_shift_gib:
+        notes.append(
+            f"printed need moved from max_tok {printed_at} to {args.max_tok}: arena"
+            f" {float(inp.arena_shift_gib):+.3f} GiB (slope {float(inp.arena_per_16k_gib):g} GiB"
+            " per 16384 tokens)"
+        )
+    if printed is not None and printed.margin_gib is not None and printed.margin_gib != inp.margin_gib:
+        notes.append(
+            f"the engine printed a margin of {float(printed.margin_gib):g} GiB;"
+            f" --margin-gib is {float(inp.margin_gib):g}"
+        )
+    return inp, notes
 
 
-def report(inp: FitInputs, reserves: list[Fraction]) -> dict:
-    """The full JSON report: verdict fields, then the tables."""
+def report(inp: FitInputs, reserves: list[Fraction], notes: list[str] | None = None) -> dict:
+    """The full JSON report: verdict fields, then the tables.
+
+    ``verdict`` is ``fits | clamped | floor | no_boot``; ``knife_edge`` (bool)
+    is separate (``|headroom_gib| <= noise_gib``).
+    """
     res = fit_pool(inp)
     return {
         "budget_gib": float(res.budget_gib),
         "need_gib": float(res.need_gib),
         "margin_gib": float(res.margin_gib),
         "verdict": res.verdict,
+        "knife_edge": res.knife_edge,
+        "noise_gib": float(res.noise_gib),
         "positions": res.positions,
         "requested_positions": res.requested_positions,
+        "printed_at_max_tok": inp.printed_at_max_tok if inp.printed_need is not None else None,
+        "max_tok": inp.max_tok,
+        "arena_shift_gib": float(res.arena_shift_gib),
         "host_ram_gib": float(inp.host_ram_gib),
         "kv_bytes_per_position": float(inp.kv_bytes_per_position),
         "kv_gib": float(res.kv_gib),
@@ -166,19 +317,58 @@ def report(inp: FitInputs, reserves: list[Fraction]) -> dict:
         "headroom_gib": float(res.headroom_gib),
         "need_source": res.need_source,
         "max_reserve_gib": float(res.max_reserve_gib),
-        "warnings": list(res.warnings),
+        "warnings": [*(notes or []), *res.warnings],
         "pools": pool_table(inp),
         "reserves": reserve_table(inp, reserves),
         "arenas": arena_table(inp),
     }
 
 
-def _text(rep: dict) -> str:
-    verdict = {
+def verdict_words(rep: dict) -> str:
+    """The verdict as shown: ``fits (knife edge: headroom +0.016 GiB, noise 0.25)``."""
+    words = {
         "fits": "fits",
         "clamped": f"clamped to {rep['positions']} positions",
+        "floor": f"floor: the pool stays at the context, {rep['positions']} positions"
+        " (nothing left to lower; the margin is eaten)",
         "no_boot": "will not boot",
     }[rep["verdict"]]
+    if rep.get("knife_edge"):
+        words += (
+            f" (knife edge: headroom {rep['headroom_gib']:+.3f} GiB is within"
+            f" {rep['noise_gib']:g} GiB of noise)"
+        )
+    return words
+
+
+def _log_text(log: dict) -> list[str]:
+    lines = [f"boot log {log['path']}: {log['outcome']}"]
+    for key, label in (
+        ("pool_positions", "pool (positions)"),
+        ("requested_positions", "asked (positions)"),
+        ("pool_gib", "pool GiB"),
+        ("weights_gib", "weights GiB"),
+        ("device_gib", "for the device GiB"),
+        ("left_gib", "host memory left GiB"),
+        ("footprint_gib", "held footprint GiB"),
+    ):
+        if log[key] is not None:
+            lines.append(f"  {label:<22} {log[key]}")
+    if log["carveout_gib"] is not None:
+        lines.append(f"  firmware carve-out     {log['carveout_gib']} GiB (reported; not free memory)")
+    if log["oom"]:
+        o = log["oom"]
+        lines.append(
+            f"  OOM: {o['requested_gib']} GiB refused after {o['allocated_gib']} GiB in"
+            f" {o['allocations']} allocations"
+        )
+    lines += [f"  hint (not a clamp): {h}" for h in log["hints"]]
+    lines += [f"  unrecognised line {u['line']}: {u['text']}" for u in log["unrecognised"]]
+    return lines
+
+
+def _text(rep: dict) -> str:
+    verdict = verdict_words(rep)
     lines = [
         f"budget   {rep['budget_gib']:10.3f} GiB"
         f"  (host {rep['host_ram_gib']:.3f} - weights - reserve)",
@@ -214,8 +404,27 @@ def _text(rep: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the verdict and tables; exit 0 whatever the verdict."""
-    inp = inputs_from_args(args)
+    """Print the verdict and tables; exit 0 whatever the verdict.
+
+    With ``--from-log`` only (no host RAM or KV bytes), print what the log(s)
+    say; with two logs, the footprint comparison too.
+    """
+    if len(args.from_log) > 2:
+        raise ConfigError("--from-log takes one or two files", field="from-log")
+    logs = [read_boot_log(p) for p in args.from_log]
+    log_part: dict = {}
+    if logs:
+        log_part["logs"] = [lg.to_json() for lg in logs]
+        if len(logs) == 2:
+            log_part["footprint"] = compare_footprints(logs[0], logs[1])
+    have_kv = any(
+        v is not None
+        for v in (args.kv_bytes_per_position, args.probe_verdict, args.layers)
+    )
+    if logs and (args.host_ram_gib is None and args.memtotal_kb is None or not have_kv):
+        _print_logs_only(log_part, as_json=args.json)
+        return 0
+    inp, notes = inputs_from_args(args, logs[0] if logs else None)
     if args.reserves:
         reserves = [
             to_fraction(x.strip(), field="reserves") for x in args.reserves.split(",") if x.strip()
@@ -223,6 +432,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         top = int(inp.reserve_gib) + 4
         reserves = [Fraction(r) for r in range(0, top + 1)]
-    rep = report(inp, reserves)
-    print(json.dumps(rep, indent=2) if args.json else _text(rep))
+    rep = report(inp, reserves, notes) | log_part
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        text = _text(rep)
+        if logs:
+            text += "\n\n" + _logs_text(log_part)
+        print(text)
     return 0
+
+
+def _logs_text(log_part: dict) -> str:
+    lines: list[str] = []
+    for lg in log_part["logs"]:
+        lines += _log_text(lg)
+    if "footprint" in log_part:
+        lines.append(f"footprint: {log_part['footprint']['sentence']}")
+    return "\n".join(lines)
+
+
+def _print_logs_only(log_part: dict, *, as_json: bool) -> None:
+    print(json.dumps(log_part, indent=2) if as_json else _logs_text(log_part))

@@ -73,6 +73,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="longest silence allowed between two reads (s); a cold 64k prefill can be long",
     )
+    p.add_argument(
+        "--target-prefix",
+        default=None,
+        metavar="TOKENS",
+        help="state whether Cmax covers a prefix of this size (e.g. 24k)",
+    )
     p.add_argument("--quiet", action="store_true")
     add_target_arguments(p)
 
@@ -158,6 +164,12 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         verdict["sim_time_scale"] = sim.config.time_scale
         verdict["plain"] = plain_line(verdict)  # with the model seconds of the scale
     verdict["backend"] = backend_name
+    if args.target_prefix:
+        from kvreplay.experiments.probe_sizing import target_prefix_statement
+
+        verdict["target_prefix"] = target_prefix_statement(
+            verdict, parse_sizes(args.target_prefix)[0]
+        )
     tmp = out / "verdict.json.tmp"
     tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")
     os.replace(tmp, out / "verdict.json")
@@ -173,5 +185,7 @@ def run(args: argparse.Namespace) -> int:
     out = verdict.pop("_out")
     if not args.quiet:
         print(verdict["plain"])
+        if verdict.get("target_prefix"):
+            print(verdict["target_prefix"]["sentence"])
         print(f"verdict: {out}/verdict.json")
     return 0

@@ -53,7 +53,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="with --interleave: one foreign request after every K (default 1)",
+        help="with --interleave: foreign requests after every K (default 1)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=1,
+        metavar="B",
+        help="with --interleave: B foreign requests per gap (default 1)",
+    )
+    parser.add_argument(
+        "--today",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the capacity run today: always reported, and the answer line compares it",
+    )
+    parser.add_argument(
+        "--sim-from-verdict",
+        metavar="VERDICT_JSON",
+        help="calibrate from a probe verdict: model, prefill fit, restore cost, block size,"
+        " bytes per token, entry cap; its capacity becomes --today (flags given win)",
     )
     parser.add_argument(
         "--prefill",
@@ -92,7 +112,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or offer (one pass)",
     )
     ent.add_argument(
-        "--max-entry-bytes", type=int, help="refuse snapshots larger than this (bytes)"
+        "--max-entry-bytes",
+        type=int,
+        help="per-snapshot cap (bytes): larger snapshots keep their first tokens that fit",
+    )
+    ent.add_argument(
+        "--refuse-over-bytes",
+        action="store_true",
+        help="refuse snapshots over --max-entry-bytes instead of truncating them",
     )
     rad = parser.add_argument_group("radix model")
     rad.add_argument("--block-size", type=int, help="tokens per block for workloads (default 16)")
@@ -117,6 +144,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
 
 
+def _apply_verdict(args: argparse.Namespace) -> dict | None:
+    """Fill unset flags from ``--sim-from-verdict`` (kvreplay.sim.calibrate); returns its JSON."""
+    if not getattr(args, "sim_from_verdict", None):
+        return None
+    from kvreplay.sim.calibrate import calibrate_from_verdict
+
+    cal = calibrate_from_verdict(args.sim_from_verdict)
+    ch = cal.changes
+    if args.model is None:
+        args.model = ch["cache"]
+    if args.prefill is None:
+        args.prefill = f"a={ch['prefill_base_s']!r},rate={ch['prefill_tokens_per_s']!r}"
+    if args.bytes_per_token is None and "bytes_per_token" in ch:
+        args.bytes_per_token = ch["bytes_per_token"]
+    if args.block_size is None and "block_size" in ch:
+        args.block_size = ch["block_size"]
+    if args.max_entry_bytes is None and "max_entry_bytes" in ch:
+        args.max_entry_bytes = ch["max_entry_bytes"]
+    if "snapshots" in ch:
+        args.snapshots = ch["snapshots"]
+    if args.today is None and isinstance(cal.capacity, int):
+        args.today = cal.capacity
+    args.restore_s_per_token = ch.get("restore_s_per_token")
+    return cal.to_json()
+
+
 def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     """Build the options.
 
@@ -136,6 +189,10 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         raise ConfigError("must be in (0, 1]", field="share")
     if args.every < 1:
         raise ConfigError("must be >= 1", field="every")
+    if args.burst < 1:
+        raise ConfigError("must be >= 1", field="burst")
+    if args.today is not None and args.today < 1:
+        raise ConfigError("must be >= 1", field="today")
     points = tuple(p.strip() for p in args.snapshot_at.split(",") if p.strip())
     if any(p not in ("system", "messages", "prompt") for p in points) or not points:
         raise ConfigError("points among system, messages, prompt", field="snapshot-at")
@@ -167,6 +224,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         snapshot_points=points[: args.snapshots],
         recency=args.recency,
         max_entry_bytes=args.max_entry_bytes,
+        refuse_over_bytes=args.refuse_over_bytes,
         bytes_per_token=args.bytes_per_token,
         host=host,
         phases=tuple(args.phase),
@@ -175,6 +233,9 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         max_output_tokens=args.max_output_tokens,
         interleave_path=args.interleave,
         interleave_every=args.every,
+        interleave_burst=args.burst,
+        restore_s_per_token=getattr(args, "restore_s_per_token", None),
+        today=args.today,
         prefill=parse_prefill(args.prefill) if args.prefill else None,
         share=args.share,
         metric=args.metric,
@@ -193,13 +254,19 @@ def table(rep: dict) -> str:
     lines = [head]
     if rep.get("interleave"):
         lines.append(
-            f"interleaved: {rep['interleave']['source']} after every {rep['interleave']['every']}"
+            f"interleaved: {rep['interleave']['source']}, {rep['interleave'].get('burst', 1)}"
+            f" after every {rep['interleave']['every']}"
             " (foreign requests take space, their hits are not counted)"
         )
     rec = rep.get("recommended") or {}
     cols = f"{'capacity':>10} {'hit% req':>9} {'hit% tok':>9} {'prefill s saved':>16}"
     if rep.get("unit_tokens"):
         cols += f" {'tokens':>12} {'GiB':>9}"
+    elif rep.get("entry_bytes") is not None:
+        cols += f" {'GiB':>9}"
+    has_loop = any(r.get("loop_s") is not None for r in rep["curve"])
+    if has_loop:
+        cols += f" {'loop s':>9}"
     lines.append(cols)
     rows = list(rep["curve"])
     if rec and all(r["capacity"] != rec["capacity"] for r in rows):
@@ -213,30 +280,47 @@ def table(rep: dict) -> str:
         )
         if "capacity_tokens" in r:
             line += f" {r['capacity_tokens']:>12} {r['memory_gib']:>9.3f}"
+        elif r.get("memory_gib") is not None:
+            line += f" {r['memory_gib']:>9.3f}"
+        if has_loop:
+            line += f" {r['loop_s']:>9.1f}"
         if rec and r["capacity"] == rec["capacity"]:
             line += "  *"
         lines.append(line)
     if rec:
-        mem = (
-            f", {rec['memory_gib']:.3f} GiB at {rep['bytes_per_token']} B/token"
-            if "memory_gib" in rec
-            else ""
-        )
+        if rep.get("entry_bytes") is not None and "memory_gib" in rec:
+            mem = f", {rec['memory_gib']:.3f} GiB at {rep['entry_bytes']} B per entry"
+        elif "memory_gib" in rec:
+            mem = f", {rec['memory_gib']:.3f} GiB at {rep['bytes_per_token']} B/token"
+        else:
+            mem = ""
         lines.append(
             f"* smallest capacity reaching {rec['share']:.0%} of the best"
             f" {rec['metric']} hit ratio "
-            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']} {'entries' if unit == 'entry' else unit + 's'}{mem}"
+            f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']}"
+            f" {'entries' if unit == 'entry' else unit + 's'}{mem}"
         )
     if rep.get("prefill_s_cold") is not None:
         lines.append(
             f"prefill with no cache: {rep['prefill_s_cold']:.1f} s (model {rep['prefill']})"
         )
+    if rep.get("answer"):
+        lines.append(f"answer: {rep['answer']}")
+    for note in (rep.get("calibration") or {}).get("notes", []):
+        lines.append(f"calibration: {note}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the curve (table or ``--json``)."""
+    calibration = _apply_verdict(args)
     rep = simulate(options_from_args(args))
+    if calibration is not None:
+        rep["calibration"] = calibration
+    if args.today is not None or rep.get("interleave"):
+        from kvreplay.offline.sizing import answer_line
+
+        rep["answer"] = answer_line(rep, args.today)
     if args.plot:
         from kvreplay.report.plots import curve_png
 

@@ -159,6 +159,7 @@ def sim_arm_config(base: Any, arm: Arm) -> Any:
     return replace(
         cfg,
         prefill_base_s=cfg.prefill_base_s * scale,
+        hit_prefill_base_s=cfg.hit_prefill_base_s * scale,
         prefill_tokens_per_s=cfg.prefill_tokens_per_s / scale,
         build=f"{cfg.build}+{arm.name}",
     )

@@ -29,8 +29,9 @@ reuse another's prefix. Every point is kept.
 **Bytes per token.** Where the server reports the bytes of the last stored entry
 (halogen's ``last_entry_bytes``) or of the pool, bytes per token is the slope of
 entry bytes against prompt tokens over single-request legs that stored something
-(the intercept absorbs the template tokens the snapshot leaves out); with one
-such leg, entry bytes / prompt tokens. A prefix of T tokens then needs
+and lie below the entry cap (the intercept absorbs the template tokens the
+snapshot leaves out); with one such leg, entry bytes / prompt tokens. Legs on
+the cap are left out and Cmax is marked cap-bound (``probe_sizing``). A prefix of T tokens then needs
 ``T * bytes_per_token`` bytes; a request stores ``s`` entries (median of the
 cold legs' store counts), so a prefix survives ``k`` foreign requests only with
 at least ``s * (k + 1)`` entries, and ``min_flush_k`` implies
@@ -52,6 +53,7 @@ import aiohttp
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
+from kvreplay.experiments.probe_sizing import cap_bound, entry_bytes_fit, refused_stores
 from kvreplay.experiments.prompts import TokenCounter
 from kvreplay.experiments.stats import LineFit, fit_line, median
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
@@ -270,28 +272,6 @@ def _fits(cold: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return fits
 
 
-def _bytes_per_token(legs: list[dict[str, Any]]) -> tuple[float | None, str | None]:
-    pts = []
-    for rec in legs:
-        d = rec.get("counter_delta") or {}
-        if (
-            rec.get("status") == "ok"
-            and rec.get("last_entry_bytes")
-            and d.get("stores", 0) >= 1
-            and rec.get("prompt_tokens")
-        ):
-            pts.append((rec["prompt_tokens"], rec["last_entry_bytes"]))
-    xs = sorted({p[0] for p in pts})
-    if len(xs) >= 2:
-        fit = fit_line([p[0] for p in pts], [p[1] for p in pts])
-        return round(
-            fit.slope, 1
-        ), f"slope of last_entry_bytes over {len(pts)} legs (R^2 {fit.r2:.6f})"
-    if pts:
-        return round(pts[0][1] / pts[0][0], 1), "last_entry_bytes / prompt_tokens of one leg"
-    return None, None
-
-
 async def run_probe(
     session: aiohttp.ClientSession,
     url: str,
@@ -468,7 +448,8 @@ async def run_probe(
 
     all_cached = [r["cached_tokens"] for r in legs if r.get("cached_tokens") is not None]
     cmax = max(all_cached) if all_cached else None
-    bpt, bpt_how = _bytes_per_token(legs)
+    ebf = entry_bytes_fit(legs)
+    bpt, bpt_how = ebf["bytes_per_token"], ebf["method"]
     stores = [
         r["counter_delta"]["stores"]
         for r in cold
@@ -525,6 +506,11 @@ async def run_probe(
         "warm": warm_rows,
         "bytes_per_token": bpt,
         "bytes_per_token_method": bpt_how,
+        "bytes_per_token_kind": "prompt_cache_entry" if bpt else None,
+        "entry_cap_bytes": ebf["cap_bytes"],
+        "max_entry_bytes_seen": ebf["max_entry_bytes"],
+        "cmax_cap_bound": cap_bound(cmax, bpt, ebf["cap_bytes"]),
+        "refused_stores": refused_stores(legs),
         "entries_per_request": per_request,
         "implied_entries": implied,
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
@@ -692,7 +678,8 @@ def render_report(v: dict[str, Any]) -> str:
         "",
         "## Cache",
         "",
-        f"- Cmax (largest cached_tokens seen): {v['cmax_tokens']}",
+        f"- Cmax (largest cached_tokens seen): {v['cmax_tokens']}"
+        + (" (cap-bound: the entry cap limited it)" if v.get("cmax_cap_bound") else ""),
         f"- minimum flushing k: {v['min_flush_k'] if v['min_flush_k'] is not None else 'not found'} "
         f"(bracket {v['flush_bracket']}, floor {v['flush_floor_tokens']} cached tokens)",
     ]
@@ -719,8 +706,18 @@ def render_report(v: dict[str, Any]) -> str:
                 f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
                 f"per entry"
             )
+        if v.get("max_entry_bytes_seen"):
+            lines.append(
+                f"- bytes per entry: largest seen {v['max_entry_bytes_seen']}"
+                + (f", entry cap {v['entry_cap_bytes']}" if v.get("entry_cap_bytes") else "")
+            )
     else:
         lines.append("- bytes per token: not reported by this server")
+    lines.append(
+        f"- refused stores: {v.get('refused_stores') if v.get('refused_stores') is not None else 'not reported'}"
+    )
+    if v.get("target_prefix"):
+        lines.append(f"- target prefix: {v['target_prefix']['sentence']}")
     lines += [
         "",
         "## Eviction points",

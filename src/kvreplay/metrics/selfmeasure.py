@@ -14,13 +14,44 @@ Per phase, while its requests run:
   after their intended time (wrk2's coordinated-omission view: the schedule,
   not the previous response, says when a request should go).
 
-Documented thresholds: a phase is labelled ``client_bound: true`` in
-``summary.json`` when its loop-lag p99 is at least ``LOOP_LAG_P99_MS`` (over at
-least ``MIN_LAG_SAMPLES`` probe samples: the p99 of fewer samples is their
-maximum, and one host stall would decide it) or its CPU utilisation is at
-least ``CPU_UTILISATION``. Late sends are reported but do
-not by themselves label the phase: an open loop also sends late when its
-concurrency cap is full because the *server* is slow (``schedule`` says so).
+- **Starvation**: wall time the loop's thread was runnable but not running
+  (waiting for a CPU), from ``/proc/thread-self/schedstat`` field 2 (Linux
+  ``Documentation/scheduler/sched-stats.rst``: time spent on the cpu, time spent
+  waiting on a runqueue, timeslices; ns). Where the file is absent (not Linux,
+  or a kernel without ``CONFIG_SCHED_INFO``) starvation is ``None`` and only CPU
+  counts.
+
+The probe has no coordinated omission: a tick that runs ``L`` late also
+records the ticks the stall swallowed (``L - I``, ``L - 2I``, ... while at
+least ``I``, the probe interval), as HdrHistogram's
+``recordValueWithExpectedInterval`` does, so a stall of ``S`` seconds counts as
+``S / I`` late samples and the lag percentiles are shares of the phase's *time*,
+not of the ticks that happened to run. For every tick at least
+``LOOP_LAG_P99_MS`` late, the monitor also adds up what the loop's thread did
+over that tick's window (from the previous tick to this one): running
+(``stall_cpu_share``) or runnable and waiting for a CPU (``stall_wait_share``).
+
+Documented verdict (``client.verdict``; ``classify``):
+
+- ``client_bound`` (``client_bound: true`` in ``summary.json``): the loop-lag
+  p99 is at least ``LOOP_LAG_P99_MS`` **and** the client's CPU or starvation is
+  above its threshold: CPU utilisation at least ``CPU_UTILISATION`` over the
+  phase or the loop thread running for at least ``STALL_SHARE`` of the late
+  windows; or starvation at least ``STARVATION_SHARE`` of the phase's wall time
+  or at least ``STALL_SHARE`` of the late windows. The client may then have
+  added up to the lag to the latencies it stamped.
+- ``host_stalls``: the lag is over its threshold but neither CPU nor
+  starvation is: the thread was off-CPU and not waiting for one while its timer
+  was due (the host or hypervisor did not run it, the process was stopped, or a
+  blocking call held the loop). Reported with its figures; not labelled
+  client-bound.
+- ``quiet``: the loop-lag p99 is under its threshold.
+
+There is no minimum sample count (a C256 phase of 2,000 requests may last well
+under a second): with the backfill, one 3 s stall is 600 samples at 5 ms.
+Late sends are reported but do not by themselves label the phase: an open loop
+also sends late when its concurrency cap is full because the *server* is slow
+(``schedule`` says so).
 
 Sources: wrk2 (Gil Tene) on coordinated omission; the event-loop-lag probe of
 Node's ``perf_hooks.monitorEventLoopDelay`` (a periodic timer's lateness in an
@@ -30,6 +61,7 @@ HdrHistogram).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -42,7 +74,12 @@ __all__ = [
     "LATE_SEND_MS",
     "LOOP_LAG_P99_MS",
     "MIN_LAG_SAMPLES",
+    "STALL_SHARE",
+    "STARVATION_SHARE",
     "ClientMonitor",
+    "SchedStat",
+    "classify",
+    "describe",
     "merge_client",
     "thresholds",
 ]
@@ -50,13 +87,20 @@ __all__ = [
 LAG_INTERVAL_S = 0.005
 """Period of the loop-lag probe timer (s)."""
 LOOP_LAG_P99_MS = 10.0
-"""Loop-lag p99 at or above which a phase is client-bound (ms): reads waited that long."""
+"""Loop-lag p99 at or above which a phase's loop counts as late (ms): reads waited that long."""
 CPU_UTILISATION = 0.90
-"""CPU utilisation (process CPU s / wall s; one core = 1.0) from which a phase is client-bound."""
-MIN_LAG_SAMPLES = 100
-"""Probe samples (0.5 s of phase at 5 ms) below which the loop-lag p99 does not label a phase."""
+"""CPU utilisation (process CPU s / wall s; one core = 1.0) from which the client counts as busy."""
+STARVATION_SHARE = 0.10
+"""Runnable-but-not-running wall time of the loop thread / phase wall time from which it counts as starved."""
+STALL_SHARE = 0.50
+"""Share of the late ticks' windows the loop thread spent running (or waiting for a CPU) from which
+the lag counts as the client's CPU (or its starvation)."""
+MIN_LAG_SAMPLES = 0
+"""No minimum any more (the probe backfills swallowed ticks); kept in ``client_thresholds`` for readers."""
 LATE_SEND_MS = 1.0
 """An open-loop send this much later than intended (ms) counts as late."""
+VERDICTS = ("quiet", "host_stalls", "client_bound")
+"""``client.verdict`` values, mildest first (``merge_client`` keeps the worst)."""
 
 
 def thresholds() -> dict[str, float]:
@@ -65,9 +109,81 @@ def thresholds() -> dict[str, float]:
         "loop_lag_p99_ms": LOOP_LAG_P99_MS,
         "min_lag_samples": MIN_LAG_SAMPLES,
         "cpu_utilisation": CPU_UTILISATION,
+        "starvation_share": STARVATION_SHARE,
+        "stall_share": STALL_SHARE,
         "late_send_ms": LATE_SEND_MS,
         "lag_interval_ms": LAG_INTERVAL_S * 1e3,
     }
+
+
+def classify(
+    lag_p99_ms: float | None,
+    cpu_utilisation: float | None,
+    starvation_share: float | None = None,
+    stall_cpu_share: float | None = None,
+    stall_wait_share: float | None = None,
+) -> str:
+    """The phase verdict from its self-measurement (rule in the module docstring).
+
+    Args:
+        lag_p99_ms: Backfilled loop-lag p99 (ms); None without samples.
+        cpu_utilisation: Process CPU s / phase wall s (1.0 = one core).
+        starvation_share: Loop thread's runnable-waiting s / phase wall s; None when unmeasured.
+        stall_cpu_share: Loop thread's CPU s / wall s over the windows of ticks at least
+            ``LOOP_LAG_P99_MS`` late; None without such ticks.
+        stall_wait_share: Its runnable-waiting s / wall s over the same windows; None when unmeasured.
+
+    Returns:
+        ``"client_bound"``, ``"host_stalls"`` or ``"quiet"``.
+    """
+    if lag_p99_ms is None or lag_p99_ms < LOOP_LAG_P99_MS:
+        return "quiet"
+    busy = (cpu_utilisation or 0.0) >= CPU_UTILISATION or (stall_cpu_share or 0.0) >= STALL_SHARE
+    starved = (starvation_share or 0.0) >= STARVATION_SHARE or (stall_wait_share or 0.0) >= STALL_SHARE
+    return "client_bound" if busy or starved else "host_stalls"
+
+
+class SchedStat:
+    """The calling thread's scheduler times from ``/proc/thread-self/schedstat`` (Linux).
+
+    The file is opened once (in the thread to be measured) and re-read with
+    ``pread`` at offset 0 (about 3 µs). ``available`` is False where it does
+    not exist; ``read`` then returns None.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        for path in ("/proc/thread-self/schedstat", "/proc/self/schedstat"):
+            try:
+                self._fd = os.open(path, os.O_RDONLY)
+                break
+            except OSError:
+                continue
+        if self._fd is not None and self.read() is None:
+            self.close()
+
+    @property
+    def available(self) -> bool:
+        """Whether the thread's scheduler times can be read."""
+        return self._fd is not None
+
+    def read(self) -> tuple[int, int] | None:
+        """``(running ns, runnable-waiting ns)`` since the thread started; None when unavailable."""
+        if self._fd is None:
+            return None
+        try:
+            f = os.pread(self._fd, 96, 0).split()
+            return int(f[0]), int(f[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        """Release the file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class ClientMonitor:
@@ -77,39 +193,101 @@ class ClientMonitor:
         interval_s: Loop-lag probe period (s).
 
     Attributes:
-        lag: Loop lag (HdrHistogram, µs).
+        lag: Loop lag (HdrHistogram, µs), with the ticks a stall swallowed backfilled.
         late_sends / sends: Open-loop sends later than ``LATE_SEND_MS`` / all timed sends.
+        cpu_s / wall_s: Process CPU (s, all threads) and wall time (s) of the phase.
+        starved_s: Loop thread's runnable-but-not-running time (s); None without schedstat.
+        loop_late_s: Sum of the lateness of ticks at least ``LOOP_LAG_P99_MS`` late (s).
+        stall_window_s / stall_cpu_s / stall_wait_s: Over those ticks' windows (previous
+            tick to this one): wall, loop-thread CPU and runnable-waiting time (s).
     """
 
     def __init__(self, interval_s: float = LAG_INTERVAL_S) -> None:
         self.interval_s = interval_s
+        self._interval_ns = int(interval_s * 1e9)
+        self._stall_ns = int(LOOP_LAG_P99_MS * 1e6)
         self.lag = LatencySet()
         self.sends = 0
         self.late_sends = 0
         self._late_ns = int(LATE_SEND_MS * 1e6)
         self._handle: asyncio.TimerHandle | None = None
+        self._sched: SchedStat | None = None
         self._due_ns = 0
+        self._run0 = 0
+        self._wait0: int | None = None
+        self._phase_wait0: int | None = None
         self._cpu0 = 0.0
         self._t0 = 0
         self.cpu_s = 0.0
         self.wall_s = 0.0
+        self.starved_s: float | None = None
+        self.loop_late_s = 0.0
+        self.stall_window_s = 0.0
+        self.stall_cpu_s = 0.0
+        self.stall_wait_s: float | None = None
         self.open_loop = False
 
+    def _thread_times(self) -> tuple[int, int | None]:
+        """(loop thread CPU ns, runnable-waiting ns or None)."""
+        rw = self._sched.read() if self._sched is not None else None
+        if rw is None:
+            return time.thread_time_ns(), None
+        return rw
+
     def start(self, *, open_loop: bool = False) -> None:
-        """Begin measuring (from inside the running loop)."""
+        """Begin measuring (from inside the running loop, in its thread)."""
         self.open_loop = open_loop
+        self._sched = SchedStat()
         self._cpu0 = time.process_time()
         self._t0 = now_ns()
-        self._arm(asyncio.get_running_loop())
+        run, wait = self._thread_times()
+        self._phase_wait0 = wait
+        self.mark(self._t0, run, wait)
+        self._handle = asyncio.get_running_loop().call_later(
+            self.interval_s, self._tick, asyncio.get_running_loop()
+        )
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._due_ns = now_ns() + int(self.interval_s * 1e9)
-        self._handle = loop.call_later(self.interval_s, self._tick, loop)
+    def mark(self, t_ns: int, run_ns: int, wait_ns: int | None) -> None:
+        """Arm the probe at ``t_ns``: the next tick is due one interval later.
+
+        Args:
+            t_ns: ``now_ns()`` reading.
+            run_ns: Loop thread CPU so far (ns).
+            wait_ns: Loop thread runnable-waiting so far (ns); None when unmeasured.
+        """
+        self._due_ns = t_ns + self._interval_ns
+        self._run0 = run_ns
+        self._wait0 = wait_ns
+
+    def observe(self, t_ns: int, run_ns: int, wait_ns: int | None) -> None:
+        """One probe tick running at ``t_ns`` (same units as ``mark``), then re-mark.
+
+        Records the lateness ``L`` and, when ``L`` is at least one interval, the
+        ticks it swallowed (``L - I``, ``L - 2I``, ... while at least ``I``):
+        ``floor(L / I)`` samples in all. A tick at least ``LOOP_LAG_P99_MS``
+        late adds its lateness to ``loop_late_s`` and its window's wall, CPU and
+        waiting time to the ``stall_*`` sums.
+        """
+        late = t_ns - self._due_ns
+        if late < 0:
+            late = 0
+        self.lag.record_ns(late)
+        iv = self._interval_ns
+        if late >= 2 * iv:
+            self.lag.record_many_ns(range(late - iv, iv - 1, -iv))
+        if late >= self._stall_ns:
+            self.loop_late_s += late / 1e9
+            self.stall_window_s += (t_ns - self._due_ns + iv) / 1e9
+            self.stall_cpu_s += (run_ns - self._run0) / 1e9
+            if wait_ns is not None and self._wait0 is not None:
+                self.stall_wait_s = (self.stall_wait_s or 0.0) + (wait_ns - self._wait0) / 1e9
+        self.mark(t_ns, run_ns, wait_ns)
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        late = now_ns() - self._due_ns
-        self.lag.record_ns(late if late > 0 else 0)
-        self._arm(loop)
+        t = now_ns()
+        run, wait = self._thread_times()
+        self.observe(t, run, wait)
+        self._handle = loop.call_later(self.interval_s, self._tick, loop)
 
     def note_send(self, intended_ns: int, sent_ns: int) -> None:
         """Count one open-loop send (``now_ns()`` readings)."""
@@ -124,27 +302,40 @@ class ClientMonitor:
             self._handle = None
         self.cpu_s = time.process_time() - self._cpu0
         self.wall_s = (now_ns() - self._t0) / 1e9
+        if self._sched is not None:
+            _, wait = self._thread_times()
+            if wait is not None and self._phase_wait0 is not None:
+                self.starved_s = (wait - self._phase_wait0) / 1e9
+            self._sched.close()
+            self._sched = None
 
     def to_json(self) -> dict[str, Any]:
         """Flat figures for ``summary.json``'s ``phases[].client`` (``bound`` = client-bound)."""
         lag = self.lag.summary_ms()
         util = self.cpu_s / self.wall_s if self.wall_s > 0 else None
-        bound = bool(
-            (
-                lag["p99"] is not None
-                and lag["n"] >= MIN_LAG_SAMPLES
-                and lag["p99"] >= LOOP_LAG_P99_MS
-            )
-            or (util is not None and util >= CPU_UTILISATION)
-        )
+        starv = self.starved_s / self.wall_s if self.starved_s is not None and self.wall_s > 0 else None
+        win = self.stall_window_s
+        s_cpu = self.stall_cpu_s / win if win > 0 else None
+        s_wait = self.stall_wait_s / win if win > 0 and self.stall_wait_s is not None else None
+        verdict = classify(lag["p99"], util, starv, s_cpu, s_wait)
+
+        def r(v: float | None) -> float | None:
+            return round(v, 4) if v is not None else None
+
         return {
-            "bound": bound,
+            "bound": verdict == "client_bound",
+            "verdict": verdict,
             "cpu_s": round(self.cpu_s, 4),
-            "cpu_utilisation": round(util, 4) if util is not None else None,
+            "cpu_utilisation": r(util),
+            "starved_s": r(self.starved_s),
+            "starvation_share": r(starv),
             "loop_lag_p50_ms": lag["p50"],
             "loop_lag_p99_ms": lag["p99"],
             "loop_lag_max_ms": lag["max"],
             "loop_lag_samples": lag["n"],
+            "loop_late_s": round(self.loop_late_s, 4),
+            "stall_cpu_share": r(s_cpu),
+            "stall_wait_share": r(s_wait),
             "timed_sends": self.sends if self.open_loop else None,
             "late_sends": self.late_sends if self.open_loop else None,
             "late_send_share": round(self.late_sends / self.sends, 4)
@@ -156,15 +347,19 @@ class ClientMonitor:
 def merge_client(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Combine the ``client`` figures of one phase measured in several worker processes.
 
-    CPU seconds and sends add up; utilisation and loop lag are the worst
-    worker's (a phase is client-bound when any of its processes is).
+    CPU seconds, starvation seconds and sends add up; utilisation, starvation
+    share, loop lag, late time and stall shares are the worst worker's, and so
+    is the verdict (a phase is client-bound when any of its processes is).
     """
     if not parts:
         return {}
     out = dict(max(parts, key=lambda p: p.get("loop_lag_p99_ms") or 0.0))
     out["cpu_s"] = round(sum(p.get("cpu_s") or 0.0 for p in parts), 4)
-    utils = [p["cpu_utilisation"] for p in parts if p.get("cpu_utilisation") is not None]
-    out["cpu_utilisation"] = max(utils) if utils else None
+    for k in ("cpu_utilisation", "starvation_share", "loop_late_s", "stall_cpu_share", "stall_wait_share"):
+        vals = [p[k] for p in parts if p.get(k) is not None]
+        out[k] = max(vals) if vals else None
+    starved = [p["starved_s"] for p in parts if p.get("starved_s") is not None]
+    out["starved_s"] = round(sum(starved), 4) if starved else None
     out["loop_lag_samples"] = sum(p.get("loop_lag_samples") or 0 for p in parts)
     lates = [p["late_sends"] for p in parts if p.get("late_sends") is not None]
     timed = sum(p.get("timed_sends") or 0 for p in parts)
@@ -172,5 +367,59 @@ def merge_client(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out["timed_sends"] = timed if lates else None
     out["late_send_share"] = round(sum(lates) / timed, 4) if lates and timed else None
     out["bound"] = any(p.get("bound") for p in parts)
+    verdicts = [p["verdict"] for p in parts if p.get("verdict") in VERDICTS]
+    out["verdict"] = (max(verdicts, key=VERDICTS.index) if verdicts
+                      else ("client_bound" if out["bound"] else None))
     out["workers"] = len(parts)
     return out
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:.0%}" if v is not None else "n/a"
+
+
+def describe(client: dict[str, Any], wall_s: float | None) -> str:
+    """Words for a phase's verdict: what was measured, and the latency the client may have added.
+
+    Args:
+        client: ``summary.json`` ``phases[].client`` (from ``ClientMonitor.to_json``).
+        wall_s: The phase's wall time (s), or None.
+
+    Returns:
+        One sentence without the phase name, e.g. ``"the client may have added up to
+        3000.3 ms ..."`` for ``client_bound``, ``"host scheduling stalls: ..."`` for
+        ``host_stalls``; ``""`` for ``quiet`` or a summary without a verdict.
+    """
+    verdict = client.get("verdict")
+    if verdict not in ("client_bound", "host_stalls"):
+        return ""
+    mx, p99 = client.get("loop_lag_max_ms"), client.get("loop_lag_p99_ms")
+    starved = client.get("starved_s")
+    util = client.get("cpu_utilisation")
+    measured = (
+        f"its event loop ran late by up to {mx} ms (loop-lag p99 {p99} ms over "
+        f"{client.get('loop_lag_samples')} probe samples, ticks a stall swallowed counted), "
+        f"at least {LOOP_LAG_P99_MS:g} ms late for {client.get('loop_late_s')} s in all"
+        + (f" of the {wall_s:.3f} s phase" if wall_s else "")
+        + f"; the client used {util if util is not None else 'n/a'} of a core "
+        f"(its loop thread ran {_pct(client.get('stall_cpu_share'))} of the late time) and "
+        + (
+            f"its loop thread waited {starved} s runnable for a CPU "
+            f"({_pct(client.get('starvation_share'))} of the phase, "
+            f"{_pct(client.get('stall_wait_share'))} of the late time)"
+            if starved is not None
+            else "its wait for a CPU was not measured (no /proc/thread-self/schedstat)"
+        )
+    )
+    if verdict == "client_bound":
+        return (
+            f"the client may have added up to {mx} ms to the latencies it stamped "
+            f"(p99 {p99} ms): {measured}"
+        )
+    return (
+        f"host scheduling stalls: {measured}. Neither its CPU (threshold {CPU_UTILISATION:g} of a core, "
+        f"{STALL_SHARE:.0%} of the late time) nor its wait for a CPU (threshold {STARVATION_SHARE:.0%} "
+        f"of the phase, {STALL_SHARE:.0%} of the late time) explains the lag: the loop thread was off-CPU "
+        "and not waiting for one (the host or hypervisor did not run it, the process was stopped, or a "
+        f"blocking call held the loop); requests in flight then may carry up to {mx} ms that is not the server's"
+    )

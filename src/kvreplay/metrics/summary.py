@@ -7,23 +7,28 @@ summary.json::
      "identity": {"before", "after"}, "wall_s",
      "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent", "peak_in_flight",
                  "failed": {class: n}, "wall_s", "throughput_rps", "output_tokens_per_s",
+                 "service_throughput_rps" (ok * C / sum of E2E s: without the client's pauses between
+                                           requests, e.g. C1 counter reads; None in an open loop),
                  "ttft_ms" | "itl_ms" | "tpot_ms" | "e2e_ms" | "queue_ms": {n, mean, p50, p90, p99, max},
                  "tokens": {"prompt", "cached", "completion", "cached_unknown"},
                  "attribution": "per_request" | "phase_only" | "none",
                  "counter_delta": {...} | null, "drain": {...} | null,
                  "cross_check": {"usage_cached_tokens", "counter_hit_tokens", "agree",
-                                 "requests_disagreeing", "disagreements": [...], "note"} | null,
+                                 "requests_disagreeing", "disagreements": [...], "note",
+                                 "gap_tokens", "requests_without_usage": {...},
+                                 "unexplained_gap_tokens", "explained"} | null,
                  "schedule": {"open_loop", "offered_rps", "achieved_rps", "dispatch_delay_ms",
                               "kept_schedule", "note"},
                  "deferred": bool (aborted before it sent anything),
                  "label": str | null, "comparable": bool (false: a control, never compared
                           as a main arm), "check_failed": null | reason (its drain/fresh check
                           failed; with on_check_fail "skip" nothing was sent),
-                 "client": {"bound", "cpu_s", "cpu_utilisation", "loop_lag_p50_ms", "loop_lag_p99_ms",
-                            "loop_lag_max_ms", "loop_lag_samples", "timed_sends", "late_sends",
-                            "late_send_share", "loop_lag_log"} (metrics.selfmeasure),
-                 "client_bound": bool (loop-lag p99 or CPU over the thresholds in
-                                       summary["client_thresholds"]),
+                 "client": {"bound", "verdict", "cpu_s", "cpu_utilisation", "starved_s", "starvation_share",
+                            "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms", "loop_lag_samples",
+                            "loop_late_s", "stall_cpu_share", "stall_wait_share", "timed_sends",
+                            "late_sends", "late_send_share", "loop_lag_log"} (metrics.selfmeasure),
+                 "client_bound": bool (verdict client_bound: loop-lag p99 and CPU or starvation over
+                                       the thresholds in summary["client_thresholds"]),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
                  "out_of_range": n}]}
 
@@ -42,18 +47,38 @@ from typing import Any
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 
-__all__ = ["SCHEMA_VERSION", "PhaseStats"]
+__all__ = ["SCHEMA_VERSION", "USAGE_HOST_KEYS", "PhaseStats", "counter_cached"]
 
 SCHEMA_VERSION = 1
 MAX_LISTED = 20
 """Disagreeing requests listed per phase in ``cross_check`` (the count is exact)."""
 
 
-def _counter_cached(d: dict[str, Any]) -> float:
-    """Cached tokens as the counters tell it: device ``hit_tokens`` plus the tokens a
-    host tier or KV connector supplied beyond them (``host_fetched_tokens``), as a
-    server's usage ``cached_tokens`` counts both (vLLM: local + external hits)."""
-    return d["hit_tokens"] + d.get("host_fetched_tokens", 0)
+USAGE_HOST_KEYS = ("host_fetched_tokens", "host_hit_tokens")
+"""Host-tier token counters a usage ``cached_tokens`` also counts (the first present is
+added: in vLLM both name the same external-hits series, never added twice)."""
+
+
+def counter_cached(d: dict[str, Any]) -> float:
+    """Cached tokens as the counters tell it, every tier the usage field counts.
+
+    Device ``hit_tokens`` plus the tokens a host tier or KV connector supplied
+    beyond them (``host_fetched_tokens``, else ``host_hit_tokens``), as a server's
+    usage ``cached_tokens`` counts both (vLLM: ``num_cached_tokens`` = local +
+    external computed tokens, ``vllm/v1/core/sched/scheduler.py``).
+
+    Args:
+        d: A counter delta holding ``hit_tokens`` (tokens).
+
+    Returns:
+        Tokens.
+
+    Raises:
+        KeyError: ``hit_tokens`` is absent.
+    """
+    host = next((d[k] for k in USAGE_HOST_KEYS if k in d), 0)
+    return d["hit_tokens"] + host
+
 
 
 def _has_decode_interval(rec: dict[str, Any], token_ns: Sequence[int] | None) -> bool:
@@ -111,6 +136,11 @@ class PhaseStats:
     label: str | None = None
     comparable: bool = True
     check_failed: str | None = None
+    no_usage_n: int = 0
+    no_usage_by_status: dict[str, int] = field(default_factory=dict)
+    no_usage_tokens: float = 0.0
+    no_usage_counted: int = 0
+    no_usage_positions: list[int] = field(default_factory=list)
 
     def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -146,12 +176,27 @@ class PhaseStats:
             s["itl"].record_many_ns(itl_gaps_ns(token_ns))
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
-        """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta."""
+        """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta.
+
+        A sent request that failed (timeout, cut, error) has no usage, though the
+        server may have counted its hits: it is counted in ``requests_without_usage``
+        and, with a per-request delta, its counted tokens too.
+        """
         d = rec.get("counter_delta")
         u = (rec.get("usage") or {}).get("cached_tokens")
+        if rec.get("status") != "ok":
+            self.no_usage_n += 1
+            st = str(rec.get("status"))
+            self.no_usage_by_status[st] = self.no_usage_by_status.get(st, 0) + 1
+            if len(self.no_usage_positions) < MAX_LISTED:
+                self.no_usage_positions.append(rec.get("position"))
+            if d and "hit_tokens" in d and not d.get("reset"):
+                self.no_usage_tokens += counter_cached(d)
+                self.no_usage_counted += 1
+            return
         if not d or "hit_tokens" not in d or u is None or d.get("reset"):
             return
-        counted = _counter_cached(d)
+        counted = counter_cached(d)
         if counted != u:
             self.n_disagreements += 1
             if len(self.disagreements) < MAX_LISTED:
@@ -169,7 +214,7 @@ class PhaseStats:
         if not d or "hit_tokens" not in d:
             return None
         usage_total = None if self.cached_unknown else self.cached_tokens
-        counted = _counter_cached(d)
+        counted = counter_cached(d)
         out: dict[str, Any] = {
             "usage_cached_tokens": usage_total,
             "counter_hit_tokens": counted,
@@ -177,12 +222,32 @@ class PhaseStats:
             "requests_disagreeing": self.n_disagreements,
             "disagreements": list(self.disagreements),
         }
+        gap = None if usage_total is None else counted - usage_total
+        known = self.no_usage_n > 0 and self.no_usage_counted == self.no_usage_n
+        out["gap_tokens"] = gap
+        out["requests_without_usage"] = {
+            "n": self.no_usage_n,
+            "by_status": dict(sorted(self.no_usage_by_status.items())),
+            "positions": list(self.no_usage_positions),
+            "counter_tokens": self.no_usage_tokens if known else (0 if not self.no_usage_n else None),
+        }
+        unexplained = None
+        if gap is not None and (known or not self.no_usage_n):
+            unexplained = gap - (self.no_usage_tokens if known else 0)
+        out["unexplained_gap_tokens"] = unexplained
+        out["explained"] = unexplained == 0 and not self.n_disagreements
         if usage_total is None:
             out["note"] = f"{self.cached_unknown} responses did not report cached_tokens"
         elif usage_total != counted:
             out["note"] = f"gap of {counted - usage_total:+g} tokens (counters - usage)"
-        if "host_fetched_tokens" in d:
-            out["counted_as"] = "hit_tokens + host_fetched_tokens"
+            if self.no_usage_n:
+                why = ", ".join(f"{k} {v}" for k, v in sorted(self.no_usage_by_status.items()))
+                out["note"] += f"; {self.no_usage_n} requests without usage ({why})"
+                if known:
+                    out["note"] += f" account for {self.no_usage_tokens:+g}"
+        host = next((k for k in USAGE_HOST_KEYS if k in d), None)
+        if host is not None:
+            out["counted_as"] = f"hit_tokens + {host}"
         return out
 
     def _schedule(self, wall_s: float | None) -> dict[str, Any]:
@@ -202,6 +267,20 @@ class PhaseStats:
             if late else "schedule kept",
         }
 
+    def service_throughput_rps(self) -> float | None:
+        """Request throughput from service time (req/s): ``ok * C / sum(E2E s)`` of ok requests.
+
+        The rate the phase's C slots would reach if each sent its next request the
+        instant its previous one ended: the client's pauses between requests (at C1,
+        the per-request counter reads) are left out, unlike ``throughput_rps``
+        (ok / phase wall time), which includes them. None in an open loop (its
+        rate is the schedule's) or without an ok E2E.
+        """
+        e2e = self.hists.sets["e2e"]
+        if self.open_loop or not self.ok or e2e.sum_us <= 0:
+            return None
+        return round(e2e.hist.get_total_count() * self.concurrency / (e2e.sum_us / 1e6), 3)
+
     def to_json(self) -> dict[str, Any]:
         """The phase's entry in summary.json."""
         wall_s = (self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns else None
@@ -218,6 +297,7 @@ class PhaseStats:
             "failed": dict(sorted(self.failed.items())),
             "wall_s": round(wall_s, 6) if wall_s else None,
             "throughput_rps": round(self.ok / wall_s, 3) if wall_s else None,
+            "service_throughput_rps": self.service_throughput_rps(),
             "output_tokens_per_s": round(self.completion_tokens / wall_s, 1) if wall_s else None,
         }
         for m in METRICS:

@@ -60,14 +60,20 @@ class SnapshotRequest:
 
 
 def entries_curve(
-    requests: Sequence[SnapshotRequest], *, max_entry_tokens: int | None = None
+    requests: Sequence[SnapshotRequest],
+    *,
+    max_entry_tokens: int | None = None,
+    truncate: bool = True,
 ) -> Curve:
     """Hits of the entries model (refresh on offer) at every capacity ``0 .. max``.
 
     Args:
         requests: The requests in order.
-        max_entry_tokens: Snapshots longer than this are refused (never stored;
-            the simulator's ``max_entry_bytes / bytes_per_token``); None = no cap.
+        max_entry_tokens: The per-snapshot cap (tokens; the simulator's
+            ``max_entry_bytes // bytes_per_token``): longer snapshots are cut to
+            their first ``max_entry_tokens`` tokens (``truncate``, halogen's
+            behaviour) or refused (never stored); None = no cap.
+        truncate: Truncate over-cap snapshots (True) or refuse them.
 
     Returns:
         The curve in entries: ``hit_requests[N]`` requests used a snapshot and
@@ -96,6 +102,11 @@ def entries_curve(
         for o in offs:
             if o < 0 or o > n:
                 raise ValueError(f"snapshot offset {o} outside 0..{n}")
+        if max_entry_tokens is not None:
+            if truncate:
+                offs = sorted({min(o, max_entry_tokens) for o in offs} - {0})
+            else:
+                offs = [o for o in offs if o <= max_entry_tokens]
         cand_lengths = [L for L in lengths_seen if L <= n]
         at = keys.keys_at(cand_lengths + offs)
         req_start.append(len(refs))
@@ -106,8 +117,6 @@ def entries_curve(
                 q_at.append(len(refs))
                 q_req.append(r)
         for o in offs:
-            if max_entry_tokens is not None and o > max_entry_tokens:
-                continue
             k = (req.epoch, at[o])
             i = ids.get(k)
             if i is None:

@@ -17,7 +17,19 @@ Where the server printed its own requirement for one pool size
 ``need(P) = printed_gib + (P - printed_positions) * kv_bytes_per_position / 2**30``,
 so the printed figure anchors the line and the KV bytes per position give its
 slope; the implied fixed part ``printed_gib - printed_positions * kv`` takes the
-place of arena + vision in the no-boot test.
+place of arena + vision in the no-boot test. A printed figure is tied to the
+``max_tok`` it was printed at (``printed_at_max_tok``); at another ``max_tok`` the
+fixed part moves by the arena slope:
+``+ arena_per_16k * (max_tok - printed_at_max_tok) / 16384`` (issue 18: a 35.0 GiB
+figure printed at max_tok 32768 is 51.8 GiB at 65536, which will not boot, not a
+clamp).
+
+Verdicts: ``fits`` (pool unchanged), ``clamped`` (lowered to the largest fitting
+pool), ``floor`` (the clamp stopped at the context length: the pool is ``ctx``,
+or unchanged when it is already at or below ``ctx``; the margin is eaten) and
+``no_boot``. ``knife_edge`` is a separate flag: ``|headroom| <= noise_gib``
+(default 0.25 GiB), i.e. a verdict that a weights figure off by the noise would
+flip.
 
 All arithmetic is exact (``fractions.Fraction`` built from the decimal strings
 given), so a pool on the boundary fits and one byte over it does not; values
@@ -28,12 +40,15 @@ are turned into floats only for output. 1 GiB = 2**30 bytes; MemTotal from
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from kvreplay.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_MARGIN_GIB",
+    "DEFAULT_NOISE_GIB",
     "DTYPE_BYTES",
     "FitInputs",
     "FitResult",
@@ -55,6 +70,12 @@ KIB_PER_GIB = 1 << 20
 
 NOISY_MARGIN_GIB = Fraction(1, 2)
 """Margins under this are inside the noise of a weights figure (GiB)."""
+
+DEFAULT_NOISE_GIB = Fraction(1, 4)
+"""``|headroom|`` at or under this is a knife edge (GiB; issue 18)."""
+
+DEFAULT_MARGIN_GIB = Fraction(3, 2)
+"""The margin halogen prints beside its need ("plus 1.5 of margin"), GiB."""
 
 DTYPE_BYTES: dict[str, Fraction] = {
     "f32": Fraction(4),
@@ -128,14 +149,28 @@ class PrintedNeed:
     Attributes:
         need_gib: What the server said it needs (GiB), KV + arena + vision.
         positions: The pool size it said it for (positions).
+        margin_gib: The margin printed beside it ("plus 1.5 of margin"), or None.
     """
 
     need_gib: Fraction
     positions: int
+    margin_gib: Fraction | None = None
+
+
+_SENTENCE = re.compile(
+    r"(?P<pos>\d+)\s+positions\s+need\s+~?\s*(?P<gib>\d+(?:\.\d+)?)\s*GiB"
+    r"(?:\s*\(\s*plus\s+(?P<margin>\d+(?:\.\d+)?)(?:\s*GiB)?\s+of\s+margin\s*\))?",
+    re.IGNORECASE,
+)
+"""halogen's own words: ``524288 positions need ~35.0 GiB (plus 1.5 of margin)``."""
 
 
 def parse_printed_need(text: str) -> PrintedNeed:
-    """Parse ``GIB@POSITIONS``, e.g. ``"41.25@131072"``.
+    """Parse a printed requirement, in kvreplay's or the engine's words.
+
+    Accepted: ``GIB@POSITIONS`` (``"35.0@524288"``, ``"~35.0 GiB@524288"``) or
+    the engine's sentence ``"524288 positions need ~35.0 GiB (plus 1.5 of
+    margin)"`` (the margin part optional; it is kept as ``margin_gib``).
 
     Args:
         text: The flag value.
@@ -146,10 +181,24 @@ def parse_printed_need(text: str) -> PrintedNeed:
     Raises:
         ConfigError: wrong shape, or a non-positive figure.
     """
+    m = _SENTENCE.search(text)
+    if m is not None:
+        need = to_fraction(m["gib"], field="printed-need")
+        positions = int(m["pos"])
+        margin = to_fraction(m["margin"], field="printed-need") if m["margin"] else None
+        if need <= 0 or positions <= 0:
+            raise ConfigError(f"both parts must be positive, got {text!r}", field="printed-need")
+        return PrintedNeed(need, positions, margin)
     gib, sep, pos = text.partition("@")
     if not sep:
-        raise ConfigError(f"expected GIB@POSITIONS, got {text!r}", field="printed-need")
-    need = to_fraction(gib.strip(), field="printed-need")
+        raise ConfigError(
+            f"expected GIB@POSITIONS or 'N positions need ~G GiB', got {text!r}",
+            field="printed-need",
+        )
+    gib = gib.strip().lstrip("~").strip()
+    if gib.lower().endswith("gib"):
+        gib = gib[:-3].strip()
+    need = to_fraction(gib, field="printed-need")
     try:
         positions = int(pos.strip())
     except ValueError as exc:
@@ -180,6 +229,9 @@ class FitInputs:
         margin_gib: Fixed safety margin required above the need.
         ctx: Context length (tokens): the pool is never clamped below it.
         printed_need: The server's own figure, overriding the model.
+        printed_at_max_tok: The ``max_tok`` the printed figure was printed at
+            (tokens); None = at ``max_tok`` (no arena adjustment).
+        noise_gib: ``|headroom|`` at or under this sets ``knife_edge`` (GiB).
         position_step: Clamped pools are rounded down to a multiple of this
             (positions); 1 means no rounding.
     """
@@ -197,6 +249,8 @@ class FitInputs:
     margin_gib: Fraction = Fraction(0)
     ctx: int = 0
     printed_need: PrintedNeed | None = None
+    printed_at_max_tok: int | None = None
+    noise_gib: Fraction = DEFAULT_NOISE_GIB
     position_step: int = 1
 
     def __post_init__(self) -> None:
@@ -206,6 +260,8 @@ class FitInputs:
             raise ConfigError("must be positive", field="kv-bytes-per-position")
         if self.position_step <= 0:
             raise ConfigError("must be positive", field="position-step")
+        if self.printed_at_max_tok is not None and self.printed_at_max_tok < 0:
+            raise ConfigError("must not be negative", field="printed-at-max-tok")
         for name in ("max_tok", "ctx"):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", field=name.replace("_", "-"))
@@ -216,6 +272,7 @@ class FitInputs:
             "arena_per_16k_gib",
             "vision_gib",
             "margin_gib",
+            "noise_gib",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError("must not be negative", field=name.replace("_", "-"))
@@ -241,11 +298,26 @@ class FitInputs:
         """The need that does not scale with the pool (GiB).
 
         arena + vision under the model; with a printed need, what that figure
-        implies once its KV part is taken out.
+        implies once its KV part is taken out, plus ``arena_shift_gib``.
         """
         if self.printed_need is not None:
-            return self.printed_need.need_gib - self.kv_gib(self.printed_need.positions)
+            return (
+                self.printed_need.need_gib
+                - self.kv_gib(self.printed_need.positions)
+                + self.arena_shift_gib
+            )
         return self.arena_gib + self.vision_gib
+
+    @property
+    def arena_shift_gib(self) -> Fraction:
+        """Arena change from the printed figure's ``max_tok`` to ``max_tok`` (GiB).
+
+        ``arena_per_16k * (max_tok - printed_at_max_tok) / 16384``; 0 without a
+        printed need or when ``printed_at_max_tok`` is None.
+        """
+        if self.printed_need is None or self.printed_at_max_tok is None:
+            return Fraction(0)
+        return self.arena_per_16k_gib * (self.max_tok - self.printed_at_max_tok) / 16384
 
     def need_gib(self, positions: int) -> Fraction:
         """Need at a pool of ``positions`` (GiB): KV + fixed part."""
@@ -257,7 +329,10 @@ class FitResult:
     """The verdict for one configuration. Sizes in GiB.
 
     Attributes:
-        verdict: ``"fits"``, ``"clamped"`` or ``"no_boot"``.
+        verdict: ``"fits"``, ``"clamped"``, ``"floor"`` (the clamp stopped at
+            the context length) or ``"no_boot"``.
+        knife_edge: ``|headroom_gib| <= noise_gib``: the verdict is within the
+            noise of the inputs.
         positions: The pool the server ends with (positions; 0 for no_boot).
         requested_positions: The pool asked for.
         budget_gib: host RAM - weights - reserve.
@@ -275,6 +350,9 @@ class FitResult:
     verdict: str
     positions: int
     requested_positions: int
+    knife_edge: bool = False
+    noise_gib: Fraction = DEFAULT_NOISE_GIB
+    arena_shift_gib: Fraction = Fraction(0)
     budget_gib: Fraction
     need_gib: Fraction
     margin_gib: Fraction
@@ -304,14 +382,18 @@ def fit_pool(inp: FitInputs) -> FitResult:
 
     Returns:
         The verdict: ``fits`` (pool unchanged), ``clamped`` (lowered to the
-        largest fitting size, floored at ``ctx``, never raised) or ``no_boot``
-        (the fixed part alone exceeds the budget; ``positions`` is 0).
+        largest fitting size, never raised), ``floor`` (the largest fitting
+        size is under ``ctx``: the pool is ``min(requested, ctx)``) or
+        ``no_boot`` (the fixed part alone exceeds the budget; ``positions`` is
+        0); ``knife_edge`` when ``|headroom| <= noise_gib``.
     """
     warnings: list[str] = []
-    if not inp.host_ram_from_memtotal and inp.host_ram_gib.denominator == 1:
+    if not inp.host_ram_from_memtotal and (inp.host_ram_gib * 10).denominator == 1:
+        kind = "a whole number" if inp.host_ram_gib.denominator == 1 else "one decimal"
         warnings.append(
-            f"host RAM {inp.host_ram_gib} GiB is a whole number: a rounded display? "
-            "pass --memtotal-kb from /proc/meminfo for the exact figure"
+            f"host RAM {float(inp.host_ram_gib):g} GiB is {kind}: a rounded display? "
+            "pass --memtotal-kb from /proc/meminfo for the exact figure "
+            "(MemTotal 127104060 kB is 121.2159 GiB, shown as 121)"
         )
     if inp.margin_gib < NOISY_MARGIN_GIB:
         warnings.append(
@@ -336,15 +418,19 @@ def fit_pool(inp: FitInputs) -> FitResult:
         largest = _largest_fitting(inp)
         positions = min(inp.positions, max(largest, inp.ctx))
         if largest < inp.ctx:
+            verdict = "floor"
             over = inp.need_gib(positions) + inp.margin_gib - budget
             warnings.append(
-                f"even the floor pool (ctx = {inp.ctx} positions) misses the budget by "
-                f"{float(over):.3f} GiB: expect the margin to be eaten or an OOM"
+                f"the pool stops at its floor (ctx = {inp.ctx} positions) and still misses "
+                f"the budget by {float(over):.3f} GiB: expect the margin to be eaten or an OOM"
             )
     return FitResult(
         verdict=verdict,
         positions=positions,
         requested_positions=inp.positions,
+        knife_edge=abs(headroom) <= inp.noise_gib,
+        noise_gib=inp.noise_gib,
+        arena_shift_gib=inp.arena_shift_gib,
         budget_gib=budget,
         need_gib=need,
         margin_gib=inp.margin_gib,

@@ -49,6 +49,7 @@ def brute_entries(
     recency: str = "use",
     max_entry_bytes: int | None = None,
     bytes_per_token: int | None = None,
+    refuse_over_bytes: bool = False,
 ) -> list[Point]:
     """Run ``EntriesCache`` once per capacity.
 
@@ -59,13 +60,19 @@ def brute_entries(
         recency: ``"use"`` (the simulator's default) or ``"offer"``.
         max_entry_bytes: Per-snapshot cap (bytes), as the simulator's flag.
         bytes_per_token: KV bytes per token (bytes); None = the class default.
+        refuse_over_bytes: Refuse over-cap snapshots instead of truncating.
 
     Returns:
         One point per capacity.
     """
     out = []
     for cap in capacities:
-        kw: dict = {"max_entries": cap, "recency": recency, "max_entry_bytes": max_entry_bytes}
+        kw: dict = {
+            "max_entries": cap,
+            "recency": recency,
+            "max_entry_bytes": max_entry_bytes,
+            "refuse_over_bytes": refuse_over_bytes,
+        }
         if bytes_per_token is not None:
             kw["bytes_per_token"] = bytes_per_token
         cache = EntriesCache(**kw)

@@ -21,6 +21,7 @@ from kvreplay.offline.entries import entries_curve
 from kvreplay.offline.mrc import Curve, default_capacities
 from kvreplay.offline.reference import brute_entries, brute_radix
 from kvreplay.offline.report import PrefillModel, curve_rows, recommend
+from kvreplay.offline.sizing import add_sizing, entry_bytes
 from kvreplay.offline.sources import (
     ModelRequest,
     block_requests_from_models,
@@ -59,7 +60,9 @@ class SimulateOptions:
         limit: Use only the first ``limit`` trace requests.
         snapshot_points: Entries snapshot points.
         recency: Entries recency, ``"use"`` or ``"offer"``.
-        max_entry_bytes: Entries per-snapshot cap (bytes).
+        max_entry_bytes: Entries per-snapshot cap (bytes); over-cap snapshots
+            are truncated to it.
+        refuse_over_bytes: Refuse over-cap snapshots instead (``--refuse-over-bytes``).
         bytes_per_token: KV bytes per token (bytes).
         host: Makes a host tier (radix), or None.
         phases: Phase shorthands for a workload (serial order).
@@ -67,7 +70,11 @@ class SimulateOptions:
         output_tokens: The simulator's ``output_tokens``.
         max_output_tokens: The simulator's ``max_output_tokens``.
         interleave_path: A second workload/trace mixed in.
-        interleave_every: One foreign request after every ``k``.
+        interleave_every: Foreign requests after every ``k``.
+        interleave_burst: Foreign requests per gap (``--burst``; default 1).
+        restore_s_per_token: Restore cost for ``loop_s`` (s per token); None =
+            the simulator's default (2e-5).
+        today: A capacity always reported (the one run today), or None.
         prefill: Prefill cost model, or None.
         share: Target share of the best hit ratio.
         metric: ``"tokens"`` or ``"requests"``.
@@ -84,6 +91,7 @@ class SimulateOptions:
     snapshot_points: tuple[str, ...] = ("system", "messages")
     recency: str = "use"
     max_entry_bytes: int | None = None
+    refuse_over_bytes: bool = False
     bytes_per_token: int | None = None
     host: Callable | None = None
     phases: Sequence[str] = field(default_factory=tuple)
@@ -92,6 +100,9 @@ class SimulateOptions:
     max_output_tokens: int | None = None
     interleave_path: str | None = None
     interleave_every: int = 1
+    interleave_burst: int = 1
+    restore_s_per_token: float | None = None
+    today: int | None = None
     prefill: PrefillModel | None = None
     share: float = 0.95
     metric: str = "tokens"
@@ -150,13 +161,20 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
         for bi, _rep in ph.sequence:
             order.append(bi)
             epochs.append(epoch)
-    return kind, model_requests(wl, order, epochs=epochs, **kw)
+    n_main = len(wl)
+    reqs = model_requests(plan.bind(wl), order, epochs=epochs, **kw)
+    # bodies of a phase's `interleave` workload are foreign: they take space, uncounted
+    return kind, [
+        r if bi < n_main else ModelRequest(r.tokens, r.output, r.system_end, r.messages_end, False, r.epoch)
+        for r, bi in zip(reqs, order, strict=True)
+    ]
 
 
 def _sample(cur_max: int, opts: SimulateOptions, unit_tokens: int | None, bpt: int) -> list[int]:
     """Capacities in model units: the explicit ones converted, or geometric ones."""
+    today = {opts.today} if opts.today else set()
     if not opts.capacities:
-        return default_capacities(max(cur_max, 1), points=opts.points)
+        return sorted(set(default_capacities(max(cur_max, 1), points=opts.points)) | today)
     if opts.capacity_unit == "units":
         units = [int(c) for c in opts.capacities]
     elif unit_tokens is None:
@@ -167,7 +185,7 @@ def _sample(cur_max: int, opts: SimulateOptions, unit_tokens: int | None, bpt: i
         units = [int(Fraction(str(c)) * GIB // (unit_tokens * bpt)) for c in opts.capacities]
     else:
         raise ConfigError(f"unknown unit {opts.capacity_unit!r}", field="capacity-unit")
-    return sorted({u for u in units if u >= 1})
+    return sorted({u for u in units if u >= 1} | today)
 
 
 def simulate(opts: SimulateOptions) -> dict:
@@ -197,7 +215,11 @@ def simulate(opts: SimulateOptions) -> dict:
             )
     info: dict = {"source": opts.source, "kind": kind, "model": model}
     if opts.interleave_path:
-        info["interleave"] = {"source": opts.interleave_path, "every": opts.interleave_every}
+        info["interleave"] = {
+            "source": opts.interleave_path,
+            "every": opts.interleave_every,
+            "burst": opts.interleave_burst,
+        }
     curve: Curve | None = None
     points: list[tuple[int, int, int]]
     if kind == "trace":
@@ -210,13 +232,13 @@ def simulate(opts: SimulateOptions) -> dict:
                 "the host tier needs token prompts; not available for traces", field="host-rows"
             )
         assert isinstance(data, BlockTrace)
-        br = block_requests_from_trace(data, foreign, opts.interleave_every)  # type: ignore[arg-type]
+        br = block_requests_from_trace(data, foreign, opts.interleave_every, opts.interleave_burst)  # type: ignore[arg-type]
         curve = br.curve()
         info.update(method="one-pass", unit="block", unit_tokens=br.block_tokens)
     else:
         reqs = list(data)  # type: ignore[arg-type]
         if foreign is not None:
-            reqs = interleave(reqs, list(foreign), opts.interleave_every)  # type: ignore[arg-type]
+            reqs = interleave(reqs, list(foreign), opts.interleave_every, opts.interleave_burst)  # type: ignore[arg-type]
         if model == "radix":
             B = opts.block_size or 16
             br = block_requests_from_models(reqs, B)
@@ -240,11 +262,27 @@ def simulate(opts: SimulateOptions) -> dict:
             )
             max_tok = None if opts.max_entry_bytes is None else opts.max_entry_bytes // bpt
             snaps = snapshot_requests(reqs, opts.snapshot_points)
+            largest = max(
+                (min(o, max_tok) if max_tok is not None else o for s in snaps for o in s.offsets),
+                default=0,
+            )
+            info["entry_bytes"] = entry_bytes(opts.max_entry_bytes, largest, bpt)
+            info["entry_bytes_source"] = (
+                "the per-entry cap" if opts.max_entry_bytes is not None
+                else f"the largest snapshot ({largest} tokens) x {bpt} B/token"
+            )
             if opts.recency == "offer":
-                curve = entries_curve(snaps, max_entry_tokens=max_tok)
+                curve = entries_curve(
+                    snaps, max_entry_tokens=max_tok, truncate=not opts.refuse_over_bytes
+                )
                 info["method"] = "one-pass"
             else:
-                universe = max(entries_curve(snaps, max_entry_tokens=max_tok).max_capacity, 1)
+                universe = max(
+                    entries_curve(
+                        snaps, max_entry_tokens=max_tok, truncate=not opts.refuse_over_bytes
+                    ).max_capacity,
+                    1,
+                )
                 distinct = len({(s.epoch, s.tokens[:o]) for s in snaps for o in s.offsets if o})
                 caps = _sample(max(universe, distinct), opts, None, bpt)
                 if not opts.capacities:
@@ -255,6 +293,7 @@ def simulate(opts: SimulateOptions) -> dict:
                     points=opts.snapshot_points,
                     recency=opts.recency,
                     max_entry_bytes=opts.max_entry_bytes,
+                    refuse_over_bytes=opts.refuse_over_bytes,
                     bytes_per_token=bpt,
                 )
                 points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
@@ -303,6 +342,20 @@ def simulate(opts: SimulateOptions) -> dict:
     cold = None
     if opts.prefill is not None:
         cold = n_req * opts.prefill.a_s + n_tok / opts.prefill.rate_tokens_per_s
+    sized = [*rows, rec] if rec else rows
+    add_sizing(
+        sized,
+        unit=info.get("unit", "entry"),
+        requests=n_req,
+        prompt_tokens=n_tok,
+        prefill=opts.prefill,
+        entry_size=info.get("entry_bytes"),
+        **(
+            {"restore_s_per_token": opts.restore_s_per_token}
+            if opts.restore_s_per_token is not None
+            else {}
+        ),
+    )
     return {
         **info,
         "requests": n_req,

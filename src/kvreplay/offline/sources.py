@@ -142,8 +142,8 @@ def model_requests(
     return out
 
 
-def interleave(main: Sequence, foreign: Sequence, every: int) -> list:
-    """Insert one foreign request after every ``every`` main ones (cycling the foreign list).
+def interleave(main: Sequence, foreign: Sequence, every: int, burst: int = 1) -> list:
+    """Insert ``burst`` foreign requests after every ``every`` main ones (cycling the foreign list).
 
     Foreign requests are marked ``counted=False``: they occupy the cache but
     their own hits are not reported.
@@ -152,15 +152,18 @@ def interleave(main: Sequence, foreign: Sequence, every: int) -> list:
         main: The workload under study (ModelRequest or trace request tuples).
         foreign: The unrelated traffic.
         every: ``k`` >= 1.
+        burst: Foreign requests per gap, ``b`` >= 1.
 
     Returns:
         The mixed sequence.
 
     Raises:
-        ValueError: ``every`` < 1 or an empty foreign list.
+        ValueError: ``every`` or ``burst`` < 1, or an empty foreign list.
     """
     if every < 1:
         raise ValueError("--interleave needs k >= 1")
+    if burst < 1:
+        raise ValueError("--burst needs b >= 1")
     if not foreign:
         raise ValueError("the interleaved workload is empty")
     out = []
@@ -168,9 +171,9 @@ def interleave(main: Sequence, foreign: Sequence, every: int) -> list:
     for i, r in enumerate(main, start=1):
         out.append(r)
         if i % every == 0:
-            f = foreign[j % len(foreign)]
-            out.append(_uncounted(f))
-            j += 1
+            for _ in range(burst):
+                out.append(_uncounted(foreign[j % len(foreign)]))
+                j += 1
     return out
 
 
@@ -245,7 +248,7 @@ def block_requests_from_models(reqs: Sequence[ModelRequest], block_size: int) ->
 
 
 def block_requests_from_trace(
-    trace: BlockTrace, foreign: BlockTrace | None = None, every: int = 0
+    trace: BlockTrace, foreign: BlockTrace | None = None, every: int = 0, burst: int = 1
 ) -> BlockRequests:
     """Radix chains of a block trace, optionally with a second one interleaved.
 
@@ -253,7 +256,8 @@ def block_requests_from_trace(
         trace: The trace under study.
         foreign: A second trace whose requests are mixed in (its block ids are
             renamed apart from the first's), or None.
-        every: One foreign request after every ``every`` of ``trace``.
+        every: ``burst`` foreign requests after every ``every`` of ``trace``.
+        burst: Foreign requests per gap.
 
     Returns:
         The flattened chains (full blocks only; see the module docstring).
@@ -262,7 +266,7 @@ def block_requests_from_trace(
     items = _trace_items(trace, 0, True)
     if foreign is not None:
         offset = int(trace.blocks.max(initial=-1)) + 1
-        items = interleave(items, _trace_items(foreign, offset, True), every)
+        items = interleave(items, _trace_items(foreign, offset, True), every, burst)
     blocks: list[np.ndarray] = []
     starts = [0]
     look, prompt, counted = [], [], []

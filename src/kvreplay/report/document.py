@@ -21,6 +21,7 @@ from typing import Any
 
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
+from kvreplay.report.rawseries import raw_series_table, violations
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
 from kvreplay.report.markdown import ray_line
@@ -35,6 +36,7 @@ from kvreplay.report.sections import (
     request_tables,
 )
 from kvreplay.report.stream import RunScan, scan, sequence_head, sequence_length
+from kvreplay.report.throughput import throughput_notes, throughput_table
 from kvreplay.report.units import sim_time_scale
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
@@ -199,7 +201,9 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
     if s.get("phases") or plan.get("phases"):
         if sc is None:
             sc = scan(run)
-        rep.findings = diagnose(s, run.plan, run.records if run.streamed else run.record_list)
+        rep.findings = diagnose(
+            s, run.plan, run.records if run.streamed else run.record_list, violations(run.path)
+        )
         plots = run_plots(run, sc)
         rep.sections.append(
             ("Phases", [phase_table(run)], [p for p in plots if p.key.startswith("cdf-")], [])
@@ -212,7 +216,10 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 [],
             )
         )
+        rep.sections.append(("Throughput", [throughput_table(run)], [], throughput_notes()))
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
+        if (raw := raw_series_table(run.path)) is not None:
+            rep.sections.append(("Raw series that changed per phase (counters.jsonl)", [raw], [], []))
         rq = request_tables(run, sc)
         if rq:
             rep.sections.append(
@@ -260,7 +267,7 @@ def to_markdown(rep: Report) -> str:
     if rep.findings:
         out += ["", "## Diagnosis", ""]
         for f in rep.findings:
-            out.append(f"- **{f.rule}**: {f.finding} Next: {f.next_experiment}")
+            out.append(f"- **{f.rule}**: {f.finding} Next: {f.next_experiment} {f.sources()}".rstrip())
     elif rep.sections:
         out += [
             "",
@@ -418,7 +425,8 @@ def to_html(rep: Report) -> str:
                 out.append(
                     f'<li class="finding" data-rule="{_e(f.rule)}"><b>{_e(f.rule)}</b>: '
                     f"{_e(f.finding)} "
-                    f'<span class="next">Next: {_e(f.next_experiment)}</span></li>'
+                    f'<span class="next">Next: {_e(f.next_experiment)}</span> '
+                    f'<span class="sources">{_e(f.sources())}</span></li>'
                 )
             out.append("</ul>")
         else:

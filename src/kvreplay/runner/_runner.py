@@ -41,7 +41,8 @@ from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
 from kvreplay.runner._contract import ContractChecks
-from kvreplay.runner.backend import Backend, Snapshot, counter_delta
+from kvreplay.runner.backend import TOKEN_TWINS, Backend, Snapshot, counter_delta
+from kvreplay.runner.counterlog import CounterLog, counter_units
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.http import H1Client, RequestOutcome, send_body
 from kvreplay.runner.identity import IdentityPin
@@ -191,6 +192,14 @@ class _Run(ContractChecks):
         self.in_flight = 0
         self.sent = 0
         self.failed = 0
+        self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
+        self.cur_phase = ""
+
+    def log_counters(self, snap: Snapshot, at: str | int) -> None:
+        """Keep every raw series of a read in counters.jsonl (``runner.counterlog``)."""
+        if self.counter_log is None:
+            self.counter_log = CounterLog(self.out / "counters.jsonl", self.clock.origin_ns)
+        self.counter_log.write(snap, self.cur_phase, at)
 
     def request_abort(self, reason: str, message: str) -> None:
         if self.abort is None:
@@ -329,13 +338,18 @@ class _Run(ContractChecks):
             return
         for name, op, bound in self.opts.abort_if:
             v = snap.common.get(name)
+            if v is None and TOKEN_TWINS.get(name) in snap.common:
+                # The old meaning of a lookup name on a server that counts tokens (vLLM's
+                # host_hits was its external hit tokens): the bound reads the token name.
+                name = TOKEN_TWINS[name]
+                v = snap.common[name]
             if v is None:
                 continue
             hit = {">": v > bound, ">=": v >= bound, "<": v < bound, "<=": v <= bound}[op]
             if hit:
                 self.request_abort("bound", f"{name}={v:g} crossed {op}{bound:g}")
 
-    async def snapshot(self, prev: Snapshot | None = None) -> Snapshot | None:
+    async def snapshot(self, prev: Snapshot | None = None, at: str | int = "read") -> Snapshot | None:
         if self.backend is None:
             return None
         try:
@@ -343,6 +357,7 @@ class _Run(ContractChecks):
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
             return None
+        self.log_counters(snap, at)
         self.check_bounds(snap)
         await self.check_identity()  # at every counter read
         return snap
@@ -361,6 +376,7 @@ class _Run(ContractChecks):
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
                 continue
+            self.log_counters(snap, "monitor")
             self.check_bounds(snap)
             if self.opts.abort_on_restart and prev is not None:
                 d = counter_delta(prev, snap)
@@ -389,6 +405,7 @@ class _Run(ContractChecks):
             span = phase.intended_ns[-1] if phase.intended_ns else 0
             st.offered_rps = (len(phase.sequence) - 1) / (span / 1e9) if span > 0 else None
         self.stats.append(st)
+        self.cur_phase = phase.name
         be = self.backend
         if be is not None and not self.stop_new:
             if spec.reset:
@@ -402,7 +419,7 @@ class _Run(ContractChecks):
                 if not dr.passed:
                     st.invalid_reasons.append(f"drain did not pass within {self.opts.drain_timeout_s} s: {dr.reason}")
                     check_failed = f"drain: did not pass within {self.opts.drain_timeout_s} s: {dr.reason}"
-        before = await self.snapshot()
+        before = await self.snapshot(at="before")
         if spec.fresh and before is not None:
             fresh, why = check_fresh(before)
             if not fresh:
@@ -479,7 +496,7 @@ class _Run(ContractChecks):
             delta = None
             if per_req:
                 try:
-                    after = await self.snapshot(None)
+                    after = await self.snapshot(None, at=pos)
                 except asyncio.CancelledError:
                     rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                     self.writer.write(rec)
@@ -531,7 +548,7 @@ class _Run(ContractChecks):
         if st.sent == 0 and self.abort is not None:
             st.deferred = True
         st.end_ns = now_ns()
-        after = await self.snapshot()
+        after = await self.snapshot(at="after")
         st.counter_delta = self.delta_json(before, after)
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
@@ -563,6 +580,9 @@ class _Run(ContractChecks):
             # client figures, so client_bound there may be the simulator's doing.
             "client_includes_server": self.opts.target_label == "sim",
             "phases": [s.to_json() for s in self.stats],
+            # Unit of each counter name in the phases' deltas (summary-schema.md, "Units").
+            "units": counter_units(getattr(self.backend, "units", None), {
+                k for s in self.stats for k in (s.counter_delta or {}) if k not in ("reset", "reset_names")}),
         }
 
 
@@ -692,6 +712,8 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
         for sig in installed:
             loop.remove_signal_handler(sig)
         run.writer.close()
+        if run.counter_log is not None:
+            run.counter_log.close()
         summary = run.summary()
         _write_json(out / "summary.json", summary)
         if opts.report_md:

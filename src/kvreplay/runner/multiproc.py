@@ -73,6 +73,9 @@ _MERGED_FIELDS = (
     "completion_tokens",
     "peak_in_flight",
     "n_disagreements",
+    "no_usage_n",
+    "no_usage_tokens",
+    "no_usage_counted",
 )
 _WORKER0_FIELDS = (
     "counter_delta",
@@ -214,6 +217,7 @@ def _phase_payload(st: PhaseStats) -> dict[str, Any]:
             for k in _MERGED_FIELDS
             + _WORKER0_FIELDS
             + ("failed", "start_ns", "end_ns", "deferred", "disagreements", "client")
+            + ("no_usage_by_status", "no_usage_positions")
         },
         "hists": {
             m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
@@ -466,6 +470,9 @@ async def execute_plan_workers(
             if p.is_alive():
                 p.kill()
     summary = merge_run(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs)
+    w0_counters = out / "workers" / "w0" / "counters.jsonl"  # worker 0 reads the counters
+    if w0_counters.exists():
+        shutil.copyfile(w0_counters, out / "counters.jsonl")
     if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
         shutil.rmtree(out / "workers", ignore_errors=True)
     return summary
@@ -552,6 +559,9 @@ def merge_run(
             for cls, n in f["failed"].items():
                 st.failed[cls] = st.failed.get(cls, 0) + n
             st.disagreements.extend(f["disagreements"])
+            for cls, n in (f.get("no_usage_by_status") or {}).items():
+                st.no_usage_by_status[cls] = st.no_usage_by_status.get(cls, 0) + n
+            st.no_usage_positions = sorted(st.no_usage_positions + list(f.get("no_usage_positions") or []))[:20]
             for m, (enc, sum_us, oor) in ph["hists"].items():
                 ls = st.hists.sets[m]
                 if enc is not None:

@@ -9,9 +9,17 @@ the end of its system block and the end of its rendered messages. A snapshot is
 the KV state after the first ``L`` tokens; its key is the content key of that
 prefix (``prefix.PrefixKeys``). Offsets of 0 are skipped. A snapshot already
 held is not stored again (and is not refreshed by being offered). A new snapshot
-costs ``L * bytes_per_token`` bytes; one larger than ``max_entry_bytes`` is
-*refused* (counted, not stored). Storing into a full cache (``max_entries``, or
-``max_bytes`` when set) evicts least recently used snapshots first.
+costs ``L * bytes_per_token`` bytes. One larger than ``max_entry_bytes`` is
+*truncated* to the cap, as halogen does (issue 18: its entry cap of 116,389,652
+bytes at 2,674 B/token holds 43,526 tokens, and a 64k warm leg got 43,519 cached
+tokens with ``refused`` 0): it holds the first ``max_entry_bytes //
+bytes_per_token`` tokens, keyed as that shorter prefix (counted in
+``truncated``). ``refuse_over_bytes=True`` keeps the older behaviour of servers
+that refuse instead: such a snapshot is *refused* (counted, not stored). A
+snapshot is refused in either mode when it cannot fit at all (larger than
+``max_bytes``, or a cap under one token). Storing into a full cache
+(``max_entries``, or ``max_bytes`` when set) evicts least recently used
+snapshots first.
 
 **Lookup.** The longest held snapshot whose tokens are a prefix of the new
 prompt is used: a *hit*, which refreshes that snapshot's recency. The request is
@@ -79,7 +87,10 @@ class EntriesOutcome:
         hit_tokens: Cached tokens credited, ``min(matched_tokens, n - 1)``.
         stored: Snapshots stored by this request, in offset order.
         already_held: Offsets offered but already held (not stored again).
-        refused: Snapshots larger than the per-entry cap (not stored).
+        refused: Snapshots refused (not stored): over the cap with
+            ``refuse_over_bytes``, or too large for ``max_bytes``.
+        truncated: Offsets whose snapshot was cut to the per-entry cap
+            (tokens offered; what was kept is in ``stored``/``already_held``).
         evicted: Snapshots evicted to make room, oldest first.
         restore_s: Model time to restore the hit (s, unscaled).
         store_s: Model time to store the new snapshots (s, unscaled).
@@ -93,6 +104,7 @@ class EntriesOutcome:
     already_held: tuple[int, ...] = ()
     refused: tuple[int, ...] = ()
     evicted: tuple[EntryRef, ...] = ()
+    truncated: tuple[int, ...] = ()
     restore_s: float = 0.0
     store_s: float = 0.0
 
@@ -106,6 +118,7 @@ class EntriesOutcome:
             "stored": [e.to_json() for e in self.stored],
             "already_held": list(self.already_held),
             "refused": list(self.refused),
+            "truncated": list(self.truncated),
             "evicted": [e.to_json() for e in self.evicted],
             "restore_s": self.restore_s,
             "store_s": self.store_s,
@@ -121,7 +134,9 @@ class EntriesStats:
         misses: Lookups that found none.
         stores: Snapshots stored.
         evicted: Snapshots evicted.
-        refused: Snapshots refused by the per-entry cap.
+        refused: Snapshots refused (see ``EntriesOutcome.refused``).
+        truncated: Snapshots cut to the per-entry cap (not in ``/cache``,
+            whose 14 keys are halogen's).
         prompt_tokens_saved: Sum of ``hit_tokens`` (tokens).
         rows_copied: Token rows copied by stores and restores.
         store_ms_total: Model store time (ms, unscaled).
@@ -134,6 +149,7 @@ class EntriesStats:
     stores: int = 0
     evicted: int = 0
     refused: int = 0
+    truncated: int = 0
     prompt_tokens_saved: int = 0
     rows_copied: int = 0
     store_ms_total: float = 0.0
@@ -153,7 +169,8 @@ class EntriesCache:
     Args:
         max_entries: Capacity in snapshots (>= 1).
         bytes_per_token: KV bytes per token (bytes).
-        max_entry_bytes: Refuse snapshots larger than this (bytes); None = no cap.
+        max_entry_bytes: Per-snapshot cap (bytes): larger snapshots are cut to
+            it (or refused with ``refuse_over_bytes``); None = no cap.
         max_bytes: Total byte budget (bytes), evicting LRU to fit; None = none.
         restore_s_per_token: Model restore cost (s per token).
         store_s_per_token: Model store cost (s per token).
@@ -162,6 +179,7 @@ class EntriesCache:
             it; the lookup does not). Only ``"offer"`` is an LRU stack
             algorithm, whose curve ``kvreplay.offline.entries`` computes for
             every capacity in one pass.
+        refuse_over_bytes: Refuse over-cap snapshots instead of truncating.
 
     Raises:
         ValueError: A capacity or cost is out of range.
@@ -177,6 +195,7 @@ class EntriesCache:
         restore_s_per_token: float = 2.0e-5,
         store_s_per_token: float = 5.0e-6,
         recency: str = "use",
+        refuse_over_bytes: bool = False,
     ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
@@ -191,10 +210,12 @@ class EntriesCache:
         if recency not in ("use", "offer"):
             raise ValueError("recency must be 'use' or 'offer'")
         self.recency = recency
+        self.refuse_over_bytes = refuse_over_bytes
         self.stats = EntriesStats()
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()  # LRU first
         self._lengths: Counter[int] = Counter()
         self._bytes = 0
+        self.last_truncated: tuple[int, ...] = ()
 
     # ---- state -----------------------------------------------------------------
     @property
@@ -281,10 +302,24 @@ class EntriesCache:
         s.misses += 1
         return EntriesOutcome(prompt_tokens=n, hit=False, matched_tokens=0, hit_tokens=0)
 
+    @property
+    def cap_tokens(self) -> int | None:
+        """Tokens a snapshot at the per-entry cap holds; None without a cap.
+
+        ``max_entry_bytes // bytes_per_token`` (None also at 0 bytes per token).
+        """
+        if self.max_entry_bytes is None or self.bytes_per_token <= 0:
+            return None
+        return self.max_entry_bytes // self.bytes_per_token
+
     def store(
         self, tokens: Sequence[int] | PrefixKeys, offsets: Sequence[int]
     ) -> tuple[tuple[EntryRef, ...], tuple[int, ...], tuple[int, ...], tuple[EntryRef, ...], float]:
         """Store snapshots of ``tokens`` at ``offsets`` (see module docstring).
+
+        Over-cap offsets are truncated to ``cap_tokens`` (listed in
+        ``last_truncated``) unless ``refuse_over_bytes``; two offsets that
+        truncate to the same length collapse into one snapshot.
 
         Args:
             tokens: The sequence (or its ``PrefixKeys``).
@@ -297,14 +332,32 @@ class EntriesCache:
             ValueError: An offset is negative or beyond the sequence.
         """
         keys = tokens if isinstance(tokens, PrefixKeys) else PrefixKeys(tokens)
-        wanted = sorted({o for o in offsets if o != 0})
+        offered = sorted({o for o in offsets if o != 0})
+        if offered and (offered[0] < 0 or offered[-1] > keys.n):
+            keys.keys_at([offered[0], offered[-1]])  # raises the range error
+        cap = self.cap_tokens
+        truncated: list[int] = []
+        refused: list[int] = []
+        s = self.stats
+        wanted_set: set[int] = set()
+        for o in offered:
+            if cap is not None and o > cap:
+                if self.refuse_over_bytes or cap <= 0:
+                    s.refused += 1
+                    refused.append(o)
+                    continue
+                truncated.append(o)
+                s.truncated += 1
+                wanted_set.add(cap)
+            else:
+                wanted_set.add(o)
+        wanted = sorted(wanted_set)
+        self.last_truncated = tuple(truncated)
         at = keys.keys_at(wanted)
         stored: list[EntryRef] = []
         held: list[int] = []
-        refused: list[int] = []
         evicted: list[EntryRef] = []
         store_s = 0.0
-        s = self.stats
         for length in wanted:
             k = at[length]
             if k in self._entries:
@@ -313,10 +366,7 @@ class EntriesCache:
                     self._entries.move_to_end(k)
                 continue
             nbytes = length * self.bytes_per_token
-            too_big = (self.max_entry_bytes is not None and nbytes > self.max_entry_bytes) or (
-                self.max_bytes is not None and nbytes > self.max_bytes
-            )
-            if too_big:
+            if self.max_bytes is not None and nbytes > self.max_bytes:
                 s.refused += 1
                 refused.append(length)
                 continue
@@ -354,6 +404,7 @@ class EntriesCache:
         look = self.lookup(keys)
         stored, held, refused, evicted, store_s = self.store(keys, offsets)
         return EntriesOutcome(
+            truncated=self.last_truncated,
             prompt_tokens=look.prompt_tokens,
             hit=look.hit,
             matched_tokens=look.matched_tokens,

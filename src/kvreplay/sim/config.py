@@ -52,7 +52,10 @@ class SimConfig:
         snapshot_at: Snapshot points in order: ``system`` (end of the system
             block), ``messages`` (end of rendered messages), ``prompt`` (full prompt).
         bytes_per_token: KV bytes per token (bytes).
-        max_entry_bytes: Entries model per-snapshot cap (bytes); None = none.
+        max_entry_bytes: Entries model per-snapshot cap (bytes): a larger
+            snapshot is truncated to it (halogen); None = none.
+        refuse_over_bytes: Entries model: refuse over-cap snapshots instead of
+            truncating them (servers that refuse).
         max_bytes: Entries model total byte budget (bytes); None = none.
         block_size: Radix block size (tokens).
         device_blocks: Radix device capacity (blocks).
@@ -64,7 +67,13 @@ class SimConfig:
             lookup that uses it, the default) or ``"offer"`` (storing it or
             offering it again; a stack algorithm, see ``kvreplay.offline``).
         time_scale: Multiplier of every simulated delay (0 = no delay).
-        prefill_base_s: Prefill fixed cost ``a`` (s).
+        prefill_base_s: Prefill fixed cost ``a`` of a request with no cached
+            tokens (s).
+        hit_prefill_base_s: Fixed cost of a request with cached tokens (s;
+            default 0): a resume restores the snapshot (``restore_s``) and
+            computes its tail, it does not pay the cold fit's ``a`` again (issue
+            18: halogen resumes a 24k prefix in 0.2-0.7 s; 0 + 130 / 1370 +
+            24000 x 2e-5 = 0.575 s).
         prefill_tokens_per_s: Prefill rate for uncached tokens (tokens/s).
         restore_s_per_token: Restore cost per restored token (s).
         store_s_per_token: Store cost per stored token (s).
@@ -85,6 +94,7 @@ class SimConfig:
     snapshot_at: tuple[str, ...] = ("system", "messages")
     bytes_per_token: int = DEFAULT_BYTES_PER_TOKEN
     max_entry_bytes: int | None = None
+    refuse_over_bytes: bool = False
     max_bytes: int | None = None
     block_size: int = 16
     device_blocks: int = 4096
@@ -95,6 +105,7 @@ class SimConfig:
     entries_recency: str = "use"
     time_scale: float = 1.0
     prefill_base_s: float = 1.52
+    hit_prefill_base_s: float = 0.0
     prefill_tokens_per_s: float = 1370.0
     restore_s_per_token: float = 2.0e-5
     store_s_per_token: float = 5.0e-6
@@ -134,7 +145,14 @@ class SimConfig:
         for name in ("host_rows", "bytes_per_token", "max_output_tokens", "events_max"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
-        for name in ("time_scale", "prefill_base_s", "restore_s_per_token", "store_s_per_token", "itl_s"):
+        for name in (
+            "time_scale",
+            "prefill_base_s",
+            "hit_prefill_base_s",
+            "restore_s_per_token",
+            "store_s_per_token",
+            "itl_s",
+        ):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
         if self.prefill_tokens_per_s <= 0:
@@ -198,6 +216,7 @@ _INT_OR_NONE = {"max_entry_bytes", "max_bytes", "output_tokens"}
 _FLOATS = {
     "time_scale",
     "prefill_base_s",
+    "hit_prefill_base_s",
     "prefill_tokens_per_s",
     "restore_s_per_token",
     "store_s_per_token",
@@ -222,6 +241,10 @@ def _coerce(key: str, value: Any, where: object) -> Any:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise bad("must be a list of snapshot points")
         return tuple(value)
+    if key == "refuse_over_bytes":
+        if not isinstance(value, bool):
+            raise bad("must be true or false")
+        return value
     if key in _STRS:
         if not isinstance(value, str):
             raise bad("must be a string")
@@ -244,7 +267,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("snapshots", "snapshots", int, "entries model snapshots per request: 1 (system) or 2 (+messages)"),
     ("snapshot-at", "snapshot_at", str, "snapshot points, comma separated: system,messages,prompt"),
     ("bytes-per-token", "bytes_per_token", int, "KV bytes per token (bytes)"),
-    ("max-entry-bytes", "max_entry_bytes", int, "entries model: refuse snapshots larger than this (bytes)"),
+    ("max-entry-bytes", "max_entry_bytes", int, "entries model: per-snapshot cap (bytes); larger ones are truncated"),
     ("max-bytes", "max_bytes", int, "entries model: total byte budget (bytes)"),
     ("block-size", "block_size", int, "radix block size (tokens; default 16)"),
     ("device-blocks", "device_blocks", int, "radix device capacity (blocks; default 4096)"),
@@ -254,7 +277,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("host-evict", "host_evict", str, "host eviction: leaf-lru or ancestor-compact"),
     ("entries-recency", "entries_recency", str, "entries model: a snapshot is refreshed on use (default) or offer"),
     ("time-scale", "time_scale", float, "multiply every simulated delay (0 = none; default 1)"),
-    ("prefill-base-s", "prefill_base_s", float, "prefill fixed cost a (s; default 1.52)"),
+    ("prefill-base-s", "prefill_base_s", float, "prefill fixed cost a of a cold request (s; default 1.52)"),
+    ("hit-base-s", "hit_prefill_base_s", float, "fixed cost of a request with cached tokens (s; default 0)"),
     ("prefill-rate", "prefill_tokens_per_s", float, "prefill rate (tokens/s; default 1370)"),
     ("restore-s-per-token", "restore_s_per_token", float, "restore cost (s per token; default 2e-5)"),
     ("store-s-per-token", "store_s_per_token", float, "store cost (s per token; default 5e-6)"),
@@ -297,12 +321,28 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
             kwargs["choices"] = (1, 2)
         g.add_argument(*_flags(prefix, name), **kwargs)
     g.add_argument(
+        *_flags(prefix, "refuse-over-bytes"),
+        action="store_const",
+        const=True,
+        default=None,
+        dest=_dest(prefix, "refuse_over_bytes"),
+        help="entries model: refuse snapshots over --max-entry-bytes instead of truncating",
+    )
+    g.add_argument(
         *_flags(prefix, "fault"),
         action="append",
         default=None,
         metavar="SPEC",
         dest=_dest(prefix, "faults"),
         help="inject a fault: KIND[@N][:key=value,...] (repeatable; see kvreplay.sim.faults)",
+    )
+    g.add_argument(
+        *_flags(prefix, "from-verdict"),
+        default=None,
+        metavar="VERDICT_JSON",
+        dest=_dest(prefix, "from_verdict"),
+        help="calibrate from a probe verdict: prefill fit, restore cost, block size, capacity"
+        " from the eviction bisection (or unbounded), bytes per token (kvreplay.sim.calibrate)",
     )
     g.add_argument(
         *_flags(prefix, "config"),
@@ -321,17 +361,29 @@ def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfi
         prefix: The prefix given to ``add_arguments``.
 
     Returns:
-        Defaults, then the config file, then the options given.
+        Defaults, then the config file, then a probe verdict's calibration
+        (``--sim-from-verdict``; what it set is printed to stderr), then the
+        options given.
 
     Raises:
-        ConfigError: Bad file, fault spec or value.
+        ConfigError: Bad file, verdict, fault spec or value.
     """
     cfg = SimConfig()
     path = getattr(args, _dest(prefix, "config"), None)
     if path:
         cfg = SimConfig.from_toml(path)
+    verdict = getattr(args, _dest(prefix, "from_verdict"), None)
+    if verdict:
+        import sys
+
+        from kvreplay.sim.calibrate import calibrate_from_verdict
+
+        cal = calibrate_from_verdict(verdict)
+        cfg = SimConfig.from_mapping(cal.changes, where=verdict, base=cfg)
+        for note in cal.notes:
+            print(f"sim calibration: {note}", file=sys.stderr)
     changes: dict[str, Any] = {}
-    for _name, fname, _typ, _help in _OPTIONS:
+    for fname in [o[1] for o in _OPTIONS] + ["refuse_over_bytes"]:
         value = getattr(args, _dest(prefix, fname), None)
         if value is not None:
             changes[fname] = value

@@ -16,7 +16,11 @@ is ``output_tokens`` when configured, else ``32 + sha256[0:4] % 225`` tokens;
 with ``finish_reason = "length"``; otherwise ``"stop"``.
 
 **Time model** (model seconds, multiplied by ``time_scale`` when slept):
-``prefill_s = prefill_base_s + (n - cached) / prefill_tokens_per_s``; a restore
+``prefill_s = base + (n - cached) / prefill_tokens_per_s`` where ``base`` is
+``prefill_base_s`` (the cold fit's ``a``) for a request with no cached tokens
+and ``hit_prefill_base_s`` (default 0) for one with cached tokens: a resume
+does not redo the per-request set-up the cold fit's intercept measures (issue
+18; docs/simulator.md, "Warm TTFT"); a restore
 (entries hit, host-tier fetch) adds ``restore_s`` to the wait before the first
 token; each further token follows after ``itl_s``; stores happen after the
 response, holding the ``retiring`` gauge for ``store_s``.
@@ -180,6 +184,7 @@ class SimEngine:
                 restore_s_per_token=cfg.restore_s_per_token,
                 store_s_per_token=cfg.store_s_per_token,
                 recency=cfg.entries_recency,
+                refuse_over_bytes=cfg.refuse_over_bytes,
             )
         else:
             host = None
@@ -285,7 +290,8 @@ class SimEngine:
         c.hit_tokens += local
         if cached:
             c.hit_requests += 1
-        prefill_s = cfg.prefill_base_s + (n - cached) / cfg.prefill_tokens_per_s
+        base_s = cfg.hit_prefill_base_s if cached else cfg.prefill_base_s
+        prefill_s = base_s + (n - cached) / cfg.prefill_tokens_per_s
         return Ticket(
             seq=seq,
             prompt=prompt,
@@ -340,6 +346,7 @@ class SimEngine:
                 already_held=held,
                 refused=refused,
                 evicted=evicted,
+                truncated=self.entries.last_truncated,
                 restore_s=t.lookup.restore_s,
                 store_s=store_s,
             )

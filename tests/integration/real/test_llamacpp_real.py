@@ -27,6 +27,9 @@ from integration.real.realsrv_helpers import (
 )
 
 from kvreplay import testing as kt
+from kvreplay.report.diagnose import CACHE_RULES, diagnose
+from kvreplay.report.evidence import phase_evidence
+from kvreplay.report.load import load_run
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
 
@@ -146,6 +149,20 @@ def test_prime_forward_replay_reverse_c1(llama_server, tiny_workload, tmp_path):
         before, "llamacpp:prompt_tokens_total"
     )
     assert computed_total == sum(r["timings"]["prompt_n"] for r in records)
+
+    # Diagnosis (issue 16): llama.cpp has no lookup counter; its cached-tokens counter is
+    # live because it did prompt work (computed_tokens moved), and the reverse replay
+    # restored on it. The exact set of cache findings is empty.
+    summary = json.loads((out / "summary.json").read_text())
+    ph = {p["name"]: p for p in summary["phases"]}
+    ev = phase_evidence(ph["replay"])
+    replay_cached = sum(r["usage"]["cached_tokens"] for r in replay)
+    assert [(t.tier, t.key, t.value) for t in ev.tiers][0] == ("device", "hit_tokens", replay_cached)
+    assert ev.tiers[0].basis[0][0] == "computed_tokens"
+    run = load_run(out)
+    found = [f.rule for f in diagnose(run.summary, run.plan, run.record_list)]
+    assert {f for f in found if f in CACHE_RULES} == set(), found
+    assert (out / "counters.jsonl").exists()
 
 
 def test_kv_probe(llama_server, tmp_path):

@@ -23,6 +23,9 @@ from integration.real.realsrv_helpers import (
     series,
 )
 
+from kvreplay.report.diagnose import CACHE_RULES, diagnose
+from kvreplay.report.evidence import phase_evidence
+from kvreplay.report.load import load_run
 from kvreplay.testing import VLLM_CPU_VERSION
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
@@ -139,6 +142,31 @@ def test_prime_forward_replay_reverse_c1(vllm_server, tiny_workload, tmp_path):
         before, "vllm:prefix_cache_queries_total"
     )
     assert queries == sum(len(tokens[r["body_index"]]) for r in records)
+
+    # Diagnosis (issue 16): no connector, so the external (host) series exist at 0 and
+    # did not move: the host tier is absent, not "a tier that restored 0"; the reverse
+    # replay restored on the device. The exact set of cache findings is empty, in the
+    # run's own report and in one rebuilt from the run directory.
+    ph = {p["name"]: p for p in summary["phases"]}
+    d = ph["replay"]["counter_delta"]
+    assert (d["host_query_tokens"], d["host_hit_tokens"]) == (0, 0), d
+    assert not {"lookups", "hits", "host_lookups", "host_hits"} & set(d), d
+    assert summary["units"]["hit_tokens"] == "tokens"
+    replay_cached = sum(r["usage"]["cached_tokens"] for r in replay)
+    ev = phase_evidence(ph["replay"])
+    assert ev.absent == {"host": "host_query_tokens 0 in this phase"}
+    assert [(t.tier, t.key, t.value) for t in ev.tiers][0] == ("device", "hit_tokens", replay_cached)
+    run = load_run(out)
+    found = [f.rule for f in diagnose(run.summary, run.plan, run.record_list)]
+    assert {f for f in found if f in CACHE_RULES} == set(), found
+    rebuilt = kvreplay("report", str(out), timeout_s=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    md = (out / "report.md").read_text()
+    for rule in ("one_order_zero", "no_restores", "churn", "usage_vs_counters"):
+        assert f"**{rule}**" not in md
+    log = [json.loads(x) for x in (out / "counters.jsonl").read_text().splitlines()]
+    assert log[0]["full"] and "vllm:prefix_cache_hits_total" in json.dumps(log[0]["series"])
+    assert [x["at"] for x in log if x["phase"] == "replay"][0] == "before"
 
 
 def test_kv_probe(vllm_server, tmp_path):

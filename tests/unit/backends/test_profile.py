@@ -3,7 +3,7 @@ import pytest
 from kvreplay.backends import Profile, builtin_profile_names, load_profile
 from kvreplay.backends._prom import parse_exposition
 from kvreplay.errors import ConfigError
-from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES
+from kvreplay.runner.backend import COMMON_UNITS, COUNTER_NAMES, GAUGE_NAMES
 
 BOTH = """vllm:prefix_cache_queries_total{engine="0"} 100
 vllm:gpu_prefix_cache_queries_total{engine="0"} 70
@@ -33,7 +33,7 @@ def test_current_name_wins_and_deprecated_duplicate_is_not_added():
 def test_deprecated_name_used_when_current_is_absent():
     common, _ = apply(load_profile("vllm"), DEPRECATED_ONLY)
     assert common["query_tokens"] == 70
-    assert common["hits"] == 30
+    assert common["hit_tokens"] == 30
 
 
 def test_per_engine_series_are_summed():
@@ -89,7 +89,34 @@ def test_builtin_profiles_load_and_name_only_common_names():
 
 def test_vllm_profile_says_hits_are_tokens():
     units = load_profile("vllm").units
-    assert units["hits"] == units["hit_tokens"] == units["lookups"] == "tokens"
+    assert units["hit_tokens"] == units["query_tokens"] == units["host_hit_tokens"] == "tokens"
+    # lookups/hits/host_hits count lookups everywhere; vLLM counts tokens, so it has none.
+    assert not {"lookups", "hits", "host_lookups", "host_hits"} & set(units)
+
+
+def test_every_common_name_keeps_one_unit_across_builtin_profiles():
+    for name in builtin_profile_names():
+        for common, unit in load_profile(name).units.items():
+            if common in COMMON_UNITS:
+                assert unit == COMMON_UNITS[common], (name, common, unit)
+
+
+def test_an_old_profile_counting_hits_in_tokens_still_loads_under_the_token_names(tmp_path):
+    # A profile written for the old vLLM meaning: host_hits / lookups in tokens.
+    f = tmp_path / "old.toml"
+    f.write_text(
+        'name = "old"\n'
+        '[common.host_hits]\nseries = ["x_external_hits_total"]\nunit = "tokens"\n'
+        '[common.lookups]\nseries = ["x_queries_total"]\nunit = "tokens"\n'
+        '[common.query_tokens]\nseries = ["x_queries_total"]\nunit = "tokens"\n'
+        '[common.host_lookups]\nseries = ["x_host_lookups_total"]\nunit = "lookups"\n'
+    )
+    p = load_profile(str(f))
+    assert p.units == {"host_hit_tokens": "tokens", "query_tokens": "tokens",
+                       "host_lookups": "lookups"}
+    common, _ = p.apply(parse_exposition(
+        "x_external_hits_total 640\nx_queries_total 900\nx_host_lookups_total 3\n"))
+    assert common == {"host_hit_tokens": 640, "query_tokens": 900, "host_lookups": 3}
 
 
 def test_profile_file_by_path(tmp_path):

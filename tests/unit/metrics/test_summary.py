@@ -95,3 +95,22 @@ def test_tpot_of_a_stream_is_kept():
     st.add(streamed)
     j = st.to_json()
     assert j["tpot_ms"]["n"] == 2 and abs(j["tpot_ms"]["p50"] - 2.0) <= 0.002
+
+
+def test_service_throughput_leaves_out_the_pauses_between_requests():
+    # C1 with per-request counter reads: four 100 ms requests in a 1.0 s phase (150 ms of
+    # counter reads after each). Wall clock: 4 / 1.0 s = 4.0 req/s; service time:
+    # 4 * 1 / (4 * 0.1 s) = 10.0 req/s.
+    st = PhaseStats("p", 1, 1, 4)
+    for i in range(4):
+        st.add(rec(i, ttft_ns=50_000_000))  # e2e_ns = 100 ms
+    st.start_ns, st.end_ns = 1_000_000_000, 2_000_000_000
+    j = st.to_json()
+    assert (j["throughput_rps"], j["service_throughput_rps"]) == (4.0, 10.0)
+    # C2: the same four requests, two slots: 4 * 2 / 0.4 s = 20.0 req/s.
+    st.concurrency = 2
+    assert st.to_json()["service_throughput_rps"] == 20.0
+    # An open loop's rate is its schedule's: no service throughput.
+    st.open_loop = True
+    assert st.to_json()["service_throughput_rps"] is None
+    assert PhaseStats("q", 1, 1, 0).to_json()["service_throughput_rps"] is None

@@ -43,8 +43,18 @@ def test_hit_credit_leaves_one_token():
 def test_refused_snapshots_never_hit():
     A = req((10, 11))
     reqs = snapshot_requests([A, A], ("system", "messages"))
-    assert entries_curve(reqs, max_entry_tokens=4).at(5) == (1, 3)  # only S (3 tokens) stored
+    refusing = entries_curve(reqs, max_entry_tokens=4, truncate=False)
+    assert refusing.at(5) == (1, 3)  # only S (3 tokens) stored
     assert entries_curve(reqs).at(5) == (1, 5)
+
+
+def test_over_cap_snapshots_truncate_by_default():
+    A = req((10, 11))
+    reqs = snapshot_requests([A, A], ("system", "messages"))
+    # M (5 tokens) is cut to its first 4: the repeat hits 4 tokens, as the simulator's class
+    assert entries_curve(reqs, max_entry_tokens=4).at(5) == (1, 4)
+    pts = brute_entries([A, A], [5], points=("system", "messages"), max_entry_bytes=4, bytes_per_token=1)
+    assert (pts[0].hit_requests, pts[0].hit_tokens) == (1, 4)
 
 
 def test_use_recency_is_not_a_stack_algorithm():

@@ -86,22 +86,23 @@ def test_position_step_rounds_clamp_down():
     assert r.positions == 129000  # 131072 // 3000 * 3000
 
 
-def test_clamp_never_below_ctx_and_warns():
+def test_clamp_never_below_ctx_is_floor_and_warns():
     r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, ctx=140000))
-    assert (r.verdict, r.positions) == ("clamped", 140000)
-    assert any("floor pool" in w for w in r.warnings)
+    assert (r.verdict, r.positions) == ("floor", 140000)
+    assert any("stops at its floor" in w for w in r.warnings)
 
 
 def test_clamp_never_raises_the_pool():
     # budget 14: room for (14 - 1 - 3) * 8192 = 81920; ctx 140000 above the asked 120000
+    # nothing changes: the verdict is "floor", not "clamped" (issue 18)
     r = fit_pool(base(reserve_gib=Fraction(30), positions=120000, ctx=140000))
-    assert r.verdict == "clamped" and r.positions == 120000
+    assert r.verdict == "floor" and r.positions == 120000
 
 
 def test_fixed_part_equal_to_budget_still_boots():
     # budget 3 = arena 2 + vision 1: boots (clamped to the ctx floor, margin eaten)
     r = fit_pool(base(reserve_gib=Fraction(41)))
-    assert (r.verdict, r.positions) == ("clamped", 8192)
+    assert (r.verdict, r.positions) == ("floor", 8192)
 
 
 def test_fixed_part_one_byte_over_budget_will_not_boot():
@@ -110,7 +111,7 @@ def test_fixed_part_one_byte_over_budget_will_not_boot():
 
 
 def test_vision_tips_it_into_no_boot():
-    assert fit_pool(base(reserve_gib=Fraction(42), vision_gib=Fraction(0))).verdict == "clamped"
+    assert fit_pool(base(reserve_gib=Fraction(42), vision_gib=Fraction(0))).verdict == "floor"
     assert fit_pool(base(reserve_gib=Fraction(42))).verdict == "no_boot"
 
 
@@ -120,13 +121,16 @@ def test_memtotal_is_exact_and_not_flagged():
     assert not r.warnings
 
 
-def test_whole_gib_host_is_flagged_and_half_is_not():
-    assert any("whole number" in w for w in fit_pool(base()).warnings)
-    assert not fit_pool(base(host_ram_gib=Fraction(125, 2))).warnings
+def test_rounded_looking_host_is_flagged_and_two_decimals_are_not():
+    assert any("whole number" in w and "--memtotal-kb" in w for w in fit_pool(base()).warnings)
+    # 121.2 (one decimal) looks rounded too: issue 18's 121.2159 GiB host shown as 121.2
+    w = fit_pool(base(host_ram_gib=Fraction("121.2"), reserve_gib=Fraction(50))).warnings
+    assert any("one decimal" in x and "--memtotal-kb" in x for x in w)
+    assert not fit_pool(base(host_ram_gib=Fraction("62.25"))).warnings
 
 
 def test_noisy_margin_warning_boundary():
-    h = Fraction(125, 2)
+    h = Fraction("62.25")
     assert any(
         "0.5 GiB" in w
         for w in fit_pool(base(host_ram_gib=h, margin_gib=Fraction(49, 100))).warnings
@@ -162,7 +166,7 @@ def test_printed_need_extrapolates_by_kv_slope():
 def test_printed_need_no_boot_boundary():
     pn = parse_printed_need("18@131072")
     assert (
-        fit_pool(base(reserve_gib=Fraction(42), printed_need=pn)).verdict == "clamped"
+        fit_pool(base(reserve_gib=Fraction(42), printed_need=pn)).verdict == "floor"
     )  # budget 2
     r = fit_pool(base(reserve_gib=42 + Fraction(ONE_BYTE_GIB), printed_need=pn))
     assert r.verdict == "no_boot"
@@ -227,7 +231,7 @@ def test_cli_reserve_table(capsys):
     assert [(r["verdict"], r["positions"]) for r in rep["reserves"]] == [
         ("fits", 131072),
         ("clamped", 126976),
-        ("clamped", 8192),
+        ("floor", 8192),
         ("no_boot", 0),
     ]  # 24.5: (19.5 - 1 - 3) * 8192 = 126976
     assert any("whole number" in w for w in rep["warnings"])
@@ -255,10 +259,10 @@ def test_cli_probe_verdict_bytes(tmp_path, capsys):
     v = tmp_path / "verdict.json"
     v.write_text(json.dumps({"bytes_per_token": 65536.0}))
     base = [a for a in ARGS if a not in ("--layers", "32", "--kv-heads", "8", "--head-dim", "128")]
-    assert main([*base, "--host-ram-gib", "62.5", "--probe-verdict", str(v), "--json"]) == 0
+    assert main([*base, "--host-ram-gib", "62.25", "--probe-verdict", str(v), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     # 131072 positions x 64 KiB = 8 GiB KV + 3 fixed = 11
     assert rep["kv_bytes_per_position"] == 65536.0 and rep["need_gib"] == 11.0
     v.write_text(json.dumps({"bytes_per_token": None}))
-    assert main([*base, "--host-ram-gib", "62.5", "--probe-verdict", str(v)]) == 2
+    assert main([*base, "--host-ram-gib", "62.25", "--probe-verdict", str(v)]) == 2
     assert "measured no bytes" in capsys.readouterr().err

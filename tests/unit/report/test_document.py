@@ -203,3 +203,41 @@ def test_single_request_phase_renders_without_warnings(tmp_path):
     p = parse(out / "report.html")
     assert p.plots["cdf-ttft"] == "measured" and p.plots["ttft-position:one"] == "measured"
     assert None not in p.td
+
+
+def test_report_lists_raw_series_per_phase_units_and_invariant_breaks(tmp_path):
+    """counters.jsonl in a run directory: the changed raw series, the cache_invariant
+    finding with its numbers, and counter columns with units."""
+    from kvreplay.report.document import build, to_markdown
+    from kvreplay.report.load import load_run
+
+    plan = plan_json([("a", "forward", 1, [0, 1])])
+    recs = [record("a", 0, 0, delta={"hits": 0, "misses": 1}), record("a", 1, 1, t0_ms=50,
+            delta={"hits": 1, "misses": 0})]
+    out = write_run(tmp_path / "run", plan, recs,
+                    a={"counter_delta": {"hits": 1, "misses": 1, "hit_tokens": 0}})
+    lines = [
+        {"t_ns": 1, "phase": "a", "at": "before", "full": True,
+         "series": {"hits": 0, "misses": 0, "stores": 0, "evicted": 0, "entries": 0,
+                    "host_compactions_total": 0}},
+        {"t_ns": 2, "phase": "a", "at": 0,
+         "changed": {"misses": 1, "stores": 2, "entries": 2, "host_compactions_total": 3}},
+        {"t_ns": 3, "phase": "a", "at": 1, "changed": {"hits": 1, "stores": 3},
+         "violations": [{"identity": "stores - evicted = entries",
+                         "numbers": {"stores_before": 2, "stores": 3, "evicted_before": 0,
+                                     "evicted": 0, "entries_before": 2, "entries": 2, "gap": 1}}]},
+    ]
+    (out / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    md = to_markdown(build(load_run(out)))
+    assert "| a · host_compactions_total | 0 | 3 | +3 |" in md
+    assert "| a · stores | 0 | 3 | +3 |" in md
+    assert ("**cache_invariant**: /cache broke stores - evicted = entries in 1 snapshot(s); "
+            "first phase a at 1: stores_before 2, stores 3, evicted_before 0, evicted 0, "
+            "entries_before 2, entries 2, gap 1.") in md
+    assert "the raw snapshots are in counters.jsonl. From phase a; records at position 1." in md
+    # The summary's "units" (the runner writes them) name the column units.
+    assert "Δ hit_tokens (tokens)" in md and "Δ hits (events)" in md  # an earlier version
+    summary = json.loads((out / "summary.json").read_text())
+    summary["units"] = {"hits": "lookups", "hit_tokens": "tokens"}
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert "Δ hits (lookups)" in to_markdown(build(load_run(out)))

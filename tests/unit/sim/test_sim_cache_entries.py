@@ -73,8 +73,33 @@ def test_full_prompt_snapshot_capped_at_n_minus_1():
     assert c.request(p, ()).hit_tokens == len(p) - 1 == 123
 
 
-def test_refused_and_bytes():
+def test_over_cap_is_truncated_to_the_first_tokens_that_fit():
+    # cap 1100 B at 10 B/token = 110 tokens: the 120-token snapshot keeps its first 110
     c = EntriesCache(max_entries=8, bytes_per_token=10, max_entry_bytes=1100)
+    out = c.request(prompt(0), OFFSETS_2)
+    assert [e.tokens for e in out.stored] == [100, 110]
+    assert (out.refused, out.truncated) == ((), (120,))
+    j = c.cache_json()
+    assert (j["refused"], j["stores"], j["bytes"], j["last_entry_bytes"]) == (0, 2, 2100, 1100)
+    assert c.stats.truncated == 1 and c.cap_tokens == 110
+    # the same prompt again: its first 110 tokens are held, so it hits 110 (not 120)
+    again = c.request(prompt(0), OFFSETS_2)
+    assert (again.hit, again.hit_tokens) == (True, 110)
+    assert again.already_held == (100, 110) and again.truncated == (120,)
+    # another user turn shares only the 100-token system block with it
+    assert c.request(prompt(0, 1), ()).hit_tokens == 100
+
+
+def test_two_offsets_truncating_to_one_length_store_one_snapshot():
+    c = EntriesCache(max_entries=8, bytes_per_token=10, max_entry_bytes=900)  # 90 tokens
+    out = c.request(prompt(0), OFFSETS_2)
+    assert [e.tokens for e in out.stored] == [90] and out.truncated == (100, 120)
+    assert c.cache_json()["refused"] == 0
+
+
+def test_refused_and_bytes():
+    # --sim-refuse-over-bytes: the older behaviour, for servers that refuse
+    c = EntriesCache(max_entries=8, bytes_per_token=10, max_entry_bytes=1100, refuse_over_bytes=True)
     out = c.request(prompt(0), OFFSETS_2)  # 100 * 10 = 1000 fits, 120 * 10 = 1200 refused
     assert [e.tokens for e in out.stored] == [100] and out.refused == (120,)
     j = c.cache_json()

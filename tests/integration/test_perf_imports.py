@@ -1,0 +1,61 @@
+"""Fixed costs: a command imports only what it uses.
+
+matplotlib only when drawing (the report's figures, after the last request), pyarrow only
+when exporting, Ray only with ``--ray``. Checked in fresh interpreters: ``kvreplay run
+--help``, and a real ``kvreplay run --target sim`` whose module set is read at the moment
+its first phase starts sending (``ClientMonitor.start`` wrapped), before any report code runs.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("matplotlib", "pyarrow", "ray", "pandas", "scipy")
+
+HOOK = r"""
+import json, sys, time
+from kvreplay.metrics import selfmeasure
+seen = {}
+orig = selfmeasure.ClientMonitor.start
+def start(self, *a, **k):
+    if not seen:
+        seen["cpu_s"] = time.process_time()
+        seen["heavy"] = sorted(m for m in %r if m in sys.modules)
+    return orig(self, *a, **k)
+selfmeasure.ClientMonitor.start = start
+from kvreplay.cli import main
+rc = main(sys.argv[1:])
+seen["rc"] = rc
+seen["heavy_at_end"] = sorted(m for m in %r if m in sys.modules)
+print(json.dumps(seen))
+""" % (HEAVY, HEAVY)
+
+
+def _py(code: str, *args: str) -> str:
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_run_help_imports_no_heavy_module():
+    out = _py(
+        "import sys\nfrom kvreplay.cli import main\n"
+        "try:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    assert out.strip().splitlines()[-1] == "HEAVY []"
+
+
+def test_a_run_has_no_heavy_module_before_its_first_request(tmp_path):
+    wl = ROOT / "fixtures" / "workloads" / "mtbench-52"
+    out = _py(HOOK, "run", str(wl), "--target", "sim", "--phase", "a:forward:c4:first8",
+              "--out", str(tmp_path / "run"), "--quiet", "--sim-time-scale", "0")
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["rc"] == 0
+    assert seen["heavy"] == []  # nothing heavy before the first request
+    # Drawing the report's figures at the end is what brings matplotlib in; never pyarrow or Ray.
+    assert "pyarrow" not in seen["heavy_at_end"] and "ray" not in seen["heavy_at_end"]
+    print(f"CPU before the first request: {seen['cpu_s']:.3f} s")
