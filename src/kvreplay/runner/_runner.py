@@ -245,9 +245,10 @@ class _Run(ContractChecks):
             "body_bytes": body.body_bytes,
             "concurrency": phase.spec.concurrency,
         }
-        if phase.spec.label is not None:
-            base["label"] = phase.spec.label
-        if not phase.spec.comparable:
+        label, comparable = getattr(phase.spec, "label", None), getattr(phase.spec, "comparable", True)
+        if label is not None:
+            base["label"] = label
+        if not comparable:
             base["comparable"] = False
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
