@@ -126,9 +126,9 @@ def ab_sim(tmp_path: Path, *extra: str, reps: str = "2", out: str = "ab", scale:
 
 
 def test_stop_new_after_defers_the_rest_and_says_fewer_reps(tmp_path):
-    # Time scale 0.2: each request takes over 0.3 s (prefill 1.52 model s alone is 0.3 s), so
-    # the four of block 0 cannot all start within 0.5 s of the experiment's start.
-    rc, out = ab_sim(tmp_path, "--stop-new-after", "0.5s", "--phases", "c1", scale="0.2")
+    # Time scale 0.2 and 5 decode gaps of 1 model s: each request takes over 1 s, so the
+    # four of block 0 cannot all start within 0.5 s of the experiment's start.
+    rc, out = ab_sim(tmp_path, "--stop-new-after", "0.5s", "--phases", "c1", "--sim-itl-s", "1.0", scale="0.2")
     assert rc == 3
     doc = json.loads((out / "ab.json").read_text())
     assert doc["limits"]["stop_new_after_s"] == 0.5
@@ -197,7 +197,7 @@ def test_tpot_and_counter_ratio_are_computed_from_the_blocks(tmp_path):
 
 
 def test_hard_deadline_cancels_in_flight_and_bounds_arm_commands(tmp_path, sim_url):
-    rc, out = ab_sim(tmp_path, "--hard-deadline", "0.5s", "--phases", "c1", scale="0.2")
+    rc, out = ab_sim(tmp_path, "--hard-deadline", "0.5s", "--phases", "c1", "--sim-itl-s", "1.0", scale="0.2")
     assert rc == 3
     doc = json.loads((out / "ab.json").read_text())
     b0 = doc["blocks"][0]

@@ -76,11 +76,12 @@ def test_pins_without_a_backend_are_bad_input(tmp_path, capsys):
 
 
 def test_identity_monitor_above_c1_stops_new_requests_within_about_a_second(tmp_path):
-    # C4, 52 requests of about 0.1 s each (~1.3 s of sends per worker round-robin); the build
-    # changes on request 2, at the start. No counter read happens until the phase ends, so only
-    # the monitor (every 1 s) can see it.
+    # C4, 52 requests of over 0.25 s each (5 decode gaps of 1 model s at time scale 0.05), so
+    # 13 rounds take over 3 s; the build changes on request 2, at the start. No counter read
+    # happens until the phase ends, so only the monitor (every 1 s) can see it.
     rc, recs, summary = kvrun(tmp_path / "r", "--sim-time-scale", "0.05", "--sim-output-tokens", "6",
-                              "--sim-fault", "identity@2", phases=("a:forward:c4",), fast=False)
+                              "--sim-itl-s", "1.0", "--sim-fault", "identity@2", phases=("a:forward:c4",),
+                              fast=False)
     assert rc == 3 and summary["aborted"]["reason"] == "identity_drift"
     assert summary["aborted"]["new"] == {"version.build": "sim-1+1"}
     sent = [r for r in recs if r["sent"]]
