@@ -239,10 +239,13 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     check_target(target, sim=True)
     backend_name = args.backend
     sim = None
+    calibration: dict[str, Any] | None = None
     if target == "sim":
-        from kvreplay.sim import SimServer, config_from_args
+        from kvreplay.sim import SimServer
+        from kvreplay.sim.config import config_and_calibration
 
-        sim = SimServer(config_from_args(args, prefix="sim-"))
+        sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
+        sim = SimServer(sim_cfg, calibration=calibration)
         await sim.start(host="127.0.0.1", port=0)
         url = sim.base_url
         if backend_name == "auto":
@@ -286,7 +289,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
         report_md=getattr(args, "report", "html") != "none",
-        run_extra={"sim_time_scale": sim.config.time_scale} if sim is not None else {},
+        run_extra=sim_run_extra(sim.config.time_scale, calibration) if sim is not None else {},
         **contract,
     )
     try:
@@ -314,6 +317,15 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             await sim.stop()
     summary["_out"] = str(out)
     return summary
+
+
+def sim_run_extra(time_scale: float, calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """plan.json ``run`` keys of a ``--target sim`` run: ``sim_time_scale`` and, with
+    ``--sim-from-verdict``, ``sim_calibration`` (``sim.config.config_and_calibration``)."""
+    extra: dict[str, Any] = {"sim_time_scale": time_scale}
+    if calibration is not None:
+        extra["sim_calibration"] = calibration
+    return extra
 
 
 def make_observer(args: argparse.Namespace) -> RunObserver:

@@ -17,7 +17,7 @@ import signal
 import sys
 
 from kvreplay.sim.config import add_arguments as add_sim_arguments
-from kvreplay.sim.config import config_from_args
+from kvreplay.sim.config import config_and_calibration
 
 NAME = "serve-sim"
 HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faults)"
@@ -58,13 +58,13 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     """
     from kvreplay.sim.server import SimServer
 
-    cfg = config_from_args(args, prefix="")
+    cfg, calibration = config_and_calibration(args, prefix="")
     if not is_loopback(args.host):
         print(
             f"kvreplay serve-sim: warning: binding {args.host}, not loopback; the simulator has no authentication",
             file=sys.stderr,
         )
-    srv = SimServer(cfg)
+    srv = SimServer(cfg, calibration=calibration)
     try:
         url = await srv.start(host=args.host, port=args.port)
     except OSError as exc:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.rawseries import raw_series_table, violations
@@ -177,6 +178,8 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 "overhead is divided too)",
             )
         )
+    if (cal := sim_calibration(run.plan, s)) is not None:
+        rep.header.append(("simulator calibration", calibration_line(*cal)))
     if s.get("workers"):
         rep.header.append(("workers", f"{s['workers']} ({'Ray actors' if s.get('ray') else 'processes'})"))
     if line := ray_line(s):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, counter_cell, fmt, latency_cell, measured, tokens_cell
 
 __all__ = ["render_markdown", "render_table"]
@@ -98,6 +99,8 @@ def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None)
             f"`{run.get('backend')}` · accountant `{run.get('implementation')}`"
         )
         out.append("")
+    if (cal := sim_calibration(plan, summary)) is not None:
+        out += [f"Simulator calibration: {calibration_line(*cal)}", ""]
     if line := ray_line(summary):
         out += [line, ""]
     out.append(render_table(summary))

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvreplay.report.cells import (
     Cell,
+    absent,
     counter_cell,
     deferred,
     failed,
@@ -164,15 +165,45 @@ def _counter_keys(deltas: list[dict[str, Any]]) -> list[str]:
     return keys + sorted(present - set(keys))
 
 
+def bytes_per_entry_cell(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell:
+    """Bytes per held entry at the phase end: the ``bytes`` gauge / the ``entries`` gauge.
+
+    Both are gauges (``runner.backend.GAUGE_NAMES``: the phase's ``counter_delta``
+    holds their value at the phase end), as halogen's ``GET /cache`` reports them;
+    an entry cap shows as this figure sitting on the cap (``max_entry_bytes``).
+    Shown with one decimal when the division is not exact.
+    """
+    cells = [counter_cell(ph, summary, k) for k in ("bytes", "entries")]
+    for c in cells:
+        if c.status != "measured":
+            return c
+    assert isinstance(ph, dict)
+    d = ph["counter_delta"]
+    if not d["entries"]:
+        return absent("no entries held at the phase end")
+    return measured(fmt(d["bytes"] / d["entries"]), cells[0].note)
+
+
 def counter_table(run: RunData) -> Table:
-    """Native counter deltas per phase (gauges: value at the phase end)."""
+    """Native counter deltas per phase (gauges: value at the phase end).
+
+    With both ``entries`` and ``bytes`` (a prompt cache's ``/cache``), a last
+    column gives bytes per entry at the phase end (``bytes_per_entry_cell``).
+    """
     s = run.summary
     phases = phases_in_order(s, run.plan)
     keys = _counter_keys([p.get("counter_delta") or {} for p in phases if isinstance(p, dict)])
-    t = Table("counters", [f"Δ {k} ({unit_of(k, s)})" for k in keys] or ["counters"])
+    per_entry = "entries" in keys and "bytes" in keys
+    t = Table(
+        "counters",
+        [f"Δ {k} ({unit_of(k, s)})" for k in keys] + (["bytes per entry (bytes)"] if per_entry else [])
+        or ["counters"],
+    )
     for ph in phases:
         if keys:
             cells = [counter_cell(ph, s, k) for k in keys]
+            if per_entry:
+                cells.append(bytes_per_entry_cell(ph, s))
         else:
             cells = [
                 phase_gate(ph, s) or failed("no counters (backend none or counter read failed)")

@@ -25,10 +25,17 @@ simulator settings (``SimConfig`` fields), each with the reason it was chosen:
   foreign) / block)`` blocks. No flushing k found: **unbounded**
   (``UNBOUNDED_ENTRIES`` / ``UNBOUNDED_BLOCKS``), said so.
 - **bytes per token**: ``bytes_per_token`` rounded, where the probe measured it.
+
+The calibration names its source (the verdict path and the sha256 of its bytes)
+so that a run can keep it: ``kvreplay run --sim-from-verdict`` records
+``Calibration.to_json()`` in plan.json (``run.sim_calibration``) and its report
+header shows it; ``serve-sim --from-verdict`` serves it in ``/version``
+(``calibration``), so a run against that server keeps it in its identity.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -56,17 +63,20 @@ class Calibration:
         notes: One line per setting: what was set and from what.
         capacity: The capacity found (entries or blocks), or ``"unbounded"``.
         source: The verdict path.
+        sha256: Hex sha256 of the verdict file's bytes.
     """
 
     changes: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     capacity: int | str | None = None
     source: str = ""
+    sha256: str = ""
 
     def to_json(self) -> dict:
         """JSON form (recorded beside the run / printed by ``simulate``)."""
         return {
             "source": self.source,
+            "sha256": self.sha256,
             "changes": dict(self.changes),
             "capacity": self.capacity,
             "notes": list(self.notes),
@@ -91,12 +101,13 @@ def calibrate_from_verdict(path: str | Path) -> Calibration:
     """
     p = Path(path)
     try:
-        v = json.loads(p.read_text(encoding="utf-8"))
+        raw = p.read_bytes()
+        v = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read probe verdict: {exc}", path=p) from exc
     if not isinstance(v, dict) or not str(v.get("format", "")).startswith("kvreplay-probe/"):
         raise ConfigError("not a kvreplay probe verdict (no format kvreplay-probe/N)", path=p, field="format")
-    cal = Calibration(source=str(p))
+    cal = Calibration(source=str(p), sha256=hashlib.sha256(raw).hexdigest())
     ch, notes = cal.changes, cal.notes
 
     fit = v.get("prefill_fit") or {}

@@ -32,7 +32,14 @@ from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
 from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
 from kvreplay.sim.faults import FaultSpec, parse_fault
 
-__all__ = ["CACHE_MODELS", "SNAPSHOT_POINTS", "SimConfig", "add_arguments", "config_from_args"]
+__all__ = [
+    "CACHE_MODELS",
+    "SNAPSHOT_POINTS",
+    "SimConfig",
+    "add_arguments",
+    "config_and_calibration",
+    "config_from_args",
+]
 
 CACHE_MODELS = ("entries", "radix")
 SNAPSHOT_POINTS = ("system", "messages", "prompt")
@@ -368,11 +375,35 @@ def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfi
     Raises:
         ConfigError: Bad file, verdict, fault spec or value.
     """
+    return config_and_calibration(args, prefix)[0]
+
+
+def config_and_calibration(
+    args: argparse.Namespace, prefix: str = "sim-"
+) -> tuple[SimConfig, dict[str, Any] | None]:
+    """``config_from_args`` plus the calibration it applied, for a run to keep.
+
+    Args:
+        args: The parsed namespace.
+        prefix: The prefix given to ``add_arguments``.
+
+    Returns:
+        ``(config, calibration)``: calibration is None without ``--sim-from-verdict``,
+        else ``kvreplay.sim.calibrate.Calibration.to_json()`` (``source``,
+        ``sha256``, ``changes`` = every field it set, ``capacity`` = entries,
+        blocks or ``"unbounded"``, ``notes``) plus ``overridden``: field -> the
+        value a command-line option gave instead of the calibrated one (empty
+        when none did).
+
+    Raises:
+        ConfigError: Bad file, verdict, fault spec or value.
+    """
     cfg = SimConfig()
     path = getattr(args, _dest(prefix, "config"), None)
     if path:
         cfg = SimConfig.from_toml(path)
     verdict = getattr(args, _dest(prefix, "from_verdict"), None)
+    calibration: dict[str, Any] | None = None
     if verdict:
         import sys
 
@@ -382,6 +413,7 @@ def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfi
         cfg = SimConfig.from_mapping(cal.changes, where=verdict, base=cfg)
         for note in cal.notes:
             print(f"sim calibration: {note}", file=sys.stderr)
+        calibration = cal.to_json()
     changes: dict[str, Any] = {}
     for fname in [o[1] for o in _OPTIONS] + ["refuse_over_bytes"]:
         value = getattr(args, _dest(prefix, fname), None)
@@ -390,4 +422,11 @@ def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfi
     specs = getattr(args, _dest(prefix, "faults"), None)
     if specs:
         changes["faults"] = tuple(cfg.faults) + tuple(parse_fault(s) for s in specs)
-    return SimConfig.from_mapping(changes, base=cfg) if changes else cfg
+    out = SimConfig.from_mapping(changes, base=cfg) if changes else cfg
+    if calibration is not None:
+        calibration["overridden"] = {
+            k: getattr(out, k)
+            for k in calibration["changes"]
+            if k in changes and getattr(out, k) != calibration["changes"][k]
+        }
+    return out, calibration

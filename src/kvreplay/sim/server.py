@@ -106,6 +106,9 @@ class SimServer:
 
     Args:
         config: The simulator configuration (defaults when None).
+        calibration: The calibration that set ``config`` (``sim.config.config_and_calibration``),
+            or None; served in ``/version`` as ``calibration`` (``source``, ``sha256``,
+            ``capacity``, ``changes``, ``overridden``) so that a run's identity keeps it.
 
     Example::
 
@@ -115,8 +118,13 @@ class SimServer:
         await srv.stop()
     """
 
-    def __init__(self, config: SimConfig | None = None) -> None:
+    def __init__(self, config: SimConfig | None = None, calibration: dict[str, Any] | None = None) -> None:
         self.config = config or SimConfig()
+        self.calibration = (
+            {k: calibration.get(k) for k in ("source", "sha256", "capacity", "changes", "overridden")}
+            if calibration
+            else None
+        )
         self.engine = SimEngine(self.config)
         self._runner: web.AppRunner | None = None
         self._host = "127.0.0.1"
@@ -267,8 +275,11 @@ class SimServer:
         return _json({"object": "list", "data": [card]})
 
     async def _version(self, request: web.Request) -> web.Response:
-        return _json({"version": __version__, "build": self.engine.build,
-                      "cache": cache_identity(self.engine.cfg)})
+        doc: dict[str, Any] = {"version": __version__, "build": self.engine.build,
+                               "cache": cache_identity(self.engine.cfg)}
+        if self.calibration is not None:
+            doc["calibration"] = self.calibration
+        return _json(doc)
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})
