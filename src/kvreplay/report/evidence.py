@@ -206,11 +206,12 @@ def replay_orders(
 
     A replay sends only bodies an earlier phase sent. From plan.json when it has
     sequences; otherwise from the records' ``body_sha256`` in summary phase
-    order, the order then read as ``unknown``. Primes (by name) and phases with
-    ``comparable: false`` in the summary are left out.
+    order, the order then read as ``unknown``. Primes (by name, or ``label: prime``)
+    and phases with ``comparable: false`` in the summary are left out.
     """
     not_comparable = {
-        p.get("name") for p in summary.get("phases") or [] if p.get("comparable") is False
+        p.get("name") for p in summary.get("phases") or []
+        if p.get("comparable") is False or p.get("label") == "prime"  # a labelled prime (issue 14)
     }
     out: dict[str, str] = {}
     seen: set[str] = set()

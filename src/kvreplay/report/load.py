@@ -293,6 +293,8 @@ def rebuild_summary(
         ph.st.add(r)
         if (r.get("counter_delta") or {}).get("reset"):
             restarts += 1
+        if r.get("status") == "check_failed" and ph.st.check_failed is None:
+            ph.st.check_failed = r.get("reason")
         if not r.get("sent", True):
             continue
         ph.any_sent = True
@@ -323,6 +325,9 @@ def rebuild_summary(
             n = _missing(spec, ph.done)
             if n:
                 missing[name] = n
+        st.label, st.comparable = spec.get("label"), spec.get("comparable", True) is not False
+        if st.check_failed:
+            st.invalid_reasons.append(st.check_failed)
         st.not_sent += max(0, st.planned - ph.n)
         if ph.any_sent:
             st.start_ns = ph.start

@@ -109,6 +109,7 @@ class Coordinator:
         self.events: dict[str, asyncio.Event] = {}
         self.starts: dict[int, int] = {}
         self.display: list[tuple] = []
+        self.checks: dict[int, str] = {}
 
     async def progress(self, events: list[tuple]) -> None:
         """A worker's batch of live-display events (``observer.ForwardingObserver``)."""
@@ -164,6 +165,14 @@ class Coordinator:
     async def phase_start(self, phase: int, rel_ns: int) -> int:
         """The phase's start (ns from the run origin): the first worker's proposal wins."""
         return self.starts.setdefault(phase, rel_ns)
+
+    async def set_check(self, phase: int, reason: str) -> None:
+        """Worker 0: the phase's drain/fresh check failed for ``reason`` (before the start barrier)."""
+        self.checks.setdefault(phase, reason)
+
+    async def check(self, phase: int) -> str | None:
+        """The phase's failed-check reason, None when its checks passed (after the start barrier)."""
+        return self.checks.get(phase)
 
 
 class _Claims:
@@ -246,6 +255,14 @@ class _RayWorkerRun(_WorkerRun):
             rel = await self.coord.phase_start.remote(i, now_ns() - self.clock.origin_ns)
             self.starts[i] = self.clock.origin_ns + rel
         self.note_state(*await self.coord.state.remote())
+
+    def publish_check(self, phase: Phase, reason: str | None) -> None:  # noqa: D102
+        if reason is not None:
+            # Submitted before this worker's start barrier call, so the actor has it first.
+            self.coord.set_check.remote(self.phase_index[id(phase)], reason)
+
+    async def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:  # noqa: D102
+        return reason if reason is not None else await self.coord.check.remote(self.phase_index[id(phase)])
 
     def request_abort(self, reason: str, message: str) -> None:  # noqa: D102
         first = self.abort is None
