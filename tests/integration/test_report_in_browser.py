@@ -65,19 +65,19 @@ def test_simulator_run_with_host_tier_reads_at_1400_and_1000_px(tmp_path):
     text = (out / "report.html").read_text()
     # The per-request table carries the host tier's counters, with units.
     for col in ("Δ host_fetched_tokens (tokens)", "Δ host_reused_tokens (tokens)",
-                "Δ host_stores (events)", "Δ host_evictions (events)"):
+                "Δ host_stores (rows)", "Δ host_evictions (rows)"):
         assert f'<th scope="col">{col}</th>' in text
     assert "simulator time scale 0.01" in text or "time scale 0.01" in text
     res = assert_readable(out / "report.html", "sim-host-tier")
     r = res[1000]
     assert r["sections"] == [
-        "Diagnosis", "Phases", "TTFT against position (the churn picture)",
-        "Native counter deltas per phase",
+        "Diagnosis", "Phases", "TTFT against position (the churn picture)", "Throughput",
+        "Native counter deltas per phase", "Raw series that changed per phase (counters.jsonl)",
         "Per request at C1 (native counter deltas across each request)", "Drain checks",
         "Server identity before and after", "Errors by class", "Plan",
     ]
-    # phases, counters, 2 per-request tables, drain, identity, errors
-    assert r["tables"] == 7
+    # phases, throughput, counters, raw series, 2 per-request tables, drain, identity, errors
+    assert r["tables"] == 9
     # 3 CDFs and 3 TTFT-vs-position figures
     assert r["figures"] == 6
 
