@@ -39,8 +39,10 @@ from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
-from kvreplay.runner.http import H1Client, RequestOutcome, send_body
+from kvreplay.runner.h1 import H1Client, client_ssl_context
+from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.observer import NullObserver, RunObserver
+from kvreplay.runner.outcomes import check_ranges, client_error_outcome
 from kvreplay.workload import Workload
 
 __all__ = ["RecordWriter", "RunOptions", "execute_plan"]
@@ -74,6 +76,7 @@ class RunOptions:
         keepalive_timeout_s: Close pooled idle connections after this long (s), under
             the servers' own idle limits (llama.cpp closes at 5 s, field case B11).
         quiet: No progress lines.
+        ca_file: PEM file of extra trusted CA certificates for https targets (``--ca-file``).
         elapsed_before_s: Seconds of the run gone before these options took effect (a
             worker's deadlines are shortened by it); added back in the deadline messages.
     """
@@ -100,6 +103,7 @@ class RunOptions:
     keepalive_timeout_s: float = 2.0
     quiet: bool = False
     elapsed_before_s: float = 0.0
+    ca_file: str | None = None
 
 
 class RecordWriter:
@@ -436,32 +440,45 @@ class _Run:
                 else:
                     out = await send_body(session, url + body.path, body.raw, headers=self.headers,
                                           head_chars=head_chars, total_timeout_s=total_timeout_s)
-            except asyncio.CancelledError:
-                # Cancelled in flight (second interrupt, hard deadline): still a record.
+            except asyncio.CancelledError as exc:
+                # Cancelled in flight (second interrupt, hard deadline): still a record, with
+                # the real send time and the partial stream when the client kept them.
                 t = now_ns()
-                out = RequestOutcome("aborted", None, t, None, t, error=(self.abort or {}).get("reason"))
+                out = getattr(exc, "outcome", None) or RequestOutcome("aborted", None, t, None, t)
+                out.error = (self.abort or {}).get("reason")
                 rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                 self.writer.write(rec)
                 st.add(rec)
                 raise
+            except Exception as exc:  # noqa: BLE001 - a client bug must not lose the position
+                t = now_ns()
+                out = client_error_outcome(RequestOutcome("client_error", None, t, None, t), exc)
             finally:
                 self.in_flight -= 1
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
+            check_ranges(out)
             self.check_error_rate(out)
             delta = None
-            if per_req:
-                try:
-                    after = await self.snapshot(None)
-                except asyncio.CancelledError:
-                    rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
-                    self.writer.write(rec)
-                    st.add(rec, out.stream.token_ns if out.status == "ok" else None)
-                    raise
-                delta = self.delta_json(self.last_snap, after)
-                self.last_snap = after
-            rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
-            self.writer.write(rec)
+            try:
+                if per_req:
+                    try:
+                        after = await self.snapshot(None)
+                    except asyncio.CancelledError:
+                        rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
+                        self.writer.write(rec)
+                        st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+                        raise
+                    delta = self.delta_json(self.last_snap, after)
+                    self.last_snap = after
+                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
+                self.writer.write(rec)  # orjson fails before anything is written
+            except (asyncio.CancelledError, OSError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - an accounting bug must not lose the position
+                out = client_error_outcome(out, exc)
+                rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
+                self.writer.write(rec)
             st.add(rec, out.stream.token_ns if out.status == "ok" else None)
             self.obs.on_record(rec)
             self.check_outcome(out)
@@ -534,14 +551,15 @@ class _Run:
 
 
 def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:
-    """The runner's own HTTP/1.1 client for http:// targets; None = use aiohttp (``send_body``).
+    """The runner's HTTP/1.1 client (runner.h1) for http and https targets; None = aiohttp (``send_body``).
 
-    ``KVREPLAY_HTTP=aiohttp`` forces the aiohttp path (for comparison or as a fallback).
+    ``KVREPLAY_HTTP=aiohttp`` forces the aiohttp path (the parity reference).
     """
-    if os.environ.get("KVREPLAY_HTTP", "") == "aiohttp" or not opts.target_url.startswith("http://"):
+    if os.environ.get("KVREPLAY_HTTP", "") == "aiohttp":
         return None
     return H1Client(opts.target_url, headers=headers, connect_timeout_s=opts.connect_timeout_s,
-                    read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s)
+                    read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s,
+                    ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None)
 
 
 async def execute_plan(
@@ -600,7 +618,8 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
     # Connector limit = concurrency, so the client never queues requests inside
     # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency,
-                                     keepalive_timeout=opts.keepalive_timeout_s)
+                                     keepalive_timeout=opts.keepalive_timeout_s,
+                                     ssl=client_ssl_context(opts.ca_file) if opts.ca_file else True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s,
                                     sock_read=opts.read_idle_timeout_s)
     loop = asyncio.get_running_loop()

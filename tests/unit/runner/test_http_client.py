@@ -1,4 +1,4 @@
-"""The runner's HTTP/1.1 client: chunked decoding under any split, parity with send_body."""
+"""The runner's HTTP/1.1 client (runner.h1, llhttp): chunked decoding under any split, parity with send_body."""
 
 import asyncio
 import random
@@ -7,12 +7,10 @@ import aiohttp
 import orjson
 import pytest
 
-from kvreplay.runner.http import H1Client, _Exchange, send_body
+from kvreplay.runner.h1 import H1Client, _Exchange
+from kvreplay.runner.http import send_body
 
-
-class _Conn:
-    def exchange_done(self, x):
-        pass
+HEAD_200_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def chunked(
@@ -32,20 +30,26 @@ def chunked(
 
 
 def dechunk_all(wire: bytes, cuts: list[int]) -> tuple[bytes, int]:
-    x = _Exchange(_Conn(), None, 0)  # type: ignore[arg-type]
-    got, ended_at = [], -1
+    """Feed a chunked 200 response (head, then ``wire`` cut at ``cuts``) to one exchange.
+
+    Returns the body it kept and the index of the piece that completed it (-1: never).
+    """
+    x = _Exchange(None, None, 0)
+    x.on_data(HEAD_200_CHUNKED)
+    assert x.exc_status is None and x.http_status == 200
+    ended_at = -1
     prev = 0
     for k, c in enumerate(cuts + [len(wire)]):
         piece = wire[prev:c]
         prev = c
         if not piece:
             continue
-        out, done = x._dechunk(piece)
-        got.append(out)
-        if done:
+        x.on_data(piece)
+        assert x.exc_status is None, x.error
+        if x.complete:
             ended_at = k
             break
-    return b"".join(got), ended_at
+    return b"".join(x.body or ()), ended_at
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -247,5 +251,10 @@ def test_h1client_connect_refused_and_http_only():
 
     out = asyncio.run(go())
     assert out.status == "connect" and out.http_status is None and "Cannot connect" in out.error
+    H1Client("https://example.invalid", headers={})  # https shares the path (TLS transport)
     with pytest.raises(ValueError):
-        H1Client("https://example.invalid", headers={})
+        H1Client("ftp://example.invalid", headers={})
+    with pytest.raises(ValueError):
+        H1Client("http://u:secret@example.invalid", headers={})
+    with pytest.raises(ValueError):
+        H1Client("http://example.invalid", headers={"Authorization": "Bearer k\r\nX-Injected: 1"})
