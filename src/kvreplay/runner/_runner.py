@@ -37,12 +37,13 @@ from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
+from kvreplay.redaction import _secret_bytes, escape_controls, redact, redact_bytes, register_headers
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.observer import NullObserver, RunObserver
-from kvreplay.runner.outcomes import check_ranges, client_error_outcome
+from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
 
 __all__ = ["RecordWriter", "RunOptions", "execute_plan"]
@@ -120,7 +121,10 @@ class RecordWriter:
 
     def write(self, rec: dict[str, Any]) -> None:
         """Append one record (a JSON object) and flush it."""
-        self._f.write(orjson.dumps(rec) + b"\n")
+        line = orjson.dumps(rec) + b"\n"
+        if _secret_bytes:
+            line = redact_bytes(line)
+        self._f.write(line)
         self.count += 1
 
     def close(self) -> None:
@@ -146,7 +150,7 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
 
 def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    tmp.write_bytes(redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
     os.replace(tmp, path)
 
 
@@ -161,7 +165,7 @@ class _Run:
         self.stop_new = False
         self.abort: dict[str, str] | None = None
         self.obs = observer
-        self.progress = observer.on_message
+        self.progress = lambda text: observer.on_message(escape_controls(redact(text), newlines=True))
         self.identity_before: dict | None = None
         self.identity_after: dict | None = None
         self.restarts = 0
@@ -169,6 +173,7 @@ class _Run:
         self.out = opts.out_dir
         self.writer = RecordWriter(self.out / "records.jsonl")
         self.headers = {"Content-Type": "application/json", **opts.headers}
+        register_headers(self.headers)  # this process never writes them (worker processes too)
         self.last_snap: Snapshot | None = None
         self.active: set[asyncio.Task] = set()
         self.h1: H1Client | None = None
@@ -178,7 +183,7 @@ class _Run:
 
     def request_abort(self, reason: str, message: str) -> None:
         if self.abort is None:
-            self.abort = {"reason": reason, "message": message[:1024]}
+            self.abort = {"reason": reason, "message": redact(message)[:1024]}
             self.progress(f"abort: {reason}: {message}")
         self.stop_new = True
 
@@ -458,6 +463,8 @@ class _Run:
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
             check_ranges(out)
+            if _secret_bytes:
+                redact_outcome(out)
             self.check_error_rate(out)
             delta = None
             try:

@@ -69,6 +69,10 @@ CLIENT_ERRNOS = _CLIENT_ERRNOS
 _HEAD, _BODY, _DONE = 0, 1, 2
 
 
+class _LimitError(Exception):
+    """Raised from a parser callback when a limit is crossed (llhttp stops with a callback error)."""
+
+
 def client_ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
     """The TLS context of both send paths: system trust store, plus ``ca_file`` (PEM) when given.
 
@@ -145,6 +149,8 @@ class _Exchange:
         status = self.parser.get_status_code()
         if 100 <= status < 200:
             self.interim += 1
+            if self.interim > MAX_INTERIM:
+                raise _LimitError(f"over {MAX_INTERIM} interim (1xx) responses")
             self.ctype, self.location, self.framed, self.chunked = b"", b"", False, False
             return
         self.http_status = status
@@ -194,7 +200,8 @@ class _Exchange:
         except httptools.HttpParserError as exc:
             if not self.complete:
                 self._take(now)
-                self._fail("malformed", f"malformed_http: {exc}"[:ERROR_BYTES], now)
+                why = exc.__context__ if isinstance(exc.__context__, _LimitError) else exc
+                self._fail("malformed", f"malformed_http: {why}"[:ERROR_BYTES], now)
                 return
             self.close_after = True  # junk after a complete response: drop the connection
         if self.state == _HEAD:
@@ -523,7 +530,7 @@ class H1Client:
             return RequestOutcome(x.exc_status, st, sent, x.headers_ns, x.done_ns, res, error=x.error,
                                   timeout_kind=x.timeout_kind)
         if st != 200:
-            body = b"".join(x.body or ())[:ERROR_BYTES]
+            body = b"".join(x.body or ())[:MAX_ERROR_BODY]
             if st is not None and 300 <= st < 400:
                 err = redirect_error(st, x.location.decode("latin-1"))
             else:

@@ -36,6 +36,7 @@ from kvreplay.accounting.events import ERROR_BYTES
 from kvreplay.backends._http import read_upto
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
+from kvreplay.redaction import redact
 
 __all__ = ["RequestOutcome", "redirect_error", "send_body"]
 
@@ -69,17 +70,19 @@ class RequestOutcome:
 
 
 def _json_error(raw: bytes) -> str:
+    """The message of an error body (JSON ``error.message``, else the text), secrets
+    redacted before the cut to ``ERROR_BYTES``."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return raw[:ERROR_BYTES].decode("utf-8", "replace")
+        return redact(raw[:2 * ERROR_BYTES].decode("utf-8", "replace"))[:ERROR_BYTES]
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:ERROR_BYTES]
+            return redact(err["message"][:2 * ERROR_BYTES])[:ERROR_BYTES]
         if isinstance(err, str):
-            return err[:ERROR_BYTES]
-    return raw[:ERROR_BYTES].decode("utf-8", "replace")
+            return redact(err[:2 * ERROR_BYTES])[:ERROR_BYTES]
+    return redact(raw[:2 * ERROR_BYTES].decode("utf-8", "replace"))[:ERROR_BYTES]
 
 
 def redirect_error(status: int, location: str) -> str:
@@ -171,7 +174,7 @@ async def _send_once(
                     return RequestOutcome("http", http_status, sent, headers_ns, now_ns(),
                                           error=redirect_error(http_status, resp.headers.get("Location", "")))
                 if resp.status != 200:
-                    body = (await read_upto(resp.content, ERROR_BYTES))[:ERROR_BYTES]
+                    body = await read_upto(resp.content, 64 << 10)
                     return RequestOutcome(
                         "http", http_status, sent, headers_ns, now_ns(), error=_json_error(body) or resp.reason
                     )

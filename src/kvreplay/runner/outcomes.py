@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from kvreplay.accounting import StreamResult
 from kvreplay.accounting.events import ERROR_BYTES
+from kvreplay.redaction import redact, redact_obj
 from kvreplay.runner.http import RequestOutcome
 
-__all__ = ["MAX_COUNT", "check_ranges", "client_error_outcome"]
+__all__ = ["MAX_COUNT", "check_ranges", "client_error_outcome", "redact_outcome"]
 
 MAX_COUNT = 1 << 53
 """Largest token count accepted from a server (exclusive); 2^53 keeps every sum exact as a float."""
@@ -58,3 +59,29 @@ def client_error_outcome(out: RequestOutcome, exc: BaseException) -> RequestOutc
     """A ``client_error`` outcome keeping ``out``'s times, with ``exc``'s type and text (<= 1 KiB)."""
     return RequestOutcome("client_error", None, out.sent_ns, out.headers_ns, out.done_ns, StreamResult(),
                           error=f"{type(exc).__name__}: {exc}"[:ERROR_BYTES])
+
+
+def redact_outcome(out: RequestOutcome) -> RequestOutcome:
+    """Redact registered secrets (``kvreplay.redaction``) from every server-supplied string of ``out``, in place.
+
+    Fields: ``error``, the stream's ``error``, ``text_head``, ``finish_reason``,
+    ``usage`` and ``timings`` (every string inside, keys too). A secret cut by an
+    earlier truncation loses its trailing prefix as well.
+
+    Returns:
+        ``out`` itself.
+    """
+    if out.error:
+        out.error = redact(out.error)
+    r = out.stream
+    if r.error:
+        r.error = redact(r.error)
+    if r.text_head:
+        r.text_head = redact(r.text_head)
+    if r.finish_reason:
+        r.finish_reason = redact(r.finish_reason)
+    if r.usage is not None:
+        r.usage = redact_obj(r.usage)
+    if r.timings is not None:
+        r.timings = redact_obj(r.timings)
+    return out
