@@ -37,10 +37,10 @@ class Result:
 
 
 def run_case(url: str, workload: Path, out: Path, conc: int, *, extra: list[str] = (), timeout: float = 60,
-             key: str = KEY) -> Result:
+             key: str = KEY, quiet: bool = True) -> Result:
     rss_file = out.parent / (out.name + ".rss")
     cmd = [sys.executable, str(HERE / "_rss_main.py"), str(rss_file), "run", str(workload), "--target", url,
-           "--backend", "none", "--phase", f"p:forward:c{conc}", "--out", str(out), "--quiet",
+           "--backend", "none", "--phase", f"p:forward:c{conc}", "--out", str(out), *(["--quiet"] if quiet else []),
            "--api-key-env", "HOSTILE_KEY", "--connect-timeout", "3", "--read-timeout", "3",
            *extra]
     env = {**os.environ, "HOSTILE_KEY": key, "MPLBACKEND": "Agg"}

@@ -148,3 +148,85 @@ def test_https_without_the_ca_is_a_connect_error(workload: Path, tmp_path: Path,
     assert res.code == 0
     assert [r["status"] for r in res.records] == ["connect"] * N_BODIES
     assert "CERTIFICATE_VERIFY_FAILED" in res.records[0]["error"]
+
+
+# mode: the notice on stderr (the counter read fails or leaves the value out; requests are unaffected)
+METRICS_CASES = {
+    "metrics_nan": "counter vllm:prefix_cache_hits_total is not a finite number (NaN or infinite): left out",
+    "metrics_many_labels": "counter read failed: scrape refused: line 7 has over 128 labels",
+    "metrics_long_line": "counter read failed: scrape refused: line 7 is over 65536 characters",
+    "metrics_many_series": "counter read failed: scrape refused: 400004 series (at most 100000)",
+}
+
+
+@pytest.mark.parametrize("conc", [1, 4])
+@pytest.mark.parametrize("mode", sorted(METRICS_CASES))
+def test_hostile_metrics(mode: str, conc: int, workload: Path, tmp_path: Path) -> None:
+    with HostileServer(mode) as srv:
+        res = run_case(srv.url, workload, tmp_path / "run", conc, quiet=False,
+                       extra=["--backend", "vllm", "--total-timeout", str(TOTAL)])
+    assert res.code == 0, res.stderr[-2000:]
+    assert res.seconds <= 15
+    assert [r["status"] for r in sorted(res.records, key=lambda r: r["position"])] == ["ok"] * N_BODIES
+    assert METRICS_CASES[mode] in res.stderr
+    summary = orjson.loads((res.out / "summary.json").read_bytes())
+    assert summary["records"] == N_BODIES
+    assert (res.out / "report.html").exists()  # NaN counters must not break the HTML report
+    assert res.rss_kib < MAX_RSS_KIB
+    assert leaked(res) == []
+
+
+def test_hard_deadline_within_a_second_of_an_endless_stream(workload: Path, tmp_path: Path) -> None:
+    """No whole-request bound: the hard deadline (2 s) alone ends the endless streams."""
+    with HostileServer("endless_stream") as srv:
+        res = run_case(srv.url, workload, tmp_path / "run", 4, extra=["--hard-deadline", "2s"])
+    assert res.code == 3
+    summary = orjson.loads((res.out / "summary.json").read_bytes())
+    assert summary["aborted"]["reason"] == "hard_deadline"
+    assert 2.0 <= summary["wall_s"] <= 3.0
+    recs = sorted(res.records, key=lambda r: r["position"])
+    assert [r["status"] for r in recs] == ["aborted"] * N_BODIES
+    # cancelled in flight: the real send time and the partial stream are kept
+    assert all(r["sent"] and r["t_sent_ns"] is not None and r["chunks"] > 10 for r in recs)
+
+
+def test_two_interrupts_end_an_endless_stream_within_a_second(workload: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import sys
+    import time
+
+    from hostile.harness import HERE
+
+    out = tmp_path / "run"
+    with HostileServer("endless_stream") as srv:
+        t_start = time.monotonic()
+        p = subprocess.Popen([sys.executable, str(HERE / "_rss_main.py"), str(tmp_path / "rss"), "run",
+                              str(workload), "--target", srv.url, "--backend", "none", "--phase", "p:forward:c4",
+                              "--out", str(out), "--quiet", "--api-key-env", "HOSTILE_KEY"],
+                             env={**os.environ, "HOSTILE_KEY": KEY, "MPLBACKEND": "Agg"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while not (out / "records.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # requests in flight, streaming
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=20)
+        code = p.returncode
+        took = time.monotonic() - t0
+    assert code == 3
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert summary["aborted"]["reason"] == "interrupt"
+    assert summary["records"] == N_BODIES
+    # the run (its clock starts after the process did) ended within a second of the second SIGINT
+    assert summary["wall_s"] <= (t0 - t_start) + 1.0
+    assert took <= 10  # report drawing and interpreter exit included
+    assert [r["status"] for r in res_records(out)] == ["aborted"] * N_BODIES
+
+
+def res_records(out: Path) -> list[dict]:
+    return sorted((orjson.loads(ln) for ln in (out / "records.jsonl").read_bytes().splitlines()),
+                  key=lambda r: r["position"])

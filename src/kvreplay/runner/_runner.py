@@ -43,7 +43,7 @@ from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.observer import NullObserver, RunObserver
-from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
+from kvreplay.runner.outcomes import check_ranges, client_error_outcome, finite_snapshot, redact_outcome
 from kvreplay.workload import Workload
 
 __all__ = ["RecordWriter", "RunOptions", "execute_plan"]
@@ -178,6 +178,7 @@ class _Run:
         self.active: set[asyncio.Task] = set()
         self.h1: H1Client | None = None
         self.in_flight = 0
+        self.nonfinite: set[str] = set()
         self.sent = 0
         self.failed = 0
 
@@ -328,6 +329,7 @@ class _Run:
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
             return None
+        snap = finite_snapshot(snap, self.progress, self.nonfinite)
         self.check_bounds(snap)
         return snap
 
@@ -345,6 +347,7 @@ class _Run:
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
                 continue
+            snap = finite_snapshot(snap, self.progress, self.nonfinite)
             self.check_bounds(snap)
             if self.opts.abort_on_restart and prev is not None:
                 d = counter_delta(prev, snap)

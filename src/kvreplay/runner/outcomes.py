@@ -10,12 +10,17 @@ lost and the run exits non-zero.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
 from kvreplay.accounting import StreamResult
 from kvreplay.accounting.events import ERROR_BYTES
 from kvreplay.redaction import redact, redact_obj
+from kvreplay.runner.backend import Snapshot
 from kvreplay.runner.http import RequestOutcome
 
-__all__ = ["MAX_COUNT", "check_ranges", "client_error_outcome", "redact_outcome"]
+__all__ = ["MAX_COUNT", "check_ranges", "client_error_outcome", "finite_snapshot", "redact_outcome"]
 
 MAX_COUNT = 1 << 53
 """Largest token count accepted from a server (exclusive); 2^53 keeps every sum exact as a float."""
@@ -85,3 +90,29 @@ def redact_outcome(out: RequestOutcome) -> RequestOutcome:
     if r.timings is not None:
         r.timings = redact_obj(r.timings)
     return out
+
+
+def finite_snapshot(snap: Snapshot | None, notice: Callable[[str], None], seen: set[str]) -> Snapshot | None:
+    """``snap`` without NaN or infinite values (raw and common); each name dropped is noticed once.
+
+    A counter that is NaN or infinite cannot be differenced or drawn (``report
+    --html`` would break), so it is absent, as if the server did not report it.
+
+    Args:
+        snap: A counter read (None passes through).
+        notice: Called with one line per newly dropped name.
+        seen: Names already noticed (updated).
+    """
+    if snap is None:
+        return None
+    bad_c = [k for k, v in snap.common.items() if isinstance(v, float) and not math.isfinite(v)]
+    bad_r = [k for k, v in snap.raw.items() if isinstance(v, float) and not math.isfinite(v)]
+    if not bad_c and not bad_r:
+        return snap
+    for k in bad_c + bad_r:
+        if k not in seen:
+            seen.add(k)
+            notice(f"counter {k[:200]} is not a finite number (NaN or infinite): left out")
+    common = {k: v for k, v in snap.common.items() if k not in bad_c}
+    raw = {k: v for k, v in snap.raw.items() if k not in bad_r}
+    return replace(snap, common=common, raw=raw)
