@@ -1,4 +1,4 @@
-"""Secrets never written: the API key and URL credentials are replaced by a fixed marker.
+r"""Secrets never written: the API key and URL credentials are replaced by a fixed marker.
 
 A server may echo the request's ``Authorization`` header (in a 401 body, an SSE
 error event, the content, ``usage``...), so every string kvreplay writes or
@@ -142,7 +142,7 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def escape_controls(s: str, *, newlines: bool = False) -> str:
-    """``s`` with control characters (C0 but tab/LF, DEL, C1) shown as ``\\xNN``; LF too when ``newlines``.
+    r"""``s`` with control characters (C0 but tab/LF, DEL, C1) shown as ``\\xNN``; LF too when ``newlines``.
 
     Makes server text inert on a terminal (no escape sequences) and in Markdown.
     """

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from hostile.harness import KEY, N_BODIES, leaked, make_workload, run_case
 from hostile.server import HostileServer
 

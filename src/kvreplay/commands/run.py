@@ -26,6 +26,7 @@ from kvreplay.redaction import check_secret, install_streams, redact_url, regist
 from kvreplay.report.markdown import render_table
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
+from kvreplay.runner.resources import ensure_open_files
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "run"
@@ -194,6 +195,29 @@ def split_credentials(url: str, headers: dict[str, str]) -> tuple[str, str]:
     return bare, redact_url(url)
 
 
+def check_out_dir(out: Path, workload_path: Path) -> None:
+    """Refuse an ``--out`` that is a file, not writable, or inside the workload folder.
+
+    A run directory inside the workload folder would add its JSON files to the
+    next load of that workload. The directory is created here.
+
+    Raises:
+        ConfigError: field ``--out``.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out names a file, not a folder", path=out, field="--out")
+    wl = workload_path.resolve()
+    if wl.is_dir() and (out.resolve() == wl or wl in out.resolve().parents):
+        raise ConfigError(f"--out is inside the workload folder {wl}; choose a folder outside it",
+                          path=out, field="--out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run directory: {exc.strerror or exc}", path=out, field="--out") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError("the run directory is not writable", path=out, field="--out")
+
+
 def default_out() -> Path:
     """``runs/<UTC timestamp>``."""
     return Path("runs") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -218,7 +242,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             plan_path_data = orjson.loads(Path(args.from_plan).read_bytes())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read plan: {exc}", path=args.from_plan) from exc
-        wl_path = wl_path or plan_path_data.get("workload", {}).get("path")
+        wl_info = plan_path_data.get("workload") if isinstance(plan_path_data, dict) else None
+        wl_path = wl_path or (wl_info.get("path") if isinstance(wl_info, dict) else None)
+        if wl_path is not None and not isinstance(wl_path, str):
+            raise ConfigError("workload.path must be a string", path=args.from_plan, field="workload.path")
         if not wl_path:
             raise ConfigError("plan names no workload; give it", path=args.from_plan)
         workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
@@ -235,6 +262,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     out = Path(args.out) if args.out else default_out()
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
+    check_out_dir(out, Path(workload.path))
+    ensure_open_files(max(ph.spec.concurrency for ph in plan.phases))
     target = args.target or settings.get("target", "sim")
     check_target(target, sim=True)
     target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)

@@ -8,6 +8,7 @@ from pathlib import Path
 from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.document import build, to_html, to_markdown
 from kvreplay.report.load import load_run
+from kvreplay.safe_io import atomic_write_text
 
 __all__ = ["write_reports"]
 
@@ -17,9 +18,7 @@ def _atomic_write(path: Path, text: str) -> None:
     text = redact(text)
     if path.suffix == ".md":
         text = escape_controls(text)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def write_reports(

@@ -17,6 +17,7 @@ get a record with ``status: "aborted"`` and ``sent: false``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import signal
@@ -44,6 +45,7 @@ from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.observer import NullObserver, RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, finite_snapshot, redact_outcome
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_text, open_new
 from kvreplay.workload import Workload
 
 __all__ = ["RecordWriter", "RunOptions", "execute_plan"]
@@ -111,20 +113,50 @@ class RecordWriter:
     """Appends one JSON line per record to records.jsonl, flushed as written.
 
     The file is opened unbuffered, so each record is one ``write`` syscall and a
-    kill of kvreplay loses nothing already written.
+    kill of kvreplay loses nothing already written. A write that fails or comes
+    back short (disk full, file size limit) is undone (the file is cut back to
+    the last whole record), ``failed`` holds the error, ``on_error`` is called
+    once and later records are dropped (``lost`` counts them): never a
+    half-written record.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
         self.path = path
-        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        self._f = open_new(path, append=True)
+        self._pos = self._f.seek(0, os.SEEK_END)
         self.count = 0
+        self.lost = 0
+        self.failed: OSError | None = None
+        self.on_error = on_error
 
     def write(self, rec: dict[str, Any]) -> None:
-        """Append one record (a JSON object) and flush it."""
+        """Append one record (a JSON object) and flush it.
+
+        Raises:
+            TypeError / orjson.JSONEncodeError: the record cannot be serialised
+                (nothing is written).
+        """
         line = orjson.dumps(rec) + b"\n"
         if _secret_bytes:
             line = redact_bytes(line)
-        self._f.write(line)
+        if self.failed is not None:
+            self.lost += 1
+            return
+        try:
+            n = self._f.write(line)
+            if n != len(line):
+                raise OSError(errno.ENOSPC, f"short write of a record ({n} of {len(line)} bytes)")
+        except OSError as exc:
+            self.lost += 1
+            self.failed = exc
+            try:
+                self._f.truncate(self._pos)
+            except OSError:  # pragma: no cover - nothing more can be done
+                pass
+            if self.on_error is not None:
+                self.on_error(exc)
+            return
+        self._pos += n
         self.count += 1
 
     def close(self) -> None:
@@ -149,9 +181,7 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
-    os.replace(tmp, path)
+    atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
 
 
 class _Run:
@@ -171,7 +201,7 @@ class _Run:
         self.restarts = 0
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
-        self.writer = RecordWriter(self.out / "records.jsonl")
+        self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
         self.headers = {"Content-Type": "application/json", **opts.headers}
         register_headers(self.headers)  # this process never writes them (worker processes too)
         self.last_snap: Snapshot | None = None
@@ -181,6 +211,10 @@ class _Run:
         self.nonfinite: set[str] = set()
         self.sent = 0
         self.failed = 0
+
+    def on_write_error(self, exc: OSError) -> None:
+        """records.jsonl cannot be written (disk full): stop the run; nothing half-written stays."""
+        self.cancel_in_flight("disk_full", f"records.jsonl not writable: {exc}; no further record is kept")
 
     def request_abort(self, reason: str, message: str) -> None:
         if self.abort is None:
@@ -292,7 +326,11 @@ class _Run:
         }
 
     def check_outcome(self, out: RequestOutcome) -> None:
-        if out.status == "http" and out.http_status in (401, 403):
+        if out.status == "client_error" and out.error and out.error.startswith("client resources exhausted"):
+            self.request_abort("client_resources",
+                               f"{out.error} (the client's limit, not the server's fault: "
+                               "raise the open-file limit or lower the concurrency)")
+        elif out.status == "http" and out.http_status in (401, 403):
             self.request_abort("auth", f"HTTP {out.http_status}: {out.error or ''}")
         elif out.status in ("http", "stream_error") and out.error and _FATAL_SERVER_ERROR.search(out.error):
             self.request_abort("server_fatal", out.error)
@@ -465,12 +503,11 @@ class _Run:
                 self.in_flight -= 1
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
-            check_ranges(out)
-            if _secret_bytes:
-                redact_outcome(out)
-            self.check_error_rate(out)
             delta = None
             try:
+                check_ranges(out)
+                if _secret_bytes:
+                    redact_outcome(out)
                 if per_req:
                     try:
                         after = await self.snapshot(None)
@@ -489,6 +526,7 @@ class _Run:
                 out = client_error_outcome(out, exc)
                 rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                 self.writer.write(rec)
+            self.check_error_rate(out)
             st.add(rec, out.stream.token_ns if out.status == "ok" else None)
             self.obs.on_record(rec)
             self.check_outcome(out)
@@ -531,7 +569,11 @@ class _Run:
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
         start_s = (st.start_ns - self.clock.origin_ns) / 1e9
         end_s = (st.end_ns - self.clock.origin_ns) / 1e9
-        st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
+        try:
+            st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
+        except OSError as exc:
+            self.progress(f"histogram logs not written: {exc}")
+            st.histogram_files = {}
         st.client = mon.to_json()
         if mon.lag.hist.get_total_count():
             self.lag_hists[phase.name] = mon.lag.hist
@@ -552,6 +594,7 @@ class _Run:
             "identity": {"before": self.identity_before, "after": self.identity_after},
             "wall_s": round((now_ns() - self.clock.origin_ns) / 1e9, 6),
             "records": self.writer.count,
+            **({"records_lost": self.writer.lost} if self.writer.lost else {}),
             "client_thresholds": thresholds(),
             # --target sim serves from this process: its CPU and loop time are in the
             # client figures, so client_bound there may be the simulator's doing.
@@ -687,9 +730,13 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
             loop.remove_signal_handler(sig)
         run.writer.close()
         summary = run.summary()
-        _write_json(out / "summary.json", summary)
         from kvreplay.report.markdown import render_markdown
 
-        (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+        try:
+            _write_json(out / "summary.json", summary)
+            atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
+        except OSError as exc:
+            # Disk full: records.jsonl holds every whole record; `kvreplay report` rebuilds the rest.
+            run.progress(f"summary.json/report.md not written: {exc}; rebuild them later with: kvreplay report {out}")
         obs.on_run_end(summary)
     return summary

@@ -70,8 +70,10 @@ class RequestOutcome:
 
 
 def _json_error(raw: bytes) -> str:
-    """The message of an error body (JSON ``error.message``, else the text), secrets
-    redacted before the cut to ``ERROR_BYTES``."""
+    """The message of an error body (JSON ``error.message``, else the text).
+
+    Secrets are redacted before the cut to ``ERROR_BYTES``.
+    """
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
