@@ -206,6 +206,9 @@ def check_out_dir(out: Path, workload_path: Path) -> None:
     """
     if out.exists() and not out.is_dir():
         raise ConfigError("--out names a file, not a folder", path=out, field="--out")
+    if (out / "records.jsonl").is_symlink():
+        raise ConfigError("records.jsonl in the run directory is a symlink; choose a new --out", path=out,
+                          field="--out")
     wl = workload_path.resolve()
     if wl.is_dir() and (out.resolve() == wl or wl in out.resolve().parents):
         raise ConfigError(f"--out is inside the workload folder {wl}; choose a folder outside it",
