@@ -18,9 +18,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-
-from hostile.harness import HERE, KEY, N_BODIES, leaked, make_workload, run_case
+from hostile.harness import KEY, N_BODIES, leaked, make_workload, run_case
 from hostile.server import HostileServer
+
 from kvreplay.cli import main
 
 
@@ -96,7 +96,8 @@ def test_url_credentials_become_a_header_and_are_redacted(workload, tmp_path):
     ("p:forward:c1000000000", "field '--phase.concurrency': must be at most 100000, not 1000000000"),
     ("p:forward:c1:x100000000", "field '--phase.repeats': must be at most 10000000, not 100000000"),
     ("p:forward:c1:x5000000", "phase p: 4 bodies x 5000000 repeats takes the plan over 10000000 positions"),
-    ("p:forward:c1:r0.0000001", "field '--phase.rate': an open loop needs a finite rate in [0.001, 1e+06] (requests/s), not 1e-07"),
+    ("p:forward:c1:r0.0000001",
+     "field '--phase.rate': an open loop needs a finite rate in [0.001, 1e+06] (requests/s), not 1e-07"),
 ])
 def test_nonsense_phases_are_exit_2(workload, tmp_path, capsys, phase, words):
     code, text = _main(["run", str(workload), "--phase", phase, "--out", str(tmp_path / "r"), "--quiet"], capsys)
@@ -110,7 +111,8 @@ def test_nan_rate_in_a_toml_plan_names_file_line_field(workload, tmp_path, capsy
                     'arrival = "constant"\nrate = nan\n')
     code, text = _main(["run", str(workload), "--plan", str(plan), "--out", str(tmp_path / "r"), "--quiet"], capsys)
     assert code == 2
-    assert f"{plan}:5, field 'phase[1].rate': an open loop needs a finite rate in [0.001, 1e+06] (requests/s), not nan" in text
+    assert (f"{plan}:5, field 'phase[1].rate': an open loop needs a finite rate in [0.001, 1e+06] (requests/s), "
+            "not nan") in text
 
 
 def _crafted_plan(tmp_path: Path, workload: Path, edit) -> Path:
@@ -131,8 +133,10 @@ def _crafted_plan(tmp_path: Path, workload: Path, edit) -> Path:
      "field 'phases[0].sequence[1]': body_index, repetition or body_sha256 out of range"),
     (lambda d: d["phases"][0]["sequence"][0].__setitem__("repetition", 10**6),
      "field 'phases[0].sequence[0]': body_index, repetition or body_sha256 out of range"),
-    (lambda d: d["workload"].__setitem__("n_bodies", 10**12), "field 'workload.n_bodies': n_bodies must be an integer in [1, 10000000]"),
-    (lambda d: d["phases"][0].__setitem__("concurrency", 10**9), "field 'phases[0].concurrency': must be at most 100000, not 1000000000"),
+    (lambda d: d["workload"].__setitem__("n_bodies", 10**12),
+     "field 'workload.n_bodies': n_bodies must be an integer in [1, 10000000]"),
+    (lambda d: d["phases"][0].__setitem__("concurrency", 10**9),
+     "field 'phases[0].concurrency': must be at most 100000, not 1000000000"),
     (lambda d: d["phases"][0].pop("sequence"), "malformed plan.json: KeyError: 'sequence'"),
 ])
 def test_crafted_plan_json_is_exit_2(workload, tmp_path, capsys, edit, words):

@@ -218,7 +218,7 @@ class _Run:
 
     def request_abort(self, reason: str, message: str) -> None:
         if self.abort is None:
-            self.abort = {"reason": reason, "message": redact(message)[:1024]}
+            self.abort = {"reason": reason, "message": escape_controls(redact(message), newlines=True)[:1024]}
             self.progress(f"abort: {reason}: {message}")
         self.stop_new = True
 
