@@ -392,8 +392,9 @@ class HostileServer:
                 self.requests += 1
                 if not await self.answer(w, req):
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, asyncio.LimitOverrunError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, asyncio.LimitOverrunError,
+                asyncio.CancelledError):
+            pass  # a client that went away, or the server shutting down
         finally:
             try:
                 w.close()

@@ -216,7 +216,19 @@ async def _send_once(
             return RequestOutcome("client_error", None, sent, None, now_ns(),
                                   error=f"client resources exhausted: {exc.os_error}"[:ERROR_BYTES])
         return RequestOutcome("connect", None, sent, None, now_ns(), error=str(exc)[:ERROR_BYTES] or "connect failed")
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+    except aiohttp.ClientResponseError as exc:
+        # aiohttp's parser refused the status line or headers (its HttpProcessingError): the
+        # runner's llhttp client calls that malformed_http too (runner.h1).
+        return RequestOutcome("malformed", None, sent, headers_ns, now_ns(),
+                              error=f"malformed_http: {exc.message}"[:ERROR_BYTES])
+    except aiohttp.ClientPayloadError as exc:
+        res = acc.result if acc is not None else StreamResult()
+        if "Not enough data" not in str(exc):  # a refused chunk size or framing, not a cut
+            return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), res,
+                                  error=f"malformed_http: {exc}"[:ERROR_BYTES])
+        return RequestOutcome("cut" if headers_ns is not None else "write", http_status, sent, headers_ns, now_ns(),
+                              res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+    except aiohttp.ServerDisconnectedError as exc:
         res = acc.result if acc is not None else StreamResult()
         status = "cut" if headers_ns is not None else "write"
         return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
