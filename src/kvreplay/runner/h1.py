@@ -272,6 +272,10 @@ class _Exchange:
         if self.state == _DONE:
             return
         now = now_ns()
+        if isinstance(exc, OSError) and exc.errno in CLIENT_ERRNOS:
+            # ENOBUFS/ENOMEM on the socket: the client's resources, not the server's fault
+            self._fail("client_error", f"client resources exhausted: {exc}"[:ERROR_BYTES], now)
+            return
         if self.state == _BODY and not self.framed:
             self.close_after = True
             self._finish(now)  # close-delimited body: EOF is its end
