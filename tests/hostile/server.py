@@ -311,6 +311,14 @@ def metrics_body(kind: str) -> bytes:
     return GOOD_METRICS
 
 
+def cache_body(kind: str) -> bytes:
+    if kind == "cache_nan":
+        return b'{"hits": NaN, "misses": 1e400, "entries": 3, "max_entries": 8, "hit_tokens": -Infinity}'
+    if kind == "cache_deep":
+        return b'{"hits": 1, "misses": 2, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    return b'{"hits": 1, "misses": 2, "entries": 3, "max_entries": 8}'
+
+
 class HostileServer:
     """The scripted server; ``with HostileServer("negative_chunk") as s: s.url``.
 
@@ -383,7 +391,9 @@ class HostileServer:
                 body = await r.readexactly(n) if n else b""
                 req = {"method": method, "path": path, "headers": headers, "body": body}
                 if method == "GET":
-                    if path == "/metrics":
+                    if path == "/cache" and self.mode.startswith("cache_"):
+                        await _write(w, json_resp("200 OK", cache_body(self.mode)))
+                    elif path == "/metrics" and not self.mode.startswith("cache_"):
                         await _write(w, b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
                                      % len(mb := metrics_body(self.mode)) + mb)
                     else:

@@ -299,3 +299,15 @@ def test_no_leak_helper_finds_a_planted_piece(tmp_path):
 
     (tmp_path / "f.txt").write_text("xx" + KEY[5:13] + "yy")
     assert leaked(Result(0, 0.0, tmp_path, "", "", 0, [])) == ["f.txt"]
+
+
+def test_oversized_jsonl_workload_is_refused_from_its_size(tmp_path, capsys, monkeypatch):
+    from kvreplay.workload import _loader
+
+    wl = tmp_path / "w.jsonl"
+    wl.write_bytes(b'{"prompt": "hello"}\n' * 10)  # 200 bytes
+    monkeypatch.setattr(_loader, "MAX_WORKLOAD_BYTES", 150)
+    monkeypatch.setattr(_loader.Path, "read_bytes", lambda self: pytest.fail("read before the size check"))
+    code, text = _main(["run", str(wl), "--phase", "p:forward:c1", "--out", str(tmp_path / "r"), "--quiet"], capsys)
+    assert code == 2
+    assert f"{wl}: workload file is 200 bytes, over 150 (split it, or give a folder of *.json)" in text

@@ -153,25 +153,28 @@ def test_https_without_the_ca_is_a_connect_error(workload: Path, tmp_path: Path,
     assert "CERTIFICATE_VERIFY_FAILED" in res.records[0]["error"]
 
 
-# mode: the notice on stderr (the counter read fails or leaves the value out; requests are unaffected)
+# mode: (backend, the notice on stderr): the counter read fails or leaves the value out; requests are unaffected
 METRICS_CASES = {
-    "metrics_nan": "counter vllm:prefix_cache_hits_total is not a finite number (NaN or infinite): left out",
-    "metrics_many_labels": "counter read failed: scrape refused: line 7 has over 128 labels",
-    "metrics_long_line": "counter read failed: scrape refused: line 7 is over 65536 characters",
-    "metrics_many_series": "counter read failed: scrape refused: 400004 series (at most 100000)",
+    "metrics_nan": ("vllm", "counter vllm:prefix_cache_hits_total is not a finite number (NaN or infinite): left out"),
+    "metrics_many_labels": ("vllm", "counter read failed: scrape refused: line 7 has over 128 labels"),
+    "metrics_long_line": ("vllm", "counter read failed: scrape refused: line 7 is over 65536 characters"),
+    "metrics_many_series": ("vllm", "counter read failed: scrape refused: 400004 series (at most 100000)"),
+    "cache_nan": ("halogen", "counter hit_tokens is not a finite number (NaN or infinite): left out"),
+    "cache_deep": ("halogen", "counter read failed: /cache body is not JSON: maximum recursion depth exceeded"),
 }
 
 
 @pytest.mark.parametrize("conc", [1, 4])
 @pytest.mark.parametrize("mode", sorted(METRICS_CASES))
 def test_hostile_metrics(mode: str, conc: int, workload: Path, tmp_path: Path) -> None:
+    backend, notice = METRICS_CASES[mode]
     with HostileServer(mode) as srv:
         res = run_case(srv.url, workload, tmp_path / "run", conc, quiet=False,
-                       extra=["--backend", "vllm", "--total-timeout", str(TOTAL)])
+                       extra=["--backend", backend, "--total-timeout", str(TOTAL)])
     assert res.code == 0, res.stderr[-2000:]
     assert res.seconds <= 15
     assert [r["status"] for r in sorted(res.records, key=lambda r: r["position"])] == ["ok"] * N_BODIES
-    assert METRICS_CASES[mode] in res.stderr
+    assert notice in res.stderr
     summary = orjson.loads((res.out / "summary.json").read_bytes())
     assert summary["records"] == N_BODIES
     assert (res.out / "report.html").exists()  # NaN counters must not break the HTML report
