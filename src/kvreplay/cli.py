@@ -5,8 +5,9 @@ Subcommands live in ``kvreplay.commands``: each module there defines
 ``add_arguments(parser)`` and ``run(args) -> int``. They are discovered, so
 adding one needs no edit here, and only the command being run is imported.
 
-Exit status: 0 ok, 2 bad input or configuration (nothing sent), 3 run aborted
-(all outputs written), 130 interrupted.
+Exit status: 0 ok, 1 some requests failed inside the client (``client_error``
+records; all outputs written), 2 bad input or configuration (nothing sent), 3 run
+aborted (all outputs written), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    from kvreplay.redaction import install_streams
+
+    old_streams = install_streams()  # a registered API key never reaches the terminal (any command)
     try:
         return int(args._run(args) or 0)
     except (ConfigError, WorkloadError) as exc:
@@ -119,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         # Before the first request (detection, identity): the target cannot be used.
         print(f"kvreplay: error: cannot use the target: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        sys.stdout, sys.stderr = old_streams
 
 
 def entry() -> None:

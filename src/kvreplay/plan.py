@@ -90,6 +90,13 @@ __all__ = [
 PLAN_FORMAT = "kvreplay-plan/1"
 _ORDER_RE = re.compile(r"^(forward|reverse|shuffle:\d+|by-prefix)$")
 _SELECT_RE = re.compile(r"^(all|first:\d+|last:\d+)$")
+MAX_POSITIONS = 10_000_000
+"""Most planned positions in one plan (and repeats of one phase); plan.json holds one entry each."""
+MAX_CONCURRENCY = 100_000
+"""Largest concurrency accepted; the open-file limit is checked against the plan's at run time."""
+MIN_RATE, MAX_RATE = 1e-3, 1e6
+"""Open-loop rate bounds (requests/s): finite, at least one request per ~17 minutes."""
+
 _PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh",
                "arrival", "rate", "time_scale", "interleave", "label", "comparable"}
 _LABEL_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -195,6 +202,9 @@ class PhaseSpec:
             v = data.get(key, 1)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(key, f"must be an integer >= 1, not {v!r}")
+            cap = MAX_CONCURRENCY if key == "concurrency" else MAX_POSITIONS
+            if v > cap:
+                raise bad(key, f"must be at most {cap}, not {v}")
             ints[key] = v
         select = data.get("select", "all")
         if isinstance(select, list):
@@ -216,12 +226,14 @@ class PhaseSpec:
             if not isinstance(arrival, str) or not _ARRIVAL_RE.match(arrival):
                 raise bad("arrival", f"must be constant, poisson:SEED or trace:FILE, not {arrival!r}")
             if not arrival.startswith("trace:"):
-                if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
-                    raise bad("rate", f"an open loop needs a rate > 0 (requests/s), not {rate!r}")
+                if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not MIN_RATE <= rate <= MAX_RATE:
+                    raise bad("rate", f"an open loop needs a finite rate in [{MIN_RATE:g}, {MAX_RATE:g}] "
+                                      f"(requests/s), not {rate!r}")
                 rate = float(rate)
         elif rate is not None:
             raise bad("rate", "a rate needs an arrival process (arrival = \"constant\" or \"poisson:SEED\")")
-        if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or time_scale <= 0:
+        if (isinstance(time_scale, bool) or not isinstance(time_scale, (int, float))
+                or not 0 < time_scale < float("inf")):
             raise bad("time_scale", f"must be a number > 0, not {time_scale!r}")
         interleave = data.get("interleave")
         if interleave is not None:
@@ -648,8 +660,14 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
     extras: dict[str, ExtraWorkload] = {}
     next_index = n
     phases = []
+    total = 0
     for spec in specs:
-        ordered = _order(spec, _select(spec, n), workload)
+        selected = _select(spec, n)
+        if len(selected) * spec.repeats + total > MAX_POSITIONS:
+            raise ConfigError(f"phase {spec.name}: {len(selected)} bodies x {spec.repeats} repeats takes the plan "
+                              f"over {MAX_POSITIONS} positions", field=f"phase {spec.name}.repeats")
+        total += len(selected) * spec.repeats
+        ordered = _order(spec, selected, workload)
         seq = tuple((bi, rep) for rep in range(spec.repeats) for bi in ordered)
         if spec.interleave is not None:
             path = spec.interleave.workload
@@ -697,13 +715,30 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
         data = orjson.loads(p.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read plan: {exc}", path=p) from exc
-    if data.get("format") != PLAN_FORMAT:
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
         raise ConfigError(f"not a {PLAN_FORMAT} file", path=p, field="format")
     content = {k: v for k, v in data.items() if k not in ("plan_sha256", "run")}
     digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
     if digest != data.get("plan_sha256"):
         raise ConfigError("plan_sha256 does not match the plan's content (edited?)", path=p, field="plan_sha256")
+    try:
+        return _load_plan_data(p, data, workload)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ConfigError(f"malformed plan.json: {type(exc).__name__}: {exc}"[:300], path=p) from None
+
+
+def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan, dict[str, Any]]:
+    """The body of ``load_plan_json`` once the file is read and its hash checked (shapes validated)."""
     wl = data["workload"]
+    n_bodies = wl["n_bodies"]
+    if not isinstance(n_bodies, int) or isinstance(n_bodies, bool) or not 0 < n_bodies <= MAX_POSITIONS:
+        raise ConfigError(f"n_bodies must be an integer in [1, {MAX_POSITIONS}]", path=p, field="workload.n_bodies")
+    if not isinstance(data["phases"], list):
+        raise ConfigError("phases must be a list", path=p, field="phases")
+    if sum(len(ph["sequence"]) for ph in data["phases"]) > MAX_POSITIONS:
+        raise ConfigError(f"over {MAX_POSITIONS} positions", path=p, field="phases[].sequence")
     if workload is not None:
         if len(workload) != wl["n_bodies"] or workload.sha256 != wl["sha256"]:
             raise ConfigError(
@@ -720,7 +755,16 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
         spec = PhaseSpec.from_mapping(spec_data, where={"path": p, "field": f"phases[{i}]"})
         seq = []
         intended = []
-        for item in ph["sequence"]:
+        for k, item in enumerate(ph["sequence"]):
+            bi_, rep_ = item["body_index"], item["repetition"]
+            if (not isinstance(bi_, int) or isinstance(bi_, bool) or not 0 <= bi_ < MAX_POSITIONS
+                    or not isinstance(rep_, int) or isinstance(rep_, bool) or not 0 <= rep_ < spec.repeats
+                    or not isinstance(item["body_sha256"], str)):
+                raise ConfigError("body_index, repetition or body_sha256 out of range or of the wrong type",
+                                  path=p, field=f"phases[{i}].sequence[{k}]")
+            if "intended_ns" in item and (not isinstance(item["intended_ns"], int) or item["intended_ns"] < 0):
+                raise ConfigError("intended_ns must be an integer >= 0", path=p,
+                                  field=f"phases[{i}].sequence[{k}].intended_ns")
             if item["body_index"] < wl["n_bodies"]:
                 body_sha[item["body_index"]] = item["body_sha256"]
             else:

@@ -25,6 +25,7 @@ is asked once and then never again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -176,7 +177,7 @@ class HalogenBackend:
                 url=self.base_url + "/metrics",
             )
         try:
-            samples = parse_exposition(reply.text)
+            samples = await asyncio.to_thread(parse_exposition, reply.text)
         except BackendError:
             if self._metrics is None:
                 self._metrics = False
@@ -201,7 +202,7 @@ class HalogenBackend:
             raise BackendError(
                 f"GET {self.cache_path}: HTTP {reply.status}", url=self.base_url + self.cache_path
             )
-        raw, common, started = self.parse(reply.text)
+        raw, common, started = await asyncio.to_thread(self.parse, reply.text)
         extra = await self._companion()
         if extra is not None:
             m_raw, gauges, m_started = extra

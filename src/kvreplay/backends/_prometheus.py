@@ -8,6 +8,7 @@ this adapter with a built-in profile plus their own identity and reset calls.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -115,7 +116,8 @@ class PrometheusBackend:
         taken_ns = clock.now_ns()
         if text is None:
             return Snapshot(taken_ns=taken_ns, raw={}, common={})
-        raw, common, started = self.parse(text)
+        # a worker thread: a large or hostile scrape costs neither deadlines nor in-flight reads
+        raw, common, started = await asyncio.to_thread(self.parse, text)
         return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
 
     async def identity(self) -> dict[str, Any]:

@@ -11,24 +11,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
+from kvreplay.redaction import check_secret, install_streams, redact_url, register
 from kvreplay.report.markdown import render_table
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
+from kvreplay.runner.resources import ensure_open_files
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "run"
 HELP = "Replay a workload's exact bodies against a server in a frozen order (closed loop, or open loop with a rate)."
 
 EXIT_ABORTED = 3
+EXIT_CLIENT_ERROR = 1
+"""Some positions failed inside the client (``client_error`` records); everything is written."""
 
 
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,6 +47,8 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="read the API key from this environment variable (never from the command line)")
     p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from this file")
+    p.add_argument("--ca-file", default=None, metavar="PEM",
+                   help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed server")
     try:
         from kvreplay.sim import add_arguments as add_sim_arguments
     except ImportError:  # pragma: no cover - simulator not built
@@ -177,17 +185,79 @@ def read_api_key(args: argparse.Namespace) -> str | None:
     Raises:
         ConfigError: the variable is unset or the file is unreadable.
     """
+    key = None
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)
-        if not key:
+        if not key or not key.strip():
             raise ConfigError(f"environment variable {args.api_key_env} is not set", field="--api-key-env")
-        return key.strip()
-    if args.api_key_file:
+        field = "--api-key-env"
+    elif args.api_key_file:
+        field = "--api-key-file"
         try:
-            return Path(args.api_key_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read API key file: {exc}", field="--api-key-file") from exc
-    return None
+            st = os.stat(args.api_key_file)
+            if st.st_size > MAX_KEY_FILE_BYTES:
+                raise ConfigError(f"API key file is {st.st_size} bytes (at most {MAX_KEY_FILE_BYTES})",
+                                  path=args.api_key_file, field=field)
+            key = Path(args.api_key_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read API key file: {exc}", field=field) from exc
+    if key is None:
+        return None
+    try:
+        key = check_secret(key, field=field)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field=field) from None
+    if not key:
+        raise ConfigError("the API key is empty", field=field)
+    register(key)
+    return key
+
+
+MAX_KEY_FILE_BYTES = 64 << 10
+"""Largest API key file read (bytes)."""
+
+
+def split_credentials(url: str, headers: dict[str, str]) -> tuple[str, str]:
+    """Move ``user:password@`` out of a target URL into an ``Authorization: Basic`` header.
+
+    The credentials are registered as secrets (never written); an API key, when
+    given, wins over them. Returns ``(url without userinfo, label for outputs)``.
+    """
+    u = urlsplit(url)
+    if u.username is None and u.password is None:
+        return url, url
+    user, password = unquote(u.username or ""), unquote(u.password or "")
+    register(f"{user}:{password}", password, u.netloc.rpartition("@")[0])
+    if "Authorization" not in headers:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    bare = urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
+    return bare, redact_url(url)
+
+
+def check_out_dir(out: Path, workload_path: Path) -> None:
+    """Refuse an ``--out`` that is a file, not writable, or inside the workload folder.
+
+    A run directory inside the workload folder would add its JSON files to the
+    next load of that workload. The directory is created here.
+
+    Raises:
+        ConfigError: field ``--out``.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out names a file, not a folder", path=out, field="--out")
+    if (out / "records.jsonl").is_symlink():
+        raise ConfigError("records.jsonl in the run directory is a symlink; choose a new --out", path=out,
+                          field="--out")
+    wl = workload_path.resolve()
+    if wl.is_dir() and (out.resolve() == wl or wl in out.resolve().parents):
+        raise ConfigError(f"--out is inside the workload folder {wl}; choose a folder outside it",
+                          path=out, field="--out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run directory: {exc.strerror or exc}", path=out, field="--out") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError("the run directory is not writable", path=out, field="--out")
 
 
 def default_out() -> Path:
@@ -214,7 +284,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             plan_path_data = orjson.loads(Path(args.from_plan).read_bytes())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read plan: {exc}", path=args.from_plan) from exc
-        wl_path = wl_path or plan_path_data.get("workload", {}).get("path")
+        wl_info = plan_path_data.get("workload") if isinstance(plan_path_data, dict) else None
+        wl_path = wl_path or (wl_info.get("path") if isinstance(wl_info, dict) else None)
+        if wl_path is not None and not isinstance(wl_path, str):
+            raise ConfigError("workload.path must be a string", path=args.from_plan, field="workload.path")
         if not wl_path:
             raise ConfigError("plan names no workload; give it", path=args.from_plan)
         workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
@@ -235,8 +308,11 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     out = Path(args.out) if args.out else default_out()
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
+    check_out_dir(out, Path(workload.path))
+    ensure_open_files(max(ph.spec.concurrency for ph in plan.phases))
     target = args.target or settings.get("target", "sim")
     check_target(target, sim=True)
+    target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)
     backend_name = args.backend
     sim = None
     calibration: dict[str, Any] | None = None
@@ -271,7 +347,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
 
     opts = RunOptions(
         target_url=url,
-        target_label="sim" if sim else url,
+        target_label="sim" if sim else target_label,
         out_dir=out,
         backend_name=backend_name,
         headers=headers,
@@ -291,6 +367,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         report_md=getattr(args, "report", "html") != "none",
         run_extra=sim_run_extra(sim.config.time_scale, calibration) if sim is not None else {},
         **contract,
+        ca_file=getattr(args, "ca_file", None),
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
@@ -349,17 +426,21 @@ def install_loop() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay run``; exit 0 ok, 2 bad input, 3 aborted."""
+    """Execute ``kvreplay run``; exit 0 ok, 1 client errors, 2 bad input, 3 aborted."""
     install_loop()
-    summary = asyncio.run(run_async(args))
-    out = summary.pop("_out")
+    old = install_streams()  # the API key never reaches stdout/stderr, whatever a server echoes
     try:
-        return _finish(args, summary, out)
-    except KeyboardInterrupt:
-        # A second Ctrl-C while the report is drawn: the data is on disk already.
-        print(f"\nkvreplay: interrupted while writing the report; run directory: {out}; "
-              f"redraw it with: kvreplay report {out} --html", file=sys.stderr)
-        return EXIT_ABORTED
+        summary = asyncio.run(run_async(args))
+        out = summary.pop("_out")
+        try:
+            return _finish(args, summary, out)
+        except KeyboardInterrupt:
+            # A second Ctrl-C while the report is drawn: the data is on disk already.
+            print(f"\nkvreplay: interrupted while writing the report; run directory: {out}; "
+                  f"redraw it with: kvreplay report {out} --html", file=sys.stderr)
+            return EXIT_ABORTED
+    finally:
+        sys.stdout, sys.stderr = old
 
 
 def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
@@ -382,7 +463,14 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
         print(f"run directory: {out}")
         if html_path is not None:
             print(f"report: {html_path}")
-    return EXIT_ABORTED if summary.get("aborted") else 0
+    if summary.get("aborted"):
+        return EXIT_ABORTED
+    n_client = sum((ph.get("failed") or {}).get("client_error", 0) for ph in summary.get("phases", []))
+    if n_client:
+        print(f"kvreplay: {n_client} request(s) failed inside the client (status client_error); "
+              f"see records.jsonl", file=sys.stderr)
+        return EXIT_CLIENT_ERROR
+    return 0
 
 
 AUTO_HTML_MAX_RECORDS = 2_000_000

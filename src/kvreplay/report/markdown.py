@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, counter_cell, fmt, latency_cell, measured, tokens_cell
 
@@ -115,4 +116,5 @@ def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None)
     ab = summary.get("aborted")
     if ab:
         out.append(f"\n**Run aborted:** {ab['reason']} — {ab.get('message', '')}")
-    return "\n".join(out) + "\n"
+    # Server text (errors, abort messages) is hostile: no secret, no terminal escape (issue 17).
+    return escape_controls(redact("\n".join(out) + "\n"))

@@ -5,16 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.document import build, to_html, to_markdown
 from kvreplay.report.stream import open_run
+from kvreplay.safe_io import atomic_write_text
 
 __all__ = ["write_reports"]
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    # Server text is hostile (issue 17): no registered secret, no terminal escape in Markdown.
+    text = redact(text)
+    if path.suffix == ".md":
+        text = escape_controls(text)
+    atomic_write_text(path, text)
 
 
 def write_reports(

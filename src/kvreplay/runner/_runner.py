@@ -20,6 +20,7 @@ those of a phase whose drain or fresh check failed get ``status: "check_failed"`
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import signal
@@ -40,13 +41,17 @@ from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
+from kvreplay.redaction import _secret_bytes, escape_controls, redact, redact_bytes, register_headers
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner.backend import TOKEN_TWINS, Backend, Snapshot, counter_delta
 from kvreplay.runner.counterlog import CounterLog, counter_units
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
-from kvreplay.runner.http import H1Client, RequestOutcome, send_body
+from kvreplay.runner.h1 import H1Client, client_ssl_context
+from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.identity import IdentityPin
 from kvreplay.runner.observer import NullObserver, RunObserver
+from kvreplay.runner.outcomes import check_ranges, client_error_outcome, finite_snapshot, redact_outcome
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_text, open_new
 from kvreplay.workload import Workload
 
 __all__ = ["RecordWriter", "RunOptions", "execute_plan"]
@@ -82,6 +87,7 @@ class RunOptions:
         quiet: No progress lines.
         report_md: Write report.md at the end (``run --report none``: False).
         run_extra: Extra keys of plan.json's ``run`` block (``sim_time_scale``).
+        ca_file: PEM file of extra trusted CA certificates for https targets (``--ca-file``).
         elapsed_before_s: Seconds of the run gone before these options took effect (a
             worker's deadlines are shortened by it); added back in the deadline messages.
         identity_pins: Expected identity values (``runner.identity``), checked before the
@@ -121,23 +127,57 @@ class RunOptions:
     identity_interval_s: float = 1.0
     abort_on_malformed: bool = False
     on_check_fail: str = "skip"
+    ca_file: str | None = None
 
 
 class RecordWriter:
     """Appends one JSON line per record to records.jsonl, flushed as written.
 
     The file is opened unbuffered, so each record is one ``write`` syscall and a
-    kill of kvreplay loses nothing already written.
+    kill of kvreplay loses nothing already written. A write that fails or comes
+    back short (disk full, file size limit) is undone (the file is cut back to
+    the last whole record), ``failed`` holds the error, ``on_error`` is called
+    once and later records are dropped (``lost`` counts them): never a
+    half-written record.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
         self.path = path
-        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        self._f = open_new(path, append=True)
+        self._pos = self._f.seek(0, os.SEEK_END)
         self.count = 0
+        self.lost = 0
+        self.failed: OSError | None = None
+        self.on_error = on_error
 
     def write(self, rec: dict[str, Any]) -> None:
-        """Append one record (a JSON object) and flush it."""
-        self._f.write(orjson.dumps(rec) + b"\n")
+        """Append one record (a JSON object) and flush it.
+
+        Raises:
+            TypeError / orjson.JSONEncodeError: the record cannot be serialised
+                (nothing is written).
+        """
+        line = orjson.dumps(rec) + b"\n"
+        if _secret_bytes:
+            line = redact_bytes(line)
+        if self.failed is not None:
+            self.lost += 1
+            return
+        try:
+            n = self._f.write(line)
+            if n != len(line):
+                raise OSError(errno.ENOSPC, f"short write of a record ({n} of {len(line)} bytes)")
+        except OSError as exc:
+            self.lost += 1
+            self.failed = exc
+            try:
+                self._f.truncate(self._pos)
+            except OSError:  # pragma: no cover - nothing more can be done
+                pass
+            if self.on_error is not None:
+                self.on_error(exc)
+            return
+        self._pos += n
         self.count += 1
 
     def close(self) -> None:
@@ -162,9 +202,7 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, path)
+    atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
 
 
 class _Run(ContractChecks):
@@ -178,18 +216,20 @@ class _Run(ContractChecks):
         self.stop_new = False
         self.abort: dict[str, str] | None = None
         self.obs = observer
-        self.progress = observer.on_message
+        self.progress = lambda text: observer.on_message(escape_controls(redact(text), newlines=True))
         self.identity_before: dict | None = None
         self.identity_after: dict | None = None
         self.restarts = 0
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
-        self.writer = RecordWriter(self.out / "records.jsonl")
+        self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
         self.headers = {"Content-Type": "application/json", **opts.headers}
+        register_headers(self.headers)  # this process never writes them (worker processes too)
         self.last_snap: Snapshot | None = None
         self.active: set[asyncio.Task] = set()
         self.h1: H1Client | None = None
         self.in_flight = 0
+        self.nonfinite: set[str] = set()
         self.sent = 0
         self.failed = 0
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
@@ -201,9 +241,13 @@ class _Run(ContractChecks):
             self.counter_log = CounterLog(self.out / "counters.jsonl", self.clock.origin_ns)
         self.counter_log.write(snap, self.cur_phase, at)
 
+    def on_write_error(self, exc: OSError) -> None:
+        """records.jsonl cannot be written (disk full): stop the run; nothing half-written stays."""
+        self.cancel_in_flight("disk_full", f"records.jsonl not writable: {exc}; no further record is kept")
+
     def request_abort(self, reason: str, message: str) -> None:
         if self.abort is None:
-            self.abort = {"reason": reason, "message": message[:1024]}
+            self.abort = {"reason": reason, "message": escape_controls(redact(message), newlines=True)[:1024]}
             self.progress(f"abort: {reason}: {message}")
         self.stop_new = True
 
@@ -316,7 +360,11 @@ class _Run(ContractChecks):
         }
 
     def check_outcome(self, out: RequestOutcome) -> None:
-        if out.status == "http" and out.http_status in (401, 403):
+        if out.status == "client_error" and out.error and out.error.startswith("client resources exhausted"):
+            self.request_abort("client_resources",
+                               f"{out.error} (the client's limit, not the server's fault: "
+                               "raise the open-file limit or lower the concurrency)")
+        elif out.status == "http" and out.http_status in (401, 403):
             self.request_abort("auth", f"HTTP {out.http_status}: {out.error or ''}")
         elif out.status in ("http", "stream_error") and out.error and _FATAL_SERVER_ERROR.search(out.error):
             self.request_abort("server_fatal", out.error)
@@ -358,6 +406,7 @@ class _Run(ContractChecks):
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
             return None
+        snap = finite_snapshot(snap, self.progress, self.nonfinite)
         self.log_counters(snap, at)
         self.check_bounds(snap)
         await self.check_identity()  # at every counter read
@@ -377,6 +426,7 @@ class _Run(ContractChecks):
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
                 continue
+            snap = finite_snapshot(snap, self.progress, self.nonfinite)
             self.log_counters(snap, "monitor")
             self.check_bounds(snap)
             if self.opts.abort_on_restart and prev is not None:
@@ -481,32 +531,47 @@ class _Run(ContractChecks):
                 else:
                     out = await send_body(session, url + body.path, body.raw, headers=self.headers,
                                           head_chars=head_chars, total_timeout_s=total_timeout_s)
-            except asyncio.CancelledError:
-                # Cancelled in flight (second interrupt, hard deadline): still a record.
+            except asyncio.CancelledError as exc:
+                # Cancelled in flight (second interrupt, hard deadline): still a record, with
+                # the real send time and the partial stream when the client kept them.
                 t = now_ns()
-                out = RequestOutcome("aborted", None, t, None, t, error=(self.abort or {}).get("reason"))
+                out = getattr(exc, "outcome", None) or RequestOutcome("aborted", None, t, None, t)
+                out.error = (self.abort or {}).get("reason")
                 rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                 self.writer.write(rec)
                 st.add(rec)
                 raise
+            except Exception as exc:  # noqa: BLE001 - a client bug must not lose the position
+                t = now_ns()
+                out = client_error_outcome(RequestOutcome("client_error", None, t, None, t), exc)
             finally:
                 self.in_flight -= 1
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
-            self.check_error_rate(out)
             delta = None
-            if per_req:
-                try:
-                    after = await self.snapshot(None, at=pos)
-                except asyncio.CancelledError:
-                    rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
-                    self.writer.write(rec)
-                    st.add(rec, out.stream.token_ns if out.status == "ok" else None)
-                    raise
-                delta = self.delta_json(self.last_snap, after)
-                self.last_snap = after
-            rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
-            self.writer.write(rec)
+            try:
+                check_ranges(out)
+                if _secret_bytes:
+                    redact_outcome(out)
+                if per_req:
+                    try:
+                        after = await self.snapshot(None, at=pos)
+                    except asyncio.CancelledError:
+                        rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
+                        self.writer.write(rec)
+                        st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+                        raise
+                    delta = self.delta_json(self.last_snap, after)
+                    self.last_snap = after
+                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
+                self.writer.write(rec)  # orjson fails before anything is written
+            except (asyncio.CancelledError, OSError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - an accounting bug must not lose the position
+                out = client_error_outcome(out, exc)
+                rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
+                self.writer.write(rec)
+            self.check_error_rate(out)
             st.add(rec, out.stream.token_ns if out.status == "ok" else None)
             self.obs.on_record(rec)
             self.check_outcome(out)
@@ -555,7 +620,11 @@ class _Run(ContractChecks):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
         start_s = (st.start_ns - self.clock.origin_ns) / 1e9
         end_s = (st.end_ns - self.clock.origin_ns) / 1e9
-        st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
+        try:
+            st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
+        except OSError as exc:
+            self.progress(f"histogram logs not written: {exc}")
+            st.histogram_files = {}
         st.client = mon.to_json()
         if mon.lag.hist.get_total_count():
             self.lag_hists[phase.name] = mon.lag.hist
@@ -576,6 +645,7 @@ class _Run(ContractChecks):
             "identity": {"before": self.identity_before, "after": self.identity_after},
             "wall_s": round((now_ns() - self.clock.origin_ns) / 1e9, 6),
             "records": self.writer.count,
+            **({"records_lost": self.writer.lost} if self.writer.lost else {}),
             "client_thresholds": thresholds(),
             # --target sim serves from this process: its CPU and loop time are in the
             # client figures, so client_bound there may be the simulator's doing.
@@ -588,14 +658,15 @@ class _Run(ContractChecks):
 
 
 def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:
-    """The runner's own HTTP/1.1 client for http:// targets; None = use aiohttp (``send_body``).
+    """The runner's HTTP/1.1 client (runner.h1) for http and https targets; None = aiohttp (``send_body``).
 
-    ``KVREPLAY_HTTP=aiohttp`` forces the aiohttp path (for comparison or as a fallback).
+    ``KVREPLAY_HTTP=aiohttp`` forces the aiohttp path (the parity reference).
     """
-    if os.environ.get("KVREPLAY_HTTP", "") == "aiohttp" or not opts.target_url.startswith("http://"):
+    if os.environ.get("KVREPLAY_HTTP", "") == "aiohttp":
         return None
     return H1Client(opts.target_url, headers=headers, connect_timeout_s=opts.connect_timeout_s,
-                    read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s)
+                    read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s,
+                    ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None)
 
 
 async def execute_plan(
@@ -661,7 +732,8 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
     # Connector limit = concurrency, so the client never queues requests inside
     # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency,
-                                     keepalive_timeout=opts.keepalive_timeout_s)
+                                     keepalive_timeout=opts.keepalive_timeout_s,
+                                     ssl=client_ssl_context(opts.ca_file) if opts.ca_file else True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s,
                                     sock_read=opts.read_idle_timeout_s)
     loop = asyncio.get_running_loop()
@@ -716,10 +788,14 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
         if run.counter_log is not None:
             run.counter_log.close()
         summary = run.summary()
-        _write_json(out / "summary.json", summary)
-        if opts.report_md:
-            from kvreplay.report.markdown import render_markdown
+        from kvreplay.report.markdown import render_markdown
 
-            (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+        try:
+            _write_json(out / "summary.json", summary)
+            if opts.report_md:
+                atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
+        except OSError as exc:
+            # Disk full: records.jsonl holds every whole record; `kvreplay report` rebuilds the rest.
+            run.progress(f"summary.json/report.md not written: {exc}; rebuild them later with: kvreplay report {out}")
         obs.on_run_end(summary)
     return summary

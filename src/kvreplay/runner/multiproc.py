@@ -59,6 +59,7 @@ from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan, load_plan_json
 from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, on_interrupt_signals, plan_json_of
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
+from kvreplay.safe_io import atomic_write_text
 from kvreplay.workload import Workload, load_workload
 
 __all__ = ["execute_plan_workers", "merge_run", "run_worker", "slots_of", "worker_options"]
@@ -620,6 +621,6 @@ def merge_run(
         "phases": phases_json,
     }
     _write_json(out / "summary.json", summary)
-    (out / "report.md").write_text(render_markdown(summary, plan_json), encoding="utf-8")
+    atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
     obs.on_run_end(summary)
     return summary

@@ -121,6 +121,10 @@ def _check(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int)
     return Body(index, raw, hashlib.sha256(raw).hexdigest(), src, kind, stream)
 
 
+MAX_WORKLOAD_BYTES = 1 << 30
+"""Largest .jsonl workload file read (bytes); it is read whole, so memory stays bounded."""
+
+
 def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Workload:
     """Load and check every body of a workload.
 
@@ -141,8 +145,14 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.suffix == ".json" and f.is_file())
         for f in files:
+            if (size := f.stat().st_size) > max_body_bytes:  # checked before reading (issue 17)
+                raise WorkloadError(f"body file is {size} bytes, over the limit of {max_body_bytes} (--max-body-bytes)",
+                                    path=f)
             bodies.append(_check(f.read_bytes(), len(bodies), f, None, max_body_bytes))
     elif p.is_file():
+        if (size := p.stat().st_size) > MAX_WORKLOAD_BYTES:  # checked before reading (issue 17)
+            raise WorkloadError(f"workload file is {size} bytes, over {MAX_WORKLOAD_BYTES} "
+                                "(split it, or give a folder of *.json)", path=p)
         data = p.read_bytes()
         for lineno, line in enumerate(data.split(b"\n"), start=1):
             line = line.rstrip(b"\r")

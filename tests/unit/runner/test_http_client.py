@@ -1,4 +1,4 @@
-"""The runner's HTTP/1.1 client: chunked decoding under any split, parity with send_body."""
+"""The runner's HTTP/1.1 client (runner.h1, llhttp): chunked decoding under any split, parity with send_body."""
 
 import asyncio
 import random
@@ -7,12 +7,10 @@ import aiohttp
 import orjson
 import pytest
 
-from kvreplay.runner.http import H1Client, _Exchange, send_body
+from kvreplay.runner.h1 import H1Client, _Exchange
+from kvreplay.runner.http import send_body
 
-
-class _Conn:
-    def exchange_done(self, x):
-        pass
+HEAD_200_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def chunked(
@@ -32,20 +30,26 @@ def chunked(
 
 
 def dechunk_all(wire: bytes, cuts: list[int]) -> tuple[bytes, int]:
-    x = _Exchange(_Conn(), None, 0)  # type: ignore[arg-type]
-    got, ended_at = [], -1
+    """Feed a chunked 200 response (head, then ``wire`` cut at ``cuts``) to one exchange.
+
+    Returns the body it kept and the index of the piece that completed it (-1: never).
+    """
+    x = _Exchange(None, None, 0)
+    x.on_data(HEAD_200_CHUNKED)
+    assert x.exc_status is None and x.http_status == 200
+    ended_at = -1
     prev = 0
     for k, c in enumerate(cuts + [len(wire)]):
         piece = wire[prev:c]
         prev = c
         if not piece:
             continue
-        out, done = x._dechunk(piece)
-        got.append(out)
-        if done:
+        x.on_data(piece)
+        assert x.exc_status is None, x.error
+        if x.complete:
             ended_at = k
             break
-    return b"".join(got), ended_at
+    return b"".join(x.body or ()), ended_at
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -247,5 +251,62 @@ def test_h1client_connect_refused_and_http_only():
 
     out = asyncio.run(go())
     assert out.status == "connect" and out.http_status is None and "Cannot connect" in out.error
+    H1Client("https://example.invalid", headers={})  # https shares the path (TLS transport)
     with pytest.raises(ValueError):
-        H1Client("https://example.invalid", headers={})
+        H1Client("ftp://example.invalid", headers={})
+    with pytest.raises(ValueError):
+        H1Client("http://u:secret@example.invalid", headers={})
+    with pytest.raises(ValueError):
+        H1Client("http://example.invalid", headers={"Authorization": "Bearer k\r\nX-Injected: 1"})
+
+
+# --------------------------------------------------------------------------- limits (issue 17)
+
+
+def _feed(*reads: bytes) -> _Exchange:
+    x = _Exchange(None, None, 0)
+    for r in reads:
+        x.on_data(r)
+    return x
+
+
+def test_negative_chunk_size_is_malformed_at_once():
+    x = _feed(HEAD_200_CHUNKED + b"2\r\nhi\r\n-6\r\nabcdef\r\n")
+    assert (x.exc_status, x.error) == ("malformed", "malformed_http: Invalid character in chunk size")
+    assert x.body == [b"hi"]  # what arrived before the bad size line is kept
+
+
+def test_chunk_framing_over_the_limit_between_two_chunks():
+    from kvreplay.runner.h1 import MAX_FRAMING_BYTES
+
+    x = _feed(HEAD_200_CHUNKED + b"2\r\nhi\r\n5;e=", *[b"a" * 8192] * (MAX_FRAMING_BYTES // 8192))
+    assert x.exc_status is None  # 8 reads of 8 KiB after the head's read: exactly 65536 bytes, at the limit
+    x.on_data(b"a" * 8192)
+    assert (x.exc_status, x.error) == ("malformed",
+                                       "malformed_http: chunk framing over 65536 bytes between two chunks")
+
+
+def test_head_and_interim_limits():
+    x = _feed(b"HTTP/1.1 200 OK\r\nX: " + b"v" * 40000, b"v" * 30000)
+    assert x.error == "malformed_http: response head over 65536 bytes"
+    x = _feed(b"HTTP/1.1 100 Continue\r\n\r\n" * 16 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    assert x.exc_status is None and x.complete and x.interim == 16 and x.body == [b"ok"]
+    x = _feed(b"HTTP/1.1 100 Continue\r\n\r\n" * 17 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    assert x.error == "malformed_http: over 16 interim (1xx) responses"
+
+
+def test_redirect_is_an_http_record_with_its_location():
+    x = _feed(b"HTTP/1.1 308 Permanent Redirect\r\nLocation: https://elsewhere.example/v1\r\n"
+              b"Content-Length: 0\r\n\r\n")
+    out = H1Client._outcome(x, 0, 0)
+    assert (out.status, out.http_status) == ("http", 308)
+    assert out.error == "redirect not followed: HTTP 308, Location: https://elsewhere.example/v1"
+
+
+def test_enobufs_on_the_socket_is_a_client_error():
+    import errno as _errno
+
+    x = _feed(HEAD_200_CHUNKED + b"2\r\nhi\r\n")
+    x.on_lost(OSError(_errno.ENOBUFS, "No buffer space available"))
+    assert (x.exc_status, x.error) == ("client_error",
+                                       "client resources exhausted: [Errno 105] No buffer space available")

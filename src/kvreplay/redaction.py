@@ -1,0 +1,190 @@
+r"""Secrets never written: the API key and URL credentials are replaced by a fixed marker.
+
+A server may echo the request's ``Authorization`` header (in a 401 body, an SSE
+error event, the content, ``usage``...), so every string kvreplay writes or
+prints passes through here: record fields, summary.json, plan.json, reports,
+stderr and the live display. The secrets are registered once per process
+(``register``; the runner registers the credentials of its own headers, so a
+worker process does too).
+
+Redaction happens before truncation where kvreplay cuts a string itself; where
+a string was already cut (a server text kept to 1 KiB, the first 256
+characters of content), ``redact`` also removes a trailing *prefix* of a
+secret of at least ``MIN_PREFIX`` characters, so no usable part of a key
+survives a cut.
+
+Also here: ``escape_controls``, which makes server text safe for a terminal or
+Markdown (C0/C1 control characters and DEL shown as ``\\xNN``).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+from typing import Any, TextIO
+
+__all__ = ["MARKER", "MIN_PREFIX", "RedactingStream", "check_secret", "clear", "escape_controls",
+           "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
+           "register_headers", "secrets"]
+
+MARKER = "[REDACTED]"
+"""What a secret is replaced with."""
+MIN_PREFIX = 4
+"""Shortest trailing prefix of a secret removed from a cut string (characters)."""
+MIN_SECRET = 4
+"""Secrets shorter than this are not registered (they would redact ordinary words)."""
+
+_secrets: list[str] = []
+_secret_bytes: list[bytes] = []
+
+
+def secrets() -> tuple[str, ...]:
+    """The registered secrets (longest first)."""
+    return tuple(_secrets)
+
+
+def register(*values: str | None) -> None:
+    """Add secrets to redact in this process (empty, None or too-short values are ignored)."""
+    for v in values:
+        if not v or len(v) < MIN_SECRET or v in _secrets:
+            continue
+        _secrets.append(v)
+        # JSON writers may escape '/' or non-ASCII; the plain UTF-8 form is what orjson writes.
+        _secret_bytes.append(v.encode("utf-8"))
+    order = sorted(range(len(_secrets)), key=lambda i: -len(_secrets[i]))
+    _secrets[:] = [_secrets[i] for i in order]
+    _secret_bytes[:] = [_secret_bytes[i] for i in order]
+
+
+def register_headers(headers: dict[str, str]) -> None:
+    """Register the credentials found in request headers.
+
+    ``Authorization: Bearer K`` registers ``K`` (and the whole value); ``Basic B``
+    registers ``B`` and the ``user:password`` it decodes to, and the password.
+    Any other header whose name says key, token or secret registers its value.
+    """
+    for name, value in headers.items():
+        n = name.lower()
+        if n in ("authorization", "proxy-authorization"):
+            scheme, _, cred = value.partition(" ")
+            register(cred.strip(), value)
+            if scheme.lower() == "basic":
+                try:
+                    dec = base64.b64decode(cred.strip(), validate=True).decode("utf-8")
+                except ValueError:
+                    continue
+                register(dec, dec.partition(":")[2])
+        elif any(w in n for w in ("key", "token", "secret")):
+            register(value)
+
+
+def clear() -> None:
+    """Forget every registered secret (tests)."""
+    _secrets.clear()
+    _secret_bytes.clear()
+
+
+def _cut_tail(s: str, secret: str) -> str:
+    """Remove a trailing prefix (>= MIN_PREFIX chars) of ``secret`` from ``s``."""
+    n = len(secret)
+    lo = max(0, len(s) - n + 1)
+    head = secret[:MIN_PREFIX]
+    i = s.find(head, lo)
+    while i >= 0:
+        if secret.startswith(s[i:]):
+            return s[:i] + MARKER
+        i = s.find(head, i + 1)
+    return s
+
+
+def redact(s: str) -> str:
+    """``s`` with every registered secret, and a trailing prefix of one, replaced by ``MARKER``."""
+    if not _secrets or not s:
+        return s
+    for sec in _secrets:
+        if sec in s:
+            s = s.replace(sec, MARKER)
+        s = _cut_tail(s, sec)
+    return s
+
+
+def redact_bytes(b: bytes) -> bytes:
+    """``b`` (UTF-8 text or JSON) with every registered secret replaced by ``MARKER``."""
+    for sec in _secret_bytes:
+        if sec in b:
+            b = b.replace(sec, MARKER.encode())
+    return b
+
+
+def redact_obj(obj: Any) -> Any:
+    """A copy of a JSON-like value with secrets redacted from every string (keys included)."""
+    if not _secrets:
+        return obj
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {redact(k) if isinstance(k, str) else k: redact_obj(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact_obj(v) for v in obj]
+    return obj
+
+
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@?#]*)@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo (``user:password@``) replaced by ``MARKER@``."""
+    return _USERINFO.sub(lambda m: f"{m.group(1)}{MARKER}@", url)
+
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(s: str, *, newlines: bool = False) -> str:
+    r"""``s`` with control characters (C0 but tab/LF, DEL, C1) shown as ``\\xNN``; LF too when ``newlines``.
+
+    Makes server text inert on a terminal (no escape sequences) and in Markdown.
+    """
+    if newlines:
+        s = s.replace("\n", "\\x0a")
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def check_secret(value: str, *, field: str) -> str:
+    """Strip surrounding whitespace; refuse a control character left inside.
+
+    Raises:
+        ValueError: a control character (C0, DEL) inside the value; the message
+            names ``field`` and never the value.
+    """
+    v = value.strip()
+    for i, c in enumerate(v):
+        if ord(c) < 0x20 or ord(c) == 0x7F:
+            raise ValueError(f"{field}: control character (code {ord(c)}) at offset {i} of the key; "
+                             "it would end up in a request header")
+    return v
+
+
+class RedactingStream:
+    """A text stream proxy that redacts secrets from everything written (stdout, stderr)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, s: str) -> int:  # noqa: D102
+        self._inner.write(redact(s) if _secrets else s)
+        return len(s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def install_streams() -> tuple[TextIO, TextIO]:
+    """Wrap ``sys.stdout`` and ``sys.stderr`` in ``RedactingStream``; returns the originals."""
+    old = (sys.stdout, sys.stderr)
+    if not isinstance(sys.stdout, RedactingStream):
+        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, RedactingStream):
+        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+    return old

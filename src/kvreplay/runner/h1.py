@@ -1,0 +1,557 @@
+"""The runner's HTTP/1.1 client for http and https targets, on the llhttp parser (``httptools``).
+
+aiohttp costs about 5-8 µs of Python per chunked frame on a token stream
+(docs/performance.md), so the runner has its own keep-alive client. The
+framing (status line, headers, Content-Length, chunked transfer coding, 1xx
+interim responses, HTTP/1.0 keep-alive rules) is parsed by llhttp, the parser
+of Node.js, through ``httptools.HttpResponseParser``; its callbacks collect the
+body pieces of one socket read and ``data_received`` feeds them to the SSE
+accountant in one call, stamped with the read time. TLS is asyncio's SSL
+transport, so http and https share this one path, one set of failure classes
+(those of ``kvreplay.runner.http``) and one set of limits:
+
+    MAX_HEAD_BYTES        response head (status line + headers, 1xx heads included)  64 KiB
+    MAX_FRAMING_BYTES     chunk-size line, chunk extensions, trailers between two     64 KiB
+                          chunk boundaries
+    MAX_INTERIM           1xx responses before the final one                          16
+    MAX_ERROR_BODY        body kept of a non-200 response                             64 KiB
+    MAX_JSON_BODY_BYTES   non-streamed 200 body                                       32 MiB
+
+Over a limit, or on anything llhttp refuses (a sign or a non-hex digit in a
+chunk size, a size over 2^64, duplicate or negative Content-Length,
+Transfer-Encoding with Content-Length, a NUL in a header, a protocol upgrade),
+the request is a ``malformed`` record and the connection is closed; nothing
+loops or buffers without bound. No redirect is followed: a 3xx is an ``http``
+record whose ``error`` names the ``Location``. A request is re-sent (once) only
+when a *pooled* keep-alive connection is found closed before any response byte
+(field case B11); a fresh connection's failure is recorded as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from urllib.parse import urlsplit
+
+import httptools
+
+from kvreplay.accounting import SSEAccountant, StreamResult
+from kvreplay.accounting.events import ERROR_BYTES
+from kvreplay.clock import now_ns
+from kvreplay.errors import StreamError
+from kvreplay.runner.http import (
+    _CLIENT_ERRNOS,
+    MAX_JSON_BODY_BYTES,
+    STALE_WINDOW_NS,
+    RequestOutcome,
+    _json_error,
+    _json_outcome,
+    _stream_outcome,
+    redirect_error,
+)
+
+__all__ = ["MAX_FRAMING_BYTES", "MAX_HEAD_BYTES", "MAX_INTERIM", "H1Client", "client_ssl_context"]
+
+MAX_HEAD_BYTES = 64 << 10
+"""Largest response head kept parsing (bytes, every 1xx head included)."""
+MAX_FRAMING_BYTES = 64 << 10
+"""Most chunked-framing bytes (size line, extensions, trailers) between two chunk boundaries."""
+MAX_INTERIM = 16
+"""Most 1xx interim responses before the final response."""
+MAX_ERROR_BODY = 64 << 10
+"""Body bytes kept of a non-200 response; the connection is dropped after that."""
+
+CLIENT_ERRNOS = _CLIENT_ERRNOS
+"""OS errors that are the client's own resource exhaustion, not the server's fault
+(recorded as ``client_error``, never ``connect``)."""
+
+_HEAD, _BODY, _DONE = 0, 1, 2
+
+
+class _LimitError(Exception):
+    """Raised from a parser callback when a limit is crossed (llhttp stops with a callback error)."""
+
+
+def client_ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """The TLS context of both send paths: system trust store, plus ``ca_file`` (PEM) when given.
+
+    Raises:
+        OSError / ssl.SSLError: ``ca_file`` cannot be read or holds no certificate.
+    """
+    ctx = ssl.create_default_context()
+    if ca_file:
+        ctx.load_verify_locations(cafile=ca_file)
+    return ctx
+
+
+class _Exchange:
+    """One request/response on one connection; filled in from llhttp's callbacks."""
+
+    __slots__ = ("acc", "body", "body_len", "chunked", "close_after", "complete", "conn", "ctype", "done_ns", "error",
+                 "exc_status", "framed", "framing_run", "fut", "head_bytes", "head_chars", "headers_ns",
+                 "http_status", "interim", "last_rx_ns", "location", "parser", "pieces", "progress",
+                 "reason", "state", "timeout_kind")
+
+    def __init__(self, conn: _H1Conn | None, fut: asyncio.Future | None, head_chars: int) -> None:
+        self.conn = conn
+        self.fut = fut
+        self.head_chars = head_chars
+        self.parser = httptools.HttpResponseParser(self)
+        self.state = _HEAD
+        self.head_bytes = 0
+        self.interim = 0
+        self.headers_ns: int | None = None
+        self.http_status: int | None = None
+        self.reason = ""
+        self.ctype = b""
+        self.location = b""
+        self.chunked = False
+        self.framed = False  # Content-Length or Transfer-Encoding seen (else EOF ends the body)
+        self.acc: SSEAccountant | None = None
+        self.body: list[bytes] | None = None
+        self.body_len = 0
+        self.pieces: list[bytes] = []
+        self.progress = False
+        self.framing_run = 0
+        self.complete = False
+        self.close_after = False
+        self.last_rx_ns = 0
+        self.done_ns = 0
+        self.error: str | None = None
+        self.exc_status: str | None = None  # failure class when the exchange failed
+        self.timeout_kind: str | None = None
+
+    # -- llhttp callbacks ----------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.close_after = True  # bytes after the response: not reusable
+
+    def on_status(self, status: bytes) -> None:
+        self.reason = status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.state != _HEAD:
+            return  # trailers: bounded by MAX_FRAMING_BYTES, not kept
+        n = name.lower()
+        if n == b"content-type":
+            self.ctype = value.strip().lower()
+        elif n == b"location":
+            self.location = value[:ERROR_BYTES]
+        elif n == b"content-length":
+            self.framed = True
+        elif n == b"transfer-encoding":
+            self.framed = True
+            self.chunked = b"chunked" in value.lower()
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            self.interim += 1
+            if self.interim > MAX_INTERIM:
+                raise _LimitError(f"over {MAX_INTERIM} interim (1xx) responses")
+            self.ctype, self.location, self.framed, self.chunked = b"", b"", False, False
+            return
+        self.http_status = status
+        self.headers_ns = self.last_rx_ns
+        self.state = _BODY
+        if status == 200 and self.ctype.startswith(b"text/event-stream"):
+            self.acc = SSEAccountant(head_chars=self.head_chars)
+        else:
+            self.body = []
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+
+    def on_chunk_header(self) -> None:
+        self.progress = True
+
+    def on_chunk_complete(self) -> None:
+        self.progress = True
+
+    def on_message_complete(self) -> None:
+        if self.state == _BODY:
+            self.complete = True
+            if not self.parser.should_keep_alive():
+                self.close_after = True
+
+    # -- protocol side -------------------------------------------------------
+
+    def on_data(self, data: bytes) -> None:
+        """Parse one socket read; feed its body bytes to the accountant in one call."""
+        now = now_ns()
+        self.last_rx_ns = now
+        if self.state == _DONE:
+            self.close_after = True
+            return
+        in_head = self.state == _HEAD
+        if in_head:
+            self.head_bytes += len(data)
+        self.progress = False
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if not self.complete:
+                self._take(now)
+                self._fail("malformed", "malformed_http: unexpected protocol upgrade", now)
+                return
+            self.close_after = True
+        except httptools.HttpParserError as exc:
+            if not self.complete:
+                self._take(now)
+                why = exc.__context__ if isinstance(exc.__context__, _LimitError) else exc
+                self._fail("malformed", f"malformed_http: {why}"[:ERROR_BYTES], now)
+                return
+            self.close_after = True  # junk after a complete response: drop the connection
+        if self.state == _HEAD:
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._fail("malformed", f"malformed_http: response head over {MAX_HEAD_BYTES} bytes", now)
+            elif self.interim > MAX_INTERIM:
+                self._fail("malformed", f"malformed_http: over {MAX_INTERIM} interim (1xx) responses", now)
+            return
+        got = self._take(now)
+        if self.state == _DONE:
+            return
+        if self.complete:
+            self._finish(now)
+            return
+        if not in_head and not self.progress:
+            self.framing_run += len(data) - got
+            if self.framing_run > MAX_FRAMING_BYTES:
+                self._fail("malformed", f"malformed_http: chunk framing over {MAX_FRAMING_BYTES} bytes "
+                                        "between two chunks", now)
+        elif self.progress:
+            self.framing_run = 0
+
+    def _take(self, now: int) -> int:
+        """Hand the body pieces of this read on (accountant or body list); returns their byte count."""
+        pieces = self.pieces
+        if not pieces:
+            return 0
+        payload = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        acc = self.acc
+        if acc is not None:
+            try:
+                acc.feed(payload, now)
+            except StreamError as exc:
+                self._fail("malformed", f"{exc.kind}: {exc}"[:ERROR_BYTES], now)
+            return len(payload)
+        body = self.body
+        if body is None:
+            return len(payload)
+        body.append(payload)
+        self.body_len += len(payload)
+        if self.http_status != 200 and self.body_len > MAX_ERROR_BODY:
+            self.close_after = True
+            self._finish(now)
+        elif self.body_len > MAX_JSON_BODY_BYTES:
+            self.body = []
+            self._fail("malformed", f"response_too_large: over {MAX_JSON_BODY_BYTES} bytes", now)
+        return len(payload)
+
+    def _finish(self, now: int) -> None:
+        if self.state == _DONE:
+            return
+        self.state = _DONE
+        self.done_ns = now
+        if self.conn is not None:
+            self.conn.exchange_done(self)
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_result(None)
+
+    def _fail(self, status: str, error: str, now: int, *, kind: str | None = None) -> None:
+        if self.state == _DONE:
+            return
+        self.exc_status, self.error, self.timeout_kind = status, error, kind
+        self.close_after = True
+        self._finish(now)
+
+    def on_lost(self, exc: BaseException | None) -> None:
+        if self.state == _DONE:
+            return
+        now = now_ns()
+        if isinstance(exc, OSError) and exc.errno in CLIENT_ERRNOS:
+            # ENOBUFS/ENOMEM on the socket: the client's resources, not the server's fault
+            self._fail("client_error", f"client resources exhausted: {exc}"[:ERROR_BYTES], now)
+            return
+        if self.state == _BODY and not self.framed:
+            self.close_after = True
+            self._finish(now)  # close-delimited body: EOF is its end
+            return
+        if self.headers_ns is None:
+            msg = (str(exc) or type(exc).__name__) if exc is not None else "Server disconnected"
+            self._fail("write", msg[:ERROR_BYTES], now)
+        else:
+            # aiohttp's wording (ClientPayloadError), so both send paths write the same records
+            why = (f"{exc}" if exc is not None else
+                   "<TransferEncodingError: 400, message='Not enough data to satisfy transfer length header.'>"
+                   if self.chunked else
+                   "<ContentLengthError: 400, message='Not enough data to satisfy content length header.'>")
+            self._fail("cut", f"Response payload is not completed: {why}"[:ERROR_BYTES], now)
+
+    def check_idle(self, idle_ns: int, loop: asyncio.AbstractEventLoop, sent_ns: int) -> None:
+        """Timer callback: fail with a read timeout after ``idle_ns`` without a byte (aiohttp sock_read)."""
+        if self.state == _DONE:
+            return
+        last = self.last_rx_ns or sent_ns
+        now = now_ns()
+        if now - last >= idle_ns:
+            res = self.acc.result if self.acc is not None else None
+            kind = "first_byte" if self.headers_ns is None or res is None or res.first_byte_ns is None \
+                else "read_idle"
+            self._fail("timeout", f"{kind}_timeout", now, kind=kind)
+        else:
+            loop.call_later((last + idle_ns - now) / 1e9, self.check_idle, idle_ns, loop, sent_ns)
+
+
+class _H1Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection (TCP or TLS); one exchange at a time."""
+
+    def __init__(self, pool: H1Client) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.x: _Exchange | None = None
+        self.idle_since_ns = 0
+        self.uses = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # pragma: no cover
+                pass
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102
+        x = self.x
+        if x is not None:
+            x.on_data(data)
+        elif self.transport is not None:
+            self.closed = True
+            self.transport.close()  # unsolicited bytes: not reusable
+
+    def eof_received(self) -> bool:  # noqa: D102
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+        self.closed = True
+        self.pool._all.discard(self)
+        x = self.x
+        if x is not None:
+            x.on_lost(exc)
+
+    def exchange_done(self, x: _Exchange) -> None:
+        """Called once per exchange: back to the idle pool, or closed."""
+        self.x = None
+        if x.close_after or self.closed:
+            self.close()
+        else:
+            self.idle_since_ns = x.done_ns
+            self.pool.idle.append(self)
+
+    def close(self) -> None:
+        """Close the transport (idempotent)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class H1Client:
+    """Keep-alive HTTP/1.1 client for one ``http(s)://host[:port][/prefix]`` target (the runner's send path).
+
+    Args:
+        base_url: ``http://`` or ``https://`` URL; its path is a prefix of every route.
+            Userinfo (``user:pass@``) is refused here (the CLI turns it into a header).
+        headers: Request headers sent with every body (Content-Type, Authorization, ...);
+            a CR, LF or NUL in a name or value raises ValueError (no header injection).
+        connect_timeout_s: TCP connect (+ TLS handshake) bound (s).
+        read_idle_timeout_s: Longest silence between reads (s); None = none.
+        keepalive_timeout_s: A pooled connection idle longer than this is closed
+            instead of reused (s) (field case B11).
+        ssl_context: TLS context for https (default: ``client_ssl_context()``).
+
+    ``send`` has the contract of ``kvreplay.runner.http.send_body``: per-request
+    failures come back as a ``RequestOutcome``; cancellation closes the
+    connection and propagates.
+
+    Raises:
+        ValueError: not an http(s) URL, or a control character in a header.
+    """
+
+    def __init__(self, base_url: str, *, headers: dict[str, str], connect_timeout_s: float = 30.0,
+                 read_idle_timeout_s: float | None = 120.0, keepalive_timeout_s: float = 2.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError("H1Client needs an http:// or https:// URL with a host")
+        if u.username is not None or u.password is not None:
+            raise ValueError("H1Client: credentials in the URL are not sent; give an API key")
+        self.scheme = u.scheme
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.prefix = u.path.rstrip("/")
+        self.ssl = (ssl_context or client_ssl_context()) if u.scheme == "https" else None
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_ns = None if read_idle_timeout_s is None else int(read_idle_timeout_s * 1e9)
+        self.keepalive_ns = int(keepalive_timeout_s * 1e9)
+        hostport = self.host if u.port is None else f"{self.host}:{self.port}"
+        if ":" in self.host and not self.host.startswith("["):
+            hostport = f"[{self.host}]" + ("" if u.port is None else f":{self.port}")
+        hdrs = {"Host": hostport, "User-Agent": "kvreplay", "Accept": "*/*", **headers}
+        for k, v in hdrs.items():
+            if any(c in k or c in v for c in "\r\n\0") or ":" in k:
+                raise ValueError(f"control character in request header {k!r}")
+        self._head_tail = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in hdrs.items()
+                                   if k.lower() not in ("content-length", "transfer-encoding"))
+        self._heads: dict[str, bytes] = {}
+        self.idle: list[_H1Conn] = []
+        self._all: set[_H1Conn] = set()
+
+    def _head(self, path: str) -> bytes:
+        h = self._heads.get(path)
+        if h is None:
+            if any(c in path for c in "\r\n\0 "):
+                raise ValueError(f"bad request path {path!r}")
+            h = self._heads[path] = (f"POST {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1")
+                                     + self._head_tail + b"Content-Length: ")
+        return h
+
+    async def _acquire(self, fresh: bool) -> _H1Conn:
+        now = now_ns()
+        idle = self.idle
+        while idle and not fresh:
+            c = idle.pop()
+            if c.closed:
+                continue
+            if now - c.idle_since_ns > self.keepalive_ns:
+                c.close()
+                continue
+            return c
+        loop = asyncio.get_running_loop()
+        kw = {} if self.ssl is None else {"ssl": self.ssl, "server_hostname": self.host}
+        _, proto = await asyncio.wait_for(
+            loop.create_connection(lambda: _H1Conn(self), self.host, self.port, **kw), self.connect_timeout_s)
+        self._all.add(proto)
+        return proto  # type: ignore[return-value]
+
+    async def send(self, path: str, raw: bytes, *, head_chars: int = 256,
+                   total_timeout_s: float | None = None, sent_ns: int | None = None) -> RequestOutcome:
+        """POST ``raw`` to ``path`` and account the response; the contract of ``send_body``.
+
+        A request whose *pooled* keep-alive connection turns out closed before any
+        response byte (within ``STALE_WINDOW_NS`` of sending) is re-sent once on a
+        fresh connection (field case B11); a fresh connection is never retried.
+
+        Args:
+            path: Route, e.g. ``/v1/chat/completions`` (after the base URL's path).
+            raw: The body bytes, sent unchanged.
+            head_chars: Visible text kept (characters).
+            total_timeout_s: Whole-request bound (s); None = none.
+            sent_ns: The send time to record (``now_ns()``, taken by the caller
+                when it claimed the position, e.g. under runner.multiproc's
+                lock); None = now.
+
+        Raises:
+            asyncio.CancelledError: cancelled; the exception carries ``outcome``
+                (status ``aborted``, the real send time and the partial stream).
+        """
+        out, pooled = await self._send_once(path, raw, head_chars, total_timeout_s, False, sent_ns)
+        if (pooled and out.status in ("write", "cut") and out.headers_ns is None
+                and out.stream.first_byte_ns is None and out.done_ns - out.sent_ns < STALE_WINDOW_NS):
+            out, _ = await self._send_once(path, raw, head_chars, total_timeout_s, True)
+            out.reconnects = 1
+        return out
+
+    async def _send_once(self, path: str, raw: bytes, head_chars: int, total_timeout_s: float | None,
+                         fresh: bool, sent_ns: int | None = None) -> tuple[RequestOutcome, bool]:
+        sent = now_ns() if sent_ns is None else sent_ns
+        try:
+            conn = await self._acquire(fresh)
+        except TimeoutError:
+            return RequestOutcome("timeout", None, sent, None, now_ns(),
+                                  error=f"connect_timeout: Connection timeout to host "
+                                        f"{self.scheme}://{self.host}:{self.port}"[:ERROR_BYTES],
+                                  timeout_kind="connect"), False
+        except OSError as exc:
+            if exc.errno in CLIENT_ERRNOS:
+                return RequestOutcome("client_error", None, sent, None, now_ns(),
+                                      error=f"client resources exhausted: {exc}"[:ERROR_BYTES]), False
+            ssl_txt = "default" if self.ssl is None else "verified"
+            return RequestOutcome("connect", None, sent, None, now_ns(),
+                                  error=(f"Cannot connect to host {self.host}:{self.port} ssl:{ssl_txt} "
+                                         f"[{exc.strerror or exc}]")[:ERROR_BYTES]), False
+        pooled = conn.uses > 0
+        conn.uses += 1
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        x = _Exchange(conn, fut, head_chars)
+        conn.x = x
+        if conn.closed:  # lost between connect and write
+            x.on_lost(None)
+        else:
+            conn.transport.write(self._head(path) + b"%d\r\n\r\n" % len(raw) + raw)  # type: ignore[union-attr]
+        timer = None
+        if self.idle_ns is not None and x.state != _DONE:
+            timer = loop.call_later(self.idle_ns / 1e9, x.check_idle, self.idle_ns, loop, sent)
+        try:
+            if total_timeout_s is None:
+                await fut
+            else:
+                async with asyncio.timeout(total_timeout_s):
+                    await fut
+        except TimeoutError:
+            x._take(now_ns())
+            res = x.acc.result if x.acc is not None else StreamResult()
+            x._fail("timeout", "client_total_timeout", now_ns(), kind="total")
+            return RequestOutcome("timeout", x.http_status, sent, x.headers_ns, x.done_ns, res,
+                                  error="client_total_timeout", timeout_kind="total"), pooled
+        except asyncio.CancelledError as exc:
+            t = now_ns()
+            res = x.acc.result if x.acc is not None else StreamResult()
+            exc.outcome = RequestOutcome("aborted", x.http_status, sent, x.headers_ns, t, res,  # type: ignore[attr-defined]
+                                         streamed=x.acc is not None)
+            x.close_after = True
+            if x.state != _DONE:
+                x.state = _DONE
+                conn.x = None
+            conn.close()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return self._outcome(x, sent, head_chars), pooled
+
+    @staticmethod
+    def _outcome(x: _Exchange, sent: int, head_chars: int) -> RequestOutcome:
+        st = x.http_status
+        acc = x.acc
+        if x.exc_status is not None:
+            res = acc.result if acc is not None else StreamResult()
+            return RequestOutcome(x.exc_status, st, sent, x.headers_ns, x.done_ns, res, error=x.error,
+                                  timeout_kind=x.timeout_kind)
+        if st != 200:
+            body = b"".join(x.body or ())[:MAX_ERROR_BODY]
+            if st is not None and 300 <= st < 400:
+                err = redirect_error(st, x.location.decode("latin-1"))
+            else:
+                err = _json_error(body) or x.reason
+            return RequestOutcome("http", st, sent, x.headers_ns, x.done_ns, error=err)
+        if acc is not None:
+            try:
+                res = acc.close()
+            except StreamError as exc:
+                return RequestOutcome("malformed", st, sent, x.headers_ns, x.done_ns, acc.result,
+                                      error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+            return _stream_outcome(res, sent, x.headers_ns, x.done_ns)
+        return _json_outcome(b"".join(x.body or ()), sent, x.headers_ns, x.done_ns, head_chars)
+
+    def close(self) -> None:
+        """Close every connection (idle or not)."""
+        for c in list(self._all):
+            c.close()
+        self._all.clear()
+        self.idle.clear()

@@ -1,0 +1,62 @@
+"""kvreplay.redaction: secrets replaced by the marker, before and after a cut; control characters escaped."""
+
+import base64
+
+import pytest
+
+from kvreplay import redaction as R
+
+KEY = "sk-live-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    R.clear()
+    yield
+    R.clear()
+
+
+def test_nothing_registered_leaves_text_alone():
+    assert R.redact(f"a {KEY} b") == f"a {KEY} b"
+    assert R.redact_bytes(KEY.encode()) == KEY.encode()
+
+
+def test_whole_key_and_a_cut_prefix_are_replaced():
+    R.register(KEY)
+    assert R.redact(f"echo: Bearer {KEY}!") == "echo: Bearer [REDACTED]!"
+    # a 1 KiB cut left the first 9 characters of the key at the end
+    assert R.redact("x" * 10 + KEY[:9]) == "x" * 10 + "[REDACTED]"
+    # 3 characters are below MIN_PREFIX: kept
+    assert R.redact("abc sk-") == "abc sk-"
+    assert R.redact_bytes(b'{"e":"' + KEY.encode() + b'"}') == b'{"e":"[REDACTED]"}'
+
+
+def test_obj_keys_and_values():
+    R.register(KEY)
+    got = R.redact_obj({KEY: [1, f"u{KEY}", {"n": 2}], "k": None})
+    assert got == {"[REDACTED]": [1, "u[REDACTED]", {"n": 2}], "k": None}
+
+
+def test_headers_register_bearer_and_basic():
+    R.register_headers({"Authorization": f"Bearer {KEY}"})
+    assert KEY in R.secrets()
+    R.clear()
+    R.register_headers({"Authorization": "Basic " + base64.b64encode(b"alice:hunter2pw").decode()})
+    assert R.redact("user alice:hunter2pw pw hunter2pw") == "user [REDACTED] pw [REDACTED]"
+
+
+def test_url_userinfo():
+    assert R.redact_url("https://bob:pw@h:8443/v1") == "https://[REDACTED]@h:8443/v1"
+    assert R.redact_url("http://h:1/x@y") == "http://h:1/x@y"
+
+
+def test_check_secret_strips_and_refuses_controls():
+    assert R.check_secret(f"  {KEY}\n", field="--api-key-file") == KEY
+    with pytest.raises(ValueError, match="control character \\(code 10\\) at offset 3") as ei:
+        R.check_secret("abc\nX-Injected: 1", field="--api-key-file")
+    assert "Injected" not in str(ei.value)
+
+
+def test_escape_controls():
+    assert R.escape_controls("a\x1b[2Jb\tc\x9bd\x7f") == "a\\x1b[2Jb\tc\\x9bd\\x7f"
+    assert R.escape_controls("l1\nl2", newlines=True) == "l1\\x0al2"
