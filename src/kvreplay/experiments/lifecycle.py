@@ -1,0 +1,334 @@
+"""Server lifecycle for experiment windows: incarnations, readiness, identity, restore.
+
+Two kinds of target (``[server] target``):
+
+- ``sim``: the embedded simulator in this process. An incarnation stops the
+  current simulator and starts a new one with ``[server.sim]`` overlaid by the
+  step's ``sim`` table: zeroed counters, empty cache, a new loopback port. The
+  *incumbent* is the simulator with ``[server.sim]`` alone, started before the
+  first step; ``restore`` brings exactly that configuration back.
+- a URL: lifecycle commands. An incarnation runs ``stop`` (or ends the
+  background ``start`` process of the previous incarnation), picks a free
+  loopback port for ``{port}``, runs ``start`` (``background = true`` keeps it
+  as the server process, in its own process group), then waits for readiness.
+
+Placeholders in URLs and commands: ``{port}`` (this incarnation's port),
+``{dir}`` (the experiment directory), ``{python}`` (this interpreter),
+``{kvreplay}`` (``{python} -m kvreplay``). Commands run as the user-command
+contract of the runner specifies (own session and process group, stdin from
+/dev/null, stdout/stderr to log files, a timeout killing the whole group):
+``kvreplay.runner.usercmd`` when present, else the minimal equivalent here.
+
+Readiness: the ``ready`` URL (else ``/health``, then ``/v1/models``) must answer
+200; with ``ready.completion`` a real chat completion must then end with
+``finish_reason == "stop"`` (a health endpoint alone proves nothing). The
+completion is sent only after the fresh check, so it is never in a step's
+counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shlex
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from kvreplay.clock import now_ns
+from kvreplay.errors import BackendError, ConfigError
+from kvreplay.experiments.spec import Command, ServerSpec
+
+__all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "run_command"]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def expand(template: str, *, port: int | None, out_dir: Path) -> str:
+    """Replace ``{port}``, ``{dir}``, ``{python}``, ``{kvreplay}`` in ``template`` (other braces kept)."""
+    py = shlex.quote(sys.executable)
+    vals = {"{dir}": shlex.quote(str(out_dir)), "{python}": py, "{kvreplay}": f"{py} -m kvreplay"}
+    if port is not None:
+        vals["{port}"] = str(port)
+    for k, v in vals.items():
+        template = template.replace(k, v)
+    return template
+
+
+def _tail(path: Path, n: int = 2048) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+    """Run a user command to completion under the user-command contract.
+
+    Returns:
+        ``{"name", "cmd", "rc", "timed_out", "wall_s", "stdout_log", "stderr_log", "tail"}``;
+        ``rc`` is None on timeout (the process group was killed).
+    """
+    try:  # the runner's implementation (issue 14) when it is there
+        from kvreplay.runner.usercmd import run_user_command  # type: ignore[import-not-found]
+    except ImportError:
+        run_user_command = None
+    if run_user_command is not None:
+        res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
+        data = res.to_json() if hasattr(res, "to_json") else dataclasses.asdict(res)
+        data.setdefault("name", name)
+        data.setdefault("cmd", cmd)
+        return data
+    # Minimal equivalent until kvreplay.runner.usercmd lands (issue 14).
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out_p, err_p = log_dir / f"{name}.stdout.log", log_dir / f"{name}.stderr.log"
+    t0 = now_ns()
+    with out_p.open("ab") as fo, err_p.open("ab") as fe:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", cmd, stdin=asyncio.subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
+    timed_out = False
+    try:
+        rc: int | None = await asyncio.wait_for(proc.wait(), timeout_s)
+    except (TimeoutError, asyncio.CancelledError) as exc:
+        timed_out = True
+        _kill_group(proc.pid)
+        await proc.wait()
+        rc = None
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+    return {"name": name, "cmd": cmd, "rc": rc, "timed_out": timed_out, "wall_s": round((now_ns() - t0) / 1e9, 3),
+            "stdout_log": out_p.name, "stderr_log": err_p.name, "tail": _tail(err_p) or _tail(out_p)}
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Background:
+    """A ``start`` command kept running as the server (own process group, logs to files)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, info: dict[str, Any]) -> None:
+        self.proc, self.info = proc, info
+
+    @classmethod
+    async def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        out_p, err_p = log_dir / f"{name}.stdout.log", log_dir / f"{name}.stderr.log"
+        with out_p.open("ab") as fo, err_p.open("ab") as fe:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", cmd, stdin=asyncio.subprocess.DEVNULL, stdout=fo, stderr=fe,
+                start_new_session=True)
+        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid,
+                          "stdout_log": str(out_p), "stderr_log": str(err_p)})
+
+    async def stop(self, grace_s: float = 10.0) -> dict[str, Any]:
+        """SIGTERM to the group, SIGKILL after ``grace_s``; returns the exit record."""
+        t0 = now_ns()
+        if self.proc.returncode is None:
+            _kill_group(self.proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+            except TimeoutError:
+                _kill_group(self.proc.pid)
+                await self.proc.wait()
+        _kill_group(self.proc.pid)  # children that ignored SIGTERM
+        return {**self.info, "rc": self.proc.returncode, "wall_s": round((now_ns() - t0) / 1e9, 3),
+                "tail": _tail(Path(self.info["stderr_log"]))}
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = obj
+    return out
+
+
+def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
+    """Pins (dotted keys of the identity, e.g. ``cache_config.num_gpu_blocks``) that do not hold.
+
+    A list value holds a pin when one of its items equals it (``models = "m"``).
+
+    Returns:
+        One ``"KEY: want V, got W"`` per failed pin (empty when all hold).
+    """
+    # TODO(issue 14): use runner.identity's pin matcher once merged, so run, ab and experiment agree.
+    flat = _flatten(identity or {})
+    bad = []
+    for key, want in sorted(pins.items()):
+        got = flat.get(key)
+        ok = str(want) in [str(x) for x in got] if isinstance(got, list) else (got is not None and str(got) == want)
+        if not ok:
+            bad.append(f"{key}: want {want!r}, got {got!r}")
+    return bad
+
+
+class ServerControl:
+    """The target of one experiment: the current incarnation's URL and how to replace it.
+
+    Args:
+        spec: ``[server]``.
+        out_dir: The experiment directory (``{dir}``; logs go under each step's folder).
+        headers: Request headers (Authorization) for readiness and identity reads.
+    """
+
+    def __init__(self, spec: ServerSpec, out_dir: Path, headers: dict[str, str]) -> None:
+        self.spec, self.out_dir, self.headers = spec, out_dir, headers
+        self.url: str | None = None if "{port}" in spec.target else (None if spec.is_sim else spec.target)
+        self.port: int | None = None
+        self.sim: Any = None
+        self.sim_config: Any = None
+        self.bg: _Background | None = None
+        self.backend_name = spec.backend
+        if spec.is_sim and self.backend_name == "auto":
+            self.backend_name = "vllm"  # host-tier series are on /metrics (docs/simulator.md)
+
+    def base_sim_config(self, overlay: dict[str, Any] | None = None) -> Any:
+        """``[server.sim]`` (with ``overlay``) as a ``SimConfig``.
+
+        Raises:
+            ConfigError: an unknown or bad simulator setting.
+        """
+        from kvreplay.sim import SimConfig
+
+        base = SimConfig.from_mapping(dict(self.spec.sim), where="[server.sim]") if self.spec.sim else SimConfig()
+        return SimConfig.from_mapping(dict(overlay), where="step.sim", base=base) if overlay else base
+
+    async def start_sim(self, overlay: dict[str, Any] | None) -> dict[str, Any]:
+        """Replace the simulator with a new one (zeroed counters, empty cache)."""
+        from kvreplay.sim import SimServer
+
+        cfg = self.base_sim_config(overlay)
+        if self.sim is not None:
+            await self.sim.stop()
+            self.sim = None
+        self.sim = SimServer(cfg)
+        await self.sim.start(host="127.0.0.1", port=0)
+        self.sim_config, self.url, self.port = cfg, self.sim.base_url, self.sim.port
+        return {"sim": {"overlay": dict(overlay or {}), "url": self.url}}
+
+    async def stop_current(self, log_dir: Path) -> list[dict[str, Any]]:
+        """Stop the current incarnation: the background start process and/or the stop command."""
+        done = []
+        if self.bg is not None:
+            done.append(await self.bg.stop())
+            self.bg = None
+        if self.spec.stop is not None:
+            done.append(await run_command(expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir),
+                                          name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s))
+        return done
+
+    async def start_with(self, command: Command, name: str, log_dir: Path) -> list[dict[str, Any]]:
+        """Stop, pick a port, run ``command`` (start or restore); the URL follows the new port."""
+        cmds = await self.stop_current(log_dir)
+        self.port = free_port() if "{port}" in (self.spec.target + command.cmd) else self.port
+        self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir)
+        text = expand(command.cmd, port=self.port, out_dir=self.out_dir)
+        if command.background:
+            self.bg = await _Background.spawn(text, name=name, log_dir=log_dir)
+            cmds.append(self.bg.info)
+        else:
+            cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s))
+        return cmds
+
+    async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Poll the ready URL (else ``/health``, ``/v1/models``) until it answers 200."""
+        from kvreplay.experiments.ab import wait_ready
+
+        t = timeout_s if timeout_s is not None else (self.spec.ready.timeout_s if self.spec.ready else 60.0)
+        if self.url is None:
+            return {"ready": False, "waited_s": 0.0, "endpoint": None, "last_error": "no URL yet (no incarnation)"}
+        if self.spec.ready is None or self.spec.ready.url is None:
+            return await wait_ready(self.url, self.headers, timeout_s=t, interval_s=0.2)
+        url = expand(self.spec.ready.url, port=self.port, out_dir=self.out_dir)
+        t0 = now_ns()
+        last = None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(1.0, min(10.0, t)))) as s:
+            while True:
+                try:
+                    async with s.get(url, headers=self.headers) as resp:
+                        if resp.status == 200:
+                            return {"ready": True, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": url,
+                                    "last_error": None}
+                        last = f"HTTP {resp.status}"
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                if self.bg is not None and self.bg.proc.returncode is not None:
+                    last = f"start process exited with {self.bg.proc.returncode} ({last})"
+                    break
+                if now_ns() - t0 >= t * 1e9:
+                    break
+                await asyncio.sleep(0.5)
+        return {"ready": False, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": url, "last_error": last}
+
+    async def completion_check(self) -> dict[str, Any] | None:
+        """Send ``ready.completion`` (non-streamed); passes when ``finish_reason == "stop"``. None without one."""
+        if self.spec.ready is None or self.spec.ready.completion is None or self.url is None:
+            return None
+        body = dict(self.spec.ready.completion)
+        body["stream"] = False
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.spec.ready.timeout_s)) as s:
+            try:
+                if "model" not in body:
+                    async with s.get(self.url.rstrip("/") + "/v1/models", headers=self.headers) as r:
+                        cards = orjson.loads(await r.content.read(1 << 20)).get("data") or [{}]
+                        body["model"] = cards[0].get("id")
+                async with s.post(self.url.rstrip("/") + "/v1/chat/completions", data=orjson.dumps(body),
+                                  headers={"Content-Type": "application/json", **self.headers}) as r:
+                    raw = await r.content.read(1 << 20)
+                    status = r.status
+                reply = orjson.loads(raw) if status == 200 else {}
+                reason = ((reply.get("choices") or [{}])[0] or {}).get("finish_reason")
+            except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
+                return {"passed": False, "finish_reason": None, "error": f"{type(exc).__name__}: {exc}"}
+        return {"passed": status == 200 and reason == "stop", "http_status": status, "finish_reason": reason,
+                "error": None if status == 200 else raw[:200].decode("utf-8", "replace")}
+
+    async def read(self) -> tuple[dict[str, Any] | None, Any, str | None]:
+        """Identity and a counter snapshot of the current incarnation (no generation request).
+
+        Returns:
+            ``(identity, snapshot, error)``; identity/snapshot None when unreadable.
+        """
+        if self.url is None:
+            return None, None, "no URL (no incarnation yet)"
+        if self.backend_name == "none":
+            return None, None, None
+        from kvreplay.backends import detect, make_backend
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            try:
+                if self.backend_name == "auto":
+                    self.backend_name = await detect(self.url, session)
+                be = make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+                return await be.identity(), await be.snapshot(), None
+            except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
+                return None, None, f"{type(exc).__name__}: {exc}"
+
+    async def close(self, log_dir: Path) -> list[dict[str, Any]]:
+        """Stop the simulator (sim target) or a background server this experiment started (kept: a
+        restored incumbent stays up, as the window promised)."""
+        if self.sim is not None:
+            await self.sim.stop()
+            self.sim = None
+        return []
