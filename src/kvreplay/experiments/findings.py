@@ -25,7 +25,9 @@ is never pooled with, or compared as, a main arm):
 - no restores anywhere -> ``no_restores``: inspect key and checkpoint
   eligibility first;
 - restores everywhere -> ``no_churn`` at this working-set size;
-- anything else -> ``order_dependent`` (no rule of the tree matches).
+- anything else -> ``order_dependent`` (no rule of the tree matches);
+- without a measured forward replay, or with neither a reverse replay nor a
+  control -> ``restore_pattern_incomplete`` (no decision; next: the missing arm).
 
 **A/B** (rule ``ab_verdict``): the comparison of ``kvreplay ab``
 (``experiments.compare``: at least X % primary benefit with at most Y %
@@ -88,8 +90,8 @@ class PhaseView:
 
     @property
     def is_prime(self) -> bool:
-        """True when no request of the phase was a repeat."""
-        return self.repeats == 0
+        """True when the phase sent only first sends (a prime: never evidence of restores)."""
+        return self.repeats == 0 and self.first > 0
 
 
 def _add(acc: dict[str, float], delta: dict[str, Any] | None) -> None:
@@ -224,6 +226,11 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
     pos = lambda g: any(r[1] > 0 for _v, r in g)  # noqa: E731
     zero = lambda g: bool(g) and all(r[1] == 0 for _v, r in g)  # noqa: E731
     everything = fwd + rev + ctl
+    if not fwd or not (rev or ctl):
+        missing = "a forward replay" if not fwd else "a reverse replay or a control"
+        return [{"rule": "restore_pattern_incomplete", "summary": f"no decision on churn: {missing} was not "
+                 f"measured. {text}", "evidence": evidence,
+                 "next": f"run the missing arm ({missing}) in its own fresh incarnation"}]
     if zero(fwd) and (pos(rev) or pos(ctl)):
         rule, head = "row_checkpoint_churn", "row/checkpoint churn: the forward replay restores nothing while "
         head += "the reverse replay or the small control restores: entries are evicted just before they come round"

@@ -13,7 +13,8 @@ Two kinds of target (``[server] target``):
   as the server process, in its own process group), then waits for readiness.
 
 Placeholders in URLs and commands: ``{port}`` (this incarnation's port),
-``{dir}`` (the experiment directory), ``{python}`` (this interpreter),
+``{dir}`` (the experiment directory), ``{here}`` (the experiment file's
+folder), ``{python}`` (this interpreter),
 ``{kvreplay}`` (``{python} -m kvreplay``). Commands run as the user-command
 contract of the runner specifies (own session and process group, stdin from
 /dev/null, stdout/stderr to log files, a timeout killing the whole group):
@@ -55,10 +56,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def expand(template: str, *, port: int | None, out_dir: Path) -> str:
-    """Replace ``{port}``, ``{dir}``, ``{python}``, ``{kvreplay}`` in ``template`` (other braces kept)."""
+def expand(template: str, *, port: int | None, out_dir: Path, here: Path | None = None) -> str:
+    """Replace ``{port}``, ``{dir}``, ``{here}``, ``{python}``, ``{kvreplay}`` in ``template`` (other braces kept)."""
     py = shlex.quote(sys.executable)
-    vals = {"{dir}": shlex.quote(str(out_dir)), "{python}": py, "{kvreplay}": f"{py} -m kvreplay"}
+    vals = {"{dir}": shlex.quote(str(out_dir.resolve())), "{python}": py, "{kvreplay}": f"{py} -m kvreplay"}
+    if here is not None:
+        vals["{here}"] = shlex.quote(str(here.resolve()))
     if port is not None:
         vals["{port}"] = str(port)
     for k, v in vals.items():
@@ -190,10 +193,11 @@ class ServerControl:
         spec: ``[server]``.
         out_dir: The experiment directory (``{dir}``; logs go under each step's folder).
         headers: Request headers (Authorization) for readiness and identity reads.
+        here: The experiment file's folder (``{here}``).
     """
 
-    def __init__(self, spec: ServerSpec, out_dir: Path, headers: dict[str, str]) -> None:
-        self.spec, self.out_dir, self.headers = spec, out_dir, headers
+    def __init__(self, spec: ServerSpec, out_dir: Path, headers: dict[str, str], here: Path | None = None) -> None:
+        self.spec, self.out_dir, self.headers, self.here = spec, out_dir, headers, here
         self.url: str | None = None if "{port}" in spec.target else (None if spec.is_sim else spec.target)
         self.port: int | None = None
         self.sim: Any = None
@@ -234,7 +238,7 @@ class ServerControl:
             done.append(await self.bg.stop())
             self.bg = None
         if self.spec.stop is not None:
-            done.append(await run_command(expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir),
+            done.append(await run_command(expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here),
                                           name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s))
         return done
 
@@ -242,8 +246,8 @@ class ServerControl:
         """Stop, pick a port, run ``command`` (start or restore); the URL follows the new port."""
         cmds = await self.stop_current(log_dir)
         self.port = free_port() if "{port}" in (self.spec.target + command.cmd) else self.port
-        self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir)
-        text = expand(command.cmd, port=self.port, out_dir=self.out_dir)
+        self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir, here=self.here)
+        text = expand(command.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
         if command.background:
             self.bg = await _Background.spawn(text, name=name, log_dir=log_dir)
             cmds.append(self.bg.info)
@@ -260,7 +264,7 @@ class ServerControl:
             return {"ready": False, "waited_s": 0.0, "endpoint": None, "last_error": "no URL yet (no incarnation)"}
         if self.spec.ready is None or self.spec.ready.url is None:
             return await wait_ready(self.url, self.headers, timeout_s=t, interval_s=0.2)
-        url = expand(self.spec.ready.url, port=self.port, out_dir=self.out_dir)
+        url = expand(self.spec.ready.url, port=self.port, out_dir=self.out_dir, here=self.here)
         t0 = now_ns()
         last = None
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(1.0, min(10.0, t)))) as s:

@@ -99,7 +99,7 @@ class WindowRun:
                  say: Callable[[str], None]) -> None:
         self.exp, self.frozen, self.plans, self.workload = exp, frozen, plans, workload
         self.out, self.window, self.headers, self.say = out, window, headers, say
-        self.server = ServerControl(exp.server, out, headers)
+        self.server = ServerControl(exp.server, out, headers, exp.path.parent)
         self.t0 = now_ns()
         self.aborted: dict[str, str] | None = None
         self.interrupted = False
@@ -246,6 +246,9 @@ class WindowRun:
             res.checks["pins"] = bad
             return self._fail_inc(res, "identity pins do not hold: " + "; ".join(bad))
         self.inc_identity = ident
+        if self.snapshot_identity is None:
+            self.snapshot_identity = ident
+            self.snapshot_note = (self.snapshot_note or "") + f"; snapshot taken at the first incarnation ({st.name})"
         if st.settings.get("fresh"):
             from kvreplay.runner.counters import check_fresh
 
@@ -337,7 +340,7 @@ class WindowRun:
 
             srv.port = free_port()
             srv.url = expand(self.exp.server.target, port=srv.port, out_dir=self.out)
-        arms = [Arm(a["name"], expand(a["cmd"], port=srv.port, out_dir=self.out) if a["cmd"] else "")
+        arms = [Arm(a["name"], expand(a["cmd"], port=srv.port, out_dir=self.out, here=self.exp.path.parent) if a["cmd"] else "")
                 for a in s["arms"]]
         thresholds = [parse_threshold(t, "primary") for t in s["primary"]]
         thresholds += [parse_threshold(t, "protected") for t in s["protected"]]
@@ -384,7 +387,7 @@ class WindowRun:
             return
         ident, _snap, err = await self.server.read()
         res.checks["identity"] = ident
-        if self.snapshot_identity is None:
+        if self.snapshot_identity is None:  # no incumbent and no incarnation was ever up
             bad = identity_mismatches(ident, self.exp.server.identity)
             res.checks["note"] = (self.snapshot_note or "") + "; checked against the pins only"
             if bad or err:
