@@ -12,6 +12,8 @@ Phase shorthand (command line)::
     load:forward:c4:r40            open loop, 40 requests/s, at most 4 in flight
     load:forward:c64:r20:poisson7  open loop, Poisson arrivals (seed 7)
     mix:shuffle:7:c4   (a seeded shuffle; the seed is the token after "shuffle")
+    control:forward:c1:x2:last12:label=control:nocompare
+                       a labelled control, never compared as a main arm
     grouped:by-prefix:c1           bodies grouped by shared prefix chain
 
 TOML plan file (``--plan FILE``)::
@@ -29,6 +31,17 @@ TOML plan file (``--plan FILE``)::
     rate = 40.0             # requests/s for constant / poisson
     interleave = {workload = "other.jsonl", every = 4}   # one body of a second
                             # workload after every 4 of this phase (cycling)
+    label = "control"       # what the phase is for (prime, main, control, ...); optional
+    comparable = true       # false: a control; never pooled with or compared as a main arm
+
+Top-level settings of a TOML plan besides ``[[phase]]`` (``workload``, ``target``,
+``backend`` as before)::
+
+    abort_on_malformed = false   # the first malformed response aborts the run
+    on_check_fail = "skip"       # a failed drain/fresh check sends nothing for that
+                                 # phase ("skip", the default) or only marks it invalid ("mark")
+    [identity]                   # identity pins (kvreplay.runner.identity), e.g.
+    models = ["llama-3-8b"]      # checked before the first request and at every counter read
 
 ``by-prefix`` keeps the selection but groups bodies that share a prefix chain
 (``kvreplay.workload.prefix_chain``: system block, then each further message):
@@ -59,6 +72,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.workload import Body, Workload
 
 __all__ = [
+    "CHECK_FAIL_MODES",
     "PLAN_FORMAT",
     "ExtraWorkload",
     "Interleave",
@@ -77,7 +91,10 @@ PLAN_FORMAT = "kvreplay-plan/1"
 _ORDER_RE = re.compile(r"^(forward|reverse|shuffle:\d+|by-prefix)$")
 _SELECT_RE = re.compile(r"^(all|first:\d+|last:\d+)$")
 _PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh",
-               "arrival", "rate", "time_scale", "interleave"}
+               "arrival", "rate", "time_scale", "interleave", "label", "comparable"}
+_LABEL_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+CHECK_FAIL_MODES = ("skip", "mark")
+"""``on_check_fail``: a failed drain/fresh check skips the phase (sends nothing) or only marks it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +138,11 @@ class PhaseSpec:
             time as well as from the actual send (no coordinated omission).
         rate: Offered load for ``constant``/``poisson`` (requests/s).
         time_scale: Multiplies trace offsets (0.5 = twice as fast).
+        interleave: A second workload mixed into the phase.
+        label: What the phase is for (``prime``, ``main``, ``control``...),
+            1-64 letters, digits, ``_.-``; None = unlabelled.
+        comparable: False for a control: the diagnosis never pools it with, or
+            compares it as, a main arm.
     """
 
     name: str
@@ -135,6 +157,8 @@ class PhaseSpec:
     rate: float | None = None
     time_scale: float = 1.0
     interleave: Interleave | None = None
+    label: str | None = None
+    comparable: bool = True
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], *, where: dict[str, Any]) -> PhaseSpec:
@@ -176,8 +200,8 @@ class PhaseSpec:
         elif not isinstance(select, str) or not _SELECT_RE.match(select):
             raise bad("select", f"must be all, first:N, last:N or a list of indices, not {select!r}")
         flags = {}
-        for key in ("drain", "reset", "fresh"):
-            v = data.get(key, False)
+        for key in ("drain", "reset", "fresh", "comparable"):
+            v = data.get(key, key == "comparable")
             if not isinstance(v, bool):
                 raise bad(key, f"must be true or false, not {v!r}")
             flags[key] = v
@@ -204,8 +228,11 @@ class PhaseSpec:
                 raise bad("interleave", "must be {workload = PATH, every = K} with K >= 1, "
                                         f"not {interleave!r}")
             interleave = Interleave(workload=interleave["workload"], every=interleave["every"])
+        label = data.get("label")
+        if label is not None and (not isinstance(label, str) or not _LABEL_RE.fullmatch(label)):
+            raise bad("label", f"must be 1-64 letters, digits, '_', '.', '-', not {label!r}")
         return cls(name=name, order=order, select=select, **ints, **flags, arrival=arrival, rate=rate,
-                   time_scale=float(time_scale), interleave=interleave)
+                   time_scale=float(time_scale), interleave=interleave, label=label)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON (explicit selections as lists)."""
@@ -221,6 +248,9 @@ class PhaseSpec:
             **({"arrival": self.arrival, "rate": self.rate, "time_scale": self.time_scale}
                if self.arrival is not None else {}),
             **({"interleave": self.interleave.to_json()} if self.interleave is not None else {}),
+            # Only when set, so plans without them keep their plan.json (and hash).
+            **({"label": self.label} if self.label is not None else {}),
+            **({"comparable": False} if not self.comparable else {}),
         }
 
 
@@ -228,7 +258,8 @@ def parse_phase(spec: str) -> PhaseSpec:
     """Parse the shorthand ``NAME:ORDER:cN[:xREPEATS][:lastN|firstN]``.
 
     ``ORDER`` may be ``shuffle:SEED`` (two tokens). Tokens after ``cN`` may come
-    in any order.
+    in any order; besides the module docstring's: ``drain``, ``reset``, ``fresh``,
+    ``label=LABEL`` (the phase's label) and ``nocompare`` (``comparable = false``).
 
     Raises:
         ConfigError: on any token it does not understand (``field`` = ``--phase``).
@@ -257,6 +288,10 @@ def parse_phase(spec: str) -> PhaseSpec:
             data["select"] = f"{m.group(1)}:{m.group(2)}"
         elif tok in ("drain", "reset", "fresh"):
             data[tok] = True
+        elif tok.startswith("label="):
+            data["label"] = tok[6:]
+        elif tok == "nocompare":
+            data["comparable"] = False
         elif m := re.fullmatch(r"r(\d+(?:\.\d+)?)", tok):
             data["rate"] = float(m.group(1))
             data.setdefault("arrival", "constant")
@@ -274,7 +309,8 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
 
     Returns:
         The phases, and the other top-level settings (``workload``, ``target``,
-        ``backend``) as given.
+        ``backend``, ``identity``, ``abort_on_malformed``, ``on_check_fail``) as given
+        (``identity`` is turned into pins by ``kvreplay.runner.identity.pins_from_mapping``).
 
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values (file, line, field).
@@ -288,10 +324,19 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
         raise ConfigError(f"not valid TOML: {exc}", path=p, line=line) from exc
-    allowed = {"phase", "workload", "target", "backend"}
+    allowed = {"phase", "workload", "target", "backend", "identity", "abort_on_malformed", "on_check_fail"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown key {key!r}", path=p, line=_line_of(text, key), field=key)
+    if "abort_on_malformed" in data and not isinstance(data["abort_on_malformed"], bool):
+        raise ConfigError(f"must be true or false, not {data['abort_on_malformed']!r}", path=p,
+                          line=_line_of(text, "abort_on_malformed"), field="abort_on_malformed")
+    if "on_check_fail" in data and data["on_check_fail"] not in CHECK_FAIL_MODES:
+        raise ConfigError(f"must be \"skip\" or \"mark\", not {data['on_check_fail']!r}", path=p,
+                          line=_line_of(text, "on_check_fail"), field="on_check_fail")
+    if "identity" in data and (not isinstance(data["identity"], dict) or not data["identity"]):
+        raise ConfigError("[identity] must be a non-empty table of KEY = VALUE", path=p,
+                          line=_line_of(text, "identity"), field="identity")
     phases_raw = data.get("phase")
     if not isinstance(phases_raw, list) or not phases_raw:
         raise ConfigError("a plan needs at least one [[phase]]", path=p, field="phase")

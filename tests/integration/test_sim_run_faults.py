@@ -94,5 +94,15 @@ def test_identity_change_aborts_between_phases(tmp_path):
 def test_busy_gauge_fails_the_drain(tmp_path):
     rc, recs, summary = kvrun(tmp_path, "busy-gauge@1:s=3", "--drain-timeout", "0.4",
                               phases=("a:forward:c1:first1", "b:forward:c1:first1:drain"))
+    # Issue 14: a failed drain sends nothing for that phase; its position is a check_failed record.
+    assert rc == 0 and [(r["status"], r["sent"]) for r in recs] == [("ok", True), ("check_failed", False)]
+    assert recs[1]["reason"].startswith("drain: did not pass within 0.4 s: ")
+    assert summary["phases"][1]["check_failed"] == recs[1]["reason"]
+    assert (summary["phases"][1]["sent"], summary["phases"][1]["not_sent"]) == (0, 1)
+    assert any("drain did not pass" in why for why in summary["phases"][1]["invalid_reasons"])
+    # on_check_fail "mark": the old behaviour, sent and marked invalid.
+    rc, recs, summary = kvrun(tmp_path / "mark", "busy-gauge@1:s=3", "--drain-timeout", "0.4", "--on-check-fail",
+                              "mark", phases=("a:forward:c1:first1", "b:forward:c1:first1:drain"))
     assert rc == 0 and [r["status"] for r in recs] == ["ok", "ok"]
+    assert summary["phases"][1]["check_failed"] is None
     assert any("drain did not pass" in why for why in summary["phases"][1]["invalid_reasons"])

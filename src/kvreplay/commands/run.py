@@ -78,6 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="abort when a common counter or gauge crosses a bound, e.g. 'host_bytes>34e9'")
     p.add_argument("--abort-on-restart", action="store_true",
                    help="abort when counters show the server restarted (a counter went down)")
+    add_contract_arguments(p)
     p.add_argument("--keepalive-timeout", type=float, default=2.0, metavar="S",
                    help="close idle pooled connections after S seconds (below the server's own limit)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
@@ -90,6 +91,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "ray://HOST:10001, or 'local' for a new instance here (optional extra: "
                         "pip install 'kvreplay[ray]'); clocks are per host")
     add_target_arguments(p)
+
+
+def add_contract_arguments(p: argparse.ArgumentParser) -> None:
+    """``--expect-identity``, ``--abort-on-malformed``, ``--on-check-fail`` (run, ab)."""
+    p.add_argument("--expect-identity", action="append", default=[], metavar="KEY=VALUE",
+                   help="identity pin, repeatable: the server's identity must have KEY (dotted, e.g. "
+                        "models, version.build, version.cache.host_evict) = VALUE before the first "
+                        "request, and keep it (checked at every counter read; else exit 3, identity_drift)")
+    p.add_argument("--abort-on-malformed", action="store_true", default=None,
+                   help="abort the run at the first malformed response (a plan's abort_on_malformed)")
+    p.add_argument("--on-check-fail", choices=("skip", "mark"), default=None,
+                   help="a phase whose drain or fresh check failed: send nothing (skip, the default) "
+                        "or send it and mark it invalid (mark)")
+
+
+def contract_options(args: argparse.Namespace, settings: dict[str, Any], plan_path: str | None) -> dict[str, Any]:
+    """RunOptions fields of the execution contract from the command line over a plan's settings.
+
+    Raises:
+        ConfigError: a bad pin (command line or the plan's ``[identity]``).
+    """
+    from kvreplay.runner.identity import parse_pin, pins_from_mapping
+
+    pins = list(pins_from_mapping(settings["identity"], source=f"{plan_path} [identity]")
+                if settings.get("identity") else ())
+    cli_pins = [parse_pin(t) for t in getattr(args, "expect_identity", None) or ()]
+    pins = [p for p in pins if p.key not in {c.key for c in cli_pins}] + cli_pins  # the command line wins
+    malformed = getattr(args, "abort_on_malformed", None)
+    mode = getattr(args, "on_check_fail", None)
+    return {
+        "identity_pins": tuple(pins),
+        "abort_on_malformed": bool(settings.get("abort_on_malformed", False) if malformed is None else malformed),
+        "on_check_fail": mode or settings.get("on_check_fail", "skip"),
+    }
 
 
 def parse_duration(text: str) -> float:
@@ -189,6 +224,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         plan = build_plan(workload, specs)
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    contract = contract_options(args, settings, args.plan)
     out = Path(args.out) if args.out else default_out()
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
@@ -206,6 +242,9 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             backend_name = "halogen"
     else:
         url = target
+    if contract["identity_pins"] and backend_name == "none":
+        raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
+                          field="--expect-identity")
     observer = make_observer(args)
     progress = observer.on_message
 
@@ -242,6 +281,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
+        **contract,
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)

@@ -16,6 +16,9 @@ summary.json::
                  "schedule": {"open_loop", "offered_rps", "achieved_rps", "dispatch_delay_ms",
                               "kept_schedule", "note"},
                  "deferred": bool (aborted before it sent anything),
+                 "label": str | null, "comparable": bool (false: a control, never compared
+                          as a main arm), "check_failed": null | reason (its drain/fresh check
+                          failed; with on_check_fail "skip" nothing was sent),
                  "client": {"bound", "cpu_s", "cpu_utilisation", "loop_lag_p50_ms", "loop_lag_p99_ms",
                             "loop_lag_max_ms", "loop_lag_samples", "timed_sends", "late_sends",
                             "late_send_share", "loop_lag_log"} (metrics.selfmeasure),
@@ -105,6 +108,9 @@ class PhaseStats:
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     n_disagreements: int = 0
     client: dict[str, Any] | None = None
+    label: str | None = None
+    comparable: bool = True
+    check_failed: str | None = None
 
     def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -201,6 +207,8 @@ class PhaseStats:
         wall_s = (self.end_ns - self.start_ns) / 1e9 if self.start_ns is not None and self.end_ns else None
         out: dict[str, Any] = {
             "name": self.name,
+            "label": self.label,
+            "comparable": self.comparable,
             "concurrency": self.concurrency,
             "repeats": self.repeats,
             "planned": self.planned,
@@ -231,6 +239,7 @@ class PhaseStats:
         out["cross_check"] = self.cross_check()
         out["drain"] = self.drain
         out["deferred"] = self.deferred
+        out["check_failed"] = self.check_failed
         out["valid"] = not reasons and not self.deferred
         out["invalid_reasons"] = reasons
         if self.client is not None:

@@ -255,6 +255,7 @@ def rebuild_summary(
             int(spec.get("repeats", 1)),
             len(spec.get("sequence") or recs),
         )
+        st.label, st.comparable = spec.get("label"), spec.get("comparable", True) is not False
         for r in recs:
             st.add(r)
         st.not_sent += max(0, st.planned - len(recs))

@@ -9,9 +9,12 @@ record carries the delta; above C1 the record says attribution is per phase only
 
 Abort conditions stop new requests (in-flight ones finish) and are recorded in
 ``summary.json``: authentication failure (HTTP 401/403), a server error naming
-out-of-memory / CUDA / Xid, identity drift between phases, a counter restart
-when ``abort_on_restart`` is set, and an operator interrupt. Positions never sent
-get a record with ``status: "aborted"`` and ``sent: false``.
+out-of-memory / CUDA / Xid, an identity that is not the pinned one before the
+first request or that drifts at any counter read or identity-monitor read
+(``runner._contract``), a malformed response when ``abort_on_malformed`` is set,
+a counter restart when ``abort_on_restart`` is set, and an operator interrupt.
+Positions never sent get a record with ``status: "aborted"`` and ``sent: false``;
+those of a phase whose drain or fresh check failed get ``status: "check_failed"``.
 """
 
 from __future__ import annotations
@@ -32,14 +35,16 @@ from kvreplay import __version__
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.errors import BackendError, IdentityDriftError
+from kvreplay.errors import BackendError
 from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
+from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.http import H1Client, RequestOutcome, send_body
+from kvreplay.runner.identity import IdentityPin
 from kvreplay.runner.observer import NullObserver, RunObserver
 from kvreplay.workload import Workload
 
@@ -76,6 +81,13 @@ class RunOptions:
         quiet: No progress lines.
         elapsed_before_s: Seconds of the run gone before these options took effect (a
             worker's deadlines are shortened by it); added back in the deadline messages.
+        identity_pins: Expected identity values (``runner.identity``), checked before the
+            first request and at every identity read.
+        identity_interval_s: Identity re-read period while a phase runs without
+            per-request counter reads (s; at most 1 s is used).
+        abort_on_malformed: The first ``malformed`` record stops new requests.
+        on_check_fail: ``skip`` (a phase whose drain/fresh check failed sends nothing)
+            or ``mark`` (it is sent and marked invalid).
     """
 
     target_url: str
@@ -100,6 +112,10 @@ class RunOptions:
     keepalive_timeout_s: float = 2.0
     quiet: bool = False
     elapsed_before_s: float = 0.0
+    identity_pins: tuple[IdentityPin, ...] = ()
+    identity_interval_s: float = 1.0
+    abort_on_malformed: bool = False
+    on_check_fail: str = "skip"
 
 
 class RecordWriter:
@@ -146,7 +162,7 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-class _Run:
+class _Run(ContractChecks):
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
                  observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
@@ -201,6 +217,22 @@ class _Run:
         self.writer.write(rec)
         st.add(rec)
 
+    def publish_check(self, phase: Phase, reason: str | None) -> None:
+        """Tell peers the phase's failed-check reason, before the start barrier (one process: nothing)."""
+
+    def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:
+        """The phase's failed-check reason as all peers see it, after the start barrier (one process: its own)."""
+        return reason
+
+    async def write_check_failed(self, st: PhaseStats, phase: Phase, seq: Any, reason: str,
+                                 attribution: str) -> None:
+        """One ``check_failed`` record per position left in ``seq`` (sync or async iterator)."""
+        items = [x async for x in seq] if hasattr(seq, "__anext__") else list(seq)
+        for pos, (bi, rep) in items:
+            rec = self.check_failed_record(phase, pos, bi, rep, reason, attribution)
+            self.writer.write(rec)
+            st.add(rec)
+
     def rel(self, t: int | None) -> int | None:
         return None if t is None else t - self.clock.origin_ns
 
@@ -216,6 +248,10 @@ class _Run:
             "body_bytes": body.body_bytes,
             "concurrency": phase.spec.concurrency,
         }
+        if phase.spec.label is not None:
+            base["label"] = phase.spec.label
+        if not phase.spec.comparable:
+            base["comparable"] = False
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
@@ -320,6 +356,7 @@ class _Run:
             self.progress(f"counter read failed: {exc}")
             return None
         self.check_bounds(snap)
+        await self.check_identity()  # at every counter read
         return snap
 
     async def monitor(self, first: Snapshot | None) -> None:
@@ -354,21 +391,11 @@ class _Run:
                 self.request_abort("restart", f"counters went down: {', '.join(d.reset_names) or 'start marker changed'}")
         return d.to_json()
 
-    async def check_identity(self) -> None:
-        if self.backend is None or self.identity_before is None:
-            return
-        try:
-            ident = await self.backend.identity()
-        except BackendError as exc:
-            self.progress(f"identity read failed: {exc}")
-            return
-        self.identity_after = ident
-        if ident != self.identity_before:
-            self.request_abort("identity_drift", str(IdentityDriftError(self.identity_before, ident)))
-
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec
-        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence))
+        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence),
+                        label=spec.label, comparable=spec.comparable)
+        check_failed: str | None = None
         if phase.intended_ns is not None:
             st.open_loop = True
             span = phase.intended_ns[-1] if phase.intended_ns else 0
@@ -386,13 +413,17 @@ class _Run:
                 self.obs.on_drain(phase.name, st.drain)
                 if not dr.passed:
                     st.invalid_reasons.append(f"drain did not pass within {self.opts.drain_timeout_s} s: {dr.reason}")
+                    check_failed = f"drain: did not pass within {self.opts.drain_timeout_s} s: {dr.reason}"
         before = await self.snapshot()
         if spec.fresh and before is not None:
             fresh, why = check_fresh(before)
             if not fresh:
                 st.invalid_reasons.append(why or "not fresh")
+                check_failed = check_failed or f"fresh: {(why or '').removeprefix('not fresh: ')} (want 0)"
         elif spec.fresh:
             st.invalid_reasons.append("fresh required but the backend reports no counters")
+            if not self.counters_elsewhere and not self.stop_new:
+                check_failed = check_failed or "fresh: required but the backend reports no counters"
         per_req = (be is not None and spec.concurrency == 1 and self.opts.per_request_counters
                    and phase.intended_ns is None)
         counted = be is not None or self.counters_elsewhere
@@ -401,9 +432,17 @@ class _Run:
         self.last_snap = before
         url = self.opts.target_url.rstrip("/")
         seq = self.positions(phase)
+        self.publish_check(phase, check_failed)
         await self.phase_sync(phase, "start")
         st.start_ns = self.phase_start_ns(phase)
         self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
+        check_failed = self.phase_check_result(phase, check_failed)
+        if check_failed is not None and self.opts.on_check_fail == "skip":
+            # A failed check sends nothing: every position gets its record here and
+            # the workers below find the sequence used up.
+            st.check_failed = check_failed
+            self.progress(f"phase {phase.name}: check failed, nothing sent: {check_failed}")
+            await self.write_check_failed(st, phase, seq, check_failed, attribution)
 
         intended = phase.intended_ns
         h1 = self.h1
@@ -465,6 +504,7 @@ class _Run:
             st.add(rec, out.stream.token_ns if out.status == "ok" else None)
             self.obs.on_record(rec)
             self.check_outcome(out)
+            self.check_malformed(rec)
 
         aseq = seq if hasattr(seq, "__anext__") else None  # claims from a remote coordinator (--ray)
 
@@ -481,6 +521,9 @@ class _Run:
         self.active.update(tasks)
         watch = be is not None and (self.opts.abort_if or (self.opts.abort_on_restart and not per_req))
         bounds = asyncio.ensure_future(self.monitor(before)) if watch else None
+        # Without a counter read after each request, identity is re-read on a timer (<= 1 s).
+        ident_mon = (asyncio.ensure_future(self.identity_monitor())
+                     if be is not None and not per_req and self.identity_before is not None else None)
         try:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
@@ -488,6 +531,8 @@ class _Run:
             self.active.difference_update(tasks)
             if bounds is not None:
                 bounds.cancel()
+            if ident_mon is not None:
+                ident_mon.cancel()
         # Positions left by cancelled workers: never sent.
         if tasks and aseq is not None:
             async for pos, (bi, rep) in aseq:
@@ -586,6 +631,12 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
         "implementation": IMPLEMENTATION,
         "wall_anchor_ns": clock.wall_anchor_ns,
         "unplanned_requests": [],
+        # The execution contract the run kept (runner._contract).
+        "contract": {
+            "identity_pins": [p.to_json() for p in opts.identity_pins],
+            "abort_on_malformed": opts.abort_on_malformed,
+            "on_check_fail": opts.on_check_fail,
+        },
         **extra,
     })
 
@@ -635,12 +686,7 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
             # the run block is outside the plan's hash.
             plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"
             _write_json(out / "plan.json", plan_json)
-            if run.backend is not None:
-                try:
-                    run.identity_before = await run.backend.identity()
-                    run.identity_after = run.identity_before
-                except BackendError as exc:
-                    run.progress(f"identity read failed: {exc}")
+            await run.start_identity()  # baseline and pins, before the first request
             try:
                 for i, phase in enumerate(plan.phases):
                     if i > 0:

@@ -81,6 +81,7 @@ _WORKER0_FIELDS = (
     "attribution",
     "open_loop",
     "offered_rps",
+    "check_failed",
 )
 
 
@@ -104,6 +105,8 @@ class _Shared:
         self.starts = ctx.Array("q", n_phases)
         self.stop = ctx.Value("i", 0)
         self.reason = ctx.Array("c", 64)
+        self.check_phase = ctx.Value("i", -1)  # the phase whose drain/fresh check failed (worker 0)
+        self.check_reason = ctx.Array("c", 512)
         self.barrier = ctx.Barrier(workers)
 
 
@@ -162,6 +165,17 @@ class _WorkerRun(_Run):
             self.broken = True
             self._peer_stop("a worker process left the run", self.shared.reason.value.decode(errors="replace"))
         self._check_stop()
+
+    def publish_check(self, phase: Phase, reason: str | None) -> None:  # noqa: D102
+        if reason is not None:
+            with self.shared.check_phase.get_lock():
+                self.shared.check_reason.value = reason.encode()[:511]
+                self.shared.check_phase.value = self.phase_index[id(phase)]
+
+    def phase_check_result(self, phase: Phase, reason: str | None) -> str | None:  # noqa: D102
+        if reason is None and self.shared.check_phase.value == self.phase_index[id(phase)]:
+            return self.shared.check_reason.value.decode(errors="replace")
+        return reason
 
     def request_abort(self, reason: str, message: str) -> None:  # noqa: D102
         first = self.abort is None
@@ -524,7 +538,8 @@ def merge_run(
     phases_json = []
     for i, phase in enumerate(plan.phases):
         spec = phase.spec
-        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence))
+        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence),
+                        label=spec.label, comparable=spec.comparable)
         w0 = parts[0]["phases"][i]["fields"] if i < len(parts[0]["phases"]) else None
         present = [p["phases"][i] for p in parts if i < len(p["phases"])]
         if w0 is not None:

@@ -9,7 +9,8 @@ POST /v1/chat/completions OpenAI chat; ``stream`` true gives SSE (role prelude w
                           ``stream_options.include_usage``, then ``data: [DONE]``)
 POST /v1/completions      legacy completions, same stream shape (``text`` instead of ``delta``)
 GET  /v1/models           ``{"object": "list", "data": [model card]}``
-GET  /version             ``{"version", "build"}`` (build changes with the ``identity`` fault)
+GET  /version             ``{"version", "build", "cache"}`` (build changes with the ``identity``
+                          fault; ``cache``: the cache model and its settings, ``cache_identity``)
 GET  /health              200 ``{"status": "ok"}``
 GET  /cache               halogen-style JSON, exactly the 14 keys of issue 5
 GET  /metrics             Prometheus text, vLLM names (see ``kvreplay.sim.metrics``)
@@ -45,7 +46,7 @@ from kvreplay.sim.faults import FaultSpec
 from kvreplay.sim.metrics import render_metrics
 from kvreplay.sim.tokenizer import render_body
 
-__all__ = ["SimServer"]
+__all__ = ["SimServer", "cache_identity"]
 
 _JSON = "application/json"
 _ERRORS = {
@@ -58,6 +59,34 @@ _ERRORS = {
         "InternalServerError",
     ),
 }
+
+
+def cache_identity(cfg: Any) -> dict[str, Any]:
+    """The cache model and its settings, as ``/version`` reports them (part of the server identity).
+
+    Every cache setting of ``SimConfig`` whatever the model, so an identity pin
+    (``--expect-identity version.cache.host_evict=leaf-lru``) can tell two policies
+    or sizes apart: ``model``, ``entries``, ``snapshots``, ``snapshot_at``,
+    ``entries_recency``, ``bytes_per_token``, ``max_entry_bytes``, ``max_bytes``,
+    ``block_size``, ``device_blocks``, ``host_rows``, ``host_pages``,
+    ``page_tokens``, ``host_evict``.
+    """
+    return {
+        "model": cfg.cache,
+        "entries": cfg.cache_entries,
+        "snapshots": cfg.snapshots,
+        "snapshot_at": list(cfg.snapshot_at),
+        "entries_recency": cfg.entries_recency,
+        "bytes_per_token": cfg.bytes_per_token,
+        "max_entry_bytes": cfg.max_entry_bytes,
+        "max_bytes": cfg.max_bytes,
+        "block_size": cfg.block_size,
+        "device_blocks": cfg.device_blocks,
+        "host_rows": cfg.host_rows,
+        "host_pages": cfg.host_pages,
+        "page_tokens": cfg.page_tokens,
+        "host_evict": cfg.host_evict,
+    }
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -238,7 +267,8 @@ class SimServer:
         return _json({"object": "list", "data": [card]})
 
     async def _version(self, request: web.Request) -> web.Response:
-        return _json({"version": __version__, "build": self.engine.build})
+        return _json({"version": __version__, "build": self.engine.build,
+                      "cache": cache_identity(self.engine.cfg)})
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})

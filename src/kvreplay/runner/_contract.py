@@ -1,0 +1,111 @@
+"""The runner's execution contract: identity pins and drift, malformed aborts, failed checks.
+
+A mixin of the runner's ``_Run`` (kept apart so ``_runner.py`` stays one concept):
+
+- **Identity.** ``start_identity()`` reads the identity before the first request
+  (the run's baseline) and checks the pins (``RunOptions.identity_pins``): a
+  mismatch, or pins with no identity to check them against, aborts before
+  anything is sent (``aborted.reason: identity_mismatch``). ``check_identity()``
+  reads it again and aborts on any change from the baseline or a broken pin
+  (``identity_drift``), with ``aborted.old``/``new``/``changes``
+  (``runner.identity.abort_details``). It runs at every counter read (so at C1
+  after every request), between phases, and above C1 (or wherever counters are
+  not read per request) every ``identity_interval_s`` (<= 1 s) while a phase runs
+  (``identity_monitor``).
+- **Malformed transport.** With ``abort_on_malformed`` the first ``malformed``
+  record stops new requests (``aborted.reason: malformed``).
+- **Failed checks.** A drain or fresh check that fails makes the phase *check
+  failed*: with ``on_check_fail = "skip"`` (the default) it sends nothing, and
+  each of its positions gets a record ``sent: false, status: "check_failed"``
+  with the reason (``fresh: hits=1234 ... (want 0)``); with ``"mark"`` it is sent
+  and only marked invalid (the behaviour before issue 14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kvreplay.errors import BackendError
+from kvreplay.runner.identity import abort_details, check_pins, identity_changes
+
+__all__ = ["ContractChecks"]
+
+IDENTITY_INTERVAL_MAX_S = 1.0
+"""The identity monitor reads at least this often while a phase runs (s)."""
+
+
+class ContractChecks:
+    """Mixin: expects ``backend``, ``opts``, ``abort``, ``request_abort``, ``progress``,
+    ``identity_before``/``identity_after``, ``writer``, ``record`` and ``positions`` of ``_Run``."""
+
+    backend: Any
+    opts: Any
+    abort: dict[str, Any] | None
+    identity_before: dict | None
+    identity_after: dict | None
+
+    def abort_with(self, reason: str, message: str, **details: Any) -> None:
+        """``request_abort`` plus extra keys in ``summary.json``'s ``aborted`` (only for the first abort)."""
+        first = self.abort is None
+        self.request_abort(reason, message)  # type: ignore[attr-defined]
+        if first and self.abort is not None and self.abort.get("reason") == reason:
+            self.abort.update(details)
+
+    async def start_identity(self) -> None:
+        """Read the baseline identity and check the pins, before the first request."""
+        pins = self.opts.identity_pins
+        if self.backend is None:
+            if pins:
+                self.abort_with("identity_mismatch", "identity pins given but no backend to read the "
+                                "server's identity (--backend none?)")
+            return
+        try:
+            self.identity_before = await self.backend.identity()
+            self.identity_after = self.identity_before
+        except BackendError as exc:
+            self.progress(f"identity read failed: {exc}")  # type: ignore[attr-defined]
+            if pins:
+                self.abort_with("identity_mismatch", f"identity pins given but the identity could not be read: {exc}")
+            return
+        bad = check_pins(self.identity_before, pins)
+        if bad:
+            self.abort_with("identity_mismatch", "server identity is not the pinned one: "
+                            + "; ".join(c.describe() for c in bad), **abort_details(bad))
+
+    async def check_identity(self) -> None:
+        """Read the identity; abort on drift from the baseline or a broken pin (module docstring)."""
+        if self.backend is None or self.identity_before is None:
+            return
+        try:
+            ident = await self.backend.identity()
+        except BackendError as exc:
+            self.progress(f"identity read failed: {exc}")  # type: ignore[attr-defined]
+            return
+        self.identity_after = ident
+        changes = identity_changes(self.identity_before, ident)
+        known = {c.key for c in changes}
+        changes += [c for c in check_pins(ident, self.opts.identity_pins) if c.key not in known]
+        if changes and (self.abort is None or self.abort.get("reason") != "identity_drift"):
+            self.abort_with("identity_drift", "server identity changed: "
+                            + "; ".join(c.describe() for c in changes), **abort_details(changes))
+
+    async def identity_monitor(self) -> None:
+        """Re-read the identity every ``identity_interval_s`` (at most 1 s) until cancelled."""
+        interval = min(IDENTITY_INTERVAL_MAX_S, self.opts.identity_interval_s)
+        while True:
+            await asyncio.sleep(interval)
+            await self.check_identity()
+
+    def check_malformed(self, rec: dict[str, Any]) -> None:
+        """With ``abort_on_malformed``: the first malformed record stops new requests."""
+        if self.opts.abort_on_malformed and rec.get("status") == "malformed":
+            self.abort_with("malformed", f"malformed response at {rec['phase']} position {rec['position']}: "
+                            f"{rec.get('error') or ''}", phase=rec["phase"], position=rec["position"])
+
+    def check_failed_record(self, phase: Any, pos: int, bi: int, rep: int, reason: str,
+                            attribution: str) -> dict[str, Any]:
+        """The record of a position not sent because its phase's check failed."""
+        rec = self.record(phase, pos, bi, rep, None, None, attribution)  # type: ignore[attr-defined]
+        rec.update(status="check_failed", error=reason, reason=reason)
+        return rec

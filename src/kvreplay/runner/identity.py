@@ -1,0 +1,213 @@
+"""Identity pins and drift: is this still the server the run was planned for?
+
+A backend's ``identity()`` is a JSON object (``runner.backend.Backend``), e.g.
+the simulator through the halogen adapter::
+
+    {"backend": "halogen", "models": ["sim-model"],
+     "version": {"version": "0.1", "build": "sim-1",
+                 "cache": {"model": "radix", "entries": 1024, ...}},
+     "max_entries": 1024}
+
+It is compared in **flat form**: nested objects become dotted keys
+(``version.build``, ``version.cache.model``); lists stay values. Every value has a
+**canonical text** (``pin_text``): strings as they are, integers in decimal,
+floats by ``repr`` (``0.5``), booleans ``true``/``false``, null ``null``, lists
+their items' texts joined by ``,`` (``models=a,b`` is the served list ``["a", "b"]``
+in that order).
+
+A **pin** is ``KEY=VALUE`` (``--expect-identity models=llama-3-8b``, repeatable)
+or an entry of a plan's ``[identity]`` table (nested tables are dotted keys too)::
+
+    [identity]
+    models = ["llama-3-8b"]
+    "version.build" = "b4567"
+    [identity.version.cache]
+    model = "radix"
+
+A pin holds when the flat identity has that key and its canonical text equals
+the pin's. The runner checks pins before the first request (a mismatch there
+sends nothing: ``aborted.reason: identity_mismatch``) and, with the identity
+read at the run's start as the baseline, every later read for **drift**: any
+changed, added or removed key (``aborted.reason: identity_drift``). Both give
+``aborted.old`` / ``aborted.new`` (flat key -> value) and ``aborted.changes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvreplay.errors import ConfigError
+
+__all__ = [
+    "IdentityChange",
+    "IdentityPin",
+    "abort_details",
+    "check_pins",
+    "flatten_identity",
+    "identity_changes",
+    "parse_pin",
+    "pin_text",
+    "pins_from_mapping",
+]
+
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:/")
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityPin:
+    """One expected identity value.
+
+    Attributes:
+        key: Flat (dotted) identity key, e.g. ``version.build``.
+        value: Canonical text the identity's value must have (``pin_text``).
+        source: Where it was given (``--expect-identity``, ``plan.toml [identity]``).
+    """
+
+    key: str
+    value: str
+    source: str = "--expect-identity"
+
+    def to_json(self) -> dict[str, str]:
+        """``{"key", "value", "source"}`` (plan.json's run block)."""
+        return {"key": self.key, "value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityChange:
+    """A key whose value is not what it was (drift) or not what was pinned (mismatch).
+
+    Attributes:
+        key: Flat identity key.
+        old: The earlier value (drift) or the pinned text (mismatch); None when absent.
+        new: The value read now; None when the key is absent now.
+    """
+
+    key: str
+    old: Any
+    new: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"key", "old", "new"}``."""
+        return {"key": self.key, "old": self.old, "new": self.new}
+
+    def describe(self) -> str:
+        """``models: ['a'] -> ['a-2']`` (``<absent>`` for a missing side)."""
+        old = "<absent>" if self.old is None else repr(self.old)
+        new = "<absent>" if self.new is None else repr(self.new)
+        return f"{self.key}: {old} -> {new}"
+
+
+def pin_text(value: Any) -> str:
+    """Canonical text of an identity value (module docstring); nested objects are not values.
+
+    Raises:
+        ConfigError: ``value`` is a mapping (pin one of its dotted keys instead).
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, str)):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(pin_text(v) for v in value)
+    if isinstance(value, Mapping):
+        raise ConfigError("an identity pin is a value, not a table: pin one of its keys (a.b = ...)")
+    return str(value)
+
+
+def flatten_identity(ident: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """Nested objects -> dotted keys; other values (lists included) as they are.
+
+    ``{"version": {"build": "b1"}, "models": ["m"]}`` -> ``{"version.build": "b1", "models": ["m"]}``.
+    An empty nested object is kept as ``{}`` under its key (so its appearance is a change).
+    """
+    out: dict[str, Any] = {}
+    for k, v in (ident or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten_identity(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _check_key(key: str, source: str) -> str:
+    key = key.strip()
+    if not key or not set(key) <= _KEY_CHARS or key.startswith(".") or key.endswith(".") or ".." in key:
+        raise ConfigError(
+            f"identity key {key!r}: letters, digits and _ - : / with '.' between levels (version.build)",
+            field=source,
+        )
+    return key
+
+
+def parse_pin(text: str, *, source: str = "--expect-identity") -> IdentityPin:
+    """``KEY=VALUE`` -> ``IdentityPin`` (VALUE taken verbatim after the first ``=``, may be empty).
+
+    Raises:
+        ConfigError: no ``=`` or a bad key (``field`` = ``source``).
+    """
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ConfigError(f"{text!r}: expected KEY=VALUE, e.g. models=llama-3-8b or version.build=b4567",
+                          field=source)
+    return IdentityPin(_check_key(key, source), value.strip(), source)
+
+
+def pins_from_mapping(data: Mapping[str, Any], *, source: str = "[identity]") -> tuple[IdentityPin, ...]:
+    """The pins of a plan's ``[identity]`` table (nested tables are dotted keys), in table order.
+
+    Raises:
+        ConfigError: not a table, an empty nested table, or a key that is not a valid identity key.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"must be a table of KEY = VALUE, not {data!r}", field=source)
+    pins = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            if not value:
+                raise ConfigError(f"empty table {key!r}", field=f"{source}.{key}")
+            nested = pins_from_mapping(value, source=f"{source}.{key}")
+            pins.extend(IdentityPin(_check_key(f"{key}.{p.key}", source), p.value, source) for p in nested)
+        else:
+            pins.append(IdentityPin(_check_key(str(key), source), pin_text(value), source))
+    return tuple(pins)
+
+
+def check_pins(ident: Mapping[str, Any] | None, pins: Iterable[IdentityPin]) -> list[IdentityChange]:
+    """Pins that ``ident`` does not satisfy: ``old`` = the pinned text, ``new`` = the value read (None if absent).
+
+    A pinned key whose identity value is a nested object (``version`` when the
+    identity has ``version.build``) is compared as absent: pin a leaf.
+    """
+    flat = flatten_identity(ident)
+    out = []
+    for pin in pins:
+        have = flat.get(pin.key)
+        if pin.key not in flat or isinstance(have, Mapping) or pin_text(have) != pin.value:
+            out.append(IdentityChange(pin.key, pin.value, have if pin.key in flat else None))
+    return out
+
+
+def identity_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[IdentityChange]:
+    """Flat keys whose values differ between two identities (added and removed keys too), sorted by key."""
+    a, b = flatten_identity(before), flatten_identity(after)
+    return [IdentityChange(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def abort_details(changes: list[IdentityChange]) -> dict[str, Any]:
+    """The extra keys of ``summary.json``'s ``aborted`` for an identity abort.
+
+    Returns:
+        ``{"old": {key: value}, "new": {key: value}, "changes": [{"key", "old", "new"}]}``.
+    """
+    return {
+        "old": {c.key: c.old for c in changes},
+        "new": {c.key: c.new for c in changes},
+        "changes": [c.to_json() for c in changes],
+    }

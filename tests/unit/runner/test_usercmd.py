@@ -1,0 +1,161 @@
+"""User commands: own session, stdin /dev/null, output to a log, bounded, never waiting on a background child."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvreplay.errors import ConfigError
+from kvreplay.runner.usercmd import LOG_TAIL_BYTES, run_user_command, run_user_command_sync
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+def _run(coro, loop_kind: str):
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _reap_later(pid: int) -> None:
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)  # a process this test started
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_exit_status_and_both_streams_in_the_log(tmp_path, loop_kind):
+    res = _run(run_user_command("echo out; echo err >&2; exit 7", name="sw", log_dir=tmp_path,
+                                timeout_s=10), loop_kind)
+    assert res.exit_status == 7
+    assert not res.ok and not res.timed_out
+    assert res.log_path == tmp_path / "sw.log"
+    assert res.log_path.read_text() == "out\nerr\n"
+    assert res.log_tail == "out\nerr\n"
+    assert res.command == "echo out; echo err >&2; exit 7"
+    assert res.to_json()["exit_status"] == 7 and res.to_json()["log_path"] == str(tmp_path / "sw.log")
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_background_child_does_not_hold_the_command(tmp_path, loop_kind):
+    # The field case: './switch.sh on' starts the new server with '&' and exits.
+    t0 = time.monotonic()
+    res = _run(run_user_command("sleep 120 & echo $!; exit 0", name="bg", log_dir=tmp_path,
+                                timeout_s=60), loop_kind)
+    took = time.monotonic() - t0
+    child = int(res.log_tail.strip())
+    try:
+        assert res.exit_status == 0 and res.ok
+        assert took < 5.0, took
+        assert res.duration_s < 5.0
+        # The background child keeps running, in the command's own session and group.
+        assert _alive(child)
+        assert os.getpgid(child) == res.pid
+        assert os.getsid(child) == res.pid
+        assert os.getsid(child) != os.getsid(0)
+    finally:
+        _reap_later(child)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_timeout_kills_the_whole_group(tmp_path, loop_kind):
+    t0 = time.monotonic()
+    res = _run(run_user_command("sleep 60 & echo $!; sleep 60", name="slow", log_dir=tmp_path,
+                                timeout_s=0.5, kill_grace_s=0.5), loop_kind)
+    took = time.monotonic() - t0
+    child = int(res.log_tail.strip())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert res.timed_out and res.exit_status is None and not res.ok
+    assert 0.5 <= res.duration_s < 4.0
+    assert took < 4.0
+    assert not _alive(child)
+
+
+def test_timeout_escalates_to_sigkill_for_a_group_ignoring_sigterm(tmp_path):
+    res = run_user_command_sync("trap '' TERM; echo ready; sleep 60; sleep 60", name="stubborn",
+                                log_dir=tmp_path, timeout_s=0.3, kill_grace_s=0.3)
+    assert res.timed_out and res.exit_status is None
+    assert res.log_tail == "ready\n"
+    assert not _alive(res.pid)
+
+
+def test_stdin_is_dev_null_and_session_is_new(tmp_path):
+    py = sys.executable
+    cmd = (f"readlink /proc/self/fd/0; cat; {py} -c 'import os; print(os.getsid(0) == os.getppid())'")
+    res = asyncio.run(run_user_command(cmd, name="io", log_dir=tmp_path, timeout_s=20))
+    # cat reads EOF from /dev/null at once; the session leader is the shell itself.
+    assert res.log_tail == "/dev/null\nTrue\n"
+    assert res.exit_status == 0
+
+
+def test_env_is_added_to_the_inherited_environment(tmp_path):
+    os.environ["KVREPLAY_TEST_INHERITED"] = "yes"
+    try:
+        res = run_user_command_sync('echo "$KVREPLAY_ARM:$KVREPLAY_TEST_INHERITED"', name="env",
+                                    log_dir=tmp_path, timeout_s=10, env={"KVREPLAY_ARM": "on"})
+    finally:
+        del os.environ["KVREPLAY_TEST_INHERITED"]
+    assert res.log_tail == "on:yes\n"
+
+
+def test_sync_twin_returns_at_shell_exit_with_a_background_child(tmp_path):
+    res = run_user_command_sync("sleep 120 & echo $!; exit 3", name="bg", log_dir=tmp_path, timeout_s=60)
+    child = int(res.log_tail.strip())
+    try:
+        assert res.exit_status == 3 and not res.timed_out
+        assert res.duration_s < 5.0
+        assert _alive(child)
+    finally:
+        _reap_later(child)
+
+
+def test_log_tail_keeps_the_last_bytes(tmp_path):
+    # 5000 'a' then 'END': the tail is the last 4096 bytes exactly.
+    res = run_user_command_sync("head -c 5000 /dev/zero | tr '\\0' a; printf END", name="big",
+                                log_dir=tmp_path, timeout_s=10)
+    assert len(res.log_tail) == LOG_TAIL_BYTES
+    assert res.log_tail == "a" * (LOG_TAIL_BYTES - 3) + "END"
+    assert res.log_path.stat().st_size == 5003
+
+
+def test_cancelling_the_wait_kills_the_group(tmp_path):
+    async def main() -> Path:
+        task = asyncio.ensure_future(run_user_command("echo $$; sleep 60", name="c", log_dir=tmp_path,
+                                                      timeout_s=60))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return tmp_path / "c.log"
+
+    log = asyncio.run(main())
+    shell = int(log.read_text().strip())
+    assert not _alive(shell)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "../x", ".hidden", "sp ace"])
+def test_bad_names_are_config_errors(tmp_path, name):
+    with pytest.raises(ConfigError, match="command name"):
+        run_user_command_sync("true", name=name, log_dir=tmp_path, timeout_s=1)
+
+
+def test_non_positive_timeout_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="timeout must be > 0"):
+        run_user_command_sync("true", name="t", log_dir=tmp_path, timeout_s=0)
