@@ -118,6 +118,7 @@ def load_views(out: Path, steps: list[dict[str, Any]]) -> list[PhaseView]:
         summary = _read(d / "summary.json") or {}
         plan = _read(d / "plan.json") or {}
         orders = {p["name"]: p.get("order", "forward") for p in plan.get("phases", [])}
+        controls = {p["name"] for p in plan.get("phases", []) if p.get("comparable", True) is False}
         recs: dict[str, list[dict[str, Any]]] = {}
         try:
             with (d / "records.jsonl").open("rb") as f:
@@ -131,8 +132,9 @@ def load_views(out: Path, steps: list[dict[str, Any]]) -> list[PhaseView]:
             pass
         inc_seen = seen.setdefault(st.get("incarnation"), set())
         for ph in summary.get("phases", []):
+            comparable = bool(st.get("comparable", True)) and ph["name"] not in controls
             v = PhaseView(f"{st['name']}/{ph['name']}", st["name"], ph["name"], orders.get(ph["name"], "forward"),
-                          bool(st.get("comparable", True)), st.get("incarnation"), ph)
+                          comparable, st.get("incarnation"), ph)
             rows = sorted(recs.get(ph["name"], []), key=lambda r: r.get("position", 0))
             before = set(inc_seen)
             per_request = ph.get("attribution") == "per_request"

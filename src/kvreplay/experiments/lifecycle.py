@@ -15,10 +15,10 @@ Two kinds of target (``[server] target``):
 Placeholders in URLs and commands: ``{port}`` (this incarnation's port),
 ``{dir}`` (the experiment directory), ``{here}`` (the experiment file's
 folder), ``{python}`` (this interpreter),
-``{kvreplay}`` (``{python} -m kvreplay``). Commands run as the user-command
-contract of the runner specifies (own session and process group, stdin from
-/dev/null, stdout/stderr to log files, a timeout killing the whole group):
-``kvreplay.runner.usercmd`` when present, else the minimal equivalent here.
+``{kvreplay}`` (``{python} -m kvreplay``). Commands run through
+``kvreplay.runner.usercmd`` (own session and process group, stdin from
+/dev/null, output to a log file in the step's folder, a timeout killing the
+whole group); a ``background`` start is spawned the same way here and kept.
 
 Readiness: the ``ready`` URL (else ``/health``, then ``/v1/models``) must answer
 200; with ``ready.completion`` a real chat completion must then end with
@@ -30,7 +30,6 @@ counters.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import shlex
 import signal
@@ -84,38 +83,14 @@ async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -
     """Run a user command to completion under the user-command contract.
 
     Returns:
-        ``{"name", "cmd", "rc", "timed_out", "wall_s", "stdout_log", "stderr_log", "tail"}``;
-        ``rc`` is None on timeout (the process group was killed).
+        ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``; ``rc`` is None on
+        timeout (the process group was killed). Runs through ``runner.usercmd``.
     """
-    try:  # the runner's implementation (issue 14) when it is there
-        from kvreplay.runner.usercmd import run_user_command  # type: ignore[import-not-found]
-    except ImportError:
-        run_user_command = None
-    if run_user_command is not None:
-        res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
-        data = res.to_json() if hasattr(res, "to_json") else dataclasses.asdict(res)
-        data.setdefault("name", name)
-        data.setdefault("cmd", cmd)
-        return data
-    # Minimal equivalent until kvreplay.runner.usercmd lands (issue 14).
-    log_dir.mkdir(parents=True, exist_ok=True)
-    out_p, err_p = log_dir / f"{name}.stdout.log", log_dir / f"{name}.stderr.log"
-    t0 = now_ns()
-    with out_p.open("ab") as fo, err_p.open("ab") as fe:
-        proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", cmd, stdin=asyncio.subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True)
-    timed_out = False
-    try:
-        rc: int | None = await asyncio.wait_for(proc.wait(), timeout_s)
-    except (TimeoutError, asyncio.CancelledError) as exc:
-        timed_out = True
-        _kill_group(proc.pid)
-        await proc.wait()
-        rc = None
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-    return {"name": name, "cmd": cmd, "rc": rc, "timed_out": timed_out, "wall_s": round((now_ns() - t0) / 1e9, 3),
-            "stdout_log": out_p.name, "stderr_log": err_p.name, "tail": _tail(err_p) or _tail(out_p)}
+    from kvreplay.runner.usercmd import run_user_command
+
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
+    return {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status, "timed_out": res.timed_out,
+            "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
 
 
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -157,33 +132,18 @@ class _Background:
                 "tail": _tail(Path(self.info["stderr_log"]))}
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-        out[prefix[:-1]] = obj
-    return out
-
-
 def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
     """Pins (dotted keys of the identity, e.g. ``cache_config.num_gpu_blocks``) that do not hold.
 
-    A list value holds a pin when one of its items equals it (``models = "m"``).
+    Matching is ``runner.identity.check_pins`` (as ``run --expect-identity``): a
+    list value is compared as its items joined by ``,``.
 
     Returns:
-        One ``"KEY: want V, got W"`` per failed pin (empty when all hold).
+        One ``"KEY: PINNED -> READ"`` per failed pin (empty when all hold).
     """
-    # TODO(issue 14): use runner.identity's pin matcher once merged, so run, ab and experiment agree.
-    flat = _flatten(identity or {})
-    bad = []
-    for key, want in sorted(pins.items()):
-        got = flat.get(key)
-        ok = str(want) in [str(x) for x in got] if isinstance(got, list) else (got is not None and str(got) == want)
-        if not ok:
-            bad.append(f"{key}: want {want!r}, got {got!r}")
-    return bad
+    from kvreplay.runner.identity import check_pins, pins_from_mapping
+
+    return [c.describe() for c in check_pins(identity, pins_from_mapping(pins, source="[server.identity]"))]
 
 
 class ServerControl:

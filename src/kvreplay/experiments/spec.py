@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -377,7 +377,12 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
         st["sim"] = dict(sim)
         st.setdefault("fresh", False)
     elif kind == "run":
-        st["phases"] = _phases(rest, path=path, line=line, fld=fld)
+        phases = _phases(rest, path=path, line=line, fld=fld)
+        # A control step makes every phase a control (plan.json, summary.json, records carry it);
+        # the step's label names phases that have none of their own.
+        st["phases"] = tuple(replace(ph, comparable=ph.comparable and st.get("comparable", True),
+                                     label=ph.label if ph.label is not None else _phase_label(st.get("label")))
+                             for ph in phases)
         if "drain_timeout" in rest:
             st["drain_timeout_s"] = parse_duration(rest["drain_timeout"], path=path, line=line,
                                                    fld=f"{fld}.drain_timeout")
@@ -388,6 +393,13 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
         raise ConfigError("probe steps are not supported by this version of kvreplay experiment; "
                           "run `kvreplay probe` separately", path=path, line=line, field=f"{fld}.kind")
     return StepSpec(i, name, kind, line, st)
+
+
+def _phase_label(text: str | None) -> str | None:
+    """A step label as a phase label (1-64 of letters, digits, ``_.-``; other characters -> ``-``)."""
+    if not text:
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:64] or None
 
 
 def _ab_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: str) -> dict[str, Any]:

@@ -99,6 +99,9 @@ class WindowRun:
                  say: Callable[[str], None]) -> None:
         self.exp, self.frozen, self.plans, self.workload = exp, frozen, plans, workload
         self.out, self.window, self.headers, self.say = out, window, headers, say
+        from kvreplay.runner.identity import pins_from_mapping
+
+        self.pins = pins_from_mapping(exp.server.identity, source="[server.identity]")
         self.server = ServerControl(exp.server, out, headers, exp.path.parent)
         self.t0 = now_ns()
         self.aborted: dict[str, str] | None = None
@@ -283,7 +286,7 @@ class WindowRun:
             drain_timeout_s=st.settings.get("drain_timeout_s", 10.0), drain_interval_s=0.1,
             stop_new_after_s=self._left(self.window.stop_new_after_s),
             hard_deadline_s=self._left(self.window.cancel_at_s),
-            elapsed_before_s=self.elapsed(), quiet=True,
+            elapsed_before_s=self.elapsed(), quiet=True, identity_pins=self.pins,
         )
         summary = await execute_plan(plan, plan.bind(self.workload), opts, backend_factory=self._factory(url))
         self._judge_run(res, summary)
