@@ -63,6 +63,7 @@ def result(out: Path) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
+@pytest.mark.timeout(240)
 def test_host_cache_diagnosis_window(tmp_path):
     out = tmp_path / "diag"
     assert main(["experiment", str(DIAG), "--out", str(out), "--quiet"]) == 0
@@ -125,6 +126,7 @@ def test_dry_run_writes_only_the_frozen_plan(tmp_path, capsys):
     assert "05 control" in capsys.readouterr().out
 
 
+@pytest.mark.timeout(120)
 def test_stop_new_after_defers_later_steps_and_restores(tmp_path):
     out = tmp_path / "late"
     rc = main(["experiment", str(DIAG), "--out", str(out), "--quiet", "--stop-new-after", "5s"])
