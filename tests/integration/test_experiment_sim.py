@@ -317,3 +317,77 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path):
     # the "on" arm's prefill is 10% slower: TTFT can only rise (ground truth: 1.1 x the prefill)
     ttft = [e for e in f["evidence"] if e["metric"].startswith("ttft_p50")]
     assert ttft and all(e["value"] > 0 for e in ttft)
+
+
+def test_window_abort_if_bound_aborts_and_restores(tmp_path):
+    # Body 1 of a forward prime hits the shared system block (3,440 tokens on 215 blocks of 16):
+    # the cumulative hit_tokens counter crosses 1,000 at the read after request 2.
+    f = _window(tmp_path, "", steps="""
+[window]
+abort_if = ["hit_tokens>1000"]
+[[step]]
+name = "A"
+kind = "run"
+phases = ["prime:forward:c1:first6"]
+[[step]]
+name = "B"
+kind = "run"
+phases = ["again:forward:c1:first2"]
+""")
+    out = tmp_path / "bound"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = result(out)
+    st = {s["name"]: s for s in r["steps"]}
+    assert r["aborted"]["reason"] == "bound"
+    assert st["A"]["status"] == "aborted" and "hit_tokens=3440 crossed >1000" in st["A"]["reason"]
+    assert st["B"]["status"] == "deferred" and st["restore"]["status"] == "measured"
+    summary = json.loads((out / "steps" / "00-A" / "summary.json").read_text())
+    assert summary["phases"][0]["sent"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_hard_deadline_cuts_an_ab_step_and_restore_still_runs(tmp_path):
+    # An arm command that sleeps far past hard_deadline - restore_reserve (2 s): the step is
+    # cancelled there (its process group killed), the window aborts, the restore runs.
+    f = tmp_path / "w.toml"
+    f.write_text(f"""
+workload = "{WORKLOAD}"
+[server]
+target = "http://127.0.0.1:{{port}}"
+backend = "none"
+start = {{cmd = "{{kvreplay}} serve-sim --port {{port}} --time-scale 0", background = true}}
+restore = {{cmd = "{{kvreplay}} serve-sim --port {{port}} --time-scale 0", background = true}}
+[window]
+hard_deadline = "12s"
+restore_reserve = "10s"
+[[step]]
+name = "up"
+kind = "incarnation"
+[[step]]
+name = "ab"
+kind = "ab"
+arms = [{{name = "off", cmd = "sleep 60"}}, {{name = "on", cmd = "true"}}]
+reps = 1
+select = "first:1"
+[[step]]
+name = "restore"
+kind = "restore"
+""")
+    out = tmp_path / "cut"
+    t0 = time.monotonic()
+    try:
+        rc = main(["experiment", str(f), "--out", str(out), "--quiet"])
+    finally:
+        r = result(out)
+        for st in r["steps"]:
+            for c in (st.get("checks") or {}).get("commands") or []:
+                if c.get("background") and c.get("pid"):
+                    try:
+                        os.killpg(c["pid"], signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+    assert rc == 3 and time.monotonic() - t0 < 40
+    st = {s["name"]: s for s in r["steps"]}
+    assert r["aborted"]["reason"] == "hard_deadline"
+    assert st["ab"]["status"] == "aborted" and "hard_deadline - restore_reserve = 2 s" in st["ab"]["reason"]
+    assert st["restore"]["status"] == "measured"

@@ -22,6 +22,7 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
 
     [window]                        # all counted from the experiment's start
     stop_new_after = "70m"; hard_deadline = "90m"; restore_reserve = "20m"
+    abort_if = ["host_bytes>34e9"]; max_error_rate = 0.05; abort_on_malformed = true
 
     [[step]]  name = "A0"; kind = "incarnation"; fresh = true; sim = {host_rows = 52}
     [[step]]  name = "A"; kind = "run"; phases = ["prime:forward:c1", "replay:reverse:c1"]
@@ -158,11 +159,16 @@ class ServerSpec:
 
 @dataclass(frozen=True, slots=True)
 class WindowSpec:
-    """``[window]``, seconds from the experiment's start (None = unbounded)."""
+    """``[window]``: deadlines in seconds from the experiment's start (None = unbounded), and
+    the abort rules every run step keeps (as ``kvreplay run``'s ``--abort-if``,
+    ``--max-error-rate``, ``--abort-on-malformed``)."""
 
     stop_new_after_s: float | None = None
     hard_deadline_s: float | None = None
     restore_reserve_s: float = 0.0
+    abort_if: tuple[tuple[str, str, float], ...] = ()
+    max_error_rate: float | None = None
+    abort_on_malformed: bool = False
 
     @property
     def cancel_at_s(self) -> float | None:
@@ -174,7 +180,9 @@ class WindowSpec:
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
         return {"stop_new_after_s": self.stop_new_after_s, "hard_deadline_s": self.hard_deadline_s,
-                "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s}
+                "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s,
+                "abort_if": [f"{n}{op}{v:g}" for n, op, v in self.abort_if], "max_error_rate": self.max_error_rate,
+                "abort_on_malformed": self.abort_on_malformed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,12 +320,29 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
     line = _line_of(text, r"\[window\]")
     if not isinstance(data, dict):
         raise ConfigError("must be a table", path=path, line=line, field="window")
-    unknown = sorted(set(data) - {"stop_new_after", "hard_deadline", "restore_reserve"})
+    unknown = sorted(set(data) - {"stop_new_after", "hard_deadline", "restore_reserve", "abort_if",
+                                  "max_error_rate", "abort_on_malformed"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"window.{unknown[0]}")
     vals = {k: (parse_duration(data[k], path=path, line=line, fld=f"window.{k}") if k in data else None)
             for k in ("stop_new_after", "hard_deadline", "restore_reserve")}
-    return WindowSpec(vals["stop_new_after"], vals["hard_deadline"], vals["restore_reserve"] or 0.0)
+    bounds = []
+    raw = data.get("abort_if", [])
+    for b in raw if isinstance(raw, list) else [raw]:
+        m = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*", b) if isinstance(b, str) else None
+        try:
+            bounds.append((m.group(1), m.group(2), float(m.group(3))))  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            raise ConfigError(f"not a bound: {b!r} (e.g. \"host_bytes>34e9\")", path=path, line=line,
+                              field="window.abort_if") from None
+    rate = data.get("max_error_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
+        raise ConfigError("must be a fraction between 0 and 1", path=path, line=line, field="window.max_error_rate")
+    mal = data.get("abort_on_malformed", False)
+    if not isinstance(mal, bool):
+        raise ConfigError("must be true or false", path=path, line=line, field="window.abort_on_malformed")
+    return WindowSpec(vals["stop_new_after"], vals["hard_deadline"], vals["restore_reserve"] or 0.0,
+                      tuple(bounds), None if rate is None else float(rate), mal)
 
 
 def _phases(raw: dict[str, Any], *, path: Path, line: int | None, fld: str) -> tuple[PhaseSpec, ...]:

@@ -202,8 +202,17 @@ class WindowRun:
         (self.out / st.dir).mkdir(parents=True, exist_ok=True)
         self.in_restore = st.kind == "restore"
         self.current = asyncio.ensure_future(fn(st, res))
+        # Run steps stop themselves (the runner's stop_new_after / hard_deadline); other steps
+        # are cancelled at hard_deadline - restore_reserve; the restore is bounded by its commands.
+        cut = None if st.kind in ("run", "restore") else self._left(self.window.cancel_at_s)
         try:
-            await self.current
+            await asyncio.wait_for(asyncio.shield(self.current), cut) if cut is not None else await self.current
+        except TimeoutError:
+            self.current.cancel()
+            await asyncio.gather(self.current, return_exceptions=True)
+            res.status, res.reason = "aborted", (f"window: hard_deadline - restore_reserve = "
+                                                 f"{self.window.cancel_at_s:g} s reached during the step")
+            self.abort("hard_deadline", res.reason)
         except asyncio.CancelledError:
             res.status, res.reason = "aborted", "operator interrupt (signal)"
             self.abort("interrupt", "operator interrupt (signal)")
@@ -287,6 +296,8 @@ class WindowRun:
             stop_new_after_s=self._left(self.window.stop_new_after_s),
             hard_deadline_s=self._left(self.window.cancel_at_s),
             elapsed_before_s=self.elapsed(), quiet=True, identity_pins=self.pins,
+            abort_if=self.window.abort_if, max_error_rate=self.window.max_error_rate,
+            abort_on_malformed=self.window.abort_on_malformed,
         )
         summary = await execute_plan(plan, plan.bind(self.workload), opts, backend_factory=self._factory(url))
         self._judge_run(res, summary)

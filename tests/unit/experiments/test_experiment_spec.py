@@ -62,6 +62,19 @@ def test_compare_must_name_a_run_phase(tmp_path):
     assert (ei.value.line, ei.value.field) == (2, "compare")
 
 
+def test_window_abort_rules(tmp_path):
+    exp = load_experiment(write(tmp_path, '[window]\nabort_if = ["host_bytes>34e9", "waiting >= 8"]\n'
+                                          'max_error_rate = 0.05\nabort_on_malformed = true\n'
+                                          '[[step]]\nname = "a"\nkind = "incarnation"\n'))
+    w = exp.window
+    assert (w.abort_if, w.max_error_rate, w.abort_on_malformed) == (
+        (("host_bytes", ">", 34e9), ("waiting", ">=", 8.0)), 0.05, True)
+    p = write(tmp_path, '[window]\nabort_if = ["host_bytes"]\n[[step]]\nname = "a"\nkind = "incarnation"\n')
+    with pytest.raises(ConfigError, match="not a bound") as ei:
+        load_experiment(p)
+    assert (ei.value.line, ei.value.field) == (4, "window.abort_if")
+
+
 def test_window_out_of_order_and_port_without_start(tmp_path):
     p = write(tmp_path, '[window]\nstop_new_after = "80m"\nhard_deadline = "90m"\nrestore_reserve = "20m"\n'
                         '[[step]]\nname = "a"\nkind = "incarnation"\n')
@@ -82,7 +95,8 @@ def test_freeze_hash_covers_the_plans_and_window(tmp_path):
     wl = load_workload(WL)
     doc, plans = freeze(exp, wl, exp.window)
     assert doc["window"] == {"stop_new_after_s": 4200.0, "hard_deadline_s": 5400.0, "restore_reserve_s": 1200.0,
-                             "cancel_in_flight_at_s": 4200.0}
+                             "cancel_in_flight_at_s": 4200.0, "abort_if": [],
+                             "max_error_rate": None, "abort_on_malformed": False}
     assert [x["body_index"] for x in doc["steps"][0]["plan"]["phases"][0]["sequence"]] == [0, 1, 2]
     assert doc["steps"][0]["plan_sha256"] == plans["A"].sha256
     assert [(b["rep"], b["arm"]) for b in doc["steps"][1]["ab_order"]] == [(0, "off"), (0, "on"), (1, "on"),
