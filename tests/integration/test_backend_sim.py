@@ -255,7 +255,10 @@ def test_identity_change_aborts_with_records_intact(tmp_path):
     assert summary["aborted"]["reason"] == "identity_drift"
     assert "version" in summary["aborted"]["message"]
     assert len(recs) == 6
-    assert [r["status"] for r in recs if r["phase"] == "a"] == ["ok", "ok", "ok"]
+    # Issue 14: identity is re-read at every counter read, so at C1 the change on request 2
+    # is seen right after it: request 3 is never sent.
+    assert [r["status"] for r in recs if r["phase"] == "a"] == ["ok", "ok", "aborted"]
+    assert summary["aborted"]["new"] == {"version.build": "sim-1+1"}
     assert all(r["status"] != "ok" for r in recs if r["phase"] == "b")
 
 

@@ -6,11 +6,21 @@ Examples::
         --arm off='./switch.sh trace-off' --arm on='./switch.sh trace-on' \\
         --reps 3 --primary ttft_p50:-5% --protected itl_p50:+3% --out runs/ab-trace
     kvreplay ab WORKLOAD --target sim --arm off=sim: --arm on=sim:prefill_scale=1.1 --out runs/ab-sim
+    kvreplay ab WORKLOAD --target http://127.0.0.1:8000 --arm off='./switch.sh off' \\
+        --arm on='./switch.sh on' --reps 3 --stop-new-after 70m --hard-deadline 80m \\
+        --abort-if 'host_bytes>34e9' --expect-identity models=llama-3-8b \\
+        --primary ratio:hit_tokens/query_tokens:+5% --protected tpot_p90:+3%
+
+An arm command runs in its own session and process group with stdin from
+/dev/null and its output in ``commands/NN-ARM.log`` (``runner.usercmd``); it may
+leave the server it starts running in the background (``./switch.sh`` starting
+it with ``&``): the block starts once the shell exits and the server is ready.
 
 Writes ``ab.json`` (arms, the frozen block order, the plan hash; before the
 first request), one run directory per block under ``blocks/``, then
 ``compare.json`` and ``compare.md``. See ``kvreplay.experiments.ab``.
-Exit status: 0 with a verdict, 2 bad input, 3 when a block aborted.
+Exit status: 0 with a verdict, 2 bad input, 3 when a block aborted or a
+deadline stopped the experiment. ``kvreplay report DIR`` draws ``report.html``.
 """
 
 from __future__ import annotations
@@ -18,9 +28,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import sys
 from pathlib import Path
 
-from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key
+from kvreplay.commands.run import (
+    add_contract_arguments,
+    add_target_arguments,
+    contract_options,
+    default_out,
+    install_loop,
+    parse_bound,
+    parse_duration,
+    read_api_key,
+)
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab import parse_arm, run_ab
 from kvreplay.experiments.compare import parse_threshold
@@ -61,7 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="METRIC:±X%",
-        help="primary check, e.g. ttft_p50:-5%% (lower by 5%% is a benefit); repeatable",
+        help="primary check, e.g. ttft_p50:-5%% (lower by 5%% is a benefit) or "
+        "ratio:hit_tokens/query_tokens:+5%% (a counter ratio 5%% higher is a benefit); metrics: "
+        "ttft/itl/tpot/e2e _p50/_p90/_p99, throughput, output_tps, cached_tokens, ratio:NUM/DEN; repeatable",
     )
     p.add_argument(
         "--protected",
@@ -74,6 +96,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-timeout", type=float, default=60.0, metavar="S")
     p.add_argument("--cmd-timeout", type=float, default=600.0, metavar="S")
     p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
+                   help="send no new request after this long from the experiment's start (e.g. 70m); "
+                        "later blocks are deferred and the exit status is 3")
+    p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
+                   help="cancel requests (and arm commands) still running at this point (e.g. 80m)")
+    p.add_argument("--abort-if", action="append", default=[], type=parse_bound, metavar="NAME>VALUE",
+                   help="abort the block (and the experiment) when a common counter or gauge crosses a "
+                        "bound, e.g. 'host_bytes>34e9'; repeatable")
+    add_contract_arguments(p)
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     p.add_argument(
         "--out", default=None, help="experiment directory (default runs/<UTC timestamp>)"
@@ -117,6 +148,10 @@ async def ab_async(args: argparse.Namespace) -> dict:
         from kvreplay.sim import config_from_args
 
         sim_base = config_from_args(args, prefix="sim-")
+    contract = contract_options(args, {}, None)
+    if contract["identity_pins"] and args.backend == "none":
+        raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
+                          field="--expect-identity")
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"ab: {m}", flush=True))
     out = Path(args.out) if args.out else default_out()
     return await run_ab(
@@ -136,6 +171,10 @@ async def ab_async(args: argparse.Namespace) -> dict:
         cmd_timeout_s=args.cmd_timeout,
         drain_timeout_s=args.drain_timeout,
         progress=say,
+        stop_new_after_s=args.stop_new_after,
+        hard_deadline_s=args.hard_deadline,
+        abort_if=tuple(args.abort_if),
+        contract=contract,
     ) | {"_out": str(out)}
 
 
@@ -145,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
     result = asyncio.run(ab_async(args))
     if not args.quiet:
         print(f"verdict: {result['verdict']}")
+        reps = result.get("reps") or {}
+        if reps and reps["measured"] < reps["planned"]:
+            print(f"  fewer repetitions than planned were measured: {reps['measured']} of {reps['planned']}")
         for c in result["checks"]:
             print(
                 f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
@@ -155,4 +197,13 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         print(f"experiment directory: {result['_out']}")
+    try:
+        from kvreplay.report.abreport import write_ab_report
+
+        html = write_ab_report(result["_out"])
+        if not args.quiet:
+            print(f"report: {html}")
+    except Exception as exc:  # noqa: BLE001 - ab.json/compare.json are written; a report bug keeps the exit code
+        print(f"kvreplay ab: report.html not written ({type(exc).__name__}: {exc}); "
+              f"retry with: kvreplay report {result['_out']}", file=sys.stderr)
     return EXIT_ABORTED if result["ab"].get("stopped") else 0

@@ -3,6 +3,10 @@
 Writes report.md always; report.html with ``--html``; records.parquet with
 ``--parquet``. When summary.json is missing (a killed run) it is rebuilt from
 records.jsonl first. Prints the path of each file written.
+
+On a ``kvreplay ab`` directory (it holds ``ab.json``) it writes the experiment's
+``report.html`` (``kvreplay.report.abreport``), and with ``--html`` each block's
+report too.
 """
 
 from __future__ import annotations
@@ -29,8 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay report``; exit 0 ok, 2 nothing to report or a missing extra."""
+    from pathlib import Path
+
     from kvreplay.report.write import write_reports
 
+    if (Path(args.run_dir) / "ab.json").exists():
+        return _ab_report(args)
     try:
         written = write_reports(args.run_dir, html=args.html, parquet=args.parquet)
     except FileNotFoundError as exc:
@@ -44,4 +52,23 @@ def run(args: argparse.Namespace) -> int:
     for key in ("markdown", "html", "parquet"):
         if key in written:
             print(written[key])
+    return 0
+
+
+def _ab_report(args: argparse.Namespace) -> int:
+    """An ab directory: its report.html (and, with --html, every block's reports)."""
+    from pathlib import Path
+
+    from kvreplay.report.abreport import write_ab_report
+    from kvreplay.report.write import write_reports
+
+    d = Path(args.run_dir)
+    if args.html:
+        for blk in sorted((d / "blocks").glob("*")):
+            if (blk / "plan.json").exists():
+                try:
+                    print(write_reports(blk, html=True)["html"])
+                except (FileNotFoundError, ImportError) as exc:
+                    print(f"kvreplay report: {blk}: {exc}", file=sys.stderr)
+    print(write_ab_report(d))
     return 0

@@ -225,6 +225,9 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     contract = contract_options(args, settings, args.plan)
+    if contract["identity_pins"] and args.backend == "none":
+        raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
+                          field="--expect-identity")
     out = Path(args.out) if args.out else default_out()
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
@@ -242,9 +245,6 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             backend_name = "halogen"
     else:
         url = target
-    if contract["identity_pins"] and backend_name == "none":
-        raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
-                          field="--expect-identity")
     observer = make_observer(args)
     progress = observer.on_message
 

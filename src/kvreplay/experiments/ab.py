@@ -8,7 +8,12 @@ blocks run in the order ``A B, B A, A B, ...`` (rep r is ``A B`` when r is even)
 so a slow drift of the machine falls on both arms alike; the order, the arms and
 the inner plan's hash are written to ``ab.json`` before the first request.
 
-Before each block: the arm's command runs (``sh -c CMD``, bounded), then a
+Before each block: the arm's command runs (``/bin/sh -c CMD`` through
+``runner.usercmd``: its own session and process group, stdin from /dev/null,
+stdout and stderr to ``commands/NN-ARM.log``, bounded by ``cmd_timeout_s``, the
+whole group killed on a timeout; it returns when the shell exits, so a
+``./switch.sh`` that starts the new server with ``&`` does not hold the
+experiment; exit status, duration and the log's tail go to ``ab.json``), then a
 readiness check must pass (``GET /health``, else ``/v1/models``, answering 200
 within ``ready_timeout_s``). The block is a normal run directory
 (``blocks/NN-ARM/``) made by the runner, whose identity and counters are read
@@ -22,6 +27,14 @@ where KEY is a ``SimConfig`` field (``prefill_base_s=1.672``) or
 ``prefill_scale=F`` (prefill ``F`` times slower: ``a * F`` and ``rate / F``).
 Each block then starts a fresh simulator with that configuration, whose build
 string is ``<build>+<arm>``, and stops it after the block.
+
+**Deadlines and bounds.** ``stop_new_after_s`` and ``hard_deadline_s`` count from
+the experiment's start (before the first arm command): each block runs with what
+is left of them (the runner's deadlines), a block that would start after
+``stop_new_after_s`` is deferred, and the experiment then stops (exit 3). The
+runner's ``abort_if`` bounds, identity pins, ``abort_on_malformed`` and
+``on_check_fail`` apply inside every block (``contract``). The comparison says
+how many repetitions were measured against how many were planned.
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ import orjson
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Plan
+from kvreplay.runner.usercmd import run_user_command
 
 __all__ = ["Arm", "block_order", "parse_arm", "sim_arm_config", "wait_ready"]
 
@@ -150,32 +164,29 @@ def sim_arm_config(base: Any, arm: Arm) -> Any:
     )
 
 
-async def run_arm_command(cmd: str, timeout_s: float) -> dict[str, Any]:
-    """Run an arm's shell command (``sh -c``), bounded; its output is kept (4 KiB tails).
+async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_dir: Path | None = None,
+                          ) -> dict[str, Any]:
+    """Run an arm's shell command through ``runner.usercmd.run_user_command`` (module docstring).
+
+    Args:
+        cmd: The shell line; ``""`` runs nothing.
+        timeout_s: Bound (s); the command's process group is killed past it.
+        name: Log name (``NN-ARM``): the log is ``log_dir/NAME.log``.
+        log_dir: Where logs go (``<experiment>/commands``); a temporary place when None.
 
     Returns:
-        ``{"cmd", "rc", "wall_s", "stdout_tail", "stderr_tail"}``; ``rc`` None on timeout.
+        ``UserCommandResult.to_json()`` plus ``cmd`` and ``rc`` (the exit status, None on a
+        timeout) and ``wall_s`` (the duration), the keys ``ab.json`` had before.
     """
-    t0 = now_ns()
     if not cmd:
-        return {"cmd": "", "rc": 0, "wall_s": 0.0, "stdout_tail": "", "stderr_tail": ""}
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/sh", "-c", cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-        rc: int | None = proc.returncode
-    except TimeoutError:
-        proc.kill()
-        out, err = await proc.communicate()
-        rc = None
-    return {
-        "cmd": cmd,
-        "rc": rc,
-        "wall_s": round((now_ns() - t0) / 1e9, 3),
-        "stdout_tail": out[-4096:].decode("utf-8", "replace"),
-        "stderr_tail": err[-4096:].decode("utf-8", "replace"),
-    }
+        return {"cmd": "", "rc": 0, "wall_s": 0.0, "exit_status": 0, "timed_out": False,
+                "duration_s": 0.0, "log_path": None, "log_tail": ""}
+    if log_dir is None:
+        import tempfile
+
+        log_dir = Path(tempfile.mkdtemp(prefix="kvreplay-arm-"))
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
+    return {**res.to_json(), "cmd": cmd, "rc": res.exit_status, "wall_s": res.duration_s}
 
 
 async def wait_ready(
@@ -277,6 +288,10 @@ async def run_ab(
     cmd_timeout_s: float = 600.0,
     drain_timeout_s: float = 10.0,
     progress: Callable[[str], None] | None = None,
+    stop_new_after_s: float | None = None,
+    hard_deadline_s: float | None = None,
+    abort_if: tuple[tuple[str, str, float], ...] = (),
+    contract: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every block in the frozen order, then compare (see module docstring).
 
@@ -297,6 +312,11 @@ async def run_ab(
         cmd_timeout_s: Bound of an arm's command (s).
         drain_timeout_s: Drain bound before each phase (s).
         progress: One line per step.
+        stop_new_after_s: No request sent after this long from the experiment's start (s).
+        hard_deadline_s: Requests in flight cancelled at this point (s from the start).
+        abort_if: The runner's counter bounds, ``(name, op, value)``, in every block.
+        contract: ``RunOptions`` fields ``identity_pins``, ``abort_on_malformed``,
+            ``on_check_fail`` for every block.
 
     Returns:
         The comparison (as written to ``compare.json``), with ``ab`` = the final ab.json.
@@ -335,11 +355,28 @@ async def run_ab(
             "protected": [t.text for t in thresholds if t.role == "protected"],
         },
     )
+    doc["limits"] = {
+        "stop_new_after_s": stop_new_after_s,
+        "hard_deadline_s": hard_deadline_s,
+        "abort_if": [f"{n}{op}{v:g}" for n, op, v in abort_if],
+        "cmd_timeout_s": cmd_timeout_s,
+        "identity_pins": [p.to_json() for p in (contract or {}).get("identity_pins", ())],
+    }
     write_json(out / "ab.json", doc)  # frozen before the first request
     stopped: str | None = None
+    t0 = now_ns()
     for blk in order:
         arm = by_name[blk["arm"]]
         rec: dict[str, Any] = {k: blk[k] for k in ("block", "rep", "arm", "dir")}
+        if stopped is not None:
+            rec.update(deferred=True, reason=stopped)
+            doc["blocks"].append(rec)
+            continue
+        elapsed_s = (now_ns() - t0) / 1e9
+        if stopped is None and stop_new_after_s is not None and elapsed_s >= stop_new_after_s:
+            stopped = f"deadline: no new requests after {stop_new_after_s:g} s (block {blk['block']} not started)"
+        if stopped is None and hard_deadline_s is not None and elapsed_s >= hard_deadline_s:
+            stopped = f"hard deadline of {hard_deadline_s:g} s passed (block {blk['block']} not started)"
         if stopped is not None:
             rec.update(deferred=True, reason=stopped)
             doc["blocks"].append(rec)
@@ -354,10 +391,18 @@ async def run_ab(
             rec["switch"] = {"cmd": arm.cmd, "rc": 0, "sim_build": sim_cfgs[arm.name].build}
         else:
             url = target
-            rec["switch"] = await run_arm_command(arm.cmd, cmd_timeout_s)
+            bound = cmd_timeout_s
+            if hard_deadline_s is not None:
+                bound = max(0.001, min(bound, hard_deadline_s - elapsed_s))
+            rec["switch"] = await run_arm_command(arm.cmd, bound, name=Path(blk["dir"]).name,
+                                                  log_dir=out / "commands")
         try:
             if rec["switch"]["rc"] != 0:
-                stopped = f"block {blk['block']}: arm command failed (rc {rec['switch']['rc']})"
+                sw = rec["switch"]
+                why = f"timed out after {bound:g} s" if sw.get("timed_out") else f"rc {sw['rc']}"
+                tail = (sw.get("log_tail") or "").strip().splitlines()[-1:] or [""]
+                stopped = (f"block {blk['block']}: arm command failed ({why})"
+                           + (f": {tail[0][:200]}" if tail[0] else ""))
                 rec.update(deferred=True, reason=stopped)
                 doc["blocks"].append(rec)
                 continue
@@ -381,6 +426,9 @@ async def run_ab(
                 return make_backend(_chosen["name"], _url, session, profile=profile)
 
             say(f"block {blk['block']} (rep {blk['rep']}, arm {arm.name})")
+            elapsed_s = (now_ns() - t0) / 1e9
+            left = {k: (None if v is None else max(0.001, v - elapsed_s))
+                    for k, v in (("stop_new_after_s", stop_new_after_s), ("hard_deadline_s", hard_deadline_s))}
             summary = await execute_plan(
                 plan,
                 plan.bind(workload),
@@ -393,6 +441,10 @@ async def run_ab(
                     drain_timeout_s=drain_timeout_s,
                     drain_interval_s=0.1,
                     quiet=True,
+                    abort_if=tuple(abort_if),
+                    elapsed_before_s=elapsed_s,
+                    **left,
+                    **(contract or {}),
                 ),
                 backend_factory=factory,
             )
@@ -412,7 +464,7 @@ async def run_ab(
     doc["stopped"] = stopped
     write_json(out / "ab.json", doc)
     pairs, arm_names = load_pairs([out])
-    result = compare_blocks(pairs, thresholds, seed=seed)
+    result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps)
     if stopped:
         result["reasons"].insert(0, stopped)
     write_json(out / "compare.json", result)

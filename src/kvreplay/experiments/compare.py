@@ -12,7 +12,10 @@ change ``ratio - 1`` in percent.
 
 Thresholds (``--primary ttft_p50:-5%``, ``--protected itl_p50:+3%``; a metric
 may be qualified by phase, ``c4.ttft_p50:-5%``, else it applies to every
-phase). For a primary check the sign says which way is better and the size how
+phase). Metrics are the keys of ``METRICS`` (TTFT, ITL, TPOT and E2E
+percentiles, throughput, output tokens/s, cached tokens) and counter ratios
+``ratio:NUM/DEN`` (``kvreplay.experiments.ratios``), e.g.
+``--primary ratio:hit_tokens/query_tokens:+5%``. For a primary check the sign says which way is better and the size how
 much counts (``-5%``: lower by at least 5%); with the interval ``[lo, hi]`` of
 the change:
 
@@ -53,6 +56,7 @@ from typing import Any
 import orjson
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.ratios import RATIO_PREFIX, check_ratio_metric, ratio_value
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 
 __all__ = [
@@ -72,6 +76,9 @@ METRICS: dict[str, tuple[str, ...]] = {
     "itl_p50": ("itl_ms", "p50"),
     "itl_p90": ("itl_ms", "p90"),
     "itl_p99": ("itl_ms", "p99"),
+    "tpot_p50": ("tpot_ms", "p50"),
+    "tpot_p90": ("tpot_ms", "p90"),
+    "tpot_p99": ("tpot_ms", "p99"),
     "e2e_p50": ("e2e_ms", "p50"),
     "e2e_p90": ("e2e_ms", "p90"),
     "e2e_p99": ("e2e_ms", "p99"),
@@ -81,7 +88,9 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 """Metric name -> path into a phase of summary.json."""
 
-_THRESHOLD_RE = re.compile(r"^(?:([A-Za-z0-9_.-]+)\.)?([a-z0-9_]+):([+-]?\d+(?:\.\d+)?)%$")
+_THRESHOLD_RE = re.compile(
+    r"^(?:([A-Za-z0-9_.-]+)\.)?(ratio:[a-z_.]+/[a-z_.]+|[a-z0-9_]+):([+-]?\d+(?:\.\d+)?)%$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +126,9 @@ def parse_threshold(text: str, role: str) -> Threshold:
     if not m:
         raise ConfigError(f"{text!r}: expected [PHASE.]METRIC:+X% or -X%", field=f"--{role}")
     phase, metric, pct = m.group(1), m.group(2), float(m.group(3))
-    if metric not in METRICS:
+    if metric.startswith(RATIO_PREFIX):
+        check_ratio_metric(metric, field=f"--{role}")
+    elif metric not in METRICS:
         raise ConfigError(
             f"{text!r}: unknown metric {metric!r}; one of {', '.join(METRICS)}", field=f"--{role}"
         )
@@ -343,6 +354,8 @@ def comparability(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _value(phase: dict[str, Any], metric: str) -> float | None:
+    if metric.startswith(RATIO_PREFIX):
+        return ratio_value(phase, metric)
     cur: Any = phase
     for key in METRICS[metric]:
         if not isinstance(cur, dict):
@@ -408,6 +421,7 @@ def compare_blocks(
     seed: int = 0,
     n_boot: int = 10_000,
     alpha: float = 0.05,
+    reps_planned: int | None = None,
 ) -> dict[str, Any]:
     """Paired ratios per phase and metric, bootstrap intervals, checks and the verdict.
 
@@ -417,9 +431,13 @@ def compare_blocks(
         seed: Bootstrap seed (numpy ``default_rng``).
         n_boot: Bootstrap resamples.
         alpha: 1 - confidence level.
+        reps_planned: Repetitions the experiment planned (``ab.json`` ``reps``);
+            None = one per pair given.
 
     Returns:
-        ``{"pairs", "phases", "metrics": {"PHASE.METRIC": {...}}, "checks", "verdict", "reasons"}``.
+        ``{"reps": {"planned", "measured"}, "pairs", "phases", "metrics": {"PHASE.METRIC": {...}},
+        "checks", "verdict", "reasons"}``; ``measured`` counts pairs whose every phase is
+        ``ok`` in both blocks, and a reason says when it is below ``planned``.
     """
     phase_names: list[str] = []
     for pr in pairs:
@@ -429,6 +447,7 @@ def compare_blocks(
                 if ph["name"] not in phase_names:
                     phase_names.append(ph["name"])
     metrics: dict[str, dict[str, Any]] = {}
+    metric_names = list(METRICS) + list(dict.fromkeys(t.metric for t in thresholds if t.metric not in METRICS))
     pair_rows = []
     for pr in pairs:
         row = {
@@ -442,7 +461,7 @@ def compare_blocks(
             sc, pc = _phase_state(pr["candidate"]["summary"], name)
             state = "ok" if sb == sc == "ok" else ("failed" if "failed" in (sb, sc) else "deferred")
             row["phases"][name] = state
-            for metric in METRICS:
+            for metric in metric_names:
                 key = f"{name}.{metric}"
                 entry = metrics.setdefault(
                     key, {"phase": name, "metric": metric, "ratios": [], "cells": []}
@@ -507,7 +526,13 @@ def compare_blocks(
         reasons[:0] = [f"not comparable: {w['message']}" for w in comp["warnings"] if w["blocking"]]
     if not thresholds:
         reasons.append("no thresholds given")
+    measured = sum(1 for r in pair_rows if r["phases"] and all(v == "ok" for v in r["phases"].values()))
+    planned = reps_planned if reps_planned is not None else len(pairs)
+    if measured < planned:
+        reasons.append(f"fewer repetitions than planned were measured: {measured} of {planned} "
+                       "(a block deferred, aborted, or with a failed or invalid phase)")
     return {
+        "reps": {"planned": planned, "measured": measured},
         "format": "kvreplay-compare/1",
         "pairs": pair_rows,
         "phases": phase_names,
@@ -559,6 +584,10 @@ def render_compare(result: dict[str, Any], arms: list[str]) -> str:
         f"**Verdict: {verdict}**",
         "",
     ]
+    reps = result.get("reps")
+    if reps:
+        short = " (FEWER THAN PLANNED)" if reps["measured"] < reps["planned"] else ""
+        lines += [f"Repetitions measured: {reps['measured']} of {reps['planned']} planned{short}.", ""]
     for w in comp["warnings"]:
         tag = "WARNING (no verdict)" if w["blocking"] else "WARNING"
         pairs = ", ".join(map(str, w["pairs"]))

@@ -3,7 +3,9 @@
 Only valid phases with at least one ok request take part. A phase is a
 *replay* when every body it sends was already sent by an earlier phase of the
 same plan (plan.json ``sequence`` hashes); its order is the plan's ``order``
-(``forward``, ``reverse``, ``shuffle:SEED``).
+(``forward``, ``reverse``, ``shuffle:SEED``). A phase with ``comparable = false``
+(a control) or labelled ``prime`` is never a replay: it is not pooled with, or
+compared as, a main arm, and a prime is never evidence of restores.
 
 The *restore signal* of a phase is, in this order of preference, the first one
 available: host-tier restores from the native counters (``host_fetched_tokens``,
@@ -125,7 +127,8 @@ def _replays(plan: dict[str, Any] | None) -> dict[str, str]:
     seen: set[str] = set()
     for spec in (plan or {}).get("phases") or []:
         hashes = {s["body_sha256"] for s in spec.get("sequence") or []}
-        if hashes and hashes <= seen:
+        main_arm = spec.get("comparable", True) is not False and spec.get("label") != "prime"
+        if hashes and hashes <= seen and main_arm:
             out[spec["name"]] = str(spec.get("order", "forward"))
         seen |= hashes
     return out

@@ -36,8 +36,11 @@ IDENTITY_INTERVAL_MAX_S = 1.0
 
 
 class ContractChecks:
-    """Mixin: expects ``backend``, ``opts``, ``abort``, ``request_abort``, ``progress``,
-    ``identity_before``/``identity_after``, ``writer``, ``record`` and ``positions`` of ``_Run``."""
+    """Mixin of the runner's ``_Run``.
+
+    It expects ``backend``, ``opts``, ``abort``, ``request_abort``, ``progress``,
+    ``identity_before``/``identity_after`` and ``record`` from ``_Run``.
+    """
 
     backend: Any
     opts: Any
@@ -56,7 +59,7 @@ class ContractChecks:
         """Read the baseline identity and check the pins, before the first request."""
         pins = self.opts.identity_pins
         if self.backend is None:
-            if pins:
+            if pins and not getattr(self, "counters_elsewhere", False):  # --workers: worker 0 checks them
                 self.abort_with("identity_mismatch", "identity pins given but no backend to read the "
                                 "server's identity (--backend none?)")
             return
