@@ -34,6 +34,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,35 +102,39 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 class _Background:
-    """A ``start`` command kept running as the server (own process group, logs to files)."""
+    """A ``start`` command kept running as the server: its own session and process group,
+    stdin from /dev/null, output to ``<log_dir>/<name>.log``. A plain ``Popen`` (not an
+    event-loop child), so an incumbent left running never holds the event loop's shutdown."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, info: dict[str, Any]) -> None:
+    def __init__(self, proc: subprocess.Popen, info: dict[str, Any]) -> None:
         self.proc, self.info = proc, info
 
     @classmethod
-    async def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
+    def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
         log_dir.mkdir(parents=True, exist_ok=True)
-        out_p, err_p = log_dir / f"{name}.stdout.log", log_dir / f"{name}.stderr.log"
-        with out_p.open("ab") as fo, err_p.open("ab") as fe:
-            proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", cmd, stdin=asyncio.subprocess.DEVNULL, stdout=fo, stderr=fe,
-                start_new_session=True)
-        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid,
-                          "stdout_log": str(out_p), "stderr_log": str(err_p)})
+        log = log_dir / f"{name}.log"
+        with log.open("ab") as f:
+            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
+
+    @property
+    def exited(self) -> int | None:
+        """The exit status once the process has ended, else None."""
+        return self.proc.poll()
 
     async def stop(self, grace_s: float = 10.0) -> dict[str, Any]:
         """SIGTERM to the group, SIGKILL after ``grace_s``; returns the exit record."""
         t0 = now_ns()
-        if self.proc.returncode is None:
+        if self.proc.poll() is None:
             _kill_group(self.proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), grace_s)
-            except TimeoutError:
-                _kill_group(self.proc.pid)
-                await self.proc.wait()
-        _kill_group(self.proc.pid)  # children that ignored SIGTERM
-        return {**self.info, "rc": self.proc.returncode, "wall_s": round((now_ns() - t0) / 1e9, 3),
-                "tail": _tail(Path(self.info["stderr_log"]))}
+            while self.proc.poll() is None and now_ns() - t0 < grace_s * 1e9:
+                await asyncio.sleep(0.05)
+        _kill_group(self.proc.pid)  # the group, also children that ignored SIGTERM
+        while self.proc.poll() is None:
+            await asyncio.sleep(0.02)
+        return {**self.info, "name": f"stop-{self.info['name']}", "rc": self.proc.returncode,
+                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": _tail(Path(self.info["log"]))}
 
 
 def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
@@ -209,41 +214,49 @@ class ServerControl:
         self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir, here=self.here)
         text = expand(command.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
         if command.background:
-            self.bg = await _Background.spawn(text, name=name, log_dir=log_dir)
+            self.bg = _Background.spawn(text, name=name, log_dir=log_dir)
             cmds.append(self.bg.info)
         else:
             cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s))
         return cmds
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """Poll the ready URL (else ``/health``, ``/v1/models``) until it answers 200."""
-        from kvreplay.experiments.ab import wait_ready
+        """Poll the ready URL (else ``/health``, then ``/v1/models``) until one answers 200.
 
+        Gives up at ``timeout_s`` (default ``[server.ready] timeout``, else 60 s) or as soon
+        as a background start process has exited.
+
+        Returns:
+            ``{"ready", "waited_s", "endpoint", "last_error"}``.
+        """
         t = timeout_s if timeout_s is not None else (self.spec.ready.timeout_s if self.spec.ready else 60.0)
         if self.url is None:
             return {"ready": False, "waited_s": 0.0, "endpoint": None, "last_error": "no URL yet (no incarnation)"}
-        if self.spec.ready is None or self.spec.ready.url is None:
-            return await wait_ready(self.url, self.headers, timeout_s=t, interval_s=0.2)
-        url = expand(self.spec.ready.url, port=self.port, out_dir=self.out_dir, here=self.here)
+        if self.spec.ready is not None and self.spec.ready.url is not None:
+            urls = [expand(self.spec.ready.url, port=self.port, out_dir=self.out_dir, here=self.here)]
+        else:
+            urls = [self.url.rstrip("/") + p for p in ("/health", "/v1/models")]
         t0 = now_ns()
         last = None
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(1.0, min(10.0, t)))) as s:
             while True:
-                try:
-                    async with s.get(url, headers=self.headers) as resp:
-                        if resp.status == 200:
-                            return {"ready": True, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": url,
-                                    "last_error": None}
-                        last = f"HTTP {resp.status}"
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                if self.bg is not None and self.bg.proc.returncode is not None:
-                    last = f"start process exited with {self.bg.proc.returncode} ({last})"
+                for url in urls:
+                    try:
+                        async with s.get(url, headers=self.headers) as resp:
+                            if resp.status == 200:
+                                return {"ready": True, "waited_s": round((now_ns() - t0) / 1e9, 3),
+                                        "endpoint": url, "last_error": None}
+                            last = f"{url}: HTTP {resp.status}"
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        last = f"{url}: {type(exc).__name__}: {exc}"
+                if self.bg is not None and self.bg.exited is not None:
+                    last = (f"the start process exited with {self.bg.exited} ({last}); log tail: "
+                            f"{_tail(Path(self.bg.info['log']), 300)!r}")
                     break
                 if now_ns() - t0 >= t * 1e9:
                     break
-                await asyncio.sleep(0.5)
-        return {"ready": False, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": url, "last_error": last}
+                await asyncio.sleep(0.25)
+        return {"ready": False, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": None, "last_error": last}
 
     async def completion_check(self) -> dict[str, Any] | None:
         """Send ``ready.completion`` (non-streamed); passes when ``finish_reason == "stop"``. None without one."""
@@ -289,10 +302,14 @@ class ServerControl:
             except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
                 return None, None, f"{type(exc).__name__}: {exc}"
 
-    async def close(self, log_dir: Path) -> list[dict[str, Any]]:
-        """Stop the simulator (sim target) or a background server this experiment started (kept: a
-        restored incumbent stays up, as the window promised)."""
+    async def close(self, *, restored: bool) -> list[dict[str, Any]]:
+        """End of the window: stop the simulator; stop a background server this experiment
+        started unless it is the restored incumbent (which stays up, as the window promised)."""
         if self.sim is not None:
             await self.sim.stop()
             self.sim = None
+        if self.bg is not None and not restored:
+            done = [await self.bg.stop()]
+            self.bg = None
+            return done
         return []

@@ -116,6 +116,7 @@ class WindowRun:
         self.results: list[StepResult] = []
         self.started = utc_now()
         self.ended: str | None = None
+        self.closed: list[dict[str, Any]] = []
 
     # -- time ---------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -152,7 +153,6 @@ class WindowRun:
     async def run(self) -> list[StepResult]:
         """Run every step (see module docstring); returns the step results in file order."""
         self._install()
-        logs = self.out / "steps" / "00-snapshot"
         try:
             if self.exp.server.is_sim:
                 await self.server.start_sim(None)
@@ -179,7 +179,8 @@ class WindowRun:
                 step_fn = {"incarnation": self._incarnation, "run": self._run, "ab": self._ab}[st.kind]
                 await self._guarded(st, res, step_fn)
         finally:
-            await self.server.close(logs)
+            restored = any(r.kind == "restore" and r.status == "measured" for r in self.results)
+            self.closed = await self.server.close(restored=restored)
             self.ended = utc_now()
         return self.results
 
@@ -202,9 +203,10 @@ class WindowRun:
         (self.out / st.dir).mkdir(parents=True, exist_ok=True)
         self.in_restore = st.kind == "restore"
         self.current = asyncio.ensure_future(fn(st, res))
-        # Run steps stop themselves (the runner's stop_new_after / hard_deadline); other steps
-        # are cancelled at hard_deadline - restore_reserve; the restore is bounded by its commands.
-        cut = None if st.kind in ("run", "restore") else self._left(self.window.cancel_at_s)
+        # Run and ab steps stop themselves (the runner's and ab's stop_new_after / hard_deadline);
+        # an incarnation is cancelled at hard_deadline - restore_reserve; the restore is bounded
+        # by its commands and hard_deadline.
+        cut = self._left(self.window.cancel_at_s) if st.kind == "incarnation" else None
         try:
             await asyncio.wait_for(asyncio.shield(self.current), cut) if cut is not None else await self.current
         except TimeoutError:
@@ -358,21 +360,24 @@ class WindowRun:
                 for a in s["arms"]]
         thresholds = [parse_threshold(t, "primary") for t in s["primary"]]
         thresholds += [parse_threshold(t, "protected") for t in s["protected"]]
-        # TODO(issue 14): pass the window's stop_new_after/hard_deadline to run_ab once ab takes them;
-        # until then the window is checked before the step only.
         result = await run_ab(
             workload=self.workload, plan=self.plans[st.name], arms=arms, reps=s["reps"], out=self.out / st.dir,
             target="sim" if self.exp.server.is_sim else str(srv.url), backend_name=srv.backend_name,
             thresholds=thresholds, sim_base=srv.sim_config if self.exp.server.is_sim else None,
             profile=self.exp.server.profile, headers=self.headers, seed=int(s.get("seed", 0)),
             ready_timeout_s=s["ready_timeout_s"], cmd_timeout_s=s["cmd_timeout_s"],
-            drain_timeout_s=s["drain_timeout_s"], progress=lambda m: self.say(f"  {st.name}: {m}"))
+            drain_timeout_s=s["drain_timeout_s"], progress=lambda m: self.say(f"  {st.name}: {m}"),
+            stop_new_after_s=self._left(self.window.stop_new_after_s), hard_deadline_s=self._left(self.window.cancel_at_s),
+            abort_if=self.window.abort_if,
+            contract={"identity_pins": self.pins, "abort_on_malformed": self.window.abort_on_malformed})
         stopped = result["ab"].get("stopped")
         res.checks["verdict"] = result.get("verdict")
         if stopped:
             res.status, res.reason = "aborted", stopped
-            if "aborted" in stopped:
-                self.abort("ab_block_aborted", f"step {st.name}: {stopped}")
+            if stopped.startswith("hard deadline") or stopped.endswith("aborted: hard_deadline"):
+                self.abort("hard_deadline", f"step {st.name}: {stopped}")
+            elif not (stopped.startswith("deadline") or stopped.endswith("aborted: deadline")):
+                self.abort("ab_stopped", f"step {st.name}: {stopped}")
         else:
             res.status = "measured"
 

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.real_server, pytest.mark.timeout(1500)]
 def vllm_cmd(model_dir) -> str:
     env = ("VLLM_CPU_KVCACHE_SPACE=1 VLLM_HOST_IP=127.0.0.1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "
            "VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false")
-    return (f"env {env} exec {shlex.quote(str(vllm_python()))} -m vllm.entrypoints.openai.api_server "
+    return (f"env {env} {shlex.quote(str(vllm_python()))} -m vllm.entrypoints.openai.api_server "
             f"--model {shlex.quote(str(model_dir))} --served-model-name tiny default --host 127.0.0.1 "
             "--port {port} --enable-prefix-caching --enable-prompt-tokens-details --enforce-eager "
             "--max-model-len 4096 --dtype bfloat16")
