@@ -284,7 +284,8 @@ def test_sigint_aborts_the_window_and_restores(tmp_path):
 
 def test_bad_file_names_line_and_field(tmp_path, capsys):
     p = tmp_path / "bad.toml"
-    p.write_text('workload = "x"\n[server]\ntarget = "sim"\n\n[[step]]\nname = "a"\nkind = "run"\nphases = ["p:sideways:c1"]\n')
+    p.write_text('workload = "x"\n[server]\ntarget = "sim"\n\n'
+                 '[[step]]\nname = "a"\nkind = "run"\nphases = ["p:sideways:c1"]\n')
     assert main(["experiment", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"{p}:5" in err and "step[0].phases" in err

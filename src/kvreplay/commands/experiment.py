@@ -111,14 +111,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
+    """Run the window, then write the publication (also after an abort: the window returns normally)."""
     from kvreplay.experiments.publish import build_result, write_publication
     from kvreplay.experiments.window import WindowRun
 
     w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
-    try:
-        results = await w.run()
-    finally:
-        pass
+    results = await w.run()
     steps = [r.to_json() for r in results]
     result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
                           identity=w.snapshot_identity)

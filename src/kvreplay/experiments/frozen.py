@@ -42,7 +42,8 @@ def experiment_sha256(doc: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def freeze(exp: ExperimentSpec, workload: Workload | None, window: WindowSpec) -> tuple[dict[str, Any], dict[str, Plan]]:
+def freeze(exp: ExperimentSpec, workload: Workload | None,
+           window: WindowSpec) -> tuple[dict[str, Any], dict[str, Plan]]:
     """The frozen experiment document and the plan of every sending step.
 
     Args:

@@ -114,8 +114,8 @@ class _Background:
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
         with log.open("ab") as f:
-            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
 
     @property
@@ -203,7 +203,8 @@ class ServerControl:
             done.append(await self.bg.stop())
             self.bg = None
         if self.spec.stop is not None:
-            done.append(await run_command(expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here),
+            text = expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
+            done.append(await run_command(text,
                                           name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s))
         return done
 

@@ -53,6 +53,10 @@ def _v(x: Any) -> str:
     return str(x)
 
 
+def _aborted(ab: dict[str, Any] | None) -> str:
+    return f"{ab.get('reason')}: {ab.get('message')}" if ab else "no"
+
+
 def _ident_line(ident: dict[str, Any] | None) -> str:
     if not ident:
         return "unknown"
@@ -83,7 +87,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- started {result['started']} UTC, ended {result['ended']} UTC",
              f"- experiment_sha256 `{result['experiment_sha256']}`",
              f"- server identity: {_ident_line(result.get('identity'))}",
-             f"- aborted: {result['aborted']['reason'] + ': ' + result['aborted']['message'] if result['aborted'] else 'no'}",
+             f"- aborted: {_aborted(result['aborted'])}",
              "", "## Findings", ""]
     for f in result["findings"] or [{"rule": "none", "summary": "no finding: no step gave evidence", "next": "—"}]:
         lines += [f"- **{f['rule']}**: {f['summary']}", f"  - next: {f['next']}"]
@@ -93,6 +97,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+_STATUSES = ("measured", "failed", "deferred", "aborted")
 _CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;"
         "margin:.5em 0 1.5em}td,th{border:1px solid #bbb;padding:.2em .5em;font-size:.9em;text-align:left}"
         "th{background:#eee}.measured{color:#060}.failed,.aborted{color:#a00}.deferred{color:#a60}")
@@ -114,8 +119,8 @@ def render_html(result: dict[str, Any], title: str) -> str:
     for title_t, head, rows in _tables(result):
         parts.append(f"<h2>{e(title_t)}</h2><table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr>")
         for r in rows:
-            parts.append("<tr>" + "".join(f"<td class='{e(_v(x)) if x in ('measured', 'failed', 'deferred', 'aborted') else ''}'>"
-                                          f"{e(_v(x))}</td>" for x in r) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td class='{x if x in _STATUSES else ''}'>{e(_v(x))}</td>"
+                                          for x in r) + "</tr>")
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)

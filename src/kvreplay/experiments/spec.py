@@ -63,6 +63,7 @@ __all__ = [
 
 STEP_KINDS = ("incarnation", "run", "probe", "ab", "restore")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
 _STEP_KEYS = {
     "incarnation": {"fresh", "sim"},
     "run": {"phases", "phase", "label", "comparable", "drain_timeout"},
@@ -329,7 +330,7 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
     bounds = []
     raw = data.get("abort_if", [])
     for b in raw if isinstance(raw, list) else [raw]:
-        m = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*", b) if isinstance(b, str) else None
+        m = _BOUND_RE.fullmatch(b) if isinstance(b, str) else None
         try:
             bounds.append((m.group(1), m.group(2), float(m.group(3))))  # type: ignore[union-attr]
         except (AttributeError, ValueError):

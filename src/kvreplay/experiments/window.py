@@ -356,7 +356,8 @@ class WindowRun:
 
             srv.port = free_port()
             srv.url = expand(self.exp.server.target, port=srv.port, out_dir=self.out)
-        arms = [Arm(a["name"], expand(a["cmd"], port=srv.port, out_dir=self.out, here=self.exp.path.parent) if a["cmd"] else "")
+        here = self.exp.path.parent
+        arms = [Arm(a["name"], expand(a["cmd"], port=srv.port, out_dir=self.out, here=here) if a["cmd"] else "")
                 for a in s["arms"]]
         thresholds = [parse_threshold(t, "primary") for t in s["primary"]]
         thresholds += [parse_threshold(t, "protected") for t in s["protected"]]
@@ -367,7 +368,8 @@ class WindowRun:
             profile=self.exp.server.profile, headers=self.headers, seed=int(s.get("seed", 0)),
             ready_timeout_s=s["ready_timeout_s"], cmd_timeout_s=s["cmd_timeout_s"],
             drain_timeout_s=s["drain_timeout_s"], progress=lambda m: self.say(f"  {st.name}: {m}"),
-            stop_new_after_s=self._left(self.window.stop_new_after_s), hard_deadline_s=self._left(self.window.cancel_at_s),
+            stop_new_after_s=self._left(self.window.stop_new_after_s),
+            hard_deadline_s=self._left(self.window.cancel_at_s),
             abort_if=self.window.abort_if,
             contract={"identity_pins": self.pins, "abort_on_malformed": self.window.abort_on_malformed})
         stopped = result["ab"].get("stopped")
