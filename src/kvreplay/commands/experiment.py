@@ -53,6 +53,11 @@ def _schedule(doc: dict) -> str:
             ph = s["plan"]["phases"]
             extra = "  " + ", ".join(f"{p['name']}:{p['order']}:c{p['concurrency']} ({len(p['sequence'])} req)"
                                      for p in ph) + f"  plan {s['plan_sha256'][:12]}"
+        if s.get("probe"):
+            pr = s["probe"]
+            extra += (f"  sizes {','.join(str(x) for x in pr['sizes'])} x{pr['cold_repeats']} fit_on {pr['fit_on']}"
+                      + (f", flush k<={pr['flush_max']} x{pr['flush_repeats']} ({pr['flush_prefix_tokens']}-token "
+                         f"prefix, {pr['foreign_tokens']}-token foreign)" if pr["flush_max"] else ", no flush legs"))
         if s.get("ab_order"):
             extra += "  order " + " ".join(b["arm"] for b in s["ab_order"])
         if not s.get("comparable", True):

@@ -331,11 +331,15 @@ CELL_METRICS = (("requests_ok", lambda ph: ph.get("ok")), ("ttft_p50_ms", lambda
 
 
 def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[PhaseView],
-          findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+          findings: list[dict[str, Any]], root: Path | None = None) -> list[dict[str, Any]]:
     """Every planned cell: ``{"step", "metric", "status", "value", "reason"}``.
+
+    ``root`` is the experiment directory (probe steps read their ``verdict.json`` there:
+    ``experiments.probe_step.probe_cells``; without it their cells carry the step's status).
 
     Run steps: per phase, requests, TTFT/E2E p50 (ms), usage cached tokens, device hit
     tokens and host restores (repeats only; ``absent`` where the tier never moved).
+    Probe steps: prefill fit a and rate, r2, cmax tokens, bytes per token, min flushing k.
     Other steps: one cell for their check (incarnation ``ready_fresh``, restore
     ``identity_restored``, ab one per threshold check).
     """
@@ -383,6 +387,13 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                 for e in f["evidence"]:
                     out.append({"step": name, "metric": e["cell"].split("/", 1)[1], "status": status,
                                 "value": e["value"], "reason": e["decision"]})
+        elif st["kind"] == "probe":
+            from kvreplay.experiments.probe_step import probe_cells
+
+            verdict = (_read(root / st["run_dir"] / "verdict.json") if root is not None and st.get("run_dir")
+                       else None)
+            out.extend(probe_cells(name, status, reason, fs.get("probe") or {},
+                                         verdict if isinstance(verdict, dict) else None))
         else:
             metric = {"incarnation": "ready_identity_fresh", "restore": "identity_restored"}.get(st["kind"], "check")
             out.append({"step": name, "metric": metric, "status": status, "value": status == "measured",

@@ -76,6 +76,8 @@ def freeze(exp: ExperimentSpec, workload: Workload | None,
             arms = [Arm(a["name"], a["cmd"]) for a in st.settings["arms"]]
             entry.update(plan=plan.content(), plan_sha256=plan.sha256, ab_order=block_order(arms, st.settings["reps"]),
                          ab={k: v for k, v in st.settings.items() if k not in ("label", "comparable")})
+        elif st.kind == "probe":
+            entry["probe"] = {k: v for k, v in st.settings.items() if k not in ("label", "comparable")}
         elif st.kind == "incarnation":
             entry.update(fresh=st.settings.get("fresh", False), sim=st.settings.get("sim", {}))
         steps.append(entry)

@@ -31,7 +31,8 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     [[step]]  name = "trace"; kind = "ab"; reps = 3; phases = "c1,c4"; select = "first:8"
               arms = [{name = "off", cmd = "..."}, {name = "on", cmd = "..."}]
               primary = ["ttft_p50:-5%"]; protected = ["itl_p50:+3%"]
-    (kind = "probe" is reserved: not supported yet, refused with a clear error)
+    [[step]]  name = "P"; kind = "probe"; sizes = "8k,16k"; flush_max = 16; fit_on = "stream"
+              the options of ``kvreplay probe`` (``kvreplay.experiments.probe_step``)
     [[step]]  name = "restore"; kind = "restore"
 
 Durations are numbers of seconds or strings such as ``90s``, ``70m``, ``1.5h``.
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.probe_step import PROBE_KEYS, probe_settings
 from kvreplay.plan import PhaseSpec, parse_phase
 
 __all__ = [
@@ -67,7 +69,7 @@ _BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]
 _STEP_KEYS = {
     "incarnation": {"fresh", "sim"},
     "run": {"phases", "phase", "label", "comparable", "drain_timeout"},
-    "probe": {"size", "fillers", "reps", "order", "seed", "what", "label", "comparable"},
+    "probe": set(PROBE_KEYS),
     "ab": {"arms", "reps", "phases", "order", "select", "primary", "protected", "seed",
            "ready_timeout", "cmd_timeout", "drain_timeout"},
     "restore": set(),
@@ -384,7 +386,9 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
     rest = {k: v for k, v in raw.items() if k not in ("name", "kind")}
     unknown = sorted(set(rest) - _STEP_KEYS[kind])
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r} for a {kind} step", path=path, line=line,
+        hint = unknown[0].replace("-", "_")
+        hint = f" (did you mean {hint!r}?)" if hint != unknown[0] and hint in _STEP_KEYS[kind] else ""
+        raise ConfigError(f"unknown key {unknown[0]!r} for a {kind} step{hint}", path=path, line=line,
                           field=f"{fld}.{unknown[0]}")
     st: dict[str, Any] = {}
     for key in ("fresh", "comparable"):
@@ -415,9 +419,7 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
     elif kind == "ab":
         st.update(_ab_settings(rest, path=path, line=line, fld=fld))
     elif kind == "probe":
-        # TODO(issue 15): run kvreplay.experiments.probe.run_probe as a step; not wired yet.
-        raise ConfigError("probe steps are not supported by this version of kvreplay experiment; "
-                          "run `kvreplay probe` separately", path=path, line=line, field=f"{fld}.kind")
+        st.update(probe_settings(rest, path=path, line=line, fld=fld))
     return StepSpec(i, name, kind, line, st)
 
 
@@ -498,8 +500,8 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
         raise ConfigError("must be a path", path=p, field="workload")
     if wl is not None and not Path(wl).is_absolute():
         wl = str((p.parent / wl).resolve())
-    if wl is None and any(s.sends for s in steps):
-        raise ConfigError("steps that send requests need a workload", path=p, field="workload")
+    if wl is None and any(s.kind in ("run", "ab") for s in steps):
+        raise ConfigError("run and ab steps need a workload", path=p, field="workload")
     pairs = []
     by_name = {s.name: s for s in steps}
     cline = _line_of(text, r"compare\s*=")

@@ -16,6 +16,12 @@ Rules (times in seconds from the experiment's start, ``[window]``):
   drift, ``abort_if``, ``max_error_rate``); an abort, identity drift against the
   incarnation or its pins, or an interrupt aborts the window: later steps are
   ``deferred`` ("window aborted: ...") and the restore runs.
+- A ``probe`` step (``experiments.probe_step``) runs ``kvreplay probe``'s legs
+  against the current incarnation: it starts only before ``stop_new_after`` and
+  is cancelled (``aborted``, its ``requests.jsonl`` kept) at ``hard_deadline -
+  restore_reserve``; identity drift during it, or pins that no longer hold,
+  abort the window; a leg answered 401/403 aborts it (``auth``); other failed
+  legs make the step ``failed`` with their count and the first error.
 
 Each sending step writes an ordinary run directory (``steps/NN-name``); other
 steps keep their command logs and ``step.json`` there too.
@@ -176,7 +182,8 @@ class WindowRun:
                     res.status, res.reason = "deferred", why
                     self.say(f"step {st.name}: deferred: {why}")
                     continue
-                step_fn = {"incarnation": self._incarnation, "run": self._run, "ab": self._ab}[st.kind]
+                step_fn = {"incarnation": self._incarnation, "run": self._run, "ab": self._ab,
+                           "probe": self._probe}[st.kind]
                 await self._guarded(st, res, step_fn)
         finally:
             restored = any(r.kind == "restore" and r.status == "measured" for r in self.results)
@@ -204,9 +211,9 @@ class WindowRun:
         self.in_restore = st.kind == "restore"
         self.current = asyncio.ensure_future(fn(st, res))
         # Run and ab steps stop themselves (the runner's and ab's stop_new_after / hard_deadline);
-        # an incarnation is cancelled at hard_deadline - restore_reserve; the restore is bounded
-        # by its commands and hard_deadline.
-        cut = self._left(self.window.cancel_at_s) if st.kind == "incarnation" else None
+        # an incarnation or a probe is cancelled at hard_deadline - restore_reserve; the restore is
+        # bounded by its commands and hard_deadline.
+        cut = self._left(self.window.cancel_at_s) if st.kind in ("incarnation", "probe") else None
         try:
             await asyncio.wait_for(asyncio.shield(self.current), cut) if cut is not None else await self.current
         except TimeoutError:
@@ -380,6 +387,40 @@ class WindowRun:
                 self.abort("hard_deadline", f"step {st.name}: {stopped}")
             elif not (stopped.startswith("deadline") or stopped.endswith("aborted: deadline")):
                 self.abort("ab_stopped", f"step {st.name}: {stopped}")
+        else:
+            res.status = "measured"
+
+    async def _probe(self, st: StepSpec, res: StepResult) -> None:
+        from kvreplay.experiments.probe_step import run_probe_step
+
+        assert self.server.url is not None
+        is_sim = self.exp.server.is_sim
+        verdict = await run_probe_step(
+            url=self.server.url, backend_name=self.server.backend_name, profile=self.exp.server.profile,
+            headers=self.headers, settings=st.settings, out_dir=self.out / st.dir,
+            sim_time_scale=self.server.sim_config.time_scale if is_sim and self.server.sim_config else None,
+            say=lambda m: self.say(f"  {st.name}: {m}"))
+        ident = verdict["identity"]
+        res.checks.update(identity_after=ident["after"], legs=verdict["requests"],
+                          legs_failed=len(verdict["legs_failed"]), plain=verdict.get("plain"))
+        auth = [f for f in verdict["legs_failed"] if f.get("http_status") in (401, 403)]
+        bad = identity_mismatches(ident["after"], self.exp.server.identity) if ident["after"] is not None else []
+        if auth:
+            res.status, res.reason = "aborted", f"auth: HTTP {auth[0]['http_status']} from the server"
+            self.abort("auth", f"step {st.name}: {res.reason}")
+        elif ident["drift"] or (ident["after"] is not None and self.inc_identity is not None
+                                and verdict["backend"] == self.server.backend_name  # same adapter, same shape
+                                and ident["after"] != self.inc_identity):
+            res.status, res.reason = "aborted", "identity drift against the incarnation's identity"
+            self.abort("identity_drift", f"step {st.name}: identity changed since incarnation {self.incarnation}")
+        elif bad:
+            res.status, res.reason = "aborted", "identity pins do not hold: " + "; ".join(bad)
+            self.abort("identity_pins", res.reason)
+        elif verdict["legs_failed"]:
+            f = verdict["legs_failed"][0]
+            res.status = "failed"
+            res.reason = (f"{len(verdict['legs_failed'])} of {verdict['requests']} probe requests failed "
+                          f"(first: leg {f['leg']}, {f['status']}, HTTP {f['http_status']}, {f['error']})")
         else:
             res.status = "measured"
 
