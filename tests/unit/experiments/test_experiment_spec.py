@@ -45,7 +45,7 @@ def test_control_step_marks_every_phase(tmp_path):
      "unknown key 'fresh' for a run step"),
     ('[[step]]\nname = "a"\nkind = "incarnation"\n[[step]]\nname = "a"\nkind = "incarnation"\n', 7,
      "step[1].name", "used twice"),
-    ('[[step]]\nname = "p"\nkind = "probe"\n', 4, "step[0].kind", "probe steps are not supported"),
+    ('[[step]]\nname = "p"\nkind = "probe"\nreps = 3\n', 4, "step[0].reps", "unknown key 'reps' for a probe step"),
 ])
 def test_errors_name_file_line_field(tmp_path, body, line, field, msg):
     p = write(tmp_path, body)
