@@ -327,3 +327,24 @@ def test_bad_probe_keys_name_file_line_and_field(tmp_path, capsys, line, field, 
     assert main(["experiment", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"{p}:7" in err and field in err and words in err
+
+
+@pytest.mark.timeout(240)
+def test_bundled_probe_sizing_example(tmp_path):
+    """fixtures/experiments/probe-sizing.toml: floor(N / s) per incarnation, configured bytes, scaled fit."""
+    example = Path(__file__).resolve().parents[2] / "fixtures" / "experiments" / "probe-sizing.toml"
+    out = tmp_path / "sizing"
+    assert main(["experiment", str(example), "--out", str(out), "--quiet"]) == 0
+    r = result(out)
+    assert [(s["name"], s["status"]) for s in r["steps"]] == [
+        ("small", "measured"), ("probe-small", "measured"), ("large", "measured"), ("probe-large", "measured"),
+        ("restore", "measured")]
+    base, scale = SimConfig(), 0.05
+    for step, entries in (("probe-small", 8), ("probe-large", 16)):
+        c = cells_of(r, step)
+        assert c["min_flush_k"]["value"] == entries // 2  # s = 2 snapshots per missed request
+        assert c["bytes_per_token"]["value"] == 4096.0
+        assert c["prefill_fit.a_s"]["value"] == pytest.approx(base.prefill_base_s * scale, rel=0.05)
+        assert c["prefill_fit.rate_tokens_per_s"]["value"] == pytest.approx(base.prefill_tokens_per_s / scale,
+                                                                            rel=0.05)
+        assert all(x["status"] == "measured" for x in c.values())
