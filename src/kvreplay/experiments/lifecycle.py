@@ -94,6 +94,10 @@ async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -
             "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
 
 
+_LEFT_RUNNING: list[subprocess.Popen] = []
+"""Background servers left running on purpose (the restored incumbent), never collected."""
+
+
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(pid, sig)
@@ -313,4 +317,10 @@ class ServerControl:
             done = [await self.bg.stop()]
             self.bg = None
             return done
+        if self.bg is not None:
+            # The restored incumbent outlives this process: keep its Popen referenced so that
+            # collecting it never warns "subprocess N is still running" (a ResourceWarning,
+            # an error under the test suite's filterwarnings) in whatever code runs next.
+            _LEFT_RUNNING.append(self.bg.proc)
+            self.bg = None
         return []
