@@ -348,3 +348,32 @@ def test_bundled_probe_sizing_example(tmp_path):
         assert c["prefill_fit.rate_tokens_per_s"]["value"] == pytest.approx(base.prefill_tokens_per_s / scale,
                                                                             rel=0.05)
         assert all(x["status"] == "measured" for x in c.values())
+
+
+@pytest.mark.timeout(120)
+def test_sigint_during_a_probe_step_aborts_and_restores(tmp_path):
+    import os
+    import signal
+    import time
+
+    example = Path(__file__).resolve().parents[2] / "fixtures" / "experiments" / "probe-sizing.toml"
+    out = tmp_path / "int"
+    proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "experiment", str(example), "--out", str(out),
+                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    recs = out / "steps" / "01-probe-small" / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (recs.exists() and recs.stat().st_size > 0):
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err.decode()
+    r = result(out)
+    st = {s["name"]: s for s in r["steps"]}
+    assert r["aborted"]["reason"] == "interrupt"
+    assert (st["probe-small"]["status"], st["probe-small"]["reason"]) == ("aborted", "operator interrupt (signal)")
+    assert (st["large"]["status"], st["large"]["reason"]) == ("deferred", "window aborted: interrupt")
+    assert (st["probe-large"]["status"], st["probe-large"]["reason"]) == ("deferred", "window aborted: interrupt")
+    assert st["restore"]["status"] == "measured"
+    assert not (out / "steps" / "01-probe-small" / "verdict.json").exists()
+    assert recs.read_text().count("\n") >= 1  # the legs sent before the interrupt are kept
+    assert {c["status"] for c in r["cells"] if c["step"] == "probe-small"} == {"aborted"}

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 NAME = "experiment"
-HELP = "Run a whole diagnosis window (incarnations, runs, controls, A/B arms, restore) from one TOML file."
+HELP = "Run a whole diagnosis window (incarnations, runs, controls, probes, A/B arms, restore) from one TOML file."
 
 EXIT_INCOMPLETE = 3
 
