@@ -5,7 +5,8 @@
 (``name``, ``kind``, ``status`` in measured | failed | deferred | aborted,
 ``reason``, ``run_dir``, ``comparable``, plus ``label``, ``incarnation``,
 ``started``, ``ended``, ``checks``), ``cells`` (``step``, ``metric``,
-``status``, ``value``, ``reason``), ``findings`` (``rule``, ``summary``,
+``status``, ``value``, ``reason``; a probe step's cells come from its
+``verdict.json``, ``experiments.probe_step.probe_cells``), ``findings`` (``rule``, ``summary``,
 ``evidence``, ``next``); also ``identity`` (the snapshot before the first
 step), ``compare`` (the side-by-side tables) and ``tiers``.
 
