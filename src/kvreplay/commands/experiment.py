@@ -1,0 +1,129 @@
+"""``kvreplay experiment``: run a whole diagnosis window from one TOML file as one frozen plan.
+
+Examples::
+
+    kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --out runs/diag
+    kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --dry-run
+    kvreplay experiment FILE.toml --stop-new-after 70m --hard-deadline 90m
+
+Exit status: 0 when every step was measured; 2 for a bad file (nothing sent);
+3 when a step failed, was aborted or deferred, or the window was aborted (all
+outputs written, the restore run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+NAME = "experiment"
+HELP = "Run a whole diagnosis window (incarnations, runs, controls, probes, A/B arms, restore) from one TOML file."
+
+EXIT_INCOMPLETE = 3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``experiment``'s options."""
+    from kvreplay.commands.run import parse_duration
+
+    p.add_argument("file", help="experiment TOML file (see README, 'Experiment files')")
+    p.add_argument("--out", default=None, help="experiment directory (default runs/<UTC timestamp>)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write only experiment.json (the frozen plan) and print the schedule; send nothing")
+    p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
+                   help="override [window] stop_new_after: no step starts, and no request is sent, after it")
+    p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
+                   help="override [window] hard_deadline (in-flight requests are cancelled at it minus "
+                        "restore_reserve; the restore must finish by it)")
+    p.add_argument("--max-body-bytes", type=int, default=None)
+    p.add_argument("--quiet", action="store_true")
+
+
+def _schedule(doc: dict) -> str:
+    lines = [f"experiment {doc['experiment_sha256'][:16]}  ({len(doc['steps'])} steps)"]
+    w = doc["window"]
+    lines.append(f"window: stop_new_after {w['stop_new_after_s']} s, hard_deadline {w['hard_deadline_s']} s, "
+                 f"restore_reserve {w['restore_reserve_s']} s")
+    for s in doc["steps"]:
+        extra = ""
+        if s.get("plan"):
+            ph = s["plan"]["phases"]
+            extra = "  " + ", ".join(f"{p['name']}:{p['order']}:c{p['concurrency']} ({len(p['sequence'])} req)"
+                                     for p in ph) + f"  plan {s['plan_sha256'][:12]}"
+        if s.get("probe"):
+            pr = s["probe"]
+            extra += (f"  sizes {','.join(str(x) for x in pr['sizes'])} x{pr['cold_repeats']} fit_on {pr['fit_on']}"
+                      + (f", flush k<={pr['flush_max']} x{pr['flush_repeats']} ({pr['flush_prefix_tokens']}-token "
+                         f"prefix, {pr['foreign_tokens']}-token foreign)" if pr["flush_max"] else ", no flush legs"))
+        if s.get("ab_order"):
+            extra += "  order " + " ".join(b["arm"] for b in s["ab_order"])
+        if not s.get("comparable", True):
+            extra += "  [control: comparable = false]"
+        lines.append(f"  {s['index']:02d} {s['name']:<14} {s['kind']:<11}{extra}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``kvreplay experiment``."""
+    import orjson
+
+    from kvreplay.commands.run import default_out, install_loop
+    from kvreplay.errors import ConfigError
+    from kvreplay.experiments.frozen import freeze
+    from kvreplay.experiments.spec import load_experiment
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+
+    exp = load_experiment(args.file)
+    window = exp.window
+    if args.stop_new_after is not None:
+        window = replace(window, stop_new_after_s=args.stop_new_after)
+    if args.hard_deadline is not None:
+        window = replace(window, hard_deadline_s=args.hard_deadline)
+    workload = (load_workload(exp.workload, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+                if exp.workload else None)
+    doc, plans = freeze(exp, workload, window)
+    out = Path(args.out) if args.out else default_out()
+    if (out / "experiment.json").exists():
+        raise ConfigError("directory already holds experiment.json; choose a new --out", path=out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    if not args.quiet:
+        print(_schedule(doc))
+        print(f"experiment.json: {out / 'experiment.json'}")
+    if args.dry_run:
+        return 0
+    headers = {}
+    if exp.server.api_key_env:
+        import os
+
+        key = os.environ.get(exp.server.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
+                              field="server.api_key_env")
+        headers["Authorization"] = f"Bearer {key.strip()}"
+    install_loop()
+    say = (lambda _m: None) if args.quiet else (lambda m: print(f"experiment: {m}", file=sys.stderr, flush=True))
+    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
+    if not args.quiet:
+        for f in result["findings"]:
+            print(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
+        print(f"experiment directory: {out}  (result.json, report.md, report.html)")
+    complete = result["aborted"] is None and all(s["status"] == "measured" for s in result["steps"])
+    return 0 if complete else EXIT_INCOMPLETE
+
+
+async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
+    """Run the window, then write the publication (also after an abort: the window returns normally)."""
+    from kvreplay.experiments.publish import build_result, write_publication
+    from kvreplay.experiments.window import WindowRun
+
+    w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
+    results = await w.run()
+    steps = [r.to_json() for r in results]
+    result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
+                          identity=w.snapshot_identity)
+    write_publication(out, result, exp.path.stem)
+    return result

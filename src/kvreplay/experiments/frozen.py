@@ -1,0 +1,96 @@
+"""Freeze an experiment file into ``experiment.json`` before the first request.
+
+Every sending step is expanded into its frozen plan (``kvreplay.plan``: the
+exact body sequence of every phase, with ``plan_sha256``); an ``ab`` step also
+gets its block order (``experiments.ab.block_order``: A B, B A, A B, ...). The
+document's ``experiment_sha256`` is the SHA-256 of its canonical JSON (sorted
+keys, ``experiment_sha256`` itself left out), so two windows ran the same
+experiment exactly when the hashes agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from kvreplay import __version__
+from kvreplay.experiments.ab import Arm, block_order
+from kvreplay.experiments.spec import ExperimentSpec, StepSpec, WindowSpec
+from kvreplay.plan import PhaseSpec, Plan, build_plan
+from kvreplay.workload import Workload
+
+__all__ = ["EXPERIMENT_FORMAT", "ab_phase_specs", "experiment_sha256", "freeze"]
+
+EXPERIMENT_FORMAT = "kvreplay-experiment/1"
+
+
+def ab_phase_specs(step: StepSpec) -> list[PhaseSpec]:
+    """An ab step's block phases: one per concurrency (``c1,c4``), each after a drain, as ``kvreplay ab``."""
+    st = step.settings
+    return [
+        PhaseSpec.from_mapping({"name": tok, "order": st["order"], "concurrency": int(tok[1:]), "drain": True,
+                                "select": st["select"]}, where={"field": f"step[{step.index}].phases"})
+        for tok in st["phases"].split(",")
+    ]
+
+
+def experiment_sha256(doc: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``doc`` without its ``experiment_sha256`` key."""
+    body = {k: v for k, v in doc.items() if k != "experiment_sha256"}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def freeze(exp: ExperimentSpec, workload: Workload | None,
+           window: WindowSpec) -> tuple[dict[str, Any], dict[str, Plan]]:
+    """The frozen experiment document and the plan of every sending step.
+
+    Args:
+        exp: The parsed file.
+        workload: The bodies (None when no step sends requests).
+        window: The window in force (the file's, with command-line overrides).
+
+    Returns:
+        ``(experiment.json content, {step name: Plan})``.
+
+    Raises:
+        ConfigError: a phase selects bodies the workload does not have (from ``build_plan``).
+    """
+    plans: dict[str, Plan] = {}
+    steps = []
+    for st in exp.steps:
+        entry: dict[str, Any] = {"index": st.index, "name": st.name, "kind": st.kind, "line": st.line,
+                                 "dir": st.dir if st.sends else None, "comparable": st.comparable,
+                                 "label": st.settings.get("label")}
+        if st.kind == "run":
+            assert workload is not None
+            plan = build_plan(workload, list(st.settings["phases"]))
+            plans[st.name] = plan
+            entry.update(plan=plan.content(), plan_sha256=plan.sha256,
+                         drain_timeout_s=st.settings.get("drain_timeout_s", 10.0))
+        elif st.kind == "ab":
+            assert workload is not None
+            plan = build_plan(workload, ab_phase_specs(st))
+            plans[st.name] = plan
+            arms = [Arm(a["name"], a["cmd"]) for a in st.settings["arms"]]
+            entry.update(plan=plan.content(), plan_sha256=plan.sha256, ab_order=block_order(arms, st.settings["reps"]),
+                         ab={k: v for k, v in st.settings.items() if k not in ("label", "comparable")})
+        elif st.kind == "probe":
+            entry["probe"] = {k: v for k, v in st.settings.items() if k not in ("label", "comparable")}
+        elif st.kind == "incarnation":
+            entry.update(fresh=st.settings.get("fresh", False), sim=st.settings.get("sim", {}))
+        steps.append(entry)
+    doc: dict[str, Any] = {
+        "format": EXPERIMENT_FORMAT,
+        "file": {"path": str(exp.path), "sha256": hashlib.sha256(exp.text.encode()).hexdigest()},
+        "kvreplay_version": __version__,
+        "workload": ({"path": workload.path and str(workload.path), "n_bodies": len(workload.bodies),
+                      "sha256": workload.sha256} if workload is not None else None),
+        "server": exp.server.to_json(),
+        "window": window.to_json(),
+        "steps": steps,
+        "compare": [list(p) for p in exp.compare],
+    }
+    doc["experiment_sha256"] = experiment_sha256(doc)
+    return doc, plans

@@ -1,0 +1,326 @@
+"""Server lifecycle for experiment windows: incarnations, readiness, identity, restore.
+
+Two kinds of target (``[server] target``):
+
+- ``sim``: the embedded simulator in this process. An incarnation stops the
+  current simulator and starts a new one with ``[server.sim]`` overlaid by the
+  step's ``sim`` table: zeroed counters, empty cache, a new loopback port. The
+  *incumbent* is the simulator with ``[server.sim]`` alone, started before the
+  first step; ``restore`` brings exactly that configuration back.
+- a URL: lifecycle commands. An incarnation runs ``stop`` (or ends the
+  background ``start`` process of the previous incarnation), picks a free
+  loopback port for ``{port}``, runs ``start`` (``background = true`` keeps it
+  as the server process, in its own process group), then waits for readiness.
+
+Placeholders in URLs and commands: ``{port}`` (this incarnation's port),
+``{dir}`` (the experiment directory), ``{here}`` (the experiment file's
+folder), ``{python}`` (this interpreter),
+``{kvreplay}`` (``{python} -m kvreplay``). Commands run through
+``kvreplay.runner.usercmd`` (own session and process group, stdin from
+/dev/null, output to a log file in the step's folder, a timeout killing the
+whole group); a ``background`` start is spawned the same way here and kept.
+
+Readiness: the ``ready`` URL (else ``/health``, then ``/v1/models``) must answer
+200; with ``ready.completion`` a real chat completion must then end with
+``finish_reason == "stop"`` (a health endpoint alone proves nothing). The
+completion is sent only after the fresh check, so it is never in a step's
+counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from kvreplay.clock import now_ns
+from kvreplay.errors import BackendError, ConfigError
+from kvreplay.experiments.spec import Command, ServerSpec
+
+__all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "run_command"]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def expand(template: str, *, port: int | None, out_dir: Path, here: Path | None = None) -> str:
+    """Replace ``{port}``, ``{dir}``, ``{here}``, ``{python}``, ``{kvreplay}`` in ``template`` (other braces kept)."""
+    py = shlex.quote(sys.executable)
+    vals = {"{dir}": shlex.quote(str(out_dir.resolve())), "{python}": py, "{kvreplay}": f"{py} -m kvreplay"}
+    if here is not None:
+        vals["{here}"] = shlex.quote(str(here.resolve()))
+    if port is not None:
+        vals["{port}"] = str(port)
+    for k, v in vals.items():
+        template = template.replace(k, v)
+    return template
+
+
+def _tail(path: Path, n: int = 2048) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+    """Run a user command to completion under the user-command contract.
+
+    Returns:
+        ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``; ``rc`` is None on
+        timeout (the process group was killed). Runs through ``runner.usercmd``.
+    """
+    from kvreplay.runner.usercmd import run_user_command
+
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
+    return {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status, "timed_out": res.timed_out,
+            "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
+
+
+_LEFT_RUNNING: list[subprocess.Popen] = []
+"""Background servers left running on purpose (the restored incumbent), never collected."""
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Background:
+    """A ``start`` command kept running as the server: its own session and process group,
+    stdin from /dev/null, output to ``<log_dir>/<name>.log``. A plain ``Popen`` (not an
+    event-loop child), so an incumbent left running never holds the event loop's shutdown."""
+
+    def __init__(self, proc: subprocess.Popen, info: dict[str, Any]) -> None:
+        self.proc, self.info = proc, info
+
+    @classmethod
+    def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = log_dir / f"{name}.log"
+        with log.open("ab") as f:
+            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
+
+    @property
+    def exited(self) -> int | None:
+        """The exit status once the process has ended, else None."""
+        return self.proc.poll()
+
+    async def stop(self, grace_s: float = 10.0) -> dict[str, Any]:
+        """SIGTERM to the group, SIGKILL after ``grace_s``; returns the exit record."""
+        t0 = now_ns()
+        if self.proc.poll() is None:
+            _kill_group(self.proc.pid, signal.SIGTERM)
+            while self.proc.poll() is None and now_ns() - t0 < grace_s * 1e9:
+                await asyncio.sleep(0.05)
+        _kill_group(self.proc.pid)  # the group, also children that ignored SIGTERM
+        while self.proc.poll() is None:
+            await asyncio.sleep(0.02)
+        return {**self.info, "name": f"stop-{self.info['name']}", "rc": self.proc.returncode,
+                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": _tail(Path(self.info["log"]))}
+
+
+def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
+    """Pins (dotted keys of the identity, e.g. ``cache_config.num_gpu_blocks``) that do not hold.
+
+    Matching is ``runner.identity.check_pins`` (as ``run --expect-identity``): a
+    list value is compared as its items joined by ``,``.
+
+    Returns:
+        One ``"KEY: PINNED -> READ"`` per failed pin (empty when all hold).
+    """
+    from kvreplay.runner.identity import check_pins, pins_from_mapping
+
+    return [c.describe() for c in check_pins(identity, pins_from_mapping(pins, source="[server.identity]"))]
+
+
+class ServerControl:
+    """The target of one experiment: the current incarnation's URL and how to replace it.
+
+    Args:
+        spec: ``[server]``.
+        out_dir: The experiment directory (``{dir}``; logs go under each step's folder).
+        headers: Request headers (Authorization) for readiness and identity reads.
+        here: The experiment file's folder (``{here}``).
+    """
+
+    def __init__(self, spec: ServerSpec, out_dir: Path, headers: dict[str, str], here: Path | None = None) -> None:
+        self.spec, self.out_dir, self.headers, self.here = spec, out_dir, headers, here
+        self.url: str | None = None if "{port}" in spec.target else (None if spec.is_sim else spec.target)
+        self.port: int | None = None
+        self.sim: Any = None
+        self.sim_config: Any = None
+        self.bg: _Background | None = None
+        self.backend_name = spec.backend
+        if spec.is_sim and self.backend_name == "auto":
+            self.backend_name = "vllm"  # host-tier series are on /metrics (docs/simulator.md)
+
+    def base_sim_config(self, overlay: dict[str, Any] | None = None) -> Any:
+        """``[server.sim]`` (with ``overlay``) as a ``SimConfig``.
+
+        Raises:
+            ConfigError: an unknown or bad simulator setting.
+        """
+        from kvreplay.sim import SimConfig
+
+        base = SimConfig.from_mapping(dict(self.spec.sim), where="[server.sim]") if self.spec.sim else SimConfig()
+        return SimConfig.from_mapping(dict(overlay), where="step.sim", base=base) if overlay else base
+
+    async def start_sim(self, overlay: dict[str, Any] | None) -> dict[str, Any]:
+        """Replace the simulator with a new one (zeroed counters, empty cache)."""
+        from kvreplay.sim import SimServer
+
+        cfg = self.base_sim_config(overlay)
+        if self.sim is not None:
+            await self.sim.stop()
+            self.sim = None
+        self.sim = SimServer(cfg)
+        await self.sim.start(host="127.0.0.1", port=0)
+        self.sim_config, self.url, self.port = cfg, self.sim.base_url, self.sim.port
+        return {"sim": {"overlay": dict(overlay or {}), "url": self.url}}
+
+    async def stop_current(self, log_dir: Path) -> list[dict[str, Any]]:
+        """Stop the current incarnation: the background start process and/or the stop command."""
+        done = []
+        if self.bg is not None:
+            done.append(await self.bg.stop())
+            self.bg = None
+        if self.spec.stop is not None:
+            text = expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
+            done.append(await run_command(text,
+                                          name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s))
+        return done
+
+    async def start_with(self, command: Command, name: str, log_dir: Path) -> list[dict[str, Any]]:
+        """Stop, pick a port, run ``command`` (start or restore); the URL follows the new port."""
+        cmds = await self.stop_current(log_dir)
+        self.port = free_port() if "{port}" in (self.spec.target + command.cmd) else self.port
+        self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir, here=self.here)
+        text = expand(command.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
+        if command.background:
+            self.bg = _Background.spawn(text, name=name, log_dir=log_dir)
+            cmds.append(self.bg.info)
+        else:
+            cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s))
+        return cmds
+
+    async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Poll the ready URL (else ``/health``, then ``/v1/models``) until one answers 200.
+
+        Gives up at ``timeout_s`` (default ``[server.ready] timeout``, else 60 s) or as soon
+        as a background start process has exited.
+
+        Returns:
+            ``{"ready", "waited_s", "endpoint", "last_error"}``.
+        """
+        t = timeout_s if timeout_s is not None else (self.spec.ready.timeout_s if self.spec.ready else 60.0)
+        if self.url is None:
+            return {"ready": False, "waited_s": 0.0, "endpoint": None, "last_error": "no URL yet (no incarnation)"}
+        if self.spec.ready is not None and self.spec.ready.url is not None:
+            urls = [expand(self.spec.ready.url, port=self.port, out_dir=self.out_dir, here=self.here)]
+        else:
+            urls = [self.url.rstrip("/") + p for p in ("/health", "/v1/models")]
+        t0 = now_ns()
+        last = None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(1.0, min(10.0, t)))) as s:
+            while True:
+                for url in urls:
+                    try:
+                        async with s.get(url, headers=self.headers) as resp:
+                            if resp.status == 200:
+                                return {"ready": True, "waited_s": round((now_ns() - t0) / 1e9, 3),
+                                        "endpoint": url, "last_error": None}
+                            last = f"{url}: HTTP {resp.status}"
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        last = f"{url}: {type(exc).__name__}: {exc}"
+                if self.bg is not None and self.bg.exited is not None:
+                    last = (f"the start process exited with {self.bg.exited} ({last}); log tail: "
+                            f"{_tail(Path(self.bg.info['log']), 300)!r}")
+                    break
+                if now_ns() - t0 >= t * 1e9:
+                    break
+                await asyncio.sleep(0.25)
+        return {"ready": False, "waited_s": round((now_ns() - t0) / 1e9, 3), "endpoint": None, "last_error": last}
+
+    async def completion_check(self) -> dict[str, Any] | None:
+        """Send ``ready.completion`` (non-streamed); passes when ``finish_reason == "stop"``. None without one."""
+        if self.spec.ready is None or self.spec.ready.completion is None or self.url is None:
+            return None
+        body = dict(self.spec.ready.completion)
+        body["stream"] = False
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.spec.ready.timeout_s)) as s:
+            try:
+                if "model" not in body:
+                    async with s.get(self.url.rstrip("/") + "/v1/models", headers=self.headers) as r:
+                        cards = orjson.loads(await r.content.read(1 << 20)).get("data") or [{}]
+                        body["model"] = cards[0].get("id")
+                async with s.post(self.url.rstrip("/") + "/v1/chat/completions", data=orjson.dumps(body),
+                                  headers={"Content-Type": "application/json", **self.headers}) as r:
+                    raw = await r.content.read(1 << 20)
+                    status = r.status
+                reply = orjson.loads(raw) if status == 200 else {}
+                reason = ((reply.get("choices") or [{}])[0] or {}).get("finish_reason")
+            except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
+                return {"passed": False, "finish_reason": None, "error": f"{type(exc).__name__}: {exc}"}
+        return {"passed": status == 200 and reason == "stop", "http_status": status, "finish_reason": reason,
+                "error": None if status == 200 else raw[:200].decode("utf-8", "replace")}
+
+    async def read(self) -> tuple[dict[str, Any] | None, Any, str | None]:
+        """Identity and a counter snapshot of the current incarnation (no generation request).
+
+        Returns:
+            ``(identity, snapshot, error)``; identity/snapshot None when unreadable.
+        """
+        if self.url is None:
+            return None, None, "no URL (no incarnation yet)"
+        if self.backend_name == "none":
+            return None, None, None
+        from kvreplay.backends import detect, make_backend
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            try:
+                if self.backend_name == "auto":
+                    self.backend_name = await detect(self.url, session)
+                be = make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+                return await be.identity(), await be.snapshot(), None
+            except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
+                return None, None, f"{type(exc).__name__}: {exc}"
+
+    async def close(self, *, restored: bool) -> list[dict[str, Any]]:
+        """End of the window: stop the simulator; stop a background server this experiment
+        started unless it is the restored incumbent (which stays up, as the window promised)."""
+        if self.sim is not None:
+            await self.sim.stop()
+            self.sim = None
+        if self.bg is not None and not restored:
+            done = [await self.bg.stop()]
+            self.bg = None
+            return done
+        if self.bg is not None:
+            # The restored incumbent outlives this process: keep its Popen referenced so that
+            # collecting it never warns "subprocess N is still running" (a ResourceWarning,
+            # an error under the test suite's filterwarnings) in whatever code runs next.
+            _LEFT_RUNNING.append(self.bg.proc)
+            self.bg = None
+        return []

@@ -1,0 +1,134 @@
+"""The experiment's one publication: ``result.json``, ``report.md``, ``report.html``.
+
+``result.json`` keys (issue 15): ``experiment_sha256``, ``started``, ``ended``
+(ISO 8601 UTC), ``aborted`` (null or ``{"reason", "message"}``), ``steps``
+(``name``, ``kind``, ``status`` in measured | failed | deferred | aborted,
+``reason``, ``run_dir``, ``comparable``, plus ``label``, ``incarnation``,
+``started``, ``ended``, ``checks``), ``cells`` (``step``, ``metric``,
+``status``, ``value``, ``reason``; a probe step's cells come from its
+``verdict.json``, ``experiments.probe_step.probe_cells``), ``findings`` (``rule``, ``summary``,
+``evidence``, ``next``); also ``identity`` (the snapshot before the first
+step), ``compare`` (the side-by-side tables) and ``tiers``.
+
+``report.html`` is self-contained (inline CSS, no script, no external
+resource); every value from a server is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
+
+__all__ = ["build_result", "render_html", "render_markdown", "write_publication"]
+
+
+def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
+                 aborted: dict[str, str] | None, identity: dict[str, Any] | None) -> dict[str, Any]:
+    """The content of ``result.json`` from the step results and the run directories."""
+    views = load_views(out, steps)
+    findings = restore_findings(views) + ab_findings(out, steps, frozen)
+    return {
+        "experiment_sha256": frozen["experiment_sha256"],
+        "started": started,
+        "ended": ended,
+        "aborted": aborted,
+        "identity": identity,
+        "steps": steps,
+        "cells": cells(steps, frozen, views, findings, root=out),
+        "findings": findings,
+        "compare": compare_tables(views, frozen.get("compare", [])),
+        "tiers": tiers(views),
+    }
+
+
+def _v(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:,.0f}" if x.is_integer() and abs(x) >= 100 else f"{x:,.3f}".rstrip("0").rstrip(".")
+    return str(x)
+
+
+def _aborted(ab: dict[str, Any] | None) -> str:
+    return f"{ab.get('reason')}: {ab.get('message')}" if ab else "no"
+
+
+def _ident_line(ident: dict[str, Any] | None) -> str:
+    if not ident:
+        return "unknown"
+    ver = ident.get("version")
+    ver_s = ver.get("build") or ver.get("version") if isinstance(ver, dict) else ver
+    return f"models {ident.get('models')}, version {ver_s}, backend {ident.get('backend')}"
+
+
+def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    out = [("Steps", ["step", "kind", "status", "comparable", "reason", "run_dir"],
+            [[s["name"], s["kind"], s["status"], s["comparable"], s.get("reason"), s.get("run_dir")]
+             for s in result["steps"]])]
+    for t in result["compare"]:
+        title = f"Compare {t['a']} vs {t['b']}"
+        if "rows" in t:
+            out.append((title, ["metric", t["a"], t["b"], "ratio b/a"],
+                        [[r["metric"], r["a"], r["b"], r["ratio"]] for r in t["rows"]]))
+        else:
+            out.append((title, ["note"], [[t["note"]]]))
+    out.append(("Cells", ["step", "metric", "status", "value", "reason"],
+                [[c["step"], c["metric"], c["status"], c["value"], c.get("reason")] for c in result["cells"]]))
+    return out
+
+
+def render_markdown(result: dict[str, Any], title: str) -> str:
+    """``report.md``."""
+    lines = [f"# Experiment {title}", "",
+             f"- started {result['started']} UTC, ended {result['ended']} UTC",
+             f"- experiment_sha256 `{result['experiment_sha256']}`",
+             f"- server identity: {_ident_line(result.get('identity'))}",
+             f"- aborted: {_aborted(result['aborted'])}",
+             "", "## Findings", ""]
+    for f in result["findings"] or [{"rule": "none", "summary": "no finding: no step gave evidence", "next": "—"}]:
+        lines += [f"- **{f['rule']}**: {f['summary']}", f"  - next: {f['next']}"]
+    for title_t, head, rows in _tables(result):
+        lines += ["", f"## {title_t}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(_v(x).replace("|", "\\|") for x in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+_STATUSES = ("measured", "failed", "deferred", "aborted")
+_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;"
+        "margin:.5em 0 1.5em}td,th{border:1px solid #bbb;padding:.2em .5em;font-size:.9em;text-align:left}"
+        "th{background:#eee}.measured{color:#060}.failed,.aborted{color:#a00}.deferred{color:#a60}")
+
+
+def render_html(result: dict[str, Any], title: str) -> str:
+    """``report.html``: self-contained (inline CSS only), every value escaped."""
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
+             f"</head><body><h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
+             f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
+             f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>Aborted: "
+             f"{e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}</p><h2>Findings</h2><ul>"]
+    for f in result["findings"]:
+        parts.append(f"<li><b>{e(f['rule'])}</b>: {e(f['summary'])}<br><i>next:</i> {e(f['next'])}</li>")
+    if not result["findings"]:
+        parts.append("<li>no finding: no step gave evidence</li>")
+    parts.append("</ul>")
+    for title_t, head, rows in _tables(result):
+        parts.append(f"<h2>{e(title_t)}</h2><table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr>")
+        for r in rows:
+            parts.append("<tr>" + "".join(f"<td class='{x if x in _STATUSES else ''}'>{e(_v(x))}</td>"
+                                          for x in r) + "</tr>")
+        parts.append("</table>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def write_publication(out: Path, result: dict[str, Any], title: str) -> None:
+    """Write ``result.json``, ``report.md`` and ``report.html`` into ``out``."""
+    (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    (out / "report.md").write_text(render_markdown(result, title), encoding="utf-8")
+    (out / "report.html").write_text(render_html(result, title), encoding="utf-8")
