@@ -757,8 +757,11 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
         intended = []
         for k, item in enumerate(ph["sequence"]):
             bi_, rep_ = item["body_index"], item["repetition"]
+            # An interleaved (foreign) body's repetition counts cycles through its own
+            # workload (interleave_sequence), so only the main bodies are held to `repeats`.
+            rep_cap = spec.repeats if isinstance(bi_, int) and bi_ < wl["n_bodies"] else MAX_POSITIONS
             if (not isinstance(bi_, int) or isinstance(bi_, bool) or not 0 <= bi_ < MAX_POSITIONS
-                    or not isinstance(rep_, int) or isinstance(rep_, bool) or not 0 <= rep_ < spec.repeats
+                    or not isinstance(rep_, int) or isinstance(rep_, bool) or not 0 <= rep_ < rep_cap
                     or not isinstance(item["body_sha256"], str)):
                 raise ConfigError("body_index, repetition or body_sha256 out of range or of the wrong type",
                                   path=p, field=f"phases[{i}].sequence[{k}]")
