@@ -27,7 +27,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(RAY_STAMP) real-servers browser
 	$(PY) -m pytest -q
-	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server and not ray' $(wildcard tests/unit tests/parity tests/integration tests/goldens)
+	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server and not ray' $(wildcard tests/unit tests/parity tests/integration tests/goldens tests/hostile)
 
 bench: $(STAMP)
 	$(PY) -m pytest bench -q --benchmark-only
