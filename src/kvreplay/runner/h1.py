@@ -357,7 +357,8 @@ class _H1Conn(asyncio.Protocol):
         x = self.x
         if x is not None:
             x.on_data(data)
-        elif self.transport is not None:
+            return
+        if self.transport is not None:
             self.closed = True
             self.transport.close()  # unsolicited bytes: not reusable
 
