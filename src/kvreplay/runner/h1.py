@@ -239,7 +239,7 @@ class _Exchange:
             self.framing_run = 0
 
     def _parse_error(self, exc: Exception, now: int) -> bool:
-        """llhttp refused the bytes: fail the exchange (True) or, after a complete response, drop the connection."""
+        """Handle a parse error from llhttp: fail the exchange (True), or after a complete response drop the link."""
         if self.complete:
             self.close_after = True  # junk after a complete response: drop the connection
             return False
