@@ -11,8 +11,8 @@ transport, so http and https share this one path, one set of failure classes
 (those of ``kvreplay.runner.http``) and one set of limits:
 
     MAX_HEAD_BYTES        response head (status line + headers, 1xx heads included)  64 KiB
-    MAX_FRAMING_BYTES     chunk-size line, chunk extensions, trailers between two     64 KiB
-                          chunk boundaries
+    MAX_FRAMING_BYTES     chunk-size lines, chunk extensions, trailers read since     64 KiB
+                          the last read that carried body bytes
     MAX_INTERIM           1xx responses before the final one                          16
     MAX_ERROR_BODY        body kept of a non-200 response                             64 KiB
     MAX_JSON_BODY_BYTES   non-streamed 200 body                                       32 MiB
@@ -56,7 +56,7 @@ __all__ = ["MAX_FRAMING_BYTES", "MAX_HEAD_BYTES", "MAX_INTERIM", "H1Client", "cl
 MAX_HEAD_BYTES = 64 << 10
 """Largest response head kept parsing (bytes, every 1xx head included)."""
 MAX_FRAMING_BYTES = 64 << 10
-"""Most chunked-framing bytes (size line, extensions, trailers) between two chunk boundaries."""
+"""Most chunked-framing bytes (size lines, extensions, trailers) read without a body byte."""
 MAX_INTERIM = 16
 """Most 1xx interim responses before the final response."""
 MAX_ERROR_BODY = 64 << 10
