@@ -234,6 +234,7 @@ class _Run(ContractChecks):
         self.failed = 0
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
         self.cur_phase = ""
+        self.last_gaps: Any = None  # ITL gaps of the last record() (numpy int64), for PhaseStats.add
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``runner.counterlog``)."""
@@ -306,8 +307,10 @@ class _Run(ContractChecks):
             if n and n > 1:
                 tpot = (r.last_token_ns - r.first_token_ns) // (n - 1)
         itl = None
+        self.last_gaps = None
         if len(r.token_ns) > 1:
             gs = itl_gaps_ns(r.token_ns)  # numpy: no Python int per token
+            self.last_gaps = gs  # reused by PhaseStats.add (a histogram: the order is free)
             n_gaps = len(gs)
             total, top = int(gs.sum()), int(gs.max())
             gs.partition(n_gaps // 2)  # in place: the upper median without a sorted copy
@@ -572,7 +575,10 @@ class _Run(ContractChecks):
                 rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                 self.writer.write(rec)
             self.check_error_rate(out)
-            st.add(rec, out.stream.token_ns if out.status == "ok" else None)
+            if out.status == "ok":
+                st.add(rec, out.stream.token_ns, gaps=self.last_gaps)
+            else:
+                st.add(rec)
             self.obs.on_record(rec)
             self.check_outcome(out)
             self.check_malformed(rec)

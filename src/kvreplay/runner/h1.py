@@ -11,8 +11,8 @@ transport, so http and https share this one path, one set of failure classes
 (those of ``kvreplay.runner.http``) and one set of limits:
 
     MAX_HEAD_BYTES        response head (status line + headers, 1xx heads included)  64 KiB
-    MAX_FRAMING_BYTES     chunk-size line, chunk extensions, trailers between two     64 KiB
-                          chunk boundaries
+    MAX_FRAMING_BYTES     chunk-size lines, chunk extensions, trailers read since     64 KiB
+                          the last read that carried body bytes
     MAX_INTERIM           1xx responses before the final one                          16
     MAX_ERROR_BODY        body kept of a non-200 response                             64 KiB
     MAX_JSON_BODY_BYTES   non-streamed 200 body                                       32 MiB
@@ -56,7 +56,7 @@ __all__ = ["MAX_FRAMING_BYTES", "MAX_HEAD_BYTES", "MAX_INTERIM", "H1Client", "cl
 MAX_HEAD_BYTES = 64 << 10
 """Largest response head kept parsing (bytes, every 1xx head included)."""
 MAX_FRAMING_BYTES = 64 << 10
-"""Most chunked-framing bytes (size line, extensions, trailers) between two chunk boundaries."""
+"""Most chunked-framing bytes (size lines, extensions, trailers) read without a body byte."""
 MAX_INTERIM = 16
 """Most 1xx interim responses before the final response."""
 MAX_ERROR_BODY = 64 << 10
@@ -67,6 +67,7 @@ CLIENT_ERRNOS = _CLIENT_ERRNOS
 (recorded as ``client_error``, never ``connect``)."""
 
 _HEAD, _BODY, _DONE = 0, 1, 2
+_PARSE_ERRORS = (httptools.HttpParserUpgrade, httptools.HttpParserError)
 
 
 class _LimitError(Exception):
@@ -90,13 +91,17 @@ class _Exchange:
 
     __slots__ = ("acc", "body", "body_len", "chunked", "close_after", "complete", "conn", "ctype", "done_ns", "error",
                  "exc_status", "framed", "framing_run", "fut", "head_bytes", "head_chars", "headers_ns",
-                 "http_status", "interim", "last_rx_ns", "location", "parser", "pieces", "progress",
+                 "http_status", "interim", "last_rx_ns", "location", "on_body", "parser", "pieces",
                  "reason", "state", "timeout_kind")
 
     def __init__(self, conn: _H1Conn | None, fut: asyncio.Future | None, head_chars: int) -> None:
         self.conn = conn
         self.fut = fut
         self.head_chars = head_chars
+        self.pieces: list[bytes] = []
+        # llhttp's body callback is the list's own append (a C call, no Python frame per
+        # chunk); httptools reads the callbacks once, here, so it is set before the parser.
+        self.on_body = self.pieces.append
         self.parser = httptools.HttpResponseParser(self)
         self.state = _HEAD
         self.head_bytes = 0
@@ -111,8 +116,6 @@ class _Exchange:
         self.acc: SSEAccountant | None = None
         self.body: list[bytes] | None = None
         self.body_len = 0
-        self.pieces: list[bytes] = []
-        self.progress = False
         self.framing_run = 0
         self.complete = False
         self.close_after = False
@@ -161,15 +164,6 @@ class _Exchange:
         else:
             self.body = []
 
-    def on_body(self, body: bytes) -> None:
-        self.pieces.append(body)
-
-    def on_chunk_header(self) -> None:
-        self.progress = True
-
-    def on_chunk_complete(self) -> None:
-        self.progress = True
-
     def on_message_complete(self) -> None:
         if self.state == _BODY:
             self.complete = True
@@ -179,31 +173,57 @@ class _Exchange:
     # -- protocol side -------------------------------------------------------
 
     def on_data(self, data: bytes) -> None:
-        """Parse one socket read; feed its body bytes to the accountant in one call."""
+        """Parse one socket read; feed its body bytes to the accountant in one call.
+
+        Chunked framing is bounded by the bytes read since the last read that
+        carried body bytes (``MAX_FRAMING_BYTES``): every chunk but the last has
+        at least one body byte, so a run without any is size lines, extensions
+        or trailers only.
+        """
         now = now_ns()
         self.last_rx_ns = now
-        if self.state == _DONE:
+        state = self.state
+        if state == _BODY:
+            try:
+                self.parser.feed_data(data)
+            except _PARSE_ERRORS as exc:
+                if self._parse_error(exc, now):
+                    return
+            pieces = self.pieces
+            acc = self.acc
+            if pieces and acc is not None:
+                # the steady state of a token stream: one accountant call per read
+                payload = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                pieces.clear()
+                try:
+                    acc.feed(payload, now)
+                except StreamError as exc:
+                    self._fail("malformed", f"{exc.kind}: {exc}"[:ERROR_BYTES], now)
+                    return
+                got = 1
+            else:
+                got = self._take(now)
+            if self.state == _DONE:
+                return
+            if self.complete:
+                self._finish(now)
+            elif got:
+                self.framing_run = 0
+            else:
+                self.framing_run += len(data)
+                if self.framing_run > MAX_FRAMING_BYTES:
+                    self._fail("malformed", f"malformed_http: chunk framing over {MAX_FRAMING_BYTES} bytes "
+                                            "between two chunks", now)
+            return
+        if state == _DONE:
             self.close_after = True
             return
-        in_head = self.state == _HEAD
-        if in_head:
-            self.head_bytes += len(data)
-        self.progress = False
+        self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if not self.complete:
-                self._take(now)
-                self._fail("malformed", "malformed_http: unexpected protocol upgrade", now)
+        except _PARSE_ERRORS as exc:
+            if self._parse_error(exc, now):
                 return
-            self.close_after = True
-        except httptools.HttpParserError as exc:
-            if not self.complete:
-                self._take(now)
-                why = exc.__context__ if isinstance(exc.__context__, _LimitError) else exc
-                self._fail("malformed", f"malformed_http: {why}"[:ERROR_BYTES], now)
-                return
-            self.close_after = True  # junk after a complete response: drop the connection
         if self.state == _HEAD:
             if self.head_bytes > MAX_HEAD_BYTES:
                 self._fail("malformed", f"malformed_http: response head over {MAX_HEAD_BYTES} bytes", now)
@@ -215,14 +235,21 @@ class _Exchange:
             return
         if self.complete:
             self._finish(now)
-            return
-        if not in_head and not self.progress:
-            self.framing_run += len(data) - got
-            if self.framing_run > MAX_FRAMING_BYTES:
-                self._fail("malformed", f"malformed_http: chunk framing over {MAX_FRAMING_BYTES} bytes "
-                                        "between two chunks", now)
-        elif self.progress:
+        elif got:
             self.framing_run = 0
+
+    def _parse_error(self, exc: Exception, now: int) -> bool:
+        """Handle a parse error from llhttp: fail the exchange (True), or after a complete response drop the link."""
+        if self.complete:
+            self.close_after = True  # junk after a complete response: drop the connection
+            return False
+        self._take(now)
+        if isinstance(exc, httptools.HttpParserUpgrade):
+            self._fail("malformed", "malformed_http: unexpected protocol upgrade", now)
+        else:
+            why = exc.__context__ if isinstance(exc.__context__, _LimitError) else exc
+            self._fail("malformed", f"malformed_http: {why}"[:ERROR_BYTES], now)
+        return True
 
     def _take(self, now: int) -> int:
         """Hand the body pieces of this read on (accountant or body list); returns their byte count."""
@@ -330,7 +357,8 @@ class _H1Conn(asyncio.Protocol):
         x = self.x
         if x is not None:
             x.on_data(data)
-        elif self.transport is not None:
+            return
+        if self.transport is not None:
             self.closed = True
             self.transport.close()  # unsolicited bytes: not reusable
 
