@@ -54,8 +54,10 @@ import orjson
 
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.plan import Phase, Plan, load_plan_json
+from kvreplay.runner._execute import _execute
 from kvreplay.runner._merge import _phase_payload, merge_run
-from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, on_interrupt_signals, plan_json_of
+from kvreplay.runner._options import RunOptions, plan_json_of
+from kvreplay.runner._runner import _Run, _write_json, on_interrupt_signals
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload, load_workload
 
