@@ -1,8 +1,8 @@
-"""``kvreplay run``: replay a workload against a target in a frozen order.
+r"""``kvreplay run``: replay a workload against a target in a frozen order.
 
 Examples::
 
-    kvreplay run fixtures/workloads/mtbench-52 --target sim \\
+    kvreplay run fixtures/workloads/mtbench-52 --target sim \
         --phase prime:forward:c1 --phase replay:reverse:c4 --out runs/x
     kvreplay run --from-plan runs/x/plan.json --target http://127.0.0.1:8000 --backend vllm
 """
@@ -397,8 +397,11 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
 
 
 def sim_run_extra(time_scale: float, calibration: dict[str, Any] | None) -> dict[str, Any]:
-    """plan.json ``run`` keys of a ``--target sim`` run: ``sim_time_scale`` and, with
-    ``--sim-from-verdict``, ``sim_calibration`` (``sim.config.config_and_calibration``)."""
+    """plan.json ``run`` keys of a ``--target sim`` run.
+
+    ``sim_time_scale`` and, with ``--sim-from-verdict``, ``sim_calibration``
+    (``sim.config.config_and_calibration``).
+    """
     extra: dict[str, Any] = {"sim_time_scale": time_scale}
     if calibration is not None:
         extra["sim_calibration"] = calibration

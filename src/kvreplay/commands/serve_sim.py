@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (default 0)")
     parser.add_argument(
-        "--duration", type=float, default=None, metavar="S", help="stop after S seconds (default: run until interrupted)"
+        "--duration", type=float, default=None, metavar="S",
+        help="stop after S seconds (default: run until interrupted)",
     )
     add_sim_arguments(parser, prefix="")
 

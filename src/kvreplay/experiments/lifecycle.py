@@ -106,9 +106,12 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 class _Background:
-    """A ``start`` command kept running as the server: its own session and process group,
-    stdin from /dev/null, output to ``<log_dir>/<name>.log``. A plain ``Popen`` (not an
-    event-loop child), so an incumbent left running never holds the event loop's shutdown."""
+    """A ``start`` command kept running as the server.
+
+    Its own session and process group, stdin from /dev/null, output to
+    ``<log_dir>/<name>.log``. A plain ``Popen`` (not an event-loop child), so an
+    incumbent left running never holds the event loop's shutdown.
+    """
 
     def __init__(self, proc: subprocess.Popen, info: dict[str, Any]) -> None:
         self.proc, self.info = proc, info
@@ -308,8 +311,11 @@ class ServerControl:
                 return None, None, f"{type(exc).__name__}: {exc}"
 
     async def close(self, *, restored: bool) -> list[dict[str, Any]]:
-        """End of the window: stop the simulator; stop a background server this experiment
-        started unless it is the restored incumbent (which stays up, as the window promised)."""
+        """End of the window: stop the simulator and this experiment's background server.
+
+        A background server this experiment started is stopped unless it is the
+        restored incumbent (which stays up, as the window promised).
+        """
         if self.sim is not None:
             await self.sim.stop()
             self.sim = None

@@ -83,7 +83,9 @@ def probe_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: s
 
     Args:
         rest: The step's table without ``name``/``kind`` (unknown keys already refused).
-        path, line, fld: Where the step is (``fld`` like ``step[3]``), for errors.
+        path: The experiment file, for errors.
+        line: The step's line in it (None if unknown), for errors.
+        fld: The step's field name (like ``step[3]``), for errors.
 
     Returns:
         ``{"sizes": [tokens...], "cold_repeats", "flush_prefix_tokens", "foreign_tokens",

@@ -162,9 +162,12 @@ class ServerSpec:
 
 @dataclass(frozen=True, slots=True)
 class WindowSpec:
-    """``[window]``: deadlines in seconds from the experiment's start (None = unbounded), and
-    the abort rules every run step keeps (as ``kvreplay run``'s ``--abort-if``,
-    ``--max-error-rate``, ``--abort-on-malformed``)."""
+    """``[window]``: deadlines and the abort rules every run step keeps.
+
+    Deadlines are in seconds from the experiment's start (None = unbounded); the
+    abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate``,
+    ``--abort-on-malformed``.
+    """
 
     stop_new_after_s: float | None = None
     hard_deadline_s: float | None = None

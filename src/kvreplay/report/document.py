@@ -22,10 +22,10 @@ from typing import Any
 from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
-from kvreplay.report.rawseries import raw_series_table, violations
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.load import RunData
 from kvreplay.report.markdown import ray_line
+from kvreplay.report.rawseries import raw_series_table, violations
 from kvreplay.report.sections import (
     Table,
     counter_table,

@@ -1,6 +1,8 @@
 """The runner: executes a frozen plan and writes the run directory."""
 
-from kvreplay.runner._runner import RecordWriter, RunOptions, execute_plan
+from kvreplay.runner._execute import execute_plan
+from kvreplay.runner._options import RunOptions
+from kvreplay.runner._runner import RecordWriter
 from kvreplay.runner.backend import Backend, CounterDelta, Snapshot, counter_delta
 from kvreplay.runner.counters import DrainResult, check_fresh, settled_snapshot, wait_drained
 from kvreplay.runner.http import RequestOutcome, send_body

@@ -24,110 +24,47 @@ import errno
 import os
 import re
 import signal
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
-from kvreplay import __version__
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.errors import BackendError
 from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
 from kvreplay.redaction import _secret_bytes, escape_controls, redact, redact_bytes, register_headers
 from kvreplay.runner._contract import ContractChecks
-from kvreplay.runner.backend import TOKEN_TWINS, Backend, Snapshot, counter_delta
+from kvreplay.runner._counter_reads import CounterReads
+from kvreplay.runner._options import RunOptions, plan_json_of  # noqa: F401 (plan_json_of: re-exported)
+from kvreplay.runner.backend import Backend, Snapshot
 from kvreplay.runner.counterlog import CounterLog, counter_units
-from kvreplay.runner.counters import check_fresh, settled_snapshot, wait_drained
+from kvreplay.runner.counters import check_fresh, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
-from kvreplay.runner.identity import IdentityPin
-from kvreplay.runner.observer import NullObserver, RunObserver
-from kvreplay.runner.outcomes import check_ranges, client_error_outcome, finite_snapshot, redact_outcome
-from kvreplay.safe_io import atomic_write_bytes, atomic_write_text, open_new
+from kvreplay.runner.observer import RunObserver
+from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
+from kvreplay.safe_io import atomic_write_bytes, open_new
 from kvreplay.workload import Workload
 
-__all__ = ["RecordWriter", "RunOptions", "execute_plan"]
+__all__ = ["RecordWriter", "RunOptions", "execute_plan"]  # noqa: F822 (execute_plan: see __getattr__)
+
+
+def __getattr__(name: str) -> Any:
+    """``execute_plan`` and ``_execute`` live in ``runner._execute`` (which imports this module)."""
+    if name in ("execute_plan", "_execute"):
+        from kvreplay.runner import _execute
+
+        return getattr(_execute, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _FATAL_SERVER_ERROR = re.compile(r"out of memory|\boom\b|cuda|\bxid\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunOptions:
-    """How to run a plan (nothing here changes what is sent).
-
-    Attributes:
-        target_url: Server base URL, e.g. ``http://127.0.0.1:8000``.
-        out_dir: Run directory.
-        backend_name: Name written to plan.json (``none`` without counters).
-        headers: Extra request headers (e.g. Authorization); never written out.
-        head_chars: Visible text kept per record (characters); 0 with ``--no-text``.
-        connect_timeout_s: TCP connect bound (s).
-        read_idle_timeout_s: Longest silence between two reads (s) (field case B12).
-        total_timeout_s: Whole-request bound (s); None = none (B12: off by default).
-        per_request_counters: Read counters around each request at C1.
-        drain_timeout_s / drain_interval_s: Drain check bounds (s).
-        abort_on_restart: Stop new requests when counters show a restart.
-        stop_new_after_s: Deadline (s from run start) after which no request is sent.
-        hard_deadline_s: Deadline (s) at which in-flight requests are cancelled too.
-        max_error_rate: Abort when failed/sent exceeds this fraction (after
-            ``error_rate_min_requests`` requests).
-        abort_if: Bounds on common counter/gauge names, ``(name, op, value)`` with op
-            one of ``>``, ``>=``, ``<``, ``<=``; checked at every counter read and
-            every ``monitor_interval_s`` while a phase runs.
-        keepalive_timeout_s: Close pooled idle connections after this long (s), under
-            the servers' own idle limits (llama.cpp closes at 5 s, field case B11).
-        quiet: No progress lines.
-        report_md: Write report.md at the end (``run --report none``: False).
-        run_extra: Extra keys of plan.json's ``run`` block (``sim_time_scale``).
-        ca_file: PEM file of extra trusted CA certificates for https targets (``--ca-file``).
-        elapsed_before_s: Seconds of the run gone before these options took effect (a
-            worker's deadlines are shortened by it); added back in the deadline messages.
-        identity_pins: Expected identity values (``runner.identity``), checked before the
-            first request and at every identity read.
-        identity_interval_s: Identity re-read period while a phase runs without
-            per-request counter reads (s; at most 1 s is used).
-        abort_on_malformed: The first ``malformed`` record stops new requests.
-        on_check_fail: ``skip`` (a phase whose drain/fresh check failed sends nothing)
-            or ``mark`` (it is sent and marked invalid).
-    """
-
-    target_url: str
-    out_dir: Path
-    backend_name: str = "none"
-    target_label: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    head_chars: int = 256
-    connect_timeout_s: float = 30.0
-    read_idle_timeout_s: float = 120.0
-    total_timeout_s: float | None = None
-    per_request_counters: bool = True
-    drain_timeout_s: float = 10.0
-    drain_interval_s: float = 0.2
-    abort_on_restart: bool = False
-    stop_new_after_s: float | None = None
-    hard_deadline_s: float | None = None
-    max_error_rate: float | None = None
-    error_rate_min_requests: int = 20
-    abort_if: tuple[tuple[str, str, float], ...] = ()
-    monitor_interval_s: float = 1.0
-    keepalive_timeout_s: float = 2.0
-    quiet: bool = False
-    elapsed_before_s: float = 0.0
-    report_md: bool = True
-    run_extra: dict[str, Any] = field(default_factory=dict)
-    identity_pins: tuple[IdentityPin, ...] = ()
-    identity_interval_s: float = 1.0
-    abort_on_malformed: bool = False
-    on_check_fail: str = "skip"
-    ca_file: str | None = None
 
 
 class RecordWriter:
@@ -205,7 +142,7 @@ def _write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
 
 
-class _Run(ContractChecks):
+class _Run(CounterReads, ContractChecks):
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
                  observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
@@ -384,70 +321,6 @@ class _Run(ContractChecks):
         lim = self.opts.max_error_rate
         if lim is not None and self.sent >= self.opts.error_rate_min_requests and self.failed / self.sent > lim:
             self.request_abort("error_rate", f"{self.failed}/{self.sent} requests failed (> {lim:.1%})")
-
-    def check_bounds(self, snap: Snapshot | None) -> None:
-        if snap is None:
-            return
-        for name, op, bound in self.opts.abort_if:
-            v = snap.common.get(name)
-            if v is None and TOKEN_TWINS.get(name) in snap.common:
-                # The old meaning of a lookup name on a server that counts tokens (vLLM's
-                # host_hits was its external hit tokens): the bound reads the token name.
-                name = TOKEN_TWINS[name]
-                v = snap.common[name]
-            if v is None:
-                continue
-            hit = {">": v > bound, ">=": v >= bound, "<": v < bound, "<=": v <= bound}[op]
-            if hit:
-                self.request_abort("bound", f"{name}={v:g} crossed {op}{bound:g}")
-
-    async def snapshot(self, prev: Snapshot | None = None, at: str | int = "read") -> Snapshot | None:
-        if self.backend is None:
-            return None
-        try:
-            snap = await settled_snapshot(self.backend, prev=prev)
-        except BackendError as exc:
-            self.progress(f"counter read failed: {exc}")
-            return None
-        snap = finite_snapshot(snap, self.progress, self.nonfinite)
-        self.log_counters(snap, at)
-        self.check_bounds(snap)
-        await self.check_identity()  # at every counter read
-        return snap
-
-    async def monitor(self, first: Snapshot | None) -> None:
-        """Read counters every monitor_interval_s while a phase runs.
-
-        For ``abort_if`` bounds, and for ``abort_on_restart`` above C1, where no
-        per-request read would otherwise see a restart until the phase ends.
-        """
-        prev = first
-        while True:
-            await asyncio.sleep(self.opts.monitor_interval_s)
-            try:
-                snap = await self.backend.snapshot()  # type: ignore[union-attr]
-            except BackendError as exc:
-                self.progress(f"counter read failed: {exc}")
-                continue
-            snap = finite_snapshot(snap, self.progress, self.nonfinite)
-            self.log_counters(snap, "monitor")
-            self.check_bounds(snap)
-            if self.opts.abort_on_restart and prev is not None:
-                d = counter_delta(prev, snap)
-                if d.reset:
-                    self.request_abort("restart", "counters went down: "
-                                       + (", ".join(d.reset_names) or "start marker changed"))
-            prev = snap
-
-    def delta_json(self, a: Snapshot | None, b: Snapshot | None) -> dict | None:
-        if a is None or b is None:
-            return None
-        d = counter_delta(a, b)
-        if d.reset:
-            self.restarts += 1
-            if self.opts.abort_on_restart:
-                self.request_abort("restart", f"counters went down: {', '.join(d.reset_names) or 'start marker changed'}")
-        return d.to_json()
 
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec
@@ -673,135 +546,3 @@ def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:
     return H1Client(opts.target_url, headers=headers, connect_timeout_s=opts.connect_timeout_s,
                     read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s,
                     ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None)
-
-
-async def execute_plan(
-    plan: Plan,
-    workload: Workload,
-    opts: RunOptions,
-    *,
-    backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None = None,
-    observer: RunObserver | None = None,
-) -> dict[str, Any]:
-    """Run a frozen plan against a target and write the run directory.
-
-    Writes ``plan.json`` before the first request, ``records.jsonl`` as requests
-    complete, then ``summary.json``, ``histograms/*.hlog`` and ``report.md`` —
-    also after an abort or an interrupt.
-
-    Args:
-        plan: The frozen plan.
-        workload: The bodies it indexes (checked against the plan's hashes).
-        opts: Run options.
-        backend_factory: Async; builds the counter adapter from the run's session; None = no counters.
-        observer: Live-display hooks (``runner.observer``); None = silent.
-
-    Returns:
-        The summary (as written to summary.json).
-    """
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
-    obs = observer or NullObserver()
-    run = _Run(plan, workload, opts, None, obs)
-    plan_json = plan_json_of(plan, opts, run.clock)
-    _write_json(opts.out_dir / "plan.json", plan_json)
-    obs.on_run_start(plan_json, opts.stop_new_after_s)
-    return await _execute(run, plan_json, backend_factory)
-
-
-def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) -> dict[str, Any]:
-    """plan.json's content for a run of ``plan`` with ``opts`` (``extra`` joins the run block)."""
-    return plan.to_json({
-        "target": opts.target_label or opts.target_url,
-        "backend": opts.backend_name,
-        "kvreplay_version": __version__,
-        "implementation": IMPLEMENTATION,
-        "wall_anchor_ns": clock.wall_anchor_ns,
-        "unplanned_requests": [],
-        **opts.run_extra,
-        # The execution contract the run kept (runner._contract).
-        "contract": {
-            "identity_pins": [p.to_json() for p in opts.identity_pins],
-            "abort_on_malformed": opts.abort_on_malformed,
-            "on_check_fail": opts.on_check_fail,
-        },
-        **extra,
-    })
-
-
-async def _execute(run: _Run, plan_json: dict[str, Any],
-                   backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None,
-                   ) -> dict[str, Any]:
-    """Run every phase of ``run.plan`` and write records, histograms, summary.json and report.md."""
-    plan, opts, obs = run.plan, run.opts, run.obs
-    out = opts.out_dir
-    concurrency = max(p.spec.concurrency for p in plan.phases)
-    # Connector limit = concurrency, so the client never queues requests inside
-    # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency,
-                                     keepalive_timeout=opts.keepalive_timeout_s,
-                                     ssl=client_ssl_context(opts.ca_file) if opts.ca_file else True)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s,
-                                    sock_read=opts.read_idle_timeout_s)
-    loop = asyncio.get_running_loop()
-    interrupted = {"n": 0}
-
-    def on_signal() -> None:
-        interrupted["n"] += 1
-        if interrupted["n"] >= 2:
-            run.cancel_in_flight("interrupt", "operator interrupt (signal)")
-        else:
-            run.request_abort("interrupt", "operator interrupt (signal): finishing requests in flight")
-
-    timers = []
-    if opts.stop_new_after_s is not None:
-        timers.append(loop.call_later(opts.stop_new_after_s, run.request_abort, "deadline",
-                                      f"no new requests after {opts.stop_new_after_s + opts.elapsed_before_s:g} s"))
-    if opts.hard_deadline_s is not None:
-        timers.append(loop.call_later(opts.hard_deadline_s, run.cancel_in_flight, "hard_deadline",
-                                      f"hard deadline of {opts.hard_deadline_s + opts.elapsed_before_s:g} s"))
-
-    installed = on_interrupt_signals(loop, on_signal)
-    try:
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                         auto_decompress=False) as session:
-            run.h1 = _h1_client(opts, run.headers)
-            try:
-                run.backend = await backend_factory(session) if backend_factory else None
-            except BackendError as exc:
-                run.request_abort("target_unusable", str(exc))
-                raise
-            # The adapter actually used (``auto`` resolved), still before the first request;
-            # the run block is outside the plan's hash.
-            plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"
-            _write_json(out / "plan.json", plan_json)
-            await run.start_identity()  # baseline and pins, before the first request
-            try:
-                for i, phase in enumerate(plan.phases):
-                    if i > 0:
-                        await run.check_identity()
-                    await run.run_phase(session, phase)
-                await run.check_identity()
-            except asyncio.CancelledError:
-                run.request_abort("interrupt", "cancelled by a second interrupt")
-    finally:
-        if run.h1 is not None:
-            run.h1.close()
-        for tm in timers:
-            tm.cancel()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        run.writer.close()
-        if run.counter_log is not None:
-            run.counter_log.close()
-        summary = run.summary()
-        from kvreplay.report.markdown import render_markdown
-
-        try:
-            _write_json(out / "summary.json", summary)
-            if opts.report_md:
-                atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
-        except OSError as exc:
-            # Disk full: records.jsonl holds every whole record; `kvreplay report` rebuilds the rest.
-            run.progress(f"summary.json/report.md not written: {exc}; rebuild them later with: kvreplay report {out}")
-        obs.on_run_end(summary)
-    return summary

@@ -185,8 +185,11 @@ def read_counter_log(path: Path) -> list[dict[str, Any]]:
 
 
 def counter_units(units: dict[str, str] | None, names: set[str]) -> dict[str, str]:
-    """The unit of each common name in ``names``: fixed ones from ``COMMON_UNITS``,
-    the others as the backend's profile declares them (absent when it declares none)."""
+    """The unit of each common name in ``names``.
+
+    Fixed ones from ``COMMON_UNITS``, the others as the backend's profile declares
+    them (absent when it declares none).
+    """
     src = dict(units or {})
     out = {}
     for n in sorted(names):

@@ -197,20 +197,25 @@ async def _send_once(
                 return _json_outcome(bytes(buf), sent, headers_ns, now_ns(), head_chars)
     except StreamError as exc:
         res = acc.result if acc is not None else StreamResult()
-        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), res, error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), res,
+                              error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
     except orjson.JSONDecodeError as exc:
-        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), error=f"invalid JSON: {exc}"[:ERROR_BYTES])
+        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(),
+                              error=f"invalid JSON: {exc}"[:ERROR_BYTES])
     except aiohttp.ConnectionTimeoutError as exc:
-        return RequestOutcome("timeout", None, sent, None, now_ns(), error=f"connect_timeout: {exc}"[:ERROR_BYTES], timeout_kind="connect")
+        return RequestOutcome("timeout", None, sent, None, now_ns(),
+                              error=f"connect_timeout: {exc}"[:ERROR_BYTES], timeout_kind="connect")
     except aiohttp.ServerTimeoutError:
         # sock_read: no byte for read_idle seconds (a silent stream, field case B12).
         res = acc.result if acc is not None else StreamResult()
         kind = "first_byte" if headers_ns is None or res.first_byte_ns is None else "read_idle"
-        return RequestOutcome("timeout", http_status, sent, headers_ns, now_ns(), res, error=f"{kind}_timeout", timeout_kind=kind)
+        return RequestOutcome("timeout", http_status, sent, headers_ns, now_ns(), res,
+                              error=f"{kind}_timeout", timeout_kind=kind)
     except TimeoutError:
         # asyncio.timeout: the whole-request bound (off by default, field case B12).
         res = acc.result if acc is not None else StreamResult()
-        return RequestOutcome("timeout", http_status, sent, headers_ns, now_ns(), res, error="client_total_timeout", timeout_kind="total")
+        return RequestOutcome("timeout", http_status, sent, headers_ns, now_ns(), res,
+                              error="client_total_timeout", timeout_kind="total")
     except aiohttp.ClientConnectorError as exc:
         if exc.os_error is not None and exc.os_error.errno in _CLIENT_ERRNOS:
             return RequestOutcome("client_error", None, sent, None, now_ns(),
@@ -231,14 +236,17 @@ async def _send_once(
     except aiohttp.ServerDisconnectedError as exc:
         res = acc.result if acc is not None else StreamResult()
         status = "cut" if headers_ns is not None else "write"
-        return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+        return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res,
+                              error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
     except aiohttp.ClientOSError as exc:
         res = acc.result if acc is not None else StreamResult()
         status = "cut" if headers_ns is not None else "write"
-        return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+        return RequestOutcome(status, http_status, sent, headers_ns, now_ns(), res,
+                              error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
     except aiohttp.ClientError as exc:
         res = acc.result if acc is not None else StreamResult()
-        return RequestOutcome("cut" if headers_ns else "connect", http_status, sent, headers_ns, now_ns(), res, error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
+        return RequestOutcome("cut" if headers_ns else "connect", http_status, sent, headers_ns, now_ns(), res,
+                              error=(str(exc) or type(exc).__name__)[:ERROR_BYTES])
 
 
 _CLIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})

@@ -53,40 +53,15 @@ from typing import Any
 import orjson
 
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.metrics.histograms import new_histogram, write_log
-from kvreplay.metrics.selfmeasure import merge_client, thresholds
-from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan, load_plan_json
-from kvreplay.runner._runner import RunOptions, _execute, _Run, _write_json, on_interrupt_signals, plan_json_of
+from kvreplay.runner._execute import _execute
+from kvreplay.runner._merge import _phase_payload, merge_run
+from kvreplay.runner._options import RunOptions, plan_json_of
+from kvreplay.runner._runner import _Run, _write_json, on_interrupt_signals
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
-from kvreplay.safe_io import atomic_write_text
 from kvreplay.workload import Workload, load_workload
 
 __all__ = ["execute_plan_workers", "merge_run", "run_worker", "slots_of", "worker_options"]
-
-_MERGED_FIELDS = (
-    "sent",
-    "ok",
-    "not_sent",
-    "prompt_tokens",
-    "cached_tokens",
-    "cached_unknown",
-    "completion_tokens",
-    "peak_in_flight",
-    "n_disagreements",
-    "no_usage_n",
-    "no_usage_tokens",
-    "no_usage_counted",
-)
-_WORKER0_FIELDS = (
-    "counter_delta",
-    "drain",
-    "invalid_reasons",
-    "attribution",
-    "open_loop",
-    "offered_rps",
-    "check_failed",
-)
 
 
 def peer_stop_message(reason: str) -> str:
@@ -209,22 +184,6 @@ class _WorkerRun(_Run):
         rec = super().record(*args, **kw)
         rec["worker"] = self.index
         return rec
-
-
-def _phase_payload(st: PhaseStats) -> dict[str, Any]:
-    return {
-        "fields": {
-            k: getattr(st, k)
-            for k in _MERGED_FIELDS
-            + _WORKER0_FIELDS
-            + ("failed", "start_ns", "end_ns", "deferred", "disagreements", "client")
-            + ("no_usage_by_status", "no_usage_positions")
-        },
-        "hists": {
-            m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
-            for m, ls in st.hists.sets.items()
-        },
-    }
 
 
 def worker_options(opts: RunOptions, out_dir: Path, elapsed_s: float) -> RunOptions:
@@ -476,151 +435,4 @@ async def execute_plan_workers(
         shutil.copyfile(w0_counters, out / "counters.jsonl")
     if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
         shutil.rmtree(out / "workers", ignore_errors=True)
-    return summary
-
-
-def _merge_records(paths: list[Path], names: dict[str, int], dest: Path) -> int:
-    """Write the workers' records in (phase, position) order; memory: 4 integers per record.
-
-    Each record's bytes are copied as written (never re-serialised).
-    """
-    import mmap
-
-    index: list[tuple[int, int, int, int, int]] = []
-    maps: list[Any] = []
-    files = []
-    try:
-        for k, path in enumerate(paths):
-            if not path.exists() or path.stat().st_size == 0:
-                maps.append(None)
-                continue
-            f = open(path, "rb")  # noqa: SIM115 - closed below
-            files.append(f)
-            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            maps.append(m)
-            start = 0
-            size = len(m)
-            while start < size:
-                end = m.find(b"\n", start)
-                if end < 0:
-                    end = size
-                if end > start:
-                    rec = orjson.loads(m[start:end])
-                    index.append((names.get(rec["phase"], 1 << 30), rec["position"], k, start, end))
-                start = end + 1
-        index.sort()
-        with open(dest, "wb") as out:
-            for _, _, k, a, b in index:
-                out.write(maps[k][a:b] + b"\n")
-    finally:
-        for m in maps:
-            if m is not None:
-                m.close()
-        for f in files:
-            f.close()
-    return len(index)
-
-
-def merge_run(
-    plan: Plan,
-    plan_json: dict[str, Any],
-    parts: list[dict[str, Any]],
-    clock: RunClock,
-    out: Path,
-    obs: RunObserver,
-    **extra: Any,
-) -> dict[str, Any]:
-    """Merge the workers' payloads (from :func:`run_worker`, in worker order) into the run directory.
-
-    Writes records.jsonl in (phase, position) order, the added histograms (HdrHistogram
-    ``add`` is exact), summary.json (``extra`` keys join it) and report.md.
-
-    Returns:
-        The merged summary.
-    """
-    from kvreplay.accounting import IMPLEMENTATION
-    from kvreplay.report.markdown import render_markdown
-
-    names = {ph.name: i for i, ph in enumerate(plan.phases)}
-    n_records = _merge_records([Path(p["records"]) for p in parts], names, out / "records.jsonl")
-    phases_json = []
-    for i, phase in enumerate(plan.phases):
-        spec = phase.spec
-        st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence),
-                        label=spec.label, comparable=spec.comparable)
-        w0 = parts[0]["phases"][i]["fields"] if i < len(parts[0]["phases"]) else None
-        present = [p["phases"][i] for p in parts if i < len(p["phases"])]
-        if w0 is not None:
-            for k in _WORKER0_FIELDS:
-                setattr(st, k, w0[k])
-        for ph in present:
-            f = ph["fields"]
-            for k in _MERGED_FIELDS:
-                setattr(st, k, getattr(st, k) + (f[k] or 0))
-            for cls, n in f["failed"].items():
-                st.failed[cls] = st.failed.get(cls, 0) + n
-            st.disagreements.extend(f["disagreements"])
-            for cls, n in (f.get("no_usage_by_status") or {}).items():
-                st.no_usage_by_status[cls] = st.no_usage_by_status.get(cls, 0) + n
-            st.no_usage_positions = sorted(st.no_usage_positions + list(f.get("no_usage_positions") or []))[:20]
-            for m, (enc, sum_us, oor) in ph["hists"].items():
-                ls = st.hists.sets[m]
-                if enc is not None:
-                    ls.hist.decode_and_add(enc)
-                ls.sum_us += sum_us
-                ls.out_of_range += oor
-        starts = [
-            ph["fields"]["start_ns"] for ph in present if ph["fields"]["start_ns"] is not None
-        ]
-        ends = [ph["fields"]["end_ns"] for ph in present if ph["fields"]["end_ns"] is not None]
-        st.start_ns = min(starts) if starts else None
-        st.end_ns = max(ends) if ends else None
-        st.deferred = bool(present) and all(ph["fields"]["deferred"] for ph in present)
-        st.disagreements = sorted(st.disagreements, key=lambda d: d["position"])[:20]
-        clients = [ph["fields"]["client"] for ph in present if ph["fields"]["client"]]
-        st.client = merge_client(clients) if clients else None
-        if st.client is not None:
-            st.client.pop("loop_lag_log", None)
-        if st.start_ns is not None and st.end_ns is not None:
-            start_s = (st.start_ns - clock.origin_ns) / 1e9
-            end_s = (st.end_ns - clock.origin_ns) / 1e9
-            st.histogram_files = st.hists.write_logs(out / "histograms", phase.name, start_s, end_s)
-            lag_enc = [p["lag"][i] for p in parts if i < len(p["lag"]) and p["lag"][i]]
-            if lag_enc and st.client is not None:
-                h = new_histogram()
-                for enc in lag_enc:
-                    h.decode_and_add(enc)
-                name = f"{phase.name}.loop_lag.hlog"
-                write_log(
-                    out / "histograms" / name,
-                    h,
-                    f"kvreplay phase={phase.name} metric=loop_lag unit=us workers={len(parts)}",
-                    start_s,
-                    end_s,
-                )
-                st.client["loop_lag_log"] = name
-        pj = st.to_json()
-        phases_json.append(pj)
-        obs.on_phase_end(pj)
-    aborts = sorted(
-        (p["summary"]["aborted"] for p in parts if p["summary"]["aborted"]),
-        key=lambda a: str(a.get("message", "")).startswith("stopped by another worker"),
-    )
-    summary = {
-        "schema_version": SCHEMA_VERSION,
-        "plan_sha256": plan.sha256,
-        "implementation": IMPLEMENTATION,
-        "aborted": aborts[0] if aborts else None,
-        "restarts": sum(p["summary"]["restarts"] or 0 for p in parts),
-        "identity": parts[0]["summary"]["identity"],
-        "wall_s": round((now_ns() - clock.origin_ns) / 1e9, 6),
-        "records": n_records,
-        "client_thresholds": thresholds(),
-        "workers": len(parts),
-        **extra,
-        "phases": phases_json,
-    }
-    _write_json(out / "summary.json", summary)
-    atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
-    obs.on_run_end(summary)
     return summary

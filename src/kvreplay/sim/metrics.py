@@ -85,7 +85,9 @@ class _Out:
         for extra, _v in samples:
             self.lines.append(f"{name}_created{_labels({**self.base, **extra})} {self.created!r}")
 
-    def gauge(self, name: str, help_: str, value: float, extra: dict[str, str] | None = None, base: bool = True) -> None:
+    def gauge(
+        self, name: str, help_: str, value: float, extra: dict[str, str] | None = None, base: bool = True
+    ) -> None:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} gauge")
         labels = {**(self.base if base else {}), **(extra or {})}

@@ -1,4 +1,4 @@
-"""The simulator's tokenizer approximation and chat template.
+r"""The simulator's tokenizer approximation and chat template.
 
 Real servers count tokens with the model's BPE vocabulary. The simulator has no
 model, so it uses a deterministic, documented approximation that lands near a
@@ -8,7 +8,7 @@ boundaries so that prefix caching behaves as it does on a real server.
 
 **Pieces.** Text is cut by one regular expression, in this order of preference:
 
-1. an optional single leading space plus a run of letters (Unicode ``\\w``
+1. an optional single leading space plus a run of letters (Unicode ``\w``
    without digits and ``_``); runs longer than 6 letters are cut into chunks
    of at most 6 (only the first chunk keeps the space);
 2. an optional single leading space plus a run of digits, cut into chunks of
@@ -23,13 +23,13 @@ Each piece is one token. Its id is ``SPECIAL_IDS_END + blake2b(piece, 4 bytes)
 
 **Chat template** (ChatML-like; special markers are one token each)::
 
-    <|im_start|>{role}\\n{content}<|im_end|>\\n      one per message
-    <|im_start|>assistant\\n                         the generation prompt
+    <|im_start|>{role}\n{content}<|im_end|>\n      one per message
+    <|im_start|>assistant\n                         the generation prompt
 
 Each segment is tokenized on its own and the results are concatenated, so a
 message's tokens never depend on its neighbours. ``tools`` (when present) are
 rendered as a leading ``tools`` message holding their canonical JSON. A content
-list keeps its ``text`` parts joined by ``\\n``; other parts (images, audio)
+list keeps its ``text`` parts joined by ``\n``; other parts (images, audio)
 count as one ``<|media|>`` token each.
 
 **Boundaries** kept per prompt (token offsets, used as cache checkpoints):
@@ -204,13 +204,13 @@ _GEN_PROMPT = (IM_START, *tokenize_text("assistant"), *_NL)
 def render_messages(
     messages: Sequence[Mapping[str, object]], *, tools: object = None, add_generation_prompt: bool = True
 ) -> Prompt:
-    """Render chat messages with the template of the module docstring.
+    r"""Render chat messages with the template of the module docstring.
 
     Args:
         messages: OpenAI-style messages (``role``, ``content``; assistant
             ``tool_calls`` are rendered as their canonical JSON after the content).
         tools: The request's ``tools`` list, or None.
-        add_generation_prompt: Append ``<|im_start|>assistant\\n``.
+        add_generation_prompt: Append ``<|im_start|>assistant\n``.
 
     Returns:
         The rendered prompt with its boundaries.

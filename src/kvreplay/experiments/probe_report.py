@@ -1,0 +1,189 @@
+"""The probe's words: the verdict line (``plain_line``), ``report.md`` (``render_report``), the intercept warning.
+
+Split out of ``kvreplay.experiments.probe`` (which re-exports ``intercept_warning``,
+``plain_line`` and ``render_report``); the verdict dict these read is the one
+``run_probe`` returns (keys as in ``verdict.json``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["intercept_warning", "plain_line", "render_report"]
+
+
+def intercept_warning(fit: dict[str, Any] | None) -> str | None:
+    """Why the fitted intercept ``a`` of ``prefill_s = a + tokens / rate`` cannot be read as a cost, or None.
+
+    Negative: no prefill takes less than no time, so ``a < 0`` says the cold
+    legs are too few or too noisy for a fixed cost (the rate may still hold).
+    Implausible: ``a`` at or above the fastest cold leg's own time leaves
+    nothing for the tokens of that leg.
+
+    Args:
+        fit: A ``prefill_fits`` entry (``a_s`` s, ``points`` ``[tokens, s]``), or None.
+    """
+    if not fit or fit.get("a_s") is None:
+        return None
+    a = float(fit["a_s"])
+    if a < 0:
+        return (f"negative intercept a = {a:.4f} s: a prefill cannot take less than no time; "
+                f"the {fit.get('n')} cold sizes do not pin a fixed cost (read a as about 0; "
+                "the rate still holds if R^2 is high)")
+    ys = [p[1] for p in fit.get("points") or [] if isinstance(p, (list, tuple)) and len(p) == 2]
+    if ys and a >= min(ys):
+        return (f"implausible intercept a = {a:.4f} s: at or above the fastest cold leg "
+                f"({min(ys):.4f} s), it leaves no time for that leg's tokens")
+    return None
+
+
+def _model(v: dict[str, Any], seconds: float) -> str:
+    """``" (= X model s at simulator time scale S)"`` for a probe of ``--target sim``, else ``""``."""
+    scale = v.get("sim_time_scale")
+    if isinstance(scale, (int, float)) and scale not in (0, 1) and scale > 0:
+        return f" (= {seconds / scale:.3g} model s at simulator time scale {scale:g})"
+    return ""
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _ktok(tokens: float) -> str:
+    """998 -> "1k", 24576 -> "24k", 1536 -> "1.5k", 600 -> "600" (k = 1024 tokens)."""
+    if tokens < 1000:
+        return f"{tokens:.0f}"
+    text = f"{tokens / 1024:.1f}"
+    return (text[:-2] if text.endswith(".0") else text) + "k"
+
+
+def plain_line(v: dict[str, Any]) -> str:
+    """The one sentence a person acts on (see ``report.md``)."""
+    k = v.get("min_flush_k")
+    prefix = v.get("flush_prefix_tokens")
+    if k is None or prefix is None:
+        return f"No flushing count found: {v.get('eviction_note') or 'eviction legs not run'}."
+    ents = v.get("implied_entries")
+    head = ""
+    if ents:
+        head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
+    line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
+    if v.get("eviction_cost_s") is not None:
+        line += (f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
+                 + _model(v, v["eviction_cost_s"]))
+    return line + "."
+
+
+def render_report(v: dict[str, Any]) -> str:
+    """``report.md``: fit, Cmax, minimum flushing k, implied entries, bytes per token."""
+    lines = [
+        "# kvreplay probe",
+        "",
+        f"**{v['plain']}**",
+        "",
+        f"Target: `{v['target']}`, model `{v['model']}`.",
+        "",
+    ]
+    lines += ["## Prefill cost", ""]
+    f = v["prefill_fit"]
+    if f and f["rate_tokens_per_s"]:
+        lines.append(
+            f"prefill_s = {f['a_s']:.4f} + tokens / {f['rate_tokens_per_s']:.1f} "
+            f"(R^2 {f['r2']}, fitted on `{f['source']}`)"
+        )
+    elif f:
+        lines.append(
+            f"no positive slope on `{f['source']}` (a = {f['a_s']:.4f} s): prefill time does not "
+            "grow with tokens here"
+        )
+    else:
+        lines.append("no fit (fewer than two cold sizes answered)")
+    if f and f.get("rate_tokens_per_s") and _model(v, 1.0):
+        scale = float(v["sim_time_scale"])
+        lines += ["", f"In model seconds (simulator time scale {scale:g}: measured = model x {scale:g}): "
+                      f"prefill_s = {f['a_s'] / scale:.4f} + tokens / {f['rate_tokens_per_s'] * scale:.1f}"]
+    if v.get("prefill_fit_warning"):
+        lines += ["", f"**Warning:** {v['prefill_fit_warning']}"]
+    lines += [
+        "",
+        "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, f in v["prefill_fits"].items():
+        lines.append(
+            f"| {name} | {f['a_s']:.4f} | {f['rate_tokens_per_s']} | {f['r2']} | "
+            f"{', '.join(f'{r:+.4f}' for r in f['residuals_s'])} |"
+        )
+    lines += [
+        "",
+        "| size | prompt tokens | cached (warm) | cold TTFT (s) | warm TTFT (s) | saving per reuse (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in v["warm"]:
+        lines.append(
+            f"| {w['size_tokens']} | {w['prompt_tokens']} | {w['cached_tokens']} | "
+            f"{_fmt(w['cold_ttft_s'])} | {_fmt(w['warm_ttft_s'])} | {_fmt(w['saving_per_reuse_s'])} |"
+        )
+    lines += [
+        "",
+        "## Cache",
+        "",
+        f"- Cmax (largest cached_tokens seen): {v['cmax_tokens']}"
+        + (" (cap-bound: the entry cap limited it)" if v.get("cmax_cap_bound") else ""),
+        f"- minimum flushing k: {v['min_flush_k'] if v['min_flush_k'] is not None else 'not found'} "
+        f"(bracket {v['flush_bracket']}, floor {v['flush_floor_tokens']} cached tokens)",
+    ]
+    if v["eviction_note"]:
+        lines.append(f"- note: {v['eviction_note']}")
+    lines.append(
+        f"- entries stored per request: {v['entries_per_request'] if v['entries_per_request'] else 'unknown'}"
+    )
+    lines.append(
+        f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}"
+    )
+    s = v["entries_per_request"]
+    if s:
+        lines.append(
+            f"- to keep a prefix through N foreign requests the cache needs at least {s} x (N + 1) "
+            f"entries (e.g. {s * 11} for N = 10)"
+        )
+    if v["bytes_per_token"]:
+        lines.append(
+            f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})"
+        )
+        if v["prefix_bytes"]:
+            lines.append(
+                f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
+                f"per entry"
+            )
+        if v.get("max_entry_bytes_seen"):
+            lines.append(
+                f"- bytes per entry: largest seen {v['max_entry_bytes_seen']}"
+                + (f", entry cap {v['entry_cap_bytes']}" if v.get("entry_cap_bytes") else "")
+            )
+    else:
+        lines.append("- bytes per token: not reported by this server")
+    lines.append(
+        f"- refused stores: {v.get('refused_stores') if v.get('refused_stores') is not None else 'not reported'}"
+    )
+    if v.get("target_prefix"):
+        lines.append(f"- target prefix: {v['target_prefix']['sentence']}")
+    lines += [
+        "",
+        "## Eviction points",
+        "",
+        "| k | repeat | prefix tokens | cached (first) | cached (second) | flushed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pt in v["points"]:
+        lines.append(
+            f"| {pt['k']} | {pt['repeat']} | {pt['prefix_tokens']} | {pt['cached_first']} | "
+            f"{pt['cached_second']} | {pt['flushed']} |"
+        )
+    lines += [
+        "",
+        f"Requests: {v['requests']} measured, {len(v['unplanned_requests'])} unplanned (calibration).",
+        f"Identity drift: {v['identity']['drift']}.",
+        "",
+    ]
+    return "\n".join(lines)

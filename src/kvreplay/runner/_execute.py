@@ -1,0 +1,140 @@
+"""Running a whole plan: ``execute_plan`` (one process) and ``_execute`` (shared with ``--workers``).
+
+Split out of ``kvreplay.runner._runner`` (which still answers both names);
+``kvreplay.runner`` exports ``execute_plan``. The per-request and per-phase
+work is ``_runner._Run``'s; this module sets up the session, deadlines and
+signals around it and writes summary.json and report.md at the end (also after
+an abort or an interrupt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from kvreplay.errors import BackendError
+from kvreplay.plan import Plan
+from kvreplay.runner._options import RunOptions, plan_json_of
+from kvreplay.runner._runner import _h1_client, _Run, _write_json, on_interrupt_signals
+from kvreplay.runner.backend import Backend
+from kvreplay.runner.h1 import client_ssl_context
+from kvreplay.runner.observer import NullObserver, RunObserver
+from kvreplay.safe_io import atomic_write_text
+from kvreplay.workload import Workload
+
+__all__ = ["execute_plan"]
+
+
+async def execute_plan(
+    plan: Plan,
+    workload: Workload,
+    opts: RunOptions,
+    *,
+    backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None = None,
+    observer: RunObserver | None = None,
+) -> dict[str, Any]:
+    """Run a frozen plan against a target and write the run directory.
+
+    Writes ``plan.json`` before the first request, ``records.jsonl`` as requests
+    complete, then ``summary.json``, ``histograms/*.hlog`` and ``report.md`` —
+    also after an abort or an interrupt.
+
+    Args:
+        plan: The frozen plan.
+        workload: The bodies it indexes (checked against the plan's hashes).
+        opts: Run options.
+        backend_factory: Async; builds the counter adapter from the run's session; None = no counters.
+        observer: Live-display hooks (``runner.observer``); None = silent.
+
+    Returns:
+        The summary (as written to summary.json).
+    """
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    obs = observer or NullObserver()
+    run = _Run(plan, workload, opts, None, obs)
+    plan_json = plan_json_of(plan, opts, run.clock)
+    _write_json(opts.out_dir / "plan.json", plan_json)
+    obs.on_run_start(plan_json, opts.stop_new_after_s)
+    return await _execute(run, plan_json, backend_factory)
+
+
+async def _execute(run: _Run, plan_json: dict[str, Any],
+                   backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None,
+                   ) -> dict[str, Any]:
+    """Run every phase of ``run.plan`` and write records, histograms, summary.json and report.md."""
+    plan, opts, obs = run.plan, run.opts, run.obs
+    out = opts.out_dir
+    concurrency = max(p.spec.concurrency for p in plan.phases)
+    # Connector limit = concurrency, so the client never queues requests inside
+    # aiohttp (field case B11: the default limit of 100 silently caps C > 100).
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency,
+                                     keepalive_timeout=opts.keepalive_timeout_s,
+                                     ssl=client_ssl_context(opts.ca_file) if opts.ca_file else True)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s,
+                                    sock_read=opts.read_idle_timeout_s)
+    loop = asyncio.get_running_loop()
+    interrupted = {"n": 0}
+
+    def on_signal() -> None:
+        interrupted["n"] += 1
+        if interrupted["n"] >= 2:
+            run.cancel_in_flight("interrupt", "operator interrupt (signal)")
+        else:
+            run.request_abort("interrupt", "operator interrupt (signal): finishing requests in flight")
+
+    timers = []
+    if opts.stop_new_after_s is not None:
+        timers.append(loop.call_later(opts.stop_new_after_s, run.request_abort, "deadline",
+                                      f"no new requests after {opts.stop_new_after_s + opts.elapsed_before_s:g} s"))
+    if opts.hard_deadline_s is not None:
+        timers.append(loop.call_later(opts.hard_deadline_s, run.cancel_in_flight, "hard_deadline",
+                                      f"hard deadline of {opts.hard_deadline_s + opts.elapsed_before_s:g} s"))
+
+    installed = on_interrupt_signals(loop, on_signal)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                         auto_decompress=False) as session:
+            run.h1 = _h1_client(opts, run.headers)
+            try:
+                run.backend = await backend_factory(session) if backend_factory else None
+            except BackendError as exc:
+                run.request_abort("target_unusable", str(exc))
+                raise
+            # The adapter actually used (``auto`` resolved), still before the first request;
+            # the run block is outside the plan's hash.
+            plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"
+            _write_json(out / "plan.json", plan_json)
+            await run.start_identity()  # baseline and pins, before the first request
+            try:
+                for i, phase in enumerate(plan.phases):
+                    if i > 0:
+                        await run.check_identity()
+                    await run.run_phase(session, phase)
+                await run.check_identity()
+            except asyncio.CancelledError:
+                run.request_abort("interrupt", "cancelled by a second interrupt")
+    finally:
+        if run.h1 is not None:
+            run.h1.close()
+        for tm in timers:
+            tm.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        run.writer.close()
+        if run.counter_log is not None:
+            run.counter_log.close()
+        summary = run.summary()
+        from kvreplay.report.markdown import render_markdown
+
+        try:
+            _write_json(out / "summary.json", summary)
+            if opts.report_md:
+                atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
+        except OSError as exc:
+            # Disk full: records.jsonl holds every whole record; `kvreplay report` rebuilds the rest.
+            run.progress(f"summary.json/report.md not written: {exc}; rebuild them later with: kvreplay report {out}")
+        obs.on_run_end(summary)
+    return summary
