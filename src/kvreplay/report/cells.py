@@ -169,7 +169,8 @@ def latency_cell(
                 "ITL samples are not kept in records and the phase's histogram was never written"
             )
         if metric in ("itl", "tpot"):
-            return failed("no samples: no answer streamed two or more tokens (a non-streamed answer "
+            # Not a failure: the figure does not exist for such answers (README: absent).
+            return absent("no samples: no answer streamed two or more tokens (a non-streamed answer "
                           "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1
