@@ -32,10 +32,12 @@ def test_table_labels_missing_and_invalid_figures():
     assert (
         rows["ok"][3] == "12.5" and rows["ok"][5] == "absent"
     )  # ITL: no answer streamed two tokens in hand-built records
-    assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:10] == ["3", "0"]
-    assert rows["ok"][10] == "absent"  # stores not reported
-    assert "77.7" not in table and rows["bad"][3:] == ["invalid"] * 9
-    assert rows["later"][3:] == ["deferred"] * 9
+    # hits (lookups) 3, hit_tokens absent, misses 0 (NEWUSER 7: tokens have their own column)
+    assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:11] == ["3", "absent", "0"]
+    assert rows["ok"][11] == "absent"  # stores not reported
+    assert "77.7" not in table and rows["bad"][3:] == ["invalid"] * 10
+    assert rows["later"][3:] == ["deferred"] * 10
+    assert "- ok: absent: hit_tokens not reported by this server" in table
     assert "- ok: absent: stores not reported by this server" in table
     assert "- bad: failed: invalid phase: drain did not pass" in table
     assert "- later: deferred: not run: deadline" in table
