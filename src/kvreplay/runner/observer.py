@@ -10,7 +10,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-__all__ = ["ForwardingObserver", "NullObserver", "PlainObserver", "RunObserver", "replay_events", "slim_record"]
+__all__ = [
+    "ForwardingObserver", "NullObserver", "PlainObserver", "RunObserver", "phase_end_line",
+    "plan_time_scale", "replay_events", "slim_record",
+]
 
 
 class RunObserver(Protocol):
@@ -69,11 +72,46 @@ class NullObserver:
         pass
 
 
+def plan_time_scale(plan: dict[str, Any] | None) -> float | None:
+    """The simulator time scale of a plan (``plan.json`` ``run.sim_time_scale``), or None.
+
+    The same rule as ``report.units.sim_time_scale`` (which the runner may not
+    import): None for a real server and for a scale of 0 or 1.
+    """
+    v = ((plan or {}).get("run") or {}).get("sim_time_scale")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v != 1:
+        return float(v)
+    return None
+
+
+def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
+    """The terminal's line at a phase end: ok/planned, TTFT p50 (ms), cached/prompt tokens.
+
+    With a simulator time scale the TTFT is in model ms (measured / scale), as in
+    report.html, and the line says so: ``TTFT p50 223.0 ms (model ms, sim time scale 0.02)``.
+    """
+    p50 = (phase.get("ttft_ms") or {}).get("p50")
+    if p50 is None:
+        ttft = "-"
+    elif scale:
+        ttft = f"{float(p50) / scale:.1f} ms (model ms, sim time scale {scale:g})"
+    else:
+        ttft = f"{p50} ms"
+    return (
+        f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {ttft}, "
+        f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens"
+    )
+
+
 class PlainObserver(NullObserver):
     """One line per phase start/end, drain and notice, on stderr."""
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stderr
+        self.scale: float | None = None
+
+    def on_run_start(self, plan: dict[str, Any], deadline_s: float | None) -> None:  # noqa: D102
+        self.scale = plan_time_scale(plan)
 
     def _p(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -86,10 +124,7 @@ class PlainObserver(NullObserver):
         self._p(f"phase {phase}: drain {state} after {result['waited_s']} s")
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
-        self._p(
-            f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {phase['ttft_ms']['p50']} ms, "
-            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens"
-        )
+        self._p(phase_end_line(phase, self.scale))
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
