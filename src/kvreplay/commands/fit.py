@@ -82,7 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kv.add_argument(
         "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
     )
-    parser.add_argument("--max-tok", type=int, default=0, help="tokens the arena is sized for")
+    parser.add_argument(
+        "--max-tok",
+        type=int,
+        default=None,
+        help="tokens the arena is sized for (default: the max_tok of --from-log's reserving line,"
+        " else --printed-at-max-tok, else 0)",
+    )
     parser.add_argument(
         "--arena-base-gib",
         default=ARENA_BASE_GIB,
@@ -246,6 +252,20 @@ def inputs_from_args(
             f" read from {log.path}"
             + (f" (printed at max_tok {printed_at})" if printed_at is not None else "")
         )
+    max_tok = args.max_tok
+    if max_tok is None:
+        # Not given: the arena is the one the figures were printed for (a boot log's
+        # reserving line names it); moving the printed need to max_tok 0 would drop
+        # the whole arena term (8.40 GiB per 16384 tokens) without a word.
+        if log is not None and log.printed_at_max_tok is not None:
+            max_tok = log.printed_at_max_tok
+            notes.append(f"--max-tok not given: {max_tok}, the max_tok of the reserving line in {log.path}")
+        elif printed_at is not None:
+            max_tok = printed_at
+            notes.append(f"--max-tok not given: {max_tok}, the max_tok the need was printed at")
+        else:
+            max_tok = 0
+    args.max_tok = max_tok
     if printed is not None and printed_at is None:
         printed_at = args.max_tok
         notes.append(

@@ -310,3 +310,21 @@ def test_model_without_vision_says_so(capsys):
     assert any(w.startswith("no vision tower counted: pass --vision (1.97 GiB") for w in rep["warnings"])
     # defaults: margin 1.5, arena 3.80 + 8.40 x 0 / 16384 = 3.80 -> need 7 + 3.8
     assert (rep["margin_gib"], rep["need_gib"]) == (1.5, pytest.approx(10.8, abs=1e-12))
+
+
+def test_from_log_without_max_tok_takes_the_logs_max_tok(capsys):
+    # New-user finding: with --max-tok unset the printed 35.0 GiB (printed at max_tok 32768)
+    # was moved to max_tok 0, dropping 16.8 GiB of arena ("need 18.200 GiB ... fits").
+    # The log's reserving line names max_tok 32768: the need stays 35.0 GiB, and the
+    # headroom is host 127104060 kB - 67.7 weights - 15 reserve - (35.0 + 1.5 margin).
+    args = ["fit", "--from-log", str(LOGS / "r15_fits.log"), "--memtotal-kb", MEMTOTAL_KB,
+            "--kv-bytes-per-position", "28672", "--json"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["max_tok"] == 32768 == rep["printed_at_max_tok"]
+    assert rep["arena_shift_gib"] == 0.0
+    assert rep["need_gib"] == 35.0
+    assert rep["headroom_gib"] == pytest.approx(float(HOST - Fraction("67.7") - 15 - Fraction("36.5")), abs=1e-9)
+    assert rep["verdict"] == "fits"
+    assert main(args[:-1]) == 0
+    assert "--max-tok not given: 32768, the max_tok of the reserving line in" in capsys.readouterr().out
