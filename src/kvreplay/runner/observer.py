@@ -10,7 +10,15 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-__all__ = ["ForwardingObserver", "NullObserver", "PlainObserver", "RunObserver", "replay_events", "slim_record"]
+__all__ = [
+    "ForwardingObserver",
+    "NullObserver",
+    "PlainObserver",
+    "RunObserver",
+    "phase_end_line",
+    "replay_events",
+    "slim_record",
+]
 
 
 class RunObserver(Protocol):
@@ -86,13 +94,31 @@ class PlainObserver(NullObserver):
         self._p(f"phase {phase}: drain {state} after {result['waited_s']} s")
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
-        self._p(
-            f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {phase['ttft_ms']['p50']} ms, "
-            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens"
-        )
+        self._p(phase_end_line(phase))
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
+
+
+def phase_end_line(phase: dict[str, Any]) -> str:
+    """The one-line end of a phase on the terminal, from its summary.json entry.
+
+    A phase that sent nothing says so (``not run``, with the check reason or the
+    count of positions not sent) instead of printing empty figures; a missing
+    percentile prints ``-``, never a raw ``None``. TTFT is measured client ms.
+    """
+    name = phase.get("name")
+    if phase.get("sent", 1) == 0:
+        why = phase.get("check_failed") or ("deferred" if phase.get("deferred") else None)
+        why = why or f"{phase.get('not_sent', phase.get('planned'))} of {phase.get('planned')} positions not sent"
+        return f"phase {name}: not run ({why})"
+    p50 = (phase.get("ttft_ms") or {}).get("p50")
+    ttft = f"{p50} ms" if p50 is not None else "-"
+    tok = phase.get("tokens") or {}
+    return (
+        f"phase {name}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {ttft}, "
+        f"cached {tok.get('cached', 0)}/{tok.get('prompt', 0)} tokens"
+    )
 
 
 _SLIM_KEYS = ("phase", "position", "sent", "status", "ttft_ns", "error", "worker")
