@@ -167,8 +167,20 @@ def load_views(out: Path, steps: list[dict[str, Any]]) -> list[PhaseView]:
             v.evidence = ev if (ev or per_request) and v.repeats else None
             if v.repeats and v.evidence is None and v.note is None:
                 v.note = "no counters"
+            if partial_reason(ph):
+                # A phase cut short (its step aborted) is no evidence: "0 restored" over 9 of 52
+                # bodies says nothing about the 52-body working set.
+                v.evidence, v.note = None, partial_reason(ph)
             views.append(v)
     return views
+
+
+def partial_reason(ph: dict[str, Any]) -> str | None:
+    """``"partial: 9 of 52 positions sent"`` for a phase cut short, None when every position was sent."""
+    planned, not_sent = ph.get("planned") or 0, ph.get("not_sent") or 0
+    if not_sent and planned and not ph.get("check_failed"):
+        return f"partial: {planned - not_sent} of {planned} positions sent"
+    return None
 
 
 def tiers(views: list[PhaseView]) -> dict[str, bool]:
@@ -312,6 +324,9 @@ def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[
             t["note"] = f"not compared: {a if va is None else b} was not measured"
         elif not va.comparable or not vb.comparable:
             t["note"] = f"not compared: {a if not va.comparable else b} is a control (comparable = false)"
+        elif partial_reason(va.summary) or partial_reason(vb.summary):
+            side, v = (a, va) if partial_reason(va.summary) else (b, vb)
+            t["note"] = f"not compared: {side} is {partial_reason(v.summary)}"
         else:
             sa, sb = _side(va, tier), _side(vb, tier)
             rows = []
@@ -362,6 +377,8 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                 pst = "measured" if v.summary.get("valid", True) and not v.summary.get("deferred") else (
                     "deferred" if v.summary.get("deferred") else "failed")
                 pre = None if pst == "measured" else "; ".join(v.summary.get("invalid_reasons") or []) or reason
+                if pst == "measured" and partial_reason(v.summary):
+                    pst, pre = "aborted", f"{partial_reason(v.summary)} ({reason or 'step aborted'})"
                 for m, f in CELL_METRICS:
                     out.append({"step": name, "metric": f"{v.phase}.{m}", "status": pst, "value": f(v.summary),
                                 "reason": pre})
@@ -370,9 +387,10 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                                     "reason": "the tier's lookup counters never moved in this window"})
                     elif v.evidence is None:
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if v.is_prime else
-                                    "failed", "value": None, "reason": "prime: first sends, not evidence of "
-                                    "restores" if v.is_prime else v.note})
+                        kept = v.is_prime or partial_reason(v.summary)
+                        why = "prime: first sends, not evidence of restores" if v.is_prime else v.note
+                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
+                                    "value": None, "reason": why})
                     else:
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst,
                                     "value": v.evidence.get(key, 0.0), "reason": pre})

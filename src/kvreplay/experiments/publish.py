@@ -1,7 +1,9 @@
 """The experiment's one publication: ``result.json``, ``report.md``, ``report.html``.
 
 ``result.json`` keys (issue 15): ``experiment_sha256``, ``started``, ``ended``
-(ISO 8601 UTC), ``aborted`` (null or ``{"reason", "message"}``), ``steps``
+(ISO 8601 UTC), ``status`` (``complete`` when every step was measured, else
+``incomplete``; ``step_counts`` counts the steps by status), ``aborted`` (null or
+``{"reason", "message"}``: the window's own abort, not a step's), ``steps``
 (``name``, ``kind``, ``status`` in measured | failed | deferred | aborted,
 ``reason``, ``run_dir``, ``comparable``, plus ``label``, ``incarnation``,
 ``started``, ``ended``, ``checks``), ``cells`` (``step``, ``metric``,
@@ -24,7 +26,7 @@ import orjson
 
 from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
 
-__all__ = ["build_result", "render_html", "render_markdown", "write_publication"]
+__all__ = ["build_result", "render_html", "render_markdown", "status_line", "write_publication"]
 
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
@@ -32,10 +34,13 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     """The content of ``result.json`` from the step results and the run directories."""
     views = load_views(out, steps)
     findings = restore_findings(views) + ab_findings(out, steps, frozen)
+    counts = {st: sum(1 for s in steps if s["status"] == st) for st in _STATUSES}
     return {
         "experiment_sha256": frozen["experiment_sha256"],
         "started": started,
         "ended": ended,
+        "status": "complete" if counts["measured"] == len(steps) else "incomplete",
+        "step_counts": counts,
         "aborted": aborted,
         "identity": identity,
         "steps": steps,
@@ -51,11 +56,26 @@ def _v(x: Any) -> str:
         return "—"
     if isinstance(x, float):
         return f"{x:,.0f}" if x.is_integer() and abs(x) >= 100 else f"{x:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
     return str(x)
 
 
 def _aborted(ab: dict[str, Any] | None) -> str:
     return f"{ab.get('reason')}: {ab.get('message')}" if ab else "no"
+
+
+def status_line(result: dict[str, Any]) -> str:
+    """``complete`` when every step was measured, else ``incomplete: 1 step aborted, 3 deferred``.
+
+    Read from ``step_counts``; a result.json written before it existed is counted from its steps.
+    """
+    counts = result.get("step_counts") or {
+        st: sum(1 for s in result["steps"] if s["status"] == st) for st in _STATUSES
+    }
+    bad = [f"{counts[st]} step{'s' if counts[st] != 1 else ''} {st}"
+           for st in ("aborted", "failed", "deferred") if counts.get(st)]
+    return "incomplete: " + ", ".join(bad) if bad else "complete"
 
 
 def _ident_line(ident: dict[str, Any] | None) -> str:
@@ -88,7 +108,8 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- started {result['started']} UTC, ended {result['ended']} UTC",
              f"- experiment_sha256 `{result['experiment_sha256']}`",
              f"- server identity: {_ident_line(result.get('identity'))}",
-             f"- aborted: {_aborted(result['aborted'])}",
+             f"- status: {status_line(result)}",
+             f"- window aborted: {_aborted(result['aborted'])}",
              "", "## Findings", ""]
     for f in result["findings"] or [{"rule": "none", "summary": "no finding: no step gave evidence", "next": "—"}]:
         lines += [f"- **{f['rule']}**: {f['summary']}", f"  - next: {f['next']}"]
@@ -110,8 +131,10 @@ def render_html(result: dict[str, Any], title: str) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
              f"</head><body><h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
              f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
-             f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>Aborted: "
-             f"{e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}</p><h2>Findings</h2><ul>"]
+             f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>"
+             f"Status: <b>{e(status_line(result))}</b>"
+             f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}</p>"
+             "<h2>Findings</h2><ul>"]
     for f in result["findings"]:
         parts.append(f"<li><b>{e(f['rule'])}</b>: {e(f['summary'])}<br><i>next:</i> {e(f['next'])}</li>")
     if not result["findings"]:
