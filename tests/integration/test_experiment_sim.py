@@ -310,10 +310,14 @@ def test_bad_file_names_line_and_field(tmp_path, capsys):
 
 
 @pytest.mark.timeout(240)
-def test_trace_ab_window_with_background_serve_sim(tmp_path):
+def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     out = tmp_path / "trace"
     try:
         rc = main(["experiment", str(TRACE), "--out", str(out), "--quiet"])
+        # the restored incumbent is left running by design, and the terminal says where
+        ready = next(s for s in result(out)["steps"] if s["name"] == "restore")["checks"]["ready"]["endpoint"]
+        assert (f"left running: the incumbent server the restore step brought back at {ready.rsplit('/', 1)[0]};"
+                " kvreplay does not stop it") in capsys.readouterr().err
     finally:
         pid_file = out / "sim.pid"
         if pid_file.exists():

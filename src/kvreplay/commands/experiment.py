@@ -111,8 +111,29 @@ def run(args: argparse.Namespace) -> int:
         for f in result["findings"]:
             print(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
         print(f"experiment directory: {out}  (result.json, report.md, report.html)")
+    left = left_running(result, is_sim=exp.server.is_sim)
+    if left:
+        print(left, file=sys.stderr, flush=True)
     complete = result["aborted"] is None and all(s["status"] == "measured" for s in result["steps"])
     return 0 if complete else EXIT_INCOMPLETE
+
+
+def left_running(result: dict, *, is_sim: bool) -> str | None:
+    """The line naming the server a restore step left running (a real target), or None.
+
+    The restore step brings the incumbent back by design and kvreplay does not stop
+    it; a user who ran a bundled example against a background ``serve-sim`` would
+    otherwise not know a server is still listening.
+    """
+    if is_sim:
+        return None
+    rs = next((s for s in result["steps"] if s["kind"] == "restore" and s["status"] == "measured"), None)
+    if rs is None:
+        return None
+    ep = ((rs.get("checks") or {}).get("ready") or {}).get("endpoint")
+    where = f" at {ep.rsplit('/', 1)[0]}" if isinstance(ep, str) and "/" in ep else ""
+    return (f"left running: the incumbent server the restore step brought back{where};"
+            " kvreplay does not stop it")
 
 
 async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
