@@ -69,7 +69,7 @@ def plain_line(v: dict[str, Any]) -> str:
         head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
     line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
     if v.get("eviction_cost_s") is not None:
-        line += (f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
+        line += (f"; each eviction costs {v['eviction_cost_s']:#.3g} s of prefill"
                  + _model(v, v["eviction_cost_s"]))
     return line + "."
 

@@ -172,7 +172,9 @@ def latency_cell(
                 "ITL samples are not kept in records and the phase's histogram was never written"
             )
         if metric in ("itl", "tpot"):
-            return failed("no samples: no answer streamed two or more tokens (a non-streamed answer "
+            # Nothing failed: a non-streamed (or one-token) answer has no decode interval, so
+            # the figure does not exist for this phase (the README's "absent").
+            return absent("no samples: no answer streamed two or more tokens (a non-streamed answer "
                           "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1

@@ -22,12 +22,19 @@ def test_plain_line_gives_model_seconds_against_the_simulator():
     v = {"min_flush_k": 4, "flush_prefix_tokens": 1024, "implied_entries": [8, 8],
          "eviction_cost_s": 1.0}
     assert plain_line(v) == (
-        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.0 s of prefill."
+        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.00 s of prefill."
     )
     v["sim_time_scale"] = 0.0513
     assert plain_line(v) == (
-        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.0 s of "
+        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.00 s of "
         "prefill (= 19.5 model s at simulator time scale 0.0513)."
     )
     v["sim_time_scale"] = 0  # no simulated delay: nothing to convert
-    assert plain_line(v).endswith("costs 1.0 s of prefill.")
+    assert plain_line(v).endswith("costs 1.00 s of prefill.")
+
+
+def test_eviction_cost_keeps_three_significant_figures():
+    # new-user finding: 0.152 s printed as "0.2 s" beside "(= 7.62 model s at ... 0.02)"
+    v = {"min_flush_k": 4, "flush_prefix_tokens": 1024, "implied_entries": [8, 8],
+         "eviction_cost_s": 0.15234, "sim_time_scale": 0.02}
+    assert "each eviction costs 0.152 s of prefill (= 7.62 model s at simulator time scale 0.02)." in plain_line(v)

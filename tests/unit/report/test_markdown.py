@@ -30,8 +30,8 @@ def test_table_labels_missing_and_invalid_figures():
         if line.startswith("| ") and not line.startswith("| phase")
     }
     assert (
-        rows["ok"][3] == "12.5" and rows["ok"][5] == "failed"
-    )  # ITL: no samples in hand-built records
+        rows["ok"][3] == "12.5" and rows["ok"][5] == "absent"
+    )  # ITL: no answer streamed two or more tokens: absent, nothing failed
     assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:10] == ["3", "0"]
     assert rows["ok"][10] == "absent"  # stores not reported
     assert "77.7" not in table and rows["bad"][3:] == ["invalid"] * 9
