@@ -93,9 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="protected check, e.g. itl_p50:+3%% (rising by more is a regression); repeatable",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--ready-timeout", type=float, default=60.0, metavar="S")
-    p.add_argument("--cmd-timeout", type=float, default=600.0, metavar="S")
-    p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--ready-timeout", type=parse_duration, default=60.0, metavar="DUR")
+    p.add_argument("--cmd-timeout", type=parse_duration, default=600.0, metavar="DUR")
+    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
     p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
                    help="send no new request after this long from the experiment's start (e.g. 70m); "
                         "later blocks are deferred and the exit status is 3")
