@@ -43,7 +43,7 @@ from kvreplay.commands.run import (
 )
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab import parse_arm, run_ab
-from kvreplay.experiments.compare import parse_threshold
+from kvreplay.experiments.compare import ci_pct_text, parse_threshold
 from kvreplay.plan import PhaseSpec, build_plan
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
                 + (
-                    f", change {c['change_pct']:+.2f}% CI {c['ci_change_pct']}"
+                    f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
                     if c.get("change_pct") is not None
                     else ""
                 )

@@ -64,6 +64,7 @@ __all__ = [
     "BLOCKING_FIELDS",
     "METRICS",
     "Threshold",
+    "ci_pct_text",
     "compare_blocks",
     "comparability",
     "load_pairs",
@@ -427,6 +428,15 @@ def _verdict(checks: list[dict[str, Any]]) -> str:
 
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:+.2f}%"
+
+
+def ci_pct_text(ci: list[float] | None) -> str:
+    """A check's ``ci_change_pct`` (``[lo, hi]``, percent) as the terminal shows it.
+
+    ``[-0.342, 17.471]`` -> ``"[-0.34%, +17.47%]"`` (two decimals and signs, as
+    compare.md's ``-0.34% .. +17.47%``); None or empty -> ``"n/a"``.
+    """
+    return "n/a" if not ci else f"[{ci[0]:+.2f}%, {ci[1]:+.2f}%]"
 
 
 def render_compare(result: dict[str, Any], arms: list[str]) -> str:
