@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
                 + (
                     f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
                     if c.get("change_pct") is not None
-                    else ""
+                    else (f" ({c['reason']})" if c.get("reason") else "")
                 )
             )
         print(f"experiment directory: {result['_out']}")

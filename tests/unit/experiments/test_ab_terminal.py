@@ -24,6 +24,9 @@ def test_ab_terminal_check_line(monkeypatch, capsys, tmp_path):
              "decision": "no decision", "change_pct": 0.8349, "ci_change_pct": [-0.342, 17.471]},
             {"phase": "c4", "metric": "itl_p50", "role": "protected", "threshold_pct": 3.0,
              "decision": "no decision", "change_pct": None, "ci_change_pct": None},
+            {"phase": "c4", "metric": "ratio:hit_tokens/query_tokens", "role": "primary", "threshold_pct": 5.0,
+             "decision": "no decision", "n": 0,
+             "reason": "query_tokens: no such counter for backend halogen (have: hits)"},
         ],
         "ab": {"stopped": False},
         "_out": str(tmp_path),
@@ -39,6 +42,8 @@ def test_ab_terminal_check_line(monkeypatch, capsys, tmp_path):
         "verdict: no decision",
         "  c1.ttft_p50 (primary -5%): no decision, change +0.83% CI [-0.34%, +17.47%]",
         "  c4.itl_p50 (protected +3%): no decision",
+        "  c4.ratio:hit_tokens/query_tokens (primary +5%): no decision"
+        " (query_tokens: no such counter for backend halogen (have: hits))",
         f"experiment directory: {tmp_path}",
         f"report: {tmp_path}/report.html",
     ]
