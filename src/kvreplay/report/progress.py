@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kvreplay.runner.observer import PlainObserver, RunObserver
+from kvreplay.runner.observer import PlainObserver, RunObserver, phase_end_line
 
 __all__ = ["LiveObserver", "ProgressState", "make_live_observer"]
 
@@ -187,12 +187,7 @@ class LiveObserver:
         self.state.last_drain = (phase, result)
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
-        self.console.print(
-            f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']},"
-            f" TTFT p50 {phase['ttft_ms']['p50']} ms, "
-            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens",
-            highlight=False,
-        )
+        self.console.print(phase_end_line(phase), highlight=False)
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self.state.message(text)

@@ -10,7 +10,15 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-__all__ = ["ForwardingObserver", "NullObserver", "PlainObserver", "RunObserver", "replay_events", "slim_record"]
+__all__ = [
+    "ForwardingObserver",
+    "NullObserver",
+    "PlainObserver",
+    "RunObserver",
+    "phase_end_line",
+    "replay_events",
+    "slim_record",
+]
 
 
 class RunObserver(Protocol):
@@ -69,6 +77,27 @@ class NullObserver:
         pass
 
 
+def phase_end_line(phase: dict[str, Any]) -> str:
+    """The terminal line for a finished phase (a summary phase dict); never a raw ``None``.
+
+    ``phase replay: ok 52/52, TTFT p50 3.7 ms, cached 175848/190516 tokens``; a
+    figure with no value reads ``n/a`` (``TTFT p50 n/a``). A phase that sent
+    nothing because the run stopped first (``deferred``) reads ``phase replay:
+    not run (identity_mismatch)``, the reason from the key ``not_run`` the
+    runner adds for its observer (``aborted`` when absent).
+    """
+    name = phase.get("name")
+    if phase.get("deferred") and not phase.get("sent"):
+        return f"phase {name}: not run ({phase.get('not_run') or 'aborted'})"
+    p50 = (phase.get("ttft_ms") or {}).get("p50")
+    tok = phase.get("tokens") or {}
+    cached, prompt = (("n/a" if tok.get(k) is None else tok[k]) for k in ("cached", "prompt"))
+    return (
+        f"phase {name}: ok {phase.get('ok')}/{phase.get('planned')},"
+        f" TTFT p50 {'n/a' if p50 is None else f'{p50} ms'}, cached {cached}/{prompt} tokens"
+    )
+
+
 class PlainObserver(NullObserver):
     """One line per phase start/end, drain and notice, on stderr."""
 
@@ -86,10 +115,7 @@ class PlainObserver(NullObserver):
         self._p(f"phase {phase}: drain {state} after {result['waited_s']} s")
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
-        self._p(
-            f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {phase['ttft_ms']['p50']} ms, "
-            f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens"
-        )
+        self._p(phase_end_line(phase))
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
