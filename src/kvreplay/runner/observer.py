@@ -77,6 +77,27 @@ class NullObserver:
         pass
 
 
+def phase_end_line(phase: dict[str, Any]) -> str:
+    """The terminal line for a finished phase (a summary phase dict); never a raw ``None``.
+
+    ``phase replay: ok 52/52, TTFT p50 3.7 ms, cached 175848/190516 tokens``; a
+    figure with no value reads ``n/a`` (``TTFT p50 n/a``). A phase that sent
+    nothing because the run stopped first (``deferred``) reads ``phase replay:
+    not run (identity_mismatch)``, the reason from the key ``not_run`` the
+    runner adds for its observer (``aborted`` when absent).
+    """
+    name = phase.get("name")
+    if phase.get("deferred") and not phase.get("sent"):
+        return f"phase {name}: not run ({phase.get('not_run') or 'aborted'})"
+    p50 = (phase.get("ttft_ms") or {}).get("p50")
+    tok = phase.get("tokens") or {}
+    cached, prompt = (("n/a" if tok.get(k) is None else tok[k]) for k in ("cached", "prompt"))
+    return (
+        f"phase {name}: ok {phase.get('ok')}/{phase.get('planned')},"
+        f" TTFT p50 {'n/a' if p50 is None else f'{p50} ms'}, cached {cached}/{prompt} tokens"
+    )
+
+
 class PlainObserver(NullObserver):
     """One line per phase start/end, drain and notice, on stderr."""
 
@@ -98,27 +119,6 @@ class PlainObserver(NullObserver):
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
-
-
-def phase_end_line(phase: dict[str, Any]) -> str:
-    """The one-line end of a phase on the terminal, from its summary.json entry.
-
-    A phase that sent nothing says so (``not run``, with the check reason or the
-    count of positions not sent) instead of printing empty figures; a missing
-    percentile prints ``-``, never a raw ``None``. TTFT is measured client ms.
-    """
-    name = phase.get("name")
-    if phase.get("sent", 1) == 0:
-        why = phase.get("check_failed") or ("deferred" if phase.get("deferred") else None)
-        why = why or f"{phase.get('not_sent', phase.get('planned'))} of {phase.get('planned')} positions not sent"
-        return f"phase {name}: not run ({why})"
-    p50 = (phase.get("ttft_ms") or {}).get("p50")
-    ttft = f"{p50} ms" if p50 is not None else "-"
-    tok = phase.get("tokens") or {}
-    return (
-        f"phase {name}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {ttft}, "
-        f"cached {tok.get('cached', 0)}/{tok.get('prompt', 0)} tokens"
-    )
 
 
 _SLIM_KEYS = ("phase", "position", "sent", "status", "ttft_ns", "error", "worker")
