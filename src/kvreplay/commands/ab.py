@@ -43,7 +43,7 @@ from kvreplay.commands.run import (
 )
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab import parse_arm, run_ab
-from kvreplay.experiments.compare import parse_threshold
+from kvreplay.experiments.compare import ci_pct_text, parse_threshold
 from kvreplay.plan import PhaseSpec, build_plan
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
@@ -93,9 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="protected check, e.g. itl_p50:+3%% (rising by more is a regression); repeatable",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--ready-timeout", type=float, default=60.0, metavar="S")
-    p.add_argument("--cmd-timeout", type=float, default=600.0, metavar="S")
-    p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--ready-timeout", type=parse_duration, default=60.0, metavar="DUR")
+    p.add_argument("--cmd-timeout", type=parse_duration, default=600.0, metavar="DUR")
+    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
     p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
                    help="send no new request after this long from the experiment's start (e.g. 70m); "
                         "later blocks are deferred and the exit status is 3")
@@ -191,9 +191,9 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
                 + (
-                    f", change {c['change_pct']:+.2f}% CI {c['ci_change_pct']}"
+                    f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
                     if c.get("change_pct") is not None
-                    else ""
+                    else (f" ({c['reason']})" if c.get("reason") else "")
                 )
             )
         print(f"experiment directory: {result['_out']}")

@@ -32,6 +32,9 @@ ARENA_PER_16K_GIB = "8.40"
 VISION_GIB = "1.97"
 """halogen's vision tower when on (GiB; issue 18)."""
 
+MAX_TOK_NOTE = "--max-tok not given: "
+"""Start of the warning saying which max_tok was used instead (shown first in text)."""
+
 HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + vision (+ margin)."
 
 
@@ -82,7 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kv.add_argument(
         "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
     )
-    parser.add_argument("--max-tok", type=int, default=0, help="tokens the arena is sized for")
+    parser.add_argument(
+        "--max-tok",
+        type=int,
+        default=None,
+        help="tokens the arena is sized for (default: the boot log's max_tok, else the"
+        " printed need's --printed-at-max-tok; refused when a printed need has neither;"
+        " 0 under the formula alone)",
+    )
     parser.add_argument(
         "--arena-base-gib",
         default=ARENA_BASE_GIB,
@@ -246,10 +256,13 @@ def inputs_from_args(
             f" read from {log.path}"
             + (f" (printed at max_tok {printed_at})" if printed_at is not None else "")
         )
+    max_tok, max_tok_note = _resolve_max_tok(args.max_tok, log, printed_at, printed is not None)
+    if max_tok_note:
+        notes.insert(0, max_tok_note)
     if printed is not None and printed_at is None:
-        printed_at = args.max_tok
+        printed_at = max_tok
         notes.append(
-            f"printed need taken as printed at --max-tok {args.max_tok}: pass"
+            f"printed need taken as printed at --max-tok {max_tok}: pass"
             " --printed-at-max-tok N if the engine printed it at another max_tok"
             " (a wrong max_tok moves the arena by 8.40 GiB per 16384 tokens)"
         )
@@ -261,7 +274,7 @@ def inputs_from_args(
         reserve_gib=to_fraction(reserve, field="reserve-gib"),
         positions=positions,
         kv_bytes_per_position=kvb,
-        max_tok=args.max_tok,
+        max_tok=max_tok,
         arena_base_gib=to_fraction(args.arena_base_gib, field="arena-base-gib"),
         arena_per_16k_gib=to_fraction(args.arena_per_16k_gib, field="arena-per-16k-gib"),
         vision_gib=to_fraction(vision, field="vision-gib"),
@@ -279,7 +292,7 @@ def inputs_from_args(
         )
     if inp.arena_shift_gib:
         notes.append(
-            f"printed need moved from max_tok {printed_at} to {args.max_tok}: arena"
+            f"printed need moved from max_tok {printed_at} to {max_tok}: arena"
             f" {float(inp.arena_shift_gib):+.3f} GiB (slope {float(inp.arena_per_16k_gib):g} GiB"
             " per 16384 tokens)"
         )
@@ -289,6 +302,39 @@ def inputs_from_args(
             f" --margin-gib is {float(inp.margin_gib):g}"
         )
     return inp, notes
+
+
+def _resolve_max_tok(
+    given: int | None, log: BootLog | None, printed_at: int | None, printed: bool
+) -> tuple[int, str | None]:
+    """The ``max_tok`` (tokens) the fit runs at, and a note when it was not given.
+
+    Order: ``--max-tok``; the boot log's ``reserving ... at max_tok N``; the
+    printed need's ``--printed-at-max-tok``; 0 under the formula alone.
+
+    Raises:
+        ConfigError: a printed need is used and no ``max_tok`` is known (field
+            ``max-tok``): the printed figure holds for one max_tok only.
+    """
+    if given is not None:
+        return given, None
+    if log is not None and log.printed_at_max_tok is not None:
+        return log.printed_at_max_tok, (
+            f"{MAX_TOK_NOTE}using the log's max_tok {log.printed_at_max_tok}"
+            f" ({log.path}); pass --max-tok N for another"
+        )
+    if printed and printed_at is not None:
+        return printed_at, (
+            f"{MAX_TOK_NOTE}using --printed-at-max-tok {printed_at};"
+            " pass --max-tok N for another"
+        )
+    if printed:
+        raise ConfigError(
+            "give --max-tok N (the max_tok the server runs at): a printed need holds for the"
+            " max_tok it was printed at, and neither --printed-at-max-tok nor a boot log names one",
+            field="max-tok",
+        )
+    return 0, None
 
 
 def report(inp: FitInputs, reserves: list[Fraction], notes: list[str] | None = None) -> dict:
@@ -369,7 +415,8 @@ def _log_text(log: dict) -> list[str]:
 
 def _text(rep: dict) -> str:
     verdict = verdict_words(rep)
-    lines = [
+    first = [w for w in rep["warnings"] if w.startswith(MAX_TOK_NOTE)]
+    lines = [f"note: {w}" for w in first] + [
         f"budget   {rep['budget_gib']:10.3f} GiB"
         f"  (host {rep['host_ram_gib']:.3f} - weights - reserve)",
         f"need     {rep['need_gib']:10.3f} GiB"
@@ -399,7 +446,7 @@ def _text(rep: dict) -> str:
         f"{r['max_tok']:>8} {r['arena_gib']:>10.3f} {r['handed_back_gib']:>16.3f}"
         for r in rep["arenas"]
     ]
-    lines += [f"warning: {w}" for w in rep["warnings"]]
+    lines += [f"warning: {w}" for w in rep["warnings"] if w not in first]
     return "\n".join(lines)
 
 

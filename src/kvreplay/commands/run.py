@@ -69,12 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-plan", default=None, metavar="PLAN_JSON",
                    help="re-execute exactly the sequence of an earlier plan.json")
     p.add_argument("--out", default=None, help="run directory (default runs/<UTC timestamp>)")
-    p.add_argument("--connect-timeout", type=float, default=30.0, metavar="S")
-    p.add_argument("--read-timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--connect-timeout", type=parse_duration, default=30.0, metavar="DUR")
+    p.add_argument("--read-timeout", type=parse_duration, default=120.0, metavar="DUR",
                    help="longest silence allowed between two reads of a response (s)")
-    p.add_argument("--total-timeout", type=float, default=None, metavar="S",
+    p.add_argument("--total-timeout", type=parse_duration, default=None, metavar="DUR",
                    help="whole-request bound (s); off by default")
-    p.add_argument("--drain-timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
     p.add_argument("--no-per-request-counters", action="store_true",
                    help="at C1, do not read counters around each request")
     p.add_argument("--no-text", action="store_true", help="keep no response text in records")
@@ -89,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--abort-on-restart", action="store_true",
                    help="abort when counters show the server restarted (a counter went down)")
     add_contract_arguments(p)
-    p.add_argument("--keepalive-timeout", type=float, default=2.0, metavar="S",
+    p.add_argument("--keepalive-timeout", type=parse_duration, default=2.0, metavar="DUR",
                    help="close idle pooled connections after S seconds (below the server's own limit)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     p.add_argument("--quiet", action="store_true", help="print nothing (the run directory holds everything)")

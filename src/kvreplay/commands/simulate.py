@@ -51,14 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--every",
         type=int,
-        default=1,
+        default=None,
         metavar="K",
         help="with --interleave: foreign requests after every K (default 1)",
     )
     parser.add_argument(
         "--burst",
         type=int,
-        default=1,
+        default=None,
         metavar="B",
         help="with --interleave: B foreign requests per gap (default 1)",
     )
@@ -187,10 +187,12 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
             ) from exc
     if not 0 < args.share <= 1:
         raise ConfigError("must be in (0, 1]", field="share")
-    if args.every < 1:
-        raise ConfigError("must be >= 1", field="every")
-    if args.burst < 1:
-        raise ConfigError("must be >= 1", field="burst")
+    for flag in ("every", "burst"):
+        value = getattr(args, flag)
+        if value is not None and not args.interleave:
+            raise ConfigError(f"--{flag} needs --interleave (it spaces the foreign requests)", field=flag)
+        if value is not None and value < 1:
+            raise ConfigError("must be >= 1", field=flag)
     if args.today is not None and args.today < 1:
         raise ConfigError("must be >= 1", field="today")
     points = tuple(p.strip() for p in args.snapshot_at.split(",") if p.strip())
@@ -232,8 +234,8 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         output_tokens=args.output_tokens,
         max_output_tokens=args.max_output_tokens,
         interleave_path=args.interleave,
-        interleave_every=args.every,
-        interleave_burst=args.burst,
+        interleave_every=args.every or 1,
+        interleave_burst=args.burst or 1,
         restore_s_per_token=getattr(args, "restore_s_per_token", None),
         today=args.today,
         prefill=parse_prefill(args.prefill) if args.prefill else None,
@@ -301,8 +303,10 @@ def table(rep: dict) -> str:
             f" {'entries' if unit == 'entry' else unit + 's'}{mem}"
         )
     if rep.get("prefill_s_cold") is not None:
+        from kvreplay.offline.sizing import prefill_text
+
         lines.append(
-            f"prefill with no cache: {rep['prefill_s_cold']:.1f} s (model {rep['prefill']})"
+            f"prefill with no cache: {rep['prefill_s_cold']:.1f} s (model {prefill_text(rep['prefill'])})"
         )
     if rep.get("answer"):
         lines.append(f"answer: {rep['answer']}")

@@ -57,13 +57,14 @@ import orjson
 
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.comparability import BLOCKING_FIELDS, comparability
-from kvreplay.experiments.ratios import RATIO_PREFIX, check_ratio_metric, ratio_value
+from kvreplay.experiments.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 
 __all__ = [
     "BLOCKING_FIELDS",
     "METRICS",
     "Threshold",
+    "ci_pct_text",
     "compare_blocks",
     "comparability",
     "load_pairs",
@@ -213,6 +214,15 @@ def _block(d: Path) -> dict[str, Any]:
     }
 
 
+def _backend(block: dict[str, Any]) -> str | None:
+    """The block's backend: summary ``identity.before.backend``, else plan.json ``run.backend``."""
+    ident = ((block.get("summary") or {}).get("identity") or {}).get("before") or {}
+    name = ident.get("backend") if isinstance(ident, dict) else None
+    if not name:
+        name = ((block.get("plan") or {}).get("run") or {}).get("backend")
+    return name if isinstance(name, str) else None
+
+
 def _value(phase: dict[str, Any], metric: str) -> float | None:
     if metric.startswith(RATIO_PREFIX):
         return ratio_value(phase, metric)
@@ -330,6 +340,11 @@ def compare_blocks(
                     entry["cells"].append(state)
                     continue
                 vb, vc = _value(pb, metric), _value(pc, metric)
+                if metric.startswith(RATIO_PREFIX) and (vb is None or vc is None) and "missing" not in entry:
+                    why = missing_counter(pb, metric, _backend(pr["baseline"])) or missing_counter(
+                        pc, metric, _backend(pr["candidate"]))
+                    if why:
+                        entry["missing"] = why
                 if vb is None or vc is None or vb == 0:
                     entry["cells"].append("n/a")
                     continue
@@ -367,7 +382,10 @@ def compare_blocks(
                 chk.update(
                     decision="no decision", n=n, reason=f"{n} usable pair(s); at least 2 are needed"
                 )
-                reasons.append(f"{name}.{t.metric}: only {n} usable pair(s)")
+                missing = None if entry is None else entry.get("missing")
+                if missing:
+                    chk["reason"] = missing
+                reasons.append(f"{name}.{t.metric}: {missing or f'only {n} usable pair(s)'}")
             else:
                 lo, hi = entry["ci_ratio"]
                 chk.update(
@@ -427,6 +445,15 @@ def _verdict(checks: list[dict[str, Any]]) -> str:
 
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:+.2f}%"
+
+
+def ci_pct_text(ci: list[float] | None) -> str:
+    """A check's ``ci_change_pct`` (``[lo, hi]``, percent) as the terminal shows it.
+
+    ``[-0.342, 17.471]`` -> ``"[-0.34%, +17.47%]"`` (two decimals and signs, as
+    compare.md's ``-0.34% .. +17.47%``); None or empty -> ``"n/a"``.
+    """
+    return "n/a" if not ci else f"[{ci[0]:+.2f}%, {ci[1]:+.2f}%]"
 
 
 def render_compare(result: dict[str, Any], arms: list[str]) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.runner.backend import COUNTER_NAMES
 
-__all__ = ["RATIO_PREFIX", "USAGE_FIELDS", "check_ratio_metric", "ratio_value"]
+__all__ = ["RATIO_PREFIX", "USAGE_FIELDS", "check_ratio_metric", "missing_counter", "ratio_value"]
 
 RATIO_PREFIX = "ratio:"
 USAGE_FIELDS = ("tokens.prompt", "tokens.cached", "tokens.completion")
@@ -84,3 +84,33 @@ def ratio_value(phase: dict[str, Any], metric: str) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b
+
+
+def missing_counter(phase: dict[str, Any], metric: str, backend: str | None) -> str | None:
+    """Why ``ratio:NUM/DEN`` has no value in ``phase``: a counter the backend lacks.
+
+    Args:
+        phase: One phase of summary.json (its ``counter_delta`` lists the
+            counters the backend read over the phase).
+        metric: ``ratio:NUM/DEN``.
+        backend: The backend's name (``identity.before.backend`` or
+            ``plan.json`` ``run.backend``); None = unknown.
+
+    Returns:
+        ``"query_tokens: no such counter for backend halogen (have: lookups,
+        hits, ...)"`` (the common counters it has, in ``COUNTER_NAMES`` order),
+        ``"hits: no counters were read (backend none)"``, or None when every
+        counter operand is there (or the delta is void by a restart).
+    """
+    delta = phase.get("counter_delta")
+    if isinstance(delta, dict) and delta.get("reset"):
+        return None
+    have = [c for c in COUNTER_NAMES if isinstance(delta, dict) and delta.get(c) is not None]
+    for name in check_ratio_metric(metric):
+        if name in USAGE_FIELDS or name in have:
+            continue
+        who = backend or "unknown"
+        if not have:
+            return f"{name}: no counters were read (backend {who})"
+        return f"{name}: no such counter for backend {who} (have: {', '.join(have)})"
+    return None

@@ -29,7 +29,14 @@ from collections.abc import Sequence
 
 from kvreplay.offline.report import PrefillModel
 
-__all__ = ["DEFAULT_RESTORE_S_PER_TOKEN", "add_sizing", "answer_line", "entry_bytes", "loop_seconds"]
+__all__ = [
+    "DEFAULT_RESTORE_S_PER_TOKEN",
+    "add_sizing",
+    "answer_line",
+    "entry_bytes",
+    "loop_seconds",
+    "prefill_text",
+]
 
 GIB = 1 << 30
 
@@ -122,3 +129,22 @@ def answer_line(rep: dict, today: int | None) -> str:
             line += f"; at today's {today} {unit} a loop costs {row['loop_s']:.1f} s"
             line += f" (hit ratio {100 * row['hit_ratio_requests']:.1f}% of requests)"
     return line + "."
+
+
+def prefill_text(model: dict) -> str:
+    """A prefill model (``PrefillModel.to_json()``) as readable text.
+
+    ``{"a_s": 1.6288, "rate_tokens_per_s": 1362.78624, "r2": 0.9991, "source":
+    "v.json"}`` -> ``"a 1.629 s + tokens / 1363 tok/s, from v.json, R^2 0.9991"``:
+    ``a`` to 4 significant figures (s per request), the rate (tokens/s) to
+    whole tokens from 1000 up, else 4 significant figures; ``source`` shown
+    unless ``"flag"``, ``r2`` unless None.
+    """
+    a, rate = float(model["a_s"]), float(model["rate_tokens_per_s"])
+    rate_s = f"{rate:.0f}" if rate >= 1000 else f"{rate:.4g}"
+    text = f"a {a:.4g} s + tokens / {rate_s} tok/s"
+    if model.get("source") not in (None, "flag"):
+        text += f", from {model['source']}"
+    if model.get("r2") is not None:
+        text += f", R^2 {float(model['r2']):.4f}"
+    return text

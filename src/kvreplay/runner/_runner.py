@@ -367,7 +367,8 @@ class _Run(CounterReads, ContractChecks):
         self.publish_check(phase, check_failed)
         await self.phase_sync(phase, "start")
         st.start_ns = self.phase_start_ns(phase)
-        self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
+        if not self.stop_new:  # stopped before it (identity, deadline): its end line says "not run"
+            self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
         check_failed = await self.phase_check_result(phase, check_failed)
         if check_failed is not None and self.opts.on_check_fail == "skip":
             # A failed check sends nothing: every position gets its record here and
@@ -511,7 +512,10 @@ class _Run(CounterReads, ContractChecks):
             write_log(self.out / "histograms" / lag_name, mon.lag.hist,
                       f"kvreplay phase={phase.name} metric=loop_lag unit=us", start_s, end_s)
             st.client["loop_lag_log"] = lag_name
-        self.obs.on_phase_end(st.to_json())
+        pj = st.to_json()
+        if st.deferred and self.abort is not None:
+            pj["not_run"] = self.abort["reason"]  # the observer's line only; not in the summary
+        self.obs.on_phase_end(pj)
         return st
 
     def summary(self) -> dict[str, Any]:

@@ -11,8 +11,14 @@ import sys
 from typing import Any, Protocol
 
 __all__ = [
-    "ForwardingObserver", "NullObserver", "PlainObserver", "RunObserver", "phase_end_line",
-    "plan_time_scale", "replay_events", "slim_record",
+    "ForwardingObserver",
+    "NullObserver",
+    "PlainObserver",
+    "RunObserver",
+    "phase_end_line",
+    "plan_time_scale",
+    "replay_events",
+    "slim_record",
 ]
 
 
@@ -85,21 +91,32 @@ def plan_time_scale(plan: dict[str, Any] | None) -> float | None:
 
 
 def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
-    """The terminal's line at a phase end: ok/planned, TTFT p50 (ms), cached/prompt tokens.
+    """The terminal line for a finished phase (a summary phase dict); never a raw ``None``.
 
-    With a simulator time scale the TTFT is in model ms (measured / scale), as in
-    report.html, and the line says so: ``TTFT p50 223.0 ms (model ms, sim time scale 0.02)``.
+    ``phase replay: ok 52/52, TTFT p50 3.7 ms, cached 175848/190516 tokens``; a
+    figure with no value reads ``n/a`` (``TTFT p50 n/a``). A phase that sent
+    nothing because the run stopped first (``deferred``) reads ``phase replay:
+    not run (identity_mismatch)``, the reason from the key ``not_run`` the
+    runner adds for its observer (``aborted`` when absent). With ``scale``, a
+    simulator time scale (``plan_time_scale``), the TTFT is in model ms
+    (measured / scale), as in report.html, and the line says so:
+    ``TTFT p50 295.0 ms (model ms, sim time scale 0.02)``.
     """
+    name = phase.get("name")
+    if phase.get("deferred") and not phase.get("sent"):
+        return f"phase {name}: not run ({phase.get('not_run') or 'aborted'})"
     p50 = (phase.get("ttft_ms") or {}).get("p50")
+    tok = phase.get("tokens") or {}
+    cached, prompt = (("n/a" if tok.get(k) is None else tok[k]) for k in ("cached", "prompt"))
     if p50 is None:
-        ttft = "-"
+        ttft = "n/a"
     elif scale:
         ttft = f"{float(p50) / scale:.1f} ms (model ms, sim time scale {scale:g})"
     else:
         ttft = f"{p50} ms"
     return (
-        f"phase {phase['name']}: ok {phase['ok']}/{phase['planned']}, TTFT p50 {ttft}, "
-        f"cached {phase['tokens']['cached']}/{phase['tokens']['prompt']} tokens"
+        f"phase {name}: ok {phase.get('ok')}/{phase.get('planned')},"
+        f" TTFT p50 {ttft}, cached {cached}/{prompt} tokens"
     )
 
 

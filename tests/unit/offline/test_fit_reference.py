@@ -310,3 +310,54 @@ def test_model_without_vision_says_so(capsys):
     assert any(w.startswith("no vision tower counted: pass --vision (1.97 GiB") for w in rep["warnings"])
     # defaults: margin 1.5, arena 3.80 + 8.40 x 0 / 16384 = 3.80 -> need 7 + 3.8
     assert (rep["margin_gib"], rep["need_gib"]) == (1.5, pytest.approx(10.8, abs=1e-12))
+
+
+def test_log_max_tok_is_the_default_and_said_first(capsys):
+    # new-user item 1: r15_fits.log reserves at max_tok 32768; unset --max-tok was 0,
+    # which moved the printed 35.0 by -16.8 GiB to 18.2 and hid it in the last warning
+    log = str(LOGS / "r15_fits.log")
+    args = ["fit", "--from-log", log, "--memtotal-kb", MEMTOTAL_KB, "--kv-bytes-per-position", "28672"]
+    assert main([*args, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    note = f"--max-tok not given: using the log's max_tok 32768 ({log}); pass --max-tok N for another"
+    assert rep["warnings"][0] == note
+    assert (rep["max_tok"], rep["printed_at_max_tok"], rep["arena_shift_gib"]) == (32768, 32768, 0.0)
+    # budget 121.215877532958984375 - 67.7 - 15; need 35.0 (KV 14 + fixed 21); margin 1.5
+    assert (rep["verdict"], rep["need_gib"], rep["kv_gib"], rep["fixed_gib"]) == ("fits", 35.0, 14.0, 21.0)
+    assert rep["headroom_gib"] == float(HOST - Fraction("67.7") - 15 - 35 - Fraction("1.5"))
+    assert not any("moved from" in w for w in rep["warnings"])
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"note: {note}"
+    assert lines[2] == "need         35.000 GiB  (KV 14.000 + fixed 21.000, printed)"
+    assert lines[4] == "headroom      2.016 GiB"
+    assert sum(note in ln for ln in lines) == 1
+    # an explicit --max-tok still wins (and moves the printed need, saying so)
+    assert main([*args, "--max-tok", "16384", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert (rep["max_tok"], rep["need_gib"], rep["arena_shift_gib"]) == (16384, 26.6, -8.4)
+    assert not any(w.startswith("--max-tok not given") for w in rep["warnings"])
+
+
+def test_printed_at_max_tok_is_the_default_without_a_log(capsys):
+    args = [*COMMON, "--positions", "524288", "--reserve-gib", "15"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["warnings"][0] == (
+        "--max-tok not given: using --printed-at-max-tok 32768; pass --max-tok N for another"
+    )
+    assert (rep["max_tok"], rep["need_gib"], rep["arena_shift_gib"], rep["verdict"]) == (
+        32768, 35.0, 0.0, "fits"
+    )
+
+
+def test_printed_need_without_any_max_tok_is_refused(capsys):
+    args = [a for a in COMMON if a not in ("--printed-at-max-tok", "32768")]
+    assert main([*args, "--positions", "524288", "--reserve-gib", "15"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (
+        "kvreplay: error: field 'max-tok': give --max-tok N (the max_tok the server runs at):"
+        " a printed need holds for the max_tok it was printed at, and neither"
+        " --printed-at-max-tok nor a boot log names one"
+    )

@@ -119,3 +119,12 @@ def test_record_cells():
     assert {c.status for c in bad} == {"failed"} and "read idle" in bad[0].reason
     never = record_cells({"sent": False, "status": "aborted", "error": "deadline"}, ["hits"])
     assert {c.status for c in never} == {"deferred"} and "deadline" in never[0].reason
+
+
+def test_a_failed_check_is_the_phases_failure_not_a_deferral():
+    # Issue 14: a failed fresh check sends nothing; the report names the check, not "run ended".
+    why = "fresh: lookups=3.0, hits=2.0 (want 0)"
+    g = phase_gate(phase(sent=0, ok=0, not_sent=4, check_failed=why), {"aborted": None})
+    assert (g.status, g.reason) == ("failed", f"check failed, nothing sent: {why}")
+    c = latency_cell(phase(sent=0, ok=0, not_sent=4, check_failed=why), {"aborted": None}, "ttft", "p50")
+    assert c.status == "failed" and c.reason == f"check failed, nothing sent: {why}"

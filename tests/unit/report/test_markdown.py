@@ -31,7 +31,7 @@ def test_table_labels_missing_and_invalid_figures():
     }
     assert (
         rows["ok"][3] == "12.5" and rows["ok"][5] == "absent"
-    )  # ITL: no answer streamed two tokens in hand-built records
+    )  # ITL: no answer streamed two or more tokens: absent, nothing failed
     # hits (lookups) 3, hit_tokens absent, misses 0 (NEWUSER 7: tokens have their own column)
     assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:11] == ["3", "absent", "0"]
     assert rows["ok"][11] == "absent"  # stores not reported
