@@ -64,7 +64,18 @@ def test_all_failed_phase_names_the_classes():
 
 
 def test_missing_figures_fail_with_a_reason():
-    assert latency_cell(phase(), SUMMARY, "itl", "p50").reason.startswith("no samples")
+    # No answer streamed two or more tokens: ITL/TPOT do not exist, absent (NEWUSER 13(b)).
+    for metric in ("itl", "tpot"):
+        c = latency_cell(phase(tpot_ms={"n": 0, "p50": None}), SUMMARY, metric, "p50")
+        assert (c.status, c.text, c.reason) == (
+            "absent", "absent", "no samples: no answer streamed two or more tokens (a non-streamed "
+            "answer arrives at once: it has no decode interval)")
+    rebuilt = dict(SUMMARY, rebuilt_from_records=True)
+    c = latency_cell(phase(), rebuilt, "itl", "p50")
+    assert (c.status, c.reason) == (
+        "failed", "ITL samples are not kept in records and the phase's histogram was never written")
+    c = latency_cell(phase(ttft_ms={}), SUMMARY, "ttft", "p50")
+    assert (c.status, c.reason) == ("failed", "no TTFT samples")
     # A series the server does not have is absent, not failed.
     c = counter_cell(phase(), SUMMARY, "host_hits")
     assert (c.status, c.reason) == ("absent", "host_hits not reported by this server")
