@@ -95,7 +95,7 @@ def test_host_cache_diagnosis_window(tmp_path):
     assert cells[("A", "replay.requests_ok")]["value"] == 52
     # the comparison: A/replay vs B/replay side by side
     cmp_rows = {row["metric"]: row for row in r["compare"][0]["rows"]}
-    assert cmp_rows["host_restored_tokens"]["a"] == 6670 and cmp_rows["host_restored_tokens"]["b"] == 0
+    assert cmp_rows["host_fetched_tokens"]["a"] == 6670 and cmp_rows["host_fetched_tokens"]["b"] == 0
     assert cmp_rows["requests"]["ratio"] == 1.0
     # every sending step is an ordinary run directory (report/load_run keep working)
     from kvreplay.report.load import load_run

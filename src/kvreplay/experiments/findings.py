@@ -440,12 +440,13 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                     if not present:
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                                     "reason": "the tier's lookup counters never moved in this window"})
-                    elif v.evidence is None and v.is_prime:
+                    elif v.evidence is None and pst == "measured" and v.is_prime:
                         # nothing failed and nothing was measured: a prime holds no restores by design
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                                     "reason": "not evidence: a prime (first sends only) restores nothing"})
                     elif v.evidence is None:
-                        kept = partial_reason(v.summary) or not_run(v.summary)
+                        # a phase cut short, not run or invalid keeps its own status; else no counters
+                        kept = pst != "measured"
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
                                     "value": None, "reason": pre if kept else v.note})
                     else:

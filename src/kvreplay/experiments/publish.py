@@ -22,8 +22,8 @@ window left listening: ``{"url", "port", "pid", "pid_source", "by", "note"}``,
 
 ``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
 steps deferred``), the window's abort, the latency convention (model ms at a
-simulator time scale, the scale stated; ``value``\ s in ``result.json`` stay as
-measured with ``model_ms`` beside them) and the server left running, if any.
+simulator time scale, the scale stated; each cell's ``value`` in ``result.json`` stays
+as measured, with ``model_ms`` beside it) and the server left running, if any.
 
 ``report.html`` is self-contained (inline CSS, no script, no external
 resource); every value from a server is escaped.
