@@ -280,3 +280,17 @@ def test_listening_pid_and_left_running_find_this_process(tmp_path):
     assert ctl.left_running("x") is None
     # the embedded simulator is stopped by the window itself
     assert ServerControl(ServerSpec(target="sim"), tmp_path, {}).left_running("x") is None
+
+
+def test_probe_fit_in_model_time():
+    from kvreplay.experiments.timescale import model_fit, probe_scale
+
+    cells = [{"step": "P", "metric": "prefill_fit.a_s", "status": "measured", "value": 0.0304, "reason": None},
+             {"step": "P", "metric": "prefill_fit.rate_tokens_per_s", "status": "measured", "value": 68500.0,
+              "reason": None},
+             {"step": "P", "metric": "prefill_fit.r2", "status": "measured", "value": 0.9999, "reason": None}]
+    assert probe_scale({"sim_time_scale": 0.02}) == 0.02 and probe_scale({"sim_time_scale": 0.0}) is None
+    got = model_fit([dict(c) for c in cells], 0.02)
+    assert got[0]["model_s"] == 1.52 and got[1]["model_tokens_per_s"] == 1370.0  # 0.0304 / 0.02, 68500 x 0.02
+    assert "model_s" not in got[2] and "model_tokens_per_s" not in got[2]
+    assert model_fit([dict(c) for c in cells], None) == cells
