@@ -162,6 +162,16 @@ fit_on = "stream"
     assert "min_flush_k" not in c  # flush_max = 0: no eviction legs were planned
     v = json.loads((out / "steps" / "01-fit" / "verdict.json").read_text())
     assert v["prefill_fit"]["source"] == "stream" and v["sim_time_scale"] == scale
+    # the fit in model time beside the scaled value, and the report shows model time with the scale
+    a, rate = c["prefill_fit.a_s"], c["prefill_fit.rate_tokens_per_s"]
+    assert a["model_s"] == round(a["value"] / scale, 4)
+    assert rate["model_tokens_per_s"] == round(rate["value"] * scale, 3)
+    r = result(out)
+    assert r["time"]["sim_time_scale"] == {"fit": scale}
+    md = (out / "report.md").read_text()
+    assert "- latencies: model ms at simulator time scale 0.2 (measured / 0.2;" in md
+    assert "| fit | prefill_fit.a (model s) | measured |" in md
+    assert "| fit | prefill_fit.rate (tokens per model s) | measured |" in md
 
 
 @pytest.fixture

@@ -6,9 +6,11 @@ Examples::
     kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --dry-run
     kvreplay experiment FILE.toml --stop-new-after 70m --hard-deadline 90m
 
-Exit status: 0 when every step was measured; 2 for a bad file (nothing sent);
-3 when a step failed, was aborted or deferred, or the window was aborted (all
-outputs written, the restore run).
+Exit status: 0 when every step was measured (result.json ``status`` complete); 2 for a
+bad file (nothing sent); 3 when a step failed, was aborted or deferred, or the window
+was aborted (all outputs written, the restore run). The terminal ends with the status
+line (``incomplete: 1 step aborted, 3 steps deferred``), the latency convention, and,
+even under ``--quiet``, the server the window left running (URL, port, pid) if any.
 """
 
 from __future__ import annotations

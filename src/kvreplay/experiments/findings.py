@@ -403,11 +403,13 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
     for a prime: first sends are no evidence). A phase cut short is ``aborted`` with
     ``"partial: 9 of 52 positions sent (STEP REASON)"`` on every cell of it (never
     ``measured``); a phase that sent nothing takes ``deferred``.
-    Probe steps: prefill fit a and rate, r2, cmax tokens, bytes per token, min flushing k.
+    Probe steps: prefill fit a and rate, r2, cmax tokens, bytes per token, min flushing k
+    (against the simulator with a time scale the fit's ``value`` is in scaled seconds, with
+    ``model_s`` / ``model_tokens_per_s`` beside it: ``experiments.timescale.model_fit``).
     Other steps: one cell for their check (incarnation ``ready_fresh``, restore
     ``identity_restored``, ab one per threshold check).
     """
-    from kvreplay.experiments.timescale import model_ms
+    from kvreplay.experiments.timescale import model_fit, model_ms, probe_scale
 
     tier = tiers(views)
     by = {v.ref: v for v in views}
@@ -440,12 +442,13 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                     if not present:
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                                     "reason": "the tier's lookup counters never moved in this window"})
-                    elif v.evidence is None and v.is_prime:
+                    elif v.evidence is None and pst == "measured" and v.is_prime:
                         # nothing failed and nothing was measured: a prime holds no restores by design
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                                     "reason": "not evidence: a prime (first sends only) restores nothing"})
                     elif v.evidence is None:
-                        kept = partial_reason(v.summary) or not_run(v.summary)
+                        # a phase cut short, not run or invalid keeps its own status; else no counters
+                        kept = pst != "measured"
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
                                     "value": None, "reason": pre if kept else v.note})
                     else:
@@ -467,8 +470,9 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
 
             verdict = (_read(root / st["run_dir"] / "verdict.json") if root is not None and st.get("run_dir")
                        else None)
-            out.extend(probe_cells(name, status, reason, fs.get("probe") or {},
-                                         verdict if isinstance(verdict, dict) else None))
+            verdict = verdict if isinstance(verdict, dict) else None
+            out.extend(model_fit(probe_cells(name, status, reason, fs.get("probe") or {}, verdict),
+                                 probe_scale(verdict)))
         else:
             metric = {"incarnation": "ready_identity_fresh", "restore": "identity_restored"}.get(st["kind"], "check")
             out.append({"step": name, "metric": metric, "status": status, "value": status == "measured",

@@ -22,8 +22,8 @@ window left listening: ``{"url", "port", "pid", "pid_source", "by", "note"}``,
 
 ``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
 steps deferred``), the window's abort, the latency convention (model ms at a
-simulator time scale, the scale stated; ``value`` fields in ``result.json`` stay as
-measured with ``model_ms`` beside them) and the server left running, if any.
+simulator time scale, the scale stated; each cell's ``value`` in ``result.json`` stays
+as measured, with ``model_ms`` beside it) and the server left running, if any.
 
 ``report.html`` is self-contained (inline CSS, no script, no external
 resource); every value from a server is escaped.
@@ -47,7 +47,7 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
                  left_running: dict[str, Any] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring)."""
-    from kvreplay.experiments.timescale import latency_line
+    from kvreplay.experiments.timescale import latency_line, probe_scale
 
     views = load_views(out, steps, frozen)
     findings = restore_findings(views) + ab_findings(out, steps, frozen)
@@ -55,6 +55,13 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     scales: dict[str, float | None] = {}
     for v in views:
         scales.setdefault(v.step, v.scale)
+    for st in steps:
+        if st["kind"] == "probe" and st.get("run_dir"):
+            try:
+                verdict = orjson.loads((out / st["run_dir"] / "verdict.json").read_bytes())
+            except (OSError, ValueError):
+                continue
+            scales[st["name"]] = probe_scale(verdict if isinstance(verdict, dict) else None)
     is_sim = ((frozen.get("server") or {}).get("target")) == "sim"
     return {
         "experiment_sha256": frozen["experiment_sha256"],
@@ -143,14 +150,23 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
         else:
             out.append((title, ["note"], [[t["note"]]]))
     out.append(("Cells", ["step", "metric", "status", "value", "reason"],
-                [[c["step"], _metric(c["metric"], "model_ms" in c), c["status"], c.get("model_ms", c["value"]),
-                  c.get("reason")] for c in result["cells"]]))
+                [[c["step"], _metric(c["metric"], _model_key(c) is not None), c["status"],
+                  c[k] if (k := _model_key(c)) else c["value"], c.get("reason")] for c in result["cells"]]))
     return out
 
 
+def _model_key(c: dict[str, Any]) -> str | None:
+    return next((k for k in ("model_ms", "model_s", "model_tokens_per_s") if k in c), None)
+
+
 def _metric(name: str, model: bool) -> str:
-    """A latency metric's label in the report: ``replay.ttft_p50 (model ms)`` where shown in model ms."""
-    return f"{name[:-3]} (model ms)" if model and name.endswith("_ms") else name
+    """A label where the report shows model time: ``replay.ttft_p50 (model ms)``, ``prefill_fit.a (model s)``."""
+    if not model:
+        return name
+    for suffix, label in (("_ms", " (model ms)"), ("_tokens_per_s", " (tokens per model s)"), ("_s", " (model s)")):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + label
+    return name
 
 
 def render_markdown(result: dict[str, Any], title: str) -> str:

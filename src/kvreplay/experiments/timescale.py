@@ -19,7 +19,7 @@ from typing import Any
 
 from kvreplay.report.units import sim_time_scale
 
-__all__ = ["latency_line", "model_ms", "scale_of_step"]
+__all__ = ["latency_line", "model_fit", "model_ms", "probe_scale", "scale_of_step"]
 
 
 def _usable(v: Any) -> float | None:
@@ -82,3 +82,28 @@ def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
         return ("ms as measured (simulator at time scale 1 or 0: no conversion)" if is_sim
                 else "ms as measured (no simulator time scale)")
     return "; ".join(parts)
+
+
+def probe_scale(verdict: dict[str, Any] | None) -> float | None:
+    """The time scale of a probe step (``verdict.json`` ``sim_time_scale``), or None."""
+    return _usable((verdict or {}).get("sim_time_scale"))
+
+
+def model_fit(cells: list[dict[str, Any]], scale: float | None) -> list[dict[str, Any]]:
+    """A probe step's cells with the prefill fit in model time beside the scaled value.
+
+    ``prefill_fit.a_s`` gets ``model_s`` = a / scale (rounded to 4 decimals) and
+    ``prefill_fit.rate_tokens_per_s`` gets ``model_tokens_per_s`` = rate x scale (3
+    decimals); the cells are returned unchanged without a scale.
+    """
+    if scale is None:
+        return cells
+    for c in cells:
+        v = c.get("value")
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        if c["metric"] == "prefill_fit.a_s":
+            c["model_s"] = round(float(v) / scale, 4)
+        elif c["metric"] == "prefill_fit.rate_tokens_per_s":
+            c["model_tokens_per_s"] = round(float(v) * scale, 3)
+    return cells

@@ -24,7 +24,13 @@ Rules (times in seconds from the experiment's start, ``[window]``):
   legs make the step ``failed`` with their count and the first error.
 
 Each sending step writes an ordinary run directory (``steps/NN-name``); other
-steps keep their command logs and ``step.json`` there too.
+steps keep their command logs and ``step.json`` there too. A run step against the
+simulator records its time scale in ``plan.json`` (``run.sim_time_scale``).
+
+At the end, a server this window's lifecycle commands left listening (the incumbent
+a restore brought back, or whatever the last start/arm command left when the restore
+did not complete) is ``WindowRun.left_running``: URL, port and pid
+(``ServerControl.left_running``).
 """
 
 from __future__ import annotations
