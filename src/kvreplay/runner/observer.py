@@ -11,6 +11,7 @@ import sys
 from typing import Any, Protocol
 
 __all__ = [
+    "CallbackObserver",
     "ForwardingObserver",
     "NullObserver",
     "PlainObserver",
@@ -119,6 +120,16 @@ class PlainObserver(NullObserver):
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
+
+
+class CallbackObserver(PlainObserver):
+    """``PlainObserver``'s lines handed to a callback (``kvreplay ab``'s progress inside a block)."""
+
+    def __init__(self, say: Any) -> None:
+        self.say = say
+
+    def _p(self, text: str) -> None:
+        self.say(text)
 
 
 _SLIM_KEYS = ("phase", "position", "sent", "status", "ttft_ns", "error", "worker")
