@@ -142,6 +142,24 @@ def test_stop_new_after_defers_later_steps_and_restores(tmp_path):
     first_def = next(i for i, s in enumerate(r["steps"]) if s["status"] == "deferred")
     assert all(s["status"] in ("measured", "aborted") for s in r["steps"][:first_def])
     assert all(s["status"] == "deferred" for s in r["steps"][first_def:-1]) and names[-1] == "restore"
+    # the top line says the window is incomplete, counting steps by status (new-user finding:
+    # "aborted: no" beside an aborted step); the window itself was not aborted
+    counts = {k: sum(1 for s in r["steps"] if s["status"] == k) for k in ("measured", "failed", "deferred", "aborted")}
+    assert r["status"] == "incomplete" and r["step_counts"] == counts and r["aborted"] is None
+    md = (out / "report.md").read_text()
+    bad = [f"{counts[k]} step{'s' if counts[k] != 1 else ''} {k}"
+           for k in ("aborted", "failed", "deferred") if counts[k]]
+    assert f"- status: incomplete: {', '.join(bad)}\n" in md
+    # a phase cut short is no evidence: its cells are aborted with the count, no finding and no
+    # compare table rests on it
+    for ph in json.loads((out / st["B"]["run_dir"] / "summary.json").read_text())["phases"] if st["B"].get(
+            "run_dir") else []:
+        if ph["not_sent"]:
+            sent = f"partial: {ph['planned'] - ph['not_sent']} of {ph['planned']} positions sent"
+            b_cells = [c for c in r["cells"] if c["step"] == "B" and c["metric"].startswith(ph["name"] + ".")]
+            assert b_cells and all(c["status"] == "aborted" and c["reason"].startswith(sent) for c in b_cells)
+            assert not any(f"B/{ph['name']}" in str(f.get("evidence")) for f in r["findings"])
+            assert all("rows" not in t for t in r["compare"] if f"B/{ph['name']}" in (t["a"], t["b"]))
     deferred_cells = [c for c in r["cells"] if c["step"] == "trace"]
     assert deferred_cells == [{"step": "trace", "metric": "verdict", "status": "deferred", "value": None,
                                "reason": st["trace"]["reason"]}]
@@ -292,10 +310,14 @@ def test_bad_file_names_line_and_field(tmp_path, capsys):
 
 
 @pytest.mark.timeout(240)
-def test_trace_ab_window_with_background_serve_sim(tmp_path):
+def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     out = tmp_path / "trace"
     try:
         rc = main(["experiment", str(TRACE), "--out", str(out), "--quiet"])
+        # the restored incumbent is left running by design, and the terminal says where
+        ready = next(s for s in result(out)["steps"] if s["name"] == "restore")["checks"]["ready"]["endpoint"]
+        assert (f"left running: the incumbent server the restore step brought back at {ready.rsplit('/', 1)[0]};"
+                " kvreplay does not stop it") in capsys.readouterr().err
     finally:
         pid_file = out / "sim.pid"
         if pid_file.exists():

@@ -346,3 +346,52 @@ def test_a_hostile_stream_is_relayed_whole_and_accounting_stops(tmp_path):
     (m,) = [json.loads(x) for x in (tmp_path / "W" / "capture.jsonl").read_text().splitlines()]
     assert (m["outcome"], m["status"], m["usage"], m["cached_tokens"]) == ("complete", 200, None, None)
     assert 0 < m["ttft_ms"] <= m["e2e_ms"]  # the first token came before the broken event
+
+
+def test_each_upstream_chunk_reaches_the_client_as_it_arrives(tmp_path):
+    # NEWUSER 13(d): the proxy relays each upstream read at once (iter_any, written before the
+    # next read); with a pause between the upstream's chunks each reaches the client alone,
+    # exactly as sent, a pause apart. (Chunks closer together than the proxy's own per-read
+    # turnaround, ~0.1 ms, can share a read; see docs/capture.md.)
+    chunks = [b'data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}\n\n' % i for i in range(4)]
+    chunks.append(b"data: [DONE]\n\n")
+    pause = 0.08
+
+    async def paced(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i, c in enumerate(chunks):
+            if i:
+                await asyncio.sleep(pause)
+            await resp.write(c)
+        await resp.write_eof()
+        return resp
+
+    async def go():
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", paced)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}", CaptureWriter(tmp_path / "W"), log=io.StringIO())
+        url = await proxy.start()
+        loop = asyncio.get_running_loop()
+        got: list[tuple[float, bytes]] = []
+        try:
+            async with aiohttp.ClientSession() as client, client.post(
+                url + "/v1/chat/completions", data=chat("paced"), headers={"Content-Type": "application/json"}
+            ) as r:
+                async for chunk in r.content.iter_any():
+                    got.append((loop.time(), chunk))
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+        return got
+
+    got = run(go())
+    assert [c for _, c in got] == chunks  # one client read per upstream chunk, bytes unchanged
+    gaps = [b[0] - a[0] for a, b in zip(got, got[1:])]
+    assert len(gaps) == 4 and min(gaps) >= pause - 0.01, gaps

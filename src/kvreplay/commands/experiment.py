@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from kvreplay.commands.run import default_out, install_loop
+    from kvreplay.experiments.publish import left_line, status_line
     from kvreplay.errors import ConfigError
     from kvreplay.experiments.frozen import freeze
     from kvreplay.experiments.spec import load_experiment
@@ -110,20 +111,25 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for f in result["findings"]:
             print(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
+        print(f"experiment: {status_line(result)}; latencies: {result['time']['latency']}")
         print(f"experiment directory: {out}  (result.json, report.md, report.html)")
-    complete = result["aborted"] is None and all(s["status"] == "measured" for s in result["steps"])
-    return 0 if complete else EXIT_INCOMPLETE
+    # Also under --quiet: nobody should find a server still listening without having been told.
+    if left := left_line(result.get("left_running")):
+        print(left, file=sys.stderr, flush=True)
+    return 0 if result["status"] == "complete" else EXIT_INCOMPLETE
 
 
 async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
     """Run the window, then write the publication (also after an abort: the window returns normally)."""
-    from kvreplay.experiments.publish import build_result, write_publication
+    from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
     from kvreplay.experiments.window import WindowRun
 
     w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
     results = await w.run()
     steps = [r.to_json() for r in results]
+    for msg in restate_step_reports(out, steps):
+        say(msg)
     result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
-                          identity=w.snapshot_identity)
+                          identity=w.snapshot_identity, left_running=w.left_running)
     write_publication(out, result, exp.path.stem)
     return result

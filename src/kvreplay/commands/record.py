@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 from concurrent.futures import Executor
 from pathlib import Path
@@ -87,7 +86,7 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
     """
     from kvreplay.clock import now_ns
     from kvreplay.commands._record_proxy import RecordingProxy
-    from kvreplay.commands.serve_sim import is_loopback
+    from kvreplay.commands.serve_sim import is_loopback, wait_for_stop
     from kvreplay.errors import ConfigError
     from kvreplay.workload.capture import CaptureWriter, parse_size
 
@@ -118,23 +117,9 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
         return 2
     print(f"kvreplay record listening on {url} -> {args.upstream}, retaining {','.join(paths)} "
           f"into {args.out}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
     try:
-        if args.duration is not None:
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.duration)
-        else:
-            await stop.wait()
+        await wait_for_stop(args.duration, ready)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
         await proxy.stop()
         await asyncio.sleep(0)  # the last queued writes (manifest close) run now
     s = writer.summary

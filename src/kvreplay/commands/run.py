@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import os
 import re
 import sys
@@ -24,6 +25,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
 from kvreplay.redaction import check_secret, install_streams, redact_url, register
 from kvreplay.report.markdown import render_table
+from kvreplay.report.units import sim_time_scale
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.runner.resources import ensure_open_files
@@ -462,7 +464,7 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
               f"(above {AUTO_HTML_MAX_RECORDS} records); "
               f"draw it with: kvreplay report {out} --html", file=sys.stderr)
     if not args.quiet:
-        print(render_table(summary))
+        print(render_table(summary, _time_scale_of(out)))
         print(f"run directory: {out}")
         if html_path is not None:
             print(f"report: {html_path}")
@@ -474,6 +476,15 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
               f"see records.jsonl", file=sys.stderr)
         return EXIT_CLIENT_ERROR
     return 0
+
+
+def _time_scale_of(out: str) -> float | None:
+    """The simulator time scale in ``out/plan.json`` (``report.units.sim_time_scale``), or None."""
+    try:
+        plan = json.loads((Path(out) / "plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return sim_time_scale(plan if isinstance(plan, dict) else None)
 
 
 AUTO_HTML_MAX_RECORDS = 2_000_000

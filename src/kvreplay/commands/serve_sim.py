@@ -22,7 +22,7 @@ from kvreplay.sim.config import config_and_calibration
 NAME = "serve-sim"
 HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faults)"
 
-__all__ = ["HELP", "NAME", "add_arguments", "is_loopback", "run", "serve"]
+__all__ = ["HELP", "NAME", "add_arguments", "is_loopback", "run", "serve", "wait_for_stop"]
 
 
 
@@ -34,6 +34,32 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+async def wait_for_stop(duration: float | None, ready: asyncio.Event | None = None) -> None:
+    """Wait for SIGINT/SIGTERM, or ``duration`` seconds when given (None = until a signal).
+
+    The signal handlers are installed on the running loop for the wait (where the
+    platform allows) and removed again before this returns, also when the wait is
+    cancelled. ``ready``, when given, is set once the handlers are in place.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        if duration is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), duration)
+        else:
+            await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,23 +99,9 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
               " (use --port 0 for a free port)", file=sys.stderr)
         return 2
     print(f"kvreplay-sim listening on {url} (cache={cfg.cache}, time_scale={cfg.time_scale})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
     try:
-        if args.duration is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.duration)
-        else:
-            await stop.wait()
+        await wait_for_stop(args.duration, ready)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
         await srv.stop()
     return 0
 

@@ -73,6 +73,7 @@ class PhaseView:
         evidence: Summed counter deltas of the repeats (None: not attributable).
         moved: Summed counter deltas of every request (for tier presence).
         note: Why the evidence is None, where it is.
+        scale: The simulator time scale the step ran at (``experiments.timescale``), None for real time.
     """
 
     ref: str
@@ -87,6 +88,7 @@ class PhaseView:
     evidence: dict[str, float] | None = None
     moved: dict[str, float] = field(default_factory=dict)
     note: str | None = None
+    scale: float | None = None
 
     @property
     def is_prime(self) -> bool:
@@ -101,14 +103,17 @@ def _add(acc: dict[str, float], delta: dict[str, Any] | None) -> None:
             acc[k] = acc.get(k, 0.0) + float(v)
 
 
-def load_views(out: Path, steps: list[dict[str, Any]]) -> list[PhaseView]:
+def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | None = None) -> list[PhaseView]:
     """Phase views of every measured (or failed/aborted) run step, in window order.
 
     Args:
         out: Experiment directory.
         steps: ``result.json``'s steps (``name``, ``kind``, ``status``, ``run_dir``,
             ``comparable``, ``incarnation``).
+        frozen: ``experiment.json`` (the time scale of step directories that do not record it).
     """
+    from kvreplay.experiments.timescale import scale_of_step
+
     views: list[PhaseView] = []
     seen: dict[str | None, set[str]] = {}
     for st in steps:
@@ -131,10 +136,11 @@ def load_views(out: Path, steps: list[dict[str, Any]]) -> list[PhaseView]:
         except OSError:
             pass
         inc_seen = seen.setdefault(st.get("incarnation"), set())
+        scale = scale_of_step(plan, summary, frozen, st.get("incarnation"))
         for ph in summary.get("phases", []):
             comparable = bool(st.get("comparable", True)) and ph["name"] not in controls
             v = PhaseView(f"{st['name']}/{ph['name']}", st["name"], ph["name"], orders.get(ph["name"], "forward"),
-                          comparable, st.get("incarnation"), ph)
+                          comparable, st.get("incarnation"), ph, scale=scale)
             rows = sorted(recs.get(ph["name"], []), key=lambda r: r.get("position", 0))
             before = set(inc_seen)
             per_request = ph.get("attribution") == "per_request"
@@ -167,8 +173,32 @@ def load_views(out: Path, steps: list[dict[str, Any]]) -> list[PhaseView]:
             v.evidence = ev if (ev or per_request) and v.repeats else None
             if v.repeats and v.evidence is None and v.note is None:
                 v.note = "no counters"
+            if partial_reason(ph):
+                # A phase cut short (its step aborted) is no evidence: "0 restored" over 9 of 52
+                # bodies says nothing about the 52-body working set.
+                v.evidence, v.note = None, partial_reason(ph)
             views.append(v)
     return views
+
+
+def partial_reason(ph: dict[str, Any]) -> str | None:
+    """``"partial: 9 of 52 positions sent"`` for a phase cut short after it started.
+
+    None when every position was sent, when none was (a phase not run: ``not_run``) and
+    for a failed drain/fresh check (the phase's own failure).
+    """
+    planned, not_sent = ph.get("planned") or 0, ph.get("not_sent") or 0
+    if not_sent and planned and not ph.get("check_failed") and planned - not_sent > 0:
+        return f"partial: {planned - not_sent} of {planned} positions sent"
+    return None
+
+
+def not_run(ph: dict[str, Any]) -> str | None:
+    """``"not run: 0 of 52 positions sent"`` for a phase that sent nothing (deferred), else None."""
+    planned, not_sent = ph.get("planned") or 0, ph.get("not_sent") or 0
+    if ph.get("deferred") or (planned and not_sent >= planned):
+        return f"not run: 0 of {planned} positions sent"
+    return None
 
 
 def tiers(views: list[PhaseView]) -> dict[str, bool]:
@@ -215,7 +245,10 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
                  "repeats": v.repeats, "role": "control" if not v.comparable else f"{v.order} replay"}
                 for v, r in fwd + rev + ctl]
     primes = [v.ref for v in views if v.is_prime]
-    if not evidence:
+    # Phases cut short (their step aborted) are never evidence; the finding names them.
+    cut = [(v, partial_reason(v.summary)) for v in views if not v.is_prime and partial_reason(v.summary)]
+    skipped = [{"cell": v.ref, "reason": why, "order": v.order, "comparable": v.comparable} for v, why in cut]
+    if not evidence and not skipped:
         return []
 
     def line(group: list[tuple[PhaseView, tuple[str, float]]]) -> str:
@@ -225,13 +258,15 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
             f"control {line(ctl)}")
     if primes:
         text += f"; prime phases not counted as evidence: {', '.join(primes)}"
+    if skipped:
+        text += "; cut short, not counted as evidence: " + ", ".join(f"{k['cell']} ({k['reason']})" for k in skipped)
     pos = lambda g: any(r[1] > 0 for _v, r in g)  # noqa: E731
     zero = lambda g: bool(g) and all(r[1] == 0 for _v, r in g)  # noqa: E731
     everything = fwd + rev + ctl
     if not fwd or not (rev or ctl):
         missing = "a forward replay" if not fwd else "a reverse replay or a control"
         return [{"rule": "restore_pattern_incomplete", "summary": f"no decision on churn: {missing} was not "
-                 f"measured. {text}", "evidence": evidence,
+                 f"measured in full. {text}", "evidence": evidence, "skipped": skipped,
                  "next": f"run the missing arm ({missing}) in its own fresh incarnation"}]
     if zero(fwd) and (pos(rev) or pos(ctl)):
         rule, head = "row_checkpoint_churn", "row/checkpoint churn: the forward replay restores nothing while "
@@ -247,7 +282,7 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
     else:
         rule, head = "order_dependent", "restores depend on the order in a way the decision tree does not cover"
         nxt = "repeat each order in its own fresh incarnation, with per-request counters at C1"
-    return [{"rule": rule, "summary": f"{head}. {text}", "evidence": evidence, "next": nxt}]
+    return [{"rule": rule, "summary": f"{head}. {text}", "evidence": evidence, "skipped": skipped, "next": nxt}]
 
 
 def ab_findings(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any]) -> list[dict[str, Any]]:
@@ -295,13 +330,24 @@ def _side(v: PhaseView, tier: dict[str, bool]) -> dict[str, Any]:
             row[f"{m}_{q}_ms"] = _pct(ph, m, q)
     tok = ph.get("tokens") or {}
     row["cached_tokens"] = None if tok.get("cached_unknown") else tok.get("cached")
-    row["device_hit_tokens"] = d.get("hit_tokens") if tier["device"] else "absent"
-    row["host_restored_tokens"] = d.get("host_fetched_tokens") if tier["host"] else "absent"
+    # the counters' own names, as in the cells and findings (whole-phase deltas here)
+    row["hit_tokens"] = d.get("hit_tokens") if tier["device"] else "absent"
+    row["host_fetched_tokens"] = d.get("host_fetched_tokens") if tier["host"] else "absent"
     return row
 
 
 def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[str, Any]]:
-    """The file's ``compare`` pairs side by side, with ratios ``b / a`` (controls are refused)."""
+    """The file's ``compare`` pairs side by side, with ratios ``b / a``.
+
+    Refused (a ``note`` instead of ``rows``): a side not measured, a control, a side cut
+    short (``partial_reason``) or not run (``not_run``), and sides at different simulator
+    time scales. Rows: ``{"metric", "a", "b", "ratio"}`` with latencies as measured (ms);
+    at a time scale the table has ``sim_time_scale`` and each latency row ``a_model_ms`` and
+    ``b_model_ms`` (``experiments.timescale``). ``hit_tokens`` and ``host_fetched_tokens`` are
+    whole-phase counter deltas (``absent`` where the tier never moved in the window).
+    """
+    from kvreplay.experiments.timescale import model_ms
+
     by = {v.ref: v for v in views}
     tier = tiers(views)
     out = []
@@ -312,14 +358,28 @@ def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[
             t["note"] = f"not compared: {a if va is None else b} was not measured"
         elif not va.comparable or not vb.comparable:
             t["note"] = f"not compared: {a if not va.comparable else b} is a control (comparable = false)"
+        elif not_run(va.summary) or not_run(vb.summary):
+            side, v = (a, va) if not_run(va.summary) else (b, vb)
+            t["note"] = f"not compared: {side} was {not_run(v.summary)}"
+        elif partial_reason(va.summary) or partial_reason(vb.summary):
+            side, v = (a, va) if partial_reason(va.summary) else (b, vb)
+            t["note"] = f"not compared: {side} is {partial_reason(v.summary)}"
+        elif va.scale != vb.scale:
+            t["note"] = (f"not compared: {a} ran at simulator time scale {va.scale or 1:g}, {b} at "
+                         f"{vb.scale or 1:g}")
         else:
             sa, sb = _side(va, tier), _side(vb, tier)
             rows = []
+            if va.scale is not None:
+                t["sim_time_scale"] = va.scale
             for k in sa:
                 x, y = sa[k], sb[k]
                 ratio = (round(y / x, 4) if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x
                          else None)
-                rows.append({"metric": k, "a": x, "b": y, "ratio": ratio})
+                row = {"metric": k, "a": x, "b": y, "ratio": ratio}
+                if va.scale is not None and k.endswith("_ms"):
+                    row.update(a_model_ms=model_ms(x, va.scale), b_model_ms=model_ms(y, vb.scale))
+                rows.append(row)
             t["rows"] = rows
         out.append(t)
     return out
@@ -337,12 +397,18 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
     ``root`` is the experiment directory (probe steps read their ``verdict.json`` there:
     ``experiments.probe_step.probe_cells``; without it their cells carry the step's status).
 
-    Run steps: per phase, requests, TTFT/E2E p50 (ms), usage cached tokens, device hit
-    tokens and host restores (repeats only; ``absent`` where the tier never moved).
+    Run steps: per phase, requests, TTFT/E2E p50 (ms as measured; ``model_ms`` beside the
+    value at a simulator time scale, ``experiments.timescale``), usage cached tokens, device
+    hit tokens and host restores (repeats only; ``absent`` where the tier never moved, and
+    for a prime: first sends are no evidence). A phase cut short is ``aborted`` with
+    ``"partial: 9 of 52 positions sent (STEP REASON)"`` on every cell of it (never
+    ``measured``); a phase that sent nothing takes ``deferred``.
     Probe steps: prefill fit a and rate, r2, cmax tokens, bytes per token, min flushing k.
     Other steps: one cell for their check (incarnation ``ready_fresh``, restore
     ``identity_restored``, ab one per threshold check).
     """
+    from kvreplay.experiments.timescale import model_ms
+
     tier = tiers(views)
     by = {v.ref: v for v in views}
     frozen_steps = {s["name"]: s for s in frozen.get("steps", [])}
@@ -362,17 +428,26 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                 pst = "measured" if v.summary.get("valid", True) and not v.summary.get("deferred") else (
                     "deferred" if v.summary.get("deferred") else "failed")
                 pre = None if pst == "measured" else "; ".join(v.summary.get("invalid_reasons") or []) or reason
+                if pst == "measured" and partial_reason(v.summary):
+                    pst, pre = "aborted", f"{partial_reason(v.summary)} ({reason or 'step aborted'})"
                 for m, f in CELL_METRICS:
-                    out.append({"step": name, "metric": f"{v.phase}.{m}", "status": pst, "value": f(v.summary),
-                                "reason": pre})
+                    c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst,
+                         "value": None if pst == "deferred" else f(v.summary), "reason": pre}
+                    if v.scale is not None and m.endswith("_ms"):
+                        c["model_ms"] = model_ms(c["value"], v.scale)
+                    out.append(c)
                 for key, present in (("hit_tokens", tier["device"]), ("host_fetched_tokens", tier["host"])):
                     if not present:
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                                     "reason": "the tier's lookup counters never moved in this window"})
+                    elif v.evidence is None and v.is_prime:
+                        # nothing failed and nothing was measured: a prime holds no restores by design
+                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
+                                    "reason": "not evidence: a prime (first sends only) restores nothing"})
                     elif v.evidence is None:
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if v.is_prime else
-                                    "failed", "value": None, "reason": "prime: first sends, not evidence of "
-                                    "restores" if v.is_prime else v.note})
+                        kept = partial_reason(v.summary) or not_run(v.summary)
+                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
+                                    "value": None, "reason": pre if kept else v.note})
                     else:
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst,
                                     "value": v.evidence.get(key, 0.0), "reason": pre})

@@ -46,7 +46,7 @@ from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
 from kvreplay.experiments.spec import Command, ServerSpec
 
-__all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "run_command"]
+__all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
 
 
 def free_port() -> int:
@@ -96,6 +96,46 @@ async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -
 
 _LEFT_RUNNING: list[subprocess.Popen] = []
 """Background servers left running on purpose (the restored incumbent), never collected."""
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of a process holding a listening TCP socket on ``port`` on this machine, else None.
+
+    Linux only (None elsewhere): the socket's inode from ``/proc/net/tcp`` and
+    ``/proc/net/tcp6`` (state ``0A`` is LISTEN; the local address's port is the hex after
+    ``:``, proc(5)), then the process with ``socket:[inode]`` among its ``/proc/PID/fd``
+    links (the lowest such pid: a forked worker shares its parent's socket). Processes
+    of other users are not readable and are skipped.
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as f:
+                next(f, None)
+                for line in f:
+                    parts = line.split()
+                    if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{parts[9]}]")
+        except (OSError, ValueError):
+            continue
+    if not inodes:
+        return None
+    try:
+        pids = sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return pid
+            except OSError:
+                continue
+    return None
 
 
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -175,6 +215,7 @@ class ServerControl:
         self.sim: Any = None
         self.sim_config: Any = None
         self.bg: _Background | None = None
+        self.kept: dict[str, Any] | None = None
         self.backend_name = spec.backend
         if spec.is_sim and self.backend_name == "auto":
             self.backend_name = "vllm"  # host-tier series are on /metrics (docs/simulator.md)
@@ -328,5 +369,39 @@ class ServerControl:
             # collecting it never warns "subprocess N is still running" (a ResourceWarning,
             # an error under the test suite's filterwarnings) in whatever code runs next.
             _LEFT_RUNNING.append(self.bg.proc)
+            self.kept = self.bg.info
             self.bg = None
         return []
+
+    def left_running(self, by: str) -> dict[str, Any] | None:
+        """The server still listening at the current URL after ``close``, or None.
+
+        Args:
+            by: Who left it (``"the incumbent restored by step restore"``), for the report.
+
+        Returns:
+            ``{"url", "port", "pid", "pid_source", "by", "note"}``: the pid is the kept
+            background start process (its own process group) when there is one, else the
+            owner of the listening socket (``listening_pid``; None when not on this machine
+            or not readable). None for the embedded simulator (stopped here), without a URL,
+            or when nothing accepts a connection on the URL's port.
+        """
+        from urllib.parse import urlsplit
+
+        if self.spec.is_sim or self.url is None:
+            return None
+        parts = urlsplit(self.url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                pass
+        except OSError:
+            return None
+        pid, source = None, None
+        if self.kept is not None and _LEFT_RUNNING and _LEFT_RUNNING[-1].poll() is None:
+            pid, source = int(self.kept["pid"]), "background start command; its process group"
+        elif host in ("127.0.0.1", "localhost", "::1"):
+            pid = listening_pid(port)
+            source = "owner of the listening socket" if pid is not None else None
+        return {"url": self.url, "port": port, "pid": pid, "pid_source": source, "by": by,
+                "note": None if pid is not None else "pid not found (another machine, or another user's process)"}

@@ -41,8 +41,19 @@ def _model(v: dict[str, Any], seconds: float) -> str:
     """``" (= X model s at simulator time scale S)"`` for a probe of ``--target sim``, else ``""``."""
     scale = v.get("sim_time_scale")
     if isinstance(scale, (int, float)) and scale not in (0, 1) and scale > 0:
-        return f" (= {seconds / scale:.3g} model s at simulator time scale {scale:g})"
+        return f" (= {sig3(seconds / scale)} model s at simulator time scale {scale:g})"
     return ""
+
+
+def sig3(x: float) -> str:
+    """``x`` to 3 significant figures, trailing zeros kept (0.152 -> ``0.152``, 1 -> ``1.00``).
+
+    Values of 1000 and above print as whole numbers (``1234``), never in exponent form.
+    """
+    if abs(float(f"{x:.3g}")) >= 1000:
+        return f"{x:.0f}"
+    text = f"{x:#.3g}"
+    return text[:-1] if text.endswith(".") else text
 
 
 def _fmt(v: float | None) -> str:
@@ -69,7 +80,7 @@ def plain_line(v: dict[str, Any]) -> str:
         head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
     line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
     if v.get("eviction_cost_s") is not None:
-        line += (f"; each eviction costs {v['eviction_cost_s']:.1f} s of prefill"
+        line += (f"; each eviction costs {sig3(v['eviction_cost_s'])} s of prefill"
                  + _model(v, v["eviction_cost_s"]))
     return line + "."
 

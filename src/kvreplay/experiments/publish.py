@@ -1,14 +1,29 @@
 """The experiment's one publication: ``result.json``, ``report.md``, ``report.html``.
 
 ``result.json`` keys (issue 15): ``experiment_sha256``, ``started``, ``ended``
-(ISO 8601 UTC), ``aborted`` (null or ``{"reason", "message"}``), ``steps``
+(ISO 8601 UTC), ``status`` (``complete`` when every step was measured and the
+window was not aborted, else ``incomplete``; the exit status is 0 exactly when it is
+``complete``), ``step_counts`` (steps by status: ``{"measured": 4, "failed": 0,
+"deferred": 3, "aborted": 1}``), ``aborted`` (null or ``{"reason", "message"}``: the
+window's own abort — identity drift, auth, an interrupt, the hard deadline — not a
+step's: a step cut short at ``stop_new_after`` is ``aborted`` while ``aborted`` stays
+null), ``steps``
 (``name``, ``kind``, ``status`` in measured | failed | deferred | aborted,
 ``reason``, ``run_dir``, ``comparable``, plus ``label``, ``incarnation``,
 ``started``, ``ended``, ``checks``), ``cells`` (``step``, ``metric``,
 ``status``, ``value``, ``reason``; a probe step's cells come from its
 ``verdict.json``, ``experiments.probe_step.probe_cells``), ``findings`` (``rule``, ``summary``,
 ``evidence``, ``next``); also ``identity`` (the snapshot before the first
-step), ``compare`` (the side-by-side tables) and ``tiers``.
+step), ``compare`` (the side-by-side tables), ``tiers``, ``time``
+(``{"sim_time_scale": {step: scale}, "latency": words}``: which steps ran at a simulator
+time scale; ``experiments.timescale``) and ``left_running`` (null or the server this
+window left listening: ``{"url", "port", "pid", "pid_source", "by", "note"}``,
+``experiments.lifecycle.left_running``).
+
+``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
+steps deferred``), the window's abort, the latency convention (model ms at a
+simulator time scale, the scale stated; ``value``\ s in ``result.json`` stay as
+measured with ``model_ms`` beside them) and the server left running, if any.
 
 ``report.html`` is self-contained (inline CSS, no script, no external
 resource); every value from a server is escaped.
@@ -24,18 +39,29 @@ import orjson
 
 from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
 
-__all__ = ["build_result", "render_html", "render_markdown", "write_publication"]
+__all__ = ["build_result", "left_line", "render_html", "render_markdown", "restate_step_reports", "status_line",
+           "write_publication"]
 
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
-                 aborted: dict[str, str] | None, identity: dict[str, Any] | None) -> dict[str, Any]:
-    """The content of ``result.json`` from the step results and the run directories."""
-    views = load_views(out, steps)
+                 aborted: dict[str, str] | None, identity: dict[str, Any] | None,
+                 left_running: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The content of ``result.json`` from the step results and the run directories (module docstring)."""
+    from kvreplay.experiments.timescale import latency_line
+
+    views = load_views(out, steps, frozen)
     findings = restore_findings(views) + ab_findings(out, steps, frozen)
+    counts = {st: sum(1 for s in steps if s["status"] == st) for st in _STATUSES}
+    scales: dict[str, float | None] = {}
+    for v in views:
+        scales.setdefault(v.step, v.scale)
+    is_sim = ((frozen.get("server") or {}).get("target")) == "sim"
     return {
         "experiment_sha256": frozen["experiment_sha256"],
         "started": started,
         "ended": ended,
+        "status": "complete" if counts["measured"] == len(steps) and aborted is None else "incomplete",
+        "step_counts": counts,
         "aborted": aborted,
         "identity": identity,
         "steps": steps,
@@ -43,6 +69,9 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "findings": findings,
         "compare": compare_tables(views, frozen.get("compare", [])),
         "tiers": tiers(views),
+        "time": {"sim_time_scale": {k: v for k, v in scales.items() if v is not None},
+                 "latency": latency_line(scales, is_sim)},
+        "left_running": left_running,
     }
 
 
@@ -51,11 +80,46 @@ def _v(x: Any) -> str:
         return "—"
     if isinstance(x, float):
         return f"{x:,.0f}" if x.is_integer() and abs(x) >= 100 else f"{x:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
     return str(x)
 
 
 def _aborted(ab: dict[str, Any] | None) -> str:
     return f"{ab.get('reason')}: {ab.get('message')}" if ab else "no"
+
+
+def status_line(result: dict[str, Any]) -> str:
+    """``complete`` when every step was measured, else ``incomplete: 1 step aborted, 3 deferred``.
+
+    Read from ``step_counts``; a result.json written before it existed is counted from its steps.
+    """
+    counts = result.get("step_counts") or {
+        st: sum(1 for s in result["steps"] if s["status"] == st) for st in _STATUSES
+    }
+    bad = [f"{counts[st]} step{'s' if counts[st] != 1 else ''} {st}"
+           for st in ("aborted", "failed", "deferred") if counts.get(st)]
+    if bad:
+        return "incomplete: " + ", ".join(bad)
+    return "incomplete: the window was aborted" if result.get("aborted") else "complete"
+
+
+def left_line(lr: dict[str, Any] | None) -> str | None:
+    """``left running: ...`` naming the server this window left listening (URL, port, pid), or None."""
+    if not lr:
+        return None
+    pid = lr.get("pid")
+    who = f"pid {pid}" if pid is not None else "pid unknown"
+    if pid is not None and lr.get("pid_source"):
+        who += f" ({lr['pid_source']})"
+    stop = f"; stop it with: kill {pid}" if pid is not None else ""
+    return (f"left running: {lr.get('by') or 'a server'} at {lr.get('url')} (port {lr.get('port')}, {who}); "
+            f"kvreplay does not stop it{stop}")
+
+
+def _latency_line(result: dict[str, Any]) -> str:
+    return ((result.get("time") or {}).get("latency")
+            or "ms as measured (a result.json written before the time scale was recorded)")
 
 
 def _ident_line(ident: dict[str, Any] | None) -> str:
@@ -74,12 +138,19 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
         title = f"Compare {t['a']} vs {t['b']}"
         if "rows" in t:
             out.append((title, ["metric", t["a"], t["b"], "ratio b/a"],
-                        [[r["metric"], r["a"], r["b"], r["ratio"]] for r in t["rows"]]))
+                        [[_metric(r["metric"], "a_model_ms" in r), r.get("a_model_ms", r["a"]),
+                          r.get("b_model_ms", r["b"]), r["ratio"]] for r in t["rows"]]))
         else:
             out.append((title, ["note"], [[t["note"]]]))
     out.append(("Cells", ["step", "metric", "status", "value", "reason"],
-                [[c["step"], c["metric"], c["status"], c["value"], c.get("reason")] for c in result["cells"]]))
+                [[c["step"], _metric(c["metric"], "model_ms" in c), c["status"], c.get("model_ms", c["value"]),
+                  c.get("reason")] for c in result["cells"]]))
     return out
+
+
+def _metric(name: str, model: bool) -> str:
+    """A latency metric's label in the report: ``replay.ttft_p50 (model ms)`` where shown in model ms."""
+    return f"{name[:-3]} (model ms)" if model and name.endswith("_ms") else name
 
 
 def render_markdown(result: dict[str, Any], title: str) -> str:
@@ -88,8 +159,12 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- started {result['started']} UTC, ended {result['ended']} UTC",
              f"- experiment_sha256 `{result['experiment_sha256']}`",
              f"- server identity: {_ident_line(result.get('identity'))}",
-             f"- aborted: {_aborted(result['aborted'])}",
-             "", "## Findings", ""]
+             f"- status: {status_line(result)}",
+             f"- window aborted: {_aborted(result['aborted'])}",
+             f"- latencies: {_latency_line(result)}"]
+    if left := left_line(result.get("left_running")):
+        lines.append(f"- {left}")
+    lines += ["", "## Findings", ""]
     for f in result["findings"] or [{"rule": "none", "summary": "no finding: no step gave evidence", "next": "—"}]:
         lines += [f"- **{f['rule']}**: {f['summary']}", f"  - next: {f['next']}"]
     for title_t, head, rows in _tables(result):
@@ -110,8 +185,12 @@ def render_html(result: dict[str, Any], title: str) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
              f"</head><body><h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
              f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
-             f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>Aborted: "
-             f"{e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}</p><h2>Findings</h2><ul>"]
+             f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>"
+             f"Status: <b>{e(status_line(result))}</b>"
+             f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}"
+             f"<br>Latencies: {e(_latency_line(result))}"
+             + (f"<br><b>{e(left)}</b>" if (left := left_line(result.get("left_running"))) else "")
+             + "</p><h2>Findings</h2><ul>"]
     for f in result["findings"]:
         parts.append(f"<li><b>{e(f['rule'])}</b>: {e(f['summary'])}<br><i>next:</i> {e(f['next'])}</li>")
     if not result["findings"]:
@@ -125,6 +204,39 @@ def render_html(result: dict[str, Any], title: str) -> str:
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
+    """Redraw the reports of each run step that ran at a simulator time scale, after the window.
+
+    The runner's own ``report.md`` gives latencies as measured; the run report
+    (``kvreplay.report.write.write_reports``, as ``kvreplay report DIR --html``) gives them
+    in model ms with the scale stated, from ``plan.json`` ``run.sim_time_scale``. Drawn after
+    the restore, so the window's time is not spent on it.
+
+    Returns:
+        One line per step whose reports could not be redrawn (its runner ``report.md`` is kept).
+    """
+    from kvreplay.report.units import sim_time_scale
+    from kvreplay.report.write import write_reports
+
+    msgs = []
+    for st in steps:
+        if st["kind"] != "run" or not st.get("run_dir"):
+            continue
+        d = out / st["run_dir"]
+        try:
+            plan = orjson.loads((d / "plan.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if sim_time_scale(plan) is None:
+            continue
+        try:
+            write_reports(d, html=True)
+        except Exception as exc:  # noqa: BLE001 - a figure must not cost the publication
+            msgs.append(f"step {st['name']}: reports not redrawn ({type(exc).__name__}: {exc}); "
+                        f"redraw with: kvreplay report {d} --html")
+    return msgs
 
 
 def write_publication(out: Path, result: dict[str, Any], title: str) -> None:

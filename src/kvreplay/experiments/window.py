@@ -123,6 +123,7 @@ class WindowRun:
         self.started = utc_now()
         self.ended: str | None = None
         self.closed: list[dict[str, Any]] = []
+        self.left_running: dict[str, Any] | None = None
 
     # -- time ---------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -188,8 +189,28 @@ class WindowRun:
         finally:
             restored = any(r.kind == "restore" and r.status == "measured" for r in self.results)
             self.closed = await self.server.close(restored=restored)
+            self.left_running = self._left_running()
             self.ended = utc_now()
         return self.results
+
+    def _left_running(self) -> dict[str, Any] | None:
+        """The server this window's lifecycle commands left listening (``ServerControl.left_running``)."""
+        srv = self.exp.server
+        ran_cmds = srv.start is not None or srv.restore is not None or any(
+            st.kind == "ab" and any(a.get("cmd") for a in st.settings.get("arms", [])) for st in self.exp.steps)
+        if srv.is_sim or not ran_cmds:
+            return None
+        rs = next((r for r in self.results if r.kind == "restore"), None)
+        if rs is not None and rs.status == "measured":
+            by = f"the incumbent server restored by step {rs.name}"
+        elif rs is not None:
+            by = f"a server this window started (restore step {rs.name} {rs.status}: it may not be the incumbent)"
+        else:
+            by = "a server this window started (no restore step)"
+        try:
+            return self.server.left_running(by)
+        except OSError:
+            return None
 
     def _why_not(self, st: StepSpec) -> str | None:
         if self.aborted is not None:
@@ -307,6 +328,10 @@ class WindowRun:
             elapsed_before_s=self.elapsed(), quiet=True, identity_pins=self.pins,
             abort_if=self.window.abort_if, max_error_rate=self.window.max_error_rate,
             abort_on_malformed=self.window.abort_on_malformed,
+            # plan.json records the simulator's time scale, as `kvreplay run --target sim` does, so
+            # the step's reports give model ms with the scale stated (experiments.timescale)
+            run_extra=({"sim_time_scale": self.server.sim_config.time_scale}
+                       if is_sim and self.server.sim_config is not None else {}),
         )
         summary = await execute_plan(plan, plan.bind(self.workload), opts, backend_factory=self._factory(url))
         self._judge_run(res, summary)

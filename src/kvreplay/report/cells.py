@@ -121,6 +121,9 @@ def phase_gate(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell | None
         ph: A summary phase, or the name of a plan phase absent from the summary.
         summary: The run summary (for the abort reason).
     """
+    if not isinstance(ph, str) and ph.get("check_failed"):
+        # A failed drain/fresh check is the phase's failure (issue 14), not a run that ended early.
+        return failed(f"check failed, nothing sent: {ph['check_failed']}")
     if isinstance(ph, str) or ph.get("deferred") or ph.get("sent", 0) == 0:
         return deferred(f"not run: {_abort_reason(summary)}")
     if not ph.get("valid", True):
@@ -169,7 +172,9 @@ def latency_cell(
                 "ITL samples are not kept in records and the phase's histogram was never written"
             )
         if metric in ("itl", "tpot"):
-            return failed("no samples: no answer streamed two or more tokens (a non-streamed answer "
+            # Nothing failed: a non-streamed (or one-token) answer has no decode interval, so
+            # the figure does not exist for this phase (the README's "absent").
+            return absent("no samples: no answer streamed two or more tokens (a non-streamed answer "
                           "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1

@@ -6,7 +6,8 @@ from typing import Any
 
 from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.calibration import calibration_line, sim_calibration
-from kvreplay.report.cells import Cell, counter_cell, fmt, latency_cell, measured, tokens_cell
+from kvreplay.report.cells import Cell, absent, counter_cell, latency_cell, tokens_cell
+from kvreplay.report.units import sim_time_scale
 
 __all__ = ["render_markdown", "render_table"]
 
@@ -24,32 +25,44 @@ def _short(cell: Cell, phase: str, notes: list[str]) -> str:
 
 
 def hits_cell(ph: dict[str, Any], summary: dict[str, Any]) -> Cell:
-    """The ``hits Δ`` column: cache hits, or hit tokens (``N tok``) where the server counts only tokens.
+    """The ``hits Δ`` column: cache hits, a count of lookups on every backend (README "units").
 
-    llama-server exports cached prompt tokens (``hit_tokens``) but no hit count
-    (``kvreplay.backends``); its column shows those tokens instead of "absent".
+    A server that counts only hit tokens (vLLM's ``prefix_cache_hits``, llama-server's
+    cached prompt tokens; ``kvreplay.backends``) has no lookup count: the cell is
+    absent, and its tokens are in the ``hit_tokens Δ`` column (``hit_tokens_cell``).
     """
     cell = counter_cell(ph, summary, "hits")
     d = ph.get("counter_delta") or {}
     if cell.status == "absent" and isinstance(d.get("hit_tokens"), (int, float)):
-        return measured(f"{fmt(d['hit_tokens'])} tok", "hit tokens: the server counts no hits")
+        return absent("hits: the server counts no lookups (its hit tokens are in hit_tokens Δ)")
     return cell
 
 
-def render_table(summary: dict[str, Any]) -> str:
+def hit_tokens_cell(ph: dict[str, Any], summary: dict[str, Any]) -> Cell:
+    """The ``hit_tokens Δ`` column: prompt tokens served from the cache, in tokens."""
+    return counter_cell(ph, summary, "hit_tokens")
+
+
+def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
     """Markdown table: one row per phase, then one note per distinct failed/deferred reason.
 
+    With ``scale``, the simulator's time scale (``report.units.sim_time_scale``),
+    latencies are in model ms (measured / scale) as in report.html, and a line
+    above the table says so.
+
     Columns: requests ok/planned, TTFT p50/p99 (ms), ITL p50 (ms), E2E p50 (ms),
-    cached/prompt tokens (usage), and native counter deltas (hits, misses,
-    stores, evictions; hits shows ``N tok``, the hit tokens, for a server that
-    counts only tokens, ``hits_cell``). Every figure is a value or a status (``kvreplay.report.cells``):
+    cached/prompt tokens (usage), and native counter deltas (hits in lookups,
+    hit_tokens in tokens, misses, stores, evictions; ``hits_cell``,
+    ``hit_tokens_cell``). Every figure is a value or a status (``kvreplay.report.cells``):
     ``failed`` or ``deferred`` with its reason in the notes, and ``invalid`` for
     any figure of an invalid phase — never its number.
     """
+    unit = "model ms" if scale else "ms"
     head = (
-        "| phase | C | ok/planned | failed | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | E2E p50 ms "
-        "| cached/prompt tokens | hits Δ | misses Δ | stores Δ | evicted Δ |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        f"| phase | C | ok/planned | failed | TTFT p50 {unit} | TTFT p99 {unit} | ITL p50 {unit} "
+        f"| E2E p50 {unit} "
+        "| cached/prompt tokens | hits Δ | hit_tokens Δ | misses Δ | stores Δ | evicted Δ |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows: list[str] = []
     notes: list[str] = []
@@ -57,12 +70,13 @@ def render_table(summary: dict[str, Any]) -> str:
         failed = sum(ph["failed"].values()) if ph.get("failed") else 0
         name = ph["name"]
         cells = [
-            latency_cell(ph, summary, "ttft", "p50"),
-            latency_cell(ph, summary, "ttft", "p99"),
-            latency_cell(ph, summary, "itl", "p50"),
-            latency_cell(ph, summary, "e2e", "p50"),
+            latency_cell(ph, summary, "ttft", "p50", scale=scale),
+            latency_cell(ph, summary, "ttft", "p99", scale=scale),
+            latency_cell(ph, summary, "itl", "p50", scale=scale),
+            latency_cell(ph, summary, "e2e", "p50", scale=scale),
             tokens_cell(ph, summary),
             hits_cell(ph, summary),
+            hit_tokens_cell(ph, summary),
             *(counter_cell(ph, summary, k) for k in ("misses", "stores", "evictions")),
         ]
         tok = ph["tokens"]
@@ -75,6 +89,9 @@ def render_table(summary: dict[str, Any]) -> str:
             + " |"
         )
     out = head + "\n".join(rows) + "\n"
+    if scale:
+        out = (f"Latencies in model ms (measured ms / sim time scale {scale:g}, as in "
+               "report.html).\n\n" + out)
     if notes:
         out += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     return out
@@ -104,7 +121,7 @@ def render_markdown(summary: dict[str, Any], plan: dict[str, Any] | None = None)
         out += [f"Simulator calibration: {calibration_line(*cal)}", ""]
     if line := ray_line(summary):
         out += [line, ""]
-    out.append(render_table(summary))
+    out.append(render_table(summary, sim_time_scale(plan, summary)))
     for ph in summary.get("phases", []):
         if not ph.get("valid", True):
             out.append(f"- phase `{ph['name']}` invalid: {'; '.join(ph['invalid_reasons'])}")

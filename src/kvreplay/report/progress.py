@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kvreplay.runner.observer import PlainObserver, RunObserver, phase_end_line
+from kvreplay.runner.observer import PlainObserver, RunObserver, phase_end_line, plan_time_scale
 
 __all__ = ["LiveObserver", "ProgressState", "make_live_observer"]
 
@@ -48,6 +48,8 @@ class ProgressState:
         deadline_s: Stop-new deadline (s from run start), None when none.
         started_s: ``time.monotonic()`` at run start (s).
         messages: The last few notices.
+        scale: The simulator time scale of the plan (``plan_time_scale``): TTFT is
+            then shown in model ms (measured / scale); None for real time.
     """
 
     def __init__(self) -> None:
@@ -65,6 +67,7 @@ class ProgressState:
         self.deadline_s: float | None = None
         self.started_s = time.monotonic()
         self.messages: list[str] = []
+        self.scale: float | None = None
         self._ttft_ms: list[float] = []
 
     def ttft_p50_ms(self) -> float | None:
@@ -84,6 +87,7 @@ class ProgressState:
         if deadline_s is not None:  # else keep one given at construction (``--stop-new-after``)
             self.deadline_s = deadline_s
         self.started_s = time.monotonic()
+        self.scale = plan_time_scale(plan)
 
     def phase_start(self, name: str, planned: int, concurrency: int) -> None:  # noqa: D102
         self.phase, self.phase_planned, self.concurrency = name, planned, concurrency
@@ -129,7 +133,7 @@ class ProgressState:
             ("done / planned", f"{self.done}/{self.planned}"),
             ("in flight", str(self.in_flight)),
             ("errors", errs),
-            ("TTFT p50 (phase)", f"{p50:.1f} ms" if p50 is not None else "-"),
+            ("TTFT p50 (phase)", _ttft_text(p50, self.scale)),
             ("cached tokens so far", str(self.cached_tokens)),
             ("last drain", drain),
             (
@@ -137,6 +141,15 @@ class ProgressState:
                 f"{left:.0f} s before no new requests" if left is not None else "no deadline",
             ),
         ]
+
+
+def _ttft_text(p50: float | None, scale: float | None) -> str:
+    """The panel's TTFT p50 (ms), in model ms with the scale stated against the simulator."""
+    if p50 is None:
+        return "-"
+    if scale:
+        return f"{p50 / scale:.1f} ms (model ms, sim time scale {scale:g})"
+    return f"{p50:.1f} ms"
 
 
 class LiveObserver:
@@ -187,7 +200,7 @@ class LiveObserver:
         self.state.last_drain = (phase, result)
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
-        self.console.print(phase_end_line(phase), highlight=False)
+        self.console.print(phase_end_line(phase, self.state.scale), highlight=False)
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self.state.message(text)

@@ -30,7 +30,7 @@ import math
 import os
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,8 +128,11 @@ def compact_plan(data: bytes) -> dict[str, Any] | None:
         return None
 
 
+_Head = tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
+
+
 def _compact_plan(data: bytes) -> dict[str, Any] | None:
-    heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]] = []
+    heads: list[_Head] = []
     parts: list[bytes] = []
     pos = 0
     for m in _SEQ.finditer(data):
@@ -158,23 +161,7 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
         parts.append(data[pos : m.end()])
         pos = end
     parts.append(data[pos:])
-    try:
-        plan = orjson.loads(b"".join(parts))
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(plan, dict):
-        return None
-    phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
-    if len(phases) != len(heads) or not all(h[3] for h in heads):
-        # a "sequence" key elsewhere, or positions other than 0..n-1: the full parse
-        full = orjson.loads(data)
-        return full if isinstance(full, dict) else None
-    for ph, (uniq, head, n, _) in zip(phases, heads, strict=True):
-        ph["sequence"] = uniq
-        ph["sequence_head"] = head
-        ph["sequence_length"] = n
-        ph["sequence_positions"] = "range"
-    return plan
+    return _assemble(parts, heads, lambda: data)
 
 
 def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -201,7 +188,7 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         if not first.rstrip().endswith(b"{"):
             return compact_plan(first + f.read())
         parts: list[bytes] = [first]
-        heads: list[tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]] = []
+        heads: list[_Head] = []
         inside = False
         entry: list[bytes] = []
         for line in f:
@@ -233,6 +220,19 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                     uniq.append(orjson.loads(raw))
     if inside:
         return None
+    return _assemble(parts, heads, lambda: Path(path).read_bytes())
+
+
+
+def _assemble(parts: list[bytes], heads: list[_Head], whole: Callable[[], bytes]) -> dict[str, Any] | None:
+    """The compact plan from the kept bytes ``parts`` and one ``(uniq, head, n, in_range)`` per sequence.
+
+    Falls back to a full parse of ``whole()`` (the entire plan's bytes) when a
+    "sequence" key stands elsewhere or positions are other than 0..n-1.
+
+    Returns:
+        The plan dict, or None when the kept bytes are not a JSON object.
+    """
     try:
         plan = orjson.loads(b"".join(parts))
     except orjson.JSONDecodeError:
@@ -241,8 +241,8 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
     phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
     if len(phases) != len(heads) or not all(h[3] for h in heads):
-        # a "sequence" key elsewhere, or positions other than 0..n-1: the whole file
-        full = orjson.loads(Path(path).read_bytes())
+        # a "sequence" key elsewhere, or positions other than 0..n-1: the full parse
+        full = orjson.loads(whole())
         return full if isinstance(full, dict) else None
     for ph, (uniq, head, n, _) in zip(phases, heads, strict=True):
         ph["sequence"] = uniq

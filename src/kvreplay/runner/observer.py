@@ -17,6 +17,7 @@ __all__ = [
     "PlainObserver",
     "RunObserver",
     "phase_end_line",
+    "plan_time_scale",
     "replay_events",
     "slim_record",
 ]
@@ -78,14 +79,29 @@ class NullObserver:
         pass
 
 
-def phase_end_line(phase: dict[str, Any]) -> str:
+def plan_time_scale(plan: dict[str, Any] | None) -> float | None:
+    """The simulator time scale of a plan (``plan.json`` ``run.sim_time_scale``), or None.
+
+    The same rule as ``report.units.sim_time_scale`` (which the runner may not
+    import): None for a real server and for a scale of 0 or 1.
+    """
+    v = ((plan or {}).get("run") or {}).get("sim_time_scale")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v != 1:
+        return float(v)
+    return None
+
+
+def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
     """The terminal line for a finished phase (a summary phase dict); never a raw ``None``.
 
     ``phase replay: ok 52/52, TTFT p50 3.7 ms, cached 175848/190516 tokens``; a
     figure with no value reads ``n/a`` (``TTFT p50 n/a``). A phase that sent
     nothing because the run stopped first (``deferred``) reads ``phase replay:
     not run (identity_mismatch)``, the reason from the key ``not_run`` the
-    runner adds for its observer (``aborted`` when absent).
+    runner adds for its observer (``aborted`` when absent). With ``scale``, a
+    simulator time scale (``plan_time_scale``), the TTFT is in model ms
+    (measured / scale), as in report.html, and the line says so:
+    ``TTFT p50 295.0 ms (model ms, sim time scale 0.02)``.
     """
     name = phase.get("name")
     if phase.get("deferred") and not phase.get("sent"):
@@ -93,9 +109,15 @@ def phase_end_line(phase: dict[str, Any]) -> str:
     p50 = (phase.get("ttft_ms") or {}).get("p50")
     tok = phase.get("tokens") or {}
     cached, prompt = (("n/a" if tok.get(k) is None else tok[k]) for k in ("cached", "prompt"))
+    if p50 is None:
+        ttft = "n/a"
+    elif scale:
+        ttft = f"{float(p50) / scale:.1f} ms (model ms, sim time scale {scale:g})"
+    else:
+        ttft = f"{p50} ms"
     return (
         f"phase {name}: ok {phase.get('ok')}/{phase.get('planned')},"
-        f" TTFT p50 {'n/a' if p50 is None else f'{p50} ms'}, cached {cached}/{prompt} tokens"
+        f" TTFT p50 {ttft}, cached {cached}/{prompt} tokens"
     )
 
 
@@ -104,6 +126,10 @@ class PlainObserver(NullObserver):
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stderr
+        self.scale: float | None = None
+
+    def on_run_start(self, plan: dict[str, Any], deadline_s: float | None) -> None:  # noqa: D102
+        self.scale = plan_time_scale(plan)
 
     def _p(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -116,7 +142,7 @@ class PlainObserver(NullObserver):
         self._p(f"phase {phase}: drain {state} after {result['waited_s']} s")
 
     def on_phase_end(self, phase: dict[str, Any]) -> None:  # noqa: D102
-        self._p(phase_end_line(phase))
+        self._p(phase_end_line(phase, self.scale))
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)

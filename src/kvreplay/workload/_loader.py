@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -80,6 +81,18 @@ class Workload:
         for b in self.bodies:
             seen.setdefault(b.sha256, []).append(b.index)
         return {k: v for k, v in seen.items() if len(v) > 1}
+
+
+def _json_line(line: bytes, path: Path, lineno: int) -> Any:
+    """One JSONL line decoded with orjson (any JSON value).
+
+    Raises:
+        WorkloadError: the line is not JSON ("not JSON: ...", file and 1-based line named).
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WorkloadError(f"not JSON: {exc}", path=path, line=lineno) from exc
 
 
 def _check(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int) -> Body:

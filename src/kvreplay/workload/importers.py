@@ -46,6 +46,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.workload._loader import _json_line
 
 __all__ = [
     "ImportResult",
@@ -178,10 +179,7 @@ def read_mooncake(
             break
         if not line.strip():
             continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise WorkloadError(f"not JSON: {exc}", path=p, line=lineno) from exc
+        obj = _json_line(line, p, lineno)
         try:
             ts = obj["timestamp"]
             n_in, n_out, ids = obj["input_length"], obj["output_length"], obj["hash_ids"]

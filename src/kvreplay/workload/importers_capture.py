@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from kvreplay.errors import WorkloadError, _where
-from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, _check
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, _check, _json_line
 from kvreplay.workload.capture import DEFAULT_PATHS, CaptureSummary, CaptureWriter, sidecar_paths
 
 __all__ = ["ImportedCapture", "body_value_span", "import_har", "import_openai_batch"]
@@ -357,10 +357,7 @@ def import_openai_batch(
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise WorkloadError(f"not JSON: {exc}", path=p, line=lineno) from exc
+        obj = _json_line(line, p, lineno)
         if not isinstance(obj, dict):
             raise WorkloadError("not a JSON object", path=p, line=lineno)
         for key, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):

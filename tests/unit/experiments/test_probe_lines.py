@@ -1,6 +1,7 @@
 """The probe's own lines: the intercept check, model seconds against the simulator."""
 
 from kvreplay.experiments.probe import intercept_warning, plain_line
+from kvreplay.experiments.probe_report import sig3
 
 
 def test_negative_and_implausible_intercepts_are_flagged():
@@ -22,12 +23,31 @@ def test_plain_line_gives_model_seconds_against_the_simulator():
     v = {"min_flush_k": 4, "flush_prefix_tokens": 1024, "implied_entries": [8, 8],
          "eviction_cost_s": 1.0}
     assert plain_line(v) == (
-        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.0 s of prefill."
+        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.00 s of prefill."
     )
     v["sim_time_scale"] = 0.0513
     assert plain_line(v) == (
-        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.0 s of "
+        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 1.00 s of "
         "prefill (= 19.5 model s at simulator time scale 0.0513)."
     )
     v["sim_time_scale"] = 0  # no simulated delay: nothing to convert
-    assert plain_line(v).endswith("costs 1.0 s of prefill.")
+    assert plain_line(v).endswith("costs 1.00 s of prefill.")
+
+
+def test_plain_line_rounds_the_eviction_cost_to_three_significant_figures():
+    # NEWUSER 13(c): 0.152 s printed as "0.2 s" was 30% off; 0.1524 / 0.02 = 7.62; 190 without a dot.
+    v = {"min_flush_k": 4, "flush_prefix_tokens": 1024, "implied_entries": [8, 8],
+         "eviction_cost_s": 0.1524, "sim_time_scale": 0.02}
+    assert plain_line(v) == (
+        "8 entries: about 4 foreign requests evict a 1k prefix; each eviction costs 0.152 s of "
+        "prefill (= 7.62 model s at simulator time scale 0.02)."
+    )
+    assert [sig3(x) for x in (0.1524, 1.0, 19.0, 190.0, 999.6, 1234.5, 0.000123)] == [
+        "0.152", "1.00", "19.0", "190", "1000", "1234", "0.000123"]
+
+
+def test_eviction_cost_keeps_three_significant_figures():
+    # new-user finding: 0.152 s printed as "0.2 s" beside "(= 7.62 model s at ... 0.02)"
+    v = {"min_flush_k": 4, "flush_prefix_tokens": 1024, "implied_entries": [8, 8],
+         "eviction_cost_s": 0.15234, "sim_time_scale": 0.02}
+    assert "each eviction costs 0.152 s of prefill (= 7.62 model s at simulator time scale 0.02)." in plain_line(v)

@@ -64,7 +64,18 @@ def test_all_failed_phase_names_the_classes():
 
 
 def test_missing_figures_fail_with_a_reason():
-    assert latency_cell(phase(), SUMMARY, "itl", "p50").reason.startswith("no samples")
+    # No answer streamed two or more tokens: ITL/TPOT do not exist, absent (NEWUSER 13(b)).
+    for metric in ("itl", "tpot"):
+        c = latency_cell(phase(tpot_ms={"n": 0, "p50": None}), SUMMARY, metric, "p50")
+        assert (c.status, c.text, c.reason) == (
+            "absent", "absent", "no samples: no answer streamed two or more tokens (a non-streamed "
+            "answer arrives at once: it has no decode interval)")
+    rebuilt = dict(SUMMARY, rebuilt_from_records=True)
+    c = latency_cell(phase(), rebuilt, "itl", "p50")
+    assert (c.status, c.reason) == (
+        "failed", "ITL samples are not kept in records and the phase's histogram was never written")
+    c = latency_cell(phase(ttft_ms={}), SUMMARY, "ttft", "p50")
+    assert (c.status, c.reason) == ("failed", "no TTFT samples")
     # A series the server does not have is absent, not failed.
     c = counter_cell(phase(), SUMMARY, "host_hits")
     assert (c.status, c.reason) == ("absent", "host_hits not reported by this server")
@@ -108,3 +119,12 @@ def test_record_cells():
     assert {c.status for c in bad} == {"failed"} and "read idle" in bad[0].reason
     never = record_cells({"sent": False, "status": "aborted", "error": "deadline"}, ["hits"])
     assert {c.status for c in never} == {"deferred"} and "deadline" in never[0].reason
+
+
+def test_a_failed_check_is_the_phases_failure_not_a_deferral():
+    # Issue 14: a failed fresh check sends nothing; the report names the check, not "run ended".
+    why = "fresh: lookups=3.0, hits=2.0 (want 0)"
+    g = phase_gate(phase(sent=0, ok=0, not_sent=4, check_failed=why), {"aborted": None})
+    assert (g.status, g.reason) == ("failed", f"check failed, nothing sent: {why}")
+    c = latency_cell(phase(sent=0, ok=0, not_sent=4, check_failed=why), {"aborted": None}, "ttft", "p50")
+    assert c.status == "failed" and c.reason == f"check failed, nothing sent: {why}"

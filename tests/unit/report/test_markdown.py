@@ -30,13 +30,37 @@ def test_table_labels_missing_and_invalid_figures():
         if line.startswith("| ") and not line.startswith("| phase")
     }
     assert (
-        rows["ok"][3] == "12.5" and rows["ok"][5] == "failed"
-    )  # ITL: no samples in hand-built records
-    assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:10] == ["3", "0"]
-    assert rows["ok"][10] == "absent"  # stores not reported
-    assert "77.7" not in table and rows["bad"][3:] == ["invalid"] * 9
-    assert rows["later"][3:] == ["deferred"] * 9
+        rows["ok"][3] == "12.5" and rows["ok"][5] == "absent"
+    )  # ITL: no answer streamed two or more tokens: absent, nothing failed
+    # hits (lookups) 3, hit_tokens absent, misses 0 (NEWUSER 7: tokens have their own column)
+    assert rows["ok"][7] == "150/200 (1 unknown)" and rows["ok"][8:11] == ["3", "absent", "0"]
+    assert rows["ok"][11] == "absent"  # stores not reported
+    assert "77.7" not in table and rows["bad"][3:] == ["invalid"] * 10
+    assert rows["later"][3:] == ["deferred"] * 10
+    assert "- ok: absent: hit_tokens not reported by this server" in table
     assert "- ok: absent: stores not reported by this server" in table
     assert "- bad: failed: invalid phase: drain did not pass" in table
     assert "- later: deferred: not run: deadline" in table
     assert "n/a" not in table
+
+
+def test_table_in_model_ms_at_a_sim_time_scale():
+    # NEWUSER 4: the terminal table is in model ms, as report.html, and says so.
+    plan = plan_json([("ok", "forward", 1, [0, 1])])
+    recs = [record("ok", 0, 0, ttft_ms=12.5, cached=40), record("ok", 1, 1, ttft_ms=12.5, t0_ms=30, cached=60)]
+    s = summarise(plan, recs, ok={"counter_delta": {"hits": 3, "hit_tokens": 250}, "attribution": "phase_only"})
+    plain = render_table(s)
+    table = render_table(s, 0.02)
+    assert table.startswith(
+        "Latencies in model ms (measured ms / sim time scale 0.02, as in report.html).\n\n"
+        "| phase | C | ok/planned | failed | TTFT p50 model ms | TTFT p99 model ms | ITL p50 model ms "
+        "| E2E p50 model ms | cached/prompt tokens | hits Δ | hit_tokens Δ |"
+    )
+    # The summary's p50 is the histogram's 12.503 ms (s["phases"][0]["ttft_ms"]):
+    # 12.503 / 0.02 = 625.15 model ms, printed with one decimal as in report.html.
+    assert s["phases"][0]["ttft_ms"]["p50"] == 12.503
+    row = [c.strip() for c in table.splitlines()[4].split("|")[1:-1]]
+    assert row[:5] == ["ok", "1", "2/2", "0", f"{12.503 / 0.02:.1f}"] and row[4] in ("625.1", "625.2")
+    assert row[8:11] == ["100/200", "3", "250"]
+    assert plain.startswith("| phase | C | ok/planned | failed | TTFT p50 ms |")
+    assert [c.strip() for c in plain.splitlines()[2].split("|")[1:-1]][4] == "12.5"

@@ -102,3 +102,37 @@ def test_deadline_from_the_command_line_survives_run_start():
     obs = make_live_observer(stdout=Tty(), stderr=Tty(), deadline_s=70 * 60)
     obs.state.run_start(PLAN, None)
     assert 4190 < obs.state.time_left_s() <= 4200
+
+
+def test_phase_end_line_states_model_ms_at_a_sim_time_scale():
+    # NEWUSER 4: the terminal printed the scaled, measured 5.9 ms where report.html says 295.0
+    # model ms; now both say model ms and the terminal states the scale.
+    ph = {"name": "prime", "ok": 52, "planned": 52, "ttft_ms": {"p50": 5.9},
+          "tokens": {"cached": 175848, "prompt": 190516}}
+    sim_plan = dict(PLAN, run={"sim_time_scale": 0.02})
+    buf = io.StringIO()
+    plain = PlainObserver(buf)
+    plain.on_run_start(sim_plan, None)
+    plain.on_phase_end(ph)
+    assert buf.getvalue() == (
+        "phase prime: ok 52/52, TTFT p50 295.0 ms (model ms, sim time scale 0.02), "
+        "cached 175848/190516 tokens\n"
+    )
+    # Real time (no scale, or scale 0 / 1: nothing to convert): the measured value as before.
+    for run in ({}, {"sim_time_scale": 0}, {"sim_time_scale": 1}):
+        buf = io.StringIO()
+        plain = PlainObserver(buf)
+        plain.on_run_start(dict(PLAN, run=run), None)
+        plain.on_phase_end(ph)
+        assert buf.getvalue() == "phase prime: ok 52/52, TTFT p50 5.9 ms, cached 175848/190516 tokens\n"
+    # The rich panel: the same line at the phase end, and the running p50 in model ms.
+    out = io.StringIO()
+    live = LiveObserver(Console(file=out, force_terminal=False, width=200), refresh_per_second=50)
+    live.on_run_start(sim_plan, None)
+    live.on_phase_start("prime", 3, 1)
+    live.on_record(rec(ttft_ms=4.0))
+    assert dict(live.state.lines())["TTFT p50 (phase)"] == "200.0 ms (model ms, sim time scale 0.02)"
+    live.on_phase_end(ph)
+    live.on_run_end({})
+    assert ("phase prime: ok 52/52, TTFT p50 295.0 ms (model ms, sim time scale 0.02), "
+            "cached 175848/190516 tokens") in out.getvalue()

@@ -235,14 +235,20 @@ def test_invalid_phase_row_of_the_phase_table_says_its_reason_once(tmp_path):
     ]
 
 
-def test_hits_column_shows_hit_tokens_for_a_server_without_hit_counts():
-    from kvreplay.report.markdown import hits_cell
+def test_hits_column_is_lookups_and_hit_tokens_have_their_own_column():
+    # NEWUSER 7: vLLM's hit tokens read "175440 tok" under "hits Δ"; hits are lookups.
+    from kvreplay.report.markdown import hit_tokens_cell, hits_cell
 
     ph = {"name": "p", "ok": 1, "sent": 1, "valid": True, "attribution": "per_request",
-          "counter_delta": {"hit_tokens": 4096.0, "prompt_tokens": 5000.0}}
+          "counter_delta": {"hit_tokens": 175440.0, "prompt_tokens": 190516.0}}
     c = hits_cell(ph, {})
-    assert (c.status, c.text) == ("measured", "4096 tok")
+    assert (c.status, c.text, c.reason) == (
+        "absent", "absent", "hits: the server counts no lookups (its hit tokens are in hit_tokens Δ)")
+    c = hit_tokens_cell(ph, {})
+    assert (c.status, c.text) == ("measured", "175440")
     ph["counter_delta"]["hits"] = 3.0
-    assert hits_cell(ph, {}).text == "3"
+    assert (hits_cell(ph, {}).text, hit_tokens_cell(ph, {}).text) == ("3", "175440")
     del ph["counter_delta"]["hit_tokens"], ph["counter_delta"]["hits"]
-    assert hits_cell(ph, {}).status == "absent"
+    assert (hits_cell(ph, {}).status, hits_cell(ph, {}).reason) == (
+        "absent", "hits not reported by this server")
+    assert hit_tokens_cell(ph, {}).reason == "hit_tokens not reported by this server"

@@ -1,0 +1,84 @@
+"""Simulator time in an experiment's publication: which scale each step ran at, and the words.
+
+One convention with the run report (``kvreplay.report.units``, ``report.document``):
+against the simulator with a time scale, every simulated delay ran ``scale`` x its
+model length, and latencies are *shown* in model ms = measured ms / scale with the
+scale stated. ``result.json`` keeps each latency cell's ``value`` as measured (ms of
+this machine's wall clock, the summary's own figure) and adds ``model_ms`` beside it
+where the step ran at a scale; ``report.md``/``report.html`` show model ms.
+
+A run step records its scale in ``plan.json`` ``run.sim_time_scale`` (as ``kvreplay run
+--target sim`` does); a step directory written before that is read from the frozen
+``experiment.json``: the incarnation's ``sim`` overlay, else ``[server.sim]``, else the
+simulator's default (1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreplay.report.units import sim_time_scale
+
+__all__ = ["latency_line", "model_ms", "scale_of_step"]
+
+
+def _usable(v: Any) -> float | None:
+    """A scale that changes the figures (> 0 and != 1), else None (``report.units.sim_time_scale``)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v != 1:
+        return float(v)
+    return None
+
+
+def scale_of_step(plan: dict[str, Any] | None, summary: dict[str, Any] | None, frozen: dict[str, Any] | None,
+                  incarnation: str | None) -> float | None:
+    """The simulator time scale a run step ran at, or None (real server, scale 1 or 0).
+
+    Args:
+        plan: The step's ``plan.json`` (``run.sim_time_scale`` wins when present).
+        summary: The step's ``summary.json``.
+        frozen: ``experiment.json`` (fallback for step directories without the key).
+        incarnation: The incarnation step the run step ran in (None: the incumbent).
+    """
+    run = (plan or {}).get("run") or {}
+    if "sim_time_scale" in run:
+        return sim_time_scale(plan, summary)
+    server = (frozen or {}).get("server") or {}
+    if server.get("target") != "sim":
+        return None
+    overlay = next((s.get("sim") or {} for s in (frozen or {}).get("steps", []) if s.get("name") == incarnation), {})
+    if "time_scale" in overlay:
+        return _usable(overlay["time_scale"])
+    return _usable((server.get("sim") or {}).get("time_scale", 1.0))
+
+
+def model_ms(value: Any, scale: float | None) -> float | None:
+    """``value`` (measured ms) in model ms: ``value / scale``, rounded to 3 decimals; None without both."""
+    if scale is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return round(float(value) / scale, 3)
+
+
+def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
+    """The report's statement of the latency convention.
+
+    Args:
+        scales: Step name -> its scale (``scale_of_step``), for the steps with latency figures.
+        is_sim: True when the experiment's target is the embedded simulator.
+
+    Returns:
+        e.g. ``"model ms at simulator time scale 0.01 (measured / 0.01; the client's own overhead
+        is divided too): steps A, B"``; ``"ms as measured (no simulator time scale)"``.
+    """
+    groups: dict[float, list[str]] = {}
+    for name, sc in scales.items():
+        if sc is not None:
+            groups.setdefault(sc, []).append(name)
+    parts = [f"model ms at simulator time scale {sc:g} (measured / {sc:g}; the client's own overhead is "
+             f"divided too): step{'s' if len(names) > 1 else ''} {', '.join(names)}" for sc, names in groups.items()]
+    plain = [n for n, sc in scales.items() if sc is None]
+    if plain and parts:
+        parts.append(f"ms as measured: step{'s' if len(plain) > 1 else ''} {', '.join(plain)}")
+    if not parts:
+        return ("ms as measured (simulator at time scale 1 or 0: no conversion)" if is_sim
+                else "ms as measured (no simulator time scale)")
+    return "; ".join(parts)
