@@ -47,3 +47,19 @@ def test_ab_prints_phase_progress_inside_each_block(tmp_path, capsys):
     ends = [ln for ln in block if "ok 52/52" in ln]
     assert all(ln.endswith(" ms, cached 175848/190516 tokens") for ln in ends)
     assert sum("drain passed" in ln for ln in block) == 2
+
+
+def test_callback_observer_states_the_sim_scale_the_plan_lacks():
+    got: list[str] = []
+    obs = CallbackObserver(got.append, 0.05)
+    obs.on_run_start({"run": {"target": "sim"}}, None)
+    obs.on_phase_end({"name": "c1", "ok": 52, "planned": 52, "sent": 52, "ttft_ms": {"p50": 9.945},
+                      "tokens": {"cached": 175848, "prompt": 190516}})
+    # 9.945 measured ms / 0.05 = 198.9 model ms
+    assert got == ["phase c1: ok 52/52, TTFT p50 198.9 ms (model ms, sim time scale 0.05), cached 175848/190516 tokens"]
+    got.clear()
+    obs = CallbackObserver(got.append, 0)  # time scale 0: measured ms, no scale
+    obs.on_run_start({"run": {}}, None)
+    obs.on_phase_end({"name": "c1", "ok": 1, "planned": 1, "sent": 1, "ttft_ms": {"p50": 1.5},
+                      "tokens": {"cached": 0, "prompt": 10}})
+    assert got == ["phase c1: ok 1/1, TTFT p50 1.5 ms, cached 0/10 tokens"]

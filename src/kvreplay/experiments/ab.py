@@ -449,7 +449,8 @@ async def run_ab(
                     **(contract or {}),
                 ),
                 backend_factory=factory,
-                observer=None if progress is None else CallbackObserver(lambda m: say(f"  {m}")),
+                observer=None if progress is None else CallbackObserver(
+                    lambda m: say(f"  {m}"), sim_cfgs[arm.name].time_scale if is_sim else None),
             )
         finally:
             if srv is not None:
