@@ -95,7 +95,7 @@ def test_host_cache_diagnosis_window(tmp_path):
     assert cells[("A", "replay.requests_ok")]["value"] == 52
     # the comparison: A/replay vs B/replay side by side
     cmp_rows = {row["metric"]: row for row in r["compare"][0]["rows"]}
-    assert cmp_rows["host_restored_tokens"]["a"] == 6670 and cmp_rows["host_restored_tokens"]["b"] == 0
+    assert cmp_rows["host_fetched_tokens"]["a"] == 6670 and cmp_rows["host_fetched_tokens"]["b"] == 0
     assert cmp_rows["requests"]["ratio"] == 1.0
     # every sending step is an ordinary run directory (report/load_run keep working)
     from kvreplay.report.load import load_run
@@ -156,7 +156,9 @@ def test_stop_new_after_defers_later_steps_and_restores(tmp_path):
             "run_dir") else []:
         if ph["not_sent"]:
             sent = f"partial: {ph['planned'] - ph['not_sent']} of {ph['planned']} positions sent"
-            b_cells = [c for c in r["cells"] if c["step"] == "B" and c["metric"].startswith(ph["name"] + ".")]
+            b_cells = [c for c in r["cells"] if c["step"] == "B" and c["metric"].split(".", 1)[0] == ph["name"]
+                       and c["metric"].split(".", 1)[1] in ("requests_ok", "ttft_p50_ms", "e2e_p50_ms",
+                                                            "cached_tokens")]
             assert b_cells and all(c["status"] == "aborted" and c["reason"].startswith(sent) for c in b_cells)
             assert not any(f"B/{ph['name']}" in str(f.get("evidence")) for f in r["findings"])
             assert all("rows" not in t for t in r["compare"] if f"B/{ph['name']}" in (t["a"], t["b"]))
@@ -316,8 +318,9 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
         rc = main(["experiment", str(TRACE), "--out", str(out), "--quiet"])
         # the restored incumbent is left running by design, and the terminal says where
         ready = next(s for s in result(out)["steps"] if s["name"] == "restore")["checks"]["ready"]["endpoint"]
-        assert (f"left running: the incumbent server the restore step brought back at {ready.rsplit('/', 1)[0]};"
-                " kvreplay does not stop it") in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"left running: the incumbent server restored by step restore at {ready.rsplit('/', 1)[0]}" in err
+        assert "kvreplay does not stop it; stop it with: kill " in err
     finally:
         pid_file = out / "sim.pid"
         if pid_file.exists():

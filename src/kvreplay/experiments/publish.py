@@ -22,7 +22,7 @@ window left listening: ``{"url", "port", "pid", "pid_source", "by", "note"}``,
 
 ``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
 steps deferred``), the window's abort, the latency convention (model ms at a
-simulator time scale, the scale stated; ``value``\ s in ``result.json`` stay as
+simulator time scale, the scale stated; ``value`` fields in ``result.json`` stay as
 measured with ``model_ms`` beside them) and the server left running, if any.
 
 ``report.html`` is self-contained (inline CSS, no script, no external

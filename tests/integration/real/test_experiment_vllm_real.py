@@ -102,5 +102,5 @@ kind = "restore"
     assert got == {"B/replay": expected["03-B"], "A/replay": expected["01-A"]}
     assert all(e["metric"] == "hit_tokens" for e in f_["evidence"])
     rows = {row["metric"]: row for row in r["compare"][0]["rows"]}
-    assert rows["host_restored_tokens"]["a"] == "absent"
-    assert rows["device_hit_tokens"]["a"] == expected["01-A"]
+    assert rows["host_fetched_tokens"]["a"] == "absent"
+    assert rows["hit_tokens"]["a"] == expected["01-A"]

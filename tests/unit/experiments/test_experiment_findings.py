@@ -92,7 +92,7 @@ def test_without_a_host_tier_device_hits_decide_and_the_host_tier_is_absent(tmp_
     assert f["summary"].startswith("row/checkpoint churn") and "no host tier" in f["summary"]
     (t,) = compare_tables(views, [["A/r", "B/r"]])
     rows = {r["metric"]: r for r in t["rows"]}
-    assert rows["host_restored_tokens"]["a"] == "absent" and rows["device_hit_tokens"]["a"] == 96.0
+    assert rows["host_fetched_tokens"]["a"] == "absent" and rows["hit_tokens"]["a"] == 96.0
 
 
 def test_phase_only_counters_never_split_a_mixed_phase(tmp_path):
