@@ -327,6 +327,7 @@ async def run_ab(
     """
     from kvreplay.experiments.compare import compare_blocks, load_pairs, render_compare
     from kvreplay.runner import RunOptions, execute_plan
+    from kvreplay.runner.observer import CallbackObserver
 
     say = progress or (lambda _m: None)
     hdrs = dict(headers or {})
@@ -448,6 +449,8 @@ async def run_ab(
                     **(contract or {}),
                 ),
                 backend_factory=factory,
+                observer=None if progress is None else CallbackObserver(
+                    lambda m: say(f"  {m}"), sim_cfgs[arm.name].time_scale if is_sim else None),
             )
         finally:
             if srv is not None:

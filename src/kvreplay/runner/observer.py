@@ -11,6 +11,7 @@ import sys
 from typing import Any, Protocol
 
 __all__ = [
+    "CallbackObserver",
     "ForwardingObserver",
     "NullObserver",
     "PlainObserver",
@@ -145,6 +146,26 @@ class PlainObserver(NullObserver):
 
     def on_message(self, text: str) -> None:  # noqa: D102
         self._p(text)
+
+
+class CallbackObserver(PlainObserver):
+    """``PlainObserver``'s lines handed to a callback (``kvreplay ab``'s progress inside a block).
+
+    ``scale``: the simulator time scale when the plan does not state one (ab
+    starts its own simulator); TTFT is then shown in model ms, as ``run`` does.
+    """
+
+    def __init__(self, say: Any, scale: float | None = None) -> None:
+        super().__init__()
+        self.say = say
+        self.fixed_scale = plan_time_scale({"run": {"sim_time_scale": scale}})
+
+    def on_run_start(self, plan: dict[str, Any], deadline_s: float | None) -> None:  # noqa: D102
+        super().on_run_start(plan, deadline_s)
+        self.scale = self.scale or self.fixed_scale  # ab's sim: the plan does not carry its scale
+
+    def _p(self, text: str) -> None:
+        self.say(text)
 
 
 _SLIM_KEYS = ("phase", "position", "sent", "status", "ttft_ns", "error", "worker")
