@@ -31,7 +31,7 @@ SERVERS.md section 5 for the payload shapes of vLLM, SGLang and llama.cpp.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython cimport array as carray
 from cpython.list cimport PyList_Append
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memchr, memcmp, memcpy
 
@@ -39,9 +39,10 @@ import orjson
 
 from kvreplay.accounting._sse_py import account_error_line, account_payload, complete_at_eof
 from kvreplay.accounting.events import HEAD_CHARS, MAX_LINE_BYTES, Event, StreamResult
+from kvreplay.accounting.events import extend_gaps_ns as _extend_gaps_py, itl_summary_ns as _itl_summary_py
 from kvreplay.errors import StreamError
 
-__all__ = ["SSEAccountant"]
+__all__ = ["SSEAccountant", "extend_gaps_ns", "itl_summary_ns"]
 
 include "_sse_scan.pxi"
 
@@ -125,6 +126,9 @@ cdef class SSEAccountant:
     cdef object _last_token
     cdef object _last_event
     cdef Py_ssize_t _head_len
+    # Visible text collected since the last _sync_out (joined onto text_head there:
+    # one concatenation per read of ``result``, not one per token event).
+    cdef list _head_parts
 
     def __cinit__(self):
         self._pend.p = NULL
@@ -151,6 +155,7 @@ cdef class SSEAccountant:
         self._events = self._chunks = self._content = self._reasoning = 0
         self._first_token = self._first_content = self._last_token = self._last_event = None
         self._head_len = 0
+        self._head_parts = []
 
     @property
     def result(self):
@@ -160,6 +165,9 @@ cdef class SSEAccountant:
 
     cdef int _sync_out(self) except -1:
         r = self._r
+        if self._head_parts:
+            r.text_head = r.text_head + "".join(self._head_parts)
+            self._head_parts.clear()
         r.events = self._events
         r.chunks = self._chunks
         r.content_deltas = self._content
@@ -355,13 +363,14 @@ cdef class SSEAccountant:
             if s.str_p[i] != NULL and s.str_n[i] != 0:
                 content_seen = True
         if heads:
-            r = self._r
             for text in heads:
                 room = self._head_chars - self._head_len
                 if room <= 0:
                     break
-                r.text_head += text[:room]
-                self._head_len = len(r.text_head)
+                if len(text) > room:
+                    text = text[:room]
+                self._head_parts.append(text)
+                self._head_len += len(text)
         if content_seen or reasoning_seen:
             if content_seen:
                 self._content += 1
@@ -415,3 +424,100 @@ cdef class SSEAccountant:
                 self._data.n = 0
         self._name = b""
         return self.result
+
+
+# -- inter-token latency (ITL) of one stream, without numpy --------------------------
+
+cdef void _select_nth(long long* a, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    """Reorder ``a[0:n]`` so that ``a[k]`` is its k-th smallest value (0-based; Hoare quickselect)."""
+    cdef Py_ssize_t lo = 0
+    cdef Py_ssize_t hi = n - 1
+    cdef Py_ssize_t i, j
+    cdef long long pivot, t
+    while lo < hi:
+        pivot = a[lo + (hi - lo) // 2]
+        i = lo
+        j = hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                t = a[i]
+                a[i] = a[j]
+                a[j] = t
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return
+
+
+def itl_summary_ns(token_ns):
+    """ITL summary of one stream: ``(n, total_ns, max_ns, p50_ns)`` of its inter-token gaps.
+
+    Args:
+        token_ns: Token arrival times (ns), ``array('q')`` (``StreamResult.token_ns``);
+            any other sequence goes to the pure twin (``events.itl_summary_ns``).
+
+    Returns:
+        ``n`` gaps (``len(token_ns) - 1``), their sum, their maximum and their upper
+        median (the value at index ``n // 2`` of the sorted gaps), all ints; None
+        below two arrivals. Exactly the pure twin's figures.
+    """
+    cdef carray.array t
+    cdef Py_ssize_t n, i
+    cdef long long g, total = 0, top
+    cdef long long* v
+    cdef long long* buf
+    if type(token_ns) is not carray.array or token_ns.typecode != "q":
+        return _itl_summary_py(token_ns)
+    t = token_ns
+    n = len(t) - 1
+    if n < 1:
+        return None
+    v = t.data.as_longlongs
+    buf = <long long*>PyMem_Malloc(n * sizeof(long long))
+    if buf == NULL:
+        raise MemoryError()
+    top = v[1] - v[0]
+    for i in range(n):
+        g = v[i + 1] - v[i]
+        buf[i] = g
+        total += g
+        if g > top:
+            top = g
+    _select_nth(buf, n, n // 2)
+    g = buf[n // 2]
+    PyMem_Free(buf)
+    return (n, total, top, g)
+
+
+def extend_gaps_ns(dst, token_ns):
+    """Append the inter-token gaps of ``token_ns`` (ns) to ``dst`` (``array('q')``); returns their count.
+
+    Any other types go to the pure twin (``events.extend_gaps_ns``).
+    """
+    cdef carray.array d, t
+    cdef Py_ssize_t n, i, m
+    cdef long long* v
+    cdef long long* out
+    if (type(token_ns) is not carray.array or token_ns.typecode != "q"
+            or type(dst) is not carray.array or dst.typecode != "q"):
+        return _extend_gaps_py(dst, token_ns)
+    t = token_ns
+    d = dst
+    n = len(t) - 1
+    if n < 1:
+        return 0
+    m = len(d)
+    carray.resize_smart(d, m + n)
+    v = t.data.as_longlongs
+    out = d.data.as_longlongs + m
+    for i in range(n):
+        out[i] = v[i + 1] - v[i]
+    return n

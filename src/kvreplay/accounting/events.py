@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "reasoning_tokens_of"]
+__all__ = ["Event", "StreamResult", "cached_tokens_of", "extend_gaps_ns", "itl_gaps_ns", "itl_summary_ns",
+           "reasoning_tokens_of"]
 
 HEAD_CHARS = 256
 """Default bound on the response text kept per request (characters)."""
@@ -222,3 +223,37 @@ def itl_gaps_ns(token_ns: array) -> np.ndarray:
     else:
         t = np.asarray(token_ns, dtype=np.int64)
     return np.diff(t)
+
+
+def itl_summary_ns(token_ns: array) -> tuple[int, int, int, int] | None:
+    """ITL summary of one stream: ``(n, total_ns, max_ns, p50_ns)`` of its inter-token gaps.
+
+    The pure twin of the native ``_sse_c.itl_summary_ns`` (``accounting.sse``
+    picks one); both give the same ints.
+
+    Args:
+        token_ns: Token arrival times (ns), ``array('q')`` or any int sequence.
+
+    Returns:
+        ``n`` gaps (``len(token_ns) - 1``), their sum, their maximum and their upper
+        median (the value at index ``n // 2`` of the sorted gaps); None below two arrivals.
+    """
+    if len(token_ns) < 2:
+        return None
+    gs = itl_gaps_ns(token_ns)
+    n = len(gs)
+    total, top = int(gs.sum()), int(gs.max())
+    gs.partition(n // 2)
+    return n, total, top, int(gs[n // 2])
+
+
+def extend_gaps_ns(dst: array, token_ns: array) -> int:
+    """Append the inter-token gaps of ``token_ns`` (ns) to ``dst`` (``array('q')``); returns their count.
+
+    The pure twin of the native ``_sse_c.extend_gaps_ns``.
+    """
+    if len(token_ns) < 2:
+        return 0
+    gs = itl_gaps_ns(token_ns)
+    dst.frombytes(gs.astype(np.int64, copy=False).tobytes())
+    return len(gs)

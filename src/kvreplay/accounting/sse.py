@@ -4,6 +4,8 @@ The pure twin is used when ``KVREPLAY_NO_EXTENSIONS=1`` or on a non-CPython
 interpreter. Otherwise the compiled ``_sse_c`` is imported; if that fails the
 facade falls back to the pure twin with one ``RuntimeWarning``.
 ``IMPLEMENTATION`` is ``"native"`` or ``"pure"`` and goes into ``plan.json``.
+The ITL helpers ``itl_summary_ns`` and ``extend_gaps_ns`` (a record's ITL
+summary, a histogram's gap buffer) come from the same side.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import platform
 import warnings
 
 from kvreplay.accounting import _sse_py
+from kvreplay.accounting import events
 from kvreplay.accounting.events import Event, StreamResult
 
-__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult"]
+__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "extend_gaps_ns", "itl_summary_ns"]
 
 SSEAccountant: type
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implementation() != "CPython":
     SSEAccountant = _sse_py.SSEAccountant
     IMPLEMENTATION = "pure"
+    itl_summary_ns, extend_gaps_ns = events.itl_summary_ns, events.extend_gaps_ns
 else:
     try:
         from kvreplay.accounting import _sse_c
@@ -32,6 +36,8 @@ else:
         )
         SSEAccountant = _sse_py.SSEAccountant
         IMPLEMENTATION = "pure"
+        itl_summary_ns, extend_gaps_ns = events.itl_summary_ns, events.extend_gaps_ns
     else:
         SSEAccountant = _sse_c.SSEAccountant
         IMPLEMENTATION = "native"
+        itl_summary_ns, extend_gaps_ns = _sse_c.itl_summary_ns, _sse_c.extend_gaps_ns

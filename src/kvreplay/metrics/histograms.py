@@ -9,13 +9,15 @@ silently (``hdrh``'s ``record_value`` returns False for them).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
+
+from kvreplay.accounting.sse import extend_gaps_ns
 
 __all__ = ["HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "new_histogram", "write_log"]
 
@@ -135,6 +137,17 @@ class LatencySet:
         else:
             p.extend(values_ns)
         if len(p) >= FLUSH_AT:
+            self.flush()
+
+    def record_gaps_of(self, token_ns: Sequence[int]) -> None:
+        """Record the gaps between successive arrival times ``token_ns`` (ns): a stream's ITL samples.
+
+        The same values as ``record_many_ns(itl_gaps_ns(token_ns))``, appended to
+        the buffer natively (``accounting.sse.extend_gaps_ns``) without numpy
+        temporaries per stream.
+        """
+        extend_gaps_ns(self._pend, token_ns)
+        if len(self._pend) >= FLUSH_AT:
             self.flush()
 
     def flush(self) -> None:

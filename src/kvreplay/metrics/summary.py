@@ -44,7 +44,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 
 if TYPE_CHECKING:
@@ -180,7 +179,10 @@ class PhaseStats:
             if v is not None and (metric != "tpot" or _has_decode_interval(rec, token_ns)):
                 s[metric].record_ns(v)
         if token_ns is not None and len(token_ns) > 1:
-            s["itl"].record_many_ns(itl_gaps_ns(token_ns) if gaps is None else gaps)
+            if gaps is None:
+                s["itl"].record_gaps_of(token_ns)
+            else:
+                s["itl"].record_many_ns(gaps)
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta.

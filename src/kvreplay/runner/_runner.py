@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 
 from kvreplay.accounting import IMPLEMENTATION
-from kvreplay.accounting.events import itl_gaps_ns
+from kvreplay.accounting.sse import itl_summary_ns
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.metrics.histograms import write_log
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
@@ -171,7 +171,6 @@ class _Run(CounterReads, ContractChecks):
         self.failed = 0
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
         self.cur_phase = ""
-        self.last_gaps: Any = None  # ITL gaps of the last record() (numpy int64), for PhaseStats.add
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``runner.counterlog``)."""
@@ -244,15 +243,11 @@ class _Run(CounterReads, ContractChecks):
             if n and n > 1:
                 tpot = (r.last_token_ns - r.first_token_ns) // (n - 1)
         itl = None
-        self.last_gaps = None
-        if len(r.token_ns) > 1:
-            gs = itl_gaps_ns(r.token_ns)  # numpy: no Python int per token
-            self.last_gaps = gs  # reused by PhaseStats.add (a histogram: the order is free)
-            n_gaps = len(gs)
-            total, top = int(gs.sum()), int(gs.max())
-            gs.partition(n_gaps // 2)  # in place: the upper median without a sorted copy
+        s = itl_summary_ns(r.token_ns)  # native: no Python int per token
+        if s is not None:
+            n_gaps, total, top, p50 = s
             itl = {"n": n_gaps, "mean_ms": round(total / n_gaps / 1e6, 3),
-                   "p50_ms": round(int(gs[n_gaps // 2]) / 1e6, 3), "max_ms": round(top / 1e6, 3)}
+                   "p50_ms": round(p50 / 1e6, 3), "max_ms": round(top / 1e6, 3)}
         terminal = "finished" if r.finish_reason else ("errored" if out.status != "ok" else "stopped")
         return {
             **base,
@@ -450,7 +445,7 @@ class _Run(CounterReads, ContractChecks):
                 self.writer.write(rec)
             self.check_error_rate(out)
             if out.status == "ok":
-                st.add(rec, out.stream.token_ns, gaps=self.last_gaps)
+                st.add(rec, out.stream.token_ns)
             else:
                 st.add(rec)
             self.obs.on_record(rec)

@@ -283,6 +283,9 @@ class _Exchange:
             return
         self.state = _DONE
         self.done_ns = now
+        # The parser holds this exchange's bound methods (a reference cycle): drop it
+        # here so the exchange is freed by reference counting, not by the cyclic GC.
+        self.parser = None
         if self.conn is not None:
             self.conn.exchange_done(self)
         if self.fut is not None and not self.fut.done():
