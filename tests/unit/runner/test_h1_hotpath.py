@@ -4,7 +4,7 @@
   joined in order, stamped with that read's time (llhttp's body callback is the
   read's list ``append``);
 - the chunk-framing run is the bytes read since the last read with body bytes;
-- the ITL gaps ``record()`` computed are what ``PhaseStats.add`` records.
+- a record's ITL summary and the phase's ITL histogram come from the same token times.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.accounting.sse import SSEAccountant
 from kvreplay.metrics.summary import PhaseStats
 from kvreplay.runner import h1
@@ -89,7 +90,7 @@ MS = 1_000_000
 T0 = 5_000 * MS
 
 
-def test_record_gaps_handed_to_phase_stats_give_the_same_summary():
+def test_record_itl_summary_and_the_phase_histogram_come_from_the_token_times():
     acc = SSEAccountant()
     for i, t in enumerate((50, 60, 80, 110, 150, 250)):  # gaps 10, 20, 30, 40, 100 ms
         acc.feed(_event(i), T0 + t * MS)
@@ -100,10 +101,11 @@ def test_record_gaps_handed_to_phase_stats_give_the_same_summary():
     run.rel = lambda t: _Run.rel(run, t)
     rec = _Run.record(run, SimpleNamespace(name="p", spec=SimpleNamespace(concurrency=1)), 0, 0, 0, out,
                       None, "none")
-    assert sorted(int(g) for g in run.last_gaps) == [10 * MS, 20 * MS, 30 * MS, 40 * MS, 100 * MS]
-    with_gaps, without = PhaseStats("p", 1, 1, 1), PhaseStats("p", 1, 1, 1)
-    with_gaps.add(rec, out.stream.token_ns, gaps=run.last_gaps)
-    without.add(rec, out.stream.token_ns)
-    a, b = with_gaps.to_json()["itl_ms"], without.to_json()["itl_ms"]
+    # mean 200 / 5 = 40 ms; upper median of 10 20 30 40 100 = 30 ms
+    assert rec["itl"] == {"n": 5, "mean_ms": 40.0, "p50_ms": 30.0, "max_ms": 100.0}
+    from_times, from_gaps = PhaseStats("p", 1, 1, 1), PhaseStats("p", 1, 1, 1)
+    from_times.add(rec, out.stream.token_ns)
+    from_gaps.add(rec, out.stream.token_ns, gaps=itl_gaps_ns(out.stream.token_ns))
+    a, b = from_times.to_json()["itl_ms"], from_gaps.to_json()["itl_ms"]
     assert a == b
     assert a["n"] == 5 and a["mean"] == 40.0 and a["max"] == pytest.approx(100.0, rel=1e-3)
