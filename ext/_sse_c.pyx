@@ -47,6 +47,10 @@ __all__ = ["SSEAccountant", "extend_gaps_ns", "itl_summary_ns"]
 include "_sse_scan.pxi"
 
 
+cdef enum:
+    MAX_PREFIX = 1024  # longest payload prefix kept for scan_chunk_after (bytes)
+
+
 cdef struct Buf:
     char* p
     Py_ssize_t n
@@ -111,6 +115,9 @@ cdef class SSEAccountant:
     cdef Py_ssize_t _max_line
     cdef Buf _pend
     cdef Buf _data
+    # The bytes of the last scanned payload before its ``choices`` value: a payload
+    # that starts with them resumes the scan there (scan_chunk_after).
+    cdef Buf _pfx
     cdef bint _has_data
     cdef bint _skip_lf
     cdef bytes _name
@@ -135,10 +142,13 @@ cdef class SSEAccountant:
         self._pend.n = self._pend.cap = 0
         self._data.p = NULL
         self._data.n = self._data.cap = 0
+        self._pfx.p = NULL
+        self._pfx.n = self._pfx.cap = 0
 
     def __dealloc__(self):
         PyMem_Free(self._pend.p)
         PyMem_Free(self._data.p)
+        PyMem_Free(self._pfx.p)
 
     def __init__(self, *, head_chars=HEAD_CHARS, max_line_bytes=MAX_LINE_BYTES, keep_events=False):
         self._r = StreamResult()
@@ -319,7 +329,9 @@ cdef class SSEAccountant:
         cdef Py_ssize_t n = self._data.n
         cdef Scan s
         cdef bint content_seen, reasoning_seen
-        cdef int i
+        cdef int i, rc
+        cdef cptr choices_at
+        cdef Py_ssize_t pn
         self._events += 1
         self._last_event = recv_ns
         if self._keep:
@@ -331,9 +343,22 @@ cdef class SSEAccountant:
             return 0
         if n == 0:
             return 0
-        s.p = <cptr>payload
+        if len(self._name):
+            self._fallback(PyBytes_FromStringAndSize(payload, n), recv_ns)
+            return 0
         s.end = <cptr>payload + n
-        if len(self._name) or scan_chunk(&s) != OK:
+        pn = self._pfx.n
+        if pn and n > pn and memcmp(payload, self._pfx.p, pn) == 0:
+            # Same bytes as the last payload up to its choices: only the rest is walked.
+            s.p = <cptr>payload + pn
+            rc = scan_chunk_after(&s)
+        else:
+            s.p = <cptr>payload
+            rc = scan_chunk(&s, &choices_at)
+            if rc == OK and choices_at != NULL and choices_at - <cptr>payload <= MAX_PREFIX:
+                self._pfx.n = 0
+                buf_append(&self._pfx, payload, choices_at - <cptr>payload)
+        if rc != OK:
             self._fallback(PyBytes_FromStringAndSize(payload, n), recv_ns)
             return 0
         # Decode the text the head still needs before touching any state: bytes the

@@ -410,26 +410,24 @@ cdef int scan_choices(Scan* s) noexcept nogil:
         return FALLBACK
 
 
-cdef int scan_chunk(Scan* s) noexcept nogil:
-    """Walk one event payload; OK only if every field the pure twin reads is simple."""
-    cdef cptr k
-    cdef Py_ssize_t kn
-    cdef bint more
-    cdef bint seen_choices = False
+cdef int scan_members(Scan* s, cptr k, Py_ssize_t kn, bint more, bint seen_choices,
+                      cptr* choices_at) noexcept nogil:
+    """The member loop of ``scan_chunk``, from the member whose key is ``k`` (``s.p`` at its value).
+
+    ``choices_at`` (when not NULL) is set to the start of the ``choices`` value
+    when one is met: the bytes before it are a prefix whose scan leaves no state
+    but ``seen_choices = False`` (``scan_chunk_after``).
+    """
     cdef cptr sp
     cdef Py_ssize_t sn
     cdef bint se
-    s.nch = 0
-    skip_ws(s)
-    if s.p >= s.end or s.p[0] != 123:
-        return FALLBACK
-    if obj_first(s, &k, &kn, &more):
-        return FALLBACK
     while more:
         if key_is(k, kn, "choices", 7):
             if seen_choices:
                 return FALLBACK
             seen_choices = True
+            if choices_at != NULL:
+                choices_at[0] = s.p
             if s.p[0] == 91:
                 if scan_choices(s):
                     return FALLBACK
@@ -452,3 +450,37 @@ cdef int scan_chunk(Scan* s) noexcept nogil:
             return FALLBACK
     skip_ws(s)
     return OK if s.p == s.end else FALLBACK
+
+
+cdef int scan_chunk(Scan* s, cptr* choices_at) noexcept nogil:
+    """Walk one event payload; OK only if every field the pure twin reads is simple.
+
+    ``choices_at`` is set to the start of the top-level ``choices`` value (NULL
+    when there is none): see ``scan_chunk_after``.
+    """
+    cdef cptr k
+    cdef Py_ssize_t kn
+    cdef bint more
+    s.nch = 0
+    choices_at[0] = NULL
+    skip_ws(s)
+    if s.p >= s.end or s.p[0] != 123:
+        return FALLBACK
+    if obj_first(s, &k, &kn, &more):
+        return FALLBACK
+    return scan_members(s, k, kn, more, False, choices_at)
+
+
+cdef const char* CHOICES_KEY = "choices"
+
+
+cdef int scan_chunk_after(Scan* s) noexcept nogil:
+    """``scan_chunk`` for a payload whose bytes up to ``s.p`` equal a prefix an earlier
+    ``scan_chunk`` walked to its ``choices`` value (``choices_at``).
+
+    Equal bytes leave the scanner in an equal state, which at that point is only
+    "the next member is ``choices`` and none was seen", so the walk resumes there
+    and the result is the one a full ``scan_chunk`` would give.
+    """
+    s.nch = 0
+    return scan_members(s, <cptr>CHOICES_KEY, 7, True, False, NULL)

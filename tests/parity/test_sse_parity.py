@@ -299,3 +299,68 @@ def test_native_scanner_handles_common_chunks_without_orjson():
     acc.feed(load_capture("deepseek_chat_deepseek-reasoner_reasoning.chunks.jsonl"), 0)
     acc.close()
     assert acc.fallbacks == 1  # the final chunk carries finish_reason and usage
+
+
+# ------------------------------------------------------------------ shared payload prefixes
+# The native scanner keeps the bytes of the last payload before its "choices" value and
+# resumes the walk there when the next payload starts with them (issue 21 item 2).
+_PFX = b'{"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+
+
+def _ev(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def test_shared_prefix_resumes_only_when_every_byte_matches():
+    body = b"".join([
+        _ev(_PFX + b'[{"index":0,"delta":{"content":"a"}}]}'),         # scanned in full; prefix kept
+        _ev(_PFX + b'[{"index":0,"delta":{"content":"b"}}]}'),         # resumed
+        _ev(_PFX + b'[{"index":0,"delta":{"content":"c"}}],"choices":[]}'),  # resumed; duplicate key -> orjson
+        _ev(_PFX.replace(b'"m"', b'"n"') + b'[{"delta":{"content":"d"}}]}'),  # other prefix: full scan
+        _ev(_PFX + b'[{"index":0,"delta":{"content":"e"}}]}'),         # the new prefix does not match: full
+        _ev(_PFX + b'[{"index":0,"delta":{"content":"f"}}],"usage":{"prompt_tokens":3}}'),  # resumed; usage -> orjson
+        # one byte differs inside the prefix ("object":"error"): a full scan, which hands it to orjson
+        _ev(_PFX.replace(b'"chat.completion.chunk"', b'"error"') + b'[{"index":0,"delta":{"content":"g"}}]}'),
+    ])
+    native = _native()(head_chars=64)
+    native.feed(body, 5)
+    res = native.close()
+    assert native.fallbacks == 3
+    # the duplicate "choices" keeps the last (empty) array: no delta from event 3
+    assert (res.content_deltas, res.text_head, res.prompt_tokens) == (6, "abdefg", 3)
+    both(split(body, "1-byte"))
+    both([body])
+
+
+
+def test_a_prefix_that_differs_in_one_byte_is_walked_in_full():
+    """Same length, one byte apart, anywhere in the prefix: never resumed."""
+    p1 = b'{"id":"x","object":"aaaaa","model":"m","choices":'
+    body = b"".join([
+        _ev(p1 + b'[{"delta":{"content":"a"}}]}'),
+        _ev(p1.replace(b'"aaaaa"', b'"error"') + b'[{"delta":{"content":"b"}}]}'),  # an error object: orjson
+        _ev(p1 + b'[{"delta":{"content":"c"}}]}'),
+        _ev(p1.replace(b'"choices"', b'"choicez"') + b'[{"delta":{"content":"d"}}]}'),  # no choices: no delta
+        _ev(p1 + b'[{"delta":{"content":"e"}}]}'),
+    ])
+    native = _native()(head_chars=64)
+    native.feed(body, 5)
+    res = native.close()
+    assert native.fallbacks == 1
+    assert (res.content_deltas, res.text_head) == (4, "abce")
+    both([body])
+    # invalid UTF-8 inside a prefix of the same length: malformed from both, not resumed
+    _, _, _, err = both([body + _ev(p1.replace(b'"m"', b'"\xff"') + b'[{"delta":{"content":"f"}}]}')])
+    assert err is not None and err[1] == "malformed"
+    # the prefix's last byte (the colon) differs: not JSON, malformed from both
+    _, _, _, err = both([body + _ev(p1[:-1] + b' [{"delta":{"content":"f"}}]}')])
+    assert err is not None and err[1] == "malformed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(rests=st.lists(st.lists(_SOUP, max_size=14).map(b"".join), min_size=1, max_size=6),
+       points=st.lists(st.integers(0, 4000), max_size=8))
+def test_shared_prefix_then_byte_soup(rests, points):
+    first = _ev(_PFX + b'[{"index":0,"delta":{"content":"x"}}]}')
+    body = first + b"".join(_ev(_PFX + r.replace(b"\n", b" ")) for r in rests) + first
+    both(_cut(body, points))
