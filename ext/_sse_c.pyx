@@ -42,7 +42,7 @@ from kvreplay.accounting.events import HEAD_CHARS, MAX_LINE_BYTES, Event, Stream
 from kvreplay.accounting.events import extend_gaps_ns as _extend_gaps_py, itl_summary_ns as _itl_summary_py
 from kvreplay.errors import StreamError
 
-__all__ = ["SSEAccountant", "extend_gaps_ns", "itl_summary_ns"]
+__all__ = ["SSEAccountant", "extend_gaps_ns", "hdr_record_gaps", "itl_summary_ns"]
 
 include "_sse_scan.pxi"
 
@@ -546,3 +546,64 @@ def extend_gaps_ns(dst, token_ns):
     for i in range(n):
         out[i] = v[i + 1] - v[i]
     return n
+
+
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
+
+def hdr_record_gaps(size_t counts_addr, Py_ssize_t counts_len, long long mask, int unit, int half_mag,
+                    long long half_count, token_ns):
+    """Record a stream's inter-token gaps straight into an HdrHistogram's counts (µs).
+
+    The counts index is HdrHistogram's (``hdrh``'s ``_counts_index_for``, as
+    ``metrics.histograms.LatencySet`` computes it): bucket from the bit length
+    of ``value | mask``, sub-bucket by shift. Each gap (ns) is rounded to µs as
+    ``(ns + 500) // 1000`` and raised to at least 1 µs; an index at or beyond
+    ``counts_len`` is counted out of range, not recorded.
+
+    Args:
+        counts_addr: Address of the histogram's counts (``ctypes.addressof(h.counts)``,
+            64-bit unsigned ints); the caller keeps the histogram alive.
+        counts_len, mask, unit, half_mag, half_count: The histogram's ``counts_len``,
+            ``sub_bucket_mask``, ``unit_magnitude``, ``sub_bucket_half_count_magnitude``
+            and ``sub_bucket_half_count``.
+        token_ns: Token arrival times (ns), ``array('q')``.
+
+    Returns:
+        ``(recorded, out_of_range, sum_us, min_us, max_us)`` of the recorded gaps
+        (min/max None when none was recorded); None when ``token_ns`` is not an
+        ``array('q')`` (the caller takes the pure path).
+    """
+    cdef carray.array t
+    cdef Py_ssize_t n, i
+    cdef long long g, us, lo = 0, hi = 0, total = 0, bucket, idx, rec = 0, oor = 0
+    cdef long long* v
+    cdef unsigned long long* counts = <unsigned long long*>counts_addr
+    if type(token_ns) is not carray.array or token_ns.typecode != "q":
+        return None
+    t = token_ns
+    n = len(t) - 1
+    v = t.data.as_longlongs
+    for i in range(n):
+        g = v[i + 1] - v[i]
+        us = (g + 500) // 1000 if g >= -500 else -1  # floor division for negative gaps, then raised to 1
+        if us < 1:
+            us = 1
+        if us > (1LL << 52):
+            us = 1LL << 52
+        bucket = (64 - __builtin_clzll(<unsigned long long>(us | mask))) - unit - half_mag - 1
+        idx = ((bucket + 1) << half_mag) + (us >> (bucket + unit)) - half_count
+        if idx >= counts_len:
+            oor += 1
+            continue
+        counts[idx] += 1
+        if rec == 0 or us < lo:
+            lo = us
+        if rec == 0 or us > hi:
+            hi = us
+        rec += 1
+        total += us
+    if rec == 0:
+        return (0, oor, 0, None, None)
+    return (rec, oor, total, lo, hi)

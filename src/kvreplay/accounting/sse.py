@@ -5,7 +5,8 @@ interpreter. Otherwise the compiled ``_sse_c`` is imported; if that fails the
 facade falls back to the pure twin with one ``RuntimeWarning``.
 ``IMPLEMENTATION`` is ``"native"`` or ``"pure"`` and goes into ``plan.json``.
 The ITL helpers ``itl_summary_ns`` and ``extend_gaps_ns`` (a record's ITL
-summary, a histogram's gap buffer) come from the same side.
+summary, a histogram's gap buffer) come from the same side; ``hdr_record_gaps``
+is native only (None on the pure side, whose histograms take the numpy path).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from kvreplay.accounting import _sse_py
 from kvreplay.accounting import events
 from kvreplay.accounting.events import Event, StreamResult
 
-__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "extend_gaps_ns", "itl_summary_ns"]
+__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "extend_gaps_ns", "hdr_record_gaps",
+           "itl_summary_ns"]
+
+hdr_record_gaps = None
+"""The native ``_sse_c.hdr_record_gaps`` (ITL gaps straight into HdrHistogram counts); None on the pure side."""
 
 SSEAccountant: type
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implementation() != "CPython":
@@ -41,3 +46,4 @@ else:
         SSEAccountant = _sse_c.SSEAccountant
         IMPLEMENTATION = "native"
         itl_summary_ns, extend_gaps_ns = _sse_c.itl_summary_ns, _sse_c.extend_gaps_ns
+        hdr_record_gaps = _sse_c.hdr_record_gaps

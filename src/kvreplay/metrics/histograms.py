@@ -8,6 +8,7 @@ silently (``hdrh``'s ``record_value`` returns False for them).
 
 from __future__ import annotations
 
+import ctypes
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from kvreplay.accounting.sse import extend_gaps_ns
+from kvreplay.accounting.sse import extend_gaps_ns, hdr_record_gaps
 
 __all__ = ["HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "new_histogram", "write_log"]
 
@@ -56,8 +57,8 @@ class LatencySet:
         sum_us: Exact sum of the recorded values (µs), for the mean.
     """
 
-    __slots__ = ("_counts", "_half_count", "_half_mag", "_hist", "_len", "_mask", "_np_counts", "_oor", "_pend",
-                 "_unit", "sum_us")
+    __slots__ = ("_addr", "_counts", "_half_count", "_half_mag", "_hist", "_len", "_mask", "_np_counts", "_oor",
+                 "_pend", "_unit", "sum_us")
 
     def __init__(self, hist: HdrHistogram | None = None, out_of_range: int = 0, sum_us: int = 0) -> None:
         self._pend = array("q")
@@ -88,6 +89,7 @@ class LatencySet:
         self._pend = array("q")
         self._hist = h
         self._counts = h.counts
+        self._addr = ctypes.addressof(h.counts) if hdr_record_gaps is not None else 0
         self._np_counts = None
         self._mask = h.sub_bucket_mask
         self._unit = h.unit_magnitude
@@ -142,10 +144,25 @@ class LatencySet:
     def record_gaps_of(self, token_ns: Sequence[int]) -> None:
         """Record the gaps between successive arrival times ``token_ns`` (ns): a stream's ITL samples.
 
-        The same values as ``record_many_ns(itl_gaps_ns(token_ns))``, appended to
-        the buffer natively (``accounting.sse.extend_gaps_ns``) without numpy
-        temporaries per stream.
+        The same values as ``record_many_ns(itl_gaps_ns(token_ns))``: natively
+        straight into the counts (``accounting.sse.hdr_record_gaps``), else
+        appended to the numpy buffer.
         """
+        if self._addr:  # native: into the counts directly
+            r = hdr_record_gaps(self._addr, self._len, self._mask, self._unit, self._half_mag, self._half_count,
+                                token_ns)
+            if r is not None:
+                n, oor, total, lo, hi = r
+                self._oor += oor
+                if n:
+                    h = self._hist
+                    h.total_count += n
+                    if lo < h.min_value:
+                        h.min_value = lo
+                    if hi > h.max_value:
+                        h.max_value = hi
+                    self.sum_us += total
+                return
         extend_gaps_ns(self._pend, token_ns)
         if len(self._pend) >= FLUSH_AT:
             self.flush()

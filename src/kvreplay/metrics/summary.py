@@ -103,6 +103,11 @@ def _has_decode_interval(rec: dict[str, Any], token_ns: Sequence[int] | None) ->
     return first is None or last is None or last > first
 
 
+_RECORD_KEYS = tuple((m, f"{m}_ns") for m in ("ttft", "tpot", "e2e", "queue", "ttft_from_intended",
+                                                "e2e_from_intended"))
+"""(histogram metric, record key) of the per-request latencies ``PhaseStats.add`` records."""
+
+
 @dataclass(slots=True)
 class PhaseStats:
     """Running totals for one phase; ``add()`` one record at a time."""
@@ -174,8 +179,8 @@ class PhaseStats:
         else:
             self.cached_tokens += u["cached_tokens"]
         s = self.hists.sets
-        for metric in ("ttft", "tpot", "e2e", "queue", "ttft_from_intended", "e2e_from_intended"):
-            v = rec.get(f"{metric}_ns")
+        for metric, key in _RECORD_KEYS:
+            v = rec.get(key)
             if v is not None and (metric != "tpot" or _has_decode_interval(rec, token_ns)):
                 s[metric].record_ns(v)
         if token_ns is not None and len(token_ns) > 1:

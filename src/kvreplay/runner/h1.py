@@ -500,8 +500,15 @@ class H1Client:
     async def _send_once(self, path: str, raw: bytes, head_chars: int, total_timeout_s: float | None,
                          fresh: bool, sent_ns: int | None = None) -> tuple[RequestOutcome, bool]:
         sent = now_ns() if sent_ns is None else sent_ns
+        conn = None
+        idle = self.idle
+        if idle and not fresh:  # the common case, without a coroutine: a pooled connection still fresh
+            c = idle[-1]
+            if not c.closed and now_ns() - c.idle_since_ns <= self.keepalive_ns:
+                conn = idle.pop()
         try:
-            conn = await self._acquire(fresh)
+            if conn is None:
+                conn = await self._acquire(fresh)
         except TimeoutError:
             return RequestOutcome("timeout", None, sent, None, now_ns(),
                                   error=f"connect_timeout: Connection timeout to host "
