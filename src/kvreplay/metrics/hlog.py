@@ -1,8 +1,8 @@
 """HdrHistogram interval logs written while a phase runs (issue 21, item 1).
 
 ``IntervalLogs`` appends one interval per metric to ``histograms/<phase>.<metric>.hlog``
-every ``interval_s`` of wall time (a loop timer, ``start``) and once more when the
-phase ends (``close``). Each interval holds only the values recorded since that
+every ``interval_s`` of wall time (a loop timer, ``start``, cutting the metrics in
+turn) and once more when the phase ends (``close``). Each interval holds only the values recorded since that
 metric's previous interval, so the intervals of a file add up exactly to the
 phase's histogram (the one ``summary.json`` reports); a kill loses at most the
 last interval, and ``records.jsonl`` still holds those requests.
@@ -90,15 +90,26 @@ class IntervalLogs:
         self.files: dict[str, str] = {}
 
     def start(self, interval_s: float = INTERVAL_S) -> None:
-        """Cut every ``interval_s`` of wall time on the running loop, until ``close``."""
+        """Cut each metric every ``interval_s`` of wall time on the running loop, until ``close``.
+
+        The cuts are staggered: a timer runs every ``interval_s / len(sets)`` and
+        cuts the next metric in turn, so one tick costs one metric's encoding
+        (a fraction of a millisecond), never all of them at once.
+        """
         loop = asyncio.get_running_loop()
+        n = len(self._metrics)
+        if not n:
+            return
+        step = interval_s / n
+        turn = {"i": 0}
 
         def tick() -> None:
-            self.cut()
-            if self.failed is None:
-                self._handle = loop.call_later(interval_s, tick)
+            m = self._metrics[turn["i"] % n]
+            turn["i"] += 1
+            if self._cut_metric(m, (now_ns() - self.origin_ns) / 1e9):
+                self._handle = loop.call_later(step, tick)
 
-        self._handle = loop.call_later(interval_s, tick)
+        self._handle = loop.call_later(step, tick)
 
     def cut(self, t_ns: int | None = None) -> None:
         """Append one interval per metric with values recorded since its previous interval.
@@ -106,36 +117,42 @@ class IntervalLogs:
         Args:
             t_ns: The interval end (``now_ns()`` reading); None = now.
         """
-        if self.failed is not None:
-            return
         end_s = ((now_ns() if t_ns is None else t_ns) - self.origin_ns) / 1e9
         for m in self._metrics:
-            h = m.set.hist  # records values buffered by record_many_ns first
-            total = h.total_count
-            if total == m.prev_total:
-                continue
-            cur = np.ctypeslib.as_array(h.counts)
-            if m.prev is None:
-                delta = cur.copy()
-                m.prev = cur.copy()
-            else:
-                delta = cur - m.prev  # counts only grow: no wrap-around
-                m.prev[:] = cur
-            m.prev_total = total
-            if not delta.any():
-                continue
-            line = self._encode(delta, m.last_s, end_s)
-            try:
-                if m.f is None:
-                    m.f = self._create(m)
-                data = line.encode("ascii")
-                n = m.f.write(data)
-                if n != len(data):
-                    raise OSError(errno.ENOSPC, f"short write to {m.f.name} ({n} of {len(data)} bytes)")
-            except OSError as exc:
-                self._fail(exc)
+            if not self._cut_metric(m, end_s):
                 return
-            m.last_s = end_s
+
+    def _cut_metric(self, m: _Metric, end_s: float) -> bool:
+        """Append ``m``'s interval ending at ``end_s`` (s from the origin) when it got values; False once failed."""
+        if self.failed is not None:
+            return False
+        h = m.set.hist  # records values buffered by record_many_ns first
+        total = h.total_count
+        if total == m.prev_total:
+            return True
+        cur = np.ctypeslib.as_array(h.counts)
+        if m.prev is None:
+            delta = cur.copy()
+            m.prev = cur.copy()
+        else:
+            delta = cur - m.prev  # counts only grow: no wrap-around
+            m.prev[:] = cur
+        m.prev_total = total
+        if not delta.any():
+            return True
+        line = self._encode(delta, m.last_s, end_s)
+        try:
+            if m.f is None:
+                m.f = self._create(m)
+            data = line.encode("ascii")
+            n = m.f.write(data)
+            if n != len(data):
+                raise OSError(errno.ENOSPC, f"short write to {m.f.name} ({n} of {len(data)} bytes)")
+        except OSError as exc:
+            self._fail(exc)
+            return False
+        m.last_s = end_s
+        return True
 
     def _encode(self, delta: np.ndarray, start_s: float, end_s: float) -> str:
         """The interval line of ``delta`` (counts in the histogram's layout and dtype; not all zero)."""
