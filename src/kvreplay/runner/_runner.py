@@ -34,6 +34,7 @@ import orjson
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.clock import RunClock, now_ns
+from kvreplay.errors import ConfigError
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
@@ -142,6 +143,22 @@ def _write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
 
 
+def write_plan_json(out: Path, plan_json: dict[str, Any]) -> None:
+    """Write ``out/plan.json`` (before the first request).
+
+    Raises:
+        ConfigError: it cannot be written (disk full, permission denied): field
+            ``--out``, one line naming the run directory and the system's reason;
+            nothing was sent (exit 2, as for an ``--out`` that is not writable).
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(out / "plan.json", plan_json)
+    except OSError as exc:
+        raise ConfigError(f"cannot write plan.json: {exc.strerror or exc}; nothing was sent",
+                          path=out, field="--out") from None
+
+
 class _Run(CounterReads, ContractChecks):
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
                  observer: RunObserver, clock: RunClock | None = None) -> None:
@@ -159,7 +176,11 @@ class _Run(CounterReads, ContractChecks):
         self.restarts = 0
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
-        self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
+        try:
+            self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
+        except OSError as exc:
+            raise ConfigError(f"cannot create records.jsonl: {exc.strerror or exc}; nothing was sent",
+                              path=self.out, field="--out") from None
         self.headers = {"Content-Type": "application/json", **opts.headers}
         register_headers(self.headers)  # this process never writes them (worker processes too)
         self.last_snap: Snapshot | None = None
