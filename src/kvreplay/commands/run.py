@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
-from kvreplay.redaction import check_secret, install_streams, redact_url, register
+from kvreplay.redaction import check_secret, install_streams, redact_url, register, register_headers
 from kvreplay.report.markdown import render_table
 from kvreplay.report.units import sim_time_scale
 from kvreplay.runner import RunOptions, execute_plan
@@ -232,6 +232,7 @@ def split_credentials(url: str, headers: dict[str, str]) -> tuple[str, str]:
     register(f"{user}:{password}", password, u.netloc.rpartition("@")[0])
     if "Authorization" not in headers:
         headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        register_headers(headers)  # the encoded form too, before anything is sent or written
     bare = urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
     return bare, redact_url(url)
 
