@@ -183,3 +183,57 @@ def test_ab_sends_url_credentials_as_basic_auth_and_never_writes_them(workload, 
     assert len(plans) == 2
     assert {orjson.loads(f.read_bytes())["run"]["target"] for f in plans} == {ab["target"]}
     _no_secret_anywhere(out, p)
+
+
+# -- 2c: secrets too short to redact are refused ------------------------------------------------
+
+
+@pytest.fixture()
+def _forget_secrets():
+    from kvreplay import redaction
+
+    redaction.clear()
+    yield
+    redaction.clear()
+
+
+def test_a_3_character_api_key_is_exit_2_and_never_sent(workload, tmp_path, capsys, monkeypatch, _forget_secrets):
+    monkeypatch.setenv("KVR_SHORT_KEY", "  k3y \n")  # stripped to 3 characters
+    out = tmp_path / "run"
+    with HostileServer("key_echo_401") as srv:
+        code = main([*_base(workload, srv.url, out), "--api-key-env", "KVR_SHORT_KEY"])
+        sent = srv.requests
+    cap = capsys.readouterr()
+    assert code == 2 and sent == 0
+    assert cap.err == ("kvreplay: error: field '--api-key-env': the API key: a secret of 3 characters is too short "
+                       "to keep out of kvreplay's outputs (at least 4); use a longer one\n")
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_4_character_api_key_is_accepted_and_redacted(workload, tmp_path, capsys, monkeypatch, _forget_secrets):
+    monkeypatch.setenv("KVR_KEY4", "k3y9")
+    out = tmp_path / "run"
+    with HostileServer("key_echo_401") as srv:
+        code = main([*_base(workload, srv.url, out), "--api-key-env", "KVR_KEY4"])
+        sent = srv.requests
+    assert code == 3 and sent == 1  # the echoing 401 aborts after the first request
+    rec = orjson.loads((out / "records.jsonl").read_bytes().splitlines()[0])
+    assert rec["error"] == "bad key: [REDACTED]"
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert b"k3y9" not in f.read_bytes(), f
+    assert "k3y9" not in "".join(capsys.readouterr())
+
+
+@pytest.mark.parametrize("userinfo, n", [("alice:pw", 2), ("tok@", 3)])
+def test_a_short_url_password_or_lone_user_is_exit_2(workload, tmp_path, capsys, _forget_secrets, userinfo, n):
+    out = tmp_path / "run"
+    with HostileServer("ok") as srv:
+        url = srv.url.replace("http://", "http://" + userinfo.rstrip("@") + "@")
+        code = main(_base(workload, url, out))
+        sent = srv.requests
+    cap = capsys.readouterr()
+    assert code == 2 and sent == 0
+    assert cap.err == (f"kvreplay: error: field '--target': credentials in the target URL: a secret of {n} "
+                       "characters is too short to keep out of kvreplay's outputs (at least 4); use a longer one\n")
+    assert userinfo.split(":")[-1].rstrip("@") not in cap.err
