@@ -24,7 +24,7 @@ import re
 import sys
 from typing import Any, TextIO
 
-__all__ = ["MARKER", "MIN_PREFIX", "RedactingStream", "check_secret", "clear", "escape_controls",
+__all__ = ["MARKER", "MIN_PREFIX", "MIN_SECRET", "RedactingStream", "check_secret", "clear", "escape_controls",
            "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
            "register_headers", "secrets"]
 
@@ -33,7 +33,10 @@ MARKER = "[REDACTED]"
 MIN_PREFIX = 4
 """Shortest trailing prefix of a secret removed from a cut string (characters)."""
 MIN_SECRET = 4
-"""Secrets shorter than this are not registered (they would redact ordinary words)."""
+"""Shortest secret kvreplay accepts (characters). A shorter one cannot be redacted
+safely (replacing every ``ab`` would rewrite ordinary text and JSON keys), nor left
+in the outputs: ``register`` refuses it, and the commands turn that into exit 2
+before anything is sent."""
 
 _secrets: list[str] = []
 _secret_bytes: list[bytes] = []
@@ -45,9 +48,18 @@ def secrets() -> tuple[str, ...]:
 
 
 def register(*values: str | None) -> None:
-    """Add secrets to redact in this process (empty, None or too-short values are ignored)."""
+    """Add secrets to redact in this process (empty or None values are ignored).
+
+    Raises:
+        ValueError: a value of 1 to ``MIN_SECRET - 1`` characters (the message
+            gives its length, never the value); nothing of the call is registered.
+    """
     for v in values:
-        if not v or len(v) < MIN_SECRET or v in _secrets:
+        if v and len(v) < MIN_SECRET:
+            raise ValueError(f"a secret of {len(v)} character{'s' if len(v) > 1 else ''} is too short to keep "
+                             f"out of kvreplay's outputs (at least {MIN_SECRET}); use a longer one")
+    for v in values:
+        if not v or v in _secrets:
             continue
         _secrets.append(v)
         # JSON writers may escape '/' or non-ASCII; the plain UTF-8 form is what orjson writes.
@@ -63,20 +75,25 @@ def register_headers(headers: dict[str, str]) -> None:
     ``Authorization: Bearer K`` registers ``K`` (and the whole value); ``Basic B``
     registers ``B`` and the ``user:password`` it decodes to, and the password.
     Any other header whose name says key, token or secret registers its value.
+
+    Raises:
+        ValueError: one of them is shorter than ``MIN_SECRET`` (``register``).
     """
+    found: list[str] = []
     for name, value in headers.items():
         n = name.lower()
         if n in ("authorization", "proxy-authorization"):
             scheme, _, cred = value.partition(" ")
-            register(cred.strip(), value)
+            found += (cred.strip(), value)
             if scheme.lower() == "basic":
                 try:
                     dec = base64.b64decode(cred.strip(), validate=True).decode("utf-8")
                 except ValueError:
                     continue
-                register(dec, dec.partition(":")[2])
+                found += (dec, dec.partition(":")[2])
         elif any(w in n for w in ("key", "token", "secret")):
-            register(value)
+            found.append(value)
+    register(*found)  # all or nothing
 
 
 def clear() -> None:

@@ -60,3 +60,24 @@ def test_check_secret_strips_and_refuses_controls():
 def test_escape_controls():
     assert R.escape_controls("a\x1b[2Jb\tc\x9bd\x7f") == "a\\x1b[2Jb\tc\\x9bd\\x7f"
     assert R.escape_controls("l1\nl2", newlines=True) == "l1\\x0al2"
+
+
+def test_a_secret_under_min_secret_is_refused_never_silently_kept():
+    # 2c: a 1-3 character secret can be neither redacted (it would rewrite ordinary text) nor kept.
+    assert R.MIN_SECRET == 4
+    for short in ("a", "ab", "abc"):
+        with pytest.raises(ValueError) as ei:
+            R.register(KEY, short)
+        n = len(short)
+        assert str(ei.value) == (f"a secret of {n} character{'s' if n > 1 else ''} is too short to keep out of "
+                                 "kvreplay's outputs (at least 4); use a longer one")
+        assert R.secrets() == ()  # nothing of the refused call is registered, not even the long key
+    R.register("abcd", "", None)  # exactly 4: accepted and redacted; empty and None ignored
+    assert R.secrets() == ("abcd",)
+    assert R.redact("x abcd y") == "x [REDACTED] y"
+
+
+def test_basic_header_with_a_short_password_is_refused():
+    with pytest.raises(ValueError, match="a secret of 2 characters is too short"):
+        R.register_headers({"Authorization": "Basic " + base64.b64encode(b"alice:pw").decode()})
+    assert R.secrets() == ()

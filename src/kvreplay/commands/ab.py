@@ -40,6 +40,7 @@ from kvreplay.commands.run import (
     parse_bound,
     parse_duration,
     read_api_key,
+    split_credentials,
 )
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab import parse_arm, run_ab
@@ -143,6 +144,10 @@ async def ab_async(args: argparse.Namespace) -> dict:
     workload = load_workload(args.workload, max_body_bytes=args.max_body_bytes)
     plan = build_plan(workload, phase_specs(args.phases, args.order))
     api_key = read_api_key(args)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    # URL credentials: an Authorization header, registered as secrets, never written (as in run).
+    target, target_label = (split_credentials(args.target, headers) if args.target != "sim"
+                            else (args.target, args.target))
     sim_base = None
     if args.target == "sim":
         from kvreplay.sim import config_from_args
@@ -160,12 +165,13 @@ async def ab_async(args: argparse.Namespace) -> dict:
         arms=arms,
         reps=args.reps,
         out=out,
-        target=args.target,
+        target=target,
+        target_label=target_label,
         backend_name=args.backend,
         thresholds=thresholds,
         sim_base=sim_base,
         profile=args.profile,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        headers=headers,
         seed=args.seed,
         ready_timeout_s=args.ready_timeout,
         cmd_timeout_s=args.cmd_timeout,

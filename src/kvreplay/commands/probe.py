@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
-from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key
+from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key, split_credentials
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe import (
     FIT_SOURCES,
@@ -30,6 +29,8 @@ from kvreplay.experiments.probe import (
     render_report,
     run_probe,
 )
+from kvreplay.redaction import redact, redact_bytes
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_text, open_new
 
 NAME = "probe"
 HELP = (
@@ -123,13 +124,14 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
 
         sim = SimServer(sim_config(args, prefix="sim-"))
         await sim.start(host="127.0.0.1", port=0)
-        url = sim.base_url
+        url = label = sim.base_url
         if backend_name == "auto":
             backend_name = "halogen"
     else:
-        url = args.target
+        # URL credentials: an Authorization header, registered as secrets, never written (as in run).
+        url, label = split_credentials(args.target, headers)
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"probe: {m}", flush=True))
-    fh = open(out / "requests.jsonl", "ab", buffering=0)  # noqa: SIM115 - closed below
+    fh = open_new(out / "requests.jsonl", append=True)  # O_NOFOLLOW; closed below
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=args.read_timeout)
     try:
         async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
@@ -150,14 +152,14 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
                 backend,
                 cfg,
                 headers=headers,
-                log=lambda rec: fh.write(orjson.dumps(rec) + b"\n"),
+                log=lambda rec: fh.write(redact_bytes(orjson.dumps(rec) + b"\n")),
                 progress=say,
             )
     finally:
         fh.close()
         if sim is not None:
             await sim.stop()
-    verdict["target"] = "sim" if sim is not None else url
+    verdict["target"] = "sim" if sim is not None else label
     if sim is not None:
         # The simulator's delays are model seconds x time_scale: the fit is in scaled seconds.
         # Readers (simulate --prefill verdict.json) divide it back out.
@@ -170,10 +172,8 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         verdict["target_prefix"] = target_prefix_statement(
             verdict, parse_sizes(args.target_prefix)[0]
         )
-    tmp = out / "verdict.json.tmp"
-    tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, out / "verdict.json")
-    (out / "report.md").write_text(render_report(verdict), encoding="utf-8")
+    atomic_write_bytes(out / "verdict.json", redact_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n"))
+    atomic_write_text(out / "report.md", redact(render_report(verdict)))
     verdict["_out"] = str(out)
     return verdict
 

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
-from kvreplay.redaction import check_secret, install_streams, redact_url, register
+from kvreplay.redaction import check_secret, install_streams, redact_url, register, register_headers
 from kvreplay.report.markdown import render_table
 from kvreplay.report.units import sim_time_scale
 from kvreplay.runner import RunOptions, execute_plan
@@ -185,7 +185,8 @@ def read_api_key(args: argparse.Namespace) -> str | None:
     """The API key from ``--api-key-env`` or ``--api-key-file``; None when neither is given.
 
     Raises:
-        ConfigError: the variable is unset or the file is unreadable.
+        ConfigError: the variable is unset, the file is unreadable, or the key holds a control
+            character or is shorter than ``redaction.MIN_SECRET`` characters.
     """
     key = None
     if args.api_key_env:
@@ -211,7 +212,10 @@ def read_api_key(args: argparse.Namespace) -> str | None:
         raise ConfigError(str(exc), field=field) from None
     if not key:
         raise ConfigError("the API key is empty", field=field)
-    register(key)
+    try:
+        register(key)  # refuses a key too short to redact (redaction.MIN_SECRET)
+    except ValueError as exc:
+        raise ConfigError(f"the API key: {exc}", field=field) from None
     return key
 
 
@@ -224,14 +228,23 @@ def split_credentials(url: str, headers: dict[str, str]) -> tuple[str, str]:
 
     The credentials are registered as secrets (never written); an API key, when
     given, wins over them. Returns ``(url without userinfo, label for outputs)``.
+
+    Raises:
+        ConfigError: the password (or, without one, the user name) is shorter than
+            ``redaction.MIN_SECRET`` characters (field ``--target``; nothing sent).
     """
     u = urlsplit(url)
     if u.username is None and u.password is None:
         return url, url
     user, password = unquote(u.username or ""), unquote(u.password or "")
-    register(f"{user}:{password}", password, u.netloc.rpartition("@")[0])
-    if "Authorization" not in headers:
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    try:
+        # The password, or a lone user name (a token as user), must be long enough to redact.
+        register(f"{user}:{password}", password or user, u.netloc.rpartition("@")[0])
+        if "Authorization" not in headers:
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+            register_headers(headers)  # the encoded form too, before anything is sent or written
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the target URL: {exc}", field="--target") from None
     bare = urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
     return bare, redact_url(url)
 

@@ -52,7 +52,9 @@ import orjson
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Plan
+from kvreplay.redaction import redact_bytes
 from kvreplay.runner.usercmd import run_user_command
+from kvreplay.safe_io import atomic_write_bytes
 
 __all__ = ["Arm", "block_order", "parse_arm", "sim_arm_config", "wait_ready"]
 
@@ -260,10 +262,8 @@ def ab_document(
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (temp file, then rename)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-    tmp.replace(path)
+    """Write JSON atomically (exclusive temp file, then rename; registered secrets redacted)."""
+    atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
 
 
 def quote_cmd(cmd: str) -> str:
@@ -281,6 +281,7 @@ async def run_ab(
     target: str,
     backend_name: str,
     thresholds: list[Any],
+    target_label: str | None = None,
     sim_base: Any = None,
     profile: str | None = None,
     headers: dict[str, str] | None = None,
@@ -302,7 +303,9 @@ async def run_ab(
         arms: Baseline first.
         reps: Repetitions (pairs).
         out: Experiment directory (``ab.json``, ``blocks/``, ``compare.json``, ``compare.md``).
-        target: Server URL, or ``sim`` (arms are then simulator configurations).
+        target: Server URL without credentials, or ``sim`` (arms are then simulator configurations).
+        target_label: The target as written to ab.json and each block's plan.json
+            (``commands.run.split_credentials``' redacted URL); None = ``target``.
         backend_name: Counter adapter name, ``auto`` or ``none``.
         thresholds: ``compare.Threshold`` checks.
         sim_base: Base ``SimConfig`` for ``--target sim``.
@@ -350,7 +353,7 @@ async def run_ab(
         reps,
         plan,
         order,
-        target=target,
+        target=target_label or target,
         backend=backend_name,
         thresholds={
             "primary": [t.text for t in thresholds if t.role == "primary"],
@@ -436,7 +439,7 @@ async def run_ab(
                 plan.bind(workload),
                 RunOptions(
                     target_url=url,
-                    target_label="sim" if is_sim else url,
+                    target_label="sim" if is_sim else (target_label or url),
                     out_dir=out / blk["dir"],
                     backend_name=backend_name,
                     headers=hdrs,

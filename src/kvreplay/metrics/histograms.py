@@ -1,14 +1,17 @@
 """Latency histograms: HdrHistogram in integer microseconds, 1 µs to 1 h, 3 significant digits.
 
 Stored as HdrHistogram interval logs (the format HdrHistogram's ``HistogramLogReader``
-and ``HistogramLogProcessor`` read; written with ``hdrh.log.HistogramLogWriter``),
-one file per phase and metric. Out-of-range values are counted, never dropped
+and ``HistogramLogProcessor`` read, lines as ``hdrh.log.HistogramLogWriter`` writes them),
+one file per phase and metric; the runner appends an interval while a phase runs
+(``metrics.hlog``). Out-of-range values are counted, never dropped
 silently (``hdrh``'s ``record_value`` returns False for them).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
+import os
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
-from hdrh.log import HistogramLogWriter
 
 from kvreplay.accounting.sse import extend_gaps_ns, hdr_record_gaps
+from kvreplay.safe_io import open_new
 
-__all__ = ["HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "new_histogram", "write_log"]
+__all__ = ["HEADER_LINES", "HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "hlog_header",
+           "interval_line", "new_histogram", "write_log"]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
@@ -258,8 +262,34 @@ class PhaseHistograms:
         return files
 
 
+HEADER_LINES = ('#[Histogram log format version 1.2]\n'
+                '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
+"""``HistogramLogWriter``'s ``output_log_format_version`` and ``output_legend`` lines."""
+
+
+def hlog_header(comment: str) -> str:
+    """The header of a new ``.hlog``: ``#<comment>``, the format version and the legend lines."""
+    return f"#{comment}\n{HEADER_LINES}"
+
+
+def interval_line(encoded: str, max_us: int, start_s: float, end_s: float) -> str:
+    """One interval line: ``start_s,length_s,max_ms,encoded`` (``HistogramLogWriter``'s
+    ``output_interval_histogram`` with a max-value unit ratio of 1000).
+
+    Args:
+        encoded: ``HdrHistogram.encode()`` of the interval (base64 text).
+        max_us: The interval's ``get_max_value()`` (µs).
+        start_s / end_s: Interval bounds (s from the run's origin).
+    """
+    return f"{start_s:f},{end_s - start_s:f},{max_us // 1000.0:f},{encoded}\n"
+
+
 def write_log(path: Path, hist: HdrHistogram, comment: str, start_s: float, end_s: float) -> None:
     """Write one histogram as an HdrHistogram interval log (one interval).
+
+    The file is created without following a symlink (whatever sits at ``path``
+    is removed first, then ``safe_io.open_new``); the runner appends intervals
+    while a phase runs instead (``metrics.hlog.IntervalLogs``).
 
     Args:
         path: The ``.hlog`` file.
@@ -267,10 +297,16 @@ def write_log(path: Path, hist: HdrHistogram, comment: str, start_s: float, end_
         comment: The ``#`` comment line.
         start_s: Interval start (s, run-relative).
         end_s: Interval end (s, run-relative).
+
+    Raises:
+        OSError: the file cannot be created or written.
     """
-    with open(path, "w") as f:
-        w = HistogramLogWriter(f)
-        w.output_comment(comment)
-        w.output_log_format_version()
-        w.output_legend()
-        w.output_interval_histogram(hist, start_s, end_s, 1000.0)
+    text = hlog_header(comment) + interval_line(hist.encode().decode("ascii"), hist.get_max_value(), start_s, end_s)
+    try:
+        os.unlink(path)  # a stale or planted entry (a symlink is removed, not followed)
+    except FileNotFoundError:
+        pass
+    with open_new(path) as f:
+        data = text.encode("utf-8")
+        if f.write(data) != len(data):
+            raise OSError(errno.ENOSPC, f"short write to {path}")

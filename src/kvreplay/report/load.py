@@ -5,8 +5,9 @@ report commands use the same reader, so what a notebook sees is what the report
 drew.
 
 Histograms are read from the HdrHistogram interval logs the runner wrote
-(``histograms/<phase>.<metric>.hlog``) with ``hdrh.log.HistogramLogReader``;
-every interval of a file is added into one histogram. Source: the HdrHistogram
+(``histograms/<phase>.<metric>.hlog``, one interval appended per second of a phase
+since issue 21, one per phase before); every interval of a file is added into one
+histogram (a torn last line of a killed run is left out). Source: the HdrHistogram
 interval log format, version 1.2 (``HistogramLogWriter`` / ``HistogramLogReader``
 in HdrHistogram and HdrHistogram_py): comment lines start with ``#``, a
 ``"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"``
@@ -16,8 +17,10 @@ significant digits, ``kvreplay.metrics.histograms``).
 
 When ``summary.json`` is missing (the run was killed with SIGKILL before it
 could write it), ``rebuild_summary`` recomputes it from ``records.jsonl`` and
-``plan.json``: counts, tokens and TTFT/TPOT/E2E from the records, ITL from an
-existing ``.hlog`` when the phase finished (records keep only an ITL summary),
+``plan.json``: counts, tokens and TTFT/TPOT/E2E from the records, ITL from the
+phase's ``.itl.hlog`` (records keep only an ITL summary): all of a finished
+phase, and of a phase the kill cut short the intervals appended before it (up to
+about a second of ITL samples fewer than the records),
 per-phase counter deltas as the sum of per-request deltas at C1. The rebuilt
 summary says so (``rebuilt_from_records: true``). When every planned position of
 every phase has a sent record, the run finished its requests and ``aborted`` is
@@ -37,7 +40,6 @@ from typing import Any
 import numpy as np
 import orjson
 from hdrh.histogram import HdrHistogram
-from hdrh.log import HistogramLogReader
 
 from kvreplay.metrics.histograms import new_histogram
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
@@ -166,19 +168,30 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def read_hlog(path: Path) -> HdrHistogram:
     """All intervals of one HdrHistogram interval log, added into one histogram (µs).
 
+    Reads the one-interval logs of runs made before intervals were appended
+    while a phase ran as well as multi-interval ones. A last line without its
+    newline (the runner was killed while appending it) is left out: the
+    intervals before it are whole.
+
     Raises:
         OSError: the file cannot be read.
+        ValueError: an interval line before the last cannot be decoded (names the file and line).
     """
     total = new_histogram()
-    reader = HistogramLogReader(str(path), new_histogram())
-    try:
-        while True:
-            h = reader.get_next_interval_histogram()
-            if h is None:
-                break
-            total.add(h)
-    finally:
-        reader.close()
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    for i, line in enumerate(lines[:-1], 1):  # lines[-1]: "" or a torn last line
+        if not line or line.startswith("#") or line.startswith('"'):
+            continue
+        if line.startswith("Tag="):
+            line = line.partition(",")[2]
+        fields = line.split(",")
+        if len(fields) != 4:
+            raise ValueError(f"{path}:{i}: not an interval line (want start,length,max,histogram)")
+        try:
+            total.decode_and_add(fields[3].strip())
+        except Exception as exc:  # noqa: BLE001 - hdrh raises TypeError, zlib.error and its own classes
+            raise ValueError(f"{path}:{i}: interval histogram cannot be decoded: {exc}") from None
     return total
 
 
@@ -250,7 +263,7 @@ class _Rebuild:
 def rebuild_summary(
     run_dir: Path, plan: dict[str, Any] | None, records: Iterable[dict[str, Any]]
 ) -> dict[str, Any]:
-    """A summary.json rebuilt from records (and finished phases' .hlog for ITL).
+    """A summary.json rebuilt from records (and the phases' ``.itl.hlog`` intervals for ITL).
 
     Records are read once, in order, and never held (a list or a stream such as
     ``report.stream.iter_records`` both do).

@@ -15,10 +15,10 @@ from typing import Any
 
 import aiohttp
 
-from kvreplay.errors import BackendError
+from kvreplay.errors import BackendError, ConfigError
 from kvreplay.plan import Plan
 from kvreplay.runner._options import RunOptions, plan_json_of
-from kvreplay.runner._runner import _h1_client, _Run, _write_json, on_interrupt_signals
+from kvreplay.runner._runner import _h1_client, _Run, _write_json, on_interrupt_signals, write_plan_json
 from kvreplay.runner.backend import Backend
 from kvreplay.runner.h1 import client_ssl_context
 from kvreplay.runner.observer import NullObserver, RunObserver
@@ -51,12 +51,24 @@ async def execute_plan(
 
     Returns:
         The summary (as written to summary.json).
+
+    Raises:
+        ConfigError: the run directory, records.jsonl or plan.json cannot be
+            written (disk full, permission denied; field ``--out``): nothing was sent.
     """
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        opts.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run directory: {exc.strerror or exc}; nothing was sent",
+                          path=opts.out_dir, field="--out") from None
     obs = observer or NullObserver()
     run = _Run(plan, workload, opts, None, obs)
     plan_json = plan_json_of(plan, opts, run.clock)
-    _write_json(opts.out_dir / "plan.json", plan_json)
+    try:
+        write_plan_json(opts.out_dir, plan_json)
+    except ConfigError:
+        run.writer.close()
+        raise
     obs.on_run_start(plan_json, opts.stop_new_after_s)
     return await _execute(run, plan_json, backend_factory)
 
@@ -106,7 +118,7 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
             # The adapter actually used (``auto`` resolved), still before the first request;
             # the run block is outside the plan's hash.
             plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"
-            _write_json(out / "plan.json", plan_json)
+            write_plan_json(out, plan_json)  # still before the first request: exit 2 when it fails
             await run.start_identity()  # baseline and pins, before the first request
             try:
                 for i, phase in enumerate(plan.phases):

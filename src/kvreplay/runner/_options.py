@@ -57,6 +57,8 @@ class RunOptions:
         abort_on_malformed: The first ``malformed`` record stops new requests.
         on_check_fail: ``skip`` (a phase whose drain/fresh check failed sends nothing)
             or ``mark`` (it is sent and marked invalid).
+        hlog_interval_s: Wall time between two intervals appended to each
+            ``histograms/<phase>.<metric>.hlog`` while a phase runs (s; ``metrics.hlog``).
     """
 
     target_url: str
@@ -88,6 +90,7 @@ class RunOptions:
     abort_on_malformed: bool = False
     on_check_fail: str = "skip"
     ca_file: str | None = None
+    hlog_interval_s: float = 1.0
 
 
 def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) -> dict[str, Any]:

@@ -34,7 +34,8 @@ import orjson
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.sse import itl_summary_ns
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.metrics.histograms import write_log
+from kvreplay.errors import ConfigError
+from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
@@ -142,6 +143,22 @@ def _write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
 
 
+def write_plan_json(out: Path, plan_json: dict[str, Any]) -> None:
+    """Write ``out/plan.json`` (before the first request).
+
+    Raises:
+        ConfigError: it cannot be written (disk full, permission denied): field
+            ``--out``, one line naming the run directory and the system's reason;
+            nothing was sent (exit 2, as for an ``--out`` that is not writable).
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(out / "plan.json", plan_json)
+    except OSError as exc:
+        raise ConfigError(f"cannot write plan.json: {exc.strerror or exc}; nothing was sent",
+                          path=out, field="--out") from None
+
+
 class _Run(CounterReads, ContractChecks):
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
                  observer: RunObserver, clock: RunClock | None = None) -> None:
@@ -159,7 +176,11 @@ class _Run(CounterReads, ContractChecks):
         self.restarts = 0
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
-        self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
+        try:
+            self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
+        except OSError as exc:
+            raise ConfigError(f"cannot create records.jsonl: {exc.strerror or exc}; nothing was sent",
+                              path=self.out, field="--out") from None
         self.headers = {"Content-Type": "application/json", **opts.headers}
         register_headers(self.headers)  # this process never writes them (worker processes too)
         self.last_snap: Snapshot | None = None
@@ -171,6 +192,7 @@ class _Run(CounterReads, ContractChecks):
         self.failed = 0
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
         self.cur_phase = ""
+        self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``runner.counterlog``)."""
@@ -462,6 +484,36 @@ class _Run(CounterReads, ContractChecks):
                 for pos, (bi, rep) in seq:
                     await one(pos, bi, rep)
 
+        # Histogram intervals appended every hlog_interval_s of wall time (metrics.hlog).
+        hl = self.hlogs = IntervalLogs(self.out / "histograms", phase.name, {**st.hists.sets, "loop_lag": mon.lag},
+                                       self.clock.origin_ns, st.start_ns,
+                                       on_error=lambda e: self.progress(f"histogram logs not written: {e}"))
+        hl.start(self.opts.hlog_interval_s)
+        try:
+            await self._run_workers(phase, st, mon, worker, aseq, seq, attribution, before, per_req)
+        finally:
+            files = hl.close(st.end_ns)  # the last interval ends with the phase (now, when it raised)
+        st.histogram_files = {m: f for m, f in files.items() if m != "loop_lag"}
+        after = await self.snapshot(at="after")
+        st.counter_delta = self.delta_json(before, after)
+        if st.counter_delta and st.counter_delta.get("reset"):
+            st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        st.client = mon.to_json()
+        if mon.lag.hist.get_total_count():
+            self.lag_hists[phase.name] = mon.lag.hist
+            if "loop_lag" in files:
+                st.client["loop_lag_log"] = files["loop_lag"]
+        pj = st.to_json()
+        if st.deferred and self.abort is not None:
+            pj["not_run"] = self.abort["reason"]  # the observer's line only; not in the summary
+        self.obs.on_phase_end(pj)
+        return st
+
+    async def _run_workers(self, phase: Phase, st: PhaseStats, mon: ClientMonitor, worker: Callable[[], Any],
+                           aseq: Any, seq: Any, attribution: str, before: Snapshot | None, per_req: bool) -> None:
+        """The phase's workers, monitors and never-sent positions; ends by setting ``st.end_ns``."""
+        be = self.backend
+        intended = phase.intended_ns
         mon.start(open_loop=intended is not None)
         tasks = [asyncio.ensure_future(worker()) for _ in range(self.slots(phase))]
         self.active.update(tasks)
@@ -489,29 +541,6 @@ class _Run(CounterReads, ContractChecks):
         if st.sent == 0 and self.abort is not None:
             st.deferred = True
         st.end_ns = now_ns()
-        after = await self.snapshot(at="after")
-        st.counter_delta = self.delta_json(before, after)
-        if st.counter_delta and st.counter_delta.get("reset"):
-            st.invalid_reasons.append("server restarted during the phase (a counter went down)")
-        start_s = (st.start_ns - self.clock.origin_ns) / 1e9
-        end_s = (st.end_ns - self.clock.origin_ns) / 1e9
-        try:
-            st.histogram_files = st.hists.write_logs(self.out / "histograms", phase.name, start_s, end_s)
-        except OSError as exc:
-            self.progress(f"histogram logs not written: {exc}")
-            st.histogram_files = {}
-        st.client = mon.to_json()
-        if mon.lag.hist.get_total_count():
-            self.lag_hists[phase.name] = mon.lag.hist
-            lag_name = f"{phase.name}.loop_lag.hlog"
-            write_log(self.out / "histograms" / lag_name, mon.lag.hist,
-                      f"kvreplay phase={phase.name} metric=loop_lag unit=us", start_s, end_s)
-            st.client["loop_lag_log"] = lag_name
-        pj = st.to_json()
-        if st.deferred and self.abort is not None:
-            pj["not_run"] = self.abort["reason"]  # the observer's line only; not in the summary
-        self.obs.on_phase_end(pj)
-        return st
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -57,7 +57,7 @@ from kvreplay.plan import Phase, Plan, load_plan_json
 from kvreplay.runner._execute import _execute
 from kvreplay.runner._merge import _phase_payload, merge_run
 from kvreplay.runner._options import RunOptions, plan_json_of
-from kvreplay.runner._runner import _Run, _write_json, on_interrupt_signals
+from kvreplay.runner._runner import _Run, on_interrupt_signals, write_plan_json
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload, load_workload
 
@@ -356,7 +356,7 @@ async def execute_plan_workers(
     obs = observer or NullObserver()
     clock = RunClock.start()
     plan_json = plan_json_of(plan, opts, clock, workers=workers)
-    _write_json(out / "plan.json", plan_json)
+    write_plan_json(out, plan_json)  # ConfigError (exit 2) when it cannot be written
     obs.on_run_start(plan_json, None)
     ctx = mp.get_context("spawn")
     shared = _Shared(ctx, len(plan.phases), workers)

@@ -52,7 +52,7 @@ from typing import Any
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Phase, Plan
-from kvreplay.runner._runner import RunOptions, _Run, _write_json, on_interrupt_signals, plan_json_of
+from kvreplay.runner._runner import RunOptions, _Run, on_interrupt_signals, plan_json_of, write_plan_json
 from kvreplay.runner.multiproc import _WorkerRun, merge_run, peer_stop_message, run_worker, worker_options
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload
@@ -466,7 +466,7 @@ async def execute_plan_ray(
         hosts = [{"worker": i, "host": p["host"], "pid": p["pid"]} for i, p in enumerate(places)]
         ray_block = {"address": address, "hosts": hosts}
         plan_json = plan_json_of(plan, opts, clock, workers=workers, ray=ray_block)
-        _write_json(out / "plan.json", plan_json)
+        write_plan_json(out, plan_json)  # ConfigError (exit 2) when it cannot be written
         obs.on_run_start(plan_json, None)
         import orjson
 
