@@ -524,14 +524,16 @@ class H1Client:
                                          f"[{exc.strerror or exc}]")[:ERROR_BYTES]), False
         pooled = conn.uses > 0
         conn.uses += 1
+        if not conn.closed:
+            # The request leaves first: no response byte can be handled before the next
+            # await, so the exchange is set up while the server works (TTFT floor).
+            conn.transport.write(self._head(path) + b"%d\r\n\r\n" % len(raw) + raw)  # type: ignore[union-attr]
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         x = _Exchange(conn, fut, head_chars)
         conn.x = x
         if conn.closed:  # lost between connect and write
             x.on_lost(None)
-        else:
-            conn.transport.write(self._head(path) + b"%d\r\n\r\n" % len(raw) + raw)  # type: ignore[union-attr]
         timer = None
         if self.idle_ns is not None and x.state != _DONE:
             timer = loop.call_later(self.idle_ns / 1e9, x.check_idle, self.idle_ns, loop, sent)
