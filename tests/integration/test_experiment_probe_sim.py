@@ -466,6 +466,6 @@ kind = "restore"
     assert v["cmax_tokens"] == recs[1]["cached_tokens"] and recs[1]["cached_tokens"] > 0
     # a cut verdict never calibrates the simulator
     assert main(["run", str(Path(__file__).resolve().parents[2] / "fixtures" / "workloads" / "mtbench-52"),
-                 "--phase", "c1:forward:c1:first1", "--target", "sim", "--sim-from-verdict", str(d / "verdict.json"), "--out",
-                 str(tmp_path / "cal")]) == 2
+                 "--phase", "c1:forward:c1:first1", "--target", "sim", "--sim-from-verdict",
+                 str(d / "verdict.json"), "--out", str(tmp_path / "cal")]) == 2
     assert "the probe was cut short at stop_new_after (verdict 'stopped')" in capsys.readouterr().err

@@ -74,11 +74,12 @@ def cut_cell(metric: str, value: Any, stopped: dict[str, Any], reason: str | Non
 
     Returns:
         ``{"status", "value", "reason"}``: ``deferred`` (value None) with ``"not run: 0 of 4
-        cold legs sent (REASON)"`` (``"0 of up to 6 eviction points measured"``) when the group sent nothing, ``aborted`` with ``"partial: 3 of
-        4 cold legs sent (REASON)"`` when it was cut; None when every planned leg of the group
-        was sent (the cold legs before a cut in the eviction legs). Cmax and bytes per token read
-        every leg, and the eviction bisection's length is not known in advance: they are partial
-        whenever the probe was cut (``"partial: 5 probe requests sent"``).
+        cold legs sent (REASON)"`` (``"0 of up to 6 eviction points measured"``) when the group
+        sent nothing, ``aborted`` with ``"partial: 3 of 4 cold legs sent (REASON)"`` when it was
+        cut; None when every planned leg of the group was sent (the cold legs before a cut in the
+        eviction legs). Cmax and bytes per token read every leg, and the eviction bisection's
+        length is not known in advance: they are partial whenever the probe was cut
+        (``"partial: 5 probe requests sent"``).
     """
     sent, planned, words = _group(metric, stopped)
     why = f" ({reason})" if reason else ""

@@ -21,8 +21,8 @@ Rules (times in seconds from the experiment's start, ``[window]``):
   no new leg after it (``aborted``, "deadline: no new probe requests after X s", its
   verdict's ``stopped`` and its cut cells partial: ``experiments.probe_cut``; the
   window goes on to the restore) and is cancelled (``aborted``, its
-  ``requests.jsonl`` kept) at ``hard_deadline - restore_reserve``; identity drift during it, or pins that no longer hold,
-  abort the window; a leg answered 401/403 aborts it (``auth``); other failed
+  ``requests.jsonl`` kept) at ``hard_deadline - restore_reserve``; identity drift
+  during it, or pins that no longer hold, abort the window; a leg answered 401/403 aborts it (``auth``); other failed
   legs make the step ``failed`` with their count and the first error.
 
 Each sending step writes an ordinary run directory (``steps/NN-name``); other
