@@ -20,8 +20,8 @@ def test_exit_status_output_and_session(tmp_path):
     log = tmp_path / "c.log"
     log.write_text("before\n")
     # stdin is /dev/null (read gives EOF at once), stdout and stderr append to the log
-    c = _Child.spawn(["/bin/sh", "-c", "read x; echo out; echo err >&2; echo \"sid $(cut -d' ' -f6 /proc/$$/stat)\"; exit 3"],
-                     log)
+    script = "read x; echo out; echo err >&2; echo \"sid $(cut -d' ' -f6 /proc/$$/stat)\"; exit 3"
+    c = _Child.spawn(["/bin/sh", "-c", script], log)
     assert wait(c) == 3
     lines = log.read_text().splitlines()
     assert lines[:3] == ["before", "out", "err"]
