@@ -27,7 +27,8 @@ Rules (times in seconds from the experiment's start, ``[window]``):
 
 Each sending step writes an ordinary run directory (``steps/NN-name``); other
 steps keep their command logs and ``step.json`` there too. A run step against the
-simulator records its time scale in ``plan.json`` (``run.sim_time_scale``).
+simulator records its time scale in ``plan.json`` (``run.sim_time_scale``), and so does
+each block of an ab step (``experiments.ab.run_ab``).
 
 At the end, a server this window's lifecycle commands left listening (the incumbent
 a restore brought back, or whatever the last start/arm command left when the restore
