@@ -256,8 +256,9 @@ fit_on = "server"
 
 @pytest.mark.timeout(120)
 def test_probe_step_deferred_after_stop_new_after_and_restore_runs(tmp_path):
-    # The first probe runs at time scale 0.2 (four cold legs of >= 0.3 s each), so the
-    # second cannot start before stop_new_after = 1 s.
+    # The first probe runs at time scale 0.2 (four legs, the cold ones >= 0.3 s each) across
+    # stop_new_after = 1 s: it sends no leg after it (aborted, not the window) and the second
+    # cannot start.
     text = """
 [server]
 target = "sim"
@@ -285,7 +286,8 @@ kind = "restore"
     assert main(["experiment", str(write(tmp_path, text)), "--out", str(out), "--quiet"]) == 3
     r = result(out)
     st = {s["name"]: s for s in r["steps"]}
-    assert [s["status"] for s in r["steps"]] == ["measured", "measured", "deferred", "measured"]
+    assert [s["status"] for s in r["steps"]] == ["measured", "aborted", "deferred", "measured"]
+    assert st["slow"]["reason"] == "deadline: no new probe requests after 1 s"
     assert st["late"]["reason"].startswith("window: no step starts after stop_new_after = 1 s (elapsed ")
     assert not (out / "steps" / "02-late" / "requests.jsonl").exists()
     late = [c for c in r["cells"] if c["step"] == "late"]
@@ -303,7 +305,6 @@ def test_probe_step_cancelled_at_hard_deadline_minus_reserve(tmp_path):
 target = "sim"
 sim = {time_scale = 0.2}
 [window]
-stop_new_after = "1s"
 hard_deadline = "3s"
 restore_reserve = "1.5s"
 [[step]]
@@ -395,3 +396,76 @@ def test_sigint_during_a_probe_step_aborts_and_restores(tmp_path):
     assert not (out / "steps" / "01-probe-small" / "verdict.json").exists()
     assert recs.read_text().count("\n") >= 1  # the legs sent before the interrupt are kept
     assert {c["status"] for c in r["cells"] if c["step"] == "probe-small"} == {"aborted"}
+
+
+@pytest.mark.timeout(120)
+def test_probe_step_sends_no_new_leg_after_stop_new_after(tmp_path, capsys):
+    # Prefill 4,096 tokens per model second, no fixed cost, time scale 1: the 512-token cold leg
+    # takes 0.125 s and its warm leg less, so both end well before stop_new_after = 2 s; the
+    # 16k cold leg then runs 4 s, across it. No leg starts after 2 s: the 16k warm leg, the
+    # 1k legs and every eviction leg are never sent. Sent: A 512, B 512, A 16k = 3 requests.
+    text = """
+[server]
+target = "sim"
+sim = {time_scale = 1, prefill_base_s = 0, prefill_tokens_per_s = 4096, cache_entries = 8}
+[window]
+stop_new_after = "2s"
+[[step]]
+name = "I"
+kind = "incarnation"
+[[step]]
+name = "cut"
+kind = "probe"
+backend = "halogen"
+sizes = "512,16k,1k"
+flush_max = 16
+[[step]]
+name = "late"
+kind = "probe"
+sizes = "1k,2k"
+flush_max = 0
+[[step]]
+name = "restore"
+kind = "restore"
+"""
+    out = tmp_path / "stop"
+    assert main(["experiment", str(write(tmp_path, text)), "--out", str(out), "--quiet"]) == 3
+    r = result(out)
+    st = {s["name"]: s for s in r["steps"]}
+    why = "deadline: no new probe requests after 2 s"
+    assert [(s["name"], s["status"]) for s in r["steps"]] == [
+        ("I", "measured"), ("cut", "aborted"), ("late", "deferred"), ("restore", "measured")]
+    assert st["cut"]["reason"] == why
+    assert r["aborted"] is None  # a cut at stop_new_after is not the window's abort (as a run step's)
+    assert r["step_counts"] == {"measured": 2, "failed": 0, "deferred": 1, "aborted": 1}
+    d = out / "steps" / "01-cut"
+    recs = [json.loads(x) for x in (d / "requests.jsonl").read_text().splitlines()]
+    assert [(x["leg"], x["size_tokens"]) for x in recs] == [("A", 512), ("B", 512), ("A", 16384)]
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["stopped"] == {"reason": "stop_new_after", "requests": 3, "cold": [2, 3], "warm": [1, 3],
+                            "eviction_points": [0, 6]}  # 6 = k 0, 16, 8, 4, 2, 1
+    assert v["requests"] == 3 and v["points"] == [] and v["min_flush_k"] is None
+    assert st["cut"]["checks"]["stopped"] == v["stopped"]
+    assert "**Cut short at stop_new_after** (no new request after it): 3 requests sent; cold legs 2 of 3, " \
+           "warm legs 1 of 3, eviction points 0 of up to 6." in (d / "report.md").read_text()
+    c = [x for x in r["cells"] if x["step"] == "cut"]
+    fit = v["prefill_fit"]
+    # two cold sizes answered: a line through two points (r2 1); partial, never measured
+    assert fit["r2"] == 1.0
+    part_cold = f"partial: 2 of 3 cold legs sent ({why})"
+    part_all = f"partial: 3 probe requests sent ({why})"
+    assert [(x["metric"], x["status"], x["value"], x["reason"]) for x in c] == [
+        ("prefill_fit.a_s", "aborted", fit["a_s"], part_cold),
+        ("prefill_fit.rate_tokens_per_s", "aborted", fit["rate_tokens_per_s"], part_cold),
+        ("prefill_fit.r2", "aborted", 1.0, part_cold),
+        ("cmax_tokens", "aborted", v["cmax_tokens"], part_all),
+        ("bytes_per_token", "aborted", v["bytes_per_token"], part_all),
+        ("min_flush_k", "deferred", None, f"not run: 0 of up to 6 eviction points measured ({why})"),
+    ]
+    # the warm 512 leg reused the cold one's prefix: the cut cell still shows what was seen
+    assert v["cmax_tokens"] == recs[1]["cached_tokens"] and recs[1]["cached_tokens"] > 0
+    # a cut verdict never calibrates the simulator
+    assert main(["run", str(Path(__file__).resolve().parents[2] / "fixtures" / "workloads" / "mtbench-52"),
+                 "--phase", "c1:forward:c1:first1", "--target", "sim", "--sim-from-verdict",
+                 str(d / "verdict.json"), "--out", str(tmp_path / "cal")]) == 2
+    assert "the probe was cut short at stop_new_after (verdict 'stopped')" in capsys.readouterr().err

@@ -454,3 +454,50 @@ kind = "restore"
     assert ab["blocks"][0]["switch"]["timed_out"] is True and ab["blocks"][0]["switch"]["wall_s"] < 5
     assert [b.get("deferred") for b in ab["blocks"]] == [True, True]
     assert st["restore"]["status"] == "measured"
+
+
+@pytest.mark.timeout(120)
+def test_left_running_server_exits_quietly_and_stays_up(tmp_path):
+    # The restore starts serve-sim as a background command and the window leaves it running
+    # on purpose. The interpreter must exit without "ResourceWarning: subprocess N is still
+    # running" (an error here: -W error::ResourceWarning, -X dev), and the server must survive it.
+    f = tmp_path / "left.toml"
+    f.write_text("""
+[server]
+target = "http://127.0.0.1:{port}"
+backend = "none"
+start = {cmd = "{kvreplay} serve-sim --port {port} --time-scale 0", background = true}
+restore = {cmd = "{kvreplay} serve-sim --port {port} --time-scale 0", background = true}
+[[step]]
+name = "up"
+kind = "incarnation"
+[[step]]
+name = "restore"
+kind = "restore"
+""")
+    out = tmp_path / "left"
+    proc = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-m", "kvreplay",
+                           "experiment", str(f), "--out", str(out), "--quiet"],
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=100)
+    lr = result(out)["left_running"]
+    pid = lr["pid"] if lr else None
+    try:
+        err = proc.stderr.decode()
+        assert proc.returncode == 0, err
+        assert "ResourceWarning" not in err and "still running" not in err, err
+        assert lr["pid_source"] == "background start command; its process group"
+        port = lr["port"]
+        assert err.endswith(f"left running: the incumbent server restored by step restore at http://127.0.0.1:{port} "
+                            f"(port {port}, pid {pid} (background start command; its process group)); kvreplay "
+                            f"does not stop it; stop it with: kill {pid}\n"), err
+        os.kill(pid, 0)  # alive after the interpreter that started it exited
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as resp:  # noqa: S310
+            assert json.loads(resp.read())["data"][0]["id"] == "kvreplay-sim"
+    finally:
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGTERM)  # its own process group: sh and serve-sim
+            except ProcessLookupError:
+                pass

@@ -281,3 +281,49 @@ def test_cli_target_prefix_statement(tmp_path, capsys):
     assert main([*args[:-1], "48k", "--out", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "Cmax 43526 tokens does not cover the 49152-token prefix: the entry cap is the wall" in out
+
+
+def probe_until(sim_cfg: SimConfig, cfg: ProbeConfig, legs: int):
+    """run_probe whose stop_new answers True once ``legs`` leg records were logged."""
+    logged: list[dict] = []
+
+    async def go():
+        srv = SimServer(sim_cfg)
+        await srv.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                backend = make_backend("halogen", srv.base_url, session)
+                verdict = await run_probe(session, srv.base_url, backend, cfg, log=logged.append,
+                                          stop_new=lambda: len(logged) >= legs)
+            return verdict, list(srv.engine.events), logged
+        finally:
+            await srv.stop()
+
+    return asyncio.run(go())
+
+
+def test_stop_new_cuts_the_bisection_between_points():
+    # N = 8 entries, s = 2: k = 0 keeps the prefix. Legs: A 512, B 512, A 1024, B 1024, then the
+    # point k = 0 (C-first, C-second; one repeat) = 6; stop_new is true from then on, so the point
+    # k = 4 (its C-first, 4 foreign, C-second) never starts and no k is found.
+    cfg = ProbeConfig(sizes=(512, 1024), flush_prefix_tokens=1024, foreign_tokens=128, flush_max=4,
+                      flush_repeats=1)
+    v, events, logged = probe_until(SimConfig(time_scale=0, cache_entries=8, snapshots=2), cfg, 6)
+    assert [r["leg"] for r in logged] == ["A", "B", "A", "B", "C-first", "C-second"]
+    assert v["stopped"] == {"reason": "stop_new_after", "requests": 6, "cold": [2, 2], "warm": [2, 2],
+                            "eviction_points": [1, 4]}  # k = 0, 4, 2, 1 at most
+    assert [(p["k"], p["flushed"]) for p in v["points"]] == [(0, False)]
+    assert v["min_flush_k"] is None and v["flush_bracket"] == [None, None]
+    assert v["eviction_note"] == "cut at stop_new_after after 1 eviction point(s): no minimum flushing k"
+    assert len([e for e in events if e["kind"] == "request"]) == 6  # nothing sent after the cut
+    assert v["prefill_fit"] is not None  # both cold sizes answered before the cut
+
+
+def test_stop_new_before_the_first_leg_sends_nothing():
+    cfg = ProbeConfig(sizes=(512, 1024), flush_max=4, flush_prefix_tokens=1024, foreign_tokens=128)
+    v, events, logged = probe_until(SimConfig(time_scale=0, cache_entries=8), cfg, 0)
+    assert logged == [] and [e for e in events if e["kind"] == "request"] == []
+    assert v["unplanned_requests"] == []  # not even the token-count calibration
+    assert v["stopped"] == {"reason": "stop_new_after", "requests": 0, "cold": [0, 2], "warm": [0, 2],
+                            "eviction_points": [0, 4]}
+    assert (v["prefill_fit"], v["cmax_tokens"], v["min_flush_k"], v["points"]) == (None, None, None, [])

@@ -16,8 +16,10 @@ An arm command runs in its own session and process group with stdin from
 leave the server it starts running in the background (``./switch.sh`` starting
 it with ``&``): the block starts once the shell exits and the server is ready.
 
-Writes ``ab.json`` (arms, the frozen block order, the plan hash; before the
-first request), one run directory per block under ``blocks/``, then
+Writes ``ab.json`` (arms, the frozen block order, the plan hash; with ``--target
+sim`` each arm's time scale and the ``--sim-from-verdict`` calibration; before the
+first request), one run directory per block under ``blocks/`` (whose ``plan.json``
+keeps the scale and the calibration as ``kvreplay run``'s does), then
 ``compare.json`` and ``compare.md``. See ``kvreplay.experiments.ab``.
 Exit status: 0 with a verdict, 2 bad input, 3 when a block aborted or a
 deadline stopped the experiment. ``kvreplay report DIR`` draws ``report.html``.
@@ -148,11 +150,11 @@ async def ab_async(args: argparse.Namespace) -> dict:
     # URL credentials: an Authorization header, registered as secrets, never written (as in run).
     target, target_label = (split_credentials(args.target, headers) if args.target != "sim"
                             else (args.target, args.target))
-    sim_base = None
+    sim_base = calibration = None
     if args.target == "sim":
-        from kvreplay.sim import config_from_args
+        from kvreplay.sim.config import config_and_calibration
 
-        sim_base = config_from_args(args, prefix="sim-")
+        sim_base, calibration = config_and_calibration(args, prefix="sim-")
     contract = contract_options(args, {}, None)
     if contract["identity_pins"] and args.backend == "none":
         raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
@@ -181,6 +183,7 @@ async def ab_async(args: argparse.Namespace) -> dict:
         hard_deadline_s=args.hard_deadline,
         abort_if=tuple(args.abort_if),
         contract=contract,
+        sim_calibration=calibration,
     ) | {"_out": str(out)}
 
 

@@ -294,6 +294,7 @@ async def run_ab(
     hard_deadline_s: float | None = None,
     abort_if: tuple[tuple[str, str, float], ...] = (),
     contract: dict[str, Any] | None = None,
+    sim_calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every block in the frozen order, then compare (see module docstring).
 
@@ -321,6 +322,16 @@ async def run_ab(
         abort_if: The runner's counter bounds, ``(name, op, value)``, in every block.
         contract: ``RunOptions`` fields ``identity_pins``, ``abort_on_malformed``,
             ``on_check_fail`` for every block.
+        sim_calibration: With ``target == "sim"``, the calibration that set ``sim_base``
+            (``sim.config.config_and_calibration``: ``--sim-from-verdict``), or None. Kept
+            as ``kvreplay run`` keeps it: in ``ab.json`` (``sim_calibration``), in each
+            block's ``plan.json`` (``run.sim_calibration``) and in each arm's simulator
+            ``/version``.
+
+    Against the simulator each block's ``plan.json`` records its arm's time scale
+    (``run.sim_time_scale``, as ``kvreplay run --target sim``), so the block reports give
+    latencies in model ms with the scale stated; ``ab.json`` has ``sim_time_scale``
+    (arm -> scale).
 
     Returns:
         The comparison (as written to ``compare.json``), with ``ab`` = the final ab.json.
@@ -367,6 +378,10 @@ async def run_ab(
         "cmd_timeout_s": cmd_timeout_s,
         "identity_pins": [p.to_json() for p in (contract or {}).get("identity_pins", ())],
     }
+    if is_sim:
+        doc["sim_time_scale"] = {a.name: sim_cfgs[a.name].time_scale for a in arms}
+        if sim_calibration is not None:
+            doc["sim_calibration"] = sim_calibration
     write_json(out / "ab.json", doc)  # frozen before the first request
     stopped: str | None = None
     t0 = now_ns()
@@ -390,7 +405,7 @@ async def run_ab(
         if is_sim:
             from kvreplay.sim import SimServer
 
-            srv = SimServer(sim_cfgs[arm.name])
+            srv = SimServer(sim_cfgs[arm.name], calibration=sim_calibration)
             await srv.start(host="127.0.0.1", port=0)
             url = srv.base_url
             rec["switch"] = {"cmd": arm.cmd, "rc": 0, "sim_build": sim_cfgs[arm.name].build}
@@ -448,6 +463,11 @@ async def run_ab(
                     quiet=True,
                     abort_if=tuple(abort_if),
                     elapsed_before_s=elapsed_s,
+                    # as `kvreplay run --target sim` (commands.run.sim_run_extra): the scale, and
+                    # the calibration from --sim-from-verdict, in the block's plan.json
+                    run_extra=({"sim_time_scale": sim_cfgs[arm.name].time_scale}
+                               | ({"sim_calibration": sim_calibration} if sim_calibration is not None else {})
+                               if is_sim else {}),
                     **left,
                     **(contract or {}),
                 ),
@@ -475,6 +495,13 @@ async def run_ab(
     if stopped:
         result["reasons"].insert(0, stopped)
     write_json(out / "compare.json", result)
-    (out / "compare.md").write_text(render_compare(result, arm_names), encoding="utf-8")
+    md = render_compare(result, arm_names)
+    from kvreplay.report.abreport import ab_sim_lines
+
+    if sim_lines := ab_sim_lines(doc):  # the scale and calibration, after the verdict (as report.html)
+        title, verdict_line, rest = md.split("\n\n", 2)
+        md = "\n\n".join([title, verdict_line, "\n".join(
+            f"- {'Simulator calibration: ' if k == 'calibration' else ''}{t}" for k, t in sim_lines), rest])
+    (out / "compare.md").write_text(md, encoding="utf-8")
     result["ab"] = doc
     return result

@@ -34,7 +34,6 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -94,8 +93,8 @@ async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -
             "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
 
 
-_LEFT_RUNNING: list[subprocess.Popen] = []
-"""Background servers left running on purpose (the restored incumbent), never collected."""
+_LEFT_RUNNING: list[_Child] = []
+"""Background servers left running on purpose (the restored incumbent): known by pid only."""
 
 
 def listening_pid(port: int) -> int | None:
@@ -145,24 +144,68 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+class _Child:
+    """A process this one spawned, known by its pid only (no ``subprocess.Popen``).
+
+    A server the window leaves running on purpose outlives this process; a ``Popen``
+    of it would warn "subprocess N is still running" (``ResourceWarning``) when
+    collected at interpreter exit. A bare pid has nothing to collect: the process is
+    reaped here (``waitpid``) when it ends while this process lives, else by init.
+
+    Attributes:
+        pid: Process id (also its process group and session: ``spawn`` calls setsid).
+        returncode: Exit status once reaped (negative: killed by that signal), else None.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    @classmethod
+    def spawn(cls, argv: list[str], log: Path) -> _Child:
+        """Start ``argv`` in its own session, stdin from /dev/null, stdout and stderr appended to ``log``.
+
+        Raises:
+            OSError: ``log`` cannot be opened or ``argv[0]`` cannot be executed.
+        """
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # not inherited (PEP 446)
+        try:
+            pid = os.posix_spawn(argv[0], argv, os.environ, setsid=True, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)])
+        finally:
+            os.close(fd)
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        """The exit status once the process has ended (reaping it), else None."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: its status is lost
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
 class _Background:
     """A ``start`` command kept running as the server.
 
     Its own session and process group, stdin from /dev/null, output to
-    ``<log_dir>/<name>.log``. A plain ``Popen`` (not an event-loop child), so an
-    incumbent left running never holds the event loop's shutdown.
+    ``<log_dir>/<name>.log``. A bare pid (``_Child``, not an event-loop child nor a
+    ``Popen``), so an incumbent left running never holds the event loop's shutdown
+    nor warns at interpreter exit.
     """
 
-    def __init__(self, proc: subprocess.Popen, info: dict[str, Any]) -> None:
+    def __init__(self, proc: _Child, info: dict[str, Any]) -> None:
         self.proc, self.info = proc, info
 
     @classmethod
     def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
-        with log.open("ab") as f:
-            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = _Child.spawn(["/bin/sh", "-c", cmd], log)
         return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
 
     @property
@@ -365,9 +408,8 @@ class ServerControl:
             self.bg = None
             return done
         if self.bg is not None:
-            # The restored incumbent outlives this process: keep its Popen referenced so that
-            # collecting it never warns "subprocess N is still running" (a ResourceWarning,
-            # an error under the test suite's filterwarnings) in whatever code runs next.
+            # The restored incumbent outlives this process, which holds only its pid (no Popen
+            # to warn "subprocess N is still running" at exit); left_running names it.
             _LEFT_RUNNING.append(self.bg.proc)
             self.kept = self.bg.info
             self.bg = None

@@ -53,6 +53,7 @@ import aiohttp
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
+from kvreplay.experiments.probe_cut import StopNew, stopped_json
 from kvreplay.experiments.probe_report import _fmt, intercept_warning, plain_line, render_report
 from kvreplay.experiments.probe_sizing import cap_bound, entry_bytes_fit, refused_stores
 from kvreplay.experiments.prompts import TokenCounter
@@ -142,6 +143,12 @@ class _Probe:
     last_snap: Snapshot | None = None
     requests: int = 0
     notes: list[str] = field(default_factory=list)
+    stop_new: Callable[[], bool] | None = None
+
+    def gate(self) -> None:
+        """Raise ``StopNew`` when no new request may start (``run_probe``'s ``stop_new``)."""
+        if self.stop_new is not None and self.stop_new():
+            raise StopNew
 
     def fresh(self, tag: str) -> str:
         self.seq += 1
@@ -160,6 +167,7 @@ class _Probe:
         self, leg: str, raw: bytes, extra: dict[str, Any], *, counters: bool = True
     ) -> dict[str, Any]:
         """One request with counters read around it; returns (and logs) its record."""
+        self.gate()
         before = self.last_snap if self.last_snap is not None else await self.snap()
         out = await send_body(
             self.session, self.url + "/v1/chat/completions", raw, headers=self.headers, head_chars=0
@@ -205,6 +213,7 @@ class _Probe:
         before = self.last_snap if self.last_snap is not None else await self.snap()
         cached = []
         for i in range(k):
+            self.gate()
             body = await self.counter.build(
                 self.cfg.foreign_tokens,
                 f"probe foreign {self.fresh('f')}.",
@@ -282,6 +291,7 @@ async def run_probe(
     headers: dict[str, str] | None = None,
     log: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    stop_new: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Run every leg against one target and return the verdict (see module docstring).
 
@@ -294,6 +304,9 @@ async def run_probe(
         headers: Request headers (Authorization); Content-Type is added.
         log: Called with every leg request's record as it completes.
         progress: Called with one line per step.
+        stop_new: Asked before every leg (and before the token-count calibration); once it
+            answers True no new request starts, the legs sent are kept and the verdict's
+            ``stopped`` says what was cut (``experiments.probe_cut``; None when nothing was).
 
     Returns:
         The verdict object written to ``verdict.json``.
@@ -322,37 +335,19 @@ async def run_probe(
         if log:
             log(rec)
 
-    p = _Probe(session, url, backend, hdrs, cfg, counter, nonce, keep, say)
-    await counter.calibrate(f"probe calibration {nonce}.")
-    say(f"token counting: {counter.mode} ({counter.c1:.3f} tokens per filler word)")
-
-    # A and B legs
+    p = _Probe(session, url, backend, hdrs, cfg, counter, nonce, keep, say, stop_new=stop_new)
     cold: list[dict[str, Any]] = []
     warm: list[dict[str, Any]] = []
-    for size in cfg.sizes:
-        last_system = None
-        for rep in range(cfg.cold_repeats):
-            tag = p.fresh("a")
-            body = await counter.build(size, f"probe cold {tag}.", seed=tag, tail_seed=p.fresh("t"))
-            rec = await p.send(
-                "A",
-                body.raw,
-                {"size_tokens": size, "repeat": rep, "counted_tokens": body.counted_tokens},
-            )
-            counter.observe(body, rec["prompt_tokens"])
-            cold.append(rec)
-            last_system = body.system
-        raw = counter.body_with_system(last_system, p.fresh("t"))
-        rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
-        warm.append(rec)
-        # The fastest cold repeat: the figure the fit and the verdict use (``_fits``).
-        times = [r["ttft_s"] for r in cold if r["size_tokens"] == size and r["ttft_s"] is not None]
-        of = f" (fastest of {cfg.cold_repeats})" if cfg.cold_repeats > 1 else ""
-        say(
-            f"size {size}: cold ttft {_fmt(min(times) if times else None)} s{of}, "
-            f"warm ttft {_fmt(rec['ttft_s'])} s, warm cached {rec['cached_tokens']}"
-        )
-
+    points_done: list[int] = []
+    cut = False
+    try:
+        p.gate()
+        await counter.calibrate(f"probe calibration {nonce}.")
+        say(f"token counting: {counter.mode} ({counter.c1:.3f} tokens per filler word)")
+        await _cold_warm(p, counter, cfg, cold, warm, say)
+    except StopNew:
+        cut = True
+        say(f"stop_new_after: no new probe request ({len(cold)} cold, {len(warm)} warm legs sent)")
     fits = _fits(cold)
     chosen = fits.get(cfg.fit_on)
     fit_warning = intercept_warning(chosen)
@@ -366,6 +361,7 @@ async def run_probe(
     async def measure(k: int) -> bool | None:
         flushed_all = True
         for rep in range(cfg.flush_repeats):
+            p.gate()
             tag = p.fresh("p")
             body = await counter.build(
                 cfg.flush_prefix_tokens, f"probe prefix {tag}.", seed=tag, tail_seed=p.fresh("t")
@@ -399,8 +395,10 @@ async def run_probe(
                 }
             )
             if flushed is None:
+                points_done.append(k)
                 return None
             flushed_all = flushed_all and flushed
+        points_done.append(k)
         say(f"eviction: k={k} {'flushed' if flushed_all else 'kept'}")
         return flushed_all
 
@@ -408,38 +406,44 @@ async def run_probe(
     bracket: list[int | None] = [None, None]
     baseline_cached = None
     evict_note = None
-    if cfg.flush_max > 0:
-        base = await measure(0)
-        baseline_cached = min((pt["cached_second"] or 0) for pt in points if pt["k"] == 0)
-        if base is None:
-            evict_note = "the server reports no cached tokens; eviction cannot be seen"
-        elif base:
-            evict_note = "nothing reusable: the prefix was not cached even with no foreign request"
-            bracket = [None, 0]
-        else:
-            top = await measure(cfg.flush_max)
-            if top is None:
-                evict_note = "cached tokens missing at flush_max"
-            elif not top:
-                bracket = [cfg.flush_max, None]
-                evict_note = (
-                    f"{cfg.flush_max} foreign requests did not flush the prefix; raise --flush-max"
-                )
+    try:
+        if cfg.flush_max > 0 and not cut:
+            base = await measure(0)
+            baseline_cached = min((pt["cached_second"] or 0) for pt in points if pt["k"] == 0)
+            if base is None:
+                evict_note = "the server reports no cached tokens; eviction cannot be seen"
+            elif base:
+                evict_note = "nothing reusable: the prefix was not cached even with no foreign request"
+                bracket = [None, 0]
             else:
-                lo, hi = 0, cfg.flush_max
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    res = await measure(mid)
-                    if res is None:
-                        evict_note = f"cached tokens missing at k={mid}"
-                        break
-                    if res:
-                        hi = mid
-                    else:
-                        lo = mid
-                bracket = [lo, hi]
-                if hi - lo == 1:
-                    min_k = hi
+                top = await measure(cfg.flush_max)
+                if top is None:
+                    evict_note = "cached tokens missing at flush_max"
+                elif not top:
+                    bracket = [cfg.flush_max, None]
+                    evict_note = (
+                        f"{cfg.flush_max} foreign requests did not flush the prefix; raise --flush-max"
+                    )
+                else:
+                    lo, hi = 0, cfg.flush_max
+                    while hi - lo > 1:
+                        mid = (lo + hi) // 2
+                        res = await measure(mid)
+                        if res is None:
+                            evict_note = f"cached tokens missing at k={mid}"
+                            break
+                        if res:
+                            hi = mid
+                        else:
+                            lo = mid
+                    bracket = [lo, hi]
+                    if hi - lo == 1:
+                        min_k = hi
+    except StopNew:
+        cut, min_k = True, None
+        evict_note = (f"cut at stop_new_after after {len(points_done)} eviction point(s): "
+                      "no minimum flushing k")
+        say(f"stop_new_after: no new probe request ({len(points_done)} eviction points measured)")
 
     if backend is not None:
         try:
@@ -538,9 +542,40 @@ async def run_probe(
             "fit_on": cfg.fit_on,
         },
     }
+    verdict["stopped"] = (stopped_json(requests=p.requests, cold=len(cold), warm=len(warm),
+                                       points=len(points_done), cfg=cfg) if cut else None)
     verdict["prefill_fit_warning"] = fit_warning
     verdict["plain"] = plain_line(verdict)
     return verdict
+
+
+async def _cold_warm(p: _Probe, counter: TokenCounter, cfg: ProbeConfig, cold: list[dict[str, Any]],
+                     warm: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """A and B legs, appended to ``cold`` and ``warm`` as they complete (``StopNew`` passes through)."""
+    for size in cfg.sizes:
+        last_system = None
+        for rep in range(cfg.cold_repeats):
+            p.gate()
+            tag = p.fresh("a")
+            body = await counter.build(size, f"probe cold {tag}.", seed=tag, tail_seed=p.fresh("t"))
+            rec = await p.send(
+                "A",
+                body.raw,
+                {"size_tokens": size, "repeat": rep, "counted_tokens": body.counted_tokens},
+            )
+            counter.observe(body, rec["prompt_tokens"])
+            cold.append(rec)
+            last_system = body.system
+        raw = counter.body_with_system(last_system, p.fresh("t"))
+        rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
+        warm.append(rec)
+        # The fastest cold repeat: the figure the fit and the verdict use (``_fits``).
+        times = [r["ttft_s"] for r in cold if r["size_tokens"] == size and r["ttft_s"] is not None]
+        of = f" (fastest of {cfg.cold_repeats})" if cfg.cold_repeats > 1 else ""
+        say(
+            f"size {size}: cold ttft {_fmt(min(times) if times else None)} s{of}, "
+            f"warm ttft {_fmt(rec['ttft_s'])} s, warm cached {rec['cached_tokens']}"
+        )
 
 
 def _r(v: float | None) -> float | None:

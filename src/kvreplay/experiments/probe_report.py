@@ -95,6 +95,11 @@ def render_report(v: dict[str, Any]) -> str:
         f"Target: `{v['target']}`, model `{v['model']}`.",
         "",
     ]
+    if cut := v.get("stopped"):
+        lines += [f"**Cut short at stop_new_after** (no new request after it): {cut['requests']} requests sent; "
+                  f"cold legs {cut['cold'][0]} of {cut['cold'][1]}, warm legs {cut['warm'][0]} of {cut['warm'][1]}, "
+                  f"eviction points {cut['eviction_points'][0]} of up to {cut['eviction_points'][1]}. "
+                  "A cut probe is no evidence: its figures are partial.", ""]
     lines += ["## Prefill cost", ""]
     f = v["prefill_fit"]
     if f and f["rate_tokens_per_s"]:

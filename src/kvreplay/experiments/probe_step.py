@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
 
@@ -145,7 +146,7 @@ def probe_config(settings: dict[str, Any]) -> ProbeConfig:
 
 async def run_probe_step(*, url: str, backend_name: str, profile: str | None, headers: dict[str, str],
                          settings: dict[str, Any], out_dir: Path, sim_time_scale: float | None,
-                         say: Callable[[str], None]) -> dict[str, Any]:
+                         say: Callable[[str], None], stop_new_after_s: float | None = None) -> dict[str, Any]:
     """Run the probe against ``url`` and write its output directory, as ``kvreplay probe --out``.
 
     ``requests.jsonl`` gets every leg's record as it completes (kept when the step is
@@ -161,6 +162,9 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
         sim_time_scale: The simulator's time scale when the target is the embedded simulator
             (recorded as ``verdict["sim_time_scale"]``: its fit is in scaled seconds).
         say: Progress line sink.
+        stop_new_after_s: Seconds from now after which no new probe request starts (the
+            window's ``stop_new_after``); the verdict's ``stopped`` then says what was cut
+            (``experiments.probe_cut``). None: no such bound.
 
     Returns:
         The verdict (``kvreplay.experiments.probe.run_probe``), with ``backend`` and
@@ -168,6 +172,12 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
         "http_status", "error"}]``) added.
     """
     cfg = probe_config(settings)
+    stop_new = None
+    if stop_new_after_s is not None:
+        stop_at = now_ns() + int(stop_new_after_s * 1e9)
+
+        def stop_new() -> bool:
+            return now_ns() >= stop_at
     name = settings.get("backend") or backend_name
     out_dir.mkdir(parents=True, exist_ok=True)
     failed: list[dict[str, Any]] = []
@@ -187,7 +197,8 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
                 if name == "auto":
                     name = await detect(url, session)
                 backend = None if name == "openai" else make_backend(name, url, session, profile=profile)
-            verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say)
+            verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say,
+                                      stop_new=stop_new)
     verdict["target"] = "sim" if sim_time_scale is not None else url
     if sim_time_scale is not None:
         verdict["sim_time_scale"] = sim_time_scale
@@ -230,9 +241,16 @@ def probe_cells(name: str, status: str, reason: str | None, settings: dict[str, 
         value's status is the step's (``measured`` with the verdict's value), ``failed`` where the
         verdict lacks it (its reason, e.g. the eviction note), ``absent`` for bytes per token on
         a backend without byte counters; without a verdict every cell takes the step's status
-        (``failed`` for a step that was measured yet left no verdict) and reason.
+        (``failed`` for a step that was measured yet left no verdict) and reason. A verdict cut
+        at ``stop_new_after`` (``stopped``) gives the cells of each leg group cut short
+        ``aborted`` (``"partial: 3 of 4 cold legs sent (REASON)"``) or ``deferred`` (``"not run:
+        ..."``), never ``measured`` (``experiments.probe_cut.cut_cell``); a group every planned
+        leg of which was sent (the cold legs before a cut in the eviction legs) is ``measured``.
     """
+    from kvreplay.experiments.probe_cut import cut_cell
+
     out = []
+    stopped = (verdict or {}).get("stopped")
     for metric, read in PROBE_CELLS:
         if metric == "min_flush_k" and not settings.get("flush_max", 1):
             continue
@@ -242,9 +260,15 @@ def probe_cells(name: str, status: str, reason: str | None, settings: dict[str, 
                         "reason": reason or "no verdict.json"})
             continue
         value = read(verdict)
+        cut = cut_cell(metric, value, stopped, reason) if isinstance(stopped, dict) else None
+        if cut is not None:
+            out.append({"step": name, "metric": metric, **cut})
+            continue
+        # a group complete before the cut is measured, as a run step's phase sent in full
+        st_ok, why_ok = ("measured", None) if isinstance(stopped, dict) and status == "aborted" else (status, reason)
         if value is None:
             st, why = _cell_reason(metric, verdict)
             out.append({"step": name, "metric": metric, "status": st, "value": None, "reason": why})
         else:
-            out.append({"step": name, "metric": metric, "status": status, "value": value, "reason": reason})
+            out.append({"step": name, "metric": metric, "status": st_ok, "value": value, "reason": why_ok})
     return out

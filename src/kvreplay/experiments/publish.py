@@ -47,7 +47,7 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
                  left_running: dict[str, Any] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring)."""
-    from kvreplay.experiments.timescale import latency_line, probe_scale
+    from kvreplay.experiments.timescale import ab_scale, latency_line, probe_scale
 
     views = load_views(out, steps, frozen)
     findings = restore_findings(views) + ab_findings(out, steps, frozen)
@@ -56,6 +56,12 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     for v in views:
         scales.setdefault(v.step, v.scale)
     for st in steps:
+        if st["kind"] == "ab" and st.get("run_dir"):
+            try:
+                ab = orjson.loads((out / st["run_dir"] / "ab.json").read_bytes())
+            except (OSError, ValueError):
+                continue
+            scales[st["name"]] = ab_scale(ab if isinstance(ab, dict) else None)
         if st["kind"] == "probe" and st.get("run_dir"):
             try:
                 verdict = orjson.loads((out / st["run_dir"] / "verdict.json").read_bytes())
@@ -223,12 +229,14 @@ def render_html(result: dict[str, Any], title: str) -> str:
 
 
 def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
-    """Redraw the reports of each run step that ran at a simulator time scale, after the window.
+    """Redraw the reports of each run step that ran at a simulator time scale, and draw each ab step's.
 
     The runner's own ``report.md`` gives latencies as measured; the run report
     (``kvreplay.report.write.write_reports``, as ``kvreplay report DIR --html``) gives them
-    in model ms with the scale stated, from ``plan.json`` ``run.sim_time_scale``. Drawn after
-    the restore, so the window's time is not spent on it.
+    in model ms with the scale stated, from ``plan.json`` ``run.sim_time_scale``. An ab step
+    gets the ``report.html`` standalone ``kvreplay ab`` writes (``report.abreport``: the
+    simulator's scale and calibration stated; its blocks' reports already give model ms from
+    their ``plan.json``). Drawn after the restore, so the window's time is not spent on it.
 
     Returns:
         One line per step whose reports could not be redrawn (its runner ``report.md`` is kept).
@@ -238,6 +246,15 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
 
     msgs = []
     for st in steps:
+        if st["kind"] == "ab" and st.get("run_dir") and (out / st["run_dir"] / "ab.json").exists():
+            from kvreplay.report.abreport import write_ab_report
+
+            try:
+                write_ab_report(out / st["run_dir"])
+            except Exception as exc:  # noqa: BLE001 - a figure must not cost the publication
+                msgs.append(f"step {st['name']}: report.html not written ({type(exc).__name__}: {exc}); "
+                            f"draw it with: kvreplay report {out / st['run_dir']}")
+            continue
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
         d = out / st["run_dir"]

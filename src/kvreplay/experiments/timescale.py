@@ -19,7 +19,7 @@ from typing import Any
 
 from kvreplay.report.units import sim_time_scale
 
-__all__ = ["latency_line", "model_fit", "model_ms", "probe_scale", "scale_of_step"]
+__all__ = ["ab_scale", "latency_line", "model_fit", "model_ms", "probe_scale", "scale_of_step"]
 
 
 def _usable(v: Any) -> float | None:
@@ -82,6 +82,20 @@ def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
         return ("ms as measured (simulator at time scale 1 or 0: no conversion)" if is_sim
                 else "ms as measured (no simulator time scale)")
     return "; ".join(parts)
+
+
+def ab_scale(ab: dict[str, Any] | None) -> float | None:
+    """The time scale of an ab step (``ab.json`` ``sim_time_scale``: arm -> scale), or None.
+
+    The arms' common scale when it changes the figures; None against a real server, at
+    scale 1 or 0, and when the arms ran at different scales (each block's report then
+    states its own, from its ``plan.json``).
+    """
+    scales = (ab or {}).get("sim_time_scale")
+    if not isinstance(scales, dict) or not scales:
+        return None
+    got = {_usable(v) for v in scales.values()}
+    return got.pop() if len(got) == 1 else None
 
 
 def probe_scale(verdict: dict[str, Any] | None) -> float | None:

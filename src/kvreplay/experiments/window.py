@@ -17,15 +17,18 @@ Rules (times in seconds from the experiment's start, ``[window]``):
   incarnation or its pins, or an interrupt aborts the window: later steps are
   ``deferred`` ("window aborted: ...") and the restore runs.
 - A ``probe`` step (``experiments.probe_step``) runs ``kvreplay probe``'s legs
-  against the current incarnation: it starts only before ``stop_new_after`` and
-  is cancelled (``aborted``, its ``requests.jsonl`` kept) at ``hard_deadline -
-  restore_reserve``; identity drift during it, or pins that no longer hold,
-  abort the window; a leg answered 401/403 aborts it (``auth``); other failed
+  against the current incarnation: it starts only before ``stop_new_after``, sends
+  no new leg after it (``aborted``, "deadline: no new probe requests after X s", its
+  verdict's ``stopped`` and its cut cells partial: ``experiments.probe_cut``; the
+  window goes on to the restore) and is cancelled (``aborted``, its
+  ``requests.jsonl`` kept) at ``hard_deadline - restore_reserve``; identity drift
+  during it, or pins that no longer hold, abort the window; a leg answered 401/403 aborts it (``auth``); other failed
   legs make the step ``failed`` with their count and the first error.
 
 Each sending step writes an ordinary run directory (``steps/NN-name``); other
 steps keep their command logs and ``step.json`` there too. A run step against the
-simulator records its time scale in ``plan.json`` (``run.sim_time_scale``).
+simulator records its time scale in ``plan.json`` (``run.sim_time_scale``), and so does
+each block of an ab step (``experiments.ab.run_ab``).
 
 At the end, a server this window's lifecycle commands left listening (the incumbent
 a restore brought back, or whatever the last start/arm command left when the restore
@@ -430,10 +433,11 @@ class WindowRun:
             url=self.server.url, backend_name=self.server.backend_name, profile=self.exp.server.profile,
             headers=self.headers, settings=st.settings, out_dir=self.out / st.dir,
             sim_time_scale=self.server.sim_config.time_scale if is_sim and self.server.sim_config else None,
-            say=lambda m: self.say(f"  {st.name}: {m}"))
+            say=lambda m: self.say(f"  {st.name}: {m}"), stop_new_after_s=self._left(self.window.stop_new_after_s))
         ident = verdict["identity"]
         res.checks.update(identity_after=ident["after"], legs=verdict["requests"],
-                          legs_failed=len(verdict["legs_failed"]), plain=verdict.get("plain"))
+                          legs_failed=len(verdict["legs_failed"]), plain=verdict.get("plain"),
+                          stopped=verdict.get("stopped"))
         auth = [f for f in verdict["legs_failed"] if f.get("http_status") in (401, 403)]
         bad = identity_mismatches(ident["after"], self.exp.server.identity) if ident["after"] is not None else []
         if auth:
@@ -447,6 +451,11 @@ class WindowRun:
         elif bad:
             res.status, res.reason = "aborted", "identity pins do not hold: " + "; ".join(bad)
             self.abort("identity_pins", res.reason)
+        elif verdict.get("stopped"):
+            # as a run step cut at stop_new_after (the runner's "deadline"): the step is aborted,
+            # the window is not; its cut cells are partial (experiments.probe_cut)
+            res.status = "aborted"
+            res.reason = f"deadline: no new probe requests after {self.window.stop_new_after_s:g} s"
         elif verdict["legs_failed"]:
             f = verdict["legs_failed"][0]
             res.status = "failed"

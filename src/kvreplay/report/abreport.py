@@ -6,7 +6,11 @@ repetitions measured of planned) and draws, with no script and no network:
 
 - the verdict, and a banner when fewer repetitions than planned were measured
   or the experiment stopped early (the reason);
-- the arms and the limits (deadlines, bounds, identity pins);
+- the arms and the limits (deadlines, bounds, identity pins); against the
+  simulator, its time scale (block latencies in model ms = measured / scale, as
+  the run report; the ratios are the same in either unit) and the calibration
+  from ``--sim-from-verdict`` (``ab.json`` ``sim_time_scale`` and
+  ``sim_calibration``; ``report.calibration.calibration_line``, as the run report);
 - every block in run order: its arm command (exit status, duration, timeout,
   log tail), readiness, abort or deferral, and a link to the block's own report;
 - the checks, and for each an inline SVG of the paired ratios (candidate /
@@ -28,7 +32,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["render_ab_html", "write_ab_report"]
+__all__ = ["ab_sim_lines", "render_ab_html", "write_ab_report"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#222}
@@ -145,6 +149,38 @@ def _block_rows(ab: dict[str, Any], d: Path) -> list[str]:
     return rows
 
 
+def ab_sim_lines(ab: dict[str, Any]) -> list[tuple[str, str]]:
+    """The simulator lines of an ab directory: ``[(key, text)]``, empty against a real server.
+
+    ``("time-scale", "simulator time scale 0.05: block latencies in model ms (measured / 0.05;
+    the client's own overhead is divided too); the ratios below are the same in either unit")``
+    when every arm ran at one scale other than 0 and 1 (``report.units.sim_time_scale``), one
+    line per arm when they differ; ``("calibration", calibration_line(...))`` for a
+    ``--sim-from-verdict`` calibration (``ab.json`` ``sim_calibration``).
+    """
+    from kvreplay.report.calibration import calibration_line
+    from kvreplay.report.units import sim_time_scale
+
+    out: list[tuple[str, str]] = []
+    scales = ab.get("sim_time_scale")
+    if isinstance(scales, dict) and scales:
+        usable = {str(k): sim_time_scale({"run": {"sim_time_scale": v}}) for k, v in scales.items()}
+        if len(set(usable.values())) == 1:
+            sc = next(iter(usable.values()))
+            if sc is not None:
+                out.append(("time-scale", f"simulator time scale {sc:g}: block latencies in model ms (measured / "
+                                          f"{sc:g}; the client's own overhead is divided too); the ratios below "
+                                          "are the same in either unit"))
+        else:
+            out.append(("time-scale", "simulator time scales differ by arm: " + ", ".join(
+                f"{k} {scales[k]:g}" if isinstance(scales[k], (int, float)) else f"{k} ?" for k in usable)
+                + "; each block's latencies are in its own arm's model ms"))
+    cal = ab.get("sim_calibration")
+    if isinstance(cal, dict):
+        out.append(("calibration", calibration_line(cal, "ab.json and each block's plan.json")))
+    return out
+
+
 def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> str:
     """report.html of an ab directory (module docstring)."""
     arms = [a["name"] for a in ab.get("arms", [])] or ["baseline", "candidate"]
@@ -181,6 +217,9 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
                                           for p in ab.get("phases", []))),
                      ("target", ab.get("target")), *lim.items()]
         if v not in (None, [], "")) + "</dl>")
+    for key, text in ab_sim_lines(ab):
+        shown = f"Simulator calibration: {text}" if key == "calibration" else text[:1].upper() + text[1:]
+        out.append(f'<p data-sim="{key}">{_e(shown)}</p>')
     out.append("<h2>Blocks (frozen order)</h2>")
     out.append(_table("blocks", ["block", "rep", "arm", "run directory", "arm command", "ready", "state"],
                       _block_rows(ab, d)))

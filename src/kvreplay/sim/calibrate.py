@@ -97,7 +97,8 @@ def calibrate_from_verdict(path: str | Path) -> Calibration:
         The calibration.
 
     Raises:
-        ConfigError: unreadable file, not a probe verdict, or no usable prefill fit.
+        ConfigError: unreadable file, not a probe verdict, a verdict cut short (``stopped``), or
+            no usable prefill fit.
     """
     p = Path(path)
     try:
@@ -107,6 +108,10 @@ def calibrate_from_verdict(path: str | Path) -> Calibration:
         raise ConfigError(f"cannot read probe verdict: {exc}", path=p) from exc
     if not isinstance(v, dict) or not str(v.get("format", "")).startswith("kvreplay-probe/"):
         raise ConfigError("not a kvreplay probe verdict (no format kvreplay-probe/N)", path=p, field="format")
+    if isinstance(v.get("stopped"), dict):
+        raise ConfigError(
+            "the probe was cut short at stop_new_after (verdict 'stopped'): a partial verdict is no "
+            "evidence; calibrate from a probe that ran to its end", path=p, field="stopped")
     cal = Calibration(source=str(p), sha256=hashlib.sha256(raw).hexdigest())
     ch, notes = cal.changes, cal.notes
 

@@ -78,3 +78,44 @@ def test_cells_without_a_verdict_take_the_step_status():
     assert {c["status"] for c in probe_cells("P", "measured", None, {"flush_max": 4}, None)} == {"failed"}
     nofit = probe_cells("P", "measured", None, {"flush_max": 0}, {"config": {"fit_on": "server"}})
     assert nofit[0]["status"] == "failed" and "on the server series" in nofit[0]["reason"]
+
+
+def test_cells_of_a_probe_cut_in_its_eviction_legs():
+    # cut after the cold and warm legs of 4 sizes and 2 of up to 7 eviction points (flush_max 32:
+    # k 0, 32, 16, 8, 4, 2, 1): the fit's group was complete and stays measured; Cmax and bytes
+    # per token read every leg and are partial; the bisection is partial and found no k.
+    v = dict(VERDICT, bytes_per_token=4096.0,
+             stopped={"reason": "stop_new_after", "requests": 70, "cold": [4, 4], "warm": [4, 4],
+                      "eviction_points": [2, 7]})
+    why = "deadline: no new probe requests after 60 s"
+    got = probe_cells("P", "aborted", why, {"flush_max": 32}, v)
+    assert [(c["metric"], c["status"], c["value"], c["reason"]) for c in got] == [
+        ("prefill_fit.a_s", "measured", 0.304, None),
+        ("prefill_fit.rate_tokens_per_s", "measured", 6850.0, None),
+        ("prefill_fit.r2", "measured", 0.9999, None),
+        ("cmax_tokens", "aborted", 65510, f"partial: 70 probe requests sent ({why})"),
+        ("bytes_per_token", "aborted", 4096.0, f"partial: 70 probe requests sent ({why})"),
+        ("min_flush_k", "aborted", None, f"partial: 2 of up to 7 eviction points measured ({why})"),
+    ]
+
+
+def test_cells_of_a_probe_cut_before_any_leg():
+    v = {"prefill_fit": None, "cmax_tokens": None, "bytes_per_token": None, "min_flush_k": None,
+         "stopped": {"reason": "stop_new_after", "requests": 0, "cold": [0, 2], "warm": [0, 2],
+                     "eviction_points": [0, 0]}}
+    got = probe_cells("P", "aborted", "R", {"flush_max": 0}, v)
+    assert [(c["metric"], c["status"], c["value"], c["reason"]) for c in got] == [
+        ("prefill_fit.a_s", "deferred", None, "not run: 0 of 2 cold legs sent (R)"),
+        ("prefill_fit.rate_tokens_per_s", "deferred", None, "not run: 0 of 2 cold legs sent (R)"),
+        ("prefill_fit.r2", "deferred", None, "not run: 0 of 2 cold legs sent (R)"),
+        ("cmax_tokens", "deferred", None, "not run: 0 probe requests sent (R)"),
+        ("bytes_per_token", "deferred", None, "not run: 0 probe requests sent (R)"),
+    ]
+
+
+@pytest.mark.parametrize(("flush_max", "points"), [(0, 0), (1, 2), (2, 3), (16, 6), (17, 7), (32, 7)])
+def test_most_eviction_points_of_a_bisection(flush_max, points):
+    from kvreplay.experiments.probe_cut import eviction_points_max
+
+    # k = 0, flush_max, then halvings of [0, flush_max] until hi - lo = 1: ceil(log2(flush_max)) of them
+    assert eviction_points_max(flush_max) == points
