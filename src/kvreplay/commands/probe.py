@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from kvreplay.experiments.probe import (
     render_report,
     run_probe,
 )
+from kvreplay.safe_io import atomic_write_json
 
 NAME = "probe"
 HELP = (
@@ -170,9 +170,7 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         verdict["target_prefix"] = target_prefix_statement(
             verdict, parse_sizes(args.target_prefix)[0]
         )
-    tmp = out / "verdict.json.tmp"
-    tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, out / "verdict.json")
+    atomic_write_json(out / "verdict.json", verdict)
     (out / "report.md").write_text(render_report(verdict), encoding="utf-8")
     verdict["_out"] = str(out)
     return verdict

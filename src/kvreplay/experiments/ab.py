@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Plan
 from kvreplay.runner.usercmd import run_user_command
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["Arm", "block_order", "parse_arm", "sim_arm_config", "wait_ready"]
 
@@ -259,13 +259,6 @@ def ab_document(
     }
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (temp file, then rename)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-    tmp.replace(path)
-
-
 def quote_cmd(cmd: str) -> str:
     """The command as one shell-quoted word (for messages)."""
     return shlex.quote(cmd)
@@ -364,7 +357,7 @@ async def run_ab(
         "cmd_timeout_s": cmd_timeout_s,
         "identity_pins": [p.to_json() for p in (contract or {}).get("identity_pins", ())],
     }
-    write_json(out / "ab.json", doc)  # frozen before the first request
+    atomic_write_json(out / "ab.json", doc)  # frozen before the first request
     stopped: str | None = None
     t0 = now_ns()
     for blk in order:
@@ -464,14 +457,14 @@ async def run_ab(
         if summary.get("aborted"):
             stopped = f"block {blk['block']} aborted: {summary['aborted'].get('reason')}"
         doc["blocks"].append(rec)
-        write_json(out / "ab.json", doc)
+        atomic_write_json(out / "ab.json", doc)
     doc["stopped"] = stopped
-    write_json(out / "ab.json", doc)
+    atomic_write_json(out / "ab.json", doc)
     pairs, arm_names = load_pairs([out])
     result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps)
     if stopped:
         result["reasons"].insert(0, stopped)
-    write_json(out / "compare.json", result)
+    atomic_write_json(out / "compare.json", result)
     (out / "compare.md").write_text(render_compare(result, arm_names), encoding="utf-8")
     result["ab"] = doc
     return result

@@ -28,7 +28,6 @@ fields are those of ``kvreplay.experiments.probe``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import orjson
 
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]
 
@@ -193,9 +193,7 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
         verdict["sim_time_scale"] = sim_time_scale
     verdict["backend"] = name
     verdict["legs_failed"] = failed
-    tmp = out_dir / "verdict.json.tmp"
-    tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, out_dir / "verdict.json")
+    atomic_write_json(out_dir / "verdict.json", verdict)
     (out_dir / "report.md").write_text(render_report(verdict), encoding="utf-8")
     return verdict
 

@@ -42,6 +42,7 @@ from hdrh.log import HistogramLogReader
 from kvreplay.metrics.histograms import new_histogram
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.runner.backend import GAUGE_NAMES
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = [
     "HistogramArrays",
@@ -417,12 +418,6 @@ def _rebuilt_abort(
     }
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, path)
-
-
 def _records_frame(records: list[dict[str, Any]]) -> Any:
     try:
         import pandas as pd
@@ -485,7 +480,7 @@ def load_run(
                 summary = rebuild_summary(run_dir, plan, record_list)
             rebuilt = True
             if write_rebuilt:
-                _write_json(run_dir / "summary.json", summary)
+                atomic_write_json(run_dir / "summary.json", summary)
         elif verdict is not None or simulate is not None:
             summary = {
                 "schema_version": SCHEMA_VERSION,
