@@ -233,6 +233,7 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
     Returns:
         One line per step whose reports could not be redrawn (its runner ``report.md`` is kept).
     """
+    from kvreplay.report.load import read_json
     from kvreplay.report.units import sim_time_scale
     from kvreplay.report.write import write_reports
 
@@ -241,11 +242,7 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
         d = out / st["run_dir"]
-        try:
-            plan = orjson.loads((d / "plan.json").read_bytes())
-        except (OSError, ValueError):
-            continue
-        if sim_time_scale(plan) is None:
+        if sim_time_scale(read_json(d / "plan.json")) is None:  # unreadable: None
             continue
         try:
             write_reports(d, html=True)

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
+from kvreplay.report.load import read_json
 
 __all__ = ["render_ab_html", "write_ab_report"]
 
@@ -44,13 +44,6 @@ figure{display:inline-block;margin:.5em 1em .5em 0}figcaption{font-size:.8em}
 
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
-
-
-def _read(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
 
 
 def _td(text: Any, status: str = "measured", title: str | None = None) -> str:
@@ -227,10 +220,10 @@ def write_ab_report(ab_dir: str | os.PathLike[str]) -> Path:
         FileNotFoundError: no readable ``ab.json`` in ``ab_dir``.
     """
     d = Path(ab_dir)
-    ab = _read(d / "ab.json")
+    ab = read_json(d / "ab.json")
     if not isinstance(ab, dict):
         raise FileNotFoundError(f"{d}: no readable ab.json (not an ab directory)")
-    cmp = _read(d / "compare.json")
+    cmp = read_json(d / "compare.json")
     path = d / "report.html"
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None), encoding="utf-8")

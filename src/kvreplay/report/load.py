@@ -49,6 +49,7 @@ __all__ = [
     "RunData",
     "load_run",
     "read_hlog",
+    "read_json",
     "read_records",
     "rebuild_summary",
 ]
@@ -183,11 +184,23 @@ def read_hlog(path: Path) -> HdrHistogram:
     return total
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> Any:
+    """The JSON document in a run-directory file, or None when it is missing, unreadable or not JSON.
+
+    Args:
+        path: e.g. ``summary.json``, ``plan.json``, ``verdict.json``, ``ab.json``.
+
+    Returns:
+        The parsed value (any JSON type; the caller checks the shape), or None.
+    """
     try:
-        data = orjson.loads(path.read_bytes())
+        return orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    data = read_json(path)
     return data if isinstance(data, dict) else None
 
 
