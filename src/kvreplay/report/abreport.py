@@ -28,7 +28,7 @@ from typing import Any
 
 from kvreplay.report.load import read_json
 
-__all__ = ["render_ab_html", "write_ab_report"]
+__all__ = ["change_pct_text", "ci_pct_range_text", "render_ab_html", "write_ab_report"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#222}
@@ -56,11 +56,16 @@ def _table(key: str, head: list[str], rows: list[str]) -> str:
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
-def _pct(v: Any) -> str:
+def change_pct_text(v: float | None) -> str:
+    """A median change in percent as compare.md and the A/B report show it: ``+1.23%``, or ``n/a`` for None."""
     return "n/a" if v is None else f"{v:+.2f}%"
 
 
-def _ci(ci: Any) -> str:
+def ci_pct_range_text(ci: list[float] | None) -> str:
+    """A ``ci_change_pct`` (``[lo, hi]``, percent) as compare.md and the A/B report show it.
+
+    ``[-0.342, 17.471]`` -> ``"-0.34% .. +17.47%"``; None or empty -> ``"n/a"``.
+    """
     return "n/a" if not ci else f"{ci[0]:+.2f}% .. {ci[1]:+.2f}%"
 
 
@@ -193,8 +198,9 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
             st = "measured" if c["decision"] not in ("no decision", "not comparable") else "deferred"
             st = "failed" if c["decision"] == "regression" else st
             rows.append(f"<tr>{_td(c['phase'] + '.' + c['metric'] + ' (' + format(c['threshold_pct'], '+g') + '%)')}"
-                        f"{_td(c['role'])}{_td(c.get('n', 0))}{_td(_pct(c.get('change_pct')))}"
-                        f"{_td(_ci(c.get('ci_change_pct')))}{_td(c['decision'], st, c.get('reason'))}</tr>")
+                        f"{_td(c['role'])}{_td(c.get('n', 0))}{_td(change_pct_text(c.get('change_pct')))}"
+                        f"{_td(ci_pct_range_text(c.get('ci_change_pct')))}"
+                        f"{_td(c['decision'], st, c.get('reason'))}</tr>")
         out.append(_table("checks", ["check", "role", "n", "change (median)", "95% CI", "decision"], rows))
         out += [_ratio_svg(c, metrics.get(f"{c['phase']}.{c['metric']}")) for c in cmp.get("checks", [])]
         out.append("<h2>Metrics</h2>")
@@ -203,8 +209,8 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
         for key, e in metrics.items():
             cells = "".join(_td(f"{c:.4f}") if isinstance(c, (int, float)) else
                             _td(c, "failed" if c == "failed" else "deferred") for c in e["cells"])
-            rows.append(f"<tr>{_td(key)}{_td(e['n'])}{_td(_pct(e.get('change_pct')))}"
-                        f"{_td(_ci(e.get('ci_change_pct')))}{cells}</tr>")
+            rows.append(f"<tr>{_td(key)}{_td(e['n'])}{_td(change_pct_text(e.get('change_pct')))}"
+                        f"{_td(ci_pct_range_text(e.get('ci_change_pct')))}{cells}</tr>")
         out.append(_table("metrics", ["metric", "n", "change (median)", "95% CI",
                                       *[f"pair {i}" for i in range(n_pairs)]], rows))
         out.append("<p>Pair cells are candidate / baseline ratios; <i>failed</i> = a block aborted or a phase had "

@@ -273,3 +273,13 @@ def test_compare_command_writes_the_warning_and_no_verdict(tmp_path, capsys):
     assert "not comparable" in (out / "compare.md").read_text()
     main(["compare", *map(str, dirs), "--out", str(out), "--quiet"])
     assert "kvreplay compare: not comparable: concurrency differs" in capsys.readouterr().err
+
+
+def test_change_and_ci_words_shared_by_compare_md_and_the_ab_report():
+    from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
+
+    assert change_pct_text(None) == "n/a"
+    assert change_pct_text(3.14159) == "+3.14%"
+    assert change_pct_text(-0.005) == "-0.01%"
+    assert ci_pct_range_text(None) == "n/a" and ci_pct_range_text([]) == "n/a"
+    assert ci_pct_range_text([-0.342, 17.471]) == "-0.34% .. +17.47%"
