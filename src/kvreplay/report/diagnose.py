@@ -137,7 +137,7 @@ class Finding:
     records: tuple[int, ...] = ()
 
     def sources(self) -> str:
-        """Where the figures came from: ``From phases fwd, rev; records at positions 1, 3.``"""
+        """Where the figures came from (``From phases fwd, rev; records at positions 1, 3.``)."""
         if not self.phases and not self.records:
             return ""
         out = "From phase" + ("s " if len(self.phases) != 1 else " ") + ", ".join(self.phases)
