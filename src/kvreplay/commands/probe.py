@@ -16,7 +16,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
 from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key
@@ -27,8 +26,8 @@ from kvreplay.experiments.probe import (
     parse_sizes,
     plain_line,
     render_report,
-    run_probe,
 )
+from kvreplay.experiments.probe_step import probe_url
 from kvreplay.safe_io import atomic_write_json
 
 NAME = "probe"
@@ -130,29 +129,10 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         url = args.target
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"probe: {m}", flush=True))
     fh = open(out / "requests.jsonl", "ab", buffering=0)  # noqa: SIM115 - closed below
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=args.read_timeout)
     try:
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
-            backend = None
-            if backend_name != "none":
-                from kvreplay.backends import detect, make_backend
-
-                if backend_name == "auto":
-                    backend_name = await detect(url, session)
-                backend = (
-                    None
-                    if backend_name == "openai"
-                    else make_backend(backend_name, url, session, profile=args.profile)
-                )
-            verdict = await run_probe(
-                session,
-                url,
-                backend,
-                cfg,
-                headers=headers,
-                log=lambda rec: fh.write(orjson.dumps(rec) + b"\n"),
-                progress=say,
-            )
+        verdict, backend_name = await probe_url(url, backend_name, cfg, read_timeout_s=args.read_timeout,
+                                                headers=headers, profile=args.profile,
+                                                log=lambda rec: fh.write(orjson.dumps(rec) + b"\n"), say=say)
     finally:
         fh.close()
         if sim is not None:

@@ -143,6 +143,37 @@ def probe_config(settings: dict[str, Any]) -> ProbeConfig:
                        drain_timeout_s=settings["drain_timeout_s"])
 
 
+async def probe_url(url: str, backend_name: str, cfg: ProbeConfig, *, read_timeout_s: float,
+                    headers: dict[str, str], profile: str | None, log: Callable[[dict[str, Any]], Any],
+                    say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
+    """Run the probe against ``url`` in a session of its own (``kvreplay probe`` and a probe step).
+
+    Args:
+        url: The server's root URL.
+        backend_name: Counter adapter; ``auto`` is detected, ``none``/``openai`` read no counters.
+        cfg: The probe's settings.
+        read_timeout_s: The session's socket read timeout (s); connect 30 s, no total bound.
+        headers: Authorization headers (never written).
+        profile: Profile for ``prometheus``.
+        log: Each leg's record as it completes.
+        say: Progress line sink.
+
+    Returns:
+        ``(verdict, backend)``: ``run_probe``'s verdict and the adapter name used (``auto`` resolved).
+    """
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+        backend = None
+        if backend_name != "none":
+            from kvreplay.backends import detect, make_backend
+
+            if backend_name == "auto":
+                backend_name = await detect(url, session)
+            backend = None if backend_name == "openai" else make_backend(backend_name, url, session, profile=profile)
+        verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say)
+    return verdict, backend_name
+
+
 async def run_probe_step(*, url: str, backend_name: str, profile: str | None, headers: dict[str, str],
                          settings: dict[str, Any], out_dir: Path, sim_time_scale: float | None,
                          say: Callable[[str], None]) -> dict[str, Any]:
@@ -177,17 +208,9 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
         if rec.get("status") != "ok":
             failed.append({k: rec.get(k) for k in ("leg", "status", "http_status", "error")})
 
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=settings["read_timeout_s"])
     with open(out_dir / "requests.jsonl", "ab", buffering=0) as fh:
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
-            backend = None
-            if name != "none":
-                from kvreplay.backends import detect, make_backend
-
-                if name == "auto":
-                    name = await detect(url, session)
-                backend = None if name == "openai" else make_backend(name, url, session, profile=profile)
-            verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say)
+        verdict, name = await probe_url(url, name, cfg, read_timeout_s=settings["read_timeout_s"], headers=headers,
+                                        profile=profile, log=log, say=say)
     verdict["target"] = "sim" if sim_time_scale is not None else url
     if sim_time_scale is not None:
         verdict["sim_time_scale"] = sim_time_scale
