@@ -41,7 +41,7 @@ from typing import Any
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 
-__all__ = ["LOG_TAIL_BYTES", "UserCommandResult", "run_user_command", "run_user_command_sync"]
+__all__ = ["LOG_TAIL_BYTES", "UserCommandResult", "log_tail", "run_user_command", "run_user_command_sync"]
 
 LOG_TAIL_BYTES = 4096
 """How much of the end of a command's log is kept in its result (bytes)."""
@@ -140,13 +140,14 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
 
 
-def _tail(path: Path) -> str:
+def log_tail(path: Path, n: int = LOG_TAIL_BYTES) -> str:
+    """The last ``n`` bytes of a command's log, decoded as UTF-8 (bad bytes replaced); ``""`` when unreadable."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            return f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
+            f.seek(max(0, size - n))
+            return f.read(n).decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -160,7 +161,7 @@ def _result(name: str, command: str, proc: subprocess.Popen, t0: int, log_path: 
         duration_s=round((now_ns() - t0) / 1e9, 3),
         timed_out=timed_out,
         log_path=log_path,
-        log_tail=_tail(log_path),
+        log_tail=log_tail(log_path),
         pid=proc.pid,
     )
 

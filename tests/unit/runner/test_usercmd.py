@@ -172,3 +172,16 @@ def test_exit_statuses_survive_the_loops_own_child_watcher(tmp_path, loop_kind):
         return [r.exit_status for r in res], own.returncode
 
     assert _run(main(), loop_kind) == ([1, 2, 3, 4, 5], 0)
+
+
+def test_log_tail_keeps_the_last_n_bytes_and_replaces_a_split_character(tmp_path):
+    from kvreplay.runner.usercmd import LOG_TAIL_BYTES, log_tail
+
+    log = tmp_path / "x.log"
+    log.write_bytes(b"a" * 10 + "é".encode() + b"end\n")  # é is 2 bytes: c3 a9
+    assert log_tail(log, 4) == "end\n"
+    assert log_tail(log, 5) == "\ufffdend\n"  # the tail starts inside é
+    assert log_tail(log) == "a" * 10 + "éend\n"  # whole file under the default 4096
+    log.write_bytes(b"x" * LOG_TAIL_BYTES + b"yz")
+    assert log_tail(log) == "x" * (LOG_TAIL_BYTES - 2) + "yz"
+    assert log_tail(tmp_path / "missing.log") == ""
