@@ -45,7 +45,7 @@ import orjson
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
 from kvreplay.experiments.spec import Command, ServerSpec
-from kvreplay.runner.usercmd import log_tail, run_user_command
+from kvreplay.runner.usercmd import log_tail, run_user_command, spawn_logged
 
 __all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
 
@@ -148,9 +148,7 @@ class _Background:
     def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
-        with log.open("ab") as f:
-            proc = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL, stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = spawn_logged(cmd, log, append=True)
         return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
 
     @property

@@ -185,3 +185,19 @@ def test_log_tail_keeps_the_last_n_bytes_and_replaces_a_split_character(tmp_path
     log.write_bytes(b"x" * LOG_TAIL_BYTES + b"yz")
     assert log_tail(log) == "x" * (LOG_TAIL_BYTES - 2) + "yz"
     assert log_tail(tmp_path / "missing.log") == ""
+
+
+def test_spawn_logged_truncates_or_appends_and_runs_in_its_own_group(tmp_path):
+    import os
+
+    from kvreplay.runner.usercmd import spawn_logged
+
+    log = tmp_path / "srv.log"
+    log.write_bytes(b"old\n")
+    p = spawn_logged("echo new; echo err >&2; ps -o pgid= -p $$", log, append=True)
+    assert p.wait(timeout=10) == 0
+    old, new, err, pgid = log.read_text().split("\n")[:4]
+    assert (old, new, err) == ("old", "new", "err") and int(pgid) == p.pid != os.getpgrp()
+    p = spawn_logged("echo only", log)
+    assert p.wait(timeout=10) == 0
+    assert log.read_text() == "only\n"
