@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["build_result", "left_line", "render_html", "render_markdown", "restate_step_reports", "status_line",
            "write_publication"]
@@ -254,6 +255,6 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
 
 def write_publication(out: Path, result: dict[str, Any], title: str) -> None:
     """Write ``result.json``, ``report.md`` and ``report.html`` into ``out``."""
-    (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    atomic_write_json(out / "result.json", result)
     (out / "report.md").write_text(render_markdown(result, title), encoding="utf-8")
     (out / "report.html").write_text(render_html(result, title), encoding="utf-8")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.report.load import read_json
+from kvreplay.safe_io import atomic_write_text
 
 __all__ = ["change_pct_text", "ci_pct_range_text", "render_ab_html", "write_ab_report"]
 
@@ -231,7 +232,5 @@ def write_ab_report(ab_dir: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(f"{d}: no readable ab.json (not an ab directory)")
     cmp = read_json(d / "compare.json")
     path = d / "report.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None))
     return path
