@@ -158,10 +158,6 @@ class Finding:
         }
 
 
-def _usable(ph: dict[str, Any]) -> bool:
-    return usable(ph)
-
-
 def restore_signal(ph: dict[str, Any]) -> tuple[str, float] | None:
     """The phase's first live restore figure: ``(name, value)``, or None without evidence.
 
@@ -462,7 +458,7 @@ def _figures(d: dict[str, Any]) -> dict[str, float]:
 def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Finding]:
     out = []
     for ph in summary.get("phases", []):
-        if not _usable(ph):
+        if not usable(ph):
             continue
         client = ph.get("client") if isinstance(ph.get("client"), dict) else {}
         flagged = ph.get("client_bound") is True or client.get("bound") is True
