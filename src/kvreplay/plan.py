@@ -470,16 +470,18 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
         spec = PhaseSpec.from_mapping(spec_data, where={"path": p, "field": f"phases[{i}]"})
         seq = []
         intended = []
+        earlier: dict[int, int] = {}  # body index -> its positions so far in this phase
         for k, item in enumerate(ph["sequence"]):
             bi_, rep_ = item["body_index"], item["repetition"]
-            # An interleaved (foreign) body's repetition counts cycles through its own
-            # workload (interleave_sequence), so only the main bodies are held to `repeats`.
-            rep_cap = spec.repeats if isinstance(bi_, int) and bi_ < wl["n_bodies"] else MAX_POSITIONS
+            # One rule for main and interleaved bodies: a repetition is at most the number of
+            # earlier positions of the same body (each round of `repeats` sends the selection
+            # once; each cycle through an interleaved workload sends each of its bodies once).
             if (not isinstance(bi_, int) or isinstance(bi_, bool) or not 0 <= bi_ < MAX_POSITIONS
-                    or not isinstance(rep_, int) or isinstance(rep_, bool) or not 0 <= rep_ < rep_cap
+                    or not isinstance(rep_, int) or isinstance(rep_, bool) or not 0 <= rep_ <= earlier.get(bi_, 0)
                     or not isinstance(item["body_sha256"], str)):
                 raise ConfigError("body_index, repetition or body_sha256 out of range or of the wrong type",
                                   path=p, field=f"phases[{i}].sequence[{k}]")
+            earlier[bi_] = earlier.get(bi_, 0) + 1
             if "intended_ns" in item and (not isinstance(item["intended_ns"], int) or item["intended_ns"] < 0):
                 raise ConfigError("intended_ns must be an integer >= 0", path=p,
                                   field=f"phases[{i}].sequence[{k}].intended_ns")

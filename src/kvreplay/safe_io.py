@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "open_new"]
+import orjson
+
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "open_new"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -68,3 +70,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """``atomic_write_bytes`` of ``text`` in UTF-8."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """``atomic_write_bytes`` of ``obj`` as indented JSON (orjson, 2 spaces) and a final newline.
+
+    Non-string dict keys (ints, enums) are written as strings (``OPT_NON_STR_KEYS``);
+    registered secrets (``kvreplay.redaction``) are replaced by its marker.
+
+    Raises:
+        TypeError: ``obj`` holds a value orjson cannot serialize (nothing is written).
+        OSError: as ``atomic_write_bytes``.
+    """
+    from kvreplay.redaction import redact_bytes  # registered secrets never reach a JSON artifact
+
+    atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+                                          + b"\n"))

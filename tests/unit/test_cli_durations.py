@@ -38,3 +38,18 @@ def test_bad_duration_is_exit_2_naming_it(capsys):
         _parse(["ab", "wl", "--arm", "a=sim:", "--arm", "b=sim:", "--cmd-timeout", "30x"])
     assert exc.value.code == 2
     assert "argument --cmd-timeout: not a duration: '30x' (e.g. 90s, 70m, 1h)" in capsys.readouterr().err
+
+
+def test_run_parse_duration_and_bound_share_the_experiment_files_rules():
+    import argparse
+
+    from kvreplay.commands.run import parse_bound, parse_duration
+
+    assert [parse_duration(x) for x in ("90", " 90s ", "70m", "1.5h", "250ms")] == [90.0, 90.0, 4200.0, 5400.0, 0.25]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"not a duration: '-5'"):
+        parse_duration("-5")
+    assert parse_bound(" host_bytes >= 34e9 ") == ("host_bytes", ">=", 34e9)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"not a bound: 'x=1'"):
+        parse_bound("x=1")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"not a number in 'x>1e'"):
+        parse_bound("x>1e")

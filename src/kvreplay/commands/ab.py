@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 from pathlib import Path
 
@@ -45,9 +44,9 @@ from kvreplay.commands.run import (
     split_credentials,
 )
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.ab import parse_arm, run_ab
+from kvreplay.experiments.ab import block_phase_specs, parse_arm, run_ab
 from kvreplay.experiments.compare import ci_pct_text, parse_threshold
-from kvreplay.plan import PhaseSpec, build_plan
+from kvreplay.plan import build_plan
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "ab"
@@ -116,35 +115,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p)
 
 
-def phase_specs(text: str, order: str) -> list[PhaseSpec]:
-    """``c1,c4`` -> phases named c1 and c4 at those concurrencies, each after a drain.
-
-    Raises:
-        ConfigError: a token that is not cN.
-    """
-    specs = []
-    for tok in filter(None, (t.strip() for t in text.split(","))):
-        m = re.fullmatch(r"c(\d+)", tok)
-        if not m or int(m.group(1)) < 1:
-            raise ConfigError(f"{tok!r}: phases are concurrencies like c1,c4", field="--phases")
-        specs.append(
-            PhaseSpec.from_mapping(
-                {"name": tok, "order": order, "concurrency": int(m.group(1)), "drain": True},
-                where={"field": "--phases"},
-            )
-        )
-    if not specs:
-        raise ConfigError("no phases", field="--phases")
-    return specs
-
-
 async def ab_async(args: argparse.Namespace) -> dict:
     """Resolve inputs and run the experiment; returns the comparison."""
     arms = [parse_arm(a) for a in args.arm]
     thresholds = [parse_threshold(t, "primary") for t in args.primary]
     thresholds += [parse_threshold(t, "protected") for t in args.protected]
     workload = load_workload(args.workload, max_body_bytes=args.max_body_bytes)
-    plan = build_plan(workload, phase_specs(args.phases, args.order))
+    plan = build_plan(workload, block_phase_specs(args.phases, args.order))
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     # URL credentials: an Authorization header, registered as secrets, never written (as in run).

@@ -22,8 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvreplay.experiments.ab import write_json
 from kvreplay.experiments.compare import compare_blocks, load_pairs, parse_threshold, render_compare
+from kvreplay.safe_io import atomic_write_json
 
 NAME = "compare"
 HELP = "Compare matched A/B blocks: median paired ratios with bootstrap CIs and a verdict."
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     result = compare_blocks(pairs, thresholds, seed=args.seed, n_boot=args.n_boot)
     out = Path(args.out) if args.out else (Path(args.dirs[0]) if len(args.dirs) == 1 else Path("."))
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "compare.json", result)
+    atomic_write_json(out / "compare.json", result)
     text = render_compare(result, arms)
     (out / "compare.md").write_text(text, encoding="utf-8")
     if not args.quiet:

@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from kvreplay.commands.run import default_out, install_loop
-    from kvreplay.experiments.publish import left_line, status_line
     from kvreplay.errors import ConfigError
     from kvreplay.experiments.frozen import freeze
+    from kvreplay.experiments.publish import left_line, status_line
     from kvreplay.experiments.spec import load_experiment
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 

@@ -16,7 +16,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
 from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key, split_credentials
@@ -27,10 +26,10 @@ from kvreplay.experiments.probe import (
     parse_sizes,
     plain_line,
     render_report,
-    run_probe,
 )
+from kvreplay.experiments.probe_step import probe_url
 from kvreplay.redaction import redact, redact_bytes
-from kvreplay.safe_io import atomic_write_bytes, atomic_write_text, open_new
+from kvreplay.safe_io import atomic_write_json, atomic_write_text, open_new
 
 NAME = "probe"
 HELP = (
@@ -132,29 +131,11 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         url, label = split_credentials(args.target, headers)
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"probe: {m}", flush=True))
     fh = open_new(out / "requests.jsonl", append=True)  # O_NOFOLLOW; closed below
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=args.read_timeout)
     try:
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
-            backend = None
-            if backend_name != "none":
-                from kvreplay.backends import detect, make_backend
-
-                if backend_name == "auto":
-                    backend_name = await detect(url, session)
-                backend = (
-                    None
-                    if backend_name == "openai"
-                    else make_backend(backend_name, url, session, profile=args.profile)
-                )
-            verdict = await run_probe(
-                session,
-                url,
-                backend,
-                cfg,
-                headers=headers,
-                log=lambda rec: fh.write(redact_bytes(orjson.dumps(rec) + b"\n")),
-                progress=say,
-            )
+        verdict, backend_name = await probe_url(url, backend_name, cfg, read_timeout_s=args.read_timeout,
+                                                headers=headers, profile=args.profile,
+                                                log=lambda rec: fh.write(redact_bytes(orjson.dumps(rec) + b"\n")),
+                                                say=say)
     finally:
         fh.close()
         if sim is not None:
@@ -172,7 +153,7 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         verdict["target_prefix"] = target_prefix_statement(
             verdict, parse_sizes(args.target_prefix)[0]
         )
-    atomic_write_bytes(out / "verdict.json", redact_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n"))
+    atomic_write_json(out / "verdict.json", verdict)  # registered secrets redacted
     atomic_write_text(out / "report.md", redact(render_report(verdict)))
     verdict["_out"] = str(out)
     return verdict

@@ -14,7 +14,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -142,16 +141,17 @@ def contract_options(args: argparse.Namespace, settings: dict[str, Any], plan_pa
 
 
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``70m``, ``1.5h`` -> seconds.
+    """``90``, ``90s``, ``70m``, ``1.5h``, ``250ms`` -> seconds (``experiments.spec.parse_duration``).
 
     Raises:
         argparse.ArgumentTypeError: not a duration.
     """
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 70m, 1h)")
-    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
-    return float(m.group(1)) * scale
+    from kvreplay.experiments.spec import parse_duration as duration_s
+
+    try:
+        return duration_s(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 70m, 1h)") from None
 
 
 def parse_bound(text: str) -> tuple[str, str, float]:
@@ -160,7 +160,9 @@ def parse_bound(text: str) -> tuple[str, str, float]:
     Raises:
         argparse.ArgumentTypeError: not NAME OP NUMBER with OP in > >= < <=.
     """
-    m = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*", text)
+    from kvreplay.experiments.spec import BOUND_RE
+
+    m = BOUND_RE.fullmatch(text)
     if not m:
         raise argparse.ArgumentTypeError(f"not a bound: {text!r} (e.g. host_bytes>34e9)")
     try:

@@ -40,6 +40,7 @@ how many repetitions were measured against how many were planned.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -47,16 +48,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
-from kvreplay.plan import Plan
-from kvreplay.redaction import redact_bytes
+from kvreplay.plan import PhaseSpec, Plan
 from kvreplay.runner.usercmd import run_user_command
-from kvreplay.safe_io import atomic_write_bytes
+from kvreplay.safe_io import atomic_write_json
 
-__all__ = ["Arm", "block_order", "parse_arm", "sim_arm_config", "wait_ready"]
+__all__ = ["Arm", "block_order", "block_phase_specs", "parse_arm", "sim_arm_config", "wait_ready"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +91,32 @@ def parse_arm(text: str) -> Arm:
             field="--arm",
         )
     return Arm(name, cmd.strip())
+
+
+def block_phase_specs(text: str, order: str, select: str | list[int] | tuple[int, ...] = "all", *,
+                      field: str = "--phases") -> list[PhaseSpec]:
+    """A block's phases: ``c1,c4`` -> phases named c1 and c4 at those concurrencies, each after a drain.
+
+    Args:
+        text: Comma-separated ``cN`` tokens (spaces and empty tokens ignored).
+        order: Every phase's order (``forward``, ``reverse``, ``shuffle:SEED``, ``by-prefix``).
+        select: Every phase's selection (``all``, ``first:N``, ``last:N`` or body indices).
+        field: Where the text came from, for errors (``--phases``, ``step[2].phases``).
+
+    Raises:
+        ConfigError: a token that is not cN with N >= 1, no token at all, or a bad
+            order or selection (naming ``field``).
+    """
+    specs = []
+    for tok in filter(None, (t.strip() for t in text.split(","))):
+        m = re.fullmatch(r"c(\d+)", tok)
+        if not m or int(m.group(1)) < 1:
+            raise ConfigError(f"{tok!r}: phases are concurrencies like c1,c4", field=field)
+        specs.append(PhaseSpec.from_mapping({"name": tok, "order": order, "concurrency": int(m.group(1)),
+                                             "drain": True, "select": select}, where={"field": field}))
+    if not specs:
+        raise ConfigError("no phases", field=field)
+    return specs
 
 
 def block_order(arms: list[Arm], reps: int) -> list[dict[str, Any]]:
@@ -261,11 +286,6 @@ def ab_document(
     }
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (exclusive temp file, then rename; registered secrets redacted)."""
-    atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
-
-
 def quote_cmd(cmd: str) -> str:
     """The command as one shell-quoted word (for messages)."""
     return shlex.quote(cmd)
@@ -382,7 +402,7 @@ async def run_ab(
         doc["sim_time_scale"] = {a.name: sim_cfgs[a.name].time_scale for a in arms}
         if sim_calibration is not None:
             doc["sim_calibration"] = sim_calibration
-    write_json(out / "ab.json", doc)  # frozen before the first request
+    atomic_write_json(out / "ab.json", doc)  # frozen before the first request
     stopped: str | None = None
     t0 = now_ns()
     for blk in order:
@@ -487,14 +507,14 @@ async def run_ab(
         if summary.get("aborted"):
             stopped = f"block {blk['block']} aborted: {summary['aborted'].get('reason')}"
         doc["blocks"].append(rec)
-        write_json(out / "ab.json", doc)
+        atomic_write_json(out / "ab.json", doc)
     doc["stopped"] = stopped
-    write_json(out / "ab.json", doc)
+    atomic_write_json(out / "ab.json", doc)
     pairs, arm_names = load_pairs([out])
     result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps)
     if stopped:
         result["reasons"].insert(0, stopped)
-    write_json(out / "compare.json", result)
+    atomic_write_json(out / "compare.json", result)
     md = render_compare(result, arm_names)
     from kvreplay.report.abreport import ab_sim_lines
 

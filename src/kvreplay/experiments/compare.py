@@ -59,6 +59,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.experiments.comparability import BLOCKING_FIELDS, comparability
 from kvreplay.experiments.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
 from kvreplay.experiments.stats import bootstrap_median_ci, median
+from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
 
 __all__ = [
     "BLOCKING_FIELDS",
@@ -443,10 +444,6 @@ def _verdict(checks: list[dict[str, Any]]) -> str:
     return "no decision"
 
 
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:+.2f}%"
-
-
 def ci_pct_text(ci: list[float] | None) -> str:
     """A check's ``ci_change_pct`` (``[lo, hi]``, percent) as the terminal shows it.
 
@@ -491,7 +488,7 @@ def render_compare(result: dict[str, Any], arms: list[str]) -> str:
         ci = c.get("ci_change_pct")
         lines.append(
             f"| {c['phase']}.{c['metric']} ({c['threshold_pct']:+g}%) | {c['role']} | {c['n']} | "
-            f"{_pct(c.get('change_pct'))} | {'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | "
+            f"{change_pct_text(c.get('change_pct'))} | {ci_pct_range_text(ci)} | "
             f"{c['decision']} |"
         )
     n_pairs = len(result["pairs"])
@@ -505,8 +502,7 @@ def render_compare(result: dict[str, Any], arms: list[str]) -> str:
         ci = e["ci_change_pct"]
         cells = " | ".join(f"{c:.4f}" if isinstance(c, float) else str(c) for c in e["cells"])
         lines.append(
-            f"| {key} | {e['n']} | {_pct(e['change_pct'])} | "
-            f"{'n/a' if not ci else f'{ci[0]:+.2f}% .. {ci[1]:+.2f}%'} | {cells} |"
+            f"| {key} | {e['n']} | {change_pct_text(e['change_pct'])} | {ci_pct_range_text(ci)} | {cells} |"
         )
     lines += [
         "",

@@ -43,6 +43,8 @@ from typing import Any
 
 import orjson
 
+from kvreplay.report.load import read_json
+
 __all__ = ["PhaseView", "ab_findings", "cells", "compare_tables", "load_views", "restore_findings", "tiers"]
 
 HOST_LOOKUP_KEYS = ("host_lookups", "host_query_tokens")
@@ -50,13 +52,6 @@ DEVICE_LOOKUP_KEYS = ("lookups", "query_tokens")
 EVIDENCE_KEYS = ("host_fetched_tokens", "hit_tokens", "host_lookups", "host_query_tokens", "lookups", "query_tokens")
 LATENCY = (("ttft", ("p50", "p90", "p99")), ("itl", ("p50", "p90")), ("tpot", ("p50", "p90")),
            ("e2e", ("p50", "p90", "p99")))
-
-
-def _read(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
 
 
 @dataclass(slots=True)
@@ -120,8 +115,8 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
         d = out / st["run_dir"]
-        summary = _read(d / "summary.json") or {}
-        plan = _read(d / "plan.json") or {}
+        summary = read_json(d / "summary.json") or {}
+        plan = read_json(d / "plan.json") or {}
         orders = {p["name"]: p.get("order", "forward") for p in plan.get("phases", [])}
         controls = {p["name"] for p in plan.get("phases", []) if p.get("comparable", True) is False}
         recs: dict[str, list[dict[str, Any]]] = {}
@@ -292,7 +287,7 @@ def ab_findings(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any]) 
     for st in steps:
         if st["kind"] != "ab" or not st.get("run_dir"):
             continue
-        comp = _read(out / st["run_dir"] / "compare.json")
+        comp = read_json(out / st["run_dir"] / "compare.json")
         if comp is None:
             continue
         reps = planned.get(st["name"], {}).get("ab", {}).get("reps")
@@ -468,7 +463,7 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
         elif st["kind"] == "probe":
             from kvreplay.experiments.probe_step import probe_cells
 
-            verdict = (_read(root / st["run_dir"] / "verdict.json") if root is not None and st.get("run_dir")
+            verdict = (read_json(root / st["run_dir"] / "verdict.json") if root is not None and st.get("run_dir")
                        else None)
             verdict = verdict if isinstance(verdict, dict) else None
             out.extend(model_fit(probe_cells(name, status, reason, fs.get("probe") or {}, verdict),

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from kvreplay import __version__
-from kvreplay.experiments.ab import Arm, block_order
+from kvreplay.experiments.ab import Arm, block_order, block_phase_specs
 from kvreplay.experiments.spec import ExperimentSpec, StepSpec, WindowSpec
 from kvreplay.plan import PhaseSpec, Plan, build_plan
 from kvreplay.workload import Workload
@@ -29,11 +29,7 @@ EXPERIMENT_FORMAT = "kvreplay-experiment/1"
 def ab_phase_specs(step: StepSpec) -> list[PhaseSpec]:
     """An ab step's block phases: one per concurrency (``c1,c4``), each after a drain, as ``kvreplay ab``."""
     st = step.settings
-    return [
-        PhaseSpec.from_mapping({"name": tok, "order": st["order"], "concurrency": int(tok[1:]), "drain": True,
-                                "select": st["select"]}, where={"field": f"step[{step.index}].phases"})
-        for tok in st["phases"].split(",")
-    ]
+    return block_phase_specs(st["phases"], st["order"], st["select"], field=f"step[{step.index}].phases")
 
 
 def experiment_sha256(doc: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ import orjson
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
 from kvreplay.experiments.spec import Command, ServerSpec
+from kvreplay.runner.usercmd import log_tail, run_user_command
 
 __all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
 
@@ -68,17 +69,6 @@ def expand(template: str, *, port: int | None, out_dir: Path, here: Path | None 
     return template
 
 
-def _tail(path: Path, n: int = 2048) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - n))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
     """Run a user command to completion under the user-command contract.
 
@@ -86,8 +76,6 @@ async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -
         ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``; ``rc`` is None on
         timeout (the process group was killed). Runs through ``runner.usercmd``.
     """
-    from kvreplay.runner.usercmd import run_user_command
-
     res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
     return {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status, "timed_out": res.timed_out,
             "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
@@ -224,7 +212,7 @@ class _Background:
         while self.proc.poll() is None:
             await asyncio.sleep(0.02)
         return {**self.info, "name": f"stop-{self.info['name']}", "rc": self.proc.returncode,
-                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": _tail(Path(self.info["log"]))}
+                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": log_tail(Path(self.info["log"]), 2048)}
 
 
 def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
@@ -343,7 +331,7 @@ class ServerControl:
                         last = f"{url}: {type(exc).__name__}: {exc}"
                 if self.bg is not None and self.bg.exited is not None:
                     last = (f"the start process exited with {self.bg.exited} ({last}); log tail: "
-                            f"{_tail(Path(self.bg.info['log']), 300)!r}")
+                            f"{log_tail(Path(self.bg.info['log']), 300)!r}")
                     break
                 if now_ns() - t0 >= t * 1e9:
                     break

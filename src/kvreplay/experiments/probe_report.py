@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.clock import model_time_scale
+
 __all__ = ["intercept_warning", "plain_line", "render_report"]
 
 
@@ -39,8 +41,7 @@ def intercept_warning(fit: dict[str, Any] | None) -> str | None:
 
 def _model(v: dict[str, Any], seconds: float) -> str:
     """``" (= X model s at simulator time scale S)"`` for a probe of ``--target sim``, else ``""``."""
-    scale = v.get("sim_time_scale")
-    if isinstance(scale, (int, float)) and scale not in (0, 1) and scale > 0:
+    if (scale := model_time_scale(v.get("sim_time_scale"))) is not None:
         return f" (= {sig3(seconds / scale)} model s at simulator time scale {scale:g})"
     return ""
 

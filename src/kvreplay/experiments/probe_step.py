@@ -28,7 +28,6 @@ fields are those of ``kvreplay.experiments.probe``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import orjson
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]
 
@@ -144,6 +144,40 @@ def probe_config(settings: dict[str, Any]) -> ProbeConfig:
                        drain_timeout_s=settings["drain_timeout_s"])
 
 
+async def probe_url(url: str, backend_name: str, cfg: ProbeConfig, *, read_timeout_s: float,
+                    headers: dict[str, str], profile: str | None, log: Callable[[dict[str, Any]], Any],
+                    say: Callable[[str], None], stop_new: Callable[[], bool] | None = None,
+                    ) -> tuple[dict[str, Any], str]:
+    """Run the probe against ``url`` in a session of its own (``kvreplay probe`` and a probe step).
+
+    Args:
+        url: The server's root URL.
+        backend_name: Counter adapter; ``auto`` is detected, ``none``/``openai`` read no counters.
+        cfg: The probe's settings.
+        read_timeout_s: The session's socket read timeout (s); connect 30 s, no total bound.
+        headers: Authorization headers (never written).
+        profile: Profile for ``prometheus``.
+        log: Each leg's record as it completes.
+        say: Progress line sink.
+        stop_new: True once no new probe request may start (a probe step's stop_new_after).
+
+    Returns:
+        ``(verdict, backend)``: ``run_probe``'s verdict and the adapter name used (``auto`` resolved).
+    """
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+        backend = None
+        if backend_name != "none":
+            from kvreplay.backends import detect, make_backend
+
+            if backend_name == "auto":
+                backend_name = await detect(url, session)
+            backend = None if backend_name == "openai" else make_backend(backend_name, url, session, profile=profile)
+        verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say,
+                                  stop_new=stop_new)
+    return verdict, backend_name
+
+
 async def run_probe_step(*, url: str, backend_name: str, profile: str | None, headers: dict[str, str],
                          settings: dict[str, Any], out_dir: Path, sim_time_scale: float | None,
                          say: Callable[[str], None], stop_new_after_s: float | None = None) -> dict[str, Any]:
@@ -187,26 +221,15 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
         if rec.get("status") != "ok":
             failed.append({k: rec.get(k) for k in ("leg", "status", "http_status", "error")})
 
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=settings["read_timeout_s"])
     with open(out_dir / "requests.jsonl", "ab", buffering=0) as fh:
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
-            backend = None
-            if name != "none":
-                from kvreplay.backends import detect, make_backend
-
-                if name == "auto":
-                    name = await detect(url, session)
-                backend = None if name == "openai" else make_backend(name, url, session, profile=profile)
-            verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say,
-                                      stop_new=stop_new)
+        verdict, name = await probe_url(url, name, cfg, read_timeout_s=settings["read_timeout_s"], headers=headers,
+                                        profile=profile, log=log, say=say, stop_new=stop_new)
     verdict["target"] = "sim" if sim_time_scale is not None else url
     if sim_time_scale is not None:
         verdict["sim_time_scale"] = sim_time_scale
     verdict["backend"] = name
     verdict["legs_failed"] = failed
-    tmp = out_dir / "verdict.json.tmp"
-    tmp.write_bytes(orjson.dumps(verdict, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, out_dir / "verdict.json")
+    atomic_write_json(out_dir / "verdict.json", verdict)
     (out_dir / "report.md").write_text(render_report(verdict), encoding="utf-8")
     return verdict
 

@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["build_result", "left_line", "render_html", "render_markdown", "restate_step_reports", "status_line",
            "write_publication"]
@@ -241,6 +242,7 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
     Returns:
         One line per step whose reports could not be redrawn (its runner ``report.md`` is kept).
     """
+    from kvreplay.report.load import read_json
     from kvreplay.report.units import sim_time_scale
     from kvreplay.report.write import write_reports
 
@@ -258,11 +260,7 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
         d = out / st["run_dir"]
-        try:
-            plan = orjson.loads((d / "plan.json").read_bytes())
-        except (OSError, ValueError):
-            continue
-        if sim_time_scale(plan) is None:
+        if sim_time_scale(read_json(d / "plan.json")) is None:  # unreadable: None
             continue
         try:
             write_reports(d, html=True)
@@ -274,6 +272,6 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
 
 def write_publication(out: Path, result: dict[str, Any], title: str) -> None:
     """Write ``result.json``, ``report.md`` and ``report.html`` into ``out``."""
-    (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    atomic_write_json(out / "result.json", result)
     (out / "report.md").write_text(render_markdown(result, title), encoding="utf-8")
     (out / "report.html").write_text(render_html(result, title), encoding="utf-8")

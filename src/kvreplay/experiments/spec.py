@@ -53,6 +53,7 @@ from kvreplay.experiments.probe_step import PROBE_KEYS, probe_settings
 from kvreplay.plan import PhaseSpec, parse_phase
 
 __all__ = [
+    "BOUND_RE",
     "Command",
     "ExperimentSpec",
     "ReadySpec",
@@ -65,7 +66,9 @@ __all__ = [
 
 STEP_KINDS = ("incarnation", "run", "probe", "ab", "restore")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
+BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
+"""An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
+``window.abort_if`` here and ``--abort-if`` of ``kvreplay run``/``ab``."""
 _STEP_KEYS = {
     "incarnation": {"fresh", "sim"},
     "run": {"phases", "phase", "label", "comparable", "drain_timeout"},
@@ -335,7 +338,7 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
     bounds = []
     raw = data.get("abort_if", [])
     for b in raw if isinstance(raw, list) else [raw]:
-        m = _BOUND_RE.fullmatch(b) if isinstance(b, str) else None
+        m = BOUND_RE.fullmatch(b) if isinstance(b, str) else None
         try:
             bounds.append((m.group(1), m.group(2), float(m.group(3))))  # type: ignore[union-attr]
         except (AttributeError, ValueError):

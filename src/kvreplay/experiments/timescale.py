@@ -17,16 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.clock import model_time_scale
 from kvreplay.report.units import sim_time_scale
 
 __all__ = ["ab_scale", "latency_line", "model_fit", "model_ms", "probe_scale", "scale_of_step"]
-
-
-def _usable(v: Any) -> float | None:
-    """A scale that changes the figures (> 0 and != 1), else None (``report.units.sim_time_scale``)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v != 1:
-        return float(v)
-    return None
 
 
 def scale_of_step(plan: dict[str, Any] | None, summary: dict[str, Any] | None, frozen: dict[str, Any] | None,
@@ -47,8 +41,8 @@ def scale_of_step(plan: dict[str, Any] | None, summary: dict[str, Any] | None, f
         return None
     overlay = next((s.get("sim") or {} for s in (frozen or {}).get("steps", []) if s.get("name") == incarnation), {})
     if "time_scale" in overlay:
-        return _usable(overlay["time_scale"])
-    return _usable((server.get("sim") or {}).get("time_scale", 1.0))
+        return model_time_scale(overlay["time_scale"])
+    return model_time_scale((server.get("sim") or {}).get("time_scale", 1.0))
 
 
 def model_ms(value: Any, scale: float | None) -> float | None:
@@ -94,13 +88,13 @@ def ab_scale(ab: dict[str, Any] | None) -> float | None:
     scales = (ab or {}).get("sim_time_scale")
     if not isinstance(scales, dict) or not scales:
         return None
-    got = {_usable(v) for v in scales.values()}
+    got = {model_time_scale(v) for v in scales.values()}
     return got.pop() if len(got) == 1 else None
 
 
 def probe_scale(verdict: dict[str, Any] | None) -> float | None:
     """The time scale of a probe step (``verdict.json`` ``sim_time_scale``), or None."""
-    return _usable((verdict or {}).get("sim_time_scale"))
+    return model_time_scale((verdict or {}).get("sim_time_scale"))
 
 
 def model_fit(cells: list[dict[str, Any]], scale: float | None) -> list[dict[str, Any]]:

@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.experiments.lifecycle import ServerControl, expand, identity_mismatches
 from kvreplay.experiments.spec import ExperimentSpec, StepSpec, WindowSpec
 from kvreplay.plan import Plan
+from kvreplay.safe_io import atomic_write_json
 from kvreplay.workload import Workload
 
 __all__ = ["StepResult", "WindowRun", "utc_now"]
@@ -61,14 +61,6 @@ __all__ = ["StepResult", "WindowRun", "utc_now"]
 def utc_now() -> str:
     """ISO 8601 UTC time with seconds (``2026-12-01T07:03:35Z``)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
-    tmp.replace(path)
 
 
 @dataclass(slots=True)
@@ -180,7 +172,8 @@ class WindowRun:
                 bad = identity_mismatches(ident, self.exp.server.identity)
                 if bad:
                     self.abort("identity_pins", "before the first step: " + "; ".join(bad))
-            write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note})
+            self.out.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note})
             for st in self.exp.steps:
                 res = StepResult(st.name, st.kind, comparable=st.comparable, label=st.settings.get("label"))
                 self.results.append(res)
@@ -264,8 +257,9 @@ class WindowRun:
         res.ended = utc_now()
         if st.sends:
             res.run_dir = st.dir
-        write_json(self.out / st.dir / "step.json", {"experiment_sha256": self.frozen["experiment_sha256"],
-                                                     **res.to_json()})
+        (self.out / st.dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.out / st.dir / "step.json", {"experiment_sha256": self.frozen["experiment_sha256"],
+                                                            **res.to_json()})
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
 
     # -- steps --------------------------------------------------------------------------------

@@ -273,13 +273,16 @@ def hlog_header(comment: str) -> str:
 
 
 def interval_line(encoded: str, max_us: int, start_s: float, end_s: float) -> str:
-    """One interval line: ``start_s,length_s,max_ms,encoded`` (``HistogramLogWriter``'s
-    ``output_interval_histogram`` with a max-value unit ratio of 1000).
+    """One interval line: ``start_s,length_s,max_ms,encoded``.
+
+    The line ``hdrh``'s ``HistogramLogWriter.output_interval_histogram`` writes with a
+    max-value unit ratio of 1000.
 
     Args:
         encoded: ``HdrHistogram.encode()`` of the interval (base64 text).
         max_us: The interval's ``get_max_value()`` (µs).
-        start_s / end_s: Interval bounds (s from the run's origin).
+        start_s: Interval start (s from the run's origin).
+        end_s: Interval end (s from the run's origin).
     """
     return f"{start_s:f},{end_s - start_s:f},{max_us // 1000.0:f},{encoded}\n"
 

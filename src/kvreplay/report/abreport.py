@@ -30,9 +30,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
+from kvreplay.report.load import read_json
+from kvreplay.safe_io import atomic_write_text
 
-__all__ = ["ab_sim_lines", "render_ab_html", "write_ab_report"]
+__all__ = ["ab_sim_lines", "change_pct_text", "ci_pct_range_text", "render_ab_html", "write_ab_report"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#222}
@@ -50,13 +51,6 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _read(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-
-
 def _td(text: Any, status: str = "measured", title: str | None = None) -> str:
     t = f' title="{_e(title)}"' if title else ""
     return f'<td data-status="{status}"{t}>{_e(text)}</td>'
@@ -67,11 +61,16 @@ def _table(key: str, head: list[str], rows: list[str]) -> str:
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
-def _pct(v: Any) -> str:
+def change_pct_text(v: float | None) -> str:
+    """A median change in percent as compare.md and the A/B report show it: ``+1.23%``, or ``n/a`` for None."""
     return "n/a" if v is None else f"{v:+.2f}%"
 
 
-def _ci(ci: Any) -> str:
+def ci_pct_range_text(ci: list[float] | None) -> str:
+    """A ``ci_change_pct`` (``[lo, hi]``, percent) as compare.md and the A/B report show it.
+
+    ``[-0.342, 17.471]`` -> ``"-0.34% .. +17.47%"``; None or empty -> ``"n/a"``.
+    """
     return "n/a" if not ci else f"{ci[0]:+.2f}% .. {ci[1]:+.2f}%"
 
 
@@ -239,8 +238,9 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
             st = "measured" if c["decision"] not in ("no decision", "not comparable") else "deferred"
             st = "failed" if c["decision"] == "regression" else st
             rows.append(f"<tr>{_td(c['phase'] + '.' + c['metric'] + ' (' + format(c['threshold_pct'], '+g') + '%)')}"
-                        f"{_td(c['role'])}{_td(c.get('n', 0))}{_td(_pct(c.get('change_pct')))}"
-                        f"{_td(_ci(c.get('ci_change_pct')))}{_td(c['decision'], st, c.get('reason'))}</tr>")
+                        f"{_td(c['role'])}{_td(c.get('n', 0))}{_td(change_pct_text(c.get('change_pct')))}"
+                        f"{_td(ci_pct_range_text(c.get('ci_change_pct')))}"
+                        f"{_td(c['decision'], st, c.get('reason'))}</tr>")
         out.append(_table("checks", ["check", "role", "n", "change (median)", "95% CI", "decision"], rows))
         out += [_ratio_svg(c, metrics.get(f"{c['phase']}.{c['metric']}")) for c in cmp.get("checks", [])]
         out.append("<h2>Metrics</h2>")
@@ -249,8 +249,8 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
         for key, e in metrics.items():
             cells = "".join(_td(f"{c:.4f}") if isinstance(c, (int, float)) else
                             _td(c, "failed" if c == "failed" else "deferred") for c in e["cells"])
-            rows.append(f"<tr>{_td(key)}{_td(e['n'])}{_td(_pct(e.get('change_pct')))}"
-                        f"{_td(_ci(e.get('ci_change_pct')))}{cells}</tr>")
+            rows.append(f"<tr>{_td(key)}{_td(e['n'])}{_td(change_pct_text(e.get('change_pct')))}"
+                        f"{_td(ci_pct_range_text(e.get('ci_change_pct')))}{cells}</tr>")
         out.append(_table("metrics", ["metric", "n", "change (median)", "95% CI",
                                       *[f"pair {i}" for i in range(n_pairs)]], rows))
         out.append("<p>Pair cells are candidate / baseline ratios; <i>failed</i> = a block aborted or a phase had "
@@ -266,12 +266,10 @@ def write_ab_report(ab_dir: str | os.PathLike[str]) -> Path:
         FileNotFoundError: no readable ``ab.json`` in ``ab_dir``.
     """
     d = Path(ab_dir)
-    ab = _read(d / "ab.json")
+    ab = read_json(d / "ab.json")
     if not isinstance(ab, dict):
         raise FileNotFoundError(f"{d}: no readable ab.json (not an ab directory)")
-    cmp = _read(d / "compare.json")
+    cmp = read_json(d / "compare.json")
     path = d / "report.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None))
     return path

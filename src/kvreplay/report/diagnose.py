@@ -95,17 +95,17 @@ from typing import Any
 
 from kvreplay.metrics.selfmeasure import describe
 from kvreplay.metrics.summary import counter_cached
+from kvreplay.report.cells import fmt
 from kvreplay.report.evidence import (
     DEVICE_KEYS,
     HOST_KEYS,
     PhaseEvidence,
-    fmt_num,
     phase_evidence,
     replay_orders,
     usable,
 )
 
-__all__ = ["CACHE_RULES", "DEVICE_KEYS", "HOST_KEYS", "Finding", "diagnose", "fmt_num", "restore_signal"]
+__all__ = ["CACHE_RULES", "DEVICE_KEYS", "HOST_KEYS", "Finding", "diagnose", "restore_signal"]
 
 OCCUPANCY_LIMIT = 0.5
 """Mean in-flight / concurrency below which a phase counts as client-bound (fallback rule)."""
@@ -137,7 +137,7 @@ class Finding:
     records: tuple[int, ...] = ()
 
     def sources(self) -> str:
-        """Where the figures came from: ``From phases fwd, rev; records at positions 1, 3.``"""
+        """Where the figures came from (``From phases fwd, rev; records at positions 1, 3.``)."""
         if not self.phases and not self.records:
             return ""
         out = "From phase" + ("s " if len(self.phases) != 1 else " ") + ", ".join(self.phases)
@@ -156,10 +156,6 @@ class Finding:
             "evidence": {k: dict(v) for k, v in self.evidence.items()},
             "records": list(self.records),
         }
-
-
-def _usable(ph: dict[str, Any]) -> bool:
-    return usable(ph)
 
 
 def restore_signal(ph: dict[str, Any]) -> tuple[str, float] | None:
@@ -350,7 +346,7 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
                 out.append(
                     Finding(
                         "usage_vs_counters",
-                        f"phase {name}: counters show {how} {fmt_num(counted)} but no"
+                        f"phase {name}: counters show {how} {fmt(counted)} but no"
                         " answer reported usage cached_tokens.",
                         "rely on the counters for this server, or enable its cached-token"
                         " usage reporting and replay one body at C1 to compare.",
@@ -398,8 +394,8 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
         if abs(gap) <= tol and not n_dis:
             continue
         head = (
-            f"phase {name}: counters {how} {fmt_num(counted)} vs usage cached_tokens "
-            f"{fmt_num(cached)}: gap {gap:+g} tokens (counters − usage)"
+            f"phase {name}: counters {how} {fmt(counted)} vs usage cached_tokens "
+            f"{fmt(cached)}: gap {gap:+g} tokens (counters − usage)"
         )
         why = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
         if bad and bad_tokens is not None and abs(unexplained) <= tol and not n_dis:
@@ -407,7 +403,7 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
                 Finding(
                     "usage_missing",
                     head + f"; {len(bad)} requests without usage ({why}, positions "
-                    f"{', '.join(map(str, bad_pos))}) account for {fmt_num(bad_tokens)} of it: "
+                    f"{', '.join(map(str, bad_pos))}) account for {fmt(bad_tokens)} of it: "
                     "the server counted hits of requests whose answer never arrived.",
                     "nothing to reconcile for the cache; see the failed records in the"
                     " error table.",
@@ -421,7 +417,7 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
         if bad:
             detail += f"; {len(bad)} requests without usage ({why})"
             detail += (
-                f" account for {fmt_num(bad_tokens)} of it, leaving {unexplained:+g}"
+                f" account for {fmt(bad_tokens)} of it, leaving {unexplained:+g}"
                 if bad_tokens is not None
                 else " may account for part of it (no per-request counters)"
             )
@@ -462,7 +458,7 @@ def _figures(d: dict[str, Any]) -> dict[str, float]:
 def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Finding]:
     out = []
     for ph in summary.get("phases", []):
-        if not _usable(ph):
+        if not usable(ph):
             continue
         client = ph.get("client") if isinstance(ph.get("client"), dict) else {}
         flagged = ph.get("client_bound") is True or client.get("bound") is True
@@ -560,7 +556,7 @@ def _invariant_rule(violations: list[dict[str, Any]]) -> list[Finding]:
             Finding(
                 "cache_invariant",
                 f"/cache broke {ident} in {len(vs)} snapshot(s); first {where}: "
-                + ", ".join(f"{k} {fmt_num(x)}" for k, x in nums.items()) + ".",
+                + ", ".join(f"{k} {fmt(x)}" for k, x in nums.items()) + ".",
                 "read the server's cache accounting for the path that skips a count "
                 "(an entry replaced without an eviction, a lookup counted twice); the raw "
                 "snapshots are in counters.jsonl.",

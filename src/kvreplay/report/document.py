@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kvreplay.clock import model_time_scale
 from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
@@ -73,8 +74,7 @@ def _opt(v: Any, reason: str, nd: int = 4) -> Cell:
 def _probe_table(v: dict[str, Any]) -> Table:
     fit = v.get("prefill_fit") or {}
     t = Table("probe", ["value"], corner="probe figure")
-    scale = v.get("sim_time_scale")
-    scaled = isinstance(scale, (int, float)) and scale > 0 and scale != 1
+    scale = model_time_scale(v.get("sim_time_scale"))
     t.rows += [
         ("prefill a (s)", [_opt(fit.get("a_s"), "no fit")]),
         (
@@ -82,7 +82,7 @@ def _probe_table(v: dict[str, Any]) -> Table:
             [_opt(fit.get("rate_tokens_per_s"), "no fit, or its slope was not positive")],
         ),
     ]
-    if scaled:
+    if scale is not None:
         a, rate = fit.get("a_s"), fit.get("rate_tokens_per_s")
         t.rows += [
             (

@@ -41,12 +41,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvreplay.report.cells import fmt
+
 __all__ = [
     "DEVICE_KEYS",
     "HOST_KEYS",
     "PhaseEvidence",
     "Tier",
-    "fmt_num",
     "phase_evidence",
     "replay_orders",
     "usable",
@@ -59,11 +60,6 @@ DEVICE_KEYS = ("hit_tokens", "hits")
 """Device-tier restore counters, most preferred first."""
 DEVICE_LOOKUP_KEYS = ("lookups", "query_tokens")
 DEVICE_WORK_KEYS = ("prompt_tokens", "computed_tokens")
-
-
-def fmt_num(v: float) -> str:
-    """A count without a trailing ``.0``."""
-    return str(int(v)) if float(v).is_integer() else f"{v:.1f}"
 
 
 def usable(ph: dict[str, Any]) -> bool:
@@ -89,8 +85,8 @@ class Tier:
 
     def text(self) -> str:
         """``hit_tokens 0 (query_tokens 4096)``."""
-        b = ", ".join(f"{k} {fmt_num(v)}" for k, v in self.basis)
-        return f"{self.key} {fmt_num(self.value)}" + (f" ({b})" if b else "")
+        b = ", ".join(f"{k} {fmt(v)}" for k, v in self.basis)
+        return f"{self.key} {fmt(self.value)}" + (f" ({b})" if b else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +163,7 @@ def phase_evidence(ph: dict[str, Any]) -> PhaseEvidence:
         else:
             looked = [k for k in HOST_LOOKUP_KEYS if k in d]
             absent["host"] = (
-                ", ".join(f"{k} {fmt_num(d[k])}" for k in looked) + " in this phase"
+                ", ".join(f"{k} {fmt(d[k])}" for k in looked) + " in this phase"
                 if looked
                 else "no host lookup counter"
             )
@@ -182,7 +178,7 @@ def phase_evidence(ph: dict[str, Any]) -> PhaseEvidence:
         else:
             looked = [k for k in DEVICE_LOOKUP_KEYS + DEVICE_WORK_KEYS if k in d]
             absent["device"] = (
-                ", ".join(f"{k} {fmt_num(d[k])}" for k in looked) + " in this phase"
+                ", ".join(f"{k} {fmt(d[k])}" for k in looked) + " in this phase"
                 if looked
                 else "no prompt work counted"
             )

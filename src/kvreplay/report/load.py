@@ -44,12 +44,14 @@ from hdrh.histogram import HdrHistogram
 from kvreplay.metrics.histograms import new_histogram
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.runner.backend import GAUGE_NAMES
+from kvreplay.safe_io import atomic_write_json
 
 __all__ = [
     "HistogramArrays",
     "RunData",
     "load_run",
     "read_hlog",
+    "read_json",
     "read_records",
     "rebuild_summary",
 ]
@@ -195,11 +197,23 @@ def read_hlog(path: Path) -> HdrHistogram:
     return total
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> Any:
+    """The JSON document in a run-directory file, or None when it is missing, unreadable or not JSON.
+
+    Args:
+        path: e.g. ``summary.json``, ``plan.json``, ``verdict.json``, ``ab.json``.
+
+    Returns:
+        The parsed value (any JSON type; the caller checks the shape), or None.
+    """
     try:
-        data = orjson.loads(path.read_bytes())
+        return orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    data = read_json(path)
     return data if isinstance(data, dict) else None
 
 
@@ -430,12 +444,6 @@ def _rebuilt_abort(
     }
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, path)
-
-
 def _records_frame(records: list[dict[str, Any]]) -> Any:
     try:
         import pandas as pd
@@ -498,7 +506,7 @@ def load_run(
                 summary = rebuild_summary(run_dir, plan, record_list)
             rebuilt = True
             if write_rebuilt:
-                _write_json(run_dir / "summary.json", summary)
+                atomic_write_json(run_dir / "summary.json", summary)
         elif verdict is not None or simulate is not None:
             summary = {
                 "schema_version": SCHEMA_VERSION,

@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kvreplay.runner.observer import PlainObserver, RunObserver, phase_end_line, plan_time_scale
+from kvreplay.runner.observer import PlainObserver, RunObserver, model_ms_text, phase_end_line, plan_time_scale
 
 __all__ = ["LiveObserver", "ProgressState", "make_live_observer"]
 
@@ -148,7 +148,7 @@ def _ttft_text(p50: float | None, scale: float | None) -> str:
     if p50 is None:
         return "-"
     if scale:
-        return f"{p50 / scale:.1f} ms (model ms, sim time scale {scale:g})"
+        return model_ms_text(p50, scale)
     return f"{p50:.1f} ms"
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.clock import model_time_scale
+
 __all__ = ["sim_time_scale", "unit_of"]
 
 _FIXED = {
@@ -52,12 +54,11 @@ def unit_of(name: str, summary: dict[str, Any] | None = None) -> str:
 def sim_time_scale(plan: dict[str, Any] | None, summary: dict[str, Any] | None = None) -> float | None:
     """The simulator's time scale of a run (``plan.json`` ``run.sim_time_scale``), or None.
 
-    None for a run against a real server, and when the scale is 1 or 0 (0 means
-    no simulated delay: the figures are the client's own time and no model
-    time can be recovered from them).
+    None for a run against a real server, and when the scale is 1 or 0
+    (``kvreplay.clock.model_time_scale``); a plan without a converting scale
+    falls back to ``summary["sim_time_scale"]``.
     """
     for src in ((plan or {}).get("run") or {}, summary or {}):
-        v = src.get("sim_time_scale")
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v != 1:
-            return float(v)
+        if (scale := model_time_scale(src.get("sim_time_scale"))) is not None:
+            return scale
     return None

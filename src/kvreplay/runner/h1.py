@@ -45,10 +45,10 @@ from kvreplay.runner.http import (
     MAX_JSON_BODY_BYTES,
     STALE_WINDOW_NS,
     RequestOutcome,
-    _json_error,
     _json_outcome,
+    _malformed_outcome,
+    _status_outcome,
     _stream_outcome,
-    redirect_error,
 )
 
 __all__ = ["MAX_FRAMING_BYTES", "MAX_HEAD_BYTES", "MAX_INTERIM", "H1Client", "client_ssl_context"]
@@ -574,18 +574,13 @@ class H1Client:
             return RequestOutcome(x.exc_status, st, sent, x.headers_ns, x.done_ns, res, error=x.error,
                                   timeout_kind=x.timeout_kind)
         if st != 200:
-            body = b"".join(x.body or ())[:MAX_ERROR_BODY]
-            if st is not None and 300 <= st < 400:
-                err = redirect_error(st, x.location.decode("latin-1"))
-            else:
-                err = _json_error(body) or x.reason
-            return RequestOutcome("http", st, sent, x.headers_ns, x.done_ns, error=err)
+            return _status_outcome(st, sent, x.headers_ns, x.done_ns, body=b"".join(x.body or ())[:MAX_ERROR_BODY],
+                                   location=x.location.decode("latin-1"), reason=x.reason)
         if acc is not None:
             try:
                 res = acc.close()
             except StreamError as exc:
-                return RequestOutcome("malformed", st, sent, x.headers_ns, x.done_ns, acc.result,
-                                      error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+                return _malformed_outcome(exc, st, sent, x.headers_ns, x.done_ns, acc.result)
             return _stream_outcome(res, sent, x.headers_ns, x.done_ns)
         return _json_outcome(b"".join(x.body or ()), sent, x.headers_ns, x.done_ns, head_chars)
 

@@ -132,6 +132,28 @@ def _account_json(raw: bytes, recv_ns: int, head_chars: int) -> StreamResult:
     return r
 
 
+def _status_outcome(status: int | None, sent: int, headers_ns: int | None, done_ns: int, *,
+                    body: bytes, location: str, reason: str | None) -> RequestOutcome:
+    """Classify a non-200 answer as ``http`` (both send paths).
+
+    The error is the redirect and its target for a 3xx status (``redirect_error``),
+    else the server's own message from ``body`` (``_json_error``), else ``reason``
+    (the status line's reason phrase).
+    """
+    if status is not None and 300 <= status < 400:
+        err = redirect_error(status, location)
+    else:
+        err = _json_error(body) or reason
+    return RequestOutcome("http", status, sent, headers_ns, done_ns, error=err)
+
+
+def _malformed_outcome(exc: StreamError, status: int | None, sent: int, headers_ns: int | None, done_ns: int,
+                       res: StreamResult | None = None) -> RequestOutcome:
+    """A ``malformed`` outcome for a stream the accountant refused, keeping what it counted (both send paths)."""
+    return RequestOutcome("malformed", status, sent, headers_ns, done_ns, res if res is not None else StreamResult(),
+                          error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+
+
 def _stream_outcome(res: StreamResult, sent: int, headers_ns: int | None, done_ns: int) -> RequestOutcome:
     """Classify a closed HTTP 200 event stream: ``stream_error``, ``cut`` or ``ok`` (both send paths)."""
     if res.error_events:
@@ -146,7 +168,7 @@ def _json_outcome(raw: bytes, sent: int, headers_ns: int | None, done_ns: int, h
     try:
         res = _account_json(raw, done_ns, head_chars)
     except StreamError as exc:
-        return RequestOutcome("malformed", 200, sent, headers_ns, done_ns, error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+        return _malformed_outcome(exc, 200, sent, headers_ns, done_ns)
     except orjson.JSONDecodeError as exc:
         return RequestOutcome("malformed", 200, sent, headers_ns, done_ns, error=f"invalid JSON: {exc}"[:ERROR_BYTES])
     status = "stream_error" if res.error_events else "ok"
@@ -173,13 +195,12 @@ async def _send_once(
                 headers_ns = now_ns()
                 http_status = resp.status
                 if 300 <= resp.status < 400:
-                    return RequestOutcome("http", http_status, sent, headers_ns, now_ns(),
-                                          error=redirect_error(http_status, resp.headers.get("Location", "")))
+                    return _status_outcome(http_status, sent, headers_ns, now_ns(), body=b"",
+                                           location=resp.headers.get("Location", ""), reason=resp.reason)
                 if resp.status != 200:
                     body = await read_upto(resp.content, 64 << 10)
-                    return RequestOutcome(
-                        "http", http_status, sent, headers_ns, now_ns(), error=_json_error(body) or resp.reason
-                    )
+                    return _status_outcome(http_status, sent, headers_ns, now_ns(), body=body, location="",
+                                           reason=resp.reason)
                 ctype = resp.headers.get("Content-Type", "")
                 if ctype.startswith("text/event-stream"):
                     acc = SSEAccountant(head_chars=head_chars)
@@ -196,9 +217,7 @@ async def _send_once(
                                               error=f"response_too_large: over {MAX_JSON_BODY_BYTES} bytes")
                 return _json_outcome(bytes(buf), sent, headers_ns, now_ns(), head_chars)
     except StreamError as exc:
-        res = acc.result if acc is not None else StreamResult()
-        return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(), res,
-                              error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+        return _malformed_outcome(exc, http_status, sent, headers_ns, now_ns(), acc.result if acc is not None else None)
     except orjson.JSONDecodeError as exc:
         return RequestOutcome("malformed", http_status, sent, headers_ns, now_ns(),
                               error=f"invalid JSON: {exc}"[:ERROR_BYTES])

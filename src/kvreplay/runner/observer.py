@@ -10,12 +10,15 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
+from kvreplay.clock import model_time_scale
+
 __all__ = [
     "CallbackObserver",
     "ForwardingObserver",
     "NullObserver",
     "PlainObserver",
     "RunObserver",
+    "model_ms_text",
     "phase_end_line",
     "plan_time_scale",
     "replay_events",
@@ -82,13 +85,19 @@ class NullObserver:
 def plan_time_scale(plan: dict[str, Any] | None) -> float | None:
     """The simulator time scale of a plan (``plan.json`` ``run.sim_time_scale``), or None.
 
-    The same rule as ``report.units.sim_time_scale`` (which the runner may not
-    import): None for a real server and for a scale of 0 or 1.
+    ``kvreplay.clock.model_time_scale`` of the plan's key: None for a real
+    server and for a scale of 0 or 1.
     """
-    v = ((plan or {}).get("run") or {}).get("sim_time_scale")
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v != 1:
-        return float(v)
-    return None
+    return model_time_scale(((plan or {}).get("run") or {}).get("sim_time_scale"))
+
+
+def model_ms_text(ms: float, scale: float) -> str:
+    """A measured latency (ms) as the terminal shows it in model time, the scale stated.
+
+    ``model_ms_text(5.9, 0.02)`` -> ``"295.0 ms (model ms, sim time scale 0.02)"``
+    (measured / scale, one decimal); ``scale`` is a ``plan_time_scale``.
+    """
+    return f"{float(ms) / scale:.1f} ms (model ms, sim time scale {scale:g})"
 
 
 def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
@@ -112,7 +121,7 @@ def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
     if p50 is None:
         ttft = "n/a"
     elif scale:
-        ttft = f"{float(p50) / scale:.1f} ms (model ms, sim time scale {scale:g})"
+        ttft = model_ms_text(p50, scale)
     else:
         ttft = f"{p50} ms"
     return (
@@ -158,7 +167,7 @@ class CallbackObserver(PlainObserver):
     def __init__(self, say: Any, scale: float | None = None) -> None:
         super().__init__()
         self.say = say
-        self.fixed_scale = plan_time_scale({"run": {"sim_time_scale": scale}})
+        self.fixed_scale = model_time_scale(scale)
 
     def on_run_start(self, plan: dict[str, Any], deadline_s: float | None) -> None:  # noqa: D102
         super().on_run_start(plan, deadline_s)

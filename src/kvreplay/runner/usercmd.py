@@ -41,7 +41,8 @@ from typing import Any
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 
-__all__ = ["LOG_TAIL_BYTES", "UserCommandResult", "run_user_command", "run_user_command_sync"]
+__all__ = ["LOG_TAIL_BYTES", "UserCommandResult", "log_tail", "run_user_command", "run_user_command_sync",
+           "spawn_logged"]
 
 LOG_TAIL_BYTES = 4096
 """How much of the end of a command's log is kept in its result (bytes)."""
@@ -103,11 +104,26 @@ def _check_name(name: str) -> None:
         )
 
 
-def _spawn(command: str, log_path: Path, env: Mapping[str, str] | None) -> subprocess.Popen:
+def spawn_logged(command: str, log_path: Path, env: Mapping[str, str] | None = None, *,
+                 append: bool = False) -> subprocess.Popen:
+    """Start ``/bin/sh -c command`` in a session and process group of its own, output to ``log_path``.
+
+    stdin is /dev/null; stdout and stderr go to the log, truncated (``append``: added
+    to); no other descriptor is inherited. A plain ``Popen``, not an event-loop child.
+
+    Args:
+        command: Shell line.
+        log_path: The log file (its directory must exist).
+        env: Variables added to kvreplay's own environment; None or empty = inherit.
+        append: Add to an existing log instead of truncating it.
+
+    Raises:
+        OSError: the log cannot be opened or ``/bin/sh`` cannot be started.
+    """
     full_env = None
     if env:
         full_env = {**os.environ, **{str(k): str(v) for k, v in env.items()}}
-    with open(log_path, "wb", buffering=0) as log:  # the child keeps its own descriptor
+    with open(log_path, "ab" if append else "wb", buffering=0) as log:  # the child keeps its own descriptor
         return subprocess.Popen(  # noqa: S603 - running the user's own command is the point
             ["/bin/sh", "-c", command],
             stdin=subprocess.DEVNULL,
@@ -140,13 +156,14 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
         pass
 
 
-def _tail(path: Path) -> str:
+def log_tail(path: Path, n: int = LOG_TAIL_BYTES) -> str:
+    """The last ``n`` bytes of a command's log, decoded as UTF-8 (bad bytes replaced); ``""`` when unreadable."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            return f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
+            f.seek(max(0, size - n))
+            return f.read(n).decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -160,7 +177,7 @@ def _result(name: str, command: str, proc: subprocess.Popen, t0: int, log_path: 
         duration_s=round((now_ns() - t0) / 1e9, 3),
         timed_out=timed_out,
         log_path=log_path,
-        log_tail=_tail(log_path),
+        log_tail=log_tail(log_path),
         pid=proc.pid,
     )
 
@@ -208,7 +225,7 @@ async def run_user_command(
     """
     log_path = _prepare(name, timeout_s, log_dir)
     t0 = now_ns()
-    proc = _spawn(command, log_path, env)
+    proc = spawn_logged(command, log_path, env)
     deadline = t0 + int(timeout_s * 1e9)
     pause = _POLL_FIRST_S
     try:
@@ -237,7 +254,7 @@ def run_user_command_sync(
     """Blocking twin of ``run_user_command`` (same arguments, result and errors), for code without a loop."""
     log_path = _prepare(name, timeout_s, log_dir)
     t0 = now_ns()
-    proc = _spawn(command, log_path, env)
+    proc = spawn_logged(command, log_path, env)
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:

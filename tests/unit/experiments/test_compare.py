@@ -273,3 +273,30 @@ def test_compare_command_writes_the_warning_and_no_verdict(tmp_path, capsys):
     assert "not comparable" in (out / "compare.md").read_text()
     main(["compare", *map(str, dirs), "--out", str(out), "--quiet"])
     assert "kvreplay compare: not comparable: concurrency differs" in capsys.readouterr().err
+
+
+def test_change_and_ci_words_shared_by_compare_md_and_the_ab_report():
+    from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
+
+    assert change_pct_text(None) == "n/a"
+    assert change_pct_text(3.14159) == "+3.14%"
+    assert change_pct_text(-0.005) == "-0.01%"
+    assert ci_pct_range_text(None) == "n/a" and ci_pct_range_text([]) == "n/a"
+    assert ci_pct_range_text([-0.342, 17.471]) == "-0.34% .. +17.47%"
+
+
+def test_block_phase_specs_of_the_ab_command_and_the_ab_step():
+    import pytest
+
+    from kvreplay.errors import ConfigError
+    from kvreplay.experiments.ab import block_phase_specs
+
+    a, b = block_phase_specs(" c1, ,c4 ", "reverse", "first:2", field="step[3].phases")
+    assert (a.name, a.concurrency, a.order, a.select, a.drain) == ("c1", 1, "reverse", "first:2", True)
+    assert (b.name, b.concurrency) == ("c4", 4)
+    assert block_phase_specs("c2", "forward")[0].select == "all"
+    with pytest.raises(ConfigError, match="'c0': phases are concurrencies like c1,c4") as err:
+        block_phase_specs("c1,c0", "forward", field="step[3].phases")
+    assert err.value.field == "step[3].phases"
+    with pytest.raises(ConfigError, match="no phases"):
+        block_phase_specs(" , ", "forward")

@@ -136,3 +136,46 @@ def test_interleave_of_an_empty_workload_is_refused(tmp_path):
     spec = PhaseSpec(name="m", interleave=Interleave(workload=str(empty), every=1))
     with pytest.raises((ConfigError, ValueError)):
         build_plan(wl, [spec])
+
+
+def _rehashed(path, data):
+    """Write ``data`` as plan.json with a plan_sha256 that matches it (an edit load_plan_json cannot see)."""
+    content = {k: v for k, v in data.items() if k not in ("plan_sha256", "run")}
+    data["plan_sha256"] = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    path.write_bytes(orjson.dumps(data))
+
+
+def test_burst_and_duplicate_selection_plans_round_trip_under_one_repetition_rule(tmp_path):
+    wl = load_workload(write_chat_workload(tmp_path / "wl", [("sys A", f"q{i}") for i in range(3)]))
+    other = write_chat_workload(tmp_path / "other", [("own X", "u0"), ("own Y", "u1")])
+    burst = PhaseSpec(name="mix", repeats=2, select=(0, 2),
+                      interleave=Interleave(workload=str(other), every=1, burst=3))
+    dup = PhaseSpec(name="dup", repeats=2, select=(1, 1))
+    plan = build_plan(wl, [burst, dup])
+    # main 0,2 twice; after each main position 3 foreign bodies (3, 4 cycling), repetition = cycles done
+    assert plan.phases[0].sequence == (
+        (0, 0), (3, 0), (4, 0), (3, 1), (2, 0), (4, 1), (3, 2), (4, 2),
+        (0, 1), (3, 3), (4, 3), (3, 4), (2, 1), (4, 4), (3, 5), (4, 5))
+    assert plan.phases[1].sequence == ((1, 0), (1, 0), (1, 1), (1, 1))
+    path = tmp_path / "plan.json"
+    path.write_bytes(orjson.dumps(plan.to_json({})))
+    again, _ = load_plan_json(path, wl)
+    assert again.phases[0].sequence == plan.phases[0].sequence and again.sha256 == plan.sha256
+    assert again.phases[1].sequence == plan.phases[1].sequence
+
+
+@pytest.mark.parametrize(("k", "rep"), [(1, 5), (0, 1)])  # a foreign body's, then a main body's first position
+def test_a_repetition_ahead_of_the_bodys_earlier_positions_is_refused(tmp_path, k, rep):
+    wl = load_workload(write_chat_workload(tmp_path / "wl", [("sys A", f"q{i}") for i in range(2)]))
+    other = write_chat_workload(tmp_path / "other", [("own X", "u0")])
+    spec = PhaseSpec(name="mix", repeats=2, interleave=Interleave(workload=str(other), every=2))
+    plan = build_plan(wl, [spec])
+    assert plan.phases[0].sequence == ((0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1))
+    data = plan.to_json({})
+    data["phases"][0]["sequence"][2 if k == 1 else 0]["repetition"] = rep
+    path = tmp_path / "plan.json"
+    _rehashed(path, data)
+    with pytest.raises(ConfigError) as err:
+        load_plan_json(path, wl)
+    assert err.value.field == f"phases[0].sequence[{2 if k == 1 else 0}]"
+    assert "repetition" in str(err.value)

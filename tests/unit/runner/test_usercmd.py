@@ -172,3 +172,32 @@ def test_exit_statuses_survive_the_loops_own_child_watcher(tmp_path, loop_kind):
         return [r.exit_status for r in res], own.returncode
 
     assert _run(main(), loop_kind) == ([1, 2, 3, 4, 5], 0)
+
+
+def test_log_tail_keeps_the_last_n_bytes_and_replaces_a_split_character(tmp_path):
+    from kvreplay.runner.usercmd import LOG_TAIL_BYTES, log_tail
+
+    log = tmp_path / "x.log"
+    log.write_bytes(b"a" * 10 + "é".encode() + b"end\n")  # é is 2 bytes: c3 a9
+    assert log_tail(log, 4) == "end\n"
+    assert log_tail(log, 5) == "\ufffdend\n"  # the tail starts inside é
+    assert log_tail(log) == "a" * 10 + "éend\n"  # whole file under the default 4096
+    log.write_bytes(b"x" * LOG_TAIL_BYTES + b"yz")
+    assert log_tail(log) == "x" * (LOG_TAIL_BYTES - 2) + "yz"
+    assert log_tail(tmp_path / "missing.log") == ""
+
+
+def test_spawn_logged_truncates_or_appends_and_runs_in_its_own_group(tmp_path):
+    import os
+
+    from kvreplay.runner.usercmd import spawn_logged
+
+    log = tmp_path / "srv.log"
+    log.write_bytes(b"old\n")
+    p = spawn_logged("echo new; echo err >&2; ps -o pgid= -p $$", log, append=True)
+    assert p.wait(timeout=10) == 0
+    old, new, err, pgid = log.read_text().split("\n")[:4]
+    assert (old, new, err) == ("old", "new", "err") and int(pgid) == p.pid != os.getpgrp()
+    p = spawn_logged("echo only", log)
+    assert p.wait(timeout=10) == 0
+    assert log.read_text() == "only\n"
