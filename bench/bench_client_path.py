@@ -82,7 +82,8 @@ def _reads(per_read: int, tokens: int, prompt_tokens: int) -> list[bytes]:
     return out
 
 
-def run(conc: int, requests: int, per_read: int, reps: int, tokens: int = 128) -> dict:
+def run(conc: int, requests: int, per_read: int, reps: int, tokens: int = 128,
+        hlog_interval_s: float | None = None) -> dict:
     """Median CPU s per 1M tokens (and per 1k requests) of ``reps`` measured phases."""
     import uvloop
 
@@ -117,6 +118,8 @@ def run(conc: int, requests: int, per_read: int, reps: int, tokens: int = 128) -
 
         async def go() -> None:
             opts = dict(target_url="http://127.0.0.1:9", quiet=True)
+            if hlog_interval_s is not None:
+                opts["hlog_interval_s"] = hlog_interval_s
             await execute_plan(plan("warm", 500), wl, RunOptions(out_dir=tmp / "warm", **opts))
             for i in range(reps):
                 gc.collect()
@@ -139,13 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--per-read", default="1,3", help="chunked frames per read (comma-separated)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--hlog-interval-s", type=float, default=None,
+                    help="histogram log interval (s); a large value leaves only the end-of-phase cut (for runs "
+                         "under valgrind, where wall-clock cuts come 50x as often per request)")
     a = ap.parse_args(argv)
     from kvreplay.accounting import IMPLEMENTATION
 
     print(f"accountant: {IMPLEMENTATION}; C{a.conc}, {a.requests} requests of 128 tokens per phase")
     print("| events per read | CPU s / 1M tokens (median) | CPU s / 1k requests | reps |\n|---|---|---|---|")
     for pr in (int(x) for x in a.per_read.split(",")):
-        r = run(a.conc, a.requests, pr, a.reps)
+        r = run(a.conc, a.requests, pr, a.reps, hlog_interval_s=a.hlog_interval_s)
         print(f"| {pr} | {r['cpu_s_per_1m_tokens']:.3f} | {r['cpu_s_per_1k_requests']:.4f} | {r['reps']} |")
     return 0
 
