@@ -15,8 +15,7 @@ import os
 import platform
 import warnings
 
-from kvreplay.accounting import _sse_py
-from kvreplay.accounting import events
+from kvreplay.accounting import _sse_py, events
 from kvreplay.accounting.events import Event, StreamResult
 
 __all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "extend_gaps_ns", "hdr_record_gaps",

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from kvreplay.errors import BackendError
+from kvreplay.runner.http import read_upto
 
 __all__ = ["Reply", "fetch", "fetch_json", "read_upto"]
 
@@ -25,32 +26,6 @@ DEFAULT_TIMEOUT_S = 5.0
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest control response read (bytes); a 2,200-line vLLM scrape is ~160 KB."""
-
-
-async def read_upto(stream: aiohttp.StreamReader, limit: int) -> bytes:
-    """Read a response body until EOF or until more than ``limit`` bytes arrived.
-
-    ``StreamReader.read(n)`` returns whatever has arrived so far (at most ``n``
-    bytes), not ``n`` bytes or EOF: one call truncates a body that comes in more
-    than one TCP segment or chunk, e.g. a 160 KB vLLM scrape cut mid-line.
-
-    Args:
-        stream: The response's ``content``.
-        limit: Bytes wanted at most; one read past it may return up to
-            ``limit + 1`` bytes so the caller can tell "exactly limit" from "over".
-
-    Returns:
-        The body (``len <= limit + 1``); shorter than ``limit + 1`` only at EOF.
-    """
-    parts: list[bytes] = []
-    got = 0
-    while got <= limit:
-        chunk = await stream.read(limit + 1 - got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,11 @@ import orjson
 
 from kvreplay.accounting import SSEAccountant, StreamResult
 from kvreplay.accounting.events import ERROR_BYTES
-from kvreplay.backends._http import read_upto
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 from kvreplay.redaction import redact
 
-__all__ = ["RequestOutcome", "redirect_error", "send_body"]
+__all__ = ["RequestOutcome", "read_upto", "redirect_error", "send_body"]
 
 
 @dataclass(slots=True)
@@ -152,6 +151,32 @@ def _malformed_outcome(exc: StreamError, status: int | None, sent: int, headers_
     """A ``malformed`` outcome for a stream the accountant refused, keeping what it counted (both send paths)."""
     return RequestOutcome("malformed", status, sent, headers_ns, done_ns, res if res is not None else StreamResult(),
                           error=f"{exc.kind}: {exc}"[:ERROR_BYTES])
+
+
+async def read_upto(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """Read a response body until EOF or until more than ``limit`` bytes arrived.
+
+    ``StreamReader.read(n)`` returns whatever has arrived so far (at most ``n``
+    bytes), not ``n`` bytes or EOF: one call truncates a body that comes in more
+    than one TCP segment or chunk, e.g. a 160 KB vLLM scrape cut mid-line.
+
+    Args:
+        stream: The response's ``content``.
+        limit: Bytes wanted at most; one read past it may return up to
+            ``limit + 1`` bytes so the caller can tell "exactly limit" from "over".
+
+    Returns:
+        The body (``len <= limit + 1``); shorter than ``limit + 1`` only at EOF.
+    """
+    parts: list[bytes] = []
+    got = 0
+    while got <= limit:
+        chunk = await stream.read(limit + 1 - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
 
 
 def _stream_outcome(res: StreamResult, sent: int, headers_ns: int | None, done_ns: int) -> RequestOutcome:
