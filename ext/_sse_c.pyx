@@ -39,10 +39,10 @@ import orjson
 
 from kvreplay.accounting._sse_py import account_error_line, account_payload, complete_at_eof
 from kvreplay.accounting.events import HEAD_CHARS, MAX_LINE_BYTES, Event, StreamResult
-from kvreplay.accounting.events import extend_gaps_ns as _extend_gaps_py, itl_summary_ns as _itl_summary_py
+from kvreplay.accounting.events import itl_summary_ns as _itl_summary_py
 from kvreplay.errors import StreamError
 
-__all__ = ["SSEAccountant", "extend_gaps_ns", "hdr_record_gaps", "itl_summary_ns"]
+__all__ = ["SSEAccountant", "hdr_record_gaps", "itl_summary_ns"]
 
 include "_sse_scan.pxi"
 
@@ -520,32 +520,6 @@ def itl_summary_ns(token_ns):
     g = buf[n // 2]
     PyMem_Free(buf)
     return (n, total, top, g)
-
-
-def extend_gaps_ns(dst, token_ns):
-    """Append the inter-token gaps of ``token_ns`` (ns) to ``dst`` (``array('q')``); returns their count.
-
-    Any other types go to the pure twin (``events.extend_gaps_ns``).
-    """
-    cdef carray.array d, t
-    cdef Py_ssize_t n, i, m
-    cdef long long* v
-    cdef long long* out
-    if (type(token_ns) is not carray.array or token_ns.typecode != "q"
-            or type(dst) is not carray.array or dst.typecode != "q"):
-        return _extend_gaps_py(dst, token_ns)
-    t = token_ns
-    d = dst
-    n = len(t) - 1
-    if n < 1:
-        return 0
-    m = len(d)
-    carray.resize_smart(d, m + n)
-    v = t.data.as_longlongs
-    out = d.data.as_longlongs + m
-    for i in range(n):
-        out[i] = v[i + 1] - v[i]
-    return n
 
 
 cdef extern from *:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Event", "StreamResult", "cached_tokens_of", "extend_gaps_ns", "itl_gaps_ns", "itl_summary_ns",
+__all__ = ["Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "itl_summary_ns",
            "reasoning_tokens_of"]
 
 HEAD_CHARS = 256
@@ -246,14 +246,3 @@ def itl_summary_ns(token_ns: array) -> tuple[int, int, int, int] | None:
     gs.partition(n // 2)
     return n, total, top, int(gs[n // 2])
 
-
-def extend_gaps_ns(dst: array, token_ns: array) -> int:
-    """Append the inter-token gaps of ``token_ns`` (ns) to ``dst`` (``array('q')``); returns their count.
-
-    The pure twin of the native ``_sse_c.extend_gaps_ns``.
-    """
-    if len(token_ns) < 2:
-        return 0
-    gs = itl_gaps_ns(token_ns)
-    dst.frombytes(gs.astype(np.int64, copy=False).tobytes())
-    return len(gs)

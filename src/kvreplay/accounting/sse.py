@@ -4,8 +4,8 @@ The pure twin is used when ``KVREPLAY_NO_EXTENSIONS=1`` or on a non-CPython
 interpreter. Otherwise the compiled ``_sse_c`` is imported; if that fails the
 facade falls back to the pure twin with one ``RuntimeWarning``.
 ``IMPLEMENTATION`` is ``"native"`` or ``"pure"`` and goes into ``plan.json``.
-The ITL helpers ``itl_summary_ns`` and ``extend_gaps_ns`` (a record's ITL
-summary, a histogram's gap buffer) come from the same side; ``hdr_record_gaps``
+The ITL helper ``itl_summary_ns`` (a record's ITL summary) comes from the
+same side; ``hdr_record_gaps``
 is native only (None on the pure side, whose histograms take the numpy path).
 """
 
@@ -18,7 +18,7 @@ import warnings
 from kvreplay.accounting import _sse_py, events
 from kvreplay.accounting.events import Event, StreamResult
 
-__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "extend_gaps_ns", "hdr_record_gaps",
+__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "hdr_record_gaps",
            "itl_summary_ns"]
 
 hdr_record_gaps = None
@@ -28,7 +28,7 @@ SSEAccountant: type
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implementation() != "CPython":
     SSEAccountant = _sse_py.SSEAccountant
     IMPLEMENTATION = "pure"
-    itl_summary_ns, extend_gaps_ns = events.itl_summary_ns, events.extend_gaps_ns
+    itl_summary_ns = events.itl_summary_ns
 else:
     try:
         from kvreplay.accounting import _sse_c
@@ -40,9 +40,9 @@ else:
         )
         SSEAccountant = _sse_py.SSEAccountant
         IMPLEMENTATION = "pure"
-        itl_summary_ns, extend_gaps_ns = events.itl_summary_ns, events.extend_gaps_ns
+        itl_summary_ns = events.itl_summary_ns
     else:
         SSEAccountant = _sse_c.SSEAccountant
         IMPLEMENTATION = "native"
-        itl_summary_ns, extend_gaps_ns = _sse_c.itl_summary_ns, _sse_c.extend_gaps_ns
+        itl_summary_ns = _sse_c.itl_summary_ns
         hdr_record_gaps = _sse_c.hdr_record_gaps

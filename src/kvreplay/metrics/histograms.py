@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from kvreplay.accounting.sse import extend_gaps_ns, hdr_record_gaps
+from kvreplay.accounting.events import itl_gaps_ns
+from kvreplay.accounting.sse import hdr_record_gaps
 from kvreplay.safe_io import open_new
 
 __all__ = ["HEADER_LINES", "HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "hlog_header",
@@ -149,8 +150,8 @@ class LatencySet:
         """Record the gaps between successive arrival times ``token_ns`` (ns): a stream's ITL samples.
 
         The same values as ``record_many_ns(itl_gaps_ns(token_ns))``: natively
-        straight into the counts (``accounting.sse.hdr_record_gaps``), else
-        appended to the numpy buffer.
+        straight into the counts (``accounting.sse.hdr_record_gaps``), else through
+        ``record_many_ns`` (numpy).
         """
         if self._addr:  # native: into the counts directly
             r = hdr_record_gaps(self._addr, self._len, self._mask, self._unit, self._half_mag, self._half_count,
@@ -167,9 +168,8 @@ class LatencySet:
                         h.max_value = hi
                     self.sum_us += total
                 return
-        extend_gaps_ns(self._pend, token_ns)
-        if len(self._pend) >= FLUSH_AT:
-            self.flush()
+        # numpy: a long stream's gaps are recorded in place, block by block (no buffer copy)
+        self.record_many_ns(itl_gaps_ns(token_ns))
 
     def flush(self) -> None:
         """Record the buffered values of ``record_many_ns``."""

@@ -1,4 +1,4 @@
-"""The ITL helpers (``itl_summary_ns``, ``extend_gaps_ns``): native and pure twins give the same ints.
+"""The ITL summary (``itl_summary_ns``): native and pure twins give the same ints.
 
 A record's ``itl`` summary and the phase's ITL histogram come from these (issue 21
 item 2 moved them off numpy on the native side). Expected values are derived by
@@ -20,13 +20,13 @@ from kvreplay.accounting import events
 
 @pytest.fixture(params=["native", "pure"])
 def twin(request):
-    """``(itl_summary_ns, extend_gaps_ns)`` of one twin."""
+    """``itl_summary_ns`` of one twin."""
     if request.param == "pure":
-        return events.itl_summary_ns, events.extend_gaps_ns
+        return events.itl_summary_ns
     if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1":
         pytest.skip("native twin disabled by KVREPLAY_NO_EXTENSIONS=1")
     mod = pytest.importorskip("kvreplay.accounting._sse_c")
-    return mod.itl_summary_ns, mod.extend_gaps_ns
+    return mod.itl_summary_ns
 
 
 @pytest.mark.parametrize(("times", "expected"), [
@@ -40,17 +40,9 @@ def twin(request):
     ([2**62, 2**62 + 3], (1, 3, 3, 3)),
 ])
 def test_summary_by_hand(twin, times, expected):
-    summary, _ = twin
+    summary = twin
     assert summary(array("q", times)) == expected
     assert summary(list(times)) == expected  # any int sequence (the native side hands it to the pure twin)
-
-
-def test_extend_appends_after_what_is_buffered(twin):
-    _, extend = twin
-    dst = array("q", [99, 98])
-    assert extend(dst, array("q", [0, 10, 30, 60])) == 3
-    assert extend(dst, array("q", [5])) == 0
-    assert dst == array("q", [99, 98, 10, 20, 30])
 
 
 def test_twins_agree_on_generated_streams():
@@ -64,9 +56,6 @@ def test_twins_agree_on_generated_streams():
             acc += rng.choice((0, 1, 7, rng.randrange(0, 10**9)))
             t.append(acc)
         assert native.itl_summary_ns(t) == events.itl_summary_ns(t)
-        a, b = array("q", [1]), array("q", [1])
-        assert native.extend_gaps_ns(a, t) == events.extend_gaps_ns(b, t)
-        assert a == b
 
 
 def test_facade_picks_one_side():
