@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -25,7 +26,7 @@ from kvreplay.accounting.sse import hdr_record_gaps
 from kvreplay.safe_io import open_new
 
 __all__ = ["HEADER_LINES", "HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "hlog_header",
-           "interval_line", "new_histogram", "write_log"]
+           "interval_line", "new_histogram", "new_log", "write_log"]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
@@ -272,6 +273,30 @@ def hlog_header(comment: str) -> str:
     return f"#{comment}\n{HEADER_LINES}"
 
 
+def new_log(path: Path, comment: str) -> BinaryIO:
+    """Create ``path`` as a new ``.hlog`` holding its header (``hlog_header``), open for appending lines.
+
+    Whatever sits at ``path`` is removed first (a symlink is removed, not followed),
+    then the file is made with ``safe_io.open_new`` (O_NOFOLLOW, unbuffered).
+
+    Raises:
+        OSError: the file cannot be created, or the header not written whole.
+    """
+    try:
+        os.unlink(path)  # a stale or planted entry
+    except FileNotFoundError:
+        pass
+    f = open_new(path)
+    header = hlog_header(comment).encode("utf-8")
+    try:
+        if f.write(header) != len(header):
+            raise OSError(errno.ENOSPC, f"short write to {path}")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
 def interval_line(encoded: str, max_us: int, start_s: float, end_s: float) -> str:
     """One interval line: ``start_s,length_s,max_ms,encoded``.
 
@@ -304,12 +329,7 @@ def write_log(path: Path, hist: HdrHistogram, comment: str, start_s: float, end_
     Raises:
         OSError: the file cannot be created or written.
     """
-    text = hlog_header(comment) + interval_line(hist.encode().decode("ascii"), hist.get_max_value(), start_s, end_s)
-    try:
-        os.unlink(path)  # a stale or planted entry (a symlink is removed, not followed)
-    except FileNotFoundError:
-        pass
-    with open_new(path) as f:
-        data = text.encode("utf-8")
+    with new_log(path, comment) as f:
+        data = interval_line(hist.encode().decode("ascii"), hist.get_max_value(), start_s, end_s).encode("utf-8")
         if f.write(data) != len(data):
             raise OSError(errno.ENOSPC, f"short write to {path}")

@@ -34,8 +34,7 @@ from typing import BinaryIO
 import numpy as np
 
 from kvreplay.clock import now_ns
-from kvreplay.metrics.histograms import LatencySet, hlog_header, interval_line, new_histogram
-from kvreplay.safe_io import open_new
+from kvreplay.metrics.histograms import LatencySet, interval_line, new_histogram, new_log
 
 __all__ = ["INTERVAL_S", "IntervalLogs"]
 
@@ -167,16 +166,8 @@ class IntervalLogs:
     def _create(self, m: _Metric) -> BinaryIO:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         name = f"{self._phase}.{m.name}.hlog"
-        path = self.out_dir / name
-        try:
-            os.unlink(path)  # a stale or planted entry (a symlink is removed, not followed)
-        except FileNotFoundError:
-            pass
-        f = open_new(path)
+        f = new_log(self.out_dir / name, m.comment)
         self.files[m.name] = name
-        header = hlog_header(m.comment).encode("utf-8")
-        if f.write(header) != len(header):
-            raise OSError(errno.ENOSPC, f"short write to {path}")
         return f
 
     def _fail(self, exc: OSError) -> None:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 __all__ = ["SCHEMA_VERSION", "USAGE_HOST_KEYS", "PhaseStats", "counter_cached"]
 
@@ -149,17 +149,13 @@ class PhaseStats:
     no_usage_counted: int = 0
     no_usage_positions: list[int] = field(default_factory=list)
 
-    def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None, *,
-            gaps: np.ndarray | None = None) -> None:
+    def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
 
         Args:
             rec: A record as written to records.jsonl.
             token_ns: Arrival of each token event (ns) for ITL samples; None to
                 skip ITL (e.g. when rebuilding from records alone).
-            gaps: ``itl_gaps_ns(token_ns)`` already computed by the caller, in any
-                order (int64 ns, shape ``(len(token_ns) - 1,)``); recorded instead
-                of computing them again.
         """
         status = rec["status"]
         if not rec.get("sent", True):
@@ -184,10 +180,7 @@ class PhaseStats:
             if v is not None and (metric != "tpot" or _has_decode_interval(rec, token_ns)):
                 s[metric].record_ns(v)
         if token_ns is not None and len(token_ns) > 1:
-            if gaps is None:
-                s["itl"].record_gaps_of(token_ns)
-            else:
-                s["itl"].record_many_ns(gaps)
+            s["itl"].record_gaps_of(token_ns)
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta.

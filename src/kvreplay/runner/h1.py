@@ -451,16 +451,23 @@ class H1Client:
                                      + self._head_tail + b"Content-Length: ")
         return h
 
-    async def _acquire(self, fresh: bool) -> _H1Conn:
+    def _pooled(self) -> _H1Conn | None:
+        """The newest idle keep-alive connection still open and fresh (stale ones closed), or None."""
         now = now_ns()
         idle = self.idle
-        while idle and not fresh:
+        while idle:
             c = idle.pop()
             if c.closed:
                 continue
             if now - c.idle_since_ns > self.keepalive_ns:
                 c.close()
                 continue
+            return c
+        return None
+
+    async def _acquire(self, fresh: bool) -> _H1Conn:
+        c = None if fresh else self._pooled()
+        if c is not None:
             return c
         loop = asyncio.get_running_loop()
         kw = {} if self.ssl is None else {"ssl": self.ssl, "server_hostname": self.host}
@@ -500,15 +507,10 @@ class H1Client:
     async def _send_once(self, path: str, raw: bytes, head_chars: int, total_timeout_s: float | None,
                          fresh: bool, sent_ns: int | None = None) -> tuple[RequestOutcome, bool]:
         sent = now_ns() if sent_ns is None else sent_ns
-        conn = None
-        idle = self.idle
-        if idle and not fresh:  # the common case, without a coroutine: a pooled connection still fresh
-            c = idle[-1]
-            if not c.closed and now_ns() - c.idle_since_ns <= self.keepalive_ns:
-                conn = idle.pop()
+        conn = None if fresh else self._pooled()  # the common case, without a coroutine
         try:
             if conn is None:
-                conn = await self._acquire(fresh)
+                conn = await self._acquire(True)
         except TimeoutError:
             return RequestOutcome("timeout", None, sent, None, now_ns(),
                                   error=f"connect_timeout: Connection timeout to host "

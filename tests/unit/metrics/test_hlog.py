@@ -120,7 +120,9 @@ def test_timer_cuts_on_the_loop_and_close_cuts_the_rest(tmp_path):
 
 
 def test_a_write_error_removes_the_phase_logs_and_reports_once(tmp_path, monkeypatch):
-    real_open = hlog_mod.open_new
+    from kvreplay.metrics import histograms as hist_mod  # new_log opens the files
+
+    real_open = hist_mod.open_new
     opened = []
 
     class FullDisk:
@@ -141,7 +143,7 @@ def test_a_write_error_removes_the_phase_logs_and_reports_once(tmp_path, monkeyp
         opened.append(f)
         return f
 
-    monkeypatch.setattr(hlog_mod, "open_new", fake_open)
+    monkeypatch.setattr(hist_mod, "open_new", fake_open)
     errors = []
     ph = PhaseHistograms()
     hl = logs(tmp_path, ph, on_error=errors.append)

@@ -15,6 +15,7 @@ import pytest
 
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.accounting.sse import SSEAccountant
+from kvreplay.metrics.histograms import LatencySet
 from kvreplay.metrics.summary import PhaseStats
 from kvreplay.runner import h1
 from kvreplay.runner._runner import _Run
@@ -103,9 +104,10 @@ def test_record_itl_summary_and_the_phase_histogram_come_from_the_token_times():
                       None, "none")
     # mean 200 / 5 = 40 ms; upper median of 10 20 30 40 100 = 30 ms
     assert rec["itl"] == {"n": 5, "mean_ms": 40.0, "p50_ms": 30.0, "max_ms": 100.0}
-    from_times, from_gaps = PhaseStats("p", 1, 1, 1), PhaseStats("p", 1, 1, 1)
+    from_times = PhaseStats("p", 1, 1, 1)
     from_times.add(rec, out.stream.token_ns)
-    from_gaps.add(rec, out.stream.token_ns, gaps=itl_gaps_ns(out.stream.token_ns))
-    a, b = from_times.to_json()["itl_ms"], from_gaps.to_json()["itl_ms"]
+    from_gaps = LatencySet()
+    from_gaps.record_many_ns(itl_gaps_ns(out.stream.token_ns))
+    a, b = from_times.to_json()["itl_ms"], from_gaps.summary_ms()
     assert a == b
     assert a["n"] == 5 and a["mean"] == 40.0 and a["max"] == pytest.approx(100.0, rel=1e-3)
