@@ -22,8 +22,8 @@ import pytest
 from helpers import write_chat_workload
 
 from kvreplay.cli import main
-from kvreplay.experiments.ab import Arm, run_ab
-from kvreplay.experiments.compare import compare_blocks, load_pairs, parse_threshold
+from kvreplay.experiments.ab.arms import Arm, run_ab
+from kvreplay.experiments.ab.compare import compare_blocks, load_pairs, parse_threshold
 from kvreplay.plan import PhaseSpec, build_plan
 from kvreplay.sim import SimConfig, SimServer
 from kvreplay.workload import load_workload

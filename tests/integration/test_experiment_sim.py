@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from kvreplay.cli import main
-from kvreplay.experiments.frozen import experiment_sha256
+from kvreplay.experiments.window.frozen import experiment_sha256
 from kvreplay.plan import build_plan, parse_phase
 from kvreplay.sim import SimConfig
 from kvreplay.sim.engine import SimEngine, generate_output
@@ -242,7 +242,7 @@ phases = ["again:forward:c1:first4"]
 @pytest.fixture
 def serve_sim(tmp_path):
     """A serve-sim process on a free port (the 'incumbent' of a fixed-URL window); stopped after the test."""
-    from kvreplay.experiments.lifecycle import free_port
+    from kvreplay.experiments.window.lifecycle import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "serve-sim", "--port", str(port), "--time-scale", "0"],

@@ -23,7 +23,7 @@ import pytest
 
 from kvreplay.backends import make_backend
 from kvreplay.cli import main
-from kvreplay.experiments.probe import ProbeConfig, run_probe
+from kvreplay.experiments.probe.legs import ProbeConfig, run_probe
 from kvreplay.sim import SimConfig, SimServer
 
 

@@ -20,7 +20,7 @@ Writes ``ab.json`` (arms, the frozen block order, the plan hash; with ``--target
 sim`` each arm's time scale and the ``--sim-from-verdict`` calibration; before the
 first request), one run directory per block under ``blocks/`` (whose ``plan.json``
 keeps the scale and the calibration as ``kvreplay run``'s does), then
-``compare.json`` and ``compare.md``. See ``kvreplay.experiments.ab``.
+``compare.json`` and ``compare.md``. See ``kvreplay.experiments.ab.arms``.
 Exit status: 0 with a verdict, 2 bad input, 3 when a block aborted or a
 deadline stopped the experiment. ``kvreplay report DIR`` draws ``report.html``.
 """
@@ -44,8 +44,8 @@ from kvreplay.commands.run import (
     split_credentials,
 )
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.ab import block_phase_specs, parse_arm, run_ab
-from kvreplay.experiments.compare import ci_pct_text, parse_threshold
+from kvreplay.experiments.ab.arms import block_phase_specs, parse_arm, run_ab
+from kvreplay.experiments.ab.compare import ci_pct_text, parse_threshold
 from kvreplay.plan import build_plan
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 

@@ -8,7 +8,7 @@ Examples::
 Arguments are ``kvreplay ab`` directories, or plain run directories in pairs
 (baseline, candidate). Prints the verdict and writes ``compare.json`` and
 ``compare.md`` into ``--out`` (default: the single ab directory given, else the
-current directory). See ``kvreplay.experiments.compare``.
+current directory). See ``kvreplay.experiments.ab.compare``.
 
 Runs of different workloads, concurrency or arrival (open vs closed loop) get
 no verdict: it reads ``not comparable: <reason>``, and every difference (body
@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvreplay.experiments.compare import compare_blocks, load_pairs, parse_threshold, render_compare
+from kvreplay.experiments.ab.compare import compare_blocks, load_pairs, parse_threshold, render_compare
 from kvreplay.safe_io import atomic_write_json
 
 NAME = "compare"

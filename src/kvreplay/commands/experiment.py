@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
 
     from kvreplay.commands.run import default_out, install_loop
     from kvreplay.errors import ConfigError
-    from kvreplay.experiments.frozen import freeze
+    from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.publish import left_line, status_line
-    from kvreplay.experiments.spec import load_experiment
+    from kvreplay.experiments.window.spec import load_experiment
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
     exp = load_experiment(args.file)
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
     """Run the window, then write the publication (also after an abort: the window returns normally)."""
     from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
-    from kvreplay.experiments.window import WindowRun
+    from kvreplay.experiments.window.execute import WindowRun
 
     w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
     results = await w.run()

@@ -6,7 +6,7 @@ Examples::
     kvreplay probe --target sim --sim-cache-entries 8 --sim-time-scale 0 --out runs/probe-sim
 
 Writes ``verdict.json``, ``report.md`` and ``requests.jsonl`` (one line per leg
-request) into ``--out``. See ``kvreplay.experiments.probe`` for the method.
+request) into ``--out``. See ``kvreplay.experiments.probe.legs`` for the method.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import orjson
 
 from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key, split_credentials
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe import (
+from kvreplay.experiments.probe.legs import (
     FIT_SOURCES,
     ProbeConfig,
     parse_sizes,
     plain_line,
     render_report,
 )
-from kvreplay.experiments.probe_step import probe_url
+from kvreplay.experiments.probe.step import probe_url
 from kvreplay.redaction import redact, redact_bytes
 from kvreplay.safe_io import atomic_write_json, atomic_write_text, open_new
 
@@ -148,7 +148,7 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         verdict["plain"] = plain_line(verdict)  # with the model seconds of the scale
     verdict["backend"] = backend_name
     if args.target_prefix:
-        from kvreplay.experiments.probe_sizing import target_prefix_statement
+        from kvreplay.experiments.probe.sizing import target_prefix_statement
 
         verdict["target_prefix"] = target_prefix_statement(
             verdict, parse_sizes(args.target_prefix)[0]

@@ -146,7 +146,7 @@ def parse_duration(text: str) -> float:
     Raises:
         argparse.ArgumentTypeError: not a duration.
     """
-    from kvreplay.experiments.spec import parse_duration as duration_s
+    from kvreplay.experiments.window.spec import parse_duration as duration_s
 
     try:
         return duration_s(text)
@@ -160,7 +160,7 @@ def parse_bound(text: str) -> tuple[str, str, float]:
     Raises:
         argparse.ArgumentTypeError: not NAME OP NUMBER with OP in > >= < <=.
     """
-    from kvreplay.experiments.spec import BOUND_RE
+    from kvreplay.experiments.window.spec import BOUND_RE
 
     m = BOUND_RE.fullmatch(text)
     if not m:

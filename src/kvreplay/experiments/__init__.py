@@ -1,8 +1,8 @@
-"""Experiments built on the runner: the KV probe, A/B repetitions and their comparison.
+"""Experiments built on the runner, one subpackage per concept, with what they share beside them.
 
-- ``kvreplay.experiments.probe``: cold/warm legs, prefill fit, eviction bisection.
-- ``kvreplay.experiments.ab``: arms, alternating blocks frozen before the first request.
-- ``kvreplay.experiments.compare``: paired ratios, bootstrap intervals, a verdict.
-- ``kvreplay.experiments.stats``: least squares and the percentile bootstrap.
-- ``kvreplay.experiments.prompts``: prompts sized in tokens on the target.
+- ``kvreplay.experiments.probe``: the KV probe (cold/warm legs, prefill fit, eviction bisection, verdict).
+- ``kvreplay.experiments.ab``: A/B arms in a frozen alternating order; matched-block comparison.
+- ``kvreplay.experiments.window``: the diagnosis window (experiment file, freeze, lifecycle, execution).
+- shared: ``findings`` (cells, comparisons, the decision tree), ``publish`` (result.json and the
+  reports), ``stats`` (least squares, the percentile bootstrap), ``timescale`` (simulator time).
 """

@@ -461,7 +461,7 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                     out.append({"step": name, "metric": e["cell"].split("/", 1)[1], "status": status,
                                 "value": e["value"], "reason": e["decision"]})
         elif st["kind"] == "probe":
-            from kvreplay.experiments.probe_step import probe_cells
+            from kvreplay.experiments.probe.step import probe_cells
 
             verdict = (read_json(root / st["run_dir"] / "verdict.json") if root is not None and st.get("run_dir")
                        else None)

@@ -181,7 +181,7 @@ def probe_plots(verdict: dict[str, Any]) -> list[Plot]:
     """Prefill fit with its points, and the eviction bisection, from a probe's verdict.json.
 
     Fit points come from ``prefill_fits[prefill_fit.source].points`` (``[tokens,
-    seconds]`` of the cold legs, ``kvreplay.experiments.probe``) plus the warm
+    seconds]`` of the cold legs, ``kvreplay.experiments.probe.legs``) plus the warm
     legs of ``warm``; bisection steps are the ``points`` entries with ``k`` and
     ``flushed`` (None = could not tell), in the order they were run.
     """

@@ -71,7 +71,7 @@ def lcp(a: list[int], b: list[int]) -> int:
 # shared prefix of the cold and warm legs with the server's own tokenizer.
 _PROBE_CAPTURE = """
 import hashlib, json, sys
-import kvreplay.experiments.probe as probe
+import kvreplay.experiments.probe.legs as probe
 from kvreplay.cli import main
 
 sink = open(sys.argv[1], "a", encoding="utf-8")

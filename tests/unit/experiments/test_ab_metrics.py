@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.compare import Threshold, compare_blocks, parse_threshold, render_compare
-from kvreplay.experiments.ratios import check_ratio_metric, ratio_value
+from kvreplay.experiments.ab.compare import Threshold, compare_blocks, parse_threshold, render_compare
+from kvreplay.experiments.ab.ratios import check_ratio_metric, ratio_value
 
 
 def phase(hit, query, *, tpot=10.0, cached=50, prompt=100, name="c1", ok=4, reset=False):

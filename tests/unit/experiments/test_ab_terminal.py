@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kvreplay.commands import ab as ab_cmd
-from kvreplay.experiments.compare import ci_pct_text
+from kvreplay.experiments.ab.compare import ci_pct_text
 
 
 def test_ci_pct_text_exact():

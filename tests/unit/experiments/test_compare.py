@@ -3,8 +3,8 @@ import json
 import pytest
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.ab import Arm, block_order, parse_arm, sim_arm_config
-from kvreplay.experiments.compare import (
+from kvreplay.experiments.ab.arms import Arm, block_order, parse_arm, sim_arm_config
+from kvreplay.experiments.ab.compare import (
     Threshold,
     _decide,
     compare_blocks,
@@ -289,7 +289,7 @@ def test_block_phase_specs_of_the_ab_command_and_the_ab_step():
     import pytest
 
     from kvreplay.errors import ConfigError
-    from kvreplay.experiments.ab import block_phase_specs
+    from kvreplay.experiments.ab.arms import block_phase_specs
 
     a, b = block_phase_specs(" c1, ,c4 ", "reverse", "first:2", field="step[3].phases")
     assert (a.name, a.concurrency, a.order, a.select, a.drain) == ("c1", 1, "reverse", "first:2", True)

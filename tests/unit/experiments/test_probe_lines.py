@@ -1,7 +1,7 @@
 """The probe's own lines: the intercept check, model seconds against the simulator."""
 
-from kvreplay.experiments.probe import intercept_warning, plain_line
-from kvreplay.experiments.probe_report import sig3
+from kvreplay.experiments.probe.legs import intercept_warning, plain_line
+from kvreplay.experiments.probe.report import sig3
 
 
 def test_negative_and_implausible_intercepts_are_flagged():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvreplay.experiments.probe_sizing import (
+from kvreplay.experiments.probe.sizing import (
     cap_bound,
     entry_bytes_fit,
     refused_stores,

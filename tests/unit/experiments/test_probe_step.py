@@ -1,4 +1,4 @@
-"""Probe step settings and cells (``kvreplay.experiments.probe_step``), no server."""
+"""Probe step settings and cells (``kvreplay.experiments.probe.step``), no server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe_step import probe_cells, probe_config, probe_settings
+from kvreplay.experiments.probe.step import probe_cells, probe_config, probe_settings
 
 P = Path("e.toml")
 
@@ -115,7 +115,7 @@ def test_cells_of_a_probe_cut_before_any_leg():
 
 @pytest.mark.parametrize(("flush_max", "points"), [(0, 0), (1, 2), (2, 3), (16, 6), (17, 7), (32, 7)])
 def test_most_eviction_points_of_a_bisection(flush_max, points):
-    from kvreplay.experiments.probe_cut import eviction_points_max
+    from kvreplay.experiments.probe.cut import eviction_points_max
 
     # k = 0, flush_max, then halvings of [0, flush_max] until hi - lo = 1: ceil(log2(flush_max)) of them
     assert eviction_points_max(flush_max) == points

@@ -1,8 +1,8 @@
 import orjson
 import pytest
 
-from kvreplay.experiments.probe import ProbeConfig, parse_sizes, plain_line
-from kvreplay.experiments.prompts import FILLER_WORDS, chat_body, filler, tail_text
+from kvreplay.experiments.probe.legs import ProbeConfig, parse_sizes, plain_line
+from kvreplay.experiments.probe.prompts import FILLER_WORDS, chat_body, filler, tail_text
 from kvreplay.sim.tokenizer import count_tokens
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvreplay.experiments.compare import compare_blocks, parse_threshold
-from kvreplay.experiments.ratios import missing_counter
+from kvreplay.experiments.ab.compare import compare_blocks, parse_threshold
+from kvreplay.experiments.ab.ratios import missing_counter
 
 # what a halogen backend's phase delta holds (sim run, mtbench-52 at C4)
 HALOGEN_DELTA = {"hits": 51.0, "misses": 1.0, "stores": 53.0, "evictions": 45.0, "refused": 0.0,

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from kvreplay import __version__
-from kvreplay.experiments.ab import Arm, block_order, block_phase_specs
-from kvreplay.experiments.spec import ExperimentSpec, StepSpec, WindowSpec
+from kvreplay.experiments.ab.arms import Arm, block_order, block_phase_specs
+from kvreplay.experiments.window.spec import ExperimentSpec, StepSpec, WindowSpec
 from kvreplay.plan import PhaseSpec, Plan, build_plan
 from kvreplay.workload import Workload
 

@@ -1,6 +1,6 @@
 """The probe's words: the verdict line (``plain_line``), ``report.md`` (``render_report``), the intercept warning.
 
-Split out of ``kvreplay.experiments.probe`` (which re-exports ``intercept_warning``,
+Split out of ``kvreplay.experiments.probe.legs`` (which re-exports ``intercept_warning``,
 ``plain_line`` and ``render_report``); the verdict dict these read is the one
 ``run_probe`` returns (keys as in ``verdict.json``).
 """

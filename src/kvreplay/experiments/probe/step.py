@@ -23,7 +23,7 @@ The probe runs against the current incarnation's URL. It writes the ordinary
 probe output directory (``verdict.json``, ``report.md``, ``requests.jsonl``, as
 ``kvreplay probe --out``) under ``DIR/steps/NN-name/`` and gives
 ``result.json`` the cells of :data:`PROBE_CELLS`. The method and the verdict's
-fields are those of ``kvreplay.experiments.probe``.
+fields are those of ``kvreplay.experiments.probe.legs``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+from kvreplay.experiments.probe.legs import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
 from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]
@@ -96,7 +96,7 @@ def probe_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: s
     Raises:
         ConfigError: a bad value, naming file, line and field.
     """
-    from kvreplay.experiments.spec import parse_duration
+    from kvreplay.experiments.window.spec import parse_duration
 
     raw = rest.get("sizes", "8k,16k,32k,64k")
     if isinstance(raw, list):
@@ -270,7 +270,7 @@ def probe_cells(name: str, status: str, reason: str | None, settings: dict[str, 
         ..."``), never ``measured`` (``experiments.probe_cut.cut_cell``); a group every planned
         leg of which was sent (the cold legs before a cut in the eviction legs) is ``measured``.
     """
-    from kvreplay.experiments.probe_cut import cut_cell
+    from kvreplay.experiments.probe.cut import cut_cell
 
     out = []
     stopped = (verdict or {}).get("stopped")

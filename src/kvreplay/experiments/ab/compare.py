@@ -14,7 +14,7 @@ Thresholds (``--primary ttft_p50:-5%``, ``--protected itl_p50:+3%``; a metric
 may be qualified by phase, ``c4.ttft_p50:-5%``, else it applies to every
 phase). Metrics are the keys of ``METRICS`` (TTFT, ITL, TPOT and E2E
 percentiles, throughput, output tokens/s, cached tokens) and counter ratios
-``ratio:NUM/DEN`` (``kvreplay.experiments.ratios``), e.g.
+``ratio:NUM/DEN`` (``kvreplay.experiments.ab.ratios``), e.g.
 ``--primary ratio:hit_tokens/query_tokens:+5%``. For a primary check the sign says which way is better and the size how
 much counts (``-5%``: lower by at least 5%); with the interval ``[lo, hi]`` of
 the change:
@@ -56,8 +56,8 @@ from typing import Any
 import orjson
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.comparability import BLOCKING_FIELDS, comparability
-from kvreplay.experiments.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
+from kvreplay.experiments.ab.comparability import BLOCKING_FIELDS, comparability
+from kvreplay.experiments.ab.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
 

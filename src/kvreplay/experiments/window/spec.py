@@ -32,7 +32,7 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
               arms = [{name = "off", cmd = "..."}, {name = "on", cmd = "..."}]
               primary = ["ttft_p50:-5%"]; protected = ["itl_p50:+3%"]
     [[step]]  name = "P"; kind = "probe"; sizes = "8k,16k"; flush_max = 16; fit_on = "stream"
-              the options of ``kvreplay probe`` (``kvreplay.experiments.probe_step``)
+              the options of ``kvreplay probe`` (``kvreplay.experiments.probe.step``)
     [[step]]  name = "restore"; kind = "restore"
 
 Durations are numbers of seconds or strings such as ``90s``, ``70m``, ``1.5h``.
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe_step import PROBE_KEYS, probe_settings
+from kvreplay.experiments.probe.step import PROBE_KEYS, probe_settings
 from kvreplay.plan import PhaseSpec, parse_phase
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Comparability of matched blocks: did both arms (and every baseline) run the same load?
 
-Split out of ``kvreplay.experiments.compare`` (which re-exports ``comparability``
+Split out of ``kvreplay.experiments.ab.compare`` (which re-exports ``comparability``
 and ``BLOCKING_FIELDS``; its module docstring describes the rules). The input is
 ``load_pairs``' pairs: each ``{"baseline": block, "candidate": block}`` with a
 block's ``plan`` (plan.json) and ``summary`` (summary.json) dicts.

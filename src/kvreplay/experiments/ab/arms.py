@@ -359,7 +359,7 @@ async def run_ab(
     Raises:
         ConfigError: a non-sim arm with ``--target sim``, or a sim arm with a URL target.
     """
-    from kvreplay.experiments.compare import compare_blocks, load_pairs, render_compare
+    from kvreplay.experiments.ab.compare import compare_blocks, load_pairs, render_compare
     from kvreplay.runner import RunOptions, execute_plan
     from kvreplay.runner.observer import CallbackObserver
 

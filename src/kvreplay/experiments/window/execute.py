@@ -49,8 +49,8 @@ from typing import Any
 import aiohttp
 
 from kvreplay.clock import now_ns
-from kvreplay.experiments.lifecycle import ServerControl, expand, identity_mismatches
-from kvreplay.experiments.spec import ExperimentSpec, StepSpec, WindowSpec
+from kvreplay.experiments.window.lifecycle import ServerControl, expand, identity_mismatches
+from kvreplay.experiments.window.spec import ExperimentSpec, StepSpec, WindowSpec
 from kvreplay.plan import Plan
 from kvreplay.safe_io import atomic_write_json
 from kvreplay.workload import Workload
@@ -381,13 +381,13 @@ class WindowRun:
             res.status = "measured"
 
     async def _ab(self, st: StepSpec, res: StepResult) -> None:
-        from kvreplay.experiments.ab import Arm, run_ab
-        from kvreplay.experiments.compare import parse_threshold
+        from kvreplay.experiments.ab.arms import Arm, run_ab
+        from kvreplay.experiments.ab.compare import parse_threshold
 
         s = st.settings
         srv = self.server
         if srv.port is None and not self.exp.server.is_sim:
-            from kvreplay.experiments.lifecycle import free_port
+            from kvreplay.experiments.window.lifecycle import free_port
 
             srv.port = free_port()
             srv.url = expand(self.exp.server.target, port=srv.port, out_dir=self.out)
@@ -419,7 +419,7 @@ class WindowRun:
             res.status = "measured"
 
     async def _probe(self, st: StepSpec, res: StepResult) -> None:
-        from kvreplay.experiments.probe_step import run_probe_step
+        from kvreplay.experiments.probe.step import run_probe_step
 
         assert self.server.url is not None
         is_sim = self.exp.server.is_sim

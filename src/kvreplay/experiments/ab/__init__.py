@@ -1,0 +1,1 @@
+"""A/B repetitions: arms and alternating blocks (``arms``), matched-block comparison with bootstrap intervals (``compare``, ``comparability``) and counter-ratio metrics (``ratios``)."""

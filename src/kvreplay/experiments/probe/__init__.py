@@ -1,0 +1,1 @@
+"""The KV probe: legs (``legs``), probe prompts (``prompts``), entry sizing (``sizing``), the verdict's words (``report``), a probe cut at ``stop_new_after`` (``cut``) and the probe as an experiment step (``step``)."""

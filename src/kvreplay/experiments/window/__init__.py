@@ -1,0 +1,1 @@
+"""The diagnosis window: the experiment file (``spec``), its frozen form (``frozen``), server lifecycle (``lifecycle``) and execution with the restore (``execute``)."""
