@@ -8,14 +8,12 @@ beside the server's own prefix-cache counters.
 lazily, so ``import kvreplay`` stays light).
 """
 
-from typing import Any
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "load_run"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # no typing import: `kvreplay --help` starts light
     if name == "load_run":
         from kvreplay.report.load import load_run
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
-import pkgutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from kvreplay import __version__
@@ -30,11 +28,22 @@ EXIT_BAD_INPUT = 2
 EXIT_ABORTED = 3
 
 
-@dataclass(frozen=True, slots=True)
-class _Command:
-    name: str
-    help: str
-    module: str
+class _Command(tuple[str, str, str]):
+    """A subcommand as read from its module's source: ``(name, help, module)`` (a plain tuple: no dataclasses import at start-up)."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def help(self) -> str:
+        return self[1]
+
+    @property
+    def module(self) -> str:
+        return self[2]
 
 
 def _commands() -> list[_Command]:
@@ -47,10 +56,12 @@ def _commands() -> list[_Command]:
     import kvreplay.commands as pkg
 
     out = []
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
+    folder = Path(pkg.__path__[0])
+    names = sorted(p.name[:-3] for p in folder.iterdir() if p.name.endswith(".py"))  # not pkgutil: it imports typing
+    for name in names:
+        if name.startswith("_"):
             continue
-        path = Path(pkg.__path__[0]) / f"{info.name}.py"
+        path = folder / f"{name}.py"
         consts: dict[str, str] = {}
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -62,8 +73,19 @@ def _commands() -> list[_Command]:
                 if key in ("NAME", "HELP") and isinstance(node.value, ast.Constant):
                     consts[key] = str(node.value.value)
         if "NAME" in consts:
-            out.append(_Command(consts["NAME"], consts.get("HELP", ""), f"kvreplay.commands.{info.name}"))
+            out.append(_Command((consts["NAME"], consts.get("HELP", ""), f"kvreplay.commands.{name}")))
     return out
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: imports the accountant (numpy and the extension) only when asked, so ``--help`` stays light."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from kvreplay.accounting import IMPLEMENTATION
+
+        sys.stdout.write(f"kvreplay {__version__} (accountant: {IMPLEMENTATION})\n")  # stdout, as argparse's own
+        parser.exit()
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -73,15 +95,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         argv: The arguments to be parsed; with None every command is imported
             (complete parser, used by tests and documentation).
     """
-    from kvreplay.accounting import IMPLEMENTATION
-
     p = argparse.ArgumentParser(
         prog="kvreplay",
         description="Replay exact request bodies against an LLM server and attribute its prefix cache.",
     )
-    p.add_argument(
-        "--version", action="version", version=f"kvreplay {__version__} (accountant: {IMPLEMENTATION})"
-    )
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and the SSE accountant (native or pure) and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     chosen = None
     if argv is not None:

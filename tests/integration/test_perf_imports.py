@@ -59,3 +59,23 @@ def test_a_run_has_no_heavy_module_before_its_first_request(tmp_path):
     # Drawing the report's figures at the end is what brings matplotlib in; never pyarrow or Ray.
     assert "pyarrow" not in seen["heavy_at_end"] and "ray" not in seen["heavy_at_end"]
     print(f"CPU before the first request: {seen['cpu_s']:.3f} s")
+
+
+LIGHT_FORBIDDEN = ("numpy", "matplotlib", "prometheus_client", "pyarrow", "ray", "rich", "aiohttp", "orjson",
+                   "kvreplay.accounting", "dataclasses", "typing")
+
+
+def test_help_and_import_cli_stay_light():
+    """``kvreplay --help`` parses and prints without numpy, the accountant or any heavy library (issue 35)."""
+    out = _py(
+        "import sys\nfrom kvreplay.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('LOADED', sorted(m for m in {LIGHT_FORBIDDEN!r} if m in sys.modules))"
+    )
+    assert out.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_version_names_the_accountant():
+    out = _py("import sys\nfrom kvreplay.cli import main\n"
+              "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n")
+    assert out.strip() in ("kvreplay 0.1.0 (accountant: native)", "kvreplay 0.1.0 (accountant: pure)")
