@@ -191,6 +191,9 @@ class WindowRun:
         finally:
             restored = any(r.kind == "restore" and r.status == "measured" for r in self.results)
             self.closed = await self.server.close(restored=restored)
+            for c in self.closed:
+                if c.get("stop"):
+                    self.say(f"the server (pid {c.get('pid')}) {c['stop']['text']}")
             self.left_running = self._left_running()
             self.ended = utc_now()
         return self.results
@@ -262,6 +265,12 @@ class WindowRun:
                                                             **res.to_json()})
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
 
+    def _say_stops(self, st: StepSpec, cmds: list[dict[str, Any]]) -> None:
+        """One line per server this step stopped: ``stopped gracefully in 0.8 s`` / ``killed after 30 s grace``."""
+        for c in cmds:
+            if c.get("stop"):
+                self.say(f"step {st.name}: the previous server (pid {c.get('pid')}) {c['stop']['text']}")
+
     # -- steps --------------------------------------------------------------------------------
     async def _incarnation(self, st: StepSpec, res: StepResult) -> None:
         logs = self.out / st.dir
@@ -274,6 +283,7 @@ class WindowRun:
             assert self.exp.server.start is not None
             cmds = await self.server.start_with(self.exp.server.start, "start", logs)
             res.checks["commands"] = cmds
+            self._say_stops(st, cmds)
             bad_cmd = [c for c in cmds if not c.get("background") and c.get("rc") != 0 and c.get("name") == "start"]
             if bad_cmd:
                 return self._fail_inc(res, f"start command failed (rc {bad_cmd[0].get('rc')}, "
@@ -471,6 +481,7 @@ class WindowRun:
 
                 cmd = replace(cmd, timeout_s=max(1.0, min(cmd.timeout_s, hard)))
             res.checks["commands"] = await self.server.start_with(cmd, "restore", logs)
+            self._say_stops(st, res.checks["commands"])
             failed = [c for c in res.checks["commands"] if c.get("name") == "restore" and not c.get("background")
                       and c.get("rc") != 0]
             if failed:

@@ -43,7 +43,7 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
-from kvreplay.experiments.window.spec import Command, ServerSpec
+from kvreplay.experiments.window.spec import STOP_GRACE_S, Command, ServerSpec
 from kvreplay.runner.usercmd import log_tail, run_user_command
 
 __all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
@@ -125,6 +125,48 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
+DEFAULT_STOP_GRACE_S = STOP_GRACE_S
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose process group is ``pgid``, read from ``/proc``.
+
+    Source: proc(5), ``/proc/PID/stat``: field 3 is the state (``Z`` zombie), field 5 the
+    process group; fields are counted after the command name's closing parenthesis.
+    Empty where ``/proc`` cannot be read.
+    """
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read(4096)
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) >= 3 and fields[0] != b"Z" and fields[2] == str(pgid).encode():
+            out.append(int(d))
+    return out
+
+
+def port_answers(url: str, timeout_s: float = 0.5) -> bool:
+    """Whether anything accepts a TCP connection at ``url``'s host and port (True: the server is still up)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(pid, sig)
@@ -201,18 +243,51 @@ class _Background:
         """The exit status once the process has ended, else None."""
         return self.proc.poll()
 
-    async def stop(self, grace_s: float = 10.0) -> dict[str, Any]:
-        """SIGTERM to the group, SIGKILL after ``grace_s``; returns the exit record."""
+    async def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S, url: str | None = None) -> dict[str, Any]:
+        """Stop the server gracefully: SIGTERM to its process group, SIGKILL only after ``grace_s``.
+
+        The wait is for every process of the group (``group_members``), not only the
+        ``sh -c`` wrapper this process started (the wrapper exits at once on SIGTERM
+        while the server it started is still shutting down), and, with ``url``, for
+        the server's ``/health`` to stop answering (``port_answers``), both within
+        ``grace_s``. What is left then gets SIGKILL.
+
+        Args:
+            grace_s: Seconds from SIGTERM to SIGKILL (``[server] stop_grace``).
+            url: The server's base URL, checked to refuse connections before the stop is called done.
+
+        Returns:
+            The exit record: the start record's keys, ``name`` ``stop-<name>``, ``rc``, ``wall_s``,
+            ``tail``, and ``stop``: ``{"graceful", "after_s", "grace_s", "text"}`` with ``text``
+            ``"stopped gracefully in 0.8 s"`` or ``"killed after 30 s grace"``.
+        """
         t0 = now_ns()
-        if self.proc.poll() is None:
-            _kill_group(self.proc.pid, signal.SIGTERM)
-            while self.proc.poll() is None and now_ns() - t0 < grace_s * 1e9:
+        pgid = self.proc.pid
+        graceful = True
+        if self.proc.poll() is None or group_members(pgid):
+            _kill_group(pgid, signal.SIGTERM)
+            while now_ns() - t0 < grace_s * 1e9:
+                self.proc.poll()  # reap the wrapper when it exits
+                if not group_members(pgid) and self.proc.returncode is not None \
+                        and (url is None or not port_answers(url)):
+                    break
                 await asyncio.sleep(0.05)
-        _kill_group(self.proc.pid)  # the group, also children that ignored SIGTERM
-        while self.proc.poll() is None:
-            await asyncio.sleep(0.02)
+            else:
+                graceful = False
+        after_s = (now_ns() - t0) / 1e9
+        if group_members(pgid) or self.proc.poll() is None:
+            graceful = False
+            _kill_group(pgid)  # the group, also children that ignored SIGTERM
+            while self.proc.poll() is None:
+                await asyncio.sleep(0.02)
+            for _ in range(250):  # members reparented to init exit after SIGKILL; bounded (5 s)
+                if not group_members(pgid):
+                    break
+                await asyncio.sleep(0.02)
+        text = f"stopped gracefully in {after_s:.1f} s" if graceful else f"killed after {grace_s:g} s grace"
         return {**self.info, "name": f"stop-{self.info['name']}", "rc": self.proc.returncode,
-                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": log_tail(Path(self.info["log"]), 2048)}
+                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": log_tail(Path(self.info["log"]), 2048),
+                "stop": {"graceful": graceful, "after_s": round(after_s, 3), "grace_s": grace_s, "text": text}}
 
 
 def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
@@ -279,7 +354,7 @@ class ServerControl:
         """Stop the current incarnation: the background start process and/or the stop command."""
         done = []
         if self.bg is not None:
-            done.append(await self.bg.stop())
+            done.append(await self.bg.stop(self.spec.stop_grace_s, self.url))
             self.bg = None
         if self.spec.stop is not None:
             text = expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
@@ -392,7 +467,7 @@ class ServerControl:
             await self.sim.stop()
             self.sim = None
         if self.bg is not None and not restored:
-            done = [await self.bg.stop()]
+            done = [await self.bg.stop(self.spec.stop_grace_s, self.url)]
             self.bg = None
             return done
         if self.bg is not None:

@@ -133,6 +133,10 @@ class ReadySpec:
         return {"url": self.url, "timeout_s": self.timeout_s, "completion": self.completion}
 
 
+STOP_GRACE_S = 30.0
+"""``[server] stop_grace`` when not given: seconds from SIGTERM to SIGKILL when a started server is stopped."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
     """``[server]``: the target and how to start, check, stop and restore it."""
@@ -147,6 +151,7 @@ class ServerSpec:
     stop: Command | None = None
     restore: Command | None = None
     ready: ReadySpec | None = None
+    stop_grace_s: float = STOP_GRACE_S
 
     @property
     def is_sim(self) -> bool:
@@ -160,6 +165,8 @@ class ServerSpec:
             "api_key_env": self.api_key_env, "identity": dict(self.identity), "sim": dict(self.sim),
             **{k: (getattr(self, k).to_json() if getattr(self, k) else None)
                for k in ("start", "stop", "restore", "ready")},
+            # only when set, so experiment files without it keep their experiment.json
+            **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
         }
 
 
@@ -282,7 +289,7 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
     if not isinstance(data, dict):
         raise ConfigError("the file needs a [server] table", path=path, field="server")
     allowed = {"target", "backend", "profile", "api_key_env", "identity", "sim", "start", "stop", "restore",
-               "ready"}
+               "ready", "stop_grace"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"server.{unknown[0]}")
@@ -320,7 +327,9 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
         raise ConfigError("a target with {port} needs a start command", path=path, line=line, field="server.start")
     return ServerSpec(target=target, backend=data.get("backend", "auto"), profile=data.get("profile"),
                       api_key_env=data.get("api_key_env"), identity={k: str(v) for k, v in ident.items()},
-                      sim=dict(sim), ready=ready_spec, **cmds)
+                      sim=dict(sim), ready=ready_spec, **cmds,
+                      stop_grace_s=parse_duration(data.get("stop_grace", STOP_GRACE_S), path=path, line=line,
+                                                  fld="server.stop_grace"))
 
 
 def _window(data: Any, text: str, path: Path) -> WindowSpec:

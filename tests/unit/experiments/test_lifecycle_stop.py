@@ -1,0 +1,104 @@
+"""Stopping a started server (issue 31 item 1): the whole process group gets its grace, not the ``sh -c`` wrapper.
+
+The server below is started the way a user's ``start`` command often is: a shell that
+runs the server as a child (``python3 srv.py & wait``). On SIGTERM the shell exits at
+once while the server takes 0.4 s to shut down and then writes ``clean shutdown``. The
+old stop waited for the shell only and sent SIGKILL to the group ~2 ms later: the log
+never got its last line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+
+from kvreplay.experiments.window.lifecycle import _Background, group_members, port_answers
+
+SERVER = r"""
+import signal, socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+def term(*_):
+    time.sleep(0.4)          # a shutdown that takes a while (vLLM: about 0.8 s)
+    s.close()
+    print("clean shutdown", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, {handler})
+print("listening", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp_path, handler: str) -> tuple[_Background, str]:
+    port = _free_port()
+    script = tmp_path / "srv.py"
+    script.write_text(SERVER.replace("{handler}", handler))
+    bg = _Background.spawn(f"{sys.executable} {script} {port} & wait", name="start", log_dir=tmp_path)
+    end = time.monotonic() + 20
+    while "listening" not in (tmp_path / "start.log").read_text() and time.monotonic() < end:
+        time.sleep(0.02)
+    return bg, f"http://127.0.0.1:{port}"
+
+
+def test_a_server_behind_a_shell_wrapper_is_stopped_gracefully(tmp_path):
+    bg, url = _start(tmp_path, "term")
+    assert port_answers(url) and len(group_members(bg.proc.pid)) == 2  # the shell and the server
+    rec = asyncio.run(bg.stop(grace_s=20.0, url=url))
+    log = (tmp_path / "start.log").read_text()
+    assert log.splitlines()[-1] == "clean shutdown"  # not killed mid-shutdown
+    assert rec["stop"]["graceful"] is True
+    assert 0.4 <= rec["stop"]["after_s"] < 20.0
+    assert rec["stop"]["text"] == f"stopped gracefully in {rec['stop']['after_s']:.1f} s"
+    assert rec["name"] == "stop-start" and rec["stop"]["grace_s"] == 20.0
+    assert group_members(bg.proc.pid) == [] and not port_answers(url)
+
+
+def test_a_server_ignoring_sigterm_is_killed_after_its_grace(tmp_path):
+    bg, url = _start(tmp_path, "signal.SIG_IGN")
+    rec = asyncio.run(bg.stop(grace_s=0.3, url=url))
+    assert rec["stop"]["graceful"] is False
+    assert rec["stop"]["text"] == "killed after 0.3 s grace"
+    assert rec["stop"]["after_s"] >= 0.3
+    assert "clean shutdown" not in (tmp_path / "start.log").read_text()
+    assert group_members(bg.proc.pid) == [] and not port_answers(url)
+
+
+def test_group_members_sees_only_live_processes_of_the_group(tmp_path):
+    bg = _Background.spawn("sleep 30 & sleep 30 & wait", name="g", log_dir=tmp_path)
+    end = time.monotonic() + 10
+    while len(group_members(bg.proc.pid)) < 3 and time.monotonic() < end:
+        time.sleep(0.02)
+    members = group_members(bg.proc.pid)
+    assert len(members) == 3 and bg.proc.pid in members and os.getpid() not in members
+    rec = asyncio.run(bg.stop(grace_s=5.0))
+    assert rec["stop"]["graceful"] is True and group_members(bg.proc.pid) == []
+
+
+def test_stop_grace_is_read_from_the_server_table_and_frozen_only_when_set(tmp_path):
+    import pytest
+
+    from kvreplay.errors import ConfigError
+    from kvreplay.experiments.window.spec import STOP_GRACE_S, load_experiment
+
+    wl = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "workloads", "mtbench-52")
+    step = '[[step]]\nname = "a"\nkind = "incarnation"\n'
+    p = tmp_path / "e.toml"
+    p.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\nstop_grace = "2.5s"\n{step}')
+    spec = load_experiment(p).server
+    assert spec.stop_grace_s == 2.5 and spec.to_json()["stop_grace_s"] == 2.5
+    p.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\n{step}')
+    spec = load_experiment(p).server
+    assert spec.stop_grace_s == STOP_GRACE_S == 30.0 and "stop_grace_s" not in spec.to_json()
+    p.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\nstop_grace = "soon"\n{step}')
+    with pytest.raises(ConfigError, match="server.stop_grace"):
+        load_experiment(p)
