@@ -101,7 +101,7 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
         raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
     io = _LoopLater(asyncio.get_running_loop())
     writer = CaptureWriter(args.out, max_bodies=args.max_bodies, max_bytes=max_bytes, paths=paths,
-                           origin_ns=now_ns(), io=io)
+                           origin_ns=now_ns(), io=io, observed_concurrency=True)
     if not is_loopback(host):
         print(f"kvreplay record: warning: listening on {host}, not loopback; anyone who can reach it "
               "can use the upstream through it, and their bodies are written to disk", file=sys.stderr)

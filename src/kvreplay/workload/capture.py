@@ -209,6 +209,10 @@ def write_plan(
     return (arrivals if arrivals_ms is not None else None), plan
 
 
+IMPORT_CONCURRENCY = 64
+"""The plan's cap on requests in flight for an imported file (no in-flight count was observed)."""
+
+
 @dataclass(slots=True)
 class Slot:
     """One retained body, from admission until its manifest line is written.
@@ -220,6 +224,8 @@ class Slot:
         path: URL path it was sent to.
         headers: Allow-listed request headers (see :func:`retained_headers`).
         secrets: Credential values of its request (kept in memory only).
+        in_flight_at_arrival: Retained requests in flight at the proxy when it arrived,
+            itself included (>= 1): the client's concurrency as the server saw it.
     """
 
     index: int
@@ -228,6 +234,7 @@ class Slot:
     path: str
     headers: dict[str, str]
     secrets: list[str]
+    in_flight_at_arrival: int = 1
     done: bool = False
 
 
@@ -285,6 +292,10 @@ class CaptureWriter:
             worker, or the proxy's event-loop ``call_soon``), so a body is on
             disk before its manifest line and the writes leave the request's
             path. None: written inline. Its owner drains it after ``close``.
+        observed_concurrency: The bodies arrive live (``kvreplay record``): the
+            plan's cap is the most retained requests observed in flight at once
+            (each manifest line keeps ``in_flight_at_arrival``), said in the
+            plan's comment. False (imports): ``IMPORT_CONCURRENCY`` (64).
 
     Raises:
         ConfigError: ``folder`` exists and is not an empty directory, or cannot be created.
@@ -301,6 +312,7 @@ class CaptureWriter:
         origin_ns: int = 0,
         timed: bool = True,
         io: Executor | None = None,
+        observed_concurrency: bool = False,
     ) -> None:
         self.folder = Path(folder)
         if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
@@ -313,6 +325,7 @@ class CaptureWriter:
             raise ConfigError(f"cannot create the capture folder: {exc}", path=self.folder,
                               field="--out") from exc
         self.max_bodies, self.max_bytes = max_bodies, max_bytes
+        self.observed_concurrency = observed_concurrency
         self.paths = frozenset(paths)
         self.max_body_bytes = max_body_bytes
         self.origin_ns = origin_ns
@@ -393,7 +406,7 @@ class CaptureWriter:
         self._dirty = True
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        slot = Slot(index, body, arrival_ns, path, retained_headers(headers, secrets), secrets)
+        slot = Slot(index, body, arrival_ns, path, retained_headers(headers, secrets), secrets, self.in_flight)
         self._open[index] = slot
         return slot
 
@@ -455,6 +468,7 @@ class CaptureWriter:
             "body_sha256": slot.body.sha256,
             "body_bytes": slot.body.body_bytes,
             "arrival_ms": round((slot.arrival_ns - self.arrivals_ns[0]) / 1e6, 3),
+            "in_flight_at_arrival": slot.in_flight_at_arrival,
             "since_start_ms": round((slot.arrival_ns - self.origin_ns) / 1e6, 3),
             "path": slot.path,
             "headers": slot.headers,
@@ -503,8 +517,15 @@ class CaptureWriter:
         if not self._dirty:
             return
         self._dirty = False
-        self._do(write_plan, self.folder, self.arrivals_ms() if self.timed else None,
-                 max(64, self.peak_in_flight), f"{comment}: {self.summary.describe()}")
+        text = f"{comment}: {self.summary.describe()}"
+        if self.observed_concurrency:
+            # The cap is what the client kept in flight, not more: an open-loop replay against a
+            # slower server could otherwise put far more requests in flight than the original traffic.
+            cap = max(1, self.peak_in_flight)
+            text += f"; concurrency = the most requests in flight observed ({cap})"
+        else:
+            cap = IMPORT_CONCURRENCY  # an import has no in-flight count to observe
+        self._do(write_plan, self.folder, self.arrivals_ms() if self.timed else None, cap, text)
 
     def close(self, *, comment: str = "kvreplay record") -> CaptureSummary:
         """Write the sidecars a last time and close the manifest; returns the summary.

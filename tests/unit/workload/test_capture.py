@@ -84,3 +84,25 @@ def test_writer_skips_and_refuses_a_used_folder(tmp_path):
     assert not sidecar_paths(tmp_path / "W")[1].exists()  # nothing retained: no plan
     with pytest.raises(ConfigError, match="exists and is not an empty folder"):
         CaptureWriter(tmp_path / "W")
+
+
+def test_a_live_capture_plan_is_capped_at_the_observed_in_flight_maximum(tmp_path):
+    """Issue 31 item 4: the plan's concurrency is what the client kept in flight, not 64."""
+    w = CaptureWriter(tmp_path / "W", origin_ns=0, observed_concurrency=True)
+    # arrivals and completions interleaved: in flight 1, 2, 3, then 2 after one ends, then 3 again
+    a = w.admit("POST", "/v1/chat/completions", BODY, 10)
+    b = w.admit("POST", "/v1/chat/completions", BODY, 20)
+    c = w.admit("POST", "/v1/chat/completions", BODY, 30)
+    w.complete(b, status=200, outcome="complete")
+    d = w.admit("POST", "/v1/chat/completions", BODY, 40)
+    for s in (a, c, d):
+        w.complete(s, status=200, outcome="complete")
+    e = w.admit("POST", "/v1/chat/completions", BODY, 50)
+    w.complete(e, status=200, outcome="complete")
+    w.close()
+    _, plan = sidecar_paths(tmp_path / "W")
+    specs, _ = load_plan_toml(plan)
+    assert [s.concurrency for s in specs] == [3]
+    assert "concurrency = the most requests in flight observed (3)" in plan.read_text().splitlines()[0]
+    man = {m["index"]: m for m in map(json.loads, (tmp_path / "W" / "capture.jsonl").read_text().splitlines())}
+    assert [man[i]["in_flight_at_arrival"] for i in range(5)] == [1, 2, 3, 3, 1]
