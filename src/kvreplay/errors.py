@@ -51,12 +51,13 @@ class ConfigError(KvreplayError, ValueError):
         path: File the value came from, or None for the command line.
         line: 1-based line in that file where known, else None.
         field: Dotted name of the offending key, where known.
+        message: The message without its location prefix.
     """
 
     def __init__(
         self, message: str, *, path: object = None, line: int | None = None, field: str | None = None
     ) -> None:
-        self.path, self.line, self.field = path, line, field
+        self.path, self.line, self.field, self.message = path, line, field, message
         where = _where(path, line, field)
         super().__init__(f"{where}: {message}" if where else message)
 

@@ -322,22 +322,25 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     if contract["identity_pins"] and args.backend == "none":
         raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
                           field="--expect-identity")
+    target = args.target or settings.get("target", "sim")
+    sim_cfg: Any = None
+    calibration: dict[str, Any] | None = None
+    if target == "sim":  # every simulator value checked before the run directory is made (exit 2)
+        from kvreplay.sim.config import config_and_calibration
+
+        sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
     out = Path(args.out) if args.out else default_out()
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
     check_out_dir(out, Path(workload.path))
     ensure_open_files(max(ph.spec.concurrency for ph in plan.phases))
-    target = args.target or settings.get("target", "sim")
     check_target(target, sim=True)
     target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)
     backend_name = args.backend
     sim = None
-    calibration: dict[str, Any] | None = None
-    if target == "sim":
+    if sim_cfg is not None:
         from kvreplay.sim import SimServer
-        from kvreplay.sim.config import config_and_calibration
 
-        sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
         sim = SimServer(sim_cfg, calibration=calibration)
         await sim.start(host="127.0.0.1", port=0)
         url = sim.base_url

@@ -22,6 +22,7 @@ tokens, inside the measured 0.2-0.7 s); decode ITL 20 ms.
 from __future__ import annotations
 
 import argparse
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -160,10 +161,11 @@ class SimConfig:
             "store_s_per_token",
             "itl_s",
         ):
-            if getattr(self, name) < 0:
-                raise bad(name, "must be >= 0")
-        if self.prefill_tokens_per_s <= 0:
-            raise bad("prefill_tokens_per_s", "must be > 0")
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:  # nan passes a bare `< 0` test
+                raise bad(name, f"must be a finite number >= 0, not {v!r}")
+        if not math.isfinite(self.prefill_tokens_per_s) or self.prefill_tokens_per_s <= 0:
+            raise bad("prefill_tokens_per_s", f"must be a finite number > 0, not {self.prefill_tokens_per_s!r}")
         if self.output_tokens is not None and self.output_tokens < 0:
             raise bad("output_tokens", "must be >= 0")
 
@@ -422,7 +424,14 @@ def config_and_calibration(
     specs = getattr(args, _dest(prefix, "faults"), None)
     if specs:
         changes["faults"] = tuple(cfg.faults) + tuple(parse_fault(s) for s in specs)
-    out = SimConfig.from_mapping(changes, base=cfg) if changes else cfg
+    try:
+        out = SimConfig.from_mapping(changes, base=cfg) if changes else cfg
+    except ConfigError as exc:
+        flag = next((f"--{prefix}{name}" for name, fname, *_ in _OPTIONS if fname == exc.field and fname in changes),
+                    None)
+        if flag is None:
+            raise
+        raise ConfigError(exc.message, field=flag) from None
     if calibration is not None:
         calibration["overridden"] = {
             k: getattr(out, k)
