@@ -7,7 +7,6 @@ module's docstring for the phase syntax and the plan TOML format.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,15 +259,10 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values (file, line, field).
     """
+    from kvreplay.tomlfile import read_toml
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except FileNotFoundError as exc:
-        raise ConfigError("plan file not found", path=p) from exc
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        raise ConfigError(f"not valid TOML: {exc}", path=p, line=line) from exc
+    text, data = read_toml(p, what="plan file")
     allowed = {"phase", "workload", "target", "backend", "identity", "abort_on_malformed", "on_check_fail"}
     for key in data:
         if key not in allowed:

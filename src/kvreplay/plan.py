@@ -59,6 +59,7 @@ Unknown keys and bad values raise ``ConfigError`` naming file, line and field.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,7 +320,18 @@ def _intended(spec: PhaseSpec, n: int) -> tuple[int, ...] | None:
     if not isinstance(offsets, list) or len(offsets) < n or not all(isinstance(x, (int, float)) for x in offsets):
         raise ConfigError(f"needs a JSON list of at least {n} arrival offsets (ms)", path=path, field="arrival")
     base = offsets[0]
-    return tuple(round((x - base) * 1e6 * spec.time_scale) for x in offsets[:n])
+    out = []
+    for i, x in enumerate(offsets[:n]):
+        ns = (x - base) * 1e6 * spec.time_scale
+        if not math.isfinite(ns) or not 0 <= ns <= MAX_ARRIVAL_NS:
+            raise ConfigError(f"offset {i} ({x!r} ms) is not a finite offset from the first within "
+                              f"{MAX_ARRIVAL_NS / 1e9 / 86400:.0f} days", path=path, field=f"arrival[{i}]")
+        out.append(round(ns))
+    return tuple(out)
+
+
+MAX_ARRIVAL_NS = 365 * 86400 * 10**9
+"""Latest arrival a trace may schedule (ns from its first; one year): far beyond any run, well inside int64."""
 
 
 def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_extra: int,

@@ -169,17 +169,21 @@ def escape_controls(s: str, *, newlines: bool = False) -> str:
 
 
 def check_secret(value: str, *, field: str) -> str:
-    """Strip surrounding whitespace; refuse a control character left inside.
+    """Strip surrounding whitespace; refuse a control or non-ASCII character left inside.
 
     Raises:
-        ValueError: a control character (C0, DEL) inside the value; the message
-            names ``field`` and never the value.
+        ValueError: a control character (C0, DEL) or a non-ASCII one inside the value
+            (it goes into an ``Authorization`` header); the message names ``field`` and
+            never the value.
     """
     v = value.strip()
     for i, c in enumerate(v):
         if ord(c) < 0x20 or ord(c) == 0x7F:
             raise ValueError(f"{field}: control character (code {ord(c)}) at offset {i} of the key; "
                              "it would end up in a request header")
+        if ord(c) > 0x7E:  # a header value is ASCII here (RFC 9110 5.5 leaves other octets obsolete)
+            raise ValueError(f"{field}: non-ASCII character (code {ord(c)}) at offset {i} of the key; "
+                             "it cannot be sent in a request header")
     return v
 
 

@@ -35,7 +35,6 @@ A common name with no matching sample is absent from the snapshot, never 0.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -366,7 +365,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
         try:
-            text = p.read_text(encoding="utf-8")
+            raw = p.read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read profile: {exc.strerror}", path=p) from exc
         where: object = p
@@ -377,10 +376,9 @@ def load_profile(name_or_path: str | Path) -> Profile:
                 f"no built-in profile {str(name_or_path)!r} "
                 f"(have: {', '.join(builtin_profile_names())})"
             )
-        text = res.read_text(encoding="utf-8")
+        raw = res.read_bytes()
         where = f"kvreplay/profiles/{name_or_path}.toml"
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", path=where) from exc
+    from kvreplay.tomlfile import parse_toml
+
+    _, data = parse_toml(raw, where=where)
     return Profile.from_mapping(data, where=where)

@@ -106,7 +106,14 @@ def run(args: argparse.Namespace) -> int:
         if not key:
             raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
                               field="server.api_key_env")
-        headers["Authorization"] = f"Bearer {key.strip()}"
+        from kvreplay.redaction import check_secret, register_headers
+
+        try:
+            key = check_secret(key, field="server.api_key_env")
+            headers["Authorization"] = f"Bearer {key}"
+            register_headers(headers)  # before any step reads or writes: probe steps and lifecycle reads too
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
     install_loop()
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"experiment: {m}", file=sys.stderr, flush=True))
     result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))

@@ -277,6 +277,25 @@ def check_out_dir(out: Path, workload_path: Path) -> None:
         raise ConfigError("the run directory is not writable", path=out, field="--out")
 
 
+def check_ca_file(ca_file: str | None) -> None:
+    """Load ``--ca-file`` once before anything is made, so a bad one is exit 2, not a traceback mid-run.
+
+    Raises:
+        ConfigError: field ``--ca-file``: unreadable, or no PEM certificate in it.
+    """
+    if not ca_file:
+        return
+    import ssl
+
+    from kvreplay.runner.h1 import client_ssl_context
+
+    try:
+        client_ssl_context(ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load it as PEM certificates: {exc.strerror or exc}", path=ca_file,
+                          field="--ca-file") from None
+
+
 def default_out() -> Path:
     """``runs/<UTC timestamp>``."""
     return Path("runs") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -329,6 +348,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         from kvreplay.sim.config import config_and_calibration
 
         sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
+    check_ca_file(getattr(args, "ca_file", None))
     out = Path(args.out) if args.out else default_out()
     if (out / "records.jsonl").exists():
         raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)

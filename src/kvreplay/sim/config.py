@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -210,12 +209,9 @@ class SimConfig:
         Raises:
             ConfigError: Unreadable file, invalid TOML or a bad setting.
         """
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read: {exc}", path=path) from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"invalid TOML: {exc}", path=path) from exc
+        from kvreplay.tomlfile import read_toml
+
+        _, data = read_toml(path, what="simulator settings file")
         if set(data) == {"sim"} and isinstance(data["sim"], dict):
             data = data["sim"]
         return cls.from_mapping(data, where=path, base=base)

@@ -43,7 +43,6 @@ the step and the field.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -249,14 +248,9 @@ class ExperimentSpec:
 
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read experiment file: {exc.strerror or exc}", path=path) from exc
-    try:
-        return text, tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", path=path, line=getattr(exc, "lineno", None)) from exc
+    from kvreplay.tomlfile import read_toml
+
+    return read_toml(path, what="experiment file")
 
 
 def _line_of(text: str, pattern: str) -> int | None:

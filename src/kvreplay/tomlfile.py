@@ -1,0 +1,65 @@
+"""Reading a TOML file the user wrote: one place that turns every way it can fail into a ``ConfigError``.
+
+Plans (``--plan``), experiment files, simulator settings and backend profiles all come
+through ``read_toml``: a missing or unreadable file, bytes that are not UTF-8 (TOML 1.0
+requires UTF-8: https://toml.io/en/v1.0.0, "Spec") and invalid TOML each give exit 2 with
+the file, the line and what was wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import ConfigError
+
+__all__ = ["parse_toml", "read_toml"]
+
+
+def parse_toml(data: bytes, *, where: object) -> tuple[str, dict[str, Any]]:
+    """Decode ``data`` as UTF-8 and parse it as TOML.
+
+    Args:
+        data: The file's bytes.
+        where: The file's name for messages.
+
+    Returns:
+        ``(text, table)``.
+
+    Raises:
+        ConfigError: not UTF-8 (the line of the first bad byte named) or invalid TOML (its line).
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); TOML files are UTF-8",
+                          path=where, line=line) from None
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=where, line=getattr(exc, "lineno", None)) from None
+
+
+def read_toml(path: str | Path, *, what: str = "file") -> tuple[str, dict[str, Any]]:
+    """Read and parse the TOML file at ``path``.
+
+    Args:
+        path: The file.
+        what: What it is, for the not-found message (``"plan file"``, ``"experiment file"``).
+
+    Returns:
+        ``(text, table)``.
+
+    Raises:
+        ConfigError: not found, unreadable, not UTF-8, or invalid TOML (file and line named).
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} not found", path=p) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", path=p) from None
+    return parse_toml(data, where=p)

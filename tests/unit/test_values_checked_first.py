@@ -1,0 +1,80 @@
+"""Bad values are refused before anything is made or sent: exit 2, the flag or file and line named, no traceback (issue 30, lesser items).
+
+``--sim-time-scale nan`` used to be accepted: every request failed, exit 0. Now exit 2,
+the flag named, and no run directory left behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvreplay.cli import main
+
+WL = Path(__file__).resolve().parents[2] / "fixtures" / "workloads" / "mtbench-52"
+
+
+@pytest.mark.parametrize(("flag", "value", "why"), [
+    ("--sim-time-scale", "nan", "must be a finite number >= 0, not nan"),
+    ("--sim-time-scale", "inf", "must be a finite number >= 0, not inf"),
+    ("--sim-time-scale", "-0.5", "must be a finite number >= 0, not -0.5"),
+    ("--sim-itl-s", "nan", "must be a finite number >= 0, not nan"),
+    ("--sim-prefill-rate", "0", "must be a finite number > 0, not 0.0"),
+    ("--sim-prefill-rate", "nan", "must be a finite number > 0, not nan"),
+])
+def test_bad_simulator_numbers_exit_2_naming_the_flag_and_make_no_run_directory(tmp_path, capsys, flag, value, why):
+    out = tmp_path / "run"
+    rc = main(["run", str(WL), "--target", "sim", "--phase", "a:forward:c1:first1", flag, value,
+               "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip() == f"kvreplay: error: field '{flag}': {why}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("content", [None, b"not a certificate\n"])
+def test_a_bad_ca_file_is_exit_2_before_the_run_directory_is_made(tmp_path, capsys, content):
+    ca = tmp_path / "ca.pem"
+    if content is not None:
+        ca.write_bytes(content)
+    out = tmp_path / "run"
+    rc = main(["run", str(WL), "--target", "https://127.0.0.1:9", "--ca-file", str(ca), "--phase",
+               "a:forward:c1:first1", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists()
+    assert err.startswith(f"kvreplay: error: {ca}, field '--ca-file': cannot load it as PEM certificates: ")
+    assert "Traceback" not in err
+
+
+def test_a_non_ascii_api_key_is_exit_2_naming_the_flag_and_never_the_key(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KV_TEST_KEY", "cl\u00e9-\u4e2d-abcdefgh")
+    out = tmp_path / "run"
+    rc = main(["run", str(WL), "--target", "http://127.0.0.1:9", "--api-key-env", "KV_TEST_KEY", "--backend",
+               "none", "--phase", "a:forward:c1:first1", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists()
+    assert err.strip() == ("kvreplay: error: field '--api-key-env': --api-key-env: non-ASCII character (code 233) "
+                           "at offset 2 of the key; it cannot be sent in a request header")
+
+
+def test_a_plan_file_that_is_not_utf8_names_its_line(tmp_path, capsys):
+    plan = tmp_path / "p.toml"
+    plan.write_bytes(b'workload = "w"\n# caf\xe9\n[[phase]]\nname = "a"\n')
+    rc = main(["run", "--plan", str(plan), "--out", str(tmp_path / "run"), "--quiet"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kvreplay: error: {plan}:2: not UTF-8 (byte 20: b'\\xe9'); TOML files are UTF-8")
+
+
+@pytest.mark.parametrize("offsets", ["[0, 1e300]", "[0, -5]", "[1e308, 0]"])
+def test_an_absurd_trace_arrival_is_exit_2_naming_its_index(tmp_path, capsys, offsets):
+    arr = tmp_path / "arr.json"
+    arr.write_text(offsets)
+    plan = tmp_path / "p.toml"
+    plan.write_text(f'workload = "{WL}"\n[[phase]]\nname = "a"\nselect = "first:2"\narrival = "trace:{arr}"\n')
+    out = tmp_path / "run"
+    rc = main(["run", "--plan", str(plan), "--target", "sim", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert err.startswith(f"kvreplay: error: {arr}, field 'arrival[1]': offset 1 (")
