@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
                    help="override [window] hard_deadline (in-flight requests are cancelled at it minus "
                         "restore_reserve; the restore must finish by it)")
+    p.add_argument("--restore-reserve", type=parse_duration, default=None, metavar="DUR",
+                   help="override [window] restore_reserve (time kept for the restore before the hard deadline)")
     p.add_argument("--max-body-bytes", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
 
@@ -85,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
         window = replace(window, stop_new_after_s=args.stop_new_after)
     if args.hard_deadline is not None:
         window = replace(window, hard_deadline_s=args.hard_deadline)
+    if args.restore_reserve is not None:
+        window = replace(window, restore_reserve_s=args.restore_reserve)
+    # the same checks as the file's, naming the flag where the value came from the command line
+    window.check(path=exp.path, fields={k: f"--{k.replace('_', '-')}" for k in
+                                        ("stop_new_after", "hard_deadline", "restore_reserve")
+                                        if getattr(args, k) is not None})
     workload = (load_workload(exp.workload, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
                 if exp.workload else None)
     doc, plans = freeze(exp, workload, window)

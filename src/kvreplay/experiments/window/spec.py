@@ -192,6 +192,36 @@ class WindowSpec:
             return None
         return max(0.0, self.hard_deadline_s - self.restore_reserve_s)
 
+    def check(self, *, path: object = None, fields: dict[str, str] | None = None) -> None:
+        """Refuse deadlines that cannot hold together, wherever they came from (file or command line).
+
+        ``restore_reserve`` must leave time before ``hard_deadline`` (a reserve as long as the
+        deadline would cancel every request at once), and ``stop_new_after`` must not be later
+        than ``hard_deadline - restore_reserve`` (no new request after in-flight ones are cancelled).
+
+        Args:
+            path: The experiment file, for the message.
+            fields: The name to give each key in messages (``{"hard_deadline": "--hard-deadline"}``
+                for a value from the command line); default ``window.KEY``.
+
+        Raises:
+            ConfigError: the clash, naming both values.
+        """
+        keys = ("stop_new_after", "hard_deadline", "restore_reserve")
+        names = {k: k for k in keys}  # in messages: the file's key, or the flag that gave the value
+        names.update(fields or {})
+        field = {k: (names[k] if names[k].startswith("--") else f"window.{k}") for k in keys}
+        hard, reserve, stop = self.hard_deadline_s, self.restore_reserve_s, self.stop_new_after_s
+        if hard is not None and 0 < reserve and hard <= reserve:
+            raise ConfigError(f"{names['restore_reserve']} ({reserve:g} s) leaves no time before "
+                              f"{names['hard_deadline']} ({hard:g} s): in-flight requests would be cancelled "
+                              "before anything ran", path=path, field=field["restore_reserve"])
+        cancel = self.cancel_at_s
+        if stop is not None and cancel is not None and stop > cancel:
+            raise ConfigError(f"{names['stop_new_after']} ({stop:g} s) is later than {names['hard_deadline']} - "
+                              f"{names['restore_reserve']} ({hard:g} - {reserve:g} = {cancel:g} s)",
+                              path=path, field=field["stop_new_after"])
+
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
         return {"stop_new_after_s": self.stop_new_after_s, "hard_deadline_s": self.hard_deadline_s,
@@ -486,10 +516,7 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
                           field=unknown[0])
     server = _server(data.get("server"), text, p)
     window = _window(data.get("window"), text, p)
-    if (window.stop_new_after_s is not None and window.cancel_at_s is not None
-            and window.stop_new_after_s > window.cancel_at_s):
-        raise ConfigError("stop_new_after is later than hard_deadline - restore_reserve", path=p,
-                          field="window.stop_new_after")
+    window.check(path=p)
     raw_steps = data.get("step")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ConfigError("an experiment needs at least one [[step]]", path=p, field="step")
