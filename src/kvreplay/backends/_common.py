@@ -8,7 +8,8 @@ from typing import Any
 import aiohttp
 
 from kvreplay import clock
-from kvreplay.runner.backend import COUNTER_NAMES, LOAD_GAUGES, Snapshot
+from kvreplay.evidence.vocab import COUNTER_NAMES, LOAD_GAUGES
+from kvreplay.runner.backend import Snapshot
 
 from ._http import fetch_json
 

@@ -35,7 +35,8 @@ import aiohttp
 
 from kvreplay import clock
 from kvreplay.errors import BackendError
-from kvreplay.runner.backend import LOAD_GAUGES, Snapshot
+from kvreplay.evidence.vocab import LOAD_GAUGES
+from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity, drain_blockers
 from ._http import fetch

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
+from kvreplay.evidence.vocab import COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
 
 from ._prom import Sample
 

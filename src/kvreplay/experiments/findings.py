@@ -1,19 +1,26 @@
 """Findings across the steps of an experiment window: cells, comparisons, the decision tree.
 
+Every rule on evidence is ``kvreplay.evidence.engine``'s, the one the run report
+and ``kvreplay compare`` use; this module applies it to a window of steps.
+
 **Evidence of restores.** Only repeats count: a request whose body was already
 sent in the same incarnation (an earlier phase or an earlier repetition of the
-same phase). A prime (first sends) is never evidence. At C1 each record carries
-its own counter delta, so a phase that mixes first sends and repeats (the
-control "last 12 bodies twice") counts only its repeats; with counters per
-phase only, a phase counts only when every position is a repeat.
+same phase; ``evidence.engine.SentBodies``). A prime (first sends) is never
+evidence. At C1 each record carries its own counter delta, so a phase that mixes
+first sends and repeats (the control "last 12 bodies twice") counts only its
+repeats; with counters per phase only, a phase counts only when it is a replay
+(every body it sent was sent by an earlier phase of the incarnation). A delta
+void by a restart (``reset``) is never evidence.
 
 **Tiers.** Host-tier restores (``host_fetched_tokens``: tokens copied host ->
 device) are reported apart from device hits (``hit_tokens``). A tier is present
-only when its lookup counters moved somewhere in the window
-(``host_lookups``/``host_query_tokens`` for the host tier,
-``lookups``/``query_tokens`` for the device): a tier that never moved is
-*absent*, not zero. The decision tree reads the host tier where it is present,
-else device hit tokens.
+in the window only when it is live in some phase (its lookup counters moved:
+``host_lookups``/``host_query_tokens`` for the host tier,
+``lookups``/``query_tokens`` for the device, or a llama.cpp device cache's
+prompt work): a tier that never moved is *absent*, not zero, and so is a tier
+that did not move in a phase's repeats. The decision tree reads every replay on
+the one tier live in all the forward and reverse replays (host first, else
+device; ``evidence.engine.common_tier``).
 
 **Decision tree** (rule ``restore_pattern``; forward/reverse are the replays of
 comparable steps, the control is every ``comparable = false`` step; a control
@@ -43,13 +50,24 @@ from typing import Any
 
 import orjson
 
+from kvreplay.evidence.engine import (
+    RESTARTED,
+    PhaseEvidence,
+    SentBodies,
+    Tier,
+    common_tier,
+    counter_value,
+    delta_evidence,
+    figure_on,
+    restored_on,
+    tiers_present,
+    usable_delta,
+)
+from kvreplay.evidence.vocab import ABSENT, COUNTER_NAMES, RESTORE_KEYS
 from kvreplay.report.load import read_json
 
 __all__ = ["PhaseView", "ab_findings", "cells", "compare_tables", "load_views", "restore_findings", "tiers"]
 
-HOST_LOOKUP_KEYS = ("host_lookups", "host_query_tokens")
-DEVICE_LOOKUP_KEYS = ("lookups", "query_tokens")
-EVIDENCE_KEYS = ("host_fetched_tokens", "hit_tokens", "host_lookups", "host_query_tokens", "lookups", "query_tokens")
 LATENCY = (("ttft", ("p50", "p90", "p99")), ("itl", ("p50", "p90")), ("tpot", ("p50", "p90")),
            ("e2e", ("p50", "p90", "p99")))
 
@@ -92,7 +110,7 @@ class PhaseView:
 
 
 def _add(acc: dict[str, float], delta: dict[str, Any] | None) -> None:
-    for k in EVIDENCE_KEYS:
+    for k in COUNTER_NAMES:
         v = (delta or {}).get(k)
         if isinstance(v, (int, float)):
             acc[k] = acc.get(k, 0.0) + float(v)
@@ -110,7 +128,7 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
     from kvreplay.experiments.timescale import scale_of_step
 
     views: list[PhaseView] = []
-    seen: dict[str | None, set[str]] = {}
+    ledger = SentBodies()
     for st in steps:
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
@@ -130,42 +148,42 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
                     recs.setdefault(r.get("phase"), []).append(r)
         except OSError:
             pass
-        inc_seen = seen.setdefault(st.get("incarnation"), set())
         scale = scale_of_step(plan, summary, frozen, st.get("incarnation"))
         for ph in summary.get("phases", []):
             comparable = bool(st.get("comparable", True)) and ph["name"] not in controls
             v = PhaseView(f"{st['name']}/{ph['name']}", st["name"], ph["name"], orders.get(ph["name"], "forward"),
                           comparable, st.get("incarnation"), ph, scale=scale)
-            rows = sorted(recs.get(ph["name"], []), key=lambda r: r.get("position", 0))
-            before = set(inc_seen)
+            rows = [r for r in sorted(recs.get(ph["name"], []), key=lambda r: r.get("position", 0))
+                    if r.get("sent")]
+            sends = ledger.phase(st.get("incarnation"), [r.get("body_sha256") for r in rows])
             per_request = ph.get("attribution") == "per_request"
             ev: dict[str, float] = {}
-            all_repeat = True
-            for r in rows:
-                if not r.get("sent"):
-                    continue
-                sha = r.get("body_sha256")
-                repeat = sha in inc_seen
-                inc_seen.add(sha)
-                all_repeat &= repeat and sha in before
+            void = False
+            for r, repeat in zip(rows, sends.repeats, strict=True):
                 if r.get("status") != "ok":
                     continue
-                _add(v.moved, r.get("counter_delta"))
+                d = usable_delta(r.get("counter_delta"))
+                void |= d is None and bool((r.get("counter_delta") or {}).get("reset"))
+                _add(v.moved, d)
                 if repeat:
                     v.repeats += 1
                     if per_request:
-                        _add(ev, r.get("counter_delta"))
+                        _add(ev, d)
                 else:
                     v.first += 1
             if not per_request:
                 v.moved = {}
-                _add(v.moved, ph.get("counter_delta"))
-                if v.repeats and all_repeat and not (ph.get("counter_delta") or {}).get("reset"):
-                    _add(ev, ph.get("counter_delta"))
-                elif v.repeats:
-                    ev = {}
+                d = usable_delta(ph.get("counter_delta"))
+                void = d is None and bool((ph.get("counter_delta") or {}).get("reset"))
+                _add(v.moved, d)
+                ev = {}
+                if v.repeats and sends.replay and not void:
+                    _add(ev, d)
+                elif v.repeats and not sends.replay:
                     v.note = "counters per phase only and the phase mixes first sends with repeats"
-            v.evidence = ev if (ev or per_request) and v.repeats else None
+            if void and v.repeats:
+                ev, v.note = {}, RESTARTED
+            v.evidence = ev if (ev or (per_request and not void)) and v.repeats else None
             if v.repeats and v.evidence is None and v.note is None:
                 v.note = "no counters"
             if partial_reason(ph):
@@ -197,19 +215,17 @@ def not_run(ph: dict[str, Any]) -> str | None:
 
 
 def tiers(views: list[PhaseView]) -> dict[str, bool]:
-    """``{"host": present, "device": present}``: a tier is present when its lookups moved."""
-    host = any(v.moved.get(k, 0) > 0 for v in views for k in HOST_LOOKUP_KEYS)
-    dev = any(v.moved.get(k, 0) > 0 for v in views for k in DEVICE_LOOKUP_KEYS)
-    return {"host": host, "device": dev}
+    """``{"host": present, "device": present}``: a tier is present when it is live in some phase.
+
+    ``evidence.engine.tiers_present`` over every view's counters (``moved``: all its
+    ok requests, first sends included).
+    """
+    return tiers_present(v.moved for v in views)
 
 
-def _restores(v: PhaseView, tier: dict[str, bool]) -> tuple[str, float] | None:
-    if v.evidence is None:
-        return None
-    key = "host_fetched_tokens" if tier["host"] else "hit_tokens"
-    if key not in v.evidence:
-        return None
-    return key, v.evidence[key]
+def view_evidence(v: PhaseView) -> PhaseEvidence | None:
+    """The engine's evidence of a view's repeats (counter tiers); None when it has none."""
+    return None if v.evidence is None else delta_evidence(v.ref, v.evidence)
 
 
 def _fmt(x: float | None) -> str:
@@ -229,34 +245,58 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
                  "are absent from the counters (not zero); restores cannot be read",
                  "evidence": [], "next": "run with a counters adapter (--backend / [server] backend) whose lookup "
                  "series this server exports"}]
-    used = [(v, _restores(v, tier)) for v in views]
-    used = [(v, r) for v, r in used if r is not None]
+    evs = {v.ref: e for v in views if (e := view_evidence(v)) is not None}
+    main = [v for v in views if v.comparable and v.order in ("forward", "reverse") and v.ref in evs]
+    live = [evs[v.ref] for v in main if evs[v.ref].tiers]
+    decide = common_tier(live, ("host", "device")) or ("host" if any(e.tier("host") for e in live) else "device")
+    used: list[tuple[PhaseView, Tier]] = []
+    dead: list[tuple[PhaseView, str]] = []
+    for v in views:
+        e = evs.get(v.ref)
+        if e is None:
+            continue
+        t = figure_on(e, decide) if not v.comparable else e.tier(decide)
+        if t is not None:
+            used.append((v, t))
+        elif v.comparable and v.order not in ("forward", "reverse"):
+            continue
+        else:
+            # absent, not zero: a tier that did not move in the repeats reads nothing
+            dead.append((v, f"{decide} tier absent in its repeats ({e.absent.get(decide) or e.text()})"))
     fwd = [(v, r) for v, r in used if v.comparable and v.order == "forward"]
     rev = [(v, r) for v, r in used if v.comparable and v.order == "reverse"]
     ctl = [(v, r) for v, r in used if not v.comparable]
-    tier_name = "host tier" if tier["host"] else "device (no host tier: its lookups never moved)"
-    metric = used[0][1][0] if used else ("host_fetched_tokens" if tier["host"] else "hit_tokens")
-    evidence = [{"cell": v.ref, "metric": metric, "value": r[1], "order": v.order, "comparable": v.comparable,
+    tier_name = "host tier" if decide == "host" else (
+        "device (the host tier did not move in every replay)" if tier["host"]
+        else "device (no host tier: its lookups never moved)")
+    metric = next((r.key for _v, r in fwd + rev if r.tier == decide), RESTORE_KEYS[decide][0])
+    evidence = [{"cell": v.ref, "metric": r.key, "value": r.value, "order": v.order, "comparable": v.comparable,
                  "repeats": v.repeats, "role": "control" if not v.comparable else f"{v.order} replay"}
                 for v, r in fwd + rev + ctl]
     primes = [v.ref for v in views if v.is_prime]
     # Phases cut short (their step aborted) are never evidence; the finding names them.
     cut = [(v, partial_reason(v.summary)) for v in views if not v.is_prime and partial_reason(v.summary)]
     skipped = [{"cell": v.ref, "reason": why, "order": v.order, "comparable": v.comparable} for v, why in cut]
+    skipped += [{"cell": v.ref, "reason": why, "order": v.order, "comparable": v.comparable} for v, why in dead]
     if not evidence and not skipped:
         return []
 
-    def line(group: list[tuple[PhaseView, tuple[str, float]]]) -> str:
-        return ", ".join(f"{v.ref} {_fmt(r[1])}" for v, r in group) or "none measured"
+    def line(group: list[tuple[PhaseView, Tier]]) -> str:
+        return ", ".join(f"{v.ref} {_fmt(r.value)}" + (f" ({r.key})" if r.key != metric else "")
+                         for v, r in group) or "none measured"
 
     text = (f"{tier_name} restores ({metric}, repeats only): forward {line(fwd)}; reverse {line(rev)}; "
             f"control {line(ctl)}")
     if primes:
         text += f"; prime phases not counted as evidence: {', '.join(primes)}"
-    if skipped:
-        text += "; cut short, not counted as evidence: " + ", ".join(f"{k['cell']} ({k['reason']})" for k in skipped)
-    pos = lambda g: any(r[1] > 0 for _v, r in g)  # noqa: E731
-    zero = lambda g: bool(g) and all(r[1] == 0 for _v, r in g)  # noqa: E731
+    if cut:
+        text += "; cut short, not counted as evidence: " + ", ".join(f"{v.ref} ({why})" for v, why in cut)
+    if dead:
+        text += "; no restore figure, not counted as evidence: " + ", ".join(f"{v.ref} ({why})" for v, why in dead)
+    # restored as the engine reads it on the decided tier (a tier reading 0 never counts)
+    got = {v.ref: bool(restored_on(evs[v.ref], decide)) for v, _r in used}
+    pos = lambda g: any(got[v.ref] for v, _r in g)  # noqa: E731
+    zero = lambda g: bool(g) and not pos(g)  # noqa: E731
     everything = fwd + rev + ctl
     if not fwd or not (rev or ctl):
         missing = "a forward replay" if not fwd else "a reverse replay or a control"
@@ -271,7 +311,7 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
     elif zero(everything):
         rule, head = "no_restores", "no restores in any order nor in the control"
         nxt = "inspect key and checkpoint eligibility first (which prefixes are offered, hashed and kept)"
-    elif all(r[1] > 0 for _v, r in everything):
+    elif all(got[v.ref] for v, _r in everything):
         rule, head = "no_churn", "restores in every order and in the control: no churn at this working-set size"
         nxt = "grow the working set (more bodies) until the forward replay stops restoring, to find the cliff"
     else:
@@ -316,18 +356,20 @@ def _pct(ph: dict[str, Any], metric: str, q: str) -> float | None:
     return ((ph.get(f"{metric}_ms") or {}).get(q)) if ph else None
 
 
-def _side(v: PhaseView, tier: dict[str, bool]) -> dict[str, Any]:
+def _side(v: PhaseView) -> dict[str, Any]:
     ph = v.summary
     d = ph.get("counter_delta") or {}
+    ev = delta_evidence(v.ref, d)
     row: dict[str, Any] = {"requests": ph.get("ok")}
     for m, qs in LATENCY:
         for q in qs:
             row[f"{m}_{q}_ms"] = _pct(ph, m, q)
     tok = ph.get("tokens") or {}
     row["cached_tokens"] = None if tok.get("cached_unknown") else tok.get("cached")
-    # the counters' own names, as in the cells and findings (whole-phase deltas here)
-    row["hit_tokens"] = d.get("hit_tokens") if tier["device"] else "absent"
-    row["host_fetched_tokens"] = d.get("host_fetched_tokens") if tier["host"] else "absent"
+    # the counters' own names, as in the cells and findings (whole-phase deltas here); a tier
+    # not live in the phase (or a delta void by a restart) is absent, not zero
+    row["hit_tokens"] = counter_value(d, "hit_tokens") if ev.tier("device") else ABSENT
+    row["host_fetched_tokens"] = counter_value(d, "host_fetched_tokens") if ev.tier("host") else ABSENT
     return row
 
 
@@ -339,12 +381,12 @@ def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[
     time scales. Rows: ``{"metric", "a", "b", "ratio"}`` with latencies as measured (ms);
     at a time scale the table has ``sim_time_scale`` and each latency row ``a_model_ms`` and
     ``b_model_ms`` (``experiments.timescale``). ``hit_tokens`` and ``host_fetched_tokens`` are
-    whole-phase counter deltas (``absent`` where the tier never moved in the window).
+    whole-phase counter deltas (``absent`` where the tier is not live in the phase, or its delta is
+    void by a restart: ``evidence.engine``).
     """
     from kvreplay.experiments.timescale import model_ms
 
     by = {v.ref: v for v in views}
-    tier = tiers(views)
     out = []
     for a, b in pairs:
         va, vb = by.get(a), by.get(b)
@@ -363,7 +405,7 @@ def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[
             t["note"] = (f"not compared: {a} ran at simulator time scale {va.scale or 1:g}, {b} at "
                          f"{vb.scale or 1:g}")
         else:
-            sa, sb = _side(va, tier), _side(vb, tier)
+            sa, sb = _side(va), _side(vb)
             rows = []
             if va.scale is not None:
                 t["sim_time_scale"] = va.scale
@@ -394,8 +436,9 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
 
     Run steps: per phase, requests, TTFT/E2E p50 (ms as measured; ``model_ms`` beside the
     value at a simulator time scale, ``experiments.timescale``), usage cached tokens, device
-    hit tokens and host restores (repeats only; ``absent`` where the tier never moved, and
-    for a prime: first sends are no evidence). A phase cut short is ``aborted`` with
+    hit tokens and host restores (repeats only; ``absent`` where the tier never moved in the
+    window or did not move in the phase's repeats, and for a prime: first sends are no
+    evidence). A phase cut short is ``aborted`` with
     ``"partial: 9 of 52 positions sent (STEP REASON)"`` on every cell of it (never
     ``measured``); a phase that sent nothing takes ``deferred``.
     Probe steps: prefill fit a and rate, r2, cmax tokens, bytes per token, min flushing k
@@ -433,9 +476,10 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                     if v.scale is not None and m.endswith("_ms"):
                         c["model_ms"] = model_ms(c["value"], v.scale)
                     out.append(c)
-                for key, present in (("hit_tokens", tier["device"]), ("host_fetched_tokens", tier["host"])):
-                    if not present:
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
+                ve = view_evidence(v)
+                for key, t in (("hit_tokens", "device"), ("host_fetched_tokens", "host")):
+                    if not tier[t]:
+                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
                                     "reason": "the tier's lookup counters never moved in this window"})
                     elif v.evidence is None and pst == "measured" and v.is_prime:
                         # nothing failed and nothing was measured: a prime holds no restores by design
@@ -446,9 +490,14 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                         kept = pst != "measured"
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
                                     "value": None, "reason": pre if kept else v.note})
+                    elif ve is not None and (ve.tier(t) is None or key not in v.evidence):
+                        # absent, not zero: the tier did not take part in this phase's repeats
+                        why = ve.absent.get(t) or f"no {key} counter"
+                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
+                                    "reason": f"not evidence: the {t} tier did not move in the repeats ({why})"})
                     else:
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst,
-                                    "value": v.evidence.get(key, 0.0), "reason": pre})
+                                    "value": v.evidence[key], "reason": pre})
         elif st["kind"] == "ab":
             f = ab_ev.get(name)
             if f is None:

@@ -44,43 +44,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kvreplay.evidence.engine import counter_cached
+from kvreplay.evidence.vocab import USAGE_HOST_KEYS
 from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["SCHEMA_VERSION", "USAGE_HOST_KEYS", "PhaseStats", "counter_cached"]
+__all__ = ["SCHEMA_VERSION", "PhaseStats"]
 
 SCHEMA_VERSION = 1
 MAX_LISTED = 20
 """Disagreeing requests listed per phase in ``cross_check`` (the count is exact)."""
-
-
-USAGE_HOST_KEYS = ("host_fetched_tokens", "host_hit_tokens")
-"""Host-tier token counters a usage ``cached_tokens`` also counts (the first present is
-added: in vLLM both name the same external-hits series, never added twice)."""
-
-
-def counter_cached(d: dict[str, Any]) -> float:
-    """Cached tokens as the counters tell it, every tier the usage field counts.
-
-    Device ``hit_tokens`` plus the tokens a host tier or KV connector supplied
-    beyond them (``host_fetched_tokens``, else ``host_hit_tokens``), as a server's
-    usage ``cached_tokens`` counts both (vLLM: ``num_cached_tokens`` = local +
-    external computed tokens, ``vllm/v1/core/sched/scheduler.py``).
-
-    Args:
-        d: A counter delta holding ``hit_tokens`` (tokens).
-
-    Returns:
-        Tokens.
-
-    Raises:
-        KeyError: ``hit_tokens`` is absent.
-    """
-    host = next((d[k] for k in USAGE_HOST_KEYS if k in d), 0)
-    return d["hit_tokens"] + host
-
 
 
 def _has_decode_interval(rec: dict[str, Any], token_ns: Sequence[int] | None) -> bool:

@@ -3,7 +3,7 @@
 - ``load_run``: read a run directory back (records, summary, histograms).
 - ``write_reports``: report.md, the self-contained report.html, records.parquet.
 - ``diagnose``: findings with the next causal experiment (rules in ``report.diagnose``,
-  evidence rules in ``report.evidence``).
+  evidence rules in ``kvreplay.evidence.engine``).
 - ``report.rawseries``: counters.jsonl in the report (raw series per phase, units).
 - ``render_markdown`` / ``render_table``: the runner's own per-phase table.
 - ``report.progress.make_live_observer``: the live display while a run goes.

@@ -1,6 +1,6 @@
 """Diagnosis: findings read off a run's own figures, each with the next causal experiment.
 
-Every finding follows the evidence rules of ``kvreplay.report.evidence``: a
+Every finding follows the evidence rules of ``kvreplay.evidence.engine``: a
 counter family whose lookup counter did not move in a phase is *absent* there,
 not zero (so host-tier findings need ``host_lookups`` > 0, and on a server
 without a host tier the restore findings reason on device hit tokens); prime
@@ -15,7 +15,7 @@ Rules (``Finding.rule``):
 ``churn``
     A forward replay restored nothing while a reverse replay of the same bodies
     restored some, compared on the one tier live in every replay (host, else
-    device, else usage; ``kvreplay.report.evidence``). LRU-like eviction replays in the order it
+    device, else usage; ``kvreplay.evidence.engine``). LRU-like eviction replays in the order it
     evicted, so a forward replay of a working set larger than the cache finds
     each entry already gone, while a reverse replay reads the most recent ones
     first. Next: the small-working-set control (a replay of only the last few
@@ -35,7 +35,7 @@ Rules (``Finding.rule``):
 ``usage_vs_counters``
     A phase's usage ``cached_tokens`` total and the counters' cached tokens
     (device ``hit_tokens`` plus host tokens the usage field counts,
-    ``metrics.summary.counter_cached``) differ by more than
+    ``evidence.engine.counter_cached``) differ by more than
     ``max(1, 1% of the phase's prompt tokens)`` once the records without usage
     (timeouts, cuts, errors) are accounted for, or the counters show hit tokens
     while no answer reported ``cached_tokens``. The gap is counters − usage, the
@@ -93,19 +93,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvreplay.metrics.selfmeasure import describe
-from kvreplay.metrics.summary import counter_cached
-from kvreplay.report.cells import fmt
-from kvreplay.report.evidence import (
-    DEVICE_KEYS,
-    HOST_KEYS,
+from kvreplay.evidence.engine import (
     PhaseEvidence,
+    common_tier,
+    counter_cached,
     phase_evidence,
     replay_orders,
+    restored_on,
     usable,
 )
+from kvreplay.evidence.vocab import USAGE_HOST_KEYS
+from kvreplay.metrics.selfmeasure import describe
+from kvreplay.report.cells import fmt
 
-__all__ = ["CACHE_RULES", "DEVICE_KEYS", "HOST_KEYS", "Finding", "diagnose", "restore_signal"]
+__all__ = ["CACHE_RULES", "Finding", "diagnose", "restore_signal"]
 
 OCCUPANCY_LIMIT = 0.5
 """Mean in-flight / concurrency below which a phase counts as client-bound (fallback rule)."""
@@ -162,7 +163,7 @@ def restore_signal(ph: dict[str, Any]) -> tuple[str, float] | None:
     """The phase's first live restore figure: ``(name, value)``, or None without evidence.
 
     Host tier first (only when its lookups moved), then device, then usage
-    ``cached_tokens`` (``kvreplay.report.evidence``).
+    ``cached_tokens`` (``kvreplay.evidence.engine``).
     """
     ev = phase_evidence(ph)
     return (ev.tiers[0].key, ev.tiers[0].value) if ev.tiers else None
@@ -207,16 +208,12 @@ def _order_rules(
         return []
     controls = [n for n in _controls(plan, replays) if n in evs]
     main = {n: e for n, e in evs.items() if n not in controls}
-    tier = next(
-        (t for t in ("host", "device", "usage") if main and all(e.tier(t) for e in main.values())),
-        None,
-    )
+    tier = common_tier(main.values())
     if tier is None:
         return []
 
     def restored(n: str) -> bool:
-        t = evs[n].tier(tier)
-        return bool(evs[n].restored) if t is None else t.value > 0
+        return bool(restored_on(evs[n], tier))
 
     fwd = [n for n in main if replays[n] == "forward"]
     rev = [n for n in main if replays[n] == "reverse"]
@@ -339,7 +336,7 @@ def _usage_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[
         tok = ph.get("tokens") or {}
         counted = float(counter_cached(d))
         how = "hit_tokens" + next(
-            (f" + {k}" for k in ("host_fetched_tokens", "host_hit_tokens") if k in d), ""
+            (f" + {k}" for k in USAGE_HOST_KEYS if k in d), ""
         )
         if tok.get("cached_unknown", 0) >= ph["ok"]:
             if counted > 0:

@@ -41,9 +41,9 @@ import numpy as np
 import orjson
 from hdrh.histogram import HdrHistogram
 
+from kvreplay.evidence.vocab import GAUGE_NAMES
 from kvreplay.metrics.histograms import new_histogram
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
-from kvreplay.runner.backend import GAUGE_NAMES
 from kvreplay.safe_io import atomic_write_json
 
 __all__ = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvreplay.evidence.vocab import COUNTER_NAMES, DEVICE_KEYS, GAUGE_NAMES, HOST_KEYS, LOAD_GAUGES
 from kvreplay.report.cells import (
     Cell,
     absent,
@@ -24,11 +25,9 @@ from kvreplay.report.cells import (
     record_cells,
     tokens_cell,
 )
-from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
 from kvreplay.report.load import RunData
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.units import sim_time_scale, unit_of
-from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES
 
 __all__ = [
     "COUNTER_ORDER",
@@ -43,7 +42,7 @@ __all__ = [
 ]
 
 COUNTER_ORDER = COUNTER_NAMES + tuple(g for g in GAUGE_NAMES if g not in LOAD_GAUGES)
-"""Column order of counter tables: the common names of ``runner.backend``, counters then gauges."""
+"""Column order of counter tables: the common names of ``evidence.vocab``, counters then gauges."""
 
 
 @dataclass(slots=True)
@@ -168,7 +167,7 @@ def _counter_keys(deltas: list[dict[str, Any]]) -> list[str]:
 def bytes_per_entry_cell(ph: dict[str, Any] | str, summary: dict[str, Any]) -> Cell:
     """Bytes per held entry at the phase end: the ``bytes`` gauge / the ``entries`` gauge.
 
-    Both are gauges (``runner.backend.GAUGE_NAMES``: the phase's ``counter_delta``
+    Both are gauges (``evidence.vocab.GAUGE_NAMES``: the phase's ``counter_delta``
     holds their value at the phase end), as halogen's ``GET /cache`` reports them;
     an entry cap shows as this figure sitting on the cap (``max_entry_bytes``).
     Shown with one decimal when the division is not exact.

@@ -344,7 +344,7 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
         phase; its values are gathered for every candidate key in the same pass
         and the chosen one kept.
     """
-    from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
+    from kvreplay.evidence.vocab import DEVICE_KEYS, HOST_KEYS
 
     cands = tuple(HOST_KEYS) + tuple(k for k in DEVICE_KEYS if k not in HOST_KEYS)
     c1 = {

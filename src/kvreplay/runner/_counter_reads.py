@@ -13,7 +13,8 @@ import asyncio
 from typing import Any
 
 from kvreplay.errors import BackendError
-from kvreplay.runner.backend import TOKEN_TWINS, Snapshot, counter_delta
+from kvreplay.evidence.vocab import TOKEN_TWINS
+from kvreplay.runner.backend import Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot
 from kvreplay.runner.outcomes import finite_snapshot
 

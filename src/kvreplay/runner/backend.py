@@ -1,26 +1,10 @@
 """The contract the runner asks of a server's counters (the consumer owns it).
 
 ``runner/`` never imports a backend; adapters in ``kvreplay.backends`` satisfy
-this Protocol. Common counter names (a key is *absent*, never 0, when the server
-does not report it)::
-
-    counters: lookups hits misses hit_tokens query_tokens prompt_tokens computed_tokens
-              stores evictions refused host_lookups host_hits host_query_tokens
-              host_hit_tokens host_fetched_tokens host_reused_tokens host_stores
-              host_evictions
-    gauges:   entries bytes host_bytes host_rows_used host_pages_used running waiting
-              retiring transfers_in_flight transfers_waiting
-
-``prompt_tokens`` counts every prompt token, cached ones included (vLLM, SGLang);
-``computed_tokens`` counts only the prompt tokens the server computed, cache
-excluded (llama.cpp's ``prompt_tokens_total``, vLLM's ``source="local_compute"``).
-``host_query_tokens`` is the host/external tier's analogue of ``query_tokens``.
-
-Each name has one unit on every backend (``COMMON_UNITS``): ``lookups``,
-``hits``, ``misses``, ``host_lookups`` and ``host_hits`` count lookups; the
-``*_tokens`` names count tokens. A server that counts lookups and hits in tokens
-(vLLM's ``prefix_cache_*`` and ``external_prefix_cache_*``) maps them to the token
-names (``TOKEN_TWINS``: ``host_hits`` in tokens is ``host_hit_tokens``).
+this Protocol. Snapshots carry values under the common counter names of
+``kvreplay.evidence.vocab`` (``COUNTER_NAMES``, ``GAUGE_NAMES``, their units and
+token twins; re-exported here): a key is *absent*, never 0, when the server does
+not report it.
 
 A counter that goes down means the server restarted: its delta is invalid and is
 reported as the post-restart value (Prometheus ``increase()`` semantics), never
@@ -31,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from kvreplay.evidence.vocab import COMMON_UNITS, COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES, TOKEN_TWINS
 
 __all__ = [
     "COMMON_UNITS",
@@ -44,78 +30,6 @@ __all__ = [
     "counter_delta",
 ]
 
-COUNTER_NAMES = (
-    "lookups",
-    "hits",
-    "misses",
-    "hit_tokens",
-    "query_tokens",
-    "prompt_tokens",
-    "computed_tokens",
-    "stores",
-    "evictions",
-    "refused",
-    "host_lookups",
-    "host_hits",
-    "host_query_tokens",
-    "host_hit_tokens",
-    "host_fetched_tokens",
-    "host_reused_tokens",
-    "host_stores",
-    "host_evictions",
-)
-GAUGE_NAMES = (
-    "entries",
-    "bytes",
-    "host_bytes",
-    "host_rows_used",
-    "host_pages_used",
-    "running",
-    "waiting",
-    "retiring",
-    "transfers_in_flight",
-    "transfers_waiting",
-)
-COMMON_UNITS = {
-    "lookups": "lookups",
-    "hits": "lookups",
-    "misses": "lookups",
-    "hit_tokens": "tokens",
-    "query_tokens": "tokens",
-    "prompt_tokens": "tokens",
-    "computed_tokens": "tokens",
-    "host_lookups": "lookups",
-    "host_hits": "lookups",
-    "host_query_tokens": "tokens",
-    "host_hit_tokens": "tokens",
-    "host_fetched_tokens": "tokens",
-    "host_reused_tokens": "tokens",
-    "running": "requests",
-    "waiting": "requests",
-    "retiring": "requests",
-    "transfers_in_flight": "transfers",
-    "transfers_waiting": "transfers",
-    "bytes": "bytes",
-    "host_bytes": "bytes",
-    "host_rows_used": "rows",
-    "host_pages_used": "pages",
-}
-"""The one unit of each common name that has a fixed one. ``stores``, ``evictions``,
-``refused``, ``entries``, ``host_stores`` and ``host_evictions`` count the server's
-own cache units (entries, blocks, rows): their unit is the profile's and is written
-to summary.json (``units``)."""
-TOKEN_TWINS = {
-    "lookups": "query_tokens",
-    "hits": "hit_tokens",
-    "host_lookups": "host_query_tokens",
-    "host_hits": "host_hit_tokens",
-}
-"""Lookup-count name -> its token-count name: where a profile maps a lookup name
-with ``unit = "tokens"`` (as kvreplay's vLLM profile did before ``host_hit_tokens``
-existed), the series goes to the token name, so each name keeps one meaning."""
-LOAD_GAUGES = ("running", "waiting", "retiring", "transfers_in_flight", "transfers_waiting")
-"""Gauges that must read zero for the server to count as drained."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
@@ -125,7 +39,7 @@ class Snapshot:
         taken_ns: ``clock.now_ns()`` when the response arrived (ns).
         raw: Native values verbatim (series name with labels -> value), as the
             server printed them.
-        common: Values mapped onto the common names above; absent when unknown.
+        common: Values mapped onto the common names (``evidence.vocab``); absent when unknown.
         started: The server's start marker (``process_start_time_seconds``, a
             ``_created`` value, or a restart epoch), None when it has none.
         settled: True when two consecutive reads agreed before this one was

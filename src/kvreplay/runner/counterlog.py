@@ -40,7 +40,8 @@ from typing import Any
 
 import orjson
 
-from kvreplay.runner.backend import COMMON_UNITS, Snapshot
+from kvreplay.evidence.vocab import COMMON_UNITS
+from kvreplay.runner.backend import Snapshot
 
 __all__ = [
     "DEFAULT_CAP_BYTES",

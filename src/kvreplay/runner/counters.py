@@ -12,7 +12,8 @@ import asyncio
 from dataclasses import dataclass
 
 from kvreplay.clock import now_ns
-from kvreplay.runner.backend import COUNTER_NAMES, LOAD_GAUGES, Backend, Snapshot
+from kvreplay.evidence.vocab import COUNTER_NAMES, LOAD_GAUGES
+from kvreplay.runner.backend import Backend, Snapshot
 
 __all__ = ["DrainResult", "check_fresh", "settled_snapshot", "wait_drained"]
 

@@ -23,8 +23,8 @@ from integration.real.realsrv_helpers import (
     series,
 )
 
+from kvreplay.evidence.engine import phase_evidence
 from kvreplay.report.diagnose import CACHE_RULES, diagnose
-from kvreplay.report.evidence import phase_evidence
 from kvreplay.report.load import load_run
 from kvreplay.testing import VLLM_CPU_VERSION
 

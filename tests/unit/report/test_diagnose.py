@@ -1,14 +1,13 @@
 """Each diagnosis rule on a hand-built run where it must fire, and on one where it must not.
 
-The order rules follow the evidence rules (``kvreplay.report.evidence``): a tier
+The order rules follow the evidence rules (``kvreplay.evidence.engine``): a tier
 whose lookup counter did not move is absent, not zero.
 """
 
 from rundirs import plan_json, record, summarise
 
-from kvreplay.metrics.summary import counter_cached
+from kvreplay.evidence.engine import counter_cached, phase_evidence
 from kvreplay.report.diagnose import diagnose
-from kvreplay.report.evidence import phase_evidence
 
 FWD_REV = plan_json(
     [

@@ -2,7 +2,7 @@
 
 A ratio metric is the quotient of two figures of one phase of ``summary.json``:
 
-- a **common counter name** (``runner.backend.COUNTER_NAMES``: ``hit_tokens``,
+- a **common counter name** (``evidence.vocab.COUNTER_NAMES``: ``hit_tokens``,
   ``query_tokens``, ``prompt_tokens``, ``computed_tokens``, ``hits``,
   ``lookups``, ``host_fetched_tokens``...), read from the phase's
   ``counter_delta`` (the counters' increase over the phase), or
@@ -29,7 +29,8 @@ import re
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.runner.backend import COUNTER_NAMES
+from kvreplay.evidence.engine import counter_value, usable_delta
+from kvreplay.evidence.vocab import COUNTER_NAMES
 
 __all__ = ["RATIO_PREFIX", "USAGE_FIELDS", "check_ratio_metric", "missing_counter", "ratio_value"]
 
@@ -67,13 +68,10 @@ def check_ratio_metric(metric: str, *, field: str = "--primary") -> tuple[str, s
 
 
 def _figure(phase: dict[str, Any], name: str) -> float | None:
-    if name in USAGE_FIELDS:
-        v = (phase.get("tokens") or {}).get(name.split(".", 1)[1])
-    else:
-        delta = phase.get("counter_delta") or {}
-        if delta.get("reset"):
-            return None  # a restart inside the phase: the delta is not the phase's
-        v = delta.get(name)
+    if name not in USAGE_FIELDS:
+        # absent is not zero; a restart inside the phase voids its delta (evidence.engine)
+        return counter_value(phase.get("counter_delta"), name)
+    v = (phase.get("tokens") or {}).get(name.split(".", 1)[1])
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -103,7 +101,7 @@ def missing_counter(phase: dict[str, Any], metric: str, backend: str | None) -> 
         counter operand is there (or the delta is void by a restart).
     """
     delta = phase.get("counter_delta")
-    if isinstance(delta, dict) and delta.get("reset"):
+    if isinstance(delta, dict) and usable_delta(delta) is None:
         return None
     have = [c for c in COUNTER_NAMES if isinstance(delta, dict) and delta.get(c) is not None]
     for name in check_ratio_metric(metric):

@@ -1,0 +1,79 @@
+"""kvreplay.evidence: the counter/tier vocabulary and the one restore-evidence engine.
+
+- ``evidence.vocab``: every common counter and gauge name, their units, the tiers
+  (host, device, usage) with their lookup and restore keys, and ``ABSENT``.
+- ``evidence.engine``: the rules (absent is not zero, a reset delta is void, the
+  tier compared, only repeats are evidence) that the run report, the experiment
+  findings and ``kvreplay compare`` all decide with.
+
+It sits low in the layers (beside ``metrics``): it reads summary, record and
+counter dicts and imports nothing of the project but the bottom modules.
+"""
+
+from __future__ import annotations
+
+from kvreplay.evidence.engine import (
+    PhaseEvidence,
+    PhaseSends,
+    SentBodies,
+    Tier,
+    common_tier,
+    counter_cached,
+    counter_value,
+    delta_evidence,
+    figure_on,
+    phase_evidence,
+    replay_orders,
+    restored_on,
+    tiers_present,
+    usable,
+    usable_delta,
+)
+from kvreplay.evidence.vocab import (
+    ABSENT,
+    COMMON_UNITS,
+    COUNTER_NAMES,
+    DEVICE_KEYS,
+    DEVICE_LOOKUP_KEYS,
+    DEVICE_WORK_KEYS,
+    GAUGE_NAMES,
+    HOST_KEYS,
+    HOST_LOOKUP_KEYS,
+    LOAD_GAUGES,
+    RESTORE_KEYS,
+    TIERS,
+    TOKEN_TWINS,
+    USAGE_HOST_KEYS,
+)
+
+__all__ = [
+    "ABSENT",
+    "COMMON_UNITS",
+    "COUNTER_NAMES",
+    "DEVICE_KEYS",
+    "DEVICE_LOOKUP_KEYS",
+    "DEVICE_WORK_KEYS",
+    "GAUGE_NAMES",
+    "HOST_KEYS",
+    "HOST_LOOKUP_KEYS",
+    "LOAD_GAUGES",
+    "RESTORE_KEYS",
+    "TIERS",
+    "TOKEN_TWINS",
+    "USAGE_HOST_KEYS",
+    "PhaseEvidence",
+    "PhaseSends",
+    "SentBodies",
+    "Tier",
+    "common_tier",
+    "counter_cached",
+    "counter_value",
+    "delta_evidence",
+    "figure_on",
+    "phase_evidence",
+    "replay_orders",
+    "restored_on",
+    "tiers_present",
+    "usable",
+    "usable_delta",
+]

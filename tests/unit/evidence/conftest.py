@@ -1,0 +1,8 @@
+"""Evidence unit tests: make the hand-built run-directory helpers importable as ``rundirs_evidence``."""
+
+import sys
+from pathlib import Path
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
