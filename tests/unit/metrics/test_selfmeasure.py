@@ -35,9 +35,15 @@ def test_blocked_loop_shows_lag_and_is_not_labelled_without_cpu_or_starvation():
     assert j["loop_lag_max_ms"] >= 45.0
     assert j["loop_lag_p99_ms"] >= LOOP_LAG_P99_MS
     assert j["loop_late_s"] >= 6 * 0.04
-    # Asleep in time.sleep: neither running nor waiting for a CPU during the stalls.
+    # Asleep in time.sleep: not running during the stalls.
     assert j["stall_cpu_share"] < STALL_SHARE
-    assert j["verdict"] == "host_stalls" and j["bound"] is False
+    # Not waiting for a CPU either, on a quiet machine: then the verdict is host_stalls. With
+    # other jobs beside the suite the thread may really wait for a CPU (scheduler figures);
+    # then, and only then, the label is client_bound (the test must not depend on the load).
+    starved = ((j["starvation_share"] or 0.0) >= STARVATION_SHARE
+               or (j["stall_wait_share"] or 0.0) >= STALL_SHARE)
+    assert j["verdict"] == ("client_bound" if starved else "host_stalls")
+    assert j["bound"] is starved
     assert j["late_sends"] is None and j["late_send_share"] is None  # closed loop
 
 
