@@ -386,21 +386,28 @@ def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[
     """
     from kvreplay.experiments.timescale import model_ms
 
+    def _unusable(ref: str, v: Any) -> str | None:
+        """Why one side cannot be compared (not measured, a control, not run, cut short), else None."""
+        if v is None:
+            return f"{ref} was not measured"
+        if not v.comparable:
+            return f"{ref} is a control (comparable = false)"
+        if not_run(v.summary):
+            return f"{ref} was {not_run(v.summary)}"
+        if partial_reason(v.summary):
+            return f"{ref} is {partial_reason(v.summary)}"
+        return None
+
     by = {v.ref: v for v in views}
     out = []
     for a, b in pairs:
         va, vb = by.get(a), by.get(b)
         t: dict[str, Any] = {"a": a, "b": b}
-        if va is None or vb is None:
-            t["note"] = f"not compared: {a if va is None else b} was not measured"
-        elif not va.comparable or not vb.comparable:
-            t["note"] = f"not compared: {a if not va.comparable else b} is a control (comparable = false)"
-        elif not_run(va.summary) or not_run(vb.summary):
-            side, v = (a, va) if not_run(va.summary) else (b, vb)
-            t["note"] = f"not compared: {side} was {not_run(v.summary)}"
-        elif partial_reason(va.summary) or partial_reason(vb.summary):
-            side, v = (a, va) if partial_reason(va.summary) else (b, vb)
-            t["note"] = f"not compared: {side} is {partial_reason(v.summary)}"
+        why = [r for r in (_unusable(a, va), _unusable(b, vb)) if r]  # every side's reason, a then b
+        if why:
+            t["note"] = "not compared: " + "; ".join(why)
+        elif va is None or vb is None:  # for the type checker: _unusable named the missing side
+            continue
         elif va.scale != vb.scale:
             t["note"] = (f"not compared: {a} ran at simulator time scale {va.scale or 1:g}, {b} at "
                          f"{vb.scale or 1:g}")
