@@ -38,6 +38,7 @@ import orjson
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe.legs import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+from kvreplay.experiments.window.fields import parse_duration
 from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]
@@ -96,8 +97,6 @@ def probe_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: s
     Raises:
         ConfigError: a bad value, naming file, line and field.
     """
-    from kvreplay.experiments.window.spec import parse_duration
-
     raw = rest.get("sizes", "8k,16k,32k,64k")
     if isinstance(raw, list):
         sizes = [_tokens(x, path=path, line=line, fld=f"{fld}.sizes[{i}]") for i, x in enumerate(raw)]
