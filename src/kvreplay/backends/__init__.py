@@ -2,21 +2,15 @@
 
 One adapter per server family, each satisfying ``kvreplay.runner.backend.Backend``
 (the runner owns the contract and never imports this package's internals). Each
-family is a ``BackendFamily`` in its adapter's module, registered in ``_registry``
-(``BUILTIN_FAMILIES``; ``register_family`` at run time); ``--backend``'s help,
-``make_backend``, ``detect`` and ``detect_text`` read the registry. The built-in
-families (``BackendFamily.summary``)::
-
-    halogen     GET /cache JSON (halogen, kvreplay's simulator)
-    vllm        /metrics via profiles/vllm.toml; /v1/models, /version, cache_config_info
-    sglang      /metrics via profiles/sglang.toml; /get_server_info; POST /flush_cache
-    llamacpp    /metrics via profiles/llamacpp.toml (or /slots); /props
-    prometheus  /metrics via any profile TOML (--profile NAME|FILE)
-    openai      no counters (usage only)
+family is a ``BackendFamily`` in its adapter's module (name, adapter, one-line
+summary, profile, how it is detected), registered in ``_registry``
+(``BUILTIN_FAMILIES``; ``register_family`` at run time). ``--backend``'s help, ``make_backend``, ``detect``
+and ``detect_text`` read the registry: ``backend_names()`` and ``kvreplay run --help``
+list every family.
 
 Adding a family: a module with its adapter and ``FAMILY = BackendFamily(...)``, its
-profile (``kvreplay/profiles/<name>.toml``), one entry in ``_registry.BUILTIN_FAMILIES``,
-and its tests.
+profile (``kvreplay/profiles/<name>.toml``) when it reads Prometheus series, one entry
+in ``_registry.BUILTIN_FAMILIES``, and its tests.
 
 Usage::
 

@@ -41,9 +41,7 @@ def test_every_kind_named_in_toml_files_and_docs_is_registered():
     named = {m for t in texts for m in re.findall(r'kind\s*=\s*"([a-z_]+)"', t)}
     assert named, "no kind = \"...\" found: the search is broken"
     assert named <= set(kind_names()), sorted(named - set(kind_names()))
-    # and the file format's docstring shows every built-in kind
-    spec_doc = (SRC / "experiments" / "window" / "spec.py").read_text()
-    assert {k.name for k in steps.BUILTIN} <= set(re.findall(r'kind = "([a-z_]+)"', spec_doc))
+    assert named == {k.name for k in steps.BUILTIN}  # every built-in kind is shown somewhere
 
 
 def _kind_expr(node: ast.AST) -> bool:
