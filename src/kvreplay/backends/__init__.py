@@ -36,10 +36,11 @@ from ._halogen import HALOGEN_KEYS, HalogenBackend
 from ._openai import OpenAIBackend
 from ._profile import Profile, SeriesMap, builtin_profile_names, load_profile
 from ._prometheus import PrometheusBackend
-from ._registry import BACKEND_NAMES, backend_names, detect, detect_text, make_backend, parse_dump
+from ._registry import BACKEND_NAMES, BUILTIN_FAMILIES, backend_names, detect, detect_text, make_backend, parse_dump
 
 __all__ = [
     "BACKEND_NAMES",
+    "BUILTIN_FAMILIES",
     "BackendFamily",
     "DrainResult",
     "HALOGEN_KEYS",

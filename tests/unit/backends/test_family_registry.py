@@ -11,6 +11,7 @@ import pytest
 
 from kvreplay.backends import (
     BACKEND_NAMES,
+    BUILTIN_FAMILIES,
     BackendFamily,
     PrometheusBackend,
     backend_names,
@@ -23,7 +24,6 @@ from kvreplay.backends import (
     register_family,
     unregister_family,
 )
-from kvreplay.backends._registry import BUILTIN_FAMILIES
 from kvreplay.cli import main
 from kvreplay.errors import ConfigError
 
