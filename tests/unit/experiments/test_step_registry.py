@@ -44,6 +44,22 @@ def test_every_kind_named_in_toml_files_and_docs_is_registered():
     assert named == {k.name for k in steps.BUILTIN}  # every built-in kind is shown somewhere
 
 
+MINIMAL = {"incarnation": "", "run": 'phases = ["p:forward:c1"]\n', "probe": "",
+           "ab": 'arms = [{name = "a"}, {name = "b"}]\n', "restore": ""}
+
+
+@pytest.mark.parametrize("kind", [k.name for k in steps.BUILTIN])
+def test_every_builtin_kind_is_accepted_by_the_parser(tmp_path, kind):
+    from kvreplay.experiments.window.spec import load_experiment
+
+    wl = ROOT / "fixtures" / "workloads" / "mtbench-52"
+    p = tmp_path / "e.toml"
+    p.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\n[[step]]\nname = "S"\nkind = "{kind}"\n'
+                 + MINIMAL[kind])
+    (st,) = load_experiment(p).steps
+    assert (st.kind, st.line, st.sends, st.dir) == (kind, 4, kind_of(kind).sends, "steps/00-S")
+
+
 def _kind_expr(node: ast.AST) -> bool:
     """``x.kind``, ``x["kind"]``, ``kind``/``kind_name``."""
     if isinstance(node, ast.Attribute):
