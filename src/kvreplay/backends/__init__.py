@@ -31,7 +31,7 @@ from kvreplay.runner.counters import DrainResult, check_fresh, settled_snapshot,
 
 from ._common import check_empty
 from ._families import LlamacppBackend, SglangBackend, VllmBackend
-from ._family import BackendFamily, families, register_family, unregister_family
+from ._family import BackendFamily, families, family, register_family, unregister_family
 from ._halogen import HALOGEN_KEYS, HalogenBackend
 from ._openai import OpenAIBackend
 from ._profile import Profile, SeriesMap, builtin_profile_names, load_profile
@@ -59,6 +59,7 @@ __all__ = [
     "detect",
     "detect_text",
     "families",
+    "family",
     "load_profile",
     "make_backend",
     "parse_dump",

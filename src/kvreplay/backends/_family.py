@@ -50,6 +50,8 @@ class BackendFamily:
         tells_dump: ``tells_dump(text) -> bool``: a saved dump in this family's own format
             (halogen: a JSON object), tried before series prefixes.
         needs_profile: ``make_backend`` refuses it without a profile (``prometheus``).
+        counters: False for a family whose adapter reads no counters (``openai``): the probe
+            then measures without an adapter.
     """
 
     name: str
@@ -61,6 +63,7 @@ class BackendFamily:
     probe_rank: int = 100
     tells_dump: Callable[[str], bool] | None = None
     needs_profile: bool = False
+    counters: bool = True
 
 
 _FAMILIES: dict[str, BackendFamily] = {}

@@ -67,5 +67,5 @@ class OpenAIBackend:
         return False
 
 
-FAMILY = BackendFamily(name="openai", adapter=OpenAIBackend, summary="no counters (usage only)")
+FAMILY = BackendFamily(name="openai", adapter=OpenAIBackend, summary="no counters (usage only)", counters=False)
 """Plain OpenAI-compatible servers: ``detect``'s answer when no other family is recognised."""

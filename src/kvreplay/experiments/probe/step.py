@@ -176,11 +176,13 @@ async def probe_url(url: str, backend_name: str, cfg: ProbeConfig, *, read_timeo
     async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
         backend = None
         if backend_name != "none":
-            from kvreplay.backends import detect, make_backend
+            from kvreplay.backends import detect, family, make_backend
 
             if backend_name == "auto":
                 backend_name = await detect(url, session)
-            backend = None if backend_name == "openai" else make_backend(backend_name, url, session, profile=profile)
+            fam = family(backend_name)  # a family without counters (openai): the probe reads none
+            backend = (make_backend(backend_name, url, session, profile=profile) if fam is None or fam.counters
+                       else None)
         verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say,
                                   stop_new=stop_new)
     return verdict, backend_name
