@@ -20,13 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvreplay.backends import HALOGEN_KEYS, parse_dump
+from kvreplay.backends import BUILTIN_FAMILIES, HALOGEN_KEYS, parse_dump
 from kvreplay.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "src" / "kvreplay" / "profiles"
 PROM_FIXTURES = sorted((ROOT / "fixtures" / "metrics").glob("*/*.prom"))
-FAMILIES = ("vllm", "sglang", "llamacpp")
+FAMILIES = tuple(f.name for f in BUILTIN_FAMILIES if f.series_prefix)
+"""The Prometheus families of the registry (vllm, sglang, llamacpp): each has captured dumps."""
 
 FUZZ = settings(max_examples=150, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
 """Modest counts; a 5 s deadline per example is the "no hang" check."""

@@ -1,14 +1,16 @@
 """Backend adapters: read a server's native cache counters, identity and load.
 
 One adapter per server family, each satisfying ``kvreplay.runner.backend.Backend``
-(the runner owns the contract and never imports this package's internals)::
+(the runner owns the contract and never imports this package's internals). Each
+family is a ``BackendFamily`` in its adapter's module (name, adapter, one-line
+summary, profile, how it is detected), registered in ``_registry``
+(``BUILTIN_FAMILIES``; ``register_family`` at run time). ``--backend``'s help, ``make_backend``, ``detect``
+and ``detect_text`` read the registry: ``backend_names()`` and ``kvreplay run --help``
+list every family.
 
-    halogen     GET /cache JSON (halogen, kvreplay's simulator)
-    vllm        /metrics via profiles/vllm.toml; /v1/models, /version, cache_config_info
-    sglang      /metrics via profiles/sglang.toml; /get_server_info; POST /flush_cache
-    llamacpp    /metrics via profiles/llamacpp.toml (or /slots); /props
-    prometheus  /metrics via any profile TOML (--profile NAME|FILE)
-    openai      no counters
+Adding a family: a module with its adapter and ``FAMILY = BackendFamily(...)``, its
+profile (``kvreplay/profiles/<name>.toml``) when it reads Prometheus series, one entry
+in ``_registry.BUILTIN_FAMILIES``, and its tests.
 
 Usage::
 
@@ -29,14 +31,17 @@ from kvreplay.runner.counters import DrainResult, check_fresh, settled_snapshot,
 
 from ._common import check_empty
 from ._families import LlamacppBackend, SglangBackend, VllmBackend
+from ._family import BackendFamily, families, family, register_family, unregister_family
 from ._halogen import HALOGEN_KEYS, HalogenBackend
 from ._openai import OpenAIBackend
 from ._profile import Profile, SeriesMap, builtin_profile_names, load_profile
 from ._prometheus import PrometheusBackend
-from ._registry import BACKEND_NAMES, detect, detect_text, make_backend, parse_dump
+from ._registry import BACKEND_NAMES, BUILTIN_FAMILIES, backend_names, detect, detect_text, make_backend, parse_dump
 
 __all__ = [
     "BACKEND_NAMES",
+    "BUILTIN_FAMILIES",
+    "BackendFamily",
     "DrainResult",
     "HALOGEN_KEYS",
     "HalogenBackend",
@@ -47,14 +52,19 @@ __all__ = [
     "SeriesMap",
     "SglangBackend",
     "VllmBackend",
+    "backend_names",
     "builtin_profile_names",
     "check_empty",
     "check_fresh",
     "detect",
     "detect_text",
+    "families",
+    "family",
     "load_profile",
     "make_backend",
     "parse_dump",
+    "register_family",
     "settled_snapshot",
+    "unregister_family",
     "wait_drained",
 ]

@@ -14,12 +14,13 @@ from kvreplay import clock
 from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity
+from ._family import BackendFamily
 from ._http import fetch, fetch_json
 from ._profile import Profile, load_profile
 from ._prom import parse_exposition
 from ._prometheus import PrometheusBackend
 
-__all__ = ["LlamacppBackend", "SglangBackend", "VllmBackend"]
+__all__ = ["LLAMACPP", "SGLANG", "VLLM", "LlamacppBackend", "SglangBackend", "VllmBackend"]
 
 
 class VllmBackend(PrometheusBackend):
@@ -214,3 +215,35 @@ class LlamacppBackend(PrometheusBackend):
     async def reset_cache(self) -> bool:
         """llama.cpp has no prompt-cache reset endpoint: always False, nothing sent."""
         return False
+
+
+async def _vllm_models(session: aiohttp.ClientSession, base_url: str) -> bool:
+    """``/v1/models`` lists a card with ``owned_by: "vllm"``."""
+    models = await fetch_json(session, base_url, "/v1/models")
+    return (isinstance(models, dict) and isinstance(models.get("data"), list)
+            and any(isinstance(c, dict) and c.get("owned_by") == "vllm" for c in models["data"]))
+
+
+async def _sglang_info(session: aiohttp.ClientSession, base_url: str) -> bool:
+    """``/get_server_info`` answers a JSON object."""
+    return isinstance(await fetch_json(session, base_url, "/get_server_info"), dict)
+
+
+async def _llamacpp_props(session: aiohttp.ClientSession, base_url: str) -> bool:
+    """``/props`` answers a JSON object with ``build_info`` or ``default_generation_settings``."""
+    props = await fetch_json(session, base_url, "/props")
+    return isinstance(props, dict) and ("build_info" in props or "default_generation_settings" in props)
+
+
+VLLM = BackendFamily(
+    name="vllm", adapter=VllmBackend, summary="/metrics via profiles/vllm.toml; /v1/models, /version, "
+    "cache_config_info", profile="vllm", series_prefix="vllm:", probe=_vllm_models, probe_rank=50)
+"""vLLM: its ``vllm:`` series, else ``/v1/models`` cards owned by vllm (probed last)."""
+SGLANG = BackendFamily(
+    name="sglang", adapter=SglangBackend, summary="/metrics via profiles/sglang.toml; /get_server_info; "
+    "POST /flush_cache", profile="sglang", series_prefix="sglang:", probe=_sglang_info, probe_rank=40)
+"""SGLang: its ``sglang:`` series, else ``/get_server_info`` (metrics off)."""
+LLAMACPP = BackendFamily(
+    name="llamacpp", adapter=LlamacppBackend, summary="/metrics via profiles/llamacpp.toml (or /slots); /props",
+    profile="llamacpp", series_prefix="llamacpp:", probe=_llamacpp_props, probe_rank=30)
+"""llama.cpp: its ``llamacpp:`` series, else ``/props`` (metrics off)."""

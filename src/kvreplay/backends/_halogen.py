@@ -39,11 +39,12 @@ from kvreplay.evidence.vocab import LOAD_GAUGES
 from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity, drain_blockers
-from ._http import fetch
+from ._family import BackendFamily, family, series_family
+from ._http import fetch, fetch_json
 from ._profile import load_profile
-from ._prom import declared_names, family_of, parse_exposition, raw_from_samples
+from ._prom import declared_names, parse_exposition, raw_from_samples
 
-__all__ = ["HALOGEN_KEYS", "HalogenBackend"]
+__all__ = ["FAMILY", "HALOGEN_KEYS", "HalogenBackend"]
 
 HALOGEN_KEYS = (
     "entries",
@@ -160,16 +161,18 @@ class HalogenBackend:
             self._session(), "GET", self.base_url, "/metrics", accept=PROMETHEUS_ACCEPT
         )
         try:
-            family = family_of(reply.text) if reply.ok else None
+            name = series_family(reply.text) if reply.ok else None
+            fam = family(name) if name is not None else None
+            family_profile = fam.profile if fam is not None else None
         except BackendError:
             if self._metrics is None:
                 # Never readable: no companion. /cache alone still carries the counters.
                 self._metrics = False
                 return None
             raise
-        if family is not None and re.search(r"^kvreplay_sim:", reply.text, re.MULTILINE):
-            family = "sim"  # the simulator: its own profile also maps retiring/transfer gauges
-        if family is None:
+        if family_profile is not None and re.search(r"^kvreplay_sim:", reply.text, re.MULTILINE):
+            family_profile = "sim"  # the simulator: its own profile also maps retiring/transfer gauges
+        if family_profile is None:
             if self._metrics is None:
                 self._metrics = False
                 return None
@@ -185,7 +188,7 @@ class HalogenBackend:
                 return None
             raise
         self._metrics = True
-        common, started = load_profile(family).apply(samples, declared_names(reply.text))
+        common, started = load_profile(family_profile).apply(samples, declared_names(reply.text))
         gauges = {g: common[g] for g in LOAD_GAUGES if g in common}
         self.load_gauges = tuple(gauges)
         return raw_from_samples(samples), gauges, started
@@ -240,3 +243,15 @@ class HalogenBackend:
         """
         reply = await fetch(self._session(), "POST", self.base_url, "/reset_prefix_cache")
         return reply.ok
+
+
+async def _serves_cache(session: aiohttp.ClientSession, base_url: str) -> bool:
+    """``GET /cache`` answers a JSON object with ``hits`` and ``misses``."""
+    cache = await fetch_json(session, base_url, "/cache")
+    return isinstance(cache, dict) and "hits" in cache and "misses" in cache
+
+
+FAMILY = BackendFamily(
+    name="halogen", adapter=HalogenBackend, summary="GET /cache JSON (halogen, kvreplay's simulator)",
+    probe=_serves_cache, probe_rank=10, tells_dump=lambda text: text.lstrip().startswith("{"))
+"""The halogen family (``_family``): probed first, and a dump that is a JSON object is its."""

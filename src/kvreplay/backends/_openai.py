@@ -16,8 +16,9 @@ from kvreplay.errors import BackendError
 from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity
+from ._family import BackendFamily
 
-__all__ = ["OpenAIBackend"]
+__all__ = ["FAMILY", "OpenAIBackend"]
 
 
 class OpenAIBackend:
@@ -64,3 +65,7 @@ class OpenAIBackend:
     async def reset_cache(self) -> bool:
         """No reset: False, nothing sent."""
         return False
+
+
+FAMILY = BackendFamily(name="openai", adapter=OpenAIBackend, summary="no counters (usage only)", counters=False)
+"""Plain OpenAI-compatible servers: ``detect``'s answer when no other family is recognised."""

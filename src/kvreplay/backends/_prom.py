@@ -24,6 +24,7 @@ parsing. The adapters parse in a worker thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -42,9 +43,6 @@ __all__ = [
     "raw_from_samples",
     "series_key",
 ]
-
-FAMILY_PREFIXES = (("vllm", "vllm:"), ("sglang", "sglang:"), ("llamacpp", "llamacpp:"))
-"""Server family -> the prefix of its series names (SERVERS.md sections 1-3)."""
 
 _NAME_AT_LINE_START = re.compile(r"^[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
 _TYPE_LINE = re.compile(r"^#[ \t]+TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(\w+)", re.MULTILINE)
@@ -139,12 +137,13 @@ def parse_exposition(text: str) -> list[Sample]:
     return out
 
 
-def family_of(text: str) -> str | None:
-    """The server family whose series prefix starts a sample line, or None.
+def family_of(text: str, prefixes: Iterable[tuple[str, str]]) -> str | None:
+    """The first family of ``prefixes`` (``(family, series prefix)``) whose prefix starts a sample line, or None.
 
-    Only sample lines count: a HELP text that mentions ``vllm:`` does not.
+    Only sample lines count: a HELP text that mentions ``vllm:`` does not. The families
+    and their prefixes are the registry's (``_family.series_family``).
     """
-    for family, prefix in FAMILY_PREFIXES:
+    for family, prefix in prefixes:
         if re.search(r"^" + re.escape(prefix), text, re.MULTILINE):
             return family
     return None

@@ -18,11 +18,12 @@ from kvreplay.errors import BackendError
 from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity, drain_blockers
+from ._family import BackendFamily
 from ._http import fetch
 from ._profile import Profile
 from ._prom import declared_names, parse_exposition, raw_from_samples
 
-__all__ = ["PrometheusBackend"]
+__all__ = ["FAMILY", "PrometheusBackend"]
 
 PROMETHEUS_ACCEPT = "text/plain; version=0.0.4"
 """Never the OpenMetrics type: prometheus_client 0.26 then escapes ``:`` in sample
@@ -153,3 +154,8 @@ class PrometheusBackend:
             return False
         reply = await fetch(self._session(), reset["method"], self.base_url, reset["path"])
         return reply.ok and reset["expect_body"] in reply.text
+
+
+FAMILY = BackendFamily(name="prometheus", adapter=PrometheusBackend,
+                       summary="/metrics via any profile TOML (--profile NAME|FILE)", needs_profile=True)
+"""Any Prometheus ``/metrics`` mapped by a profile; never detected (``--backend prometheus --profile``)."""

@@ -1,4 +1,8 @@
-"""Backend names, construction, endpoint probing and offline dump parsing."""
+"""Backend names, construction, endpoint probing and offline dump parsing, from the family registry.
+
+The built-in families are listed here (``BUILTIN_FAMILIES``) and registered in
+``_family``; every function below iterates over that registry.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +13,43 @@ import aiohttp
 
 from kvreplay.errors import BackendError, ConfigError
 
-from ._families import LlamacppBackend, SglangBackend, VllmBackend
-from ._halogen import HalogenBackend
-from ._http import fetch, fetch_json
-from ._openai import OpenAIBackend
+from . import _families, _halogen, _openai, _prometheus
+from ._family import METRICS_RANK, BackendFamily, families, family, register_family, series_family
+from ._http import fetch
 from ._profile import Profile, load_profile
-from ._prom import family_of
-from ._prometheus import PROMETHEUS_ACCEPT, PrometheusBackend
+from ._prometheus import PROMETHEUS_ACCEPT
 
-__all__ = ["BACKEND_NAMES", "detect", "detect_text", "make_backend", "parse_dump"]
+__all__ = ["BACKEND_NAMES", "BUILTIN_FAMILIES", "backend_names", "detect", "detect_text", "make_backend",
+           "parse_dump"]
 
-_CLASSES: dict[str, type] = {
-    "halogen": HalogenBackend,
-    "llamacpp": LlamacppBackend,
-    "openai": OpenAIBackend,
-    "prometheus": PrometheusBackend,
-    "sglang": SglangBackend,
-    "vllm": VllmBackend,
-}
-BACKEND_NAMES = tuple(sorted(_CLASSES))
-"""Names accepted by ``make_backend`` (``--backend``; ``auto`` is resolved by ``detect``)."""
+BUILTIN_FAMILIES: tuple[BackendFamily, ...] = (
+    _halogen.FAMILY,
+    _families.VLLM,
+    _families.SGLANG,
+    _families.LLAMACPP,
+    _prometheus.FAMILY,
+    _openai.FAMILY,
+)
+"""The built-in families, registered here (``_family``), in the order help texts list them and
+``/metrics`` prefixes are matched. Adding a family: its module with its ``BackendFamily``, its
+profile (``kvreplay/profiles/<name>.toml``), one entry here, and its tests."""
+for _fam in BUILTIN_FAMILIES:
+    register_family(_fam, builtin=True)
+
+FALLBACK = _openai.FAMILY.name
+"""What ``detect`` answers when no family is recognised."""
+
+BACKEND_NAMES = tuple(sorted(f.name for f in BUILTIN_FAMILIES))
+"""Names of the built-in families, sorted (``backend_names()`` also has families registered later)."""
+
+
+def backend_names() -> tuple[str, ...]:
+    """Names accepted by ``make_backend`` (``--backend``), in registration order.
+
+    The built-in families first, then any registered since; ``auto`` (resolved by
+    ``detect``) and ``none`` (no adapter) are not family names.
+    """
+    return tuple(f.name for f in families())
 
 
 def make_backend(
@@ -40,13 +61,14 @@ def make_backend(
     """Build one adapter.
 
     Args:
-        name: One of ``BACKEND_NAMES`` (resolve ``auto`` with :func:`detect` first).
+        name: A registered family, ``backend_names()`` (resolve ``auto`` with :func:`detect` first).
         base_url: Server root, e.g. ``http://127.0.0.1:8000``.
         session: The caller's aiohttp session (never closed by the adapter); None
             for an adapter used only to ``parse`` saved dumps.
         profile: For ``prometheus`` (required) and the built-in Prometheus
             families (optional override): a Profile, a built-in profile name, or
-            the path of a profile TOML file. Ignored by ``halogen`` and ``openai``.
+            the path of a profile TOML file. Ignored by ``halogen`` and ``openai``;
+            required by a family with ``needs_profile``.
 
     Returns:
         An object satisfying ``kvreplay.runner.backend.Backend``, with also
@@ -54,29 +76,28 @@ def make_backend(
         ``units`` and ``load_gauges``.
 
     Raises:
-        ConfigError: unknown name, ``prometheus`` without a profile, or a profile
+        ConfigError: unknown name, ``prometheus`` (``needs_profile``) without a profile, or a profile
             that cannot be loaded.
     """
-    cls = _CLASSES.get(name)
-    if cls is None:
+    fam = family(name)
+    if fam is None:
         raise ConfigError(
-            f"unknown backend {name!r}; one of: auto, {', '.join(BACKEND_NAMES)}", field="--backend"
+            f"unknown backend {name!r}; one of: auto, {', '.join(sorted(backend_names()))}", field="--backend"
         )
     if profile is not None and not isinstance(profile, Profile):
         profile = load_profile(profile)
-    if cls is PrometheusBackend:
-        if profile is None:
-            raise ConfigError(
-                "the prometheus backend needs --profile (a name or a TOML file)", field="--profile"
-            )
-        return PrometheusBackend(base_url, session, profile)
-    return cls(base_url, session, profile)
+    if fam.needs_profile and profile is None:
+        raise ConfigError(
+            f"the {name} backend needs --profile (a name or a TOML file)", field="--profile"
+        )
+    return fam.adapter(base_url, session, profile)
 
 
 async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
     """Find the backend of a live server by probing control endpoints (GET only).
 
-    Probes, in order, stopping at the first that identifies the family:
+    Probes, in order, stopping at the first that identifies the family (the
+    registry's order, ``_family``; the built-in families give):
 
     1. ``/cache`` -> a JSON object with ``hits`` and ``misses``: ``halogen``;
     2. ``/metrics`` (``Accept: text/plain``) -> series named ``vllm:``,
@@ -93,47 +114,41 @@ async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
         session: The caller's aiohttp session.
 
     Returns:
-        One of ``BACKEND_NAMES``.
+        A registered family name.
 
     Raises:
         BackendError: the server could not be reached at all.
     """
-    cache = await fetch_json(session, base_url, "/cache")
-    if isinstance(cache, dict) and "hits" in cache and "misses" in cache:
-        return "halogen"
+    probes = sorted(((f.probe_rank, f.name, f.probe) for f in families() if f.probe is not None),
+                    key=lambda p: p[0])  # stable: equal ranks keep registration order
+    for rank, name, probe in probes:
+        if rank < METRICS_RANK and await probe(session, base_url):
+            return name
     reply = await fetch(session, "GET", base_url, "/metrics", accept=PROMETHEUS_ACCEPT)
-    if reply.ok and (family := family_of(reply.text)):
-        return family
-    props = await fetch_json(session, base_url, "/props")
-    if isinstance(props, dict) and (
-        "build_info" in props or "default_generation_settings" in props
-    ):
-        return "llamacpp"
-    info = await fetch_json(session, base_url, "/get_server_info")
-    if isinstance(info, dict):
-        return "sglang"
-    models = await fetch_json(session, base_url, "/v1/models")
-    if isinstance(models, dict) and isinstance(models.get("data"), list):
-        if any(isinstance(c, dict) and c.get("owned_by") == "vllm" for c in models["data"]):
-            return "vllm"
-    return "openai"
+    if reply.ok and (found := series_family(reply.text)):
+        return found
+    for rank, name, probe in probes:
+        if rank >= METRICS_RANK and await probe(session, base_url):
+            return name
+    return FALLBACK
 
 
 def detect_text(text: str) -> str:
     """The backend that parses a saved dump.
 
-    A JSON object is ``halogen``; otherwise the family whose series prefix
-    (``vllm:``, ``sglang:``, ``llamacpp:``) starts a line.
+    A family's own format first (``tells_dump``: a JSON object is ``halogen``); otherwise
+    the family whose series prefix (``vllm:``, ``sglang:``, ``llamacpp:``) starts a line.
 
     Raises:
         BackendError: neither (pass ``--backend`` explicitly).
     """
-    if text.lstrip().startswith("{"):
-        return "halogen"
-    family = family_of(text)
-    if family is None:
+    for fam in families():
+        if fam.tells_dump is not None and fam.tells_dump(text):
+            return fam.name
+    name = series_family(text)
+    if name is None:
         raise BackendError("cannot tell the backend of this dump; pass --backend NAME")
-    return family
+    return name
 
 
 def parse_dump(

@@ -47,23 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _schedule(doc: dict) -> str:
+    from kvreplay.experiments.steps import kind_of
+
     lines = [f"experiment {doc['experiment_sha256'][:16]}  ({len(doc['steps'])} steps)"]
     w = doc["window"]
     lines.append(f"window: stop_new_after {w['stop_new_after_s']} s, hard_deadline {w['hard_deadline_s']} s, "
                  f"restore_reserve {w['restore_reserve_s']} s")
     for s in doc["steps"]:
-        extra = ""
-        if s.get("plan"):
-            ph = s["plan"]["phases"]
-            extra = "  " + ", ".join(f"{p['name']}:{p['order']}:c{p['concurrency']} ({len(p['sequence'])} req)"
-                                     for p in ph) + f"  plan {s['plan_sha256'][:12]}"
-        if s.get("probe"):
-            pr = s["probe"]
-            extra += (f"  sizes {','.join(str(x) for x in pr['sizes'])} x{pr['cold_repeats']} fit_on {pr['fit_on']}"
-                      + (f", flush k<={pr['flush_max']} x{pr['flush_repeats']} ({pr['flush_prefix_tokens']}-token "
-                         f"prefix, {pr['foreign_tokens']}-token foreign)" if pr["flush_max"] else ", no flush legs"))
-        if s.get("ab_order"):
-            extra += "  order " + " ".join(b["arm"] for b in s["ab_order"])
+        extra = kind_of(s["kind"]).schedule(s)
         if not s.get("comparable", True):
             extra += "  [control: comparable = false]"
         lines.append(f"  {s['index']:02d} {s['name']:<14} {s['kind']:<11}{extra}")

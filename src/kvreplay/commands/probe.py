@@ -23,6 +23,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe.legs import (
     FIT_SOURCES,
     ProbeConfig,
+    format_sizes,
     parse_sizes,
     plain_line,
     render_report,
@@ -39,26 +40,30 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``probe``'s options (plus the target options of ``run``)."""
+    d = ProbeConfig()  # the defaults: ProbeConfig's, shared with a probe step's TOML keys
     p.add_argument(
-        "--sizes", default="8k,16k,32k,64k", help="cold/warm leg sizes in tokens (k = 1024)"
+        "--sizes", default=format_sizes(d.sizes), help="cold/warm leg sizes in tokens (k = 1024)"
     )
     p.add_argument(
-        "--cold-repeats", type=int, default=1, help="cold legs per size (the fastest is fitted)"
+        "--cold-repeats", type=int, default=d.cold_repeats,
+        help="cold legs per size (the fastest is fitted)",
     )
-    p.add_argument("--flush-prefix", default="8k", help="prefix size of the eviction legs (tokens)")
-    p.add_argument("--foreign-tokens", default="1k", help="size of each foreign prompt (tokens)")
+    p.add_argument("--flush-prefix", default=format_sizes([d.flush_prefix_tokens]),
+                   help="prefix size of the eviction legs (tokens)")
+    p.add_argument("--foreign-tokens", default=format_sizes([d.foreign_tokens]),
+                   help="size of each foreign prompt (tokens)")
     p.add_argument(
         "--flush-max",
         type=int,
-        default=32,
+        default=d.flush_max,
         metavar="K",
         help="upper bound of the eviction bisection (0 = skip eviction legs)",
     )
-    p.add_argument("--flush-repeats", type=int, default=2, help="repeats per bisection point")
+    p.add_argument("--flush-repeats", type=int, default=d.flush_repeats, help="repeats per bisection point")
     p.add_argument(
         "--fit-on",
         choices=FIT_SOURCES,
-        default="ttft",
+        default=d.fit_on,
         help="series for prefill_fit: ttft (send to first token), stream (headers to first "
         "token), server (timings.prompt_ms)",
     )
@@ -69,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--read-timeout",
         type=float,
-        default=600.0,
+        default=d.read_timeout_s,
         metavar="S",
         help="longest silence allowed between two reads (s); a cold 64k prefill can be long",
     )

@@ -42,8 +42,10 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by commands that talk to a target (run, demo, probe...)."""
     p.add_argument("--target", default="sim",
                    help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
+    from kvreplay.backends import backend_names
+
     p.add_argument("--backend", default="auto",
-                   help="counter adapter: auto, none, halogen, vllm, sglang, llamacpp, prometheus, openai")
+                   help=f"counter adapter: auto, none, {', '.join(backend_names())}")
     p.add_argument("--profile", default=None, help="TOML profile for --backend prometheus")
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="read the API key from this environment variable (never from the command line)")

@@ -34,11 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--target", metavar="URL", help="server root URL, e.g. http://127.0.0.1:8000")
     src.add_argument("--from-file", metavar="DUMP", help="a saved /metrics or /cache body")
+    from kvreplay.backends import backend_names
+
     parser.add_argument(
         "--backend",
         default="auto",
-        help="auto (probe the server, or tell from the dump), halogen, vllm, sglang, llamacpp, "
-        "prometheus, openai",
+        help=f"auto (probe the server, or tell from the dump), {', '.join(backend_names())}",
     )
     parser.add_argument(
         "--profile", default=None, help="profile name or TOML file (prometheus backend)"

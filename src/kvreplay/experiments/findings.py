@@ -1,4 +1,4 @@
-"""Findings across the steps of an experiment window: cells, comparisons, the decision tree.
+"""Findings across the steps of an experiment window: phase views, comparisons, the decision tree.
 
 Every rule on evidence is ``kvreplay.evidence.engine``'s, the one the run report
 and ``kvreplay compare`` use; this module applies it to a window of steps.
@@ -36,7 +36,10 @@ is never pooled with, or compared as, a main arm):
 - without a measured forward replay, or with neither a reverse replay nor a
   control -> ``restore_pattern_incomplete`` (no decision; next: the missing arm).
 
-**A/B** (rule ``ab_verdict``): the comparison of ``kvreplay ab``
+Each step kind gives its own cells and findings (``experiments.steps``); the
+run kind's cells use ``CELL_METRICS`` and the phase views here.
+
+**A/B** (rule ``ab_verdict``, given by the ab kind, ``experiments.steps.ab``): the comparison of ``kvreplay ab``
 (``experiments.compare``: at least X % primary benefit with at most Y %
 protected regression over matched repetitions, bootstrap intervals; ``no
 decision`` otherwise), saying when fewer repetitions than planned were measured.
@@ -66,7 +69,8 @@ from kvreplay.evidence.engine import (
 from kvreplay.evidence.vocab import ABSENT, COUNTER_NAMES, RESTORE_KEYS
 from kvreplay.report.load import read_json
 
-__all__ = ["PhaseView", "ab_findings", "cells", "compare_tables", "load_views", "restore_findings", "tiers"]
+__all__ = ["CELL_METRICS", "PhaseView", "compare_tables", "load_views", "not_run", "partial_reason", "restore_findings",
+           "tiers"]
 
 LATENCY = (("ttft", ("p50", "p90", "p99")), ("itl", ("p50", "p90")), ("tpot", ("p50", "p90")),
            ("e2e", ("p50", "p90", "p99")))
@@ -117,12 +121,13 @@ def _add(acc: dict[str, float], delta: dict[str, Any] | None) -> None:
 
 
 def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | None = None) -> list[PhaseView]:
-    """Phase views of every measured (or failed/aborted) run step, in window order.
+    """Phase views of every given step that ran (measured, failed or aborted), in window order.
 
     Args:
         out: Experiment directory.
         steps: ``result.json``'s steps (``name``, ``kind``, ``status``, ``run_dir``,
-            ``comparable``, ``incarnation``).
+            ``comparable``, ``incarnation``) whose run directory is a plain run (the kinds with
+            ``phase_views``, ``experiments.steps``: the caller picks them).
         frozen: ``experiment.json`` (the time scale of step directories that do not record it).
     """
     from kvreplay.experiments.timescale import scale_of_step
@@ -130,7 +135,7 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
     views: list[PhaseView] = []
     ledger = SentBodies()
     for st in steps:
-        if st["kind"] != "run" or not st.get("run_dir"):
+        if not st.get("run_dir"):
             continue
         d = out / st["run_dir"]
         summary = read_json(d / "summary.json") or {}
@@ -320,38 +325,6 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
     return [{"rule": rule, "summary": f"{head}. {text}", "evidence": evidence, "skipped": skipped, "next": nxt}]
 
 
-def ab_findings(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any]) -> list[dict[str, Any]]:
-    """One ``ab_verdict`` finding per ab step that ran (its compare.json)."""
-    found = []
-    planned = {s["name"]: s for s in frozen.get("steps", [])}
-    for st in steps:
-        if st["kind"] != "ab" or not st.get("run_dir"):
-            continue
-        comp = read_json(out / st["run_dir"] / "compare.json")
-        if comp is None:
-            continue
-        reps = planned.get(st["name"], {}).get("ab", {}).get("reps")
-        n_pairs = len(comp.get("pairs", []))
-        usable = [c.get("n", 0) for c in comp.get("checks", [])]
-        measured = min(usable) if usable else n_pairs
-        ev = [{"cell": f"{st['name']}/{c['phase']}.{c['metric']}", "metric": c["check"], "value": c.get("change_pct"),
-               "ci_change_pct": c.get("ci_change_pct"), "decision": c["decision"], "role": c["role"], "n": c.get("n")}
-              for c in comp.get("checks", [])]
-        short = f"; only {measured} of {reps} planned repetitions measured" if reps and measured < reps else ""
-        verdict = comp.get("verdict")
-        checks = ", ".join(f"{e['cell']} {'n/a' if e['value'] is None else format(e['value'], '+.2f') + '%'} "
-                           f"({e['role']}: {e['decision']})" for e in ev) or "no thresholds"
-        nxt = {"benefit": "confirm on the production concurrency and a second workload before adopting",
-               "regression": "locate the cost: repeat with the candidate's change split in two arms",
-               "no change": "stop here: the candidate neither helps nor hurts at these thresholds"}.get(
-            str(verdict), f"add repetitions (at least {max(2, (reps or 3) * 2)}) or narrow the thresholds' noise "
-                          "before deciding")
-        found.append({"rule": "ab_verdict", "summary": f"{st['name']}: verdict {verdict} over {measured} matched "
-                      f"repetition(s){short}: {checks}", "evidence": ev, "next": nxt,
-                      "verdict": verdict, "reps_planned": reps, "reps_measured": measured})
-    return found
-
-
 def _pct(ph: dict[str, Any], metric: str, q: str) -> float | None:
     return ((ph.get(f"{metric}_ms") or {}).get(q)) if ph else None
 
@@ -432,100 +405,4 @@ def compare_tables(views: list[PhaseView], pairs: list[list[str]]) -> list[dict[
 CELL_METRICS = (("requests_ok", lambda ph: ph.get("ok")), ("ttft_p50_ms", lambda ph: _pct(ph, "ttft", "p50")),
                 ("e2e_p50_ms", lambda ph: _pct(ph, "e2e", "p50")),
                 ("cached_tokens", lambda ph: (ph.get("tokens") or {}).get("cached")))
-
-
-def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[PhaseView],
-          findings: list[dict[str, Any]], root: Path | None = None) -> list[dict[str, Any]]:
-    """Every planned cell: ``{"step", "metric", "status", "value", "reason"}``.
-
-    ``root`` is the experiment directory (probe steps read their ``verdict.json`` there:
-    ``experiments.probe_step.probe_cells``; without it their cells carry the step's status).
-
-    Run steps: per phase, requests, TTFT/E2E p50 (ms as measured; ``model_ms`` beside the
-    value at a simulator time scale, ``experiments.timescale``), usage cached tokens, device
-    hit tokens and host restores (repeats only; ``absent`` where the tier never moved in the
-    window or did not move in the phase's repeats, and for a prime: first sends are no
-    evidence). A phase cut short is ``aborted`` with
-    ``"partial: 9 of 52 positions sent (STEP REASON)"`` on every cell of it (never
-    ``measured``); a phase that sent nothing takes ``deferred``.
-    Probe steps: prefill fit a and rate, r2, cmax tokens, bytes per token, min flushing k
-    (against the simulator with a time scale the fit's ``value`` is in scaled seconds, with
-    ``model_s`` / ``model_tokens_per_s`` beside it: ``experiments.timescale.model_fit``).
-    Other steps: one cell for their check (incarnation ``ready_fresh``, restore
-    ``identity_restored``, ab one per threshold check).
-    """
-    from kvreplay.experiments.timescale import model_fit, model_ms, probe_scale
-
-    tier = tiers(views)
-    by = {v.ref: v for v in views}
-    frozen_steps = {s["name"]: s for s in frozen.get("steps", [])}
-    ab_ev = {f["summary"].split(":")[0]: f for f in findings if f["rule"] == "ab_verdict"}
-    out: list[dict[str, Any]] = []
-    for st in steps:
-        name, status, reason = st["name"], st["status"], st.get("reason")
-        fs = frozen_steps.get(name, {})
-        if st["kind"] == "run":
-            for ph in (fs.get("plan") or {}).get("phases", []):
-                v = by.get(f"{name}/{ph['name']}")
-                if v is None:
-                    for m, _f in CELL_METRICS:
-                        out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": status if status in (
-                            "deferred", "aborted", "failed") else "failed", "value": None, "reason": reason})
-                    continue
-                pst = "measured" if v.summary.get("valid", True) and not v.summary.get("deferred") else (
-                    "deferred" if v.summary.get("deferred") else "failed")
-                pre = None if pst == "measured" else "; ".join(v.summary.get("invalid_reasons") or []) or reason
-                if pst == "measured" and partial_reason(v.summary):
-                    pst, pre = "aborted", f"{partial_reason(v.summary)} ({reason or 'step aborted'})"
-                for m, f in CELL_METRICS:
-                    c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst,
-                         "value": None if pst == "deferred" else f(v.summary), "reason": pre}
-                    if v.scale is not None and m.endswith("_ms"):
-                        c["model_ms"] = model_ms(c["value"], v.scale)
-                    out.append(c)
-                ve = view_evidence(v)
-                for key, t in (("hit_tokens", "device"), ("host_fetched_tokens", "host")):
-                    if not tier[t]:
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
-                                    "reason": "the tier's lookup counters never moved in this window"})
-                    elif v.evidence is None and pst == "measured" and v.is_prime:
-                        # nothing failed and nothing was measured: a prime holds no restores by design
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
-                                    "reason": "not evidence: a prime (first sends only) restores nothing"})
-                    elif v.evidence is None:
-                        # a phase cut short, not run or invalid keeps its own status; else no counters
-                        kept = pst != "measured"
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
-                                    "value": None, "reason": pre if kept else v.note})
-                    elif ve is not None and (ve.tier(t) is None or key not in v.evidence):
-                        # absent, not zero: the tier did not take part in this phase's repeats
-                        why = ve.absent.get(t) or f"no {key} counter"
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
-                                    "reason": f"not evidence: the {t} tier did not move in the repeats ({why})"})
-                    else:
-                        out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst,
-                                    "value": v.evidence[key], "reason": pre})
-        elif st["kind"] == "ab":
-            f = ab_ev.get(name)
-            if f is None:
-                out.append({"step": name, "metric": "verdict", "status": status if status != "measured" else
-                            "failed", "value": None, "reason": reason or "no comparison"})
-            else:
-                out.append({"step": name, "metric": "verdict", "status": status, "value": f["verdict"],
-                            "reason": reason})
-                for e in f["evidence"]:
-                    out.append({"step": name, "metric": e["cell"].split("/", 1)[1], "status": status,
-                                "value": e["value"], "reason": e["decision"]})
-        elif st["kind"] == "probe":
-            from kvreplay.experiments.probe.step import probe_cells
-
-            verdict = (read_json(root / st["run_dir"] / "verdict.json") if root is not None and st.get("run_dir")
-                       else None)
-            verdict = verdict if isinstance(verdict, dict) else None
-            out.extend(model_fit(probe_cells(name, status, reason, fs.get("probe") or {}, verdict),
-                                 probe_scale(verdict)))
-        else:
-            metric = {"incarnation": "ready_identity_fresh", "restore": "identity_restored"}.get(st["kind"], "check")
-            out.append({"step": name, "metric": metric, "status": status, "value": status == "measured",
-                        "reason": reason})
-    return out
+"""``(metric, reader of a phase's summary entry)``: the plain cells of each phase of a run step."""

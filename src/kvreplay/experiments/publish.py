@@ -35,40 +35,30 @@ import html
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
+from kvreplay.experiments.findings import PhaseView, compare_tables, load_views, restore_findings, tiers
+from kvreplay.experiments.steps import CellContext, kind_of
 from kvreplay.safe_io import atomic_write_json
 
-__all__ = ["build_result", "left_line", "render_html", "render_markdown", "restate_step_reports", "status_line",
-           "write_publication"]
+__all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown", "restate_step_reports",
+           "status_line", "write_publication"]
 
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
                  left_running: dict[str, Any] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring)."""
-    from kvreplay.experiments.timescale import ab_scale, latency_line, probe_scale
+    from kvreplay.experiments.timescale import latency_line
 
-    views = load_views(out, steps, frozen)
-    findings = restore_findings(views) + ab_findings(out, steps, frozen)
+    views = load_views(out, [s for s in steps if kind_of(s["kind"]).phase_views], frozen)
+    planned = {s["name"]: s for s in frozen.get("steps", [])}
+    findings = restore_findings(views) + [f for st in steps
+                                          for f in kind_of(st["kind"]).findings(out, st, planned.get(st["name"], {}))]
     counts = {st: sum(1 for s in steps if s["status"] == st) for st in _STATUSES}
     scales: dict[str, float | None] = {}
     for v in views:
         scales.setdefault(v.step, v.scale)
     for st in steps:
-        if st["kind"] == "ab" and st.get("run_dir"):
-            try:
-                ab = orjson.loads((out / st["run_dir"] / "ab.json").read_bytes())
-            except (OSError, ValueError):
-                continue
-            scales[st["name"]] = ab_scale(ab if isinstance(ab, dict) else None)
-        if st["kind"] == "probe" and st.get("run_dir"):
-            try:
-                verdict = orjson.loads((out / st["run_dir"] / "verdict.json").read_bytes())
-            except (OSError, ValueError):
-                continue
-            scales[st["name"]] = probe_scale(verdict if isinstance(verdict, dict) else None)
+        scales.update(kind_of(st["kind"]).time_scales(out, st))
     is_sim = ((frozen.get("server") or {}).get("target")) == "sim"
     return {
         "experiment_sha256": frozen["experiment_sha256"],
@@ -87,6 +77,21 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
                  "latency": latency_line(scales, is_sim)},
         "left_running": left_running,
     }
+
+
+def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[PhaseView],
+          findings: list[dict[str, Any]], root: Path | None = None) -> list[dict[str, Any]]:
+    """Every planned cell, ``{"step", "metric", "status", "value", "reason"}``: each step's kind's ``cells``.
+
+    Run steps: per phase, requests, TTFT/E2E p50, cached tokens, device hit tokens and host
+    restores (``experiments.steps.run``); probe steps: the prefill fit, Cmax, bytes per token,
+    min flushing k from their ``verdict.json`` under ``root`` (``experiments.steps.probe``);
+    ab steps: the verdict and one cell per threshold check; other steps one cell for their
+    check (incarnation ``ready_identity_fresh``, restore ``identity_restored``).
+    """
+    ctx = CellContext({v.ref: v for v in views}, tiers(views), findings, root)
+    frozen_steps = {s["name"]: s for s in frozen.get("steps", [])}
+    return [c for st in steps for c in kind_of(st["kind"]).cells(st, frozen_steps.get(st["name"], {}), ctx)]
 
 
 def _v(x: Any) -> str:
@@ -238,35 +243,15 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
     gets the ``report.html`` standalone ``kvreplay ab`` writes (``report.abreport``: the
     simulator's scale and calibration stated; its blocks' reports already give model ms from
     their ``plan.json``). Drawn after the restore, so the window's time is not spent on it.
+    Each step's kind draws its own (``StepKind.restate``, ``experiments.steps``).
 
     Returns:
         One line per step whose reports could not be redrawn (its runner ``report.md`` is kept).
     """
-    from kvreplay.report.load import read_json
-    from kvreplay.report.units import sim_time_scale
-    from kvreplay.report.write import write_reports
-
     msgs = []
     for st in steps:
-        if st["kind"] == "ab" and st.get("run_dir") and (out / st["run_dir"] / "ab.json").exists():
-            from kvreplay.report.abreport import write_ab_report
-
-            try:
-                write_ab_report(out / st["run_dir"])
-            except Exception as exc:  # noqa: BLE001 - a figure must not cost the publication
-                msgs.append(f"step {st['name']}: report.html not written ({type(exc).__name__}: {exc}); "
-                            f"draw it with: kvreplay report {out / st['run_dir']}")
-            continue
-        if st["kind"] != "run" or not st.get("run_dir"):
-            continue
-        d = out / st["run_dir"]
-        if sim_time_scale(read_json(d / "plan.json")) is None:  # unreadable: None
-            continue
-        try:
-            write_reports(d, html=True)
-        except Exception as exc:  # noqa: BLE001 - a figure must not cost the publication
-            msgs.append(f"step {st['name']}: reports not redrawn ({type(exc).__name__}: {exc}); "
-                        f"redraw with: kvreplay report {d} --html")
+        if st.get("run_dir") and (msg := kind_of(st["kind"]).restate(out, st)):
+            msgs.append(msg)
     return msgs
 
 

@@ -17,7 +17,8 @@ from rundirs_evidence import write_run
 
 from kvreplay.experiments.ab.compare import compare_blocks, load_pairs, parse_threshold
 from kvreplay.experiments.ab.ratios import missing_counter, ratio_value
-from kvreplay.experiments.findings import cells, compare_tables, load_views, restore_findings, tiers
+from kvreplay.experiments.findings import compare_tables, load_views, restore_findings, tiers
+from kvreplay.experiments.publish import cells
 from kvreplay.report.document import build
 from kvreplay.report.load import load_run
 

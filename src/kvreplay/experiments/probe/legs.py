@@ -62,7 +62,8 @@ from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
 from kvreplay.runner.http import send_body
 
-__all__ = ["FIT_SOURCES", "ProbeConfig", "intercept_warning", "parse_sizes", "plain_line", "render_report", "run_probe"]
+__all__ = ["FIT_SOURCES", "ProbeConfig", "format_sizes", "intercept_warning", "parse_sizes", "plain_line",
+           "render_report", "run_probe"]
 
 FIT_SOURCES = ("ttft", "stream", "server")
 
@@ -91,6 +92,11 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def format_sizes(sizes: tuple[int, ...] | list[int]) -> str:
+    """Token counts as ``parse_sizes`` reads them: ``(8192, 16384, 100)`` -> ``"8k,16k,100"``."""
+    return ",".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in sizes)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeConfig:
     """What the probe measures.
@@ -106,6 +112,11 @@ class ProbeConfig:
         model: Model id for bodies; None = the first of ``/v1/models``.
         nonce: Prefix of every nonce; None = random (a rerun never reuses a prefix).
         drain_timeout_s: Bound of the drain check before the first leg (s).
+        read_timeout_s: Longest silence between two reads of a leg's response (s): the socket
+            read timeout of the probe's session (``probe.step.probe_url``).
+
+    The defaults here are the only ones: ``kvreplay probe``'s options and a probe step's
+    TOML keys (``probe.step.probe_settings``) take theirs from ``ProbeConfig()``.
     """
 
     sizes: tuple[int, ...] = (8192, 16384, 32768, 65536)
@@ -118,6 +129,7 @@ class ProbeConfig:
     model: str | None = None
     nonce: str | None = None
     drain_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.sizes or any(s < 16 for s in self.sizes):

@@ -1,6 +1,7 @@
 """A ``[[step]]`` of ``kind = "probe"``: ``kvreplay probe`` inside an experiment window.
 
-TOML keys (the options of ``kvreplay probe``, with ``_`` for ``-``)::
+TOML keys (the options of ``kvreplay probe``, with ``_`` for ``-``; the defaults shown are
+``experiments.probe.legs.ProbeConfig``'s, the one place they are set)::
 
     [[step]]
     name = "P"
@@ -37,7 +38,15 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe.legs import FIT_SOURCES, ProbeConfig, parse_sizes, render_report, run_probe
+from kvreplay.experiments.probe.legs import (
+    FIT_SOURCES,
+    ProbeConfig,
+    format_sizes,
+    parse_sizes,
+    render_report,
+    run_probe,
+)
+from kvreplay.experiments.window.fields import parse_duration
 from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]
@@ -96,9 +105,8 @@ def probe_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: s
     Raises:
         ConfigError: a bad value, naming file, line and field.
     """
-    from kvreplay.experiments.window.spec import parse_duration
-
-    raw = rest.get("sizes", "8k,16k,32k,64k")
+    d = ProbeConfig()  # the defaults
+    raw = rest.get("sizes", format_sizes(d.sizes))
     if isinstance(raw, list):
         sizes = [_tokens(x, path=path, line=line, fld=f"{fld}.sizes[{i}]") for i, x in enumerate(raw)]
         if not sizes:
@@ -112,14 +120,14 @@ def probe_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: s
         raise ConfigError("sizes is \"8k,16k\" or a list of token counts", path=path, line=line,
                           field=f"{fld}.sizes")
     out: dict[str, Any] = {"sizes": sizes}
-    out["cold_repeats"] = _int(rest, "cold_repeats", 1, 1, path=path, line=line, fld=fld)
-    out["flush_prefix_tokens"] = _tokens(rest.get("flush_prefix", "8k"), path=path, line=line,
-                                         fld=f"{fld}.flush_prefix")
-    out["foreign_tokens"] = _tokens(rest.get("foreign_tokens", "1k"), path=path, line=line,
+    out["cold_repeats"] = _int(rest, "cold_repeats", d.cold_repeats, 1, path=path, line=line, fld=fld)
+    out["flush_prefix_tokens"] = _tokens(rest.get("flush_prefix", format_sizes([d.flush_prefix_tokens])), path=path,
+                                         line=line, fld=f"{fld}.flush_prefix")
+    out["foreign_tokens"] = _tokens(rest.get("foreign_tokens", format_sizes([d.foreign_tokens])), path=path, line=line,
                                     fld=f"{fld}.foreign_tokens")
-    out["flush_max"] = _int(rest, "flush_max", 32, 0, path=path, line=line, fld=fld)
-    out["flush_repeats"] = _int(rest, "flush_repeats", 2, 1, path=path, line=line, fld=fld)
-    fit_on = rest.get("fit_on", "ttft")
+    out["flush_max"] = _int(rest, "flush_max", d.flush_max, 0, path=path, line=line, fld=fld)
+    out["flush_repeats"] = _int(rest, "flush_repeats", d.flush_repeats, 1, path=path, line=line, fld=fld)
+    fit_on = rest.get("fit_on", d.fit_on)
     if fit_on not in FIT_SOURCES:
         raise ConfigError(f"must be one of {', '.join(FIT_SOURCES)}, not {fit_on!r}", path=path, line=line,
                           field=f"{fld}.fit_on")
@@ -129,7 +137,7 @@ def probe_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: s
         if v is not None and (not isinstance(v, str) or not v.strip()):
             raise ConfigError("must be a non-empty string", path=path, line=line, field=f"{fld}.{key}")
         out[key] = v
-    for key, default in (("read_timeout", 600.0), ("drain_timeout", 10.0)):
+    for key, default in (("read_timeout", d.read_timeout_s), ("drain_timeout", d.drain_timeout_s)):
         out[f"{key}_s"] = parse_duration(rest.get(key, default), path=path, line=line, fld=f"{fld}.{key}")
     return out
 
@@ -141,7 +149,7 @@ def probe_config(settings: dict[str, Any]) -> ProbeConfig:
                        foreign_tokens=settings["foreign_tokens"], flush_max=settings["flush_max"],
                        flush_repeats=settings["flush_repeats"], fit_on=settings["fit_on"],
                        model=settings.get("model"), nonce=settings.get("nonce"),
-                       drain_timeout_s=settings["drain_timeout_s"])
+                       drain_timeout_s=settings["drain_timeout_s"], read_timeout_s=settings["read_timeout_s"])
 
 
 async def probe_url(url: str, backend_name: str, cfg: ProbeConfig, *, read_timeout_s: float,
@@ -168,11 +176,13 @@ async def probe_url(url: str, backend_name: str, cfg: ProbeConfig, *, read_timeo
     async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
         backend = None
         if backend_name != "none":
-            from kvreplay.backends import detect, make_backend
+            from kvreplay.backends import detect, family, make_backend
 
             if backend_name == "auto":
                 backend_name = await detect(url, session)
-            backend = None if backend_name == "openai" else make_backend(backend_name, url, session, profile=profile)
+            fam = family(backend_name)  # a family without counters (openai): the probe reads none
+            backend = (make_backend(backend_name, url, session, profile=profile) if fam is None or fam.counters
+                       else None)
         verdict = await run_probe(session, url, backend, cfg, headers=headers, log=log, progress=say,
                                   stop_new=stop_new)
     return verdict, backend_name

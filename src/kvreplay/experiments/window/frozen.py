@@ -1,8 +1,9 @@
 """Freeze an experiment file into ``experiment.json`` before the first request.
 
-Every sending step is expanded into its frozen plan (``kvreplay.plan``: the
+Every step's entry holds what its kind freezes (``StepKind.freeze``,
+``experiments.steps``): a sending step its frozen plan (``kvreplay.plan``: the
 exact body sequence of every phase, with ``plan_sha256``); an ``ab`` step also
-gets its block order (``experiments.ab.block_order``: A B, B A, A B, ...). The
+its block order (``experiments.ab.block_order``: A B, B A, A B, ...). The
 document's ``experiment_sha256`` is the SHA-256 of its canonical JSON (sorted
 keys, ``experiment_sha256`` itself left out), so two windows ran the same
 experiment exactly when the hashes agree.
@@ -16,20 +17,14 @@ from typing import Any
 import orjson
 
 from kvreplay import __version__
-from kvreplay.experiments.ab.arms import Arm, block_order, block_phase_specs
-from kvreplay.experiments.window.spec import ExperimentSpec, StepSpec, WindowSpec
-from kvreplay.plan import PhaseSpec, Plan, build_plan
+from kvreplay.experiments.steps import kind_of
+from kvreplay.experiments.window.model import ExperimentSpec, WindowSpec
+from kvreplay.plan import Plan
 from kvreplay.workload import Workload
 
-__all__ = ["EXPERIMENT_FORMAT", "ab_phase_specs", "experiment_sha256", "freeze"]
+__all__ = ["EXPERIMENT_FORMAT", "experiment_sha256", "freeze"]
 
 EXPERIMENT_FORMAT = "kvreplay-experiment/1"
-
-
-def ab_phase_specs(step: StepSpec) -> list[PhaseSpec]:
-    """An ab step's block phases: one per concurrency (``c1,c4``), each after a drain, as ``kvreplay ab``."""
-    st = step.settings
-    return block_phase_specs(st["phases"], st["order"], st["select"], field=f"step[{step.index}].phases")
 
 
 def experiment_sha256(doc: dict[str, Any]) -> str:
@@ -59,23 +54,10 @@ def freeze(exp: ExperimentSpec, workload: Workload | None,
         entry: dict[str, Any] = {"index": st.index, "name": st.name, "kind": st.kind, "line": st.line,
                                  "dir": st.dir if st.sends else None, "comparable": st.comparable,
                                  "label": st.settings.get("label")}
-        if st.kind == "run":
-            assert workload is not None
-            plan = build_plan(workload, list(st.settings["phases"]))
+        extra, plan = kind_of(st.kind).freeze(st, workload)
+        if plan is not None:
             plans[st.name] = plan
-            entry.update(plan=plan.content(), plan_sha256=plan.sha256,
-                         drain_timeout_s=st.settings.get("drain_timeout_s", 10.0))
-        elif st.kind == "ab":
-            assert workload is not None
-            plan = build_plan(workload, ab_phase_specs(st))
-            plans[st.name] = plan
-            arms = [Arm(a["name"], a["cmd"]) for a in st.settings["arms"]]
-            entry.update(plan=plan.content(), plan_sha256=plan.sha256, ab_order=block_order(arms, st.settings["reps"]),
-                         ab={k: v for k, v in st.settings.items() if k not in ("label", "comparable")})
-        elif st.kind == "probe":
-            entry["probe"] = {k: v for k, v in st.settings.items() if k not in ("label", "comparable")}
-        elif st.kind == "incarnation":
-            entry.update(fresh=st.settings.get("fresh", False), sim=st.settings.get("sim", {}))
+        entry.update(extra)
         steps.append(entry)
     doc: dict[str, Any] = {
         "format": EXPERIMENT_FORMAT,

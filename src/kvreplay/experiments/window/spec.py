@@ -35,6 +35,9 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
               the options of ``kvreplay probe`` (``kvreplay.experiments.probe.step``)
     [[step]]  name = "restore"; kind = "restore"
 
+Each ``kind`` is a registered step kind (``kvreplay.experiments.steps``): its module
+declares the keys it takes and how they are validated; this parser validates the
+common keys (``name``, ``kind``, ``label``, ``comparable``) and hands the rest to it.
 Durations are numbers of seconds or strings such as ``90s``, ``70m``, ``1.5h``.
 Unknown keys and bad values raise ``ConfigError`` naming the file, the line of
 the step and the field.
@@ -43,13 +46,21 @@ the step and the field.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.probe.step import PROBE_KEYS, probe_settings
-from kvreplay.plan import PhaseSpec, parse_phase
+from kvreplay.experiments.steps import kind_names, kind_of
+from kvreplay.experiments.window.fields import BOUND_RE, NAME_RE, Where, parse_duration
+from kvreplay.experiments.window.model import (
+    STOP_GRACE_S,
+    Command,
+    ExperimentSpec,
+    ReadySpec,
+    ServerSpec,
+    StepSpec,
+    WindowSpec,
+)
 
 __all__ = [
     "BOUND_RE",
@@ -62,219 +73,6 @@ __all__ = [
     "load_experiment",
     "parse_duration",
 ]
-
-STEP_KINDS = ("incarnation", "run", "probe", "ab", "restore")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
-"""An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
-``window.abort_if`` here and ``--abort-if`` of ``kvreplay run``/``ab``."""
-_STEP_KEYS = {
-    "incarnation": {"fresh", "sim"},
-    "run": {"phases", "phase", "label", "comparable", "drain_timeout"},
-    "probe": set(PROBE_KEYS),
-    "ab": {"arms", "reps", "phases", "order", "select", "primary", "protected", "seed",
-           "ready_timeout", "cmd_timeout", "drain_timeout"},
-    "restore": set(),
-}
-
-
-def parse_duration(value: Any, *, path: Path | None = None, line: int | None = None, fld: str = "") -> float:
-    """``90`` / ``"90s"`` / ``"70m"`` / ``"1.5h"`` / ``"250ms"`` -> seconds.
-
-    Raises:
-        ConfigError: not a non-negative duration (naming ``path``, ``line``, ``fld``).
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
-        if m:
-            return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
-    raise ConfigError(f"not a duration: {value!r} (e.g. 90s, 70m, 1h)", path=path, line=line, field=fld)
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """A lifecycle command.
-
-    Attributes:
-        cmd: Shell command (``sh -c``) with ``{port}``/``{dir}``/``{python}``/``{kvreplay}`` placeholders.
-        timeout_s: Bound (s); on expiry its whole process group is killed.
-        background: Keep it running as the server process (killed at the next stop) instead of
-            waiting for it to exit.
-    """
-
-    cmd: str
-    timeout_s: float
-    background: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"cmd": self.cmd, "timeout_s": self.timeout_s, "background": self.background}
-
-
-@dataclass(frozen=True, slots=True)
-class ReadySpec:
-    """Readiness check after a start: a URL that must answer 200 and an optional completion.
-
-    Attributes:
-        url: URL template (``{port}``), None = ``<server URL>/health`` then ``/v1/models``.
-        timeout_s: Bound (s).
-        completion: A chat body whose streamed answer must end with ``finish_reason: "stop"``.
-    """
-
-    url: str | None
-    timeout_s: float
-    completion: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"url": self.url, "timeout_s": self.timeout_s, "completion": self.completion}
-
-
-STOP_GRACE_S = 30.0
-"""``[server] stop_grace`` when not given: seconds from SIGTERM to SIGKILL when a started server is stopped."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServerSpec:
-    """``[server]``: the target and how to start, check, stop and restore it."""
-
-    target: str
-    backend: str = "auto"
-    profile: str | None = None
-    api_key_env: str | None = None
-    identity: dict[str, str] = field(default_factory=dict)
-    sim: dict[str, Any] = field(default_factory=dict)
-    start: Command | None = None
-    stop: Command | None = None
-    restore: Command | None = None
-    ready: ReadySpec | None = None
-    stop_grace_s: float = STOP_GRACE_S
-
-    @property
-    def is_sim(self) -> bool:
-        """True for the embedded simulator."""
-        return self.target == "sim"
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form (names the API key variable, never the key)."""
-        return {
-            "target": self.target, "backend": self.backend, "profile": self.profile,
-            "api_key_env": self.api_key_env, "identity": dict(self.identity), "sim": dict(self.sim),
-            **{k: (getattr(self, k).to_json() if getattr(self, k) else None)
-               for k in ("start", "stop", "restore", "ready")},
-            # only when set, so experiment files without it keep their experiment.json
-            **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class WindowSpec:
-    """``[window]``: deadlines and the abort rules every run step keeps.
-
-    Deadlines are in seconds from the experiment's start (None = unbounded); the
-    abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate``,
-    ``--abort-on-malformed``.
-    """
-
-    stop_new_after_s: float | None = None
-    hard_deadline_s: float | None = None
-    restore_reserve_s: float = 0.0
-    abort_if: tuple[tuple[str, str, float], ...] = ()
-    max_error_rate: float | None = None
-    abort_on_malformed: bool = False
-
-    @property
-    def cancel_at_s(self) -> float | None:
-        """When in-flight requests are cancelled: ``hard_deadline - restore_reserve`` (s)."""
-        if self.hard_deadline_s is None:
-            return None
-        return max(0.0, self.hard_deadline_s - self.restore_reserve_s)
-
-    def check(self, *, path: object = None, fields: dict[str, str] | None = None) -> None:
-        """Refuse deadlines that cannot hold together, wherever they came from (file or command line).
-
-        ``restore_reserve`` must leave time before ``hard_deadline`` (a reserve as long as the
-        deadline would cancel every request at once), and ``stop_new_after`` must not be later
-        than ``hard_deadline - restore_reserve`` (no new request after in-flight ones are cancelled).
-
-        Args:
-            path: The experiment file, for the message.
-            fields: The name to give each key in messages (``{"hard_deadline": "--hard-deadline"}``
-                for a value from the command line); default ``window.KEY``.
-
-        Raises:
-            ConfigError: the clash, naming both values.
-        """
-        keys = ("stop_new_after", "hard_deadline", "restore_reserve")
-        names = {k: k for k in keys}  # in messages: the file's key, or the flag that gave the value
-        names.update(fields or {})
-        field = {k: (names[k] if names[k].startswith("--") else f"window.{k}") for k in keys}
-        hard, reserve, stop = self.hard_deadline_s, self.restore_reserve_s, self.stop_new_after_s
-        if hard is not None and 0 < reserve and hard <= reserve:
-            raise ConfigError(f"{names['restore_reserve']} ({reserve:g} s) leaves no time before "
-                              f"{names['hard_deadline']} ({hard:g} s): in-flight requests would be cancelled "
-                              "before anything ran", path=path, field=field["restore_reserve"])
-        cancel = self.cancel_at_s
-        if stop is not None and cancel is not None and stop > cancel:
-            raise ConfigError(f"{names['stop_new_after']} ({stop:g} s) is later than {names['hard_deadline']} - "
-                              f"{names['restore_reserve']} ({hard:g} - {reserve:g} = {cancel:g} s)",
-                              path=path, field=field["stop_new_after"])
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"stop_new_after_s": self.stop_new_after_s, "hard_deadline_s": self.hard_deadline_s,
-                "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s,
-                "abort_if": [f"{n}{op}{v:g}" for n, op, v in self.abort_if], "max_error_rate": self.max_error_rate,
-                "abort_on_malformed": self.abort_on_malformed}
-
-
-@dataclass(frozen=True, slots=True)
-class StepSpec:
-    """One ``[[step]]``.
-
-    Attributes:
-        index: 0-based position.
-        name: Unique name (letters, digits, ``_.-``).
-        kind: One of ``STEP_KINDS``.
-        line: Line of its ``[[step]]`` header.
-        settings: The kind's settings, validated (phases as ``PhaseSpec``).
-    """
-
-    index: int
-    name: str
-    kind: str
-    line: int | None
-    settings: dict[str, Any]
-
-    @property
-    def comparable(self) -> bool:
-        """False for a control (never pooled with, or compared as, a main arm)."""
-        return bool(self.settings.get("comparable", True))
-
-    @property
-    def sends(self) -> bool:
-        """True for kinds that send generation requests."""
-        return self.kind in ("run", "probe", "ab")
-
-    @property
-    def dir(self) -> str:
-        """``steps/NN-name``."""
-        return f"steps/{self.index:02d}-{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class ExperimentSpec:
-    """A parsed experiment file."""
-
-    path: Path
-    text: str
-    workload: str | None
-    server: ServerSpec
-    window: WindowSpec
-    steps: tuple[StepSpec, ...]
-    compare: tuple[tuple[str, str], ...]
 
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
@@ -387,118 +185,35 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
                       tuple(bounds), None if rate is None else float(rate), mal)
 
 
-def _phases(raw: dict[str, Any], *, path: Path, line: int | None, fld: str) -> tuple[PhaseSpec, ...]:
-    out: list[PhaseSpec] = []
-    short = raw.get("phases", [])
-    if not isinstance(short, list) or not all(isinstance(s, str) for s in short):
-        raise ConfigError("phases is a list of shorthand strings (NAME:ORDER:cN...)", path=path, line=line,
-                          field=f"{fld}.phases")
-    for s in short:
-        try:
-            out.append(parse_phase(s))
-        except ConfigError as exc:
-            raise ConfigError(str(exc), path=path, line=line, field=f"{fld}.phases") from exc
-    tables = raw.get("phase", [])
-    if not isinstance(tables, list):
-        raise ConfigError("[[step.phase]] tables", path=path, line=line, field=f"{fld}.phase")
-    for i, t in enumerate(tables):
-        out.append(PhaseSpec.from_mapping(t, where={"path": path, "line": line, "field": f"{fld}.phase[{i}]"}))
-    if not out:
-        raise ConfigError("a run step needs phases", path=path, line=line, field=f"{fld}.phases")
-    names = [p.name for p in out]
-    for n in names:
-        if names.count(n) > 1:
-            raise ConfigError(f"phase name {n!r} used twice", path=path, line=line, field=f"{fld}.phases")
-    return tuple(out)
-
-
 def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
     fld = f"step[{i}]"
     if not isinstance(raw, dict):
         raise ConfigError("a step is a table", path=path, line=line, field=fld)
-    name, kind = raw.get("name"), raw.get("kind")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    name, kind_name = raw.get("name"), raw.get("kind")
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError("needs a name of letters, digits, '_', '.', '-'", path=path, line=line, field=f"{fld}.name")
-    if kind not in STEP_KINDS:
-        raise ConfigError(f"kind must be one of {', '.join(STEP_KINDS)}, not {kind!r}", path=path, line=line,
+    if kind_name not in kind_names():
+        raise ConfigError(f"kind must be one of {', '.join(kind_names())}, not {kind_name!r}", path=path, line=line,
                           field=f"{fld}.kind")
+    kind = kind_of(kind_name)
     rest = {k: v for k, v in raw.items() if k not in ("name", "kind")}
-    unknown = sorted(set(rest) - _STEP_KEYS[kind])
+    unknown = sorted(set(rest) - kind.keys)
     if unknown:
         hint = unknown[0].replace("-", "_")
-        hint = f" (did you mean {hint!r}?)" if hint != unknown[0] and hint in _STEP_KEYS[kind] else ""
-        raise ConfigError(f"unknown key {unknown[0]!r} for a {kind} step{hint}", path=path, line=line,
+        hint = f" (did you mean {hint!r}?)" if hint != unknown[0] and hint in kind.keys else ""
+        raise ConfigError(f"unknown key {unknown[0]!r} for a {kind_name} step{hint}", path=path, line=line,
                           field=f"{fld}.{unknown[0]}")
-    st: dict[str, Any] = {}
-    for key in ("fresh", "comparable"):
-        if key in rest:
-            if not isinstance(rest[key], bool):
-                raise ConfigError("must be true or false", path=path, line=line, field=f"{fld}.{key}")
-            st[key] = rest[key]
+    common: dict[str, Any] = {}
+    if "comparable" in rest:
+        if not isinstance(rest["comparable"], bool):
+            raise ConfigError("must be true or false", path=path, line=line, field=f"{fld}.comparable")
+        common["comparable"] = rest["comparable"]
     if "label" in rest:
         if not isinstance(rest["label"], str):
             raise ConfigError("must be a string", path=path, line=line, field=f"{fld}.label")
-        st["label"] = rest["label"]
-    if kind == "incarnation":
-        sim = rest.get("sim", {})
-        if not isinstance(sim, dict):
-            raise ConfigError("must be a table of simulator settings", path=path, line=line, field=f"{fld}.sim")
-        st["sim"] = dict(sim)
-        st.setdefault("fresh", False)
-    elif kind == "run":
-        phases = _phases(rest, path=path, line=line, fld=fld)
-        # A control step makes every phase a control (plan.json, summary.json, records carry it);
-        # the step's label names phases that have none of their own.
-        st["phases"] = tuple(replace(ph, comparable=ph.comparable and st.get("comparable", True),
-                                     label=ph.label if ph.label is not None else _phase_label(st.get("label")))
-                             for ph in phases)
-        if "drain_timeout" in rest:
-            st["drain_timeout_s"] = parse_duration(rest["drain_timeout"], path=path, line=line,
-                                                   fld=f"{fld}.drain_timeout")
-    elif kind == "ab":
-        st.update(_ab_settings(rest, path=path, line=line, fld=fld))
-    elif kind == "probe":
-        st.update(probe_settings(rest, path=path, line=line, fld=fld))
-    return StepSpec(i, name, kind, line, st)
-
-
-def _phase_label(text: str | None) -> str | None:
-    """A step label as a phase label (1-64 of letters, digits, ``_.-``; other characters -> ``-``)."""
-    if not text:
-        return None
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:64] or None
-
-
-def _ab_settings(rest: dict[str, Any], *, path: Path, line: int | None, fld: str) -> dict[str, Any]:
-    arms = rest.get("arms")
-    if (not isinstance(arms, list) or len(arms) != 2
-            or not all(isinstance(a, dict) and set(a) <= {"name", "cmd"} and isinstance(a.get("name"), str)
-                       and isinstance(a.get("cmd", ""), str) for a in arms)):
-        raise ConfigError("arms is a list of two {name = ..., cmd = ...} (baseline first)", path=path, line=line,
-                          field=f"{fld}.arms")
-    for a in arms:
-        if not _NAME_RE.match(a["name"]):
-            raise ConfigError(f"bad arm name {a['name']!r}", path=path, line=line, field=f"{fld}.arms")
-    reps = rest.get("reps", 3)
-    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
-        raise ConfigError("must be an integer >= 1", path=path, line=line, field=f"{fld}.reps")
-    out: dict[str, Any] = {"arms": [{"name": a["name"], "cmd": a.get("cmd", "")} for a in arms], "reps": reps}
-    phases = rest.get("phases", "c1,c4")
-    if not isinstance(phases, str) or not re.fullmatch(r"c\d+(,c\d+)*", phases.replace(" ", "")):
-        raise ConfigError("phases is a list of concurrencies like \"c1,c4\"", path=path, line=line,
-                          field=f"{fld}.phases")
-    out["phases"] = phases.replace(" ", "")
-    out["order"] = rest.get("order", "forward")
-    out["select"] = rest.get("select", "all")
-    for role in ("primary", "protected"):
-        v = rest.get(role, [])
-        if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
-            raise ConfigError(f"{role} is a list of METRIC:±X% strings", path=path, line=line, field=f"{fld}.{role}")
-        out[role] = list(v)
-    out["seed"] = rest.get("seed", 0)
-    for key, default in (("ready_timeout", 60.0), ("cmd_timeout", 120.0), ("drain_timeout", 10.0)):
-        out[f"{key}_s"] = parse_duration(rest.get(key, default), path=path, line=line, fld=f"{fld}.{key}")
-    return out
+        common["label"] = rest["label"]
+    st = {**common, **kind.parse(rest, Where(path, line, fld), common)}
+    return StepSpec(i, name, kind_name, line, st, sends=kind.sends)
 
 
 def load_experiment(path: str | Path) -> ExperimentSpec:
@@ -528,16 +243,16 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
         if st.name in seen:
             raise ConfigError(f"step name {st.name!r} used twice", path=p, line=st.line, field=f"step[{i}].name")
         seen.add(st.name)
-        if st.kind == "restore" and server.restore is None and not server.is_sim:
-            raise ConfigError("a restore step needs [server.restore]", path=p, line=st.line, field="server.restore")
+        kind_of(st.kind).check(st, server, Where(p, st.line, f"step[{i}]"))
         steps.append(st)
     wl = data.get("workload")
     if wl is not None and not isinstance(wl, str):
         raise ConfigError("must be a path", path=p, field="workload")
     if wl is not None and not Path(wl).is_absolute():
         wl = str((p.parent / wl).resolve())
-    if wl is None and any(s.kind in ("run", "ab") for s in steps):
-        raise ConfigError("run and ab steps need a workload", path=p, field="workload")
+    if wl is None and any(kind_of(s.kind).needs_workload for s in steps):
+        names = [k for k in kind_names() if kind_of(k).needs_workload]
+        raise ConfigError(f"{' and '.join(names)} steps need a workload", path=p, field="workload")
     pairs = []
     by_name = {s.name: s for s in steps}
     cline = _line_of(text, r"compare\s*=")
@@ -548,7 +263,7 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
         for ref in pair:
             sname, _, ph = ref.partition("/")
             st = by_name.get(sname)
-            if st is None or st.kind != "run":
+            if st is None or not kind_of(st.kind).phase_views:
                 raise ConfigError(f"{ref!r}: no run step {sname!r}", path=p, line=cline, field="compare")
             if ph not in [x.name for x in st.settings["phases"]]:
                 raise ConfigError(f"{ref!r}: step {sname!r} has no phase {ph!r}", path=p, line=cline,

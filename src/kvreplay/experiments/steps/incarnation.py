@@ -1,0 +1,112 @@
+"""``kind = "incarnation"``: bring up a new server (or simulator) and check it before anything is sent.
+
+TOML keys: ``fresh`` (false; true: the counters must read zero and the cache be
+empty), ``sim`` (simulator settings overlaid on ``[server.sim]``; target ``sim`` only).
+
+Run (``experiments.window.lifecycle``): against the simulator, a new one with the
+overlay; else the ``stop`` then ``start`` commands on a new port. Then readiness,
+identity (``[server.identity]`` pins must hold), the fresh check, and the ready
+completion. A failure blocks the steps after it (``deferred``) until the next
+incarnation; the window cancels it at ``hard_deadline - restore_reserve``.
+One cell, ``ready_identity_fresh``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreplay.experiments.steps.base import StepKind, Window, check_cells
+from kvreplay.experiments.window.fields import Where
+from kvreplay.experiments.window.lifecycle import identity_mismatches
+from kvreplay.experiments.window.model import StepResult, StepSpec
+from kvreplay.plan import Plan
+from kvreplay.workload import Workload
+
+__all__ = ["KIND"]
+
+
+def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[str, Any]:
+    st: dict[str, Any] = {}
+    if "fresh" in rest:
+        if not isinstance(rest["fresh"], bool):
+            raise where.error("must be true or false", "fresh")
+        st["fresh"] = rest["fresh"]
+    sim = rest.get("sim", {})
+    if not isinstance(sim, dict):
+        raise where.error("must be a table of simulator settings", "sim")
+    st["sim"] = dict(sim)
+    st.setdefault("fresh", False)
+    return st
+
+
+def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:
+    return {"fresh": step.settings.get("fresh", False), "sim": step.settings.get("sim", {})}, None
+
+
+def _fail(w: Window, res: StepResult, why: str) -> None:
+    res.status, res.reason = "failed", why
+    w.blocked = f"incarnation {res.name} failed: {why}"
+
+
+async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
+    logs = w.out / st.dir
+    w.incarnation = st.name
+    res.incarnation = st.name
+    w.blocked = None
+    if w.exp.server.is_sim:
+        res.checks["start"] = await w.server.start_sim(st.settings.get("sim"))
+    else:
+        assert w.exp.server.start is not None
+        cmds = await w.server.start_with(w.exp.server.start, "start", logs)
+        res.checks["commands"] = cmds
+        w.say_stops(st, cmds)
+        bad_cmd = [c for c in cmds if not c.get("background") and c.get("rc") != 0 and c.get("name") == "start"]
+        if bad_cmd:
+            return _fail(w, res, f"start command failed (rc {bad_cmd[0].get('rc')}, "
+                                 f"{'timed out' if bad_cmd[0].get('timed_out') else 'exited'})")
+    ready = await w.server.wait_ready()
+    res.checks["ready"] = ready
+    if not ready["ready"]:
+        return _fail(w, res, f"not ready after {ready['waited_s']} s: {ready['last_error']}")
+    ident, snap, err = await w.server.read()
+    res.checks["identity"] = ident
+    if err:
+        return _fail(w, res, f"identity unreadable: {err}")
+    bad = identity_mismatches(ident, w.exp.server.identity)
+    if bad:
+        res.checks["pins"] = bad
+        return _fail(w, res, "identity pins do not hold: " + "; ".join(bad))
+    w.inc_identity = ident
+    if w.snapshot_identity is None:
+        w.snapshot_identity = ident
+        w.snapshot_note = (w.snapshot_note or "") + f"; snapshot taken at the first incarnation ({st.name})"
+    if st.settings.get("fresh"):
+        from kvreplay.runner.counters import check_fresh
+
+        if snap is None:
+            return _fail(w, res, "fresh required but the backend reports no counters")
+        ok, why = check_fresh(snap)
+        res.checks["fresh"] = {"passed": ok, "reason": why,
+                               "counters": {k: v for k, v in snap.common.items() if v}}
+        if not ok:
+            return _fail(w, res, f"fresh check failed: {why}")
+    comp = await w.server.completion_check()
+    if comp is not None:
+        res.checks["completion"] = comp
+        if not comp["passed"]:
+            return _fail(w, res, f"ready completion: finish_reason {comp.get('finish_reason')!r}, want "
+                                 f"'stop' ({comp.get('error') or 'ok'})")
+    res.status = "measured"
+
+
+KIND = StepKind(
+    name="incarnation",
+    keys=frozenset({"fresh", "sim"}),
+    parse=_parse,
+    execute=_execute,
+    starts_server=True,
+    cancel_at_deadline=True,
+    freeze=_freeze,
+    cells=check_cells("ready_identity_fresh"),
+)
+"""The incarnation kind (module docstring)."""

@@ -1,0 +1,84 @@
+"""``kind = "restore"``: bring the incumbent server back; it always runs.
+
+No TOML keys. Needs ``[server.restore]`` (a command) unless the target is the
+simulator (the incumbent simulator, ``[server.sim]`` alone, is started again). It runs
+after an abort, after an interrupt (which does not cancel it), after a failed step and
+past ``stop_new_after``; its command is bounded by ``hard_deadline``. Measured when the
+server is ready and its identity equals the snapshot taken before the first step (or,
+without a snapshot, the pins hold). One cell, ``identity_restored``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kvreplay.errors import ConfigError
+from kvreplay.experiments.steps.base import StepKind, Window, check_cells
+from kvreplay.experiments.window.fields import Where
+from kvreplay.experiments.window.lifecycle import identity_mismatches
+from kvreplay.experiments.window.model import ServerSpec, StepResult, StepSpec
+
+__all__ = ["KIND"]
+
+
+def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def _check(step: StepSpec, server: ServerSpec, where: Where) -> None:
+    if server.restore is None and not server.is_sim:
+        raise ConfigError("a restore step needs [server.restore]", path=where.path, line=where.line,
+                          field="server.restore")
+
+
+async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
+    logs = w.out / st.dir
+    hard = w.left(w.window.hard_deadline_s)
+    if w.exp.server.is_sim:
+        res.checks["start"] = await w.server.start_sim(None)
+    else:
+        cmd = w.exp.server.restore
+        assert cmd is not None
+        if hard is not None:
+            cmd = replace(cmd, timeout_s=max(1.0, min(cmd.timeout_s, hard)))
+        res.checks["commands"] = await w.server.start_with(cmd, "restore", logs)
+        w.say_stops(st, res.checks["commands"])
+        failed = [c for c in res.checks["commands"] if c.get("name") == "restore" and not c.get("background")
+                  and c.get("rc") != 0]
+        if failed:
+            res.status, res.reason = "failed", f"restore command failed (rc {failed[0].get('rc')})"
+            return
+    ready = await w.server.wait_ready(None if hard is None else max(1.0, min(hard, 600.0)))
+    res.checks["ready"] = ready
+    if not ready["ready"]:
+        res.status, res.reason = "failed", f"not ready after {ready['waited_s']} s: {ready['last_error']}"
+        return
+    ident, _snap, err = await w.server.read()
+    res.checks["identity"] = ident
+    if w.snapshot_identity is None:  # no incumbent and no incarnation was ever up
+        bad = identity_mismatches(ident, w.exp.server.identity)
+        res.checks["note"] = (w.snapshot_note or "") + "; checked against the pins only"
+        if bad or err:
+            res.status, res.reason = "failed", err or "; ".join(bad)
+            return
+    elif ident != w.snapshot_identity:
+        diff = sorted(k for k in set(ident or {}) | set(w.snapshot_identity)
+                      if (ident or {}).get(k) != w.snapshot_identity.get(k))
+        res.status = "failed"
+        res.reason = "identity differs from the snapshot before the first step: " + ", ".join(
+            f"{k}: {w.snapshot_identity.get(k)!r} -> {(ident or {}).get(k)!r}" for k in diff)
+        return
+    res.status = "measured"
+
+
+KIND = StepKind(
+    name="restore",
+    keys=frozenset(),
+    parse=_parse,
+    execute=_execute,
+    restores=True,
+    check=_check,
+    cells=check_cells("identity_restored"),
+)
+"""The restore kind (module docstring)."""

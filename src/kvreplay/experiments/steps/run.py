@@ -1,0 +1,248 @@
+"""``kind = "run"``: replay phases of the workload, as ``kvreplay run`` does.
+
+TOML keys: ``phases`` (shorthand strings ``NAME:ORDER:cN...``) and/or ``[[step.phase]]``
+tables (as in a plan TOML, ``kvreplay.plan``), ``label``, ``comparable`` (false: a
+control, never pooled with or compared as a main arm), ``drain_timeout``.
+
+Frozen: the exact plan (``plan``, ``plan_sha256``) and ``drain_timeout_s``. Run: the
+runner against the current incarnation, under the window's deadlines and abort rules;
+identity drift against the incarnation or pins that no longer hold abort the window.
+Cells per phase: requests, TTFT/E2E p50, cached tokens, device hit tokens and host
+restores (``experiments.findings``: repeats only, absent tiers are absent).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kvreplay.errors import ConfigError
+from kvreplay.evidence.vocab import ABSENT
+from kvreplay.experiments.findings import CELL_METRICS, partial_reason, view_evidence
+from kvreplay.experiments.steps.base import COMMON_KEYS, CellContext, StepKind, Window, plan_schedule
+from kvreplay.experiments.window.fields import Where
+from kvreplay.experiments.window.lifecycle import identity_mismatches
+from kvreplay.experiments.window.model import StepResult, StepSpec
+from kvreplay.plan import PhaseSpec, Plan, build_plan, parse_phase
+from kvreplay.workload import Workload
+
+__all__ = ["KIND", "judge_run"]
+
+
+def _phase_label(text: str | None) -> str | None:
+    """A step label as a phase label (1-64 of letters, digits, ``_.-``; other characters -> ``-``)."""
+    if not text:
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:64] or None
+
+
+def _phases(raw: dict[str, Any], where: Where) -> tuple[PhaseSpec, ...]:
+    path, line, fld = where.path, where.line, where.fld
+    out: list[PhaseSpec] = []
+    short = raw.get("phases", [])
+    if not isinstance(short, list) or not all(isinstance(s, str) for s in short):
+        raise ConfigError("phases is a list of shorthand strings (NAME:ORDER:cN...)", path=path, line=line,
+                          field=f"{fld}.phases")
+    for s in short:
+        try:
+            out.append(parse_phase(s))
+        except ConfigError as exc:
+            raise ConfigError(str(exc), path=path, line=line, field=f"{fld}.phases") from exc
+    tables = raw.get("phase", [])
+    if not isinstance(tables, list):
+        raise ConfigError("[[step.phase]] tables", path=path, line=line, field=f"{fld}.phase")
+    for i, t in enumerate(tables):
+        out.append(PhaseSpec.from_mapping(t, where={"path": path, "line": line, "field": f"{fld}.phase[{i}]"}))
+    if not out:
+        raise ConfigError("a run step needs phases", path=path, line=line, field=f"{fld}.phases")
+    names = [p.name for p in out]
+    for n in names:
+        if names.count(n) > 1:
+            raise ConfigError(f"phase name {n!r} used twice", path=path, line=line, field=f"{fld}.phases")
+    return tuple(out)
+
+
+def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[str, Any]:
+    phases = _phases(rest, where)
+    # A control step makes every phase a control (plan.json, summary.json, records carry it);
+    # the step's label names phases that have none of their own.
+    st: dict[str, Any] = {
+        "phases": tuple(replace(ph, comparable=ph.comparable and common.get("comparable", True),
+                                label=ph.label if ph.label is not None else _phase_label(common.get("label")))
+                        for ph in phases)}
+    if "drain_timeout" in rest:
+        st["drain_timeout_s"] = where.duration(rest["drain_timeout"], "drain_timeout")
+    return st
+
+
+def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:
+    assert workload is not None
+    plan = build_plan(workload, list(step.settings["phases"]))
+    return {"plan": plan.content(), "plan_sha256": plan.sha256,
+            "drain_timeout_s": step.settings.get("drain_timeout_s", 10.0)}, plan
+
+
+def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
+    name, profile = w.server.backend_name, w.exp.server.profile
+
+    async def factory(session: aiohttp.ClientSession) -> Any:
+        if name == "none":
+            return None
+        from kvreplay.backends import detect, make_backend
+
+        chosen = await detect(url, session) if name == "auto" else name
+        return make_backend(chosen, url, session, profile=profile)
+
+    return factory
+
+
+async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
+    from kvreplay.runner import RunOptions, execute_plan
+
+    plan = w.plans[st.name]
+    assert w.workload is not None and w.server.url is not None
+    url, is_sim = w.server.url, w.exp.server.is_sim
+    opts = RunOptions(
+        target_url=url, target_label="sim" if is_sim else url, out_dir=w.out / st.dir,
+        backend_name=w.server.backend_name, headers=w.headers,
+        drain_timeout_s=st.settings.get("drain_timeout_s", 10.0), drain_interval_s=0.1,
+        stop_new_after_s=w.left(w.window.stop_new_after_s),
+        hard_deadline_s=w.left(w.window.cancel_at_s),
+        elapsed_before_s=w.elapsed(), quiet=True, identity_pins=w.pins,
+        abort_if=w.window.abort_if, max_error_rate=w.window.max_error_rate,
+        abort_on_malformed=w.window.abort_on_malformed,
+        # plan.json records the simulator's time scale, as `kvreplay run --target sim` does, so
+        # the step's reports give model ms with the scale stated (experiments.timescale)
+        run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
+                   if is_sim and w.server.sim_config is not None else {}),
+    )
+    summary = await execute_plan(plan, plan.bind(w.workload), opts, backend_factory=_factory(w, url))
+    judge_run(w, res, summary)
+
+
+def judge_run(w: Window, res: StepResult, summary: dict[str, Any]) -> None:
+    """A run's status from its ``summary.json``: the runner's abort, identity drift or pins, invalid phases.
+
+    An abort other than the window's own ``deadline`` aborts the window, as identity drift
+    against the incarnation and pins that no longer hold do.
+    """
+    ab = summary.get("aborted")
+    ident = (summary.get("identity") or {}).get("after")
+    res.checks["identity_after"] = ident
+    bad = identity_mismatches(ident, w.exp.server.identity) if ident is not None else []
+    if ab:
+        res.status, res.reason = "aborted", f"{ab.get('reason')}: {ab.get('message')}"
+        if ab.get("reason") == "interrupt":
+            w.interrupted = True
+        if ab.get("reason") not in ("deadline",):
+            w.abort(str(ab.get("reason")), f"step {res.name}: {ab.get('message')}")
+        return
+    if ident is not None and w.inc_identity is not None and ident != w.inc_identity:
+        res.status, res.reason = "aborted", "identity drift against the incarnation's identity"
+        w.abort("identity_drift", f"step {res.name}: identity changed since incarnation {w.incarnation}")
+        return
+    if bad:
+        res.status, res.reason = "aborted", "identity pins do not hold: " + "; ".join(bad)
+        w.abort("identity_pins", res.reason)
+        return
+    invalid = [f"{p['name']}: {'; '.join(p.get('invalid_reasons') or ['invalid'])}"
+               for p in summary.get("phases", []) if not p.get("valid", True)]
+    res.checks["phases_invalid"] = invalid
+    if invalid:
+        res.status, res.reason = "failed", " | ".join(invalid)
+    else:
+        res.status = "measured"
+
+
+def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dict[str, Any]]:
+    """Per phase: requests, TTFT/E2E p50 (``model_ms`` beside at a time scale), cached, hit and host tokens.
+
+    A phase cut short is ``aborted`` with ``"partial: 9 of 52 positions sent (STEP REASON)"``
+    on every cell of it (never ``measured``); a phase that sent nothing takes ``deferred``;
+    a tier that never moved in the window, or did not move in the phase's repeats
+    (``evidence.engine``), is ``absent``, and so is a prime's restore cell.
+    """
+    from kvreplay.experiments.timescale import model_ms
+
+    name, status, reason = st["name"], st["status"], st.get("reason")
+    tier, by = ctx.tier, ctx.views
+    out: list[dict[str, Any]] = []
+    for ph in (fs.get("plan") or {}).get("phases", []):
+        v = by.get(f"{name}/{ph['name']}")
+        if v is None:
+            for m, _f in CELL_METRICS:
+                out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": status if status in (
+                    "deferred", "aborted", "failed") else "failed", "value": None, "reason": reason})
+            continue
+        pst = "measured" if v.summary.get("valid", True) and not v.summary.get("deferred") else (
+            "deferred" if v.summary.get("deferred") else "failed")
+        pre = None if pst == "measured" else "; ".join(v.summary.get("invalid_reasons") or []) or reason
+        if pst == "measured" and partial_reason(v.summary):
+            pst, pre = "aborted", f"{partial_reason(v.summary)} ({reason or 'step aborted'})"
+        for m, f in CELL_METRICS:
+            c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst,
+                 "value": None if pst == "deferred" else f(v.summary), "reason": pre}
+            if v.scale is not None and m.endswith("_ms"):
+                c["model_ms"] = model_ms(c["value"], v.scale)
+            out.append(c)
+        ve = view_evidence(v)
+        for key, t in (("hit_tokens", "device"), ("host_fetched_tokens", "host")):
+            if not tier[t]:
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
+                            "reason": "the tier's lookup counters never moved in this window"})
+            elif v.evidence is None and pst == "measured" and v.is_prime:
+                # nothing failed and nothing was measured: a prime holds no restores by design
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
+                            "reason": "not evidence: a prime (first sends only) restores nothing"})
+            elif v.evidence is None:
+                # a phase cut short, not run or invalid keeps its own status; else no counters
+                kept = pst != "measured"
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
+                            "value": None, "reason": pre if kept else v.note})
+            elif ve is not None and (ve.tier(t) is None or key not in v.evidence):
+                # absent, not zero: the tier did not take part in this phase's repeats
+                why = ve.absent.get(t) or f"no {key} counter"
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
+                            "reason": f"not evidence: the {t} tier did not move in the repeats ({why})"})
+            else:
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst,
+                            "value": v.evidence[key], "reason": pre})
+    return out
+
+
+def _restate(out: Path, st: dict[str, Any]) -> str | None:
+    """Redraw the run's reports in model ms when it ran at a simulator time scale (``report.write``)."""
+    from kvreplay.report.load import read_json
+    from kvreplay.report.units import sim_time_scale
+    from kvreplay.report.write import write_reports
+
+    d = out / st["run_dir"]
+    if sim_time_scale(read_json(d / "plan.json")) is None:  # unreadable: None
+        return None
+    try:
+        write_reports(d, html=True)
+    except Exception as exc:  # noqa: BLE001 - a figure must not cost the publication
+        return (f"step {st['name']}: reports not redrawn ({type(exc).__name__}: {exc}); "
+                f"redraw with: kvreplay report {d} --html")
+    return None
+
+
+KIND = StepKind(
+    name="run",
+    keys=frozenset({"phases", "phase", "drain_timeout"}) | COMMON_KEYS,
+    parse=_parse,
+    execute=_execute,
+    sends=True,
+    needs_workload=True,
+    phase_views=True,
+    freeze=_freeze,
+    cells=_cells,
+    restate=_restate,
+    schedule=plan_schedule,
+)
+"""The run kind (module docstring)."""

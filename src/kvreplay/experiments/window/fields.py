@@ -1,0 +1,65 @@
+"""Field helpers shared by the experiment file's parser and the step kinds.
+
+The parser (``experiments.window.spec``) and every step kind (``experiments.steps``)
+validate TOML values with these, so a duration or a name reads the same in every
+table. Nothing here imports another part of ``experiments``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import ConfigError
+
+__all__ = ["BOUND_RE", "NAME_RE", "Where", "parse_duration"]
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+"""A step, arm or phase name: letters, digits, ``_``, ``.``, ``-``."""
+BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
+"""An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
+``window.abort_if`` here and ``--abort-if`` of ``kvreplay run``/``ab``."""
+
+
+def parse_duration(value: Any, *, path: Path | None = None, line: int | None = None, fld: str = "") -> float:
+    """``90`` / ``"90s"`` / ``"70m"`` / ``"1.5h"`` / ``"250ms"`` -> seconds.
+
+    Raises:
+        ConfigError: not a non-negative duration (naming ``path``, ``line``, ``fld``).
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+        if m:
+            return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
+    raise ConfigError(f"not a duration: {value!r} (e.g. 90s, 70m, 1h)", path=path, line=line, field=fld)
+
+
+class Where:
+    """Where a step's table is, for errors: the file, the line of its ``[[step]]`` and its field name.
+
+    Attributes:
+        path: The experiment file.
+        line: Line of the step's ``[[step]]`` header (None if unknown).
+        fld: The step's field name, like ``step[3]``.
+    """
+
+    __slots__ = ("fld", "line", "path")
+
+    def __init__(self, path: Path, line: int | None, fld: str) -> None:
+        self.path, self.line, self.fld = path, line, fld
+
+    def error(self, message: str, key: str | None = None) -> ConfigError:
+        """A ``ConfigError`` naming the file, the line and ``fld.key`` (``fld`` alone without a key)."""
+        return ConfigError(message, path=self.path, line=self.line,
+                           field=f"{self.fld}.{key}" if key else self.fld)
+
+    def duration(self, value: Any, key: str) -> float:
+        """``parse_duration`` of the step's ``key``.
+
+        Raises:
+            ConfigError: not a non-negative duration, naming ``fld.key``.
+        """
+        return parse_duration(value, path=self.path, line=self.line, fld=f"{self.fld}.{key}")

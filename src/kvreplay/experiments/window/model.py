@@ -1,0 +1,224 @@
+"""The parsed experiment file: server, window and steps (what ``experiments.window.spec`` returns).
+
+Plain frozen dataclasses with their JSON forms, and ``StepResult`` (what happened to
+one step, ``result.json``'s ``steps``). They live below the parser and the step kinds
+(``experiments.steps``) so that both can use them; ``experiments.window.spec``
+re-exports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import ConfigError
+
+__all__ = ["STOP_GRACE_S", "Command", "ExperimentSpec", "ReadySpec", "ServerSpec", "StepResult", "StepSpec",
+           "WindowSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A lifecycle command.
+
+    Attributes:
+        cmd: Shell command (``sh -c``) with ``{port}``/``{dir}``/``{python}``/``{kvreplay}`` placeholders.
+        timeout_s: Bound (s); on expiry its whole process group is killed.
+        background: Keep it running as the server process (killed at the next stop) instead of
+            waiting for it to exit.
+    """
+
+    cmd: str
+    timeout_s: float
+    background: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"cmd": self.cmd, "timeout_s": self.timeout_s, "background": self.background}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadySpec:
+    """Readiness check after a start: a URL that must answer 200 and an optional completion.
+
+    Attributes:
+        url: URL template (``{port}``), None = ``<server URL>/health`` then ``/v1/models``.
+        timeout_s: Bound (s).
+        completion: A chat body whose streamed answer must end with ``finish_reason: "stop"``.
+    """
+
+    url: str | None
+    timeout_s: float
+    completion: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"url": self.url, "timeout_s": self.timeout_s, "completion": self.completion}
+
+
+STOP_GRACE_S = 30.0
+"""``[server] stop_grace`` when not given: seconds from SIGTERM to SIGKILL when a started server is stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """``[server]``: the target and how to start, check, stop and restore it."""
+
+    target: str
+    backend: str = "auto"
+    profile: str | None = None
+    api_key_env: str | None = None
+    identity: dict[str, str] = field(default_factory=dict)
+    sim: dict[str, Any] = field(default_factory=dict)
+    start: Command | None = None
+    stop: Command | None = None
+    restore: Command | None = None
+    ready: ReadySpec | None = None
+    stop_grace_s: float = STOP_GRACE_S
+
+    @property
+    def is_sim(self) -> bool:
+        """True for the embedded simulator."""
+        return self.target == "sim"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (names the API key variable, never the key)."""
+        return {
+            "target": self.target, "backend": self.backend, "profile": self.profile,
+            "api_key_env": self.api_key_env, "identity": dict(self.identity), "sim": dict(self.sim),
+            **{k: (getattr(self, k).to_json() if getattr(self, k) else None)
+               for k in ("start", "stop", "restore", "ready")},
+            # only when set, so experiment files without it keep their experiment.json
+            **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSpec:
+    """``[window]``: deadlines and the abort rules every run step keeps.
+
+    Deadlines are in seconds from the experiment's start (None = unbounded); the
+    abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate``,
+    ``--abort-on-malformed``.
+    """
+
+    stop_new_after_s: float | None = None
+    hard_deadline_s: float | None = None
+    restore_reserve_s: float = 0.0
+    abort_if: tuple[tuple[str, str, float], ...] = ()
+    max_error_rate: float | None = None
+    abort_on_malformed: bool = False
+
+    @property
+    def cancel_at_s(self) -> float | None:
+        """When in-flight requests are cancelled: ``hard_deadline - restore_reserve`` (s)."""
+        if self.hard_deadline_s is None:
+            return None
+        return max(0.0, self.hard_deadline_s - self.restore_reserve_s)
+
+    def check(self, *, path: object = None, fields: dict[str, str] | None = None) -> None:
+        """Refuse deadlines that cannot hold together, wherever they came from (file or command line).
+
+        ``restore_reserve`` must leave time before ``hard_deadline`` (a reserve as long as the
+        deadline would cancel every request at once), and ``stop_new_after`` must not be later
+        than ``hard_deadline - restore_reserve`` (no new request after in-flight ones are cancelled).
+
+        Args:
+            path: The experiment file, for the message.
+            fields: The name to give each key in messages (``{"hard_deadline": "--hard-deadline"}``
+                for a value from the command line); default ``window.KEY``.
+
+        Raises:
+            ConfigError: the clash, naming both values.
+        """
+        keys = ("stop_new_after", "hard_deadline", "restore_reserve")
+        names = {k: k for k in keys}  # in messages: the file's key, or the flag that gave the value
+        names.update(fields or {})
+        field = {k: (names[k] if names[k].startswith("--") else f"window.{k}") for k in keys}
+        hard, reserve, stop = self.hard_deadline_s, self.restore_reserve_s, self.stop_new_after_s
+        if hard is not None and 0 < reserve and hard <= reserve:
+            raise ConfigError(f"{names['restore_reserve']} ({reserve:g} s) leaves no time before "
+                              f"{names['hard_deadline']} ({hard:g} s): in-flight requests would be cancelled "
+                              "before anything ran", path=path, field=field["restore_reserve"])
+        cancel = self.cancel_at_s
+        if stop is not None and cancel is not None and stop > cancel:
+            raise ConfigError(f"{names['stop_new_after']} ({stop:g} s) is later than {names['hard_deadline']} - "
+                              f"{names['restore_reserve']} ({hard:g} - {reserve:g} = {cancel:g} s)",
+                              path=path, field=field["stop_new_after"])
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"stop_new_after_s": self.stop_new_after_s, "hard_deadline_s": self.hard_deadline_s,
+                "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s,
+                "abort_if": [f"{n}{op}{v:g}" for n, op, v in self.abort_if], "max_error_rate": self.max_error_rate,
+                "abort_on_malformed": self.abort_on_malformed}
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """One ``[[step]]``.
+
+    Attributes:
+        index: 0-based position.
+        name: Unique name (letters, digits, ``_.-``).
+        kind: The name of a registered step kind (``experiments.steps``).
+        line: Line of its ``[[step]]`` header.
+        settings: The kind's settings, validated (phases as ``PhaseSpec``).
+        sends: True for kinds that send generation requests (the kind's ``sends``): the step
+            writes a run directory, ``dir``.
+    """
+
+    index: int
+    name: str
+    kind: str
+    line: int | None
+    settings: dict[str, Any]
+    sends: bool = False
+
+    @property
+    def comparable(self) -> bool:
+        """False for a control (never pooled with, or compared as, a main arm)."""
+        return bool(self.settings.get("comparable", True))
+
+    @property
+    def dir(self) -> str:
+        """``steps/NN-name``."""
+        return f"steps/{self.index:02d}-{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentSpec:
+    """A parsed experiment file."""
+
+    path: Path
+    text: str
+    workload: str | None
+    server: ServerSpec
+    window: WindowSpec
+    steps: tuple[StepSpec, ...]
+    compare: tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What happened to one step (``result.json``'s ``steps``)."""
+
+    name: str
+    kind: str
+    status: str = "deferred"
+    reason: str | None = None
+    run_dir: str | None = None
+    comparable: bool = True
+    label: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    checks: dict[str, Any] = field(default_factory=dict)
+    incarnation: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"name": self.name, "kind": self.kind, "status": self.status, "reason": self.reason,
+                "run_dir": self.run_dir, "comparable": self.comparable, "label": self.label,
+                "incarnation": self.incarnation, "started": self.started, "ended": self.ended,
+                "checks": self.checks}
