@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from kvreplay.experiments.findings import ab_findings, cells, compare_tables, load_views, restore_findings, tiers
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.rundir import read_plan, write_result
 
 __all__ = ["build_result", "left_line", "render_html", "render_markdown", "restate_step_reports", "status_line",
            "write_publication"]
@@ -242,7 +242,6 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
     Returns:
         One line per step whose reports could not be redrawn (its runner ``report.md`` is kept).
     """
-    from kvreplay.report.load import read_json
     from kvreplay.report.units import sim_time_scale
     from kvreplay.report.write import write_reports
 
@@ -260,7 +259,7 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
         d = out / st["run_dir"]
-        if sim_time_scale(read_json(d / "plan.json")) is None:  # unreadable: None
+        if sim_time_scale(read_plan(d)) is None:  # unreadable: None
             continue
         try:
             write_reports(d, html=True)
@@ -272,6 +271,6 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
 
 def write_publication(out: Path, result: dict[str, Any], title: str) -> None:
     """Write ``result.json``, ``report.md`` and ``report.html`` into ``out``."""
-    atomic_write_json(out / "result.json", result)
+    write_result(out, result)
     (out / "report.md").write_text(render_markdown(result, title), encoding="utf-8")
     (out / "report.html").write_text(render_html(result, title), encoding="utf-8")

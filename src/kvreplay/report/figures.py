@@ -12,7 +12,7 @@ from typing import Any
 
 from kvreplay.report import plots  # matplotlib loads on the first drawing call
 from kvreplay.report.cells import Status, phase_gate, phases_in_order
-from kvreplay.report.load import RunData
+from kvreplay.rundir import RunData
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.units import sim_time_scale
 

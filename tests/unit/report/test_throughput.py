@@ -4,7 +4,7 @@ import json
 
 from rundirs import plan_json, record, write_run
 
-from kvreplay.report.load import load_run
+from kvreplay.rundir import load_run
 from kvreplay.report.write import write_reports
 
 

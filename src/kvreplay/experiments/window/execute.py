@@ -52,6 +52,7 @@ from kvreplay.clock import now_ns
 from kvreplay.experiments.window.lifecycle import ServerControl, expand, identity_mismatches
 from kvreplay.experiments.window.spec import ExperimentSpec, StepSpec, WindowSpec
 from kvreplay.plan import Plan
+from kvreplay.rundir import write_step_log
 from kvreplay.safe_io import atomic_write_json
 from kvreplay.workload import Workload
 
@@ -257,9 +258,7 @@ class WindowRun:
         res.ended = utc_now()
         if st.sends:
             res.run_dir = st.dir
-        (self.out / st.dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.out / st.dir / "step.json", {"experiment_sha256": self.frozen["experiment_sha256"],
-                                                            **res.to_json()})
+        write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"], **res.to_json()})
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
 
     # -- steps --------------------------------------------------------------------------------
@@ -317,6 +316,7 @@ class WindowRun:
         self.blocked = f"incarnation {res.name} failed: {why}"
 
     async def _run(self, st: StepSpec, res: StepResult) -> None:
+        from kvreplay.report.markdown import render_markdown
         from kvreplay.runner import RunOptions, execute_plan
 
         plan = self.plans[st.name]
@@ -336,7 +336,8 @@ class WindowRun:
             run_extra=({"sim_time_scale": self.server.sim_config.time_scale}
                        if is_sim and self.server.sim_config is not None else {}),
         )
-        summary = await execute_plan(plan, plan.bind(self.workload), opts, backend_factory=self._factory(url))
+        summary = await execute_plan(plan, plan.bind(self.workload), opts, backend_factory=self._factory(url),
+                                     render_report=render_markdown)
         self._judge_run(res, summary)
 
     def _factory(self, url: str) -> Callable[[aiohttp.ClientSession], Any]:

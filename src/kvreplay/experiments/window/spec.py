@@ -51,6 +51,7 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe.step import PROBE_KEYS, probe_settings
 from kvreplay.plan import PhaseSpec, parse_phase
+from kvreplay.rundir.names import step_dir
 
 __all__ = [
     "BOUND_RE",
@@ -224,8 +225,8 @@ class StepSpec:
 
     @property
     def dir(self) -> str:
-        """``steps/NN-name``."""
-        return f"steps/{self.index:02d}-{self.name}"
+        """``steps/NN-name`` (``kvreplay.rundir.names.step_dir``)."""
+        return step_dir(self.index, self.name)
 
 
 @dataclass(frozen=True, slots=True)
