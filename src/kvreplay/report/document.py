@@ -24,7 +24,6 @@ from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
-from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 from kvreplay.report.markdown import ray_line
 from kvreplay.report.rawseries import raw_series_table
 from kvreplay.report.sections import (
@@ -40,6 +39,7 @@ from kvreplay.report.sections import (
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.throughput import throughput_notes, throughput_table
 from kvreplay.report.units import sim_time_scale
+from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
 

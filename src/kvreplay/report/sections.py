@@ -25,9 +25,9 @@ from kvreplay.report.cells import (
     tokens_cell,
 )
 from kvreplay.report.diagnose import DEVICE_KEYS, HOST_KEYS
-from kvreplay.rundir import RunData
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.units import sim_time_scale, unit_of
+from kvreplay.rundir import RunData
 from kvreplay.runner.backend import COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES
 
 __all__ = [
