@@ -88,7 +88,7 @@ class RecordWriter:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """records.jsonl as dicts; a torn last line (a killed writer) is skipped; [] when missing."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         data = path.read_bytes()
     except FileNotFoundError:
