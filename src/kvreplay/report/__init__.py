@@ -5,7 +5,8 @@
 - ``diagnose``: findings with the next causal experiment (rules in ``report.diagnose``,
   evidence rules in ``report.evidence``).
 - ``report.rawseries``: counters.jsonl in the report (raw series per phase, units).
-- ``render_markdown`` / ``render_table``: the runner's own per-phase table.
+- ``render_markdown`` / ``render_table``: the per-phase table (``kvreplay run`` hands
+  ``render_markdown`` to the runner, which writes report.md with it).
 - ``report.progress.make_live_observer``: the live display while a run goes.
 
 Names are imported on first use, so an import of ``report.markdown`` (the
