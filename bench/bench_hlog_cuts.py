@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             wl = load_workload(wl_path)
             reps = max(1, a.requests // a.bodies)
             plan = build_plan(wl, [parse_phase(f"load:forward:c{a.concurrency}:x{reps}")])
-            opts = RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=Path(tmp) / "run", quiet=True,
-                              report_md=False)
+            opts = RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=Path(tmp) / "run", quiet=True)
             summary = asyncio.run(execute_plan(plan, wl, opts))
     finally:
         srv.terminate()

@@ -15,7 +15,7 @@ __all__ = ["__version__", "load_run"]
 
 def __getattr__(name: str) -> object:  # no typing import: `kvreplay --help` starts light
     if name == "load_run":
-        from kvreplay.report.load import load_run
+        from kvreplay.rundir import load_run
 
         return load_run
     raise AttributeError(f"module 'kvreplay' has no attribute {name!r}")

@@ -94,9 +94,9 @@ __all__ = [
     "build_plan",
     "by_prefix",
     "interleave_sequence",
-    "load_plan_json",
     "load_plan_toml",
     "parse_phase",
+    "plan_from_json",
 ]
 
 @dataclass(frozen=True, slots=True)
@@ -422,26 +422,25 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
     )
 
 
-def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[Plan, dict[str, Any]]:
-    """Re-read a plan.json so it can be executed again exactly.
+def plan_from_json(data: Any, workload: Workload | None = None, *, path: str | Path) -> tuple[Plan, dict[str, Any]]:
+    """A plan from plan.json's parsed content, so it can be executed again exactly.
+
+    The file itself is read by ``kvreplay.rundir.load_plan_json``.
 
     Args:
-        path: The plan.json file.
+        data: plan.json's content (parsed JSON).
         workload: The workload to check it against; loaded from the plan's
             ``workload.path`` by the caller when None is given here.
+        path: The file it came from (named in errors).
 
     Returns:
         The plan (sequence taken verbatim from the file) and its ``run`` block.
 
     Raises:
-        ConfigError: unreadable file, hash mismatch, or bodies whose SHA-256 no
+        ConfigError: not a plan, hash mismatch, or bodies whose SHA-256 no
             longer match the workload.
     """
     p = Path(path)
-    try:
-        data = orjson.loads(p.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read plan: {exc}", path=p) from exc
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
         raise ConfigError(f"not a {PLAN_FORMAT} file", path=p, field="format")
     content = {k: v for k, v in data.items() if k not in ("plan_sha256", "run")}
@@ -457,7 +456,7 @@ def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[
 
 
 def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan, dict[str, Any]]:
-    """The body of ``load_plan_json`` once the file is read and its hash checked (shapes validated)."""
+    """The body of ``plan_from_json`` once the hash is checked (shapes validated)."""
     wl = data["workload"]
     n_bodies = wl["n_bodies"]
     if not isinstance(n_bodies, int) or isinstance(n_bodies, bool) or not 0 < n_bodies <= MAX_POSITIONS:

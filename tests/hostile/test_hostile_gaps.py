@@ -41,16 +41,16 @@ def _base(workload: Path, url: str, out: Path) -> list[str]:
 ])
 def test_plan_json_not_writable_is_one_line_and_exit_2_nothing_sent(workload, tmp_path, capsys, monkeypatch,
                                                                      err, words):
-    from kvreplay.runner import _runner
+    from kvreplay.rundir import planfile
 
-    real = _runner.atomic_write_bytes
+    real = planfile.atomic_write_json
 
     def failing(path, data):
         if path.name == "plan.json":
             raise OSError(err, words, str(path) + ".tmp")
         return real(path, data)
 
-    monkeypatch.setattr(_runner, "atomic_write_bytes", failing)
+    monkeypatch.setattr(planfile, "atomic_write_json", failing)
     out = tmp_path / "run"
     with HostileServer("ok") as srv:
         code = main(_base(workload, srv.url, out))
@@ -64,12 +64,12 @@ def test_plan_json_not_writable_is_one_line_and_exit_2_nothing_sent(workload, tm
 
 
 def test_records_jsonl_not_creatable_is_one_line_and_exit_2(workload, tmp_path, capsys, monkeypatch):
-    from kvreplay.runner import _runner
+    from kvreplay.rundir import records
 
     def full(path, **kw):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(_runner, "open_new", full)
+    monkeypatch.setattr(records, "open_new", full)
     out = tmp_path / "run"
     with HostileServer("ok") as srv:
         code = main(_base(workload, srv.url, out))

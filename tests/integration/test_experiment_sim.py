@@ -99,7 +99,7 @@ def test_host_cache_diagnosis_window(tmp_path):
     assert cmp_rows["host_fetched_tokens"]["a"] == 6670 and cmp_rows["host_fetched_tokens"]["b"] == 0
     assert cmp_rows["requests"]["ratio"] == 1.0
     # every sending step is an ordinary run directory (report/load_run keep working)
-    from kvreplay.report.load import load_run
+    from kvreplay.rundir import load_run
 
     run = load_run(out / "steps" / "03-B")
     assert [p["name"] for p in run.summary["phases"]] == ["prime", "replay"]

@@ -19,7 +19,7 @@ from kvreplay import load_run
 from kvreplay.metrics.histograms import LatencySet
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.plan import build_plan, parse_phase
-from kvreplay.report.load import read_hlog
+from kvreplay.rundir import read_hlog
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.runner.observer import NullObserver
 from kvreplay.workload import load_workload

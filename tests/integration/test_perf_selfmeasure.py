@@ -7,7 +7,7 @@ from helpers import write_chat_workload
 from mockserver import MockServer
 
 from kvreplay.plan import build_plan, parse_phase
-from kvreplay.report.load import read_hlog
+from kvreplay.rundir import read_hlog
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.workload import load_workload
 

@@ -19,8 +19,8 @@ from mockserver import MockServer
 from kvreplay.cli import main
 from kvreplay.plan import build_plan, parse_phase
 from kvreplay.report.diagnose import diagnose
-from kvreplay.report.load import load_run
 from kvreplay.report.write import write_reports
+from kvreplay.rundir import load_run
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.workload import load_workload
 

@@ -8,6 +8,7 @@ import orjson
 from mockserver import MockServer
 
 from kvreplay.plan import build_plan, parse_phase
+from kvreplay.report.markdown import render_markdown
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.workload import load_workload
 
@@ -23,7 +24,9 @@ def run(wl_path, phases, out, **cfg):
         try:
             wl = load_workload(wl_path)
             plan = build_plan(wl, [parse_phase(p) for p in phases])
-            summary = await execute_plan(plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True))
+            # report.md as `kvreplay run` has the runner write it (the runner never imports report/)
+            summary = await execute_plan(plan, wl, RunOptions(target_url=srv.base_url, out_dir=out, quiet=True),
+                                         render_report=render_markdown)
             return srv, summary
         finally:
             await srv.stop()

@@ -165,7 +165,8 @@ def test_simulate_from_verdict_sets_model_capacity_and_prefill(workloads, tmp_pa
 def test_plan_toml_burst_round_trip(workloads, tmp_path, capsys):
     import orjson
 
-    from kvreplay.plan import build_plan, load_plan_json, load_plan_toml
+    from kvreplay.plan import build_plan, load_plan_toml
+    from kvreplay.rundir import load_plan_json
     from kvreplay.workload import load_workload
 
     m, f, _ = workloads

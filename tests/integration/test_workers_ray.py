@@ -10,13 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 from helpers import INTERLEAVE_SIM, SlowSSE, check_live_progress, interleave_scenario, write_chat_workload
 
 from kvreplay.cli import main
+from kvreplay.commands.run import open_backend
 from kvreplay.metrics.histograms import LatencySet
 from kvreplay.plan import build_plan, parse_phase
+from kvreplay.report.markdown import render_markdown
 from kvreplay.runner import RunOptions
 from kvreplay.workload import load_workload
 
@@ -47,7 +50,7 @@ async def _run_ray(wl_path, phases, out, workers, **opts):
         return await execute_plan_ray(
             plan, wl,
             RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=out, quiet=True, **opts),
-            workers=workers, address="auto",
+            workers=workers, address="auto", render_report=render_markdown,
         )
     finally:
         srv.close()
@@ -302,7 +305,8 @@ def test_a_failed_worker_fails_the_run_but_keeps_every_record_written(ray_instan
         plan = build_plan(w, [parse_phase("a:forward:c2")])
         opts = RunOptions(target_url="http://127.0.0.1:9", out_dir=out, quiet=True)
         return await execute_plan_ray(plan, w, opts, workers=2, address="auto",
-                                      backend=("no-such-backend", "http://127.0.0.1:9", None))
+                                      backend_factory=partial(open_backend, "no-such-backend",
+                                                              "http://127.0.0.1:9", None))
 
     with pytest.raises(RuntimeError, match="worker 0 failed") as ei:
         asyncio.run(body())

@@ -4,7 +4,8 @@ import orjson
 import pytest
 
 from kvreplay.errors import ConfigError
-from kvreplay.plan import build_plan, load_plan_json, load_plan_toml, parse_phase
+from kvreplay.plan import build_plan, load_plan_toml, parse_phase
+from kvreplay.rundir import load_plan_json
 from kvreplay.workload import load_workload
 
 

@@ -63,13 +63,12 @@ def _schedule(doc: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay experiment``."""
-    import orjson
-
     from kvreplay.commands.run import default_out, install_loop
     from kvreplay.errors import ConfigError
-    from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.publish import left_line, status_line
+    from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.window.spec import load_experiment
+    from kvreplay.rundir import EXPERIMENT, write_experiment
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
     exp = load_experiment(args.file)
@@ -88,13 +87,10 @@ def run(args: argparse.Namespace) -> int:
                 if exp.workload else None)
     doc, plans = freeze(exp, workload, window)
     out = Path(args.out) if args.out else default_out()
-    if (out / "experiment.json").exists():
-        raise ConfigError("directory already holds experiment.json; choose a new --out", path=out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "experiment.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
     if not args.quiet:
         print(_schedule(doc))
-        print(f"experiment.json: {out / 'experiment.json'}")
+        print(f"{EXPERIMENT}: {frozen_path}")
     if args.dry_run:
         return 0
     headers = {}

@@ -61,11 +61,12 @@ def _ab_report(args: argparse.Namespace) -> int:
 
     from kvreplay.report.abreport import write_ab_report
     from kvreplay.report.write import write_reports
+    from kvreplay.rundir import PLAN
 
     d = Path(args.run_dir)
     if args.html:
         for blk in sorted((d / "blocks").glob("*")):
-            if (blk / "plan.json").exists():
+            if (blk / PLAN).exists():
                 try:
                     print(write_reports(blk, html=True)["html"])
                 except (FileNotFoundError, ImportError) as exc:

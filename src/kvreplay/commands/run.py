@@ -12,19 +12,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import os
 import sys
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kvreplay.errors import ConfigError
-from kvreplay.plan import PhaseSpec, build_plan, load_plan_json, load_plan_toml, parse_phase
+from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
 from kvreplay.redaction import check_secret, install_streams, redact_url, register, register_headers
-from kvreplay.report.markdown import render_table
+from kvreplay.report.markdown import render_markdown, render_table
 from kvreplay.report.units import sim_time_scale
+from kvreplay.rundir import RECORDS, REPORT_MD, read_plan, read_plan_file
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.runner.resources import ensure_open_files
@@ -264,8 +265,8 @@ def check_out_dir(out: Path, workload_path: Path) -> None:
     """
     if out.exists() and not out.is_dir():
         raise ConfigError("--out names a file, not a folder", path=out, field="--out")
-    if (out / "records.jsonl").is_symlink():
-        raise ConfigError("records.jsonl in the run directory is a symlink; choose a new --out", path=out,
+    if (out / RECORDS).is_symlink():
+        raise ConfigError(f"{RECORDS} in the run directory is a symlink; choose a new --out", path=out,
                           field="--out")
     wl = workload_path.resolve()
     if wl.is_dir() and (out.resolve() == wl or wl in out.resolve().parents):
@@ -316,12 +317,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     specs = (specs or []) + [parse_phase(s) for s in args.phase]
     wl_path = args.workload or settings.get("workload")
     if args.from_plan:
-        import orjson
-
-        try:
-            plan_path_data = orjson.loads(Path(args.from_plan).read_bytes())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read plan: {exc}", path=args.from_plan) from exc
+        plan_path_data = read_plan_file(args.from_plan)
         wl_info = plan_path_data.get("workload") if isinstance(plan_path_data, dict) else None
         wl_path = wl_path or (wl_info.get("path") if isinstance(wl_info, dict) else None)
         if wl_path is not None and not isinstance(wl_path, str):
@@ -329,7 +325,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         if not wl_path:
             raise ConfigError("plan names no workload; give it", path=args.from_plan)
         workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
-        plan, _ = load_plan_json(args.from_plan, workload)
+        plan, _ = plan_from_json(plan_path_data, workload, path=args.from_plan)
         if specs:
             raise ConfigError("--from-plan replays a frozen plan; do not add phases", field="--phase")
     else:
@@ -352,8 +348,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
     check_ca_file(getattr(args, "ca_file", None))
     out = Path(args.out) if args.out else default_out()
-    if (out / "records.jsonl").exists():
-        raise ConfigError("run directory already holds records.jsonl; choose a new --out", path=out)
+    if (out / RECORDS).exists():
+        raise ConfigError(f"run directory already holds {RECORDS}; choose a new --out", path=out)
     check_out_dir(out, Path(workload.path))
     ensure_open_files(max(ph.spec.concurrency for ph in plan.phases))
     check_target(target, sim=True)
@@ -387,6 +383,11 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             backend_name = await detect(url, session)
         return make_backend(backend_name, url, session, profile=args.profile)
 
+    # --workers / --ray: worker 0 builds the adapter in its own process (a factory that pickles).
+    worker_factory = None if backend_name == "none" else partial(open_backend, backend_name, url, args.profile)
+    # report.md at the end of the run (the runner never imports kvreplay.report); _finish redraws it.
+    render_report = None if getattr(args, "report", "html") == "none" else render_markdown
+
     opts = RunOptions(
         target_url=url,
         target_label="sim" if sim else target_label,
@@ -406,7 +407,6 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
-        report_md=getattr(args, "report", "html") != "none",
         run_extra=sim_run_extra(sim.config.time_scale, calibration) if sim is not None else {},
         **contract,
         ca_file=getattr(args, "ca_file", None),
@@ -421,21 +421,39 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
                 raise ConfigError("--workers must be at least 1", field="--workers")
             summary = await execute_plan_ray(
                 plan, workload, opts, workers=args.workers, address=args.ray,
-                backend=(backend_name, url, args.profile), observer=observer)
+                backend_factory=worker_factory, observer=observer, render_report=render_report)
         elif getattr(args, "workers", 1) > 1:
             from kvreplay.runner.multiproc import execute_plan_workers
 
             summary = await execute_plan_workers(
-                plan, workload, opts, workers=args.workers, backend=(backend_name, url, args.profile),
-                observer=observer, max_body_bytes=args.max_body_bytes)
+                plan, workload, opts, workers=args.workers, backend_factory=worker_factory,
+                observer=observer, max_body_bytes=args.max_body_bytes, render_report=render_report)
         else:
             summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=factory,
-                                         observer=observer)
+                                         observer=observer, render_report=render_report)
     finally:
         if sim is not None:
             await sim.stop()
     summary["_out"] = str(out)
     return summary
+
+
+async def open_backend(name: str, url: str, profile: str | None, session: Any) -> Any:
+    """The counter adapter ``name`` (``auto``: detected) for ``url`` on ``session``; None for ``none``.
+
+    Module-level, so ``functools.partial(open_backend, name, url, profile)`` pickles and
+    builds the adapter inside a ``--workers`` / ``--ray`` worker process.
+
+    Raises:
+        ConfigError: an unknown backend name or profile (``kvreplay.backends.make_backend``).
+        BackendError: detection failed.
+    """
+    if name == "none":
+        return None
+    from kvreplay.backends import detect, make_backend
+
+    chosen = await detect(url, session) if name == "auto" else name
+    return make_backend(chosen, url, session, profile=profile)
 
 
 def sim_run_extra(time_scale: float, calibration: dict[str, Any] | None) -> dict[str, Any]:
@@ -493,8 +511,8 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
     html_path = None
     mode = getattr(args, "report", "html")
     if mode == "none":
-        # --workers / --ray merge their report.md outside RunOptions: none means none.
-        (Path(out) / "report.md").unlink(missing_ok=True)
+        # none means none, also over a report.md already in the folder.
+        (Path(out) / REPORT_MD).unlink(missing_ok=True)
     elif mode == "md":
         write_html_report(out, html=False)
     elif summary.get("records", 0) <= AUTO_HTML_MAX_RECORDS:
@@ -520,11 +538,7 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
 
 def _time_scale_of(out: str) -> float | None:
     """The simulator time scale in ``out/plan.json`` (``report.units.sim_time_scale``), or None."""
-    try:
-        plan = json.loads((Path(out) / "plan.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return sim_time_scale(plan if isinstance(plan, dict) else None)
+    return sim_time_scale(read_plan(Path(out)))
 
 
 AUTO_HTML_MAX_RECORDS = 2_000_000

@@ -51,8 +51,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvreplay.evidence.engine import (
     RESTARTED,
     PhaseEvidence,
@@ -67,7 +65,7 @@ from kvreplay.evidence.engine import (
     usable_delta,
 )
 from kvreplay.evidence.vocab import ABSENT, COUNTER_NAMES, RESTORE_KEYS
-from kvreplay.report.load import read_json
+from kvreplay.rundir import RECORDS, iter_records, read_plan, read_summary
 
 __all__ = ["CELL_METRICS", "PhaseView", "compare_tables", "load_views", "not_run", "partial_reason", "restore_findings",
            "tiers"]
@@ -138,19 +136,14 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
         if not st.get("run_dir"):
             continue
         d = out / st["run_dir"]
-        summary = read_json(d / "summary.json") or {}
-        plan = read_json(d / "plan.json") or {}
+        summary = read_summary(d) or {}
+        plan = read_plan(d) or {}
         orders = {p["name"]: p.get("order", "forward") for p in plan.get("phases", [])}
         controls = {p["name"] for p in plan.get("phases", []) if p.get("comparable", True) is False}
         recs: dict[str, list[dict[str, Any]]] = {}
         try:
-            with (d / "records.jsonl").open("rb") as f:
-                for line in f:
-                    try:
-                        r = orjson.loads(line)
-                    except ValueError:
-                        continue
-                    recs.setdefault(r.get("phase"), []).append(r)
+            for r in iter_records(d / RECORDS):
+                recs.setdefault(r.get("phase"), []).append(r)
         except OSError:
             pass
         scale = scale_of_step(plan, summary, frozen, st.get("incarnation"))

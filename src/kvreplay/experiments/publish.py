@@ -37,7 +37,7 @@ from typing import Any
 
 from kvreplay.experiments.findings import PhaseView, compare_tables, load_views, restore_findings, tiers
 from kvreplay.experiments.steps import CellContext, kind_of
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.rundir import write_result
 
 __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown", "restate_step_reports",
            "status_line", "write_publication"]
@@ -257,6 +257,6 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
 
 def write_publication(out: Path, result: dict[str, Any], title: str) -> None:
     """Write ``result.json``, ``report.md`` and ``report.html`` into ``out``."""
-    atomic_write_json(out / "result.json", result)
+    write_result(out, result)
     (out / "report.md").write_text(render_markdown(result, title), encoding="utf-8")
     (out / "report.html").write_text(render_html(result, title), encoding="utf-8")

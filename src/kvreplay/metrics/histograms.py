@@ -26,7 +26,7 @@ from kvreplay.accounting.sse import hdr_record_gaps
 from kvreplay.safe_io import open_new
 
 __all__ = ["HEADER_LINES", "HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "hlog_header",
-           "interval_line", "new_histogram", "new_log", "write_log"]
+           "hlog_name", "interval_line", "new_histogram", "new_log", "write_log"]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
@@ -257,10 +257,18 @@ class PhaseHistograms:
         for metric, ls in self.sets.items():
             if ls.hist.get_total_count() == 0:
                 continue
-            name = f"{phase}.{metric}.hlog"
+            name = hlog_name(phase, metric)
             write_log(out_dir / name, ls.hist, f"kvreplay phase={phase} metric={metric} unit=us", start_s, end_s)
             files[metric] = name
         return files
+
+
+def hlog_name(phase: str, metric: str) -> str:
+    """The file name of a phase's interval log of ``metric`` in ``histograms/``: ``<phase>.<metric>.hlog``.
+
+    The one definition of the pattern (``kvreplay.rundir.names`` re-exports it).
+    """
+    return f"{phase}.{metric}.hlog"
 
 
 HEADER_LINES = ('#[Histogram log format version 1.2]\n'

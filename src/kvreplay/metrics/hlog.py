@@ -34,7 +34,7 @@ from typing import BinaryIO
 import numpy as np
 
 from kvreplay.clock import now_ns
-from kvreplay.metrics.histograms import LatencySet, interval_line, new_histogram, new_log
+from kvreplay.metrics.histograms import LatencySet, hlog_name, interval_line, new_histogram, new_log
 
 __all__ = ["INTERVAL_S", "IntervalLogs"]
 
@@ -165,7 +165,7 @@ class IntervalLogs:
 
     def _create(self, m: _Metric) -> BinaryIO:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{self._phase}.{m.name}.hlog"
+        name = hlog_name(self._phase, m.name)
         f = new_log(self.out_dir / name, m.comment)
         self.files[m.name] = name
         return f

@@ -130,7 +130,8 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
         WorkloadError: unreadable or invalid source.
         ConfigError: bad phases or plan.
     """
-    from kvreplay.plan import build_plan, load_plan_json, parse_phase
+    from kvreplay.plan import build_plan, parse_phase
+    from kvreplay.rundir import load_plan_json
     from kvreplay.workload import load_workload
 
     p = Path(path)

@@ -1,15 +1,16 @@
 """kvreplay.report: what a run directory shows people and tools.
 
-- ``load_run``: read a run directory back (records, summary, histograms).
+- ``load_run``: read a run directory back (records, summary, histograms; ``kvreplay.rundir``).
 - ``write_reports``: report.md, the self-contained report.html, records.parquet.
 - ``diagnose``: findings with the next causal experiment (rules in ``report.diagnose``,
   evidence rules in ``kvreplay.evidence.engine``).
 - ``report.rawseries``: counters.jsonl in the report (raw series per phase, units).
-- ``render_markdown`` / ``render_table``: the runner's own per-phase table.
+- ``render_markdown`` / ``render_table``: the per-phase table (``kvreplay run`` hands
+  ``render_markdown`` to the runner, which writes report.md with it).
 - ``report.progress.make_live_observer``: the live display while a run goes.
 
-Names are imported on first use, so the runner's import of ``report.markdown``
-does not load matplotlib or numpy.
+Names are imported on first use, so an import of ``report.markdown`` (the
+renderer ``kvreplay run`` hands the runner) does not load matplotlib.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Finding": "diagnose",
-    "diagnose": "diagnose",
-    "HistogramArrays": "load",
-    "RunData": "load",
-    "load_run": "load",
-    "render_markdown": "markdown",
-    "render_table": "markdown",
-    "write_reports": "write",
+    "Finding": "kvreplay.report.diagnose",
+    "diagnose": "kvreplay.report.diagnose",
+    "HistogramArrays": "kvreplay.rundir",
+    "RunData": "kvreplay.rundir",
+    "load_run": "kvreplay.rundir",
+    "render_markdown": "kvreplay.report.markdown",
+    "render_table": "kvreplay.report.markdown",
+    "write_reports": "kvreplay.report.write",
 }
 
 
@@ -44,7 +45,7 @@ def __getattr__(name: str) -> Any:
     mod = _WHERE.get(name)
     if mod is None:
         raise AttributeError(f"module 'kvreplay.report' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"kvreplay.report.{mod}"), name)
+    return getattr(importlib.import_module(mod), name)
 
 
 def __dir__() -> list[str]:

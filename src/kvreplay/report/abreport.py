@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kvreplay.report.load import read_json
+from kvreplay.rundir import read_json
 from kvreplay.safe_io import atomic_write_text
 
 __all__ = ["ab_sim_lines", "change_pct_text", "ci_pct_range_text", "render_ab_html", "write_ab_report"]

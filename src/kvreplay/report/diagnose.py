@@ -52,7 +52,7 @@ Rules (``Finding.rule``):
 ``cache_invariant``
     A halogen ``/cache`` snapshot broke strict-LRU accounting
     (``stores - evicted = entries``) or ``hit_rate = hits / (hits + misses)``
-    (checked at each counter read, ``runner.counterlog``). Next: read the
+    (checked at each counter read, ``kvreplay.rundir.counterlog``). Next: read the
     server's cache code for the path that skips the count.
 
 ``client_bound``
@@ -579,7 +579,7 @@ def diagnose(
             body hashes, order ``unknown``).
         records: records.jsonl as dicts (per-request detail; optional).
         violations: Cache-invariant violations from counters.jsonl
-            (``kvreplay.runner.counterlog.read_violations``; optional).
+            (``kvreplay.rundir.read_violations``; optional).
 
     Returns:
         The findings; empty when no rule fires.

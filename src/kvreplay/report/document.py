@@ -24,9 +24,8 @@ from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
-from kvreplay.report.load import RunData
 from kvreplay.report.markdown import ray_line
-from kvreplay.report.rawseries import raw_series_table, violations
+from kvreplay.report.rawseries import raw_series_table
 from kvreplay.report.sections import (
     Table,
     counter_table,
@@ -37,9 +36,10 @@ from kvreplay.report.sections import (
     phase_table,
     request_tables,
 )
-from kvreplay.report.stream import RunScan, scan, sequence_head, sequence_length
+from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.throughput import throughput_notes, throughput_table
 from kvreplay.report.units import sim_time_scale
+from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 
 __all__ = ["Report", "build", "to_html", "to_markdown"]
 
@@ -205,7 +205,7 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
         if sc is None:
             sc = scan(run)
         rep.findings = diagnose(
-            s, run.plan, run.records if run.streamed else run.record_list, violations(run.path)
+            s, run.plan, run.records if run.streamed else run.record_list, read_violations(run.path)
         )
         plots = run_plots(run, sc)
         rep.sections.append(

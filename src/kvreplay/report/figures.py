@@ -12,9 +12,9 @@ from typing import Any
 
 from kvreplay.report import plots  # matplotlib loads on the first drawing call
 from kvreplay.report.cells import Status, phase_gate, phases_in_order
-from kvreplay.report.load import RunData
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.units import sim_time_scale
+from kvreplay.rundir import RunData
 
 __all__ = ["CDF_METRICS", "Plot", "probe_plots", "run_plots", "simulate_plots"]
 

@@ -25,7 +25,7 @@ from kvreplay.report.cells import (
     record_cells,
     tokens_cell,
 )
-from kvreplay.report.load import RunData
+from kvreplay.rundir import RunData
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.units import sim_time_scale, unit_of
 

@@ -1,10 +1,11 @@
 """Reports at any scale: records streamed once, plan.json kept compact, per-phase arrays.
 
-``open_run(path)`` reads a run directory for the reports without holding its
-records: summary.json, the HdrHistogram logs and a compact plan.json (each
-phase's ``sequence`` reduced to its first entry per distinct body, with the full
-length in ``sequence_length``), then ``scan(run)`` walks records.jsonl once, line
-by line, and keeps only what the report draws:
+``kvreplay.rundir.open_run(path)`` reads a run directory for the reports without
+holding its records: summary.json, the HdrHistogram logs and a compact plan.json
+(each phase's ``sequence`` reduced to its first entry per distinct body, with the
+full length in ``sequence_length``; ``kvreplay.rundir.compact_plan``), then
+``scan(run)`` walks records.jsonl once, line by line (``kvreplay.rundir.iter_records``),
+and keeps only what the report draws:
 
 - per phase, the position, TTFT (ms), usage cached tokens and the overlaid
   counter delta of each ok request as float arrays (8 bytes a value), the
@@ -19,266 +20,31 @@ O(records) parsed dicts; drawing is O(phases + bins) (``report.plots`` bins the
 arrays). A 200,000-record run reports in about 2 s of CPU in a process below
 150 MB (``bench/bench_report.py``).
 
-``RecordStream(path)`` is the re-iterable, streaming view of records.jsonl that
-``diagnose`` receives in place of a list (each iteration reads the file again).
+``kvreplay.rundir.RecordStream(path)`` is the re-iterable, streaming view of
+records.jsonl that ``diagnose`` receives in place of a list (each iteration reads
+the file again).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import os
-import re
 from array import array
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import orjson
+from kvreplay.rundir import RECORDS, iter_records
 
 __all__ = [
     "PhaseScan",
-    "RecordStream",
     "RunScan",
-    "compact_plan",
-    "iter_records",
-    "open_run",
     "scan",
 ]
 
 TABLE_ROWS = 200
 """Rows of each per-request table in report.html (the lowest positions of the phase)."""
-HEAD_ENTRIES = 200
-"""Sequence entries a compact plan keeps per phase (the report's plan listing)."""
 EXAMPLES = 10
 """Failed requests listed under "Errors by class"."""
-
-
-def iter_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """records.jsonl one dict at a time (a torn or bad line is skipped; a missing file is empty).
-
-    Reads line by line: memory holds one record at a time.
-    """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally; a generator
-    except FileNotFoundError:
-        return
-    try:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                yield rec
-    finally:
-        f.close()
-
-
-class RecordStream:
-    """A re-iterable view of records.jsonl: each ``iter()`` streams the file again.
-
-    Truthy (it stands where ``diagnose`` takes a list of records); ``len`` is not
-    defined, so nothing sizes it by loading it.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter_records(self.path)
-
-    def __bool__(self) -> bool:
-        return True
-
-
-_SEQ = re.compile(rb'"sequence"\s*:\s*\[')
-_SHA = re.compile(rb'"body_sha256"\s*:\s*"([0-9A-Fa-f]*)"')
-_POS = re.compile(rb'"position"\s*:\s*(-?\d+)')
-_ENTRY = re.compile(rb"\{[^{}]*\}")
-
-
-def compact_plan(data: bytes) -> dict[str, Any] | None:
-    """plan.json parsed with each phase's ``sequence`` reduced to one entry per distinct body.
-
-    A plan's sequence has one entry per planned request (200,000 entries are
-    about 30 MB of dicts); the report needs only which bodies a phase sends (the
-    replay rule of ``diagnose``), the first entries (the plan listing) and the
-    count. Entries are flat objects (``position``, ``body_index``,
-    ``body_sha256``, ``repetition``; ``kvreplay.plan``), so each ``sequence``
-    array ends at the first ``]`` after it opens.
-
-    Args:
-        data: plan.json's bytes.
-
-    Returns:
-        The plan with ``sequence`` = the first entry of each distinct body in send
-        order, ``sequence_length`` = the full entry count, ``sequence_head`` =
-        the first ``HEAD_ENTRIES`` entries and ``sequence_positions: "range"``
-        (positions are ``0 .. sequence_length - 1``, as ``kvreplay.plan`` writes
-        them; a plan whose positions are not is returned whole); None when the
-        bytes are not a JSON object.
-    """
-    try:
-        return _compact_plan(data)
-    except (orjson.JSONDecodeError, TypeError, ValueError):
-        return None
-
-
-_Head = tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
-
-
-def _compact_plan(data: bytes) -> dict[str, Any] | None:
-    heads: list[_Head] = []
-    parts: list[bytes] = []
-    pos = 0
-    for m in _SEQ.finditer(data):
-        end = data.find(b"]", m.end())
-        if end < 0:
-            return None
-        span = data[m.end() : end]
-        seen: set[bytes] = set()
-        uniq: list[dict[str, Any]] = []
-        head: list[dict[str, Any]] = []
-        n = 0
-        in_range = True
-        for em in _ENTRY.finditer(span):
-            raw = em.group(0)
-            pm = _POS.search(raw)
-            in_range = in_range and pm is not None and int(pm.group(1)) == n
-            n += 1
-            if len(head) < HEAD_ENTRIES:
-                head.append(orjson.loads(raw))
-            sm = _SHA.search(raw)
-            key = sm.group(1) if sm else raw
-            if key not in seen:
-                seen.add(key)
-                uniq.append(orjson.loads(raw))
-        heads.append((uniq, head, n, in_range))
-        parts.append(data[pos : m.end()])
-        pos = end
-    parts.append(data[pos:])
-    return _assemble(parts, heads, lambda: data)
-
-
-def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """``compact_plan`` of a plan.json file, read line by line where it is indented.
-
-    kvreplay writes plan.json indented (``orjson.OPT_INDENT_2``): each sequence
-    entry spans a few short lines, so the file is read one line at a time and
-    only the lines outside ``sequence`` arrays, the first ``HEAD_ENTRIES``
-    entries and the first entry of each distinct body are kept. A file whose
-    sequence does not open on a line of its own (compact JSON) is read whole.
-
-    Returns:
-        As ``compact_plan``; None when the file is missing or not a JSON object.
-
-    Raises:
-        OSError: the file exists but cannot be read.
-    """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return None
-    with f:
-        first = f.readline()
-        if not first.rstrip().endswith(b"{"):
-            return compact_plan(first + f.read())
-        parts: list[bytes] = [first]
-        heads: list[_Head] = []
-        inside = False
-        entry: list[bytes] = []
-        for line in f:
-            if not inside:
-                parts.append(line)
-                st = line.rstrip()
-                if st.endswith(b"[") and _SEQ.search(st):
-                    inside, seen, uniq, head, n, in_range = True, set(), [], [], 0, True
-                continue
-            st = line.strip()
-            if not entry and st.startswith(b"]"):
-                heads.append((uniq, head, n, in_range))
-                parts.append(line)
-                inside = False
-                continue
-            entry.append(line)
-            if st.startswith(b"}"):
-                raw = b"".join(entry).rstrip().rstrip(b",")
-                entry = []
-                pm = _POS.search(raw)
-                in_range = in_range and pm is not None and int(pm.group(1)) == n
-                n += 1
-                sm = _SHA.search(raw)
-                key = sm.group(1) if sm else raw
-                if len(head) < HEAD_ENTRIES:
-                    head.append(orjson.loads(raw))
-                if key not in seen:
-                    seen.add(key)
-                    uniq.append(orjson.loads(raw))
-    if inside:
-        return None
-    return _assemble(parts, heads, lambda: Path(path).read_bytes())
-
-
-
-def _assemble(parts: list[bytes], heads: list[_Head], whole: Callable[[], bytes]) -> dict[str, Any] | None:
-    """The compact plan from the kept bytes ``parts`` and one ``(uniq, head, n, in_range)`` per sequence.
-
-    Falls back to a full parse of ``whole()`` (the entire plan's bytes) when a
-    "sequence" key stands elsewhere or positions are other than 0..n-1.
-
-    Returns:
-        The plan dict, or None when the kept bytes are not a JSON object.
-    """
-    try:
-        plan = orjson.loads(b"".join(parts))
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(plan, dict):
-        return None
-    phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
-    if len(phases) != len(heads) or not all(h[3] for h in heads):
-        # a "sequence" key elsewhere, or positions other than 0..n-1: the full parse
-        full = orjson.loads(whole())
-        return full if isinstance(full, dict) else None
-    for ph, (uniq, head, n, _) in zip(phases, heads, strict=True):
-        ph["sequence"] = uniq
-        ph["sequence_head"] = head
-        ph["sequence_length"] = n
-        ph["sequence_positions"] = "range"
-    return plan
-
-
-def sequence_length(spec: dict[str, Any]) -> int:
-    """Planned requests of a plan phase (compact or full plan)."""
-    if "sequence_length" in spec:
-        return int(spec["sequence_length"])
-    return len(spec.get("sequence") or [])
-
-
-def sequence_head(spec: dict[str, Any], n: int = 20) -> list[dict[str, Any]]:
-    """The first ``n`` entries of a plan phase's sequence (compact or full plan)."""
-    if "sequence_head" in spec:
-        return list(spec["sequence_head"])[:n]
-    return list(spec.get("sequence") or [])[:n]
-
-
-def open_run(path: str | os.PathLike[str], *, write_rebuilt: bool = False) -> Any:
-    """A run directory for the reports, records not loaded (``RunData`` with ``streamed`` set).
-
-    Like ``report.load.load_run`` but ``record_list`` is empty, ``records`` is a
-    ``RecordStream`` and plan.json is compact (``compact_plan``). A missing
-    summary.json is rebuilt from the records streamed once.
-
-    Raises:
-        FileNotFoundError: as ``load_run``.
-    """
-    from kvreplay.report.load import load_run
-
-    return load_run(Path(path), write_rebuilt=write_rebuilt, stream=True)
 
 
 @dataclass(slots=True)
@@ -334,7 +100,7 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
     """Walk a run's records once (streamed, or its loaded ``record_list``).
 
     Args:
-        run: A ``RunData`` (``load_run`` or ``open_run``).
+        run: A ``RunData`` (``kvreplay.rundir.load_run`` or ``open_run``).
         table_rows: Rows kept per C1 phase for the per-request table.
         examples: Failed requests kept for the error list.
 
@@ -356,9 +122,7 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
     per_key: dict[str, dict[str, array]] = {}
     heaps: dict[str, list[tuple[float, int, dict[str, Any]]]] = {}
     seen_keys: dict[str, set[str]] = {}
-    source = run.record_list if not getattr(run, "streamed", False) else iter_records(
-        run.path / "records.jsonl"
-    )
+    source = run.record_list if not getattr(run, "streamed", False) else iter_records(run.path / RECORDS)
     for i, r in enumerate(source):
         name = r.get("phase")
         if not isinstance(name, str):

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvreplay.report.cells import Cell, deferred, fmt, measured, phase_gate, phases_in_order
-from kvreplay.report.load import RunData
 from kvreplay.report.sections import Table, one_reason, phase_name
 from kvreplay.report.units import sim_time_scale
+from kvreplay.rundir import RunData
 
 __all__ = ["throughput_notes", "throughput_table"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.document import build, to_html, to_markdown
-from kvreplay.report.stream import open_run
+from kvreplay.rundir import SUMMARY, open_run
 from kvreplay.safe_io import atomic_write_text
 
 __all__ = ["write_reports"]
@@ -26,7 +26,7 @@ def write_reports(
 ) -> dict[str, Path]:
     """Render the reports of a run directory in place.
 
-    Records are streamed, never loaded whole (``report.stream``): time and
+    Records are streamed, never loaded whole (``kvreplay.rundir.open_run``): time and
     memory stay bounded at any run size (``bench/bench_report.py``). Rebuilds
     summary.json from records.jsonl first when it is missing (a killed run),
     then writes report.md (except over a probe's own report.md in
@@ -51,7 +51,7 @@ def write_reports(
     rep = build(run)
     out: dict[str, Path] = {}
     if run.summary_rebuilt:
-        out["summary"] = d / "summary.json"
+        out["summary"] = d / SUMMARY
     is_run = run.plan is not None or bool(run.summary.get("phases"))
     if is_run or not (d / "report.md").exists():
         # A probe directory keeps the report.md its own command wrote.

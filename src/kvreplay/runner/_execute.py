@@ -1,10 +1,11 @@
-"""Running a whole plan: ``execute_plan`` (one process) and ``_execute`` (shared with ``--workers``).
+"""Running a whole plan: ``execute_plan`` (one process) and ``execute_run`` (shared with ``--workers``).
 
-Split out of ``kvreplay.runner._runner`` (which still answers both names);
 ``kvreplay.runner`` exports ``execute_plan``. The per-request and per-phase
 work is ``_runner._Run``'s; this module sets up the session, deadlines and
-signals around it and writes summary.json and report.md at the end (also after
-an abort or an interrupt).
+signals around it and writes summary.json at the end (also after an abort or an
+interrupt), and report.md when the caller passes a renderer (``render_report``:
+the runner never imports ``kvreplay.report``; ``kvreplay run`` and the
+experiments pass ``kvreplay.report.markdown.render_markdown``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,23 @@ import aiohttp
 
 from kvreplay.errors import BackendError, ConfigError
 from kvreplay.plan import Plan
+from kvreplay.rundir import write_plan_json, write_report_md, write_summary
 from kvreplay.runner._options import RunOptions, plan_json_of
-from kvreplay.runner._runner import _h1_client, _Run, _write_json, on_interrupt_signals, write_plan_json
+from kvreplay.runner._runner import _h1_client, _Run, on_interrupt_signals
 from kvreplay.runner.backend import Backend
 from kvreplay.runner.h1 import client_ssl_context
 from kvreplay.runner.observer import NullObserver, RunObserver
-from kvreplay.safe_io import atomic_write_text
 from kvreplay.workload import Workload
 
-__all__ = ["execute_plan"]
+__all__ = ["BackendFactory", "ReportRenderer", "execute_plan", "execute_run"]
+
+BackendFactory = Callable[[aiohttp.ClientSession], Awaitable[Backend | None]]
+"""Async; builds the counter adapter from the run's session (None: no counters).
+
+For ``--workers`` / ``--ray`` it must pickle (a module-level function, or a
+``functools.partial`` of one), as it travels to worker 0's process."""
+ReportRenderer = Callable[[dict[str, Any], dict[str, Any]], str]
+"""``(summary, plan_json) -> report.md's text``, e.g. ``kvreplay.report.markdown.render_markdown``."""
 
 
 async def execute_plan(
@@ -33,14 +42,15 @@ async def execute_plan(
     workload: Workload,
     opts: RunOptions,
     *,
-    backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None = None,
+    backend_factory: BackendFactory | None = None,
     observer: RunObserver | None = None,
+    render_report: ReportRenderer | None = None,
 ) -> dict[str, Any]:
     """Run a frozen plan against a target and write the run directory.
 
     Writes ``plan.json`` before the first request, ``records.jsonl`` as requests
-    complete, then ``summary.json``, ``histograms/*.hlog`` and ``report.md`` —
-    also after an abort or an interrupt.
+    complete, then ``summary.json``, ``histograms/*.hlog`` and, with
+    ``render_report``, ``report.md`` — also after an abort or an interrupt.
 
     Args:
         plan: The frozen plan.
@@ -48,6 +58,7 @@ async def execute_plan(
         opts: Run options.
         backend_factory: Async; builds the counter adapter from the run's session; None = no counters.
         observer: Live-display hooks (``runner.observer``); None = silent.
+        render_report: Renders report.md from the summary and plan.json; None = no report.md.
 
     Returns:
         The summary (as written to summary.json).
@@ -70,13 +81,19 @@ async def execute_plan(
         run.writer.close()
         raise
     obs.on_run_start(plan_json, opts.stop_new_after_s)
-    return await _execute(run, plan_json, backend_factory)
+    return await execute_run(run, plan_json, backend_factory, render_report)
 
 
-async def _execute(run: _Run, plan_json: dict[str, Any],
-                   backend_factory: Callable[[aiohttp.ClientSession], Awaitable[Backend | None]] | None,
-                   ) -> dict[str, Any]:
-    """Run every phase of ``run.plan`` and write records, histograms, summary.json and report.md."""
+async def execute_run(run: _Run, plan_json: dict[str, Any], backend_factory: BackendFactory | None,
+                      render_report: ReportRenderer | None = None) -> dict[str, Any]:
+    """Run every phase of ``run.plan`` and write records, histograms, summary.json and report.md.
+
+    The body of ``execute_plan`` once ``run`` is made and plan.json written; a
+    ``--workers`` / ``--ray`` worker calls it with its own ``run``.
+
+    Returns:
+        The summary (as written to summary.json).
+    """
     plan, opts, obs = run.plan, run.opts, run.obs
     out = opts.out_dir
     concurrency = max(p.spec.concurrency for p in plan.phases)
@@ -139,12 +156,10 @@ async def _execute(run: _Run, plan_json: dict[str, Any],
         if run.counter_log is not None:
             run.counter_log.close()
         summary = run.summary()
-        from kvreplay.report.markdown import render_markdown
-
         try:
-            _write_json(out / "summary.json", summary)
-            if opts.report_md:
-                atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
+            write_summary(out, summary)
+            if render_report is not None:
+                write_report_md(out, render_report(summary, plan_json))
         except OSError as exc:
             # Disk full: records.jsonl holds every whole record; `kvreplay report` rebuilds the rest.
             run.progress(f"summary.json/report.md not written: {exc}; rebuild them later with: kvreplay report {out}")

@@ -2,7 +2,7 @@
 
 Split out of ``kvreplay.runner.multiproc`` (which re-exports ``merge_run``; its
 module docstring describes the merge). A worker's payload per phase is
-``_phase_payload``'s ``{"fields": {...}, "hists": {metric: (encoded, sum_us, out_of_range)}}``
+``phase_payload``'s ``{"fields": {...}, "hists": {metric: (encoded, sum_us, out_of_range)}}``
 (HdrHistogram's compressed V2 encoding); ``merge_run`` adds them up.
 """
 
@@ -11,18 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.metrics.histograms import new_histogram, write_log
+from kvreplay.metrics.histograms import hlog_name, new_histogram, write_log
 from kvreplay.metrics.selfmeasure import merge_client, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Plan
-from kvreplay.runner._runner import _write_json
+from kvreplay.rundir import HISTOGRAMS, merge_records, write_report_md, write_summary
+from kvreplay.runner._execute import ReportRenderer
 from kvreplay.runner.observer import RunObserver
-from kvreplay.safe_io import atomic_write_text
 
-__all__ = ["merge_run"]
+__all__ = ["merge_run", "phase_payload"]
 
 
 _MERGED_FIELDS = (
@@ -52,7 +50,8 @@ _WORKER0_FIELDS = (
 )
 
 
-def _phase_payload(st: PhaseStats) -> dict[str, Any]:
+def phase_payload(st: PhaseStats) -> dict[str, Any]:
+    """A worker's payload for one phase (module docstring), as ``merge_run`` adds it up."""
     return {
         "fields": {
             k: getattr(st, k)
@@ -68,48 +67,6 @@ def _phase_payload(st: PhaseStats) -> dict[str, Any]:
     }
 
 
-def _merge_records(paths: list[Path], names: dict[str, int], dest: Path) -> int:
-    """Write the workers' records in (phase, position) order; memory: 4 integers per record.
-
-    Each record's bytes are copied as written (never re-serialised).
-    """
-    import mmap
-
-    index: list[tuple[int, int, int, int, int]] = []
-    maps: list[Any] = []
-    files = []
-    try:
-        for k, path in enumerate(paths):
-            if not path.exists() or path.stat().st_size == 0:
-                maps.append(None)
-                continue
-            f = open(path, "rb")  # noqa: SIM115 - closed below
-            files.append(f)
-            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            maps.append(m)
-            start = 0
-            size = len(m)
-            while start < size:
-                end = m.find(b"\n", start)
-                if end < 0:
-                    end = size
-                if end > start:
-                    rec = orjson.loads(m[start:end])
-                    index.append((names.get(rec["phase"], 1 << 30), rec["position"], k, start, end))
-                start = end + 1
-        index.sort()
-        with open(dest, "wb") as out:
-            for _, _, k, a, b in index:
-                out.write(maps[k][a:b] + b"\n")
-    finally:
-        for m in maps:
-            if m is not None:
-                m.close()
-        for f in files:
-            f.close()
-    return len(index)
-
-
 def merge_run(
     plan: Plan,
     plan_json: dict[str, Any],
@@ -117,21 +74,22 @@ def merge_run(
     clock: RunClock,
     out: Path,
     obs: RunObserver,
+    render_report: ReportRenderer | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Merge the workers' payloads (from :func:`run_worker`, in worker order) into the run directory.
 
-    Writes records.jsonl in (phase, position) order, the added histograms (HdrHistogram
-    ``add`` is exact), summary.json (``extra`` keys join it) and report.md.
+    Writes records.jsonl in (phase, position) order (``kvreplay.rundir.merge_records``),
+    the added histograms (HdrHistogram ``add`` is exact), summary.json (``extra`` keys
+    join it) and, with ``render_report``, report.md.
 
     Returns:
         The merged summary.
     """
     from kvreplay.accounting import IMPLEMENTATION
-    from kvreplay.report.markdown import render_markdown
 
     names = {ph.name: i for i, ph in enumerate(plan.phases)}
-    n_records = _merge_records([Path(p["records"]) for p in parts], names, out / "records.jsonl")
+    n_records = merge_records([Path(p["records"]) for p in parts], names, out)
     phases_json = []
     for i, phase in enumerate(plan.phases):
         spec = phase.spec
@@ -173,15 +131,15 @@ def merge_run(
         if st.start_ns is not None and st.end_ns is not None:
             start_s = (st.start_ns - clock.origin_ns) / 1e9
             end_s = (st.end_ns - clock.origin_ns) / 1e9
-            st.histogram_files = st.hists.write_logs(out / "histograms", phase.name, start_s, end_s)
+            st.histogram_files = st.hists.write_logs(out / HISTOGRAMS, phase.name, start_s, end_s)
             lag_enc = [p["lag"][i] for p in parts if i < len(p["lag"]) and p["lag"][i]]
             if lag_enc and st.client is not None:
                 h = new_histogram()
                 for enc in lag_enc:
                     h.decode_and_add(enc)
-                name = f"{phase.name}.loop_lag.hlog"
+                name = hlog_name(phase.name, "loop_lag")
                 write_log(
-                    out / "histograms" / name,
+                    out / HISTOGRAMS / name,
                     h,
                     f"kvreplay phase={phase.name} metric=loop_lag unit=us workers={len(parts)}",
                     start_s,
@@ -209,7 +167,8 @@ def merge_run(
         **extra,
         "phases": phases_json,
     }
-    _write_json(out / "summary.json", summary)
-    atomic_write_text(out / "report.md", render_markdown(summary, plan_json))
+    write_summary(out, summary)
+    if render_report is not None:
+        write_report_md(out, render_report(summary, plan_json))
     obs.on_run_end(summary)
     return summary

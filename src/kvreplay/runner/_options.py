@@ -1,7 +1,6 @@
 """The runner's options (``RunOptions``) and the plan.json a run writes (``plan_json_of``).
 
-Split out of ``kvreplay.runner._runner`` (which re-exports both); ``kvreplay.runner``
-exports ``RunOptions``.
+``kvreplay.runner`` exports ``RunOptions``.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ class RunOptions:
         keepalive_timeout_s: Close pooled idle connections after this long (s), under
             the servers' own idle limits (llama.cpp closes at 5 s, field case B11).
         quiet: No progress lines.
-        report_md: Write report.md at the end (``run --report none``: False).
         run_extra: Extra keys of plan.json's ``run`` block (``sim_time_scale``).
         ca_file: PEM file of extra trusted CA certificates for https targets (``--ca-file``).
         elapsed_before_s: Seconds of the run gone before these options took effect (a
@@ -83,7 +81,6 @@ class RunOptions:
     keepalive_timeout_s: float = 2.0
     quiet: bool = False
     elapsed_before_s: float = 0.0
-    report_md: bool = True
     run_extra: dict[str, Any] = field(default_factory=dict)
     identity_pins: tuple[IdentityPin, ...] = ()
     identity_interval_s: float = 1.0

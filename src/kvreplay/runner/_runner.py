@@ -20,16 +20,13 @@ those of a phase whose drain or fresh check failed get ``status: "check_failed"`
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import re
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.sse import itl_summary_ns
@@ -39,88 +36,23 @@ from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
-from kvreplay.redaction import _secret_bytes, escape_controls, redact, redact_bytes, register_headers
+from kvreplay.redaction import _secret_bytes, escape_controls, redact, register_headers
+from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWriter
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads
-from kvreplay.runner._options import RunOptions, plan_json_of  # noqa: F401 (plan_json_of: re-exported)
-from kvreplay.runner.backend import Backend, Snapshot
-from kvreplay.runner.counterlog import CounterLog, counter_units
+from kvreplay.runner._options import RunOptions
+from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
 from kvreplay.runner.counters import check_fresh, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
-from kvreplay.safe_io import atomic_write_bytes, open_new
 from kvreplay.workload import Workload
 
-__all__ = ["RecordWriter", "RunOptions", "execute_plan"]  # noqa: F822 (execute_plan: see __getattr__)
-
-
-def __getattr__(name: str) -> Any:
-    """``execute_plan`` and ``_execute`` live in ``runner._execute`` (which imports this module)."""
-    if name in ("execute_plan", "_execute"):
-        from kvreplay.runner import _execute
-
-        return getattr(_execute, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
 
 
 _FATAL_SERVER_ERROR = re.compile(r"out of memory|\boom\b|cuda|\bxid\b", re.IGNORECASE)
-
-
-class RecordWriter:
-    """Appends one JSON line per record to records.jsonl, flushed as written.
-
-    The file is opened unbuffered, so each record is one ``write`` syscall and a
-    kill of kvreplay loses nothing already written. A write that fails or comes
-    back short (disk full, file size limit) is undone (the file is cut back to
-    the last whole record), ``failed`` holds the error, ``on_error`` is called
-    once and later records are dropped (``lost`` counts them): never a
-    half-written record.
-    """
-
-    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
-        self.path = path
-        self._f = open_new(path, append=True)
-        self._pos = self._f.seek(0, os.SEEK_END)
-        self.count = 0
-        self.lost = 0
-        self.failed: OSError | None = None
-        self.on_error = on_error
-
-    def write(self, rec: dict[str, Any]) -> None:
-        """Append one record (a JSON object) and flush it.
-
-        Raises:
-            TypeError / orjson.JSONEncodeError: the record cannot be serialised
-                (nothing is written).
-        """
-        line = orjson.dumps(rec) + b"\n"
-        if _secret_bytes:
-            line = redact_bytes(line)
-        if self.failed is not None:
-            self.lost += 1
-            return
-        try:
-            n = self._f.write(line)
-            if n != len(line):
-                raise OSError(errno.ENOSPC, f"short write of a record ({n} of {len(line)} bytes)")
-        except OSError as exc:
-            self.lost += 1
-            self.failed = exc
-            try:
-                self._f.truncate(self._pos)
-            except OSError:  # pragma: no cover - nothing more can be done
-                pass
-            if self.on_error is not None:
-                self.on_error(exc)
-            return
-        self._pos += n
-        self.count += 1
-
-    def close(self) -> None:
-        """Close the file."""
-        self._f.close()
 
 
 def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> list[int]:
@@ -137,26 +69,6 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
         except (NotImplementedError, RuntimeError, ValueError):
             pass
     return installed
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, redact_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"))
-
-
-def write_plan_json(out: Path, plan_json: dict[str, Any]) -> None:
-    """Write ``out/plan.json`` (before the first request).
-
-    Raises:
-        ConfigError: it cannot be written (disk full, permission denied): field
-            ``--out``, one line naming the run directory and the system's reason;
-            nothing was sent (exit 2, as for an ``--out`` that is not writable).
-    """
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        _write_json(out / "plan.json", plan_json)
-    except OSError as exc:
-        raise ConfigError(f"cannot write plan.json: {exc.strerror or exc}; nothing was sent",
-                          path=out, field="--out") from None
 
 
 class _Run(CounterReads, ContractChecks):
@@ -177,9 +89,9 @@ class _Run(CounterReads, ContractChecks):
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
         try:
-            self.writer = RecordWriter(self.out / "records.jsonl", on_error=self.on_write_error)
+            self.writer = RecordWriter(self.out / RECORDS, on_error=self.on_write_error)
         except OSError as exc:
-            raise ConfigError(f"cannot create records.jsonl: {exc.strerror or exc}; nothing was sent",
+            raise ConfigError(f"cannot create {RECORDS}: {exc.strerror or exc}; nothing was sent",
                               path=self.out, field="--out") from None
         self.headers = {"Content-Type": "application/json", **opts.headers}
         register_headers(self.headers)  # this process never writes them (worker processes too)
@@ -195,9 +107,9 @@ class _Run(CounterReads, ContractChecks):
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
-        """Keep every raw series of a read in counters.jsonl (``runner.counterlog``)."""
+        """Keep every raw series of a read in counters.jsonl (``kvreplay.rundir.counterlog``)."""
         if self.counter_log is None:
-            self.counter_log = CounterLog(self.out / "counters.jsonl", self.clock.origin_ns)
+            self.counter_log = CounterLog(self.out / COUNTERS, self.clock.origin_ns)
         self.counter_log.write(snap, self.cur_phase, at)
 
     def on_write_error(self, exc: OSError) -> None:
@@ -485,7 +397,7 @@ class _Run(CounterReads, ContractChecks):
                     await one(pos, bi, rep)
 
         # Histogram intervals appended every hlog_interval_s of wall time (metrics.hlog).
-        hl = self.hlogs = IntervalLogs(self.out / "histograms", phase.name, {**st.hists.sets, "loop_lag": mon.lag},
+        hl = self.hlogs = IntervalLogs(self.out / HISTOGRAMS, phase.name, {**st.hists.sets, "loop_lag": mon.lag},
                                        self.clock.origin_ns, st.start_ns,
                                        on_error=lambda e: self.progress(f"histogram logs not written: {e}"))
         hl.start(self.opts.hlog_interval_s)
@@ -562,6 +474,21 @@ class _Run(CounterReads, ContractChecks):
             "units": counter_units(getattr(self.backend, "units", None), {
                 k for s in self.stats for k in (s.counter_delta or {}) if k not in ("reset", "reset_names")}),
         }
+
+
+def counter_units(units: dict[str, str] | None, names: set[str]) -> dict[str, str]:
+    """The unit of each common name in ``names`` (summary.json ``units``).
+
+    Fixed ones from ``COMMON_UNITS``, the others as the backend's profile declares
+    them (absent when it declares none).
+    """
+    src = dict(units or {})
+    out = {}
+    for n in sorted(names):
+        u = COMMON_UNITS.get(n) or src.get(n)
+        if u:
+            out[n] = u
+    return out
 
 
 def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:

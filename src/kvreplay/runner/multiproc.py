@@ -43,21 +43,28 @@ import asyncio
 import multiprocessing as mp
 import os
 import queue
-import shutil
 import signal
 import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvreplay.clock import RunClock, now_ns
-from kvreplay.plan import Phase, Plan, load_plan_json
-from kvreplay.runner._execute import _execute
-from kvreplay.runner._merge import _phase_payload, merge_run
+from kvreplay.plan import Phase, Plan
+from kvreplay.rundir import (
+    PLAN,
+    RECORDS,
+    adopt_worker_counters,
+    load_plan_json,
+    read_plan,
+    remove_worker_dirs,
+    worker_dir,
+    write_plan_json,
+)
+from kvreplay.runner._execute import BackendFactory, ReportRenderer, execute_run
+from kvreplay.runner._merge import merge_run, phase_payload
 from kvreplay.runner._options import RunOptions, plan_json_of
-from kvreplay.runner._runner import _Run, on_interrupt_signals, write_plan_json
+from kvreplay.runner._runner import _Run, on_interrupt_signals
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload, load_workload
 
@@ -206,29 +213,21 @@ async def run_worker(
     run: _Run,
     index: int,
     plan_json: dict[str, Any],
-    backend: tuple[str, str, str | None] | None,
+    backend_factory: BackendFactory | None,
     on_exit: Any,
 ) -> dict[str, Any]:
     """Execute one worker's share of the plan and return its payload for :func:`merge_run`.
 
-    Worker 0 builds the counter adapter ``backend`` = ``(name, url, profile)``;
+    Worker 0 builds the counter adapter with ``backend_factory`` (the caller's:
+    the runner never imports ``kvreplay.backends``; None = no counters);
     ``on_exit()`` runs however the worker ends (it releases peers waiting at a barrier).
     The payload's ``records`` is the path of the worker's records.jsonl.
     """
-    factory = None
-    run.counters_elsewhere = index != 0 and backend is not None and backend[0] != "none"
-    if index == 0 and backend is not None and backend[0] != "none":
-        name, url, profile = backend
-
-        async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
-            from kvreplay.backends import detect, make_backend
-
-            nm = await detect(url, session) if name == "auto" else name
-            return make_backend(nm, url, session, profile=profile)
-
+    run.counters_elsewhere = index != 0 and backend_factory is not None
+    factory = backend_factory if index == 0 else None
     flusher = asyncio.ensure_future(_flush_every(run.obs)) if isinstance(run.obs, ForwardingObserver) else None
     try:
-        summary = await _execute(run, plan_json, factory)
+        summary = await execute_run(run, plan_json, factory)
     finally:
         if flusher is not None:
             flusher.cancel()
@@ -240,12 +239,12 @@ async def run_worker(
     return {
         "index": index,
         "summary": {k: summary.get(k) for k in ("aborted", "restarts", "identity")},
-        "phases": [_phase_payload(st) for st in run.stats],
+        "phases": [phase_payload(st) for st in run.stats],
         "lag": [
             run.lag_hists[st.name].encode() if st.name in run.lag_hists else None
             for st in run.stats
         ],
-        "records": str(run.opts.out_dir / "records.jsonl"),
+        "records": str(run.opts.out_dir / RECORDS),
     }
 
 
@@ -258,21 +257,19 @@ async def _flush_every(obs: ForwardingObserver, interval_s: float = 0.25) -> Non
 async def _worker_async(
     index: int,
     workers: int,
-    plan_path: str,
+    run_dir: str,
     workload_path: str,
     max_body_bytes: int,
     opts: RunOptions,
-    backend: tuple[str, str, str | None] | None,
+    backend_factory: BackendFactory | None,
     shared: _Shared,
     origin_ns: int,
     wall_anchor_ns: int,
     progress: Any,
 ) -> dict[str, Any]:
     workload = load_workload(workload_path, max_body_bytes=max_body_bytes)
-    plan, _ = load_plan_json(plan_path, workload)
-    wopts = worker_options(
-        opts, opts.out_dir / "workers" / f"w{index}", (now_ns() - origin_ns) / 1e9
-    )
+    plan, _ = load_plan_json(Path(run_dir) / PLAN, workload)
+    wopts = worker_options(opts, worker_dir(Path(run_dir), index), (now_ns() - origin_ns) / 1e9)
     wopts.out_dir.mkdir(parents=True, exist_ok=True)
     run = _WorkerRun(
         plan,
@@ -290,8 +287,10 @@ async def _worker_async(
         if not run.broken:
             shared.barrier.abort()  # peers still waiting (this one left early) stop waiting
 
-    plan_json = orjson.loads(Path(plan_path).read_bytes())
-    return await run_worker(run, index, plan_json, backend, on_exit)
+    plan_json = read_plan(Path(run_dir))
+    if plan_json is None:
+        raise RuntimeError(f"worker {index}: {PLAN} in {run_dir} is no longer readable")
+    return await run_worker(run, index, plan_json, backend_factory, on_exit)
 
 
 def _worker_main(results: Any, live: bool, *args: Any) -> None:
@@ -322,26 +321,29 @@ async def execute_plan_workers(
     opts: RunOptions,
     *,
     workers: int,
-    backend: tuple[str, str, str | None] | None = None,
+    backend_factory: BackendFactory | None = None,
     observer: RunObserver | None = None,
     max_body_bytes: int = 64 << 20,
+    render_report: ReportRenderer | None = None,
 ) -> dict[str, Any]:
     """Run a frozen plan in ``workers`` processes sharing each phase's sequence; merge outputs.
 
     Writes the same run directory as ``execute_plan`` (plan.json before the
-    first request, then records.jsonl, histograms, summary.json, report.md),
-    with ``workers`` in plan.json's run block and summary.json, and a
-    ``worker`` key in every record.
+    first request, then records.jsonl, histograms, summary.json, report.md with
+    ``render_report``), with ``workers`` in plan.json's run block and
+    summary.json, and a ``worker`` key in every record.
 
     Args:
         plan: The frozen plan.
         workload: Its bodies (each worker reloads them from ``workload.path``).
         opts: Run options (as for ``execute_plan``).
         workers: Processes, >= 1.
-        backend: ``(name, url, profile)`` of the counter adapter worker 0 builds;
-            None or name ``none`` = no counters.
+        backend_factory: Builds the counter adapter in worker 0 (``execute_plan``'s
+            ``backend_factory``; it must pickle: a module-level function or a
+            ``functools.partial`` of one); None = no counters.
         observer: Told of the run start, each merged phase and the run end.
         max_body_bytes: Body size limit when the workers reload the workload (bytes).
+        render_report: Renders report.md from the merged summary and plan.json; None = none.
 
     Returns:
         The merged summary (as written to summary.json).
@@ -371,11 +373,11 @@ async def execute_plan_workers(
                 type(obs) is not NullObserver,
                 i,
                 workers,
-                str(out / "plan.json"),
+                str(out),
                 workload.path,
                 max_body_bytes,
                 opts,
-                backend,
+                backend_factory,
                 shared,
                 clock.origin_ns,
                 clock.wall_anchor_ns,
@@ -429,10 +431,8 @@ async def execute_plan_workers(
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-    summary = merge_run(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs)
-    w0_counters = out / "workers" / "w0" / "counters.jsonl"  # worker 0 reads the counters
-    if w0_counters.exists():
-        shutil.copyfile(w0_counters, out / "counters.jsonl")
-    if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
-        shutil.rmtree(out / "workers", ignore_errors=True)
+    summary = merge_run(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs,
+                        render_report=render_report)
+    adopt_worker_counters(out, 0)  # worker 0 reads the counters
+    remove_worker_dirs(out)
     return summary

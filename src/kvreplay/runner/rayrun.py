@@ -52,7 +52,10 @@ from typing import Any
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import Phase, Plan
-from kvreplay.runner._runner import RunOptions, _Run, on_interrupt_signals, plan_json_of, write_plan_json
+from kvreplay.rundir import RECORDS, WORKERS, read_plan_bytes, remove_worker_dirs, worker_records, write_plan_json
+from kvreplay.runner._execute import BackendFactory, ReportRenderer
+from kvreplay.runner._options import RunOptions, plan_json_of
+from kvreplay.runner._runner import _Run, on_interrupt_signals
 from kvreplay.runner.multiproc import _WorkerRun, merge_run, peer_stop_message, run_worker, worker_options
 from kvreplay.runner.observer import ForwardingObserver, NullObserver, RunObserver, replay_events
 from kvreplay.workload import Workload
@@ -309,7 +312,7 @@ class WorkerActor:
         plan: Plan,
         workload: Workload,
         opts: RunOptions,
-        backend: tuple[str, str, str | None] | None,
+        backend_factory: BackendFactory | None,
         coord: Any,
         driver: dict[str, Any],
         live: bool = False,
@@ -337,13 +340,13 @@ class WorkerActor:
             if not run.broken:
                 coord.break_barriers.remote()  # peers still waiting (this one left early) stop waiting
 
-        payload = await run_worker(run, index, orjson.loads(plan_bytes), backend, on_exit)
+        payload = await run_worker(run, index, orjson.loads(plan_bytes), backend_factory, on_exit)
         payload["clock"] = how
         return payload
 
     async def records_file(self) -> str | None:
         """This actor's records.jsonl (None before its run started)."""
-        return None if self.dir is None else str(self.dir / "out" / "records.jsonl")
+        return None if self.dir is None else str(self.dir / "out" / RECORDS)
 
     async def read(self, path: str, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of this actor's file ``path`` from ``offset`` (b'' at the end)."""
@@ -412,8 +415,9 @@ async def execute_plan_ray(
     *,
     workers: int,
     address: str,
-    backend: tuple[str, str, str | None] | None = None,
+    backend_factory: BackendFactory | None = None,
     observer: RunObserver | None = None,
+    render_report: ReportRenderer | None = None,
 ) -> dict[str, Any]:
     """Run a frozen plan in ``workers`` Ray actors sharing each phase's sequence; merge outputs.
 
@@ -429,8 +433,10 @@ async def execute_plan_ray(
         opts: Run options (as for ``execute_plan``); ``target_url`` must be reachable from every host.
         workers: Actors, >= 1 (each asks Ray for one CPU).
         address: What ``ray.init(address=...)`` takes, or ``local``.
-        backend: ``(name, url, profile)`` of the counter adapter worker 0 builds.
+        backend_factory: Builds the counter adapter in worker 0 (as for
+            ``execute_plan_workers``: it must pickle); None = no counters.
         observer: Told of the run start, each merged phase and the run end.
+        render_report: Renders report.md from the merged summary and plan.json; None = none.
 
     Returns:
         The merged summary (as written to summary.json).
@@ -470,11 +476,11 @@ async def execute_plan_ray(
         obs.on_run_start(plan_json, None)
         import orjson
 
-        plan_bytes = (out / "plan.json").read_bytes()
+        plan_bytes = read_plan_bytes(out)
         plan_ref, wl_ref = ray.put(plan), ray.put(plan.bind(workload))
         driver = {"origin_ns": clock.origin_ns, "wall_anchor_ns": clock.wall_anchor_ns, "boot_id": boot_id()}
         live = type(obs) is not NullObserver
-        refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend, coord, driver, live)
+        refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend_factory, coord, driver, live)
                 for i, a in enumerate(actors)]
         try:
             payloads = await _gather(ray, refs, coord, obs if live else None)
@@ -483,14 +489,14 @@ async def execute_plan_ray(
             for i, a in enumerate(actors):
                 try:
                     if remote := await a.records_file.remote():
-                        await _copy_back(a, remote, out / "workers" / f"w{i}" / "records.jsonl")
+                        await _copy_back(a, remote, worker_records(out, i))
                 except Exception:  # noqa: BLE001, S110 - the failed actor may be gone
                     pass
             raise RuntimeError(f"worker {wf.index} failed; the records each worker wrote are in "
-                               f"{out / 'workers'}:\n{wf.exc}") from wf.exc
+                               f"{out / WORKERS}:\n{wf.exc}") from wf.exc
         plan_json = orjson.loads(plan_bytes)
         for i, (a, p) in enumerate(zip(actors, payloads, strict=True)):
-            local = out / "workers" / f"w{i}" / "records.jsonl"
+            local = worker_records(out, i)
             await _copy_back(a, p["records"], local)
             p["records"] = str(local)
             hosts[i]["clock"] = p["clock"]
@@ -499,9 +505,8 @@ async def execute_plan_ray(
             f"{workers} workers on {n_hosts} host(s); per-request latencies are measured on each "
             "worker's own host clock; run-relative times of workers on another host than the driver "
             "are aligned through the wall clock (wall-aligned)")
-        summary = merge_run(plan, plan_json, payloads, clock, out, obs, ray=ray_block)
-        if os.environ.get("KVREPLAY_KEEP_WORKER_DIRS", "") != "1":
-            shutil.rmtree(out / "workers", ignore_errors=True)
+        summary = merge_run(plan, plan_json, payloads, clock, out, obs, render_report=render_report, ray=ray_block)
+        remove_worker_dirs(out)
         return summary
     finally:
         for a in actors:

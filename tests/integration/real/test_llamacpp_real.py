@@ -29,7 +29,7 @@ from integration.real.realsrv_helpers import (
 from kvreplay import testing as kt
 from kvreplay.evidence.engine import phase_evidence
 from kvreplay.report.diagnose import CACHE_RULES, diagnose
-from kvreplay.report.load import load_run
+from kvreplay.rundir import load_run
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
 

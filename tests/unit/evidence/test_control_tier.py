@@ -12,7 +12,7 @@ from rundirs_evidence import write_run
 from kvreplay.evidence.engine import delta_evidence, restored_on
 from kvreplay.experiments.findings import load_views, restore_findings
 from kvreplay.report.document import build
-from kvreplay.report.load import load_run
+from kvreplay.rundir import load_run
 
 HOST0 = {"lookups": 4, "query_tokens": 400, "hit_tokens": 0,
          "host_lookups": 4, "host_query_tokens": 400, "host_fetched_tokens": 0}

@@ -20,7 +20,7 @@ from kvreplay.experiments.ab.ratios import missing_counter, ratio_value
 from kvreplay.experiments.findings import compare_tables, load_views, restore_findings, tiers
 from kvreplay.experiments.publish import cells
 from kvreplay.report.document import build
-from kvreplay.report.load import load_run
+from kvreplay.rundir import load_run
 
 ORDER_RULES = {"churn", "no_restores", "one_order_zero"}
 

@@ -19,10 +19,10 @@ from kvreplay.plan import (
     build_plan,
     by_prefix,
     interleave_sequence,
-    load_plan_json,
     load_plan_toml,
     parse_phase,
 )
+from kvreplay.rundir import load_plan_json
 from kvreplay.workload import load_workload
 
 

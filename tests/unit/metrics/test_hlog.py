@@ -11,7 +11,7 @@ from hdrh.histogram import HdrHistogram
 import kvreplay.metrics.hlog as hlog_mod
 from kvreplay.metrics.histograms import LatencySet, PhaseHistograms
 from kvreplay.metrics.hlog import IntervalLogs
-from kvreplay.report.load import read_hlog
+from kvreplay.rundir import read_hlog
 
 DATA = Path(__file__).parent.parent / "report" / "data"
 S = 1_000_000_000  # 1 s in ns

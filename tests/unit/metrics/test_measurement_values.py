@@ -15,7 +15,8 @@ import pytest
 
 from kvreplay.accounting.sse import SSEAccountant
 from kvreplay.metrics.summary import PhaseStats
-from kvreplay.runner._runner import RecordWriter, _Run
+from kvreplay.rundir import RecordWriter
+from kvreplay.runner._runner import _Run
 from kvreplay.runner.http import RequestOutcome
 
 MS = 1_000_000

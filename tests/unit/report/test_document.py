@@ -209,7 +209,7 @@ def test_report_lists_raw_series_per_phase_units_and_invariant_breaks(tmp_path):
     """counters.jsonl in a run directory: the changed raw series, the cache_invariant
     finding with its numbers, and counter columns with units."""
     from kvreplay.report.document import build, to_markdown
-    from kvreplay.report.load import load_run
+    from kvreplay.rundir import load_run
 
     plan = plan_json([("a", "forward", 1, [0, 1])])
     recs = [record("a", 0, 0, delta={"hits": 0, "misses": 1}), record("a", 1, 1, t0_ms=50,

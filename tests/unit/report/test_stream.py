@@ -14,19 +14,20 @@ from rundirs import plan_json, record, sha, write_run
 
 from kvreplay.report.cells import latency_cell
 from kvreplay.report.document import build, started_utc, to_html, to_markdown
-from kvreplay.report.load import load_run, read_records
 from kvreplay.report.plots import bin_series
 from kvreplay.report.sections import identity_table, request_tables
-from kvreplay.report.stream import (
+from kvreplay.report.stream import scan
+from kvreplay.report.units import sim_time_scale, unit_of
+from kvreplay.rundir import (
     RecordStream,
     compact_plan,
     compact_plan_file,
+    load_run,
     open_run,
-    scan,
+    read_records,
     sequence_head,
     sequence_length,
 )
-from kvreplay.report.units import sim_time_scale, unit_of
 
 
 def two_phase_run(tmp_path, *, indent: bool):

@@ -4,8 +4,8 @@ import json
 
 from rundirs import plan_json, record, write_run
 
-from kvreplay.report.load import load_run
 from kvreplay.report.write import write_reports
+from kvreplay.rundir import load_run
 
 
 def test_c1_counter_reads_are_in_wall_clock_not_service(tmp_path):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from kvreplay.report.rawseries import raw_changes
 from kvreplay.report.units import unit_of
+from kvreplay.rundir import CounterLog, cache_violations, raw_changes, read_counter_log
+from kvreplay.runner._runner import counter_units
 from kvreplay.runner.backend import Snapshot
-from kvreplay.runner.counterlog import CounterLog, cache_violations, counter_units, read_counter_log
 
 ORIGIN = 1_000
 

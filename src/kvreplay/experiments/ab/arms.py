@@ -360,6 +360,7 @@ async def run_ab(
         ConfigError: a non-sim arm with ``--target sim``, or a sim arm with a URL target.
     """
     from kvreplay.experiments.ab.compare import compare_blocks, load_pairs, render_compare
+    from kvreplay.report.markdown import render_markdown
     from kvreplay.runner import RunOptions, execute_plan
     from kvreplay.runner.observer import CallbackObserver
 
@@ -494,6 +495,7 @@ async def run_ab(
                 backend_factory=factory,
                 observer=None if progress is None else CallbackObserver(
                     lambda m: say(f"  {m}"), sim_cfgs[arm.name].time_scale if is_sim else None),
+                render_report=render_markdown,
             )
         finally:
             if srv is not None:

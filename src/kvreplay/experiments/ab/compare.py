@@ -53,13 +53,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.comparability import BLOCKING_FIELDS, comparability
 from kvreplay.experiments.ab.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
+from kvreplay.rundir import PLAN, SUMMARY, read_json_checked
 
 __all__ = [
     "BLOCKING_FIELDS",
@@ -141,13 +140,6 @@ def parse_threshold(text: str, role: str) -> Threshold:
     return Threshold(phase, metric, pct, role)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", path=path) from exc
-
-
 def load_pairs(dirs: list[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
     """Matched (baseline, candidate) blocks from ab directories or run directories.
 
@@ -164,7 +156,7 @@ def load_pairs(dirs: list[str | Path]) -> tuple[list[dict[str, Any]], list[str]]
     arms: list[str] | None = None
     for d in map(Path, dirs):
         if (d / "ab.json").exists():
-            ab = _read_json(d / "ab.json")
+            ab = read_json_checked(d / "ab.json")
             names = [a["name"] for a in ab["arms"]]
             if arms is not None and names != arms:
                 raise ConfigError(f"arms {names} differ from {arms}", path=d / "ab.json")
@@ -183,7 +175,7 @@ def load_pairs(dirs: list[str | Path]) -> tuple[list[dict[str, Any]], list[str]]
                             "candidate": _block(got[names[1]]),
                         }
                     )
-        elif (d / "summary.json").exists():
+        elif (d / SUMMARY).exists():
             plain.append(d)
         else:
             raise ConfigError(
@@ -207,11 +199,11 @@ def load_pairs(dirs: list[str | Path]) -> tuple[list[dict[str, Any]], list[str]]
 
 
 def _block(d: Path) -> dict[str, Any]:
-    p, plan = d / "summary.json", d / "plan.json"
+    p, plan = d / SUMMARY, d / PLAN
     return {
         "dir": str(d),
-        "summary": _read_json(p) if p.exists() else None,
-        "plan": _read_json(plan) if plan.exists() else None,
+        "summary": read_json_checked(p) if p.exists() else None,
+        "plan": read_json_checked(plan) if plan.exists() else None,
     }
 
 

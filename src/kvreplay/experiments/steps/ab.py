@@ -25,7 +25,7 @@ from kvreplay.experiments.window.fields import NAME_RE, Where
 from kvreplay.experiments.window.lifecycle import expand, free_port
 from kvreplay.experiments.window.model import StepResult, StepSpec
 from kvreplay.plan import PhaseSpec, Plan, build_plan
-from kvreplay.report.load import read_json
+from kvreplay.rundir import read_json
 from kvreplay.workload import Workload
 
 __all__ = ["KIND", "ab_phase_specs"]

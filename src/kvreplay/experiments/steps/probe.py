@@ -19,7 +19,7 @@ from kvreplay.experiments.window.fields import Where
 from kvreplay.experiments.window.lifecycle import identity_mismatches
 from kvreplay.experiments.window.model import StepResult, StepSpec
 from kvreplay.plan import Plan
-from kvreplay.report.load import read_json
+from kvreplay.rundir import read_json
 from kvreplay.workload import Workload
 
 __all__ = ["KIND"]

@@ -102,6 +102,7 @@ def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
 
 
 async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
+    from kvreplay.report.markdown import render_markdown
     from kvreplay.runner import RunOptions, execute_plan
 
     plan = w.plans[st.name]
@@ -121,7 +122,8 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
                    if is_sim and w.server.sim_config is not None else {}),
     )
-    summary = await execute_plan(plan, plan.bind(w.workload), opts, backend_factory=_factory(w, url))
+    summary = await execute_plan(plan, plan.bind(w.workload), opts, backend_factory=_factory(w, url),
+                                 render_report=render_markdown)
     judge_run(w, res, summary)
 
 
@@ -217,12 +219,12 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
 
 def _restate(out: Path, st: dict[str, Any]) -> str | None:
     """Redraw the run's reports in model ms when it ran at a simulator time scale (``report.write``)."""
-    from kvreplay.report.load import read_json
     from kvreplay.report.units import sim_time_scale
     from kvreplay.report.write import write_reports
+    from kvreplay.rundir import read_plan
 
     d = out / st["run_dir"]
-    if sim_time_scale(read_json(d / "plan.json")) is None:  # unreadable: None
+    if sim_time_scale(read_plan(d)) is None:  # unreadable: None
         return None
     try:
         write_reports(d, html=True)

@@ -54,6 +54,7 @@ from kvreplay.experiments.steps import kind_of
 from kvreplay.experiments.window.lifecycle import ServerControl, identity_mismatches
 from kvreplay.experiments.window.model import ExperimentSpec, StepResult, StepSpec, WindowSpec
 from kvreplay.plan import Plan
+from kvreplay.rundir import write_step_log
 from kvreplay.safe_io import atomic_write_json
 from kvreplay.workload import Workload
 
@@ -239,9 +240,7 @@ class WindowRun:
         res.ended = utc_now()
         if st.sends:
             res.run_dir = st.dir
-        (self.out / st.dir).mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.out / st.dir / "step.json", {"experiment_sha256": self.frozen["experiment_sha256"],
-                                                            **res.to_json()})
+        write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"], **res.to_json()})
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
 
     def say_stops(self, st: StepSpec, cmds: list[dict[str, Any]]) -> None:

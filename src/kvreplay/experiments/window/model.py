@@ -183,8 +183,10 @@ class StepSpec:
 
     @property
     def dir(self) -> str:
-        """``steps/NN-name``."""
-        return f"steps/{self.index:02d}-{self.name}"
+        """``steps/NN-name`` (``kvreplay.rundir.names.step_dir``)."""
+        from kvreplay.rundir.names import step_dir
+
+        return step_dir(self.index, self.name)
 
 
 @dataclass(frozen=True, slots=True)

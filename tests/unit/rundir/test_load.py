@@ -8,7 +8,7 @@ from rundirs import plan_json, record, write_run
 
 import kvreplay
 from kvreplay.metrics.histograms import PhaseHistograms
-from kvreplay.report.load import HistogramArrays, load_run, read_hlog, read_records, rebuild_summary
+from kvreplay.rundir import HistogramArrays, load_run, read_hlog, read_records, rebuild_summary
 
 
 def test_hlog_round_trip_10k_at_1ms_plus_one_100s_stall(tmp_path):

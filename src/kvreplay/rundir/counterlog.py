@@ -3,24 +3,16 @@
 kvreplay maps a server's series onto a fixed set of common names; a
 server-specific series (a host tier's ``host_compactions_total``, refused
 stores, row/page capacity) has no common name, and without this file it would
-be lost. The file holds one JSON line per counter read the runner makes (phase
-start and end, after each request at C1, each monitor read)::
+be lost. The format (one JSON line per counter read: ``t_ns``, ``phase``,
+``at``; the first line ``full`` with every ``series``, later lines only
+``changed`` and ``removed``; ``violations``; the final ``truncated`` line) is
+documented once, in docs/summary-schema.md ("counters.jsonl"). This module is
+its one writer (``CounterLog``) and its one reader (``read_counter_log``,
+``raw_changes``, ``read_violations``).
 
-    {"t_ns": 1234, "phase": "replay", "at": "before", "full": true,
-     "series": {NAME: VALUE, ...}}                            first line: every series
-    {"t_ns": 5678, "phase": "replay", "at": 3,
-     "changed": {NAME: VALUE, ...}, "removed": [NAME, ...]}  later lines: changes only
-    {"t_ns": ..., "phase": ..., "at": ..., "violations": [...]}   with a cache-invariant break
-    {"t_ns": ..., "truncated": true, "cap_bytes": N}          last line once the cap is reached
-
-``t_ns`` is the read time relative to the run's origin (as records' ``t_*_ns``);
-``at`` is ``before`` / ``after`` (the phase's opening and closing reads), the
-position of the request just finished (C1 per-request reads), or ``monitor``.
-Series names are the server's own (Prometheus series with labels verbatim;
-halogen ``/cache`` keys, with ``/metrics/NAME`` for its Prometheus side); values
-are the numbers (or lists) the server printed. Nothing is written once the file
-reaches ``cap_bytes`` (default ``DEFAULT_CAP_BYTES``, 64 MiB) except one final
-``truncated`` line, so a long run cannot fill the disk.
+Nothing is written once the file reaches ``cap_bytes`` (default
+``DEFAULT_CAP_BYTES``, 64 MiB) except one final ``truncated`` line, so a long
+run cannot fill the disk.
 
 Cache invariants (halogen-style ``/cache``, checked at each read; a break is
 stored on that line under ``violations`` with the numbers):
@@ -36,20 +28,23 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from kvreplay.evidence.vocab import COMMON_UNITS
-from kvreplay.runner.backend import Snapshot
+from kvreplay.redaction import redact_bytes
+from kvreplay.rundir.names import COUNTERS
+from kvreplay.safe_io import open_new
 
 __all__ = [
     "DEFAULT_CAP_BYTES",
     "CounterLog",
+    "CounterRead",
     "cache_violations",
-    "counter_units",
     "flatten_raw",
+    "raw_changes",
     "read_counter_log",
+    "read_violations",
 ]
 
 DEFAULT_CAP_BYTES = 64 * 1024 * 1024
@@ -113,11 +108,27 @@ def cache_violations(prev: dict[str, Any] | None, cur: dict[str, Any]) -> list[d
     return out
 
 
+class CounterRead(Protocol):
+    """What ``CounterLog.write`` takes of a counter read (``kvreplay.runner.backend.Snapshot`` has it)."""
+
+    @property
+    def taken_ns(self) -> int:
+        """``clock.now_ns()`` when the read's response arrived (ns)."""
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The server's series verbatim (name -> value; nested objects are flattened)."""
+
+
 class CounterLog:
-    """Writes counters.jsonl (format in the module docstring).
+    """Writes counters.jsonl (format: docs/summary-schema.md, "counters.jsonl").
+
+    Each line is written unbuffered (one ``write``), registered secrets
+    (``kvreplay.redaction``) replaced by the marker.
 
     Args:
-        path: The file (created or appended to).
+        path: The file (created or appended to, never through a symlink):
+            ``run_dir / names.COUNTERS``.
         origin_ns: The run clock's origin (ns); ``t_ns`` is relative to it.
         cap_bytes: Size cap (bytes).
 
@@ -129,14 +140,22 @@ class CounterLog:
         self.path = path
         self.origin_ns = origin_ns
         self.cap_bytes = cap_bytes
-        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        self._f = open_new(path, append=True)  # unbuffered, never through a symlink; closed in close()
         self.size = path.stat().st_size
         self._last: dict[str, Any] | None = None
         self.truncated = False
         self.violations: list[dict[str, Any]] = []
 
-    def write(self, snap: Snapshot, phase: str, at: str | int) -> None:
-        """Log one read: in full the first time, then only what changed."""
+    def write(self, snap: CounterRead, phase: str, at: str | int) -> None:
+        """Log one read: in full the first time, then only what changed.
+
+        Args:
+            snap: The read (``taken_ns``, ``raw``).
+            phase: The phase it belongs to.
+            at: ``before`` / ``after`` (the phase's opening and closing reads), the
+                position of the request just finished (C1 per-request reads), or
+                ``monitor``.
+        """
         if self.truncated or self._f.closed:
             return
         cur = flatten_raw(snap.raw)
@@ -157,7 +176,7 @@ class CounterLog:
             line["violations"] = bad
             self.violations += [{**v, "phase": phase, "at": at} for v in bad]
         self._last = cur
-        data = orjson.dumps(line) + b"\n"
+        data = redact_bytes(orjson.dumps(line) + b"\n")  # registered secrets never reach the file
         if self.size + len(data) > self.cap_bytes:
             self.truncated = True
             data = orjson.dumps({"t_ns": line["t_ns"], "truncated": True,
@@ -185,16 +204,45 @@ def read_counter_log(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def counter_units(units: dict[str, str] | None, names: set[str]) -> dict[str, str]:
-    """The unit of each common name in ``names``.
+def raw_changes(lines: list[dict[str, Any]]) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """Phase -> series -> ``(value at the phase's opening read, value at its last read)``.
 
-    Fixed ones from ``COMMON_UNITS``, the others as the backend's profile declares
-    them (absent when it declares none).
+    Only series that changed at a read of the phase after its opening read; a
+    series that appeared mid-phase starts at None, one that vanished ends at None.
+    Reading stops at a ``truncated`` line.
+
+    Args:
+        lines: counters.jsonl as dicts (``read_counter_log``).
     """
-    src = dict(units or {})
-    out = {}
-    for n in sorted(names):
-        u = COMMON_UNITS.get(n) or src.get(n)
-        if u:
-            out[n] = u
+    state: dict[str, Any] = {}
+    moved: dict[str, set[str]] = {}
+    start: dict[str, dict[str, Any]] = {}
+    end: dict[str, dict[str, Any]] = {}
+    for ln in lines:
+        if ln.get("truncated"):
+            break
+        if ln.get("full"):
+            state = dict(ln.get("series") or {})
+        else:
+            state.update(ln.get("changed") or {})
+            for k in ln.get("removed") or []:
+                state.pop(k, None)
+        ph = str(ln.get("phase", ""))
+        if ph not in start:
+            start[ph] = dict(state)
+            moved[ph] = set()
+        else:
+            moved[ph] |= set(ln.get("changed") or {}) | set(ln.get("removed") or [])
+        end[ph] = state if ln is lines[-1] else dict(state)
+    return {
+        ph: {k: (start[ph].get(k), end[ph].get(k)) for k in sorted(ks)} for ph, ks in moved.items()
+    }
+
+
+def read_violations(run_dir: Path) -> list[dict[str, Any]]:
+    """Cache-invariant breaks stored in a run directory's counters.jsonl, each with ``phase`` and ``at``."""
+    out = []
+    for ln in read_counter_log(run_dir / COUNTERS):
+        for v in ln.get("violations") or []:
+            out.append({**v, "phase": ln.get("phase"), "at": ln.get("at")})
     return out

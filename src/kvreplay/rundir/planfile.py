@@ -1,0 +1,279 @@
+"""``plan.json``: written before the first request, read back whole or compact.
+
+The plan's content and its hash are ``kvreplay.plan``'s (``Plan.to_json``,
+``plan_from_json``); this module writes and reads the file: ``write_plan_json``
+(before the first request; a failure is exit 2 with nothing sent),
+``load_plan_json`` (``kvreplay run --from-plan``, the ``--workers`` processes),
+``read_plan`` (a run directory's plan as a dict, or None) and, for reports at
+any scale, ``compact_plan`` / ``compact_plan_file``: the plan with each phase's
+``sequence`` reduced to its first entry per distinct body, with the full length
+in ``sequence_length``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvreplay.errors import ConfigError
+from kvreplay.plan import Plan, plan_from_json
+from kvreplay.rundir.jsonfile import read_object
+from kvreplay.rundir.names import PLAN
+from kvreplay.safe_io import atomic_write_json
+from kvreplay.workload import Workload
+
+__all__ = [
+    "HEAD_ENTRIES",
+    "compact_plan",
+    "compact_plan_file",
+    "load_plan_json",
+    "read_plan",
+    "read_plan_bytes",
+    "read_plan_file",
+    "sequence_head",
+    "sequence_length",
+    "write_plan_json",
+]
+
+HEAD_ENTRIES = 200
+"""Sequence entries a compact plan keeps per phase (the report's plan listing)."""
+
+
+def write_plan_json(out: Path, plan_json: dict[str, Any]) -> None:
+    """Write ``out/plan.json`` (before the first request; registered secrets redacted).
+
+    Raises:
+        ConfigError: it cannot be written (disk full, permission denied): field
+            ``--out``, one line naming the run directory and the system's reason;
+            nothing was sent (exit 2, as for an ``--out`` that is not writable).
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / PLAN, plan_json)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {PLAN}: {exc.strerror or exc}; nothing was sent",
+                          path=out, field="--out") from None
+
+
+def load_plan_json(path: str | Path, workload: Workload | None = None) -> tuple[Plan, dict[str, Any]]:
+    """Re-read a plan.json so it can be executed again exactly.
+
+    Args:
+        path: The plan.json file.
+        workload: The workload to check it against; loaded from the plan's
+            ``workload.path`` by the caller when None is given here.
+
+    Returns:
+        The plan (sequence taken verbatim from the file) and its ``run`` block.
+
+    Raises:
+        ConfigError: unreadable file, not JSON, hash mismatch, or bodies whose
+            SHA-256 no longer match the workload (``kvreplay.plan.plan_from_json``).
+    """
+    p = Path(path)
+    return plan_from_json(read_plan_file(p), workload, path=p)
+
+
+def read_plan_file(path: str | Path) -> Any:
+    """The parsed content of a plan.json file (any JSON value; ``plan_from_json`` checks it).
+
+    Raises:
+        ConfigError: the file cannot be read or is not JSON ("cannot read plan: ...").
+    """
+    p = Path(path)
+    try:
+        return orjson.loads(p.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read plan: {exc}", path=p) from exc
+
+
+def read_plan_bytes(run_dir: Path) -> bytes:
+    """A run directory's plan.json as written (bytes).
+
+    Raises:
+        OSError: it cannot be read.
+    """
+    return (run_dir / PLAN).read_bytes()
+
+
+def read_plan(run_dir: Path) -> dict[str, Any] | None:
+    """A run directory's plan.json as a dict; None when it is missing, unreadable or not a JSON object."""
+    return read_object(run_dir / PLAN)
+
+
+_SEQ = re.compile(rb'"sequence"\s*:\s*\[')
+_SHA = re.compile(rb'"body_sha256"\s*:\s*"([0-9A-Fa-f]*)"')
+_POS = re.compile(rb'"position"\s*:\s*(-?\d+)')
+_ENTRY = re.compile(rb"\{[^{}]*\}")
+
+
+def compact_plan(data: bytes) -> dict[str, Any] | None:
+    """plan.json parsed with each phase's ``sequence`` reduced to one entry per distinct body.
+
+    A plan's sequence has one entry per planned request (200,000 entries are
+    about 30 MB of dicts); the report needs only which bodies a phase sends (the
+    replay rule of ``diagnose``), the first entries (the plan listing) and the
+    count. Entries are flat objects (``position``, ``body_index``,
+    ``body_sha256``, ``repetition``; ``kvreplay.plan``), so each ``sequence``
+    array ends at the first ``]`` after it opens.
+
+    Args:
+        data: plan.json's bytes.
+
+    Returns:
+        The plan with ``sequence`` = the first entry of each distinct body in send
+        order, ``sequence_length`` = the full entry count, ``sequence_head`` =
+        the first ``HEAD_ENTRIES`` entries and ``sequence_positions: "range"``
+        (positions are ``0 .. sequence_length - 1``, as ``kvreplay.plan`` writes
+        them; a plan whose positions are not is returned whole); None when the
+        bytes are not a JSON object.
+    """
+    try:
+        return _compact_plan(data)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None
+
+
+_Head = tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
+
+
+def _compact_plan(data: bytes) -> dict[str, Any] | None:
+    heads: list[_Head] = []
+    parts: list[bytes] = []
+    pos = 0
+    for m in _SEQ.finditer(data):
+        end = data.find(b"]", m.end())
+        if end < 0:
+            return None
+        span = data[m.end() : end]
+        seen: set[bytes] = set()
+        uniq: list[dict[str, Any]] = []
+        head: list[dict[str, Any]] = []
+        n = 0
+        in_range = True
+        for em in _ENTRY.finditer(span):
+            raw = em.group(0)
+            pm = _POS.search(raw)
+            in_range = in_range and pm is not None and int(pm.group(1)) == n
+            n += 1
+            if len(head) < HEAD_ENTRIES:
+                head.append(orjson.loads(raw))
+            sm = _SHA.search(raw)
+            key = sm.group(1) if sm else raw
+            if key not in seen:
+                seen.add(key)
+                uniq.append(orjson.loads(raw))
+        heads.append((uniq, head, n, in_range))
+        parts.append(data[pos : m.end()])
+        pos = end
+    parts.append(data[pos:])
+    return _assemble(parts, heads, lambda: data)
+
+
+def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """``compact_plan`` of a plan.json file, read line by line where it is indented.
+
+    kvreplay writes plan.json indented (``orjson.OPT_INDENT_2``): each sequence
+    entry spans a few short lines, so the file is read one line at a time and
+    only the lines outside ``sequence`` arrays, the first ``HEAD_ENTRIES``
+    entries and the first entry of each distinct body are kept. A file whose
+    sequence does not open on a line of its own (compact JSON) is read whole.
+
+    Returns:
+        As ``compact_plan``; None when the file is missing or not a JSON object.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None
+    with f:
+        first = f.readline()
+        if not first.rstrip().endswith(b"{"):
+            return compact_plan(first + f.read())
+        parts: list[bytes] = [first]
+        heads: list[_Head] = []
+        inside = False
+        entry: list[bytes] = []
+        seen: set[bytes] = set()
+        uniq: list[dict[str, Any]] = []
+        head: list[dict[str, Any]] = []
+        for line in f:
+            if not inside:
+                parts.append(line)
+                st = line.rstrip()
+                if st.endswith(b"[") and _SEQ.search(st):
+                    inside, seen, uniq, head, n, in_range = True, set(), [], [], 0, True
+                continue
+            st = line.strip()
+            if not entry and st.startswith(b"]"):
+                heads.append((uniq, head, n, in_range))
+                parts.append(line)
+                inside = False
+                continue
+            entry.append(line)
+            if st.startswith(b"}"):
+                raw = b"".join(entry).rstrip().rstrip(b",")
+                entry = []
+                pm = _POS.search(raw)
+                in_range = in_range and pm is not None and int(pm.group(1)) == n
+                n += 1
+                sm = _SHA.search(raw)
+                key = sm.group(1) if sm else raw
+                if len(head) < HEAD_ENTRIES:
+                    head.append(orjson.loads(raw))
+                if key not in seen:
+                    seen.add(key)
+                    uniq.append(orjson.loads(raw))
+    if inside:
+        return None
+    return _assemble(parts, heads, lambda: Path(path).read_bytes())
+
+
+def _assemble(parts: list[bytes], heads: list[_Head], whole: Callable[[], bytes]) -> dict[str, Any] | None:
+    """The compact plan from the kept bytes ``parts`` and one ``(uniq, head, n, in_range)`` per sequence.
+
+    Falls back to a full parse of ``whole()`` (the entire plan's bytes) when a
+    "sequence" key stands elsewhere or positions are other than 0..n-1.
+
+    Returns:
+        The plan dict, or None when the kept bytes are not a JSON object.
+    """
+    try:
+        plan = orjson.loads(b"".join(parts))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(plan, dict):
+        return None
+    phases = [p for p in plan.get("phases") or [] if isinstance(p, dict) and "sequence" in p]
+    if len(phases) != len(heads) or not all(h[3] for h in heads):
+        # a "sequence" key elsewhere, or positions other than 0..n-1: the full parse
+        full = orjson.loads(whole())
+        return full if isinstance(full, dict) else None
+    for ph, (uniq, head, n, _) in zip(phases, heads, strict=True):
+        ph["sequence"] = uniq
+        ph["sequence_head"] = head
+        ph["sequence_length"] = n
+        ph["sequence_positions"] = "range"
+    return plan
+
+
+def sequence_length(spec: dict[str, Any]) -> int:
+    """Planned requests of a plan phase (compact or full plan)."""
+    if "sequence_length" in spec:
+        return int(spec["sequence_length"])
+    return len(spec.get("sequence") or [])
+
+
+def sequence_head(spec: dict[str, Any], n: int = 20) -> list[dict[str, Any]]:
+    """The first ``n`` entries of a plan phase's sequence (compact or full plan)."""
+    if "sequence_head" in spec:
+        return list(spec["sequence_head"])[:n]
+    return list(spec.get("sequence") or [])[:n]
