@@ -302,6 +302,16 @@ def table(rep: dict) -> str:
             f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']}"
             f" {'entries' if unit == 'entry' else unit + 's'}{mem}"
         )
+        chk = rec.get("check")
+        if chk:
+            below = chk["below"]
+            lines.append(
+                f"  checked with {chk['method']}: at {chk['at']['capacity']}"
+                f" {chk['at']['hit_' + rec['metric']]} hit {rec['metric']}"
+                f" (target {chk['target_hits']:.0f}), at {below['capacity']}"
+                f" {below['hit_' + rec['metric']]}"
+                + ("" if chk["holds"] else " -- the boundary does NOT hold")
+            )
     if rep.get("prefill_s_cold") is not None:
         from kvreplay.offline.sizing import prefill_text
 
