@@ -32,8 +32,9 @@ entry bytes against prompt tokens over single-request legs that stored something
 and lie below the entry cap (the intercept absorbs the template tokens the
 snapshot leaves out); with one such leg, entry bytes / prompt tokens. Legs on
 the cap are left out and Cmax is marked cap-bound (``probe_sizing``). A prefix of T tokens then needs
-``T * bytes_per_token`` bytes; a request stores ``s`` entries (median of the
-cold legs' store counts), so a prefix survives ``k`` foreign requests only with
+``T * bytes_per_token`` bytes; a request stores ``s`` entries (cold legs below the
+cap, cross-checked with the eviction points' foreign blocks; ``probe.sizing``
+``entries_per_request``), so a prefix survives ``k`` foreign requests only with
 at least ``s * (k + 1)`` entries, and ``min_flush_k`` implies
 ``s * min_flush_k .. s * min_flush_k + s - 1`` entries.
 
@@ -55,9 +56,16 @@ from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
 from kvreplay.experiments.probe.report import _fmt, intercept_warning, plain_line, render_report
-from kvreplay.experiments.probe.sizing import cap_bound, entry_bytes_fit, refused_stores
+from kvreplay.experiments.probe.sizing import (
+    CAP_RATIO,
+    cap_bound,
+    capped_sizes,
+    entries_per_request,
+    entry_bytes_fit,
+    refused_stores,
+)
 from kvreplay.experiments.probe.prompts import TokenCounter
-from kvreplay.experiments.stats import LineFit, fit_line, median
+from kvreplay.experiments.stats import LineFit, fit_line
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
 from kvreplay.runner.http import send_body
@@ -455,12 +463,8 @@ async def run_probe(
     cmax = max(all_cached) if all_cached else None
     ebf = entry_bytes_fit(legs)
     bpt, bpt_how = ebf["bytes_per_token"], ebf["method"]
-    stores = [
-        r["counter_delta"]["stores"]
-        for r in cold
-        if r.get("counter_delta") and r["counter_delta"].get("stores") is not None
-    ]
-    per_request = int(median(stores)) if stores else None
+    epr = entries_per_request(cold, points, capped_sizes(cold, warm, ebf["capped_from_tokens"]))
+    per_request = epr["value"]
     implied = (
         [per_request * min_k, per_request * min_k + per_request - 1]
         if per_request and min_k
@@ -518,6 +522,8 @@ async def run_probe(
         "refused_stores": refused_stores(legs),
         "entries_per_request": per_request,
         "implied_entries": implied,
+        "entries_per_request_evidence": epr,
+        "evidence": _evidence(cfg, chosen, legs, points, floor, min_k, evict_note, ebf, epr, implied),
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
         "eviction_cost_s": _r(eviction_cost),
         "prefix_bytes": round(points[0]["prefix_tokens"] * bpt) if bpt and points else None,
@@ -576,6 +582,44 @@ async def _cold_warm(p: _Probe, counter: TokenCounter, cfg: ProbeConfig, cold: l
             f"size {size}: cold ttft {_fmt(min(times) if times else None)} s{of}, "
             f"warm ttft {_fmt(rec['ttft_s'])} s, warm cached {rec['cached_tokens']}"
         )
+
+
+def _evidence(
+    cfg: ProbeConfig,
+    chosen: dict[str, Any] | None,
+    legs: list[dict[str, Any]],
+    points: list[dict[str, Any]],
+    floor: int,
+    min_k: int | None,
+    evict_note: str | None,
+    ebf: dict[str, Any],
+    epr: dict[str, Any],
+    implied: list[int] | None,
+) -> dict[str, str | None]:
+    """What each derived figure of the verdict rests on, one sentence per figure (issue 29)."""
+    n_pts = len({pt["k"] for pt in points})
+    return {
+        "prefill_fit": None
+        if not chosen
+        else f"least squares over the fastest cold leg of each of {chosen['n']} sizes,"
+        f" series {cfg.fit_on}",
+        "cmax_tokens": f"largest cached_tokens over {len(legs)} leg requests",
+        "min_flush_k": (
+            f"eviction bisection over {n_pts} points of {cfg.flush_repeats} repeats (a point"
+            f" flushes when every repeat's second send cached <= {floor} tokens)"
+            if min_k is not None
+            else evict_note or "no eviction legs"
+        ),
+        "bytes_per_token": ebf["method"],
+        "entry_cap_bytes": None
+        if not ebf["cap_bytes"]
+        else f"largest entry on the {ebf['capped_legs']} legs on the cap (their entry bytes per"
+        f" token under {CAP_RATIO} of the others')",
+        "entries_per_request": epr["evidence"],
+        "implied_entries": "s x min_flush_k .. s x min_flush_k + s - 1 (s entries per request)"
+        if implied
+        else "needs entries per request and min_flush_k",
+    }
 
 
 def _r(v: float | None) -> float | None:

@@ -152,8 +152,10 @@ def render_report(v: dict[str, Any]) -> str:
     ]
     if v["eviction_note"]:
         lines.append(f"- note: {v['eviction_note']}")
+    epr = v.get("entries_per_request_evidence") or {}
     lines.append(
         f"- entries stored per request: {v['entries_per_request'] if v['entries_per_request'] else 'unknown'}"
+        + (f" ({epr['evidence']})" if epr.get("evidence") else "")
     )
     lines.append(
         f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}"
@@ -163,6 +165,8 @@ def render_report(v: dict[str, Any]) -> str:
         lines.append(
             f"- to keep a prefix through N foreign requests the cache needs at least {s} x (N + 1) "
             f"entries (e.g. {s * 11} for N = 10)"
+            + (f"; a prefix over the entry cap is one entry (its snapshots, cut to the cap, coincide):"
+               f" {s} x N + 1 (e.g. {s * 10 + 1})" if v.get("entry_cap_bytes") and s > 1 else "")
         )
     if v["bytes_per_token"]:
         lines.append(
