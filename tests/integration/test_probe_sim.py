@@ -372,3 +372,41 @@ def test_entries_per_request_counts_only_legs_below_the_cap_and_sizes_simulate(t
     assert rep["recommended"]["capacity"] == 20
     assert rep["recommended"]["memory_gib"] == 20 * cap / 2**30
     assert f"{rep['recommended']['memory_gib']:.3f}" == "2.168"
+
+
+@pytest.mark.parametrize(
+    ("flush", "capped", "kept", "implied"),
+    [("8k", False, 8192, [8, 9]), ("24k", False, 24576, [8, 9]),
+     ("43k", True, 43526, [7, 8]), ("64k", True, 43526, [7, 8])],
+)
+def test_cap_diagnosis_is_the_same_for_any_flush_prefix(tmp_path, capsys, flush, capped, kept, implied):
+    """Issue 29 item 3: a flush prefix over the cap no longer bends the bytes-per-token slope.
+
+    Cap 116389652 // 2674 = 43,526 tokens. 43k (44,032 tokens) and 64k flush prefixes are
+    over it: their reuses cache 43,526 tokens, far more than the 26-token tail short of the
+    prefix, so every leg longer than 43,526 + 26 tokens is left out of the slope (2,674 B
+    per token, not 2,618), Cmax 43,526 is cap-bound, and a 44,000-token prefix would need
+    44,000 x 2,674 = 117,656,000 bytes (112.2 MiB) over the cap. An eviction prefix over
+    the cap is one entry: flushed iff 1 + 2k > N, so k = 4 implies N in 7..8; under the
+    cap flushed iff 2(k + 1) > N: N in 8..9. The cache has N = 8.
+    """
+    args = ["probe", "--target", "sim", "--sim-cache", "entries", "--sim-cache-entries", "8"]
+    args += ["--sim-snapshots", "2", "--sim-bytes-per-token", "2674", "--sim-max-entry-bytes", "116389652"]
+    args += ["--sim-time-scale", "0", "--sizes", "16k,32k,64k", "--flush-max", "6", "--quiet"]
+    args += ["--flush-prefix", flush, "--target-prefix", "44000", "--out", str(tmp_path / "p")]
+    assert main(args) == 0
+    capsys.readouterr()
+    v = json.loads((tmp_path / "p" / "verdict.json").read_text())
+    assert v["bytes_per_token"] == 2674.0
+    assert v["cmax_tokens"] == 43526 and v["cmax_cap_bound"] is True
+    assert v["cap_tokens_from_reuse"] == 43526
+    assert v["target_prefix"]["entry_bytes_needed"] == 117656000
+    assert v["target_prefix"]["sentence"].startswith(
+        "Cmax 43526 tokens does not cover the 44000-token prefix: the entry cap is the wall;"
+        " an entry would need 117656000 bytes (112.2 MiB)"
+    )
+    assert v["entries_per_request"] == 2 and v["min_flush_k"] == 4
+    assert v["implied_entries"] == implied
+    assert (v["flush_prefix_capped"], v["flush_prefix_effective_tokens"]) == (capped, kept)
+    assert v["prefix_bytes"] == round(kept * 2674)
+    assert ("over the entry cap: 43526 tokens kept" in v["plain"]) is capped

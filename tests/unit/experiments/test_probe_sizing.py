@@ -119,3 +119,34 @@ def test_target_prefix_over_the_cap_counts_one_entry():
         "the cache keeps its first 43526 tokens in one entry (both snapshots cut to the cap"
         " coincide): 2 x k + 1 entries keep that through k foreign requests."
     )
+
+
+from kvreplay.experiments.probe.sizing import reuse_cap  # noqa: E402
+
+
+def test_reuse_cap_from_cached_tokens():
+    c = [cold(16384, 16384, 2), cold(65536, 65536, 1)]
+    w = [warm(16384, 16384, 16358), warm(65536, 65536, 43526)]
+    # a k = 0 point over the cap (44,032 -> 43,526: 506 short > 2 x 26 + 256) and one k = 4
+    # point partly evicted (ignored: something was sent in between)
+    pts = [
+        {"k": 0, "prefix_tokens": 44032, "cached_second": 43526, "flushed": False},
+        {"k": 4, "prefix_tokens": 8192, "cached_second": 4000, "flushed": False},
+    ]
+    r = reuse_cap(c, w, pts)
+    assert (r["cap_tokens"], r["tail_tokens"], r["reuses"], r["cut_reuses"]) == (43526, 26, 3, 2)
+    # block rounding on a radix server (up to 255 tokens more than the tail) is no cap
+    r = reuse_cap([cold(8192, 8192, 0), cold(16384, 16384, 0)],
+                  [warm(8192, 8192, 8166), warm(16384, 16384, 16384 - 26 - 255)], [])
+    assert r["cap_tokens"] is None and r["tail_tokens"] == 26
+    assert reuse_cap([], [], [])["evidence"] == "no reuse with cached tokens"
+
+
+def test_entry_bytes_fit_leaves_out_legs_over_the_cap_from_cached_tokens():
+    # 10 B/token, entries (L - 26) x 10; cap 400 tokens (4000 B). The 430-token leg is just
+    # over it: 4000 / 430 = 9.30 B per prompt token is not under 0.9 x the others' median
+    # (1740 / 200 = 8.70), so the entry bytes alone keep it and the slope bends
+    legs = [leg(100, 740), leg(200, 1740), leg(300, 2740), leg(430, 4000)]
+    assert entry_bytes_fit(legs)["bytes_per_token"] != 10.0  # the near-cap leg bends the slope
+    f = entry_bytes_fit(legs, over_tokens=400 + 26)
+    assert (f["bytes_per_token"], f["cap_bytes"], f["capped_legs"], f["capped_from_tokens"]) == (10.0, 4000, 1, 430)

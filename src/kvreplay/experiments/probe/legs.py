@@ -63,6 +63,7 @@ from kvreplay.experiments.probe.sizing import (
     entries_per_request,
     entry_bytes_fit,
     refused_stores,
+    reuse_cap,
 )
 from kvreplay.experiments.probe.prompts import TokenCounter
 from kvreplay.experiments.stats import LineFit, fit_line
@@ -461,15 +462,21 @@ async def run_probe(
 
     all_cached = [r["cached_tokens"] for r in legs if r.get("cached_tokens") is not None]
     cmax = max(all_cached) if all_cached else None
-    ebf = entry_bytes_fit(legs)
+    rc = reuse_cap(cold, warm, points)
+    over = None if rc["cap_tokens"] is None else rc["cap_tokens"] + rc["tail_tokens"]
+    ebf = entry_bytes_fit(legs, over_tokens=over)
     bpt, bpt_how = ebf["bytes_per_token"], ebf["method"]
     epr = entries_per_request(cold, points, capped_sizes(cold, warm, ebf["capped_from_tokens"]))
     per_request = epr["value"]
-    implied = (
-        [per_request * min_k, per_request * min_k + per_request - 1]
-        if per_request and min_k
-        else None
-    )
+    # an eviction prefix over the cap is kept as one entry (its snapshots, cut, coincide):
+    # flushed iff 1 + s k > N, so min_flush_k implies N in s (k - 1) + 1 .. s k
+    flush_capped = bool(points and over is not None and points[0]["prefix_tokens"] > over)
+    if per_request and min_k:
+        s_ = per_request
+        implied = [s_ * (min_k - 1) + 1, s_ * min_k] if flush_capped else [s_ * min_k, s_ * min_k + s_ - 1]
+    else:
+        implied = None
+    effective = rc["cap_tokens"] if flush_capped else (points[0]["prefix_tokens"] if points else None)
     entries_seen = [r["entries_gauge"] for r in legs if r.get("entries_gauge") is not None]
     warm_rows = []
     for w in warm:
@@ -510,6 +517,8 @@ async def run_probe(
         "flush_floor_tokens": floor,
         "flush_prefix_tokens": points[0]["prefix_tokens"] if points else None,
         "flush_prefix_cached_tokens": baseline_cached,
+        "flush_prefix_capped": flush_capped,
+        "flush_prefix_effective_tokens": effective,
         "eviction_note": evict_note,
         "points": points,
         "warm": warm_rows,
@@ -518,15 +527,19 @@ async def run_probe(
         "bytes_per_token_kind": "prompt_cache_entry" if bpt else None,
         "entry_cap_bytes": ebf["cap_bytes"],
         "max_entry_bytes_seen": ebf["max_entry_bytes"],
-        "cmax_cap_bound": cap_bound(cmax, bpt, ebf["cap_bytes"]),
+        "cmax_cap_bound": cap_bound(cmax, bpt, ebf["cap_bytes"])
+        or (cmax is not None and cmax == rc["cap_tokens"]),
+        "cap_tokens_from_reuse": rc["cap_tokens"],
         "refused_stores": refused_stores(legs),
         "entries_per_request": per_request,
         "implied_entries": implied,
         "entries_per_request_evidence": epr,
-        "evidence": _evidence(cfg, chosen, legs, points, floor, min_k, evict_note, ebf, epr, implied),
+        "evidence": _evidence(cfg, chosen, legs, points, floor, min_k, evict_note, ebf, epr, implied,
+                              flush_capped)
+        | {"cap_tokens_from_reuse": rc["evidence"]},
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
         "eviction_cost_s": _r(eviction_cost),
-        "prefix_bytes": round(points[0]["prefix_tokens"] * bpt) if bpt and points else None,
+        "prefix_bytes": round(effective * bpt) if bpt and effective else None,
         "token_counting": {
             "mode": counter.mode,
             "c0_tokens": counter.c0,
@@ -595,6 +608,7 @@ def _evidence(
     ebf: dict[str, Any],
     epr: dict[str, Any],
     implied: list[int] | None,
+    flush_capped: bool,
 ) -> dict[str, str | None]:
     """What each derived figure of the verdict rests on, one sentence per figure (issue 29)."""
     n_pts = len({pt["k"] for pt in points})
@@ -616,7 +630,12 @@ def _evidence(
         else f"largest entry on the {ebf['capped_legs']} legs on the cap (their entry bytes per"
         f" token under {CAP_RATIO} of the others')",
         "entries_per_request": epr["evidence"],
-        "implied_entries": "s x min_flush_k .. s x min_flush_k + s - 1 (s entries per request)"
+        "implied_entries": (
+            "s x (min_flush_k - 1) + 1 .. s x min_flush_k (s entries per request; the eviction"
+            " prefix is over the entry cap, so it is one entry)"
+            if flush_capped
+            else "s x min_flush_k .. s x min_flush_k + s - 1 (s entries per request)"
+        )
         if implied
         else "needs entries per request and min_flush_k",
     }

@@ -80,6 +80,8 @@ def plain_line(v: dict[str, Any]) -> str:
     if ents:
         head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
     line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
+    if v.get("flush_prefix_capped"):
+        line += f" (over the entry cap: {v['flush_prefix_effective_tokens']} tokens kept, one entry)"
     if v.get("eviction_cost_s") is not None:
         line += (f"; each eviction costs {sig3(v['eviction_cost_s'])} s of prefill"
                  + _model(v, v["eviction_cost_s"]))
@@ -172,7 +174,13 @@ def render_report(v: dict[str, Any]) -> str:
         lines.append(
             f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})"
         )
-        if v["prefix_bytes"]:
+        if v["prefix_bytes"] and v.get("flush_prefix_capped"):
+            lines.append(
+                f"- the {v['flush_prefix_tokens']}-token eviction prefix is over the entry cap: the cache"
+                f" kept its first {v['flush_prefix_effective_tokens']} tokens"
+                f" ({v['prefix_bytes'] / 2**20:.1f} MiB) in one entry"
+            )
+        elif v["prefix_bytes"]:
             lines.append(
                 f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
                 f"per entry"

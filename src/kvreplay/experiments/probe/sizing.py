@@ -11,6 +11,18 @@ of the remaining legs'; the slope is fitted on what remains (the cap is the
 largest entry seen on a dropped leg). At least two distinct prompt sizes must
 remain below the cap.
 
+**The cap from cached tokens** (issue 29). A reuse with nothing in between (a
+warm leg, or the second send of an eviction point with ``k = 0``) caches the
+first send's prompt less its tail (the user turn and template after the system
+block, the same few tokens on every leg). One that falls short of that by more
+than ``2 x tail + CUT_SLACK_TOKENS`` found its entry cut: what it cached is the
+cap in tokens (``reuse_cap``). Every leg whose prompt is longer than the cap
+plus the tail is then on the cap, whatever its entry bytes say (a 43k flush
+prefix, just over a 43,526-token cap, stores entries only 1 % short of the line
+and would pass the ratio test), so it is left out of the slope; the same holds
+for an eviction prefix over the cap, whose capped length is then what the cache
+keeps (``flush_prefix_effective_tokens``). This needs no bytes counter.
+
 **Cap-bound Cmax.** Cmax (the most cached tokens any leg got) is *cap-bound*
 when a cap was found and Cmax is within 1 % of ``cap_bytes / bytes_per_token``:
 the entry size, not the cache's contents, limited it.
@@ -55,6 +67,10 @@ __all__ = [
 CAP_RATIO = 0.9
 """A leg whose entry bytes per prompt token is under this share of the others' is on the cap."""
 
+CUT_SLACK_TOKENS = 256
+"""Shortfall (tokens) beyond twice the tail that marks a reuse as cut: above one radix block
+(vLLM 16, SGLang pages up to 256 tokens), so block rounding is never taken for a cap."""
+
 
 def _points(legs: list[dict[str, Any]]) -> list[tuple[int, int]]:
     pts = []
@@ -70,12 +86,60 @@ def _points(legs: list[dict[str, Any]]) -> list[tuple[int, int]]:
     return pts
 
 
-def entry_bytes_fit(legs: list[dict[str, Any]]) -> dict[str, Any]:
+def reuse_cap(
+    cold: list[dict[str, Any]], warm: list[dict[str, Any]], points: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The entry cap in tokens, from reuses that cached less than their prefix (module docstring).
+
+    Args:
+        cold: Cold (A) legs (``size_tokens``, ``prompt_tokens``).
+        warm: Warm (B) legs (``size_tokens``, ``cached_tokens``); each reuses the last cold
+            leg of its size.
+        points: Eviction points (``k``, ``prefix_tokens``, ``cached_second``, ``flushed``);
+            only ``k = 0`` (nothing sent in between) counts.
+
+    Returns:
+        ``{"cap_tokens": int | None, "tail_tokens": int | None, "reuses": int,
+        "cut_reuses": int, "evidence": str}``: the largest cached count of a cut reuse
+        (tokens), the tail (the smallest shortfall, tokens), how many reuses were seen and
+        cut.
+    """
+    reuses: list[tuple[int, int]] = []
+    for w in warm:
+        a = [r for r in cold if r.get("size_tokens") == w.get("size_tokens") and r.get("prompt_tokens")]
+        if a and w.get("cached_tokens"):
+            reuses.append((int(a[-1]["prompt_tokens"]), int(w["cached_tokens"])))
+    for pt in points:
+        if pt.get("k") == 0 and pt.get("flushed") is False and pt.get("prefix_tokens") and pt.get("cached_second"):
+            reuses.append((int(pt["prefix_tokens"]), int(pt["cached_second"])))
+    out: dict[str, Any] = {"cap_tokens": None, "tail_tokens": None, "reuses": len(reuses), "cut_reuses": 0}
+    if not reuses:
+        out["evidence"] = "no reuse with cached tokens"
+        return out
+    tail = max(0, min(p - c for p, c in reuses))
+    cut = [(p, c) for p, c in reuses if p - c > 2 * tail + CUT_SLACK_TOKENS]
+    out["tail_tokens"] = tail
+    out["cut_reuses"] = len(cut)
+    if cut:
+        out["cap_tokens"] = max(c for _, c in cut)
+        out["evidence"] = (
+            f"{len(cut)} of {len(reuses)} reuses cached at most {out['cap_tokens']} tokens of longer"
+            f" prefixes (the others fell short only by the {tail}-token tail)"
+        )
+    else:
+        out["evidence"] = f"every one of {len(reuses)} reuses cached its prefix less the {tail}-token tail"
+    return out
+
+
+def entry_bytes_fit(legs: list[dict[str, Any]], *, over_tokens: int | None = None) -> dict[str, Any]:
     """Bytes per token from legs below the entry cap (see module docstring).
 
     Args:
         legs: The probe's leg records (``prompt_tokens``, ``last_entry_bytes``,
             ``counter_delta`` with ``stores``).
+        over_tokens: Legs with more prompt tokens than this are on the cap (the cap
+            from cached tokens plus the tail, ``reuse_cap``); None = found from the
+            entry bytes alone.
 
     Returns:
         ``{"bytes_per_token": float | None, "method": str | None,
@@ -97,6 +161,11 @@ def entry_bytes_fit(legs: list[dict[str, Any]]) -> dict[str, Any]:
         return out
     keep = sorted(pts)
     capped: list[tuple[int, int]] = []
+    if over_tokens is not None:
+        capped = [p for p in keep if p[0] > over_tokens]
+        keep = [p for p in keep if p[0] <= over_tokens]
+        if not keep:
+            keep, capped = capped, []
     while len({x for x, _ in keep}) > 2:
         top_x = keep[-1][0]
         top = [p for p in keep if p[0] == top_x]
