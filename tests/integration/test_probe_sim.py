@@ -360,6 +360,9 @@ def test_entries_per_request_counts_only_legs_below_the_cap_and_sizes_simulate(t
     assert v["evidence"]["entries_per_request"] == e["evidence"]
     assert "below the entry cap" in e["evidence"] and "agree" in e["evidence"]
     assert "8-9 entries" in v["plain"]
+    # two sizes: a line through two points, no stated accuracy (issue 29 item 4)
+    assert v["prefill_fits"]["stream"]["ci95"] is None
+    assert v["prefill_fit_accuracy_warning"].startswith("2 sizes fit a line exactly")
     cap = v["entry_cap_bytes"]
     assert 116389652 - 2674 * 10 < cap <= 116389652  # a capped entry: the cap less a few tokens
     d = tmp_path / "D"

@@ -55,7 +55,13 @@ import aiohttp
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
-from kvreplay.experiments.probe.report import _fmt, intercept_warning, plain_line, render_report
+from kvreplay.experiments.probe.report import (
+    _fmt,
+    accuracy_warning,
+    intercept_warning,
+    plain_line,
+    render_report,
+)
 from kvreplay.experiments.probe.sizing import (
     CAP_RATIO,
     cap_bound,
@@ -66,7 +72,7 @@ from kvreplay.experiments.probe.sizing import (
     reuse_cap,
 )
 from kvreplay.experiments.probe.prompts import TokenCounter
-from kvreplay.experiments.stats import LineFit, fit_line
+from kvreplay.experiments.stats import LineFit, fit_line, line_ci95
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
 from kvreplay.runner.http import send_body
@@ -256,9 +262,25 @@ def _server_prefill_s(timings: Any) -> float | None:
     return None
 
 
+def _ci_json(fit: LineFit, xs: list[int]) -> dict[str, Any] | None:
+    """95 % interval of ``a`` (s) and the rate (tokens/s), and their relative half-widths."""
+    ci = line_ci95(fit, xs)
+    if ci is None or fit.slope <= 0:
+        return None
+    ha, hb = ci
+    lo_b, hi_b = fit.slope - hb, fit.slope + hb
+    return {
+        "a_s": [round(fit.intercept - ha, 6), round(fit.intercept + ha, 6)],
+        "rate_tokens_per_s": [round(1.0 / hi_b, 3), round(1.0 / lo_b, 3) if lo_b > 0 else None],
+        "a_rel": round(ha / abs(fit.intercept), 6) if fit.intercept else None,
+        "rate_rel": round(hb / fit.slope, 6),
+    }
+
+
 def _fit_json(fit: LineFit, source: str, xs: list[int], ys: list[float]) -> dict[str, Any]:
     rate = 1.0 / fit.slope if fit.slope > 0 else None
     return {
+        "ci95": _ci_json(fit, xs),
         "source": source,
         "a_s": round(fit.intercept, 6),
         "rate_tokens_per_s": round(rate, 3) if rate else None,
@@ -362,6 +384,9 @@ async def run_probe(
     fit_warning = intercept_warning(chosen)
     if fit_warning:
         say(f"prefill fit: {fit_warning}")
+    accuracy_note = accuracy_warning(chosen, cfg.sizes)
+    if accuracy_note:
+        say(f"prefill fit: {accuracy_note}")
     floor = max((r["cached_tokens"] or 0) for r in cold) if cold else 0
 
     # C legs: eviction bisection
@@ -564,6 +589,7 @@ async def run_probe(
     verdict["stopped"] = (stopped_json(requests=p.requests, cold=len(cold), warm=len(warm),
                                        points=len(points_done), cfg=cfg) if cut else None)
     verdict["prefill_fit_warning"] = fit_warning
+    verdict["prefill_fit_accuracy_warning"] = accuracy_note
     verdict["plain"] = plain_line(verdict)
     return verdict
 
