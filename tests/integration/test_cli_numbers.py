@@ -53,6 +53,14 @@ CASES = [
         ["--kv-bytes-per-position", "--layers"],
         None,
     ),
+    # units that make the verdict meaningless (issue 29 item 6): refused, naming the likely mistake
+    (["fit", "--host-ram-gib", "124125", "--weights-gib", "1", "--positions", "10", "--kv-bytes-per-position", "1"],
+     ["host-ram-gib", "MiB?"], "124125"),
+    (["fit", "--memtotal-kb", "130154520576", "--weights-gib", "1", "--positions", "10",
+      "--kv-bytes-per-position", "1"], ["memtotal-kb", "bytes?"], "130154520576"),
+    (["fit", "--host-ram-gib", "64.5", "--weights-gib", "20", "--positions", "131072", "--kv-bytes-per-position",
+      "131072", "--printed-need", "10@131072", "--max-tok", "0"], ["printed-need", "below its own KV"], None),
+    (["simulate", WL, "--max-entry-bytes", "111", "--bytes-per-token", "2674"], ["max-entry-bytes", "MB?"], "111"),
 ]
 
 

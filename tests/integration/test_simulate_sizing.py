@@ -263,6 +263,12 @@ def test_smallest_capacity_is_exact_and_checked_at_answer_minus_one(sizing_workl
     assert chk["below"]["hit_requests"] == 0 and chk["holds"]
     # the answer is in the curve (it is not one of the default sample points, except 20)
     assert want in [r["capacity"] for r in rep["curve"]]
+    # "loop s saved" is the no-cache loop minus the loop (issue 29): the 9 hits skip a = 1.52 s
+    # and their cached tokens' prefill, and pay 2e-5 s per restored token
+    ht = rec["hit_tokens"]
+    assert rec["loop_s_saved"] == pytest.approx(9 * 1.52 + ht / 1370 - ht * 2e-5, abs=1e-9)
+    for r in rep["curve"]:
+        assert r["loop_s_saved"] == pytest.approx(rep["prefill_s_cold"] - r["loop_s"], abs=1e-9)
 
 
 def test_offer_recency_is_read_off_the_curve_and_rechecked(sizing_workload, capsys):

@@ -36,6 +36,9 @@ VISION_GIB = "1.97"
 MAX_TOK_NOTE = "--max-tok not given: "
 """Start of the warning saying which max_tok was used instead (shown first in text)."""
 
+HOST_RAM_GIB_RANGE = (1, 16384)
+"""Host RAM outside this range (GiB) is a unit mistake, not a machine (issue 29)."""
+
 HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + vision (+ margin)."
 
 
@@ -316,6 +319,7 @@ def inputs_from_args(
         noise_gib=to_fraction(args.noise_gib, field="noise-gib"),
         position_step=args.position_step,
     )
+    notes += _unit_checks(inp, args)
     if printed is None and inp.vision_gib == 0:
         notes.append(
             f"no vision tower counted: pass --vision ({VISION_GIB} GiB, halogen's) or"
@@ -333,6 +337,49 @@ def inputs_from_args(
             f" --margin-gib is {float(inp.margin_gib):g}"
         )
     return inp, notes
+
+
+def _unit_checks(inp: FitInputs, args: argparse.Namespace) -> list[str]:
+    """Plausibility of the units (issue 29): an error where the verdict would be meaningless.
+
+    Errors: host RAM outside ``HOST_RAM_GIB_RANGE`` (MiB typed as GiB, MemTotal in bytes
+    typed as kB); a printed need below its own KV part (a negative fixed part, e.g. bytes
+    per position in the wrong unit). Warning: weights above host RAM.
+
+    Raises:
+        ConfigError: naming the flag and the likely unit mistake.
+    """
+    lo, hi = HOST_RAM_GIB_RANGE
+    host = inp.host_ram_gib
+    if not lo <= host <= hi:
+        if inp.host_ram_from_memtotal:
+            guess = f"bytes? ({float(host * KIB_PER_GIB) / (1 << 30):.4g} GiB read as bytes)" if host > hi else "MiB?"
+            raise ConfigError(
+                f"MemTotal {args.memtotal_kb} kB is {float(host):.6g} GiB, outside {lo}-{hi} GiB:"
+                f" in {guess} /proc/meminfo gives kB",
+                field="memtotal-kb",
+            )
+        guess = (f"MiB? ({float(host) / 1024:.4g} GiB)" if host > hi else f"TiB? ({float(host) * 1024:.4g} GiB)")
+        raise ConfigError(
+            f"host RAM {args.host_ram_gib} GiB is outside {lo}-{hi} GiB: in {guess}", field="host-ram-gib"
+        )
+    if inp.printed_need is not None and inp.fixed_gib < 0:
+        kv = inp.kv_gib(inp.printed_need.positions)
+        raise ConfigError(
+            f"the printed need {float(inp.printed_need.need_gib):g} GiB at {inp.printed_need.positions}"
+            f" positions is below its own KV part ({float(kv):.3f} GiB at"
+            f" {float(inp.kv_bytes_per_position):g} bytes per position): a fixed part of"
+            f" {float(inp.fixed_gib):.3f} GiB means a unit is wrong; check the KV bytes per position"
+            " (bytes per position, not per block) against the server",
+            field="printed-need",
+        )
+    notes = []
+    if inp.weights_gib > host:
+        notes.append(
+            f"weights {float(inp.weights_gib):g} GiB exceed host RAM {float(host):g} GiB:"
+            " --weights-gib in MiB?"
+        )
+    return notes
 
 
 def _resolve_max_tok(
@@ -457,6 +504,8 @@ def _text(rep: dict) -> str:
         f"headroom {rep['headroom_gib']:10.3f} GiB",
         f"verdict  {verdict} (asked {rep['requested_positions']} positions)",
         (f"largest reserve at which the asked pool fits: {rep['max_reserve_gib']:.3f} GiB"
+         + (f" (knife edge: {rep['headroom_gib']:+.3f} GiB from the reserve given, within the"
+            f" {rep['noise_gib']:g} GiB noise)" if rep.get("knife_edge") else "")
          if rep["max_reserve_gib"] >= 0 else
          f"no reserve lets the asked pool fit (it is {-rep['max_reserve_gib']:.3f} GiB short at reserve 0)"),
         "",

@@ -207,6 +207,17 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
                     field="capacities",
                 )
             caps = [int(c) for c in caps]
+    if args.max_entry_bytes is not None:
+        from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
+
+        bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+        if args.max_entry_bytes < bpt:
+            # a cap under one token holds nothing: MB or KiB typed as bytes (issue 29)
+            raise ConfigError(
+                f"an entry cap of {args.max_entry_bytes} bytes holds no token at {bpt} bytes per token:"
+                f" in MB? ({args.max_entry_bytes} MB = {args.max_entry_bytes * 10**6} bytes)",
+                field="max-entry-bytes",
+            )
     if not 0 < args.share <= 1:
         raise ConfigError("must be in (0, 1]", field="share")
     for flag in ("every", "burst"):
@@ -290,7 +301,7 @@ def table(rep: dict) -> str:
         cols += f" {'GiB':>9}"
     has_loop = any(r.get("loop_s") is not None for r in rep["curve"])
     if has_loop:
-        cols += f" {'loop s':>9}"
+        cols += f" {'loop s':>9} {'loop s saved':>12}"
     lines.append(cols)
     rows = list(rep["curve"])
     if rec and all(r["capacity"] != rec["capacity"] for r in rows):
@@ -307,7 +318,7 @@ def table(rep: dict) -> str:
         elif r.get("memory_gib") is not None:
             line += f" {r['memory_gib']:>9.3f}"
         if has_loop:
-            line += f" {r['loop_s']:>9.1f}"
+            line += f" {r['loop_s']:>9.1f} {r['loop_s_saved']:>12.1f}"
         if rec and r["capacity"] == rec["capacity"]:
             line += "  *"
         lines.append(line)

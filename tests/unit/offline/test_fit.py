@@ -290,3 +290,21 @@ def test_largest_fitting_pool_equal_to_the_context_is_clamped_not_floor():
     # one position more of context and it is the floor
     r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, ctx=131073))
     assert (r.verdict, r.positions) == ("floor", 131073)
+
+
+def test_cli_max_reserve_line_carries_the_knife_edge(capsys):
+    # max reserve 64.5 - 20 - 19 - 1 = 24.5; at reserve 24.25 the headroom is +0.25 GiB, the noise
+    assert main([*ARGS, "--host-ram-gib", "64.5", "--reserve-gib", "24.25"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "largest reserve at which the asked pool fits: 24.500 GiB (knife edge: +0.250 GiB from the"
+        " reserve given, within the 0.25 GiB noise)"
+    ) in out
+    assert main([*ARGS, "--host-ram-gib", "64.5", "--reserve-gib", "20"]) == 0
+    assert "largest reserve at which the asked pool fits: 24.500 GiB\n" in capsys.readouterr().out
+
+
+def test_cli_weights_above_host_warn_of_mib(capsys):
+    rep = run_json(capsys, "--host-ram-gib", "64.5", "--weights-gib", "20480")
+    assert rep["verdict"] == "no_boot"
+    assert "weights 20480 GiB exceed host RAM 64.5 GiB: --weights-gib in MiB?" in rep["warnings"]
