@@ -15,6 +15,7 @@ import argparse
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 __all__ = ["decimal_text", "integer", "number", "number_list", "tokens"]
 
@@ -120,7 +121,7 @@ def tokens(minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def number_list(item: Callable[[str], float] | Callable[[str], int]) -> Callable[[str], tuple]:
+def number_list(item: Callable[[str], Any]) -> Callable[[str], tuple]:
     """A comma-separated list, every item checked by ``item`` (empty items skipped, none is an error)."""
 
     def parse(text: str) -> tuple:
