@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -25,6 +26,8 @@ from kvreplay.backends import make_backend
 from kvreplay.cli import main
 from kvreplay.experiments.probe.legs import ProbeConfig, run_probe
 from kvreplay.sim import SimConfig, SimServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def probe(sim_cfg: SimConfig, cfg: ProbeConfig):
@@ -327,3 +330,86 @@ def test_stop_new_before_the_first_leg_sends_nothing():
     assert v["stopped"] == {"reason": "stop_new_after", "requests": 0, "cold": [0, 2], "warm": [0, 2],
                             "eviction_points": [0, 4]}
     assert (v["prefill_fit"], v["cmax_tokens"], v["min_flush_k"], v["points"]) == (None, None, None, [])
+
+
+def test_entries_per_request_counts_only_legs_below_the_cap_and_sizes_simulate(tmp_path, capsys):
+    """Issue 29's first "Done when" (time scale 0.01: the fit needs time; nothing here depends on it).
+
+    The 16k cold leg stores 2 (system and messages snapshots); the 64k one stores 1 (both
+    cut to the cap coincide), so a median over both said 1. Below the cap: 2; each eviction
+    point's foreign block stored 2 per foreign request: they agree, s = 2. min_flush_k = 4
+    (8 entries, s = 2: floor(8 / 2)), so 8-9 entries are implied. simulate then sizes the
+    bundled workload's burst of 9: 2 x (9 + 1) = 20 entries at the entry cap the probe saw
+    (the largest entry on the capped leg: 43,526 tokens x 2,674 B - the template tokens
+    the snapshot leaves out; 20 x that = 2.168 GiB).
+    """
+    import runpy
+
+    args = ["probe", "--target", "sim", "--sim-cache", "entries", "--sim-cache-entries", "8"]
+    args += ["--sim-snapshots", "2", "--sim-bytes-per-token", "2674"]
+    args += ["--sim-max-entry-bytes", "116389652", "--sim-time-scale", "0.01", "--sizes", "16k,64k"]
+    args += ["--flush-max", "6", "--fit-on", "stream", "--out", str(tmp_path / "P")]
+    assert main(args) == 0
+    capsys.readouterr()
+    v = json.loads((tmp_path / "P" / "verdict.json").read_text())
+    assert v["entries_per_request"] == 2
+    assert v["min_flush_k"] == 4 and v["implied_entries"] == [8, 9]
+    e = v["entries_per_request_evidence"]
+    assert (e["from_cold_legs"], e["cold_legs"], e["cold_legs_on_cap"]) == (2.0, 1, 1)
+    assert e["from_eviction_points"] == 2.0 and e["agree"] is True
+    assert v["evidence"]["entries_per_request"] == e["evidence"]
+    assert "below the entry cap" in e["evidence"] and "agree" in e["evidence"]
+    assert "8-9 entries" in v["plain"]
+    # two sizes: a line through two points, no stated accuracy (issue 29 item 4)
+    assert v["prefill_fits"]["stream"]["ci95"] is None
+    assert v["prefill_fit_accuracy_warning"].startswith("2 sizes fit a line exactly")
+    cap = v["entry_cap_bytes"]
+    assert 116389652 - 2674 * 10 < cap <= 116389652  # a capped entry: the cap less a few tokens
+    d = tmp_path / "D"
+    runpy.run_path(str(ROOT / "fixtures" / "workloads" / "build_sizing.py"))["main"](d)
+    sim = ["simulate", str(d / "issues.jsonl"), "--interleave", str(d / "foreign.jsonl")]
+    sim += ["--every", "1", "--share", "1", "--burst", "9", "--prefill", "a=1.52,rate=1370"]
+    assert main([*sim, "--sim-from-verdict", str(tmp_path / "P" / "verdict.json"), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["calibration"]["capacity"] == 8  # today: s x min_flush_k
+    assert rep["recommended"]["capacity"] == 20
+    assert rep["recommended"]["memory_gib"] == 20 * cap / 2**30
+    assert f"{rep['recommended']['memory_gib']:.3f}" == "2.168"
+
+
+@pytest.mark.parametrize(
+    ("flush", "capped", "kept", "implied"),
+    [("8k", False, 8192, [8, 9]), ("24k", False, 24576, [8, 9]),
+     ("43k", True, 43526, [7, 8]), ("64k", True, 43526, [7, 8])],
+)
+def test_cap_diagnosis_is_the_same_for_any_flush_prefix(tmp_path, capsys, flush, capped, kept, implied):
+    """Issue 29 item 3: a flush prefix over the cap no longer bends the bytes-per-token slope.
+
+    Cap 116389652 // 2674 = 43,526 tokens. 43k (44,032 tokens) and 64k flush prefixes are
+    over it: their reuses cache 43,526 tokens, far more than the 26-token tail short of the
+    prefix, so every leg longer than 43,526 + 26 tokens is left out of the slope (2,674 B
+    per token, not 2,618), Cmax 43,526 is cap-bound, and a 44,000-token prefix would need
+    44,000 x 2,674 = 117,656,000 bytes (112.2 MiB) over the cap. An eviction prefix over
+    the cap is one entry: flushed iff 1 + 2k > N, so k = 4 implies N in 7..8; under the
+    cap flushed iff 2(k + 1) > N: N in 8..9. The cache has N = 8.
+    """
+    args = ["probe", "--target", "sim", "--sim-cache", "entries", "--sim-cache-entries", "8"]
+    args += ["--sim-snapshots", "2", "--sim-bytes-per-token", "2674", "--sim-max-entry-bytes", "116389652"]
+    args += ["--sim-time-scale", "0", "--sizes", "16k,32k,64k", "--flush-max", "6", "--quiet"]
+    args += ["--flush-prefix", flush, "--target-prefix", "44000", "--out", str(tmp_path / "p")]
+    assert main(args) == 0
+    capsys.readouterr()
+    v = json.loads((tmp_path / "p" / "verdict.json").read_text())
+    assert v["bytes_per_token"] == 2674.0
+    assert v["cmax_tokens"] == 43526 and v["cmax_cap_bound"] is True
+    assert v["cap_tokens_from_reuse"] == 43526
+    assert v["target_prefix"]["entry_bytes_needed"] == 117656000
+    assert v["target_prefix"]["sentence"].startswith(
+        "Cmax 43526 tokens does not cover the 44000-token prefix: the entry cap is the wall;"
+        " an entry would need 117656000 bytes (112.2 MiB)"
+    )
+    assert v["entries_per_request"] == 2 and v["min_flush_k"] == 4
+    assert v["implied_entries"] == implied
+    assert (v["flush_prefix_capped"], v["flush_prefix_effective_tokens"]) == (capped, kept)
+    assert v["prefix_bytes"] == round(kept * 2674)
+    assert ("over the entry cap: 43526 tokens kept" in v["plain"]) is capped

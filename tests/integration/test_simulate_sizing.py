@@ -188,3 +188,103 @@ def test_plan_toml_burst_round_trip(workloads, tmp_path, capsys):
     # simulate reads the plan: same hits as --interleave --burst 9 on the workload
     a = run_json(capsys, pj, "--model", "entries", "--capacities", "19,20")
     assert [r["hit_requests"] for r in a["curve"]] == [0, 9]
+
+
+# --- issue 29: the smallest capacity is exact, not the smallest sample point ---------------
+
+
+def _abstract_hits(burst: int, capacity: int, n_issues: int = 10, n_foreign: int = 40) -> int:
+    """Counted hits of the bundled sizing workload in a plain LRU of whole entries.
+
+    Written from the model's rules, not with kvreplay: issue i stores its system snapshot S
+    (shared) and its own messages snapshot M_i; foreign prompt j stores its own two (F_j,
+    F_j+); a lookup uses the longest held snapshot of its own prompt and refreshes it (refresh
+    on use), a store inserts what is not held as most recent and evicts the least recent.
+    """
+    seq: list[tuple[bool, tuple[str, str]]] = []
+    j = 0
+    for i in range(n_issues):
+        seq.append((True, ("S", f"M{i}")))
+        for _ in range(burst):
+            f = j % n_foreign
+            seq.append((False, (f"F{f}", f"F{f}+")))
+            j += 1
+    lru: list[str] = []  # least recent first
+    hits = 0
+    for counted, snaps in seq:
+        used = next((s for s in reversed(snaps) if s in lru), None)
+        if used is not None:
+            lru.remove(used)
+            lru.append(used)
+            hits += counted and used == "S"  # M_i is never offered twice
+        for s in snaps:
+            if s not in lru:
+                lru.append(s)
+                if len(lru) > capacity:
+                    lru.pop(0)
+    return hits
+
+
+@pytest.fixture(scope="module")
+def sizing_workload(tmp_path_factory):
+    import runpy
+    from pathlib import Path
+
+    d = tmp_path_factory.mktemp("sizing")
+    root = Path(__file__).resolve().parents[2]
+    runpy.run_path(str(root / "fixtures" / "workloads" / "build_sizing.py"))["main"](d)
+    return d
+
+
+@pytest.mark.parametrize("burst", [5, 9, 10, 11, 12, 14])
+def test_smallest_capacity_is_exact_and_checked_at_answer_minus_one(sizing_workload, burst, capsys):
+    d = sizing_workload
+    # by brute force over the abstract model: the smallest capacity keeping all 9 hits
+    best = _abstract_hits(burst, 1000)
+    assert best == 9
+    want = next(c for c in range(1, 100) if _abstract_hits(burst, c) == best)
+    # and by hand: S is refreshed by issue i's lookup, then M_i and 2 x burst foreign
+    # snapshots are newer when issue i + 1 looks it up: 2 x burst + 2 entries keep it
+    assert want == 2 * (burst + 1)
+    rep = run_json(
+        capsys, d / "issues.jsonl", "--interleave", d / "foreign.jsonl", "--every", "1",
+        "--share", "1", "--burst", burst, "--today", "8", "--prefill", "a=1.52,rate=1370",
+        "--bytes-per-token", "2674", "--max-entry-bytes", "116389652",
+    )
+    # the cap (116389652 // 2674 = 43526 tokens) cuts nothing here: the largest snapshot is
+    # one issue's messages snapshot, about 24,000 + 120 tokens
+    assert rep["entry_bytes"] == 116389652
+    rec = rep["recommended"]
+    assert rec["capacity"] == want
+    assert rec["hit_requests"] == 9
+    assert rec["memory_gib"] == want * 116389652 / 2**30
+    chk = rec["check"]
+    assert chk["at"]["capacity"] == want and chk["at"]["reached"]
+    assert chk["below"]["capacity"] == want - 1 and not chk["below"]["reached"]
+    assert chk["below"]["hit_requests"] == 0 and chk["holds"]
+    # the answer is in the curve (it is not one of the default sample points, except 20)
+    assert want in [r["capacity"] for r in rep["curve"]]
+    # "loop s saved" is the no-cache loop minus the loop (issue 29): the 9 hits skip a = 1.52 s
+    # and their cached tokens' prefill, and pay 2e-5 s per restored token
+    ht = rec["hit_tokens"]
+    assert rec["loop_s_saved"] == pytest.approx(9 * 1.52 + ht / 1370 - ht * 2e-5, abs=1e-9)
+    for r in rep["curve"]:
+        assert r["loop_s_saved"] == pytest.approx(rep["prefill_s_cold"] - r["loop_s"], abs=1e-9)
+
+
+def test_offer_recency_is_read_off_the_curve_and_rechecked(sizing_workload, capsys):
+    # refresh on offer is a stack algorithm: the answer comes from the one-pass curve; the
+    # check re-runs EntriesCache. Issue i re-offers S after its lookup, so again M_i and
+    # 2 x 9 foreign snapshots are newer than S: 20 entries.
+    d = sizing_workload
+    args = ["simulate", str(d / "issues.jsonl"), "--interleave", str(d / "foreign.jsonl"),
+            "--burst", "9", "--share", "1", "--recency", "offer"]
+    rep = run_json(capsys, *args[1:])
+    assert rep["method"] == "one-pass"
+    chk = rep["recommended"]["check"]
+    assert rep["recommended"]["capacity"] == 20 and chk["holds"]
+    assert chk["method"] == "the simulator's cache class, one run per capacity"
+    assert (chk["at"]["hit_requests"], chk["below"]["hit_requests"]) == (9, 0)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "checked with the simulator's cache class, one run per capacity: at 20 " in out

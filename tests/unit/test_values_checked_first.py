@@ -16,21 +16,36 @@ WL = Path(__file__).resolve().parents[2] / "fixtures" / "workloads" / "mtbench-5
 
 
 @pytest.mark.parametrize(("flag", "value", "why"), [
-    ("--sim-time-scale", "nan", "must be a finite number >= 0, not nan"),
-    ("--sim-time-scale", "inf", "must be a finite number >= 0, not inf"),
-    ("--sim-time-scale", "-0.5", "must be a finite number >= 0, not -0.5"),
-    ("--sim-itl-s", "nan", "must be a finite number >= 0, not nan"),
-    ("--sim-prefill-rate", "0", "must be a finite number > 0, not 0.0"),
-    ("--sim-prefill-rate", "nan", "must be a finite number > 0, not nan"),
+    ("--sim-time-scale", "nan", "expected a number >= 0, got 'nan'"),
+    ("--sim-time-scale", "inf", "expected a number >= 0, got 'inf'"),
+    ("--sim-time-scale", "-0.5", "expected a number >= 0, got '-0.5'"),
+    ("--sim-itl-s", "nan", "expected a number >= 0 (s), got 'nan'"),
+    ("--sim-prefill-rate", "0", "expected a number > 0 (tokens/s), got '0'"),
+    ("--sim-prefill-rate", "nan", "expected a number > 0 (tokens/s), got 'nan'"),
 ])
 def test_bad_simulator_numbers_exit_2_naming_the_flag_and_make_no_run_directory(tmp_path, capsys, flag, value, why):
     out = tmp_path / "run"
-    rc = main(["run", str(WL), "--target", "sim", "--phase", "a:forward:c1:first1", flag, value,
-               "--out", str(out), "--quiet"])
-    err = capsys.readouterr().err
-    assert rc == 2
-    assert err.strip() == f"kvreplay: error: field '{flag}': {why}"
+    with pytest.raises(SystemExit) as ei:  # refused while the flags are parsed (kvreplay.argtypes)
+        main(["run", str(WL), "--target", "sim", "--phase", "a:forward:c1:first1", flag, value,
+              "--out", str(out), "--quiet"])
+    assert ei.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"kvreplay run: error: argument {flag}: {why}"
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("time_scale", "nan", "must be a finite number >= 0, not nan"),
+    ("itl_s", "inf", "must be a finite number >= 0, not inf"),
+    ("prefill_tokens_per_s", "nan", "must be a finite number > 0, not nan"),
+])
+def test_bad_simulator_numbers_in_a_settings_file_name_the_file_and_key(tmp_path, capsys, key, value, why):
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text(f"{key} = {value}\n")  # TOML has nan and inf
+    out = tmp_path / "run"
+    rc = main(["run", str(WL), "--target", "sim", "--phase", "a:forward:c1:first1", "--sim-config", str(cfg),
+               "--out", str(out), "--quiet"])
+    assert rc == 2 and not out.exists()
+    assert capsys.readouterr().err.strip() == f"kvreplay: error: {cfg}, field '{key}': {why}"
 
 
 @pytest.mark.parametrize("content", [None, b"not a certificate\n"])

@@ -6,6 +6,7 @@ import argparse
 import json
 from fractions import Fraction
 
+from kvreplay.argtypes import decimal_text, integer, number_list
 from kvreplay.errors import ConfigError
 from kvreplay.offline.bootlog import BootLog, compare_footprints, read_boot_log
 from kvreplay.offline.fit import (
@@ -35,24 +36,34 @@ VISION_GIB = "1.97"
 MAX_TOK_NOTE = "--max-tok not given: "
 """Start of the warning saying which max_tok was used instead (shown first in text)."""
 
+HOST_RAM_GIB_RANGE = (1, 16384)
+"""Host RAM outside this range (GiB) is a unit mistake, not a machine (issue 29)."""
+
 HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + vision (+ margin)."
 
 
+_GIB = decimal_text(0, unit="GiB")
+_POSITIVE_GIB = decimal_text(0, strict=True, unit="GiB")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``fit`` flags."""
+    """Register the ``fit`` flags (every number checked when parsed: ``kvreplay.argtypes``)."""
     ram = parser.add_mutually_exclusive_group()
-    ram.add_argument("--host-ram-gib", metavar="GIB", help="host RAM (GiB)")
+    ram.add_argument("--host-ram-gib", type=_POSITIVE_GIB, metavar="GIB", help="host RAM (GiB)")
     ram.add_argument(
-        "--memtotal-kb", metavar="KB", help="MemTotal from /proc/meminfo (kB = KiB), exact"
+        "--memtotal-kb",
+        type=decimal_text(0, strict=True, unit="kB"),
+        metavar="KB",
+        help="MemTotal from /proc/meminfo (kB = KiB), exact",
     )
     parser.add_argument(
-        "--weights-gib", metavar="GIB", help="resident weights (GiB; default: from --from-log)"
+        "--weights-gib", type=_GIB, metavar="GIB", help="resident weights (GiB; default: from --from-log)"
     )
     parser.add_argument(
-        "--reserve-gib", default=None, metavar="GIB", help="RAM kept back (GiB; default 0 or the log's)"
+        "--reserve-gib", type=_GIB, default=None, metavar="GIB", help="RAM kept back (GiB; default 0 or the log's)"
     )
     parser.add_argument(
-        "--positions", type=int, help="requested KV pool (positions; default: from --from-log)"
+        "--positions", type=integer(1), help="requested KV pool (positions; default: from --from-log)"
     )
     parser.add_argument(
         "--from-log",
@@ -65,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kv = parser.add_argument_group("KV bytes per position (give one way)")
     kv.add_argument(
         "--kv-bytes-per-position",
+        type=decimal_text(0, strict=True, unit="bytes"),
         metavar="BYTES",
         help="bytes per position, given or measured by a probe (bytes per token)",
     )
@@ -79,15 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="accept a prompt-cache verdict's bytes per token as KV bytes per position",
     )
-    kv.add_argument("--layers", type=int, help="layers with a KV cache")
-    kv.add_argument("--kv-heads", type=int, help="KV heads per layer")
-    kv.add_argument("--head-dim", type=int, help="elements per head")
+    kv.add_argument("--layers", type=integer(1), help="layers with a KV cache")
+    kv.add_argument("--kv-heads", type=integer(1), help="KV heads per layer")
+    kv.add_argument("--head-dim", type=integer(1), help="elements per head")
     kv.add_argument(
         "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
     )
     parser.add_argument(
         "--max-tok",
-        type=int,
+        type=integer(0),
         default=None,
         help="tokens the arena is sized for (default: the boot log's max_tok, else the"
         " printed need's --printed-at-max-tok; refused when a printed need has neither;"
@@ -95,42 +107,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--arena-base-gib",
+        type=_GIB,
         default=ARENA_BASE_GIB,
         metavar="GIB",
         help=f"arena base (GiB; default {ARENA_BASE_GIB}, measured on halogen)",
     )
     parser.add_argument(
         "--arena-per-16k-gib",
+        type=_GIB,
         default=ARENA_PER_16K_GIB,
         metavar="GIB",
         help="arena growth per 16384 tokens of --max-tok (GiB; default "
         f"{ARENA_PER_16K_GIB}, measured on halogen); also the slope that moves a printed"
         " need to another --max-tok",
     )
-    parser.add_argument("--vision-gib", default="0", metavar="GIB", help="vision tower (GiB)")
-    parser.add_argument(
+    vision = parser.add_mutually_exclusive_group()  # both given: exit 2, naming both
+    vision.add_argument("--vision-gib", type=_GIB, default="0", metavar="GIB", help="vision tower (GiB)")
+    vision.add_argument(
         "--vision",
         action="store_true",
         help=f"the vision tower is on: --vision-gib {VISION_GIB} (halogen's)",
     )
     parser.add_argument(
         "--margin-gib",
+        type=_GIB,
         default=str(float(DEFAULT_MARGIN_GIB)),
         metavar="GIB",
         help="required margin (GiB; default 1.5, what halogen prints)",
     )
     parser.add_argument(
         "--noise-gib",
+        type=_GIB,
         default=str(float(DEFAULT_NOISE_GIB)),
         metavar="GIB",
         help="|headroom| at or under this is a knife edge (GiB; default 0.25)",
     )
     parser.add_argument(
-        "--ctx", type=int, default=0, help="context length: the pool's floor (tokens)"
+        "--ctx", type=integer(0), default=0, help="context length: the pool's floor (tokens)"
     )
     parser.add_argument(
         "--position-step",
-        type=int,
+        type=integer(1),
         default=1,
         help="round clamped pools down to a multiple of this (positions)",
     )
@@ -142,13 +159,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--printed-at-max-tok",
-        type=int,
+        type=integer(0),
         metavar="N",
         help="the --max-tok the printed need was printed at; at another --max-tok the arena"
         " term moves by --arena-per-16k-gib (default: --max-tok, with a warning)",
     )
     parser.add_argument(
         "--reserves",
+        type=number_list(_GIB),
         metavar="GIB,GIB,...",
         help="reserves for the table (default: 0 to reserve+4 by 1 GiB)",
     )
@@ -219,6 +237,22 @@ def inputs_from_args(
     else:
         host = to_fraction(args.host_ram_gib, field="host-ram-gib")
         from_memtotal = False
+    ways = [
+        flag
+        for flag, given in (
+            ("--kv-bytes-per-position", args.kv_bytes_per_position is not None),
+            ("--probe-verdict", args.probe_verdict is not None),
+            ("--layers/--kv-heads/--head-dim", any(
+                v is not None for v in (args.layers, args.kv_heads, args.head_dim)
+            )),
+        )
+        if given
+    ]
+    if len(ways) > 1:
+        raise ConfigError(
+            f"give KV bytes per position one way, not {' and '.join(ways)}",
+            field=ways[0].lstrip("-"),
+        )
     if args.kv_bytes_per_position is not None:
         kvb = to_fraction(args.kv_bytes_per_position, field="kv-bytes-per-position")
     elif args.probe_verdict is not None:
@@ -285,6 +319,7 @@ def inputs_from_args(
         noise_gib=to_fraction(args.noise_gib, field="noise-gib"),
         position_step=args.position_step,
     )
+    notes += _unit_checks(inp, args)
     if printed is None and inp.vision_gib == 0:
         notes.append(
             f"no vision tower counted: pass --vision ({VISION_GIB} GiB, halogen's) or"
@@ -302,6 +337,49 @@ def inputs_from_args(
             f" --margin-gib is {float(inp.margin_gib):g}"
         )
     return inp, notes
+
+
+def _unit_checks(inp: FitInputs, args: argparse.Namespace) -> list[str]:
+    """Plausibility of the units (issue 29): an error where the verdict would be meaningless.
+
+    Errors: host RAM outside ``HOST_RAM_GIB_RANGE`` (MiB typed as GiB, MemTotal in bytes
+    typed as kB); a printed need below its own KV part (a negative fixed part, e.g. bytes
+    per position in the wrong unit). Warning: weights above host RAM.
+
+    Raises:
+        ConfigError: naming the flag and the likely unit mistake.
+    """
+    lo, hi = HOST_RAM_GIB_RANGE
+    host = inp.host_ram_gib
+    if not lo <= host <= hi:
+        if inp.host_ram_from_memtotal:
+            guess = f"bytes? ({float(host * KIB_PER_GIB) / (1 << 30):.4g} GiB read as bytes)" if host > hi else "MiB?"
+            raise ConfigError(
+                f"MemTotal {args.memtotal_kb} kB is {float(host):.6g} GiB, outside {lo}-{hi} GiB:"
+                f" in {guess} /proc/meminfo gives kB",
+                field="memtotal-kb",
+            )
+        guess = (f"MiB? ({float(host) / 1024:.4g} GiB)" if host > hi else f"TiB? ({float(host) * 1024:.4g} GiB)")
+        raise ConfigError(
+            f"host RAM {args.host_ram_gib} GiB is outside {lo}-{hi} GiB: in {guess}", field="host-ram-gib"
+        )
+    if inp.printed_need is not None and inp.fixed_gib < 0:
+        kv = inp.kv_gib(inp.printed_need.positions)
+        raise ConfigError(
+            f"the printed need {float(inp.printed_need.need_gib):g} GiB at {inp.printed_need.positions}"
+            f" positions is below its own KV part ({float(kv):.3f} GiB at"
+            f" {float(inp.kv_bytes_per_position):g} bytes per position): a fixed part of"
+            f" {float(inp.fixed_gib):.3f} GiB means a unit is wrong; check the KV bytes per position"
+            " (bytes per position, not per block) against the server",
+            field="printed-need",
+        )
+    notes = []
+    if inp.weights_gib > host:
+        notes.append(
+            f"weights {float(inp.weights_gib):g} GiB exceed host RAM {float(host):g} GiB:"
+            " --weights-gib in MiB?"
+        )
+    return notes
 
 
 def _resolve_max_tok(
@@ -426,6 +504,8 @@ def _text(rep: dict) -> str:
         f"headroom {rep['headroom_gib']:10.3f} GiB",
         f"verdict  {verdict} (asked {rep['requested_positions']} positions)",
         (f"largest reserve at which the asked pool fits: {rep['max_reserve_gib']:.3f} GiB"
+         + (f" (knife edge: {rep['headroom_gib']:+.3f} GiB from the reserve given, within the"
+            f" {rep['noise_gib']:g} GiB noise)" if rep.get("knife_edge") else "")
          if rep["max_reserve_gib"] >= 0 else
          f"no reserve lets the asked pool fit (it is {-rep['max_reserve_gib']:.3f} GiB short at reserve 0)"),
         "",
@@ -473,9 +553,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     inp, notes = inputs_from_args(args, logs[0] if logs else None)
     if args.reserves:
-        reserves = [
-            to_fraction(x.strip(), field="reserves") for x in args.reserves.split(",") if x.strip()
-        ]
+        items = args.reserves.split(",") if isinstance(args.reserves, str) else args.reserves
+        reserves = [to_fraction(x.strip(), field="reserves") for x in items if x.strip()]
     else:
         top = int(inp.reserve_gib) + 4
         reserves = [Fraction(r) for r in range(0, top + 1)]

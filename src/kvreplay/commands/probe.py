@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from kvreplay.argtypes import integer, number, tokens
 from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key, split_credentials
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.probe.legs import (
@@ -33,6 +34,23 @@ from kvreplay.redaction import redact, redact_bytes
 from kvreplay.safe_io import atomic_write_json, atomic_write_text, open_new
 
 NAME = "probe"
+
+
+def _sizes(text: str | tuple[int, ...]) -> tuple[int, ...]:
+    """``--sizes``: ``8k,16k,...`` checked at parse time (``parse_sizes``); a tuple passes."""
+    if isinstance(text, tuple):
+        return text
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None
+
+
+def _one_size(value: str | int, minimum: int = 16) -> int:
+    """A size flag's tokens, whether argparse's type already parsed it or not."""
+    return value if isinstance(value, int) else tokens(minimum)(value)
+
+
 HELP = (
     "Probe a server's prefix cache: cold/warm legs, prefill fit, eviction bisection, verdict.json."
 )
@@ -42,24 +60,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``probe``'s options (plus the target options of ``run``)."""
     d = ProbeConfig()  # the defaults: ProbeConfig's, shared with a probe step's TOML keys
     p.add_argument(
-        "--sizes", default=format_sizes(d.sizes), help="cold/warm leg sizes in tokens (k = 1024)"
+        "--sizes", type=_sizes, default=format_sizes(d.sizes), help="cold/warm leg sizes in tokens (k = 1024)"
     )
     p.add_argument(
-        "--cold-repeats", type=int, default=d.cold_repeats,
+        "--cold-repeats", type=integer(1), default=d.cold_repeats,
         help="cold legs per size (the fastest is fitted)",
     )
-    p.add_argument("--flush-prefix", default=format_sizes([d.flush_prefix_tokens]),
+    p.add_argument("--flush-prefix", type=tokens(16), default=format_sizes([d.flush_prefix_tokens]),
                    help="prefix size of the eviction legs (tokens)")
-    p.add_argument("--foreign-tokens", default=format_sizes([d.foreign_tokens]),
+    p.add_argument("--foreign-tokens", type=tokens(16), default=format_sizes([d.foreign_tokens]),
                    help="size of each foreign prompt (tokens)")
     p.add_argument(
         "--flush-max",
-        type=int,
+        type=integer(0),
         default=d.flush_max,
         metavar="K",
         help="upper bound of the eviction bisection (0 = skip eviction legs)",
     )
-    p.add_argument("--flush-repeats", type=int, default=d.flush_repeats, help="repeats per bisection point")
+    p.add_argument("--flush-repeats", type=integer(1), default=d.flush_repeats, help="repeats per bisection point")
     p.add_argument(
         "--fit-on",
         choices=FIT_SOURCES,
@@ -73,13 +91,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output directory (default runs/<UTC timestamp>)")
     p.add_argument(
         "--read-timeout",
-        type=float,
+        type=number(0, strict=True, unit="s"),
         default=d.read_timeout_s,
         metavar="S",
         help="longest silence allowed between two reads (s); a cold 64k prefill can be long",
     )
     p.add_argument(
         "--target-prefix",
+        type=tokens(1),
         default=None,
         metavar="TOKENS",
         help="state whether Cmax covers a prefix of this size (e.g. 24k)",
@@ -91,22 +110,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> ProbeConfig:
     """The probe configuration from parsed options.
 
+    The numbers were checked when the flags were parsed (``kvreplay.argtypes``).
+
     Raises:
-        ConfigError: a bad size or bound.
+        ConfigError: a bad size or bound (from a caller that did not parse the flags).
     """
     try:
         return ProbeConfig(
-            sizes=parse_sizes(args.sizes),
+            sizes=_sizes(args.sizes),
             cold_repeats=args.cold_repeats,
-            flush_prefix_tokens=parse_sizes(args.flush_prefix)[0],
-            foreign_tokens=parse_sizes(args.foreign_tokens)[0],
+            flush_prefix_tokens=_one_size(args.flush_prefix),
+            foreign_tokens=_one_size(args.foreign_tokens),
             flush_max=args.flush_max,
             flush_repeats=args.flush_repeats,
             fit_on=args.fit_on,
             model=args.model,
         )
-    except ValueError as exc:
-        raise ConfigError(str(exc), field="--sizes") from exc
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise ConfigError(str(exc), field="probe") from exc
 
 
 async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,7 +177,7 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         from kvreplay.experiments.probe.sizing import target_prefix_statement
 
         verdict["target_prefix"] = target_prefix_statement(
-            verdict, parse_sizes(args.target_prefix)[0]
+            verdict, _one_size(args.target_prefix, 1)
         )
     atomic_write_json(out / "verdict.json", verdict)  # registered secrets redacted
     atomic_write_text(out / "report.md", redact(render_report(verdict)))

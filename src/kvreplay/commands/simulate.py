@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from kvreplay.argtypes import integer, number, number_list
 from kvreplay.errors import ConfigError
 from kvreplay.offline.report import parse_prefill
 from kvreplay.offline.simulate import SimulateOptions, simulate
@@ -16,8 +17,22 @@ HELP = (
 )
 
 
+def _prefill(text: str) -> str:
+    """``--prefill a=...,rate=...`` checked when parsed (``parse_prefill``); the text is kept.
+
+    A verdict file is read (and checked) with the other inputs, before any work.
+    """
+    if "=" not in text:
+        return text
+    try:
+        parse_prefill(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"{str(exc).split(': ', 1)[-1]}, got {text!r}") from None
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``simulate`` flags."""
+    """Register the ``simulate`` flags (every number checked when parsed: ``kvreplay.argtypes``)."""
     parser.add_argument(
         "source",
         metavar="WORKLOAD_OR_TRACE",
@@ -29,7 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cache model (default: radix for traces, entries for workloads)",
     )
     parser.add_argument(
-        "--capacities", metavar="N,N,...", help="capacities to report (see --capacity-unit)"
+        "--capacities",
+        type=number_list(number(0, strict=True)),
+        metavar="N,N,...",
+        help="capacities to report (see --capacity-unit)"
     )
     parser.add_argument(
         "--capacity-unit",
@@ -38,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="unit of --capacities: entries/blocks, or for radix tokens or GiB (whole blocks)",
     )
     parser.add_argument(
-        "--points", type=int, default=40, help="geometric capacities when none are given"
+        "--points", type=integer(1), default=40, help="geometric capacities when none are given"
     )
     parser.add_argument(
         "--phase",
@@ -50,21 +68,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interleave", metavar="PATH", help="second workload or trace mixed in")
     parser.add_argument(
         "--every",
-        type=int,
+        type=integer(1),
         default=None,
         metavar="K",
         help="with --interleave: foreign requests after every K (default 1)",
     )
     parser.add_argument(
         "--burst",
-        type=int,
+        type=integer(1),
         default=None,
         metavar="B",
         help="with --interleave: B foreign requests per gap (default 1)",
     )
     parser.add_argument(
         "--today",
-        type=int,
+        type=integer(1),
         default=None,
         metavar="N",
         help="the capacity run today: always reported, and the answer line compares it",
@@ -77,12 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefill",
+        type=_prefill,
         metavar="a=S,rate=TOK_PER_S|verdict.json",
         help="prefill cost model (prefill_s = a + tokens / rate)",
     )
     parser.add_argument(
         "--share",
-        type=float,
+        type=number(0, strict=True, maximum=1),
         default=0.95,
         help="recommend the smallest capacity reaching this share of the best hit ratio",
     )
@@ -93,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hit ratio the recommendation uses",
     )
     parser.add_argument(
-        "--bytes-per-token", type=int, help="KV bytes per token (default: the simulator's)"
+        "--bytes-per-token", type=integer(1, unit="bytes"), help="KV bytes per token (default: the simulator's)"
     )
     ent = parser.add_argument_group("entries model (as serve-sim --sim-cache entries)")
     ent.add_argument(
@@ -113,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     ent.add_argument(
         "--max-entry-bytes",
-        type=int,
+        type=integer(1, unit="bytes"),
         help="per-snapshot cap (bytes): larger snapshots keep their first tokens that fit",
     )
     ent.add_argument(
@@ -122,24 +141,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse snapshots over --max-entry-bytes instead of truncating them",
     )
     rad = parser.add_argument_group("radix model")
-    rad.add_argument("--block-size", type=int, help="tokens per block for workloads (default 16)")
+    rad.add_argument("--block-size", type=integer(1), help="tokens per block for workloads (default 16)")
     rad.add_argument(
         "--trace-block-tokens",
-        type=int,
+        type=integer(1),
         default=512,
         help="tokens per hash_ids block of a trace (Mooncake: 512)",
     )
-    rad.add_argument("--limit", type=int, help="first N trace requests only")
-    rad.add_argument("--host-rows", type=int, default=0, help="host tier rows (0: no host tier)")
-    rad.add_argument("--host-pages", type=int, default=4096, help="host tier pages")
-    rad.add_argument("--page-tokens", type=int, default=256, help="tokens per host page")
+    rad.add_argument("--limit", type=integer(1), help="first N trace requests only")
+    rad.add_argument("--host-rows", type=integer(0), default=0, help="host tier rows (0: no host tier)")
+    rad.add_argument("--host-pages", type=integer(1), default=4096, help="host tier pages")
+    rad.add_argument("--page-tokens", type=integer(1), default=256, help="tokens per host page")
     rad.add_argument("--host-evict", choices=("leaf-lru", "ancestor-compact"), default="leaf-lru")
     out = parser.add_argument_group(
         "outputs (radix inserts the output's blocks, as serve-sim does)"
     )
     out.add_argument("--no-outputs", action="store_true", help="insert no output tokens")
-    out.add_argument("--output-tokens", type=int, help="serve-sim's output_tokens")
-    out.add_argument("--max-output-tokens", type=int, help="serve-sim's max_output_tokens")
+    out.add_argument("--output-tokens", type=integer(0), help="serve-sim's output_tokens")
+    out.add_argument("--max-output-tokens", type=integer(1), help="serve-sim's max_output_tokens")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
 
@@ -178,13 +197,27 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     """
     caps = None
     if args.capacities:
-        try:
-            conv = int if args.capacity_unit in ("units", "tokens") else float
-            caps = [conv(x) for x in args.capacities.split(",") if x.strip()]
-        except ValueError as exc:
+        caps = list(args.capacities)
+        if isinstance(args.capacities, str):  # a caller that did not parse the flags
+            caps = list(number_list(number(0, strict=True))(args.capacities))
+        if args.capacity_unit in ("units", "tokens"):
+            if any(c != int(c) for c in caps):
+                raise ConfigError(
+                    f"whole {args.capacity_unit} expected, got {','.join(f'{c:g}' for c in caps)}",
+                    field="capacities",
+                )
+            caps = [int(c) for c in caps]
+    if args.max_entry_bytes is not None:
+        from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
+
+        bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+        if args.max_entry_bytes < bpt:
+            # a cap under one token holds nothing: MB or KiB typed as bytes (issue 29)
             raise ConfigError(
-                f"not a list of integers: {args.capacities!r}", field="capacities"
-            ) from exc
+                f"an entry cap of {args.max_entry_bytes} bytes holds no token at {bpt} bytes per token:"
+                f" in MB? ({args.max_entry_bytes} MB = {args.max_entry_bytes * 10**6} bytes)",
+                field="max-entry-bytes",
+            )
     if not 0 < args.share <= 1:
         raise ConfigError("must be in (0, 1]", field="share")
     for flag in ("every", "burst"):
@@ -268,7 +301,7 @@ def table(rep: dict) -> str:
         cols += f" {'GiB':>9}"
     has_loop = any(r.get("loop_s") is not None for r in rep["curve"])
     if has_loop:
-        cols += f" {'loop s':>9}"
+        cols += f" {'loop s':>9} {'loop s saved':>12}"
     lines.append(cols)
     rows = list(rep["curve"])
     if rec and all(r["capacity"] != rec["capacity"] for r in rows):
@@ -285,7 +318,7 @@ def table(rep: dict) -> str:
         elif r.get("memory_gib") is not None:
             line += f" {r['memory_gib']:>9.3f}"
         if has_loop:
-            line += f" {r['loop_s']:>9.1f}"
+            line += f" {r['loop_s']:>9.1f} {r['loop_s_saved']:>12.1f}"
         if rec and r["capacity"] == rec["capacity"]:
             line += "  *"
         lines.append(line)
@@ -302,6 +335,16 @@ def table(rep: dict) -> str:
             f"({100 * rec['best_hit_ratio']:.2f}%): {rec['capacity']}"
             f" {'entries' if unit == 'entry' else unit + 's'}{mem}"
         )
+        chk = rec.get("check")
+        if chk:
+            below = chk["below"]
+            lines.append(
+                f"  checked with {chk['method']}: at {chk['at']['capacity']}"
+                f" {chk['at']['hit_' + rec['metric']]} hit {rec['metric']}"
+                f" (target {chk['target_hits']:.0f}), at {below['capacity']}"
+                f" {below['hit_' + rec['metric']]}"
+                + ("" if chk["holds"] else " -- the boundary does NOT hold")
+            )
     if rep.get("prefill_s_cold") is not None:
         from kvreplay.offline.sizing import prefill_text
 

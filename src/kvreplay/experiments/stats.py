@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LineFit", "bootstrap_median_ci", "fit_line", "median"]
+__all__ = ["LineFit", "bootstrap_median_ci", "fit_line", "line_ci95", "median"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +118,36 @@ def bootstrap_median_ci(
     meds = np.median(arr[idx], axis=1)
     lo, hi = np.quantile(meds, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
+
+
+# Student's t, two-sided 95 % (0.975 quantile), by degrees of freedom (NIST/SEMATECH
+# e-Handbook, table 1.3.6.7.2); above 30 the normal 1.96 is within 2 %.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def line_ci95(fit: LineFit, xs: Sequence[float]) -> tuple[float, float] | None:
+    """95 % confidence half-widths of a line's intercept and slope, from its residuals.
+
+    The textbook standard errors of least squares (NIST/SEMATECH e-Handbook 4.2.2,
+    "Confidence intervals"): ``s^2 = SS_res / (n - 2)``, ``se_b = s / sqrt(Sxx)``,
+    ``se_a = s sqrt(1/n + mean(x)^2 / Sxx)``, each times Student's t at ``n - 2``
+    degrees of freedom.
+
+    Args:
+        fit: The fit (``fit_line``) of the points.
+        xs: The abscissae it was fitted on (same order as ``fit.residuals``).
+
+    Returns:
+        ``(half_width_a, half_width_b)`` in the units of ``a`` and ``b``; None with
+        fewer than 3 points (two points fit a line exactly: no spread to measure).
+    """
+    n = fit.n
+    if n < 3:
+        return None
+    mx = math.fsum(xs) / n
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    s2 = math.fsum(r * r for r in fit.residuals) / (n - 2)
+    t = _T975[n - 3] if n - 2 <= len(_T975) else 1.96
+    return t * math.sqrt(s2 * (1 / n + mx * mx / sxx)), t * math.sqrt(s2 / sxx)

@@ -10,6 +10,7 @@ total ``requests * a + prompt_tokens / rate``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +61,8 @@ def parse_prefill(text: str) -> PrefillModel:
         The model.
 
     Raises:
-        ConfigError: unknown keys, missing ``rate``, a non-positive rate, or an
+        ConfigError: unknown keys, missing ``rate``, a non-positive or infinite rate,
+            a negative ``a=`` (a verdict's fitted intercept is kept as fitted), or an
             unreadable verdict file.
     """
     if "=" in text:
@@ -78,6 +80,8 @@ def parse_prefill(text: str) -> PrefillModel:
                 raise ConfigError(f"{k} is not a number: {v!r}", field="prefill") from exc
         if "rate" not in vals:
             raise ConfigError("rate= is required", field="prefill")
+        if not 0 <= vals.get("a", 0.0) < math.inf:
+            raise ConfigError("a must be a number of seconds >= 0", field="prefill")
         model = PrefillModel(vals.get("a", 0.0), vals["rate"])
     else:
         p = Path(text)
@@ -99,7 +103,7 @@ def parse_prefill(text: str) -> PrefillModel:
             raise ConfigError(
                 f"not a probe verdict with prefill_fit: {exc}", path=p, field="prefill_fit"
             ) from exc
-    if not model.rate_tokens_per_s > 0:
+    if not 0 < model.rate_tokens_per_s < math.inf:
         raise ConfigError("rate must be positive", field="prefill")
     return model
 

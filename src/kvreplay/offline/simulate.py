@@ -6,7 +6,8 @@ included; a phase with ``reset`` starts a new cache epoch). Models: ``radix``
 (one pass; per capacity with the simulator's class when a host tier is on) and
 ``entries`` (one pass with ``recency="offer"``; per capacity with the
 simulator's class for its default ``recency="use"``, which is not a stack
-algorithm, see ``entries``).
+algorithm, see ``entries``). The recommended capacity is exact and checked at
+N and N - 1 (``smallest``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from kvreplay.errors import ConfigError
 from kvreplay.offline.entries import entries_curve
 from kvreplay.offline.mrc import Curve, default_capacities
 from kvreplay.offline.reference import brute_entries, brute_radix
-from kvreplay.offline.report import PrefillModel, curve_rows, recommend
+from kvreplay.offline.report import PrefillModel, curve_rows
 from kvreplay.offline.sizing import add_sizing, entry_bytes
+from kvreplay.offline.smallest import Point3, check, search
 from kvreplay.offline.sources import (
     ModelRequest,
     block_requests_from_models,
@@ -222,7 +224,11 @@ def simulate(opts: SimulateOptions) -> dict:
             "burst": opts.interleave_burst,
         }
     curve: Curve | None = None
-    points: list[tuple[int, int, int]]
+    points: list[Point3]
+    # `run` simulates capacities with the simulator's class (the per-capacity search and
+    # the boundary check); `run_method` says how, for the check's record
+    run: Callable[[list[int]], list[Point3]]
+    run_method = "the simulator's cache class, one run per capacity"
     if kind == "trace":
         if model != "radix":
             raise ConfigError(
@@ -235,6 +241,12 @@ def simulate(opts: SimulateOptions) -> dict:
         assert isinstance(data, BlockTrace)
         br = block_requests_from_trace(data, foreign, opts.interleave_every, opts.interleave_burst)  # type: ignore[arg-type]
         curve = br.curve()
+        trace_curve = curve
+
+        def run(cs: list[int]) -> list[Point3]:
+            return [(c, *trace_curve.at(c)) for c in cs]
+
+        run_method = "the one-pass curve (a block trace has no token prompts to re-simulate)"
         info.update(method="one-pass", unit="block", unit_tokens=br.block_tokens)
     else:
         reqs = list(data)  # type: ignore[arg-type]
@@ -243,6 +255,11 @@ def simulate(opts: SimulateOptions) -> dict:
         if model == "radix":
             B = opts.block_size or 16
             br = block_requests_from_models(reqs, B)
+
+            def run(cs: list[int]) -> list[Point3]:
+                pts = brute_radix(reqs, cs, block_size=B, host=opts.host)
+                return [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
+
             info.update(unit="block", unit_tokens=B)
             if opts.host is None:
                 curve = br.curve()
@@ -272,6 +289,19 @@ def simulate(opts: SimulateOptions) -> dict:
                 "the per-entry cap" if opts.max_entry_bytes is not None
                 else f"the largest snapshot ({largest} tokens) x {bpt} B/token"
             )
+
+            def run(cs: list[int]) -> list[Point3]:
+                pts = brute_entries(
+                    reqs,
+                    cs,
+                    points=opts.snapshot_points,
+                    recency=opts.recency,
+                    max_entry_bytes=opts.max_entry_bytes,
+                    refuse_over_bytes=opts.refuse_over_bytes,
+                    bytes_per_token=bpt,
+                )
+                return [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
+
             if opts.recency == "offer":
                 curve = entries_curve(
                     snaps, max_entry_tokens=max_tok, truncate=not opts.refuse_over_bytes
@@ -288,16 +318,7 @@ def simulate(opts: SimulateOptions) -> dict:
                 caps = _sample(max(universe, distinct), opts, None, bpt)
                 if not opts.capacities:
                     caps = sorted(set(caps) | {distinct})
-                pts = brute_entries(
-                    reqs,
-                    caps,
-                    points=opts.snapshot_points,
-                    recency=opts.recency,
-                    max_entry_bytes=opts.max_entry_bytes,
-                    refuse_over_bytes=opts.refuse_over_bytes,
-                    bytes_per_token=bpt,
-                )
-                points = [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
+                points = run(caps)
                 info["method"] = "per-capacity"
         else:
             raise ConfigError(f"unknown model {model!r}; radix or entries", field="model")
@@ -312,6 +333,17 @@ def simulate(opts: SimulateOptions) -> dict:
         n_req, n_tok = curve.requests, curve.prompt_tokens
         info["max_useful_capacity"] = curve.max_capacity
     unit_tokens = info.get("unit_tokens")
+    answer: Point3 | None
+    if curve is None:
+        # not a stack algorithm: simulate every capacity between the samples around the turn
+        answer, best, _filled = search(points, run, share=opts.share, metric=opts.metric)
+        if answer is not None and not opts.capacities and answer[0] not in {p[0] for p in points}:
+            points = sorted([*points, answer])
+    else:
+        # exact on the full curve, not only among the sampled rows
+        best_arr = curve.hit_tokens if opts.metric == "tokens" else curve.hit_requests
+        best = int(best_arr[-1])
+        answer = (rec_cap, *curve.at(rec_cap))
     rows = curve_rows(
         points,
         requests=n_req,
@@ -320,14 +352,11 @@ def simulate(opts: SimulateOptions) -> dict:
         capacity_tokens=unit_tokens,
         bytes_per_token=bpt,
     )
-    if curve is None:
-        rec = recommend(rows, share=opts.share, metric=opts.metric)
-    else:
-        # exact on the full curve, not only among the sampled rows
-        best_arr = curve.hit_tokens if opts.metric == "tokens" else curve.hit_requests
+    rec = None
+    if answer is not None:
         total = n_tok if opts.metric == "tokens" else n_req
         rec_row = curve_rows(
-            [(rec_cap, *curve.at(rec_cap))],
+            [answer],
             requests=n_req,
             prompt_tokens=n_tok,
             prefill=opts.prefill,
@@ -338,7 +367,17 @@ def simulate(opts: SimulateOptions) -> dict:
             **rec_row,
             "share": opts.share,
             "metric": opts.metric,
-            "best_hit_ratio": int(best_arr[-1]) / total if total else 0.0,
+            "best_hit_ratio": best / total if total else 0.0,
+            "check": None
+            if answer[0] < 1
+            else check(
+                answer[0],
+                run,
+                best=best,
+                share=opts.share,
+                metric=opts.metric,
+                method=run_method,
+            ),
         }
     cold = None
     if opts.prefill is not None:

@@ -88,7 +88,13 @@ def add_sizing(
     hit_base_s: float = 0.0,
     restore_s_per_token: float = DEFAULT_RESTORE_S_PER_TOKEN,
 ) -> None:
-    """Add ``memory_gib`` (entries: ``capacity * entry_size``) and ``loop_s`` to rows, in place."""
+    """Add ``memory_gib`` (entries: ``capacity * entry_size``), ``loop_s`` and ``loop_s_saved`` to rows.
+
+    ``loop_s_saved`` is the no-cache loop minus ``loop_s`` (s), so it equals the difference
+    of the two loop figures shown; ``prefill_s_saved`` (the rows' ``hit_tokens / rate``)
+    counts the prefill of cached tokens only, not the per-request base a hit skips nor the
+    restore it pays (issue 29).
+    """
     for r in rows:
         if unit == "entry" and entry_size is not None:
             r["memory_gib"] = r["capacity"] * entry_size / GIB
@@ -102,6 +108,10 @@ def add_sizing(
                 hit_base_s=hit_base_s,
                 restore_s_per_token=restore_s_per_token,
             )
+            cold = loop_seconds(
+                requests=requests, prompt_tokens=prompt_tokens, hit_requests=0, hit_tokens=0, prefill=prefill
+            )
+            r["loop_s_saved"] = cold - r["loop_s"]
 
 
 def answer_line(rep: dict, today: int | None) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
 from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
 from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
@@ -149,9 +150,14 @@ class SimConfig:
         for name in ("cache_entries", "block_size", "device_blocks", "host_pages", "page_tokens", "slots"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
-        for name in ("host_rows", "bytes_per_token", "max_output_tokens", "events_max"):
+        for name in ("host_rows", "max_output_tokens", "events_max"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0")
+        if self.bytes_per_token < 1:
+            raise bad("bytes_per_token", "must be >= 1")
+        for name in ("max_entry_bytes", "max_bytes"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise bad(name, "must be >= 1 (bytes)")
         for name in (
             "time_scale",
             "prefill_base_s",
@@ -265,31 +271,36 @@ def _coerce(key: str, value: Any, where: object) -> Any:
     return value
 
 
-# (option name, field, type, help)
+_BYTES = integer(1, unit="bytes")
+_SECONDS = number(0, unit="s")
+_RATE = number(0, strict=True, unit="tokens/s")
+
+# (option name, field, type, help); the types check ranges when the flags are parsed
+# (kvreplay.argtypes: exit 2 naming the flag), as ``validate`` does for a file
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("cache", "cache", str, "cache model: entries (N snapshots, LRU) or radix (block prefix cache)"),
-    ("cache-entries", "cache_entries", int, "entries model capacity (snapshots; default 8)"),
+    ("cache-entries", "cache_entries", integer(1), "entries model capacity (snapshots; default 8)"),
     ("snapshots", "snapshots", int, "entries model snapshots per request: 1 (system) or 2 (+messages)"),
     ("snapshot-at", "snapshot_at", str, "snapshot points, comma separated: system,messages,prompt"),
-    ("bytes-per-token", "bytes_per_token", int, "KV bytes per token (bytes)"),
-    ("max-entry-bytes", "max_entry_bytes", int, "entries model: per-snapshot cap (bytes); larger ones are truncated"),
-    ("max-bytes", "max_bytes", int, "entries model: total byte budget (bytes)"),
-    ("block-size", "block_size", int, "radix block size (tokens; default 16)"),
-    ("device-blocks", "device_blocks", int, "radix device capacity (blocks; default 4096)"),
-    ("host-rows", "host_rows", int, "radix host tier row pool (0 = no host tier)"),
-    ("host-pages", "host_pages", int, "radix host tier page pool (pages; default 4096)"),
-    ("page-tokens", "page_tokens", int, "tokens per host page (default 256)"),
+    ("bytes-per-token", "bytes_per_token", _BYTES, "KV bytes per token (bytes)"),
+    ("max-entry-bytes", "max_entry_bytes", _BYTES, "entries model: per-snapshot cap (bytes); larger ones truncated"),
+    ("max-bytes", "max_bytes", _BYTES, "entries model: total byte budget (bytes)"),
+    ("block-size", "block_size", integer(1), "radix block size (tokens; default 16)"),
+    ("device-blocks", "device_blocks", integer(1), "radix device capacity (blocks; default 4096)"),
+    ("host-rows", "host_rows", integer(0), "radix host tier row pool (0 = no host tier)"),
+    ("host-pages", "host_pages", integer(1), "radix host tier page pool (pages; default 4096)"),
+    ("page-tokens", "page_tokens", integer(1), "tokens per host page (default 256)"),
     ("host-evict", "host_evict", str, "host eviction: leaf-lru or ancestor-compact"),
     ("entries-recency", "entries_recency", str, "entries model: a snapshot is refreshed on use (default) or offer"),
-    ("time-scale", "time_scale", float, "multiply every simulated delay (0 = none; default 1)"),
-    ("prefill-base-s", "prefill_base_s", float, "prefill fixed cost a of a cold request (s; default 1.52)"),
-    ("hit-base-s", "hit_prefill_base_s", float, "fixed cost of a request with cached tokens (s; default 0)"),
-    ("prefill-rate", "prefill_tokens_per_s", float, "prefill rate (tokens/s; default 1370)"),
-    ("restore-s-per-token", "restore_s_per_token", float, "restore cost (s per token; default 2e-5)"),
-    ("store-s-per-token", "store_s_per_token", float, "store cost (s per token; default 5e-6)"),
-    ("itl-s", "itl_s", float, "decode inter-token latency (s; default 0.020)"),
-    ("slots", "slots", int, "requests served at once, more wait (default 16)"),
-    ("output-tokens", "output_tokens", int, "fixed natural output length (tokens; default from body hash)"),
+    ("time-scale", "time_scale", number(0), "multiply every simulated delay (0 = none; default 1)"),
+    ("prefill-base-s", "prefill_base_s", _SECONDS, "prefill fixed cost a of a cold request (s; default 1.52)"),
+    ("hit-base-s", "hit_prefill_base_s", _SECONDS, "fixed cost of a request with cached tokens (s; default 0)"),
+    ("prefill-rate", "prefill_tokens_per_s", _RATE, "prefill rate (tokens/s; default 1370)"),
+    ("restore-s-per-token", "restore_s_per_token", number(0), "restore cost (s per token; default 2e-5)"),
+    ("store-s-per-token", "store_s_per_token", number(0), "store cost (s per token; default 5e-6)"),
+    ("itl-s", "itl_s", _SECONDS, "decode inter-token latency (s; default 0.020)"),
+    ("slots", "slots", integer(1), "requests served at once, more wait (default 16)"),
+    ("output-tokens", "output_tokens", integer(0), "fixed natural output length (tokens; default from body hash)"),
     ("model", "model", str, "model id served (default kvreplay-sim)"),
     ("build", "build", str, "build string of /version (default sim-1)"),
 )

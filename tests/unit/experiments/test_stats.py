@@ -71,3 +71,31 @@ def test_bootstrap_errors():
         bootstrap_median_ci([])
     with pytest.raises(ValueError):
         bootstrap_median_ci([1.0], alpha=1.5)
+
+
+def test_line_ci95_by_hand():
+    from kvreplay.experiments.stats import fit_line, line_ci95
+
+    # (0,0) (1,1) (2,3): b = Sxy/Sxx = 3/2, a = 4/3 - 3/2 = -1/6; residuals 1/6, -1/3, 1/6,
+    # SS_res = 1/6, s^2 = 1/6 (1 degree of freedom, t = 12.706); se_b = sqrt(1/6 / 2),
+    # se_a = sqrt(1/6 x (1/3 + 1/2))
+    xs = [0.0, 1.0, 2.0]
+    f = fit_line(xs, [0.0, 1.0, 3.0])
+    ha, hb = line_ci95(f, xs)
+    assert ha == pytest.approx(12.706 * (5 / 36) ** 0.5, rel=1e-12)
+    assert hb == pytest.approx(12.706 * (1 / 12) ** 0.5, rel=1e-12)
+    assert line_ci95(fit_line([0.0, 1.0], [0.0, 1.0]), [0.0, 1.0]) is None  # two points: no spread
+    # an exact line has a zero-width interval
+    assert line_ci95(fit_line(xs, [1.0, 3.0, 5.0]), xs) == (0.0, 0.0)
+
+
+def test_accuracy_warning_two_sizes_and_wide_interval():
+    from kvreplay.experiments.probe.report import accuracy_warning
+
+    two = accuracy_warning({"n": 2, "ci95": None}, (16384, 65536))
+    assert two.startswith("2 sizes fit a line exactly") and two.endswith("--sizes 16k,25k,40k,64k")
+    wide = accuracy_warning({"n": 4, "ci95": {"a_rel": 0.188, "rate_rel": 0.01}}, (8192, 16384, 32768, 65536))
+    assert wide.startswith("95% interval wider than 5%: a +-18.8% over 4 sizes")
+    assert "rate" not in wide.split(";")[0]
+    assert accuracy_warning({"n": 4, "ci95": {"a_rel": 0.05, "rate_rel": 0.05}}, (8192, 65536)) is None
+    assert accuracy_warning(None, (8192,)) is None

@@ -266,3 +266,45 @@ def test_cli_probe_verdict_bytes(tmp_path, capsys):
     v.write_text(json.dumps({"bytes_per_token": None}))
     assert main([*base, "--host-ram-gib", "62.25", "--probe-verdict", str(v)]) == 2
     assert "measured no bytes" in capsys.readouterr().err
+
+
+# --- issue 29: boundaries that no test held (found by breaking the code) -------------------
+
+
+def test_headroom_exactly_the_noise_is_a_knife_edge_on_both_sides():
+    # budget 44 - R, need 19 + margin 1: headroom 24 - R; noise 0.25 (the default)
+    up = fit_pool(base(reserve_gib=Fraction("23.75")))
+    assert (up.verdict, up.headroom_gib, up.noise_gib, up.knife_edge) == ("fits", Fraction(1, 4), Fraction(1, 4), True)
+    down = fit_pool(base(reserve_gib=Fraction("24.25")))
+    assert (down.verdict, down.headroom_gib, down.knife_edge) == ("clamped", Fraction(-1, 4), True)
+    # one byte further out on each side is no knife edge
+    assert not fit_pool(base(reserve_gib=Fraction("23.75") - Fraction(ONE_BYTE_GIB))).knife_edge
+    assert not fit_pool(base(reserve_gib=Fraction("24.25") + Fraction(ONE_BYTE_GIB))).knife_edge
+
+
+def test_largest_fitting_pool_equal_to_the_context_is_clamped_not_floor():
+    # budget 20: room for (20 - 1 - 3) * 8192 = 131072 positions; ctx exactly 131072
+    r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, ctx=131072))
+    assert (r.verdict, r.positions) == ("clamped", 131072)
+    assert not any("stops at its floor" in w for w in r.warnings)
+    # one position more of context and it is the floor
+    r = fit_pool(base(reserve_gib=Fraction(24), positions=262144, ctx=131073))
+    assert (r.verdict, r.positions) == ("floor", 131073)
+
+
+def test_cli_max_reserve_line_carries_the_knife_edge(capsys):
+    # max reserve 64.5 - 20 - 19 - 1 = 24.5; at reserve 24.25 the headroom is +0.25 GiB, the noise
+    assert main([*ARGS, "--host-ram-gib", "64.5", "--reserve-gib", "24.25"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "largest reserve at which the asked pool fits: 24.500 GiB (knife edge: +0.250 GiB from the"
+        " reserve given, within the 0.25 GiB noise)"
+    ) in out
+    assert main([*ARGS, "--host-ram-gib", "64.5", "--reserve-gib", "20"]) == 0
+    assert "largest reserve at which the asked pool fits: 24.500 GiB\n" in capsys.readouterr().out
+
+
+def test_cli_weights_above_host_warn_of_mib(capsys):
+    rep = run_json(capsys, "--host-ram-gib", "64.5", "--weights-gib", "20480")
+    assert rep["verdict"] == "no_boot"
+    assert "weights 20480 GiB exceed host RAM 64.5 GiB: --weights-gib in MiB?" in rep["warnings"]

@@ -32,8 +32,9 @@ entry bytes against prompt tokens over single-request legs that stored something
 and lie below the entry cap (the intercept absorbs the template tokens the
 snapshot leaves out); with one such leg, entry bytes / prompt tokens. Legs on
 the cap are left out and Cmax is marked cap-bound (``probe_sizing``). A prefix of T tokens then needs
-``T * bytes_per_token`` bytes; a request stores ``s`` entries (median of the
-cold legs' store counts), so a prefix survives ``k`` foreign requests only with
+``T * bytes_per_token`` bytes; a request stores ``s`` entries (cold legs below the
+cap, cross-checked with the eviction points' foreign blocks; ``probe.sizing``
+``entries_per_request``), so a prefix survives ``k`` foreign requests only with
 at least ``s * (k + 1)`` entries, and ``min_flush_k`` implies
 ``s * min_flush_k .. s * min_flush_k + s - 1`` entries.
 
@@ -54,10 +55,24 @@ import aiohttp
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
-from kvreplay.experiments.probe.report import _fmt, intercept_warning, plain_line, render_report
-from kvreplay.experiments.probe.sizing import cap_bound, entry_bytes_fit, refused_stores
+from kvreplay.experiments.probe.report import (
+    _fmt,
+    accuracy_warning,
+    intercept_warning,
+    plain_line,
+    render_report,
+)
+from kvreplay.experiments.probe.sizing import (
+    CAP_RATIO,
+    cap_bound,
+    capped_sizes,
+    entries_per_request,
+    entry_bytes_fit,
+    refused_stores,
+    reuse_cap,
+)
 from kvreplay.experiments.probe.prompts import TokenCounter
-from kvreplay.experiments.stats import LineFit, fit_line, median
+from kvreplay.experiments.stats import LineFit, fit_line, line_ci95
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
 from kvreplay.runner.http import send_body
@@ -259,9 +274,25 @@ def _server_prefill_s(timings: Any) -> float | None:
     return None
 
 
+def _ci_json(fit: LineFit, xs: list[int]) -> dict[str, Any] | None:
+    """95 % interval of ``a`` (s) and the rate (tokens/s), and their relative half-widths."""
+    ci = line_ci95(fit, xs)
+    if ci is None or fit.slope <= 0:
+        return None
+    ha, hb = ci
+    lo_b, hi_b = fit.slope - hb, fit.slope + hb
+    return {
+        "a_s": [round(fit.intercept - ha, 6), round(fit.intercept + ha, 6)],
+        "rate_tokens_per_s": [round(1.0 / hi_b, 3), round(1.0 / lo_b, 3) if lo_b > 0 else None],
+        "a_rel": round(ha / abs(fit.intercept), 6) if fit.intercept else None,
+        "rate_rel": round(hb / fit.slope, 6),
+    }
+
+
 def _fit_json(fit: LineFit, source: str, xs: list[int], ys: list[float]) -> dict[str, Any]:
     rate = 1.0 / fit.slope if fit.slope > 0 else None
     return {
+        "ci95": _ci_json(fit, xs),
         "source": source,
         "a_s": round(fit.intercept, 6),
         "rate_tokens_per_s": round(rate, 3) if rate else None,
@@ -365,6 +396,9 @@ async def run_probe(
     fit_warning = intercept_warning(chosen)
     if fit_warning:
         say(f"prefill fit: {fit_warning}")
+    accuracy_note = accuracy_warning(chosen, cfg.sizes)
+    if accuracy_note:
+        say(f"prefill fit: {accuracy_note}")
     floor = max((r["cached_tokens"] or 0) for r in cold) if cold else 0
 
     # C legs: eviction bisection
@@ -465,19 +499,21 @@ async def run_probe(
 
     all_cached = [r["cached_tokens"] for r in legs if r.get("cached_tokens") is not None]
     cmax = max(all_cached) if all_cached else None
-    ebf = entry_bytes_fit(legs)
+    rc = reuse_cap(cold, warm, points)
+    over = None if rc["cap_tokens"] is None else rc["cap_tokens"] + rc["tail_tokens"]
+    ebf = entry_bytes_fit(legs, over_tokens=over)
     bpt, bpt_how = ebf["bytes_per_token"], ebf["method"]
-    stores = [
-        r["counter_delta"]["stores"]
-        for r in cold
-        if r.get("counter_delta") and r["counter_delta"].get("stores") is not None
-    ]
-    per_request = int(median(stores)) if stores else None
-    implied = (
-        [per_request * min_k, per_request * min_k + per_request - 1]
-        if per_request and min_k
-        else None
-    )
+    epr = entries_per_request(cold, points, capped_sizes(cold, warm, ebf["capped_from_tokens"]))
+    per_request = epr["value"]
+    # an eviction prefix over the cap is kept as one entry (its snapshots, cut, coincide):
+    # flushed iff 1 + s k > N, so min_flush_k implies N in s (k - 1) + 1 .. s k
+    flush_capped = bool(points and over is not None and points[0]["prefix_tokens"] > over)
+    if per_request and min_k:
+        s_ = per_request
+        implied = [s_ * (min_k - 1) + 1, s_ * min_k] if flush_capped else [s_ * min_k, s_ * min_k + s_ - 1]
+    else:
+        implied = None
+    effective = rc["cap_tokens"] if flush_capped else (points[0]["prefix_tokens"] if points else None)
     entries_seen = [r["entries_gauge"] for r in legs if r.get("entries_gauge") is not None]
     warm_rows = []
     for w in warm:
@@ -518,6 +554,8 @@ async def run_probe(
         "flush_floor_tokens": floor,
         "flush_prefix_tokens": points[0]["prefix_tokens"] if points else None,
         "flush_prefix_cached_tokens": baseline_cached,
+        "flush_prefix_capped": flush_capped,
+        "flush_prefix_effective_tokens": effective,
         "eviction_note": evict_note,
         "points": points,
         "warm": warm_rows,
@@ -526,13 +564,19 @@ async def run_probe(
         "bytes_per_token_kind": "prompt_cache_entry" if bpt else None,
         "entry_cap_bytes": ebf["cap_bytes"],
         "max_entry_bytes_seen": ebf["max_entry_bytes"],
-        "cmax_cap_bound": cap_bound(cmax, bpt, ebf["cap_bytes"]),
+        "cmax_cap_bound": cap_bound(cmax, bpt, ebf["cap_bytes"])
+        or (cmax is not None and cmax == rc["cap_tokens"]),
+        "cap_tokens_from_reuse": rc["cap_tokens"],
         "refused_stores": refused_stores(legs),
         "entries_per_request": per_request,
         "implied_entries": implied,
+        "entries_per_request_evidence": epr,
+        "evidence": _evidence(cfg, chosen, legs, points, floor, min_k, evict_note, ebf, epr, implied,
+                              flush_capped)
+        | {"cap_tokens_from_reuse": rc["evidence"]},
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
         "eviction_cost_s": _r(eviction_cost),
-        "prefix_bytes": round(points[0]["prefix_tokens"] * bpt) if bpt and points else None,
+        "prefix_bytes": round(effective * bpt) if bpt and effective else None,
         "token_counting": {
             "mode": counter.mode,
             "c0_tokens": counter.c0,
@@ -557,6 +601,7 @@ async def run_probe(
     verdict["stopped"] = (stopped_json(requests=p.requests, cold=len(cold), warm=len(warm),
                                        points=len(points_done), cfg=cfg) if cut else None)
     verdict["prefill_fit_warning"] = fit_warning
+    verdict["prefill_fit_accuracy_warning"] = accuracy_note
     verdict["plain"] = plain_line(verdict)
     return verdict
 
@@ -588,6 +633,50 @@ async def _cold_warm(p: _Probe, counter: TokenCounter, cfg: ProbeConfig, cold: l
             f"size {size}: cold ttft {_fmt(min(times) if times else None)} s{of}, "
             f"warm ttft {_fmt(rec['ttft_s'])} s, warm cached {rec['cached_tokens']}"
         )
+
+
+def _evidence(
+    cfg: ProbeConfig,
+    chosen: dict[str, Any] | None,
+    legs: list[dict[str, Any]],
+    points: list[dict[str, Any]],
+    floor: int,
+    min_k: int | None,
+    evict_note: str | None,
+    ebf: dict[str, Any],
+    epr: dict[str, Any],
+    implied: list[int] | None,
+    flush_capped: bool,
+) -> dict[str, str | None]:
+    """What each derived figure of the verdict rests on, one sentence per figure (issue 29)."""
+    n_pts = len({pt["k"] for pt in points})
+    return {
+        "prefill_fit": None
+        if not chosen
+        else f"least squares over the fastest cold leg of each of {chosen['n']} sizes,"
+        f" series {cfg.fit_on}",
+        "cmax_tokens": f"largest cached_tokens over {len(legs)} leg requests",
+        "min_flush_k": (
+            f"eviction bisection over {n_pts} points of {cfg.flush_repeats} repeats (a point"
+            f" flushes when every repeat's second send cached <= {floor} tokens)"
+            if min_k is not None
+            else evict_note or "no eviction legs"
+        ),
+        "bytes_per_token": ebf["method"],
+        "entry_cap_bytes": None
+        if not ebf["cap_bytes"]
+        else f"largest entry on the {ebf['capped_legs']} legs on the cap (their entry bytes per"
+        f" token under {CAP_RATIO} of the others')",
+        "entries_per_request": epr["evidence"],
+        "implied_entries": (
+            "s x (min_flush_k - 1) + 1 .. s x min_flush_k (s entries per request; the eviction"
+            " prefix is over the entry cap, so it is one entry)"
+            if flush_capped
+            else "s x min_flush_k .. s x min_flush_k + s - 1 (s entries per request)"
+        )
+        if implied
+        else "needs entries per request and min_flush_k",
+    }
 
 
 def _r(v: float | None) -> float | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvreplay.clock import model_time_scale
 
-__all__ = ["intercept_warning", "plain_line", "render_report"]
+__all__ = ["FIT_ACCURACY", "accuracy_warning", "intercept_warning", "plain_line", "render_report"]
 
 
 def intercept_warning(fit: dict[str, Any] | None) -> str | None:
@@ -37,6 +37,40 @@ def intercept_warning(fit: dict[str, Any] | None) -> str | None:
         return (f"implausible intercept a = {a:.4f} s: at or above the fastest cold leg "
                 f"({min(ys):.4f} s), it leaves no time for that leg's tokens")
     return None
+
+
+FIT_ACCURACY = 0.05
+"""The accuracy README promises for the fitted ``a`` and rate (relative 95 % half-width)."""
+
+
+def accuracy_warning(fit: dict[str, Any] | None, sizes: tuple[int, ...]) -> str | None:
+    """Why the fit's accuracy is not shown to be within ``FIT_ACCURACY``, or None.
+
+    With two sizes a line goes through both points exactly: there is no spread to state
+    an interval from, however good the fit looks. With three or more, the 95 % interval
+    of ``a`` and of the rate (``ci95``, from the residuals) must be within 5 %.
+
+    Args:
+        fit: A ``prefill_fits`` entry (``n``, ``ci95``), or None.
+        sizes: The probe's sizes (tokens), for the suggestion.
+    """
+    if not fit:
+        return None
+    lo, hi = min(sizes), max(sizes)
+    m = max(4, 2 * len(set(sizes)) - 1)  # geometric between the smallest and largest size
+    more = sorted({max(16, round(lo * (hi / lo) ** (i / (m - 1)) / 1024) * 1024) for i in range(m)})
+    suggest = ",".join(f"{x // 1024}k" if x % 1024 == 0 else str(x) for x in more)
+    if fit.get("n", 0) < 3 or not fit.get("ci95"):
+        return (f"{fit.get('n')} sizes fit a line exactly, so the accuracy of a and the rate cannot be"
+                f" stated (nothing shows them within {FIT_ACCURACY:.0%}); fit on 3 or more sizes, e.g."
+                f" --sizes {suggest}")
+    ci = fit["ci95"]
+    wide = [f"{name} +-{100 * rel:.1f}%" for name, rel in (("a", ci.get("a_rel")), ("rate", ci.get("rate_rel")))
+            if rel is None or rel > FIT_ACCURACY]
+    if not wide:
+        return None
+    return (f"95% interval wider than {FIT_ACCURACY:.0%}: {', '.join(wide)} over {fit['n']} sizes; add"
+            f" sizes (e.g. --sizes {suggest}) or --cold-repeats 3, on a quieter machine")
 
 
 def _model(v: dict[str, Any], seconds: float) -> str:
@@ -80,6 +114,8 @@ def plain_line(v: dict[str, Any]) -> str:
     if ents:
         head = f"{ents[0]} entries: " if ents[0] == ents[1] else f"{ents[0]}-{ents[1]} entries: "
     line = f"{head}about {k} foreign requests evict a {_ktok(prefix)} prefix"
+    if v.get("flush_prefix_capped"):
+        line += f" (over the entry cap: {v['flush_prefix_effective_tokens']} tokens kept, one entry)"
     if v.get("eviction_cost_s") is not None:
         line += (f"; each eviction costs {sig3(v['eviction_cost_s'])} s of prefill"
                  + _model(v, v["eviction_cost_s"]))
@@ -119,8 +155,15 @@ def render_report(v: dict[str, Any]) -> str:
         scale = float(v["sim_time_scale"])
         lines += ["", f"In model seconds (simulator time scale {scale:g}: measured = model x {scale:g}): "
                       f"prefill_s = {f['a_s'] / scale:.4f} + tokens / {f['rate_tokens_per_s'] * scale:.1f}"]
+    chosen = (v.get("prefill_fits") or {}).get(f["source"]) if f else None
+    if chosen and chosen.get("ci95"):
+        ci = chosen["ci95"]
+        lines += ["", f"95% interval over {chosen['n']} sizes: a {ci['a_s'][0]:.4f} .. {ci['a_s'][1]:.4f} s,"
+                      f" rate {ci['rate_tokens_per_s'][0]} .. {ci['rate_tokens_per_s'][1]} tokens/s"]
     if v.get("prefill_fit_warning"):
         lines += ["", f"**Warning:** {v['prefill_fit_warning']}"]
+    if v.get("prefill_fit_accuracy_warning"):
+        lines += ["", f"**Accuracy:** {v['prefill_fit_accuracy_warning']}"]
     lines += [
         "",
         "| series | a (s) | rate (tokens/s) | R^2 | residuals (s) |",
@@ -152,8 +195,10 @@ def render_report(v: dict[str, Any]) -> str:
     ]
     if v["eviction_note"]:
         lines.append(f"- note: {v['eviction_note']}")
+    epr = v.get("entries_per_request_evidence") or {}
     lines.append(
         f"- entries stored per request: {v['entries_per_request'] if v['entries_per_request'] else 'unknown'}"
+        + (f" ({epr['evidence']})" if epr.get("evidence") else "")
     )
     lines.append(
         f"- implied cache entries: {v['implied_entries'] if v['implied_entries'] else 'unknown'}"
@@ -163,12 +208,20 @@ def render_report(v: dict[str, Any]) -> str:
         lines.append(
             f"- to keep a prefix through N foreign requests the cache needs at least {s} x (N + 1) "
             f"entries (e.g. {s * 11} for N = 10)"
+            + (f"; a prefix over the entry cap is one entry (its snapshots, cut to the cap, coincide):"
+               f" {s} x N + 1 (e.g. {s * 10 + 1})" if v.get("entry_cap_bytes") and s > 1 else "")
         )
     if v["bytes_per_token"]:
         lines.append(
             f"- bytes per token: {v['bytes_per_token']:.1f} ({v['bytes_per_token_method']})"
         )
-        if v["prefix_bytes"]:
+        if v["prefix_bytes"] and v.get("flush_prefix_capped"):
+            lines.append(
+                f"- the {v['flush_prefix_tokens']}-token eviction prefix is over the entry cap: the cache"
+                f" kept its first {v['flush_prefix_effective_tokens']} tokens"
+                f" ({v['prefix_bytes'] / 2**20:.1f} MiB) in one entry"
+            )
+        elif v["prefix_bytes"]:
             lines.append(
                 f"- the {v['flush_prefix_tokens']}-token prefix needs {v['prefix_bytes'] / 2**20:.1f} MiB "
                 f"per entry"

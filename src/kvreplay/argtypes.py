@@ -1,0 +1,140 @@
+"""Command-line number types: every number checked when the flags are parsed (issue 29).
+
+Each factory returns an ``argparse`` ``type=`` function. A bad value makes
+argparse exit 2 with ``argument --FLAG: <what was expected>, got '<value>'``
+before the command does anything (no request sent, no file read), so the flag
+and the value are named and no traceback is shown. Commands declare their
+ranges where they declare their flags; this module holds the parsing.
+
+Bottom layer: imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+__all__ = ["decimal_text", "integer", "number", "number_list", "tokens"]
+
+
+def _bad(expected: str, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+
+
+def _range(minimum: float | None, strict: bool, maximum: float | None) -> str:
+    parts = []
+    if minimum is not None:
+        parts.append(f"{'>' if strict else '>='} {minimum:g}")
+    if maximum is not None:
+        parts.append(f"<= {maximum:g}")
+    return " and ".join(parts)
+
+
+def integer(minimum: int | None = 1, *, unit: str = "", maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number in ``[minimum, maximum]`` (plain digits, an optional sign).
+
+    Args:
+        minimum: Smallest value allowed (None = any).
+        unit: Said in the message (e.g. ``"bytes"``).
+        maximum: Largest value allowed (None = any).
+    """
+    what = f"a whole number {_range(minimum, False, maximum)}".rstrip() + (f" ({unit})" if unit else "")
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text.strip())
+        except ValueError:
+            raise _bad(what, text) from None
+        if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+            raise _bad(what, text)
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(
+    minimum: float | None = 0.0, *, strict: bool = False, unit: str = "", maximum: float | None = None
+) -> Callable[[str], float]:
+    """A finite number ``> minimum`` (``strict``) or ``>= minimum``, and ``<= maximum``.
+
+    Args:
+        minimum: Lower bound (None = any).
+        strict: Whether the bound itself is excluded.
+        unit: Said in the message (e.g. ``"s"``).
+        maximum: Upper bound (None = any).
+    """
+    what = f"a number {_range(minimum, strict, maximum)}".rstrip() + (f" ({unit})" if unit else "")
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise _bad(what, text) from None
+        low_ok = minimum is None or (v > minimum if strict else v >= minimum)
+        if not math.isfinite(v) or not low_ok or (maximum is not None and v > maximum):
+            raise _bad(what, text)
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+def decimal_text(minimum: float = 0.0, *, strict: bool = False, unit: str = "") -> Callable[[str], str]:
+    """A decimal number checked like ``number`` but returned as its text (for exact fractions).
+
+    ``kvreplay fit`` works in exact rationals (``Fraction("0.1")``); this keeps the text.
+    """
+    what = f"a number {_range(minimum, strict, None)}" + (f" ({unit})" if unit else "")
+
+    def parse(text: str) -> str:
+        try:
+            v = Fraction(text.strip())
+        except (ValueError, ZeroDivisionError):
+            raise _bad(what, text) from None
+        if not (v > Fraction(str(minimum)) if strict else v >= Fraction(str(minimum))):
+            raise _bad(what, text)
+        return text.strip()
+
+    parse.__name__ = "decimal"
+    return parse
+
+
+def tokens(minimum: int = 1) -> Callable[[str], int]:
+    """A token count: ``24k`` (k = 1024 tokens) or plain digits, at least ``minimum``."""
+    what = f"a token count >= {minimum} such as 24k (k = 1024) or 24576"
+
+    def parse(text: str) -> int:
+        p = text.strip().lower()
+        num = p[:-1] if p.endswith("k") else p
+        if not num.isdigit():
+            raise _bad(what, text)
+        v = int(num) * (1024 if p.endswith("k") else 1)
+        if v < minimum:
+            raise _bad(what, text)
+        return v
+
+    parse.__name__ = "tokens"
+    return parse
+
+
+def number_list(item: Callable[[str], Any]) -> Callable[[str], tuple]:
+    """A comma-separated list, every item checked by ``item`` (empty items skipped, none is an error)."""
+
+    def parse(text: str) -> tuple:
+        parts = [x.strip() for x in text.split(",") if x.strip()]
+        if not parts:
+            raise _bad("a comma-separated list", text)
+        out = []
+        for x in parts:
+            try:
+                out.append(item(x))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"item {x!r} of {text!r}: {exc}") from None
+        return tuple(out)
+
+    parse.__name__ = "list"
+    return parse
