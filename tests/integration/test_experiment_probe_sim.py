@@ -363,7 +363,11 @@ def test_bundled_probe_sizing_example(tmp_path):
         c = cells_of(r, step)
         assert c["min_flush_k"]["value"] == entries // 2  # s = 2 snapshots per missed request
         assert c["bytes_per_token"]["value"] == 4096.0
-        assert c["prefill_fit.a_s"]["value"] == pytest.approx(base.prefill_base_s * scale, rel=0.05)
+        # The intercept is the simulated fixed cost plus the client's and the loopback's own per-request
+        # cost, which grows when other jobs share the machine (0.084 s for 0.076 s seen under load):
+        # exact from below (5%), and at most 15 ms of transport above (the test must not depend on load).
+        a_s = c["prefill_fit.a_s"]["value"]
+        assert base.prefill_base_s * scale * 0.95 <= a_s <= base.prefill_base_s * scale * 1.05 + 0.015
         assert c["prefill_fit.rate_tokens_per_s"]["value"] == pytest.approx(base.prefill_tokens_per_s / scale,
                                                                             rel=0.05)
         assert all(x["status"] == "measured" for x in c.values())
