@@ -21,7 +21,10 @@ HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan;
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``import``'s options."""
-    p.add_argument("format", choices=["mooncake", "har", "openai-batch"], help="source format")
+    from kvreplay.workload.formats import format_names, format_of
+
+    p.add_argument("format", choices=format_names(),
+                   help="source format: " + "; ".join(f"{n}: {format_of(n).summary}" for n in format_names()))
     p.add_argument(
         "trace",
         help="source file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids; "
@@ -70,61 +73,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay import``; exit 0, or 2 on a bad trace."""
+    """Execute ``kvreplay import``: the format's importer (``workload.formats``); exit 0, or 2 on a bad source."""
     from kvreplay.errors import ConfigError
-    from kvreplay.workload.importers import import_mooncake
+    from kvreplay.workload.formats import format_of
 
-    if args.format != "mooncake":
-        return _run_capture_import(args)
-    if args.limit is not None and args.limit < 1:
+    fmt = format_of(args.format)
+    if "limit" in fmt.options and args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1", field="--limit")
-    if args.block_tokens < 1 or args.concurrency < 1 or args.time_scale <= 0:
+    if "block_tokens" in fmt.options and (args.block_tokens < 1 or args.concurrency < 1 or args.time_scale <= 0):
         raise ConfigError(
             "--block-tokens and --concurrency must be >= 1, --time-scale > 0",
             field="--block-tokens",
         )
-    res = import_mooncake(
-        args.trace,
-        args.out,
-        limit=args.limit,
-        block_tokens=args.block_tokens,
-        model=args.model,
-        chat=args.chat,
-        concurrency=args.concurrency,
-        time_scale=args.time_scale,
-        ignore_eos=args.ignore_eos,
-    )
-    print(
-        f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) "
-        f"-> {res.workload}"
-    )
-    print(f"arrivals (ms offsets) -> {res.arrivals}")
-    print(f"plan -> {res.plan}")
-    print(f"  against a server:  kvreplay run --plan {res.plan} --target URL")
-    # The entries model matches chat snapshots only; block-level reuse needs the radix model
-    # with the trace's block size, or every request misses.
-    print(f"  against the simulator (block-level prefix cache):  kvreplay run --plan {res.plan} "
-          f"--target sim --sim-cache radix --sim-block-size {args.block_tokens}")
-    return 0
-
-
-def _run_capture_import(args: argparse.Namespace) -> int:
-    """``import har|openai-batch``: write the folder, then say what was kept, skipped, re-serialised."""
-    from kvreplay.errors import ConfigError
-    from kvreplay.workload.importers_capture import import_har, import_openai_batch
-
-    paths = tuple(x.strip() for x in args.paths.split(",") if x.strip())
-    if not paths or not all(x.startswith("/") for x in paths):
-        raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
-    fn = import_har if args.format == "har" else import_openai_batch
-    res = fn(args.trace, args.out, paths=paths)
-    print(f"{res.summary.describe()} -> {res.folder}")
-    for src in res.reserialised:
-        print(f"  re-serialised (exact bytes of 'body' not found in the line): {src}")
-    if res.summary.retained:
-        if res.arrivals is not None:
-            print(f"arrivals (ms offsets) -> {res.arrivals}")
-        print(f"plan -> {res.plan}")
-        print(f"  replay:  kvreplay run {res.folder} --target URL --phase replay:forward:c1")
-        print(f"  as planned:  kvreplay run --plan {res.plan} --target URL")
+    options = {k: getattr(args, k) for k in fmt.options}
+    if "paths" in options:
+        paths = tuple(x.strip() for x in args.paths.split(",") if x.strip())
+        if not paths or not all(x.startswith("/") for x in paths):
+            raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
+        options["paths"] = paths
+    for line in fmt.run(args.trace, args.out, **options):
+        print(line)
     return 0

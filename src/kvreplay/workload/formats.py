@@ -1,0 +1,123 @@
+"""The importer registry: every format ``kvreplay import`` reads, one entry each.
+
+An importer is a function in its own module (``workload/importers.py`` for Mooncake
+traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files) plus one
+``ImportFormat`` entry naming it. ``kvreplay import`` takes its format choices, the
+options each format reads and the lines it prints from here; adding a format is its
+module, one entry in ``BUILTIN`` below and its tests (docs/architecture.md, "Add an
+importer").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["BUILTIN", "ImportFormat", "format_names", "format_of", "register_format", "unregister_format"]
+
+
+@dataclass(frozen=True, slots=True)
+class ImportFormat:
+    """One source format of ``kvreplay import``.
+
+    Attributes:
+        name: The format argument (``mooncake``, ``har``, ``openai-batch``).
+        summary: What it reads and writes, one line (``kvreplay import --help``).
+        options: The ``kvreplay import`` options it takes, as their argparse ``dest``
+            names (``limit``, ``paths``, ...); each is passed to ``run`` as a keyword.
+        run: ``run(source, out, **options) -> lines``: import ``source`` into ``out``
+            and return what to print (what was written, kept and skipped, how to replay).
+            Raises ``WorkloadError`` (a bad source: file, line, field) or ``ConfigError``.
+    """
+
+    name: str
+    summary: str
+    options: tuple[str, ...]
+    run: Callable[..., list[str]]
+
+
+def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int, model: str, chat: bool,
+              concurrency: int, time_scale: float, ignore_eos: bool) -> list[str]:
+    from kvreplay.workload.importers import import_mooncake
+
+    res = import_mooncake(source, out, limit=limit, block_tokens=block_tokens, model=model, chat=chat,
+                          concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos)
+    return [
+        f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) -> {res.workload}",
+        f"arrivals (ms offsets) -> {res.arrivals}",
+        f"plan -> {res.plan}",
+        f"  against a server:  kvreplay run --plan {res.plan} --target URL",
+        # The entries model matches chat snapshots only; block-level reuse needs the radix model
+        # with the trace's block size, or every request misses.
+        f"  against the simulator (block-level prefix cache):  kvreplay run --plan {res.plan} "
+        f"--target sim --sim-cache radix --sim-block-size {block_tokens}",
+    ]
+
+
+def _capture(fn_name: str) -> Callable[..., list[str]]:
+    def run(source: str, out: str, *, paths: tuple[str, ...]) -> list[str]:
+        from kvreplay.workload import importers_capture
+
+        res = getattr(importers_capture, fn_name)(source, out, paths=paths)
+        lines = [f"{res.summary.describe()} -> {res.folder}"]
+        lines += [f"  re-serialised (exact bytes of 'body' not found in the line): {src}" for src in res.reserialised]
+        if res.summary.retained:
+            if res.arrivals is not None:
+                lines.append(f"arrivals (ms offsets) -> {res.arrivals}")
+            lines += [f"plan -> {res.plan}",
+                      f"  replay:  kvreplay run {res.folder} --target URL --phase replay:forward:c1",
+                      f"  as planned:  kvreplay run --plan {res.plan} --target URL"]
+        return lines
+
+    return run
+
+
+_MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos")
+
+BUILTIN: tuple[ImportFormat, ...] = (
+    ImportFormat("mooncake", "Mooncake JSONL (timestamp, input_length, output_length, hash_ids) -> bodies, "
+                 "arrivals, plan", _MOONCAKE_OPTIONS, _mooncake),
+    ImportFormat("har", "a HAR 1.2 .har file -> a folder of the exact bodies, arrivals, plan", ("paths",),
+                 _capture("import_har")),
+    ImportFormat("openai-batch", "an OpenAI Batch input .jsonl -> a folder of the exact bodies, plan", ("paths",),
+                 _capture("import_openai_batch")),
+)
+"""The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""
+
+_FORMATS: dict[str, ImportFormat] = {f.name: f for f in BUILTIN}
+
+
+def register_format(fmt: ImportFormat) -> None:
+    """Add a format (a plugin, or a test's toy one).
+
+    Raises:
+        ValueError: a format of that name is already registered.
+    """
+    if fmt.name in _FORMATS:
+        raise ValueError(f"import format {fmt.name!r} is already registered")
+    _FORMATS[fmt.name] = fmt
+
+
+def unregister_format(name: str) -> None:
+    """Remove a format added with ``register_format``.
+
+    Raises:
+        ValueError: ``name`` is a built-in format or not registered.
+    """
+    if any(f.name == name for f in BUILTIN) or name not in _FORMATS:
+        raise ValueError(f"cannot unregister import format {name!r}")
+    del _FORMATS[name]
+
+
+def format_names() -> tuple[str, ...]:
+    """Every registered format's name: the built-in ones in order, then those registered at run time."""
+    return tuple(_FORMATS)
+
+
+def format_of(name: str) -> ImportFormat:
+    """The registered format ``name``.
+
+    Raises:
+        KeyError: no such format.
+    """
+    return _FORMATS[name]
