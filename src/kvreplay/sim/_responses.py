@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -40,6 +41,9 @@ class _Responses:
     engine: SimEngine
     config: SimConfig
     _slots: asyncio.Semaphore | None
+    # Defined by SimServer (declared here for the type checker).
+    _sleep: Callable[[float], Awaitable[None]]
+    _transfer: Callable[[float], Awaitable[None]]
 
     def _usage(self, ticket: Ticket, produced: int) -> dict:
         n = len(ticket.prompt)
