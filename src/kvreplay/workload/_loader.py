@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -95,8 +95,16 @@ def _json_line(line: bytes, path: Path, lineno: int) -> Any:
         raise WorkloadError(f"not JSON: {exc}", path=path, line=lineno) from exc
 
 
+class _Where(TypedDict):
+    """Where a body came from, as ``WorkloadError``'s keyword arguments."""
+
+    path: Path
+    line: int | None
+    body_index: int
+
+
 def _check(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int) -> Body:
-    where = {"path": path, "line": line, "body_index": index}
+    where: _Where = {"path": path, "line": line, "body_index": index}
     if len(raw) > max_bytes:
         raise WorkloadError(f"body is {len(raw)} bytes, over the limit of {max_bytes}", **where)
     try:

@@ -308,7 +308,7 @@ class CaptureWriter:
                               field="--out")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._manifest = open(self.folder / MANIFEST, "ab")
+            self._manifest = open(self.folder / MANIFEST, "ab")  # noqa: SIM115 - held open until close()
         except OSError as exc:
             raise ConfigError(f"cannot create the capture folder: {exc}", path=self.folder,
                               field="--out") from exc
@@ -476,7 +476,7 @@ class CaptureWriter:
         self._manifest.write(data)
         self._manifest.flush()
 
-    def _do(self, fn: Callable[..., None], *args: object) -> None:
+    def _do(self, fn: Callable[..., object], *args: object) -> None:
         """Run a file operation inline, or queue it on ``io``; the first OSError is kept in ``io_error``."""
         if self._io is None:
             fn(*args)

@@ -33,10 +33,12 @@ what was already there.
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -84,10 +86,11 @@ def _need_some(keep: list, summary: CaptureSummary, p: Path, paths: tuple[str, .
 # --- HAR 1.2 ---------------------------------------------------------------------------
 
 
-_KIND = {dict: "an object", str: "a string", list: "a list"}
+_KIND: dict[type, str] = {dict: "an object", str: "a string", list: "a list"}
+_T = TypeVar("_T")
 
 
-def _har_field(obj: object, key: str, kind: type, where: str, p: Path) -> object:
+def _har_field(obj: object, key: str, kind: type[_T], where: str, p: Path) -> _T:
     """``obj[key]`` when it is a ``kind``; else WorkloadError naming ``where.key``."""
     v = obj.get(key) if isinstance(obj, dict) else None
     if not isinstance(v, kind):
@@ -113,7 +116,9 @@ def _response_usage(resp: object) -> tuple[int | None, object, str | None]:
         return None, None, None
     status = resp.get("status") if isinstance(resp.get("status"), int) else None
     content = resp.get("content")
-    text = content.get("text") if isinstance(content, dict) else None
+    if not isinstance(content, dict):
+        return status, None, None
+    text = content.get("text")
     if not isinstance(text, str) or not text:
         return status, None, None
     data = text.encode("utf-8", "surrogatepass")
@@ -124,10 +129,8 @@ def _response_usage(resp: object) -> tuple[int | None, object, str | None]:
             return status, None, None
     if "event-stream" in str(content.get("mimeType", "")) or data.lstrip().startswith(b"data:"):
         acct = SSEAccountant(head_chars=0)
-        try:
+        with contextlib.suppress(StreamError):
             acct.feed(data, 0)
-        except StreamError:
-            pass
         r = acct.close()
         return status, r.usage, r.error
     try:
@@ -190,34 +193,34 @@ def import_har(
     entries = _har_field(log, "entries", list, "log", p)
     keep: list[tuple[int, int, bytes, list, dict]] = []
     summary = CaptureSummary()
-    for i, e in enumerate(entries):  # type: ignore[arg-type]
+    for i, e in enumerate(entries):
         where = f"log.entries[{i}]"
         if not isinstance(e, dict):
             raise WorkloadError("not an object", path=p, field=where)
         req = _har_field(e, "request", dict, where, p)
         method = _har_field(req, "method", str, f"{where}.request", p)
         url = _har_field(req, "url", str, f"{where}.request", p)
-        started = _parse_started(_har_field(e, "startedDateTime", str, where, p), p, where)  # type: ignore[arg-type]
-        if method.upper() != "POST":  # type: ignore[union-attr]
+        started = _parse_started(_har_field(e, "startedDateTime", str, where, p), p, where)
+        if method.upper() != "POST":
             summary.skip("method")
             continue
-        if urlsplit(url).path not in paths:  # type: ignore[arg-type]
+        if urlsplit(url).path not in paths:
             summary.skip("path")
             continue
-        post = req.get("postData")  # type: ignore[union-attr]
+        post = req.get("postData")
         if post is None:
             summary.skip("no postData")
             continue
         text = _har_field(post, "text", str, f"{where}.request.postData", p)
         if post.get("encoding") == "base64":
             try:
-                raw = base64.b64decode(text, validate=True)  # type: ignore[arg-type]
+                raw = base64.b64decode(text, validate=True)
             except ValueError as exc:
                 raise WorkloadError(f"postData.encoding is base64 but the text is not: {exc}", path=p,
                                     field=f"{where}.request.postData.text") from exc
         else:
             try:
-                raw = text.encode("utf-8")  # type: ignore[union-attr]
+                raw = text.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise WorkloadError("text holds a lone surrogate; not UTF-8", path=p,
                                     field=f"{where}.request.postData.text") from exc
@@ -226,7 +229,7 @@ def import_har(
         except WorkloadError as exc:
             raise WorkloadError(_message_of(exc), path=p, field=f"{where}.request.postData.text"
                                 + (f" (body field {exc.field})" if exc.field else "")) from exc
-        headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]  # type: ignore[union-attr]
+        headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]
         keep.append((started, i, raw, headers, e))
     keep.sort(key=lambda k: (k[0], k[1]))
     _need_some(keep, summary, p, paths)
