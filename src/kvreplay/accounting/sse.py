@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import warnings
+from collections.abc import Callable
 
 from kvreplay.accounting import _sse_py, events
 from kvreplay.accounting.events import Event, StreamResult
@@ -21,7 +22,7 @@ from kvreplay.accounting.events import Event, StreamResult
 __all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "hdr_record_gaps",
            "itl_summary_ns"]
 
-hdr_record_gaps = None
+hdr_record_gaps: Callable[..., tuple[int, int, int, int | None, int | None] | None] | None = None
 """The native ``_sse_c.hdr_record_gaps`` (ITL gaps straight into HdrHistogram counts); None on the pure side."""
 
 SSEAccountant: type
