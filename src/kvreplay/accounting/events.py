@@ -7,6 +7,7 @@ identical types and compare equal field by field (parity tests rely on it).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,7 +210,7 @@ def reasoning_tokens_of(usage: dict | None) -> int | None:
     return None
 
 
-def itl_gaps_ns(token_ns: array) -> np.ndarray:
+def itl_gaps_ns(token_ns: Sequence[int]) -> np.ndarray:
     """Gaps between successive token arrivals (ns) as an int64 numpy array.
 
     Args:
