@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -49,7 +49,7 @@ from ._prom import Sample
 
 __all__ = ["Profile", "SeriesMap", "builtin_profile_names", "load_profile"]
 
-_AGGREGATES = {"sum": math.fsum, "max": max, "min": min}
+_AGGREGATES: dict[str, Callable[[list[float]], float]] = {"sum": math.fsum, "max": max, "min": min}
 _UNITS = (
     "tokens",
     "requests",

@@ -113,9 +113,9 @@ async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
     if isinstance(info, dict):
         return "sglang"
     models = await fetch_json(session, base_url, "/v1/models")
-    if isinstance(models, dict) and isinstance(models.get("data"), list):
-        if any(isinstance(c, dict) and c.get("owned_by") == "vllm" for c in models["data"]):
-            return "vllm"
+    if (isinstance(models, dict) and isinstance(models.get("data"), list)
+            and any(isinstance(c, dict) and c.get("owned_by") == "vllm" for c in models["data"])):
+        return "vllm"
     return "openai"
 
 

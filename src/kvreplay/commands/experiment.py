@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     from kvreplay.commands.run import default_out, install_loop
     from kvreplay.errors import ConfigError
-    from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.publish import left_line, status_line
+    from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.window.spec import load_experiment
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
