@@ -42,7 +42,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
-from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, _check
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 
 __all__ = [
     "ALLOWED_HEADERS",
@@ -382,7 +382,7 @@ class CaptureWriter:
         index = s.retained
         name = f"{index:06d}.json"
         try:
-            body = _check(raw, index, self.folder / name, None, self.max_body_bytes)
+            body = check_body(raw, index, self.folder / name, None, self.max_body_bytes)
         except WorkloadError:
             s.skip("invalid")
             return None

@@ -43,8 +43,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from kvreplay.errors import WorkloadError, _where
-from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, _check, _json_line
+from kvreplay.errors import WorkloadError
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, check_body, json_line
 from kvreplay.workload.capture import DEFAULT_PATHS, CaptureSummary, CaptureWriter, sidecar_paths
 
 __all__ = ["ImportedCapture", "body_value_span", "import_har", "import_openai_batch"]
@@ -68,13 +68,6 @@ class ImportedCapture:
     plan: Path
     summary: CaptureSummary
     reserialised: list[str] = field(default_factory=list)
-
-
-def _message_of(exc: WorkloadError) -> str:
-    """The message of ``exc`` without its ``path:line, field`` prefix."""
-    prefix = _where(exc.path, exc.line, exc.field)
-    text = str(exc)
-    return text[len(prefix) + 2 :] if prefix and text.startswith(prefix + ": ") else text
 
 
 def _need_some(keep: list, summary: CaptureSummary, p: Path, paths: tuple[str, ...]) -> None:
@@ -225,9 +218,9 @@ def import_har(
                 raise WorkloadError("text holds a lone surrogate; not UTF-8", path=p,
                                     field=f"{where}.request.postData.text") from exc
         try:
-            _check(raw, len(keep), p, None, max_body_bytes)
+            check_body(raw, len(keep), p, None, max_body_bytes)
         except WorkloadError as exc:
-            raise WorkloadError(_message_of(exc), path=p, field=f"{where}.request.postData.text"
+            raise WorkloadError(exc.message, path=p, field=f"{where}.request.postData.text"
                                 + (f" (body field {exc.field})" if exc.field else "")) from exc
         headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]
         keep.append((started, i, raw, headers, e))
@@ -360,7 +353,7 @@ def import_openai_batch(
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
-        obj = _json_line(line, p, lineno)
+        obj = json_line(line, p, lineno)
         if not isinstance(obj, dict):
             raise WorkloadError("not a JSON object", path=p, line=lineno)
         for key, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
@@ -383,9 +376,9 @@ def import_openai_batch(
         if not same:
             raw, reser = orjson.dumps(obj["body"]), True
         try:
-            _check(raw, len(keep), p, lineno, max_body_bytes)
+            check_body(raw, len(keep), p, lineno, max_body_bytes)
         except WorkloadError as exc:
-            raise WorkloadError(_message_of(exc), path=p, line=lineno,
+            raise WorkloadError(exc.message, path=p, line=lineno,
                                 field="body" + (f".{exc.field}" if exc.field else "")) from exc
         keep.append((lineno, raw, obj["custom_id"], reser, urlsplit(obj["url"]).path))
     _need_some(keep, summary, p, paths)

@@ -1,0 +1,1 @@
+"""The run directory and the experiment directory: their files, written and read in one place."""
