@@ -63,10 +63,10 @@ def cross_package_private_imports(src: Path = SRC) -> list[str]:
             first = next((i for i, p in enumerate(parts) if _private(p)), None)
             if first is None:
                 continue
-            if first == 1:  # a private module of the root package: the root-level modules' own
-                allowed = len(mine) == 2 and not is_package
-            else:  # private to the top-level package kvreplay.<parts[1]>
-                allowed = len(mine) > 1 and mine[1] == parts[1]
+            # A private module of the root package is the root-level modules' own; anything
+            # deeper is private to the top-level package kvreplay.<parts[1]>.
+            root_private = first == 1
+            allowed = (len(mine) == 2 and not is_package) if root_private else (len(mine) > 1 and mine[1] == parts[1])
             if not allowed:
                 found.append(f"{module}:{line} -> {target}")
     return found
