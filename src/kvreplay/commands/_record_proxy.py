@@ -137,7 +137,7 @@ class RecordingProxy:
         status: int | None = None
         outcome = "upstream_error"
         acct = None
-        usage = None
+        usage: object = None  # the server's usage object, verbatim (checked by the capture writer)
         error: str | None = None
         ttft = e2e = None
         try:

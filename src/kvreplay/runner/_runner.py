@@ -20,6 +20,7 @@ those of a phase whose drain or fresh check failed get ``status: "check_failed"`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import re
@@ -108,10 +109,8 @@ class RecordWriter:
         except OSError as exc:
             self.lost += 1
             self.failed = exc
-            try:
+            with contextlib.suppress(OSError):  # pragma: no cover - nothing more can be done
                 self._f.truncate(self._pos)
-            except OSError:  # pragma: no cover - nothing more can be done
-                pass
             if self.on_error is not None:
                 self.on_error(exc)
             return
@@ -129,7 +128,7 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
     None off the main thread (a Ray actor, a test's thread): ``add_signal_handler``
     refuses there (uvloop with ValueError).
     """
-    installed = []
+    installed: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, handler)
@@ -383,7 +382,7 @@ class _Run(CounterReads, ContractChecks):
         seq = self.positions(phase)
         self.publish_check(phase, check_failed)
         await self.phase_sync(phase, "start")
-        st.start_ns = self.phase_start_ns(phase)
+        st.start_ns = start_ns = self.phase_start_ns(phase)
         if not self.stop_new:  # stopped before it (identity, deadline): its end line says "not run"
             self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
         check_failed = await self.phase_check_result(phase, check_failed)
@@ -406,7 +405,7 @@ class _Run(CounterReads, ContractChecks):
             if intended is not None and not self.stop_new:
                 # Open loop: not before the intended time; a late send is
                 # measured from the intended time too (no coordinated omission).
-                t_int = st.start_ns + intended[pos]
+                t_int = start_ns + intended[pos]
                 wait = t_int - now_ns()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)

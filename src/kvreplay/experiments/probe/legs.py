@@ -54,9 +54,9 @@ import aiohttp
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
+from kvreplay.experiments.probe.prompts import TokenCounter
 from kvreplay.experiments.probe.report import _fmt, intercept_warning, plain_line, render_report
 from kvreplay.experiments.probe.sizing import cap_bound, entry_bytes_fit, refused_stores
-from kvreplay.experiments.probe.prompts import TokenCounter
 from kvreplay.experiments.stats import LineFit, fit_line, median
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained

@@ -30,6 +30,7 @@ counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import signal
@@ -126,10 +127,8 @@ def listening_pid(port: int) -> int | None:
 
 
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Child:
