@@ -110,7 +110,7 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
     from kvreplay.experiments.timescale import scale_of_step
 
     views: list[PhaseView] = []
-    seen: dict[str | None, set[str]] = {}
+    seen: dict[str | None, set[str | None]] = {}  # body sha256s sent per incarnation
     for st in steps:
         if st["kind"] != "run" or not st.get("run_dir"):
             continue
@@ -229,8 +229,7 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
                  "are absent from the counters (not zero); restores cannot be read",
                  "evidence": [], "next": "run with a counters adapter (--backend / [server] backend) whose lookup "
                  "series this server exports"}]
-    used = [(v, _restores(v, tier)) for v in views]
-    used = [(v, r) for v, r in used if r is not None]
+    used = [(v, r) for v in views if (r := _restores(v, tier)) is not None]
     fwd = [(v, r) for v, r in used if v.comparable and v.order == "forward"]
     rev = [(v, r) for v, r in used if v.comparable and v.order == "reverse"]
     ctl = [(v, r) for v, r in used if not v.comparable]
@@ -450,14 +449,14 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
                         out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst,
                                     "value": v.evidence.get(key, 0.0), "reason": pre})
         elif st["kind"] == "ab":
-            f = ab_ev.get(name)
-            if f is None:
+            ab_f = ab_ev.get(name)
+            if ab_f is None:
                 out.append({"step": name, "metric": "verdict", "status": status if status != "measured" else
                             "failed", "value": None, "reason": reason or "no comparison"})
             else:
-                out.append({"step": name, "metric": "verdict", "status": status, "value": f["verdict"],
+                out.append({"step": name, "metric": "verdict", "status": status, "value": ab_f["verdict"],
                             "reason": reason})
-                for e in f["evidence"]:
+                for e in ab_f["evidence"]:
                     out.append({"step": name, "metric": e["cell"].split("/", 1)[1], "status": status,
                                 "value": e["value"], "reason": e["decision"]})
         elif st["kind"] == "probe":

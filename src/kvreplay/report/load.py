@@ -152,7 +152,7 @@ class RunData:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """records.jsonl as dicts; a torn last line (a killed writer) is skipped."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -191,6 +191,10 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         heads: list[_Head] = []
         inside = False
         entry: list[bytes] = []
+        seen: set[bytes] = set()
+        uniq: list[dict[str, Any]] = []
+        head: list[dict[str, Any]] = []
+        n, in_range = 0, True
         for line in f:
             if not inside:
                 parts.append(line)

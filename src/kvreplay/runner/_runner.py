@@ -40,7 +40,7 @@ from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
-from kvreplay.redaction import _secret_bytes, escape_controls, redact, redact_bytes, register_headers
+from kvreplay.redaction import escape_controls, has_secrets, redact, redact_bytes, register_headers
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads
 from kvreplay.runner._options import RunOptions, plan_json_of  # noqa: F401 (plan_json_of: re-exported)
@@ -97,7 +97,7 @@ class RecordWriter:
                 (nothing is written).
         """
         line = orjson.dumps(rec) + b"\n"
-        if _secret_bytes:
+        if has_secrets():
             line = redact_bytes(line)
         if self.failed is not None:
             self.lost += 1
@@ -444,7 +444,7 @@ class _Run(CounterReads, ContractChecks):
             delta = None
             try:
                 check_ranges(out)
-                if _secret_bytes:
+                if has_secrets():
                     redact_outcome(out)
                 if per_req:
                     try:

@@ -566,6 +566,7 @@ async def _cold_warm(p: _Probe, counter: TokenCounter, cfg: ProbeConfig, cold: l
             counter.observe(body, rec["prompt_tokens"])
             cold.append(rec)
             last_system = body.system
+        assert last_system is not None  # cold_repeats >= 1 (ProbeConfig checks it)
         raw = counter.body_with_system(last_system, p.fresh("t"))
         rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
         warm.append(rec)

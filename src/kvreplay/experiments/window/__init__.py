@@ -1,1 +1,5 @@
-"""The diagnosis window: the experiment file (``spec``), its frozen form (``frozen``), server lifecycle (``lifecycle``) and execution with the restore (``execute``)."""
+"""The diagnosis window.
+
+The experiment file (``spec``), its frozen form (``frozen``), server lifecycle (``lifecycle``)
+and execution with the restore (``execute``).
+"""

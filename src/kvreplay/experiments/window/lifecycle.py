@@ -145,7 +145,8 @@ class _Child:
     """
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.returncode = pid, None
+        self.pid = pid
+        self.returncode: int | None = None
 
     @classmethod
     def spawn(cls, argv: list[str], log: Path) -> _Child:
