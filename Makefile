@@ -1,13 +1,14 @@
 # kvreplay: the two commands of the README.
 #   make demo   create .venv, build the extension, replay the bundled workload against the simulator
-#   make test   the same set-up, then the whole test suite (native pass, then pure-Python pass)
+#   make test   the same set-up, then make lint, then the whole test suite (native pass, then pure-Python pass)
+#   make lint   ruff over src, tests and bench; mypy over src; import-linter's layer contracts (pyproject.toml)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvreplay-installed
 RAY_STAMP := $(VENV)/.kvreplay-ray-installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test lint install bench clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxi)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +26,13 @@ $(RAY_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/kvreplay demo
 
-test: $(STAMP) $(RAY_STAMP) real-servers browser
+# The linters come with the dev extras; each reads its settings from pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy src
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) $(RAY_STAMP) real-servers browser lint
 	$(PY) -m pytest -q
 	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server and not ray' $(wildcard tests/unit tests/parity tests/integration tests/goldens tests/hostile)
 

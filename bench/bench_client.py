@@ -46,10 +46,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
-WORDS = (
-    "alpha beta gamma delta epsilon zeta theta iota kappa lambda omicron sigma tau upsilon "
-    "phi chi psi omega river stone cloud field light shadow garden window"
-).split()
+WORDS = [
+    "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "iota", "kappa", "lambda", "omicron", "sigma",
+    "tau", "upsilon", "phi", "chi", "psi", "omega", "river", "stone", "cloud", "field", "light", "shadow", "garden",
+    "window",
+]
 
 
 def make_workload(path: Path, n: int, prompt_tokens: int = 1024, max_tokens: int = 128) -> None:

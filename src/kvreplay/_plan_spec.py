@@ -175,7 +175,9 @@ class PhaseSpec:
         label = data.get("label")
         if label is not None and (not isinstance(label, str) or not _LABEL_RE.fullmatch(label)):
             raise bad("label", f"must be 1-64 letters, digits, '_', '.', '-', not {label!r}")
-        return cls(name=name, order=order, select=select, **ints, **flags, arrival=arrival, rate=rate,
+        return cls(name=name, order=order, select=select, concurrency=ints["concurrency"], repeats=ints["repeats"],
+                   drain=flags["drain"], reset=flags["reset"], fresh=flags["fresh"], comparable=flags["comparable"],
+                   arrival=arrival, rate=rate,
                    time_scale=float(time_scale), interleave=interleave, label=label)
 
     def to_json(self) -> dict[str, Any]:

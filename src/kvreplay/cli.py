@@ -29,7 +29,10 @@ EXIT_ABORTED = 3
 
 
 class _Command(tuple[str, str, str]):
-    """A subcommand as read from its module's source: ``(name, help, module)`` (a plain tuple: no dataclasses import at start-up)."""
+    """A subcommand as read from its module's source: ``(name, help, module)``.
+
+    A plain tuple: no ``dataclasses`` import at start-up.
+    """
 
     __slots__ = ()
 
@@ -99,7 +102,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="kvreplay",
         description="Replay exact request bodies against an LLM server and attribute its prefix cache.",
     )
-    p.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and the SSE accountant (native or pure) and exit")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="show the version and the SSE accountant (native or pure) and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     chosen = None
     if argv is not None:

@@ -70,6 +70,7 @@ class WorkloadError(KvreplayError, ValueError):
         line: 1-based line for JSONL workloads, else None.
         body_index: 0-based index of the body in the workload, where known.
         field: The JSON key at fault, where known.
+        message: The message as given, without the ``path:line, field`` prefix of ``str(exc)``.
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class WorkloadError(KvreplayError, ValueError):
         field: str | None = None,
     ) -> None:
         self.path, self.line, self.body_index, self.field = path, line, body_index, field
+        self.message = message
         where = _where(path, line, field)
         super().__init__(f"{where}: {message}" if where else message)
 

@@ -465,14 +465,13 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
         raise ConfigError("phases must be a list", path=p, field="phases")
     if sum(len(ph["sequence"]) for ph in data["phases"]) > MAX_POSITIONS:
         raise ConfigError(f"over {MAX_POSITIONS} positions", path=p, field="phases[].sequence")
-    if workload is not None:
-        if len(workload) != wl["n_bodies"] or workload.sha256 != wl["sha256"]:
-            raise ConfigError(
-                f"workload {workload.path} is not the one the plan was made from "
-                f"(sha256 {workload.sha256[:12]} vs {wl['sha256'][:12]})",
-                path=p,
-                field="workload.sha256",
-            )
+    if workload is not None and (len(workload) != wl["n_bodies"] or workload.sha256 != wl["sha256"]):
+        raise ConfigError(
+            f"workload {workload.path} is not the one the plan was made from "
+            f"(sha256 {workload.sha256[:12]} vs {wl['sha256'][:12]})",
+            path=p,
+            field="workload.sha256",
+        )
     seen_extra: dict[int, str] = {}
     phases = []
     body_sha = [""] * wl["n_bodies"]

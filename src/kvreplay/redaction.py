@@ -25,7 +25,7 @@ import sys
 from typing import Any, TextIO
 
 __all__ = ["MARKER", "MIN_PREFIX", "MIN_SECRET", "RedactingStream", "check_secret", "clear", "escape_controls",
-           "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
+           "has_secrets", "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
            "register_headers", "secrets"]
 
 MARKER = "[REDACTED]"
@@ -40,6 +40,11 @@ before anything is sent."""
 
 _secrets: list[str] = []
 _secret_bytes: list[bytes] = []
+
+
+def has_secrets() -> bool:
+    """True when a secret is registered (cheap: for a writer's per-record check)."""
+    return bool(_secret_bytes)
 
 
 def secrets() -> tuple[str, ...]:
@@ -205,7 +210,7 @@ def install_streams() -> tuple[TextIO, TextIO]:
     """Wrap ``sys.stdout`` and ``sys.stderr`` in ``RedactingStream``; returns the originals."""
     old = (sys.stdout, sys.stderr)
     if not isinstance(sys.stdout, RedactingStream):
-        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = RedactingStream(sys.stdout)
     if not isinstance(sys.stderr, RedactingStream):
-        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = RedactingStream(sys.stderr)
     return old

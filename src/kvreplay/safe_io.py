@@ -10,6 +10,7 @@ replaces a symlink itself, never its target).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -48,10 +49,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             keeps its previous content; the partial temporary file is removed).
     """
     tmp = path.with_name(path.name + ".tmp")
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a stale or planted entry (a symlink is removed, not followed)
-    except FileNotFoundError:
-        pass
     try:
         with open_new(tmp) as f:
             view = memoryview(data)
@@ -60,10 +59,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
                 view = view[n:]
         os.replace(tmp, path)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -13,6 +13,7 @@ test proves the client's redaction, not the server's script.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import socket
 import ssl
@@ -412,7 +413,5 @@ class HostileServer:
                 asyncio.CancelledError):
             pass  # a client that went away, or the server shutting down
         finally:
-            try:
+            with contextlib.suppress(Exception):  # noqa: BLE001
                 w.close()
-            except Exception:  # noqa: BLE001
-                pass

@@ -8,6 +8,7 @@ HTML report of an ab directory, and what it says about missing repetitions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from helpers import write_chat_workload
 
 from kvreplay.cli import main
 
-WORDS = "alpha beta gamma delta river stone cloud light north south quiet bright".split()
+WORDS = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "light", "north", "south", "quiet", "bright"]
 
 
 def workload(tmp_path: Path, n: int = 3) -> Path:
@@ -48,10 +49,8 @@ def _kill_groups(doc: dict) -> None:
     for b in doc.get("blocks", []):
         pid = (b.get("switch") or {}).get("pid")
         if pid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)  # the background 'sleep 120' this test started
-            except ProcessLookupError:
-                pass
 
 
 def _alive_group(pgid: int) -> bool:

@@ -28,7 +28,7 @@ from kvreplay.plan import PhaseSpec, build_plan
 from kvreplay.sim import SimConfig, SimServer
 from kvreplay.workload import load_workload
 
-WORDS = "alpha beta gamma delta river stone cloud light north south quiet bright".split()
+WORDS = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "light", "north", "south", "quiet", "bright"]
 
 
 def workload(tmp_path: Path, n: int = 6) -> Path:

@@ -8,6 +8,7 @@ same frozen sequences at C1: a fresh engine per incarnation, the host tier's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -356,10 +357,8 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
         pid_file = out / "sim.pid"
         if pid_file.exists():
             pid = int(pid_file.read_text())
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
     r = result(out)
     st = {s["name"]: s for s in r["steps"]}
     assert rc == 0, r["steps"]
@@ -442,10 +441,8 @@ kind = "restore"
         for st in r["steps"]:
             for c in (st.get("checks") or {}).get("commands") or []:
                 if c.get("background") and c.get("pid"):
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.killpg(c["pid"], signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
     assert rc == 3 and time.monotonic() - t0 < 40
     st = {s["name"]: s for s in r["steps"]}
     assert r["aborted"]["reason"] == "ab_stopped"
@@ -498,7 +495,5 @@ kind = "restore"
             assert json.loads(resp.read())["data"][0]["id"] == "kvreplay-sim"
     finally:
         if pid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)  # its own process group: sh and serve-sim
-            except ProcessLookupError:
-                pass

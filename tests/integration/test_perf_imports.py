@@ -22,15 +22,15 @@ orig = selfmeasure.ClientMonitor.start
 def start(self, *a, **k):
     if not seen:
         seen["cpu_s"] = time.process_time()
-        seen["heavy"] = sorted(m for m in %r if m in sys.modules)
+        seen["heavy"] = sorted(m for m in HEAVY_NAMES if m in sys.modules)
     return orig(self, *a, **k)
 selfmeasure.ClientMonitor.start = start
 from kvreplay.cli import main
 rc = main(sys.argv[1:])
 seen["rc"] = rc
-seen["heavy_at_end"] = sorted(m for m in %r if m in sys.modules)
+seen["heavy_at_end"] = sorted(m for m in HEAVY_NAMES if m in sys.modules)
 print(json.dumps(seen))
-""" % (HEAVY, HEAVY)
+""".replace("HEAVY_NAMES", repr(HEAVY))
 
 
 def _py(code: str, *args: str) -> str:

@@ -317,9 +317,9 @@ def test_upstream_cut_client_gone_and_unreachable_are_recorded(tmp_path):
                 r.close()  # the client leaves mid-stream
                 await asyncio.sleep(0.3)
             await runner.cleanup()  # now nothing listens there: 502
-            async with aiohttp.ClientSession() as client:
-                async with client.post(url + "/v1/chat/completions", data=chat("c")) as r:
-                    seen.append((r.status, await r.json()))
+            async with aiohttp.ClientSession() as client, client.post(url + "/v1/chat/completions",
+                                                                      data=chat("c")) as r:
+                seen.append((r.status, await r.json()))
         finally:
             await proxy.stop()
         return seen
@@ -338,9 +338,9 @@ def test_upstream_cut_client_gone_and_unreachable_are_recorded(tmp_path):
 
 def test_a_hostile_stream_is_relayed_whole_and_accounting_stops(tmp_path):
     async def go():
-        async with stack(tmp_path) as (up, proxy, url, client, log):
-            async with client.post(url + "/v1/chat/completions", data=chat("MALFORMED")) as r:
-                return await r.read()
+        async with stack(tmp_path) as (up, proxy, url, client, log), \
+                client.post(url + "/v1/chat/completions", data=chat("MALFORMED")) as r:
+            return await r.read()
 
     assert run(go()) == b"".join(MALFORMED_STREAM)  # every byte relayed, 2 MiB line included
     (m,) = [json.loads(x) for x in (tmp_path / "W" / "capture.jsonl").read_text().splitlines()]
@@ -393,5 +393,5 @@ def test_each_upstream_chunk_reaches_the_client_as_it_arrives(tmp_path):
 
     got = run(go())
     assert [c for _, c in got] == chunks  # one client read per upstream chunk, bytes unchanged
-    gaps = [b[0] - a[0] for a, b in zip(got, got[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(got, got[1:], strict=False)]
     assert len(gaps) == 4 and min(gaps) >= pause - 0.01, gaps

@@ -38,7 +38,7 @@ class Proc:
 
     def __init__(self, tmp: Path, name: str, *argv: str) -> None:
         self.err_path = tmp / f"{name}.stderr"
-        self.err = open(self.err_path, "wb")
+        self.err = open(self.err_path, "wb")  # noqa: SIM115 - the child writes to it until close()
         self.p = subprocess.Popen([sys.executable, "-m", "kvreplay", *argv], stdout=subprocess.PIPE,
                                   stderr=self.err)
         line = self.p.stdout.readline().decode()

@@ -92,7 +92,8 @@ def test_refusing_server_counts_refused_stores(tmp_path):
     assert rows["prime (C1)"] == ["3", "0", "3", "0", "3", "0", "3", "3", "39000", "13000"]
     assert rows["again (C1)"] == ["3", "3", "0", "390", "0", "0", "3", "3", "39000", "13000"]
     # and per request: each stores one and refuses one, then hits 130 and refuses one again
-    head, rows = md_table((out / "report.md").read_text(), "Per request at C1 (native counter deltas across each request)")
+    head, rows = md_table((out / "report.md").read_text(),
+                          "Per request at C1 (native counter deltas across each request)")
     assert head[-1] == "Δ refused (entries)" and head[-3] == "Δ stores (entries)"
     assert [(r[5], r[-3], r[-1]) for r in rows if r[0] != "position · body" and set(r[0]) != {"-"}] == (
         [("0", "1", "1")] * 3 + [("130", "0", "1")] * 3

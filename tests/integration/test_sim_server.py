@@ -116,7 +116,8 @@ def test_deterministic_output_and_max_tokens():
     assert c["choices"][0]["finish_reason"] == "stop" and 32 <= c["usage"]["completion_tokens"] <= 256
     # a repeat hits the messages snapshot: system "S" message 6 tokens (<|im_start|> "system"
     # "\n" "S" <|im_end|> "\n") + user "q" message 6 = 12 tokens (prompt: 12 + 4 = 16)
-    assert (a["usage"]["prompt_tokens_details"]["cached_tokens"], b["usage"]["prompt_tokens_details"]["cached_tokens"]) == (0, 12)
+    assert (a["usage"]["prompt_tokens_details"]["cached_tokens"],
+            b["usage"]["prompt_tokens_details"]["cached_tokens"]) == (0, 12)
 
 
 def test_completions_stream_and_small_endpoints():
@@ -226,7 +227,8 @@ def test_metrics_names_and_restart_fault():
                  "vllm:generation_tokens_total", "vllm:prefix_cache_queries_created", "vllm:num_requests_running",
                  "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert name + lab in m1, name
-    assert m1["vllm:prompt_tokens_by_source_total" + '{engine="0",model_name="kvreplay-sim",source="local_cache_hit"}'] == 12
+    assert m1["vllm:prompt_tokens_by_source_total"
+              + '{engine="0",model_name="kvreplay-sim",source="local_cache_hit"}'] == 12
     assert m1["vllm:prefix_cache_queries_total" + lab] == 32  # 2 x 16
     # request 3 restarts the server first: counters restart from that request alone
     assert m2["vllm:prefix_cache_queries_total" + lab] == 16 and m2["vllm:prefix_cache_hits_total" + lab] == 0
@@ -270,7 +272,8 @@ def test_stream_faults():
     st, data = out[0]
     blocks = data.split(b"\n\n")
     assert st == 200 and blocks[-3:] == [
-        b'data: {"error":{"message":"simulated engine error mid-stream","type":"InternalServerError","param":null,"code":500}}',
+        b'data: {"error":{"message":"simulated engine error mid-stream","type":"InternalServerError",'
+        b'"param":null,"code":500}}',
         b"data: [DONE]", b""]
     assert len([b for b in blocks if b'"content":"' in b and b'"content":""' not in b]) == 2
     assert out[1][0] == "cut"

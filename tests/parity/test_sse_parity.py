@@ -72,9 +72,11 @@ _maybe_str = st.none() | _text | st.integers(-3, 3) | st.just([]) | st.just({})
 @st.composite
 def _delta(draw):
     d = {}
-    for key in draw(st.lists(st.sampled_from(["role", "content", "reasoning_content", "reasoning", "tool_calls", "refusal"]), max_size=4, unique=True)):
+    keys = st.sampled_from(["role", "content", "reasoning_content", "reasoning", "tool_calls", "refusal"])
+    for key in draw(st.lists(keys, max_size=4, unique=True)):
         if key == "content" and draw(st.integers(0, 5)) == 0:
-            d[key] = [draw(st.fixed_dictionaries({"type": st.sampled_from(["text", "thinking", "image_url"]), "text": _text}))]
+            d[key] = [draw(st.fixed_dictionaries({"type": st.sampled_from(["text", "thinking", "image_url"]),
+                                                  "text": _text}))]
         elif key == "tool_calls":
             d[key] = [{"index": 0, "function": {"arguments": draw(_text)}}]
         else:
@@ -118,7 +120,8 @@ def _payload(draw) -> dict | list | int:
     if u == 0:
         obj["usage"] = None
     elif u == 1:
-        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": 1, "prompt_tokens_details": draw(st.none() | st.just({"cached_tokens": 0}))}
+        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": 1,
+                        "prompt_tokens_details": draw(st.none() | st.just({"cached_tokens": 0}))}
     elif u == 2:
         obj["x_groq"] = {"id": "q"} if draw(st.booleans()) else {"usage": {"prompt_tokens": 3}}
     if draw(st.integers(0, 9)) == 0:
@@ -208,7 +211,8 @@ def test_byte_soup_payloads(parts):
 
 
 @settings(max_examples=300, deadline=None)
-@given(parts=st.lists(_SOUP, max_size=30), prefix=st.sampled_from([b'{"choices":[{"delta":{"content":', b'{"choices":[{"text":', b'{"choices":[', b'{"']))
+@given(parts=st.lists(_SOUP, max_size=30),
+       prefix=st.sampled_from([b'{"choices":[{"delta":{"content":', b'{"choices":[{"text":', b'{"choices":[', b'{"']))
 def test_byte_soup_inside_a_chunk(parts, prefix):
     payload = prefix + b"".join(parts).replace(b"\n", b" ")
     both([b"data: " + payload + b"\n\n"])

@@ -1,4 +1,6 @@
-"""Bad values are refused before anything is made or sent: exit 2, the flag or file and line named, no traceback (issue 30, lesser items).
+"""Bad values are refused before anything is made or sent (issue 30, lesser items).
+
+Exit 2, the flag or the file and line named, no traceback.
 
 ``--sim-time-scale nan`` used to be accepted: every request failed, exit 0. Now exit 2,
 the flag named, and no run directory left behind.

@@ -7,11 +7,13 @@ identical types and compare equal field by field (parity tests rely on it).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "itl_summary_ns",
+__all__ = ["Accountant", "Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "itl_summary_ns",
            "reasoning_tokens_of"]
 
 HEAD_CHARS = 256
@@ -168,6 +170,31 @@ class StreamResult:
         return self.content_deltas > 0
 
 
+class Accountant(Protocol):
+    """What both SSE accountant twins offer: the type of ``accounting.SSEAccountant``.
+
+    The pure ``_sse_py.SSEAccountant`` and the native ``_sse_c.SSEAccountant`` (its
+    stub: ``_sse_c.pyi``); ``accounting.sse`` picks one.
+    """
+
+    events: list[Event]
+
+    def __init__(self, *, head_chars: int = ..., max_line_bytes: int = ..., keep_events: bool = ...) -> None: ...
+
+    @property
+    def result(self) -> StreamResult:
+        """The figures so far (final after ``close``)."""
+        ...
+
+    def feed(self, data: bytes, recv_ns: int) -> int:
+        """Account ``data`` received at ``recv_ns`` (ns); returns the number of SSE events it completed."""
+        ...
+
+    def close(self) -> StreamResult:
+        """End of stream: account what is left and return the result."""
+        ...
+
+
 def _int(d: dict | None, key: str) -> int | None:
     if not isinstance(d, dict):
         return None
@@ -209,7 +236,7 @@ def reasoning_tokens_of(usage: dict | None) -> int | None:
     return None
 
 
-def itl_gaps_ns(token_ns: array) -> np.ndarray:
+def itl_gaps_ns(token_ns: Sequence[int]) -> np.ndarray:
     """Gaps between successive token arrivals (ns) as an int64 numpy array.
 
     Args:

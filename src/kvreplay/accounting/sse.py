@@ -14,17 +14,18 @@ from __future__ import annotations
 import os
 import platform
 import warnings
+from collections.abc import Callable
 
 from kvreplay.accounting import _sse_py, events
-from kvreplay.accounting.events import Event, StreamResult
+from kvreplay.accounting.events import Accountant, Event, StreamResult
 
 __all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "hdr_record_gaps",
            "itl_summary_ns"]
 
-hdr_record_gaps = None
+hdr_record_gaps: Callable[..., tuple[int, int, int, int | None, int | None] | None] | None = None
 """The native ``_sse_c.hdr_record_gaps`` (ITL gaps straight into HdrHistogram counts); None on the pure side."""
 
-SSEAccountant: type
+SSEAccountant: type[Accountant]
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implementation() != "CPython":
     SSEAccountant = _sse_py.SSEAccountant
     IMPLEMENTATION = "pure"

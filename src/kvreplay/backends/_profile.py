@@ -35,7 +35,7 @@ A common name with no matching sample is absent from the snapshot, never 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -48,7 +48,7 @@ from ._prom import Sample
 
 __all__ = ["Profile", "SeriesMap", "builtin_profile_names", "load_profile"]
 
-_AGGREGATES = {"sum": math.fsum, "max": max, "min": min}
+_AGGREGATES: dict[str, Callable[[list[float]], float]] = {"sum": math.fsum, "max": max, "min": min}
 _UNITS = (
     "tokens",
     "requests",

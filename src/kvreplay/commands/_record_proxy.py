@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from typing import TextIO
 
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
@@ -60,7 +61,7 @@ class RecordingProxy:
         requests: Requests proxied (all paths).
     """
 
-    def __init__(self, upstream: str, writer: CaptureWriter, *, log: object = None) -> None:
+    def __init__(self, upstream: str, writer: CaptureWriter, *, log: TextIO | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.writer = writer
         self.log = log if log is not None else sys.stderr
@@ -136,7 +137,7 @@ class RecordingProxy:
         status: int | None = None
         outcome = "upstream_error"
         acct = None
-        usage = None
+        usage: object = None  # the server's usage object, verbatim (checked by the capture writer)
         error: str | None = None
         ttft = e2e = None
         try:

@@ -114,10 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_target(args.target, sim=False)
     try:
-        if args.from_file:
-            out = _offline(args)
-        else:
-            out = asyncio.run(asyncio.wait_for(_live(args), timeout=args.timeout))
+        out = _offline(args) if args.from_file else asyncio.run(asyncio.wait_for(_live(args), timeout=args.timeout))
     except BackendError as exc:
         print(f"kvreplay snapshot: {exc}", file=sys.stderr)
         return EXIT_BACKEND

@@ -143,7 +143,7 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
         recs: dict[str, list[dict[str, Any]]] = {}
         try:
             for r in iter_records(d / RECORDS):
-                recs.setdefault(r.get("phase"), []).append(r)
+                recs.setdefault(str(r.get("phase")), []).append(r)
         except OSError:
             pass
         scale = scale_of_step(plan, summary, frozen, st.get("incarnation"))

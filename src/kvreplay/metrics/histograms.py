@@ -9,6 +9,7 @@ silently (``hdrh``'s ``record_value`` returns False for them).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -66,6 +67,8 @@ class LatencySet:
     __slots__ = ("_addr", "_counts", "_half_count", "_half_mag", "_hist", "_len", "_mask", "_np_counts", "_oor",
                  "_pend", "_unit", "sum_us")
 
+    _np_counts: np.ndarray | None
+
     def __init__(self, hist: HdrHistogram | None = None, out_of_range: int = 0, sum_us: int = 0) -> None:
         self._pend = array("q")
         self.hist = hist if hist is not None else new_histogram()
@@ -79,17 +82,6 @@ class LatencySet:
             self.flush()
         return self._hist
 
-    @property
-    def out_of_range(self) -> int:
-        """Values beyond the histogram's range (counted, never recorded)."""
-        if self._pend:
-            self.flush()
-        return self._oor
-
-    @out_of_range.setter
-    def out_of_range(self, n: int) -> None:
-        self._oor = n
-
     @hist.setter
     def hist(self, h: HdrHistogram) -> None:
         self._pend = array("q")
@@ -102,6 +94,17 @@ class LatencySet:
         self._half_mag = h.sub_bucket_half_count_magnitude
         self._half_count = h.sub_bucket_half_count
         self._len = h.counts_len
+
+    @property
+    def out_of_range(self) -> int:
+        """Values beyond the histogram's range (counted, never recorded)."""
+        if self._pend:
+            self.flush()
+        return self._oor
+
+    @out_of_range.setter
+    def out_of_range(self, n: int) -> None:
+        self._oor = n
 
     def __repr__(self) -> str:
         return f"LatencySet(n={self.hist.total_count}, out_of_range={self.out_of_range})"
@@ -154,7 +157,7 @@ class LatencySet:
         straight into the counts (``accounting.sse.hdr_record_gaps``), else through
         ``record_many_ns`` (numpy).
         """
-        if self._addr:  # native: into the counts directly
+        if self._addr and hdr_record_gaps is not None:  # native: into the counts directly
             r = hdr_record_gaps(self._addr, self._len, self._mask, self._unit, self._half_mag, self._half_count,
                                 token_ns)
             if r is not None:
@@ -290,10 +293,8 @@ def new_log(path: Path, comment: str) -> BinaryIO:
     Raises:
         OSError: the file cannot be created, or the header not written whole.
     """
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a stale or planted entry
-    except FileNotFoundError:
-        pass
     f = open_new(path)
     header = hlog_header(comment).encode("utf-8")
     try:

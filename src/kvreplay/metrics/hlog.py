@@ -25,6 +25,7 @@ the name).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 from collections.abc import Callable, Mapping
@@ -178,10 +179,8 @@ class IntervalLogs:
                 m.f.close()
                 m.f = None
         for name in self.files.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.out_dir / name)
-            except OSError:
-                pass
         self.files = {}
         if self.on_error is not None:
             self.on_error(exc)

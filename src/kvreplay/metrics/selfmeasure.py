@@ -353,7 +353,8 @@ def merge_client(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """
     if not parts:
         return {}
-    out = dict(max(parts, key=lambda p: p.get("loop_lag_p99_ms") or 0.0))
+    worst = max(parts, key=lambda p: p.get("loop_lag_p99_ms") or 0.0)
+    out = dict(worst)
     out["cpu_s"] = round(sum(p.get("cpu_s") or 0.0 for p in parts), 4)
     for k in ("cpu_utilisation", "starvation_share", "loop_late_s", "stall_cpu_share", "stall_wait_share"):
         vals = [p[k] for p in parts if p.get(k) is not None]

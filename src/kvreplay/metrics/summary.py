@@ -171,7 +171,7 @@ class PhaseStats:
             st = str(rec.get("status"))
             self.no_usage_by_status[st] = self.no_usage_by_status.get(st, 0) + 1
             if len(self.no_usage_positions) < MAX_LISTED:
-                self.no_usage_positions.append(rec.get("position"))
+                self.no_usage_positions.append(rec["position"])
             if d and "hit_tokens" in d and not d.get("reset"):
                 self.no_usage_tokens += counter_cached(d)
                 self.no_usage_counted += 1

@@ -107,7 +107,7 @@ def entries_curve(
                 offs = sorted({min(o, max_entry_tokens) for o in offs} - {0})
             else:
                 offs = [o for o in offs if o <= max_entry_tokens]
-        cand_lengths = [L for L in lengths_seen if L <= n]
+        cand_lengths = [length for length in lengths_seen if length <= n]
         at = keys.keys_at(cand_lengths + offs)
         req_start.append(len(refs))
         for L in cand_lengths:

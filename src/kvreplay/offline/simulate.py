@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import TypedDict
 
 from kvreplay.errors import ConfigError
 from kvreplay.offline.entries import entries_curve
@@ -110,6 +111,14 @@ class SimulateOptions:
     metric: str = "tokens"
 
 
+class _RenderOptions(TypedDict):
+    """``model_requests``' rendering keywords, as ``load_requests`` passes them."""
+
+    outputs: bool
+    output_tokens: int | None
+    max_output_tokens: int | None
+
+
 def _is_plan(path: Path) -> bool:
     if not path.is_file() or path.suffix != ".json":
         return False
@@ -141,7 +150,7 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
         reject_csv(p.read_bytes()[:65536], p)
     if is_block_trace(p):
         return "trace", load_block_trace(p, block_tokens=opts.trace_block_tokens, limit=opts.limit)
-    kw = {
+    kw: _RenderOptions = {
         "outputs": opts.outputs,
         "output_tokens": opts.output_tokens,
         "max_output_tokens": opts.max_output_tokens,

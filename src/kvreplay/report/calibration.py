@@ -78,7 +78,8 @@ def calibration_line(rec: dict[str, Any], where: str) -> str:
     flushing k.
     """
     cap = rec.get("capacity")
-    changes = rec.get("changes") if isinstance(rec.get("changes"), dict) else {}
+    changes_raw = rec.get("changes")
+    changes = changes_raw if isinstance(changes_raw, dict) else {}
     if cap == "unbounded":
         cap_text = "unbounded (the eviction bisection found no flushing k)"
     elif isinstance(cap, int) and not isinstance(cap, bool):

@@ -312,14 +312,15 @@ def _no_usage_records(
             bad.setdefault(str(r.get("phase")), []).append(r)
     out: dict[str, tuple[list[dict[str, Any]], float | None]] = {}
     for phase, rs in bad.items():
-        tokens: float | None = 0.0
+        tokens = 0.0
         for r in rs:
             d = r.get("counter_delta") or {}
             if "hit_tokens" not in d or d.get("reset"):
-                tokens = None
+                out[phase] = (rs, None)
                 break
             tokens += counter_cached(d)
-        out[phase] = (rs, tokens)
+        else:
+            out[phase] = (rs, tokens)
     return out
 
 

@@ -207,7 +207,7 @@ def ttft_position_png(
         ax2.fill_between(cx[keep], 0, cy[keep], step="mid", color="tab:orange", alpha=0.35,
                          linewidth=0, label="usage cached_tokens" + (" (median per bin)" if binned else ""))
         tops.append(float(cy[keep].max()))
-    if ry is not None:
+    if rx is not None and ry is not None:
         rk = ~np.isnan(ry)
         if rk.any():
             ax2.plot(rx[rk], ry[rk], "s", color="tab:green", markersize=2 if binned else 3,

@@ -25,9 +25,9 @@ from kvreplay.report.cells import (
     record_cells,
     tokens_cell,
 )
-from kvreplay.rundir import RunData
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.units import sim_time_scale, unit_of
+from kvreplay.rundir import RunData
 
 __all__ = [
     "COUNTER_ORDER",

@@ -9,6 +9,7 @@ blank line and a line that is not a JSON object.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable, Iterator
@@ -71,10 +72,8 @@ class RecordWriter:
         except OSError as exc:
             self.lost += 1
             self.failed = exc
-            try:
+            with contextlib.suppress(OSError):  # nothing more can be done
                 self._f.truncate(self._pos)
-            except OSError:  # pragma: no cover - nothing more can be done
-                pass
             if self.on_error is not None:
                 self.on_error(exc)
             return

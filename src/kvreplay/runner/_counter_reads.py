@@ -10,7 +10,8 @@ and units: ``runner.backend`` and docs/summary-schema.md.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kvreplay.errors import BackendError
 from kvreplay.evidence.vocab import TOKEN_TWINS
@@ -28,6 +29,13 @@ class CounterReads:
     opts: Any
     restarts: int
     nonfinite: set[str]
+    progress: Callable[[str], None]
+
+    if TYPE_CHECKING:  # defined by _Run and ContractChecks; declared here for the type checker
+
+        def log_counters(self, snap: Snapshot, at: str | int) -> None: ...
+        def request_abort(self, reason: str, message: str) -> None: ...
+        async def check_identity(self) -> None: ...
 
     def check_bounds(self, snap: Snapshot | None) -> None:
         if snap is None:
@@ -69,7 +77,7 @@ class CounterReads:
         while True:
             await asyncio.sleep(self.opts.monitor_interval_s)
             try:
-                snap = await self.backend.snapshot()  # type: ignore[union-attr]
+                snap = await self.backend.snapshot()
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
                 continue

@@ -36,7 +36,7 @@ from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.plan import Phase, Plan
-from kvreplay.redaction import _secret_bytes, escape_controls, redact, register_headers
+from kvreplay.redaction import escape_controls, has_secrets, redact, register_headers
 from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWriter
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads
@@ -61,7 +61,7 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
     None off the main thread (a Ray actor, a test's thread): ``add_signal_handler``
     refuses there (uvloop with ValueError).
     """
-    installed = []
+    installed: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, handler)
@@ -295,7 +295,7 @@ class _Run(CounterReads, ContractChecks):
         seq = self.positions(phase)
         self.publish_check(phase, check_failed)
         await self.phase_sync(phase, "start")
-        st.start_ns = self.phase_start_ns(phase)
+        st.start_ns = start_ns = self.phase_start_ns(phase)
         if not self.stop_new:  # stopped before it (identity, deadline): its end line says "not run"
             self.obs.on_phase_start(phase.name, len(phase.sequence), spec.concurrency)
         check_failed = await self.phase_check_result(phase, check_failed)
@@ -318,7 +318,7 @@ class _Run(CounterReads, ContractChecks):
             if intended is not None and not self.stop_new:
                 # Open loop: not before the intended time; a late send is
                 # measured from the intended time too (no coordinated omission).
-                t_int = st.start_ns + intended[pos]
+                t_int = start_ns + intended[pos]
                 wait = t_int - now_ns()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)
@@ -357,7 +357,7 @@ class _Run(CounterReads, ContractChecks):
             delta = None
             try:
                 check_ranges(out)
-                if _secret_bytes:
+                if has_secrets():
                     redact_outcome(out)
                 if per_req:
                     try:

@@ -42,9 +42,12 @@ async def settled_snapshot(
         BackendError: from the adapter.
     """
     deadline = now_ns() + int(timeout_s * 1e9)
-    cur = await backend.snapshot()
+    first = await backend.snapshot()
+    cur: Snapshot | None
     if prev is None:
-        prev, cur = cur, None
+        prev, cur = first, None
+    else:
+        cur = first
     while True:
         if cur is not None and _same_counters(prev, cur):
             return cur

@@ -30,6 +30,7 @@ when a *pooled* keep-alive connection is found closed before any response byte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 from urllib.parse import urlsplit
@@ -37,7 +38,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from kvreplay.accounting import SSEAccountant, StreamResult
-from kvreplay.accounting.events import ERROR_BYTES
+from kvreplay.accounting.events import ERROR_BYTES, Accountant
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 from kvreplay.runner.http import (
@@ -113,7 +114,7 @@ class _Exchange:
         self.location = b""
         self.chunked = False
         self.framed = False  # Content-Length or Transfer-Encoding seen (else EOF ends the body)
-        self.acc: SSEAccountant | None = None
+        self.acc: Accountant | None = None
         self.body: list[bytes] | None = None
         self.body_len = 0
         self.framing_run = 0
@@ -285,7 +286,7 @@ class _Exchange:
         self.done_ns = now
         # The parser holds this exchange's bound methods (a reference cycle): drop it
         # here so the exchange is freed by reference counting, not by the cyclic GC.
-        self.parser = None
+        del self.parser
         if self.conn is not None:
             self.conn.exchange_done(self)
         if self.fut is not None and not self.fut.done():
@@ -351,10 +352,8 @@ class _H1Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):  # pragma: no cover
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:  # pragma: no cover
-                pass
 
     def data_received(self, data: bytes) -> None:  # noqa: D102
         x = self.x
@@ -470,11 +469,14 @@ class H1Client:
         if c is not None:
             return c
         loop = asyncio.get_running_loop()
-        kw = {} if self.ssl is None else {"ssl": self.ssl, "server_hostname": self.host}
-        _, proto = await asyncio.wait_for(
-            loop.create_connection(lambda: _H1Conn(self), self.host, self.port, **kw), self.connect_timeout_s)
+        if self.ssl is None:
+            connect = loop.create_connection(lambda: _H1Conn(self), self.host, self.port)
+        else:
+            connect = loop.create_connection(lambda: _H1Conn(self), self.host, self.port, ssl=self.ssl,
+                                             server_hostname=self.host)
+        _, proto = await asyncio.wait_for(connect, self.connect_timeout_s)
         self._all.add(proto)
-        return proto  # type: ignore[return-value]
+        return proto
 
     async def send(self, path: str, raw: bytes, *, head_chars: int = 256,
                    total_timeout_s: float | None = None, sent_ns: int | None = None) -> RequestOutcome:

@@ -139,6 +139,7 @@ def _status_outcome(status: int | None, sent: int, headers_ns: int | None, done_
     else the server's own message from ``body`` (``_json_error``), else ``reason``
     (the status line's reason phrase).
     """
+    err: str | None
     if status is not None and 300 <= status < 400:
         err = redirect_error(status, location)
     else:

@@ -167,7 +167,7 @@ def pins_from_mapping(data: Mapping[str, Any], *, source: str = "[identity]") ->
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"must be a table of KEY = VALUE, not {data!r}", field=source)
-    pins = []
+    pins: list[IdentityPin] = []
     for key, value in data.items():
         if isinstance(value, Mapping):
             if not value:

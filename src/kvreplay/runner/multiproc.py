@@ -225,13 +225,14 @@ async def run_worker(
     """
     run.counters_elsewhere = index != 0 and backend_factory is not None
     factory = backend_factory if index == 0 else None
-    flusher = asyncio.ensure_future(_flush_every(run.obs)) if isinstance(run.obs, ForwardingObserver) else None
+    fwd = run.obs if isinstance(run.obs, ForwardingObserver) else None
+    flusher = asyncio.ensure_future(_flush_every(fwd)) if fwd is not None else None
     try:
         summary = await execute_run(run, plan_json, factory)
     finally:
-        if flusher is not None:
+        if flusher is not None and fwd is not None:
             flusher.cancel()
-            run.obs.flush()
+            fwd.flush()
         poller = getattr(run, "poller", None)
         if poller is not None:
             poller.cancel()
@@ -307,7 +308,8 @@ def _worker_main(results: Any, live: bool, *args: Any) -> None:
             uvloop.install()
         except ImportError:  # pragma: no cover
             pass
-        payload = asyncio.run(_worker_async(*args, results if live else None))
+        call = [*args, results if live else None]  # _worker_async's arguments, progress last
+        payload = asyncio.run(_worker_async(*call))
     except BaseException:  # noqa: BLE001 - reported to the coordinator, which fails the run
         shared.barrier.abort()
         results.put({"index": index, "error": traceback.format_exc()})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import overload
 
 from kvreplay.accounting import StreamResult
 from kvreplay.accounting.events import ERROR_BYTES
@@ -50,7 +51,7 @@ def check_ranges(out: RequestOutcome) -> RequestOutcome:
     if r.usage is None:
         return out
     try:
-        vals = (r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.reasoning_tokens)
+        vals: tuple[int | None, ...] = (r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.reasoning_tokens)
     except Exception:  # noqa: BLE001 - a usage object shaped to break the readers
         vals = (-1,)
     if any(_bad(v) for v in vals):
@@ -92,6 +93,10 @@ def redact_outcome(out: RequestOutcome) -> RequestOutcome:
     return out
 
 
+@overload
+def finite_snapshot(snap: Snapshot, notice: Callable[[str], None], seen: set[str]) -> Snapshot: ...
+@overload
+def finite_snapshot(snap: None, notice: Callable[[str], None], seen: set[str]) -> None: ...
 def finite_snapshot(snap: Snapshot | None, notice: Callable[[str], None], seen: set[str]) -> Snapshot | None:
     """``snap`` without NaN or infinite values (raw and common); each name dropped is noticed once.
 

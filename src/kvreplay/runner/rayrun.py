@@ -41,11 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +189,7 @@ class _Claims:
     not-sent records, so no position is lost.
     """
 
-    def __init__(self, run: _RayWorkerRun, phase_index: int, seq: list) -> None:
+    def __init__(self, run: _RayWorkerRun, phase_index: int, seq: Sequence[tuple[int, int]]) -> None:
         self.run, self.i, self.seq = run, phase_index, seq
         self.rest: collections.deque[int] = collections.deque()
         self.orphans: set[asyncio.Future] = set()
@@ -235,7 +237,8 @@ class _RayWorkerRun(_WorkerRun):
     """The worker's runner with the coordinator actor in place of shared memory."""
 
     def __init__(self, *args: Any, coord: Any, **kw: Any) -> None:
-        super().__init__(*args, shared=None, **kw)
+        # No shared memory here: this class overrides every method of _WorkerRun that reads it.
+        super().__init__(*args, shared=None, **kw)  # type: ignore[arg-type]
         self.coord = coord
         self.cancelled = False
         self.starts: dict[int, int] = {}
@@ -510,10 +513,8 @@ async def execute_plan_ray(
         return summary
     finally:
         for a in actors:
-            try:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - a dead actor has nothing left to clean
                 await a.cleanup.remote()
-            except Exception:  # noqa: BLE001, S110 - a dead actor has nothing left to clean
-                pass
             ray.kill(a)
         if started:
             ray.shutdown()

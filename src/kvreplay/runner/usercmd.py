@@ -29,6 +29,7 @@ Its exit status, duration, log path and the log's last 4 KiB are returned
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -141,19 +142,15 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
     Reaps the shell. A group or shell already gone (``ProcessLookupError``) is not an error.
     """
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         if sig == signal.SIGTERM:
             deadline = time.monotonic() + grace_s
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
             # Children that ignore SIGTERM get SIGKILL with the group anyway.
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL cannot be ignored
         proc.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-        pass
 
 
 def log_tail(path: Path, n: int = LOG_TAIL_BYTES) -> str:

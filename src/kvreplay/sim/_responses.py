@@ -1,6 +1,6 @@
 """The simulator's responses: streamed SSE and plain JSON bodies, usage, first-token wait.
 
-Split out of ``kvreplay.sim.server``: ``_Responses`` is a mixin of ``SimServer``
+Split out of ``kvreplay.sim.server``: ``Responses`` is a mixin of ``SimServer``
 (it uses the server's ``engine``, ``config``, ``_slots``, ``_sleep`` and
 ``_transfer``); the module docstring of ``kvreplay.sim.server`` gives the wire
 shapes (OpenAI chat/completions streams, ``data: [DONE]``).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -22,24 +23,29 @@ from kvreplay.sim.faults import FaultSpec
 _JSON = "application/json"
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """``data`` as an ``application/json`` response (orjson) with ``status``."""
     return web.Response(body=orjson.dumps(data), status=status, content_type=_JSON)
 
 
-def _error(status: int, message: str, etype: str) -> web.Response:
-    return _json({"error": {"message": message, "type": etype, "param": None, "code": status}}, status)
+def error_response(status: int, message: str, etype: str) -> web.Response:
+    """An OpenAI-shaped error body (``{"error": {message, type, param, code}}``) with ``status``."""
+    return json_response({"error": {"message": message, "type": etype, "param": None, "code": status}}, status)
 
 
-class _Cut(Exception):
+class Cut(Exception):
     """Raised inside a handler to drop the connection on purpose."""
 
 
-class _Responses:
+class Responses:
     """Response writers of ``SimServer`` (a mixin: the server holds the state)."""
 
     engine: SimEngine
     config: SimConfig
     _slots: asyncio.Semaphore | None
+    # Defined by SimServer (declared here for the type checker).
+    _sleep: Callable[[float], Awaitable[None]]
+    _transfer: Callable[[float], Awaitable[None]]
 
     def _usage(self, ticket: Ticket, produced: int) -> dict:
         n = len(ticket.prompt)
@@ -153,7 +159,7 @@ class _Responses:
                         return resp
                     if kind == "cut":
                         finish(sent, "abort", "cut")
-                        raise _Cut
+                        raise Cut
                     if kind == "malformed":
                         await resp.write(b'data: {"id": "' + rid.encode() + b'", "choices": [{"delta": {"content\n\n')
             if sent == total:
@@ -198,10 +204,10 @@ class _Responses:
             await asyncio.sleep(float(stall.get("s", 1.0)))
         if "error-event" in kinds:
             finish(0, "error", "error-event")
-            return _error(500, "simulated engine error", "InternalServerError")
+            return error_response(500, "simulated engine error", "InternalServerError")
         if "cut" in kinds:
             finish(0, "abort", "cut")
-            raise _Cut
+            raise Cut
         finish(total, gen.finish_reason, "ok")
         if "malformed" in kinds:
             return web.Response(body=b'{"id": "x", "choices": [', status=200, content_type=_JSON)
@@ -217,7 +223,7 @@ class _Responses:
         else:
             choice = {"index": 0, "text": gen.text, "logprobs": None, "finish_reason": gen.finish_reason}
             obj = "text_completion"
-        return _json(
+        return json_response(
             {
                 "id": rid,
                 "object": obj,

@@ -38,6 +38,7 @@ healthy (few rows, bytes far under capacity) while never helping a replay.
 
 from __future__ import annotations
 
+import builtins
 import heapq
 from collections import Counter
 from collections.abc import Sequence
@@ -356,7 +357,7 @@ class HostTier:
         )
 
     # ---- internals -----------------------------------------------------------------
-    def _parent_of(self, length: int, at: dict[int, bytes]) -> _Row | None:
+    def _parent_of(self, length: int, at: dict[int, builtins.bytes]) -> _Row | None:
         for cand in sorted((c for c in self._lengths if c < length), reverse=True):
             row = self._rows.get(at[cand])
             if row is not None:

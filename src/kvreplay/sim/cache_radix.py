@@ -47,6 +47,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -381,7 +382,7 @@ class RadixCache:
             host_store=host_store,
         )
 
-    def _insert(self, adm: Admission, bkeys: Sequence[bytes], *, pin: bool) -> int:
+    def _insert(self, adm: Admission, bkeys: Sequence[builtins.bytes], *, pin: bool) -> int:
         """Insert (or touch) a chain of block keys at the current tick; optionally pin."""
         stored = 0
         parent: bytes | None = None

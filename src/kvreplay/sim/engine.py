@@ -45,12 +45,13 @@ from kvreplay.sim.tokenizer import Prompt, tokenize_text
 
 __all__ = ["OUTPUT_WORDS", "Generation", "SimEngine", "Ticket", "generate_output"]
 
-OUTPUT_WORDS = (
-    "the of and to in is it that for on with as was at by be this are or from "
-    "cache block token prefix host row page slot hit miss store evict warm cold "
-    "fast slow queue batch model layer value key state reuse fetch copy keep drop "
-    "alpha beta gamma delta river stone cloud light north south quiet bright"
-).split()
+OUTPUT_WORDS = [
+    "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "be", "this",
+    "are", "or", "from", "cache", "block", "token", "prefix", "host", "row", "page", "slot", "hit", "miss", "store",
+    "evict", "warm", "cold", "fast", "slow", "queue", "batch", "model", "layer", "value", "key", "state", "reuse",
+    "fetch", "copy", "keep", "drop", "alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "light", "north",
+    "south", "quiet", "bright",
+]
 """Words of generated output: lowercase, at most 6 letters, one token each."""
 
 

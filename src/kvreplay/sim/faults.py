@@ -37,9 +37,12 @@ from dataclasses import dataclass, field
 
 from kvreplay.errors import ConfigError
 
-__all__ = ["FAULT_KINDS", "FaultSpec", "Faults", "parse_fault"]
+__all__ = ["FAULT_KINDS", "FaultSpec", "FaultValue", "Faults", "parse_fault"]
 
-FAULT_KINDS: dict[str, dict[str, type]] = {
+FaultValue = int | float | str
+"""The type of a parsed fault parameter (each key's type is in ``FAULT_KINDS``)."""
+
+FAULT_KINDS: dict[str, dict[str, type[int] | type[float] | type[str]]] = {
     "http401": {},
     "http403": {},
     "oom500": {},
@@ -73,10 +76,10 @@ class FaultSpec:
     at_request: int | None = None
     p: float | None = None
     seed: int = 0
-    params: dict = field(default_factory=dict)
+    params: dict[str, FaultValue] = field(default_factory=dict)
     text: str = ""
 
-    def get(self, key: str, default: object) -> object:
+    def get(self, key: str, default: FaultValue) -> FaultValue:
         """A parameter, or ``default`` when the spec does not set it."""
         return self.params.get(key, default)
 
@@ -107,8 +110,8 @@ def parse_fault(text: str) -> FaultSpec:
             raise ConfigError(f"fault {text!r}: @N must be an integer", field="fault") from None
         if at_request < 1:
             raise ConfigError(f"fault {text!r}: @N is 1-based", field="fault")
-    types = dict(FAULT_KINDS[kind], p=float, seed=int)
-    params: dict[str, object] = {}
+    types: dict[str, type[int] | type[float] | type[str]] = dict(FAULT_KINDS[kind], p=float, seed=int)
+    params: dict[str, FaultValue] = {}
     for item in filter(None, (x.strip() for x in tail.split(","))):
         key, eq, raw = item.partition("=")
         key = key.strip()
@@ -125,9 +128,10 @@ def parse_fault(text: str) -> FaultSpec:
         if isinstance(value, (int, float)) and key != "seed" and value < 0:
             raise ConfigError(f"fault {text!r}: {key} must be >= 0", field="fault")
         params[key] = value
-    p = params.pop("p", None)
+    p_value = params.pop("p", None)
+    p = None if p_value is None else float(p_value)
     seed = int(params.pop("seed", 0))
-    if p is not None and not 0.0 <= float(p) <= 1.0:
+    if p is not None and not 0.0 <= p <= 1.0:
         raise ConfigError(f"fault {text!r}: p must be within 0..1", field="fault")
     if p is not None and at_request is not None:
         raise ConfigError(f"fault {text!r}: give @N or p, not both", field="fault")

@@ -133,10 +133,7 @@ def render_metrics(eng: SimEngine) -> str:
     o.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
             eng.running + eng.phantom_busy)
     o.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", eng.waiting)
-    if eng.radix is not None:
-        usage = eng.radix.kv_usage
-    else:
-        usage = eng.running / cfg.slots
+    usage = eng.radix.kv_usage if eng.radix is not None else eng.running / cfg.slots
     o.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
     info = {
         "block_size": str(cfg.block_size if cfg.cache == "radix" else 1),

@@ -40,7 +40,7 @@ import orjson
 from aiohttp import web
 
 from kvreplay import __version__
-from kvreplay.sim._responses import _Cut, _error, _json, _Responses
+from kvreplay.sim._responses import Cut, Responses, error_response, json_response
 from kvreplay.sim.config import SimConfig
 from kvreplay.sim.engine import SimEngine, generate_output
 from kvreplay.sim.faults import FaultSpec
@@ -89,7 +89,7 @@ def cache_identity(cfg: Any) -> dict[str, Any]:
     }
 
 
-class SimServer(_Responses):
+class SimServer(Responses):
     """An embedded OpenAI-compatible server with a cache model and faults.
 
     Args:
@@ -260,20 +260,20 @@ class SimServer(_Responses):
             "max_model_len": 131072,
             "permission": [],
         }
-        return _json({"object": "list", "data": [card]})
+        return json_response({"object": "list", "data": [card]})
 
     async def _version(self, request: web.Request) -> web.Response:
         doc: dict[str, Any] = {"version": __version__, "build": self.engine.build,
                                "cache": cache_identity(self.engine.cfg)}
         if self.calibration is not None:
             doc["calibration"] = self.calibration
-        return _json(doc)
+        return json_response(doc)
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json({"status": "ok"})
+        return json_response({"status": "ok"})
 
     async def _cache(self, request: web.Request) -> web.Response:
-        return _json(self.engine.cache_json())
+        return json_response(self.engine.cache_json())
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(
@@ -286,10 +286,10 @@ class SimServer(_Responses):
             since = int(request.query.get("since", "0"))
             limit = int(request.query.get("limit", "1000"))
         except ValueError:
-            return _error(400, "since and limit must be integers", "BadRequestError")
+            return error_response(400, "since and limit must be integers", "BadRequestError")
         if limit < 1:
-            return _error(400, "limit must be >= 1", "BadRequestError")
-        return _json(self.engine.events_since(since, min(limit, 100_000)))
+            return error_response(400, "limit must be >= 1", "BadRequestError")
+        return json_response(self.engine.events_since(since, min(limit, 100_000)))
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         try:
@@ -298,8 +298,8 @@ class SimServer(_Responses):
                 raise ValueError("body must be a JSON object")
             prompt = render_body(body)
         except (orjson.JSONDecodeError, ValueError) as exc:
-            return _error(400, f"cannot tokenize: {exc}", "BadRequestError")
-        return _json(
+            return error_response(400, f"cannot tokenize: {exc}", "BadRequestError")
+        return json_response(
             {
                 "tokens": list(prompt.tokens),
                 "count": len(prompt),
@@ -311,7 +311,7 @@ class SimServer(_Responses):
 
     async def _reset(self, request: web.Request) -> web.Response:
         dropped = self.engine.reset_prefix_cache()
-        return _json({"status": "ok", "dropped": dropped})
+        return json_response({"status": "ok", "dropped": dropped})
 
     # ---- generation -------------------------------------------------------------------
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -344,7 +344,7 @@ class SimServer(_Responses):
         for kind, (status, message, etype) in _ERRORS.items():
             if kind in kinds:
                 eng.log("request", **base_event, status=status, outcome=kind)
-                return _error(status, message, etype)
+                return error_response(status, message, etype)
         try:
             body = orjson.loads(raw)
             if not isinstance(body, dict):
@@ -356,7 +356,7 @@ class SimServer(_Responses):
             prompt = render_body(body)
         except (orjson.JSONDecodeError, ValueError) as exc:
             eng.log("request", **base_event, status=400, outcome="bad_request", error=str(exc))
-            return _error(400, f"invalid request: {exc}", "BadRequestError")
+            return error_response(400, f"invalid request: {exc}", "BadRequestError")
         gen = generate_output(raw, body, self.config)
         stream = bool(body.get("stream"))
         opts = body.get("stream_options")
@@ -402,7 +402,7 @@ class SimServer(_Responses):
             if stream:
                 return await self._stream(request, chat, ticket, gen, kinds, include_usage, finish)
             return await self._plain(request, chat, ticket, gen, kinds, finish)
-        except _Cut:
+        except Cut:
             if request.transport is not None:
                 request.transport.close()
             raise web.HTTPException() from None  # the client sees a dropped connection

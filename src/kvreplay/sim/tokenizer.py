@@ -225,9 +225,9 @@ def render_messages(
         toks.extend(_message_tokens("tools", orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode()))
         system_end = len(toks)
     for i, msg in enumerate(messages):
-        if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
+        role = msg.get("role") if isinstance(msg, Mapping) else None
+        if not isinstance(role, str):
             raise ValueError(f"messages[{i}] is not an object with a string 'role'")
-        role = msg["role"]
         extra = ""
         if msg.get("tool_calls"):
             extra = orjson.dumps(msg["tool_calls"], option=orjson.OPT_SORT_KEYS).decode()

@@ -18,6 +18,7 @@ group, then SIGKILL after a grace period), never by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -215,17 +216,13 @@ class ServerProcess:
         Safe to call more than once. Returns the exit status (None if unknown).
         """
         if self._proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 self._proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 self._proc.wait(timeout=grace_s)
         # Children (vLLM's engine and worker) share the group; make sure none outlive us.
         deadline = time.monotonic() + grace_s

@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-if __package__:
+if TYPE_CHECKING or __package__:
     from ._vocab import CHATML, COMMON_WORDS, add_shape_arguments, shape_of, syllable_words
 else:  # run as a file by an interpreter without kvreplay
     from _vocab import CHATML, COMMON_WORDS, add_shape_arguments, shape_of, syllable_words

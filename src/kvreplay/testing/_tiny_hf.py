@@ -21,8 +21,9 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
-if __package__:
+if TYPE_CHECKING or __package__:
     from ._vocab import CHATML, SPECIAL_TOKENS, add_shape_arguments, corpus_lines, shape_of
 else:  # run as a file by an interpreter without kvreplay
     from _vocab import CHATML, SPECIAL_TOKENS, add_shape_arguments, corpus_lines, shape_of

@@ -26,18 +26,20 @@ SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>")
 
 # Common English words, so that ordinary prompt text tokenizes to roughly one
 # token per word, plus words of the fields kvreplay's workloads come from.
-COMMON_WORDS = tuple(
-    """the of and to in is you that it he was for on are as with his they at be
-this have from or one had by word but not what all were we when your can said there
-use an each which she do how their if will up other about out many then them these so
-some her would make like him into time has look two more write go see number no way
-could people my than first water been call who oil its now find long down day did get
-come made may part user system assistant question answer please explain request model
-prompt cache token server replay load test data result value error code file line
-function class return list string true false null hello world agent tool call
-json text input output summary report document page section context history message
-thy thou thee doth hath art love beauty time eyes sweet fair heart make still where
-repository map project first lines src txt part verses""".split()
+COMMON_WORDS = (
+    "the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as", "with",
+    "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what",
+    "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how",
+    "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her",
+    "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number",
+    "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now",
+    "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "user", "system", "assistant",
+    "question", "answer", "please", "explain", "request", "model", "prompt", "cache", "token", "server", "replay",
+    "load", "test", "data", "result", "value", "error", "code", "file", "line", "function", "class", "return",
+    "list", "string", "true", "false", "null", "hello", "world", "agent", "tool", "call", "json", "text", "input",
+    "output", "summary", "report", "document", "page", "section", "context", "history", "message", "thy", "thou",
+    "thee", "doth", "hath", "art", "love", "beauty", "time", "eyes", "sweet", "fair", "heart", "make", "still",
+    "where", "repository", "map", "project", "first", "lines", "src", "txt", "part", "verses",
 )
 
 _CONSONANTS = "bcdfghjklmnprstvwz"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -83,7 +83,7 @@ class Workload:
         return {k: v for k, v in seen.items() if len(v) > 1}
 
 
-def _json_line(line: bytes, path: Path, lineno: int) -> Any:
+def json_line(line: bytes, path: Path, lineno: int) -> Any:
     """One JSONL line decoded with orjson (any JSON value).
 
     Raises:
@@ -95,8 +95,33 @@ def _json_line(line: bytes, path: Path, lineno: int) -> Any:
         raise WorkloadError(f"not JSON: {exc}", path=path, line=lineno) from exc
 
 
-def _check(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int) -> Body:
-    where = {"path": path, "line": line, "body_index": index}
+class _Where(TypedDict):
+    """Where a body came from, as ``WorkloadError``'s keyword arguments."""
+
+    path: Path
+    line: int | None
+    body_index: int
+
+
+def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int) -> Body:
+    """Validate one request body and describe it (its sha256, source and kind).
+
+    Args:
+        raw: The body's bytes as they will be sent.
+        index: 0-based index of the body in the workload.
+        path: The file it came from.
+        line: Its 1-based JSONL line, or None.
+        max_bytes: Largest body accepted.
+
+    Returns:
+        The ``Body`` (kind ``"chat"`` or ``"completions"``, ``stream`` as the body sets it).
+
+    Raises:
+        WorkloadError: over ``max_bytes``, not UTF-8, not a JSON object, or not a generation
+            request (no ``messages`` list of objects with a string ``role``, no string or list
+            ``prompt``), or ``stream`` not a bool; the location is named.
+    """
+    where: _Where = {"path": path, "line": line, "body_index": index}
     if len(raw) > max_bytes:
         raise WorkloadError(f"body is {len(raw)} bytes, over the limit of {max_bytes}", **where)
     try:
@@ -161,7 +186,7 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
             if (size := f.stat().st_size) > max_body_bytes:  # checked before reading (issue 17)
                 raise WorkloadError(f"body file is {size} bytes, over the limit of {max_body_bytes} (--max-body-bytes)",
                                     path=f)
-            bodies.append(_check(f.read_bytes(), len(bodies), f, None, max_body_bytes))
+            bodies.append(check_body(f.read_bytes(), len(bodies), f, None, max_body_bytes))
     elif p.is_file():
         if (size := p.stat().st_size) > MAX_WORKLOAD_BYTES:  # checked before reading (issue 17)
             raise WorkloadError(f"workload file is {size} bytes, over {MAX_WORKLOAD_BYTES} "
@@ -171,7 +196,7 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
             line = line.rstrip(b"\r")
             if not line.strip():
                 continue
-            bodies.append(_check(line, len(bodies), p, lineno, max_body_bytes))
+            bodies.append(check_body(line, len(bodies), p, lineno, max_body_bytes))
     else:
         raise WorkloadError("no such workload (a folder of *.json or a .jsonl file)", path=p)
     if not bodies:

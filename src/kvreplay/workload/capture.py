@@ -42,7 +42,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
-from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, _check
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 
 __all__ = [
     "ALLOWED_HEADERS",
@@ -320,7 +320,7 @@ class CaptureWriter:
                               field="--out")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._manifest = open(self.folder / MANIFEST, "ab")
+            self._manifest = open(self.folder / MANIFEST, "ab")  # noqa: SIM115 - held open until close()
         except OSError as exc:
             raise ConfigError(f"cannot create the capture folder: {exc}", path=self.folder,
                               field="--out") from exc
@@ -395,7 +395,7 @@ class CaptureWriter:
         index = s.retained
         name = f"{index:06d}.json"
         try:
-            body = _check(raw, index, self.folder / name, None, self.max_body_bytes)
+            body = check_body(raw, index, self.folder / name, None, self.max_body_bytes)
         except WorkloadError:
             s.skip("invalid")
             return None
@@ -490,7 +490,7 @@ class CaptureWriter:
         self._manifest.write(data)
         self._manifest.flush()
 
-    def _do(self, fn: Callable[..., None], *args: object) -> None:
+    def _do(self, fn: Callable[..., object], *args: object) -> None:
         """Run a file operation inline, or queue it on ``io``; the first OSError is kept in ``io_error``."""
         if self._io is None:
             fn(*args)

@@ -46,7 +46,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import WorkloadError
-from kvreplay.workload._loader import _json_line
+from kvreplay.workload._loader import json_line
 
 __all__ = [
     "ImportResult",
@@ -179,7 +179,7 @@ def read_mooncake(
             break
         if not line.strip():
             continue
-        obj = _json_line(line, p, lineno)
+        obj = json_line(line, p, lineno)
         try:
             ts = obj["timestamp"]
             n_in, n_out, ids = obj["input_length"], obj["output_length"], obj["hash_ids"]

@@ -33,16 +33,18 @@ what was already there.
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 
-from kvreplay.errors import WorkloadError, _where
-from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, _check, _json_line
+from kvreplay.errors import WorkloadError
+from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, check_body, json_line
 from kvreplay.workload.capture import DEFAULT_PATHS, CaptureSummary, CaptureWriter, sidecar_paths
 
 __all__ = ["ImportedCapture", "body_value_span", "import_har", "import_openai_batch"]
@@ -68,13 +70,6 @@ class ImportedCapture:
     reserialised: list[str] = field(default_factory=list)
 
 
-def _message_of(exc: WorkloadError) -> str:
-    """The message of ``exc`` without its ``path:line, field`` prefix."""
-    prefix = _where(exc.path, exc.line, exc.field)
-    text = str(exc)
-    return text[len(prefix) + 2 :] if prefix and text.startswith(prefix + ": ") else text
-
-
 def _need_some(keep: list, summary: CaptureSummary, p: Path, paths: tuple[str, ...]) -> None:
     if not keep:
         raise WorkloadError(f"no generation request (POST to {', '.join(paths)}) to import; "
@@ -84,10 +79,11 @@ def _need_some(keep: list, summary: CaptureSummary, p: Path, paths: tuple[str, .
 # --- HAR 1.2 ---------------------------------------------------------------------------
 
 
-_KIND = {dict: "an object", str: "a string", list: "a list"}
+_KIND: dict[type, str] = {dict: "an object", str: "a string", list: "a list"}
+_T = TypeVar("_T")
 
 
-def _har_field(obj: object, key: str, kind: type, where: str, p: Path) -> object:
+def _har_field(obj: object, key: str, kind: type[_T], where: str, p: Path) -> _T:
     """``obj[key]`` when it is a ``kind``; else WorkloadError naming ``where.key``."""
     v = obj.get(key) if isinstance(obj, dict) else None
     if not isinstance(v, kind):
@@ -113,7 +109,9 @@ def _response_usage(resp: object) -> tuple[int | None, object, str | None]:
         return None, None, None
     status = resp.get("status") if isinstance(resp.get("status"), int) else None
     content = resp.get("content")
-    text = content.get("text") if isinstance(content, dict) else None
+    if not isinstance(content, dict):
+        return status, None, None
+    text = content.get("text")
     if not isinstance(text, str) or not text:
         return status, None, None
     data = text.encode("utf-8", "surrogatepass")
@@ -124,10 +122,8 @@ def _response_usage(resp: object) -> tuple[int | None, object, str | None]:
             return status, None, None
     if "event-stream" in str(content.get("mimeType", "")) or data.lstrip().startswith(b"data:"):
         acct = SSEAccountant(head_chars=0)
-        try:
+        with contextlib.suppress(StreamError):
             acct.feed(data, 0)
-        except StreamError:
-            pass
         r = acct.close()
         return status, r.usage, r.error
     try:
@@ -190,43 +186,43 @@ def import_har(
     entries = _har_field(log, "entries", list, "log", p)
     keep: list[tuple[int, int, bytes, list, dict]] = []
     summary = CaptureSummary()
-    for i, e in enumerate(entries):  # type: ignore[arg-type]
+    for i, e in enumerate(entries):
         where = f"log.entries[{i}]"
         if not isinstance(e, dict):
             raise WorkloadError("not an object", path=p, field=where)
         req = _har_field(e, "request", dict, where, p)
         method = _har_field(req, "method", str, f"{where}.request", p)
         url = _har_field(req, "url", str, f"{where}.request", p)
-        started = _parse_started(_har_field(e, "startedDateTime", str, where, p), p, where)  # type: ignore[arg-type]
-        if method.upper() != "POST":  # type: ignore[union-attr]
+        started = _parse_started(_har_field(e, "startedDateTime", str, where, p), p, where)
+        if method.upper() != "POST":
             summary.skip("method")
             continue
-        if urlsplit(url).path not in paths:  # type: ignore[arg-type]
+        if urlsplit(url).path not in paths:
             summary.skip("path")
             continue
-        post = req.get("postData")  # type: ignore[union-attr]
+        post = req.get("postData")
         if post is None:
             summary.skip("no postData")
             continue
         text = _har_field(post, "text", str, f"{where}.request.postData", p)
         if post.get("encoding") == "base64":
             try:
-                raw = base64.b64decode(text, validate=True)  # type: ignore[arg-type]
+                raw = base64.b64decode(text, validate=True)
             except ValueError as exc:
                 raise WorkloadError(f"postData.encoding is base64 but the text is not: {exc}", path=p,
                                     field=f"{where}.request.postData.text") from exc
         else:
             try:
-                raw = text.encode("utf-8")  # type: ignore[union-attr]
+                raw = text.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise WorkloadError("text holds a lone surrogate; not UTF-8", path=p,
                                     field=f"{where}.request.postData.text") from exc
         try:
-            _check(raw, len(keep), p, None, max_body_bytes)
+            check_body(raw, len(keep), p, None, max_body_bytes)
         except WorkloadError as exc:
-            raise WorkloadError(_message_of(exc), path=p, field=f"{where}.request.postData.text"
+            raise WorkloadError(exc.message, path=p, field=f"{where}.request.postData.text"
                                 + (f" (body field {exc.field})" if exc.field else "")) from exc
-        headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]  # type: ignore[union-attr]
+        headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]
         keep.append((started, i, raw, headers, e))
     keep.sort(key=lambda k: (k[0], k[1]))
     _need_some(keep, summary, p, paths)
@@ -357,7 +353,7 @@ def import_openai_batch(
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
-        obj = _json_line(line, p, lineno)
+        obj = json_line(line, p, lineno)
         if not isinstance(obj, dict):
             raise WorkloadError("not a JSON object", path=p, line=lineno)
         for key, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
@@ -380,9 +376,9 @@ def import_openai_batch(
         if not same:
             raw, reser = orjson.dumps(obj["body"]), True
         try:
-            _check(raw, len(keep), p, lineno, max_body_bytes)
+            check_body(raw, len(keep), p, lineno, max_body_bytes)
         except WorkloadError as exc:
-            raise WorkloadError(_message_of(exc), path=p, line=lineno,
+            raise WorkloadError(exc.message, path=p, line=lineno,
                                 field="body" + (f".{exc.field}" if exc.field else "")) from exc
         keep.append((lineno, raw, obj["custom_id"], reser, urlsplit(obj["url"]).path))
     _need_some(keep, summary, p, paths)

@@ -39,8 +39,8 @@ def require(found: object, what: str) -> None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    if IN_CI and rep.skipped and item.get_closest_marker("real_server") is not None:
-        if not hasattr(rep, "wasxfail"):
+    if (IN_CI and rep.skipped and item.get_closest_marker("real_server") is not None
+            and not hasattr(rep, "wasxfail")):
             rep.outcome = "failed"
             rep.longrepr = (
                 f"CI=true: real_server test skipped ({rep.longrepr}); a skip in CI is a failure"

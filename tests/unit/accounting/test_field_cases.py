@@ -69,9 +69,12 @@ def test_b01_events_do_not_align_with_reads(impl, variant):
 
 # ---------------------------------------------------------------- B02
 B02 = [
-    (100, 'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}'),
-    (110, 'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
-    (400, 'data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}'),
+    (100, 'data: {"id":"c1","object":"chat.completion.chunk",'
+          '"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}'),
+    (110, 'data: {"id":"c1","object":"chat.completion.chunk",'
+          '"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
+    (400, 'data: {"id":"c1","object":"chat.completion.chunk","choices":[],'
+          '"usage":{"prompt_tokens":7,"completion_tokens":1,"total_tokens":8}}'),
     (401, "data: [DONE]"),
 ]
 
@@ -156,7 +159,8 @@ def _b05(key: str, capped: bool) -> list[tuple[int, str]]:
         (320, 'data: {"choices":[{"index":0,"delta":' + d(" me") + "}]}"),
     ]
     if capped:
-        return [*head, (340, 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}'), (341, "data: [DONE]")]
+        return [*head, (340, 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}'),
+                (341, "data: [DONE]")]
     return [
         *head,
         (2300, 'data: {"choices":[{"index":0,"delta":{"content":"Answer"}}]}'),
@@ -215,7 +219,8 @@ def _b06_minimal(with_usage: bool) -> list[tuple[int, str]]:
     return [
         (100, 'data: {"choices":[{"index":0,"delta":{"reasoning_content":"a"}}]}'),
         (110, 'data: {"choices":[{"index":0,"delta":{"reasoning_content":"b"}}]}'),
-        (120, 'data: {"choices":[{"index":0,"delta":{"reasoning_content":"c"},"finish_reason":"length"}]' + usage + "}"),
+        (120, 'data: {"choices":[{"index":0,"delta":{"reasoning_content":"c"},"finish_reason":"length"}]'
+              + usage + "}"),
         (121, "data: [DONE]"),
     ]
 
@@ -274,7 +279,8 @@ def test_b14_cut_inside_an_event(impl):
 
 
 def test_b14_llamacpp_b5517_has_done(impl):
-    _, res = feed_timed(impl, [(0, load_capture("llama.cpp_b5517_chat_phi-4_usage-timings-DONE_curl-capture-elided.http"))])
+    capture = load_capture("llama.cpp_b5517_chat_phi-4_usage-timings-DONE_curl-capture-elided.http")
+    _, res = feed_timed(impl, [(0, capture)])
     assert res.done_marker is True
     assert (res.prompt_tokens, res.completion_tokens, res.usage["total_tokens"]) == (13, 50, 63)
     assert res.timings["prompt_n"] == 13

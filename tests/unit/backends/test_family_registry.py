@@ -68,7 +68,7 @@ def toy(tmp_path):
 
 def test_builtin_families_in_order():
     assert backend_names()[:6] == ("halogen", "vllm", "sglang", "llamacpp", "prometheus", "openai")
-    assert BACKEND_NAMES == tuple(sorted(f.name for f in BUILTIN_FAMILIES))
+    assert tuple(sorted(f.name for f in BUILTIN_FAMILIES)) == BACKEND_NAMES
     assert [f.name for f in BUILTIN_FAMILIES if not f.counters] == ["openai"]  # the probe reads none there
     assert [f.name for f in BUILTIN_FAMILIES if f.needs_profile] == ["prometheus"]
     assert [(f.name, f.series_prefix) for f in BUILTIN_FAMILIES if f.series_prefix] == [

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
 
-import kvreplay.metrics.hlog as hlog_mod
 from kvreplay.metrics.histograms import LatencySet, PhaseHistograms
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.rundir import read_hlog

@@ -62,9 +62,9 @@ def path_uses(source: str, filename: str = "<module>") -> list[str]:
                 if isinstance(part, ast.Constant) and isinstance(part.value, str) and any(
                         part.value.endswith("/" + n) for n in OWNED):
                     hit(node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            if isinstance(node.value, ast.Constant) and _is_owned(node.value.value):
-                hit(node)
+        elif (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant)
+              and _is_owned(node.value.value)):
+            hit(node)
     return [f"{line}: {text}" for line, text in sorted(set(hits))]
 
 

@@ -14,7 +14,8 @@ from kvreplay.sim.faults import Faults, parse_fault
 def test_defaults_are_the_measured_server():
     c = SimConfig()
     assert (c.prefill_base_s, c.prefill_tokens_per_s, c.itl_s, c.time_scale) == (1.52, 1370.0, 0.020, 1.0)
-    assert (c.cache, c.cache_entries, c.snapshot_points, c.model) == ("entries", 8, ("system", "messages"), "kvreplay-sim")
+    assert (c.cache, c.cache_entries, c.snapshot_points, c.model) == (
+        "entries", 8, ("system", "messages"), "kvreplay-sim")
     assert SimConfig(snapshots=1).snapshot_points == ("system",)
 
 
@@ -86,7 +87,8 @@ def test_parse_fault_errors(spec, match):
 
 def test_firing_schedule():
     fs = Faults([parse_fault("http401@2"), parse_fault("busy-gauge:s=0")])
-    assert [[s.kind for s in fs.firing(i)] for i in (1, 2, 3)] == [["busy-gauge"], ["http401", "busy-gauge"], ["busy-gauge"]]
+    assert [[s.kind for s in fs.firing(i)] for i in (1, 2, 3)] == [
+        ["busy-gauge"], ["http401", "busy-gauge"], ["busy-gauge"]]
     # random faults repeat for the same seed
     a = Faults([parse_fault("oom500:p=0.5,seed=7")])
     b = Faults([parse_fault("oom500:p=0.5,seed=7")])

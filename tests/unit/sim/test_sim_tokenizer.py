@@ -53,7 +53,8 @@ def test_chat_boundaries_by_hand():
 
 
 def test_no_system_block_and_content_parts():
-    p = render_body({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "image_url"}]}]})
+    p = render_body(
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "image_url"}]}]})
     # <|im_start|> "user" "\n" <|media|> "Hi" <|im_end|> "\n" = 7, then 4
     assert (p.system_end, p.messages_end, p.prompt_end) == (0, 7, 11)
 

@@ -54,7 +54,7 @@ def chat(*msgs: bytes, extra: bytes = b'"model":"m","stream":true') -> bytes:
 
 def test_public_surface():
     assert workload_all == sorted(workload_all, key=lambda n: (not n.isupper(), n))
-    assert chain.IMPLEMENTATION == ("pure" if NO_EXT else "native")
+    assert ("pure" if NO_EXT else "native") == chain.IMPLEMENTATION
     if not NO_EXT:
         assert chain.prefix_chain is importlib.import_module("kvreplay.workload._hash_c").prefix_chain
 
@@ -86,7 +86,8 @@ def test_tools_fold_into_the_seed(impl):
 def test_sharing_semantics(impl):
     base = impl.prefix_chain(chat(SYS, U1, A1, U2))
     # Same first three messages; other keys, their order and the separators differ.
-    other = impl.prefix_chain(b'{"messages":[' + SYS + b"," + U1 + b"," + A1 + b',{"role":"user","content":"Other"}],"model":"x"}')
+    other = impl.prefix_chain(
+        b'{"messages":[' + SYS + b"," + U1 + b"," + A1 + b',{"role":"user","content":"Other"}],"model":"x"}')
     assert base.shared(other) == 3
     assert base.links[:3] == other.links[:3] and base.links[3] != other.links[3]
     # A strict prefix-extension (multi-turn) shares all of the shorter chain.
@@ -141,7 +142,8 @@ def test_not_a_request(impl):
 # ------------------------------------------------------------------ parity
 _msg = st.fixed_dictionaries(
     {"role": st.sampled_from(["system", "user", "assistant", "tool"]),
-     "content": st.text(max_size=30) | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10)}), max_size=2)}
+     "content": st.text(max_size=30)
+     | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10)}), max_size=2)}
 )
 
 
@@ -188,7 +190,8 @@ def test_twins_agree_on_generated_bodies(raw, block):
 
 @pytest.mark.skipif(NO_EXT, reason="pure twin only")
 @settings(max_examples=300, deadline=None)
-@given(parts=st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b'"', b"\\", b":", b",", b" ", b'"messages"', b'"prompt"',
+@given(parts=st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b'"', b"\\", b":", b",", b" ", b'"messages"',
+                                       b'"prompt"',
                                        b'"tools"', b'"a"', b"1", b"\n"]), max_size=40))
 def test_twins_agree_on_byte_soup(parts):
     native = importlib.import_module("kvreplay.workload._hash_c")

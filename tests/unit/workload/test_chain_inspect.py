@@ -67,7 +67,8 @@ def test_inspect_text(workload, capsys):
 def test_inspect_completions_blocks(tmp_path, capsys):
     prompt = "x" * 2500
     path = tmp_path / "c.jsonl"
-    path.write_bytes(orjson.dumps({"prompt": prompt}) + b"\n" + orjson.dumps({"prompt": prompt[:2100] + "y" * 10}) + b"\n")
+    path.write_bytes(orjson.dumps({"prompt": prompt}) + b"\n"
+                     + orjson.dumps({"prompt": prompt[:2100] + "y" * 10}) + b"\n")
     assert main(["inspect", str(path), "--json", "--block-bytes", "1000"]) == 0
     a = orjson.loads(capsys.readouterr().out)
     assert a["kinds"] == {"completions": 2}

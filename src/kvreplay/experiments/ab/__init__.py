@@ -1,1 +1,5 @@
-"""A/B repetitions: arms and alternating blocks (``arms``), matched-block comparison with bootstrap intervals (``compare``, ``comparability``) and counter-ratio metrics (``ratios``)."""
+"""A/B repetitions.
+
+Arms and alternating blocks (``arms``), matched-block comparison with bootstrap intervals
+(``compare``, ``comparability``) and counter-ratio metrics (``ratios``).
+"""

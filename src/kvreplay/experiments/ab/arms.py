@@ -134,7 +134,7 @@ def block_order(arms: list[Arm], reps: int) -> list[dict[str, Any]]:
         )
     if reps < 1:
         raise ConfigError("repetitions must be >= 1", field="--reps")
-    out = []
+    out: list[dict[str, Any]] = []
     for r in range(reps):
         pair = arms if r % 2 == 0 else arms[::-1]
         for arm in pair:
@@ -489,7 +489,8 @@ async def run_ab(
                     run_extra=({"sim_time_scale": sim_cfgs[arm.name].time_scale}
                                | ({"sim_calibration": sim_calibration} if sim_calibration is not None else {})
                                if is_sim else {}),
-                    **left,
+                    stop_new_after_s=left["stop_new_after_s"],
+                    hard_deadline_s=left["hard_deadline_s"],
                     **(contract or {}),
                 ),
                 backend_factory=factory,

@@ -329,7 +329,7 @@ def compare_blocks(
                 entry = metrics.setdefault(
                     key, {"phase": name, "metric": metric, "ratios": [], "cells": []}
                 )
-                if state != "ok":
+                if state != "ok" or pb is None or pc is None:  # "ok": both phases' summaries are there
                     entry["cells"].append(state)
                     continue
                 vb, vc = _value(pb, metric), _value(pc, metric)
@@ -362,7 +362,7 @@ def compare_blocks(
     reasons: list[str] = []
     for t in thresholds:
         for name in phase_names if t.phase is None else [t.phase]:
-            entry = metrics.get(f"{name}.{t.metric}")
+            found = metrics.get(f"{name}.{t.metric}")
             chk = {
                 "check": t.text,
                 "role": t.role,
@@ -370,22 +370,22 @@ def compare_blocks(
                 "metric": t.metric,
                 "threshold_pct": t.pct,
             }
-            if entry is None or entry["n"] < 2:
-                n = 0 if entry is None else entry["n"]
+            if found is None or found["n"] < 2:
+                n = 0 if found is None else found["n"]
                 chk.update(
                     decision="no decision", n=n, reason=f"{n} usable pair(s); at least 2 are needed"
                 )
-                missing = None if entry is None else entry.get("missing")
+                missing = None if found is None else found.get("missing")
                 if missing:
                     chk["reason"] = missing
                 reasons.append(f"{name}.{t.metric}: {missing or f'only {n} usable pair(s)'}")
             else:
-                lo, hi = entry["ci_ratio"]
+                lo, hi = found["ci_ratio"]
                 chk.update(
                     decision=_decide(t, lo - 1, hi - 1),
-                    n=entry["n"],
-                    ci_change_pct=entry["ci_change_pct"],
-                    change_pct=entry["change_pct"],
+                    n=found["n"],
+                    ci_change_pct=found["ci_change_pct"],
+                    change_pct=found["change_pct"],
                 )
             checks.append(chk)
     comp = comparability(pairs)

@@ -55,6 +55,7 @@ import aiohttp
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
+from kvreplay.experiments.probe.prompts import TokenCounter
 from kvreplay.experiments.probe.report import (
     _fmt,
     accuracy_warning,
@@ -71,7 +72,6 @@ from kvreplay.experiments.probe.sizing import (
     refused_stores,
     reuse_cap,
 )
-from kvreplay.experiments.probe.prompts import TokenCounter
 from kvreplay.experiments.stats import LineFit, fit_line, line_ci95
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
@@ -623,6 +623,7 @@ async def _cold_warm(p: _Probe, counter: TokenCounter, cfg: ProbeConfig, cold: l
             counter.observe(body, rec["prompt_tokens"])
             cold.append(rec)
             last_system = body.system
+        assert last_system is not None  # cold_repeats >= 1 (ProbeConfig checks it)
         raw = counter.body_with_system(last_system, p.fresh("t"))
         rec = await p.send("B", raw, {"size_tokens": size, "repeat": 0})
         warm.append(rec)

@@ -35,14 +35,16 @@ from kvreplay.runner.http import send_body
 
 __all__ = ["FILLER_WORDS", "ProbeBody", "TokenCounter", "chat_body", "filler", "tail_text"]
 
-FILLER_WORDS = (
-    "the of and to in is it that for on was with as at by be this from or have an not are but "
-    "had his they you were her all she there one can their we him been has when who will more no "
-    "if out so said what up its about into than them only other new some could time these two may "
-    "then do first any my now such like our over man me even most made after also did many before "
-    "must years back much where your way well down should very just make know see long get here "
-    "both under last never us each take life great might old same come work part while"
-).split()
+FILLER_WORDS = [
+    "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "was", "with", "as", "at", "by", "be", "this",
+    "from", "or", "have", "an", "not", "are", "but", "had", "his", "they", "you", "were", "her", "all", "she", "there",
+    "one", "can", "their", "we", "him", "been", "has", "when", "who", "will", "more", "no", "if", "out", "so", "said",
+    "what", "up", "its", "about", "into", "than", "them", "only", "other", "new", "some", "could", "time", "these",
+    "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even",
+    "most", "made", "after", "also", "did", "many", "before", "must", "years", "back", "much", "where", "your", "way",
+    "well", "down", "should", "very", "just", "make", "know", "see", "long", "get", "here", "both", "under", "last",
+    "never", "us", "each", "take", "life", "great", "might", "old", "same", "come", "work", "part", "while",
+]
 """Short words: each is one token with its leading space on BPE vocabularies."""
 
 

@@ -311,11 +311,7 @@ def entries_per_request(
 
 def refused_stores(legs: list[dict[str, Any]]) -> int | None:
     """Stores the server refused over all legs (sum of ``refused`` deltas); None = not reported."""
-    vals = [
-        (rec.get("counter_delta") or {}).get("refused")
-        for rec in legs
-        if (rec.get("counter_delta") or {}).get("refused") is not None
-    ]
+    vals = [v for rec in legs if (v := (rec.get("counter_delta") or {}).get("refused")) is not None]
     return int(sum(vals)) if vals else None
 
 

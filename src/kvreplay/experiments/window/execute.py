@@ -43,6 +43,7 @@ did not complete) is ``WindowRun.left_running``: URL, port and pid
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -126,10 +127,8 @@ class WindowRun:
     def _install(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._on_signal)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
 
     def abort(self, reason: str, message: str) -> None:
         """Abort the window (first reason kept): later steps are deferred, restore still runs."""

@@ -30,6 +30,7 @@ counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import signal
@@ -135,7 +136,7 @@ def group_members(pgid: int) -> list[int]:
     process group; fields are counted after the command name's closing parenthesis.
     Empty where ``/proc`` cannot be read.
     """
-    out = []
+    out: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -168,10 +169,8 @@ def port_answers(url: str, timeout_s: float = 0.5) -> bool:
 
 
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Child:
@@ -188,7 +187,8 @@ class _Child:
     """
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.returncode = pid, None
+        self.pid = pid
+        self.returncode: int | None = None
 
     @classmethod
     def spawn(cls, argv: list[str], log: Path) -> _Child:

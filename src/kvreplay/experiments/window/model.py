@@ -137,7 +137,7 @@ class WindowSpec:
         names.update(fields or {})
         field = {k: (names[k] if names[k].startswith("--") else f"window.{k}") for k in keys}
         hard, reserve, stop = self.hard_deadline_s, self.restore_reserve_s, self.stop_new_after_s
-        if hard is not None and 0 < reserve and hard <= reserve:
+        if hard is not None and reserve > 0 and hard <= reserve:
             raise ConfigError(f"{names['restore_reserve']} ({reserve:g} s) leaves no time before "
                               f"{names['hard_deadline']} ({hard:g} s): in-flight requests would be cancelled "
                               "before anything ran", path=path, field=field["restore_reserve"])

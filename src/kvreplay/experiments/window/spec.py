@@ -262,10 +262,10 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
                               field="compare")
         for ref in pair:
             sname, _, ph = ref.partition("/")
-            st = by_name.get(sname)
-            if st is None or not kind_of(st.kind).phase_views:
+            target = by_name.get(sname)
+            if target is None or not kind_of(target.kind).phase_views:
                 raise ConfigError(f"{ref!r}: no run step {sname!r}", path=p, line=cline, field="compare")
-            if ph not in [x.name for x in st.settings["phases"]]:
+            if ph not in [x.name for x in target.settings["phases"]]:
                 raise ConfigError(f"{ref!r}: step {sname!r} has no phase {ph!r}", path=p, line=cline,
                                   field="compare")
         pairs.append((pair[0], pair[1]))
