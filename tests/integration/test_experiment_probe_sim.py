@@ -177,7 +177,7 @@ fit_on = "stream"
 @pytest.fixture
 def sim6(tmp_path):
     """serve-sim with 6 entries (s = 2 -> k = 3) and 2,048 bytes per token, on a free port."""
-    from kvreplay.experiments.window.lifecycle import free_port
+    from kvreplay.experiments.lifecycle import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "serve-sim", "--port", str(port), "--time-scale", "0",

@@ -244,7 +244,7 @@ phases = ["again:forward:c1:first4"]
 @pytest.fixture
 def serve_sim(tmp_path):
     """A serve-sim process on a free port (the 'incumbent' of a fixed-URL window); stopped after the test."""
-    from kvreplay.experiments.window.lifecycle import free_port
+    from kvreplay.experiments.lifecycle import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "serve-sim", "--port", str(port), "--time-scale", "0"],

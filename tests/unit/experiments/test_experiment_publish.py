@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from kvreplay.experiments.findings import load_views, not_run, partial_reason
+from kvreplay.experiments.lifecycle import ServerControl, listening_pid
 from kvreplay.experiments.publish import build_result, left_line, render_html, render_markdown, status_line
 from kvreplay.experiments.timescale import latency_line, model_ms, scale_of_step
-from kvreplay.experiments.window.lifecycle import ServerControl, listening_pid
 from kvreplay.experiments.window.spec import ServerSpec
 
 DEADLINE = "deadline: no new requests after 5 s"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.lifecycle import expand, identity_mismatches
 from kvreplay.experiments.window.frozen import experiment_sha256, freeze
-from kvreplay.experiments.window.lifecycle import expand, identity_mismatches
 from kvreplay.experiments.window.spec import load_experiment, parse_duration
 from kvreplay.workload import load_workload
 

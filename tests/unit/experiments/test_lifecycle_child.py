@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from kvreplay.experiments.window.lifecycle import _Child
+from kvreplay.experiments.lifecycle import _Child
 
 
 def wait(child: _Child, timeout_s: float = 10.0) -> int | None:

@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-from kvreplay.experiments.window.lifecycle import _Background, group_members, port_answers
+from kvreplay.experiments.lifecycle import _Background, group_members, port_answers
 
 SERVER = r"""
 import signal, socket, sys, time

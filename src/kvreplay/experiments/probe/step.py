@@ -38,6 +38,7 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.fields import parse_duration
 from kvreplay.experiments.probe.legs import (
     FIT_SOURCES,
     ProbeConfig,
@@ -46,7 +47,6 @@ from kvreplay.experiments.probe.legs import (
     render_report,
     run_probe,
 )
-from kvreplay.experiments.window.fields import parse_duration
 from kvreplay.safe_io import atomic_write_json
 
 __all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]

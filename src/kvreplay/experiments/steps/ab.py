@@ -1,7 +1,7 @@
 """``kind = "ab"``: an A/B of two server arms, as ``kvreplay ab`` does, inside the window.
 
 TOML keys: ``arms`` (two ``{name, cmd}``, baseline first; ``cmd`` starts the arm's
-server, ``{port}`` etc. expanded by ``experiments.window.lifecycle.expand``), ``reps``
+server, ``{port}`` etc. expanded by ``experiments.lifecycle.expand``), ``reps``
 (3), ``phases`` (concurrencies, ``"c1,c4"``), ``order`` (forward), ``select`` (all),
 ``primary``/``protected`` (``METRIC:±X%`` thresholds), ``seed`` (0), ``ready_timeout``
 (60 s), ``cmd_timeout`` (120 s), ``drain_timeout`` (10 s).
@@ -20,10 +20,10 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.arms import Arm, block_order, block_phase_specs
+from kvreplay.experiments.fields import NAME_RE, Where
+from kvreplay.experiments.lifecycle import expand, free_port
+from kvreplay.experiments.model import StepResult, StepSpec
 from kvreplay.experiments.steps.base import CellContext, StepKind, Window, plan_schedule
-from kvreplay.experiments.window.fields import NAME_RE, Where
-from kvreplay.experiments.window.lifecycle import expand, free_port
-from kvreplay.experiments.window.model import StepResult, StepSpec
 from kvreplay.plan import PhaseSpec, Plan, build_plan
 from kvreplay.rundir import read_json
 from kvreplay.workload import Workload

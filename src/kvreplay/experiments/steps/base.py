@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kvreplay.experiments.window.fields import Where
-from kvreplay.experiments.window.model import ExperimentSpec, ServerSpec, StepResult, StepSpec, WindowSpec
+from kvreplay.experiments.fields import Where
+from kvreplay.experiments.model import ExperimentSpec, ServerSpec, StepResult, StepSpec, WindowSpec
 
 if TYPE_CHECKING:
     from kvreplay.experiments.findings import PhaseView
-    from kvreplay.experiments.window.lifecycle import ServerControl
+    from kvreplay.experiments.lifecycle import ServerControl
     from kvreplay.plan import Plan
     from kvreplay.workload import Workload
 

@@ -3,7 +3,7 @@
 TOML keys: ``fresh`` (false; true: the counters must read zero and the cache be
 empty), ``sim`` (simulator settings overlaid on ``[server.sim]``; target ``sim`` only).
 
-Run (``experiments.window.lifecycle``): against the simulator, a new one with the
+Run (``experiments.lifecycle``): against the simulator, a new one with the
 overlay; else the ``stop`` then ``start`` commands on a new port. Then readiness,
 identity (``[server.identity]`` pins must hold), the fresh check, and the ready
 completion. A failure blocks the steps after it (``deferred``) until the next
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.experiments.fields import Where
+from kvreplay.experiments.lifecycle import identity_mismatches
+from kvreplay.experiments.model import StepResult, StepSpec
 from kvreplay.experiments.steps.base import StepKind, Window, check_cells
-from kvreplay.experiments.window.fields import Where
-from kvreplay.experiments.window.lifecycle import identity_mismatches
-from kvreplay.experiments.window.model import StepResult, StepSpec
 from kvreplay.plan import Plan
 from kvreplay.workload import Workload
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvreplay.experiments.fields import Where
+from kvreplay.experiments.lifecycle import identity_mismatches
+from kvreplay.experiments.model import StepResult, StepSpec
 from kvreplay.experiments.probe.step import PROBE_KEYS, probe_cells, probe_settings
 from kvreplay.experiments.steps.base import CellContext, StepKind, Window
-from kvreplay.experiments.window.fields import Where
-from kvreplay.experiments.window.lifecycle import identity_mismatches
-from kvreplay.experiments.window.model import StepResult, StepSpec
 from kvreplay.plan import Plan
 from kvreplay.rundir import read_json
 from kvreplay.workload import Workload

@@ -14,10 +14,10 @@ from dataclasses import replace
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.fields import Where
+from kvreplay.experiments.lifecycle import identity_mismatches
+from kvreplay.experiments.model import ServerSpec, StepResult, StepSpec
 from kvreplay.experiments.steps.base import StepKind, Window, check_cells
-from kvreplay.experiments.window.fields import Where
-from kvreplay.experiments.window.lifecycle import identity_mismatches
-from kvreplay.experiments.window.model import ServerSpec, StepResult, StepSpec
 
 __all__ = ["KIND"]
 

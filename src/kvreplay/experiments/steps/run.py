@@ -23,11 +23,11 @@ import aiohttp
 
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import ABSENT
+from kvreplay.experiments.fields import Where
 from kvreplay.experiments.findings import CELL_METRICS, partial_reason, view_evidence
+from kvreplay.experiments.lifecycle import identity_mismatches
+from kvreplay.experiments.model import StepResult, StepSpec
 from kvreplay.experiments.steps.base import COMMON_KEYS, CellContext, StepKind, Window, plan_schedule
-from kvreplay.experiments.window.fields import Where
-from kvreplay.experiments.window.lifecycle import identity_mismatches
-from kvreplay.experiments.window.model import StepResult, StepSpec
 from kvreplay.plan import PhaseSpec, Plan, build_plan, parse_phase
 from kvreplay.workload import Workload
 

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.clock import now_ns
+from kvreplay.experiments.lifecycle import ServerControl, identity_mismatches
+from kvreplay.experiments.model import ExperimentSpec, StepResult, StepSpec, WindowSpec
 from kvreplay.experiments.steps import kind_of
-from kvreplay.experiments.window.lifecycle import ServerControl, identity_mismatches
-from kvreplay.experiments.window.model import ExperimentSpec, StepResult, StepSpec, WindowSpec
 from kvreplay.plan import Plan
 from kvreplay.rundir import write_step_log
 from kvreplay.safe_io import atomic_write_json

@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from kvreplay import __version__
+from kvreplay.experiments.model import ExperimentSpec, WindowSpec
 from kvreplay.experiments.steps import kind_of
-from kvreplay.experiments.window.model import ExperimentSpec, WindowSpec
 from kvreplay.plan import Plan
 from kvreplay.workload import Workload
 

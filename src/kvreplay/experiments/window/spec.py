@@ -50,9 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.steps import kind_names, kind_of
-from kvreplay.experiments.window.fields import BOUND_RE, NAME_RE, Where, parse_duration
-from kvreplay.experiments.window.model import (
+from kvreplay.experiments.fields import BOUND_RE, NAME_RE, Where, parse_duration
+from kvreplay.experiments.model import (
     STOP_GRACE_S,
     Command,
     ExperimentSpec,
@@ -61,6 +60,7 @@ from kvreplay.experiments.window.model import (
     StepSpec,
     WindowSpec,
 )
+from kvreplay.experiments.steps import kind_names, kind_of
 
 __all__ = [
     "BOUND_RE",

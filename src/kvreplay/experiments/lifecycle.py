@@ -44,7 +44,7 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
-from kvreplay.experiments.window.model import STOP_GRACE_S, Command, ServerSpec
+from kvreplay.experiments.model import STOP_GRACE_S, Command, ServerSpec
 from kvreplay.runner.usercmd import log_tail, run_user_command
 
 __all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
