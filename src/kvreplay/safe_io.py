@@ -295,7 +295,8 @@ def open_jsonl(path: Path) -> JsonlAppender:
 # ------------------------------------------------------------------ terminal
 
 
-def echo(*parts: object, err: bool = False, sep: str = " ", end: str = "\n", flush: bool = True) -> None:
+def echo(*parts: object, err: bool = False, file: TextIO | None = None, sep: str = " ", end: str = "\n",
+         flush: bool = True) -> None:
     """Print a line as ``print`` does, through the sink: secrets redacted, controls escaped (``clean_text``).
 
     For every terminal line that may carry server or user bytes (an error from
@@ -306,11 +307,12 @@ def echo(*parts: object, err: bool = False, sep: str = " ", end: str = "\n", flu
     Args:
         parts: Values joined as ``print`` would (``str`` of each).
         err: stderr instead of stdout.
+        file: Another text stream (a log), instead of either.
         sep: Between parts.
         end: After the line.
         flush: Flush the stream.
     """
-    stream: TextIO = sys.stderr if err else sys.stdout
+    stream: TextIO = file if file is not None else sys.stderr if err else sys.stdout
     stream.write(clean_text(sep.join(str(p) for p in parts)) + end)
     if flush:
         stream.flush()

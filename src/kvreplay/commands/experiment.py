@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,13 +69,13 @@ def _schedule(doc: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay experiment``."""
-    import orjson
-
     from kvreplay.commands.run import default_out, install_loop
     from kvreplay.errors import ConfigError
     from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.publish import left_line, status_line
     from kvreplay.experiments.window.spec import load_experiment
+    from kvreplay.redaction import check_secret, register, register_headers
+    from kvreplay.safe_io import atomic_write_json, echo
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
     exp = load_experiment(args.file)
@@ -92,10 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if (out / "experiment.json").exists():
         raise ConfigError("directory already holds experiment.json; choose a new --out", path=out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "experiment.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    atomic_write_json(out / "experiment.json", doc)
     if not args.quiet:
-        print(_schedule(doc))
-        print(f"experiment.json: {out / 'experiment.json'}")
+        echo(_schedule(doc))
+        echo(f"experiment.json: {out / 'experiment.json'}")
     if args.dry_run:
         return 0
     headers = {}
@@ -106,18 +105,24 @@ def run(args: argparse.Namespace) -> int:
         if not key:
             raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
                               field="server.api_key_env")
-        headers["Authorization"] = f"Bearer {key.strip()}"
+        try:
+            key = check_secret(key, field="server.api_key_env")
+            register(key)  # every step's outputs (a probe's too) and the terminal: never the key
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
+        headers["Authorization"] = f"Bearer {key}"
+        register_headers(headers)
     install_loop()
-    say = (lambda _m: None) if args.quiet else (lambda m: print(f"experiment: {m}", file=sys.stderr, flush=True))
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
     result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
     if not args.quiet:
         for f in result["findings"]:
-            print(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
-        print(f"experiment: {status_line(result)}; latencies: {result['time']['latency']}")
-        print(f"experiment directory: {out}  (result.json, report.md, report.html)")
+            echo(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
+        echo(f"experiment: {status_line(result)}; latencies: {result['time']['latency']}")
+        echo(f"experiment directory: {out}  (result.json, report.md, report.html)")
     # Also under --quiet: nobody should find a server still listening without having been told.
     if left := left_line(result.get("left_running")):
-        print(left, file=sys.stderr, flush=True)
+        echo(left, err=True)
     return 0 if result["status"] == "complete" else EXIT_INCOMPLETE
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvreplay.safe_io import echo
+
 NAME = "import"
 HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan; har | openai-batch -> "
         "a folder of the exact bodies, arrivals, plan.")
@@ -94,17 +96,17 @@ def run(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         ignore_eos=args.ignore_eos,
     )
-    print(
+    echo(
         f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) "
         f"-> {res.workload}"
     )
-    print(f"arrivals (ms offsets) -> {res.arrivals}")
-    print(f"plan -> {res.plan}")
-    print(f"  against a server:  kvreplay run --plan {res.plan} --target URL")
+    echo(f"arrivals (ms offsets) -> {res.arrivals}")
+    echo(f"plan -> {res.plan}")
+    echo(f"  against a server:  kvreplay run --plan {res.plan} --target URL")
     # The entries model matches chat snapshots only; block-level reuse needs the radix model
     # with the trace's block size, or every request misses.
-    print(f"  against the simulator (block-level prefix cache):  kvreplay run --plan {res.plan} "
-          f"--target sim --sim-cache radix --sim-block-size {args.block_tokens}")
+    echo(f"  against the simulator (block-level prefix cache):  kvreplay run --plan {res.plan} "
+         f"--target sim --sim-cache radix --sim-block-size {args.block_tokens}")
     return 0
 
 
@@ -118,13 +120,13 @@ def _run_capture_import(args: argparse.Namespace) -> int:
         raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
     fn = import_har if args.format == "har" else import_openai_batch
     res = fn(args.trace, args.out, paths=paths)
-    print(f"{res.summary.describe()} -> {res.folder}")
+    echo(f"{res.summary.describe()} -> {res.folder}")
     for src in res.reserialised:
-        print(f"  re-serialised (exact bytes of 'body' not found in the line): {src}")
+        echo(f"  re-serialised (exact bytes of 'body' not found in the line): {src}")
     if res.summary.retained:
         if res.arrivals is not None:
-            print(f"arrivals (ms offsets) -> {res.arrivals}")
-        print(f"plan -> {res.plan}")
-        print(f"  replay:  kvreplay run {res.folder} --target URL --phase replay:forward:c1")
-        print(f"  as planned:  kvreplay run --plan {res.plan} --target URL")
+            echo(f"arrivals (ms offsets) -> {res.arrivals}")
+        echo(f"plan -> {res.plan}")
+        echo(f"  replay:  kvreplay run {res.folder} --target URL --phase replay:forward:c1")
+        echo(f"  as planned:  kvreplay run --plan {res.plan} --target URL")
     return 0
