@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from kvreplay.runner.backend import COMMON_UNITS, Snapshot
+from kvreplay.safe_io import dumps_json
 
 __all__ = [
     "DEFAULT_CAP_BYTES",
@@ -156,7 +157,7 @@ class CounterLog:
             line["violations"] = bad
             self.violations += [{**v, "phase": phase, "at": at} for v in bad]
         self._last = cur
-        data = orjson.dumps(line) + b"\n"
+        data = dumps_json(line, indent=False) + b"\n"  # the output sink: series labels may echo a secret
         if self.size + len(data) > self.cap_bytes:
             self.truncated = True
             data = orjson.dumps({"t_ns": line["t_ns"], "truncated": True,
