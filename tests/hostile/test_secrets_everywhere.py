@@ -67,6 +67,7 @@ def _har(path: Path, body_dir: Path) -> Path:
 
 
 def _experiment(path: Path, url: str, workload: Path) -> Path:
+    # The probe step comes first: no run step has registered the key in this process before it.
     path.write_text(f"""
 workload = "{workload}"
 
@@ -90,17 +91,17 @@ kind = "incarnation"
 fresh = false
 
 [[step]]
-name = "A"
-kind = "run"
-phases = ["p:forward:c1"]
-
-[[step]]
 name = "P"
 kind = "probe"
 sizes = "64,128"
 flush_max = 0
 model = "m"
 read_timeout = "5s"
+
+[[step]]
+name = "A"
+kind = "run"
+phases = ["p:forward:c1"]
 
 [[step]]
 name = "T"
