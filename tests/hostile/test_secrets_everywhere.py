@@ -2,7 +2,7 @@
 
 Every command that writes files runs as a user runs it (``python -m kvreplay``
 in a subprocess), the key given the way users give it: ``--api-key-env`` and
-``--api-key-file`` for run, probe and ab, ``[server] api_key_env`` for an
+``--api-key-file`` for run, probe and ab (and ``http://user:KEY@host`` for run), ``[server] api_key_env`` for an
 experiment (with every step kind: incarnation, run, probe, ab, restore), the
 client's own ``Authorization`` header through ``kvreplay record``, the header
 inside a HAR file for ``import``; report, compare, simulate and fit read the
@@ -10,13 +10,15 @@ outputs of the others with the key in their environment. The server
 (``keyecho.KeyEchoServer``) puts the key back in every answer it can.
 
 Then every file under the output folders, and each command's stdout and
-stderr, is searched for the key and for every 8-character piece of it.
+stderr, is searched for the key and for every 8-character piece of it (and of the
+``Basic`` credential the URL form sends).
 The workloads are 4 bodies at C1 and the probe has two sizes and no eviction
 legs, so the whole module takes seconds, not minutes.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -30,8 +32,9 @@ from hostile.keyecho import KeyEchoServer
 
 KEY = "sk-echo-7d1e4b9a2c6f8053-LEAKCHECK"
 ENV = "KVREPLAY_SECRETS_TEST_KEY"
+BASIC = base64.b64encode(f"tok:{KEY}".encode()).decode()  # the header of http://tok:KEY@host
 PIECE = 8
-PIECES = {KEY[i:i + PIECE] for i in range(len(KEY) - PIECE + 1)}
+PIECES = {s[i:i + PIECE] for s in (KEY, BASIC) for i in range(len(s) - PIECE + 1)}
 N_BODIES = 4
 
 
@@ -172,6 +175,8 @@ def outputs(tmp_path_factory):
             "--api-key-env", ENV, "--out", out / "run", "--read-timeout", "5s")
         cmd("run-key-file", "run", workload, *target, "--backend", "none", "--phase", "p:forward:c1",
             "--api-key-file", key_file, "--out", out / "run-file", "--report", "md", "--read-timeout", "5s")
+        cmd("run-url-credentials", "run", workload, "--target", srv.url.replace("//", f"//tok:{KEY}@"),
+            "--backend", "none", "--phase", "p:forward:c1", "--out", out / "run-url", "--read-timeout", "5s")
         cmd("probe", "probe", *target, "--backend", "vllm", "--model", "m", "--sizes", "64,128", "--flush-max", "0",
             "--api-key-env", ENV, "--out", out / "probe", "--read-timeout", "5")
         cmd("ab", "ab", workload, *target, "--backend", "vllm", "--arm", "off=true", "--arm", "on=true",
@@ -196,8 +201,9 @@ def outputs(tmp_path_factory):
     return out, streams
 
 
-COMMANDS = ["run", "run-key-file", "report", "report-ab", "probe", "ab", "compare", "experiment", "record",
-            "record-client", "import-har", "import-mooncake", "simulate", "simulate-json", "fit"]
+COMMANDS = ["run", "run-key-file", "run-url-credentials", "report", "report-ab", "probe", "ab", "compare",
+            "experiment", "record", "record-client", "import-har", "import-mooncake", "simulate", "simulate-json",
+            "fit"]
 
 
 def _hits(data: bytes) -> list[str]:
@@ -224,7 +230,8 @@ def test_the_key_is_in_no_file(outputs):
     names = {str(f.relative_to(out)) for f in files}
     # every command left its outputs (a missing folder would make the search above vacuous)
     for expected in ("run/records.jsonl", "run/report.md", "run/report.html", "run/summary.json",
-                     "run-file/report.md", "probe/verdict.json", "probe/report.md", "probe/requests.jsonl",
+                     "run-file/report.md", "run-url/report.html", "probe/verdict.json", "probe/report.md",
+                     "probe/requests.jsonl",
                      "ab/ab.json", "ab/compare.json", "ab/compare.md", "ab/report.html", "compare/compare.json",
                      "compare/compare.md", "experiment/experiment.json", "experiment/result.json",
                      "experiment/report.md", "experiment/report.html", "record/W.plan.toml",
@@ -241,7 +248,7 @@ def test_the_key_is_in_no_file(outputs):
 def test_the_server_did_echo_the_key(outputs):
     """The outputs hold the marker where the server put the key: the search above is not vacuous."""
     out, _ = outputs
-    for f in ("run/records.jsonl", "probe/requests.jsonl", "record/W/manifest.jsonl"):
+    for f in ("run/records.jsonl", "run-url/records.jsonl", "probe/requests.jsonl", "record/W/manifest.jsonl"):
         path = out / f
         if not path.exists():
             path = next((out / f).parent.glob("*.jsonl"))
