@@ -2,8 +2,9 @@
 
 ``build(run)`` gathers the sections once (tables of labelled cells, plots,
 findings); ``to_markdown`` and ``to_html`` render them. The HTML embeds every
-plot as a base64 PNG ``data:`` URI and its style inline, so it opens with no
-network. Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
+plot as a base64 PNG ``data:`` URI and its style inline (``kvreplay.report.html``:
+the one template and stylesheet of every page), so it opens with no network.
+Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
 failed/deferred cells carry their reason in ``title`` and in the text; every
 plot is a ``<figure id="plot-KEY" data-plot=KEY data-status=...>`` (``:`` and other
 characters outside ``[A-Za-z0-9_-]`` become ``-`` in the id, so
@@ -301,7 +302,6 @@ def to_markdown(rep: Report) -> str:
 
 
 # ---------------------------------------------------------------- HTML
-
 
 
 def _html_cell(c: Cell) -> str:
