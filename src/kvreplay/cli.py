@@ -134,16 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     from kvreplay.redaction import install_streams
+    from kvreplay.safe_io import echo
 
     old_streams = install_streams()  # a registered API key never reaches the terminal (any command)
     try:
         return int(args._run(args) or 0)
     except (ConfigError, WorkloadError) as exc:
-        print(f"kvreplay: error: {exc}", file=sys.stderr)
+        echo(f"kvreplay: error: {exc}", err=True)
         return EXIT_BAD_INPUT
     except BackendError as exc:
         # Before the first request (detection, identity): the target cannot be used.
-        print(f"kvreplay: error: cannot use the target: {exc}", file=sys.stderr)
+        echo(f"kvreplay: error: cannot use the target: {exc}", err=True)
         return EXIT_BAD_INPUT
     finally:
         sys.stdout, sys.stderr = old_streams

@@ -15,6 +15,9 @@ survives a cut.
 
 Also here: ``escape_controls``, which makes server text safe for a terminal or
 Markdown (C0/C1 control characters and DEL shown as ``\\xNN``).
+
+These are the rules; ``kvreplay.safe_io``, the output sink, applies them to every
+file and terminal line kvreplay writes (JSON, JSON Lines, Markdown, HTML, ``echo``).
 """
 
 from __future__ import annotations

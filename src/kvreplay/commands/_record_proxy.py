@@ -34,6 +34,7 @@ from yarl import URL
 from kvreplay.accounting import SSEAccountant
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
+from kvreplay.safe_io import echo
 from kvreplay.workload.capture import CaptureWriter, Slot
 
 __all__ = ["HOP_BY_HOP", "RecordingProxy"]
@@ -122,8 +123,8 @@ class RecordingProxy:
     def _say_limit(self) -> None:
         if not self._limit_said and self.writer.summary.limit_reached:
             self._limit_said = True
-            print(f"kvreplay record: {self.writer.summary.limit_reached} reached: no longer retaining "
-                  "bodies (still proxying)", file=self.log, flush=True)
+            echo(f"kvreplay record: {self.writer.summary.limit_reached} reached: no longer retaining "
+                 "bodies (still proxying)", file=self.log)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         arrival = now_ns()

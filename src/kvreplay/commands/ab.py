@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 
 from kvreplay.commands.run import (
@@ -47,6 +46,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.arms import block_phase_specs, parse_arm, run_ab
 from kvreplay.experiments.ab.compare import ci_pct_text, parse_threshold
 from kvreplay.plan import build_plan
+from kvreplay.safe_io import echo
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "ab"
@@ -136,7 +136,7 @@ async def ab_async(args: argparse.Namespace) -> dict:
     if contract["identity_pins"] and args.backend == "none":
         raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
                           field="--expect-identity")
-    say = (lambda _m: None) if args.quiet else (lambda m: print(f"ab: {m}", flush=True))
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"ab: {m}"))
     out = Path(args.out) if args.out else default_out()
     return await run_ab(
         workload=workload,
@@ -169,12 +169,12 @@ def run(args: argparse.Namespace) -> int:
     install_loop()
     result = asyncio.run(ab_async(args))
     if not args.quiet:
-        print(f"verdict: {result['verdict']}")
+        echo(f"verdict: {result['verdict']}")
         reps = result.get("reps") or {}
         if reps and reps["measured"] < reps["planned"]:
-            print(f"  fewer repetitions than planned were measured: {reps['measured']} of {reps['planned']}")
+            echo(f"  fewer repetitions than planned were measured: {reps['measured']} of {reps['planned']}")
         for c in result["checks"]:
-            print(
+            echo(
                 f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
                 + (
                     f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
@@ -182,14 +182,14 @@ def run(args: argparse.Namespace) -> int:
                     else (f" ({c['reason']})" if c.get("reason") else "")
                 )
             )
-        print(f"experiment directory: {result['_out']}")
+        echo(f"experiment directory: {result['_out']}")
     try:
         from kvreplay.report.abreport import write_ab_report
 
         html = write_ab_report(result["_out"])
         if not args.quiet:
-            print(f"report: {html}")
+            echo(f"report: {html}")
     except Exception as exc:  # noqa: BLE001 - ab.json/compare.json are written; a report bug keeps the exit code
-        print(f"kvreplay ab: report.html not written ({type(exc).__name__}: {exc}); "
-              f"retry with: kvreplay report {result['_out']}", file=sys.stderr)
+        echo(f"kvreplay ab: report.html not written ({type(exc).__name__}: {exc}); "
+             f"retry with: kvreplay report {result['_out']}", err=True)
     return EXIT_ABORTED if result["ab"].get("stopped") else 0

@@ -19,11 +19,10 @@ With ``--quiet`` the warnings still go to stderr.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from kvreplay.experiments.ab.compare import compare_blocks, load_pairs, parse_threshold, render_compare
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.safe_io import atomic_write_json, echo, write_markdown
 
 NAME = "compare"
 HELP = "Compare matched A/B blocks: median paired ratios with bootstrap CIs and a verdict."
@@ -60,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "compare.json", result)
     text = render_compare(result, arms)
-    (out / "compare.md").write_text(text, encoding="utf-8")
+    write_markdown(out / "compare.md", text)
     if not args.quiet:
-        print(text)
+        echo(text)
     else:
         for w in result["comparability"]["warnings"]:
             tag = "not comparable" if w["blocking"] else "warning"
-            print(f"kvreplay compare: {tag}: {w['message']}", file=sys.stderr)
+            echo(f"kvreplay compare: {tag}: {w['message']}", err=True)
     return 0

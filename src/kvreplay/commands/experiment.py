@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     from kvreplay.experiments.publish import left_line, status_line
     from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.window.spec import load_experiment
+    from kvreplay.redaction import check_secret, register, register_headers
     from kvreplay.rundir import EXPERIMENT, write_experiment
+    from kvreplay.safe_io import echo
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
     exp = load_experiment(args.file)
@@ -89,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out()
     frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
     if not args.quiet:
-        print(_schedule(doc))
-        print(f"{EXPERIMENT}: {frozen_path}")
+        echo(_schedule(doc))
+        echo(f"{EXPERIMENT}: {frozen_path}")
     if args.dry_run:
         return 0
     headers = {}
@@ -101,25 +102,24 @@ def run(args: argparse.Namespace) -> int:
         if not key:
             raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
                               field="server.api_key_env")
-        from kvreplay.redaction import check_secret, register_headers
-
         try:
             key = check_secret(key, field="server.api_key_env")
-            headers["Authorization"] = f"Bearer {key}"
-            register_headers(headers)  # before any step reads or writes: probe steps and lifecycle reads too
+            register(key)  # every step's outputs (a probe's too) and the terminal: never the key
         except ValueError as exc:
             raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
+        headers["Authorization"] = f"Bearer {key}"
+        register_headers(headers)
     install_loop()
-    say = (lambda _m: None) if args.quiet else (lambda m: print(f"experiment: {m}", file=sys.stderr, flush=True))
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
     result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
     if not args.quiet:
         for f in result["findings"]:
-            print(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
-        print(f"experiment: {status_line(result)}; latencies: {result['time']['latency']}")
-        print(f"experiment directory: {out}  (result.json, report.md, report.html)")
+            echo(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
+        echo(f"experiment: {status_line(result)}; latencies: {result['time']['latency']}")
+        echo(f"experiment directory: {out}  (result.json, report.md, report.html)")
     # Also under --quiet: nobody should find a server still listening without having been told.
     if left := left_line(result.get("left_running")):
-        print(left, file=sys.stderr, flush=True)
+        echo(left, err=True)
     return 0 if result["status"] == "complete" else EXIT_INCOMPLETE
 
 

@@ -22,6 +22,7 @@ from kvreplay.offline.fit import (
     reserve_table,
     to_fraction,
 )
+from kvreplay.safe_io import echo
 
 NAME = "fit"
 ARENA_BASE_GIB = "3.80"
@@ -565,7 +566,7 @@ def run(args: argparse.Namespace) -> int:
         text = _text(rep)
         if logs:
             text += "\n\n" + _logs_text(log_part)
-        print(text)
+        echo(text)
     return 0
 
 
@@ -579,4 +580,7 @@ def _logs_text(log_part: dict) -> str:
 
 
 def _print_logs_only(log_part: dict, *, as_json: bool) -> None:
-    print(json.dumps(log_part, indent=2) if as_json else _logs_text(log_part))
+    if as_json:
+        print(json.dumps(log_part, indent=2))  # ASCII: control characters come out as \u escapes
+    else:
+        echo(_logs_text(log_part))

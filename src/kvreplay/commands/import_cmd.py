@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+from kvreplay.safe_io import echo
+
 NAME = "import"
 HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan; har | openai-batch -> "
         "a folder of the exact bodies, arrivals, plan.")
@@ -92,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
         options["paths"] = paths
     for line in fmt.run(args.trace, args.out, **options):
-        print(line)
+        echo(line)  # paths and names from the user: through the sink's terminal escaping
     return 0

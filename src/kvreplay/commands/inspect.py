@@ -24,8 +24,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 
-import orjson
-
+from kvreplay.safe_io import dumps_json, echo
 from kvreplay.workload import DEFAULT_BLOCK_BYTES, Workload, load_workload
 from kvreplay.workload import chain as chain_mod
 
@@ -178,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
     a = analyse(workload, block_bytes=args.block_bytes)
     if args.json:
-        sys.stdout.write(orjson.dumps(a, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(dumps_json(a).decode() + "\n")  # the sink's JSON: redacted, DEL/C1 as \u escapes
     else:
-        print(render(a, max_groups=args.max_groups))
+        echo(render(a, max_groups=args.max_groups))
     return 0

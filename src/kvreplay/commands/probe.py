@@ -16,8 +16,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvreplay.argtypes import integer, number, tokens
 from kvreplay.commands.run import add_target_arguments, default_out, install_loop, read_api_key, split_credentials
 from kvreplay.errors import ConfigError
@@ -27,11 +25,9 @@ from kvreplay.experiments.probe.legs import (
     format_sizes,
     parse_sizes,
     plain_line,
-    render_report,
 )
-from kvreplay.experiments.probe.step import probe_url
-from kvreplay.redaction import redact, redact_bytes
-from kvreplay.safe_io import atomic_write_json, atomic_write_text, open_new
+from kvreplay.experiments.probe.step import open_requests_log, probe_url, write_probe_outputs
+from kvreplay.safe_io import echo
 
 NAME = "probe"
 
@@ -155,13 +151,11 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
     else:
         # URL credentials: an Authorization header, registered as secrets, never written (as in run).
         url, label = split_credentials(args.target, headers)
-    say = (lambda _m: None) if args.quiet else (lambda m: print(f"probe: {m}", flush=True))
-    fh = open_new(out / "requests.jsonl", append=True)  # O_NOFOLLOW; closed below
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"probe: {m}"))
+    fh = open_requests_log(out)  # the output sink: redacted, O_NOFOLLOW; closed below
     try:
         verdict, backend_name = await probe_url(url, backend_name, cfg, read_timeout_s=args.read_timeout,
-                                                headers=headers, profile=args.profile,
-                                                log=lambda rec: fh.write(redact_bytes(orjson.dumps(rec) + b"\n")),
-                                                say=say)
+                                                headers=headers, profile=args.profile, log=fh.write, say=say)
     finally:
         fh.close()
         if sim is not None:
@@ -179,8 +173,7 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         verdict["target_prefix"] = target_prefix_statement(
             verdict, _one_size(args.target_prefix, 1)
         )
-    atomic_write_json(out / "verdict.json", verdict)  # registered secrets redacted
-    atomic_write_text(out / "report.md", redact(render_report(verdict)))
+    write_probe_outputs(out, verdict)  # the output sink, as a probe step
     verdict["_out"] = str(out)
     return verdict
 
@@ -191,8 +184,8 @@ def run(args: argparse.Namespace) -> int:
     verdict = asyncio.run(probe_async(args))
     out = verdict.pop("_out")
     if not args.quiet:
-        print(verdict["plain"])
+        echo(verdict["plain"])
         if verdict.get("target_prefix"):
-            print(verdict["target_prefix"]["sentence"])
-        print(f"verdict: {out}/verdict.json")
+            echo(verdict["target_prefix"]["sentence"])
+        echo(f"verdict: {out}/verdict.json")
     return 0

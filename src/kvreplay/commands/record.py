@@ -23,9 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sys
 from concurrent.futures import Executor
 from pathlib import Path
+
+from kvreplay.safe_io import echo
 
 NAME = "record"
 HELP = "record live traffic through a transparent proxy into a replayable workload (exact bodies)"
@@ -103,8 +104,8 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
     writer = CaptureWriter(args.out, max_bodies=args.max_bodies, max_bytes=max_bytes, paths=paths,
                            origin_ns=now_ns(), io=io, observed_concurrency=True)
     if not is_loopback(host):
-        print(f"kvreplay record: warning: listening on {host}, not loopback; anyone who can reach it "
-              "can use the upstream through it, and their bodies are written to disk", file=sys.stderr)
+        echo(f"kvreplay record: warning: listening on {host}, not loopback; anyone who can reach it "
+             "can use the upstream through it, and their bodies are written to disk", err=True)
     proxy = RecordingProxy(args.upstream, writer)
     try:
         url = await proxy.start(host, port)
@@ -112,11 +113,10 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
         writer.close()
         await asyncio.sleep(0)
         _remove_if_unused(writer.folder)
-        print(f"kvreplay record: error: cannot listen on {host}:{port}: {exc.strerror or exc}",
-              file=sys.stderr)
+        echo(f"kvreplay record: error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         return 2
-    print(f"kvreplay record listening on {url} -> {args.upstream}, retaining {','.join(paths)} "
-          f"into {args.out}", flush=True)
+    echo(f"kvreplay record listening on {url} -> {args.upstream}, retaining {','.join(paths)} "
+         f"into {args.out}")
     try:
         await wait_for_stop(args.duration, ready)
     finally:
@@ -124,17 +124,16 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
         await asyncio.sleep(0)  # the last queued writes (manifest close) run now
     s = writer.summary
     if writer.io_error:
-        print(f"kvreplay record: error: writing the capture failed ({writer.io_error}); what is on disk "
-              "before that point is complete", file=sys.stderr)
-    print(f"kvreplay record: {proxy.requests} requests proxied; {s.describe()}", file=sys.stderr)
+        echo(f"kvreplay record: error: writing the capture failed ({writer.io_error}); what is on disk "
+             "before that point is complete", err=True)
+    echo(f"kvreplay record: {proxy.requests} requests proxied; {s.describe()}", err=True)
     if s.retained:
         from kvreplay.workload.capture import sidecar_paths
 
         arrivals, plan = sidecar_paths(args.out)
-        print(f"kvreplay record: workload {args.out} (+ {arrivals.name}, {plan.name}); replay with\n"
-              f"  kvreplay run {args.out} --target URL --phase replay:forward:c1\n"
-              f"  kvreplay run --plan {plan} --target URL   (open loop at the captured arrival times)",
-              file=sys.stderr)
+        echo(f"kvreplay record: workload {args.out} (+ {arrivals.name}, {plan.name}); replay with\n"
+             f"  kvreplay run {args.out} --target URL --phase replay:forward:c1\n"
+             f"  kvreplay run --plan {plan} --target URL   (open loop at the captured arrival times)", err=True)
     return 0
 
 

@@ -12,7 +12,8 @@ report too.
 from __future__ import annotations
 
 import argparse
-import sys
+
+from kvreplay.safe_io import echo
 
 NAME = "report"
 HELP = "Write report.md (and report.html with --html) for a run directory; rebuilds summary.json."
@@ -42,16 +43,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = write_reports(args.run_dir, html=args.html, parquet=args.parquet)
     except FileNotFoundError as exc:
-        print(f"kvreplay report: {exc}", file=sys.stderr)
+        echo(f"kvreplay report: {exc}", err=True)
         return 2
     except ImportError as exc:
-        print(f"kvreplay report: {exc}", file=sys.stderr)
+        echo(f"kvreplay report: {exc}", err=True)
         return 2
     if "summary" in written:
-        print(f"summary.json was missing: rebuilt from records.jsonl: {written['summary']}")
+        echo(f"summary.json was missing: rebuilt from records.jsonl: {written['summary']}")
     for key in ("markdown", "html", "parquet"):
         if key in written:
-            print(written[key])
+            echo(written[key])
     return 0
 
 
@@ -68,8 +69,8 @@ def _ab_report(args: argparse.Namespace) -> int:
         for blk in sorted((d / "blocks").glob("*")):
             if (blk / PLAN).exists():
                 try:
-                    print(write_reports(blk, html=True)["html"])
+                    echo(write_reports(blk, html=True)["html"])
                 except (FileNotFoundError, ImportError) as exc:
-                    print(f"kvreplay report: {blk}: {exc}", file=sys.stderr)
-    print(write_ab_report(d))
+                    echo(f"kvreplay report: {blk}: {exc}", err=True)
+    echo(write_ab_report(d))
     return 0

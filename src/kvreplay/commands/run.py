@@ -29,6 +29,7 @@ from kvreplay.rundir import RECORDS, REPORT_MD, read_plan, read_plan_file
 from kvreplay.runner import RunOptions, execute_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.runner.resources import ensure_open_files
+from kvreplay.safe_io import echo
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
 NAME = "run"
@@ -499,8 +500,8 @@ def run(args: argparse.Namespace) -> int:
             return _finish(args, summary, out)
         except KeyboardInterrupt:
             # A second Ctrl-C while the report is drawn: the data is on disk already.
-            print(f"\nkvreplay: interrupted while writing the report; run directory: {out}; "
-                  f"redraw it with: kvreplay report {out} --html", file=sys.stderr)
+            echo(f"\nkvreplay: interrupted while writing the report; run directory: {out}; "
+                 f"redraw it with: kvreplay report {out} --html", err=True)
             return EXIT_ABORTED
     finally:
         sys.stdout, sys.stderr = old
@@ -518,20 +519,20 @@ def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
     elif summary.get("records", 0) <= AUTO_HTML_MAX_RECORDS:
         html_path = write_html_report(out)
     elif not args.quiet:
-        print(f"kvreplay: {summary['records']} records: report.html not drawn automatically "
-              f"(above {AUTO_HTML_MAX_RECORDS} records); "
-              f"draw it with: kvreplay report {out} --html", file=sys.stderr)
+        echo(f"kvreplay: {summary['records']} records: report.html not drawn automatically "
+             f"(above {AUTO_HTML_MAX_RECORDS} records); "
+             f"draw it with: kvreplay report {out} --html", err=True)
     if not args.quiet:
-        print(render_table(summary, _time_scale_of(out)))
-        print(f"run directory: {out}")
+        echo(render_table(summary, _time_scale_of(out)))
+        echo(f"run directory: {out}")
         if html_path is not None:
-            print(f"report: {html_path}")
+            echo(f"report: {html_path}")
     if summary.get("aborted"):
         return EXIT_ABORTED
     n_client = sum((ph.get("failed") or {}).get("client_error", 0) for ph in summary.get("phases", []))
     if n_client:
-        print(f"kvreplay: {n_client} request(s) failed inside the client (status client_error); "
-              f"see records.jsonl", file=sys.stderr)
+        echo(f"kvreplay: {n_client} request(s) failed inside the client (status client_error); "
+             f"see records.jsonl", err=True)
         return EXIT_CLIENT_ERROR
     return 0
 
@@ -562,6 +563,6 @@ def write_html_report(out: str | Path, *, html: bool = True) -> Path | None:
 
         return write_reports(out, html=html).get("html")
     except Exception as exc:  # noqa: BLE001 - records/summary are written; a report bug must not lose the exit code
-        print(f"kvreplay: report.html not written ({type(exc).__name__}: {exc}); "
-              f"retry with: kvreplay report {out} --html", file=sys.stderr)
+        echo(f"kvreplay: report.html not written ({type(exc).__name__}: {exc}); "
+             f"retry with: kvreplay report {out} --html", err=True)
         return None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from kvreplay.argtypes import integer, number, number_list
 from kvreplay.errors import ConfigError
 from kvreplay.offline.report import parse_prefill
 from kvreplay.offline.simulate import SimulateOptions, simulate
+from kvreplay.safe_io import atomic_write_bytes, echo
 
 NAME = "simulate"
 HELP = (
@@ -372,7 +374,9 @@ def run(args: argparse.Namespace) -> int:
         from kvreplay.report.plots import curve_png
 
         rec = rep.get("recommended")
-        with open(args.plot, "wb") as f:
-            f.write(curve_png(rep["curve"], None if rec is None else float(rec["capacity"])))
-    print(json.dumps(rep, indent=2) if args.json else table(rep))
+        atomic_write_bytes(Path(args.plot), curve_png(rep["curve"], None if rec is None else float(rec["capacity"])))
+    if args.json:
+        print(json.dumps(rep, indent=2))  # ASCII: control characters come out as \u escapes
+    else:
+        echo(table(rep))
     return 0

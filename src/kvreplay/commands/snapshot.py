@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import BackendError, ConfigError
+from kvreplay.safe_io import echo
 
 NAME = "snapshot"
 HELP = "print a server's identity and native cache counters (live or from a saved dump) as JSON"
@@ -116,10 +117,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = _offline(args) if args.from_file else asyncio.run(asyncio.wait_for(_live(args), timeout=args.timeout))
     except BackendError as exc:
-        print(f"kvreplay snapshot: {exc}", file=sys.stderr)
+        echo(f"kvreplay snapshot: {exc}", err=True)
         return EXIT_BACKEND
     except TimeoutError:
-        print(f"kvreplay snapshot: no answer within {args.timeout} s", file=sys.stderr)
+        echo(f"kvreplay snapshot: no answer within {args.timeout} s", err=True)
         return EXIT_BACKEND
     json.dump(_jsonable(out), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")

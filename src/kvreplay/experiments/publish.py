@@ -31,13 +31,14 @@ resource); every value from a server is escaped.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
 from kvreplay.experiments.findings import PhaseView, compare_tables, load_views, restore_findings, tiers
 from kvreplay.experiments.steps import CellContext, kind_of
+from kvreplay.report.html import escape, page
 from kvreplay.rundir import write_result
+from kvreplay.safe_io import write_html, write_markdown
 
 __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown", "restate_step_reports",
            "status_line", "write_publication"]
@@ -202,16 +203,17 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
 
 
 _STATUSES = ("measured", "failed", "deferred", "aborted")
-_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;"
-        "margin:.5em 0 1.5em}td,th{border:1px solid #bbb;padding:.2em .5em;font-size:.9em;text-align:left}"
-        "th{background:#eee}.measured{color:#060}.failed,.aborted{color:#a00}.deferred{color:#a60}")
+
+
+def _status_attr(x: Any) -> str:
+    """`` data-status="..."`` for a cell whose value is a status word (styled by ``report.html.CSS``), else ``""``."""
+    return f' data-status="{x}"' if isinstance(x, str) and x in _STATUSES else ""
 
 
 def render_html(result: dict[str, Any], title: str) -> str:
-    """``report.html``: self-contained (inline CSS only), every value escaped."""
-    e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>"
-             f"</head><body><h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
+    """``report.html``: self-contained (``report.html``'s one template and stylesheet), every value escaped."""
+    e = escape
+    parts = [f"<h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
              f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
              f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>"
              f"Status: <b>{e(status_line(result))}</b>"
@@ -227,11 +229,9 @@ def render_html(result: dict[str, Any], title: str) -> str:
     for title_t, head, rows in _tables(result):
         parts.append(f"<h2>{e(title_t)}</h2><table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr>")
         for r in rows:
-            parts.append("<tr>" + "".join(f"<td class='{x if x in _STATUSES else ''}'>{e(_v(x))}</td>"
-                                          for x in r) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td{_status_attr(x)}>{e(_v(x))}</td>" for x in r) + "</tr>")
         parts.append("</table>")
-    parts.append("</body></html>\n")
-    return "".join(parts)
+    return page(title, parts)
 
 
 def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
@@ -258,5 +258,5 @@ def restate_step_reports(out: Path, steps: list[dict[str, Any]]) -> list[str]:
 def write_publication(out: Path, result: dict[str, Any], title: str) -> None:
     """Write ``result.json``, ``report.md`` and ``report.html`` into ``out``."""
     write_result(out, result)
-    (out / "report.md").write_text(render_markdown(result, title), encoding="utf-8")
-    (out / "report.html").write_text(render_html(result, title), encoding="utf-8")
+    write_markdown(out / "report.md", render_markdown(result, title))
+    write_html(out / "report.html", render_html(result, title))

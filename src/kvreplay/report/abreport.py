@@ -25,30 +25,17 @@ and blocks, with a banner saying the comparison is missing
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 from typing import Any
 
+from kvreplay.report.html import escape as _e
+from kvreplay.report.html import page
 from kvreplay.rundir import read_json
-from kvreplay.safe_io import atomic_write_text
+from kvreplay.safe_io import write_html
 
 __all__ = ["ab_sim_lines", "change_pct_text", "ci_pct_range_text", "render_ab_html", "write_ab_report"]
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1em}
-td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top;font-size:.9em}
-td[data-status=failed]{background:#fde8e8}td[data-status=deferred]{background:#eee}
-.banner{background:#fff3cd;border:1px solid #e0c060;padding:.5em;margin:.5em 0}
-.verdict{font-size:1.3em;font-weight:bold}
-pre{font-size:.75em;background:#f8f8f8;padding:.5em;overflow:auto;max-height:12em}
-figure{display:inline-block;margin:.5em 1em .5em 0}figcaption{font-size:.8em}
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 def _td(text: Any, status: str = "measured", title: str | None = None) -> str:
@@ -183,10 +170,7 @@ def ab_sim_lines(ab: dict[str, Any]) -> list[tuple[str, str]]:
 def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> str:
     """report.html of an ab directory (module docstring)."""
     arms = [a["name"] for a in ab.get("arms", [])] or ["baseline", "candidate"]
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-           f"<title>kvreplay A/B: {_e(arms[-1])} vs {_e(arms[0])}</title>",
-           f"<style>{_CSS}</style></head><body>",
-           f"<h1>kvreplay A/B: {_e(arms[-1])} vs {_e(arms[0])}</h1>"]
+    out = [f"<h1>kvreplay A/B: {_e(arms[-1])} vs {_e(arms[0])}</h1>"]
     if cmp is None:
         out.append('<div class="banner" data-banner="no-compare">compare.json is missing (the experiment did '
                    f"not finish): run <code>kvreplay compare {_e(d)}</code> to compare the blocks there are</div>")
@@ -228,7 +212,7 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
         out.append("<details><summary>Arm command logs (last 4 KiB each)</summary>")
         for b, sw in logs:
             out.append(f"<h3>block {b['block']} ({_e(b['arm'])}): {_e(sw.get('log_path'))}</h3>"
-                       f"<pre>{_e(sw['log_tail'])}</pre>")
+                       f"<pre class=\"log\">{_e(sw['log_tail'])}</pre>")
         out.append("</details>")
     if cmp is not None:
         metrics = cmp.get("metrics", {})
@@ -255,8 +239,7 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
                                       *[f"pair {i}" for i in range(n_pairs)]], rows))
         out.append("<p>Pair cells are candidate / baseline ratios; <i>failed</i> = a block aborted or a phase had "
                    "failures, <i>deferred</i> = not run, <i>n/a</i> = missing or zero in the baseline.</p>")
-    out.append("</body></html>")
-    return "\n".join(out)
+    return page(f"kvreplay A/B: {arms[-1]} vs {arms[0]}", out)
 
 
 def write_ab_report(ab_dir: str | os.PathLike[str]) -> Path:
@@ -271,5 +254,5 @@ def write_ab_report(ab_dir: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(f"{d}: no readable ab.json (not an ab directory)")
     cmp = read_json(d / "compare.json")
     path = d / "report.html"
-    atomic_write_text(path, render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None))
+    write_html(path, render_ab_html(d, ab, cmp if isinstance(cmp, dict) else None))
     return path

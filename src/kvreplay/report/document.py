@@ -2,8 +2,9 @@
 
 ``build(run)`` gathers the sections once (tables of labelled cells, plots,
 findings); ``to_markdown`` and ``to_html`` render them. The HTML embeds every
-plot as a base64 PNG ``data:`` URI and its style inline, so it opens with no
-network. Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
+plot as a base64 PNG ``data:`` URI and its style inline (``kvreplay.report.html``:
+the one template and stylesheet of every page), so it opens with no network.
+Every ``<td>`` carries ``data-status="measured|failed|deferred"``, and
 failed/deferred cells carry their reason in ``title`` and in the text; every
 plot is a ``<figure id="plot-KEY" data-plot=KEY data-status=...>`` (``:`` and other
 characters outside ``[A-Za-z0-9_-]`` become ``-`` in the id, so
@@ -13,7 +14,6 @@ characters outside ``[A-Za-z0-9_-]`` become ``-`` in the id, so
 from __future__ import annotations
 
 import base64
-import html
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +24,8 @@ from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
+from kvreplay.report.html import escape as _e
+from kvreplay.report.html import page
 from kvreplay.report.markdown import ray_line
 from kvreplay.report.rawseries import raw_series_table
 from kvreplay.report.sections import (
@@ -301,38 +303,6 @@ def to_markdown(rep: Report) -> str:
 
 # ---------------------------------------------------------------- HTML
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1360px;
-padding:0 1em;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
-th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
-th{background:#f3f3f3}th[scope=row]{text-align:left}
-thead th{white-space:normal;vertical-align:bottom;min-width:4em;max-width:11em}
-table.kv td{white-space:normal;overflow-wrap:anywhere;text-align:left;max-width:40em}
-td[data-status=failed]{background:#fde8e8;color:#8a1c1c;white-space:normal;max-width:22em;text-align:left}
-td[data-status=absent]{background:#eef2fb;color:#3a4a6b;white-space:normal;max-width:22em;text-align:left}
-td[data-status=deferred]{background:#eee;color:#666;font-style:italic;white-space:normal;max-width:22em;
-text-align:left}
-figure{display:inline-block;margin:.5em;vertical-align:top;max-width:100%}
-figure img{max-width:100%;height:auto}
-figure[data-status=failed] .nofig,figure[data-status=deferred] .nofig{width:420px;height:120px;
-display:flex;align-items:center;justify-content:center;border:1px dashed #aaa;padding:.5em}
-figure[data-status=failed] .nofig{background:#fde8e8}
-figure[data-status=deferred] .nofig{background:#eee}
-figcaption{font-size:.8em;color:#555;max-width:680px}
-.banner{background:#fff4d6;border-left:4px solid #e0a800;padding:.4em .8em;margin:.4em 0}
-.finding{margin:.4em 0}.next{color:#225}.legend span{padding:0 .4em;margin-right:.5em}
-dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.1em 1em}
-dd{margin:0;overflow-wrap:anywhere}
-.scroll{overflow-x:auto;max-width:100%}
-pre{font-size:.75em;background:#f8f8f8;padding:.5em;overflow:auto}
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
-
 
 def _html_cell(c: Cell) -> str:
     title = c.reason if c.status != "measured" else c.note
@@ -342,7 +312,7 @@ def _html_cell(c: Cell) -> str:
 
 
 def _html_table(t: Table) -> str:
-    kv = ' class="kv"' if t.key == "identity" else ""
+    kv = ' class="kv"' if t.key == "identity" else ' class="num"'
     out = [
         f'<div class="scroll"><table{kv} data-table="{_e(t.key)}"><thead><tr>'
         f'<th scope="col">{_e(t.corner)}</th>'
@@ -401,12 +371,7 @@ def to_html(rep: Report) -> str:
     The title block names the run's UTC start (``started_utc``) when plan.json gives it.
     """
     when = next((f" — started {v}" for k, v in rep.header if k == "started"), "")
-    out = [
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        f"<title>kvreplay run report{_e(when)}</title>",
-        f"<style>{_CSS}</style></head><body>",
-        f"<h1>kvreplay run report{_e(when)}</h1>",
-    ]
+    out = [f"<h1>kvreplay run report{_e(when)}</h1>"]
     if rep.header:
         out.append(
             "<dl>"
@@ -472,5 +437,4 @@ def to_html(rep: Report) -> str:
                 f"<pre>position   body sha256{' ' * 58}rep\n{_e(chr(10).join(lines))}{_e(more)}</pre>"
             )
         out.append("</details>")
-    out.append("</body></html>")
-    return "\n".join(out)
+    return page(f"kvreplay run report{when}", out)

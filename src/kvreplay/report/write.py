@@ -5,20 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.document import build, to_html, to_markdown
 from kvreplay.rundir import SUMMARY, open_run
-from kvreplay.safe_io import atomic_write_text
+from kvreplay.safe_io import write_html, write_markdown
 
 __all__ = ["write_reports"]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    # Server text is hostile (issue 17): no registered secret, no terminal escape in Markdown.
-    text = redact(text)
-    if path.suffix == ".md":
-        text = escape_controls(text)
-    atomic_write_text(path, text)
 
 
 def write_reports(
@@ -55,10 +46,10 @@ def write_reports(
     is_run = run.plan is not None or bool(run.summary.get("phases"))
     if is_run or not (d / "report.md").exists():
         # A probe directory keeps the report.md its own command wrote.
-        _atomic_write(d / "report.md", to_markdown(rep))
+        write_markdown(d / "report.md", to_markdown(rep))  # the sink: redacted, controls escaped
         out["markdown"] = d / "report.md"
     if html:
-        _atomic_write(d / "report.html", to_html(rep))
+        write_html(d / "report.html", to_html(rep))
         out["html"] = d / "report.html"
     if parquet:
         from kvreplay.report.parquet import write_parquet

@@ -32,9 +32,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from kvreplay.redaction import redact_bytes
 from kvreplay.rundir.names import COUNTERS
-from kvreplay.safe_io import open_new
+from kvreplay.safe_io import dumps_json, open_new
 
 __all__ = [
     "DEFAULT_CAP_BYTES",
@@ -176,7 +175,7 @@ class CounterLog:
             line["violations"] = bad
             self.violations += [{**v, "phase": phase, "at": at} for v in bad]
         self._last = cur
-        data = redact_bytes(orjson.dumps(line) + b"\n")  # registered secrets never reach the file
+        data = dumps_json(line, indent=False) + b"\n"  # the output sink: series labels may echo a secret
         if self.size + len(data) > self.cap_bytes:
             self.truncated = True
             data = orjson.dumps({"t_ns": line["t_ns"], "truncated": True,

@@ -32,7 +32,6 @@ that contains one of them is not retained at all (its bytes cannot be changed).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -42,6 +41,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 
 __all__ = [
@@ -167,12 +167,14 @@ def _toml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``.NAME.tmp`` beside ``path``, then rename it over ``path``."""
-    tmp = path.with_name("." + path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Write ``data`` over ``path`` through the output sink (``safe_io.atomic_write_bytes``: no symlink followed)."""
+    atomic_write_bytes(path, data, fsync=fsync)
+
+
+def _atomic_body_write(path: Path, data: bytes) -> None:
+    """A retained body: atomic, not synced one by one (the manifest line, flushed after it, records it)."""
+    _atomic_write(path, data, fsync=False)
 
 
 def write_plan(
@@ -399,7 +401,7 @@ class CaptureWriter:
         except WorkloadError:
             s.skip("invalid")
             return None
-        self._do(_atomic_write, self.folder / name, raw)
+        self._do(_atomic_body_write, self.folder / name, raw)
         s.retained += 1
         s.retained_bytes += len(raw)
         self.arrivals_ns.append(arrival_ns)

@@ -46,6 +46,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
 from kvreplay.workload._loader import json_line
 
 __all__ = [
@@ -314,8 +315,9 @@ def import_mooncake(
             if ignore_eos:
                 body["ignore_eos"] = True
             f.write(orjson.dumps(body) + b"\n")
-    arrivals.write_bytes(orjson.dumps([r.timestamp_ms for r in rows]))
-    plan.write_text(
+    atomic_write_bytes(arrivals, orjson.dumps([r.timestamp_ms for r in rows]))
+    atomic_write_text(
+        plan,
         f"# kvreplay import mooncake {Path(trace).name}: {len(rows)} requests, "
         f"{block_tokens}-token blocks.\n"
         f"# Paths are as given on the command line: run from the same directory.\n"
@@ -326,7 +328,6 @@ def import_mooncake(
         f"concurrency = {concurrency}\n"
         f"arrival = {_toml_str('trace:' + str(arrivals))}\n"
         f"time_scale = {time_scale!r}\n",
-        encoding="utf-8",
     )
     return ImportResult(wl, arrivals, plan, len(rows), sum(r.input_length for r in rows))
 

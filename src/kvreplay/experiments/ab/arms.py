@@ -53,7 +53,7 @@ from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, Plan
 from kvreplay.runner.usercmd import run_user_command
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.safe_io import atomic_write_json, write_markdown
 
 __all__ = ["Arm", "block_order", "block_phase_specs", "parse_arm", "sim_arm_config", "wait_ready"]
 
@@ -525,6 +525,6 @@ async def run_ab(
         title, verdict_line, rest = md.split("\n\n", 2)
         md = "\n\n".join([title, verdict_line, "\n".join(
             f"- {'Simulator calibration: ' if k == 'calibration' else ''}{t}" for k, t in sim_lines), rest])
-    (out / "compare.md").write_text(md, encoding="utf-8")
+    write_markdown(out / "compare.md", md)
     result["ab"] = doc
     return result

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
@@ -47,9 +46,10 @@ from kvreplay.experiments.probe.legs import (
     render_report,
     run_probe,
 )
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.safe_io import JsonlAppender, atomic_write_json, open_jsonl, write_markdown
 
-__all__ = ["PROBE_CELLS", "PROBE_KEYS", "probe_cells", "probe_config", "probe_settings", "run_probe_step"]
+__all__ = ["PROBE_CELLS", "PROBE_KEYS", "open_requests_log", "probe_cells", "probe_config", "probe_settings",
+           "run_probe_step", "write_probe_outputs"]
 
 PROBE_KEYS = frozenset({"sizes", "cold_repeats", "flush_prefix", "foreign_tokens", "flush_max", "flush_repeats",
                         "fit_on", "model", "nonce", "backend", "read_timeout", "drain_timeout", "label",
@@ -227,11 +227,11 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
     failed: list[dict[str, Any]] = []
 
     def log(rec: dict[str, Any]) -> None:
-        fh.write(orjson.dumps(rec) + b"\n")
+        fh.write(rec)
         if rec.get("status") != "ok":
             failed.append({k: rec.get(k) for k in ("leg", "status", "http_status", "error")})
 
-    with open(out_dir / "requests.jsonl", "ab", buffering=0) as fh:
+    with open_requests_log(out_dir) as fh:
         verdict, name = await probe_url(url, name, cfg, read_timeout_s=settings["read_timeout_s"], headers=headers,
                                         profile=profile, log=log, say=say, stop_new=stop_new)
     verdict["target"] = "sim" if sim_time_scale is not None else url
@@ -239,9 +239,34 @@ async def run_probe_step(*, url: str, backend_name: str, profile: str | None, he
         verdict["sim_time_scale"] = sim_time_scale
     verdict["backend"] = name
     verdict["legs_failed"] = failed
-    atomic_write_json(out_dir / "verdict.json", verdict)
-    (out_dir / "report.md").write_text(render_report(verdict), encoding="utf-8")
+    write_probe_outputs(out_dir, verdict)
     return verdict
+
+
+def open_requests_log(out_dir: Path) -> JsonlAppender:
+    """``out_dir/requests.jsonl``, appended one leg record per line through the output sink.
+
+    Shared by ``kvreplay probe`` and a probe step: secrets redacted, a symlink
+    at the name refused, each line written whole (``safe_io.open_jsonl``).
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    return open_jsonl(out_dir / "requests.jsonl")
+
+
+def write_probe_outputs(out_dir: Path, verdict: dict[str, Any]) -> None:
+    """Write ``verdict.json`` and ``report.md`` (``render_report``) into ``out_dir`` through the output sink.
+
+    Shared by ``kvreplay probe`` and a probe step: secrets redacted, report
+    control characters escaped, each file written atomically.
+
+    Raises:
+        OSError: a file cannot be written.
+        TypeError: the verdict holds a value JSON cannot represent.
+    """
+    atomic_write_json(out_dir / "verdict.json", verdict)
+    write_markdown(out_dir / "report.md", render_report(verdict))
 
 
 def _cell_reason(metric: str, verdict: dict[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,257 @@
+"""The API key is in no file and on no terminal stream, for every command that writes (issue 26, item 3).
+
+Every command that writes files runs as a user runs it (``python -m kvreplay``
+in a subprocess), the key given the way users give it: ``--api-key-env`` and
+``--api-key-file`` for run, probe and ab (and ``http://user:KEY@host`` for run), ``[server] api_key_env`` for an
+experiment (with every step kind: incarnation, run, probe, ab, restore), the
+client's own ``Authorization`` header through ``kvreplay record``, the header
+inside a HAR file for ``import``; report, compare, simulate and fit read the
+outputs of the others with the key in their environment. The server
+(``keyecho.KeyEchoServer``) puts the key back in every answer it can.
+
+Then every file under the output folders, and each command's stdout and
+stderr, is searched for the key and for every 8-character piece of it (and of the
+``Basic`` credential the URL form sends).
+The workloads are 4 bodies at C1 and the probe has two sizes and no eviction
+legs, so the whole module takes seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from hostile.keyecho import KeyEchoServer
+
+KEY = "sk-echo-7d1e4b9a2c6f8053-LEAKCHECK"
+ENV = "KVREPLAY_SECRETS_TEST_KEY"
+BASIC = base64.b64encode(f"tok:{KEY}".encode()).decode()  # the header of http://tok:KEY@host
+PIECE = 8
+PIECES = {s[i:i + PIECE] for s in (KEY, BASIC) for i in range(len(s) - PIECE + 1)}
+N_BODIES = 4
+
+
+def _bodies(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for i in range(N_BODIES):
+        (folder / f"{i:03d}.json").write_bytes(orjson.dumps(
+            {"model": "m", "stream": True, "max_tokens": 4, "stream_options": {"include_usage": True},
+             "messages": [{"role": "user", "content": f"question {i} " + "words " * 20}]}))
+    return folder
+
+
+def _har(path: Path, body_dir: Path) -> Path:
+    """A HAR 1.2 capture whose requests carry the key in a header and whose responses echo it."""
+    entries = []
+    for i, f in enumerate(sorted(body_dir.glob("*.json"))):
+        entries.append({
+            "startedDateTime": f"2026-01-01T00:00:0{i}.000Z", "time": 10,
+            "request": {"method": "POST", "url": "http://127.0.0.1:9/v1/chat/completions", "httpVersion": "HTTP/1.1",
+                        "headers": [{"name": "Authorization", "value": f"Bearer {KEY}"},
+                                    {"name": "Content-Type", "value": "application/json"}],
+                        "queryString": [], "cookies": [], "headersSize": -1, "bodySize": f.stat().st_size,
+                        "postData": {"mimeType": "application/json", "text": f.read_text()}},
+            "response": {"status": 401, "statusText": "Unauthorized", "httpVersion": "HTTP/1.1",
+                         "headers": [{"name": "X-Echo", "value": KEY}], "cookies": [],
+                         "content": {"size": 40, "mimeType": "application/json",
+                                     "text": json.dumps({"error": {"message": f"bad key {KEY}"}})},
+                         "redirectURL": "", "headersSize": -1, "bodySize": -1},
+            "cache": {}, "timings": {"send": 0, "wait": 10, "receive": 0}})
+    path.write_text(json.dumps({"log": {"version": "1.2", "creator": {"name": "t", "version": "1"},
+                                        "entries": entries}}))
+    return path
+
+
+def _experiment(path: Path, url: str, workload: Path) -> Path:
+    # The probe step comes first: no run step has registered the key in this process before it.
+    path.write_text(f"""
+workload = "{workload}"
+
+[server]
+target = "{url}"
+backend = "vllm"
+api_key_env = "{ENV}"
+start = {{cmd = "true", timeout = "10s"}}
+stop = {{cmd = "true", timeout = "10s"}}
+restore = {{cmd = "true", timeout = "10s"}}
+ready = {{timeout = "10s"}}
+
+[window]
+stop_new_after = "100s"
+hard_deadline = "115s"
+restore_reserve = "10s"
+
+[[step]]
+name = "start"
+kind = "incarnation"
+fresh = false
+
+[[step]]
+name = "P"
+kind = "probe"
+sizes = "64,128"
+flush_max = 0
+model = "m"
+read_timeout = "5s"
+
+[[step]]
+name = "A"
+kind = "run"
+phases = ["p:forward:c1"]
+
+[[step]]
+name = "T"
+kind = "ab"
+arms = [{{name = "off", cmd = "true"}}, {{name = "on", cmd = "true"}}]
+reps = 1
+phases = "c1"
+cmd_timeout = "10s"
+ready_timeout = "10s"
+
+[[step]]
+name = "restore"
+kind = "restore"
+""")
+    return path
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, ENV: KEY, "MPLBACKEND": "Agg"}
+
+
+def _kvreplay(*argv: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvreplay", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, env=_env())
+
+
+def _record_through(tmp: Path, url: str, workload: Path, out: Path) -> list[tuple[str, str, str, int]]:
+    """``kvreplay record`` in front of the server; ``kvreplay run`` through it with the key in its header."""
+    err_path = tmp / "record.stderr"
+    with open(err_path, "wb") as err:
+        p = subprocess.Popen([sys.executable, "-m", "kvreplay", "record", "--upstream", url,
+                              "--out", str(out / "record" / "W")], stdout=subprocess.PIPE, stderr=err, env=_env())
+        try:
+            first = p.stdout.readline().decode()
+            assert "listening on " in first, first + err_path.read_text(errors="replace")
+            proxy = first.split("listening on ")[1].split()[0]
+            client = _kvreplay("run", workload, "--target", proxy, "--backend", "none", "--phase", "p:forward:c1",
+                               "--api-key-env", ENV, "--out", out / "record-client", "--read-timeout", "5s")
+            p.send_signal(signal.SIGINT)
+            rest, _ = p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [("record-client", client.stdout, client.stderr, client.returncode),
+            ("record", first + rest.decode(errors="replace"), err_path.read_text(errors="replace"), p.returncode)]
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """Run every command once; ``(out folder, {command: (stdout, stderr, exit status)})``."""
+    tmp = tmp_path_factory.mktemp("secrets")
+    inputs, out = tmp / "inputs", tmp / "outputs"
+    out.mkdir()
+    workload = _bodies(inputs / "W")
+    key_file = inputs / "key.txt"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    streams: dict[str, tuple[str, str, int]] = {}
+
+    def cmd(name: str, *argv: str | Path) -> None:
+        p = _kvreplay(*argv)
+        streams[name] = (p.stdout, p.stderr, p.returncode)
+
+    with KeyEchoServer(KEY) as srv:
+        target = ("--target", srv.url)
+        cmd("run", "run", workload, *target, "--backend", "vllm", "--phase", "p:forward:c1",
+            "--api-key-env", ENV, "--out", out / "run", "--read-timeout", "5s")
+        cmd("run-key-file", "run", workload, *target, "--backend", "none", "--phase", "p:forward:c1",
+            "--api-key-file", key_file, "--out", out / "run-file", "--report", "md", "--read-timeout", "5s")
+        cmd("run-url-credentials", "run", workload, "--target", srv.url.replace("//", f"//tok:{KEY}@"),
+            "--backend", "none", "--phase", "p:forward:c1", "--out", out / "run-url", "--read-timeout", "5s")
+        cmd("probe", "probe", *target, "--backend", "vllm", "--model", "m", "--sizes", "64,128", "--flush-max", "0",
+            "--api-key-env", ENV, "--out", out / "probe", "--read-timeout", "5")
+        cmd("ab", "ab", workload, *target, "--backend", "vllm", "--arm", "off=true", "--arm", "on=true",
+            "--reps", "1", "--phases", "c1", "--api-key-env", ENV, "--out", out / "ab",
+            "--ready-timeout", "10s", "--cmd-timeout", "10s")
+        cmd("experiment", "experiment", _experiment(inputs / "window.toml", srv.url, workload), "--out",
+            out / "experiment")
+        for name, so, se, rc in _record_through(tmp, srv.url, workload, out):
+            streams[name] = (so, se, rc)
+    cmd("report", "report", out / "run", "--html")
+    cmd("report-ab", "report", out / "ab", "--html")
+    cmd("compare", "compare", out / "ab", "--out", out / "compare")
+    cmd("import-har", "import", "har", _har(inputs / "capture.har", workload), "--out", out / "import-har" / "W")
+    (inputs / "trace.jsonl").write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": 600,
+                                                             "output_length": 4, "hash_ids": [i, i + 1]}) + "\n"
+                                                for i in range(3)))
+    cmd("import-mooncake", "import", "mooncake", inputs / "trace.jsonl", "--out", out / "import-mc" / "mc.jsonl")
+    cmd("simulate", "simulate", workload, "--plot", out / "simulate.png")
+    cmd("simulate-json", "simulate", workload, "--json")
+    cmd("fit", "fit", "--host-ram-gib", "64", "--weights-gib", "10", "--positions", "4096",
+        "--kv-bytes-per-position", "1024", "--max-tok", "4096")
+    return out, streams
+
+
+COMMANDS = ["run", "run-key-file", "run-url-credentials", "report", "report-ab", "probe", "ab", "compare",
+            "experiment", "record", "record-client", "import-har", "import-mooncake", "simulate", "simulate-json",
+            "fit"]
+
+
+def _hits(data: bytes) -> list[str]:
+    return sorted(p for p in PIECES if p.encode() in data)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", COMMANDS)
+def test_the_key_is_on_no_stream(outputs, name):
+    _, streams = outputs
+    stdout, stderr, rc = streams[name]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert rc in (0, 3), (rc, stderr[-3000:])  # 3: a step or block incomplete (the echoed 500s are failures)
+    assert not _hits(stdout.encode()), stdout[-2000:]
+    assert not _hits(stderr.encode()), stderr[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_the_key_is_in_no_file(outputs):
+    out, _ = outputs
+    files = [f for f in out.rglob("*") if f.is_file()]
+    leaks = {str(f.relative_to(out)): _hits(f.read_bytes()) for f in files}
+    assert {k: v for k, v in leaks.items() if v} == {}
+    names = {str(f.relative_to(out)) for f in files}
+    # every command left its outputs (a missing folder would make the search above vacuous)
+    for expected in ("run/records.jsonl", "run/report.md", "run/report.html", "run/summary.json",
+                     "run-file/report.md", "run-url/report.html", "probe/verdict.json", "probe/report.md",
+                     "probe/requests.jsonl",
+                     "ab/ab.json", "ab/compare.json", "ab/compare.md", "ab/report.html", "compare/compare.json",
+                     "compare/compare.md", "experiment/experiment.json", "experiment/result.json",
+                     "experiment/report.md", "experiment/report.html", "record/W.plan.toml",
+                     "import-har/W.plan.toml", "import-mc/mc.jsonl", "simulate.png"):
+        assert expected in names, sorted(names)
+    steps = {Path(n).parts[2] for n in names if n.startswith("experiment/steps/")}
+    assert {s.split("-", 1)[1] for s in steps} >= {"A", "P", "T"}, steps
+    probe_step = next(s for s in steps if s.endswith("-P"))
+    for f in ("verdict.json", "report.md", "requests.jsonl"):
+        assert f"experiment/steps/{probe_step}/{f}" in names
+
+
+@pytest.mark.timeout(300)
+def test_the_server_did_echo_the_key(outputs):
+    """The outputs hold the marker where the server put the key: the search above is not vacuous."""
+    out, _ = outputs
+    for f in ("run/records.jsonl", "run-url/records.jsonl", "probe/requests.jsonl", "record/W/manifest.jsonl"):
+        path = out / f
+        if not path.exists():
+            path = next((out / f).parent.glob("*.jsonl"))
+        assert b"[REDACTED]" in path.read_bytes(), f
+    step = next((out / "experiment" / "steps").glob("*-P"))
+    assert b"[REDACTED]" in (step / "requests.jsonl").read_bytes()
