@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kvreplay.evidence.engine import fmt  # one formatter for cells and evidence texts
+
 __all__ = [
     "Cell",
     "Status",
@@ -84,15 +86,6 @@ def absent(reason: str) -> Cell:
 def deferred(reason: str) -> Cell:
     """A figure that was not run (abort, deadline, kill)."""
     return Cell("deferred", "deferred", reason)
-
-
-def fmt(v: float | int, nd: int = 1) -> str:
-    """A number for a cell: integers as is, floats with ``nd`` decimals."""
-    if isinstance(v, float) and not v.is_integer():
-        return f"{v:.{nd}f}"
-    if isinstance(v, float):
-        return str(int(v))
-    return str(v)
 
 
 def _abort_reason(summary: dict[str, Any]) -> str:
