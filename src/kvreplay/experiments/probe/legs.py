@@ -55,16 +55,17 @@ import aiohttp
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
+from kvreplay.experiments.probe.fits import fits_of
 from kvreplay.experiments.probe.prompts import TokenCounter
 from kvreplay.experiments.probe.report import (
     _fmt,
     accuracy_warning,
+    evidence_sentences,
     intercept_warning,
     plain_line,
     render_report,
 )
 from kvreplay.experiments.probe.sizing import (
-    CAP_RATIO,
     cap_bound,
     capped_sizes,
     entries_per_request,
@@ -72,7 +73,6 @@ from kvreplay.experiments.probe.sizing import (
     refused_stores,
     reuse_cap,
 )
-from kvreplay.experiments.stats import LineFit, fit_line, line_ci95
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
 from kvreplay.runner.http import send_body
@@ -274,57 +274,6 @@ def _server_prefill_s(timings: Any) -> float | None:
     return None
 
 
-def _ci_json(fit: LineFit, xs: list[int]) -> dict[str, Any] | None:
-    """95 % interval of ``a`` (s) and the rate (tokens/s), and their relative half-widths."""
-    ci = line_ci95(fit, xs)
-    if ci is None or fit.slope <= 0:
-        return None
-    ha, hb = ci
-    lo_b, hi_b = fit.slope - hb, fit.slope + hb
-    return {
-        "a_s": [round(fit.intercept - ha, 6), round(fit.intercept + ha, 6)],
-        "rate_tokens_per_s": [round(1.0 / hi_b, 3), round(1.0 / lo_b, 3) if lo_b > 0 else None],
-        "a_rel": round(ha / abs(fit.intercept), 6) if fit.intercept else None,
-        "rate_rel": round(hb / fit.slope, 6),
-    }
-
-
-def _fit_json(fit: LineFit, source: str, xs: list[int], ys: list[float]) -> dict[str, Any]:
-    rate = 1.0 / fit.slope if fit.slope > 0 else None
-    return {
-        "ci95": _ci_json(fit, xs),
-        "source": source,
-        "a_s": round(fit.intercept, 6),
-        "rate_tokens_per_s": round(rate, 3) if rate else None,
-        "r2": round(fit.r2, 6) if fit.r2 == fit.r2 else None,
-        "n": fit.n,
-        "points": [[x, round(y, 6)] for x, y in zip(xs, ys, strict=False)],
-        "residuals_s": [round(r, 6) for r in fit.residuals],
-    }
-
-
-def _fits(cold: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Fit every available series over the fastest cold leg of each size."""
-    fits: dict[str, dict[str, Any]] = {}
-    key_of = {"ttft": "ttft_s", "stream": "stream_s", "server": "server_prefill_s"}
-    for source, key in key_of.items():
-        best: dict[int, tuple[int, float]] = {}
-        for rec in cold:
-            y = rec.get(key)
-            if rec["status"] != "ok" or y is None or rec["prompt_tokens"] is None:
-                continue
-            x = rec["prompt_tokens"] - (rec["cached_tokens"] or 0)
-            size = rec["size_tokens"]
-            if size not in best or y < best[size][1]:
-                best[size] = (x, y)
-        pts = sorted(best.values())
-        xs = [p[0] for p in pts]
-        ys = [p[1] for p in pts]
-        if len(set(xs)) >= 2:
-            fits[source] = _fit_json(fit_line(xs, ys), source, xs, ys)
-    return fits
-
-
 async def run_probe(
     session: aiohttp.ClientSession,
     url: str,
@@ -391,7 +340,7 @@ async def run_probe(
     except StopNew:
         cut = True
         say(f"stop_new_after: no new probe request ({len(cold)} cold, {len(warm)} warm legs sent)")
-    fits = _fits(cold)
+    fits = fits_of(cold)
     chosen = fits.get(cfg.fit_on)
     fit_warning = intercept_warning(chosen)
     if fit_warning:
@@ -571,7 +520,7 @@ async def run_probe(
         "entries_per_request": per_request,
         "implied_entries": implied,
         "entries_per_request_evidence": epr,
-        "evidence": _evidence(cfg, chosen, legs, points, floor, min_k, evict_note, ebf, epr, implied,
+        "evidence": evidence_sentences(cfg, chosen, legs, points, floor, min_k, evict_note, ebf, epr, implied,
                               flush_capped)
         | {"cap_tokens_from_reuse": rc["evidence"]},
         "max_entries_gauge_seen": max(entries_seen) if entries_seen else None,
@@ -634,50 +583,6 @@ async def _cold_warm(p: _Probe, counter: TokenCounter, cfg: ProbeConfig, cold: l
             f"size {size}: cold ttft {_fmt(min(times) if times else None)} s{of}, "
             f"warm ttft {_fmt(rec['ttft_s'])} s, warm cached {rec['cached_tokens']}"
         )
-
-
-def _evidence(
-    cfg: ProbeConfig,
-    chosen: dict[str, Any] | None,
-    legs: list[dict[str, Any]],
-    points: list[dict[str, Any]],
-    floor: int,
-    min_k: int | None,
-    evict_note: str | None,
-    ebf: dict[str, Any],
-    epr: dict[str, Any],
-    implied: list[int] | None,
-    flush_capped: bool,
-) -> dict[str, str | None]:
-    """What each derived figure of the verdict rests on, one sentence per figure (issue 29)."""
-    n_pts = len({pt["k"] for pt in points})
-    return {
-        "prefill_fit": None
-        if not chosen
-        else f"least squares over the fastest cold leg of each of {chosen['n']} sizes,"
-        f" series {cfg.fit_on}",
-        "cmax_tokens": f"largest cached_tokens over {len(legs)} leg requests",
-        "min_flush_k": (
-            f"eviction bisection over {n_pts} points of {cfg.flush_repeats} repeats (a point"
-            f" flushes when every repeat's second send cached <= {floor} tokens)"
-            if min_k is not None
-            else evict_note or "no eviction legs"
-        ),
-        "bytes_per_token": ebf["method"],
-        "entry_cap_bytes": None
-        if not ebf["cap_bytes"]
-        else f"largest entry on the {ebf['capped_legs']} legs on the cap (their entry bytes per"
-        f" token under {CAP_RATIO} of the others')",
-        "entries_per_request": epr["evidence"],
-        "implied_entries": (
-            "s x (min_flush_k - 1) + 1 .. s x min_flush_k (s entries per request; the eviction"
-            " prefix is over the entry cap, so it is one entry)"
-            if flush_capped
-            else "s x min_flush_k .. s x min_flush_k + s - 1 (s entries per request)"
-        )
-        if implied
-        else "needs entries per request and min_flush_k",
-    }
 
 
 def _r(v: float | None) -> float | None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvreplay.clock import model_time_scale
+from kvreplay.experiments.probe.sizing import CAP_RATIO
 
-__all__ = ["FIT_ACCURACY", "accuracy_warning", "intercept_warning", "plain_line", "render_report"]
+__all__ = ["FIT_ACCURACY", "accuracy_warning", "evidence_sentences", "intercept_warning", "plain_line", "render_report"]
 
 
 def intercept_warning(fit: dict[str, Any] | None) -> str | None:
@@ -257,3 +258,52 @@ def render_report(v: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def evidence_sentences(
+    cfg: Any,
+    chosen: dict[str, Any] | None,
+    legs: list[dict[str, Any]],
+    points: list[dict[str, Any]],
+    floor: int,
+    min_k: int | None,
+    evict_note: str | None,
+    ebf: dict[str, Any],
+    epr: dict[str, Any],
+    implied: list[int] | None,
+    flush_capped: bool,
+) -> dict[str, str | None]:
+    """What each derived figure of the verdict rests on, one sentence per figure (issue 29).
+
+    Returns:
+        ``{"prefill_fit", "cmax_tokens", "min_flush_k", "bytes_per_token", "entry_cap_bytes",
+        "entries_per_request", "implied_entries"}``: a sentence each, None where the figure is absent.
+    """
+    n_pts = len({pt["k"] for pt in points})
+    return {
+        "prefill_fit": None
+        if not chosen
+        else f"least squares over the fastest cold leg of each of {chosen['n']} sizes,"
+        f" series {cfg.fit_on}",
+        "cmax_tokens": f"largest cached_tokens over {len(legs)} leg requests",
+        "min_flush_k": (
+            f"eviction bisection over {n_pts} points of {cfg.flush_repeats} repeats (a point"
+            f" flushes when every repeat's second send cached <= {floor} tokens)"
+            if min_k is not None
+            else evict_note or "no eviction legs"
+        ),
+        "bytes_per_token": ebf["method"],
+        "entry_cap_bytes": None
+        if not ebf["cap_bytes"]
+        else f"largest entry on the {ebf['capped_legs']} legs on the cap (their entry bytes per"
+        f" token under {CAP_RATIO} of the others')",
+        "entries_per_request": epr["evidence"],
+        "implied_entries": (
+            "s x (min_flush_k - 1) + 1 .. s x min_flush_k (s entries per request; the eviction"
+            " prefix is over the entry cap, so it is one entry)"
+            if flush_capped
+            else "s x min_flush_k .. s x min_flush_k + s - 1 (s entries per request)"
+        )
+        if implied
+        else "needs entries per request and min_flush_k",
+    }
