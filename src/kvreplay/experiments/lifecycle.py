@@ -129,18 +129,19 @@ def listening_pid(port: int) -> int | None:
 DEFAULT_STOP_GRACE_S = STOP_GRACE_S
 
 
-def group_members(pgid: int) -> list[int]:
-    """Pids of the live (not zombie) processes whose process group is ``pgid``, read from ``/proc``.
+def _group_stat(pgid: int) -> dict[int, int]:
+    """``{pid: ppid}`` of the live (not zombie) processes whose process group is ``pgid``, from ``/proc``.
 
-    Source: proc(5), ``/proc/PID/stat``: field 3 is the state (``Z`` zombie), field 5 the
-    process group; fields are counted after the command name's closing parenthesis.
-    Empty where ``/proc`` cannot be read.
+    Source: proc(5), ``/proc/PID/stat``: field 3 is the state (``Z`` zombie), field 4 the
+    parent pid, field 5 the process group; fields are counted after the command name's
+    closing parenthesis. Empty where ``/proc`` cannot be read.
     """
-    out: list[int] = []
+    out: dict[int, int] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
         return out
+    want = str(pgid).encode()
     for d in names:
         if not d.isdigit():
             continue
@@ -150,9 +151,27 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != b"Z" and fields[2] == str(pgid).encode():
-            out.append(int(d))
+        if len(fields) >= 3 and fields[0] != b"Z" and fields[2] == want:
+            out[int(d)] = int(fields[1])
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose process group is ``pgid``, read from ``/proc`` (proc(5))."""
+    return sorted(_group_stat(pgid))
+
+
+def group_roots(pgid: int) -> list[int]:
+    """The members of process group ``pgid`` whose parent is not in the group: the ones to ask to stop.
+
+    A server stops its own workers when asked (vLLM's API server its engine core); a
+    SIGTERM to every process of the group at once makes a worker die under a server
+    that is still shutting down (vLLM logs ``EngineDeadError``). A shell wrapper that
+    exits on SIGTERM leaves its child with a parent outside the group: the child is a
+    root then, and is asked in turn.
+    """
+    members = _group_stat(pgid)
+    return sorted(pid for pid, ppid in members.items() if ppid not in members)
 
 
 def port_answers(url: str, timeout_s: float = 0.5) -> bool:
@@ -244,13 +263,15 @@ class _Background:
         return self.proc.poll()
 
     async def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S, url: str | None = None) -> dict[str, Any]:
-        """Stop the server gracefully: SIGTERM to its process group, SIGKILL only after ``grace_s``.
+        """Stop the server gracefully: SIGTERM top-down through its process group, SIGKILL only after ``grace_s``.
 
-        The wait is for every process of the group (``group_members``), not only the
-        ``sh -c`` wrapper this process started (the wrapper exits at once on SIGTERM
-        while the server it started is still shutting down), and, with ``url``, for
-        the server's ``/health`` to stop answering (``port_answers``), both within
-        ``grace_s``. What is left then gets SIGKILL.
+        SIGTERM goes to the group's roots (``group_roots``: members whose parent is not in
+        the group), and to each process that becomes a root while the group shuts down (the
+        child of a shell wrapper that exited), never to a worker under a live parent: the
+        server stops its own workers. The wait is for every process of the group
+        (``group_members``), not only the ``sh -c`` wrapper this process started, and, with
+        ``url``, for the server's port to stop answering (``port_answers``), both within
+        ``grace_s``. What is left then gets SIGKILL, the whole group.
 
         Args:
             grace_s: Seconds from SIGTERM to SIGKILL (``[server] stop_grace``).
@@ -265,8 +286,13 @@ class _Background:
         pgid = self.proc.pid
         graceful = True
         if self.proc.poll() is None or group_members(pgid):
-            _kill_group(pgid, signal.SIGTERM)
+            asked: set[int] = set()
             while now_ns() - t0 < grace_s * 1e9:
+                for pid in group_roots(pgid):
+                    if pid not in asked:
+                        asked.add(pid)
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGTERM)
                 self.proc.poll()  # reap the wrapper when it exits
                 if not group_members(pgid) and self.proc.returncode is not None \
                         and (url is None or not port_answers(url)):

@@ -102,3 +102,44 @@ def test_stop_grace_is_read_from_the_server_table_and_frozen_only_when_set(tmp_p
     p.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\nstop_grace = "soon"\n{step}')
     with pytest.raises(ConfigError, match="server.stop_grace"):
         load_experiment(p)
+
+
+WORKER_SERVER = r"""
+import os, signal, sys, time
+log = open(sys.argv[1], "a", buffering=1)
+child = os.fork()
+if child == 0:  # the worker: it must be stopped by its server, not signalled directly
+    def worker_term(*_):
+        log.write("worker got SIGTERM directly\n")
+        os._exit(1)
+    signal.signal(signal.SIGTERM, worker_term)
+    log.write("worker up\n")
+    while True:
+        time.sleep(0.05)
+def term(*_):
+    time.sleep(0.2)
+    os.kill(child, signal.SIGKILL)   # the server ends its worker itself
+    os.waitpid(child, 0)
+    log.write("server stopped its worker\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+log.write("server up\n")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_sigterm_goes_to_the_roots_of_the_group_not_to_a_worker_under_a_live_server(tmp_path):
+    script = tmp_path / "srv.py"
+    script.write_text(WORKER_SERVER)
+    events = tmp_path / "events.log"
+    bg = _Background.spawn(f"{sys.executable} {script} {events} & wait", name="start", log_dir=tmp_path)
+    end = time.monotonic() + 20
+    while "worker up" not in (events.read_text() if events.exists() else "") and time.monotonic() < end:
+        time.sleep(0.02)
+    assert len(group_members(bg.proc.pid)) == 3  # the shell, the server, its worker
+    rec = asyncio.run(bg.stop(grace_s=20.0))
+    lines = events.read_text().splitlines()
+    assert "worker got SIGTERM directly" not in lines  # a SIGTERM to the whole group would hit it
+    assert lines[-1] == "server stopped its worker"
+    assert rec["stop"]["graceful"] is True and group_members(bg.proc.pid) == []
