@@ -61,7 +61,7 @@ __all__ = [
 PathLike = str | os.PathLike[str]
 
 
-def namespace_for(add_arguments: Any, values: Mapping[str, Any], sim: Mapping[str, Any] | None) -> argparse.Namespace:
+def _namespace_for(add_arguments: Any, values: Mapping[str, Any], sim: Mapping[str, Any] | None) -> argparse.Namespace:
     """The namespace a command would parse: its declared defaults, then ``values``, then ``sim``.
 
     Args:
@@ -99,7 +99,7 @@ def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLik
               "from_plan": None if from_plan is None else os.fspath(from_plan),
               "target": target, "out": None if out is None else os.fspath(out), "report": report, "quiet": quiet,
               **extra}
-    return namespace_for(add_arguments, values, sim)
+    return _namespace_for(add_arguments, values, sim)
 
 
 async def replay_async(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan: PathLike | None = None,
@@ -189,7 +189,7 @@ async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: 
     from kvreplay.api.probing import probe_async as run_probe
 
     values = {"target": target, "out": None if out is None else os.fspath(out), "quiet": quiet, **options}
-    verdict = await run_probe(namespace_for(add_arguments, values, sim))
+    verdict = await run_probe(_namespace_for(add_arguments, values, sim))
     verdict["out"] = verdict.pop("_out")
     return verdict
 
