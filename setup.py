@@ -3,11 +3,43 @@
 Only the feed loops are native (see STYLE.md). Switches:
   KVREPLAY_NO_EXTENSIONS=1  pure-Python install, no compiler needed
   KVREPLAY_CYTHON_DEBUG=1   annotate HTML and line tracing (for profiling)
+
+Without a working C compiler (an sdist installed where there is none) the build
+does not fail: it prints one line and installs the pure-Python twins, which give
+the same results (``kvreplay --version`` then says ``accountant: pure``).
 """
 
 import os
+import sys
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+FALLBACK = ("kvreplay: no working C compiler ({}); installing the pure-Python accountant "
+            "(same results, slower; `kvreplay --version` says accountant: pure)")
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext whose failure falls back to the pure-Python twins with one line, not a compiler error wall."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - CCompilerError, DistutilsExecError, PlatformError...
+            self._fallback(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001 - as above, one extension at a time
+            self._fallback(exc)
+
+    def _fallback(self, exc):
+        if not getattr(self, "_said", False):
+            reason = str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else type(exc).__name__
+            print(FALLBACK.format(reason), file=sys.stderr)
+            self._said = True
+
 
 ext_modules = []
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
@@ -30,7 +62,8 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
         extensions,
         language_level=3,
         annotate=debug,
+        quiet=True,
         compiler_directives={"linetrace": debug, "boundscheck": False, "wraparound": False},
     )
 
-setup(ext_modules=ext_modules)
+setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

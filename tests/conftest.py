@@ -11,6 +11,9 @@ from helpers import write_chat_workload
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+# pytester for the pytest plugin's tests (tests/plugin); only a top-level conftest may name plugins.
+pytest_plugins = ["pytester"]
+
 # Hypothesis: derandomized (examples drawn from a seed fixed per test, so a failure
 # reproduces and every CI run is identical) and with no example database, so no
 # .hypothesis/ directory is ever written into the checkout.

@@ -4,18 +4,37 @@ It sends the bodies in a frozen order at a fixed concurrency, streams every
 response through a native SSE accountant, and records prefill vs decode latency
 beside the server's own prefix-cache counters.
 
-``kvreplay.load_run(path)`` reads a run directory back for a notebook (imported
-lazily, so ``import kvreplay`` stays light).
+The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvreplay``
+stays light (``kvreplay --help`` imports neither numpy nor the accountant):
+``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
+``kvreplay.load_run(path)`` and the typed results (``RunResult``, ``PhaseResult``).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_run"]
+__all__ = [
+    "DEMO_WORKLOAD",
+    "BackendError",
+    "ConfigError",
+    "Experiment",
+    "Latency",
+    "PhaseResult",
+    "RunData",
+    "RunResult",
+    "Tokens",
+    "WorkloadError",
+    "__version__",
+    "load_run",
+    "probe",
+    "probe_async",
+    "replay",
+    "replay_async",
+]
 
 
 def __getattr__(name: str) -> object:  # no typing import: `kvreplay --help` starts light
-    if name == "load_run":
-        from kvreplay.rundir import load_run
+    if name in __all__:
+        from kvreplay import api
 
-        return load_run
+        return getattr(api, name)
     raise AttributeError(f"module 'kvreplay' has no attribute {name!r}")

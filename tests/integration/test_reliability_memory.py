@@ -102,7 +102,7 @@ asyncio.run(main())
 
 CLIENT = r"""
 import json, sys
-import kvreplay.commands.run as run_cmd
+import kvreplay.api.run as run_cmd
 from kvreplay.cli import main
 run_cmd.write_html_report = lambda out: None  # plotting's own peak would hide the stream's
 rc = main(json.loads(sys.argv[1]))

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.commands import run as run_cmd
 
 NAME = "demo"
 HELP = "Replay the bundled mtbench-52 workload forward then reverse against the built-in simulator."
 
-DEFAULT_WORKLOAD = "fixtures/workloads/mtbench-52"
+DEFAULT_WORKLOAD = str(DEMO_WORKLOAD)
+"""The bundled mtbench-52 (package data, ``kvreplay.bundled``): the demo runs from any directory."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,9 +24,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo: ``prime:forward:c1`` then ``replay:reverse:c1`` on mtbench-52 at sim time scale 0.02."""
     if not args.workload:
         args.workload = DEFAULT_WORKLOAD
-        if not Path(args.workload).exists():
-            print(f"kvreplay demo: run it from the project root ({DEFAULT_WORKLOAD} not found)")
-            return 2
     if not args.phase:
         args.phase = ["prime:forward:c1", "replay:reverse:c1"]
     if getattr(args, "sim_time_scale", None) is None and hasattr(args, "sim_time_scale"):

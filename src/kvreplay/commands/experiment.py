@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import replace
-from pathlib import Path
 
 NAME = "experiment"
 HELP = "Run a whole diagnosis window (incarnations, runs, controls, probes, A/B arms, restore) from one TOML file."
@@ -61,57 +59,26 @@ def _schedule(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay experiment``."""
-    from kvreplay.commands.run import default_out, install_loop
-    from kvreplay.errors import ConfigError
+    """Execute ``kvreplay experiment`` (``kvreplay.api.experiment.Experiment``; this prints)."""
+    from kvreplay.api.experiment import Experiment
+    from kvreplay.api.run import install_loop
     from kvreplay.experiments.publish import left_line, status_line
-    from kvreplay.experiments.window.frozen import freeze
-    from kvreplay.experiments.window.spec import load_experiment
-    from kvreplay.redaction import check_secret, register, register_headers
-    from kvreplay.rundir import EXPERIMENT, write_experiment
+    from kvreplay.rundir import EXPERIMENT
     from kvreplay.safe_io import echo
-    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
-    exp = load_experiment(args.file)
-    window = exp.window
-    if args.stop_new_after is not None:
-        window = replace(window, stop_new_after_s=args.stop_new_after)
-    if args.hard_deadline is not None:
-        window = replace(window, hard_deadline_s=args.hard_deadline)
-    if args.restore_reserve is not None:
-        window = replace(window, restore_reserve_s=args.restore_reserve)
-    # the same checks as the file's, naming the flag where the value came from the command line
-    window.check(path=exp.path, fields={k: f"--{k.replace('_', '-')}" for k in
-                                        ("stop_new_after", "hard_deadline", "restore_reserve")
-                                        if getattr(args, k) is not None})
-    workload = (load_workload(exp.workload, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
-                if exp.workload else None)
-    doc, plans = freeze(exp, workload, window)
-    out = Path(args.out) if args.out else default_out()
-    frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
+    keys = ("stop_new_after", "hard_deadline", "restore_reserve")
+    frozen = Experiment.from_file(args.file).freeze(
+        args.out, **{k: getattr(args, k) for k in keys}, max_body_bytes=args.max_body_bytes,
+        fields={k: f"--{k.replace('_', '-')}" for k in keys if getattr(args, k) is not None})
     if not args.quiet:
-        echo(_schedule(doc))
-        echo(f"{EXPERIMENT}: {frozen_path}")
+        echo(_schedule(frozen.doc))
+        echo(f"{EXPERIMENT}: {frozen.frozen_path}")
     if args.dry_run:
         return 0
-    headers = {}
-    if exp.server.api_key_env:
-        import os
-
-        key = os.environ.get(exp.server.api_key_env)
-        if not key:
-            raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
-                              field="server.api_key_env")
-        try:
-            key = check_secret(key, field="server.api_key_env")
-            register(key)  # every step's outputs (a probe's too) and the terminal: never the key
-        except ValueError as exc:
-            raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
-        headers["Authorization"] = f"Bearer {key}"
-        register_headers(headers)
     install_loop()
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
-    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
+    result = asyncio.run(frozen.run_async(say))
+    out = frozen.out
     if not args.quiet:
         for f in result["findings"]:
             echo(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
@@ -121,19 +88,3 @@ def run(args: argparse.Namespace) -> int:
     if left := left_line(result.get("left_running")):
         echo(left, err=True)
     return 0 if result["status"] == "complete" else EXIT_INCOMPLETE
-
-
-async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
-    """Run the window, then write the publication (also after an abort: the window returns normally)."""
-    from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
-    from kvreplay.experiments.window.execute import WindowRun
-
-    w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
-    results = await w.run()
-    steps = [r.to_json() for r in results]
-    for msg in restate_step_reports(out, steps):
-        say(msg)
-    result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
-                          identity=w.snapshot_identity, left_running=w.left_running)
-    write_publication(out, result, exp.path.stem)
-    return result

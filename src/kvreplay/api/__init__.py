@@ -1,0 +1,222 @@
+r"""The Python API: what the command line does, as typed functions (``import kvreplay``).
+
+The CLI's commands are a thin layer over this package: ``kvreplay run`` and
+``kvreplay.replay`` run the same code (``kvreplay.api.run``), ``kvreplay probe`` and
+``kvreplay.probe`` likewise (``kvreplay.api.probing``), ``kvreplay experiment`` and
+``kvreplay.Experiment`` (``kvreplay.api.experiment``). Options have the command
+line's names and defaults (``--read-timeout`` is ``read_timeout=``); the simulator's
+options go in ``sim={...}`` without their ``sim-`` prefix (``--sim-time-scale 0`` is
+``sim={"time_scale": 0}``).
+
+Each entry point has a synchronous form and an ``_async`` form for code that already
+runs an event loop (a notebook, an async test). Errors are the command line's:
+``ConfigError`` / ``WorkloadError`` for bad input before anything is sent
+(exit 2 there), ``BackendError`` for a target that cannot be used.
+
+Example::
+
+    import kvreplay
+
+    r = kvreplay.replay(kvreplay.DEMO_WORKLOAD,
+                        phases=["prime:forward:c1:first8", "replay:reverse:c1:first8"],
+                        target="sim", sim={"time_scale": 0}, out="runs/api")
+    print(r.phase("replay").cached_ratio, r.phase("replay").ttft_ms.p50, r.run_dir)
+    verdict = kvreplay.probe(target="sim", sim={"time_scale": 0, "cache_entries": 8}, out="runs/probe")
+    result = kvreplay.Experiment.from_file("fixtures/experiments/probe-sizing.toml").run(out="runs/exp")
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kvreplay.api.experiment import Experiment
+from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
+from kvreplay.bundled import DEMO_WORKLOAD
+from kvreplay.errors import BackendError, ConfigError, WorkloadError
+from kvreplay.rundir import RunData, load_run
+
+__all__ = [
+    "DEMO_WORKLOAD",
+    "BackendError",
+    "ConfigError",
+    "Experiment",
+    "Latency",
+    "PhaseResult",
+    "RunData",
+    "RunResult",
+    "Tokens",
+    "WorkloadError",
+    "load_run",
+    "probe",
+    "probe_async",
+    "replay",
+    "replay_async",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+def _namespace_for(add_arguments: Any, values: Mapping[str, Any], sim: Mapping[str, Any] | None) -> argparse.Namespace:
+    """The namespace a command would parse: its declared defaults, then ``values``, then ``sim``.
+
+    Args:
+        add_arguments: The command's option declaration (``kvreplay.api.run.add_arguments``...).
+        values: Options by their ``dest`` name (``read_timeout``, ``backend``...).
+        sim: Simulator options without the ``sim_`` prefix (``time_scale``, ``cache_entries``...).
+
+    Raises:
+        ConfigError: an option the command does not have (field: its name).
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    args = parser.parse_args([])
+    for key, value in values.items():
+        if not hasattr(args, key):
+            raise ConfigError(f"unknown option {key!r}", field=key)
+        setattr(args, key, value)
+    for key, value in (sim or {}).items():
+        name = "sim_" + key.replace("-", "_")
+        if not hasattr(args, name):
+            raise ConfigError(f"unknown simulator option {key!r}", field=f"sim.{key}")
+        setattr(args, name, value)
+    return args
+
+
+def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,
+                 target: str, out: PathLike | None, sim: Mapping[str, Any] | None, report: str, quiet: bool,
+                 extra: Mapping[str, Any]) -> argparse.Namespace:
+    from kvreplay.api.run import add_arguments
+
+    if isinstance(phases, str):
+        raise ConfigError("phases is a list of phase strings, e.g. ['prime:forward:c1']", field="phases")
+    values = {"workload": None if workload is None else os.fspath(workload), "phase": list(phases),
+              "plan": None if plan is None else os.fspath(plan),
+              "from_plan": None if from_plan is None else os.fspath(from_plan),
+              "target": target, "out": None if out is None else os.fspath(out), "report": report, "quiet": quiet,
+              **extra}
+    return _namespace_for(add_arguments, values, sim)
+
+
+async def replay_async(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan: PathLike | None = None,
+                       from_plan: PathLike | None = None, target: str = "sim", out: PathLike | None = None,
+                       sim: Mapping[str, Any] | None = None, report: str = "none", quiet: bool = True,
+                       **options: Any) -> RunResult:
+    """Replay a workload against a target in a frozen order (``kvreplay run``), in the running event loop.
+
+    Args:
+        workload: A folder of ``*.json`` bodies or a ``.jsonl`` file (``DEMO_WORKLOAD``: the
+            bundled mtbench-52); optional with ``plan`` or ``from_plan`` naming one.
+        phases: ``--phase`` strings in run order, e.g. ``["prime:forward:c1", "replay:reverse:c4"]``.
+        plan: A TOML plan file (``--plan``).
+        from_plan: An earlier run's plan.json to re-execute exactly (``--from-plan``).
+        target: ``"sim"`` (the embedded simulator) or the server's base URL.
+        out: The run directory (default ``runs/<UTC timestamp>``); must not hold a run yet.
+        sim: Simulator options without the ``sim-`` prefix, e.g. ``{"time_scale": 0}``.
+        report: ``"none"`` (default: records, summary, histograms), ``"md"`` or ``"html"``.
+        quiet: Print no progress (default).
+        **options: Any other option of ``kvreplay run`` by its Python name, e.g.
+            ``backend="vllm"``, ``read_timeout=60.0``, ``api_key_env="OPENAI_API_KEY"``, ``workers=2``.
+
+    Returns:
+        The run's ``RunResult`` (summary.json typed, and its directory).
+
+    Raises:
+        ConfigError, WorkloadError: bad input, before anything is sent.
+        BackendError: the target cannot be used.
+
+    Example::
+
+        r = await kvreplay.replay_async("fixtures/workloads/mtbench-52", phases=["a:forward:c4"])
+    """
+    from kvreplay.api.run import run_async, write_reports_for
+
+    args = _replay_args(workload, phases, plan, from_plan, target, out, sim, report, quiet, options)
+    summary = await run_async(args)
+    run_dir = summary.pop("_out")
+    write_reports_for(args, summary, run_dir)
+    return RunResult.from_summary(summary, run_dir)
+
+
+def replay(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan: PathLike | None = None,
+           from_plan: PathLike | None = None, target: str = "sim", out: PathLike | None = None,
+           sim: Mapping[str, Any] | None = None, report: str = "none", quiet: bool = True,
+           **options: Any) -> RunResult:
+    """Replay a workload against a target (``kvreplay run``); blocks until the run ends.
+
+    Takes the arguments of ``replay_async`` and runs it on a fresh event loop (uvloop
+    where installed), with a registered API key kept off stdout and stderr. From code
+    that already runs an event loop, await ``replay_async`` instead.
+
+    Example::
+
+        r = kvreplay.replay(kvreplay.DEMO_WORKLOAD, phases=["prime:forward:c1:first8",
+                            "replay:reverse:c1:first8"], sim={"time_scale": 0})
+        assert r.phase("replay").cached_ratio >= 0.9
+        print(r.table())
+
+    Raises:
+        ConfigError, WorkloadError, BackendError: as ``replay_async``.
+    """
+    return _run_sync(replay_async(workload, phases=phases, plan=plan, from_plan=from_plan, target=target, out=out,
+                                  sim=sim, report=report, quiet=quiet, **options))
+
+
+async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
+                      quiet: bool = True, **options: Any) -> dict[str, Any]:
+    """Probe a server's prefix cache (``kvreplay probe``) in the running event loop.
+
+    Args:
+        target: ``"sim"`` or the server's base URL.
+        out: The output directory (verdict.json, report.md, requests.jsonl).
+        sim: Simulator options without the ``sim-`` prefix.
+        quiet: Print no progress (default).
+        **options: Any other option of ``kvreplay probe`` by its Python name, e.g.
+            ``sizes="1k,2k"``, ``flush_max=0``, ``backend="vllm"``.
+
+    Returns:
+        The verdict as written to verdict.json, with ``"out"`` (the output directory) added.
+
+    Raises:
+        ConfigError: a bad option.
+        BackendError: the target cannot be used.
+    """
+    from kvreplay.api.probing import add_arguments
+    from kvreplay.api.probing import probe_async as run_probe
+
+    values = {"target": target, "out": None if out is None else os.fspath(out), "quiet": quiet, **options}
+    verdict = await run_probe(_namespace_for(add_arguments, values, sim))
+    verdict["out"] = verdict.pop("_out")
+    return verdict
+
+
+def probe(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
+          quiet: bool = True, **options: Any) -> dict[str, Any]:
+    """Probe a server's prefix cache (``kvreplay probe``); blocks until the verdict is written.
+
+    Example::
+
+        v = kvreplay.probe("sim", sim={"time_scale": 0, "cache_entries": 8}, sizes="1k,2k", flush_max=0)
+        print(v["plain"], v["out"])
+
+    Raises:
+        ConfigError, BackendError: as ``probe_async``.
+    """
+    return _run_sync(probe_async(target, out=out, sim=sim, quiet=quiet, **options))
+
+
+def _run_sync(coro: Any) -> Any:
+    """Run a coroutine on a fresh event loop (uvloop where installed), registered secrets off the terminal."""
+    from kvreplay.api.run import install_loop
+    from kvreplay.redaction import install_streams
+
+    install_loop()
+    old = install_streams()
+    try:
+        return asyncio.run(coro)
+    finally:
+        sys.stdout, sys.stderr = old

@@ -1,0 +1,167 @@
+"""Experiments from the API: ``kvreplay.Experiment.from_file(path).run()`` (and ``kvreplay experiment``).
+
+The experiment file is read and checked (``experiments.window.spec.load_experiment``),
+frozen into experiment.json (``experiments.window.frozen.freeze``), then the window runs
+and its publication (result.json, report.md, report.html) is written. ``kvreplay
+experiment`` prints the schedule and the findings around the same calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Experiment", "FrozenExperiment"]
+
+
+@dataclass
+class FrozenExperiment:
+    """An experiment frozen into its directory (experiment.json written), ready to run.
+
+    Attributes:
+        spec: The checked experiment file (``experiments.model.Experiment``).
+        doc: experiment.json as a dict (``experiment_sha256``, ``steps``, ``window``...).
+        plans: The frozen plans of its run steps.
+        workload: The loaded workload, or None when the file names none.
+        out: The experiment directory.
+        window: The window, with the overrides applied.
+        frozen_path: The path of experiment.json.
+    """
+
+    spec: Any
+    doc: dict[str, Any]
+    plans: Any
+    workload: Any
+    out: Path
+    window: Any
+    frozen_path: Path
+
+    async def run_async(self, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+        """Run the window, then write the publication (also after an abort).
+
+        Returns:
+            result.json as a dict (``status``, ``findings``, ``steps``, ``time``...).
+
+        Raises:
+            ConfigError: ``server.api_key_env`` names an unset variable or a key too short to redact.
+        """
+        from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
+        from kvreplay.experiments.window.execute import WindowRun
+
+        headers = _headers(self.spec)
+        w = WindowRun(self.spec, self.doc, self.plans, self.workload, self.out, self.window, headers, say)
+        results = await w.run()
+        steps = [r.to_json() for r in results]
+        for msg in restate_step_reports(self.out, steps):
+            say(msg)
+        result = build_result(self.out, self.doc, steps, started=w.started, ended=w.ended or w.started,
+                              aborted=w.aborted, identity=w.snapshot_identity, left_running=w.left_running)
+        write_publication(self.out, result, self.spec.path.stem)
+        return result
+
+
+def _headers(exp: Any) -> dict[str, str]:
+    """The Authorization header from ``server.api_key_env`` (registered as a secret); empty without one."""
+    from kvreplay.errors import ConfigError
+    from kvreplay.redaction import check_secret, register, register_headers
+
+    headers: dict[str, str] = {}
+    if exp.server.api_key_env:
+        key = os.environ.get(exp.server.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
+                              field="server.api_key_env")
+        try:
+            key = check_secret(key, field="server.api_key_env")
+            register(key)  # every step's outputs (a probe's too) and the terminal: never the key
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
+        headers["Authorization"] = f"Bearer {key}"
+        register_headers(headers)
+    return headers
+
+
+class Experiment:
+    """An experiment file (TOML: a window of incarnations, runs, probes, A/B arms, a restore).
+
+    Example::
+
+        result = kvreplay.Experiment.from_file("host-cache-diagnosis.toml").run(out="runs/diag")
+        print(result["status"], [f["rule"] for f in result["findings"]])
+    """
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Experiment:
+        """Read and check an experiment file.
+
+        Raises:
+            ConfigError: a bad file (nothing is written or sent).
+        """
+        from kvreplay.experiments.window.spec import load_experiment
+
+        return cls(load_experiment(os.fspath(path)))
+
+    def freeze(self, out: str | os.PathLike[str] | None = None, *, stop_new_after: float | None = None,
+               hard_deadline: float | None = None, restore_reserve: float | None = None,
+               max_body_bytes: int | None = None,
+               fields: dict[str, str] | None = None) -> FrozenExperiment:
+        """Apply the window overrides (seconds), load the workload and write experiment.json into ``out``.
+
+        Args:
+            out: The experiment directory (default ``runs/<UTC timestamp>``).
+            stop_new_after: ``[window] stop_new_after`` override (s).
+            hard_deadline: ``[window] hard_deadline`` override (s).
+            restore_reserve: ``[window] restore_reserve`` override (s).
+            max_body_bytes: The largest body loaded (default ``workload.DEFAULT_MAX_BODY_BYTES``).
+            fields: How to name an override in an error (``kvreplay experiment``: its flags).
+
+        Raises:
+            ConfigError: a bad window, or ``out`` already holds an experiment.json.
+        """
+        from kvreplay.api.run import default_out
+        from kvreplay.experiments.window.frozen import freeze
+        from kvreplay.rundir import write_experiment
+        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+
+        exp = self.spec
+        window = exp.window
+        overrides = {"stop_new_after": stop_new_after, "hard_deadline": hard_deadline,
+                     "restore_reserve": restore_reserve}
+        for key, value in overrides.items():
+            if value is not None:
+                window = replace(window, **{f"{key}_s": value})
+        # the same checks as the file's, naming the option where the value came from the caller
+        window.check(path=exp.path, fields=fields if fields is not None else
+                     {k: k for k, v in overrides.items() if v is not None})
+        workload = (load_workload(exp.workload, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+                    if exp.workload else None)
+        doc, plans = freeze(exp, workload, window)
+        out_dir = Path(out) if out else default_out()
+        frozen_path = write_experiment(out_dir, doc)  # ConfigError over an existing experiment.json
+        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, frozen_path)
+
+    async def run_async(self, out: str | os.PathLike[str] | None = None, **overrides: Any) -> dict[str, Any]:
+        """Freeze (``freeze``'s arguments) and run the experiment in the running event loop.
+
+        Returns:
+            result.json as a dict; ``result["status"] == "complete"`` when every step was measured.
+        """
+        return await self.freeze(out, **overrides).run_async()
+
+    def run(self, out: str | os.PathLike[str] | None = None, **overrides: Any) -> dict[str, Any]:
+        """Freeze and run the experiment on a fresh event loop; blocks until result.json is written.
+
+        Raises:
+            ConfigError: a bad window or directory (nothing sent).
+        """
+        from kvreplay.api.run import install_loop
+
+        install_loop()
+        return asyncio.run(self.run_async(out, **overrides))

@@ -1,0 +1,151 @@
+r"""A pytest plugin: assert a server's cache behaviour from your own test suite.
+
+Installed with kvreplay (entry point ``pytest11``: ``kvreplay``), it adds the fixture
+``kvreplay`` and two options:
+
+``--kvreplay-target URL``
+    replay against this server (its base URL, e.g. ``http://127.0.0.1:8000``);
+``--kvreplay-sim``
+    replay against the embedded simulator (time scale 0 unless a test passes ``sim=``).
+
+Without either, a test that uses the fixture is skipped with the reason. Example::
+
+    def test_prefix_cache(kvreplay):
+        r = kvreplay.replay("fixtures/workloads/mtbench-52",
+                            phases=["prime:forward:c1:first8", "replay:reverse:c1:first8"])
+        assert r.phase("replay").cached_ratio >= 0.9
+
+    $ pytest --kvreplay-target http://127.0.0.1:8000 --kvreplay-backend vllm
+
+A failing test's report gains a ``kvreplay`` section: each run's phase table and run
+directory (runs are written under the test's ``tmp_path``, kept by pytest's usual
+retention). ``--kvreplay-backend`` picks the counter adapter (default ``auto``).
+This module imports only pytest at collection; kvreplay's API is imported when a
+test first replays.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["KvreplayFixture", "kvreplay"]
+
+SKIP_REASON = "kvreplay: no target (give --kvreplay-target URL, or --kvreplay-sim for the embedded simulator)"
+_RUNS = pytest.StashKey[list[tuple[str, str]]]()
+"""Per test item: ``(run directory, phase table)`` of each run the fixture made."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--kvreplay-target``, ``--kvreplay-sim``, ``--kvreplay-backend``."""
+    group = parser.getgroup("kvreplay", "kvreplay: replay workloads against a server")
+    group.addoption("--kvreplay-target", default=None, metavar="URL",
+                    help="base URL of the server the kvreplay fixture replays against")
+    group.addoption("--kvreplay-sim", action="store_true", default=False,
+                    help="replay against kvreplay's embedded simulator (time scale 0)")
+    group.addoption("--kvreplay-backend", default="auto", metavar="NAME",
+                    help="counter adapter for --kvreplay-target (auto, none, vllm, sglang, llamacpp...)")
+
+
+class KvreplayFixture:
+    """What the ``kvreplay`` fixture gives a test: ``replay`` and ``probe`` bound to the chosen target.
+
+    Attributes:
+        target: ``"sim"`` or the server's base URL.
+        backend: The counter adapter name.
+    """
+
+    def __init__(self, target: str, backend: str, out_root: Path, root: Path, runs: list[tuple[str, str]]) -> None:
+        self.target = target
+        self.backend = backend
+        self._out_root = out_root
+        self._root = root
+        self._runs = runs
+
+    def _workload(self, workload: str | os.PathLike[str]) -> str:
+        """A relative workload path from the working directory, else from pytest's rootdir."""
+        path = Path(workload)
+        if not path.is_absolute() and not path.exists() and (self._root / path).exists():
+            path = self._root / path
+        return os.fspath(path)
+
+    def _next_out(self, kind: str) -> Path:
+        return self._out_root / f"{kind}{len(self._runs) + 1}"
+
+    def _kwargs(self, options: dict[str, Any]) -> dict[str, Any]:
+        options.setdefault("target", self.target)
+        if options["target"] == "sim":
+            options["sim"] = {"time_scale": 0, **(options.get("sim") or {})}
+        else:
+            options.setdefault("backend", self.backend)
+        return options
+
+    def replay(self, workload: str | os.PathLike[str], phases: list[str], **options: Any) -> Any:
+        """``kvreplay.replay`` against the session's target, into a fresh directory under ``tmp_path``.
+
+        Args:
+            workload: A workload folder or .jsonl file (relative: to the working directory, else
+                to pytest's rootdir).
+            phases: ``--phase`` strings, e.g. ``["prime:forward:c1:first8", "replay:reverse:c1:first8"]``.
+            **options: Any other ``kvreplay.replay`` argument (``sim={...}``, ``read_timeout=...``).
+
+        Returns:
+            The ``kvreplay.RunResult``.
+        """
+        from kvreplay.api import replay
+
+        out = options.pop("out", None) or self._next_out("run")
+        result = replay(self._workload(workload), phases=phases, out=out, **self._kwargs(options))
+        self._runs.append((str(result.run_dir), result.table()))
+        return result
+
+    async def replay_async(self, workload: str | os.PathLike[str], phases: list[str], **options: Any) -> Any:
+        """``replay`` for async tests (``kvreplay.replay_async`` in the running loop)."""
+        from kvreplay.api import replay_async
+
+        out = options.pop("out", None) or self._next_out("run")
+        result = await replay_async(self._workload(workload), phases=phases, out=out, **self._kwargs(options))
+        self._runs.append((str(result.run_dir), result.table()))
+        return result
+
+    def probe(self, **options: Any) -> dict[str, Any]:
+        """``kvreplay.probe`` against the session's target; the verdict (``verdict["out"]``: its directory)."""
+        from kvreplay.api import probe
+
+        out = options.pop("out", None) or self._next_out("probe")
+        kw = self._kwargs(options)
+        verdict = probe(kw.pop("target"), out=out, **kw)
+        self._runs.append((str(verdict["out"]), str(verdict.get("plain", ""))))
+        return verdict
+
+
+@pytest.fixture
+def kvreplay(request: pytest.FixtureRequest, tmp_path: Path) -> KvreplayFixture:
+    """Replay workloads against ``--kvreplay-target`` (or the simulator with ``--kvreplay-sim``).
+
+    Skipped with a reason when neither option is given.
+    """
+    config = request.config
+    target = config.getoption("--kvreplay-target")
+    if config.getoption("--kvreplay-sim"):
+        target = target or "sim"
+    if not target:
+        pytest.skip(SKIP_REASON)
+    runs: list[tuple[str, str]] = []
+    request.node.stash[_RUNS] = runs
+    return KvreplayFixture(target, config.getoption("--kvreplay-backend"), tmp_path / "kvreplay",
+                           Path(config.rootpath), runs)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """On a failure, add a ``kvreplay`` section: every run's directory and phase table."""
+    report = yield
+    runs = item.stash.get(_RUNS, None)
+    if runs and report.failed:
+        text = "\n\n".join(f"run directory: {d}\n{table}" for d, table in runs)
+        report.sections.append(("kvreplay runs", text))
+    return report
