@@ -154,6 +154,7 @@ def import_har(
     *,
     paths: tuple[str, ...] = DEFAULT_PATHS,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    redact_body_secrets: bool = False,
 ) -> ImportedCapture:
     """Write a capture folder from a HAR 1.2 archive (see module docstring).
 
@@ -162,6 +163,8 @@ def import_har(
         out: The capture folder ``W`` to create (must not exist, or be empty).
         paths: URL paths whose POST bodies are retained.
         max_body_bytes: Largest body accepted (bytes).
+        redact_body_secrets: Retain a body holding a secret with the secret replaced
+            (``workload.secrets``) instead of skipping it (``secret``).
 
     Returns:
         What was written.
@@ -227,12 +230,12 @@ def import_har(
     keep.sort(key=lambda k: (k[0], k[1]))
     _need_some(keep, summary, p, paths)
     writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths,
-                           origin_ns=keep[0][0] if keep else 0)
+                           origin_ns=keep[0][0] if keep else 0, redact_body_secrets=redact_body_secrets)
     writer.summary.skipped = summary.skipped
     for started, i, raw, headers, e in keep:
         path = urlsplit(e["request"]["url"]).path
         slot = writer.admit("POST", path, raw, started, headers)
-        if slot is None:  # only "credential" can reach here: the body was checked above
+        if slot is None:  # only "secret" can reach here: the body was checked above
             continue
         status, usage, error = _response_usage(e.get("response"))
         t = e.get("time")
@@ -322,6 +325,7 @@ def import_openai_batch(
     *,
     paths: tuple[str, ...] = DEFAULT_PATHS,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    redact_body_secrets: bool = False,
 ) -> ImportedCapture:
     """Write a capture folder from an OpenAI Batch input JSONL file (see module docstring).
 
@@ -330,6 +334,8 @@ def import_openai_batch(
         out: The capture folder ``W`` to create (must not exist, or be empty).
         paths: URL paths (``url`` values) whose bodies are retained.
         max_body_bytes: Largest body accepted (bytes).
+        redact_body_secrets: Retain a body holding a secret with the secret replaced
+            (``workload.secrets``) instead of skipping it (``secret``).
 
     Returns:
         What was written; ``reserialised`` names the bodies whose exact bytes
@@ -382,7 +388,8 @@ def import_openai_batch(
                                 field="body" + (f".{exc.field}" if exc.field else "")) from exc
         keep.append((lineno, raw, obj["custom_id"], reser, urlsplit(obj["url"]).path))
     _need_some(keep, summary, p, paths)
-    writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths, timed=False)
+    writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths, timed=False,
+                           redact_body_secrets=redact_body_secrets)
     writer.summary.skipped = summary.skipped
     reserialised = []
     for lineno, raw, cid, reser, path in keep:

@@ -11,11 +11,13 @@ What counts as a secret (exactly; nothing else is looked for):
   takes from its headers (``Authorization`` and its token, cookies, any header
   whose name says key, token, secret, auth, session, password or credential),
   found anywhere inside a string;
-- ``sk-ant-`` followed by 16 or more of ``A-Za-z0-9_-`` (Anthropic-style keys);
+- ``sk-ant-`` followed by 16 or more of ``A-Za-z0-9_-``, a digit among them
+  (Anthropic-style keys);
 - ``sk-``, ``pk-`` or ``rk-`` at a word start followed by 16 or more of those
-  characters (OpenAI-style keys);
-- ``Bearer`` (any case), white space, then 8 or more token characters
-  (``A-Za-z0-9._~+/=-``);
+  characters, a digit among them (OpenAI-style keys; ``sk-learn-model-selection``
+  is prose, not a key);
+- ``Bearer`` (any case), white space, then 16 or more token characters
+  (``A-Za-z0-9._~+/=-``), a digit among them (``Bearer authentication`` is prose);
 - ``AKIA`` or ``ASIA`` followed by 16 upper-case letters or digits (AWS access key ids);
 - the string value (4 characters or more) of an object member whose name,
   lower-cased with ``_`` and ``-`` removed, is one of ``SECRET_FIELDS``
@@ -40,9 +42,9 @@ MARKER = "[REDACTED]"
 """What a secret inside a body is replaced with under ``--redact-body-secrets``."""
 
 KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("sk-ant- key", re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}")),
-    ("sk- key", re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}")),
-    ("Bearer token", re.compile(r"\b[Bb][Ee][Aa][Rr][Ee][Rr]\s+[A-Za-z0-9._~+/=\-]{8,}")),
+    ("sk-ant- key", re.compile(r"sk-ant-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{16,}")),
+    ("sk- key", re.compile(r"\b(?:sk|pk|rk)-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{16,}")),
+    ("Bearer token", re.compile(r"\b[Bb][Ee][Aa][Rr][Ee][Rr]\s+(?=[A-Za-z0-9._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{16,}")),
     ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}")),
 )
 """Well-known key shapes (name, pattern), searched in every string of a body."""
@@ -103,7 +105,7 @@ def find_secrets(body: bytes, own: Sequence[str] = ()) -> list[Finding]:
         v, where, name = stack.pop()
         if isinstance(v, str):
             kind = _in_text(v, own)
-            if kind is None and _field_secret(name) and len(v.strip()) >= _MIN_FIELD:
+            if kind is None and _field_secret(name) and len(v.strip()) >= _MIN_FIELD and v != MARKER:
                 kind = f"a {name!r} field"
             if kind:
                 out.append(Finding(kind, where or "body"))
