@@ -68,6 +68,8 @@ __all__ = [
     "retained_headers",
     "secrets_of",
     "sidecar_paths",
+    "toml_comment",
+    "toml_str",
     "write_plan",
 ]
 
@@ -174,8 +176,35 @@ def sidecar_paths(folder: str | Path) -> tuple[Path, Path]:
     return w.with_name(w.name + ".arrivals.json"), w.with_name(w.name + ".plan.toml")
 
 
-def _toml_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def toml_str(s: str) -> str:
+    r"""``s`` as a TOML basic string (quotes included): ``\``, ``"`` and every control character escaped.
+
+    TOML 1.0 ("String"): a basic string may hold any Unicode character but ``"``,
+    ``\`` and the control characters U+0000-U+001F and U+007F, which are written
+    as ``\uXXXX`` here (a newline in a path then stays inside its string).
+
+    Raises:
+        ValueError: ``s`` holds a lone surrogate (a file name that is not UTF-8), which
+            no TOML file can hold.
+    """
+    out = []
+    for c in s:
+        o = ord(c)
+        if 0xD800 <= o <= 0xDFFF:
+            raise ValueError("holds bytes that are not UTF-8; a TOML plan cannot name it")
+        if c in ('"', "\\"):
+            out.append("\\" + c)
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\u{o:04X}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def toml_comment(s: str) -> str:
+    r"""``s`` made safe as the text of one TOML comment line (control characters shown as ``\xNN``)."""
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F
+                   else f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in s)
 
 
 def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
@@ -212,12 +241,12 @@ def write_plan(
         The arrivals path (None when not written) and the plan path.
     """
     arrivals, plan = sidecar_paths(folder)
-    lines = [f"# {comment}", "# Paths are as given on the command line: run from the same directory.",
-             f"workload = {_toml_str(str(folder))}", "", "[[phase]]", 'name = "capture"',
+    lines = [f"# {toml_comment(comment)}", "# Paths are as given on the command line: run from the same directory.",
+             f"workload = {toml_str(str(folder))}", "", "[[phase]]", 'name = "capture"',
              'order = "forward"', f"concurrency = {max(1, concurrency)}"]
     if arrivals_ms is not None:
         _atomic_write(arrivals, orjson.dumps(arrivals_ms))
-        lines += [f"arrival = {_toml_str('trace:' + str(arrivals))}", "time_scale = 1.0"]
+        lines += [f"arrival = {toml_str('trace:' + str(arrivals))}", "time_scale = 1.0"]
     _atomic_write(plan, ("\n".join(lines) + "\n").encode())
     return (arrivals if arrivals_ms is not None else None), plan
 
@@ -393,6 +422,11 @@ class CaptureWriter:
         redact_body_secrets: bool = False,
     ) -> None:
         self.folder = Path(folder)
+        try:
+            toml_str(str(self.folder))  # the plan beside it names it: refuse now what it could not hold
+        except ValueError as exc:
+            shown = str(self.folder).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ConfigError(str(exc), path=shown, field="--out") from exc
         if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
             raise ConfigError("exists and is not an empty folder; choose a new --out", path=self.folder,
                               field="--out")
