@@ -244,13 +244,18 @@ def test_a_slow_upload_counts_from_its_first_byte(tmp_path):
 def test_stop_waits_the_grace_once_then_cancels(tmp_path):
     """Docs: responses in flight get 2 s, then stop. One timed wait of grace_s, not aiohttp's two."""
 
+    release = asyncio.Event()
+
     async def hang(reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
-        await reader.readexactly(len(body()))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     + chunk(b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'))
-        await writer.drain()
-        await asyncio.sleep(60)  # never ends
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(len(body()))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + chunk(b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'))
+            await writer.drain()
+            await release.wait()  # does not end while the proxy stops
+        finally:
+            writer.close()
 
     async def go():
         server = await asyncio.start_server(hang, "127.0.0.1", 0)
@@ -267,8 +272,11 @@ def test_stop_waits_the_grace_once_then_cancels(tmp_path):
         t0 = time.monotonic()
         await proxy.stop()
         took = time.monotonic() - t0
-        client.cancel()
+        release.set()
+        await asyncio.wait([client], timeout=5)
         server.close()
+        await server.wait_closed()
+        await asyncio.sleep(0.05)
         return proxy, took
 
     proxy, took = run(go())

@@ -51,8 +51,17 @@ import orjson
 from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
+from kvreplay.workload.captureplan import sidecar_paths, toml_comment, toml_str, write_plan
 from kvreplay.workload.encoding import BodyDecoder, DecodeRefused
-from kvreplay.workload.secrets import find_secrets, redact_body
+from kvreplay.workload.secrets import (
+    ALLOWED_HEADERS,
+    REDACTED,
+    find_secrets,
+    redact,
+    redact_body,
+    retained_headers,
+    secrets_of,
+)
 
 __all__ = [
     "ALLOWED_HEADERS",
@@ -79,80 +88,6 @@ MANIFEST = "capture.jsonl"
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 """URL paths whose request bodies are retained by default (OpenAI-compatible generation)."""
 
-ALLOWED_HEADERS = frozenset({"content-type", "accept", "user-agent", "openai-beta", "x-request-id"})
-"""Request headers kept in the manifest (lower case); no other header is ever written."""
-
-REDACTED = "[REDACTED]"
-"""What a secret is replaced with in anything written."""
-
-_SECRET_NAME = re.compile(r"auth|cookie|key|token|secret|session|passw|credential", re.IGNORECASE)
-_KEYLIKE = re.compile(rb"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}|\bBearer\s+[A-Za-z0-9._~+/=\-]{8,}")
-_MIN_SECRET = 4  # shorter values would redact ordinary text (and are no secret)
-
-
-def secrets_of(headers: object) -> list[str]:
-    """The credential values of one request's headers, to be kept off the disk.
-
-    Args:
-        headers: A mapping or ``(name, value)`` pairs (aiohttp ``CIMultiDict`` works).
-
-    Returns:
-        Each credential header value, plus its token after a ``Bearer``/``Basic``
-        scheme and each ``name=value`` value of a cookie; values shorter than 4
-        characters are ignored. Longest first, so a value is redacted before a
-        part of it.
-    """
-    items = headers.items() if hasattr(headers, "items") else headers
-    out: set[str] = set()
-    for name, value in items:  # type: ignore[union-attr]
-        if not _SECRET_NAME.search(name) or not value:
-            continue
-        out.add(value.strip())
-        parts = value.split(None, 1)
-        if len(parts) == 2 and parts[0].lower() in ("bearer", "basic", "token"):
-            out.add(parts[1].strip())
-        if "cookie" in name.lower():
-            for kv in value.split(";"):
-                out.add(kv.split("=", 1)[-1].strip())
-    return sorted((s for s in out if len(s) >= _MIN_SECRET), key=len, reverse=True)
-
-
-def redact(data: bytes, secrets: list[str]) -> bytes:
-    """``data`` with every secret (as is, and JSON-escaped) and every key-like token replaced.
-
-    Key-like tokens are ``sk-``/``pk-``/``rk-`` followed by 16 or more key
-    characters (OpenAI-style keys) and ``Bearer <token>``; they are replaced
-    even when no header carried them.
-
-    Args:
-        data: Bytes about to be written (a manifest line, a plan).
-        secrets: Values from :func:`secrets_of`.
-
-    Returns:
-        The bytes with each occurrence replaced by ``[REDACTED]``.
-    """
-    for s in secrets:
-        raw = s.encode()
-        esc = orjson.dumps(s)[1:-1]
-        for form in {raw, esc}:
-            data = data.replace(form, REDACTED.encode())
-    return _KEYLIKE.sub(REDACTED.encode(), data)
-
-
-def retained_headers(headers: object, secrets: list[str]) -> dict[str, str]:
-    """The request headers kept in the manifest: ``ALLOWED_HEADERS`` only, names lower-cased.
-
-    A value that contains a secret or a key-like token is dropped, not redacted.
-    """
-    items = headers.items() if hasattr(headers, "items") else headers
-    out: dict[str, str] = {}
-    for name, value in items:  # type: ignore[union-attr]
-        n = name.lower()
-        if n in ALLOWED_HEADERS and redact(value.encode(), secrets) == value.encode():
-            out[n] = value
-    return out
-
-
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
 
@@ -170,85 +105,9 @@ def parse_size(text: str) -> int:
     return int(num * base ** " kmgt".index(unit or " "))
 
 
-def sidecar_paths(folder: str | Path) -> tuple[Path, Path]:
-    """``(W.arrivals.json, W.plan.toml)`` beside the folder ``W``."""
-    w = Path(folder)
-    return w.with_name(w.name + ".arrivals.json"), w.with_name(w.name + ".plan.toml")
-
-
-def toml_str(s: str) -> str:
-    r"""``s`` as a TOML basic string (quotes included): ``\``, ``"`` and every control character escaped.
-
-    TOML 1.0 ("String"): a basic string may hold any Unicode character but ``"``,
-    ``\`` and the control characters U+0000-U+001F and U+007F, which are written
-    as ``\uXXXX`` here (a newline in a path then stays inside its string).
-
-    Raises:
-        ValueError: ``s`` holds a lone surrogate (a file name that is not UTF-8), which
-            no TOML file can hold.
-    """
-    out = []
-    for c in s:
-        o = ord(c)
-        if 0xD800 <= o <= 0xDFFF:
-            raise ValueError("holds bytes that are not UTF-8; a TOML plan cannot name it")
-        if c in ('"', "\\"):
-            out.append("\\" + c)
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\u{o:04X}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
-def toml_comment(s: str) -> str:
-    r"""``s`` made safe as the text of one TOML comment line (control characters shown as ``\xNN``)."""
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F
-                   else f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in s)
-
-
-def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Write ``data`` over ``path`` through the output sink (``safe_io.atomic_write_bytes``: no symlink followed)."""
-    atomic_write_bytes(path, data, fsync=fsync)
-
-
 def _atomic_body_write(path: Path, data: bytes) -> None:
-    """A retained body: atomic, not synced one by one (the manifest line, flushed after it, records it)."""
-    _atomic_write(path, data, fsync=False)
-
-
-def write_plan(
-    folder: str | Path,
-    arrivals_ms: list[float] | None,
-    concurrency: int,
-    comment: str,
-) -> tuple[Path | None, Path]:
-    """Write ``W.arrivals.json`` (when ``arrivals_ms`` is given) and ``W.plan.toml`` beside ``W``.
-
-    The plan names ``W`` as given (paths are as given: run from the same
-    directory, as for ``kvreplay import mooncake``) and one phase ``capture``,
-    forward order; open loop over the arrivals (``trace:``), or a closed loop
-    at ``concurrency`` when there are no arrivals (OpenAI Batch input has no
-    times).
-
-    Args:
-        folder: The capture folder ``W``.
-        arrivals_ms: Arrival offsets (ms, first = 0), one per body, or None.
-        concurrency: The phase's cap on requests in flight (>= 1).
-        comment: First comment line of the plan (what made it); no newline.
-
-    Returns:
-        The arrivals path (None when not written) and the plan path.
-    """
-    arrivals, plan = sidecar_paths(folder)
-    lines = [f"# {toml_comment(comment)}", "# Paths are as given on the command line: run from the same directory.",
-             f"workload = {toml_str(str(folder))}", "", "[[phase]]", 'name = "capture"',
-             'order = "forward"', f"concurrency = {max(1, concurrency)}"]
-    if arrivals_ms is not None:
-        _atomic_write(arrivals, orjson.dumps(arrivals_ms))
-        lines += [f"arrival = {toml_str('trace:' + str(arrivals))}", "time_scale = 1.0"]
-    _atomic_write(plan, ("\n".join(lines) + "\n").encode())
-    return (arrivals if arrivals_ms is not None else None), plan
+    """A retained body through the output sink: atomic, no symlink followed, not synced one by one."""
+    atomic_write_bytes(path, data, fsync=False)
 
 
 DEFAULT_BUDGET_BYTES = 256 << 20

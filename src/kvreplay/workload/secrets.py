@@ -36,7 +36,8 @@ import orjson
 
 from kvreplay.workload.jsonscan import iter_strings
 
-__all__ = ["KEY_SHAPES", "MARKER", "SECRET_FIELDS", "Finding", "find_secrets", "redact_body"]
+__all__ = ["ALLOWED_HEADERS", "KEY_SHAPES", "MARKER", "REDACTED", "SECRET_FIELDS", "Finding", "find_secrets", "redact",
+           "redact_body", "retained_headers", "secrets_of"]
 
 MARKER = "[REDACTED]"
 """What a secret inside a body is replaced with under ``--redact-body-secrets``."""
@@ -165,3 +166,79 @@ def redact_body(body: bytes, own: Sequence[str] = ()) -> bytes | None:
     parts.append(body[pos:])
     out = b"".join(parts)
     return None if find_secrets(out, own) else out
+
+
+# --- the request's own credentials (headers) and what a manifest keeps of them -------------
+
+ALLOWED_HEADERS = frozenset({"content-type", "accept", "user-agent", "openai-beta", "x-request-id"})
+"""Request headers kept in the manifest (lower case); no other header is ever written."""
+
+REDACTED = MARKER
+"""What a secret is replaced with in anything written."""
+
+_SECRET_NAME = re.compile(r"auth|cookie|key|token|secret|session|passw|credential", re.IGNORECASE)
+_KEYLIKE = re.compile(rb"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}|\bBearer\s+[A-Za-z0-9._~+/=\-]{8,}")
+_MIN_SECRET = 4  # shorter values would redact ordinary text (and are no secret)
+
+
+def secrets_of(headers: object) -> list[str]:
+    """The credential values of one request's headers, to be kept off the disk.
+
+    Args:
+        headers: A mapping or ``(name, value)`` pairs (aiohttp ``CIMultiDict`` works).
+
+    Returns:
+        Each credential header value, plus its token after a ``Bearer``/``Basic``
+        scheme and each ``name=value`` value of a cookie; values shorter than 4
+        characters are ignored. Longest first, so a value is redacted before a
+        part of it.
+    """
+    items = headers.items() if hasattr(headers, "items") else headers
+    out: set[str] = set()
+    for name, value in items:  # type: ignore[union-attr]
+        if not _SECRET_NAME.search(name) or not value:
+            continue
+        out.add(value.strip())
+        parts = value.split(None, 1)
+        if len(parts) == 2 and parts[0].lower() in ("bearer", "basic", "token"):
+            out.add(parts[1].strip())
+        if "cookie" in name.lower():
+            for kv in value.split(";"):
+                out.add(kv.split("=", 1)[-1].strip())
+    return sorted((s for s in out if len(s) >= _MIN_SECRET), key=len, reverse=True)
+
+
+def redact(data: bytes, secrets: list[str]) -> bytes:
+    """``data`` with every secret (as is, and JSON-escaped) and every key-like token replaced.
+
+    Key-like tokens are ``sk-``/``pk-``/``rk-`` followed by 16 or more key
+    characters (OpenAI-style keys) and ``Bearer <token>``; they are replaced
+    even when no header carried them.
+
+    Args:
+        data: Bytes about to be written (a manifest line, a plan).
+        secrets: Values from :func:`secrets_of`.
+
+    Returns:
+        The bytes with each occurrence replaced by ``[REDACTED]``.
+    """
+    for s in secrets:
+        raw = s.encode()
+        esc = orjson.dumps(s)[1:-1]
+        for form in {raw, esc}:
+            data = data.replace(form, REDACTED.encode())
+    return _KEYLIKE.sub(REDACTED.encode(), data)
+
+
+def retained_headers(headers: object, secrets: list[str]) -> dict[str, str]:
+    """The request headers kept in the manifest: ``ALLOWED_HEADERS`` only, names lower-cased.
+
+    A value that contains a secret or a key-like token is dropped, not redacted.
+    """
+    items = headers.items() if hasattr(headers, "items") else headers
+    out: dict[str, str] = {}
+    for name, value in items:  # type: ignore[union-attr]
+        n = name.lower()
+        if n in ALLOWED_HEADERS and redact(value.encode(), secrets) == value.encode():
+            out[n] = value
+    return out
