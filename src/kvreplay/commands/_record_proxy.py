@@ -4,10 +4,11 @@ Every origin-form request, on any path and method, is forwarded to the upstream
 with its exact body bytes, still encoded as the client sent them (the server side
 runs with ``auto_decompress=False``), and its headers minus the hop-by-hop ones
 (RFC 9110 section 7.6.1: ``Connection``, ``Keep-Alive``, ``Proxy-*``, ``TE``,
-``Trailer``, ``Transfer-Encoding``, ``Upgrade``) and ``Host``. The body is streamed
-upstream as it arrives, never read whole, in the client's framing: a body sent with
-``Content-Length`` goes out with the same ``Content-Length`` and bytes, a chunked
-body goes out chunked. No header is added (the client's automatic
+``Trailer``, ``Transfer-Encoding``, ``Upgrade``) and ``Host``, in the client's
+framing: a body sent with ``Content-Length`` goes out with the same
+``Content-Length`` and bytes, a chunked body goes out chunked. A chunked body or one
+over ``_READ_WHOLE`` (256 KiB) is streamed upstream as it arrives, never held whole;
+a smaller one is read whole and sent in one write. No header is added (the client's automatic
 ``User-Agent``/``Accept``/``Accept-Encoding``/``Content-Type`` are skipped).
 Absolute-form, authority-form (``CONNECT``) and asterisk-form requests get a 400
 and are neither forwarded nor retained.
@@ -55,6 +56,7 @@ HOP_BY_HOP = frozenset({
 # Content-Length is forwarded as the client sent it, by _relay (with the streamed body it frames).
 _NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
 _JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
+_READ_WHOLE = 256 << 10  # a Content-Length body up to this size is read whole, then sent (cheaper than streaming)
 
 
 class RecordingProxy:
@@ -220,15 +222,21 @@ class RecordingProxy:
         length = request.headers.get("Content-Length")
         chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         state: dict = {"sent": 0, "whole": False, "slot": None}
-        data = None
-        if chunked or (length is not None and length.strip() != "0"):
+        data: bytes | AsyncIterator[bytes] | None = None
+        n = int(length) if length is not None and length.strip().isdigit() and not chunked else -1
+        if 0 < n <= _READ_WHOLE:
+            # a small body: read whole (the same Content-Length and bytes go upstream; aiohttp sets it
+            # from the bytes); its retention verdict waits until the upstream has answered (off the path)
+            data = await request.content.readexactly(n)
+            state["sent"], state["whole"] = n, True
+            if pending is not None:
+                pending.feed(data)
+        elif chunked or (length is not None and length.strip() != "0"):
             data = self._upload(request, pending, state)
             if not chunked and length is not None:
                 headers.append(("Content-Length", length))  # the same framing: streamed, not re-chunked
         else:
             state["whole"] = True
-            if pending is not None:
-                state["slot"] = self._finish(pending, state)
         assert self._session is not None
         slot: Slot | None = None
         status: int | None = None
@@ -249,11 +257,13 @@ class RecordingProxy:
                 if pending is not None:
                     with contextlib.suppress(Exception):
                         await self._drain(request, pending, state)
-                    slot = state["slot"] or self._finish(pending, state)
+                    slot = state["slot"] or (self._finish(pending, state) if pending.state == "open" else None)
                 return web.json_response(
                     {"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}}, status=502)
             async with up:
                 status = up.status
+                if pending is not None and pending.state == "open" and state["whole"]:
+                    state["slot"] = self._finish(pending, state)
                 resp = web.StreamResponse(status=up.status, reason=up.reason)
                 for k, v in up.headers.items():
                     if k.lower() not in HOP_BY_HOP:
@@ -306,7 +316,7 @@ class RecordingProxy:
                 return resp
         finally:
             slot = slot or state["slot"]
-            if pending is not None and slot is None and status is not None:
+            if pending is not None and slot is None and status is not None and pending.state == "open":
                 slot = self._finish(pending, state)
             if pending is not None and pending.state == "open":
                 self.writer.abandon(pending)
