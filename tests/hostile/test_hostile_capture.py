@@ -284,3 +284,23 @@ def test_stop_waits_the_grace_once_then_cancels(tmp_path):
     assert 0.3 <= took < 0.3 + 1.5, took
     (m,) = manifest(tmp_path / "W")
     assert m["outcome"] == "interrupted"
+
+
+@pytest.mark.parametrize("size", [1000, 400_000])  # read-whole and streamed paths
+def test_a_client_that_leaves_mid_body_leaves_no_traceback_and_nothing_retained(tmp_path, size, caplog):
+    data = body("cut", pad=size)
+
+    async def go(url, up):
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(post_head(CHAT, length=len(data)) + data[: len(data) // 2])
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.close()
+        await writer.wait_closed()
+        await asyncio.sleep(0.3)
+
+    up, proxy, _ = run(_with_proxy(tmp_path, go))
+    assert "Traceback" not in caplog.text and "Error handling request" not in caplog.text, caplog.text
+    assert proxy.writer.summary.retained == 0 and not list((tmp_path / "W").glob("*.json"))
+    assert proxy.writer.summary.skipped == {"incomplete": 1}

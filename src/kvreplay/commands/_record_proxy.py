@@ -227,7 +227,12 @@ class RecordingProxy:
         if 0 < n <= _READ_WHOLE:
             # a small body: read whole (the same Content-Length and bytes go upstream; aiohttp sets it
             # from the bytes); its retention verdict waits until the upstream has answered (off the path)
-            data = await request.content.readexactly(n)
+            try:
+                data = await request.content.readexactly(n)
+            except (asyncio.IncompleteReadError, ConnectionError, web.HTTPException, ClientError) as exc:
+                if pending is not None:  # the client left mid-body: nothing forwarded, nothing retained
+                    self.writer.abandon(pending, "incomplete", "the client sent less than its Content-Length")
+                raise web.HTTPBadRequest(text="kvreplay record: incomplete request body") from exc
             state["sent"], state["whole"] = n, True
             if pending is not None:
                 pending.feed(data)
