@@ -50,7 +50,7 @@ class Interleave:
         """``{"workload": path, "every": k}``, plus ``"burst": b`` when b > 1."""
         return {"workload": self.workload, "every": self.every,
                 **({"burst": self.burst} if self.burst != 1 else {})}
-_ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|trace:.+)$")
+_ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|trace:.+)$", re.DOTALL)  # a trace path may hold any character
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

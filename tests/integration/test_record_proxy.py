@@ -197,7 +197,7 @@ def test_a_body_holding_the_key_is_not_retained(tmp_path):
             return proxy.writer.summary
 
     s = run(go())
-    assert (s.retained, s.skipped) == (2, {"credential": 1})
+    assert (s.retained, s.skipped) == (2, {"secret": 1})  # issue 30 item 4: one reason for every secret
     wl = load_workload(tmp_path / "W")
     assert [b.raw for b in wl.bodies] == [chat("a"), chat("c")]
     assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())

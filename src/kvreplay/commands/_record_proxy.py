@@ -1,18 +1,25 @@
 """The recording proxy behind ``kvreplay record``: aiohttp server in, aiohttp client out.
 
-Every request, on any path and method, is forwarded to the upstream with its
-exact body bytes and its headers minus the hop-by-hop ones (RFC 9110 section
-7.6.1: ``Connection``, ``Keep-Alive``, ``Proxy-*``, ``TE``, ``Trailer``,
-``Transfer-Encoding``, ``Upgrade``) and ``Host``/``Content-Length`` (set anew
-for the upstream connection). No header is added (the client's automatic
+Every origin-form request, on any path and method, is forwarded to the upstream
+with its exact body bytes, still encoded as the client sent them (the server side
+runs with ``auto_decompress=False``), and its headers minus the hop-by-hop ones
+(RFC 9110 section 7.6.1: ``Connection``, ``Keep-Alive``, ``Proxy-*``, ``TE``,
+``Trailer``, ``Transfer-Encoding``, ``Upgrade``) and ``Host``, in the client's
+framing: a body sent with ``Content-Length`` goes out with the same
+``Content-Length`` and bytes, a chunked body goes out chunked. A chunked body or one
+over ``_READ_WHOLE`` (256 KiB) is streamed upstream as it arrives, never held whole;
+a smaller one is read whole and sent in one write. No header is added (the client's automatic
 ``User-Agent``/``Accept``/``Accept-Encoding``/``Content-Type`` are skipped).
+Absolute-form, authority-form (``CONNECT``) and asterisk-form requests get a 400
+and are neither forwarded nor retained.
 The response comes back with the upstream's status, reason and headers (less
 the hop-by-hop ones), its bytes undecoded (``auto_decompress=False``) and
 unbuffered: each chunk the upstream socket delivers is written to the client
 before the next is read, so server-sent events keep their timing.
 
-Bodies POSTed to the retained paths go to a :class:`CaptureWriter` (body file
-written at arrival, before forwarding). A streamed response
+Bodies POSTed to the retained paths are fed, as they arrive, to the
+:class:`CaptureWriter`'s :class:`Pending` (decoded under a cap, within a memory
+budget) and written once whole. A streamed response
 (``text/event-stream``) is fed, chunk by chunk, to the project's SSE
 accountant (``kvreplay.accounting``) for usage, ``cached_tokens`` and TTFT; a
 plain JSON response is kept (up to 1 MiB) and its ``usage`` read at the end.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import AsyncIterator
 from typing import TextIO
 
 import orjson
@@ -35,7 +43,7 @@ from kvreplay.accounting import SSEAccountant
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 from kvreplay.safe_io import echo
-from kvreplay.workload.capture import CaptureWriter, Slot
+from kvreplay.workload.capture import CaptureWriter, Pending, Slot
 
 __all__ = ["HOP_BY_HOP", "RecordingProxy"]
 
@@ -45,8 +53,10 @@ HOP_BY_HOP = frozenset({
 })
 """Headers that belong to one connection and are never forwarded (RFC 9110 7.6.1, RFC 9112)."""
 
+# Content-Length is forwarded as the client sent it, by _relay (with the streamed body it frames).
 _NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
 _JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
+_READ_WHOLE = 256 << 10  # a Content-Length body up to this size is read whole, then sent (cheaper than streaming)
 
 
 class RecordingProxy:
@@ -62,7 +72,8 @@ class RecordingProxy:
         requests: Requests proxied (all paths).
     """
 
-    def __init__(self, upstream: str, writer: CaptureWriter, *, log: TextIO | None = None) -> None:
+    def __init__(self, upstream: str, writer: CaptureWriter, *, log: TextIO | None = None,
+                 grace_s: float = 2.0) -> None:
         self.upstream = upstream.rstrip("/")
         self.writer = writer
         self.log = log if log is not None else sys.stderr
@@ -71,6 +82,10 @@ class RecordingProxy:
         self._runner: web.AppRunner | None = None
         self._limit_said = False
         self._flusher: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.refused = 0
+        self.grace_s = grace_s
+        self.stop_waits: list[float] = []  # the timed waits stop() made (seconds each)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on ``host:port`` (0: a free port); returns ``http://host:port``.
@@ -85,10 +100,12 @@ class RecordingProxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             cookie_jar=DummyCookieJar(),  # never carry one client's cookies to another
         )
-        # Bodies over the retention limit are still forwarded (not retained): accept up to 1 GiB.
-        app = web.Application(client_max_size=max(1 << 30, self.writer.max_body_bytes + 1))
+        # The body is streamed (request.content), never read whole, so client_max_size does not apply;
+        # auto_decompress=False: the server side hands over the bytes as received, still encoded.
+        app = web.Application(handler_args={"auto_decompress": False}, middlewares=[self._origin_form_only])
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        # Handlers are awaited and cancelled by stop() itself: aiohttp's own wait is only a backstop.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         try:
@@ -104,12 +121,28 @@ class RecordingProxy:
         return f"http://{h}:{bound[1]}"
 
     async def stop(self) -> None:
-        """Stop listening, let in-flight responses finish (2 s grace), then close the capture."""
+        """Stop listening, let in-flight responses finish (``grace_s``, 2 s), then close the capture.
+
+        One timed wait: the handlers still running after ``grace_s`` are cancelled
+        (their bodies' manifest lines say ``interrupted``) and awaited; aiohttp's own
+        shutdown then finds nothing left to wait for. Returns within ``grace_s`` plus
+        the time the cancelled handlers take to unwind (milliseconds).
+        """
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         if self._runner is not None:
+            for site in list(self._runner.sites):
+                await site.stop()  # no new connections
+            pending = {t for t in self._tasks if not t.done()}
+            if pending:
+                self.stop_waits.append(self.grace_s)
+                _, pending = await asyncio.wait(pending, timeout=self.grace_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)  # unwinding takes milliseconds; a backstop only
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
@@ -126,15 +159,91 @@ class RecordingProxy:
             echo(f"kvreplay record: {self.writer.summary.limit_reached} reached: no longer retaining "
                  "bodies (still proxying)", file=self.log)
 
+    async def _upload(self, request: web.Request, pending: Pending | None, state: dict) -> AsyncIterator[bytes]:
+        """The request body as received (still encoded), chunk by chunk, each fed to ``pending`` first."""
+        content = request.content
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            state["sent"] += len(chunk)
+            if pending is not None:
+                pending.feed(chunk)
+            yield chunk
+        state["whole"] = True
+        if pending is not None:
+            state["slot"] = self._finish(pending, state)  # retained (written) as soon as it is whole
+
+    async def _drain(self, request: web.Request, pending: Pending, state: dict) -> None:
+        """Read the rest of a body the upstream did not take (still fed to ``pending``)."""
+        content = request.content
+        while not state["whole"]:
+            chunk = await content.readany()
+            if not chunk:
+                state["whole"] = True
+                break
+            pending.feed(chunk)
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        arrival = now_ns()
+        arrival = now_ns()  # the handler runs once the request line and headers are in: its first bytes
         self.requests += 1
-        raw = await request.read()
-        slot: Slot | None = self.writer.admit(request.method, request.path, raw, arrival, request.headers,
-                                              content_encoding=request.headers.get("Content-Encoding"))
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            return await self._relay(request, arrival)
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    @web.middleware
+    async def _origin_form_only(self, request: web.Request, handler):
+        """400 for absolute-form (a forward-proxy request), authority-form (CONNECT) and asterisk-form.
+
+        Runs before routing: nothing of such a request is forwarded or retained, and the
+        connection is closed (what follows a CONNECT head is tunnel data, not a request).
+        """
+        if request.method == "CONNECT" or not request.raw_path.startswith("/"):
+            self.requests += 1
+            self.refused += 1
+            resp = web.json_response(
+                {"error": {"message": "kvreplay record: a reverse proxy; send origin-form requests "
+                                      "(POST /v1/...), not absolute-form or CONNECT", "type": "bad_request"}},
+                status=400)
+            resp.force_close()
+            return resp
+        return await handler(request)
+
+    async def _relay(self, request: web.Request, arrival: int) -> web.StreamResponse:
+        pending = self.writer.begin(request.method, request.path, arrival, request.headers,
+                                    content_encoding=request.headers.get("Content-Encoding"))
         self._say_limit()
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED_REQ]
+        length = request.headers.get("Content-Length")
+        chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+        state: dict = {"sent": 0, "whole": False, "slot": None}
+        data: bytes | AsyncIterator[bytes] | None = None
+        n = int(length) if length is not None and length.strip().isdigit() and not chunked else -1
+        if 0 < n <= _READ_WHOLE:
+            # a small body: read whole (the same Content-Length and bytes go upstream; aiohttp sets it
+            # from the bytes); its retention verdict waits until the upstream has answered (off the path)
+            try:
+                data = await request.content.readexactly(n)
+            except (asyncio.IncompleteReadError, ConnectionError, web.HTTPException, ClientError) as exc:
+                if pending is not None:  # the client left mid-body: nothing forwarded, nothing retained
+                    self.writer.abandon(pending, "incomplete", "the client sent less than its Content-Length")
+                raise web.HTTPBadRequest(text="kvreplay record: incomplete request body") from exc
+            state["sent"], state["whole"] = n, True
+            if pending is not None:
+                pending.feed(data)
+        elif chunked or (length is not None and length.strip() != "0"):
+            data = self._upload(request, pending, state)
+            if not chunked and length is not None:
+                headers.append(("Content-Length", length))  # the same framing: streamed, not re-chunked
+        else:
+            state["whole"] = True
         assert self._session is not None
+        slot: Slot | None = None
         status: int | None = None
         outcome = "upstream_error"
         acct = None
@@ -145,15 +254,21 @@ class RecordingProxy:
             try:
                 up = await self._session.request(
                     # encoded=True: the path and query go out as received, not re-quoted by yarl
-                    request.method, URL(self.upstream + request.raw_path, encoded=True), data=raw if raw else None,
+                    request.method, URL(self.upstream + request.raw_path, encoded=True), data=data,
                     headers=headers, allow_redirects=False,
                 )
             except (TimeoutError, ClientError, OSError) as exc:
                 error = f"upstream unreachable: {type(exc).__name__}"
+                if pending is not None:
+                    with contextlib.suppress(Exception):
+                        await self._drain(request, pending, state)
+                    slot = state["slot"] or (self._finish(pending, state) if pending.state == "open" else None)
                 return web.json_response(
                     {"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}}, status=502)
             async with up:
                 status = up.status
+                if pending is not None and pending.state == "open" and state["whole"]:
+                    state["slot"] = self._finish(pending, state)
                 resp = web.StreamResponse(status=up.status, reason=up.reason)
                 for k, v in up.headers.items():
                     if k.lower() not in HOP_BY_HOP:
@@ -162,8 +277,9 @@ class RecordingProxy:
                     resp.headers.popall("Content-Length", None)
                 ctype = up.headers.get("Content-Type", "")
                 stream = "text/event-stream" in ctype
-                keep = bytearray() if slot is not None and not stream else None
-                if slot is not None and stream:
+                retain = pending is not None
+                keep = bytearray() if retain and not stream else None
+                if retain and stream:
                     acct = SSEAccountant(head_chars=0)
                 feeding = acct is not None
                 await resp.prepare(request)
@@ -204,11 +320,24 @@ class RecordingProxy:
                     usage, error = _json_usage(bytes(keep))
                 return resp
         finally:
+            slot = slot or state["slot"]
+            if pending is not None and slot is None and status is not None and pending.state == "open":
+                slot = self._finish(pending, state)
+            if pending is not None and pending.state == "open":
+                self.writer.abandon(pending)
             if slot is not None:
                 if acct is not None and usage is None:
                     usage = acct.result.usage
                 self.writer.complete(slot, status=status, outcome=outcome, usage=usage, ttft_ns=ttft,
                                      e2e_ns=e2e, error=error)
+
+    def _finish(self, pending: Pending, state: dict) -> Slot | None:
+        """The body's retention verdict once it was forwarded whole (else it is abandoned: ``incomplete``)."""
+        if not state["whole"]:
+            return None
+        slot = self.writer.finish(pending)
+        self._say_limit()
+        return slot
 
 
 def _json_usage(data: bytes) -> tuple[object, str | None]:

@@ -68,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paths", default="/v1/chat/completions,/v1/completions", metavar="P1,P2",
                    help="comma-separated URL paths whose POST bodies are retained (others are only "
                         "proxied); default /v1/chat/completions,/v1/completions")
+    p.add_argument("--redact-body-secrets", action="store_true",
+                   help="retain a body that holds a secret (a key shape, a secret field, the request's own "
+                        "credential) with the secret replaced by [REDACTED] (both hashes in the manifest) "
+                        "instead of skipping it")
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until SIGINT/SIGTERM)")
 
@@ -102,7 +106,8 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
         raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
     io = _LoopLater(asyncio.get_running_loop())
     writer = CaptureWriter(args.out, max_bodies=args.max_bodies, max_bytes=max_bytes, paths=paths,
-                           origin_ns=now_ns(), io=io, observed_concurrency=True)
+                           origin_ns=now_ns(), io=io, observed_concurrency=True,
+                           redact_body_secrets=args.redact_body_secrets)
     if not is_loopback(host):
         echo(f"kvreplay record: warning: listening on {host}, not loopback; anyone who can reach it "
              "can use the upstream through it, and their bodies are written to disk", err=True)

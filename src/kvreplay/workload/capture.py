@@ -27,7 +27,15 @@ of credential headers (``Authorization``, ``Proxy-Authorization``, cookies,
 and any header whose name says key, token, secret, auth, session or password)
 are collected per request by :func:`secrets_of` and removed from everything
 written (:func:`redact`), so a server that echoes the key leaves no copy. A body
-that contains one of them is not retained at all (its bytes cannot be changed).
+that holds a secret of any kind (:mod:`kvreplay.workload.secrets`: its own
+credentials in any JSON encoding, well-known key shapes, secret fields) is not
+retained (``skipped: secret``), or retained with the secrets replaced when the
+writer is made with ``redact_body_secrets``.
+
+Encoded bodies: the retained body is the *decoded* one (``Content-Encoding``
+gzip, deflate or identity, :mod:`kvreplay.workload.encoding`, under the body cap);
+a :class:`Pending` takes the bytes as they arrive so no body is ever held whole
+in its encoded form, and every pending body together holds at most ``budget_bytes``.
 """
 
 from __future__ import annotations
@@ -43,12 +51,24 @@ import orjson
 from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
+from kvreplay.workload.captureplan import sidecar_paths, toml_comment, toml_str, write_plan
+from kvreplay.workload.encoding import BodyDecoder, DecodeRefused
+from kvreplay.workload.secrets import (
+    ALLOWED_HEADERS,
+    REDACTED,
+    find_secrets,
+    redact,
+    redact_body,
+    retained_headers,
+    secrets_of,
+)
 
 __all__ = [
     "ALLOWED_HEADERS",
     "DEFAULT_PATHS",
     "MANIFEST",
     "REDACTED",
+    "Pending",
     "CaptureSummary",
     "CaptureWriter",
     "Slot",
@@ -57,6 +77,8 @@ __all__ = [
     "retained_headers",
     "secrets_of",
     "sidecar_paths",
+    "toml_comment",
+    "toml_str",
     "write_plan",
 ]
 
@@ -65,80 +87,6 @@ MANIFEST = "capture.jsonl"
 
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 """URL paths whose request bodies are retained by default (OpenAI-compatible generation)."""
-
-ALLOWED_HEADERS = frozenset({"content-type", "accept", "user-agent", "openai-beta", "x-request-id"})
-"""Request headers kept in the manifest (lower case); no other header is ever written."""
-
-REDACTED = "[REDACTED]"
-"""What a secret is replaced with in anything written."""
-
-_SECRET_NAME = re.compile(r"auth|cookie|key|token|secret|session|passw|credential", re.IGNORECASE)
-_KEYLIKE = re.compile(rb"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}|\bBearer\s+[A-Za-z0-9._~+/=\-]{8,}")
-_MIN_SECRET = 4  # shorter values would redact ordinary text (and are no secret)
-
-
-def secrets_of(headers: object) -> list[str]:
-    """The credential values of one request's headers, to be kept off the disk.
-
-    Args:
-        headers: A mapping or ``(name, value)`` pairs (aiohttp ``CIMultiDict`` works).
-
-    Returns:
-        Each credential header value, plus its token after a ``Bearer``/``Basic``
-        scheme and each ``name=value`` value of a cookie; values shorter than 4
-        characters are ignored. Longest first, so a value is redacted before a
-        part of it.
-    """
-    items = headers.items() if hasattr(headers, "items") else headers
-    out: set[str] = set()
-    for name, value in items:  # type: ignore[union-attr]
-        if not _SECRET_NAME.search(name) or not value:
-            continue
-        out.add(value.strip())
-        parts = value.split(None, 1)
-        if len(parts) == 2 and parts[0].lower() in ("bearer", "basic", "token"):
-            out.add(parts[1].strip())
-        if "cookie" in name.lower():
-            for kv in value.split(";"):
-                out.add(kv.split("=", 1)[-1].strip())
-    return sorted((s for s in out if len(s) >= _MIN_SECRET), key=len, reverse=True)
-
-
-def redact(data: bytes, secrets: list[str]) -> bytes:
-    """``data`` with every secret (as is, and JSON-escaped) and every key-like token replaced.
-
-    Key-like tokens are ``sk-``/``pk-``/``rk-`` followed by 16 or more key
-    characters (OpenAI-style keys) and ``Bearer <token>``; they are replaced
-    even when no header carried them.
-
-    Args:
-        data: Bytes about to be written (a manifest line, a plan).
-        secrets: Values from :func:`secrets_of`.
-
-    Returns:
-        The bytes with each occurrence replaced by ``[REDACTED]``.
-    """
-    for s in secrets:
-        raw = s.encode()
-        esc = orjson.dumps(s)[1:-1]
-        for form in {raw, esc}:
-            data = data.replace(form, REDACTED.encode())
-    return _KEYLIKE.sub(REDACTED.encode(), data)
-
-
-def retained_headers(headers: object, secrets: list[str]) -> dict[str, str]:
-    """The request headers kept in the manifest: ``ALLOWED_HEADERS`` only, names lower-cased.
-
-    A value that contains a secret or a key-like token is dropped, not redacted.
-    """
-    items = headers.items() if hasattr(headers, "items") else headers
-    out: dict[str, str] = {}
-    for name, value in items:  # type: ignore[union-attr]
-        n = name.lower()
-        if n in ALLOWED_HEADERS and redact(value.encode(), secrets) == value.encode():
-            out[n] = value
-    return out
-
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
@@ -157,59 +105,13 @@ def parse_size(text: str) -> int:
     return int(num * base ** " kmgt".index(unit or " "))
 
 
-def sidecar_paths(folder: str | Path) -> tuple[Path, Path]:
-    """``(W.arrivals.json, W.plan.toml)`` beside the folder ``W``."""
-    w = Path(folder)
-    return w.with_name(w.name + ".arrivals.json"), w.with_name(w.name + ".plan.toml")
-
-
-def _toml_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Write ``data`` over ``path`` through the output sink (``safe_io.atomic_write_bytes``: no symlink followed)."""
-    atomic_write_bytes(path, data, fsync=fsync)
-
-
 def _atomic_body_write(path: Path, data: bytes) -> None:
-    """A retained body: atomic, not synced one by one (the manifest line, flushed after it, records it)."""
-    _atomic_write(path, data, fsync=False)
+    """A retained body through the output sink: atomic, no symlink followed, not synced one by one."""
+    atomic_write_bytes(path, data, fsync=False)
 
 
-def write_plan(
-    folder: str | Path,
-    arrivals_ms: list[float] | None,
-    concurrency: int,
-    comment: str,
-) -> tuple[Path | None, Path]:
-    """Write ``W.arrivals.json`` (when ``arrivals_ms`` is given) and ``W.plan.toml`` beside ``W``.
-
-    The plan names ``W`` as given (paths are as given: run from the same
-    directory, as for ``kvreplay import mooncake``) and one phase ``capture``,
-    forward order; open loop over the arrivals (``trace:``), or a closed loop
-    at ``concurrency`` when there are no arrivals (OpenAI Batch input has no
-    times).
-
-    Args:
-        folder: The capture folder ``W``.
-        arrivals_ms: Arrival offsets (ms, first = 0), one per body, or None.
-        concurrency: The phase's cap on requests in flight (>= 1).
-        comment: First comment line of the plan (what made it); no newline.
-
-    Returns:
-        The arrivals path (None when not written) and the plan path.
-    """
-    arrivals, plan = sidecar_paths(folder)
-    lines = [f"# {comment}", "# Paths are as given on the command line: run from the same directory.",
-             f"workload = {_toml_str(str(folder))}", "", "[[phase]]", 'name = "capture"',
-             'order = "forward"', f"concurrency = {max(1, concurrency)}"]
-    if arrivals_ms is not None:
-        _atomic_write(arrivals, orjson.dumps(arrivals_ms))
-        lines += [f"arrival = {_toml_str('trace:' + str(arrivals))}", "time_scale = 1.0"]
-    _atomic_write(plan, ("\n".join(lines) + "\n").encode())
-    return (arrivals if arrivals_ms is not None else None), plan
-
+DEFAULT_BUDGET_BYTES = 256 << 20
+"""Default cap on the decoded bytes held by all bodies being received at once (bytes)."""
 
 IMPORT_CONCURRENCY = 64
 """The plan's cap on requests in flight for an imported file (no in-flight count was observed)."""
@@ -238,6 +140,56 @@ class Slot:
     secrets: list[str]
     in_flight_at_arrival: int = 1
     done: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class Pending:
+    """A body being received: its bytes are fed in as they arrive, decoded under a cap.
+
+    Memory: the decoded bytes held by every pending body of one writer together stay
+    under the writer's ``budget_bytes``; a body that would pass it is refused
+    (``memory``) and its bytes released, still forwarded.
+
+    Attributes:
+        state: ``open`` while receiving; ``done`` after ``finish``; otherwise the
+            reason it was refused.
+    """
+
+    __slots__ = ("arrival_ns", "decoder", "headers", "held", "in_flight_at_arrival", "method", "path",
+                 "secrets", "state", "writer")
+
+    def __init__(self, writer: CaptureWriter, decoder: BodyDecoder, method: str, path: str, arrival_ns: int,
+                 headers: object, secrets: list[str]) -> None:
+        self.writer, self.decoder = writer, decoder
+        self.method, self.path, self.arrival_ns = method, path, arrival_ns
+        self.headers, self.secrets = headers, secrets
+        self.in_flight_at_arrival = 1
+        self.held = 0
+        self.state = "open"
+
+    def release(self) -> None:
+        """Give back the decoded bytes held (to the writer's budget)."""
+        self.writer.buffered -= self.held
+        self.held = 0
+        self.decoder.out = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        """Received bytes of the body (as sent, still encoded); never raises."""
+        if self.state != "open" or not chunk:
+            return
+        try:
+            self.decoder.feed(chunk)
+        except DecodeRefused as exc:
+            self.writer.abandon(self, exc.reason, exc.detail)
+            return
+        grown = len(self.decoder.out) - self.held
+        w = self.writer
+        if grown > 0 and w.buffered + grown > w.budget_bytes:
+            w.abandon(self, "memory", f"bodies being received would hold more than {w.budget_bytes} "
+                                      "decoded bytes together (the capture's memory budget)")
+            return
+        w.buffered += grown
+        self.held += grown
 
 
 @dataclass(slots=True)
@@ -249,9 +201,14 @@ class CaptureSummary:
         retained_bytes: Their total size (bytes).
         skipped: Requests not retained, by reason (``"path"``: not a retained
             path; ``"method"``: not POST; ``"invalid"``: not a chat/completions
-            JSON body; ``"credential"``: body holds a credential from its
-            headers; ``"encoded"``: compressed body; ``"limit"``: after
-            ``max_bodies``/``max_bytes``).
+            JSON body; ``"secret"``: the body holds a secret (``workload.secrets``:
+            a key shape, a secret field or a credential from its own headers);
+            ``"encoding"``: a ``Content-Encoding`` not decoded, or bytes not valid
+            for it; ``"too_large"``: the decoded body passes the body cap;
+            ``"memory"``: bodies being received would pass the memory budget;
+            ``"incomplete"``: the body did not arrive whole; ``"limit"``: after
+            ``max_bodies``/``max_bytes``). Each reason but ``path``, ``method``,
+            ``invalid`` and ``limit`` also gets a manifest line (``skipped``, ``detail``).
         limit_reached: Which limit stopped retention, or None.
     """
 
@@ -298,6 +255,11 @@ class CaptureWriter:
             plan's cap is the most retained requests observed in flight at once
             (each manifest line keeps ``in_flight_at_arrival``), said in the
             plan's comment. False (imports): ``IMPORT_CONCURRENCY`` (64).
+        budget_bytes: Most decoded bytes held by bodies still being received, all
+            together (bytes); past it a body is forwarded but not retained (``memory``).
+        redact_body_secrets: A body holding a secret (``workload.secrets``) is retained
+            with the secret replaced (``redacted`` and ``received_sha256`` in its
+            manifest line) instead of being skipped (``secret``).
 
     Raises:
         ConfigError: ``folder`` exists and is not an empty directory, or cannot be created.
@@ -315,8 +277,15 @@ class CaptureWriter:
         timed: bool = True,
         io: Executor | None = None,
         observed_concurrency: bool = False,
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        redact_body_secrets: bool = False,
     ) -> None:
         self.folder = Path(folder)
+        try:
+            toml_str(str(self.folder))  # the plan beside it names it: refuse now what it could not hold
+        except ValueError as exc:
+            shown = str(self.folder).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ConfigError(str(exc), path=shown, field="--out") from exc
         if self.folder.exists() and (not self.folder.is_dir() or any(self.folder.iterdir())):
             raise ConfigError("exists and is not an empty folder; choose a new --out", path=self.folder,
                               field="--out")
@@ -338,36 +307,35 @@ class CaptureWriter:
         self.arrivals_ns: list[int] = []
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.budget_bytes = budget_bytes
+        self.buffered = 0
+        self.redact_body_secrets = redact_body_secrets
         self._dirty = False
         self._closed = False
         self._open: dict[int, Slot] = {}
 
-    def admit(
+    def begin(
         self,
         method: str,
         path: str,
-        raw: bytes,
         arrival_ns: int,
         headers: object = (),
         *,
         content_encoding: str | None = None,
-    ) -> Slot | None:
-        """Decide whether a request's body is retained; if so write it now (atomically).
+    ) -> Pending | None:
+        """A request arrives: decide from its line and headers whether its body may be retained.
 
         Args:
             method: HTTP method.
             path: URL path (no query).
-            raw: The request body as received (bytes).
-            arrival_ns: Arrival time (ns, the caller's clock).
+            arrival_ns: Arrival time (ns, the caller's clock): its first byte.
             headers: The request headers (for the allow-list and the secrets).
             content_encoding: The request's ``Content-Encoding``, if any.
 
         Returns:
-            The slot to pass to ``complete``, or None when not retained (the
-            reason is counted in ``summary.skipped``).
-
-        Raises:
-            OSError: the body cannot be written (disk full, ...).
+            A :class:`Pending` to feed the body's received bytes into, then to pass
+            to ``finish``; or None when not retained (the reason is counted in
+            ``summary.skipped``: ``path``, ``method``, ``limit``, ``encoding``).
         """
         s = self.summary
         if path not in self.paths:
@@ -383,16 +351,65 @@ class CaptureWriter:
             s.limit_reached = f"--max-bodies {self.max_bodies}"
             s.skip("limit")
             return None
+        try:
+            decoder = BodyDecoder(content_encoding, self.max_body_bytes)
+        except DecodeRefused as exc:
+            self._skip_line(exc.reason, exc.detail, path, arrival_ns)
+            return None
+        pending = Pending(self, decoder, method, path, arrival_ns, headers, secrets_of(headers))
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        pending.in_flight_at_arrival = self.in_flight
+        return pending
+
+    def _skip_line(self, reason: str, detail: str, path: str, arrival_ns: int) -> None:
+        """Count a request not retained and say why in the manifest (a line with ``skipped``, no ``index``)."""
+        self.summary.skip(reason)
+        line = {"skipped": reason, "detail": detail, "path": path,
+                "since_start_ms": round((arrival_ns - self.origin_ns) / 1e6, 3)}
+        self._do(self._append, orjson.dumps(line) + b"\n")
+
+    def abandon(self, pending: Pending, reason: str = "incomplete",
+                detail: str = "the request body did not arrive whole") -> None:
+        """Give up a pending body (not forwarded whole, or the proxy stopped); counted as ``reason``."""
+        if pending.state != "open":
+            return
+        pending.state = reason
+        pending.release()
+        self.in_flight -= 1
+        self._skip_line(reason, detail, pending.path, pending.arrival_ns)
+
+    def finish(self, pending: Pending) -> Slot | None:
+        """The whole body was received: check it and, if retained, write it now (atomically).
+
+        Returns:
+            The slot to pass to ``complete``, or None when not retained (counted in
+            ``summary.skipped``: ``too_large``/``encoding``/``memory`` (refused while
+            it arrived), ``limit``, ``secret``, ``invalid``).
+
+        Raises:
+            OSError: the body cannot be written inline (no ``io``).
+        """
+        if pending.state != "open":
+            return None
+        s = self.summary
+        pending.state = "done"
+        self.in_flight -= 1
+        try:
+            raw = pending.decoder.finish()
+        except DecodeRefused as exc:
+            pending.release()
+            self._skip_line(exc.reason, exc.detail, pending.path, pending.arrival_ns)
+            return None
+        pending.release()
         if self.max_bytes is not None and s.retained_bytes + len(raw) > self.max_bytes:
-            s.limit_reached = f"--max-bytes {self.max_bytes}"
+            s.limit_reached = s.limit_reached or f"--max-bytes {self.max_bytes}"
             s.skip("limit")
             return None
-        if content_encoding and content_encoding.lower() != "identity":
-            s.skip("encoded")
-            return None
-        secrets = secrets_of(headers)
-        if any(form in raw for sec in secrets for form in (sec.encode(), orjson.dumps(sec)[1:-1])):
-            s.skip("credential")
+        if self.max_bodies is not None and s.retained >= self.max_bodies:
+            s.limit_reached = s.limit_reached or f"--max-bodies {self.max_bodies}"
+        if s.limit_reached:
+            s.skip("limit")
             return None
         index = s.retained
         name = f"{index:06d}.json"
@@ -401,16 +418,63 @@ class CaptureWriter:
         except WorkloadError:
             s.skip("invalid")
             return None
+        extra: dict = {}
+        found = find_secrets(raw, pending.secrets)
+        if found:
+            red = redact_body(raw, pending.secrets) if self.redact_body_secrets else None
+            if red is None:
+                self._skip_line("secret", "; ".join(sorted({f.kind for f in found})) + " in the body",
+                                pending.path, pending.arrival_ns)
+                return None
+            extra = {"redacted": sorted({str(f) for f in found}), "received_sha256": body.sha256}
+            raw = red
+            body = check_body(raw, index, self.folder / name, None, self.max_body_bytes)
+        if pending.decoder.encoding != "identity":
+            extra["content_encoding"] = pending.decoder.encoding
+            extra["received_bytes"] = pending.decoder.received
         self._do(_atomic_body_write, self.folder / name, raw)
         s.retained += 1
         s.retained_bytes += len(raw)
-        self.arrivals_ns.append(arrival_ns)
+        self.arrivals_ns.append(pending.arrival_ns)
         self._dirty = True
-        self.in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        slot = Slot(index, body, arrival_ns, path, retained_headers(headers, secrets), secrets, self.in_flight)
+        self.in_flight += 1  # until ``complete``
+        slot = Slot(index, body, pending.arrival_ns, pending.path, retained_headers(pending.headers, pending.secrets),
+                    pending.secrets, pending.in_flight_at_arrival, extra=extra)
         self._open[index] = slot
         return slot
+
+    def admit(
+        self,
+        method: str,
+        path: str,
+        raw: bytes,
+        arrival_ns: int,
+        headers: object = (),
+        *,
+        content_encoding: str | None = None,
+    ) -> Slot | None:
+        """A whole body at once (importers): ``begin``, ``feed`` and ``finish`` in one call.
+
+        Args:
+            method: HTTP method.
+            path: URL path (no query).
+            raw: The request body as received (bytes, encoded as ``content_encoding`` says).
+            arrival_ns: Arrival time (ns, the caller's clock).
+            headers: The request headers (for the allow-list and the secrets).
+            content_encoding: The request's ``Content-Encoding``, if any.
+
+        Returns:
+            The slot to pass to ``complete``, or None when not retained (the
+            reason is counted in ``summary.skipped``).
+
+        Raises:
+            OSError: the body cannot be written (disk full, ...).
+        """
+        pending = self.begin(method, path, arrival_ns, headers, content_encoding=content_encoding)
+        if pending is None:
+            return None
+        pending.feed(raw)
+        return self.finish(pending)
 
     def complete(
         self,
@@ -484,6 +548,8 @@ class CaptureWriter:
         }
         if error:
             line["error"] = error[:1024]
+        if slot.extra:
+            line.update(slot.extra)
         if extra:
             line.update(extra)
         self._do(self._append, redact(orjson.dumps(line), slot.secrets) + b"\n")

@@ -55,10 +55,10 @@ def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int, mo
 
 
 def _capture(fn_name: str) -> Callable[..., list[str]]:
-    def run(source: str, out: str, *, paths: tuple[str, ...]) -> list[str]:
+    def run(source: str, out: str, *, paths: tuple[str, ...], redact_body_secrets: bool = False) -> list[str]:
         from kvreplay.workload import importers_capture
 
-        res = getattr(importers_capture, fn_name)(source, out, paths=paths)
+        res = getattr(importers_capture, fn_name)(source, out, paths=paths, redact_body_secrets=redact_body_secrets)
         lines = [f"{res.summary.describe()} -> {res.folder}"]
         lines += [f"  re-serialised (exact bytes of 'body' not found in the line): {src}" for src in res.reserialised]
         if res.summary.retained:
@@ -77,9 +77,11 @@ _MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "t
 BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("mooncake", "Mooncake JSONL (timestamp, input_length, output_length, hash_ids) -> bodies, "
                  "arrivals, plan", _MOONCAKE_OPTIONS, _mooncake),
-    ImportFormat("har", "a HAR 1.2 .har file -> a folder of the exact bodies, arrivals, plan", ("paths",),
+    ImportFormat("har", "a HAR 1.2 .har file -> a folder of the exact bodies, arrivals, plan",
+                 ("paths", "redact_body_secrets"),
                  _capture("import_har")),
-    ImportFormat("openai-batch", "an OpenAI Batch input .jsonl -> a folder of the exact bodies, plan", ("paths",),
+    ImportFormat("openai-batch", "an OpenAI Batch input .jsonl -> a folder of the exact bodies, plan",
+                 ("paths", "redact_body_secrets"),
                  _capture("import_openai_batch")),
 )
 """The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""

@@ -45,9 +45,10 @@ from pathlib import Path
 
 import orjson
 
-from kvreplay.errors import WorkloadError
+from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
 from kvreplay.workload._loader import json_line
+from kvreplay.workload.capture import toml_comment, toml_str
 
 __all__ = [
     "ImportResult",
@@ -293,6 +294,11 @@ def import_mooncake(
     wl = Path(out)
     if wl.suffix != ".jsonl":
         wl = wl.with_name(wl.name + ".jsonl")
+    try:
+        toml_str(str(wl))  # the plan names it
+    except ValueError as exc:
+        shown = str(wl).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ConfigError(str(exc), path=shown, field="--out") from exc
     wl.parent.mkdir(parents=True, exist_ok=True)
     stem = wl.with_suffix("")
     arrivals = stem.with_name(stem.name + ".arrivals.json")
@@ -318,19 +324,16 @@ def import_mooncake(
     atomic_write_bytes(arrivals, orjson.dumps([r.timestamp_ms for r in rows]))
     atomic_write_text(
         plan,
-        f"# kvreplay import mooncake {Path(trace).name}: {len(rows)} requests, "
+        f"# {toml_comment(f'kvreplay import mooncake {Path(trace).name}')}: {len(rows)} requests, "
         f"{block_tokens}-token blocks.\n"
         f"# Paths are as given on the command line: run from the same directory.\n"
-        f"workload = {_toml_str(str(wl))}\n\n"
+        f"workload = {toml_str(str(wl))}\n\n"
         f"[[phase]]\n"
         f'name = "trace"\n'
         f'order = "forward"\n'
         f"concurrency = {concurrency}\n"
-        f"arrival = {_toml_str('trace:' + str(arrivals))}\n"
+        f"arrival = {toml_str('trace:' + str(arrivals))}\n"
         f"time_scale = {time_scale!r}\n",
     )
     return ImportResult(wl, arrivals, plan, len(rows), sum(r.input_length for r in rows))
 
-
-def _toml_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ import orjson
 from kvreplay.errors import WorkloadError
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, check_body, json_line
 from kvreplay.workload.capture import DEFAULT_PATHS, CaptureSummary, CaptureWriter, sidecar_paths
+from kvreplay.workload.jsonscan import value_end, ws
 
 __all__ = ["ImportedCapture", "body_value_span", "import_har", "import_openai_batch"]
 
@@ -148,12 +149,33 @@ def _parse_started(text: str, p: Path, where: str) -> int:
     return round(dt.timestamp() * 1e6) * 1000
 
 
+def _post_bytes(post: dict, p: Path, where: str) -> bytes:
+    """A HAR entry's request body: ``postData.text`` as UTF-8, or decoded from base64.
+
+    Raises:
+        WorkloadError: ``text`` missing, not base64 when it says so, or holding a lone surrogate.
+    """
+    text = _har_field(post, "text", str, f"{where}.request.postData", p)
+    if post.get("encoding") == "base64":
+        try:
+            return base64.b64decode(text, validate=True)
+        except ValueError as exc:
+            raise WorkloadError(f"postData.encoding is base64 but the text is not: {exc}", path=p,
+                                field=f"{where}.request.postData.text") from exc
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise WorkloadError("text holds a lone surrogate; not UTF-8", path=p,
+                            field=f"{where}.request.postData.text") from exc
+
+
 def import_har(
     src: str | Path,
     out: str | Path,
     *,
     paths: tuple[str, ...] = DEFAULT_PATHS,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    redact_body_secrets: bool = False,
 ) -> ImportedCapture:
     """Write a capture folder from a HAR 1.2 archive (see module docstring).
 
@@ -162,6 +184,8 @@ def import_har(
         out: The capture folder ``W`` to create (must not exist, or be empty).
         paths: URL paths whose POST bodies are retained.
         max_body_bytes: Largest body accepted (bytes).
+        redact_body_secrets: Retain a body holding a secret with the secret replaced
+            (``workload.secrets``) instead of skipping it (``secret``).
 
     Returns:
         What was written.
@@ -175,6 +199,7 @@ def import_har(
     """
     p = Path(src)
     try:
+        # one JSON document: parsed whole (its bytes dropped at once); bodies are encoded one at a time
         doc = orjson.loads(p.read_bytes())
     except OSError as exc:
         raise WorkloadError(f"cannot read: {exc}", path=p) from exc
@@ -184,7 +209,7 @@ def import_har(
     if log is None:
         raise WorkloadError("not a JSON object", path=p, field="log")
     entries = _har_field(log, "entries", list, "log", p)
-    keep: list[tuple[int, int, bytes, list, dict]] = []
+    keep: list[tuple[int, int, list, dict]] = []
     summary = CaptureSummary()
     for i, e in enumerate(entries):
         where = f"log.entries[{i}]"
@@ -204,35 +229,25 @@ def import_har(
         if post is None:
             summary.skip("no postData")
             continue
-        text = _har_field(post, "text", str, f"{where}.request.postData", p)
-        if post.get("encoding") == "base64":
-            try:
-                raw = base64.b64decode(text, validate=True)
-            except ValueError as exc:
-                raise WorkloadError(f"postData.encoding is base64 but the text is not: {exc}", path=p,
-                                    field=f"{where}.request.postData.text") from exc
-        else:
-            try:
-                raw = text.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise WorkloadError("text holds a lone surrogate; not UTF-8", path=p,
-                                    field=f"{where}.request.postData.text") from exc
+        raw = _post_bytes(post, p, where)
         try:
             check_body(raw, len(keep), p, None, max_body_bytes)
         except WorkloadError as exc:
             raise WorkloadError(exc.message, path=p, field=f"{where}.request.postData.text"
                                 + (f" (body field {exc.field})" if exc.field else "")) from exc
+        del raw  # encoded again when written: one body in memory at a time, beside the parsed document
         headers = _pairs(req.get("headers")) + [("cookie", v) for _, v in _pairs(req.get("cookies"))]
-        keep.append((started, i, raw, headers, e))
+        keep.append((started, i, headers, e))
     keep.sort(key=lambda k: (k[0], k[1]))
     _need_some(keep, summary, p, paths)
     writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths,
-                           origin_ns=keep[0][0] if keep else 0)
+                           origin_ns=keep[0][0] if keep else 0, redact_body_secrets=redact_body_secrets)
     writer.summary.skipped = summary.skipped
-    for started, i, raw, headers, e in keep:
+    for started, i, headers, e in keep:
+        raw = _post_bytes(e["request"]["postData"], p, f"log.entries[{i}]")
         path = urlsplit(e["request"]["url"]).path
         slot = writer.admit("POST", path, raw, started, headers)
-        if slot is None:  # only "credential" can reach here: the body was checked above
+        if slot is None:  # only "secret" can reach here: the body was checked above
             continue
         status, usage, error = _response_usage(e.get("response"))
         t = e.get("time")
@@ -246,74 +261,95 @@ def import_har(
 
 # --- OpenAI Batch input ----------------------------------------------------------------
 
-_WS = b" \t\r\n"
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_SCALAR = re.compile(rb"-?[0-9][0-9.eE+\-]*|true|false|null")
-_NESTED = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-
-
-def _ws(b: bytes, i: int) -> int:
-    while i < len(b) and b[i] in _WS:
-        i += 1
-    return i
-
-
-def _value_end(b: bytes, i: int) -> int:
-    """End (exclusive) of the JSON value starting at ``b[i]``; ValueError when there is none."""
-    c = b[i : i + 1]
-    if c == b'"':
-        m = _STRING.match(b, i)
-        if not m:
-            raise ValueError("unterminated string")
-        return m.end()
-    if c in (b"{", b"["):
-        depth = 0
-        for m in _NESTED.finditer(b, i):
-            t = m.group()
-            if t in (b"{", b"["):
-                depth += 1
-            elif t in (b"}", b"]"):
-                depth -= 1
-                if depth == 0:
-                    return m.end()
-        raise ValueError("unbalanced brackets")
-    m = _SCALAR.match(b, i)
-    if not m:
-        raise ValueError(f"no JSON value at byte {i}")
-    return m.end()
-
 
 def body_value_span(line: bytes, key: str = "body") -> tuple[int, int] | None:
     """Byte span ``(start, end)`` of the value of top-level ``key`` in a JSON object line.
 
     The line must already be known to be valid JSON (the scan trusts its
-    structure). With a duplicated key the last one wins, as in orjson.
+    structure). With a duplicated key the last one wins, as in orjson. Linear
+    time, constant extra memory (``workload.jsonscan``).
 
     Returns:
         The span, or None when the line is not an object or has no such key.
     """
     try:
-        i = _ws(line, 0)
+        i = ws(line, 0)
         if line[i : i + 1] != b"{":
             return None
-        i = _ws(line, i + 1)
+        i = ws(line, i + 1)
         found = None
         while line[i : i + 1] != b"}":
-            k_end = _value_end(line, i)
+            k_end = value_end(line, i)
             k = orjson.loads(line[i:k_end])
-            i = _ws(line, k_end)
+            i = ws(line, k_end)
             if line[i : i + 1] != b":":
                 return None
-            i = _ws(line, i + 1)
-            v_end = _value_end(line, i)
+            i = ws(line, i + 1)
+            v_end = value_end(line, i)
             if k == key:
                 found = (i, v_end)
-            i = _ws(line, v_end)
+            i = ws(line, v_end)
             if line[i : i + 1] == b",":
-                i = _ws(line, i + 1)
+                i = ws(line, i + 1)
         return found
     except (ValueError, IndexError, orjson.JSONDecodeError):
         return None
+
+
+def _lines(p: Path) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a JSONL file, read one at a time: ``(1-based number, line without EOL)``.
+
+    Raises:
+        WorkloadError: the file cannot be read.
+    """
+    try:
+        with open(p, "rb") as f:
+            for lineno, line in enumerate(f, start=1):
+                line = line.rstrip(b"\n").rstrip(b"\r")
+                if line.strip():
+                    yield lineno, line
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc}", path=p) from exc
+
+
+def _batch_body(p: Path, lineno: int, line: bytes, paths: tuple[str, ...], summary: CaptureSummary,
+                max_body_bytes: int, index: int) -> tuple[bytes, str, bool, str] | None:
+    """``(body bytes, custom_id, re-serialised?, path)`` of a retained Batch line; None when skipped (counted).
+
+    Raises:
+        WorkloadError: a bad line (line and field named).
+    """
+    obj = json_line(line, p, lineno)
+    if not isinstance(obj, dict):
+        raise WorkloadError("not a JSON object", path=p, line=lineno)
+    for key, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
+        if not isinstance(obj.get(key), kind):
+            what = "an object" if kind is dict else "a string"
+            raise WorkloadError(f"missing or not {what}", path=p, line=lineno, field=key)
+    if obj["method"].upper() != "POST":
+        summary.skip("method")
+        return None
+    path = urlsplit(obj["url"]).path
+    if path not in paths:
+        summary.skip("path")
+        return None
+    span = body_value_span(line)
+    raw = line[span[0] : span[1]] if span else b""
+    reser = False
+    try:
+        same = bool(span) and orjson.loads(raw) == obj["body"]
+    except orjson.JSONDecodeError:
+        same = False
+    if not same:
+        raw, reser = orjson.dumps(obj["body"]), True
+    cid = obj["custom_id"]
+    del obj
+    try:
+        check_body(raw, index, p, lineno, max_body_bytes)
+    except WorkloadError as exc:
+        raise WorkloadError(exc.message, path=p, line=lineno,
+                            field="body" + (f".{exc.field}" if exc.field else "")) from exc
+    return raw, cid, reser, path
 
 
 def import_openai_batch(
@@ -322,6 +358,7 @@ def import_openai_batch(
     *,
     paths: tuple[str, ...] = DEFAULT_PATHS,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    redact_body_secrets: bool = False,
 ) -> ImportedCapture:
     """Write a capture folder from an OpenAI Batch input JSONL file (see module docstring).
 
@@ -330,6 +367,8 @@ def import_openai_batch(
         out: The capture folder ``W`` to create (must not exist, or be empty).
         paths: URL paths (``url`` values) whose bodies are retained.
         max_body_bytes: Largest body accepted (bytes).
+        redact_body_secrets: Retain a body holding a secret with the secret replaced
+            (``workload.secrets``) instead of skipping it (``secret``).
 
     Returns:
         What was written; ``reserialised`` names the bodies whose exact bytes
@@ -343,49 +382,27 @@ def import_openai_batch(
         ConfigError: ``out`` exists and is not empty.
     """
     p = Path(src)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc}", path=p) from exc
-    keep: list[tuple[int, bytes, str, bool, str]] = []
+    # Two streaming passes, one line in memory at a time: the first checks every line (nothing is
+    # written for a bad file), the second writes the bodies. Memory: a few times the longest line.
+    keep: list[int] = []
     summary = CaptureSummary()
-    for lineno, line in enumerate(data.split(b"\n"), start=1):
-        line = line.rstrip(b"\r")
-        if not line.strip():
-            continue
-        obj = json_line(line, p, lineno)
-        if not isinstance(obj, dict):
-            raise WorkloadError("not a JSON object", path=p, line=lineno)
-        for key, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
-            if not isinstance(obj.get(key), kind):
-                what = "an object" if kind is dict else "a string"
-                raise WorkloadError(f"missing or not {what}", path=p, line=lineno, field=key)
-        if obj["method"].upper() != "POST":
-            summary.skip("method")
-            continue
-        if urlsplit(obj["url"]).path not in paths:
-            summary.skip("path")
-            continue
-        span = body_value_span(line)
-        raw = line[span[0] : span[1]] if span else b""
-        reser = False
-        try:
-            same = bool(span) and orjson.loads(raw) == obj["body"]
-        except orjson.JSONDecodeError:
-            same = False
-        if not same:
-            raw, reser = orjson.dumps(obj["body"]), True
-        try:
-            check_body(raw, len(keep), p, lineno, max_body_bytes)
-        except WorkloadError as exc:
-            raise WorkloadError(exc.message, path=p, line=lineno,
-                                field="body" + (f".{exc.field}" if exc.field else "")) from exc
-        keep.append((lineno, raw, obj["custom_id"], reser, urlsplit(obj["url"]).path))
+    for lineno, line in _lines(p):
+        if _batch_body(p, lineno, line, paths, summary, max_body_bytes, len(keep)) is not None:
+            keep.append(lineno)
     _need_some(keep, summary, p, paths)
-    writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths, timed=False)
+    writer = CaptureWriter(out, max_body_bytes=max_body_bytes, paths=paths, timed=False,
+                           redact_body_secrets=redact_body_secrets)
     writer.summary.skipped = summary.skipped
     reserialised = []
-    for lineno, raw, cid, reser, path in keep:
+    wanted = set(keep)
+    for lineno, line in _lines(p):
+        if lineno not in wanted:
+            continue
+        got = _batch_body(p, lineno, line, paths, CaptureSummary(), max_body_bytes, 0)
+        if got is None:
+            raise WorkloadError("changed while it was read", path=p, line=lineno)
+        raw, cid, reser, path = got
+        del line
         slot = writer.admit("POST", path, raw, 0)
         if slot is None:
             continue

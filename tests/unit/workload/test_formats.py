@@ -18,7 +18,7 @@ from kvreplay.workload.formats import (
 def test_builtin_formats_in_order():
     assert [f.name for f in BUILTIN] == ["mooncake", "har", "openai-batch"]
     assert format_names() == ("mooncake", "har", "openai-batch")
-    assert format_of("har").options == ("paths",)
+    assert format_of("har").options == ("paths", "redact_body_secrets")  # issue 30 item 4
 
 
 def test_a_toy_format_is_offered_and_run_through_the_registry_alone(tmp_path, capsys):
