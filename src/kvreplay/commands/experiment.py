@@ -28,6 +28,7 @@ EXIT_INCOMPLETE = 3
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``experiment``'s options."""
+    from kvreplay.argtypes import integer
     from kvreplay.commands.run import parse_duration
 
     p.add_argument("file", help="experiment TOML file (see README, 'Experiment files')")
@@ -41,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "restore_reserve; the restore must finish by it)")
     p.add_argument("--restore-reserve", type=parse_duration, default=None, metavar="DUR",
                    help="override [window] restore_reserve (time kept for the restore before the hard deadline)")
+    p.add_argument("--max-transport-failures", type=integer(0), default=None, metavar="N",
+                   help="override [window] max_transport_failures: N consecutive sends that never reached the "
+                        "server fail the step and abort the window (0 = never; default 3)")
     p.add_argument("--max-body-bytes", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
 
@@ -80,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         window = replace(window, hard_deadline_s=args.hard_deadline)
     if args.restore_reserve is not None:
         window = replace(window, restore_reserve_s=args.restore_reserve)
+    if args.max_transport_failures is not None:
+        window = replace(window, max_transport_failures=args.max_transport_failures or None)
     # the same checks as the file's, naming the flag where the value came from the command line
     window.check(path=exp.path, fields={k: f"--{k.replace('_', '-')}" for k in
                                         ("stop_new_after", "hard_deadline", "restore_reserve")

@@ -2,7 +2,10 @@
 
 TOML keys: ``phases`` (shorthand strings ``NAME:ORDER:cN...``) and/or ``[[step.phase]]``
 tables (as in a plan TOML, ``kvreplay.plan``), ``label``, ``comparable`` (false: a
-control, never pooled with or compared as a main arm), ``drain_timeout``.
+control, never pooled with or compared as a main arm), ``drain_timeout``,
+``max_transport_failures`` (this step's own: consecutive sends that never reached
+the server before the step is ``failed``, reason ``transport: ...``; default the
+window's; 0 = never).
 
 Frozen: the exact plan (``plan``, ``plan_sha256``) and ``drain_timeout_s``. Run: the
 runner against the current incarnation, under the window's deadlines and abort rules;
@@ -23,7 +26,7 @@ import aiohttp
 
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import ABSENT
-from kvreplay.experiments.fields import Where
+from kvreplay.experiments.fields import Where, transport_failures
 from kvreplay.experiments.findings import CELL_METRICS, partial_reason, view_evidence
 from kvreplay.experiments.lifecycle import identity_mismatches
 from kvreplay.experiments.model import StepResult, StepSpec
@@ -77,6 +80,9 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
                         for ph in phases)}
     if "drain_timeout" in rest:
         st["drain_timeout_s"] = where.duration(rest["drain_timeout"], "drain_timeout")
+    n = transport_failures(rest, where.path, where.line, where.fld)
+    if n is not None:
+        st["max_transport_failures"] = n
     return st
 
 
@@ -84,7 +90,9 @@ def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], 
     assert workload is not None
     plan = build_plan(workload, list(step.settings["phases"]))
     return {"plan": plan.content(), "plan_sha256": plan.sha256,
-            "drain_timeout_s": step.settings.get("drain_timeout_s", 10.0)}, plan
+            "drain_timeout_s": step.settings.get("drain_timeout_s", 10.0),
+            **({"max_transport_failures": step.settings["max_transport_failures"]}
+               if "max_transport_failures" in step.settings else {})}, plan
 
 
 def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
@@ -117,6 +125,8 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         elapsed_before_s=w.elapsed(), quiet=True, identity_pins=w.pins,
         abort_if=w.window.abort_if, max_error_rate=w.window.max_error_rate,
         abort_on_malformed=w.window.abort_on_malformed,
+        max_output_error_rate=w.window.max_output_error_rate,
+        max_transport_failures=st.settings.get("max_transport_failures", w.window.max_transport_failures) or None,
         # plan.json records the simulator's time scale, as `kvreplay run --target sim` does, so
         # the step's reports give model ms with the scale stated (experiments.timescale)
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
@@ -137,6 +147,11 @@ def judge_run(w: Window, res: StepResult, summary: dict[str, Any]) -> None:
     ident = (summary.get("identity") or {}).get("after")
     res.checks["identity_after"] = ident
     bad = identity_mismatches(ident, w.exp.server.identity) if ident is not None else []
+    if ab and ab.get("reason") == "transport":
+        # the server stopped answering: the step failed (not cut by the window); the window stops
+        res.status, res.reason = "failed", f"transport: {ab.get('message')}"
+        w.abort("transport", f"step {res.name}: {ab.get('message')}")
+        return
     if ab:
         res.status, res.reason = "aborted", f"{ab.get('reason')}: {ab.get('message')}"
         if ab.get("reason") == "interrupt":
@@ -236,7 +251,7 @@ def _restate(out: Path, st: dict[str, Any]) -> str | None:
 
 KIND = StepKind(
     name="run",
-    keys=frozenset({"phases", "phase", "drain_timeout"}) | COMMON_KEYS,
+    keys=frozenset({"phases", "phase", "drain_timeout", "max_transport_failures"}) | COMMON_KEYS,
     parse=_parse,
     execute=_execute,
     sends=True,
