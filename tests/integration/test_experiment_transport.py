@@ -75,7 +75,12 @@ def test_server_killed_mid_step_fails_the_step_with_transport(tmp_path):
     cells = [c for c in r["cells"] if c["step"] == "A"]
     # nothing of the replay was sent: none of its cells is measured
     replay_cells = [c for c in cells if c["metric"].startswith("replay.")]
-    assert replay_cells and {c["status"] for c in replay_cells} <= {"failed", "deferred"}
+    assert [c["metric"] for c in replay_cells] == [f"replay.{m}" for m in (
+        "requests_ok", "ttft_p50_ms", "e2e_p50_ms", "cached_tokens", "hit_tokens", "host_fetched_tokens")]
+    assert {c["status"] for c in replay_cells} == {"deferred"}
+    assert {c["reason"] for c in replay_cells} == {st["A"]["reason"]}
+    # the prime was cut short: partial, never measured
+    assert {c["status"] for c in cells if c["metric"].startswith("prime.")} == {"aborted"}
     for c in r["cells"]:
         if c["status"] == "failed":
             assert c["reason"], c

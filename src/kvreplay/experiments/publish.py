@@ -92,7 +92,15 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
     """
     ctx = CellContext({v.ref: v for v in views}, tiers(views), findings, root)
     frozen_steps = {s["name"]: s for s in frozen.get("steps", [])}
-    return [c for st in steps for c in kind_of(st["kind"]).cells(st, frozen_steps.get(st["name"], {}), ctx)]
+    out = []
+    for st in steps:
+        for c in kind_of(st["kind"]).cells(st, frozen_steps.get(st["name"], {}), ctx):
+            if c.get("status") not in ("measured", "absent") and not (c.get("reason") or "").strip():
+                # every cell that is not measured says why (issue 27): the step's own reason at least
+                c["reason"] = (f"step {st['name']} {st['status']}: {st['reason']}" if st.get("reason")
+                               else f"step {st['name']} {st['status']}; no reason given for this cell")
+            out.append(c)
+    return out
 
 
 def _v(x: Any) -> str:
@@ -162,8 +170,11 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
                           r.get("b_model_ms", r["b"]), r["ratio"]] for r in t["rows"]]))
         else:
             out.append((title, ["note"], [[t["note"]]]))
+    # a window that ran at a time scale names every latency cell in model time, measured or not
+    # (never `ttft_p50_ms` for a deferred cell beside `ttft_p50 (model ms)` for a measured one)
+    scaled = bool(((result.get("time") or {}).get("sim_time_scale")) or {})
     out.append(("Cells", ["step", "metric", "status", "value", "reason"],
-                [[c["step"], _metric(c["metric"], _model_key(c) is not None), c["status"],
+                [[c["step"], _metric(c["metric"], _model_key(c) is not None or scaled), c["status"],
                   c[k] if (k := _model_key(c)) else c["value"], c.get("reason")] for c in result["cells"]]))
     return out
 

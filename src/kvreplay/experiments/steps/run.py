@@ -27,7 +27,7 @@ import aiohttp
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import ABSENT
 from kvreplay.experiments.fields import Where, transport_failures
-from kvreplay.experiments.findings import CELL_METRICS, partial_reason, view_evidence
+from kvreplay.experiments.findings import CELL_METRICS, phase_status, view_evidence
 from kvreplay.experiments.lifecycle import identity_mismatches
 from kvreplay.experiments.model import StepResult, StepSpec
 from kvreplay.experiments.steps.base import COMMON_KEYS, CellContext, StepKind, Window, plan_schedule
@@ -179,10 +179,15 @@ def judge_run(w: Window, res: StepResult, summary: dict[str, Any]) -> None:
 def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dict[str, Any]]:
     """Per phase: requests, TTFT/E2E p50 (``model_ms`` beside at a time scale), cached, hit and host tokens.
 
-    A phase cut short is ``aborted`` with ``"partial: 9 of 52 positions sent (STEP REASON)"``
-    on every cell of it (never ``measured``); a phase that sent nothing takes ``deferred``;
-    a tier that never moved in the window, or did not move in the phase's repeats
-    (``evidence.engine``), is ``absent``, and so is a prime's restore cell.
+    A cell is ``measured`` only when its evidence exists (``findings.phase_status``): a
+    phase that sent nothing is ``deferred`` (an abort came first) or ``failed``; one whose
+    sends have no records, or whose requests all failed (in transport or in output), is
+    ``failed`` with the reason; a phase cut short is ``aborted`` with ``"partial: 9 of 52
+    positions sent (STEP REASON)"`` on every cell of it; a phase the step's run directory
+    does not hold takes the step's status (``failed`` when the step reads measured). A tier
+    that never moved in the window, or did not move in the phase's repeats
+    (``evidence.engine``), is ``absent``, and so is a prime's restore cell. Every cell that
+    is not ``measured`` or ``absent`` carries a non-empty reason.
     """
     from kvreplay.experiments.timescale import model_ms
 
@@ -192,24 +197,26 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
     for ph in (fs.get("plan") or {}).get("phases", []):
         v = by.get(f"{name}/{ph['name']}")
         if v is None:
+            kept = status if status in ("deferred", "aborted", "failed", "not_run") else "failed"
+            why = reason or (f"not run: {status}" if kept == status else "no summary: the phase left no record")
             for m, _f in CELL_METRICS:
-                out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": status if status in (
-                    "deferred", "aborted", "failed") else "failed", "value": None, "reason": reason})
+                out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": kept, "value": None, "reason": why})
             continue
-        pst = "measured" if v.summary.get("valid", True) and not v.summary.get("deferred") else (
-            "deferred" if v.summary.get("deferred") else "failed")
-        pre = None if pst == "measured" else "; ".join(v.summary.get("invalid_reasons") or []) or reason
-        if pst == "measured" and partial_reason(v.summary):
-            pst, pre = "aborted", f"{partial_reason(v.summary)} ({reason or 'step aborted'})"
+        pst, pre = phase_status(v.summary, v.sent_records, reason)
         for m, f in CELL_METRICS:
-            c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst,
-                 "value": None if pst == "deferred" else f(v.summary), "reason": pre}
+            val = None if pst == "deferred" else f(v.summary)
+            c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst, "value": val, "reason": pre}
+            if pst == "measured" and val is None:
+                c["status"], c["reason"] = "failed", f"no value: the phase's summary has no {m}"
             if v.scale is not None and m.endswith("_ms"):
                 c["model_ms"] = model_ms(c["value"], v.scale)
             out.append(c)
         ve = view_evidence(v)
         for key, t in (("hit_tokens", "device"), ("host_fetched_tokens", "host")):
-            if not tier[t]:
+            if pst not in ("measured", "aborted"):
+                # nothing behind it: the phase's own status and reason, before any tier rule
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst, "value": None, "reason": pre})
+            elif not tier[t]:
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
                             "reason": "the tier's lookup counters never moved in this window"})
             elif v.evidence is None and pst == "measured" and v.is_prime:
@@ -217,10 +224,10 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                             "reason": "not evidence: a prime (first sends only) restores nothing"})
             elif v.evidence is None:
-                # a phase cut short, not run or invalid keeps its own status; else no counters
+                # a phase cut short keeps its own status; else no counters
                 kept = pst != "measured"
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
-                            "value": None, "reason": pre if kept else v.note})
+                            "value": None, "reason": pre if kept else (v.note or "no counters for its repeats")})
             elif ve is not None and (ve.tier(t) is None or key not in v.evidence):
                 # absent, not zero: the tier did not take part in this phase's repeats
                 why = ve.absent.get(t) or f"no {key} counter"
