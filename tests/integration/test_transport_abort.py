@@ -97,3 +97,24 @@ def test_refused_port_without_a_backend(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert rc == 3 and s["aborted"]["reason"] == "transport"
     assert (s["phases"][0]["sent"], s["phases"][0]["not_sent"], s["phases"][0]["failed"]) == (3, 3, {"connect": 3})
+
+
+def test_deadline_message_has_no_float_noise(tmp_path):
+    # a window step's deadline is passed as "time left" plus "time gone"; their sum is the
+    # window's deadline to the ms (8 s, never "8.00001 s")
+    import asyncio
+
+    from kvreplay.plan import build_plan, parse_phase
+    from kvreplay.runner import RunOptions, execute_plan
+    from kvreplay.workload import load_workload
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    wl = load_workload(MTBENCH)
+    plan = build_plan(wl, [parse_phase("a:forward:c1:first2")])
+    opts = RunOptions(target_url=f"http://127.0.0.1:{port}", out_dir=tmp_path / "r", quiet=True,
+                      stop_new_after_s=0.0, elapsed_before_s=8.0000099)
+    summary = asyncio.run(execute_plan(plan, plan.bind(wl), opts))
+    assert summary["aborted"]["message"] == "no new requests after 8 s"

@@ -344,8 +344,13 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
                  f"measured in full. {text}", "evidence": evidence, "skipped": skipped,
                  "next": f"run the missing arm ({missing}) in its own fresh incarnation"}]
     if zero(fwd) and (pos(rev) or pos(ctl)):
-        rule, head = "row_checkpoint_churn", "row/checkpoint churn: the forward replay restores nothing while "
-        head += "the reverse replay or the small control restores: entries are evicted just before they come round"
+        # the evidence nominates the mechanism; it does not show it: worded as a hypothesis,
+        # with the experiment that would confirm it (issue 27)
+        rule, head = "row_checkpoint_churn", ("row/checkpoint churn, a hypothesis: the forward replay restores "
+                                              "nothing while the reverse replay or the small control restores, as "
+                                              "it would if entries were evicted just before they come round; "
+                                              "bounded eviction counters and a reproducer of the eviction order "
+                                              "would confirm it")
         nxt = ("add bounded row/page/eviction counters (rows used, pages used, evictions by cause) and a CPU "
                "reproducer of the eviction order before any policy change")
     elif zero(everything):

@@ -75,7 +75,8 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "compare": compare_tables(views, frozen.get("compare", [])),
         "tiers": tiers(views),
         "time": {"sim_time_scale": {k: v for k, v in scales.items() if v is not None},
-                 "latency": latency_line(scales, is_sim)},
+                 "latency": latency_line(scales, is_sim, ((frozen.get("server") or {}).get("sim") or {})
+                                         .get("time_scale", 1.0) if is_sim else None)},
         "left_running": left_running,
     }
 

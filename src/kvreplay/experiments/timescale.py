@@ -52,12 +52,14 @@ def model_ms(value: Any, scale: float | None) -> float | None:
     return round(float(value) / scale, 3)
 
 
-def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
+def latency_line(scales: dict[str, float | None], is_sim: bool, configured: float | None = None) -> str:
     """The report's statement of the latency convention.
 
     Args:
         scales: Step name -> its scale (``scale_of_step``), for the steps with latency figures.
         is_sim: True when the experiment's target is the embedded simulator.
+        configured: The simulator's time scale as the experiment file set it (``[server.sim]``),
+            named when no step gave a latency figure (never "1 or 0" for a window at 0.01).
 
     Returns:
         e.g. ``"model ms at simulator time scale 0.01 (measured / 0.01; the client's own overhead
@@ -73,8 +75,14 @@ def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
     if plain and parts:
         parts.append(f"ms as measured: step{'s' if len(plain) > 1 else ''} {', '.join(plain)}")
     if not parts:
-        return ("ms as measured (simulator at time scale 1 or 0: no conversion)" if is_sim
-                else "ms as measured (no simulator time scale)")
+        if not is_sim:
+            return "ms as measured (no simulator time scale)"
+        if configured is not None and model_time_scale(configured) is not None:
+            return (f"no latency figure from a step at a time scale (simulator configured at time scale "
+                    f"{configured:g}: figures would be in model ms, measured / {configured:g})")
+        if configured is not None:
+            return f"ms as measured (simulator at time scale {configured:g}: no conversion)"
+        return "ms as measured (simulator at time scale 1 or 0: no conversion)"
     return "; ".join(parts)
 
 

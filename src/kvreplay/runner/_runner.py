@@ -281,7 +281,8 @@ class _Run(CounterReads, ContractChecks):
                 if not ok:
                     st.invalid_reasons.append("reset requested but the server has no cache reset")
             if spec.drain:
-                dr = await wait_drained(be, interval_s=self.opts.drain_interval_s, timeout_s=self.opts.drain_timeout_s)
+                dr = await wait_drained(be, interval_s=self.opts.drain_interval_s, timeout_s=self.opts.drain_timeout_s,
+                                        on_read=lambda snap: self.log_counters(snap, "drain"))
                 st.drain = dr.to_json()
                 self.obs.on_drain(phase.name, st.drain)
                 if not dr.passed:
@@ -419,7 +420,7 @@ class _Run(CounterReads, ContractChecks):
         finally:
             files = hl.close(st.end_ns)  # the last interval ends with the phase (now, when it raised)
         st.histogram_files = {m: f for m, f in files.items() if m != "loop_lag"}
-        after = await self.snapshot(at="after")
+        after = await self.snapshot(at="phase_end")
         st.counter_delta = self.delta_json(before, after)
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")

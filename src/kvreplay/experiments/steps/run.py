@@ -116,13 +116,18 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     plan = w.plans[st.name]
     assert w.workload is not None and w.server.url is not None
     url, is_sim = w.server.url, w.exp.server.is_sim
+    now = w.elapsed()  # one reading: the runner adds it back to name the window's deadlines exactly
+
+    def left(at: float | None) -> float | None:
+        return None if at is None else max(0.0, at - now)
+
     opts = RunOptions(
         target_url=url, target_label="sim" if is_sim else url, out_dir=w.out / st.dir,
         backend_name=w.server.backend_name, headers=w.headers,
         drain_timeout_s=st.settings.get("drain_timeout_s", 10.0), drain_interval_s=0.1,
-        stop_new_after_s=w.left(w.window.stop_new_after_s),
-        hard_deadline_s=w.left(w.window.cancel_at_s),
-        elapsed_before_s=w.elapsed(), quiet=True, identity_pins=w.pins,
+        stop_new_after_s=left(w.window.stop_new_after_s),
+        hard_deadline_s=left(w.window.cancel_at_s),
+        elapsed_before_s=now, quiet=True, identity_pins=w.pins,
         abort_if=w.window.abort_if, max_error_rate=w.window.max_error_rate,
         abort_on_malformed=w.window.abort_on_malformed,
         max_output_error_rate=w.window.max_output_error_rate,
