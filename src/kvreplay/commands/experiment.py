@@ -5,12 +5,21 @@ Examples::
     kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --out runs/diag
     kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --dry-run
     kvreplay experiment FILE.toml --stop-new-after 70m --hard-deadline 90m
+    kvreplay experiment --resume runs/diag      # after kill -9: go on with the same window
 
 Exit status: 0 when every step was measured (result.json ``status`` complete); 2 for a
 bad file (nothing sent); 3 when a step failed, was aborted or deferred, or the window
 was aborted (all outputs written, the restore run). The terminal ends with the status
 line (``incomplete: 1 step aborted, 3 steps deferred``), the latency convention, and,
 even under ``--quiet``, the server the window left running (URL, port, pid) if any.
+
+``--resume EXP_DIR`` takes no file: it uses the frozen ``experiment.json`` (and the copy
+of the file beside it, ``experiment.toml``), re-runs the step the kill interrupted from
+its start (preceded by its incarnation when it followed one; the partial folder kept as
+``steps/NN-name.interrupted``), then the remaining steps within the original window's
+wall-clock deadlines (past ``stop_new_after``: only the restore, exit 3). It refuses (exit
+2) when the server's identity changed, or the experiment no longer freezes to the same
+hash; it exits 0 when the window completes (``experiments.window.resume``).
 """
 
 from __future__ import annotations
@@ -31,7 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from kvreplay.argtypes import integer
     from kvreplay.commands.run import parse_duration
 
-    p.add_argument("file", help="experiment TOML file (see README, 'Experiment files')")
+    p.add_argument("file", nargs="?", default=None, help="experiment TOML file (see README, 'Experiment files')")
+    p.add_argument("--resume", default=None, metavar="EXP_DIR",
+                   help="go on with a window that was killed (its experiment.json; no FILE): the interrupted step "
+                        "runs again from its start, then the rest, within the original deadlines")
     p.add_argument("--out", default=None, help="experiment directory (default runs/<UTC timestamp>)")
     p.add_argument("--dry-run", action="store_true",
                    help="write only experiment.json (the frozen plan) and print the schedule; send nothing")
@@ -68,14 +80,20 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay experiment``."""
     from kvreplay.commands.run import default_out, install_loop
     from kvreplay.errors import ConfigError
-    from kvreplay.experiments.publish import left_line, status_line
     from kvreplay.experiments.window.frozen import freeze
     from kvreplay.experiments.window.spec import load_experiment
-    from kvreplay.redaction import check_secret, register, register_headers
     from kvreplay.rundir import EXPERIMENT, write_experiment
+    from kvreplay.rundir.experiment import write_source
     from kvreplay.safe_io import echo
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
+    if args.resume is not None:
+        if args.file is not None or args.dry_run or args.out is not None:
+            raise ConfigError("--resume takes no experiment file, --out or --dry-run (it goes on in EXP_DIR)",
+                              field="--resume")
+        return _resume(args)
+    if args.file is None:
+        raise ConfigError("an experiment file is required (or --resume EXP_DIR)", field="file")
     exp = load_experiment(args.file)
     window = exp.window
     if args.stop_new_after is not None:
@@ -95,12 +113,25 @@ def run(args: argparse.Namespace) -> int:
     doc, plans = freeze(exp, workload, window)
     out = Path(args.out) if args.out else default_out()
     frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
+    write_source(out, exp.text)  # what --resume parses
     if not args.quiet:
         echo(_schedule(doc))
         echo(f"{EXPERIMENT}: {frozen_path}")
     if args.dry_run:
         return 0
-    headers = {}
+    headers = _headers(exp)
+    install_loop()
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
+    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
+    return _finish(args, result, out)
+
+
+def _headers(exp) -> dict[str, str]:  # noqa: ANN001
+    """The Authorization header from ``server.api_key_env`` (registered as a secret), or none."""
+    from kvreplay.errors import ConfigError
+    from kvreplay.redaction import check_secret, register, register_headers
+
+    headers: dict[str, str] = {}
     if exp.server.api_key_env:
         import os
 
@@ -115,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
         headers["Authorization"] = f"Bearer {key}"
         register_headers(headers)
-    install_loop()
-    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
-    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
+    return headers
+
+
+def _finish(args: argparse.Namespace, result: dict, out: Path) -> int:
+    """The terminal's last lines and the exit status (0 complete, 3 otherwise)."""
+    from kvreplay.experiments.publish import left_line, status_line
+    from kvreplay.safe_io import echo
+
     if not args.quiet:
         for f in result["findings"]:
             echo(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
@@ -129,12 +165,43 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result["status"] == "complete" else EXIT_INCOMPLETE
 
 
-async def _execute(exp, doc, plans, workload, out, window, headers, say):  # noqa: ANN001, ANN202
+def _resume(args: argparse.Namespace) -> int:
+    """``--resume EXP_DIR`` (module docstring)."""
+    from kvreplay.commands.run import install_loop
+    from kvreplay.experiments.window.resume import load_frozen, plan_resume
+    from kvreplay.rundir.experiment import read_progress, set_aside_step_dir
+    from kvreplay.safe_io import echo
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+    out = Path(args.resume)
+    exp, doc, plans, workload, window = load_frozen(out, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    progress = read_progress(out)
+    if progress is None:
+        from kvreplay.errors import ConfigError
+
+        raise ConfigError("no progress.json: the window never started, or was written before it existed; "
+                          "run the experiment again into a new --out", path=out, field="--resume")
+    rp = plan_resume(doc, progress)
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
+    say(f"resuming {out}: interrupted at {rp.interrupted or 'nothing (every step ended)'}; "
+        f"running again: {', '.join(rp.rerun) or 'none'}")
+    for d in rp.set_aside:
+        if (new := set_aside_step_dir(out, d)) is not None:
+            say(f"the partial folder {d} is kept as {new}")
+    headers = _headers(exp)
+    install_loop()
+    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say, resume=(progress, rp.keep)))
+    return _finish(args, result, out)
+
+
+async def _execute(exp, doc, plans, workload, out, window, headers, say, resume=None):  # noqa: ANN001, ANN202
     """Run the window, then write the publication (also after an abort: the window returns normally)."""
     from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
     from kvreplay.experiments.window.execute import WindowRun
 
     w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
+    if resume is not None:
+        w.resume_from(*resume)
     results = await w.run()
     steps = [r.to_json() for r in results]
     for msg in restate_step_reports(out, steps):

@@ -229,3 +229,11 @@ class StepResult:
                 "run_dir": self.run_dir, "comparable": self.comparable, "label": self.label,
                 "incarnation": self.incarnation, "started": self.started, "ended": self.ended,
                 "checks": self.checks}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StepResult:
+        """The inverse of ``to_json`` (a step of ``progress.json`` or ``step.json``; unknown keys ignored)."""
+        return cls(name=d["name"], kind=d["kind"], status=d.get("status", "deferred"), reason=d.get("reason"),
+                   run_dir=d.get("run_dir"), comparable=d.get("comparable", True), label=d.get("label"),
+                   started=d.get("started"), ended=d.get("ended"), checks=dict(d.get("checks") or {}),
+                   incarnation=d.get("incarnation"))

@@ -55,6 +55,8 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     findings = restore_findings(views) + [f for st in steps
                                           for f in kind_of(st["kind"]).findings(out, st, planned.get(st["name"], {}))]
     counts = {st: sum(1 for s in steps if s["status"] == st) for st in _STATUSES}
+    if not counts["not_run"]:
+        del counts["not_run"]  # only a window rebuilt after a kill has steps that never ran
     scales: dict[str, float | None] = {}
     for v in views:
         scales.setdefault(v.step, v.scale)
@@ -127,7 +129,7 @@ def status_line(result: dict[str, Any]) -> str:
         st: sum(1 for s in result["steps"] if s["status"] == st) for st in _STATUSES
     }
     bad = [f"{counts[st]} step{'s' if counts[st] != 1 else ''} {st}"
-           for st in ("aborted", "failed", "deferred") if counts.get(st)]
+           for st in ("aborted", "failed", "deferred", "not_run") if counts.get(st)]
     if bad:
         return "incomplete: " + ", ".join(bad)
     return "incomplete: the window was aborted" if result.get("aborted") else "complete"
@@ -214,7 +216,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_STATUSES = ("measured", "failed", "deferred", "aborted")
+_STATUSES = ("measured", "failed", "deferred", "aborted", "not_run")
 
 
 def _status_attr(x: Any) -> str:

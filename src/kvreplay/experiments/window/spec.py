@@ -225,15 +225,25 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
     return StepSpec(i, name, kind_name, line, st, sends=kind.sends)
 
 
-def load_experiment(path: str | Path) -> ExperimentSpec:
+def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec:
     """Parse and validate an experiment file (no workload is read, nothing is started).
+
+    Args:
+        path: The file; relative paths inside it are taken from its folder.
+        text: The file's text when it is not to be read from ``path`` (``--resume`` parses the
+            copy kept in the experiment directory as if it were at the original path).
 
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values, duplicate step names, a
             ``compare`` naming an unknown step, or a window whose deadlines are out of order.
     """
     p = Path(path)
-    text, data = _read(p)
+    if text is None:
+        text, data = _read(p)
+    else:
+        from kvreplay.tomlfile import parse_toml
+
+        text, data = parse_toml(text.encode("utf-8"), where=p)
     unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),
