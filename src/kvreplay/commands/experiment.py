@@ -113,12 +113,12 @@ def run(args: argparse.Namespace) -> int:
     doc, plans = freeze(exp, workload, window)
     out = Path(args.out) if args.out else default_out()
     frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
-    write_source(out, exp.text)  # what --resume parses
     if not args.quiet:
         echo(_schedule(doc))
         echo(f"{EXPERIMENT}: {frozen_path}")
     if args.dry_run:
         return 0
+    write_source(out, exp.text)  # what --resume parses
     headers = _headers(exp)
     install_loop()
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
