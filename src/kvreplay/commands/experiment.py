@@ -73,6 +73,17 @@ def _schedule(doc: dict) -> str:
         if not s.get("comparable", True):
             extra += "  [control: comparable = false]"
         lines.append(f"  {s['index']:02d} {s['name']:<14} {s['kind']:<11}{extra}")
+    server = doc.get("server") or {}
+    if server.get("target") == "sim":
+        from kvreplay.experiments.timescale import fast_scale_warning
+
+        base = server.get("sim") or {}
+        for s in [None, *doc["steps"]]:  # the window's simulator, then each incarnation's overlay
+            sim = base if s is None else {**base, **(s.get("sim") or {})}
+            if s is not None and not s.get("sim"):
+                continue
+            if w := fast_scale_warning(sim.get("time_scale", 1.0), sim.get("itl_s", 0.020)):
+                lines.append(f"warning: {'' if s is None else 'step ' + s['name'] + ': '}{w}")
     return "\n".join(lines)
 
 

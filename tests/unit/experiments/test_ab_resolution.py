@@ -72,3 +72,26 @@ def test_compare_blocks_says_below_resolution_and_states_split_half():
     assert chk["decision"] == "no decision" and chk["reason"].startswith("below resolution: itl_p50 is 1 µs")
     assert chk["split_half"] == {"first_pct": 0.0, "second_pct": 0.0, "agree": True}
     assert res["verdict"] == "no decision"
+
+
+def test_a_too_fast_time_scale_is_flagged_before_the_run(tmp_path, capsys):
+    from pathlib import Path
+
+    from kvreplay.cli import main
+    from kvreplay.experiments.timescale import fast_scale_warning
+
+    # 20 ms x 0.001 = 20 µs: the 1 µs step is 5% of it
+    assert fast_scale_warning(0.001) == (
+        "time scale 0.001 makes the simulator's ITL 20 µs (20 ms x 0.001): the latency histograms step by 1 µs "
+        "(5% of it), so ITL checks of a few percent will read 'no decision: below resolution'; use a time scale "
+        "of at least 0.005 for A/B decisions on ITL")
+    assert fast_scale_warning(0.05) is None and fast_scale_warning(0) is None and fast_scale_warning(1.0) is None
+    wl = Path(__file__).resolve().parents[3] / "fixtures" / "workloads" / "mtbench-52"
+    f = tmp_path / "w.toml"
+    f.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\n[server.sim]\ntime_scale = 0.01\n'
+                 '[[step]]\nname = "A0"\nkind = "incarnation"\nsim = {time_scale = 0.001}\n'
+                 '[[step]]\nname = "A"\nkind = "run"\nphases = ["p:forward:c1:first2"]\n')
+    assert main(["experiment", str(f), "--dry-run", "--out", str(tmp_path / "x")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: step A0: time scale 0.001 makes the simulator's ITL 20 µs" in out
+    assert "warning: time scale 0.01" not in out  # 200 µs at the window's own scale: fine
