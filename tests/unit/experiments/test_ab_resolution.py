@@ -95,3 +95,14 @@ def test_a_too_fast_time_scale_is_flagged_before_the_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "warning: step A0: time scale 0.001 makes the simulator's ITL 20 µs" in out
     assert "warning: time scale 0.01" not in out  # 200 µs at the window's own scale: fine
+
+
+def test_bootstrap_interval_is_the_95_percent_one_by_hand():
+    # Medians of 9-draw resamples of 1..9: P(median <= k) = P(at least 5 of 9 draws <= k), draws
+    # uniform: P(<= 1) = 0.00145, P(<= 2) = 0.0304, P(<= 3) = 0.145 (binomial sums, by hand).
+    # The 2.5% quantile is therefore 2 and the 97.5% quantile 8 (symmetry); a 90% interval
+    # (5% / 95%) would be [3, 7].
+    from kvreplay.experiments.stats import bootstrap_median_ci
+
+    for seed in range(3):
+        assert bootstrap_median_ci(list(range(1, 10)), seed=seed) == (2.0, 8.0)
