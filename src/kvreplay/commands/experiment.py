@@ -128,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         echo(_schedule(doc))
         echo(f"{EXPERIMENT}: {frozen_path}")
     if args.dry_run:
+        if not args.quiet and (warn := _unread_warning(exp)):
+            echo(f"warning: {warn}")
         return 0
     write_source(out, exp.text)  # what --resume parses
     headers = _headers(exp)
@@ -135,6 +137,28 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
     result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
     return _finish(args, result, out)
+
+
+def _unread_warning(exp) -> str | None:  # noqa: ANN001
+    """--dry-run: the series the target exposes that the backend will not read, and who would.
+
+    The embedded simulator's, or a fixed URL's that already answers; the profile that would
+    read them is named (``experiments.unread``).
+    """
+    from kvreplay.experiments.unread import fetch_metrics_text, sim_metrics_text, unread_series
+
+    srv = exp.server
+    backend = "vllm" if srv.is_sim and srv.backend == "auto" else srv.backend
+    if backend in ("auto", "none"):
+        return None
+    if srv.is_sim:
+        text: str | None = sim_metrics_text(srv.sim)
+    elif "{" not in srv.target:
+        text = fetch_metrics_text(srv.target)
+    else:
+        return None
+    got = None if text is None else unread_series(text, backend, srv.profile)
+    return None if got is None else str(got["message"])
 
 
 def _headers(exp) -> dict[str, str]:  # noqa: ANN001
@@ -218,6 +242,6 @@ async def _execute(exp, doc, plans, workload, out, window, headers, say, resume=
     for msg in restate_step_reports(out, steps):
         say(msg)
     result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
-                          identity=w.snapshot_identity, left_running=w.left_running)
+                          identity=w.snapshot_identity, left_running=w.left_running, unread=w.unread)
     write_publication(out, result, exp.path.stem)
     return result

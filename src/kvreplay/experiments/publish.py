@@ -46,8 +46,13 @@ __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
-                 left_running: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The content of ``result.json`` from the step results and the run directories (module docstring)."""
+                 left_running: dict[str, Any] | None = None, unread: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The content of ``result.json`` from the step results and the run directories (module docstring).
+
+    ``unread``: the series the server exposes that the backend does not read
+    (``experiments.unread``); kept as ``unread_series`` and stated on the cells they touch
+    (``cells[].caveats``).
+    """
     from kvreplay.experiments.timescale import latency_line
 
     views = load_views(out, [s for s in steps if kind_of(s["kind"]).phase_views], frozen)
@@ -72,7 +77,7 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "aborted": aborted,
         "identity": identity,
         "steps": steps,
-        "cells": cells(steps, frozen, views, findings, root=out),
+        "cells": with_caveats(cells(steps, frozen, views, findings, root=out), frozen, unread),
         "findings": findings,
         "compare": compare_tables(views, frozen.get("compare", [])),
         "tiers": tiers(views),
@@ -80,7 +85,42 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
                  "latency": latency_line(scales, is_sim, ((frozen.get("server") or {}).get("sim") or {})
                                          .get("time_scale", 1.0) if is_sim else None)},
         "left_running": left_running,
+        "unread_series": unread,
     }
+
+
+_CELL_COMMON = {"hit_tokens": ("hit_tokens", "lookups", "query_tokens"),
+                "host_fetched_tokens": ("host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens")}
+"""A run step's counter cell -> the common names its value or its absence rests on."""
+
+
+def with_caveats(cells_: list[dict[str, Any]], frozen: dict[str, Any],
+                 unread: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Add ``caveats`` (a list of texts) to the cells that unread series touch.
+
+    ``unread_series: ...`` on a counter cell whose tier's counters the backend does not
+    read, and ``drain_unchecked: ...`` on every cell of a phase with ``drain = true``
+    when the drain's load gauges (retiring, transfers) are among them. Cells with no
+    caveat get no key.
+    """
+    if not unread:
+        return cells_
+    commons = set(unread.get("common") or [])
+    gauges = list(unread.get("drain_gauges") or [])
+    how = f" ({unread['profile']} reads them)" if unread.get("profile") else ""
+    drained = {(s["name"], p["name"]) for s in frozen.get("steps", [])
+               for p in ((s.get("plan") or {}).get("phases") or []) if p.get("drain")}
+    for c in cells_:
+        phase, _, metric = c["metric"].partition(".")
+        notes = []
+        touched = [n for n in _CELL_COMMON.get(metric, ()) if n in commons]
+        if touched:
+            notes.append(f"unread_series: backend {unread['backend']} does not read {', '.join(touched)}{how}")
+        if gauges and (c["step"], phase) in drained:
+            notes.append(f"drain_unchecked: the drain did not wait for {', '.join(gauges)}{how}")
+        if notes:
+            c["caveats"] = notes
+    return cells_
 
 
 def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[PhaseView],
@@ -207,6 +247,8 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- latencies: {_latency_line(result)}"]
     if left := left_line(result.get("left_running")):
         lines.append(f"- {left}")
+    if (unread := result.get("unread_series")) and unread.get("message"):
+        lines.append(f"- unread series: {unread['message']}")
     lines += ["", "## Findings", ""]
     for f in result["findings"] or [{"rule": "none", "summary": "no finding: no step gave evidence", "next": "—"}]:
         lines += [f"- **{f['rule']}**: {f['summary']}", f"  - next: {f['next']}"]
@@ -234,6 +276,8 @@ def render_html(result: dict[str, Any], title: str) -> str:
              f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}"
              f"<br>Latencies: {e(_latency_line(result))}"
              + (f"<br><b>{e(left)}</b>" if (left := left_line(result.get("left_running"))) else "")
+             + (f"<br>Unread series: {e(str(u['message']))}"
+                if (u := result.get("unread_series")) and u.get("message") else "")
              + "</p><h2>Findings</h2><ul>"]
     for f in result["findings"]:
         parts.append(f"<li><b>{e(f['rule'])}</b>: {e(f['summary'])}<br><i>next:</i> {e(f['next'])}</li>")

@@ -105,6 +105,7 @@ class WindowRun:
         self.keep: dict[str, StepResult] = {}
         self.resumed: list[str] = []
         self.known_identities: list[dict[str, Any]] = []
+        self.unread: dict[str, Any] | None = None  # series the backend does not read (experiments.unread)
         self.aborted: dict[str, str] | None = None
         self.interrupted = False
         self.current: asyncio.Task | None = None
@@ -135,6 +136,7 @@ class WindowRun:
         self.resumed = [*progress.get("resumed", []), utc_now()]
         self.snapshot_identity = progress.get("snapshot_identity")
         self.snapshot_note = progress.get("snapshot_note")
+        self.unread = progress.get("unread_series")
         self.aborted = progress.get("aborted")
         self.keep = dict(keep)
         self.known_identities = [i for i in (progress.get("snapshot_identity"), progress.get("identity"))
@@ -147,9 +149,19 @@ class WindowRun:
         doc = {"experiment_sha256": self.frozen["experiment_sha256"], "started": self.started,
                "updated": utc_now(), "wall_anchor_ns": self.wall_anchor_ns, "resumed": self.resumed,
                "snapshot_identity": self.snapshot_identity, "snapshot_note": self.snapshot_note,
-               "identity": self.inc_identity or self.snapshot_identity, "aborted": self.aborted, "steps": steps}
+               "identity": self.inc_identity or self.snapshot_identity, "aborted": self.aborted,
+               "unread_series": self.unread, "steps": steps}
         with contextlib.suppress(OSError):  # a full disk must not stop the window; the step logs remain
             write_progress(self.out, doc)
+
+    async def _unread(self) -> dict[str, Any] | None:
+        """Series the server exposes that the backend does not read (``experiments.unread``), None if none."""
+        from kvreplay.experiments.unread import fetch_metrics_text, unread_series
+
+        if self.server.url is None or self.server.backend_name in ("none", "auto"):
+            return None
+        text = await asyncio.to_thread(fetch_metrics_text, self.server.url)
+        return None if text is None else unread_series(text, self.server.backend_name, self.exp.server.profile)
 
     def _check_resumed_identity(self, ident: dict[str, Any] | None) -> None:
         """A resumed window refuses a server that is neither the one before the first step nor the last known."""
@@ -212,7 +224,11 @@ class WindowRun:
                     self.abort("identity_pins", "before the first step: " + "; ".join(bad))
             self.out.mkdir(parents=True, exist_ok=True)
             if not self.resumed:
-                atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note})
+                self.unread = await self._unread()
+                atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note,
+                                                               "unread_series": self.unread})
+                if self.unread:
+                    self.say(f"warning: {self.unread['message']}")
             self._progress()
             for st in self.exp.steps:
                 if st.name in self.keep:  # ended before the kill: its result stands

@@ -186,6 +186,6 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
                                                                         "result rebuilt from progress.json"}
     result = build_result(out, frozen, steps, started=progress.get("started") or "", aborted=aborted,
                           ended=progress.get("updated") or progress.get("started") or "",
-                          identity=progress.get("snapshot_identity"))
+                          identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"))
     write_publication(out, result, title)
     return result
