@@ -96,3 +96,17 @@ def test_max_transport_failures_per_step_overrides_the_window(tmp_path):
     st = {s["name"]: s for s in _result(out)["steps"]}
     assert st["A"]["reason"].startswith("transport: 4 consecutive")
     assert "6 of 10 planned requests sent" in st["A"]["reason"]
+
+
+def test_report_on_a_finished_window_renders_it_as_published(tmp_path):
+    out = tmp_path / "x"
+    assert main(["experiment", str(_file(tmp_path)), "--out", str(out), "--quiet"]) == 3
+    before = _result(out)
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    assert _result(out) == before
+    assert "transport: 3 consecutive sends did not reach the server" in (out / "report.md").read_text()
+    # the progress on disk lists every step once, each with its final status
+    progress = json.loads((out / "progress.json").read_text())
+    assert {n: s["status"] for n, s in progress["steps"].items()} == {
+        "A0": "measured", "A": "failed", "B": "deferred", "restore": "measured"}
