@@ -179,3 +179,15 @@ def test_resume_refuses_a_directory_without_a_window(tmp_path, capsys):
     (tmp_path / "d").mkdir()
     assert main(["experiment", "--resume", str(tmp_path / "d")]) == 2
     assert main(["experiment", str(tmp_path / "w.toml"), "--resume", str(tmp_path / "d")]) == 2
+
+
+def test_report_after_a_kill_before_the_first_step(tmp_path):
+    # experiment.json written, the window killed before its first progress line: every step not_run
+    f = _file(tmp_path)
+    out = tmp_path / "early"
+    assert main(["experiment", str(f), "--out", str(out), "--dry-run", "--quiet"]) == 0
+    assert main(["report", str(out)]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert [(s["name"], s["status"], s["reason"]) for s in r["steps"]] == [
+        (n, "not_run", "not run: interrupted") for n in STEPS]
+    assert r["aborted"]["reason"] == "killed"

@@ -137,7 +137,7 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
         The result.
 
     Raises:
-        ConfigError: no ``experiment.json``, or neither ``progress.json`` nor ``result.json``.
+        ConfigError: no ``experiment.json`` (without ``progress.json`` every step reads ``not_run``).
     """
     from kvreplay.experiments.publish import build_result, write_publication
     from kvreplay.rundir import (
@@ -164,8 +164,8 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
     if old is not None and (progress is None or ended):
         write_publication(out, old, title)
         return old
-    if progress is None:
-        raise ConfigError("neither progress.json nor result.json: nothing to rebuild the window from", path=out)
+    if progress is None:  # killed before the window's first progress line: nothing ran
+        progress = {"steps": {}, "started": None}
     steps = []
     for fs in frozen.get("steps") or []:
         d = done.get(fs["name"])
