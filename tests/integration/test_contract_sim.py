@@ -185,6 +185,7 @@ def test_plan_toml_contract_and_labels(tmp_path):
             {"key": "version.cache.entries", "value": "8", "source": f"{plan} [identity]"},
         ],
         "abort_on_malformed": True,
+        "max_transport_failures": 3,  # issue 27: the default, recorded with the contract
         "on_check_fail": "skip",
     }
     assert [(p["name"], p.get("label"), p.get("comparable", True)) for p in pj["phases"]] == [

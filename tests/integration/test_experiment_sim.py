@@ -373,8 +373,12 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     # the "on" arm's prefill is 50% slower (ground truth: 1.5 x the prefill; a cached request
     # pays only its uncached tail, ~130 tokens: 4.7 -> 7.1 ms at time scale 0.05): TTFT rises
     # at C1 and C4, and the verdict is never a benefit
-    ttft = {e["cell"]: e["value"] for e in f["evidence"] if e["metric"].startswith("ttft_p50")}
-    assert sorted(ttft) == ["trace/c1.ttft_p50", "trace/c4.ttft_p50"] and all(v > 0 for v in ttft.values())
+    ttft = {e["cell"]: e for e in f["evidence"] if e["metric"].startswith("ttft_p50")}
+    assert sorted(ttft) == ["trace/c1.ttft_p50", "trace/c4.ttft_p50"]
+    # issue 27: on a loaded machine a cell's measured change can be noise; the resolution gates
+    # (experiments.ab.resolution) then withhold the decision. A decided cell is always a rise.
+    assert all(e["value"] > 0 for e in ttft.values() if e["decision"] != "no decision"), ttft
+    assert all(e["decision"] in ("regression", "no decision") for e in ttft.values()), ttft
     assert f["verdict"] != "benefit"
 
 

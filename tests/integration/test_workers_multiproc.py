@@ -122,10 +122,10 @@ def test_cli_workers_against_the_simulator_keeps_counters_on_worker_0(tmp_path):
     assert load["counter_delta"] is not None
     # every worker's records name the phase's attribution, not only worker 0's
     assert {r["attribution"] for r in recs if r["phase"] == "load"} == {"phase_only"}
-    # worker 0's counters.jsonl is kept in the run directory (8 C1 reads + before/after x 2)
+    # worker 0's counters.jsonl is kept in the run directory (8 C1 reads + before/phase_end x 2)
     log = [json.loads(x) for x in (out / "counters.jsonl").read_text().splitlines()]
     assert log[0]["full"] and [x["at"] for x in log] == [
-        "before", *range(8), "after", "before", "after"]
+        "before", *range(8), "phase_end", "before", "phase_end"]
 
 
 def test_a_deadline_in_one_worker_stops_all_and_every_position_is_accounted(tmp_path):

@@ -51,15 +51,18 @@ class FrozenExperiment:
         """
         from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
         from kvreplay.experiments.window.execute import WindowRun
+        from kvreplay.rundir.experiment import write_source
 
         headers = _headers(self.spec)
+        write_source(self.out, self.spec.text)  # what `kvreplay experiment --resume` parses after a kill
         w = WindowRun(self.spec, self.doc, self.plans, self.workload, self.out, self.window, headers, say)
         results = await w.run()
         steps = [r.to_json() for r in results]
         for msg in restate_step_reports(self.out, steps):
             say(msg)
         result = build_result(self.out, self.doc, steps, started=w.started, ended=w.ended or w.started,
-                              aborted=w.aborted, identity=w.snapshot_identity, left_running=w.left_running)
+                              aborted=w.aborted, identity=w.snapshot_identity, left_running=w.left_running,
+                              unread=w.unread)
         write_publication(self.out, result, self.spec.path.stem)
         return result
 
@@ -110,7 +113,7 @@ class Experiment:
 
     def freeze(self, out: str | os.PathLike[str] | None = None, *, stop_new_after: float | None = None,
                hard_deadline: float | None = None, restore_reserve: float | None = None,
-               max_body_bytes: int | None = None,
+               max_transport_failures: int | None = None, max_body_bytes: int | None = None,
                fields: dict[str, str] | None = None) -> FrozenExperiment:
         """Apply the window overrides (seconds), load the workload and write experiment.json into ``out``.
 
@@ -119,6 +122,7 @@ class Experiment:
             stop_new_after: ``[window] stop_new_after`` override (s).
             hard_deadline: ``[window] hard_deadline`` override (s).
             restore_reserve: ``[window] restore_reserve`` override (s).
+            max_transport_failures: ``[window] max_transport_failures`` override (0 = never abort).
             max_body_bytes: The largest body loaded (default ``workload.DEFAULT_MAX_BODY_BYTES``).
             fields: How to name an override in an error (``kvreplay experiment``: its flags).
 
@@ -137,6 +141,8 @@ class Experiment:
         for key, value in overrides.items():
             if value is not None:
                 window = replace(window, **{f"{key}_s": value})
+        if max_transport_failures is not None:
+            window = replace(window, max_transport_failures=max_transport_failures or None)
         # the same checks as the file's, naming the option where the value came from the caller
         window.check(path=exp.path, fields=fields if fields is not None else
                      {k: k for k, v in overrides.items() if v is not None})

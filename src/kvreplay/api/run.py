@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
 from kvreplay.redaction import check_secret, redact_url, register, register_headers
@@ -84,7 +85,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
                    help="cancel requests still in flight at this point (e.g. 90m)")
     p.add_argument("--max-error-rate", type=float, default=None, metavar="FRACTION",
-                   help="abort when more than this fraction of sent requests failed (after 20 requests)")
+                   help="abort when more than this fraction of sent requests failed (after 20 requests; "
+                        "every failure counts, transport and output alike)")
+    p.add_argument("--max-output-error-rate", type=float, default=None, metavar="FRACTION",
+                   help="as --max-error-rate counting only requests the server answered badly (HTTP error, "
+                        "malformed, cut, read timeout); connection failures are not counted")
+    p.add_argument("--max-transport-failures", type=integer(0), default=3, metavar="N",
+                   help="abort after N consecutive sends that never reached the server (connection refused, "
+                        "reset before any response byte, connect timeout); 0 = never (default 3)")
     p.add_argument("--abort-if", action="append", default=[], type=parse_bound, metavar="NAME>VALUE",
                    help="abort when a common counter or gauge crosses a bound, e.g. 'host_bytes>34e9'")
     p.add_argument("--abort-on-restart", action="store_true",
@@ -402,6 +410,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         stop_new_after_s=args.stop_new_after,
         hard_deadline_s=args.hard_deadline,
         max_error_rate=args.max_error_rate,
+        max_output_error_rate=getattr(args, "max_output_error_rate", None),
+        max_transport_failures=getattr(args, "max_transport_failures", 3) or None,
         abort_if=tuple(args.abort_if),
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,

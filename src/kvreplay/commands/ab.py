@@ -132,6 +132,10 @@ async def ab_async(args: argparse.Namespace) -> dict:
         from kvreplay.sim.config import config_and_calibration
 
         sim_base, calibration = config_and_calibration(args, prefix="sim-")
+        from kvreplay.experiments.timescale import fast_scale_warning
+
+        if (warn := fast_scale_warning(sim_base.time_scale, sim_base.itl_s)) and not args.quiet:
+            echo(f"ab: warning: {warn}", err=True)  # before the first block
     contract = contract_options(args, {}, None)
     if contract["identity_pins"] and args.backend == "none":
         raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",

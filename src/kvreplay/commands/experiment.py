@@ -5,18 +5,29 @@ Examples::
     kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --out runs/diag
     kvreplay experiment fixtures/experiments/host-cache-diagnosis.toml --dry-run
     kvreplay experiment FILE.toml --stop-new-after 70m --hard-deadline 90m
+    kvreplay experiment --resume runs/diag      # after kill -9: go on with the same window
 
 Exit status: 0 when every step was measured (result.json ``status`` complete); 2 for a
 bad file (nothing sent); 3 when a step failed, was aborted or deferred, or the window
 was aborted (all outputs written, the restore run). The terminal ends with the status
 line (``incomplete: 1 step aborted, 3 steps deferred``), the latency convention, and,
 even under ``--quiet``, the server the window left running (URL, port, pid) if any.
+
+``--resume EXP_DIR`` takes no file: it uses the frozen ``experiment.json`` (and the copy
+of the file beside it, ``experiment.toml``), re-runs the step the kill interrupted from
+its start (preceded by its incarnation when it followed one; the partial folder kept as
+``steps/NN-name.interrupted``), then the remaining steps within the original window's
+wall-clock deadlines (past ``stop_new_after``: only the restore, exit 3). It refuses (exit
+2) when the server's identity changed, or the experiment no longer freezes to the same
+hash; it exits 0 when the window completes (``experiments.window.resume``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import replace
+from pathlib import Path
 
 NAME = "experiment"
 HELP = "Run a whole diagnosis window (incarnations, runs, controls, probes, A/B arms, restore) from one TOML file."
@@ -26,9 +37,13 @@ EXIT_INCOMPLETE = 3
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``experiment``'s options."""
+    from kvreplay.argtypes import integer
     from kvreplay.commands.run import parse_duration
 
-    p.add_argument("file", help="experiment TOML file (see README, 'Experiment files')")
+    p.add_argument("file", nargs="?", default=None, help="experiment TOML file (see README, 'Experiment files')")
+    p.add_argument("--resume", default=None, metavar="EXP_DIR",
+                   help="go on with a window that was killed (its experiment.json; no FILE): the interrupted step "
+                        "runs again from its start, then the rest, within the original deadlines")
     p.add_argument("--out", default=None, help="experiment directory (default runs/<UTC timestamp>)")
     p.add_argument("--dry-run", action="store_true",
                    help="write only experiment.json (the frozen plan) and print the schedule; send nothing")
@@ -39,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "restore_reserve; the restore must finish by it)")
     p.add_argument("--restore-reserve", type=parse_duration, default=None, metavar="DUR",
                    help="override [window] restore_reserve (time kept for the restore before the hard deadline)")
+    p.add_argument("--max-transport-failures", type=integer(0), default=None, metavar="N",
+                   help="override [window] max_transport_failures: N consecutive sends that never reached the "
+                        "server fail the step and abort the window (0 = never; default 3)")
     p.add_argument("--max-body-bytes", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
 
@@ -55,30 +73,122 @@ def _schedule(doc: dict) -> str:
         if not s.get("comparable", True):
             extra += "  [control: comparable = false]"
         lines.append(f"  {s['index']:02d} {s['name']:<14} {s['kind']:<11}{extra}")
+    server = doc.get("server") or {}
+    if server.get("target") == "sim":
+        from kvreplay.experiments.timescale import fast_scale_warning
+
+        base = server.get("sim") or {}
+        for s in [None, *doc["steps"]]:  # the window's simulator, then each incarnation's overlay
+            sim = base if s is None else {**base, **(s.get("sim") or {})}
+            if s is not None and not s.get("sim"):
+                continue
+            if w := fast_scale_warning(sim.get("time_scale", 1.0), sim.get("itl_s", 0.020)):
+                lines.append(f"warning: {'' if s is None else 'step ' + s['name'] + ': '}{w}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay experiment`` (``kvreplay.api.experiment.Experiment``; this prints)."""
-    from kvreplay.api.experiment import Experiment
-    from kvreplay.api.run import install_loop
-    from kvreplay.experiments.publish import left_line, status_line
-    from kvreplay.rundir import EXPERIMENT
+    """Execute ``kvreplay experiment``."""
+    from kvreplay.commands.run import default_out, install_loop
+    from kvreplay.errors import ConfigError
+    from kvreplay.experiments.window.frozen import freeze
+    from kvreplay.experiments.window.spec import load_experiment
+    from kvreplay.rundir import EXPERIMENT, write_experiment
+    from kvreplay.rundir.experiment import write_source
     from kvreplay.safe_io import echo
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
-    keys = ("stop_new_after", "hard_deadline", "restore_reserve")
-    frozen = Experiment.from_file(args.file).freeze(
-        args.out, **{k: getattr(args, k) for k in keys}, max_body_bytes=args.max_body_bytes,
-        fields={k: f"--{k.replace('_', '-')}" for k in keys if getattr(args, k) is not None})
+    if args.resume is not None:
+        if args.file is not None or args.dry_run or args.out is not None:
+            raise ConfigError("--resume takes no experiment file, --out or --dry-run (it goes on in EXP_DIR)",
+                              field="--resume")
+        return _resume(args)
+    if args.file is None:
+        raise ConfigError("an experiment file is required (or --resume EXP_DIR)", field="file")
+    exp = load_experiment(args.file)
+    window = exp.window
+    if args.stop_new_after is not None:
+        window = replace(window, stop_new_after_s=args.stop_new_after)
+    if args.hard_deadline is not None:
+        window = replace(window, hard_deadline_s=args.hard_deadline)
+    if args.restore_reserve is not None:
+        window = replace(window, restore_reserve_s=args.restore_reserve)
+    if args.max_transport_failures is not None:
+        window = replace(window, max_transport_failures=args.max_transport_failures or None)
+    # the same checks as the file's, naming the flag where the value came from the command line
+    window.check(path=exp.path, fields={k: f"--{k.replace('_', '-')}" for k in
+                                        ("stop_new_after", "hard_deadline", "restore_reserve")
+                                        if getattr(args, k) is not None})
+    workload = (load_workload(exp.workload, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+                if exp.workload else None)
+    doc, plans = freeze(exp, workload, window)
+    out = Path(args.out) if args.out else default_out()
+    frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
     if not args.quiet:
-        echo(_schedule(frozen.doc))
-        echo(f"{EXPERIMENT}: {frozen.frozen_path}")
+        echo(_schedule(doc))
+        echo(f"{EXPERIMENT}: {frozen_path}")
     if args.dry_run:
+        if not args.quiet and (warn := _unread_warning(exp)):
+            echo(f"warning: {warn}")
         return 0
+    write_source(out, exp.text)  # what --resume parses
+    headers = _headers(exp)
     install_loop()
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
-    result = asyncio.run(frozen.run_async(say))
-    out = frozen.out
+    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
+    return _finish(args, result, out)
+
+
+def _unread_warning(exp) -> str | None:  # noqa: ANN001
+    """--dry-run: the series the target exposes that the backend will not read, and who would.
+
+    The embedded simulator's, or a fixed URL's that already answers; the profile that would
+    read them is named (``experiments.unread``).
+    """
+    from kvreplay.experiments.unread import fetch_metrics_text, sim_metrics_text, unread_series
+
+    srv = exp.server
+    backend = "vllm" if srv.is_sim and srv.backend == "auto" else srv.backend
+    if backend in ("auto", "none"):
+        return None
+    if srv.is_sim:
+        text: str | None = sim_metrics_text(srv.sim)
+    elif "{" not in srv.target:
+        text = fetch_metrics_text(srv.target)
+    else:
+        return None
+    got = None if text is None else unread_series(text, backend, srv.profile)
+    return None if got is None else str(got["message"])
+
+
+def _headers(exp) -> dict[str, str]:  # noqa: ANN001
+    """The Authorization header from ``server.api_key_env`` (registered as a secret), or none."""
+    from kvreplay.errors import ConfigError
+    from kvreplay.redaction import check_secret, register, register_headers
+
+    headers: dict[str, str] = {}
+    if exp.server.api_key_env:
+        import os
+
+        key = os.environ.get(exp.server.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
+                              field="server.api_key_env")
+        try:
+            key = check_secret(key, field="server.api_key_env")
+            register(key)  # every step's outputs (a probe's too) and the terminal: never the key
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
+        headers["Authorization"] = f"Bearer {key}"
+        register_headers(headers)
+    return headers
+
+
+def _finish(args: argparse.Namespace, result: dict, out: Path) -> int:
+    """The terminal's last lines and the exit status (0 complete, 3 otherwise)."""
+    from kvreplay.experiments.publish import left_line, status_line
+    from kvreplay.safe_io import echo
+
     if not args.quiet:
         for f in result["findings"]:
             echo(f"finding {f['rule']}: {f['summary']}\n  next: {f['next']}")
@@ -88,3 +198,50 @@ def run(args: argparse.Namespace) -> int:
     if left := left_line(result.get("left_running")):
         echo(left, err=True)
     return 0 if result["status"] == "complete" else EXIT_INCOMPLETE
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """``--resume EXP_DIR`` (module docstring)."""
+    from kvreplay.commands.run import install_loop
+    from kvreplay.experiments.window.resume import load_frozen, plan_resume
+    from kvreplay.rundir.experiment import read_progress, set_aside_step_dir
+    from kvreplay.safe_io import echo
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+    out = Path(args.resume)
+    exp, doc, plans, workload, window = load_frozen(out, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    progress = read_progress(out)
+    if progress is None:
+        from kvreplay.errors import ConfigError
+
+        raise ConfigError("no progress.json: the window never started, or was written before it existed; "
+                          "run the experiment again into a new --out", path=out, field="--resume")
+    rp = plan_resume(doc, progress)
+    say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
+    say(f"resuming {out}: interrupted at {rp.interrupted or 'nothing (every step ended)'}; "
+        f"running again: {', '.join(rp.rerun) or 'none'}")
+    for d in rp.set_aside:
+        if (new := set_aside_step_dir(out, d)) is not None:
+            say(f"the partial folder {d} is kept as {new}")
+    headers = _headers(exp)
+    install_loop()
+    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say, resume=(progress, rp.keep)))
+    return _finish(args, result, out)
+
+
+async def _execute(exp, doc, plans, workload, out, window, headers, say, resume=None):  # noqa: ANN001, ANN202
+    """Run the window, then write the publication (also after an abort: the window returns normally)."""
+    from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
+    from kvreplay.experiments.window.execute import WindowRun
+
+    w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
+    if resume is not None:
+        w.resume_from(*resume)
+    results = await w.run()
+    steps = [r.to_json() for r in results]
+    for msg in restate_step_reports(out, steps):
+        say(msg)
+    result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
+                          identity=w.snapshot_identity, left_running=w.left_running, unread=w.unread)
+    write_publication(out, result, exp.path.stem)
+    return result

@@ -7,11 +7,17 @@ records.jsonl first. Prints the path of each file written.
 On a ``kvreplay ab`` directory (it holds ``ab.json``) it writes the experiment's
 ``report.html`` (``kvreplay.report.abreport``), and with ``--html`` each block's
 report too.
+
+On a ``kvreplay experiment`` directory (it holds ``experiment.json``) it writes the
+window's ``result.json``, ``report.md`` and ``report.html``, rebuilt from the window's
+progress after kill -9 (``experiments.window.resume.rebuild_publication``: steps that
+never ran read ``not_run``, "not run: interrupted").
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from kvreplay.safe_io import echo
 
@@ -34,12 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay report``; exit 0 ok, 2 nothing to report or a missing extra."""
-    from pathlib import Path
-
     from kvreplay.report.write import write_reports
+    from kvreplay.rundir import EXPERIMENT
 
     if (Path(args.run_dir) / "ab.json").exists():
         return _ab_report(args)
+    if (Path(args.run_dir) / EXPERIMENT).exists():
+        return _experiment_report(Path(args.run_dir))
     try:
         written = write_reports(args.run_dir, html=args.html, parquet=args.parquet)
     except FileNotFoundError as exc:
@@ -73,4 +80,17 @@ def _ab_report(args: argparse.Namespace) -> int:
                 except (FileNotFoundError, ImportError) as exc:
                     echo(f"kvreplay report: {blk}: {exc}", err=True)
     echo(write_ab_report(d))
+    return 0
+
+
+def _experiment_report(d: Path) -> int:
+    """An experiment directory: its publication, rebuilt from its progress when the window was killed."""
+    from kvreplay.experiments.publish import status_line
+    from kvreplay.experiments.window.resume import rebuild_publication
+    from kvreplay.rundir import RESULT
+
+    result = rebuild_publication(d)
+    echo(f"experiment: {status_line(result)}")
+    for name in (RESULT, "report.md", "report.html"):
+        echo(str(d / name))
     return 0

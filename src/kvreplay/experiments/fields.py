@@ -13,7 +13,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 
-__all__ = ["BOUND_RE", "NAME_RE", "Where", "parse_duration"]
+__all__ = ["BOUND_RE", "NAME_RE", "Where", "parse_duration", "transport_failures"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 """A step, arm or phase name: letters, digits, ``_``, ``.``, ``-``."""
@@ -35,6 +35,19 @@ def parse_duration(value: Any, *, path: Path | None = None, line: int | None = N
         if m:
             return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
     raise ConfigError(f"not a duration: {value!r} (e.g. 90s, 70m, 1h)", path=path, line=line, field=fld)
+
+
+def transport_failures(data: dict[str, Any], path: Path | None, line: int | None, table: str) -> int | None:
+    """A table's ``max_transport_failures``: None when absent, else a whole number >= 0 (0 = never abort).
+
+    Raises:
+        ConfigError: not a whole number >= 0, naming ``table.max_transport_failures``.
+    """
+    n = data.get("max_transport_failures")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ConfigError("must be a whole number >= 0 (0: never abort on transport failures)", path=path,
+                          line=line, field=f"{table}.max_transport_failures")
+    return n
 
 
 class Where:

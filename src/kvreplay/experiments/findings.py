@@ -67,8 +67,8 @@ from kvreplay.evidence.engine import (
 from kvreplay.evidence.vocab import ABSENT, COUNTER_NAMES, RESTORE_KEYS
 from kvreplay.rundir import RECORDS, iter_records, read_plan, read_summary
 
-__all__ = ["CELL_METRICS", "PhaseView", "compare_tables", "load_views", "not_run", "partial_reason", "restore_findings",
-           "tiers"]
+__all__ = ["CELL_METRICS", "PhaseView", "compare_tables", "load_views", "not_run", "partial_reason", "phase_status",
+           "restore_findings", "tiers"]
 
 LATENCY = (("ttft", ("p50", "p90", "p99")), ("itl", ("p50", "p90")), ("tpot", ("p50", "p90")),
            ("e2e", ("p50", "p90", "p99")))
@@ -88,6 +88,9 @@ class PhaseView:
         evidence: Summed counter deltas of the repeats (None: not attributable).
         moved: Summed counter deltas of every request (for tier presence).
         note: Why the evidence is None, where it is.
+        sent_records: Records of sent requests the phase has in ``records.jsonl`` (None:
+            not read); a phase whose summary counts sends without records behind them
+            is no evidence (``phase_status``).
         scale: The simulator time scale the step ran at (``experiments.timescale``), None for real time.
     """
 
@@ -104,6 +107,7 @@ class PhaseView:
     moved: dict[str, float] = field(default_factory=dict)
     note: str | None = None
     scale: float | None = None
+    sent_records: int | None = None
 
     @property
     def is_prime(self) -> bool:
@@ -153,6 +157,7 @@ def load_views(out: Path, steps: list[dict[str, Any]], frozen: dict[str, Any] | 
                           comparable, st.get("incarnation"), ph, scale=scale)
             rows = [r for r in sorted(recs.get(ph["name"], []), key=lambda r: r.get("position", 0))
                     if r.get("sent")]
+            v.sent_records = len(rows)
             sends = ledger.phase(st.get("incarnation"), [r.get("body_sha256") for r in rows])
             per_request = ph.get("attribution") == "per_request"
             ev: dict[str, float] = {}
@@ -202,6 +207,43 @@ def partial_reason(ph: dict[str, Any]) -> str | None:
     if not_sent and planned and not ph.get("check_failed") and planned - not_sent > 0:
         return f"partial: {planned - not_sent} of {planned} positions sent"
     return None
+
+
+def phase_status(ph: dict[str, Any], sent_records: int | None, step_reason: str | None) -> tuple[str, str | None]:
+    """The status and reason every cell of one phase takes: measured only when its evidence exists.
+
+    In this order:
+
+    - nothing sent (``deferred``, or every position unsent): ``deferred`` when the runner
+      deferred it (an abort came first), else ``failed`` (its check failed, or nothing was
+      sent for another reason), with the phase's reasons or ``not run: 0 of N positions sent``;
+    - an invalid phase: ``failed`` with its ``invalid_reasons``;
+    - sends counted but no record of them (``sent_records`` 0): ``failed``, ``no records``;
+    - no request answered ok: ``failed``, ``none of the N sent requests succeeded``
+      naming how many failed in transport and in output;
+    - cut short (``partial_reason``): ``aborted``, ``partial: 9 of 52 positions sent (REASON)``;
+    - else ``measured`` (reason None).
+
+    Every status but ``measured`` comes with a non-empty reason (the step's reason when the
+    phase has none of its own).
+    """
+    sent, ok = ph.get("sent") or 0, ph.get("ok") or 0
+    own = "; ".join(ph.get("invalid_reasons") or [])
+    if ph.get("deferred"):
+        return "deferred", own or step_reason or not_run(ph) or "not run: nothing sent"
+    if sent == 0:
+        return "failed", own or ph.get("check_failed") or not_run(ph) or "not run: nothing sent"
+    if not ph.get("valid", True):
+        return "failed", own or step_reason or "invalid phase"
+    if sent_records == 0:
+        return "failed", f"no records: the summary counts {sent} sent but records.jsonl holds none"
+    if ok == 0:
+        tr, out = ph.get("failed_transport"), ph.get("failed_output")
+        split = f" ({tr} in transport, {out} in output)" if tr is not None and out is not None else ""
+        return "failed", f"none of the {sent} sent requests succeeded{split}"
+    if partial_reason(ph):
+        return "aborted", f"{partial_reason(ph)} ({step_reason or 'step aborted'})"
+    return "measured", None
 
 
 def not_run(ph: dict[str, Any]) -> str | None:
@@ -302,8 +344,13 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
                  f"measured in full. {text}", "evidence": evidence, "skipped": skipped,
                  "next": f"run the missing arm ({missing}) in its own fresh incarnation"}]
     if zero(fwd) and (pos(rev) or pos(ctl)):
-        rule, head = "row_checkpoint_churn", "row/checkpoint churn: the forward replay restores nothing while "
-        head += "the reverse replay or the small control restores: entries are evicted just before they come round"
+        # the evidence nominates the mechanism; it does not show it: worded as a hypothesis,
+        # with the experiment that would confirm it (issue 27)
+        rule, head = "row_checkpoint_churn", ("row/checkpoint churn, a hypothesis: the forward replay restores "
+                                              "nothing while the reverse replay or the small control restores, as "
+                                              "it would if entries were evicted just before they come round; "
+                                              "bounded eviction counters and a reproducer of the eviction order "
+                                              "would confirm it")
         nxt = ("add bounded row/page/eviction counters (rows used, pages used, evictions by cause) and a CPU "
                "reproducer of the eviction order before any policy change")
     elif zero(everything):

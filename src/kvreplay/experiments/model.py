@@ -99,8 +99,10 @@ class WindowSpec:
     """``[window]``: deadlines and the abort rules every run step keeps.
 
     Deadlines are in seconds from the experiment's start (None = unbounded); the
-    abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate``,
-    ``--abort-on-malformed``.
+    abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate`` (every
+    failure counts), ``--abort-on-malformed``, ``--max-output-error-rate`` (output
+    failures only) and ``--max-transport-failures`` (consecutive sends that never
+    reached the server; None = never; a run step may set its own).
     """
 
     stop_new_after_s: float | None = None
@@ -109,6 +111,8 @@ class WindowSpec:
     abort_if: tuple[tuple[str, str, float], ...] = ()
     max_error_rate: float | None = None
     abort_on_malformed: bool = False
+    max_output_error_rate: float | None = None
+    max_transport_failures: int | None = 3
 
     @property
     def cancel_at_s(self) -> float | None:
@@ -152,7 +156,8 @@ class WindowSpec:
         return {"stop_new_after_s": self.stop_new_after_s, "hard_deadline_s": self.hard_deadline_s,
                 "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s,
                 "abort_if": [f"{n}{op}{v:g}" for n, op, v in self.abort_if], "max_error_rate": self.max_error_rate,
-                "abort_on_malformed": self.abort_on_malformed}
+                "abort_on_malformed": self.abort_on_malformed, "max_output_error_rate": self.max_output_error_rate,
+                "max_transport_failures": self.max_transport_failures}
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +229,11 @@ class StepResult:
                 "run_dir": self.run_dir, "comparable": self.comparable, "label": self.label,
                 "incarnation": self.incarnation, "started": self.started, "ended": self.ended,
                 "checks": self.checks}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StepResult:
+        """The inverse of ``to_json`` (a step of ``progress.json`` or ``step.json``; unknown keys ignored)."""
+        return cls(name=d["name"], kind=d["kind"], status=d.get("status", "deferred"), reason=d.get("reason"),
+                   run_dir=d.get("run_dir"), comparable=d.get("comparable", True), label=d.get("label"),
+                   started=d.get("started"), ended=d.get("ended"), checks=dict(d.get("checks") or {}),
+                   incarnation=d.get("incarnation"))

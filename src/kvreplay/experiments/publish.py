@@ -46,8 +46,13 @@ __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
-                 left_running: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The content of ``result.json`` from the step results and the run directories (module docstring)."""
+                 left_running: dict[str, Any] | None = None, unread: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The content of ``result.json`` from the step results and the run directories (module docstring).
+
+    ``unread``: the series the server exposes that the backend does not read
+    (``experiments.unread``); kept as ``unread_series`` and stated on the cells they touch
+    (``cells[].caveats``).
+    """
     from kvreplay.experiments.timescale import latency_line
 
     views = load_views(out, [s for s in steps if kind_of(s["kind"]).phase_views], frozen)
@@ -55,6 +60,8 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     findings = restore_findings(views) + [f for st in steps
                                           for f in kind_of(st["kind"]).findings(out, st, planned.get(st["name"], {}))]
     counts = {st: sum(1 for s in steps if s["status"] == st) for st in _STATUSES}
+    if not counts["not_run"]:
+        del counts["not_run"]  # only a window rebuilt after a kill has steps that never ran
     scales: dict[str, float | None] = {}
     for v in views:
         scales.setdefault(v.step, v.scale)
@@ -70,14 +77,50 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "aborted": aborted,
         "identity": identity,
         "steps": steps,
-        "cells": cells(steps, frozen, views, findings, root=out),
+        "cells": with_caveats(cells(steps, frozen, views, findings, root=out), frozen, unread),
         "findings": findings,
         "compare": compare_tables(views, frozen.get("compare", [])),
         "tiers": tiers(views),
         "time": {"sim_time_scale": {k: v for k, v in scales.items() if v is not None},
-                 "latency": latency_line(scales, is_sim)},
+                 "latency": latency_line(scales, is_sim, ((frozen.get("server") or {}).get("sim") or {})
+                                         .get("time_scale", 1.0) if is_sim else None)},
         "left_running": left_running,
+        "unread_series": unread,
     }
+
+
+_CELL_COMMON = {"hit_tokens": ("hit_tokens", "lookups", "query_tokens"),
+                "host_fetched_tokens": ("host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens")}
+"""A run step's counter cell -> the common names its value or its absence rests on."""
+
+
+def with_caveats(cells_: list[dict[str, Any]], frozen: dict[str, Any],
+                 unread: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Add ``caveats`` (a list of texts) to the cells that unread series touch.
+
+    ``unread_series: ...`` on a counter cell whose tier's counters the backend does not
+    read, and ``drain_unchecked: ...`` on every cell of a phase with ``drain = true``
+    when the drain's load gauges (retiring, transfers) are among them. Cells with no
+    caveat get no key.
+    """
+    if not unread:
+        return cells_
+    commons = set(unread.get("common") or [])
+    gauges = list(unread.get("drain_gauges") or [])
+    how = f" ({unread['profile']} reads them)" if unread.get("profile") else ""
+    drained = {(s["name"], p["name"]) for s in frozen.get("steps", [])
+               for p in ((s.get("plan") or {}).get("phases") or []) if p.get("drain")}
+    for c in cells_:
+        phase, _, metric = c["metric"].partition(".")
+        notes = []
+        touched = [n for n in _CELL_COMMON.get(metric, ()) if n in commons]
+        if touched:
+            notes.append(f"unread_series: backend {unread['backend']} does not read {', '.join(touched)}{how}")
+        if gauges and (c["step"], phase) in drained:
+            notes.append(f"drain_unchecked: the drain did not wait for {', '.join(gauges)}{how}")
+        if notes:
+            c["caveats"] = notes
+    return cells_
 
 
 def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[PhaseView],
@@ -92,7 +135,15 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
     """
     ctx = CellContext({v.ref: v for v in views}, tiers(views), findings, root)
     frozen_steps = {s["name"]: s for s in frozen.get("steps", [])}
-    return [c for st in steps for c in kind_of(st["kind"]).cells(st, frozen_steps.get(st["name"], {}), ctx)]
+    out = []
+    for st in steps:
+        for c in kind_of(st["kind"]).cells(st, frozen_steps.get(st["name"], {}), ctx):
+            if c.get("status") not in ("measured", "absent") and not (c.get("reason") or "").strip():
+                # every cell that is not measured says why (issue 27): the step's own reason at least
+                c["reason"] = (f"step {st['name']} {st['status']}: {st['reason']}" if st.get("reason")
+                               else f"step {st['name']} {st['status']}; no reason given for this cell")
+            out.append(c)
+    return out
 
 
 def _v(x: Any) -> str:
@@ -118,7 +169,7 @@ def status_line(result: dict[str, Any]) -> str:
         st: sum(1 for s in result["steps"] if s["status"] == st) for st in _STATUSES
     }
     bad = [f"{counts[st]} step{'s' if counts[st] != 1 else ''} {st}"
-           for st in ("aborted", "failed", "deferred") if counts.get(st)]
+           for st in ("aborted", "failed", "deferred", "not_run") if counts.get(st)]
     if bad:
         return "incomplete: " + ", ".join(bad)
     return "incomplete: the window was aborted" if result.get("aborted") else "complete"
@@ -162,8 +213,11 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
                           r.get("b_model_ms", r["b"]), r["ratio"]] for r in t["rows"]]))
         else:
             out.append((title, ["note"], [[t["note"]]]))
+    # a window that ran at a time scale names every latency cell in model time, measured or not
+    # (never `ttft_p50_ms` for a deferred cell beside `ttft_p50 (model ms)` for a measured one)
+    scaled = bool(((result.get("time") or {}).get("sim_time_scale")) or {})
     out.append(("Cells", ["step", "metric", "status", "value", "reason"],
-                [[c["step"], _metric(c["metric"], _model_key(c) is not None), c["status"],
+                [[c["step"], _metric(c["metric"], _model_key(c) is not None or scaled), c["status"],
                   c[k] if (k := _model_key(c)) else c["value"], c.get("reason")] for c in result["cells"]]))
     return out
 
@@ -193,6 +247,8 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- latencies: {_latency_line(result)}"]
     if left := left_line(result.get("left_running")):
         lines.append(f"- {left}")
+    if (unread := result.get("unread_series")) and unread.get("message"):
+        lines.append(f"- unread series: {unread['message']}")
     lines += ["", "## Findings", ""]
     for f in result["findings"] or [{"rule": "none", "summary": "no finding: no step gave evidence", "next": "—"}]:
         lines += [f"- **{f['rule']}**: {f['summary']}", f"  - next: {f['next']}"]
@@ -202,7 +258,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_STATUSES = ("measured", "failed", "deferred", "aborted")
+_STATUSES = ("measured", "failed", "deferred", "aborted", "not_run")
 
 
 def _status_attr(x: Any) -> str:
@@ -220,6 +276,8 @@ def render_html(result: dict[str, Any], title: str) -> str:
              f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}"
              f"<br>Latencies: {e(_latency_line(result))}"
              + (f"<br><b>{e(left)}</b>" if (left := left_line(result.get("left_running"))) else "")
+             + (f"<br>Unread series: {e(str(u['message']))}"
+                if (u := result.get("unread_series")) and u.get("message") else "")
              + "</p><h2>Findings</h2><ul>"]
     for f in result["findings"]:
         parts.append(f"<li><b>{e(f['rule'])}</b>: {e(f['summary'])}<br><i>next:</i> {e(f['next'])}</li>")

@@ -20,7 +20,7 @@ from typing import Any
 from kvreplay.clock import model_time_scale
 from kvreplay.report.units import sim_time_scale
 
-__all__ = ["ab_scale", "latency_line", "model_fit", "model_ms", "probe_scale", "scale_of_step"]
+__all__ = ["ab_scale", "fast_scale_warning", "latency_line", "model_fit", "model_ms", "probe_scale", "scale_of_step"]
 
 
 def scale_of_step(plan: dict[str, Any] | None, summary: dict[str, Any] | None, frozen: dict[str, Any] | None,
@@ -52,12 +52,14 @@ def model_ms(value: Any, scale: float | None) -> float | None:
     return round(float(value) / scale, 3)
 
 
-def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
+def latency_line(scales: dict[str, float | None], is_sim: bool, configured: float | None = None) -> str:
     """The report's statement of the latency convention.
 
     Args:
         scales: Step name -> its scale (``scale_of_step``), for the steps with latency figures.
         is_sim: True when the experiment's target is the embedded simulator.
+        configured: The simulator's time scale as the experiment file set it (``[server.sim]``),
+            named when no step gave a latency figure (never "1 or 0" for a window at 0.01).
 
     Returns:
         e.g. ``"model ms at simulator time scale 0.01 (measured / 0.01; the client's own overhead
@@ -73,8 +75,14 @@ def latency_line(scales: dict[str, float | None], is_sim: bool) -> str:
     if plain and parts:
         parts.append(f"ms as measured: step{'s' if len(plain) > 1 else ''} {', '.join(plain)}")
     if not parts:
-        return ("ms as measured (simulator at time scale 1 or 0: no conversion)" if is_sim
-                else "ms as measured (no simulator time scale)")
+        if not is_sim:
+            return "ms as measured (no simulator time scale)"
+        if configured is not None and model_time_scale(configured) is not None:
+            return (f"no latency figure from a step at a time scale (simulator configured at time scale "
+                    f"{configured:g}: figures would be in model ms, measured / {configured:g})")
+        if configured is not None:
+            return f"ms as measured (simulator at time scale {configured:g}: no conversion)"
+        return "ms as measured (simulator at time scale 1 or 0: no conversion)"
     return "; ".join(parts)
 
 
@@ -115,3 +123,31 @@ def model_fit(cells: list[dict[str, Any]], scale: float | None) -> list[dict[str
         elif c["metric"] == "prefill_fit.rate_tokens_per_s":
             c["model_tokens_per_s"] = round(float(v) * scale, 3)
     return cells
+
+
+FINEST_ITL_US = 100.0
+"""Below this modelled ITL (µs) the latency histogram's 1 µs step is over 1% of the value."""
+
+
+def fast_scale_warning(scale: Any, itl_s: Any = 0.020) -> str | None:
+    """A warning, before the run, when a simulator time scale makes ITL too short to resolve; else None.
+
+    At time scale ``s`` the simulator's inter-token latency is ``itl_s * s``; the latency
+    histograms step by 1 µs there (``experiments.ab.resolution``), so below ``FINEST_ITL_US``
+    an ITL check of a few percent cannot be decided (its checks will read "no decision:
+    below resolution").
+
+    Args:
+        scale: The time scale (0 and 1 and non-numbers: None, no conversion).
+        itl_s: The simulator's modelled ITL (s; ``SimConfig.itl_s``).
+    """
+    sc = model_time_scale(scale)
+    if sc is None or not isinstance(itl_s, (int, float)) or isinstance(itl_s, bool) or itl_s <= 0:
+        return None
+    itl_us = itl_s * sc * 1e6
+    if itl_us >= FINEST_ITL_US:
+        return None
+    return (f"time scale {sc:g} makes the simulator's ITL {itl_us:.3g} µs ({itl_s * 1000:g} ms x {sc:g}): the "
+            f"latency histograms step by 1 µs ({100 / itl_us:.2g}% of it), so ITL checks of a few percent will "
+            f"read 'no decision: below resolution'; use a time scale of at least "
+            f"{FINEST_ITL_US / (itl_s * 1e6):.2g} for A/B decisions on ITL")

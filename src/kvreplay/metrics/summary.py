@@ -6,7 +6,8 @@ summary.json::
      "client_includes_server": bool (--target sim: the simulator shares the client's process),
      "identity": {"before", "after"}, "wall_s",
      "phases": [{"name", "concurrency", "repeats", "planned", "sent", "ok", "not_sent", "peak_in_flight",
-                 "failed": {class: n}, "wall_s", "throughput_rps", "output_tokens_per_s",
+                 "failed": {class: n}, "failed_transport": n, "failed_output": n,
+                 "wall_s", "throughput_rps", "output_tokens_per_s",
                  "service_throughput_rps" (ok * C / sum of E2E s: without the client's pauses between
                                            requests, e.g. C1 counter reads; None in an open loop),
                  "ttft_ms" | "itl_ms" | "tpot_ms" | "e2e_ms" | "queue_ms": {n, mean, p50, p90, p99, max},
@@ -32,7 +33,12 @@ summary.json::
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
                  "out_of_range": n}]}
 
-Latency metrics aggregate ``ok`` requests only; failures are counted by class.
+Latency metrics aggregate ``ok`` requests only; failures are counted by class
+(``failed``) and split by kind (``failure_kind``): ``failed_transport`` counts sends
+that never reached the server (connection refused, reset before any response byte,
+connect timeout), ``failed_output`` those the server answered badly (HTTP error,
+malformed, stream error, cut, read or total timeout); the client's own cancellations
+and resource errors are in neither.
 TPOT takes a sample only from a request with a decode interval (two or more
 completion tokens arriving at two or more times): a non-streamed answer gives
 TTFT and E2E but no TPOT, as it gives no ITL.
@@ -51,11 +57,34 @@ from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 if TYPE_CHECKING:
     pass
 
-__all__ = ["SCHEMA_VERSION", "PhaseStats"]
+__all__ = ["SCHEMA_VERSION", "TRANSPORT_STATUSES", "PhaseStats", "failure_kind"]
 
 SCHEMA_VERSION = 1
 MAX_LISTED = 20
 """Disagreeing requests listed per phase in ``cross_check`` (the count is exact)."""
+
+TRANSPORT_STATUSES = frozenset({"connect", "write"})
+"""Record statuses of a send that never reached the server: ``connect`` (refused, no
+route), ``write`` (reset or closed before any response byte). A ``timeout`` whose
+``timeout_kind`` is ``connect`` is one too (``failure_kind``)."""
+
+_NOT_THE_SERVERS = frozenset({"ok", "aborted", "client_error", "check_failed"})
+
+
+def failure_kind(rec: dict[str, Any]) -> str | None:
+    """``"transport"``, ``"output"`` or None for one sent record (or a record-shaped dict).
+
+    ``transport``: the server was not reached (``TRANSPORT_STATUSES``, or a connect
+    timeout); ``output``: it was reached and answered badly (any other failed status);
+    None: ``ok``, not sent, or the client's own doing (``aborted``: cancelled by the
+    client; ``client_error``: the client's resources or a client bug).
+    """
+    status = rec.get("status")
+    if status in TRANSPORT_STATUSES or (status == "timeout" and rec.get("timeout_kind") == "connect"):
+        return "transport"
+    if status in _NOT_THE_SERVERS or not rec.get("sent", True):
+        return None
+    return "output"
 
 
 def _has_decode_interval(rec: dict[str, Any], token_ns: Sequence[int] | None) -> bool:
@@ -95,6 +124,8 @@ class PhaseStats:
     ok: int = 0
     not_sent: int = 0
     failed: dict[str, int] = field(default_factory=dict)
+    failed_transport: int = 0
+    failed_output: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     cached_unknown: int = 0
@@ -140,6 +171,11 @@ class PhaseStats:
         self._cross_check(rec)
         if status != "ok":
             self.failed[status] = self.failed.get(status, 0) + 1
+            kind = failure_kind(rec)
+            if kind == "transport":
+                self.failed_transport += 1
+            elif kind == "output":
+                self.failed_output += 1
             return
         self.ok += 1
         u = rec.get("usage") or {}
@@ -277,6 +313,8 @@ class PhaseStats:
             "ok": self.ok,
             "not_sent": self.not_sent,
             "failed": dict(sorted(self.failed.items())),
+            "failed_transport": self.failed_transport,
+            "failed_output": self.failed_output,
             "wall_s": round(wall_s, 6) if wall_s else None,
             "throughput_rps": round(self.ok / wall_s, 3) if wall_s else None,
             "service_throughput_rps": self.service_throughput_rps(),

@@ -36,6 +36,7 @@ from kvreplay.rundir.names import COUNTERS
 from kvreplay.safe_io import dumps_json, open_new
 
 __all__ = [
+    "AT_KINDS",
     "DEFAULT_CAP_BYTES",
     "CounterLog",
     "CounterRead",
@@ -44,6 +45,7 @@ __all__ = [
     "raw_changes",
     "read_counter_log",
     "read_violations",
+    "request_boundaries",
 ]
 
 DEFAULT_CAP_BYTES = 64 * 1024 * 1024
@@ -151,9 +153,10 @@ class CounterLog:
         Args:
             snap: The read (``taken_ns``, ``raw``).
             phase: The phase it belongs to.
-            at: ``before`` / ``after`` (the phase's opening and closing reads), the
-                position of the request just finished (C1 per-request reads), or
-                ``monitor``.
+            at: Which kind of read (``AT_KINDS``): ``before`` / ``phase_end`` (the
+                phase's opening and closing reads), the position of the request just
+                finished (C1 per-request reads), ``monitor`` (in-phase watch) or
+                ``drain`` (the drain check before the phase).
         """
         if self.truncated or self._f.closed:
             return
@@ -186,6 +189,48 @@ class CounterLog:
     def close(self) -> None:
         """Close the file."""
         self._f.close()
+
+
+AT_KINDS = ("before", "monitor", "drain", "phase_end")
+"""The ``at`` values of counters.jsonl other than a request's position (an int): ``before`` (the
+phase's opening read), ``monitor`` (a read while ``--abort-if`` / ``--abort-on-restart`` or the
+identity watch runs, between any two requests), ``drain`` (the drain check's reads, before the
+phase's opening read) and ``phase_end`` (the phase's closing read; ``after`` in files written
+before issue 27). Monitor and drain reads fall between request boundaries: a per-request delta
+skips them (``request_boundaries``)."""
+
+
+def request_boundaries(lines: list[dict[str, Any]]) -> list[tuple[str, str | int, dict[str, Any]]]:
+    """The reads a per-request delta is taken between, with the series as they stood at each.
+
+    Every line is applied (the log stores changes), but only the phase's opening read
+    (``before``) and the per-request reads (``at`` = the position of the request just
+    finished) are returned: monitor and drain reads are not request boundaries, and two
+    consecutive lines are therefore not one request's before and after. The delta of the
+    request at position ``p`` is its line's series minus the previous boundary's of the
+    same phase. Reading stops at a ``truncated`` line.
+
+    Args:
+        lines: counters.jsonl as dicts (``read_counter_log``).
+
+    Returns:
+        ``[(phase, at, series)]`` in file order (``series``: name -> value, a copy).
+    """
+    state: dict[str, Any] = {}
+    out: list[tuple[str, str | int, dict[str, Any]]] = []
+    for ln in lines:
+        if ln.get("truncated"):
+            break
+        if ln.get("full"):
+            state = dict(ln.get("series") or {})
+        else:
+            state.update(ln.get("changed") or {})
+            for k in ln.get("removed") or []:
+                state.pop(k, None)
+        at = ln.get("at")
+        if at == "before" or (isinstance(at, int) and not isinstance(at, bool)):
+            out.append((str(ln.get("phase", "")), at, dict(state)))
+    return out
 
 
 def read_counter_log(path: Path) -> list[dict[str, Any]]:
@@ -227,6 +272,8 @@ def raw_changes(lines: list[dict[str, Any]]) -> dict[str, dict[str, tuple[Any, A
             for k in ln.get("removed") or []:
                 state.pop(k, None)
         ph = str(ln.get("phase", ""))
+        if ln.get("at") == "drain":
+            continue  # before the phase's opening read: neither its start nor its movement
         if ph not in start:
             start[ph] = dict(state)
             moved[ph] = set()

@@ -6,6 +6,21 @@ anything runs, and never over an existing one; each step's log ``step.json``
 (``{"experiment_sha256", ...the step's result}``) when the step ends;
 ``result.json`` (``kvreplay.experiments.publish``) at the end. All JSON writes
 are atomic and redact registered secrets (``safe_io.atomic_write_json``).
+
+Crash safety (issue 27): ``experiment.toml`` is a copy of the experiment file's text,
+written beside ``experiment.json`` (``--resume`` parses it, as if at the original
+path); ``progress.json`` is rewritten atomically at the window's start and at each
+step's start and end::
+
+    {"experiment_sha256", "started" (UTC), "wall_anchor_ns" (Unix ns at the window's
+     start: the deadlines of a resumed window count from it), "snapshot_identity",
+     "snapshot_note", "identity" (the server's identity last known), "aborted",
+     "resumed": [UTC, ...], "steps": {name: the step's result, "status": "running"
+     while it runs}}
+
+so that after kill -9 ``kvreplay report EXP_DIR`` can rebuild the publication and
+``kvreplay experiment --resume EXP_DIR`` can go on. ``set_aside_step_dir`` keeps the
+folder of a step cut by the kill under a new name before the step runs again.
 """
 
 from __future__ import annotations
@@ -15,14 +30,19 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.rundir.jsonfile import read_object
-from kvreplay.rundir.names import EXPERIMENT, RESULT, STEP_LOG
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.rundir.names import EXPERIMENT, PROGRESS, RESULT, SOURCE, STEP_LOG
+from kvreplay.safe_io import atomic_write_json, atomic_write_text
 
 __all__ = [
     "read_experiment",
+    "read_progress",
+    "read_source",
     "read_result",
     "read_step_log",
+    "set_aside_step_dir",
     "write_experiment",
+    "write_progress",
+    "write_source",
     "write_result",
     "write_step_log",
 ]
@@ -84,3 +104,56 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
 def read_result(out: Path) -> dict[str, Any] | None:
     """``out/result.json`` as a dict; None when missing, unreadable or not a JSON object."""
     return read_object(out / RESULT)
+
+
+def write_source(out: Path, text: str) -> None:
+    """Write ``out/experiment.toml``: the experiment file's text, as frozen (``--resume`` reads it).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write_text(out / SOURCE, text)
+
+
+def read_source(out: Path) -> str | None:
+    """``out/experiment.toml``'s text; None when missing or unreadable."""
+    try:
+        return (out / SOURCE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_progress(out: Path, doc: dict[str, Any]) -> None:
+    """Write ``out/progress.json`` atomically (the window's progress, module docstring).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write_json(out / PROGRESS, doc)
+
+
+def read_progress(out: Path) -> dict[str, Any] | None:
+    """``out/progress.json`` as a dict; None when missing, unreadable or not a JSON object."""
+    return read_object(out / PROGRESS)
+
+
+def set_aside_step_dir(out: Path, step_dir: str) -> str | None:
+    """Rename a step's folder to ``<step_dir>.interrupted`` (``-2``, ``-3``, ... when taken).
+
+    Returns:
+        The new folder relative to ``out``; None when the step has no folder.
+
+    Raises:
+        OSError: it cannot be renamed.
+    """
+    src = out / step_dir
+    if not src.exists():
+        return None
+    n = 1
+    while True:
+        name = f"{step_dir}.interrupted" + ("" if n == 1 else f"-{n}")
+        if not (out / name).exists():
+            break
+        n += 1
+    src.rename(out / name)
+    return name

@@ -67,6 +67,8 @@ EXPERIMENT = "experiment.json"
 RESULT = "result.json"
 STEPS = "steps"
 STEP_LOG = "step.json"
+PROGRESS = "progress.json"
+SOURCE = "experiment.toml"
 
 
 def hlog_path(run_dir: Path, phase: str, metric: str) -> Path:

@@ -14,6 +14,12 @@ A mixin of the runner's ``_Run`` (kept apart so ``_runner.py`` stays one concept
   (``identity_monitor``).
 - **Malformed transport.** With ``abort_on_malformed`` the first ``malformed``
   record stops new requests (``aborted.reason: malformed``).
+- **Transport health.** ``max_transport_failures`` (default 3) consecutive sends
+  that never reached the server (``metrics.summary.failure_kind``: connection
+  refused, reset before any response byte, connect timeout) stop new requests
+  (``aborted.reason: transport``, with ``aborted.sent``/``planned``/``consecutive``);
+  the positions left get ``sent: false`` records, as after any abort. Any other
+  outcome resets the count; "consecutive" is in completion order.
 - **Failed checks.** A drain or fresh check that fails makes the phase *check
   failed*: with ``on_check_fail = "skip"`` (the default) it sends nothing, and
   each of its positions gets a record ``sent: false, status: "check_failed"``
@@ -27,6 +33,7 @@ import asyncio
 from typing import Any
 
 from kvreplay.errors import BackendError
+from kvreplay.metrics.summary import failure_kind
 from kvreplay.runner.identity import abort_details, check_pins, identity_changes
 
 __all__ = ["ContractChecks"]
@@ -107,6 +114,27 @@ class ContractChecks:
         if self.opts.abort_on_malformed and rec.get("status") == "malformed":
             self.abort_with("malformed", f"malformed response at {rec['phase']} position {rec['position']}: "
                             f"{rec.get('error') or ''}", phase=rec["phase"], position=rec["position"])
+
+    def check_transport(self, rec: dict[str, Any]) -> None:
+        """Count consecutive transport failures; at ``max_transport_failures`` stop new requests."""
+        if not rec.get("sent", True) or rec.get("status") in ("aborted", "client_error"):
+            return
+        if failure_kind(rec) != "transport":
+            self.transport_run = 0
+            return
+        self.transport_run = getattr(self, "transport_run", 0) + 1
+        self.transport_failed = getattr(self, "transport_failed", 0) + 1
+        lim = self.opts.max_transport_failures
+        if lim is not None and self.transport_run >= lim:
+            sent = getattr(self, "sent", 0)
+            plan: Any = getattr(self, "plan", None)
+            planned = sum(len(ph.sequence) for ph in plan.phases) if plan is not None else 0
+            self.abort_with("transport", f"{self.transport_run} consecutive sends did not reach the server "
+                            f"(last: {rec.get('error') or rec.get('status')}) at {rec['phase']} position "
+                            f"{rec['position']}; {sent} of {planned} planned requests sent, "
+                            f"{sent - self.transport_failed} reached the server",
+                            phase=rec["phase"], position=rec["position"], consecutive=self.transport_run,
+                            sent=sent, planned=planned)
 
     def check_failed_record(self, phase: Any, pos: int, bi: int, rep: int, reason: str,
                             attribution: str) -> dict[str, Any]:

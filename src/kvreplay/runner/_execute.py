@@ -115,12 +115,14 @@ async def execute_run(run: _Run, plan_json: dict[str, Any], backend_factory: Bac
             run.request_abort("interrupt", "operator interrupt (signal): finishing requests in flight")
 
     timers = []
+    # the deadline as the caller set it, to the ms (no float noise such as "8.00001 s")
+    whole = lambda s: round(s + opts.elapsed_before_s, 3)  # noqa: E731
     if opts.stop_new_after_s is not None:
         timers.append(loop.call_later(opts.stop_new_after_s, run.request_abort, "deadline",
-                                      f"no new requests after {opts.stop_new_after_s + opts.elapsed_before_s:g} s"))
+                                      f"no new requests after {whole(opts.stop_new_after_s):g} s"))
     if opts.hard_deadline_s is not None:
         timers.append(loop.call_later(opts.hard_deadline_s, run.cancel_in_flight, "hard_deadline",
-                                      f"hard deadline of {opts.hard_deadline_s + opts.elapsed_before_s:g} s"))
+                                      f"hard deadline of {whole(opts.hard_deadline_s):g} s"))
 
     installed = on_interrupt_signals(loop, on_signal)
     try:

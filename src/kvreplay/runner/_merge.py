@@ -27,6 +27,8 @@ _MERGED_FIELDS = (
     "sent",
     "ok",
     "not_sent",
+    "failed_transport",
+    "failed_output",
     "prompt_tokens",
     "cached_tokens",
     "cached_unknown",

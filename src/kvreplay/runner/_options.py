@@ -37,7 +37,13 @@ class RunOptions:
         stop_new_after_s: Deadline (s from run start) after which no request is sent.
         hard_deadline_s: Deadline (s) at which in-flight requests are cancelled too.
         max_error_rate: Abort when failed/sent exceeds this fraction (after
-            ``error_rate_min_requests`` requests).
+            ``error_rate_min_requests`` requests); every failure counts, transport
+            and output alike (``metrics.summary.failure_kind``).
+        max_output_error_rate: As ``max_error_rate`` counting output failures only
+            (the server answered badly), so that a transport failure never trips it.
+        max_transport_failures: This many consecutive sends that never reached the
+            server (connection refused, reset before any response byte, connect
+            timeout) stop new requests (``aborted.reason: transport``); None = never.
         abort_if: Bounds on common counter/gauge names, ``(name, op, value)`` with op
             one of ``>``, ``>=``, ``<``, ``<=``; checked at every counter read and
             every ``monitor_interval_s`` while a phase runs.
@@ -75,6 +81,8 @@ class RunOptions:
     stop_new_after_s: float | None = None
     hard_deadline_s: float | None = None
     max_error_rate: float | None = None
+    max_output_error_rate: float | None = None
+    max_transport_failures: int | None = 3
     error_rate_min_requests: int = 20
     abort_if: tuple[tuple[str, str, float], ...] = ()
     monitor_interval_s: float = 1.0
@@ -104,6 +112,7 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
         "contract": {
             "identity_pins": [p.to_json() for p in opts.identity_pins],
             "abort_on_malformed": opts.abort_on_malformed,
+            "max_transport_failures": opts.max_transport_failures,
             "on_check_fail": opts.on_check_fail,
         },
         **extra,

@@ -12,7 +12,8 @@ Abort conditions stop new requests (in-flight ones finish) and are recorded in
 out-of-memory / CUDA / Xid, an identity that is not the pinned one before the
 first request or that drifts at any counter read or identity-monitor read
 (``runner._contract``), a malformed response when ``abort_on_malformed`` is set,
-a counter restart when ``abort_on_restart`` is set, and an operator interrupt.
+a counter restart when ``abort_on_restart`` is set, ``max_transport_failures``
+consecutive sends that never reached the server, and an operator interrupt.
 Positions never sent get a record with ``status: "aborted"`` and ``sent: false``;
 those of a phase whose drain or fresh check failed get ``status: "check_failed"``.
 """
@@ -34,7 +35,7 @@ from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
-from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
+from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats, failure_kind
 from kvreplay.plan import Phase, Plan
 from kvreplay.redaction import escape_controls, has_secrets, redact, register_headers
 from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWriter
@@ -102,6 +103,8 @@ class _Run(CounterReads, ContractChecks):
         self.nonfinite: set[str] = set()
         self.sent = 0
         self.failed = 0
+        self.failed_output = 0
+        self.transport_run = 0  # consecutive transport failures (runner._contract.check_transport)
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
         self.cur_phase = ""
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
@@ -244,12 +247,21 @@ class _Run(CounterReads, ContractChecks):
             t.cancel()
 
     def check_error_rate(self, out: RequestOutcome) -> None:
+        """``max_error_rate`` counts every failure; ``max_output_error_rate`` output failures only."""
         self.sent += 1
         if out.status != "ok":
             self.failed += 1
+            if failure_kind({"status": out.status, "timeout_kind": out.timeout_kind}) == "output":
+                self.failed_output += 1
+        if self.sent < self.opts.error_rate_min_requests:
+            return
         lim = self.opts.max_error_rate
-        if lim is not None and self.sent >= self.opts.error_rate_min_requests and self.failed / self.sent > lim:
+        if lim is not None and self.failed / self.sent > lim:
             self.request_abort("error_rate", f"{self.failed}/{self.sent} requests failed (> {lim:.1%})")
+        lim = self.opts.max_output_error_rate
+        if lim is not None and self.failed_output / self.sent > lim:
+            self.request_abort("output_error_rate", f"{self.failed_output}/{self.sent} requests failed "
+                               f"in their output (> {lim:.1%}; transport failures not counted)")
 
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec
@@ -269,7 +281,8 @@ class _Run(CounterReads, ContractChecks):
                 if not ok:
                     st.invalid_reasons.append("reset requested but the server has no cache reset")
             if spec.drain:
-                dr = await wait_drained(be, interval_s=self.opts.drain_interval_s, timeout_s=self.opts.drain_timeout_s)
+                dr = await wait_drained(be, interval_s=self.opts.drain_interval_s, timeout_s=self.opts.drain_timeout_s,
+                                        on_read=lambda snap: self.log_counters(snap, "drain"))
                 st.drain = dr.to_json()
                 self.obs.on_drain(phase.name, st.drain)
                 if not dr.passed:
@@ -385,6 +398,7 @@ class _Run(CounterReads, ContractChecks):
             self.obs.on_record(rec)
             self.check_outcome(out)
             self.check_malformed(rec)
+            self.check_transport(rec)
 
         aseq = seq if hasattr(seq, "__anext__") else None  # claims from a remote coordinator (--ray)
 
@@ -406,7 +420,7 @@ class _Run(CounterReads, ContractChecks):
         finally:
             files = hl.close(st.end_ns)  # the last interval ends with the phase (now, when it raised)
         st.histogram_files = {m: f for m, f in files.items() if m != "loop_lag"}
-        after = await self.snapshot(at="after")
+        after = await self.snapshot(at="phase_end")
         st.counter_delta = self.delta_json(before, after)
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")

@@ -9,6 +9,7 @@ None of these functions sends a generation request.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvreplay.clock import now_ns
@@ -80,8 +81,15 @@ class DrainResult:
         return {"passed": self.passed, "waited_s": round(self.waited_s, 3), "reason": self.reason}
 
 
-async def wait_drained(backend: Backend, *, interval_s: float = 0.2, timeout_s: float = 10.0) -> DrainResult:
+async def wait_drained(backend: Backend, *, interval_s: float = 0.2, timeout_s: float = 10.0,
+                       on_read: Callable[[Snapshot], None] | None = None) -> DrainResult:
     """Wait until the server is drained: ``backend.drained(a, b)`` for two reads ``interval_s`` apart.
+
+    Args:
+        backend: The counters adapter.
+        interval_s: Time between two reads (s).
+        timeout_s: Give up after this long (s).
+        on_read: Called with every read (the runner logs them in counters.jsonl, ``at: "drain"``).
 
     Returns:
         A ``DrainResult``; ``passed`` False after ``timeout_s`` (s) with the gauges
@@ -90,9 +98,13 @@ async def wait_drained(backend: Backend, *, interval_s: float = 0.2, timeout_s: 
     t0 = now_ns()
     deadline = t0 + int(timeout_s * 1e9)
     a = await backend.snapshot()
+    if on_read is not None:
+        on_read(a)
     while True:
         await asyncio.sleep(interval_s)
         b = await backend.snapshot()
+        if on_read is not None:
+            on_read(b)
         if backend.drained(a, b):
             return DrainResult(True, (now_ns() - t0) / 1e9, b)
         if now_ns() >= deadline:

@@ -25,6 +25,9 @@ Kinds and their keys (durations are real seconds, not scaled by ``time_scale``):
                string of ``/version``; ``what=model`` changes the model id
 ``busy-gauge`` hold ``vllm:num_requests_running`` one above the truth for
                ``s`` seconds (default 1.0) from the request's arrival
+``die``        the server dies at the request: its connection is dropped
+               before any response byte and the server stops listening
+               (every later connection is refused), as a killed process
 =============  ============================================================
 
 Every kind also takes ``p`` and ``seed``.
@@ -53,6 +56,7 @@ FAULT_KINDS: dict[str, dict[str, type[int] | type[float] | type[str]]] = {
     "restart": {},
     "identity": {"what": str},
     "busy-gauge": {"s": float},
+    "die": {},
 }
 """Kind -> its own keys and their types (``p`` and ``seed`` are common)."""
 

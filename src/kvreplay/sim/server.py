@@ -335,6 +335,12 @@ class SimServer(Responses):
             "body_sha256": hashlib.sha256(raw).hexdigest(),
             "faults": [f.text for f in fired],
         }
+        if "die" in kinds:
+            eng.log("request", **base_event, status=None, outcome="die")
+            asyncio.get_running_loop().create_task(self.stop())  # not in _tasks: stop() cancels those
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=503)  # never reaches the client: its connection is gone
         if "restart" in kinds:
             eng.restart()
         if "identity" in kinds:

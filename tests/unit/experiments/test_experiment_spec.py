@@ -96,7 +96,8 @@ def test_freeze_hash_covers_the_plans_and_window(tmp_path):
     doc, plans = freeze(exp, wl, exp.window)
     assert doc["window"] == {"stop_new_after_s": 4200.0, "hard_deadline_s": 5400.0, "restore_reserve_s": 1200.0,
                              "cancel_in_flight_at_s": 4200.0, "abort_if": [],
-                             "max_error_rate": None, "abort_on_malformed": False}
+                             "max_error_rate": None, "abort_on_malformed": False,
+                             "max_output_error_rate": None, "max_transport_failures": 3}
     assert [x["body_index"] for x in doc["steps"][0]["plan"]["phases"][0]["sequence"]] == [0, 1, 2]
     assert doc["steps"][0]["plan_sha256"] == plans["A"].sha256
     assert [(b["rep"], b["arm"]) for b in doc["steps"][1]["ab_order"]] == [(0, "off"), (0, "on"), (1, "on"),
@@ -111,3 +112,24 @@ def test_placeholders_and_pins(tmp_path):
     ident = {"models": ["m1"], "version": {"build": "b2"}}
     assert identity_mismatches(ident, {"models": "m1", "version.build": "b2"}) == []
     assert identity_mismatches(ident, {"version.build": "b1"}) == ["version.build: 'b1' -> 'b2'"]
+
+
+def test_transport_and_output_rules_in_window_and_step(tmp_path):
+    p = write(tmp_path, '[window]\nmax_transport_failures = 5\nmax_output_error_rate = 0.25\n'
+                        '[[step]]\nname = "A"\nkind = "run"\nmax_transport_failures = 0\n'
+                        'phases = ["prime:forward:c1:first3"]\n')
+    exp = load_experiment(p)
+    assert (exp.window.max_transport_failures, exp.window.max_output_error_rate) == (5, 0.25)
+    assert exp.steps[0].settings["max_transport_failures"] == 0
+    p = write(tmp_path, '[window]\nmax_transport_failures = 0\n'
+                        '[[step]]\nname = "A"\nkind = "run"\nphases = ["prime:forward:c1:first3"]\n')
+    assert load_experiment(p).window.max_transport_failures is None  # 0: never
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "true", '"3"'])
+def test_max_transport_failures_must_be_a_whole_number(tmp_path, bad):
+    p = write(tmp_path, f'[window]\nmax_transport_failures = {bad}\n'
+                        '[[step]]\nname = "A"\nkind = "run"\nphases = ["prime:forward:c1:first3"]\n')
+    with pytest.raises(ConfigError, match="whole number") as ei:
+        load_experiment(p)
+    assert ei.value.field == "window.max_transport_failures"

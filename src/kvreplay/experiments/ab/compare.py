@@ -32,7 +32,10 @@ is within it, else ``no decision``. The verdict is ``regression`` if any check
 is, ``benefit`` if every primary check is and every protected check is ``ok``,
 ``no change`` if every primary check is and every protected check is ``ok``,
 else ``no decision``. Fewer than two pairs is always ``no decision``: never a
-verdict from one pair.
+verdict from one pair. A check whose figures sit near the latency histogram's
+resolution, whose arms' spread is at least the effect, or whose split halves
+disagree is ``no decision`` with the reason (``experiments.ab.resolution``); every
+check states its split-half agreement (``split_half``).
 
 Comparability (``comparability``): before any ratio means anything, both blocks
 of a pair, and the baselines of all pairs, must have run the same experiment.
@@ -56,6 +59,7 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.comparability import BLOCKING_FIELDS, comparability
 from kvreplay.experiments.ab.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
+from kvreplay.experiments.ab.resolution import resolution_gate, split_half
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
 from kvreplay.rundir import PLAN, SUMMARY, read_json_checked
@@ -342,6 +346,8 @@ def compare_blocks(
                     entry["cells"].append("n/a")
                     continue
                 r = vc / vb
+                entry.setdefault("values_baseline", []).append(vb)
+                entry.setdefault("values_candidate", []).append(vc)
                 entry["ratios"].append(r)
                 entry["cells"].append(round(r, 6))
         pair_rows.append(row)
@@ -381,12 +387,19 @@ def compare_blocks(
                 reasons.append(f"{name}.{t.metric}: {missing or f'only {n} usable pair(s)'}")
             else:
                 lo, hi = found["ci_ratio"]
+                # resolution, spread and split-half gates (experiments.ab.resolution)
+                decision, why = resolution_gate(found, t.pct, _decide(t, lo - 1, hi - 1),
+                                                METRICS.get(t.metric, ("",))[0].endswith("_ms"))
                 chk.update(
-                    decision=_decide(t, lo - 1, hi - 1),
+                    decision=decision,
                     n=found["n"],
                     ci_change_pct=found["ci_change_pct"],
                     change_pct=found["change_pct"],
+                    split_half=split_half(found["ratios"]),
                 )
+                if why is not None:
+                    chk["reason"] = why
+                    reasons.append(f"{name}.{t.metric}: no decision: {why}")
             checks.append(chk)
     comp = comparability(pairs)
     verdict = _verdict(checks)

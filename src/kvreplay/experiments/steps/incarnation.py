@@ -22,7 +22,7 @@ from kvreplay.experiments.steps.base import StepKind, Window, check_cells
 from kvreplay.plan import Plan
 from kvreplay.workload import Workload
 
-__all__ = ["KIND"]
+__all__ = ["KIND", "completion_failure"]
 
 
 def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[str, Any]:
@@ -94,9 +94,23 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     if comp is not None:
         res.checks["completion"] = comp
         if not comp["passed"]:
-            return _fail(w, res, f"ready completion: finish_reason {comp.get('finish_reason')!r}, want "
-                                 f"'stop' ({comp.get('error') or 'ok'})")
+            return _fail(w, res, completion_failure(comp))
     res.status = "measured"
+
+
+def completion_failure(comp: dict[str, Any]) -> str:
+    """Why a ready completion failed, in words (``lifecycle.ServerControl.completion_check``'s result).
+
+    ``ready completion: no answer (ClientConnectorError: ...); want HTTP 200 with finish_reason 'stop'``,
+    ``ready completion: HTTP 500 (body...); want HTTP 200 with finish_reason 'stop'`` or
+    ``ready completion: HTTP 200 with finish_reason 'length'; want 'stop'``.
+    """
+    status, err = comp.get("http_status"), comp.get("error")
+    if status is None:
+        return f"ready completion: no answer ({err or 'no response'}); want HTTP 200 with finish_reason 'stop'"
+    if status != 200:
+        return f"ready completion: HTTP {status} ({err or 'no body'}); want HTTP 200 with finish_reason 'stop'"
+    return f"ready completion: HTTP 200 with finish_reason {comp.get('finish_reason')!r}; want 'stop'"
 
 
 KIND = StepKind(

@@ -2,7 +2,10 @@
 
 TOML keys: ``phases`` (shorthand strings ``NAME:ORDER:cN...``) and/or ``[[step.phase]]``
 tables (as in a plan TOML, ``kvreplay.plan``), ``label``, ``comparable`` (false: a
-control, never pooled with or compared as a main arm), ``drain_timeout``.
+control, never pooled with or compared as a main arm), ``drain_timeout``,
+``max_transport_failures`` (this step's own: consecutive sends that never reached
+the server before the step is ``failed``, reason ``transport: ...``; default the
+window's; 0 = never).
 
 Frozen: the exact plan (``plan``, ``plan_sha256``) and ``drain_timeout_s``. Run: the
 runner against the current incarnation, under the window's deadlines and abort rules;
@@ -23,8 +26,8 @@ import aiohttp
 
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import ABSENT
-from kvreplay.experiments.fields import Where
-from kvreplay.experiments.findings import CELL_METRICS, partial_reason, view_evidence
+from kvreplay.experiments.fields import Where, transport_failures
+from kvreplay.experiments.findings import CELL_METRICS, phase_status, view_evidence
 from kvreplay.experiments.lifecycle import identity_mismatches
 from kvreplay.experiments.model import StepResult, StepSpec
 from kvreplay.experiments.steps.base import COMMON_KEYS, CellContext, StepKind, Window, plan_schedule
@@ -77,6 +80,9 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
                         for ph in phases)}
     if "drain_timeout" in rest:
         st["drain_timeout_s"] = where.duration(rest["drain_timeout"], "drain_timeout")
+    n = transport_failures(rest, where.path, where.line, where.fld)
+    if n is not None:
+        st["max_transport_failures"] = n
     return st
 
 
@@ -84,7 +90,9 @@ def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], 
     assert workload is not None
     plan = build_plan(workload, list(step.settings["phases"]))
     return {"plan": plan.content(), "plan_sha256": plan.sha256,
-            "drain_timeout_s": step.settings.get("drain_timeout_s", 10.0)}, plan
+            "drain_timeout_s": step.settings.get("drain_timeout_s", 10.0),
+            **({"max_transport_failures": step.settings["max_transport_failures"]}
+               if "max_transport_failures" in step.settings else {})}, plan
 
 
 def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
@@ -108,15 +116,22 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     plan = w.plans[st.name]
     assert w.workload is not None and w.server.url is not None
     url, is_sim = w.server.url, w.exp.server.is_sim
+    now = w.elapsed()  # one reading: the runner adds it back to name the window's deadlines exactly
+
+    def left(at: float | None) -> float | None:
+        return None if at is None else max(0.0, at - now)
+
     opts = RunOptions(
         target_url=url, target_label="sim" if is_sim else url, out_dir=w.out / st.dir,
         backend_name=w.server.backend_name, headers=w.headers,
         drain_timeout_s=st.settings.get("drain_timeout_s", 10.0), drain_interval_s=0.1,
-        stop_new_after_s=w.left(w.window.stop_new_after_s),
-        hard_deadline_s=w.left(w.window.cancel_at_s),
-        elapsed_before_s=w.elapsed(), quiet=True, identity_pins=w.pins,
+        stop_new_after_s=left(w.window.stop_new_after_s),
+        hard_deadline_s=left(w.window.cancel_at_s),
+        elapsed_before_s=now, quiet=True, identity_pins=w.pins,
         abort_if=w.window.abort_if, max_error_rate=w.window.max_error_rate,
         abort_on_malformed=w.window.abort_on_malformed,
+        max_output_error_rate=w.window.max_output_error_rate,
+        max_transport_failures=st.settings.get("max_transport_failures", w.window.max_transport_failures) or None,
         # plan.json records the simulator's time scale, as `kvreplay run --target sim` does, so
         # the step's reports give model ms with the scale stated (experiments.timescale)
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
@@ -137,6 +152,11 @@ def judge_run(w: Window, res: StepResult, summary: dict[str, Any]) -> None:
     ident = (summary.get("identity") or {}).get("after")
     res.checks["identity_after"] = ident
     bad = identity_mismatches(ident, w.exp.server.identity) if ident is not None else []
+    if ab and ab.get("reason") == "transport":
+        # the server stopped answering: the step failed (not cut by the window); the window stops
+        res.status, res.reason = "failed", f"transport: {ab.get('message')}"
+        w.abort("transport", f"step {res.name}: {ab.get('message')}")
+        return
     if ab:
         res.status, res.reason = "aborted", f"{ab.get('reason')}: {ab.get('message')}"
         if ab.get("reason") == "interrupt":
@@ -164,10 +184,15 @@ def judge_run(w: Window, res: StepResult, summary: dict[str, Any]) -> None:
 def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dict[str, Any]]:
     """Per phase: requests, TTFT/E2E p50 (``model_ms`` beside at a time scale), cached, hit and host tokens.
 
-    A phase cut short is ``aborted`` with ``"partial: 9 of 52 positions sent (STEP REASON)"``
-    on every cell of it (never ``measured``); a phase that sent nothing takes ``deferred``;
-    a tier that never moved in the window, or did not move in the phase's repeats
-    (``evidence.engine``), is ``absent``, and so is a prime's restore cell.
+    A cell is ``measured`` only when its evidence exists (``findings.phase_status``): a
+    phase that sent nothing is ``deferred`` (an abort came first) or ``failed``; one whose
+    sends have no records, or whose requests all failed (in transport or in output), is
+    ``failed`` with the reason; a phase cut short is ``aborted`` with ``"partial: 9 of 52
+    positions sent (STEP REASON)"`` on every cell of it; a phase the step's run directory
+    does not hold takes the step's status (``failed`` when the step reads measured). A tier
+    that never moved in the window, or did not move in the phase's repeats
+    (``evidence.engine``), is ``absent``, and so is a prime's restore cell. Every cell that
+    is not ``measured`` or ``absent`` carries a non-empty reason.
     """
     from kvreplay.experiments.timescale import model_ms
 
@@ -177,24 +202,26 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
     for ph in (fs.get("plan") or {}).get("phases", []):
         v = by.get(f"{name}/{ph['name']}")
         if v is None:
+            kept = status if status in ("deferred", "aborted", "failed", "not_run") else "failed"
+            why = reason or (f"not run: {status}" if kept == status else "no summary: the phase left no record")
             for m, _f in CELL_METRICS:
-                out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": status if status in (
-                    "deferred", "aborted", "failed") else "failed", "value": None, "reason": reason})
+                out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": kept, "value": None, "reason": why})
             continue
-        pst = "measured" if v.summary.get("valid", True) and not v.summary.get("deferred") else (
-            "deferred" if v.summary.get("deferred") else "failed")
-        pre = None if pst == "measured" else "; ".join(v.summary.get("invalid_reasons") or []) or reason
-        if pst == "measured" and partial_reason(v.summary):
-            pst, pre = "aborted", f"{partial_reason(v.summary)} ({reason or 'step aborted'})"
+        pst, pre = phase_status(v.summary, v.sent_records, reason)
         for m, f in CELL_METRICS:
-            c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst,
-                 "value": None if pst == "deferred" else f(v.summary), "reason": pre}
+            val = None if pst == "deferred" else f(v.summary)
+            c = {"step": name, "metric": f"{v.phase}.{m}", "status": pst, "value": val, "reason": pre}
+            if pst == "measured" and val is None:
+                c["status"], c["reason"] = "failed", f"no value: the phase's summary has no {m}"
             if v.scale is not None and m.endswith("_ms"):
                 c["model_ms"] = model_ms(c["value"], v.scale)
             out.append(c)
         ve = view_evidence(v)
         for key, t in (("hit_tokens", "device"), ("host_fetched_tokens", "host")):
-            if not tier[t]:
+            if pst not in ("measured", "aborted"):
+                # nothing behind it: the phase's own status and reason, before any tier rule
+                out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst, "value": None, "reason": pre})
+            elif not tier[t]:
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": ABSENT, "value": None,
                             "reason": "the tier's lookup counters never moved in this window"})
             elif v.evidence is None and pst == "measured" and v.is_prime:
@@ -202,10 +229,10 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": "absent", "value": None,
                             "reason": "not evidence: a prime (first sends only) restores nothing"})
             elif v.evidence is None:
-                # a phase cut short, not run or invalid keeps its own status; else no counters
+                # a phase cut short keeps its own status; else no counters
                 kept = pst != "measured"
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst if kept else "failed",
-                            "value": None, "reason": pre if kept else v.note})
+                            "value": None, "reason": pre if kept else (v.note or "no counters for its repeats")})
             elif ve is not None and (ve.tier(t) is None or key not in v.evidence):
                 # absent, not zero: the tier did not take part in this phase's repeats
                 why = ve.absent.get(t) or f"no {key} counter"
@@ -236,7 +263,7 @@ def _restate(out: Path, st: dict[str, Any]) -> str | None:
 
 KIND = StepKind(
     name="run",
-    keys=frozenset({"phases", "phase", "drain_timeout"}) | COMMON_KEYS,
+    keys=frozenset({"phases", "phase", "drain_timeout", "max_transport_failures"}) | COMMON_KEYS,
     parse=_parse,
     execute=_execute,
     sends=True,

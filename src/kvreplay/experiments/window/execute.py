@@ -34,6 +34,13 @@ steps keep their command logs and ``step.json`` there too. A run step against th
 simulator records its time scale in ``plan.json`` (``run.sim_time_scale``), and so does
 each block of an ab step (``experiments.ab.run_ab``).
 
+Crash safety: the window's progress (``rundir.experiment``'s ``progress.json``) is
+written atomically at its start and at each step's start and end. A resumed window
+(``resume_from``, ``kvreplay experiment --resume``) keeps the results of the steps
+that ended before the kill, counts its deadlines from the original start (wall clock)
+and refuses a server whose identity is neither the one before the first step nor
+the one last known.
+
 At the end, a server this window's lifecycle commands left listening (the incumbent
 a restore brought back, or whatever the last start/arm command left when the restore
 did not complete) is ``WindowRun.left_running``: URL, port and pid
@@ -50,12 +57,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvreplay.clock import now_ns
+from kvreplay.clock import RunClock, now_ns
+from kvreplay.errors import ConfigError
 from kvreplay.experiments.lifecycle import ServerControl, identity_mismatches
 from kvreplay.experiments.model import ExperimentSpec, StepResult, StepSpec, WindowSpec
 from kvreplay.experiments.steps import kind_of
 from kvreplay.plan import Plan
 from kvreplay.rundir import write_step_log
+from kvreplay.rundir.experiment import write_progress
 from kvreplay.safe_io import atomic_write_json
 from kvreplay.workload import Workload
 
@@ -90,7 +99,13 @@ class WindowRun:
 
         self.pins = pins_from_mapping(exp.server.identity, source="[server.identity]")
         self.server = ServerControl(exp.server, out, headers, exp.path.parent)
-        self.t0 = now_ns()
+        self.clock = RunClock.start()
+        self.t0 = self.clock.origin_ns
+        self.wall_anchor_ns = self.clock.wall_anchor_ns
+        self.keep: dict[str, StepResult] = {}
+        self.resumed: list[str] = []
+        self.known_identities: list[dict[str, Any]] = []
+        self.unread: dict[str, Any] | None = None  # series the backend does not read (experiments.unread)
         self.aborted: dict[str, str] | None = None
         self.interrupted = False
         self.current: asyncio.Task | None = None
@@ -105,6 +120,59 @@ class WindowRun:
         self.ended: str | None = None
         self.closed: list[dict[str, Any]] = []
         self.left_running: dict[str, Any] | None = None
+
+    # -- resume and progress --------------------------------------------------------------------
+    def resume_from(self, progress: dict[str, Any], keep: dict[str, StepResult]) -> None:
+        """Go on with an interrupted window: its start, snapshot, abort and the results ``keep``ed.
+
+        Args:
+            progress: ``progress.json`` of the interrupted window.
+            keep: Results of the steps not run again (name -> result), in any order.
+        """
+        gone_ns = self.clock.wall_anchor_ns - int(progress["wall_anchor_ns"])
+        self.t0 = self.clock.origin_ns - max(0, gone_ns)  # deadlines count from the original start
+        self.wall_anchor_ns = int(progress["wall_anchor_ns"])
+        self.started = progress.get("started") or self.started
+        self.resumed = [*progress.get("resumed", []), utc_now()]
+        self.snapshot_identity = progress.get("snapshot_identity")
+        self.snapshot_note = progress.get("snapshot_note")
+        self.unread = progress.get("unread_series")
+        self.aborted = progress.get("aborted")
+        self.keep = dict(keep)
+        self.known_identities = [i for i in (progress.get("snapshot_identity"), progress.get("identity"))
+                                 if i is not None]
+
+    def _progress(self, running: str | None = None) -> None:
+        """Rewrite ``progress.json`` (``running``: the step that has started and not ended)."""
+        steps = {r.name: {**r.to_json(), **({"status": "running"} if r.name == running else {})}
+                 for r in self.results}
+        doc = {"experiment_sha256": self.frozen["experiment_sha256"], "started": self.started,
+               "updated": utc_now(), "wall_anchor_ns": self.wall_anchor_ns, "resumed": self.resumed,
+               "snapshot_identity": self.snapshot_identity, "snapshot_note": self.snapshot_note,
+               "identity": self.inc_identity or self.snapshot_identity, "aborted": self.aborted,
+               "unread_series": self.unread, "steps": steps}
+        with contextlib.suppress(OSError):  # a full disk must not stop the window; the step logs remain
+            write_progress(self.out, doc)
+
+    async def _unread(self) -> dict[str, Any] | None:
+        """Series the server exposes that the backend does not read (``experiments.unread``), None if none."""
+        from kvreplay.experiments.unread import fetch_metrics_text, unread_series
+
+        if self.server.url is None or self.server.backend_name in ("none", "auto"):
+            return None
+        text = await asyncio.to_thread(fetch_metrics_text, self.server.url)
+        return None if text is None else unread_series(text, self.server.backend_name, self.exp.server.profile)
+
+    def _check_resumed_identity(self, ident: dict[str, Any] | None) -> None:
+        """A resumed window refuses a server that is neither the one before the first step nor the last known."""
+        if not self.known_identities or ident is None or ident in self.known_identities:
+            return
+        from kvreplay.runner.identity import identity_changes
+
+        changes = identity_changes(self.known_identities[-1], ident)
+        raise ConfigError("the server's identity changed since the window was interrupted: "
+                          + ("; ".join(c.describe() for c in changes) or "identity differs")
+                          + "; not resumed (start a new window)", path=self.out, field="--resume")
 
     # -- time ---------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -144,16 +212,28 @@ class WindowRun:
             if self.exp.server.is_sim:
                 await self.server.start_sim(None)
             ident, _snap, err = await self.server.read()
-            self.snapshot_identity = ident
-            if ident is None:
-                self.snapshot_note = f"no identity before the first step ({err or 'no counters adapter'})"
+            if self.resumed:
+                self._check_resumed_identity(ident)
             else:
+                self.snapshot_identity = ident
+                if ident is None:
+                    self.snapshot_note = f"no identity before the first step ({err or 'no counters adapter'})"
+            if ident is not None:
                 bad = identity_mismatches(ident, self.exp.server.identity)
                 if bad:
                     self.abort("identity_pins", "before the first step: " + "; ".join(bad))
             self.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note})
+            if not self.resumed:
+                self.unread = await self._unread()
+                atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note,
+                                                               "unread_series": self.unread})
+                if self.unread:
+                    self.say(f"warning: {self.unread['message']}")
+            self._progress()
             for st in self.exp.steps:
+                if st.name in self.keep:  # ended before the kill: its result stands
+                    self.results.append(self.keep[st.name])
+                    continue
                 res = StepResult(st.name, st.kind, comparable=st.comparable, label=st.settings.get("label"))
                 self.results.append(res)
                 if kind_of(st.kind).restores:
@@ -163,6 +243,7 @@ class WindowRun:
                 if why is not None:
                     res.status, res.reason = "deferred", why
                     self.say(f"step {st.name}: deferred: {why}")
+                    self._progress()
                     continue
                 await self._guarded(st, res)
         finally:
@@ -173,6 +254,7 @@ class WindowRun:
                     self.say(f"the server (pid {c.get('pid')}) {c['stop']['text']}")
             self.left_running = self._left_running()
             self.ended = utc_now()
+            self._progress()
         return self.results
 
     def _left_running(self) -> dict[str, Any] | None:
@@ -213,6 +295,7 @@ class WindowRun:
         res.incarnation = self.incarnation
         self.say(f"step {st.name} ({st.kind}) at {self.elapsed():.1f} s")
         (self.out / st.dir).mkdir(parents=True, exist_ok=True)
+        self._progress(running=st.name)  # a kill from here on leaves the step "running" on disk
         self.in_restore = kind.restores
         self.current = asyncio.ensure_future(kind.execute(self, st, res))
         # Run and ab steps stop themselves (the runner's and ab's stop_new_after / hard_deadline);
@@ -240,6 +323,7 @@ class WindowRun:
         if st.sends:
             res.run_dir = st.dir
         write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"], **res.to_json()})
+        self._progress()
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
 
     def say_stops(self, st: StepSpec, cmds: list[dict[str, Any]]) -> None:

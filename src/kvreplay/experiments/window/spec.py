@@ -23,6 +23,8 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     [window]                        # all counted from the experiment's start
     stop_new_after = "70m"; hard_deadline = "90m"; restore_reserve = "20m"
     abort_if = ["host_bytes>34e9"]; max_error_rate = 0.05; abort_on_malformed = true
+    max_output_error_rate = 0.05    # output failures only (max_error_rate counts every failure)
+    max_transport_failures = 3      # consecutive sends that never reached the server (0 = never)
 
     [[step]]  name = "A0"; kind = "incarnation"; fresh = true; sim = {host_rows = 52}
     [[step]]  name = "A"; kind = "run"; phases = ["prime:forward:c1", "replay:reverse:c1"]
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.fields import BOUND_RE, NAME_RE, Where, parse_duration
+from kvreplay.experiments.fields import BOUND_RE, NAME_RE, Where, parse_duration, transport_failures
 from kvreplay.experiments.model import (
     STOP_GRACE_S,
     Command,
@@ -161,7 +163,8 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
     if not isinstance(data, dict):
         raise ConfigError("must be a table", path=path, line=line, field="window")
     unknown = sorted(set(data) - {"stop_new_after", "hard_deadline", "restore_reserve", "abort_if",
-                                  "max_error_rate", "abort_on_malformed"})
+                                  "max_error_rate", "abort_on_malformed", "max_output_error_rate",
+                                  "max_transport_failures"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"window.{unknown[0]}")
     vals = {k: (parse_duration(data[k], path=path, line=line, fld=f"window.{k}") if k in data else None)
@@ -175,14 +178,20 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
         except (AttributeError, ValueError):
             raise ConfigError(f"not a bound: {b!r} (e.g. \"host_bytes>34e9\")", path=path, line=line,
                               field="window.abort_if") from None
-    rate = data.get("max_error_rate")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
-        raise ConfigError("must be a fraction between 0 and 1", path=path, line=line, field="window.max_error_rate")
+    rates = {}
+    for k in ("max_error_rate", "max_output_error_rate"):
+        rate = data.get(k)
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
+            raise ConfigError("must be a fraction between 0 and 1", path=path, line=line, field=f"window.{k}")
+        rates[k] = None if rate is None else float(rate)
+    transport = transport_failures(data, path, line, "window")
     mal = data.get("abort_on_malformed", False)
     if not isinstance(mal, bool):
         raise ConfigError("must be true or false", path=path, line=line, field="window.abort_on_malformed")
     return WindowSpec(vals["stop_new_after"], vals["hard_deadline"], vals["restore_reserve"] or 0.0,
-                      tuple(bounds), None if rate is None else float(rate), mal)
+                      tuple(bounds), rates["max_error_rate"], mal, rates["max_output_error_rate"],
+                      3 if transport is None else (transport or None))
+
 
 
 def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
@@ -216,15 +225,25 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
     return StepSpec(i, name, kind_name, line, st, sends=kind.sends)
 
 
-def load_experiment(path: str | Path) -> ExperimentSpec:
+def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec:
     """Parse and validate an experiment file (no workload is read, nothing is started).
+
+    Args:
+        path: The file; relative paths inside it are taken from its folder.
+        text: The file's text when it is not to be read from ``path`` (``--resume`` parses the
+            copy kept in the experiment directory as if it were at the original path).
 
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values, duplicate step names, a
             ``compare`` naming an unknown step, or a window whose deadlines are out of order.
     """
     p = Path(path)
-    text, data = _read(p)
+    if text is None:
+        text, data = _read(p)
+    else:
+        from kvreplay.tomlfile import parse_toml
+
+        text, data = parse_toml(text.encode("utf-8"), where=p)
     unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),

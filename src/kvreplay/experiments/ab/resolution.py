@@ -1,0 +1,95 @@
+"""Whether an A/B check can resolve its threshold at all (issue 27, item 6).
+
+A bootstrap interval says how the paired ratios scatter, not whether the figures
+behind them could tell the arms apart. Three gates, applied to every check that has
+an interval (``compare.compare_blocks``), turn a decision into ``no decision`` with
+a reason that starts ``below resolution`` or names the disagreement:
+
+- **Histogram resolution.** Latencies are recorded in HdrHistogram at integer µs
+  and 3 significant digits: the step at a value ``v`` µs is 1 µs below 1,000 µs and
+  ``10^(floor(log10 v) - 2)`` µs above (``step_us``). When the step at the smaller
+  arm's median is coarser than half the threshold (relative), the check cannot
+  resolve it (an ITL p50 of 2 µs moves in 50% steps: "ok [0%, 0%]" there is the
+  histogram's floor, not a measurement).
+- **Spread.** A decisive outcome (``benefit``, ``regression``) whose effect (the
+  median change) is not larger than either arm's spread across repetitions
+  (``(max - min) / median`` of the arm's values) is noise presented as a decision.
+- **Split-half agreement.** The median change of the first half of the pairs and of
+  the second half (by repetition); a decisive outcome whose halves disagree in sign is
+  not repeatable. The halves are always stated (``split_half``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvreplay.experiments.stats import median
+
+__all__ = ["resolution_gate", "split_half", "spread_pct", "step_us"]
+
+_DECISIVE = ("benefit", "regression")
+
+
+def step_us(value_us: float) -> float:
+    """The HdrHistogram step (µs) at ``value_us`` with 3 significant digits and a 1 µs unit."""
+    if value_us < 1000:
+        return 1.0
+    return float(10 ** (math.floor(math.log10(value_us)) - 2))
+
+
+def spread_pct(values: list[float]) -> float | None:
+    """``(max - min) / median`` of one arm's values across repetitions, in percent; None below 2 or at 0."""
+    if len(values) < 2:
+        return None
+    m = median(values)
+    return None if m == 0 else (max(values) - min(values)) / abs(m) * 100
+
+
+def split_half(ratios: list[float]) -> dict[str, Any] | None:
+    """The median change (%) of the first and the second half of the paired ratios, and whether they agree.
+
+    With an odd count the middle pair goes to the second half. None below 2 pairs.
+    Agreement: the same sign, or both within 0.5% of no change.
+    """
+    if len(ratios) < 2:
+        return None
+    h = len(ratios) // 2
+    a, b = (median(ratios[:h]) - 1) * 100, (median(ratios[h:]) - 1) * 100
+    agree = (a > 0) == (b > 0) or (abs(a) < 0.5 and abs(b) < 0.5)
+    return {"first_pct": round(a, 3), "second_pct": round(b, 3), "agree": agree}
+
+
+def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
+                    latency: bool) -> tuple[str, str | None]:
+    """A check's decision after the three gates (module docstring), and why it changed (None: unchanged).
+
+    Args:
+        entry: The metric's entry of ``compare_blocks`` (``values_baseline``, ``values_candidate``,
+            ``ratios``, ``change_pct``).
+        threshold_pct: The check's signed threshold (percent).
+        decision: The decision from the interval (``compare._decide``).
+        latency: True for a metric in ms from the latency histograms (the resolution gate applies).
+    """
+    base, cand = entry.get("values_baseline") or [], entry.get("values_candidate") or []
+    if latency and base and cand:
+        low_ms = min(median(base), median(cand))
+        if low_ms > 0:
+            st = step_us(low_ms * 1000)
+            rel = st / (low_ms * 1000) * 100
+            if rel > abs(threshold_pct) / 2:
+                return "no decision", (f"below resolution: {entry['metric']} is {low_ms * 1000:.3g} µs, where the "
+                                       f"histogram's step is {st:g} µs ({rel:.3g}%), coarser than half the "
+                                       f"{abs(threshold_pct):g}% threshold")
+    if decision not in _DECISIVE:
+        return decision, None
+    change = abs(entry.get("change_pct") or 0.0)
+    spreads = [s for s in (spread_pct(base), spread_pct(cand)) if s is not None]
+    if spreads and max(spreads) >= change:
+        return "no decision", (f"below resolution: the arms' spread across repetitions ({max(spreads):.3g}%) "
+                               f"is at least the effect ({change:.3g}%)")
+    halves = split_half(entry.get("ratios") or [])
+    if halves is not None and not halves["agree"]:
+        return "no decision", (f"not repeatable: the two halves of the repetitions disagree "
+                               f"({halves['first_pct']:+.3g}% and {halves['second_pct']:+.3g}%)")
+    return decision, None

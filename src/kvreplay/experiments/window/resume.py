@@ -1,0 +1,191 @@
+"""After kill -9: rebuild a window's publication, or go on with it (issue 27, "crash-safe window").
+
+The window writes its progress as it goes (``rundir.experiment``: ``progress.json`` at
+its start and at each step's start and end, ``experiment.toml`` beside the frozen
+``experiment.json``). From those:
+
+- ``rebuild_publication(out)`` (``kvreplay report EXP_DIR``) writes ``result.json``,
+  ``report.md`` and ``report.html``: each step once, with its last status; the step the
+  kill cut (``running`` on disk) is ``aborted`` with ``interrupted: the window was killed
+  during this step`` (its run's ``summary.json`` rebuilt from its records, so its cells
+  read ``partial``), and every step that never started, the restore included, is
+  ``not_run`` with ``not run: interrupted``; the window's ``aborted`` is
+  ``{"reason": "killed"}``. A window that ended (every step final) is re-rendered as it
+  was published.
+- ``plan_resume(frozen, progress)`` (``kvreplay experiment --resume EXP_DIR``) says which
+  steps run again: the first step that did not end (the interrupted one), preceded by
+  the incarnation it ran in when it followed one, then every later step; the others
+  keep their results. ``load_frozen`` rebuilds the experiment, its window and its plans
+  from the directory and refuses (``ConfigError``) when they no longer freeze to the same
+  ``experiment_sha256``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import ConfigError
+from kvreplay.experiments.fields import BOUND_RE
+from kvreplay.experiments.model import ExperimentSpec, StepResult, WindowSpec
+from kvreplay.experiments.steps import kind_of
+from kvreplay.plan import Plan
+from kvreplay.workload import Workload
+
+__all__ = ["INTERRUPTED", "NOT_RUN", "ResumePlan", "load_frozen", "plan_resume", "rebuild_publication",
+           "window_from_json"]
+
+NOT_RUN = "not run: interrupted"
+"""The reason of a step that never started before the kill."""
+INTERRUPTED = "interrupted: the window was killed during this step"
+"""The reason of the step the kill cut."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """Which steps of an interrupted window run again.
+
+    Attributes:
+        keep: Results of the steps that ended before the kill and are not run again.
+        rerun: Names of the steps run again, in file order (the interrupted step, its
+            incarnation before it when it followed one, then every later step).
+        set_aside: Step folders (``steps/NN-name``) to keep under a new name before they run again.
+        interrupted: The first step that did not end (None: every step ended).
+    """
+
+    keep: dict[str, StepResult]
+    rerun: tuple[str, ...]
+    set_aside: tuple[str, ...]
+    interrupted: str | None
+
+
+def _final(d: dict[str, Any] | None) -> bool:
+    return d is not None and d.get("status") not in (None, "running")
+
+
+def plan_resume(frozen: dict[str, Any], progress: dict[str, Any]) -> ResumePlan:
+    """The resume plan of a window from its ``experiment.json`` and ``progress.json`` (module docstring)."""
+    steps = frozen.get("steps") or []
+    done = progress.get("steps") or {}
+    k = next((i for i, s in enumerate(steps) if not _final(done.get(s["name"]))), None)
+    if k is None:
+        return ResumePlan({s["name"]: StepResult.from_json(done[s["name"]]) for s in steps}, (), (), None)
+    start = k
+    if not kind_of(steps[k]["kind"]).starts_server and not kind_of(steps[k]["kind"]).restores:
+        inc = next((i for i in range(k - 1, -1, -1) if kind_of(steps[i]["kind"]).starts_server), None)
+        if inc is not None:
+            start = inc
+    rerun = [steps[start]["name"]] + [s["name"] for s in steps[k:]] if start != k else [s["name"] for s in steps[k:]]
+    keep = {s["name"]: StepResult.from_json(done[s["name"]]) for s in steps if s["name"] not in rerun}
+    from kvreplay.rundir.names import step_dir
+
+    aside = tuple(step_dir(s["index"], s["name"]) for s in (steps[start], steps[k]) if s["name"] in done)
+    return ResumePlan(keep, tuple(rerun), tuple(dict.fromkeys(aside)), steps[k]["name"])
+
+
+def window_from_json(w: dict[str, Any]) -> WindowSpec:
+    """The ``WindowSpec`` of ``experiment.json``'s ``window`` (the file's, with command-line overrides)."""
+    bounds = []
+    for b in w.get("abort_if") or []:
+        m = BOUND_RE.fullmatch(b)
+        if m is None:
+            raise ConfigError(f"not a bound: {b!r}", field="window.abort_if")
+        bounds.append((m.group(1), m.group(2), float(m.group(3))))
+    return WindowSpec(w.get("stop_new_after_s"), w.get("hard_deadline_s"), w.get("restore_reserve_s") or 0.0,
+                      tuple(bounds), w.get("max_error_rate"), bool(w.get("abort_on_malformed")),
+                      w.get("max_output_error_rate"), w.get("max_transport_failures", 3))
+
+
+def load_frozen(out: Path, *, max_body_bytes: int) -> tuple[ExperimentSpec, dict[str, Any], dict[str, Plan],
+                                                             Workload | None, WindowSpec]:
+    """The experiment of an experiment directory, re-frozen and checked against its ``experiment.json``.
+
+    Returns:
+        ``(exp, frozen, plans, workload, window)``.
+
+    Raises:
+        ConfigError: no ``experiment.json`` or ``experiment.toml``, or the file, the workload or
+            the plans no longer freeze to the recorded ``experiment_sha256``.
+    """
+    from kvreplay.experiments.window.frozen import freeze
+    from kvreplay.experiments.window.spec import load_experiment
+    from kvreplay.rundir import read_experiment
+    from kvreplay.rundir.experiment import read_source
+    from kvreplay.workload import load_workload
+
+    frozen = read_experiment(out)
+    text = read_source(out)
+    if frozen is None or text is None:
+        raise ConfigError("not an experiment directory that can be resumed (experiment.json and experiment.toml "
+                          "are written by kvreplay experiment)", path=out, field="--resume")
+    exp = load_experiment(Path(frozen["file"]["path"]), text=text)
+    window = window_from_json(frozen.get("window") or {})
+    workload = load_workload(exp.workload, max_body_bytes=max_body_bytes) if exp.workload else None
+    doc, plans = freeze(exp, workload, window)
+    if doc["experiment_sha256"] != frozen["experiment_sha256"]:
+        diff = sorted(k for k in doc if k != "experiment_sha256" and doc.get(k) != frozen.get(k))
+        raise ConfigError(f"the experiment no longer freezes to experiment_sha256 {frozen['experiment_sha256'][:16]} "
+                          f"(differs in: {', '.join(diff) or 'the hash'}); not resumed", path=out, field="--resume")
+    return exp, frozen, plans, workload, window
+
+
+def rebuild_publication(out: Path) -> dict[str, Any]:
+    """Write ``result.json``, ``report.md`` and ``report.html`` of an experiment directory (module docstring).
+
+    Returns:
+        The result.
+
+    Raises:
+        ConfigError: no ``experiment.json`` (without ``progress.json`` every step reads ``not_run``).
+    """
+    from kvreplay.experiments.publish import build_result, write_publication
+    from kvreplay.rundir import (
+        PLAN,
+        RECORDS,
+        SUMMARY,
+        iter_records,
+        read_experiment,
+        read_plan,
+        read_result,
+        rebuild_summary,
+        write_summary,
+    )
+    from kvreplay.rundir.experiment import read_progress
+
+    frozen = read_experiment(out)
+    if frozen is None:
+        raise ConfigError("no experiment.json: not an experiment directory", path=out)
+    title = Path(str((frozen.get("file") or {}).get("path") or out.name)).stem
+    progress = read_progress(out)
+    done = (progress or {}).get("steps") or {}
+    ended = progress is not None and all(_final(done.get(s["name"])) for s in frozen.get("steps") or [])
+    old = read_result(out)
+    if old is not None and (progress is None or ended):
+        write_publication(out, old, title)
+        return old
+    if progress is None:  # killed before the window's first progress line: nothing ran
+        progress = {"steps": {}, "started": None}
+    steps = []
+    for fs in frozen.get("steps") or []:
+        d = done.get(fs["name"])
+        if d is None:
+            steps.append(StepResult(fs["name"], fs["kind"], status="not_run", reason=NOT_RUN,
+                                    comparable=fs.get("comparable", True), label=fs.get("label")).to_json())
+            continue
+        if d.get("status") == "running":
+            d = {**d, "status": "aborted", "reason": INTERRUPTED}
+            rd = fs.get("dir")
+            if rd and (out / rd / PLAN).exists():
+                d["run_dir"] = rd
+                if not (out / rd / SUMMARY).exists():
+                    write_summary(out / rd, rebuild_summary(out / rd, read_plan(out / rd),
+                                                            iter_records(out / rd / RECORDS)))
+        steps.append(d)
+    aborted = progress.get("aborted") or {"reason": "killed", "message": "the window was killed before it ended; "
+                                                                        "result rebuilt from progress.json"}
+    result = build_result(out, frozen, steps, started=progress.get("started") or "", aborted=aborted,
+                          ended=progress.get("updated") or progress.get("started") or "",
+                          identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"))
+    write_publication(out, result, title)
+    return result

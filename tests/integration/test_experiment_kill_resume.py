@@ -1,0 +1,193 @@
+"""Issue 27 item 5: a window killed with SIGKILL is rebuilt by ``kvreplay report`` and finished by
+``kvreplay experiment --resume``.
+
+The window runs in a subprocess against the embedded simulator; the test waits (bounded) until
+``progress.json`` says step A is running and its records file holds two records, then sends
+SIGKILL. What happened is read back from disk, never assumed from timing: the step that was
+running when the kill came is the interrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvreplay.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD = ROOT / "fixtures" / "workloads" / "mtbench-52"
+STEPS = ["A0", "A", "B", "restore"]
+
+
+def _file(tmp_path: Path) -> Path:
+    p = tmp_path / "w.toml"
+    p.write_text(f"""
+workload = "{WORKLOAD}"
+[server]
+target = "sim"
+backend = "vllm"
+[server.sim]
+cache = "radix"
+device_blocks = 215
+host_rows = 52
+time_scale = 0.02
+[window]
+stop_new_after = "300s"
+[[step]]
+name = "A0"
+kind = "incarnation"
+fresh = true
+[[step]]
+name = "A"
+kind = "run"
+phases = ["prime:forward:c1:first12", "replay:reverse:c1:first12"]
+[[step]]
+name = "B"
+kind = "run"
+phases = ["again:forward:c1:first2"]
+[[step]]
+name = "restore"
+kind = "restore"
+""")
+    return p
+
+
+def _progress(out: Path) -> dict:
+    try:
+        return json.loads((out / "progress.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _records(path: Path) -> int:
+    try:
+        return len(path.read_bytes().splitlines())
+    except OSError:
+        return 0
+
+
+def _kill_mid_a(tmp_path: Path) -> Path:
+    """A window killed (SIGKILL) while step A runs, with two of its records written."""
+    out = tmp_path / "x"
+    proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "experiment", str(_file(tmp_path)), "--out", str(out),
+                             "--quiet"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=os.environ.copy())
+    try:
+        t_end = time.monotonic() + 60
+        while time.monotonic() < t_end and proc.poll() is None:
+            st = (_progress(out).get("steps") or {}).get("A") or {}
+            if st.get("status") == "running" and _records(out / "steps" / "01-A" / "records.jsonl") >= 2:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the window ended before it could be killed mid-step"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert not (out / "result.json").exists()
+    on_disk = _progress(out)["steps"]
+    running = [n for n, s in on_disk.items() if s["status"] == "running"]
+    assert running == ["A"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Path:
+    return _kill_mid_a(tmp_path_factory.mktemp("killed"))
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, tmp_path / "x")
+    return tmp_path / "x"
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_mid_window_then_report_then_resume(killed, tmp_path):
+    out = _copy(killed, tmp_path)
+
+    # kvreplay report rebuilds the publication: A interrupted, what never ran not_run
+    assert main(["report", str(out)]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert [s["name"] for s in r["steps"]] == STEPS
+    st = {s["name"]: s for s in r["steps"]}
+    assert st["A0"]["status"] == "measured"
+    assert (st["A"]["status"], st["A"]["reason"]) == ("aborted", "interrupted: the window was killed during this step")
+    for name in ("B", "restore"):
+        assert (st[name]["status"], st[name]["reason"]) == ("not_run", "not run: interrupted")
+    assert r["aborted"]["reason"] == "killed" and r["status"] == "incomplete"
+    assert (out / "report.md").exists() and (out / "report.html").exists()
+    assert "1 step not_run" not in (out / "report.md").read_text()  # two of them
+    assert "2 steps not_run" in (out / "report.md").read_text()
+    # the interrupted step's run was rebuilt from its records: its cells are partial, never measured
+    a_cells = [c for c in r["cells"] if c["step"] == "A"]
+    assert a_cells and "measured" not in {c["status"] for c in a_cells}
+
+    # --resume runs A0 (A followed it) and A again from the start, then B and the restore
+    assert main(["experiment", "--resume", str(out), "--quiet"]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert [s["name"] for s in r["steps"]] == STEPS
+    assert {s["name"]: s["status"] for s in r["steps"]} == dict.fromkeys(STEPS, "measured")
+    assert r["status"] == "complete" and r["aborted"] is None
+    assert (out / "steps" / "01-A.interrupted" / "records.jsonl").exists()
+    assert (out / "steps" / "00-A0.interrupted").exists()
+    summary = json.loads((out / "steps" / "01-A" / "summary.json").read_text())
+    assert [(p["name"], p["sent"], p["not_sent"]) for p in summary["phases"]] == [("prime", 12, 0), ("replay", 12, 0)]
+    assert len(_progress(out)["resumed"]) == 1
+
+
+def _rewrite_progress(out: Path, **changes) -> None:
+    doc = _progress(out)
+    doc.update(changes)
+    (out / "progress.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.timeout(60)
+def test_resume_past_stop_new_after_runs_only_the_restore(killed, tmp_path):
+    out = _copy(killed, tmp_path)
+    # the window started ten minutes ago (wall clock): stop_new_after (300 s) has passed
+    _rewrite_progress(out, wall_anchor_ns=_progress(out)["wall_anchor_ns"] - 600 * 10**9)
+    assert main(["experiment", "--resume", str(out), "--quiet"]) == 3
+    st = {s["name"]: s for s in json.loads((out / "result.json").read_text())["steps"]}
+    assert list(st) == STEPS
+    assert st["restore"]["status"] == "measured"
+    for name in ("A0", "A", "B"):
+        assert st[name]["status"] == "deferred" and "stop_new_after = 300 s" in st[name]["reason"]
+
+
+@pytest.mark.timeout(60)
+def test_resume_refuses_a_server_whose_identity_changed(killed, tmp_path, capsys):
+    out = _copy(killed, tmp_path)
+    other = {"models": ["another-model"], "version": {"build": "x"}}
+    _rewrite_progress(out, snapshot_identity=other, identity=other)
+    assert main(["experiment", "--resume", str(out), "--quiet"]) == 2
+    assert "identity changed since the window was interrupted" in capsys.readouterr().err
+    assert not (out / "result.json").exists()
+
+
+def test_resume_refuses_a_directory_without_a_window(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    assert main(["experiment", "--resume", str(tmp_path / "d")]) == 2
+    assert main(["experiment", str(tmp_path / "w.toml"), "--resume", str(tmp_path / "d")]) == 2
+
+
+def test_report_after_a_kill_before_the_first_step(tmp_path):
+    # experiment.json written, the window killed before its first progress line: every step not_run
+    f = _file(tmp_path)
+    out = tmp_path / "early"
+    assert main(["experiment", str(f), "--out", str(out), "--dry-run", "--quiet"]) == 0
+    assert main(["report", str(out)]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert [(s["name"], s["status"], s["reason"]) for s in r["steps"]] == [
+        (n, "not_run", "not run: interrupted") for n in STEPS]
+    assert r["aborted"]["reason"] == "killed"

@@ -1,0 +1,108 @@
+"""Issue 27 item 6: an A/B check knows its resolution (figures derived by hand in each case)."""
+
+from __future__ import annotations
+
+from kvreplay.experiments.ab.compare import Threshold, compare_blocks
+from kvreplay.experiments.ab.resolution import resolution_gate, split_half, spread_pct, step_us
+
+
+def test_hdr_step():
+    assert [step_us(v) for v in (1, 999, 1000, 1500, 9999, 10_000, 123_456)] == [1, 1, 10, 10, 10, 100, 1000]
+
+
+def test_spread_and_split_half():
+    assert spread_pct([9.0, 10.0, 11.0]) == 20.0  # (11 - 9) / 10
+    assert spread_pct([5.0]) is None
+    # ratios 1.10, 1.20 | 0.90, 0.80: halves +15% and -15%: disagree
+    assert split_half([1.10, 1.20, 0.90, 0.80]) == {"first_pct": 15.0, "second_pct": -15.0, "agree": False}
+    # odd count: the middle pair goes to the second half; 1.1 | median(1.2, 1.3) = 1.25
+    assert split_half([1.1, 1.2, 1.3]) == {"first_pct": 10.0, "second_pct": 25.0, "agree": True}
+
+
+def _entry(base, cand, metric="itl_p50"):
+    ratios = [c / b for b, c in zip(base, cand, strict=True)]
+    s = sorted(ratios)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return {"metric": metric, "values_baseline": base, "values_candidate": cand, "ratios": ratios,
+            "change_pct": (med - 1) * 100}
+
+
+def test_values_at_the_histogram_floor_are_below_resolution():
+    # ITL p50 2 µs in both arms: the step is 1 µs = 50% of the value, coarser than 3% / 2
+    d, why = resolution_gate(_entry([0.002] * 3, [0.002] * 3), 3.0, "ok", True)
+    assert d == "no decision"
+    assert why == ("below resolution: itl_p50 is 2 µs, where the histogram's step is 1 µs (50%), coarser than "
+                   "half the 3% threshold")
+    # 200 µs: the step is 0.5%, finer than 1.5%: the decision stands
+    assert resolution_gate(_entry([0.2] * 3, [0.2] * 3), 3.0, "ok", True) == ("ok", None)
+    # not a latency: no histogram gate
+    assert resolution_gate(_entry([2.0] * 3, [2.0] * 3, "throughput"), 3.0, "ok", False) == ("ok", None)
+
+
+def test_spread_at_least_the_effect_is_no_decision():
+    # baseline 10, 14, 10 ms (spread 40%), candidate +20%: the effect is inside the noise
+    d, why = resolution_gate(_entry([10.0, 14.0, 10.0], [12.0, 16.8, 12.0], "ttft_p50"), -5.0, "regression", True)
+    assert d == "no decision"
+    assert why == "below resolution: the arms' spread across repetitions (40%) is at least the effect (20%)"
+    # a tight baseline (10, 10.2, 10.1: 1.98%) and +20%: the regression stands
+    assert resolution_gate(_entry([10.0, 10.2, 10.1], [12.0, 12.24, 12.12], "ttft_p50"), -5.0,
+                           "regression", True) == ("regression", None)
+
+
+def test_halves_that_disagree_are_not_repeatable():
+    e = _entry([10.0] * 4, [11.0, 11.0, 10.9, 9.0], "ttft_p50")
+    e["values_baseline"] = [10.0] * 4  # no spread in the baseline
+    e["values_candidate"] = [11.0, 11.0, 10.9, 10.95]  # spread 0.9%: not the gate that fires
+    e["ratios"] = [1.10, 1.10, 0.95, 0.90]  # halves +10% and -7.5%
+    e["change_pct"] = 2.5
+    d, why = resolution_gate(e, -2.0, "regression", True)
+    assert d == "no decision" and why.startswith("not repeatable: the two halves of the repetitions disagree")
+
+
+def _summary(itl_ms: float, ttft_ms: float) -> dict:
+    return {"phases": [{"name": "c1", "sent": 4, "ok": 4, "planned": 4, "valid": True,
+                        "itl_ms": {"p50": itl_ms}, "ttft_ms": {"p50": ttft_ms}}]}
+
+
+def test_compare_blocks_says_below_resolution_and_states_split_half():
+    pairs = [{"rep": i, "baseline": {"dir": f"b{i}", "summary": _summary(0.001, 5.0)},
+              "candidate": {"dir": f"c{i}", "summary": _summary(0.001, 5.0)}} for i in range(4)]
+    res = compare_blocks(pairs, [Threshold(None, "itl_p50", 3.0, "protected")], n_boot=200)
+    (chk,) = res["checks"]
+    assert chk["decision"] == "no decision" and chk["reason"].startswith("below resolution: itl_p50 is 1 µs")
+    assert chk["split_half"] == {"first_pct": 0.0, "second_pct": 0.0, "agree": True}
+    assert res["verdict"] == "no decision"
+
+
+def test_a_too_fast_time_scale_is_flagged_before_the_run(tmp_path, capsys):
+    from pathlib import Path
+
+    from kvreplay.cli import main
+    from kvreplay.experiments.timescale import fast_scale_warning
+
+    # 20 ms x 0.001 = 20 µs: the 1 µs step is 5% of it
+    assert fast_scale_warning(0.001) == (
+        "time scale 0.001 makes the simulator's ITL 20 µs (20 ms x 0.001): the latency histograms step by 1 µs "
+        "(5% of it), so ITL checks of a few percent will read 'no decision: below resolution'; use a time scale "
+        "of at least 0.005 for A/B decisions on ITL")
+    assert fast_scale_warning(0.05) is None and fast_scale_warning(0) is None and fast_scale_warning(1.0) is None
+    wl = Path(__file__).resolve().parents[3] / "fixtures" / "workloads" / "mtbench-52"
+    f = tmp_path / "w.toml"
+    f.write_text(f'workload = "{wl}"\n[server]\ntarget = "sim"\n[server.sim]\ntime_scale = 0.01\n'
+                 '[[step]]\nname = "A0"\nkind = "incarnation"\nsim = {time_scale = 0.001}\n'
+                 '[[step]]\nname = "A"\nkind = "run"\nphases = ["p:forward:c1:first2"]\n')
+    assert main(["experiment", str(f), "--dry-run", "--out", str(tmp_path / "x")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: step A0: time scale 0.001 makes the simulator's ITL 20 µs" in out
+    assert "warning: time scale 0.01" not in out  # 200 µs at the window's own scale: fine
+
+
+def test_bootstrap_interval_is_the_95_percent_one_by_hand():
+    # Medians of 9-draw resamples of 1..9: P(median <= k) = P(at least 5 of 9 draws <= k), draws
+    # uniform: P(<= 1) = 0.00145, P(<= 2) = 0.0304, P(<= 3) = 0.145 (binomial sums, by hand).
+    # The 2.5% quantile is therefore 2 and the 97.5% quantile 8 (symmetry); a 90% interval
+    # (5% / 95%) would be [3, 7].
+    from kvreplay.experiments.stats import bootstrap_median_ci
+
+    for seed in range(3):
+        assert bootstrap_median_ci(list(range(1, 10)), seed=seed) == (2.0, 8.0)
