@@ -313,6 +313,8 @@ def metrics_body(kind: str) -> bytes:
         return GOOD_METRICS + b"vllm:junk{a=\"" + b"x" * (5 << 20) + b"\"} 1\n"
     if kind == "metrics_many_series":
         return GOOD_METRICS + b"".join(b'vllm:junk{i="%d"} 1\n' % i for i in range(400_000))
+    if kind == "metrics_huge":  # a counter of 2^64 + 1, printed as an integer (exact only as text)
+        return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total 18446744073709551617")
     if kind == "metrics_nan":
         return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total NaN") + b"vllm:gpu_cache_usage_perc +Inf\n"
     return GOOD_METRICS
@@ -321,6 +323,11 @@ def metrics_body(kind: str) -> bytes:
 def cache_body(kind: str) -> bytes:
     if kind == "cache_nan":
         return b'{"hits": NaN, "misses": 1e400, "entries": 3, "max_entries": 8, "hit_tokens": -Infinity}'
+    if kind == "cache_huge":  # 2^64 + 1 and -2^70: outside the 64-bit range
+        return (b'{"hits": 18446744073709551617, "misses": 2, "entries": 3, "max_entries": 8, '
+                b'"stores": -1180591620717411303424}')
+    if kind == "cache_strings":
+        return b'{"hits": "12", "misses": 2, "entries": "three", "max_entries": 8}'
     if kind == "cache_deep":
         return b'{"hits": 1, "misses": 2, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     return b'{"hits": 1, "misses": 2, "entries": 3, "max_entries": 8}'

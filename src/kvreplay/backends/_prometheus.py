@@ -71,9 +71,18 @@ class PrometheusBackend:
         Raises:
             BackendError: the text is not valid exposition format.
         """
+        raw, common, started, _ = self.parse_checked(text)
+        return raw, common, started
+
+    def parse_checked(self, text: str) -> tuple[dict[str, Any], dict[str, float], float | None, dict[str, str]]:
+        """``parse``, plus the common names whose value cannot be differenced (``Snapshot.invalid``).
+
+        Raises:
+            BackendError: the text is not valid exposition format.
+        """
         samples = parse_exposition(text)
-        common, started = self.profile.apply(samples, declared_names(text))
-        return raw_from_samples(samples), common, started
+        common, started, invalid = self.profile.apply_checked(samples, declared_names(text))
+        return raw_from_samples(samples), common, started, invalid
 
     def identity_from_text(self, text: str) -> dict[str, Any]:
         """Identity fields held in a scrape: the labels of the profile's info series.
@@ -118,8 +127,8 @@ class PrometheusBackend:
         if text is None:
             return Snapshot(taken_ns=taken_ns, raw={}, common={})
         # a worker thread: a large or hostile scrape costs neither deadlines nor in-flight reads
-        raw, common, started = await asyncio.to_thread(self.parse, text)
-        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
+        raw, common, started, invalid = await asyncio.to_thread(self.parse_checked, text)
+        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started, invalid=invalid)
 
     async def identity(self) -> dict[str, Any]:
         """Served model ids (``/v1/models``), ``/version``, and the profile's info series.

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kvreplay.errors import BackendError
 from kvreplay.evidence.vocab import TOKEN_TWINS
 from kvreplay.runner.backend import Snapshot, counter_delta
-from kvreplay.runner.counters import settled_snapshot
-from kvreplay.runner.outcomes import finite_snapshot
+from kvreplay.runner.counters import checked_snapshot, settled_snapshot
 
 __all__ = ["CounterReads"]
 
@@ -61,7 +60,7 @@ class CounterReads:
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
             return None
-        snap = finite_snapshot(snap, self.progress, self.nonfinite)
+        snap = checked_snapshot(snap, self.progress, self.nonfinite)
         self.log_counters(snap, at)
         self.check_bounds(snap)
         await self.check_identity()  # at every counter read
@@ -81,7 +80,7 @@ class CounterReads:
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
                 continue
-            snap = finite_snapshot(snap, self.progress, self.nonfinite)
+            snap = checked_snapshot(snap, self.progress, self.nonfinite)
             self.log_counters(snap, "monitor")
             self.check_bounds(snap)
             if self.opts.abort_on_restart and prev is not None:

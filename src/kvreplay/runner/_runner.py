@@ -472,7 +472,8 @@ class _Run(CounterReads, ContractChecks):
             "phases": [s.to_json() for s in self.stats],
             # Unit of each counter name in the phases' deltas (summary-schema.md, "Units").
             "units": counter_units(getattr(self.backend, "units", None), {
-                k for s in self.stats for k in (s.counter_delta or {}) if k not in ("reset", "reset_names")}),
+                k for s in self.stats for k in (s.counter_delta or {})
+                if k not in ("reset", "reset_names", "invalid")}),
         }
 
 
