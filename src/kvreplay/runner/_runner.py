@@ -45,6 +45,7 @@ from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
 from kvreplay.runner.counters import check_fresh, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
+from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
@@ -89,7 +90,8 @@ class _Run(CounterReads, ContractChecks):
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
         try:
-            self.writer = RecordWriter(self.out / RECORDS, on_error=self.on_write_error)
+            # records wait for an identity read that vouches for them (runner.identity, IdentityGate)
+            self.writer = IdentityGate(RecordWriter(self.out / RECORDS, on_error=self.on_write_error))
         except OSError as exc:
             raise ConfigError(f"cannot create {RECORDS}: {exc.strerror or exc}; nothing was sent",
                               path=self.out, field="--out") from None
@@ -410,6 +412,11 @@ class _Run(CounterReads, ContractChecks):
         st.counter_delta = self.delta_json(before, after)
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        gate = self.writer
+        n_unverified = gate.unverified.get(phase.name, 0)
+        if n_unverified or (gate.drift_ns is not None and gate.drift_ns >= (self.rel(st.start_ns) or 0)):
+            st.invalid_reasons.append(f"identity_drift: {n_unverified} records sent after the last identity "
+                                      "read that matched")
         st.client = mon.to_json()
         if mon.lag.hist.get_total_count():
             self.lag_hists[phase.name] = mon.lag.hist

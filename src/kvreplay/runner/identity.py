@@ -30,18 +30,36 @@ sends nothing: ``aborted.reason: identity_mismatch``) and, with the identity
 read at the run's start as the baseline, every later read for **drift**: any
 changed, added or removed key (``aborted.reason: identity_drift``). Both give
 ``aborted.old`` / ``aborted.new`` (flat key -> value) and ``aborted.changes``.
+
+**Drift at any concurrency** (issue 30 item 3). Above C1 the identity is read
+only by the monitor (at most every second), so requests sent between the last
+read that matched and the read that saw the drift may have been served by the
+new build. ``IdentityGate`` stands in front of the records writer: once the
+baseline identity is read, a sent record is held in memory until an identity
+read *started* at or after its send time matches (then it is written as it is),
+or until drift is seen (then every held or later record whose send time is
+after the last matching read carries ``identity_unverified: true``). Records
+keep their order; a record waits at most one monitor period plus one read. The
+phase that holds such records reads ``valid: false`` with an ``invalid_reasons``
+entry ``identity_drift: N records sent after the last identity read that
+matched``. A failed identity read releases the records sent before it (no drift
+was seen). With ``--workers N`` only worker 0 reads the identity, so only its
+records are gated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import orjson
 
 from kvreplay.errors import ConfigError
 
 __all__ = [
     "IdentityChange",
+    "IdentityGate",
     "IdentityPin",
     "abort_details",
     "check_pins",
@@ -211,3 +229,100 @@ def abort_details(changes: list[IdentityChange]) -> dict[str, Any]:
         "new": {c.key: c.new for c in changes},
         "changes": [c.to_json() for c in changes],
     }
+
+
+class _Writer(Protocol):
+    count: int
+
+    def write(self, rec: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class IdentityGate:
+    """The records writer behind an identity check (module docstring, "Drift at any concurrency").
+
+    Has the writer's ``write``, ``close`` and ``count``; other attributes are the
+    writer's. Times are the records' run-relative ``t_sent_ns`` (ns).
+
+    Args:
+        writer: The records writer (``rundir.RecordWriter``).
+
+    Attributes:
+        verified_ns: Start of the last identity read that matched (run-relative
+            ns); None until ``baseline`` (until then records pass straight through).
+        drift_ns: Start of the read that saw drift; None without drift.
+        unverified: Phase -> number of records written with ``identity_unverified``.
+    """
+
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+        self.pending: list[dict[str, Any]] = []
+        self.verified_ns: int | None = None
+        self.drift_ns: int | None = None
+        self.unverified: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    @property
+    def count(self) -> int:
+        """Records written or held."""
+        return self.writer.count + len(self.pending)
+
+    def _needs_check(self, rec: dict[str, Any]) -> bool:
+        t = rec.get("t_sent_ns")
+        return t is not None and self.verified_ns is not None and t > self.verified_ns
+
+    def _emit(self, rec: dict[str, Any]) -> None:
+        if self.drift_ns is not None and self._needs_check(rec):
+            rec["identity_unverified"] = True
+            ph = str(rec.get("phase"))
+            self.unverified[ph] = self.unverified.get(ph, 0) + 1
+        self.writer.write(rec)
+
+    def write(self, rec: dict[str, Any]) -> None:
+        """Write ``rec`` now, or hold it until an identity read vouches for it.
+
+        Raises:
+            TypeError / orjson.JSONEncodeError: the record cannot be serialised
+                (checked before it is held; nothing is held or written).
+        """
+        if self.drift_ns is None and (self.pending or self._needs_check(rec)):
+            orjson.dumps(rec)  # fail now, where the caller handles it, not at a later flush
+            self.pending.append(rec)
+            return
+        self._emit(rec)
+
+    def _flush(self, upto_ns: int | None) -> None:
+        while self.pending:
+            t = self.pending[0].get("t_sent_ns")
+            if upto_ns is not None and t is not None and t > upto_ns:
+                return
+            self._emit(self.pending.pop(0))
+
+    def baseline(self, start_ns: int) -> None:
+        """The run's baseline identity was read, starting at ``start_ns``: from now on records are gated."""
+        self.verified_ns = start_ns
+
+    def matched(self, start_ns: int) -> None:
+        """An identity read started at ``start_ns`` matched: release every record sent up to then."""
+        if self.drift_ns is not None or self.verified_ns is None:
+            return
+        self.verified_ns = max(self.verified_ns, start_ns)
+        self._flush(self.verified_ns)
+
+    def unread(self, start_ns: int) -> None:
+        """An identity read started at ``start_ns`` failed: release the records sent before it, unmarked."""
+        if self.drift_ns is None:
+            self._flush(start_ns)
+
+    def drifted(self, start_ns: int) -> None:
+        """A read started at ``start_ns`` saw drift: mark and write every held record sent after the last match."""
+        if self.drift_ns is None:
+            self.drift_ns = start_ns
+        self._flush(None)
+
+    def close(self) -> None:
+        """Write what is still held (no read saw drift: unmarked) and close the writer."""
+        self._flush(None)
+        self.writer.close()
