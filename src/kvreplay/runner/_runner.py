@@ -39,7 +39,7 @@ from kvreplay.plan import Phase, Plan
 from kvreplay.redaction import escape_controls, has_secrets, redact, register_headers
 from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWriter
 from kvreplay.runner._contract import ContractChecks
-from kvreplay.runner._counter_reads import CounterReads
+from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
 from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
 from kvreplay.runner.counters import check_fresh, wait_drained
@@ -106,6 +106,8 @@ class _Run(CounterReads, ContractChecks):
         self.failed = 0
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
         self.cur_phase = ""
+        self.read_costs: dict[str, list[tuple[int, int]]] = {}  # phase -> (ns, bytes) per counter read
+        self._log_base: dict[str, Any] | None = None  # the last whole read's series (CounterReads.log_read)
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
@@ -417,6 +419,7 @@ class _Run(CounterReads, ContractChecks):
         if n_unverified or (gate.drift_ns is not None and gate.drift_ns >= (self.rel(st.start_ns) or 0)):
             st.invalid_reasons.append(f"identity_drift: {n_unverified} records sent after the last identity "
                                       "read that matched")
+        st.counter_reads = counter_read_summary(self.read_costs.get(phase.name, []))
         st.client = mon.to_json()
         if mon.lag.hist.get_total_count():
             self.lag_hists[phase.name] = mon.lag.hist

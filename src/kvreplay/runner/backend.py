@@ -83,6 +83,9 @@ class Snapshot:
             settling was attempted (``kvreplay.backends.settled_snapshot``).
         invalid: Common name -> why its value cannot be differenced (the series
             and ``counter_problem``'s reason); such a name is not in ``common``.
+        partial: True when ``raw`` holds only the series the adapter maps (a
+            filtered read: ``snapshot(full=False)``), not every series the server has.
+        read_bytes: Size of the bodies read for this snapshot (bytes; 0 when unknown).
     """
 
     taken_ns: int
@@ -91,6 +94,8 @@ class Snapshot:
     started: float | None = None
     settled: bool | None = None
     invalid: dict[str, str] = field(default_factory=dict)
+    partial: bool = False
+    read_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
