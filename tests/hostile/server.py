@@ -305,7 +305,22 @@ GOOD_METRICS = (b"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_qu
                 b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n")
 
 
+_BIG_METRICS: list[bytes] = []
+
+
+def big_metrics() -> bytes:
+    """About 5 MB of exposition: 50,000 histogram-bucket series under the scrape bounds, built once."""
+    if not _BIG_METRICS:
+        lines = [b"# HELP vllm:junk_seconds junk\n# TYPE vllm:junk_seconds histogram\n"]
+        lines += [b'vllm:junk_seconds_bucket{model_name="some-model-name-of-some-length",engine="%d",'
+                  b'le="%d.0"} %d\n' % (i // 1000, i % 1000, i) for i in range(50_000)]
+        _BIG_METRICS.append(GOOD_METRICS + b"".join(lines))
+    return _BIG_METRICS[0]
+
+
 def metrics_body(kind: str) -> bytes:
+    if kind == "metrics_5mb":
+        return big_metrics()
     if kind == "metrics_many_labels":
         labels = ",".join(f'l{i}="v"' for i in range(1000))
         return GOOD_METRICS + b"vllm:junk{" + labels.encode() + b"} 1\n"

@@ -5,12 +5,14 @@ of CPU. In a worker *thread* that second holds the GIL: the event loop gets it
 back only at each switch interval, and every socket read of the requests in
 flight waits behind it (issue 30: TTFT = E2E = 9.6 s for the requests in flight
 during such a read). So a scrape of ``OFFLOAD_BYTES`` or more is parsed in one
-worker *process* (``concurrent.futures.ProcessPoolExecutor``, one worker, started
-at the first large scrape from a ``forkserver`` that preloads only this package,
-so no ``__main__`` is re-run); the loop's own work is sending the text and
-unpickling the result (a few ms for 45k series). Smaller scrapes (a vLLM scrape
-is ~160 KB, a filtered one a few KB) stay in a thread, where they cost less
-than the trip to the process.
+worker *process*: ``python -m kvreplay.backends._parse_worker``, started at the
+first large scrape and kept (a plain subprocess, not ``multiprocessing``, which
+would re-run the caller's ``__main__`` in the child). A thread of this process
+sends it the function and the text over a pipe and reads back the pickled
+result, so the only work here is that unpickling (a few ms for 45k series,
+interrupted by the switch interval like any thread's). Smaller scrapes (a vLLM
+scrape is ~160 KB, a filtered one a few KB) stay in a thread, where they cost
+less than the trip.
 
 A ``BackendError`` raised while parsing comes back as a ``BackendError`` with
 the same message; a worker that died is replaced at the next large scrape.
@@ -19,76 +21,108 @@ the same message; a worker that died is replaced at the next large scrape.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
+import atexit
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kvreplay.errors import BackendError
 
-__all__ = ["OFFLOAD_BYTES", "parse_off_loop", "shutdown_pool"]
+__all__ = ["OFFLOAD_BYTES", "parse_in_worker", "parse_off_loop", "shutdown_worker"]
 
 OFFLOAD_BYTES = 256 << 10
 """Scrapes of this many characters or more are parsed in the worker process."""
 
 T = TypeVar("T")
-_pool: ProcessPoolExecutor | None = None
+_LEN = struct.Struct("<Q")
+_lock = threading.Lock()
+_proc: subprocess.Popen[bytes] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    message: str
+def _start() -> subprocess.Popen[bytes]:
+    root = str(Path(__file__).resolve().parents[2])  # the directory holding the kvreplay package
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.Popen([sys.executable, "-m", "kvreplay.backends._parse_worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
 
-def _guarded(fn: Callable[..., Any], text: str, *args: Any) -> Any:
-    """Run in the worker: a ``BackendError`` becomes a plain value (its kwargs need not pickle)."""
+def _read_exact(f: Any, n: int) -> bytes:
+    data = f.read(n)
+    if data is None or len(data) != n:
+        raise EOFError("the parser process closed its pipe")
+    return data
+
+
+def parse_in_worker(fn: Callable[..., T], text: str | tuple[bytes, ...], *args: Any) -> T:
+    """``fn(text, *args)`` in the worker process (blocking; call it from a thread).
+
+    Raises:
+        BackendError: raised by ``fn`` (same message), or the worker died.
+    """
+    global _proc
+    payload = pickle.dumps((fn, text, args), protocol=pickle.HIGHEST_PROTOCOL)
+    with _lock:
+        if _proc is None or _proc.poll() is not None:
+            _proc = _start()
+        proc = _proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(_LEN.pack(len(payload)) + payload)
+            proc.stdin.flush()
+            (n,) = _LEN.unpack(_read_exact(proc.stdout, _LEN.size))
+            ok, value = pickle.loads(_read_exact(proc.stdout, n))
+        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+            _stop(proc)
+            _proc = None
+            raise BackendError(f"the scrape parser process died: {exc}") from exc
+    if not ok:
+        raise BackendError(value)
+    return value
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     try:
-        return fn(text, *args)
-    except BackendError as exc:
-        return _Failed(str(exc))
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
-def _get_pool() -> ProcessPoolExecutor:
-    global _pool
-    if _pool is None:
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        if "forkserver" in methods:
-            ctx.set_forkserver_preload(["kvreplay.backends._prometheus"])  # never __main__
-        _pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
-    return _pool
-
-
-def shutdown_pool() -> None:
+def shutdown_worker() -> None:
     """Stop the worker process, if one was started (a later large scrape starts a new one)."""
-    global _pool
-    if _pool is not None:
-        _pool.shutdown(wait=True, cancel_futures=True)
-        _pool = None
+    global _proc
+    with _lock:
+        if _proc is not None:
+            _stop(_proc)
+            _proc = None
 
 
-async def parse_off_loop(fn: Callable[..., T], text: str, *args: Any) -> T:
-    """``fn(text, *args)`` off the event loop: in the worker process for large text, else a thread.
+atexit.register(shutdown_worker)
+
+
+async def parse_off_loop(fn: Callable[..., T], text: str | tuple[bytes, ...], *args: Any) -> T:
+    """``fn(text, *args)`` off the event loop: in the worker process for large text, else in a thread.
 
     Args:
-        fn: A module-level function (it is pickled by name), e.g. ``_prometheus.parse_scrape``.
-        text: The scrape.
+        fn: A module-level function (pickled by name), e.g. ``_prometheus.parse_scrape``.
+        text: The scrape, as text or as the bytes that arrived (``fn`` decodes them).
         args: Further picklable arguments.
 
     Raises:
         BackendError: raised by ``fn``, or the worker process died.
     """
-    if len(text) < OFFLOAD_BYTES:
+    size = len(text) if isinstance(text, str) else sum(len(c) for c in text)
+    if size < OFFLOAD_BYTES:
         return await asyncio.to_thread(fn, text, *args)
-    global _pool
-    loop = asyncio.get_running_loop()
-    try:
-        out = await loop.run_in_executor(_get_pool(), _guarded, fn, text, *args)
-    except BrokenProcessPool as exc:
-        _pool = None
-        raise BackendError(f"the scrape parser process died: {exc}") from exc
-    if isinstance(out, _Failed):
-        raise BackendError(out.message)
-    return out
+    return await asyncio.to_thread(parse_in_worker, fn, text, *args)

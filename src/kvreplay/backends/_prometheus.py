@@ -9,10 +9,12 @@ Cheap reads (issue 31 item 3): a read inside a phase (``snapshot(full=False)``)
 asks only for the sample names the profile reads (``wanted_names``), with the
 ``name[]=`` query that prometheus_client's exposition honours (vLLM, SGLang).
 A server that ignores it answers the whole scrape: that is seen once per adapter
-(a sample name that was not asked for, or a non-2xx answer) and later reads ask
-for the whole scrape. A filtered read's snapshot has ``partial=True``: its
-``raw`` holds only those series (the runner logs the others only at phase
-boundaries). Parsing a large scrape happens in another process (``_offload``).
+(a sample name that was not asked for, or a non-2xx answer;
+``filter_honoured``) and later reads ask for the whole scrape without the
+query. Either way such a read's snapshot is ``partial``: its ``raw`` holds
+only the asked-for series (the parser drops the others before they come back),
+and the runner logs the others only at phase boundaries. Parsing a large
+scrape happens in another process (``_offload``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity, drain_blockers
 from ._family import BackendFamily
-from ._http import fetch
+from ._http import Reply, fetch
 from ._offload import parse_off_loop
 from ._profile import Profile
 from ._prom import declared_names, parse_exposition, raw_from_samples
@@ -50,12 +52,13 @@ def info_of(text: str, profile: Profile) -> dict[str, Any]:
 
 
 def parse_scrape(
-    text: str, profile: Profile, declared_extra: frozenset[str], wanted: frozenset[str] | None
+    body: str | tuple[bytes, ...], profile: Profile, declared_extra: frozenset[str], wanted: frozenset[str] | None
 ) -> tuple[dict[str, Any], dict[str, float], float | None, dict[str, str], frozenset[str], bool]:
     """Parse one scrape and map it (module-level: it runs in the parser process for large scrapes).
 
     Args:
-        text: The exposition text.
+        body: The exposition text, or its bytes as they arrived (joined and
+            decoded here as UTF-8, invalid bytes replaced).
         profile: The mapping.
         declared_extra: Names declared by an earlier full scrape (a filtered
             scrape omits a declared family with no sample yet; it still reads 0).
@@ -63,16 +66,21 @@ def parse_scrape(
 
     Returns:
         ``(raw, common, started, invalid, declared, ignored)``: as
-        ``PrometheusBackend.parse_checked``, the names this text declares, and
-        whether it holds a sample name outside ``wanted`` (the server ignored the filter).
+        ``PrometheusBackend.parse_checked`` (with ``wanted``, ``raw`` holds only
+        those samples even when the server sent more), the names this text
+        declares, and whether it held a sample name outside ``wanted`` (the
+        server ignored the filter).
 
     Raises:
         BackendError: the text is not valid exposition format, or over a bound.
     """
+    text = body if isinstance(body, str) else b"".join(body).decode("utf-8", errors="replace")
     samples = parse_exposition(text)
     declared = declared_names(text)
     common, started, invalid = profile.apply_checked(samples, declared | declared_extra)
     ignored = wanted is not None and any(s.name not in wanted for s in samples)
+    if ignored:  # keep only what was asked for: the rest is logged at phase boundaries (and never shipped back)
+        samples = [s for s in samples if s.name in wanted]  # type: ignore[operator]
     return raw_from_samples(samples), common, started, invalid, declared, ignored
 
 
@@ -167,18 +175,24 @@ class PrometheusBackend:
         Raises:
             BackendError: unreachable server, or a non-2xx status otherwise.
         """
+        reply = await self._get(names, decode=True)
+        return None if reply is None else reply.text
+
+    async def _get(self, names: frozenset[str] | None, *, decode: bool) -> Reply | None:
+        """``scrape``'s GET; with ``decode`` False the body stays as the chunks that arrived."""
         path = self.profile.metrics_path
         if names and self.filter_honoured is not False:
             query = "&".join("name[]=" + quote(n, safe=":") for n in sorted(names))
-            reply = await fetch(self._session(), "GET", self.base_url, f"{path}?{query}", accept=PROMETHEUS_ACCEPT)
-            self.last_read_bytes = len(reply.text)
+            reply = await fetch(self._session(), "GET", self.base_url, f"{path}?{query}",
+                                accept=PROMETHEUS_ACCEPT, decode=decode)
+            self.last_read_bytes = reply.body_bytes
             if reply.ok:
-                return reply.text
+                return reply
             self.filter_honoured = False  # refused: whole scrapes from now on
-        reply = await fetch(self._session(), "GET", self.base_url, path, accept=PROMETHEUS_ACCEPT)
-        self.last_read_bytes = len(reply.text)
+        reply = await fetch(self._session(), "GET", self.base_url, path, accept=PROMETHEUS_ACCEPT, decode=decode)
+        self.last_read_bytes = reply.body_bytes
         if reply.ok:
-            return reply.text
+            return reply
         if self.metrics_optional and reply.status in (404, 501):
             return None
         raise BackendError(f"GET {path}: HTTP {reply.status}", url=self.base_url + path)
@@ -196,22 +210,21 @@ class PrometheusBackend:
         Raises:
             BackendError: unreachable, non-2xx, or malformed exposition.
         """
-        wanted = None if full or self.filter_honoured is False else self.wanted_names()
-        text = await self.scrape(wanted)
+        wanted = None if full else self.wanted_names()
+        reply = await self._get(wanted, decode=False)
         taken_ns = clock.now_ns()
-        if text is None:
+        if reply is None:
             return Snapshot(taken_ns=taken_ns, raw={}, common={}, read_bytes=self.last_read_bytes)
-        if wanted is not None and self.filter_honoured is False:
-            wanted = None  # the filtered GET was refused just now: this is the whole scrape
-        # another process for a large scrape, a thread otherwise: never the event loop (_offload)
+        # joined, decoded and parsed in another process for a large scrape, in a thread
+        # otherwise: never on the event loop (_offload)
         raw, common, started, invalid, declared, ignored = await parse_off_loop(
-            parse_scrape, text, self.profile, self._declared, wanted)
+            parse_scrape, reply.chunks, self.profile, self._declared, wanted)
         if wanted is None or ignored:
             self._declared = declared
-        if wanted is not None:
+        if wanted is not None and self.filter_honoured is None:
             self.filter_honoured = not ignored
         return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started, invalid=invalid,
-                        partial=wanted is not None and not ignored, read_bytes=self.last_read_bytes)
+                        partial=wanted is not None, read_bytes=self.last_read_bytes)
 
     async def identity(self) -> dict[str, Any]:
         """Served model ids (``/v1/models``), ``/version``, and the profile's info series.

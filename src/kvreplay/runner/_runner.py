@@ -108,6 +108,7 @@ class _Run(CounterReads, ContractChecks):
         self.cur_phase = ""
         self.read_costs: dict[str, list[tuple[int, int]]] = {}  # phase -> (ns, bytes) per counter read
         self._log_base: dict[str, Any] | None = None  # the last whole read's series (CounterReads.log_read)
+        self.log_lock = asyncio.Lock()  # large reads are logged from a thread, one at a time
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
