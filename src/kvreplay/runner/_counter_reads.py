@@ -103,22 +103,18 @@ class CounterReads:
                 self.request_abort("bound", f"{name}={v:g} crossed {op}{bound:g}")
 
     async def read_once(self, *, full: bool) -> Snapshot:
-        """One ``backend.snapshot()``, partial unless ``full`` (where the adapter can), its cost noted.
+        """One ``backend.snapshot()``, partial unless ``full`` (where the adapter can); its cost noted when it answers.
 
         Raises:
             BackendError: from the adapter.
         """
         t0 = now_ns()
-        snap: Snapshot | None = None
-        try:
-            if not full and getattr(self.backend, "partial_reads", False):
-                snap = await self.backend.snapshot(full=False)
-            else:
-                snap = await self.backend.snapshot()
-            return snap
-        finally:
-            size = snap.read_bytes if snap is not None else 0
-            self.read_costs.setdefault(self.cur_phase, []).append((now_ns() - t0, size))
+        if not full and getattr(self.backend, "partial_reads", False):
+            snap: Snapshot = await self.backend.snapshot(full=False)
+        else:
+            snap = await self.backend.snapshot()
+        self.read_costs.setdefault(self.cur_phase, []).append((now_ns() - t0, snap.read_bytes))
+        return snap
 
     async def log_read(self, snap: Snapshot, at: str | int) -> None:
         """Log ``snap``; a partial read on top of the last whole one (module docstring).
