@@ -42,5 +42,5 @@ def test_in_phase_reads_carry_only_the_profiles_series(tmp_path: Path) -> None:
     # the opening and closing reads, and at least two per request (a settled read: two that agree)
     assert reads["n"] >= 2 + 2 * 5
     assert reads["ms_p50"] <= reads["ms_p99"]
-    assert 0 < reads["bytes_per_read"]
+    assert reads["bytes_per_read"] > 0
     assert summary["phases"][0]["cross_check"]["agree"] is True
