@@ -305,7 +305,22 @@ GOOD_METRICS = (b"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_qu
                 b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n")
 
 
+_BIG_METRICS: list[bytes] = []
+
+
+def big_metrics() -> bytes:
+    """About 5 MB of exposition: 50,000 histogram-bucket series under the scrape bounds, built once."""
+    if not _BIG_METRICS:
+        lines = [b"# HELP vllm:junk_seconds junk\n# TYPE vllm:junk_seconds histogram\n"]
+        lines += [b'vllm:junk_seconds_bucket{model_name="some-model-name-of-some-length",engine="%d",'
+                  b'le="%d.0"} %d\n' % (i // 1000, i % 1000, i) for i in range(50_000)]
+        _BIG_METRICS.append(GOOD_METRICS + b"".join(lines))
+    return _BIG_METRICS[0]
+
+
 def metrics_body(kind: str) -> bytes:
+    if kind == "metrics_5mb":
+        return big_metrics()
     if kind == "metrics_many_labels":
         labels = ",".join(f'l{i}="v"' for i in range(1000))
         return GOOD_METRICS + b"vllm:junk{" + labels.encode() + b"} 1\n"
@@ -313,6 +328,8 @@ def metrics_body(kind: str) -> bytes:
         return GOOD_METRICS + b"vllm:junk{a=\"" + b"x" * (5 << 20) + b"\"} 1\n"
     if kind == "metrics_many_series":
         return GOOD_METRICS + b"".join(b'vllm:junk{i="%d"} 1\n' % i for i in range(400_000))
+    if kind == "metrics_huge":  # a counter of 2^64 + 1, printed as an integer (exact only as text)
+        return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total 18446744073709551617")
     if kind == "metrics_nan":
         return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total NaN") + b"vllm:gpu_cache_usage_perc +Inf\n"
     return GOOD_METRICS
@@ -321,6 +338,11 @@ def metrics_body(kind: str) -> bytes:
 def cache_body(kind: str) -> bytes:
     if kind == "cache_nan":
         return b'{"hits": NaN, "misses": 1e400, "entries": 3, "max_entries": 8, "hit_tokens": -Infinity}'
+    if kind == "cache_huge":  # 2^64 + 1 and -2^70: outside the 64-bit range
+        return (b'{"hits": 18446744073709551617, "misses": 2, "entries": 3, "max_entries": 8, '
+                b'"stores": -1180591620717411303424}')
+    if kind == "cache_strings":
+        return b'{"hits": "12", "misses": 2, "entries": "three", "max_entries": 8}'
     if kind == "cache_deep":
         return b'{"hits": 1, "misses": 2, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     return b'{"hits": 1, "misses": 2, "entries": 3, "max_entries": 8}'

@@ -161,6 +161,28 @@ METRICS_CASES = {
     "metrics_many_series": ("vllm", "counter read failed: scrape refused: 400004 series (at most 100000)"),
     "cache_nan": ("halogen", "counter hit_tokens is not a finite number (NaN or infinite): left out"),
     "cache_deep": ("halogen", "counter read failed: /cache body is not JSON: maximum recursion depth exceeded"),
+    "cache_huge": ("halogen", "counter hits is invalid for deltas (hits: outside the 64-bit range)"),
+    "cache_strings": ("halogen", "counter entries is invalid for deltas (entries: not a number (text 'three'))"),
+    "metrics_huge": ("vllm", "counter hit_tokens is invalid for deltas "
+                             "(vllm:prefix_cache_hits_total: outside the 64-bit range)"),
+}
+
+# mode: (raw text kept in counters.jsonl's first line, the phase's counter_delta)
+INVALID_CASES = {
+    "cache_huge": ({"hits": "18446744073709551617", "misses": 2, "entries": 3, "max_entries": 8,
+                    "stores": "-1180591620717411303424"},
+                   {"misses": 0.0, "entries": 3.0, "invalid": {
+                       "hits": "hits: outside the 64-bit range", "lookups": "hits: outside the 64-bit range",
+                       "stores": "stores: outside the 64-bit range"}}),
+    "cache_strings": ({"hits": "12", "misses": 2, "entries": "three", "max_entries": 8},
+                      {"misses": 0.0, "invalid": {"entries": "entries: not a number (text 'three')",
+                                                  "hits": "hits: not a number (text '12')",
+                                                  "lookups": "hits: not a number (text '12')"}}),
+    "metrics_huge": ({"vllm:prefix_cache_queries_total": 10,
+                      "vllm:prefix_cache_hits_total": "18446744073709551617",
+                      "vllm:num_requests_running": 0, "vllm:num_requests_waiting": 0},
+                     {"query_tokens": 0.0, "running": 0.0, "waiting": 0.0,
+                      "invalid": {"hit_tokens": "vllm:prefix_cache_hits_total: outside the 64-bit range"}}),
 }
 
 
@@ -180,6 +202,26 @@ def test_hostile_metrics(mode: str, conc: int, workload: Path, tmp_path: Path) -
     assert (res.out / "report.html").exists()  # NaN counters must not break the HTML report
     assert res.rss_kib < MAX_RSS_KIB
     assert leaked(res) == []
+
+
+@pytest.mark.parametrize("mode", sorted(INVALID_CASES))
+def test_counters_of_any_size_keep_raw_text_and_null_deltas(mode: str, workload: Path, tmp_path: Path) -> None:
+    """Issue 30 item 2: a 2^64+1 or text counter is raw text in the log, a null delta with its reason; all ok."""
+    series, delta = INVALID_CASES[mode]
+    with HostileServer(mode) as srv:
+        res = run_case(srv.url, workload, tmp_path / "run", 1, quiet=False,
+                       extra=["--backend", METRICS_CASES[mode][0], "--total-timeout", str(TOTAL)])
+    assert res.code == 0, res.stderr[-2000:]
+    assert [r["status"] for r in res.records] == ["ok"] * N_BODIES
+    assert [r["counter_delta"] for r in res.records] == [delta] * N_BODIES
+    first = orjson.loads((res.out / "counters.jsonl").read_bytes().splitlines()[0])
+    assert first["series"] == series
+    summary = orjson.loads((res.out / "summary.json").read_bytes())
+    assert summary["phases"][0]["counter_delta"] == delta
+    assert summary["phases"][0]["valid"] is True
+    assert summary["records"] == N_BODIES
+    for name, why in delta["invalid"].items():  # the report names the series
+        assert f"{name} invalid for deltas: {why}" in (res.out / "report.md").read_text()
 
 
 def test_hard_deadline_within_a_second_of_an_endless_stream(workload: Path, tmp_path: Path) -> None:

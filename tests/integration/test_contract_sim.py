@@ -213,3 +213,32 @@ def test_bad_contract_settings_are_bad_input(tmp_path, capsys, text, message):
     assert rc == 2
     err = capsys.readouterr().err
     assert str(plan) in err and message in err
+
+
+def test_drift_at_c4_marks_every_record_sent_after_the_last_matching_read(tmp_path):
+    """Issue 30 item 3: above C1, requests sent between the last matching identity read and the
+    read that saw the drift are `identity_unverified`, and the phase is invalid with their count.
+
+    C4, requests of about 0.3 s (6 decode gaps of 1 model s at time scale 0.05); the build
+    changes before request 24, about 1.8 s in, so the monitor's read at about 1 s matches
+    and the one at about 2 s sees the change. Counts are derived from the records and the
+    gate's times, never from the code's own count.
+    """
+    rc, recs, summary = kvrun(tmp_path / "r", "--sim-time-scale", "0.05", "--sim-output-tokens", "6",
+                              "--sim-itl-s", "1.0", "--sim-fault", "identity@24", phases=("a:forward:c4",),
+                              fast=False)
+    assert rc == 3 and summary["aborted"]["reason"] == "identity_drift"
+    sent = sorted((r for r in recs if r["sent"]), key=lambda r: r["t_sent_ns"])
+    flagged = [r for r in sent if r.get("identity_unverified")]
+    # every record sent from request 24 on (1-based, in send order) was served by the new build: all flagged
+    assert all(r.get("identity_unverified") for r in sent[23:])
+    # flagged: exactly the records sent after the start of the last identity read that matched
+    cut = summary["aborted"]["last_match_t_ns"]
+    assert flagged == [r for r in sent if r["t_sent_ns"] > cut]
+    assert len(sent) - len(flagged) <= 23
+    assert all(r["status"] == "ok" for r in sent)  # ok stays ok
+    ph = summary["phases"][0]
+    assert ph["valid"] is False
+    assert f"identity_drift: {len(flagged)} records sent after the last identity read that matched" \
+        in ph["invalid_reasons"]
+    assert not any(r.get("identity_unverified") for r in recs if not r["sent"])

@@ -156,6 +156,11 @@ NO_FAMILY_METRICS = "\x00\x01 this is {{{ not prometheus at all\n"
 CACHE_WITHOUT_FIELDS = (
     '{"entries": "many", "hits": null, "misses": [1], "prompt_tokens_saved": true}'
 )
+# issue 30 item 2: a counter field that is there but not a number is named, with the reason (its delta is null)
+INVALID_FIELDS = {"invalid": {
+    "entries": "entries: not a number (text 'many')", "hit_tokens": "prompt_tokens_saved: not a number (a boolean)",
+    "hits": "hits: not a number (a JSON null)", "lookups": "hits: not a number (a JSON null)",
+    "misses": "misses: not a number (a JSON list)"}}
 GOOD_CACHE = json.dumps({k: 0 for k in ("entries", "bytes", "hits", "misses", "stores", "evicted")})
 
 
@@ -164,7 +169,7 @@ def test_cache_without_fields_gives_empty_deltas(tmp_path, capsys):
     r = kvrun(tmp_path, srv, "--backend", "halogen")
     assert r["rc"] == 0 and [x["status"] for x in r["records"]] == ["ok"] * 3
     # /cache parsed but carried no usable counter: the deltas hold no invented numbers.
-    assert [x["counter_delta"] for x in r["records"]] == [{}, {}, {}]
+    assert [x["counter_delta"] for x in r["records"]] == [INVALID_FIELDS] * 3
     assert r["summary"]["phases"][0]["ok"] == 3
     assert "Traceback" not in capsys.readouterr().err
 
@@ -175,7 +180,7 @@ def test_cache_without_fields_and_garbage_metrics_give_empty_deltas(tmp_path, ca
     srv = GarbageServer(metrics=GARBAGE_METRICS, cache=CACHE_WITHOUT_FIELDS)
     r = kvrun(tmp_path, srv, "--backend", "halogen")
     assert r["rc"] == 0 and [x["status"] for x in r["records"]] == ["ok"] * 3
-    assert [x["counter_delta"] for x in r["records"]] == [{}, {}, {}]
+    assert [x["counter_delta"] for x in r["records"]] == [INVALID_FIELDS] * 3
     assert "Traceback" not in capsys.readouterr().err
 
 

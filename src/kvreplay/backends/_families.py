@@ -16,11 +16,26 @@ from kvreplay.runner.backend import Snapshot
 from ._common import add_served_identity
 from ._family import BackendFamily
 from ._http import fetch, fetch_json
+from ._offload import parse_off_loop
 from ._profile import Profile, load_profile
 from ._prom import parse_exposition
-from ._prometheus import PrometheusBackend
+from ._prometheus import PrometheusBackend, parse_scrape
 
 __all__ = ["LLAMACPP", "SGLANG", "VLLM", "LlamacppBackend", "SglangBackend", "VllmBackend"]
+
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+def cache_config(text: str) -> dict[str, Any]:
+    """``{"cache_config": {...}}`` from the labels of ``vllm:cache_config_info``, when present.
+
+    Module-level: it runs in the parser process for a large scrape (``_offload``).
+    """
+    for s in parse_exposition(text):
+        if s.name == CACHE_CONFIG_INFO:
+            return {"cache_config": dict(s.labels)}
+    return {}
 
 
 class VllmBackend(PrometheusBackend):
@@ -41,10 +56,7 @@ class VllmBackend(PrometheusBackend):
 
     def identity_from_text(self, text: str) -> dict[str, Any]:
         """``{"cache_config": {...}}`` from ``vllm:cache_config_info`` labels, when present."""
-        for s in parse_exposition(text):
-            if s.name == "vllm:cache_config_info":
-                return {"cache_config": dict(s.labels)}
-        return {}
+        return cache_config(text)
 
     async def identity(self) -> dict[str, Any]:
         """Model ids and ``max_model_len``, ``/version``, cache configuration.
@@ -56,9 +68,9 @@ class VllmBackend(PrometheusBackend):
         cards = await add_served_identity(self._session(), self.base_url, ident)
         if cards and "max_model_len" in cards[0]:
             ident["max_model_len"] = cards[0]["max_model_len"]
-        text = await self.scrape()
+        text = await self.scrape(frozenset({CACHE_CONFIG_INFO}))  # only that series, where the server can
         if text is not None:
-            ident.update(self.identity_from_text(text))
+            ident.update(await parse_off_loop(cache_config, text))
         return ident
 
     async def reset_cache(self) -> bool:
@@ -166,14 +178,18 @@ class LlamacppBackend(PrometheusBackend):
 
     name = "llamacpp"
     metrics_optional = True
+    partial_reads = False  # llama-server's /metrics is a dozen lines, and not prometheus_client's
 
     def __init__(
         self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile | None = None
     ) -> None:
         super().__init__(base_url, session, profile or load_profile("llamacpp"))
 
-    async def snapshot(self) -> Snapshot:
+    async def snapshot(self, *, full: bool = True) -> Snapshot:
         """Scrape ``/metrics``; when it is off, count busy slots from ``/slots``.
+
+        Args:
+            full: Ignored: every read is the whole scrape (``partial_reads`` is False).
 
         Raises:
             BackendError: unreachable, non-2xx, or malformed exposition.
@@ -181,8 +197,10 @@ class LlamacppBackend(PrometheusBackend):
         text = await self.scrape()
         if text is not None:
             taken_ns = clock.now_ns()
-            raw, common, started = self.parse(text)
-            return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
+            raw, common, started, invalid, _, _ = await parse_off_loop(
+                parse_scrape, text, self.profile, frozenset(), None)
+            return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started, invalid=invalid,
+                            read_bytes=self.last_read_bytes)
         slots = await fetch_json(self._session(), self.base_url, "/slots")
         taken_ns = clock.now_ns()
         if isinstance(slots, list):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from typing import Any
 
@@ -36,7 +35,7 @@ import aiohttp
 from kvreplay import clock
 from kvreplay.errors import BackendError
 from kvreplay.evidence.vocab import LOAD_GAUGES
-from kvreplay.runner.backend import Snapshot
+from kvreplay.runner.backend import Snapshot, counter_problem
 
 from ._common import add_served_identity, drain_blockers
 from ._family import BackendFamily, family, series_family
@@ -87,9 +86,27 @@ _UNITS = {
 
 
 def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    """``v`` as a float; None for text, booleans, NaN/infinities and values outside the 64-bit range."""
+    if counter_problem(v) is not None:  # float() of a huge int is inexact, or overflows
         return None
     return float(v)
+
+
+def invalid_of(doc: dict[str, Any]) -> dict[str, str]:
+    """Common name -> reason for each counter key of a ``/cache`` document whose value cannot be differenced.
+
+    A key that is present but holds text, a boolean, NaN/infinity or an integer
+    outside the 64-bit range (``runner.backend.counter_problem``); ``lookups``
+    is invalid with ``hits`` or ``misses``.
+    """
+    out: dict[str, str] = {}
+    for key, name in _COMMON_OF.items():
+        if key in doc and (why := counter_problem(doc[key])) is not None:
+            out[name] = f"{key}: {why}"
+    for part in ("hits", "misses"):
+        if part in out:
+            out.setdefault("lookups", out[part])
+    return out
 
 
 class HalogenBackend:
@@ -207,13 +224,14 @@ class HalogenBackend:
                 f"GET {self.cache_path}: HTTP {reply.status}", url=self.base_url + self.cache_path
             )
         raw, common, started = await asyncio.to_thread(self.parse, reply.text)
+        invalid = invalid_of(raw)
         extra = await self._companion()
         if extra is not None:
             m_raw, gauges, m_started = extra
             raw = {**raw, "/metrics": m_raw}
             common = {**common, **gauges}
             started = m_started if m_started is not None else started
-        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
+        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started, invalid=invalid)
 
     async def identity(self) -> dict[str, Any]:
         """Model ids, ``/version``, and the cache size (``max_entries``) from ``/cache``.

@@ -34,13 +34,19 @@ class Reply:
 
     Attributes:
         status: HTTP status code.
-        text: The body decoded as UTF-8 (invalid bytes replaced).
+        text: The body decoded as UTF-8 (invalid bytes replaced); empty when
+            ``fetch`` was told not to decode (then see ``chunks``).
         content_type: The response ``Content-Type`` without parameters, lower case.
+        chunks: The body as it arrived, undecoded and unjoined (``fetch(decode=False)``:
+            a large scrape is joined and decoded by its parser, off the event loop).
+        body_bytes: The body's size (bytes).
     """
 
     status: int
     text: str
     content_type: str
+    chunks: tuple[bytes, ...] = ()
+    body_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -61,6 +67,7 @@ async def fetch(
     *,
     accept: str = "application/json",
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    decode: bool = True,
 ) -> Reply:
     """Send one control request and read the whole body.
 
@@ -76,6 +83,7 @@ async def fetch(
             prometheus_client >= 0.26 answers an OpenMetrics Accept with escaped
             names (SERVERS.md section 6).
         timeout_s: Total bound on the request (s).
+        decode: False: keep the body as the chunks that arrived (``Reply.chunks``), ``text`` empty.
 
     Returns:
         The status, decoded body and content type.
@@ -95,11 +103,20 @@ async def fetch(
                     timeout=aiohttp.ClientTimeout(total=timeout_s),
                     allow_redirects=False,
                 ) as resp:
+                    ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+                    if not decode:
+                        parts: list[bytes] = []
+                        got = 0
+                        async for chunk in resp.content.iter_any():
+                            parts.append(chunk)
+                            got += len(chunk)
+                            if got > MAX_BODY_BYTES:
+                                raise BackendError(f"{method} {url}: body over {MAX_BODY_BYTES} bytes", url=url)
+                        return Reply(resp.status, "", ctype, tuple(parts), got)
                     body = await read_upto(resp.content, MAX_BODY_BYTES)
                     if len(body) > MAX_BODY_BYTES:
                         raise BackendError(f"{method} {url}: body over {MAX_BODY_BYTES} bytes", url=url)
-                    ctype = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-                    return Reply(resp.status, body.decode("utf-8", errors="replace"), ctype)
+                    return Reply(resp.status, body.decode("utf-8", errors="replace"), ctype, (), len(body))
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
                 # A pooled keep-alive connection the server closed after a stream
                 # (llama-server does): control requests are idempotent, so once more

@@ -43,8 +43,9 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
+from kvreplay.runner.backend import counter_problem
 
-from ._prom import Sample
+from ._prom import Sample, series_key
 
 __all__ = ["Profile", "SeriesMap", "builtin_profile_names", "load_profile"]
 
@@ -197,6 +198,25 @@ class SeriesMap:
                     return 0.0
         return None
 
+    def problem(self, by_name: Mapping[str, list[Sample]]) -> str | None:
+        """Why the mapped value cannot be differenced; None when it can (or is absent).
+
+        The first alternative with matching samples is checked: a sample outside the
+        64-bit range or infinite makes it invalid, and so do samples that are all NaN
+        (``runner.backend.counter_problem``). The reason names the series.
+        """
+        for name, labels in self.alternatives:
+            match = [s for s in by_name.get(name, ()) if all(s.labels.get(k) == v for k, v in labels)]
+            if not match:
+                continue
+            finite = [s for s in match if not math.isnan(s.value)]
+            for s in finite or match[:1]:
+                why = counter_problem(s.value)
+                if why is not None:
+                    return f"{series_key(s.name, s.labels)}: {why}"
+            return None
+        return None
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
@@ -333,6 +353,22 @@ class Profile:
             if math.isfinite(s.value)
         ]
         return common, (max(marks) if marks else None)
+
+    def apply_checked(
+        self, samples: list[Sample], declared: frozenset[str] = frozenset()
+    ) -> tuple[dict[str, float], float | None, dict[str, str]]:
+        """``apply``, plus the names whose value cannot be differenced.
+
+        Returns:
+            ``(common, started, invalid)``: as ``apply``, without the invalid names,
+            and ``invalid`` mapping each of them to its reason (``SeriesMap.problem``).
+        """
+        by_name: dict[str, list[Sample]] = {}
+        for s in samples:
+            by_name.setdefault(s.name, []).append(s)
+        common, started = self.apply(samples, declared)
+        invalid = {m.common: why for m in self.maps if (why := m.problem(by_name)) is not None}
+        return {k: v for k, v in common.items() if k not in invalid}, started, invalid
 
     def info(self, samples: list[Sample]) -> dict[str, dict[str, str]]:
         """Labels of the first sample of each ``info_series`` present (identity fields)."""

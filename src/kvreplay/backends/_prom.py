@@ -18,7 +18,8 @@ A scrape is bounded before it is parsed (issue 17: the parser is worse than
 quadratic on hostile input, 23 s for 1.1 MB with 100k labels): a line over
 ``MAX_LINE_BYTES``, a series with over ``MAX_LABELS`` labels or over
 ``MAX_SERIES`` sample lines make the read fail (``BackendError``) without
-parsing. The adapters parse in a worker thread (``asyncio.to_thread``).
+parsing. The adapters parse off the event loop: a large scrape in the parser
+process, a small one in a worker thread (``_offload.parse_off_loop``).
 """
 
 from __future__ import annotations

@@ -4,12 +4,23 @@ Any server with a Prometheus ``/metrics`` endpoint is measured by naming, in a
 profile (see ``_profile``), which of its series mean which common names and which
 gauges must read zero for a drain. The vLLM, SGLang and llama.cpp adapters are
 this adapter with a built-in profile plus their own identity and reset calls.
+
+Cheap reads (issue 31 item 3): a read inside a phase (``snapshot(full=False)``)
+asks only for the sample names the profile reads (``wanted_names``), with the
+``name[]=`` query that prometheus_client's exposition honours (vLLM, SGLang).
+A server that ignores it answers the whole scrape: that is seen once per adapter
+(a sample name that was not asked for, or a non-2xx answer;
+``filter_honoured``) and later reads ask for the whole scrape without the
+query. Either way such a read's snapshot is ``partial``: its ``raw`` holds
+only the asked-for series (the parser drops the others before they come back),
+and the runner logs the others only at phase boundaries. Parsing a large
+scrape happens in another process (``_offload``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -19,15 +30,58 @@ from kvreplay.runner.backend import Snapshot
 
 from ._common import add_served_identity, drain_blockers
 from ._family import BackendFamily
-from ._http import fetch
+from ._http import Reply, fetch
+from ._offload import parse_off_loop
 from ._profile import Profile
 from ._prom import declared_names, parse_exposition, raw_from_samples
 
-__all__ = ["FAMILY", "PrometheusBackend"]
+__all__ = ["FAMILY", "PrometheusBackend", "info_of", "parse_scrape"]
 
 PROMETHEUS_ACCEPT = "text/plain; version=0.0.4"
 """Never the OpenMetrics type: prometheus_client 0.26 then escapes ``:`` in sample
 names but not in HELP/TYPE, and the parse fails (SERVERS.md section 6)."""
+
+
+def info_of(text: str, profile: Profile) -> dict[str, Any]:
+    """``{"info": {series: labels}}`` from a scrape, or ``{}`` (module-level: it may run in the parser process).
+
+    Raises:
+        BackendError: the text is not valid exposition format.
+    """
+    return {"info": info} if (info := profile.info(parse_exposition(text))) else {}
+
+
+def parse_scrape(
+    body: str | tuple[bytes, ...], profile: Profile, declared_extra: frozenset[str], wanted: frozenset[str] | None
+) -> tuple[dict[str, Any], dict[str, float], float | None, dict[str, str], frozenset[str], bool]:
+    """Parse one scrape and map it (module-level: it runs in the parser process for large scrapes).
+
+    Args:
+        body: The exposition text, or its bytes as they arrived (joined and
+            decoded here as UTF-8, invalid bytes replaced).
+        profile: The mapping.
+        declared_extra: Names declared by an earlier full scrape (a filtered
+            scrape omits a declared family with no sample yet; it still reads 0).
+        wanted: The sample names asked for (None: the whole scrape was asked for).
+
+    Returns:
+        ``(raw, common, started, invalid, declared, ignored)``: as
+        ``PrometheusBackend.parse_checked`` (with ``wanted``, ``raw`` holds only
+        those samples even when the server sent more), the names this text
+        declares, and whether it held a sample name outside ``wanted`` (the
+        server ignored the filter).
+
+    Raises:
+        BackendError: the text is not valid exposition format, or over a bound.
+    """
+    text = body if isinstance(body, str) else b"".join(body).decode("utf-8", errors="replace")
+    samples = parse_exposition(text)
+    declared = declared_names(text)
+    common, started, invalid = profile.apply_checked(samples, declared | declared_extra)
+    ignored = wanted is not None and any(s.name not in wanted for s in samples)
+    if ignored:  # keep only what was asked for: the rest is logged at phase boundaries (and never shipped back)
+        samples = [s for s in samples if s.name in wanted]  # type: ignore[operator]
+    return raw_from_samples(samples), common, started, invalid, declared, ignored
 
 
 class PrometheusBackend:
@@ -54,6 +108,15 @@ class PrometheusBackend:
         self.profile = profile
         self.units: dict[str, str] = profile.units
         self.load_gauges: tuple[str, ...] = profile.load_gauges
+        self.filter_honoured: bool | None = None  # None: no filtered read yet
+        self._declared: frozenset[str] = frozenset()  # from the last whole scrape
+
+    partial_reads = True
+    """``snapshot(full=False)`` asks only for the profile's series (module docstring)."""
+
+    def wanted_names(self) -> frozenset[str]:
+        """The sample names a filtered read asks for: every series the profile maps, and its start markers."""
+        return frozenset(n for m in self.profile.maps for n, _ in m.alternatives) | frozenset(self.profile.started)
 
     # -- offline -----------------------------------------------------------
     def parse(self, text: str) -> tuple[dict[str, Any], dict[str, float], float | None]:
@@ -71,9 +134,18 @@ class PrometheusBackend:
         Raises:
             BackendError: the text is not valid exposition format.
         """
+        raw, common, started, _ = self.parse_checked(text)
+        return raw, common, started
+
+    def parse_checked(self, text: str) -> tuple[dict[str, Any], dict[str, float], float | None, dict[str, str]]:
+        """``parse``, plus the common names whose value cannot be differenced (``Snapshot.invalid``).
+
+        Raises:
+            BackendError: the text is not valid exposition format.
+        """
         samples = parse_exposition(text)
-        common, started = self.profile.apply(samples, declared_names(text))
-        return raw_from_samples(samples), common, started
+        common, started, invalid = self.profile.apply_checked(samples, declared_names(text))
+        return raw_from_samples(samples), common, started, invalid
 
     def identity_from_text(self, text: str) -> dict[str, Any]:
         """Identity fields held in a scrape: the labels of the profile's info series.
@@ -81,7 +153,7 @@ class PrometheusBackend:
         Raises:
             BackendError: the text is not valid exposition format.
         """
-        return {"info": info} if (info := self.profile.info(parse_exposition(text))) else {}
+        return info_of(text, self.profile)
 
     # -- live ----------------------------------------------------------------
     def _session(self) -> aiohttp.ClientSession:
@@ -89,8 +161,12 @@ class PrometheusBackend:
             raise BackendError(f"{self.name} backend has no HTTP session (offline parse only)")
         return self.session
 
-    async def scrape(self) -> str | None:
+    async def scrape(self, names: frozenset[str] | None = None) -> str | None:
         """GET the metrics path with ``Accept: text/plain``.
+
+        Args:
+            names: Ask only for these sample names (``name[]=`` query), unless the
+                server was seen to refuse the filter; None: the whole scrape.
 
         Returns:
             The body, or None when the endpoint is switched off (404/501) and the
@@ -99,27 +175,56 @@ class PrometheusBackend:
         Raises:
             BackendError: unreachable server, or a non-2xx status otherwise.
         """
+        reply = await self._get(names, decode=True)
+        return None if reply is None else reply.text
+
+    async def _get(self, names: frozenset[str] | None, *, decode: bool) -> Reply | None:
+        """``scrape``'s GET; with ``decode`` False the body stays as the chunks that arrived."""
         path = self.profile.metrics_path
-        reply = await fetch(self._session(), "GET", self.base_url, path, accept=PROMETHEUS_ACCEPT)
+        if names and self.filter_honoured is not False:
+            query = "&".join("name[]=" + quote(n, safe=":") for n in sorted(names))
+            reply = await fetch(self._session(), "GET", self.base_url, f"{path}?{query}",
+                                accept=PROMETHEUS_ACCEPT, decode=decode)
+            self.last_read_bytes = reply.body_bytes
+            if reply.ok:
+                return reply
+            self.filter_honoured = False  # refused: whole scrapes from now on
+        reply = await fetch(self._session(), "GET", self.base_url, path, accept=PROMETHEUS_ACCEPT, decode=decode)
+        self.last_read_bytes = reply.body_bytes
         if reply.ok:
-            return reply.text
+            return reply
         if self.metrics_optional and reply.status in (404, 501):
             return None
         raise BackendError(f"GET {path}: HTTP {reply.status}", url=self.base_url + path)
 
-    async def snapshot(self) -> Snapshot:
+    last_read_bytes = 0
+    """Characters of the last scrape's body."""
+
+    async def snapshot(self, *, full: bool = True) -> Snapshot:
         """Scrape once and map the series.
+
+        Args:
+            full: False: ask only for the profile's series (module docstring);
+                the snapshot is ``partial`` when the server honoured that.
 
         Raises:
             BackendError: unreachable, non-2xx, or malformed exposition.
         """
-        text = await self.scrape()
+        wanted = None if full else self.wanted_names()
+        reply = await self._get(wanted, decode=False)
         taken_ns = clock.now_ns()
-        if text is None:
-            return Snapshot(taken_ns=taken_ns, raw={}, common={})
-        # a worker thread: a large or hostile scrape costs neither deadlines nor in-flight reads
-        raw, common, started = await asyncio.to_thread(self.parse, text)
-        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started)
+        if reply is None:
+            return Snapshot(taken_ns=taken_ns, raw={}, common={}, read_bytes=self.last_read_bytes)
+        # joined, decoded and parsed in another process for a large scrape, in a thread
+        # otherwise: never on the event loop (_offload)
+        raw, common, started, invalid, declared, ignored = await parse_off_loop(
+            parse_scrape, reply.chunks, self.profile, self._declared, wanted)
+        if wanted is None or ignored:
+            self._declared = declared
+        if wanted is not None and self.filter_honoured is None:
+            self.filter_honoured = not ignored
+        return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started, invalid=invalid,
+                        partial=wanted is not None, read_bytes=self.last_read_bytes)
 
     async def identity(self) -> dict[str, Any]:
         """Served model ids (``/v1/models``), ``/version``, and the profile's info series.
@@ -130,9 +235,9 @@ class PrometheusBackend:
         ident: dict[str, Any] = {"backend": self.name, "profile": self.profile.name}
         await add_served_identity(self._session(), self.base_url, ident)
         if self.profile.info_series:
-            text = await self.scrape()
+            text = await self.scrape(frozenset(self.profile.info_series))  # only those, where the server can
             if text is not None:
-                ident.update(self.identity_from_text(text))
+                ident.update(await parse_off_loop(info_of, text, self.profile))
         return ident
 
     def drained(self, a: Snapshot, b: Snapshot) -> bool:

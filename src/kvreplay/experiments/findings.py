@@ -343,6 +343,14 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
         return [{"rule": "restore_pattern_incomplete", "summary": f"no decision on churn: {missing} was not "
                  f"measured in full. {text}", "evidence": evidence, "skipped": skipped,
                  "next": f"run the missing arm ({missing}) in its own fresh incarnation"}]
+    # the heads name only the arms the cells measured (a control that is "none measured" is not cited)
+    if rev and ctl:
+        restored_in, none_in = "every order and in the control", "any order nor in the control"
+    elif rev:
+        restored_in, none_in = "both orders (no control measured)", "either order (no control measured)"
+    else:
+        restored_in, none_in = ("the forward replay and the control (no reverse replay measured)",
+                                "the forward replay nor in the control (no reverse replay measured)")
     if zero(fwd) and (pos(rev) or pos(ctl)):
         # the evidence nominates the mechanism; it does not show it: worded as a hypothesis,
         # with the experiment that would confirm it (issue 27)
@@ -354,10 +362,10 @@ def restore_findings(views: list[PhaseView]) -> list[dict[str, Any]]:
         nxt = ("add bounded row/page/eviction counters (rows used, pages used, evictions by cause) and a CPU "
                "reproducer of the eviction order before any policy change")
     elif zero(everything):
-        rule, head = "no_restores", "no restores in any order nor in the control"
+        rule, head = "no_restores", f"no restores in {none_in}"
         nxt = "inspect key and checkpoint eligibility first (which prefixes are offered, hashed and kept)"
     elif all(got[v.ref] for v, _r in everything):
-        rule, head = "no_churn", "restores in every order and in the control: no churn at this working-set size"
+        rule, head = "no_churn", f"restores in {restored_in}: no churn at this working-set size"
         nxt = "grow the working set (more bodies) until the forward replay stops restoring, to find the cliff"
     else:
         rule, head = "order_dependent", "restores depend on the order in a way the decision tree does not cover"

@@ -14,6 +14,8 @@ summary.json::
                  "tokens": {"prompt", "cached", "completion", "cached_unknown"},
                  "attribution": "per_request" | "phase_only" | "none",
                  "counter_delta": {...} | null, "drain": {...} | null,
+                 "counter_reads": {"n", "ms_p50", "ms_p99", "bytes_per_read"} | null (the phase's
+                                  counter GETs: time and body size; runner._counter_reads),
                  "cross_check": {"usage_cached_tokens", "counter_hit_tokens", "agree",
                                  "requests_disagreeing", "disagreements": [...], "note",
                                  "gap_tokens", "requests_without_usage": {...},
@@ -134,6 +136,7 @@ class PhaseStats:
     end_ns: int | None = None
     hists: PhaseHistograms = field(default_factory=PhaseHistograms)
     counter_delta: dict | None = None
+    counter_reads: dict | None = None
     drain: dict | None = None
     invalid_reasons: list[str] = field(default_factory=list)
     attribution: str = "none"
@@ -347,4 +350,5 @@ class PhaseStats:
             out["client_bound"] = bool(self.client.get("bound"))
         out["histograms"] = dict(self.histogram_files)
         out["out_of_range"] = sum(ls.out_of_range for ls in self.hists.sets.values())
+        out["counter_reads"] = self.counter_reads
         return out

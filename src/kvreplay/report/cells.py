@@ -208,6 +208,8 @@ def counter_cell(ph: dict[str, Any] | str, summary: dict[str, Any], key: str) ->
         return failed("no counters (backend none or counter read failed)")
     if d.get("reset"):
         return failed("server restarted during the phase (a counter went down)")
+    if key in (d.get("invalid") or {}):
+        return failed(f"{key} invalid for deltas: {d['invalid'][key]}")
     if key not in d:
         return absent(f"{key} not reported by this server")
     return measured(fmt(d[key]), _partial_note(ph))
@@ -244,6 +246,8 @@ def record_cells(rec: dict[str, Any], counter_keys: list[str]) -> list[Cell]:
             cells.append(failed("no per-request counter read"))
         elif d.get("reset"):
             cells.append(failed("counter restart"))
+        elif key in (d.get("invalid") or {}):
+            cells.append(failed(f"{key} invalid for deltas: {d['invalid'][key]}"))
         elif key not in d:
             cells.append(absent(f"{key} not reported by this server"))
         else:

@@ -65,10 +65,12 @@ Rules (``Finding.rule``):
     without per-request counter reads (those pause the client on purpose).
     Its latencies are then the client's, not the server's (with the runner's
     ``client.verdict``, the words say what it measured and that the client *may*
-    have added up to the loop lag). Next: rerun the
-    phase with fewer workers per process, or spread the load over processes,
-    and compare. With ``--target sim`` the finding says that the simulator
-    shares the client's process (``client_includes_server``).
+    have added up to the loop lag). Next (``client_advice``, fitted to the run's
+    shape): at C1 in one process a quieter host or a pinned core (and a run
+    without per-request counter reads); above C1 the same concurrency over more
+    processes (``--workers``). With ``--target sim`` the finding says that the
+    simulator shares the client's process (``client_includes_server``) and the
+    advice is a simulator of its own.
 
 ``host_stalls``
     The runner's ``client.verdict`` is ``host_stalls``: the event loop ran late
@@ -106,7 +108,7 @@ from kvreplay.evidence.vocab import USAGE_HOST_KEYS
 from kvreplay.metrics.selfmeasure import describe
 from kvreplay.report.cells import fmt
 
-__all__ = ["CACHE_RULES", "Finding", "diagnose", "restore_signal"]
+__all__ = ["CACHE_RULES", "Finding", "client_advice", "diagnose", "restore_signal"]
 
 OCCUPANCY_LIMIT = 0.5
 """Mean in-flight / concurrency below which a phase counts as client-bound (fallback rule)."""
@@ -453,6 +455,32 @@ def _figures(d: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def client_advice(summary: dict[str, Any], ph: dict[str, Any]) -> str:
+    """The ``client_bound`` next step that fits the run's shape (processes, concurrency, counter reads).
+
+    One process at C1 cannot be spread: a quieter host or a pinned core, and (with
+    per-request counter reads) a run without them to see their share. One process
+    above C1: the same concurrency over several processes (``--workers``). Several
+    processes: more of them for the same concurrency. The in-process simulator: a
+    simulator of its own (``kvreplay serve-sim``).
+    """
+    c = ph.get("concurrency", 1)
+    workers = summary.get("workers") or 1
+    compare = "and compare the TTFT and ITL percentiles."
+    if summary.get("client_includes_server"):
+        return f"run the simulator as its own process (kvreplay serve-sim, then --target URL) {compare}"
+    if workers == 1 and c == 1:
+        text = "rerun the phase on a quieter host (or with the client pinned to an idle core)"
+        if ph.get("attribution") == "per_request":
+            text += (", and once with --no-per-request-counters to see what the counter reads cost "
+                     "(phases[].counter_reads)")
+        return f"{text}, {compare}"
+    if workers == 1:
+        return f"spread the C{c} over several processes (--workers N) or run on a quieter host, {compare}"
+    return (f"spread the C{c} over more processes (--workers {2 * workers}) or run on a quieter host, "
+            f"{compare}")
+
+
 def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[Finding]:
     out = []
     for ph in summary.get("phases", []):
@@ -528,8 +556,7 @@ def _client_rule(summary: dict[str, Any], records: list[dict[str, Any]]) -> list
                 Finding(
                     "client_bound",
                     f"phase {ph['name']}: {why}{tail}",
-                    "rerun the phase with fewer workers per process or over several processes, "
-                    "and compare the TTFT and ITL percentiles.",
+                    client_advice(summary, ph),
                     (ph["name"],),
                     {ph["name"]: _figures({"concurrency": ph.get("concurrency", 1),
                                            "wall_s": ph.get("wall_s"), **client})},

@@ -9,7 +9,10 @@ from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, counter_cell, latency_cell, tokens_cell
 from kvreplay.report.units import sim_time_scale
 
-__all__ = ["render_markdown", "render_table"]
+__all__ = ["COUNTER_COLUMNS", "render_markdown", "render_table"]
+
+COUNTER_COLUMNS = ("hits Δ", "hit_tokens Δ", "misses Δ", "stores Δ", "evicted Δ")
+"""The terminal table's counter columns; one the server reports in no phase is left out (one line says which)."""
 
 
 def _short(cell: Cell, phase: str, notes: list[str]) -> str:
@@ -55,20 +58,15 @@ def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
     hit_tokens in tokens, misses, stores, evictions; ``hits_cell``,
     ``hit_tokens_cell``). Every figure is a value or a status (``kvreplay.report.cells``):
     ``failed`` or ``deferred`` with its reason in the notes, and ``invalid`` for
-    any figure of an invalid phase — never its number.
+    any figure of an invalid phase — never its number. A counter column absent in
+    every phase (vLLM has no hits, misses, stores or evictions) is left out, and
+    one note line names all such counters.
     """
     unit = "model ms" if scale else "ms"
-    head = (
-        f"| phase | C | ok/planned | failed | TTFT p50 {unit} | TTFT p99 {unit} | ITL p50 {unit} "
-        f"| E2E p50 {unit} "
-        "| cached/prompt tokens | hits Δ | hit_tokens Δ | misses Δ | stores Δ | evicted Δ |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-    )
-    rows: list[str] = []
-    notes: list[str] = []
+    labels = [f"TTFT p50 {unit}", f"TTFT p99 {unit}", f"ITL p50 {unit}", f"E2E p50 {unit}",
+              "cached/prompt tokens", *COUNTER_COLUMNS]
+    table: list[tuple[dict[str, Any], list[Cell]]] = []
     for ph in summary.get("phases", []):
-        failed = sum(ph["failed"].values()) if ph.get("failed") else 0
-        name = ph["name"]
         cells = [
             latency_cell(ph, summary, "ttft", "p50", scale=scale),
             latency_cell(ph, summary, "ttft", "p99", scale=scale),
@@ -79,8 +77,22 @@ def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
             hit_tokens_cell(ph, summary),
             *(counter_cell(ph, summary, k) for k in ("misses", "stores", "evictions")),
         ]
+        table.append((ph, cells))
+    # a counter the server reports in no phase: one line for all of them, not a column and a note each
+    gone = [i for i in range(5, len(labels))
+            if table and all(cells[i].status == "absent" for _, cells in table)]
+    keep = [i for i in range(len(labels)) if i not in gone]
+    head = (
+        "| phase | C | ok/planned | failed | " + " | ".join(labels[i] for i in keep) + " |\n"
+        + "|---" * (4 + len(keep)) + "|\n"
+    )
+    rows: list[str] = []
+    notes: list[str] = []
+    for ph, cells in table:
+        failed = sum(ph["failed"].values()) if ph.get("failed") else 0
+        name = ph["name"]
         tok = ph["tokens"]
-        texts = [_short(c, name, notes) for c in cells]
+        texts = [_short(cells[i], name, notes) for i in keep]
         if cells[4].status == "measured" and tok.get("cached_unknown"):
             texts[4] += f" ({tok['cached_unknown']} unknown)"
         rows.append(
@@ -88,6 +100,11 @@ def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
             + " | ".join(texts)
             + " |"
         )
+    if gone:
+        why = " (it counts no lookups: its hit tokens are in hit_tokens Δ)" if (
+            5 in gone and (table[0][1][5].reason or "").startswith("hits: the server counts no lookups")) else ""
+        notes.insert(0, "not reported by this server in any phase (absent, not zero): "
+                     + ", ".join(labels[i].removesuffix(" Δ") for i in gone) + why)
     out = head + "\n".join(rows) + "\n"
     if scale:
         out = (f"Latencies in model ms (measured ms / sim time scale {scale:g}, as in "

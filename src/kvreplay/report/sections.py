@@ -160,6 +160,7 @@ def _counter_keys(deltas: list[dict[str, Any]]) -> list[str]:
             for k, v in d.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in LOAD_GAUGES
         }
+        present |= {k for k in d.get("invalid") or {} if k not in LOAD_GAUGES}
     keys = [k for k in COUNTER_ORDER if k in present]
     return keys + sorted(present - set(keys))
 

@@ -21,7 +21,7 @@ import orjson
 from kvreplay.redaction import redact_bytes
 from kvreplay.safe_io import open_new
 
-__all__ = ["RecordStream", "RecordWriter", "iter_records", "read_records"]
+__all__ = ["RecordStream", "RecordWriter", "iter_records", "mark_records", "read_records"]
 
 
 class RecordWriter:
@@ -83,6 +83,38 @@ class RecordWriter:
     def close(self) -> None:
         """Close the file."""
         self._f.close()
+
+
+def mark_records(path: Path, keys: set[tuple[str, Any, int]], flag: str) -> int:
+    """Set ``flag: true`` on the records whose ``(phase, position, t_sent_ns)`` is in ``keys``; one atomic rewrite.
+
+    For a fact learnt after the records were written (identity drift seen by a later
+    read). Every other line is kept byte for byte; a torn last line is dropped.
+
+    Returns:
+        How many records were marked.
+
+    Raises:
+        OSError: the file cannot be read or replaced (it then keeps its previous content).
+    """
+    from kvreplay.safe_io import atomic_write_bytes
+
+    out: list[bytes] = []
+    marked = 0
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if (str(rec.get("phase")), rec.get("position"), rec.get("t_sent_ns")) in keys:
+            rec[flag] = True
+            line = orjson.dumps(rec)
+            marked += 1
+        out.append(line)
+    atomic_write_bytes(path, b"".join(x + b"\n" for x in out))  # lines already redacted when first written
+    return marked
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

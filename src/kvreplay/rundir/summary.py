@@ -64,6 +64,8 @@ def _add_delta(out: dict[str, Any], d: dict[str, Any], gauges: tuple[str, ...]) 
             out["reset"] = out.get("reset", False) or bool(v)
         elif k == "reset_names":
             out["reset_names"] = sorted(set(out.get("reset_names", [])) | set(v))
+        elif k == "invalid" and isinstance(v, dict):
+            out["invalid"] = {**out.get("invalid", {}), **v}
         elif isinstance(v, (int, float)):
             out[k] = v if k in gauges else out.get(k, 0) + v
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.metrics.summary import failure_kind
 from kvreplay.runner.identity import abort_details, check_pins, identity_changes
@@ -70,9 +71,11 @@ class ContractChecks:
                 self.abort_with("identity_mismatch", "identity pins given but no backend to read the "
                                 "server's identity (--backend none?)")
             return
+        t0 = self.rel(now_ns())  # type: ignore[attr-defined]
         try:
             self.identity_before = await self.backend.identity()
             self.identity_after = self.identity_before
+            self.writer.baseline(t0)  # type: ignore[attr-defined]
         except BackendError as exc:
             self.progress(f"identity read failed: {exc}")  # type: ignore[attr-defined]
             if pins:
@@ -87,9 +90,11 @@ class ContractChecks:
         """Read the identity; abort on drift from the baseline or a broken pin (module docstring)."""
         if self.backend is None or self.identity_before is None:
             return
+        t0 = self.rel(now_ns())  # type: ignore[attr-defined]
         try:
             ident = await self.backend.identity()
         except BackendError as exc:
+            self.writer.unread(t0)  # type: ignore[attr-defined]
             if not getattr(self, "_identity_read_failed", False):  # said once, not at every read
                 self._identity_read_failed = True
                 self.progress(f"identity read failed: {exc}")  # type: ignore[attr-defined]
@@ -98,9 +103,14 @@ class ContractChecks:
         changes = identity_changes(self.identity_before, ident)
         known = {c.key for c in changes}
         changes += [c for c in check_pins(ident, self.opts.identity_pins) if c.key not in known]
+        if changes:
+            self.writer.drifted(t0)  # type: ignore[attr-defined]
+        else:
+            self.writer.matched(t0)  # type: ignore[attr-defined]
         if changes and (self.abort is None or self.abort.get("reason") != "identity_drift"):
             self.abort_with("identity_drift", "server identity changed: "
-                            + "; ".join(c.describe() for c in changes), **abort_details(changes))
+                            + "; ".join(c.describe() for c in changes), **abort_details(changes),
+                            last_match_t_ns=self.writer.verified_ns)  # type: ignore[attr-defined]
 
     async def identity_monitor(self) -> None:
         """Re-read the identity every ``identity_interval_s`` (at most 1 s) until cancelled."""

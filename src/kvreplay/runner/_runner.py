@@ -40,12 +40,13 @@ from kvreplay.plan import Phase, Plan
 from kvreplay.redaction import escape_controls, has_secrets, redact, register_headers
 from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWriter
 from kvreplay.runner._contract import ContractChecks
-from kvreplay.runner._counter_reads import CounterReads
+from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
 from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
 from kvreplay.runner.counters import check_fresh, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
+from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
@@ -90,7 +91,9 @@ class _Run(CounterReads, ContractChecks):
         self.stats: list[PhaseStats] = []
         self.out = opts.out_dir
         try:
-            self.writer = RecordWriter(self.out / RECORDS, on_error=self.on_write_error)
+            # records written at once; after a drift, those sent past the last matching identity read
+            # are marked identity_unverified (runner.identity, IdentityGate)
+            self.writer = IdentityGate(RecordWriter(self.out / RECORDS, on_error=self.on_write_error))
         except OSError as exc:
             raise ConfigError(f"cannot create {RECORDS}: {exc.strerror or exc}; nothing was sent",
                               path=self.out, field="--out") from None
@@ -107,6 +110,9 @@ class _Run(CounterReads, ContractChecks):
         self.transport_run = 0  # consecutive transport failures (runner._contract.check_transport)
         self.counter_log: CounterLog | None = None  # counters.jsonl, opened at the first read
         self.cur_phase = ""
+        self.read_costs: dict[str, list[tuple[int, int]]] = {}  # phase -> (ns, bytes) per counter read
+        self._log_base: dict[str, Any] | None = None  # the last whole read's series (CounterReads.log_read)
+        self.log_lock = asyncio.Lock()  # large reads are logged from a thread, one at a time
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
@@ -424,6 +430,12 @@ class _Run(CounterReads, ContractChecks):
         st.counter_delta = self.delta_json(before, after)
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        gate = self.writer
+        n_unverified = gate.unverified.get(phase.name, 0)
+        if n_unverified or (gate.drift_ns is not None and gate.drift_ns >= (self.rel(st.start_ns) or 0)):
+            st.invalid_reasons.append(f"identity_drift: {n_unverified} records sent after the last identity "
+                                      "read that matched")
+        st.counter_reads = counter_read_summary(self.read_costs.get(phase.name, []))
         st.client = mon.to_json()
         if mon.lag.hist.get_total_count():
             self.lag_hists[phase.name] = mon.lag.hist
@@ -486,7 +498,8 @@ class _Run(CounterReads, ContractChecks):
             "phases": [s.to_json() for s in self.stats],
             # Unit of each counter name in the phases' deltas (summary-schema.md, "Units").
             "units": counter_units(getattr(self.backend, "units", None), {
-                k for s in self.stats for k in (s.counter_delta or {}) if k not in ("reset", "reset_names")}),
+                k for s in self.stats for k in (s.counter_delta or {})
+                if k not in ("reset", "reset_names", "invalid")}),
         }
 
 

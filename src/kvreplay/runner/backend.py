@@ -9,11 +9,19 @@ not report it.
 A counter that goes down means the server restarted: its delta is invalid and is
 reported as the post-restart value (Prometheus ``increase()`` semantics), never
 negative (field case B08).
+
+A value that cannot be differenced exactly (text, a boolean, NaN or an
+infinity, an integer outside the 64-bit range ``COUNTER_RANGE``) is *invalid*:
+the adapter leaves it out of ``common`` and names it in ``Snapshot.invalid``
+with the reason (``counter_problem``); its raw text stays in ``raw`` (and so in
+counters.jsonl), and every delta over it is null with that reason
+(``CounterDelta.invalid``). The run goes on (issue 30 item 2).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from kvreplay.evidence.vocab import COMMON_UNITS, COUNTER_NAMES, GAUGE_NAMES, LOAD_GAUGES, TOKEN_TWINS
@@ -21,6 +29,7 @@ from kvreplay.evidence.vocab import COMMON_UNITS, COUNTER_NAMES, GAUGE_NAMES, LO
 __all__ = [
     "COMMON_UNITS",
     "COUNTER_NAMES",
+    "COUNTER_RANGE",
     "GAUGE_NAMES",
     "LOAD_GAUGES",
     "Backend",
@@ -28,7 +37,34 @@ __all__ = [
     "Snapshot",
     "TOKEN_TWINS",
     "counter_delta",
+    "counter_problem",
 ]
+
+COUNTER_RANGE = (-(1 << 63), 1 << 64)
+"""``[low, high)``: the values a counter may take and still be differenced (signed and unsigned 64 bits)."""
+
+
+def counter_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a counter's value; None when it can.
+
+    Args:
+        value: A value as the server printed it (JSON or exposition parsed).
+
+    Returns:
+        None for an int or a finite float inside ``COUNTER_RANGE``; otherwise a
+        short reason: ``"not a number (text '...')"``, ``"not a finite number"``,
+        ``"outside the 64-bit range"``, ``"not a number (a JSON list)"``.
+    """
+    if isinstance(value, bool):
+        return "not a number (a boolean)"
+    if isinstance(value, str):
+        return f"not a number (text {value[:40]!r})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    if isinstance(value, (int, float)):
+        return None if COUNTER_RANGE[0] <= value < COUNTER_RANGE[1] else "outside the 64-bit range"
+    kind = {dict: "object", list: "list", type(None): "null"}.get(type(value), type(value).__name__)
+    return f"not a number (a JSON {kind})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +81,11 @@ class Snapshot:
         settled: True when two consecutive reads agreed before this one was
             returned, False when the settle bound ran out first, None when no
             settling was attempted (``kvreplay.backends.settled_snapshot``).
+        invalid: Common name -> why its value cannot be differenced (the series
+            and ``counter_problem``'s reason); such a name is not in ``common``.
+        partial: True when ``raw`` holds only the series the adapter maps (a
+            filtered read: ``snapshot(full=False)``), not every series the server has.
+        read_bytes: Size of the bodies read for this snapshot (bytes; 0 when unknown).
     """
 
     taken_ns: int
@@ -52,6 +93,9 @@ class Snapshot:
     common: dict[str, float]
     started: float | None = None
     settled: bool | None = None
+    invalid: dict[str, str] = field(default_factory=dict)
+    partial: bool = False
+    read_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,19 +107,28 @@ class CounterDelta:
         reset: True when a counter went down or the start marker changed.
         reset_names: The counters that went down.
         elapsed_ns: Time between the two snapshots (ns).
+        invalid: Common name -> reason, for names whose delta is null because
+            either read's value could not be differenced (``Snapshot.invalid``).
     """
 
     values: dict[str, float]
     reset: bool = False
     reset_names: tuple[str, ...] = ()
     elapsed_ns: int = 0
+    invalid: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        """JSON form used in records and summaries."""
+        """JSON form used in records and summaries.
+
+        ``{name: delta, ...}``, plus ``reset``/``reset_names`` after a restart and
+        ``invalid: {name: reason}`` for null deltas (their names are not among the values).
+        """
         out: dict[str, Any] = dict(self.values)
         if self.reset:
             out["reset"] = True
             out["reset_names"] = list(self.reset_names)
+        if self.invalid:
+            out["invalid"] = dict(sorted(self.invalid.items()))
         return out
 
 
@@ -90,13 +143,19 @@ def counter_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
         a: Earlier snapshot.
         b: Later snapshot.
 
+    A name invalid in either read (``Snapshot.invalid``) has no value: it is in
+    ``invalid`` with ``b``'s reason (else ``a``'s).
+
     Returns:
         The delta over the common names present in both (gauges: present in ``b``).
     """
+    invalid = {**a.invalid, **b.invalid}  # b's reason wins
     values: dict[str, float] = {}
     went_down: list[str] = []
     restarted = a.started is not None and b.started is not None and a.started != b.started
     for name, vb in b.common.items():
+        if name in b.invalid or (name in a.invalid and name not in GAUGE_NAMES):
+            continue
         if name in GAUGE_NAMES:
             values[name] = vb
             continue
@@ -114,6 +173,9 @@ def counter_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
         reset=restarted or bool(went_down),
         reset_names=tuple(sorted(went_down)),
         elapsed_ns=b.taken_ns - a.taken_ns,
+        invalid={k: v for k, v in invalid.items() if k in b.invalid if k in GAUGE_NAMES}
+        | {k: v for k, v in invalid.items() if k not in GAUGE_NAMES
+           if (k in a.common or k in a.invalid) and (k in b.common or k in b.invalid)},
     )
 
 

@@ -9,14 +9,71 @@ None of these functions sends a generation request.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from kvreplay.clock import now_ns
 from kvreplay.evidence.vocab import COUNTER_NAMES, LOAD_GAUGES
 from kvreplay.runner.backend import Backend, Snapshot
 
-__all__ = ["DrainResult", "check_fresh", "settled_snapshot", "wait_drained"]
+__all__ = ["DrainResult", "check_fresh", "checked_snapshot", "settled_snapshot", "wait_drained"]
+
+
+def _raw_text(v: float) -> str:
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+
+
+def _texts_for_nonfinite(raw: dict[str, Any], path: str, bad: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if isinstance(v, dict):
+            out[k] = _texts_for_nonfinite(v, f"{path}{k}/", bad)
+        elif isinstance(v, float) and not math.isfinite(v):
+            bad.append(f"{path}{k}")
+            out[k] = _raw_text(v)
+        else:
+            out[k] = v
+    return out
+
+
+def checked_snapshot(snap: Snapshot, notice: Callable[[str], None], seen: set[str]) -> Snapshot:
+    """``snap`` with every value that cannot be differenced marked, never dropped (issue 30 item 2).
+
+    A raw NaN or infinity is replaced by its exposition text (``NaN``, ``+Inf``,
+    ``-Inf``), so counters.jsonl keeps it (big integers are kept exactly by the
+    output sink); a common value that is not finite moves to ``invalid``. Each
+    series or name is noticed once (``seen`` is updated), naming the series and
+    the reason.
+
+    Args:
+        snap: A counter read.
+        notice: Called with one line per newly seen invalid series.
+        seen: Names already noticed.
+    """
+    bad_raw: list[str] = []
+    raw = _texts_for_nonfinite(snap.raw, "", bad_raw)
+    invalid = dict(snap.invalid)
+    common = {}
+    for k, v in snap.common.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            invalid.setdefault(k, f"{k}: not a finite number")
+        else:
+            common[k] = v
+    for k in bad_raw:
+        if k not in seen:
+            seen.add(k)
+            notice(f"counter {k[:200]} is not a finite number (NaN or infinite): left out of deltas, "
+                   "its text kept in counters.jsonl")
+    for k, why in sorted(invalid.items()):
+        if k not in seen:
+            seen.add(k)
+            notice(f"counter {k} is invalid for deltas ({why[:240]}): its deltas are null, "
+                   "its raw text kept in counters.jsonl")
+    if not bad_raw and invalid == snap.invalid and len(common) == len(snap.common):
+        return snap
+    return replace(snap, raw=raw, common=common, invalid=invalid)
 
 
 def _same_counters(a: Snapshot, b: Snapshot) -> bool:

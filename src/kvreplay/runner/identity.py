@@ -30,18 +30,36 @@ sends nothing: ``aborted.reason: identity_mismatch``) and, with the identity
 read at the run's start as the baseline, every later read for **drift**: any
 changed, added or removed key (``aborted.reason: identity_drift``). Both give
 ``aborted.old`` / ``aborted.new`` (flat key -> value) and ``aborted.changes``.
+
+**Drift at any concurrency** (issue 30 item 3). Above C1 the identity is read
+only by the monitor (at most every second), so requests sent between the last
+read that matched and the read that saw the drift may have been served by the
+new build. ``IdentityGate`` stands in front of the records writer. Every record is still
+written (and flushed) the moment it completes, so a kill loses nothing measured;
+the gate keeps only the keys of the records sent after the last identity read
+that matched. When a read sees drift, every such record, and every later one,
+carries ``identity_unverified: true``: later ones when written, earlier ones by
+one atomic rewrite of ``records.jsonl`` when the gate closes
+(``rundir.records.mark_records``; after a kill before that, ``summary.json``'s
+rebuild does not know of the drift, which the terminal had said). The phase that
+holds such records reads ``valid: false`` with an ``invalid_reasons`` entry
+``identity_drift: N records sent after the last identity read that matched``. A
+failed identity read leaves the records before it unmarked (no drift was seen).
+With ``--workers N`` only worker 0 reads the identity, so only its records are
+checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kvreplay.errors import ConfigError
 
 __all__ = [
     "IdentityChange",
+    "IdentityGate",
     "IdentityPin",
     "abort_details",
     "check_pins",
@@ -211,3 +229,100 @@ def abort_details(changes: list[IdentityChange]) -> dict[str, Any]:
         "new": {c.key: c.new for c in changes},
         "changes": [c.to_json() for c in changes],
     }
+
+
+class _Writer(Protocol):
+    count: int
+
+    def write(self, rec: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class IdentityGate:
+    """The records writer behind an identity check (module docstring, "Drift at any concurrency").
+
+    Has the writer's ``write``, ``close`` and ``count``; other attributes are the
+    writer's. Times are the records' run-relative ``t_sent_ns`` (ns).
+
+    Args:
+        writer: The records writer (``rundir.RecordWriter``; its ``path`` is rewritten on drift).
+
+    Attributes:
+        verified_ns: Start of the last identity read that matched (run-relative
+            ns); None until ``baseline`` (until then no record is checked).
+        drift_ns: Start of the read that saw drift; None without drift.
+        unverified: Phase -> number of records marked ``identity_unverified``.
+    """
+
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+        self.unchecked: list[tuple[int, str, Any]] = []  # (t_sent_ns, phase, position), in write order
+        self.to_mark: set[tuple[str, Any, int]] = set()  # written before the drift was seen
+        self.verified_ns: int | None = None
+        self.drift_ns: int | None = None
+        self.unverified: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    @property
+    def count(self) -> int:
+        """Records written."""
+        return self.writer.count
+
+    def _needs_check(self, rec: dict[str, Any]) -> bool:
+        t = rec.get("t_sent_ns")
+        return t is not None and self.verified_ns is not None and t > self.verified_ns
+
+    def _count(self, phase: str) -> None:
+        self.unverified[phase] = self.unverified.get(phase, 0) + 1
+
+    def write(self, rec: dict[str, Any]) -> None:
+        """Write ``rec`` now (marked when a drift was already seen and it was sent after the last match).
+
+        Raises:
+            TypeError / orjson.JSONEncodeError: as the writer's ``write``.
+        """
+        if self._needs_check(rec):
+            if self.drift_ns is not None:
+                rec["identity_unverified"] = True
+                self._count(str(rec.get("phase")))
+            else:
+                self.unchecked.append((int(rec["t_sent_ns"]), str(rec.get("phase")), rec.get("position")))
+        self.writer.write(rec)
+
+    def baseline(self, start_ns: int) -> None:
+        """The run's baseline identity was read, starting at ``start_ns``: from now on records are checked."""
+        self.verified_ns = start_ns
+
+    def matched(self, start_ns: int) -> None:
+        """An identity read started at ``start_ns`` matched: the records sent up to then are vouched for."""
+        if self.drift_ns is not None or self.verified_ns is None:
+            return
+        self.verified_ns = max(self.verified_ns, start_ns)
+        self.unchecked = [u for u in self.unchecked if u[0] > self.verified_ns]
+
+    def unread(self, start_ns: int) -> None:
+        """An identity read started at ``start_ns`` failed: the records sent before it stay unmarked."""
+        if self.drift_ns is None:
+            self.unchecked = [u for u in self.unchecked if u[0] > start_ns]
+
+    def drifted(self, start_ns: int) -> None:
+        """A read started at ``start_ns`` saw drift: every record sent after the last match is to be marked."""
+        if self.drift_ns is not None:
+            return
+        self.drift_ns = start_ns
+        for t, phase, position in self.unchecked:
+            self.to_mark.add((phase, position, t))
+            self._count(phase)
+        self.unchecked = []
+
+    def close(self) -> None:
+        """Close the writer; after a drift, mark the records written before it was seen (one atomic rewrite)."""
+        self.writer.close()
+        path = getattr(self.writer, "path", None)
+        if self.to_mark and path is not None:
+            from kvreplay.rundir.records import mark_records
+
+            mark_records(path, self.to_mark, "identity_unverified")
+            self.to_mark = set()

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from kvreplay.sim.engine import SimEngine
 
-__all__ = ["render_metrics"]
+__all__ = ["filter_exposition", "render_metrics"]
 
 
 def _esc(v: str) -> str:
@@ -177,3 +177,27 @@ def render_metrics(eng: SimEngine) -> str:
     o.gauge("kvreplay_sim:transfers_in_flight", "Store/restore copies running.", eng.transfers_in_flight)
     o.gauge("kvreplay_sim:transfers_waiting", "Store/restore copies queued.", eng.transfers_waiting)
     return "\n".join(o.lines) + "\n"
+
+
+def filter_exposition(text: str, names: set[str]) -> str:
+    """Only the samples named in ``names``, as prometheus_client answers ``?name[]=...``.
+
+    A family's ``# HELP``/``# TYPE`` lines are kept only when one of its samples
+    is (prometheus_client's ``restricted_registry``).
+    """
+    out: list[str] = []
+    head: list[str] = []
+    family = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] != family:
+                family, head = parts[2], []
+            head.append(line)
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names:
+            out.extend(head)
+            head = []
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")

@@ -44,7 +44,7 @@ from kvreplay.sim._responses import Cut, Responses, error_response, json_respons
 from kvreplay.sim.config import SimConfig
 from kvreplay.sim.engine import SimEngine, generate_output
 from kvreplay.sim.faults import FaultSpec
-from kvreplay.sim.metrics import render_metrics
+from kvreplay.sim.metrics import filter_exposition, render_metrics
 from kvreplay.sim.tokenizer import render_body
 
 __all__ = ["SimServer", "cache_identity"]
@@ -276,8 +276,11 @@ class SimServer(Responses):
         return json_response(self.engine.cache_json())
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        text = render_metrics(self.engine)
+        if "name[]" in request.query:  # prometheus_client's filter, which vLLM's /metrics honours
+            text = filter_exposition(text, set(request.query.getall("name[]")))
         return web.Response(
-            body=render_metrics(self.engine).encode(),
+            body=text.encode(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

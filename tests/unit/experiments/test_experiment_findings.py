@@ -123,3 +123,42 @@ def test_a_phase_marked_comparable_false_in_plan_json_is_a_control(tmp_path):
     assert [v.comparable for v in views] == [True, True, False]
     (f,) = restore_findings(views)
     assert f["rule"] == "row_checkpoint_churn"
+
+
+def _claims_match_cells(f: dict) -> None:
+    """The finding's head cites only arms whose cells it lists (issue 31 item 6)."""
+    head, _, text = f["summary"].partition(". ")
+    roles = {e["role"] for e in f["evidence"]}
+    assert ("in the control" in head) == ("control" in roles), f["summary"]
+    assert ("control none measured" in text) == ("control" not in roles), f["summary"]
+
+
+def test_no_churn_without_a_control_does_not_claim_one(tmp_path):
+    write_step(tmp_path, "A", [("p", "forward", [("b1", host(0))]), ("r", "reverse", [("b1", host(4))])])
+    write_step(tmp_path, "B", [("p", "forward", [("b1", host(0))]), ("r", "forward", [("b1", host(5))])])
+    (f,) = restore_findings(load_views(tmp_path, [step("A", "A0"), step("B", "B0")]))
+    assert f["rule"] == "no_churn"
+    assert f["summary"].startswith("restores in both orders (no control measured): no churn at this working-set "
+                                   "size. host tier restores (host_fetched_tokens, repeats only): forward B/r 5; "
+                                   "reverse A/r 4; control none measured")
+    _claims_match_cells(f)
+
+
+def test_no_churn_with_a_control_names_it_and_its_cell(tmp_path):
+    write_step(tmp_path, "A", [("p", "forward", [("b1", host(0))]), ("r", "reverse", [("b1", host(4))])])
+    write_step(tmp_path, "B", [("p", "forward", [("b1", host(0))]), ("r", "forward", [("b1", host(5))])])
+    write_step(tmp_path, "C", [("control", "forward", [("b1", host(3)), ("b1", host(7))])])
+    (f,) = restore_findings(load_views(tmp_path, [step("A", "A0"), step("B", "B0"), step("C", "C0", False)]))
+    assert f["rule"] == "no_churn"
+    assert f["summary"].startswith("restores in every order and in the control: no churn")
+    assert "control C/control 7" in f["summary"]
+    _claims_match_cells(f)
+
+
+def test_no_restores_without_a_control_does_not_claim_one(tmp_path):
+    write_step(tmp_path, "A", [("p", "forward", [("b1", host(0))]), ("r", "reverse", [("b1", host(0))])])
+    write_step(tmp_path, "B", [("p", "forward", [("b1", host(0))]), ("r", "forward", [("b1", host(0))])])
+    (f,) = restore_findings(load_views(tmp_path, [step("A", "A0"), step("B", "B0")]))
+    assert f["rule"] == "no_restores"
+    assert f["summary"].startswith("no restores in either order (no control measured).")
+    _claims_match_cells(f)

@@ -457,3 +457,28 @@ def test_host_tier_churn_is_judged_on_the_host_tier_when_it_looked_in_every_repl
     s = with_deltas(FWD_REV, {"fwd": {**d(0), "host_lookups": 0, "host_query_tokens": 0},
                               "rev": d(512)})
     assert diagnose(s, FWD_REV) == []
+
+
+def test_client_bound_advice_fits_the_runs_shape():
+    """Issue 31 item 6: no "fewer workers per process" for a one-process C1 run."""
+    plan = plan_json([("a", "forward", 1, [0, 1, 2, 3])])
+    recs = [record("a", i, i, c=1, t0_ms=0) for i in range(4)]
+    s = summarise(plan, recs, a={"client_bound": True, "attribution": "per_request",
+                                 "client": {"loop_lag_p99_ms": 85.0}})
+    (f,) = diagnose(s, plan, recs)
+    assert f.next_experiment == (
+        "rerun the phase on a quieter host (or with the client pinned to an idle core), and once with "
+        "--no-per-request-counters to see what the counter reads cost (phases[].counter_reads), "
+        "and compare the TTFT and ITL percentiles.")
+    assert "workers" not in f.next_experiment
+    s["phases"][0]["attribution"] = "phase_only"
+    assert diagnose(s, plan, recs)[0].next_experiment == (
+        "rerun the phase on a quieter host (or with the client pinned to an idle core), "
+        "and compare the TTFT and ITL percentiles.")
+    # C4 in one process: spread it; over 2 processes already: more of them
+    s["phases"][0]["concurrency"] = 4
+    assert diagnose(s, plan, recs)[0].next_experiment.startswith("spread the C4 over several processes (--workers N)")
+    s["workers"] = 2
+    assert diagnose(s, plan, recs)[0].next_experiment.startswith("spread the C4 over more processes (--workers 4)")
+    s["client_includes_server"] = True
+    assert diagnose(s, plan, recs)[0].next_experiment.startswith("run the simulator as its own process")

@@ -64,3 +64,24 @@ def test_table_in_model_ms_at_a_sim_time_scale():
     assert row[8:11] == ["100/200", "3", "250"]
     assert plain.startswith("| phase | C | ok/planned | failed | TTFT p50 ms |")
     assert [c.strip() for c in plain.splitlines()[2].split("|")[1:-1]][4] == "12.5"
+
+
+def test_counters_a_server_never_reports_are_one_line_not_columns():
+    """Issue 31 item 6: vLLM counts hit and query tokens only; hits, misses, stores, evicted are one line."""
+    plan = plan_json([("a", "forward", 1, [0, 1]), ("b", "forward", 1, [0, 1])])
+    recs = [record(p, i, i, ttft_ms=12.5, t0_ms=30 * i, cached=40) for p in ("a", "b") for i in (0, 1)]
+    s = summarise(plan, recs,
+                  a={"counter_delta": {"hit_tokens": 250, "query_tokens": 400}, "attribution": "phase_only"},
+                  b={"counter_delta": {"hit_tokens": 300, "query_tokens": 400}, "attribution": "phase_only"})
+    table = render_table(s)
+    lines = table.splitlines()
+    assert lines[0] == ("| phase | C | ok/planned | failed | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | E2E p50 ms "
+                        "| cached/prompt tokens | hit_tokens Δ |")
+    assert lines[1] == "|---" * 10 + "|"
+    assert [c.strip() for c in lines[2].split("|")[1:-1]][-1] == "250"
+    assert [c.strip() for c in lines[3].split("|")[1:-1]][-1] == "300"
+    notes = [ln for ln in lines if ln.startswith("- ")]
+    assert notes[0] == ("- not reported by this server in any phase (absent, not zero): hits, misses, stores, "
+                        "evicted (it counts no lookups: its hit tokens are in hit_tokens Δ)")
+    assert not any("not reported by this server" in n for n in notes[1:])  # no note per phase and counter
+    assert not any(n.startswith(("- a: absent", "- b: absent")) and "hits" in n for n in notes)
