@@ -278,3 +278,17 @@ def test_two_interrupts_end_an_endless_stream_within_a_second(workload: Path, tm
 def res_records(out: Path) -> list[dict]:
     return sorted((orjson.loads(ln) for ln in (out / "records.jsonl").read_bytes().splitlines()),
                   key=lambda r: r["position"])
+
+
+def test_a_server_resetting_every_connection_aborts_after_three_transport_failures(tmp_path, workload):
+    """Issue 27 item 1 at its default: 3 consecutive sends that never got a response byte abort the phase."""
+    with HostileServer("reset_before_response") as srv:
+        res = run_case(srv.url, workload, tmp_path / "run", 1, extra=["--max-transport-failures", "3"])
+    assert res.code == 3, res.stderr[-2000:]
+    recs = sorted(res.records, key=lambda r: r["position"])
+    assert [r["position"] for r in recs] == list(range(N_BODIES))
+    assert [(r["sent"], r["status"]) for r in recs[:3]] == [(True, "write")] * 3
+    assert all((r["sent"], r["status"], r["error"]) == (False, "aborted", "transport") for r in recs[3:])
+    summary = orjson.loads((tmp_path / "run" / "summary.json").read_bytes())
+    assert summary["aborted"]["reason"] == "transport"
+    assert summary["phases"][0]["failed_transport"] == 3 and summary["phases"][0]["failed_output"] == 0
