@@ -27,7 +27,7 @@ def test_in_phase_reads_carry_only_the_profiles_series(tmp_path: Path) -> None:
     assert rc == 0
     wanted = make_backend("vllm", "http://127.0.0.1:1", None).wanted_names()
     lines = read_counter_log(out / "counters.jsonl")
-    assert [ln["at"] for ln in lines][0] == "before" and lines[-1]["at"] == "after"
+    assert [ln["at"] for ln in lines][0] == "before" and lines[-1]["at"] == "phase_end"  # issue 27 item 7
     per_request = [ln for ln in lines if isinstance(ln["at"], int)]
     assert sorted({ln["at"] for ln in per_request}) == [0, 1, 2, 3, 4]
     for ln in per_request:

@@ -117,9 +117,12 @@ def test_connect_failure_is_a_record(small_workload, tmp_path):
     async def go():
         wl = load_workload(small_workload)
         plan = build_plan(wl, [parse_phase("a:forward:c1")])
-        # Port 9 on loopback: nothing listens there (discard service is not run here).
+        # Port 9 on loopback: nothing listens there (discard service is not run here). Every position
+        # must end as a record, so consecutive transport failures do not abort (None; the default
+        # of 3 is tested in tests/integration/test_transport_abort.py).
         return await execute_plan(plan, wl, RunOptions(target_url="http://127.0.0.1:9", out_dir=tmp_path / "o",
-                                                       quiet=True, connect_timeout_s=2))
+                                                       quiet=True, connect_timeout_s=2,
+                                                       max_transport_failures=None))
 
     summary = asyncio.run(go())
     assert summary["phases"][0]["failed"] == {"connect": 6}
