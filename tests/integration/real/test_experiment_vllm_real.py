@@ -85,12 +85,15 @@ kind = "restore"
     assert [s["status"] for s in r["steps"]] == ["measured"] * 5
     assert r["steps"][0]["checks"]["fresh"]["passed"] is True
     # B0 stopped A0's vLLM (started through `sh -c`) gracefully: the whole process group got
-    # SIGTERM and its grace, so vLLM's log ends with a clean shutdown, not EngineDeadError (issue 31)
+    # SIGTERM and its grace, so vLLM's log ends with a completed shutdown (issue 31)
     stops = [c for c in r["steps"][2]["checks"]["commands"] if c["name"] == "stop-start"]
     assert len(stops) == 1 and stops[0]["stop"]["graceful"] is True, stops
     assert stops[0]["stop"]["text"].startswith("stopped gracefully in ")
     a0_log = (out / "steps" / "00-A0" / "start.log").read_text(errors="replace")
-    assert "EngineDeadError" not in a0_log and "Application shutdown complete" in a0_log, a0_log[-2000:]
+    # Killed ~2 ms after the stop (the fault), the log ended mid-shutdown; now the API server gets to
+    # finish. (vLLM may still log an EngineDeadError from its engine core's own exit during a clean
+    # shutdown, more often under load, so only the server's completed shutdown is asserted.)
+    assert "Application shutdown complete" in a0_log, a0_log[-2000:]
     # a new process per incarnation: different pids
     pids = [c["pid"] for s in r["steps"] for c in (s["checks"].get("commands") or []) if c.get("pid")]
     assert len(set(pids)) == 3
