@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Experiment", "FrozenExperiment"]
+__all__ = ["Experiment", "FrozenExperiment", "experiment_headers"]
 
 
 @dataclass
@@ -40,8 +40,14 @@ class FrozenExperiment:
     window: Any
     frozen_path: Path
 
-    async def run_async(self, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    async def run_async(self, say: Callable[[str], None] = lambda _m: None,
+                        resume: tuple[Any, Any] | None = None) -> dict[str, Any]:
         """Run the window, then write the publication (also after an abort).
+
+        Args:
+            say: Progress line sink.
+            resume: ``(progress, keep)`` to go on with a window killed before
+                (``experiments.window.resume.plan_resume``); None for a new window.
 
         Returns:
             result.json as a dict (``status``, ``findings``, ``steps``, ``time``...).
@@ -53,9 +59,12 @@ class FrozenExperiment:
         from kvreplay.experiments.window.execute import WindowRun
         from kvreplay.rundir.experiment import write_source
 
-        headers = _headers(self.spec)
-        write_source(self.out, self.spec.text)  # what `kvreplay experiment --resume` parses after a kill
+        headers = experiment_headers(self.spec)
+        if resume is None:
+            write_source(self.out, self.spec.text)  # what `kvreplay experiment --resume` parses after a kill
         w = WindowRun(self.spec, self.doc, self.plans, self.workload, self.out, self.window, headers, say)
+        if resume is not None:
+            w.resume_from(*resume)
         results = await w.run()
         steps = [r.to_json() for r in results]
         for msg in restate_step_reports(self.out, steps):
@@ -67,7 +76,7 @@ class FrozenExperiment:
         return result
 
 
-def _headers(exp: Any) -> dict[str, str]:
+def experiment_headers(exp: Any) -> dict[str, str]:
     """The Authorization header from ``server.api_key_env`` (registered as a secret); empty without one."""
     from kvreplay.errors import ConfigError
     from kvreplay.redaction import check_secret, register, register_headers

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 
 NAME = "experiment"
@@ -89,14 +88,11 @@ def _schedule(doc: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay experiment``."""
-    from kvreplay.commands.run import default_out, install_loop
+    from kvreplay.api.experiment import Experiment
+    from kvreplay.api.run import install_loop
     from kvreplay.errors import ConfigError
-    from kvreplay.experiments.window.frozen import freeze
-    from kvreplay.experiments.window.spec import load_experiment
-    from kvreplay.rundir import EXPERIMENT, write_experiment
-    from kvreplay.rundir.experiment import write_source
+    from kvreplay.rundir import EXPERIMENT
     from kvreplay.safe_io import echo
-    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
 
     if args.resume is not None:
         if args.file is not None or args.dry_run or args.out is not None:
@@ -105,38 +101,23 @@ def run(args: argparse.Namespace) -> int:
         return _resume(args)
     if args.file is None:
         raise ConfigError("an experiment file is required (or --resume EXP_DIR)", field="file")
-    exp = load_experiment(args.file)
-    window = exp.window
-    if args.stop_new_after is not None:
-        window = replace(window, stop_new_after_s=args.stop_new_after)
-    if args.hard_deadline is not None:
-        window = replace(window, hard_deadline_s=args.hard_deadline)
-    if args.restore_reserve is not None:
-        window = replace(window, restore_reserve_s=args.restore_reserve)
-    if args.max_transport_failures is not None:
-        window = replace(window, max_transport_failures=args.max_transport_failures or None)
-    # the same checks as the file's, naming the flag where the value came from the command line
-    window.check(path=exp.path, fields={k: f"--{k.replace('_', '-')}" for k in
-                                        ("stop_new_after", "hard_deadline", "restore_reserve")
-                                        if getattr(args, k) is not None})
-    workload = (load_workload(exp.workload, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
-                if exp.workload else None)
-    doc, plans = freeze(exp, workload, window)
-    out = Path(args.out) if args.out else default_out()
-    frozen_path = write_experiment(out, doc)  # ConfigError over an existing experiment.json
+    keys = ("stop_new_after", "hard_deadline", "restore_reserve")
+    experiment = Experiment.from_file(args.file)
+    frozen = experiment.freeze(
+        args.out, **{k: getattr(args, k) for k in keys}, max_transport_failures=args.max_transport_failures,
+        max_body_bytes=args.max_body_bytes,
+        fields={k: f"--{k.replace('_', '-')}" for k in keys if getattr(args, k) is not None})
     if not args.quiet:
-        echo(_schedule(doc))
-        echo(f"{EXPERIMENT}: {frozen_path}")
+        echo(_schedule(frozen.doc))
+        echo(f"{EXPERIMENT}: {frozen.frozen_path}")
     if args.dry_run:
-        if not args.quiet and (warn := _unread_warning(exp)):
+        if not args.quiet and (warn := _unread_warning(experiment.spec)):
             echo(f"warning: {warn}")
         return 0
-    write_source(out, exp.text)  # what --resume parses
-    headers = _headers(exp)
     install_loop()
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
-    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say))
-    return _finish(args, result, out)
+    result = asyncio.run(frozen.run_async(say))
+    return _finish(args, result, frozen.out)
 
 
 def _unread_warning(exp) -> str | None:  # noqa: ANN001
@@ -148,7 +129,7 @@ def _unread_warning(exp) -> str | None:  # noqa: ANN001
     from kvreplay.experiments.unread import fetch_metrics_text, sim_metrics_text, unread_series
 
     srv = exp.server
-    backend = "vllm" if srv.is_sim and srv.backend == "auto" else srv.backend
+    backend = srv.counter_backend
     if backend in ("auto", "none"):
         return None
     if srv.is_sim:
@@ -159,29 +140,6 @@ def _unread_warning(exp) -> str | None:  # noqa: ANN001
         return None
     got = None if text is None else unread_series(text, backend, srv.profile)
     return None if got is None else str(got["message"])
-
-
-def _headers(exp) -> dict[str, str]:  # noqa: ANN001
-    """The Authorization header from ``server.api_key_env`` (registered as a secret), or none."""
-    from kvreplay.errors import ConfigError
-    from kvreplay.redaction import check_secret, register, register_headers
-
-    headers: dict[str, str] = {}
-    if exp.server.api_key_env:
-        import os
-
-        key = os.environ.get(exp.server.api_key_env)
-        if not key:
-            raise ConfigError(f"environment variable {exp.server.api_key_env} is not set", path=exp.path,
-                              field="server.api_key_env")
-        try:
-            key = check_secret(key, field="server.api_key_env")
-            register(key)  # every step's outputs (a probe's too) and the terminal: never the key
-        except ValueError as exc:
-            raise ConfigError(str(exc), path=exp.path, field="server.api_key_env") from None
-        headers["Authorization"] = f"Bearer {key}"
-        register_headers(headers)
-    return headers
 
 
 def _finish(args: argparse.Namespace, result: dict, out: Path) -> int:
@@ -202,8 +160,10 @@ def _finish(args: argparse.Namespace, result: dict, out: Path) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     """``--resume EXP_DIR`` (module docstring)."""
-    from kvreplay.commands.run import install_loop
+    from kvreplay.api.experiment import FrozenExperiment
+    from kvreplay.api.run import install_loop
     from kvreplay.experiments.window.resume import load_frozen, plan_resume
+    from kvreplay.rundir import EXPERIMENT
     from kvreplay.rundir.experiment import read_progress, set_aside_step_dir
     from kvreplay.safe_io import echo
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
@@ -223,25 +183,7 @@ def _resume(args: argparse.Namespace) -> int:
     for d in rp.set_aside:
         if (new := set_aside_step_dir(out, d)) is not None:
             say(f"the partial folder {d} is kept as {new}")
-    headers = _headers(exp)
     install_loop()
-    result = asyncio.run(_execute(exp, doc, plans, workload, out, window, headers, say, resume=(progress, rp.keep)))
+    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT)
+    result = asyncio.run(frozen.run_async(say, resume=(progress, rp.keep)))
     return _finish(args, result, out)
-
-
-async def _execute(exp, doc, plans, workload, out, window, headers, say, resume=None):  # noqa: ANN001, ANN202
-    """Run the window, then write the publication (also after an abort: the window returns normally)."""
-    from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
-    from kvreplay.experiments.window.execute import WindowRun
-
-    w = WindowRun(exp, doc, plans, workload, out, window, headers, say)
-    if resume is not None:
-        w.resume_from(*resume)
-    results = await w.run()
-    steps = [r.to_json() for r in results]
-    for msg in restate_step_reports(out, steps):
-        say(msg)
-    result = build_result(out, doc, steps, started=w.started, ended=w.ended or w.started, aborted=w.aborted,
-                          identity=w.snapshot_identity, left_running=w.left_running, unread=w.unread)
-    write_publication(out, result, exp.path.stem)
-    return result

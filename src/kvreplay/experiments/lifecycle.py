@@ -348,9 +348,7 @@ class ServerControl:
         self.sim_config: Any = None
         self.bg: _Background | None = None
         self.kept: dict[str, Any] | None = None
-        self.backend_name = spec.backend
-        if spec.is_sim and self.backend_name == "auto":
-            self.backend_name = "vllm"  # host-tier series are on /metrics (docs/simulator.md)
+        self.backend_name = spec.counter_backend
 
     def base_sim_config(self, overlay: dict[str, Any] | None = None) -> Any:
         """``[server.sim]`` (with ``overlay``) as a ``SimConfig``.

@@ -82,6 +82,15 @@ class ServerSpec:
         """True for the embedded simulator."""
         return self.target == "sim"
 
+    @property
+    def counter_backend(self) -> str:
+        """The counter adapter to read with: ``backend``, or ``vllm`` for the embedded simulator under ``auto``.
+
+        The simulator's host-tier series are on ``/metrics`` (docs/simulator.md); ``auto``
+        elsewhere is detected at the first read.
+        """
+        return "vllm" if self.is_sim and self.backend == "auto" else self.backend
+
     def to_json(self) -> dict[str, Any]:
         """JSON form (names the API key variable, never the key)."""
         return {
