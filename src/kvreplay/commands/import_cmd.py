@@ -23,6 +23,7 @@ HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan;
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``import``'s options."""
+    from kvreplay.workload.capture import IMPORT_CONCURRENCY
     from kvreplay.workload.formats import format_names, format_of
 
     p.add_argument("format", choices=format_names(),
@@ -62,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--chat", action="store_true", help="chat bodies (one user message) instead of completions"
     )
     p.add_argument(
-        "--concurrency", type=int, default=64, help="the plan's cap on requests in flight"
+        "--concurrency", type=int, default=IMPORT_CONCURRENCY, help="the plan's cap on requests in flight"
     )
     p.add_argument(
         "--time-scale",

@@ -126,7 +126,6 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
-DEFAULT_STOP_GRACE_S = STOP_GRACE_S
 
 
 def _group_stat(pgid: int) -> dict[int, int]:
@@ -262,7 +261,7 @@ class _Background:
         """The exit status once the process has ended, else None."""
         return self.proc.poll()
 
-    async def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S, url: str | None = None) -> dict[str, Any]:
+    async def stop(self, grace_s: float = STOP_GRACE_S, url: str | None = None) -> dict[str, Any]:
         """Stop the server gracefully: SIGTERM top-down through its process group, SIGKILL only after ``grace_s``.
 
         SIGTERM goes to the group's roots (``group_roots``: members whose parent is not in

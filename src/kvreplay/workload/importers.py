@@ -48,7 +48,7 @@ import orjson
 from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
 from kvreplay.workload._loader import json_line
-from kvreplay.workload.capture import toml_comment, toml_str
+from kvreplay.workload.capture import IMPORT_CONCURRENCY, toml_comment, toml_str
 
 __all__ = [
     "ImportResult",
@@ -264,7 +264,7 @@ def import_mooncake(
     block_tokens: int = 512,
     model: str = "kvreplay-sim",
     chat: bool = False,
-    concurrency: int = 64,
+    concurrency: int = IMPORT_CONCURRENCY,
     time_scale: float = 1.0,
     ignore_eos: bool = False,
 ) -> ImportResult:
