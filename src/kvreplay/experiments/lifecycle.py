@@ -126,8 +126,6 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
-
-
 def _group_stat(pgid: int) -> dict[int, int]:
     """``{pid: ppid}`` of the live (not zombie) processes whose process group is ``pgid``, from ``/proc``.
 
