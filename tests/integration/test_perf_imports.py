@@ -1,6 +1,7 @@
 """Fixed costs: a command imports only what it uses.
 
-matplotlib only when drawing (the report's figures, after the last request), pyarrow only
+numpy only once a phase has started (histograms), matplotlib only when drawing (the report's
+figures, after the last request), pyarrow only
 when exporting, Ray only with ``--ray``. Checked in fresh interpreters: ``kvreplay run
 --help``, and a real ``kvreplay run --target sim`` whose module set is read at the moment
 its first phase starts sending (``ClientMonitor.start`` wrapped), before any report code runs.
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("matplotlib", "pyarrow", "ray", "pandas", "scipy")
+HEAVY = ("matplotlib", "numpy", "pyarrow", "ray", "pandas", "scipy")
 
 HOOK = r"""
 import json, sys, time

@@ -9,9 +9,10 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Accountant", "Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "itl_summary_ns",
            "reasoning_tokens_of"]
@@ -245,6 +246,8 @@ def itl_gaps_ns(token_ns: Sequence[int]) -> np.ndarray:
     Returns:
         Shape ``(max(0, len(token_ns) - 1),)``; no Python int is made per token.
     """
+    import numpy as np  # on first use: a run's start-up does not pay for numpy (issue 35)
+
     if isinstance(token_ns, array) and token_ns.typecode == "q":
         t = np.frombuffer(token_ns, dtype=np.int64)
     else:

@@ -13,18 +13,21 @@ import contextlib
 import ctypes
 import errno
 import os
+import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from kvreplay.accounting.events import itl_gaps_ns
 from kvreplay.accounting.sse import hdr_record_gaps
 from kvreplay.safe_io import open_new
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["HEADER_LINES", "HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "hlog_header",
            "hlog_name", "interval_line", "new_histogram", "new_log", "write_log"]
@@ -39,6 +42,12 @@ METRICS = ("ttft", "itl", "tpot", "e2e", "queue", "ttft_from_intended", "e2e_fro
 (completion tokens - 1); e2e: sent -> done. Open loop only (wrk2's corrected
 latencies): queue: intended -> sent (dispatch delay); ttft_from_intended and
 e2e_from_intended: measured from the intended send time."""
+
+
+def _is_ndarray(x: object) -> bool:
+    """True when ``x`` is a numpy array (numpy imported only if something already did: no array exists otherwise)."""
+    np_mod = sys.modules.get("numpy")
+    return np_mod is not None and isinstance(x, np_mod.ndarray)
 
 
 def new_histogram() -> HdrHistogram:
@@ -135,16 +144,17 @@ class LatencySet:
         batches of ``FLUSH_AT``; reading ``hist`` or ``out_of_range`` records
         what is buffered first, so readers always see every value.
         """
-        if isinstance(values_ns, np.ndarray) and len(values_ns) >= FLUSH_AT:
+        is_array = _is_ndarray(values_ns)
+        if is_array and len(values_ns) >= FLUSH_AT:  # type: ignore[arg-type]
             # A long stream's gaps: recorded in place, block by block (no copy).
             self.flush()
-            v = values_ns.astype(np.int64, copy=False)
+            v = values_ns.astype("int64", copy=False)  # type: ignore[attr-defined]
             for i in range(0, len(v), FLUSH_AT):
                 self._record_block(v[i : i + FLUSH_AT])
             return
         p = self._pend
-        if isinstance(values_ns, np.ndarray):
-            p.frombytes(values_ns.astype(np.int64, copy=False).tobytes())
+        if is_array:
+            p.frombytes(values_ns.astype("int64", copy=False).tobytes())  # type: ignore[attr-defined]
         else:
             p.extend(values_ns)
         if len(p) >= FLUSH_AT:
@@ -181,12 +191,16 @@ class LatencySet:
         if not p:
             return
         self._pend = array("q")
+        import numpy as np  # imported on first use: a run's start-up does not pay for numpy (issue 35)
+
         v = np.frombuffer(p, dtype=np.int64)
         for i in range(0, len(v), FLUSH_AT):
             self._record_block(v[i : i + FLUSH_AT])
 
     def _record_block(self, values_ns: np.ndarray) -> None:
         """Record at most ``FLUSH_AT`` int64 ns values in one numpy pass (bounded temporaries)."""
+        import numpy as np
+
         us = (values_ns + 500) // 1000
         np.maximum(us, LOWEST_US, out=us)
         np.minimum(us, 1 << 52, out=us)  # keeps frexp exact; far beyond the range anyway

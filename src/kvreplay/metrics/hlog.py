@@ -30,12 +30,13 @@ import errno
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import BinaryIO
-
-import numpy as np
+from typing import TYPE_CHECKING, BinaryIO
 
 from kvreplay.clock import now_ns
 from kvreplay.metrics.histograms import LatencySet, hlog_name, interval_line, new_histogram, new_log
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["INTERVAL_S", "IntervalLogs"]
 
@@ -83,7 +84,7 @@ class IntervalLogs:
                          for m, ls in sets.items()]
         self._phase = phase
         self._scratch = new_histogram()
-        self._scratch_counts = np.ctypeslib.as_array(self._scratch.counts)
+        self._scratch_counts: np.ndarray | None = None  # a numpy view of the scratch counts, made at the first cut
         self._handle: asyncio.TimerHandle | None = None
         self.failed: OSError | None = None
         self.on_error = on_error
@@ -124,6 +125,7 @@ class IntervalLogs:
 
     def _cut_metric(self, m: _Metric, end_s: float) -> bool:
         """Append ``m``'s interval ending at ``end_s`` (s from the origin) when it got values; False once failed."""
+        import numpy as np
         if self.failed is not None:
             return False
         h = m.set.hist  # records values buffered by record_many_ns first
@@ -156,7 +158,10 @@ class IntervalLogs:
 
     def _encode(self, delta: np.ndarray, start_s: float, end_s: float) -> str:
         """The interval line of ``delta`` (counts in the histogram's layout and dtype; not all zero)."""
+        import numpy as np
         h = self._scratch
+        if self._scratch_counts is None:
+            self._scratch_counts = np.ctypeslib.as_array(self._scratch.counts)
         self._scratch_counts[:] = delta
         nz = np.flatnonzero(delta)
         h.total_count = int(delta.sum())

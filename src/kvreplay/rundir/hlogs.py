@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from kvreplay.metrics.histograms import new_histogram
 from kvreplay.rundir.names import HISTOGRAMS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["HistogramArrays", "read_histograms", "read_hlog"]
 
@@ -46,6 +49,7 @@ class HistogramArrays:
 
     def cdf(self) -> tuple[np.ndarray, np.ndarray]:
         """``(value_ms, fraction <= value)``; both empty when there are no samples."""
+        import numpy as np
         if self.total == 0:
             return np.zeros(0), np.zeros(0)
         return self.value_us / 1000.0, np.cumsum(self.count) / self.total
@@ -56,6 +60,7 @@ class HistogramArrays:
         HdrHistogram's rule: the first value whose cumulative count reaches
         ``ceil(q / 100 * total)``.
         """
+        import numpy as np
         n = self.total
         if n == 0:
             return None
@@ -66,6 +71,7 @@ class HistogramArrays:
     @classmethod
     def from_histogram(cls, h: HdrHistogram) -> HistogramArrays:
         """Arrays from a ``hdrh`` histogram's recorded values."""
+        import numpy as np
         vals, counts = [], []
         for it in h.get_recorded_iterator():
             vals.append(it.value_iterated_to)

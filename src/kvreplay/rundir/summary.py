@@ -20,9 +20,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
 from kvreplay.rundir.hlogs import HistogramArrays, read_hlog
@@ -30,6 +28,9 @@ from kvreplay.rundir.jsonfile import read_object
 from kvreplay.rundir.names import REPORT_MD, SUMMARY, hlog_name, hlog_path
 from kvreplay.rundir.planfile import sequence_length
 from kvreplay.safe_io import atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["read_summary", "rebuild_summary", "write_report_md", "write_summary"]
 
@@ -72,6 +73,7 @@ def _add_delta(out: dict[str, Any], d: dict[str, Any], gauges: tuple[str, ...]) 
 
 def _peak(sent: array, done: array) -> int:
     """Peak of in-flight intervals ``[sent, done)``; at equal times an end counts first."""
+    import numpy as np
     if not sent:
         return 0
     t = np.concatenate([np.frombuffer(sent, dtype=np.int64), np.frombuffer(done, dtype=np.int64)])
