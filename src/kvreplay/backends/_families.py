@@ -197,7 +197,7 @@ class LlamacppBackend(PrometheusBackend):
         text = await self.scrape()
         if text is not None:
             taken_ns = clock.now_ns()
-            raw, common, started, invalid, _, _ = await parse_off_loop(
+            raw, common, started, invalid, _, _, _ = await parse_off_loop(
                 parse_scrape, text, self.profile, frozenset(), None)
             return Snapshot(taken_ns=taken_ns, raw=raw, common=common, started=started, invalid=invalid,
                             read_bytes=self.last_read_bytes)

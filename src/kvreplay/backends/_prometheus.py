@@ -53,7 +53,7 @@ def info_of(text: str, profile: Profile) -> dict[str, Any]:
 
 def parse_scrape(
     body: str | tuple[bytes, ...], profile: Profile, declared_extra: frozenset[str], wanted: frozenset[str] | None
-) -> tuple[dict[str, Any], dict[str, float], float | None, dict[str, str], frozenset[str], bool]:
+) -> tuple[dict[str, Any], dict[str, float], float | None, dict[str, str], frozenset[str], bool, dict[str, Any]]:
     """Parse one scrape and map it (module-level: it runs in the parser process for large scrapes).
 
     Args:
@@ -65,11 +65,12 @@ def parse_scrape(
         wanted: The sample names asked for (None: the whole scrape was asked for).
 
     Returns:
-        ``(raw, common, started, invalid, declared, ignored)``: as
+        ``(raw, common, started, invalid, declared, ignored, info)``: as
         ``PrometheusBackend.parse_checked`` (with ``wanted``, ``raw`` holds only
         those samples even when the server sent more), the names this text
-        declares, and whether it held a sample name outside ``wanted`` (the
-        server ignored the filter).
+        declares, whether it held a sample name outside ``wanted`` (the server
+        ignored the filter), and ``info_of``'s identity fields of this text (the
+        profile's info series are among ``wanted_names``).
 
     Raises:
         BackendError: the text is not valid exposition format, or over a bound.
@@ -79,9 +80,16 @@ def parse_scrape(
     declared = declared_names(text)
     common, started, invalid = profile.apply_checked(samples, declared | declared_extra)
     ignored = wanted is not None and any(s.name not in wanted for s in samples)
+    info = {"info": i} if (i := profile.info(samples)) else {}
     if ignored:  # keep only what was asked for: the rest is logged at phase boundaries (and never shipped back)
         samples = [s for s in samples if s.name in wanted]  # type: ignore[operator]
-    return raw_from_samples(samples), common, started, invalid, declared, ignored
+    return raw_from_samples(samples), common, started, invalid, declared, ignored, info
+
+
+INFO_FROM_READ_NS = 250_000_000
+"""``identity()`` takes the info series from the last counter read when it is this fresh (ns) and not used yet:
+the runner reads the identity right after each counter read (at C1 after every request), and a second
+scrape of a large ``/metrics`` that ignores ``name[]=`` (vLLM's, ~50 KB) doubled the cost of a read."""
 
 
 class PrometheusBackend:
@@ -110,13 +118,15 @@ class PrometheusBackend:
         self.load_gauges: tuple[str, ...] = profile.load_gauges
         self.filter_honoured: bool | None = None  # None: no filtered read yet
         self._declared: frozenset[str] = frozenset()  # from the last whole scrape
+        self._read_info: tuple[int, dict[str, Any]] | None = None  # (taken_ns, info) of the last snapshot, used once
 
     partial_reads = True
     """``snapshot(full=False)`` asks only for the profile's series (module docstring)."""
 
     def wanted_names(self) -> frozenset[str]:
-        """The sample names a filtered read asks for: every series the profile maps, and its start markers."""
-        return frozenset(n for m in self.profile.maps for n, _ in m.alternatives) | frozenset(self.profile.started)
+        """The sample names a filtered read asks for: the series the profile maps, start markers, info series."""
+        return (frozenset(n for m in self.profile.maps for n, _ in m.alternatives) | frozenset(self.profile.started)
+                | frozenset(self.profile.info_series))
 
     # -- offline -----------------------------------------------------------
     def parse(self, text: str) -> tuple[dict[str, Any], dict[str, float], float | None]:
@@ -217,8 +227,9 @@ class PrometheusBackend:
             return Snapshot(taken_ns=taken_ns, raw={}, common={}, read_bytes=self.last_read_bytes)
         # joined, decoded and parsed in another process for a large scrape, in a thread
         # otherwise: never on the event loop (_offload)
-        raw, common, started, invalid, declared, ignored = await parse_off_loop(
+        raw, common, started, invalid, declared, ignored, info = await parse_off_loop(
             parse_scrape, reply.chunks, self.profile, self._declared, wanted)
+        self._read_info = (taken_ns, info)
         if wanted is None or ignored:
             self._declared = declared
         if wanted is not None and self.filter_honoured is None:
@@ -235,9 +246,14 @@ class PrometheusBackend:
         ident: dict[str, Any] = {"backend": self.name, "profile": self.profile.name}
         await add_served_identity(self._session(), self.base_url, ident)
         if self.profile.info_series:
-            text = await self.scrape(frozenset(self.profile.info_series))  # only those, where the server can
-            if text is not None:
-                ident.update(await parse_off_loop(info_of, text, self.profile))
+            read = self._read_info
+            self._read_info = None
+            if read is not None and clock.now_ns() - read[0] <= INFO_FROM_READ_NS:
+                ident.update(read[1])  # the counter read just parsed held them: no second scrape
+            else:
+                text = await self.scrape(frozenset(self.profile.info_series))  # only those, where the server can
+                if text is not None:
+                    ident.update(await parse_off_loop(info_of, text, self.profile))
         return ident
 
     def drained(self, a: Snapshot, b: Snapshot) -> bool:

@@ -134,19 +134,36 @@ class CounterReads:
         async with self.log_lock:
             await asyncio.to_thread(self.log_counters, snap, at)
 
-    async def snapshot(self, prev: Snapshot | None = None, at: str | int = "read") -> Snapshot | None:
+    async def snapshot(self, prev: Snapshot | None = None, at: str | int = "read",
+                       complete: Callable[[Snapshot], bool] | None = None) -> Snapshot | None:
+        """A settled counter read, logged, checked against ``abort_if`` and followed by an identity read.
+
+        Args:
+            prev: A read taken just before (the first of the agreeing pair).
+            at: ``counters.jsonl``'s ``at``: a position (per-request read) or a word.
+            complete: ``counters.expected_after``'s test: a first read that passes it
+                is returned without a second one.
+
+        The identity is re-read after every counter read (issue 14), so at C1 a change
+        is seen before the next request is sent; a Prometheus adapter takes its info
+        series from the counter read it has just parsed (``PrometheusBackend.identity``).
+
+        Returns:
+            The read, or None without a backend or when the read failed (said on progress).
+        """
         if self.backend is None:
             return None
         full = not isinstance(at, int)  # the per-request reads (at = position) ask for the mapped series only
         try:
-            snap = await settled_snapshot(_Reader(self, full), prev=prev)  # type: ignore[arg-type]
+            snap = await settled_snapshot(_Reader(self, full), prev=prev,  # type: ignore[arg-type]
+                                          complete=complete)
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
             return None
         snap = checked_snapshot(snap, self.progress, self.nonfinite)
         await self.log_read(snap, at)
         self.check_bounds(snap)
-        await self.check_identity()  # at every counter read
+        await self.check_identity()  # at every counter read (issue 14): at C1 before the next request
         return snap
 
     async def monitor(self, first: Snapshot | None) -> None:

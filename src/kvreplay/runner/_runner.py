@@ -43,7 +43,7 @@ from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
 from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
-from kvreplay.runner.counters import check_fresh, wait_drained
+from kvreplay.runner.counters import check_fresh, expected_after, wait_drained
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.identity import IdentityGate
@@ -380,7 +380,9 @@ class _Run(CounterReads, ContractChecks):
                     redact_outcome(out)
                 if per_req:
                     try:
-                        after = await self.snapshot(None, at=pos)
+                        r = out.stream if out.status == "ok" else None
+                        after = await self.snapshot(None, at=pos, complete=expected_after(
+                            self.last_snap, r.prompt_tokens if r else None, r.cached_tokens if r else None))
                     except asyncio.CancelledError:
                         rec = self.record(phase, pos, bi, rep, out, None, attribution, t_int)
                         self.writer.write(rec)

@@ -18,7 +18,7 @@ from kvreplay.clock import now_ns
 from kvreplay.evidence.vocab import COUNTER_NAMES, LOAD_GAUGES
 from kvreplay.runner.backend import Backend, Snapshot
 
-__all__ = ["DrainResult", "check_fresh", "checked_snapshot", "settled_snapshot", "wait_drained"]
+__all__ = ["DrainResult", "check_fresh", "checked_snapshot", "expected_after", "settled_snapshot", "wait_drained"]
 
 
 def _raw_text(v: float) -> str:
@@ -83,7 +83,8 @@ def _same_counters(a: Snapshot, b: Snapshot) -> bool:
 
 
 async def settled_snapshot(
-    backend: Backend, *, prev: Snapshot | None = None, interval_s: float = 0.02, timeout_s: float = 2.0
+    backend: Backend, *, prev: Snapshot | None = None, interval_s: float = 0.02, timeout_s: float = 2.0,
+    complete: Callable[[Snapshot], bool] | None = None,
 ) -> Snapshot:
     """Read counters until two consecutive reads agree, bounded by ``timeout_s``.
 
@@ -92,6 +93,9 @@ async def settled_snapshot(
         prev: A read taken just before, used as the first of the pair.
         interval_s: Pause between reads (s).
         timeout_s: Give up waiting after this long (s) and return the last read.
+        complete: A test of the first read: True when it already shows everything
+            expected to move (``expected_after``: the request's own usage counted and
+            the load gauges at zero), so it is returned without a second read.
 
     Returns:
         The last snapshot read.
@@ -101,6 +105,8 @@ async def settled_snapshot(
     """
     deadline = now_ns() + int(timeout_s * 1e9)
     first = await backend.snapshot()
+    if complete is not None and complete(first):
+        return first
     cur: Snapshot | None
     if prev is None:
         prev, cur = first, None
@@ -115,6 +121,43 @@ async def settled_snapshot(
             prev = cur
             await asyncio.sleep(interval_s)
         cur = await backend.snapshot()
+
+
+def expected_after(before: Snapshot | None, prompt_tokens: int | None,
+                   cached_tokens: int | None) -> Callable[[Snapshot], bool] | None:
+    """The test ``settled_snapshot(complete=...)`` applies to the read after one request at C1.
+
+    A read is complete when, from ``before``, the server's ``prompt_tokens`` counter
+    moved by exactly the request's usage ``prompt_tokens``, its ``hit_tokens`` (where
+    read, and the usage gives ``cached_tokens``) by exactly ``cached_tokens``, and every
+    load gauge read (``running``, ``waiting``, ...) is zero: the request's accounting has
+    landed and nothing else is in flight, so a second read would only repeat it (vLLM
+    counts prompt and prefix-cache tokens in the same stats update; its
+    ``vllm:prompt_tokens_total`` and ``vllm:prefix_cache_hits_total``).
+
+    Args:
+        before: The read before the request (the last per-request read).
+        prompt_tokens: The request's usage ``prompt_tokens``.
+        cached_tokens: The request's usage ``cached_tokens`` (None when not reported).
+
+    Returns:
+        The test, or None when it cannot be decided (no earlier read, no usage, or a
+        server without a ``prompt_tokens`` counter): then reads must agree twice.
+    """
+    if before is None or prompt_tokens is None or before.common.get("prompt_tokens") is None:
+        return None
+    p0 = before.common["prompt_tokens"]
+    h0 = before.common.get("hit_tokens")
+
+    def complete(snap: Snapshot) -> bool:
+        c = snap.common
+        if snap.invalid or snap.started != before.started or c.get("prompt_tokens") != p0 + prompt_tokens:
+            return False
+        if h0 is not None and cached_tokens is not None and c.get("hit_tokens") != h0 + cached_tokens:
+            return False
+        return all(c.get(g) in (None, 0) for g in LOAD_GAUGES)
+
+    return complete
 
 
 @dataclass(frozen=True, slots=True)
