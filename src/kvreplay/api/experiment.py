@@ -139,6 +139,7 @@ class Experiment:
             ConfigError: a bad window, or ``out`` already holds an experiment.json.
         """
         from kvreplay.api.run import default_out
+        from kvreplay.experiments.gates import check_body_gates
         from kvreplay.experiments.window.frozen import freeze
         from kvreplay.rundir import write_experiment
         from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
@@ -157,6 +158,8 @@ class Experiment:
                      {k: k for k, v in overrides.items() if v is not None})
         workload = (load_workload(exp.workload, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
                     if exp.workload else None)
+        if workload is not None:  # before anything is written or sent (exit 2 naming file, body, field)
+            check_body_gates(exp.gates, [("workload", workload)], exp.path)
         doc, plans = freeze(exp, workload, window)
         out_dir = Path(out) if out else default_out()
         frozen_path = write_experiment(out_dir, doc)  # ConfigError over an existing experiment.json

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.gates import GateSpec
 
 __all__ = ["STOP_GRACE_S", "Command", "ExperimentSpec", "ReadySpec", "ServerSpec", "StepResult", "StepSpec",
            "WindowSpec"]
@@ -214,6 +215,9 @@ class ExperimentSpec:
     window: WindowSpec
     steps: tuple[StepSpec, ...]
     compare: tuple[tuple[str, str], ...]
+    gates: GateSpec = GateSpec()
+    raw: bytes | None = None
+    """The file's exact bytes (kept in the experiment directory as ``experiment.toml``)."""
 
 
 @dataclass(slots=True)

@@ -94,6 +94,7 @@ class WindowRun:
                  workload: Workload | None, out: Path, window: WindowSpec, headers: dict[str, str],
                  say: Callable[[str], None]) -> None:
         self.exp, self.frozen, self.plans, self.workload = exp, frozen, plans, workload
+        self.workloads: dict[str, Workload] = {}  # a step's own workload, by step name
         self.out, self.window, self.headers, self.say = out, window, headers, say
         from kvreplay.runner.identity import pins_from_mapping
 
@@ -245,6 +246,13 @@ class WindowRun:
                     self.say(f"step {st.name}: deferred: {why}")
                     self._progress()
                     continue
+                if (why := self._gate_refusal(st)) is not None:
+                    res.status, res.reason = "failed", why
+                    self.say(f"step {st.name}: failed: {why}")
+                    write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"],
+                                                      **res.to_json()})
+                    self._progress()
+                    continue
                 await self._guarded(st, res)
         finally:
             restored = any(kind_of(r.kind).restores and r.status == "measured" for r in self.results)
@@ -288,6 +296,25 @@ class WindowRun:
         if not starts_server and self.server.url is None and not self.exp.server.is_sim:
             return "no server: the target needs an incarnation step first ({port} in the URL)"
         return None
+
+    def _gate_refusal(self, st: StepSpec) -> str | None:
+        """``[gates] fixed_bytes``: why a sending step's workload no longer matches its frozen hash, else None."""
+        if not (st.sends and self.exp.gates.fixed_bytes):
+            return None
+        from kvreplay.experiments.gates import fixed_bytes_failure
+        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+        frozen_step: dict[str, Any] = next((s for s in self.frozen["steps"] if s["name"] == st.name), {})
+        wl = frozen_step.get("workload") or self.frozen.get("workload")
+        if not wl or not wl.get("path"):
+            return None
+        loaded = self.workload_for(st)
+        biggest = max((b.body_bytes for b in loaded.bodies), default=0) if loaded is not None else 0
+        return fixed_bytes_failure(wl["path"], wl["sha256"], max_body_bytes=max(DEFAULT_MAX_BODY_BYTES, biggest))
+
+    def workload_for(self, st: StepSpec) -> Workload | None:
+        """The bodies ``st`` sends: its own ``workload`` when it names one, else the experiment's."""
+        return self.workloads.get(st.name, self.workload)
 
     async def _guarded(self, st: StepSpec, res: StepResult) -> None:
         kind = kind_of(st.kind)

@@ -69,6 +69,8 @@ def freeze(exp: ExperimentSpec, workload: Workload | None,
         "window": window.to_json(),
         "steps": steps,
         "compare": [list(p) for p in exp.compare],
+        # only when set, so experiment files without [gates] keep their experiment.json
+        **({"gates": exp.gates.to_json()} if exp.gates.body or exp.gates.fixed_bytes else {}),
     }
     doc["experiment_sha256"] = experiment_sha256(doc)
     return doc, plans

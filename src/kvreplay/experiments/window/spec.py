@@ -53,6 +53,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.fields import BOUND_RE, NAME_RE, Where, parse_duration, transport_failures
+from kvreplay.experiments.gates import parse_gates
 from kvreplay.experiments.model import (
     STOP_GRACE_S,
     Command,
@@ -75,12 +76,6 @@ __all__ = [
     "load_experiment",
     "parse_duration",
 ]
-
-
-def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    from kvreplay.tomlfile import read_toml
-
-    return read_toml(path, what="experiment file")
 
 
 def _line_of(text: str, pattern: str) -> int | None:
@@ -238,13 +233,17 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
             ``compare`` naming an unknown step, or a window whose deadlines are out of order.
     """
     p = Path(path)
+    raw: bytes | None = None
     if text is None:
-        text, data = _read(p)
+        from kvreplay.tomlfile import parse_toml, read_file_bytes
+
+        raw = read_file_bytes(p, what="experiment file")
+        text, data = parse_toml(raw, where=p)
     else:
         from kvreplay.tomlfile import parse_toml
 
         text, data = parse_toml(text.encode("utf-8"), where=p)
-    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare"})
+    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),
                           field=unknown[0])
@@ -288,4 +287,6 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
                 raise ConfigError(f"{ref!r}: step {sname!r} has no phase {ph!r}", path=p, line=cline,
                                   field="compare")
         pairs.append((pair[0], pair[1]))
-    return ExperimentSpec(p, text, wl, server, window, tuple(steps), tuple(pairs))
+    gates = parse_gates(data.get("gates"), path=p, line=_line_of(text, r"\[gates\]"))
+    return ExperimentSpec(p, text, wl, server, window, tuple(steps), tuple(pairs), gates,
+                          raw if raw is not None else text.encode("utf-8"))
