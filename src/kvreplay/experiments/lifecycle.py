@@ -478,6 +478,32 @@ class ServerControl:
             except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
                 return None, None, f"{type(exc).__name__}: {exc}"
 
+    async def drain(self, timeout_s: float, interval_s: float = 0.2) -> dict[str, Any]:
+        """Wait until the current incarnation is idle: load gauges zero, counters still (``runner.counters``).
+
+        Returns:
+            ``{"passed", "waited_s", "reason"}``; ``passed`` None (not checked) when there is no
+            URL or no counters adapter, False after ``timeout_s`` (s) with what kept it busy.
+        """
+        if self.url is None or self.backend_name == "none":
+            return {"passed": None, "waited_s": 0.0, "reason": "no counters adapter: the drain is not checked"}
+        from kvreplay.backends import detect, make_backend
+        from kvreplay.runner.counters import wait_drained
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            try:
+                if self.backend_name == "auto":
+                    self.backend_name = await detect(self.url, session)
+                be = make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+                got = await wait_drained(be, interval_s=interval_s, timeout_s=timeout_s)
+            except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
+                return {"passed": False, "waited_s": 0.0, "reason": f"{type(exc).__name__}: {exc}"}
+        return got.to_json()
+
+    def expand(self, cmd: str) -> str:
+        """``cmd`` with this window's ``{port}``, ``{dir}``, ``{here}``, ``{python}``, ``{kvreplay}`` filled in."""
+        return expand(cmd, port=self.port, out_dir=self.out_dir, here=self.here)
+
     async def close(self, *, restored: bool) -> list[dict[str, Any]]:
         """End of the window: stop the simulator and this experiment's background server.
 

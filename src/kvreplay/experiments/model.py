@@ -108,7 +108,8 @@ class ServerSpec:
 class WindowSpec:
     """``[window]``: deadlines and the abort rules every run step keeps.
 
-    Deadlines are in seconds from the experiment's start (None = unbounded); the
+    Deadlines are in seconds from the experiment's start, or from the end of the quiesce
+    (``deadline_from``), None = unbounded; the
     abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate`` (every
     failure counts), ``--abort-on-malformed``, ``--max-output-error-rate`` (output
     failures only) and ``--max-transport-failures`` (consecutive sends that never
@@ -123,6 +124,9 @@ class WindowSpec:
     abort_on_malformed: bool = False
     max_output_error_rate: float | None = None
     max_transport_failures: int | None = 3
+    deadline_from: str = "start"
+    """What the deadlines count from: ``start`` (the experiment's start) or the name of a step kind
+    that is a deadline origin (``quiesce``: the end of the window's first such step, once measured)."""
 
     @property
     def cancel_at_s(self) -> float | None:
@@ -167,7 +171,9 @@ class WindowSpec:
                 "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s,
                 "abort_if": [f"{n}{op}{v:g}" for n, op, v in self.abort_if], "max_error_rate": self.max_error_rate,
                 "abort_on_malformed": self.abort_on_malformed, "max_output_error_rate": self.max_output_error_rate,
-                "max_transport_failures": self.max_transport_failures}
+                "max_transport_failures": self.max_transport_failures,
+                # only when set, so experiment files without it keep their experiment.json
+                **({"deadline_from": self.deadline_from} if self.deadline_from != "start" else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +188,8 @@ class StepSpec:
         settings: The kind's settings, validated (phases as ``PhaseSpec``).
         sends: True for kinds that send generation requests (the kind's ``sends``): the step
             writes a run directory, ``dir``.
+        when: Its conditions (``experiments.conditions``), evaluated just before it; () = always.
+        workload: Its own workload (absolute path), None = the experiment's.
     """
 
     index: int
@@ -190,6 +198,8 @@ class StepSpec:
     line: int | None
     settings: dict[str, Any]
     sends: bool = False
+    when: tuple[Any, ...] = ()
+    workload: str | None = None
 
     @property
     def comparable(self) -> bool:
@@ -235,13 +245,15 @@ class StepResult:
     ended: str | None = None
     checks: dict[str, Any] = field(default_factory=dict)
     incarnation: str | None = None
+    condition: dict[str, Any] | None = None
+    """Its ``when`` as evaluated (``experiments.conditions.evaluate``); None without one."""
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (``condition`` only for a step with a ``when``)."""
         return {"name": self.name, "kind": self.kind, "status": self.status, "reason": self.reason,
                 "run_dir": self.run_dir, "comparable": self.comparable, "label": self.label,
                 "incarnation": self.incarnation, "started": self.started, "ended": self.ended,
-                "checks": self.checks}
+                "checks": self.checks, **({"condition": self.condition} if self.condition is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StepResult:
@@ -249,4 +261,4 @@ class StepResult:
         return cls(name=d["name"], kind=d["kind"], status=d.get("status", "deferred"), reason=d.get("reason"),
                    run_dir=d.get("run_dir"), comparable=d.get("comparable", True), label=d.get("label"),
                    started=d.get("started"), ended=d.get("ended"), checks=dict(d.get("checks") or {}),
-                   incarnation=d.get("incarnation"))
+                   incarnation=d.get("incarnation"), condition=d.get("condition"))

@@ -198,6 +198,8 @@ class StepKind:
             is measured the server left running is the incumbent.
         cancel_at_deadline: The window cancels it at ``hard_deadline - restore_reserve``
             (kinds that do not stop themselves at the window's deadlines).
+        deadline_origin: ``[window] deadline_from = "<this kind's name>"`` may name it: when
+            its first step of the window is measured, the window's deadlines count from its end.
         check, freeze, runs_commands, cells, findings, time_scales, restate, schedule:
             Hooks of the module docstring.
     """
@@ -212,6 +214,7 @@ class StepKind:
     starts_server: bool = False
     restores: bool = False
     cancel_at_deadline: bool = False
+    deadline_origin: bool = False
     check: Callable[[StepSpec, ServerSpec, Where], None] = _no_check
     freeze: Callable[[StepSpec, Workload | None], tuple[dict[str, Any], Plan | None]] = _no_freeze
     runs_commands: Callable[[StepSpec], bool] = _no_commands

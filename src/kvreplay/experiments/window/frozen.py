@@ -54,6 +54,8 @@ def freeze(exp: ExperimentSpec, workload: Workload | None,
         entry: dict[str, Any] = {"index": st.index, "name": st.name, "kind": st.kind, "line": st.line,
                                  "dir": st.dir if st.sends else None, "comparable": st.comparable,
                                  "label": st.settings.get("label")}
+        if st.when:  # only when set, so experiment files without conditions keep their experiment.json
+            entry["when"] = [c.text for c in st.when]
         extra, plan = kind_of(st.kind).freeze(st, workload)
         if plan is not None:
             plans[st.name] = plan
