@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ class FrozenExperiment:
         out: The experiment directory.
         window: The window, with the overrides applied.
         frozen_path: The path of experiment.json.
+        step_workloads: A step's own workload (its ``workload`` key), by step name.
     """
 
     spec: Any
@@ -39,6 +40,7 @@ class FrozenExperiment:
     out: Path
     window: Any
     frozen_path: Path
+    step_workloads: dict[str, Any] = field(default_factory=dict)
 
     async def run_async(self, say: Callable[[str], None] = lambda _m: None,
                         resume: tuple[Any, Any] | None = None) -> dict[str, Any]:
@@ -63,6 +65,7 @@ class FrozenExperiment:
         if resume is None:
             write_source(self.out, self.spec.text)  # what `kvreplay experiment --resume` parses after a kill
         w = WindowRun(self.spec, self.doc, self.plans, self.workload, self.out, self.window, headers, say)
+        w.workloads = dict(self.step_workloads)
         if resume is not None:
             w.resume_from(*resume)
         results = await w.run()
@@ -142,9 +145,9 @@ class Experiment:
         """
         from kvreplay.api.run import default_out
         from kvreplay.experiments.gates import check_body_gates
-        from kvreplay.experiments.window.frozen import freeze
+        from kvreplay.experiments.window.frozen import freeze, load_workloads
         from kvreplay.rundir import write_experiment
-        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
         exp = self.spec
         window = exp.window
@@ -158,14 +161,14 @@ class Experiment:
         # the same checks as the file's, naming the option where the value came from the caller
         window.check(path=exp.path, fields=fields if fields is not None else
                      {k: k for k, v in overrides.items() if v is not None})
-        workload = (load_workload(exp.workload, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
-                    if exp.workload else None)
-        if workload is not None:  # before anything is written or sent (exit 2 naming file, body, field)
-            check_body_gates(exp.gates, [("workload", workload)], exp.path)
-        doc, plans = freeze(exp, workload, window)
+        workload, own = load_workloads(exp, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+        # before anything is written or sent (exit 2 naming file, body, field)
+        check_body_gates(exp.gates, ([("workload", workload)] if workload is not None else [])
+                         + [(f"step {name}'s workload", wl) for name, wl in own.items()], exp.path)
+        doc, plans = freeze(exp, workload, window, own)
         out_dir = Path(out) if out else default_out()
         frozen_path = write_experiment(out_dir, doc)  # ConfigError over an existing experiment.json
-        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, frozen_path)
+        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, frozen_path, own)
 
     async def run_async(self, out: str | os.PathLike[str] | None = None, **overrides: Any) -> dict[str, Any]:
         """Freeze (``freeze``'s arguments) and run the experiment in the running event loop.

@@ -169,7 +169,8 @@ def _resume(args: argparse.Namespace) -> int:
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
     out = Path(args.resume)
-    exp, doc, plans, workload, window = load_frozen(out, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    exp, doc, plans, workload, window, own = load_frozen(out, max_body_bytes=args.max_body_bytes
+                                                         or DEFAULT_MAX_BODY_BYTES)
     progress = read_progress(out)
     if progress is None:
         from kvreplay.errors import ConfigError
@@ -184,6 +185,6 @@ def _resume(args: argparse.Namespace) -> int:
         if (new := set_aside_step_dir(out, d)) is not None:
             say(f"the partial folder {d} is kept as {new}")
     install_loop()
-    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT)
+    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT, own)
     result = asyncio.run(frozen.run_async(say, resume=(progress, rp.keep)))
     return _finish(args, result, out)

@@ -91,7 +91,11 @@ class Window(Protocol):
     interrupted: bool
 
     def elapsed(self) -> float:
-        """Seconds since the experiment started."""
+        """Seconds since the experiment started (or since the quiesce: ``[window] deadline_from``)."""
+        ...
+
+    def workload_for(self, st: StepSpec) -> Workload | None:
+        """The bodies ``st`` sends: its own ``workload`` when it names one, else the experiment's."""
         ...
 
     def left(self, at: float | None) -> float | None:
