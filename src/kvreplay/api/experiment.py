@@ -59,11 +59,13 @@ class FrozenExperiment:
         """
         from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
         from kvreplay.experiments.window.execute import WindowRun
-        from kvreplay.rundir.experiment import write_source
+        from kvreplay.rundir.experiment import write_source, write_workloads
 
         headers = experiment_headers(self.spec)
         if resume is None:
-            write_source(self.out, self.spec.text)  # what `kvreplay experiment --resume` parses after a kill
+            # the file's exact bytes (what `kvreplay experiment --resume` parses after a kill)
+            write_source(self.out, self.spec.text, self.spec.raw)
+            write_workloads(self.out, self._workload_uses())
         w = WindowRun(self.spec, self.doc, self.plans, self.workload, self.out, self.window, headers, say)
         w.workloads = dict(self.step_workloads)
         if resume is not None:
@@ -79,6 +81,16 @@ class FrozenExperiment:
             result["deadline_origin"] = {"deadline_from": self.window.deadline_from, "origin": w.origin}
         write_publication(self.out, result, self.spec.path.stem)
         return result
+
+
+    def _workload_uses(self) -> list[tuple[list[str], Any]]:
+        """Each distinct workload (by hash and path) with who uses it: ``workload`` and/or step names."""
+        uses: dict[tuple[str, str], tuple[list[str], Any]] = {}
+        named = ([("workload", self.workload)] if self.workload is not None else []) + list(
+            self.step_workloads.items())
+        for who, wl in named:
+            uses.setdefault((str(wl.path), wl.sha256), ([], wl))[0].append(who)
+        return list(uses.values())
 
 
 def experiment_headers(exp: Any) -> dict[str, str]:

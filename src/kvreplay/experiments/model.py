@@ -15,8 +15,8 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.gates import GateSpec
 
-__all__ = ["STOP_GRACE_S", "Command", "ExperimentSpec", "ReadySpec", "ServerSpec", "StepResult", "StepSpec",
-           "WindowSpec"]
+__all__ = ["STOP_GRACE_S", "Command", "ExperimentSpec", "ReadySpec", "RestoreCheck", "ServerSpec", "StepResult",
+           "StepSpec", "WindowSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,25 @@ class ReadySpec:
         return {"url": self.url, "timeout_s": self.timeout_s, "completion": self.completion}
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreCheck:
+    """One of ``[server.restore] checks``: a user command run after the restore (containment, monitoring...).
+
+    Attributes:
+        name: Its name (letters, digits, ``_.-``): the cell ``restore_check.NAME`` and the log ``check-NAME.log``.
+        cmd: Shell command (``{port}``/``{dir}``/``{here}``/``{python}``/``{kvreplay}`` placeholders).
+        timeout_s: Bound (s); on expiry its process group is killed and the check fails.
+    """
+
+    name: str
+    cmd: str
+    timeout_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"name": self.name, "cmd": self.cmd, "timeout_s": self.timeout_s}
+
+
 STOP_GRACE_S = 30.0
 """``[server] stop_grace`` when not given: seconds from SIGTERM to SIGKILL when a started server is stopped."""
 
@@ -77,6 +96,7 @@ class ServerSpec:
     restore: Command | None = None
     ready: ReadySpec | None = None
     stop_grace_s: float = STOP_GRACE_S
+    restore_checks: tuple[RestoreCheck, ...] = ()
 
     @property
     def is_sim(self) -> bool:
@@ -101,6 +121,7 @@ class ServerSpec:
                for k in ("start", "stop", "restore", "ready")},
             # only when set, so experiment files without it keep their experiment.json
             **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
+            **({"restore_checks": [c.to_json() for c in self.restore_checks]} if self.restore_checks else {}),
         }
 
 

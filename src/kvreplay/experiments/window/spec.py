@@ -19,6 +19,8 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     url = "http://127.0.0.1:{port}/health"; timeout = "120s"
     completion = {messages = [...], max_tokens = 8}   # optional: finish_reason must be "stop"
     [server.stop]    / [server.restore]    (cmd, timeout)
+    [server.restore] checks = [{name = "containment", cmd = "...", timeout = "60s"}, ...]
+                                    # run after the restore; each one's status a cell (restore_check.NAME)
 
     [window]                        # counted from the experiment's start, or from the quiesce:
     deadline_from = "quiesce"       # (default "start") the end of the first quiesce step, once measured
@@ -67,6 +69,7 @@ from kvreplay.experiments.model import (
     Command,
     ExperimentSpec,
     ReadySpec,
+    RestoreCheck,
     ServerSpec,
     StepSpec,
     WindowSpec,
@@ -148,15 +151,47 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
     for key in ("backend", "profile", "api_key_env"):
         if key in data and not isinstance(data[key], str):
             raise ConfigError("must be a string", path=path, line=line, field=f"server.{key}")
-    cmds = {k: _command(data.get(k), path=path, line=line, fld=f"server.{k}", default_timeout=60.0)
-            for k in ("start", "stop", "restore")}
+    restore = data.get("restore")
+    checks = _restore_checks(restore.get("checks") if isinstance(restore, dict) else None, path=path,
+                             line=_line_of(text, r"\[server\.restore\]") or line)
+    if isinstance(restore, dict):
+        restore = {k: v for k, v in restore.items() if k != "checks"} or None  # checks alone: no command
+    cmds = {k: _command(restore if k == "restore" else data.get(k), path=path, line=line, fld=f"server.{k}",
+                        default_timeout=60.0) for k in ("start", "stop", "restore")}
     if "{port}" in target and cmds["start"] is None:
         raise ConfigError("a target with {port} needs a start command", path=path, line=line, field="server.start")
     return ServerSpec(target=target, backend=data.get("backend", "auto"), profile=data.get("profile"),
                       api_key_env=data.get("api_key_env"), identity={k: str(v) for k, v in ident.items()},
                       sim=dict(sim), ready=ready_spec, **cmds,
                       stop_grace_s=parse_duration(data.get("stop_grace", STOP_GRACE_S), path=path, line=line,
-                                                  fld="server.stop_grace"))
+                                                  fld="server.stop_grace"), restore_checks=checks)
+
+
+def _restore_checks(raw: Any, *, path: Path, line: int | None) -> tuple[RestoreCheck, ...]:
+    """``[server.restore] checks = [{name, cmd, timeout}]`` (``timeout`` default 60 s)."""
+    if raw is None:
+        return ()
+    fld = "server.restore.checks"
+    if not isinstance(raw, list):
+        raise ConfigError("checks is a list of {name = ..., cmd = ..., timeout = ...}", path=path, line=line,
+                          field=fld)
+    out: list[RestoreCheck] = []
+    for i, c in enumerate(raw):
+        if not isinstance(c, dict):
+            raise ConfigError("a check is {name = ..., cmd = ..., timeout = ...}", path=path, line=line,
+                              field=f"{fld}[{i}]")
+        unknown = sorted(set(c) - {"name", "cmd", "timeout"})
+        if unknown:
+            raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"{fld}[{i}].{unknown[0]}")
+        name = c.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name) or any(x.name == name for x in out):
+            raise ConfigError("needs a unique name of letters, digits, '_', '.', '-'", path=path, line=line,
+                              field=f"{fld}[{i}].name")
+        if not isinstance(c.get("cmd"), str) or not c["cmd"].strip():
+            raise ConfigError("needs a shell command", path=path, line=line, field=f"{fld}[{i}].cmd")
+        out.append(RestoreCheck(name, c["cmd"], parse_duration(c.get("timeout", 60), path=path, line=line,
+                                                               fld=f"{fld}[{i}].timeout")))
+    return tuple(out)
 
 
 def _window(data: Any, text: str, path: Path) -> WindowSpec:
@@ -259,12 +294,12 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
             ``compare`` naming an unknown step, or a window whose deadlines are out of order.
     """
     p = Path(path)
-    raw: bytes | None = None
+    raw_bytes: bytes | None = None
     if text is None:
         from kvreplay.tomlfile import parse_toml, read_file_bytes
 
-        raw = read_file_bytes(p, what="experiment file")
-        text, data = parse_toml(raw, where=p)
+        raw_bytes = read_file_bytes(p, what="experiment file")
+        text, data = parse_toml(raw_bytes, where=p)
     else:
         from kvreplay.tomlfile import parse_toml
 
@@ -322,4 +357,4 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
         pairs.append((pair[0], pair[1]))
     gates = parse_gates(data.get("gates"), path=p, line=_line_of(text, r"\[gates\]"))
     return ExperimentSpec(p, text, wl, server, window, tuple(steps), tuple(pairs), gates,
-                          raw if raw is not None else text.encode("utf-8"))
+                          raw_bytes if raw_bytes is not None else text.encode("utf-8"))
