@@ -119,3 +119,87 @@ def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_chec
                                                   "status": "failed", "value": False,
                                                   "reason": "rc 4: candidate still loaded"}
     assert cells["identity_restored"]["value"] is True and cells["restore_check.readmission"]["value"] is True
+
+
+def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "dry"
+    assert main(["experiment", str(FULL), "--out", str(out), "--dry-run"]) == 0
+    assert not out.exists()
+    kept = tmp_path / "kept"  # an existing folder is left as it was
+    kept.mkdir()
+    (kept / "notes.txt").write_bytes(b"mine\n")
+    capsys.readouterr()
+    assert main(["experiment", str(FULL), "--out", str(kept), "--dry-run"]) == 0
+    assert [(p.name, p.read_bytes()) for p in kept.iterdir()] == [("notes.txt", b"mine\n")]
+    printed = capsys.readouterr().out.splitlines()
+    main_wl, ab_wl = load_workload(MAIN), load_workload(AB)
+    py = __import__("sys").executable
+    want = [
+        "gates: body max_tokens = 2048, temperature = 1, top_p = 0.95, reasoning_effort = 'max' (held by all 12 "
+        "bodies: checked at the freeze); fixed_bytes on: each sending step re-reads its workload and is refused "
+        "if its sha256 changed",
+        "deadlines count from the end of step quiesce (quiesce, deadline_from = 'quiesce', once it is measured; "
+        "before it, from the experiment's start)",
+        "  no step starts, no request is sent after: end of quiesce + 4200 s",
+        "  in-flight requests cancelled at: end of quiesce + 5400 - 1200 = 4200 s (hard_deadline - restore_reserve)",
+        "  the restore must end by: end of quiesce + 5400 s (hard_deadline)",
+        "step 00 quiesce (quiesce)",
+        "  when: always",
+        "  $ quiesce: echo 'primary quiesced (stands for: routerctl drain primary)'",
+        "step 01 candidate (incarnation)",
+        "  when: always",
+        "  $ simulator: a new embedded simulator: [server.sim] {'cache': 'radix', 'time_scale': 0.001, "
+        "'output_tokens': 8} + step sim {}",
+        "step 02 main (run)",
+        "  when: always",
+        f"  workload: {MAIN} (8 bodies, sha256 {main_wl.sha256})",
+        "step 03 control (run)",
+        "  when: time_left > \"15m\" and previous_step_ok (evaluated just before it; false: skipped)",
+        f"  workload: {MAIN} (8 bodies, sha256 {main_wl.sha256})",
+        "step 04 trace (ab)",
+        "  when: step_ok = \"main\" (evaluated just before it; false: skipped)",
+        f"  workload (its own): {AB} (4 bodies, sha256 {ab_wl.sha256})",
+        "  $ arm off: sim:",
+        "  $ arm on: sim:prefill_scale=1.1",
+        "step 05 restore (restore)",
+        "  when: always (a restore always runs)",
+        "  $ simulator: the incumbent simulator started again: [server.sim] {'cache': 'radix', 'time_scale': 0.001, "
+        "'output_tokens': 8}",
+        f"  $ check containment: test ! -e {kept.resolve()}/candidate.loaded && echo 'candidate unloaded'  "
+        "(timeout 30 s)",
+        f"  $ check monitoring: {py} -c \"import urllib.request as u; print(len(u.urlopen("
+        "'http://127.0.0.1:{port}/metrics').read()), 'bytes of metrics')\"  (timeout 30 s)",
+        f"  $ check preflight_direct: {py} -c \"import urllib.request as u; print(u.urlopen("
+        "'http://127.0.0.1:{port}/v1/models').read().decode())\"  (timeout 30 s)",
+        f"  $ check preflight_routed: {py} -c \"import urllib.request as u; print(u.urlopen("
+        "'http://127.0.0.1:{port}/v1/models').status, 'via the router')\"  (timeout 30 s)",
+        "  $ check readmission: echo 'primary readmitted to the router'  (timeout 30 s)",
+        f"experiment.json: not written (--dry-run writes nothing; it would be {kept / 'experiment.json'})",
+    ]
+    start = printed.index(want[0])
+    assert printed[start:start + len(want)] == want
+
+
+def test_dry_run_previews_the_lifecycle_commands_of_a_real_server(tmp_path, capsys):
+    f = tmp_path / "real.toml"
+    f.write_text('[server]\ntarget = "http://127.0.0.1:{port}"\nstop_grace = "45s"\n'
+                 'start = {cmd = "exec vllm serve m --port {port}", background = true, timeout = "10m"}\n'
+                 'stop = {cmd = "echo unload {dir}", timeout = "30s"}\n'
+                 '[server.restore]\ncmd = "exec vllm serve incumbent --port {port}"\nbackground = true\n'
+                 'checks = [{name = "preflight", cmd = "curl -sf http://127.0.0.1:{port}/health", timeout = "20s"}]\n'
+                 '[[step]]\nname = "cand"\nkind = "incarnation"\n[[step]]\nname = "R"\nkind = "restore"\n')
+    out = tmp_path / "o"
+    assert main(["experiment", str(f), "--out", str(out), "--dry-run"]) == 0
+    assert not out.exists()
+    printed = capsys.readouterr().out.splitlines()
+    stop = "  $ stop: SIGTERM to the running start command's process group, SIGKILL after 45 s (when it runs in " \
+           "the background)"
+    want = ["step 00 cand (incarnation)", "  when: always", stop,
+            f"  $ stop: echo unload {out.resolve()}",
+            "  $ start: exec vllm serve m --port {port}  (background)  (timeout 600 s)",
+            "step 01 R (restore)", "  when: always (a restore always runs)", stop,
+            f"  $ stop: echo unload {out.resolve()}",
+            "  $ restore: exec vllm serve incumbent --port {port}  (background)  (timeout 60 s)",
+            "  $ check preflight: curl -sf http://127.0.0.1:{port}/health  (timeout 20 s)"]
+    start = printed.index(want[0])
+    assert printed[start:start + len(want)] == want

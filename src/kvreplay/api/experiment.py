@@ -141,7 +141,9 @@ class Experiment:
                hard_deadline: float | None = None, restore_reserve: float | None = None,
                max_transport_failures: int | None = None, max_body_bytes: int | None = None,
                fields: dict[str, str] | None = None) -> FrozenExperiment:
-        """Apply the window overrides (seconds), load the workload and write experiment.json into ``out``.
+        """Apply the window overrides (seconds), load the workloads and write experiment.json into ``out``.
+
+        ``prepare`` with the same arguments, then experiment.json written.
 
         Args:
             out: The experiment directory (default ``runs/<UTC timestamp>``).
@@ -153,12 +155,33 @@ class Experiment:
             fields: How to name an override in an error (``kvreplay experiment``: its flags).
 
         Raises:
-            ConfigError: a bad window, or ``out`` already holds an experiment.json.
+            ConfigError: a bad window, a body that breaks ``[gates] body``, or ``out`` already
+                holds an experiment.json.
+        """
+        from kvreplay.rundir import write_experiment
+
+        frozen = self.prepare(out, stop_new_after=stop_new_after, hard_deadline=hard_deadline,
+                              restore_reserve=restore_reserve, max_transport_failures=max_transport_failures,
+                              max_body_bytes=max_body_bytes, fields=fields)
+        frozen.frozen_path = write_experiment(frozen.out, frozen.doc)  # ConfigError over an existing one
+        return frozen
+
+    def prepare(self, out: str | os.PathLike[str] | None = None, *, stop_new_after: float | None = None,
+                hard_deadline: float | None = None, restore_reserve: float | None = None,
+                max_transport_failures: int | None = None, max_body_bytes: int | None = None,
+                fields: dict[str, str] | None = None) -> FrozenExperiment:
+        """Everything ``freeze`` does but writing: the frozen document and plans, nothing written or sent.
+
+        ``kvreplay experiment --dry-run`` prints it. Arguments as ``freeze``; ``frozen_path``
+        is where experiment.json would be written.
+
+        Raises:
+            ConfigError: a bad window or a body that breaks ``[gates] body`` (file, body and field named).
         """
         from kvreplay.api.run import default_out
         from kvreplay.experiments.gates import check_body_gates
         from kvreplay.experiments.window.frozen import freeze, load_workloads
-        from kvreplay.rundir import write_experiment
+        from kvreplay.rundir import EXPERIMENT
         from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
         exp = self.spec
@@ -179,8 +202,7 @@ class Experiment:
                          + [(f"step {name}'s workload", wl) for name, wl in own.items()], exp.path)
         doc, plans = freeze(exp, workload, window, own)
         out_dir = Path(out) if out else default_out()
-        frozen_path = write_experiment(out_dir, doc)  # ConfigError over an existing experiment.json
-        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, frozen_path, own)
+        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, out_dir / EXPERIMENT, own)
 
     async def run_async(self, out: str | os.PathLike[str] | None = None, **overrides: Any) -> dict[str, Any]:
         """Freeze (``freeze``'s arguments) and run the experiment in the running event loop.

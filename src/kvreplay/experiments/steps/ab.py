@@ -209,5 +209,7 @@ KIND = StepKind(
     time_scales=_time_scales,
     restate=_restate,
     schedule=_schedule,
+    commands=lambda fs, server: [(f"arm {a['name']}", a["cmd"] or "(no command: the current server)")
+                                 for a in fs["ab"]["arms"]],
 )
 """The ab kind (module docstring)."""

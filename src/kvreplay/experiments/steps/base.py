@@ -20,6 +20,9 @@ Hooks (all but ``parse`` and ``execute`` default to doing nothing)::
     time_scales(out, step) -> {name: scale}     simulator time scales for result.json ``time``
     restate(out, step) -> message | None        redraw its reports after the window
     schedule(frozen_step) -> text               its part of the dry-run schedule line
+    commands(frozen_step, server) -> [(what, cmd)]  the lifecycle commands it will run, as templates
+                                                ({port} ... unexpanded), for the dry-run preview;
+                                                ``server`` is experiment.json's ``server``
 
 ``step`` is a ``StepSpec`` for parse-time and run-time hooks and ``result.json``'s
 step dictionary (``name``, ``kind``, ``status``, ``reason``, ``run_dir``, ...) for the
@@ -156,6 +159,10 @@ def _no_schedule(frozen_step: dict[str, Any]) -> str:
     return ""
 
 
+def _no_lifecycle(frozen_step: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str]]:
+    return []
+
+
 def check_cells(metric: str) -> Callable[[dict[str, Any], dict[str, Any], CellContext], list[Cell]]:
     """A ``cells`` hook giving one cell, ``metric``, for a step that checks something and sends nothing.
 
@@ -204,7 +211,7 @@ class StepKind:
             (kinds that do not stop themselves at the window's deadlines).
         deadline_origin: ``[window] deadline_from = "<this kind's name>"`` may name it: when
             its first step of the window is measured, the window's deadlines count from its end.
-        check, freeze, runs_commands, cells, findings, time_scales, restate, schedule:
+        check, freeze, runs_commands, cells, findings, time_scales, restate, schedule, commands:
             Hooks of the module docstring.
     """
 
@@ -227,3 +234,4 @@ class StepKind:
     time_scales: Callable[[Path, dict[str, Any]], dict[str, float | None]] = _no_scales
     restate: Callable[[Path, dict[str, Any]], str | None] = _no_restate
     schedule: Callable[[dict[str, Any]], str] = _no_schedule
+    commands: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str]]] = _no_lifecycle

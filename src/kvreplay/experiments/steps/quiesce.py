@@ -82,5 +82,6 @@ KIND = StepKind(
     runs_commands=lambda st: st.settings.get("cmd") is not None,
     cells=check_cells("quiesced"),
     schedule=_schedule,
+    commands=lambda fs, server: [("quiesce", fs["cmd"])] if fs.get("cmd") else [],
 )
 """The quiesce kind (module docstring)."""

@@ -25,6 +25,7 @@ from kvreplay.experiments.fields import Where
 from kvreplay.experiments.lifecycle import identity_mismatches, run_check
 from kvreplay.experiments.model import ServerSpec, StepResult, StepSpec
 from kvreplay.experiments.steps.base import CellContext, StepKind, Window, check_cells
+from kvreplay.experiments.steps.incarnation import replace_commands
 
 __all__ = ["KIND"]
 
@@ -57,6 +58,16 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         res.status = "failed"
         res.reason = f"restore check {bad[0]['name']} failed (" + (
             f"timed out after {bad[0]['wall_s']} s" if bad[0]["timed_out"] else f"rc {bad[0]['rc']}") + ")"
+
+
+def _commands(fs: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str]]:
+    """The candidate stopped and the incumbent brought back, then each check of ``[server.restore]``."""
+    if server.get("target") == "sim":
+        out = [("simulator", f"the incumbent simulator started again: [server.sim] {server.get('sim') or {}}")]
+    else:
+        out = replace_commands(server, "restore")
+    return out + [(f"check {c['name']}", f"{c['cmd']}  (timeout {c['timeout_s']:g} s)")
+                  for c in server.get("restore_checks") or []]
 
 
 _identity_cell = check_cells("identity_restored")
@@ -124,5 +135,6 @@ KIND = StepKind(
     restores=True,
     check=_check,
     cells=_cells,
+    commands=_commands,
 )
 """The restore kind (module docstring)."""
