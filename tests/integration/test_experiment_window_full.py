@@ -119,6 +119,12 @@ def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_chec
                                                   "status": "failed", "value": False,
                                                   "reason": "rc 4: candidate still loaded"}
     assert cells["identity_restored"]["value"] is True and cells["restore_check.readmission"]["value"] is True
+    # `kvreplay report` rebuilds the same publication: statuses, conditions and the deadline origin
+    assert r["deadline_origin"]["origin"]["step"] == "quiesce"
+    assert main(["report", str(out)]) == 0
+    again = _json(out / "result.json")
+    assert again["deadline_origin"] == r["deadline_origin"] and again["step_counts"] == r["step_counts"]
+    assert [s.get("condition") for s in again["steps"]] == [s.get("condition") for s in r["steps"]]
 
 
 def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_nothing(tmp_path, capsys):

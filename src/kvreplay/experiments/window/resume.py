@@ -186,5 +186,7 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
     result = build_result(out, frozen, steps, started=progress.get("started") or "", aborted=aborted,
                           ended=progress.get("updated") or progress.get("started") or "",
                           identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"))
+    if (origin := (frozen.get("window") or {}).get("deadline_from", "start")) != "start":
+        result["deadline_origin"] = {"deadline_from": origin, "origin": progress.get("deadline_origin")}
     write_publication(out, result, title)
     return result
