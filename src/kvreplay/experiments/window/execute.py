@@ -25,6 +25,14 @@ Rules (times in seconds from the experiment's start, ``[window]``):
   during it, or pins that no longer hold, abort the window; a leg answered 401/403 aborts it (``auth``); other failed
   legs make the step ``failed`` with their count and the first error.
 
+- Deadlines count from the experiment's start, or, with ``[window] deadline_from =
+  "quiesce"``, from the end of the first measured step of that kind (``deadline_origin``
+  trait; ``WindowRun.origin``, kept in ``progress.json`` for ``--resume``).
+- A step with a ``when`` (``experiments.conditions``) is evaluated just before it, after
+  the deferral rules: false makes it ``skipped`` with its ``condition`` recorded.
+- ``[gates] fixed_bytes``: a sending step whose workload changed on disk since the
+  freeze is ``failed`` and sends nothing (``experiments.gates``).
+
 Each step runs its kind's ``execute`` (``experiments.steps``: one module per kind);
 the rules above read the kind's traits (``restores``, ``starts_server``,
 ``cancel_at_deadline``, ``sends``), never its name.
