@@ -14,7 +14,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 
-__all__ = ["parse_toml", "read_toml"]
+__all__ = ["parse_toml", "read_file_bytes", "read_toml"]
 
 
 def parse_toml(data: bytes, *, where: object) -> tuple[str, dict[str, Any]]:
@@ -56,10 +56,19 @@ def read_toml(path: str | Path, *, what: str = "file") -> tuple[str, dict[str, A
         ConfigError: not found, unreadable, not UTF-8, or invalid TOML (file and line named).
     """
     p = Path(path)
+    return parse_toml(read_file_bytes(p, what=what), where=p)
+
+
+def read_file_bytes(path: str | Path, *, what: str = "file") -> bytes:
+    """The exact bytes of the TOML file at ``path`` (``parse_toml`` them; an experiment keeps them).
+
+    Raises:
+        ConfigError: not found or unreadable (file named).
+    """
+    p = Path(path)
     try:
-        data = p.read_bytes()
+        return p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{what} not found", path=p) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", path=p) from None
-    return parse_toml(data, where=p)

@@ -107,10 +107,12 @@ def test_readme_probe_example_through_the_api_and_the_cli_agree(tmp_path):
 def test_experiment_freezes_as_the_cli_dry_run(tmp_path):
     spec = ROOT / "fixtures" / "experiments" / "host-cache-diagnosis.toml"
     assert main(["experiment", str(spec), "--dry-run", "--quiet", "--out", str(tmp_path / "cli")]) == 0
+    assert not (tmp_path / "cli").exists()  # --dry-run writes nothing
     frozen = kvreplay.Experiment.from_file(spec).freeze(tmp_path / "api")
-    cli_doc = json.loads((tmp_path / "cli" / "experiment.json").read_text())
-    assert frozen.doc["experiment_sha256"] == cli_doc["experiment_sha256"]
-    assert json.loads(frozen.frozen_path.read_text())["steps"] == cli_doc["steps"]
+    dry = kvreplay.Experiment.from_file(spec).prepare(tmp_path / "cli")
+    assert frozen.doc["experiment_sha256"] == dry.doc["experiment_sha256"]
+    assert json.loads(frozen.frozen_path.read_text())["steps"] == dry.doc["steps"]
+    assert dry.frozen_path == tmp_path / "cli" / "experiment.json" and not dry.frozen_path.exists()
     with pytest.raises(kvreplay.ConfigError, match="hard_deadline"):
         kvreplay.Experiment.from_file(spec).freeze(tmp_path / "bad", hard_deadline=1.0)
 

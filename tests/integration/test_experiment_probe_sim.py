@@ -245,13 +245,16 @@ fit_on = "server"
     printed = capsys.readouterr().out
     assert ("  01 probe-1        probe        sizes 8192,16384 x3 fit_on server, flush k<=24 x2 "
             "(4096-token prefix, 1024-token foreign)") in printed
-    assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
-    doc = json.loads((out / "experiment.json").read_text())
+    assert not out.exists()  # --dry-run writes nothing
+    import kvreplay
+
+    doc = kvreplay.Experiment.from_file(tmp_path / "probe.toml").freeze(tmp_path / "api").doc
     assert doc["steps"][1]["probe"]["sizes"] == [8192, 16384] and doc["steps"][1]["dir"] == "steps/01-probe-1"
-    # the same file freezes to the same hash
-    out2 = tmp_path / "dry2"
-    assert main(["experiment", str(tmp_path / "probe.toml"), "--out", str(out2), "--dry-run", "--quiet"]) == 0
-    assert json.loads((out2 / "experiment.json").read_text())["experiment_sha256"] == doc["experiment_sha256"]
+    # the same file freezes to the same hash, and the dry-run printed it
+    assert f"experiment {doc['experiment_sha256'][:16]}  (2 steps)" in printed
+    out2 = tmp_path / "api2"
+    assert kvreplay.Experiment.from_file(tmp_path / "probe.toml").freeze(out2).doc["experiment_sha256"] == (
+        doc["experiment_sha256"])
 
 
 @pytest.mark.timeout(120)

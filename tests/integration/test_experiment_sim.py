@@ -116,16 +116,20 @@ def test_host_cache_diagnosis_window(tmp_path):
     assert "<script" not in html and "http" not in html.split("<body>")[0].replace("charset", "")
 
 
-def test_dry_run_writes_only_the_frozen_plan(tmp_path, capsys):
+def test_dry_run_writes_nothing_and_freezes_as_the_run(tmp_path, capsys):
+    import kvreplay
+
     out = tmp_path / "dry"
     assert main(["experiment", str(DIAG), "--out", str(out), "--dry-run"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
-    doc = json.loads((out / "experiment.json").read_text())
+    assert not out.exists()  # issue 31 item 5, issue 28 item 7: --dry-run writes nothing
+    doc = kvreplay.Experiment.from_file(DIAG).freeze(tmp_path / "api").doc
     wl = load_workload(WORKLOAD)
     want = build_plan(wl, [parse_phase("prime:forward:c1"), parse_phase("replay:reverse:c1")])
     assert doc["steps"][1]["plan_sha256"] == want.sha256
     assert doc["experiment_sha256"] == experiment_sha256(doc)
-    assert "05 control" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "05 control" in printed
+    assert f"experiment {doc['experiment_sha256'][:16]}  (8 steps)" in printed
 
 
 @pytest.mark.timeout(120)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ class FrozenExperiment:
         out: The experiment directory.
         window: The window, with the overrides applied.
         frozen_path: The path of experiment.json.
+        step_workloads: A step's own workload (its ``workload`` key), by step name.
     """
 
     spec: Any
@@ -39,6 +40,7 @@ class FrozenExperiment:
     out: Path
     window: Any
     frozen_path: Path
+    step_workloads: dict[str, Any] = field(default_factory=dict)
 
     async def run_async(self, say: Callable[[str], None] = lambda _m: None,
                         resume: tuple[Any, Any] | None = None) -> dict[str, Any]:
@@ -57,12 +59,15 @@ class FrozenExperiment:
         """
         from kvreplay.experiments.publish import build_result, restate_step_reports, write_publication
         from kvreplay.experiments.window.execute import WindowRun
-        from kvreplay.rundir.experiment import write_source
+        from kvreplay.rundir.experiment import write_source, write_workloads
 
         headers = experiment_headers(self.spec)
         if resume is None:
-            write_source(self.out, self.spec.text)  # what `kvreplay experiment --resume` parses after a kill
+            # the file's exact bytes (what `kvreplay experiment --resume` parses after a kill)
+            write_source(self.out, self.spec.text, self.spec.raw)
+            write_workloads(self.out, self._workload_uses())
         w = WindowRun(self.spec, self.doc, self.plans, self.workload, self.out, self.window, headers, say)
+        w.workloads = dict(self.step_workloads)
         if resume is not None:
             w.resume_from(*resume)
         results = await w.run()
@@ -72,8 +77,20 @@ class FrozenExperiment:
         result = build_result(self.out, self.doc, steps, started=w.started, ended=w.ended or w.started,
                               aborted=w.aborted, identity=w.snapshot_identity, left_running=w.left_running,
                               unread=w.unread)
+        if self.window.deadline_from != "start":  # what the deadlines counted from (None: it never came)
+            result["deadline_origin"] = {"deadline_from": self.window.deadline_from, "origin": w.origin}
         write_publication(self.out, result, self.spec.path.stem)
         return result
+
+
+    def _workload_uses(self) -> list[tuple[list[str], Any]]:
+        """Each distinct workload (by hash and path) with who uses it: ``workload`` and/or step names."""
+        uses: dict[tuple[str, str], tuple[list[str], Any]] = {}
+        named = ([("workload", self.workload)] if self.workload is not None else []) + list(
+            self.step_workloads.items())
+        for who, wl in named:
+            uses.setdefault((str(wl.path), wl.sha256), ([], wl))[0].append(who)
+        return list(uses.values())
 
 
 def experiment_headers(exp: Any) -> dict[str, str]:
@@ -124,7 +141,9 @@ class Experiment:
                hard_deadline: float | None = None, restore_reserve: float | None = None,
                max_transport_failures: int | None = None, max_body_bytes: int | None = None,
                fields: dict[str, str] | None = None) -> FrozenExperiment:
-        """Apply the window overrides (seconds), load the workload and write experiment.json into ``out``.
+        """Apply the window overrides (seconds), load the workloads and write experiment.json into ``out``.
+
+        ``prepare`` with the same arguments, then experiment.json written.
 
         Args:
             out: The experiment directory (default ``runs/<UTC timestamp>``).
@@ -136,12 +155,34 @@ class Experiment:
             fields: How to name an override in an error (``kvreplay experiment``: its flags).
 
         Raises:
-            ConfigError: a bad window, or ``out`` already holds an experiment.json.
+            ConfigError: a bad window, a body that breaks ``[gates] body``, or ``out`` already
+                holds an experiment.json.
+        """
+        from kvreplay.rundir import write_experiment
+
+        frozen = self.prepare(out, stop_new_after=stop_new_after, hard_deadline=hard_deadline,
+                              restore_reserve=restore_reserve, max_transport_failures=max_transport_failures,
+                              max_body_bytes=max_body_bytes, fields=fields)
+        frozen.frozen_path = write_experiment(frozen.out, frozen.doc)  # ConfigError over an existing one
+        return frozen
+
+    def prepare(self, out: str | os.PathLike[str] | None = None, *, stop_new_after: float | None = None,
+                hard_deadline: float | None = None, restore_reserve: float | None = None,
+                max_transport_failures: int | None = None, max_body_bytes: int | None = None,
+                fields: dict[str, str] | None = None) -> FrozenExperiment:
+        """Everything ``freeze`` does but writing: the frozen document and plans, nothing written or sent.
+
+        ``kvreplay experiment --dry-run`` prints it. Arguments as ``freeze``; ``frozen_path``
+        is where experiment.json would be written.
+
+        Raises:
+            ConfigError: a bad window or a body that breaks ``[gates] body`` (file, body and field named).
         """
         from kvreplay.api.run import default_out
-        from kvreplay.experiments.window.frozen import freeze
-        from kvreplay.rundir import write_experiment
-        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+        from kvreplay.experiments.gates import check_body_gates
+        from kvreplay.experiments.window.frozen import freeze, load_workloads
+        from kvreplay.rundir import EXPERIMENT
+        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
         exp = self.spec
         window = exp.window
@@ -155,12 +196,13 @@ class Experiment:
         # the same checks as the file's, naming the option where the value came from the caller
         window.check(path=exp.path, fields=fields if fields is not None else
                      {k: k for k, v in overrides.items() if v is not None})
-        workload = (load_workload(exp.workload, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
-                    if exp.workload else None)
-        doc, plans = freeze(exp, workload, window)
+        workload, own = load_workloads(exp, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+        # before anything is written or sent (exit 2 naming file, body, field)
+        check_body_gates(exp.gates, ([("workload", workload)] if workload is not None else [])
+                         + [(f"step {name}'s workload", wl) for name, wl in own.items()], exp.path)
+        doc, plans = freeze(exp, workload, window, own)
         out_dir = Path(out) if out else default_out()
-        frozen_path = write_experiment(out_dir, doc)  # ConfigError over an existing experiment.json
-        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, frozen_path)
+        return FrozenExperiment(exp, doc, plans, workload, out_dir, window, out_dir / EXPERIMENT, own)
 
     async def run_async(self, out: str | os.PathLike[str] | None = None, **overrides: Any) -> dict[str, Any]:
         """Freeze (``freeze``'s arguments) and run the experiment in the running event loop.

@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "runs again from its start, then the rest, within the original deadlines")
     p.add_argument("--out", default=None, help="experiment directory (default runs/<UTC timestamp>)")
     p.add_argument("--dry-run", action="store_true",
-                   help="write only experiment.json (the frozen plan) and print the schedule; send nothing")
+                   help="freeze and print every step (condition, workload, gates, deadlines, the exact lifecycle "
+                        "commands); write nothing, send nothing")
     p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
                    help="override [window] stop_new_after: no step starts, and no request is sent, after it")
     p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
@@ -103,13 +104,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("an experiment file is required (or --resume EXP_DIR)", field="file")
     keys = ("stop_new_after", "hard_deadline", "restore_reserve")
     experiment = Experiment.from_file(args.file)
-    frozen = experiment.freeze(
+    # --dry-run: everything but the writing (prepare); else experiment.json is written before anything runs
+    frozen = (experiment.prepare if args.dry_run else experiment.freeze)(
         args.out, **{k: getattr(args, k) for k in keys}, max_transport_failures=args.max_transport_failures,
         max_body_bytes=args.max_body_bytes,
         fields={k: f"--{k.replace('_', '-')}" for k in keys if getattr(args, k) is not None})
     if not args.quiet:
+        from kvreplay.experiments.preview import preview
+
         echo(_schedule(frozen.doc))
-        echo(f"{EXPERIMENT}: {frozen.frozen_path}")
+        if args.dry_run:
+            echo(preview(frozen.doc, experiment.spec, frozen.out))
+            echo(f"{EXPERIMENT}: not written (--dry-run writes nothing; it would be {frozen.frozen_path})")
+        else:
+            echo(f"{EXPERIMENT}: {frozen.frozen_path}")
     if args.dry_run:
         if not args.quiet and (warn := _unread_warning(experiment.spec)):
             echo(f"warning: {warn}")
@@ -169,7 +177,8 @@ def _resume(args: argparse.Namespace) -> int:
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
     out = Path(args.resume)
-    exp, doc, plans, workload, window = load_frozen(out, max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    exp, doc, plans, workload, window, own = load_frozen(out, max_body_bytes=args.max_body_bytes
+                                                         or DEFAULT_MAX_BODY_BYTES)
     progress = read_progress(out)
     if progress is None:
         from kvreplay.errors import ConfigError
@@ -184,6 +193,6 @@ def _resume(args: argparse.Namespace) -> int:
         if (new := set_aside_step_dir(out, d)) is not None:
             say(f"the partial folder {d} is kept as {new}")
     install_loop()
-    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT)
+    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT, own)
     result = asyncio.run(frozen.run_async(say, resume=(progress, rp.keep)))
     return _finish(args, result, out)

@@ -82,6 +82,28 @@ async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -
             "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
 
 
+async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+    """Run a restore check (``run_command``), its output captured redacted through ``safe_io``.
+
+    The command writes ``<log_dir>/check-NAME.log`` itself; once it has exited the log is
+    rewritten through ``safe_io.atomic_write_text`` (registered secrets redacted).
+
+    Returns:
+        ``run_command``'s record with ``name`` = NAME, ``ok`` (exited 0 in time) and ``output``
+        (the log's last 2 KiB, redacted).
+    """
+    from kvreplay.safe_io import atomic_write_text
+
+    got = await run_command(cmd, name=f"check-{name}", log_dir=log_dir, timeout_s=timeout_s)
+    log = Path(got["log"])
+    try:
+        atomic_write_text(log, log.read_bytes().decode("utf-8", "replace"))
+        output = log.read_text(encoding="utf-8", errors="replace")[-2048:]
+    except OSError as exc:
+        output = f"(log unreadable: {exc.strerror or exc})"
+    return {**got, "name": name, "ok": got["rc"] == 0, "output": output, "tail": output}
+
+
 _LEFT_RUNNING: list[_Child] = []
 """Background servers left running on purpose (the restored incumbent): known by pid only."""
 
@@ -477,6 +499,32 @@ class ServerControl:
                 return await be.identity(), await be.snapshot(), None
             except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
                 return None, None, f"{type(exc).__name__}: {exc}"
+
+    async def drain(self, timeout_s: float, interval_s: float = 0.2) -> dict[str, Any]:
+        """Wait until the current incarnation is idle: load gauges zero, counters still (``runner.counters``).
+
+        Returns:
+            ``{"passed", "waited_s", "reason"}``; ``passed`` None (not checked) when there is no
+            URL or no counters adapter, False after ``timeout_s`` (s) with what kept it busy.
+        """
+        if self.url is None or self.backend_name == "none":
+            return {"passed": None, "waited_s": 0.0, "reason": "no counters adapter: the drain is not checked"}
+        from kvreplay.backends import detect, make_backend
+        from kvreplay.runner.counters import wait_drained
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            try:
+                if self.backend_name == "auto":
+                    self.backend_name = await detect(self.url, session)
+                be = make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+                got = await wait_drained(be, interval_s=interval_s, timeout_s=timeout_s)
+            except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
+                return {"passed": False, "waited_s": 0.0, "reason": f"{type(exc).__name__}: {exc}"}
+        return got.to_json()
+
+    def expand(self, cmd: str) -> str:
+        """``cmd`` with this window's ``{port}``, ``{dir}``, ``{here}``, ``{python}``, ``{kvreplay}`` filled in."""
+        return expand(cmd, port=self.port, out_dir=self.out_dir, here=self.here)
 
     async def close(self, *, restored: bool) -> list[dict[str, Any]]:
         """End of the window: stop the simulator and this experiment's background server.

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.gates import GateSpec
 
-__all__ = ["STOP_GRACE_S", "Command", "ExperimentSpec", "ReadySpec", "ServerSpec", "StepResult", "StepSpec",
-           "WindowSpec"]
+__all__ = ["STOP_GRACE_S", "Command", "ExperimentSpec", "ReadySpec", "RestoreCheck", "ServerSpec", "StepResult",
+           "StepSpec", "WindowSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,25 @@ class ReadySpec:
         return {"url": self.url, "timeout_s": self.timeout_s, "completion": self.completion}
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreCheck:
+    """One of ``[server.restore] checks``: a user command run after the restore (containment, monitoring...).
+
+    Attributes:
+        name: Its name (letters, digits, ``_.-``): the cell ``restore_check.NAME`` and the log ``check-NAME.log``.
+        cmd: Shell command (``{port}``/``{dir}``/``{here}``/``{python}``/``{kvreplay}`` placeholders).
+        timeout_s: Bound (s); on expiry its process group is killed and the check fails.
+    """
+
+    name: str
+    cmd: str
+    timeout_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"name": self.name, "cmd": self.cmd, "timeout_s": self.timeout_s}
+
+
 STOP_GRACE_S = 30.0
 """``[server] stop_grace`` when not given: seconds from SIGTERM to SIGKILL when a started server is stopped."""
 
@@ -76,6 +96,7 @@ class ServerSpec:
     restore: Command | None = None
     ready: ReadySpec | None = None
     stop_grace_s: float = STOP_GRACE_S
+    restore_checks: tuple[RestoreCheck, ...] = ()
 
     @property
     def is_sim(self) -> bool:
@@ -100,6 +121,7 @@ class ServerSpec:
                for k in ("start", "stop", "restore", "ready")},
             # only when set, so experiment files without it keep their experiment.json
             **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
+            **({"restore_checks": [c.to_json() for c in self.restore_checks]} if self.restore_checks else {}),
         }
 
 
@@ -107,7 +129,8 @@ class ServerSpec:
 class WindowSpec:
     """``[window]``: deadlines and the abort rules every run step keeps.
 
-    Deadlines are in seconds from the experiment's start (None = unbounded); the
+    Deadlines are in seconds from the experiment's start, or from the end of the quiesce
+    (``deadline_from``), None = unbounded; the
     abort rules are as ``kvreplay run``'s ``--abort-if``, ``--max-error-rate`` (every
     failure counts), ``--abort-on-malformed``, ``--max-output-error-rate`` (output
     failures only) and ``--max-transport-failures`` (consecutive sends that never
@@ -122,6 +145,9 @@ class WindowSpec:
     abort_on_malformed: bool = False
     max_output_error_rate: float | None = None
     max_transport_failures: int | None = 3
+    deadline_from: str = "start"
+    """What the deadlines count from: ``start`` (the experiment's start) or the name of a step kind
+    that is a deadline origin (``quiesce``: the end of the window's first such step, once measured)."""
 
     @property
     def cancel_at_s(self) -> float | None:
@@ -166,7 +192,9 @@ class WindowSpec:
                 "restore_reserve_s": self.restore_reserve_s, "cancel_in_flight_at_s": self.cancel_at_s,
                 "abort_if": [f"{n}{op}{v:g}" for n, op, v in self.abort_if], "max_error_rate": self.max_error_rate,
                 "abort_on_malformed": self.abort_on_malformed, "max_output_error_rate": self.max_output_error_rate,
-                "max_transport_failures": self.max_transport_failures}
+                "max_transport_failures": self.max_transport_failures,
+                # only when set, so experiment files without it keep their experiment.json
+                **({"deadline_from": self.deadline_from} if self.deadline_from != "start" else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +209,8 @@ class StepSpec:
         settings: The kind's settings, validated (phases as ``PhaseSpec``).
         sends: True for kinds that send generation requests (the kind's ``sends``): the step
             writes a run directory, ``dir``.
+        when: Its conditions (``experiments.conditions``), evaluated just before it; () = always.
+        workload: Its own workload (absolute path), None = the experiment's.
     """
 
     index: int
@@ -189,6 +219,8 @@ class StepSpec:
     line: int | None
     settings: dict[str, Any]
     sends: bool = False
+    when: tuple[Any, ...] = ()
+    workload: str | None = None
 
     @property
     def comparable(self) -> bool:
@@ -214,6 +246,9 @@ class ExperimentSpec:
     window: WindowSpec
     steps: tuple[StepSpec, ...]
     compare: tuple[tuple[str, str], ...]
+    gates: GateSpec = GateSpec()
+    raw: bytes | None = None
+    """The file's exact bytes (kept in the experiment directory as ``experiment.toml``)."""
 
 
 @dataclass(slots=True)
@@ -231,13 +266,15 @@ class StepResult:
     ended: str | None = None
     checks: dict[str, Any] = field(default_factory=dict)
     incarnation: str | None = None
+    condition: dict[str, Any] | None = None
+    """Its ``when`` as evaluated (``experiments.conditions.evaluate``); None without one."""
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (``condition`` only for a step with a ``when``)."""
         return {"name": self.name, "kind": self.kind, "status": self.status, "reason": self.reason,
                 "run_dir": self.run_dir, "comparable": self.comparable, "label": self.label,
                 "incarnation": self.incarnation, "started": self.started, "ended": self.ended,
-                "checks": self.checks}
+                "checks": self.checks, **({"condition": self.condition} if self.condition is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StepResult:
@@ -245,4 +282,4 @@ class StepResult:
         return cls(name=d["name"], kind=d["kind"], status=d.get("status", "deferred"), reason=d.get("reason"),
                    run_dir=d.get("run_dir"), comparable=d.get("comparable", True), label=d.get("label"),
                    started=d.get("started"), ended=d.get("ended"), checks=dict(d.get("checks") or {}),
-                   incarnation=d.get("incarnation"))
+                   incarnation=d.get("incarnation"), condition=d.get("condition"))

@@ -8,9 +8,11 @@ window was not aborted, else ``incomplete``; the exit status is 0 exactly when i
 window's own abort — identity drift, auth, an interrupt, the hard deadline — not a
 step's: a step cut short at ``stop_new_after`` is ``aborted`` while ``aborted`` stays
 null), ``steps``
-(``name``, ``kind``, ``status`` in measured | failed | deferred | aborted,
+(``name``, ``kind``, ``status`` in measured | failed | deferred | aborted | skipped,
 ``reason``, ``run_dir``, ``comparable``, plus ``label``, ``incarnation``,
-``started``, ``ended``, ``checks``), ``cells`` (``step``, ``metric``,
+``started``, ``ended``, ``checks``, and ``condition`` for a step with a ``when``:
+``experiments.conditions``; a step skipped by its condition keeps the window
+``complete``, and ``step_counts`` has ``skipped`` only when one was), ``cells`` (``step``, ``metric``,
 ``status``, ``value``, ``reason``; a probe step's cells come from its
 ``verdict.json``, ``experiments.probe_step.probe_cells``), ``findings`` (``rule``, ``summary``,
 ``evidence``, ``next``); also ``identity`` (the snapshot before the first
@@ -62,6 +64,8 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     counts = {st: sum(1 for s in steps if s["status"] == st) for st in _STATUSES}
     if not counts["not_run"]:
         del counts["not_run"]  # only a window rebuilt after a kill has steps that never ran
+    if not counts["skipped"]:
+        del counts["skipped"]  # only steps with a `when` can be skipped
     scales: dict[str, float | None] = {}
     for v in views:
         scales.setdefault(v.step, v.scale)
@@ -72,7 +76,9 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "experiment_sha256": frozen["experiment_sha256"],
         "started": started,
         "ended": ended,
-        "status": "complete" if counts["measured"] == len(steps) and aborted is None else "incomplete",
+        # a step skipped by its own condition ran as planned: it does not make the window incomplete
+        "status": ("complete" if counts["measured"] + counts.get("skipped", 0) == len(steps) and aborted is None
+                   else "incomplete"),
         "step_counts": counts,
         "aborted": aborted,
         "identity": identity,
@@ -258,7 +264,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_STATUSES = ("measured", "failed", "deferred", "aborted", "not_run")
+_STATUSES = ("measured", "failed", "deferred", "aborted", "not_run", "skipped")
 
 
 def _status_attr(x: Any) -> str:

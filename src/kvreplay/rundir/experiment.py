@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.redaction import redact
 from kvreplay.rundir.jsonfile import read_object
-from kvreplay.rundir.names import EXPERIMENT, PROGRESS, RESULT, SOURCE, STEP_LOG
-from kvreplay.safe_io import atomic_write_json, atomic_write_text
+from kvreplay.rundir.names import EXPERIMENT, PROGRESS, RESULT, SOURCE, STEP_LOG, WORKLOADS
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
     "read_experiment",
@@ -45,6 +46,8 @@ __all__ = [
     "write_source",
     "write_result",
     "write_step_log",
+    "write_workloads",
+    "read_workloads",
 ]
 
 
@@ -106,13 +109,50 @@ def read_result(out: Path) -> dict[str, Any] | None:
     return read_object(out / RESULT)
 
 
-def write_source(out: Path, text: str) -> None:
-    """Write ``out/experiment.toml``: the experiment file's text, as frozen (``--resume`` reads it).
+def write_source(out: Path, text: str, raw: bytes | None = None) -> None:
+    """Write ``out/experiment.toml``: the experiment file's exact bytes, as frozen (``--resume`` reads it).
+
+    Args:
+        out: The experiment directory.
+        text: The file's text.
+        raw: Its exact bytes (written as they are; None: ``text`` in UTF-8). A file holding a
+            registered secret is written redacted instead (never the secret).
 
     Raises:
         OSError: it cannot be written.
     """
-    atomic_write_text(out / SOURCE, text)
+    if redact(text) != text or raw is None or raw.decode("utf-8", "replace") != text:
+        atomic_write_text(out / SOURCE, text)
+    else:
+        atomic_write_bytes(out / SOURCE, raw)
+
+
+def write_workloads(out: Path, workloads: list[tuple[list[str], Any]]) -> None:
+    """Write ``out/workloads.json``: each workload of the experiment and the hash of every body.
+
+    Args:
+        out: The experiment directory.
+        workloads: ``(used by, Workload)`` pairs; ``used by`` is ``["workload"]`` for the
+            experiment's own and the names of the steps that name it for a step's own.
+
+    The document::
+
+        {"workloads": [{"used_by": [...], "path", "n_bodies", "sha256" (the workload's hash,
+          as experiment.json), "bodies": [{"index", "source", "sha256", "bytes"}, ...]}]}
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    atomic_write_json(out / WORKLOADS, {"workloads": [
+        {"used_by": list(used), "path": str(wl.path), "n_bodies": len(wl.bodies), "sha256": wl.sha256,
+         "bodies": [{"index": b.index, "source": b.source, "sha256": b.sha256, "bytes": len(b.raw)}
+                    for b in wl.bodies]}
+        for used, wl in workloads]})
+
+
+def read_workloads(out: Path) -> dict[str, Any] | None:
+    """``out/workloads.json`` as a dict; None when missing, unreadable or not a JSON object."""
+    return read_object(out / WORKLOADS)
 
 
 def read_source(out: Path) -> str | None:

@@ -69,6 +69,8 @@ STEPS = "steps"
 STEP_LOG = "step.json"
 PROGRESS = "progress.json"
 SOURCE = "experiment.toml"
+WORKLOADS = "workloads.json"
+"""Each workload of an experiment and the SHA-256 of every body (``rundir.experiment.write_workloads``)."""
 
 
 def hlog_path(run_dir: Path, phase: str, metric: str) -> Path:

@@ -93,7 +93,7 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     thresholds = [parse_threshold(t, "primary") for t in s["primary"]]
     thresholds += [parse_threshold(t, "protected") for t in s["protected"]]
     result = await run_ab(
-        workload=w.workload, plan=w.plans[st.name], arms=arms, reps=s["reps"], out=w.out / st.dir,
+        workload=w.workload_for(st), plan=w.plans[st.name], arms=arms, reps=s["reps"], out=w.out / st.dir,
         target="sim" if w.exp.server.is_sim else str(srv.url), backend_name=srv.backend_name,
         thresholds=thresholds, sim_base=srv.sim_config if w.exp.server.is_sim else None,
         profile=w.exp.server.profile, headers=w.headers, seed=int(s.get("seed", 0)),
@@ -209,5 +209,7 @@ KIND = StepKind(
     time_scales=_time_scales,
     restate=_restate,
     schedule=_schedule,
+    commands=lambda fs, server: [(f"arm {a['name']}", a["cmd"] or "(no command: the current server)")
+                                 for a in fs["ab"]["arms"]],
 )
 """The ab kind (module docstring)."""

@@ -20,6 +20,9 @@ Hooks (all but ``parse`` and ``execute`` default to doing nothing)::
     time_scales(out, step) -> {name: scale}     simulator time scales for result.json ``time``
     restate(out, step) -> message | None        redraw its reports after the window
     schedule(frozen_step) -> text               its part of the dry-run schedule line
+    commands(frozen_step, server) -> [(what, cmd)]  the lifecycle commands it will run, as templates
+                                                ({port} ... unexpanded), for the dry-run preview;
+                                                ``server`` is experiment.json's ``server``
 
 ``step`` is a ``StepSpec`` for parse-time and run-time hooks and ``result.json``'s
 step dictionary (``name``, ``kind``, ``status``, ``reason``, ``run_dir``, ...) for the
@@ -91,7 +94,11 @@ class Window(Protocol):
     interrupted: bool
 
     def elapsed(self) -> float:
-        """Seconds since the experiment started."""
+        """Seconds since the experiment started (or since the quiesce: ``[window] deadline_from``)."""
+        ...
+
+    def workload_for(self, st: StepSpec) -> Workload | None:
+        """The bodies ``st`` sends: its own ``workload`` when it names one, else the experiment's."""
         ...
 
     def left(self, at: float | None) -> float | None:
@@ -152,6 +159,10 @@ def _no_schedule(frozen_step: dict[str, Any]) -> str:
     return ""
 
 
+def _no_lifecycle(frozen_step: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str]]:
+    return []
+
+
 def check_cells(metric: str) -> Callable[[dict[str, Any], dict[str, Any], CellContext], list[Cell]]:
     """A ``cells`` hook giving one cell, ``metric``, for a step that checks something and sends nothing.
 
@@ -198,7 +209,9 @@ class StepKind:
             is measured the server left running is the incumbent.
         cancel_at_deadline: The window cancels it at ``hard_deadline - restore_reserve``
             (kinds that do not stop themselves at the window's deadlines).
-        check, freeze, runs_commands, cells, findings, time_scales, restate, schedule:
+        deadline_origin: ``[window] deadline_from = "<this kind's name>"`` may name it: when
+            its first step of the window is measured, the window's deadlines count from its end.
+        check, freeze, runs_commands, cells, findings, time_scales, restate, schedule, commands:
             Hooks of the module docstring.
     """
 
@@ -212,6 +225,7 @@ class StepKind:
     starts_server: bool = False
     restores: bool = False
     cancel_at_deadline: bool = False
+    deadline_origin: bool = False
     check: Callable[[StepSpec, ServerSpec, Where], None] = _no_check
     freeze: Callable[[StepSpec, Workload | None], tuple[dict[str, Any], Plan | None]] = _no_freeze
     runs_commands: Callable[[StepSpec], bool] = _no_commands
@@ -220,3 +234,4 @@ class StepKind:
     time_scales: Callable[[Path, dict[str, Any]], dict[str, float | None]] = _no_scales
     restate: Callable[[Path, dict[str, Any]], str | None] = _no_restate
     schedule: Callable[[dict[str, Any]], str] = _no_schedule
+    commands: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str]]] = _no_lifecycle

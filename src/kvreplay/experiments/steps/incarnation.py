@@ -17,12 +17,12 @@ from typing import Any
 
 from kvreplay.experiments.fields import Where
 from kvreplay.experiments.lifecycle import identity_mismatches
-from kvreplay.experiments.model import StepResult, StepSpec
+from kvreplay.experiments.model import STOP_GRACE_S, StepResult, StepSpec
 from kvreplay.experiments.steps.base import StepKind, Window, check_cells
 from kvreplay.plan import Plan
 from kvreplay.workload import Workload
 
-__all__ = ["KIND", "completion_failure"]
+__all__ = ["KIND", "completion_failure", "replace_commands"]
 
 
 def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[str, Any]:
@@ -41,6 +41,27 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
 
 def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:
     return {"fresh": step.settings.get("fresh", False), "sim": step.settings.get("sim", {})}, None
+
+
+def _commands(fs: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str]]:
+    """Stop the current server, start the next (or a new embedded simulator with the step's overlay)."""
+    if server.get("target") == "sim":
+        return [("simulator", f"a new embedded simulator: [server.sim] {server.get('sim') or {}} "
+                              f"+ step sim {fs.get('sim') or {}}")]
+    return replace_commands(server, "start")
+
+
+def replace_commands(server: dict[str, Any], name: str) -> list[tuple[str, str]]:
+    """The previous server stopped (SIGTERM to a background start's group, the stop command), then ``name``."""
+    out = [("stop", f"SIGTERM to the running start command's process group, SIGKILL after "
+                    f"{server.get('stop_grace_s', STOP_GRACE_S):g} s (when it runs in the background)")]
+    if server.get("stop"):
+        out.append(("stop", server["stop"]["cmd"]))
+    cmd = server.get(name)
+    if cmd:
+        out.append((name, cmd["cmd"] + ("  (background)" if cmd.get("background") else "")
+                    + f"  (timeout {cmd['timeout_s']:g} s)"))
+    return out
 
 
 def _fail(w: Window, res: StepResult, why: str) -> None:
@@ -122,5 +143,6 @@ KIND = StepKind(
     cancel_at_deadline=True,
     freeze=_freeze,
     cells=check_cells("ready_identity_fresh"),
+    commands=_commands,
 )
 """The incarnation kind (module docstring)."""

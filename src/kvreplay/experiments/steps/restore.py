@@ -6,6 +6,13 @@ after an abort, after an interrupt (which does not cancel it), after a failed st
 past ``stop_new_after``; its command is bounded by ``hard_deadline``. Measured when the
 server is ready and its identity equals the snapshot taken before the first step (or,
 without a snapshot, the pins hold). One cell, ``identity_restored``.
+
+``[server.restore] checks = [{name, cmd, timeout}]`` (containment, monitoring, direct and
+routed preflight, readmission...) run after it, whatever its outcome, in file order: each
+one's output captured in the step's folder (``check-NAME.log``, redacted through
+``safe_io``; its last 2 KiB in ``checks.restore_checks[].output``) and its status a cell
+``restore_check.NAME`` (value true when it exited 0 in time). A check that fails makes
+an otherwise measured restore ``failed`` (reason ``restore check NAME failed (rc N)``).
 """
 
 from __future__ import annotations
@@ -15,9 +22,10 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.fields import Where
-from kvreplay.experiments.lifecycle import identity_mismatches
+from kvreplay.experiments.lifecycle import identity_mismatches, run_check
 from kvreplay.experiments.model import ServerSpec, StepResult, StepSpec
-from kvreplay.experiments.steps.base import StepKind, Window, check_cells
+from kvreplay.experiments.steps.base import CellContext, StepKind, Window, check_cells
+from kvreplay.experiments.steps.incarnation import replace_commands
 
 __all__ = ["KIND"]
 
@@ -33,6 +41,53 @@ def _check(step: StepSpec, server: ServerSpec, where: Where) -> None:
 
 
 async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
+    await _restore(w, st, res)
+    checks = w.exp.server.restore_checks
+    if not checks:
+        return
+    done = res.checks["restore_checks"] = []
+    for c in checks:
+        hard = w.left(w.window.hard_deadline_s)
+        timeout = c.timeout_s if hard is None else max(1.0, min(c.timeout_s, hard))
+        got = await run_check(w.server.expand(c.cmd), name=c.name, log_dir=w.out / st.dir, timeout_s=timeout)
+        done.append(got)
+        w.say(f"step {st.name}: restore check {c.name}: " + ("ok" if got["ok"] else
+              ("timed out" if got["timed_out"] else f"failed (rc {got['rc']})")))
+    bad = [g for g in done if not g["ok"]]
+    if bad and res.status == "measured":
+        res.status = "failed"
+        res.reason = f"restore check {bad[0]['name']} failed (" + (
+            f"timed out after {bad[0]['wall_s']} s" if bad[0]["timed_out"] else f"rc {bad[0]['rc']}") + ")"
+
+
+def _commands(fs: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str]]:
+    """The candidate stopped and the incumbent brought back, then each check of ``[server.restore]``."""
+    if server.get("target") == "sim":
+        out = [("simulator", f"the incumbent simulator started again: [server.sim] {server.get('sim') or {}}")]
+    else:
+        out = replace_commands(server, "restore")
+    return out + [(f"check {c['name']}", f"{c['cmd']}  (timeout {c['timeout_s']:g} s)")
+                  for c in server.get("restore_checks") or []]
+
+
+_identity_cell = check_cells("identity_restored")
+
+
+def _cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) -> list[dict[str, Any]]:
+    """``identity_restored``, then one ``restore_check.NAME`` cell per check run."""
+    out = _identity_cell(step, frozen_step, ctx)
+    if out and step.get("status") == "failed" and (step.get("reason") or "").startswith("restore check "):
+        out[0] = {**out[0], "status": "measured", "value": True, "reason": None}  # the identity came back
+    for g in (step.get("checks") or {}).get("restore_checks") or []:
+        out.append({"step": step["name"], "metric": f"restore_check.{g['name']}",
+                    "status": "measured" if g.get("ok") else "failed", "value": bool(g.get("ok")),
+                    "reason": None if g.get("ok") else (
+                        f"timed out after {g.get('wall_s')} s" if g.get("timed_out") else
+                        f"rc {g.get('rc')}: " + ((g.get("output") or "").strip().splitlines() or [""])[-1][:200])})
+    return out
+
+
+async def _restore(w: Window, st: StepSpec, res: StepResult) -> None:
     logs = w.out / st.dir
     hard = w.left(w.window.hard_deadline_s)
     if w.exp.server.is_sim:
@@ -79,6 +134,7 @@ KIND = StepKind(
     execute=_execute,
     restores=True,
     check=_check,
-    cells=check_cells("identity_restored"),
+    cells=_cells,
+    commands=_commands,
 )
 """The restore kind (module docstring)."""

@@ -114,7 +114,8 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     from kvreplay.runner import RunOptions, execute_plan
 
     plan = w.plans[st.name]
-    assert w.workload is not None and w.server.url is not None
+    workload = w.workload_for(st)
+    assert workload is not None and w.server.url is not None
     url, is_sim = w.server.url, w.exp.server.is_sim
     now = w.elapsed()  # one reading: the runner adds it back to name the window's deadlines exactly
 
@@ -137,7 +138,7 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
                    if is_sim and w.server.sim_config is not None else {}),
     )
-    summary = await execute_plan(plan, plan.bind(w.workload), opts, backend_factory=_factory(w, url),
+    summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=_factory(w, url),
                                  render_report=render_markdown)
     judge_run(w, res, summary)
 

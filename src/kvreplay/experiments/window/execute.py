@@ -25,6 +25,14 @@ Rules (times in seconds from the experiment's start, ``[window]``):
   during it, or pins that no longer hold, abort the window; a leg answered 401/403 aborts it (``auth``); other failed
   legs make the step ``failed`` with their count and the first error.
 
+- Deadlines count from the experiment's start, or, with ``[window] deadline_from =
+  "quiesce"``, from the end of the first measured step of that kind (``deadline_origin``
+  trait; ``WindowRun.origin``, kept in ``progress.json`` for ``--resume``).
+- A step with a ``when`` (``experiments.conditions``) is evaluated just before it, after
+  the deferral rules: false makes it ``skipped`` with its ``condition`` recorded.
+- ``[gates] fixed_bytes``: a sending step whose workload changed on disk since the
+  freeze is ``failed`` and sends nothing (``experiments.gates``).
+
 Each step runs its kind's ``execute`` (``experiments.steps``: one module per kind);
 the rules above read the kind's traits (``restores``, ``starts_server``,
 ``cancel_at_deadline``, ``sends``), never its name.
@@ -94,6 +102,7 @@ class WindowRun:
                  workload: Workload | None, out: Path, window: WindowSpec, headers: dict[str, str],
                  say: Callable[[str], None]) -> None:
         self.exp, self.frozen, self.plans, self.workload = exp, frozen, plans, workload
+        self.workloads: dict[str, Workload] = {}  # a step's own workload, by step name
         self.out, self.window, self.headers, self.say = out, window, headers, say
         from kvreplay.runner.identity import pins_from_mapping
 
@@ -120,6 +129,7 @@ class WindowRun:
         self.ended: str | None = None
         self.closed: list[dict[str, Any]] = []
         self.left_running: dict[str, Any] | None = None
+        self.origin: dict[str, Any] | None = None  # [window] deadline_from: the step the deadlines count from
 
     # -- resume and progress --------------------------------------------------------------------
     def resume_from(self, progress: dict[str, Any], keep: dict[str, StepResult]) -> None:
@@ -139,6 +149,9 @@ class WindowRun:
         self.unread = progress.get("unread_series")
         self.aborted = progress.get("aborted")
         self.keep = dict(keep)
+        if (origin := progress.get("deadline_origin")) is not None:  # the deadlines counted from the quiesce
+            self.origin = origin
+            self.t0 = self.clock.origin_ns - max(0, self.clock.wall_anchor_ns - int(origin["wall_ns"]))
         self.known_identities = [i for i in (progress.get("snapshot_identity"), progress.get("identity"))
                                  if i is not None]
 
@@ -150,7 +163,8 @@ class WindowRun:
                "updated": utc_now(), "wall_anchor_ns": self.wall_anchor_ns, "resumed": self.resumed,
                "snapshot_identity": self.snapshot_identity, "snapshot_note": self.snapshot_note,
                "identity": self.inc_identity or self.snapshot_identity, "aborted": self.aborted,
-               "unread_series": self.unread, "steps": steps}
+               "unread_series": self.unread, "steps": steps,
+               **({"deadline_origin": self.origin} if self.origin is not None else {})}
         with contextlib.suppress(OSError):  # a full disk must not stop the window; the step logs remain
             write_progress(self.out, doc)
 
@@ -245,7 +259,17 @@ class WindowRun:
                     self.say(f"step {st.name}: deferred: {why}")
                     self._progress()
                     continue
+                if st.when and not self._condition_holds(st, res):
+                    continue
+                if (why := self._gate_refusal(st)) is not None:
+                    res.status, res.reason = "failed", why
+                    self.say(f"step {st.name}: failed: {why}")
+                    write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"],
+                                                      **res.to_json()})
+                    self._progress()
+                    continue
                 await self._guarded(st, res)
+                self._maybe_origin(st, res)
         finally:
             restored = any(kind_of(r.kind).restores and r.status == "measured" for r in self.results)
             self.closed = await self.server.close(restored=restored)
@@ -288,6 +312,67 @@ class WindowRun:
         if not starts_server and self.server.url is None and not self.exp.server.is_sim:
             return "no server: the target needs an incarnation step first ({port} in the URL)"
         return None
+
+    def _maybe_origin(self, st: StepSpec, res: StepResult) -> None:
+        """``deadline_from = KIND``: the end of the first measured step of that kind becomes the deadline origin."""
+        if (self.origin is not None or self.window.deadline_from != st.kind or res.status != "measured"
+                or not kind_of(st.kind).deadline_origin):
+            return
+        now = now_ns()
+        after = (now - self.t0) / 1e9
+        self.t0 = now
+        self.origin = {"step": st.name, "at": utc_now(), "after_start_s": round(after, 3),
+                       "wall_ns": self.clock.wall_anchor_ns + (now - self.clock.origin_ns)}
+        w = self.window
+        self.say(f"deadlines now count from the end of step {st.name} ({after:.1f} s after the start): "
+                 f"stop_new_after +{w.stop_new_after_s} s, hard_deadline +{w.hard_deadline_s} s, "
+                 f"restore_reserve {w.restore_reserve_s:g} s")
+        self._progress()
+
+    def time_left(self) -> tuple[float | None, str | None]:
+        """``(seconds, deadline)`` until ``stop_new_after``, else ``hard_deadline - restore_reserve``; (None, None)."""
+        if self.window.stop_new_after_s is not None:
+            return self.left(self.window.stop_new_after_s), "stop_new_after"
+        if self.window.cancel_at_s is not None:
+            return self.left(self.window.cancel_at_s), "cancel_in_flight"
+        return None, None
+
+    def _condition_holds(self, st: StepSpec, res: StepResult) -> bool:
+        """Evaluate ``st.when`` now (``experiments.conditions``); a false one makes the step ``skipped``."""
+        from kvreplay.experiments.conditions import evaluate
+
+        earlier = self.results[:-1]  # the last result is this step's own
+        left, until = self.time_left()
+        res.condition = evaluate(st.when, time_left_s=left, time_left_until=until,
+                                 previous=(earlier[-1].name, earlier[-1].status) if earlier else None,
+                                 statuses={r.name: r.status for r in earlier})
+        if res.condition["holds"]:
+            self.say(f"step {st.name}: condition holds: {' and '.join(res.condition['when'])}")
+            return True
+        res.status, res.reason = "skipped", "condition false: " + " and ".join(res.condition["false"])
+        self.say(f"step {st.name}: skipped: {res.reason}")
+        write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"], **res.to_json()})
+        self._progress()
+        return False
+
+    def _gate_refusal(self, st: StepSpec) -> str | None:
+        """``[gates] fixed_bytes``: why a sending step's workload no longer matches its frozen hash, else None."""
+        if not (st.sends and self.exp.gates.fixed_bytes):
+            return None
+        from kvreplay.experiments.gates import fixed_bytes_failure
+        from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+        frozen_step: dict[str, Any] = next((s for s in self.frozen["steps"] if s["name"] == st.name), {})
+        wl = frozen_step.get("workload") or self.frozen.get("workload")
+        if not wl or not wl.get("path"):
+            return None
+        loaded = self.workload_for(st)
+        biggest = max((b.body_bytes for b in loaded.bodies), default=0) if loaded is not None else 0
+        return fixed_bytes_failure(wl["path"], wl["sha256"], max_body_bytes=max(DEFAULT_MAX_BODY_BYTES, biggest))
+
+    def workload_for(self, st: StepSpec) -> Workload | None:
+        """The bodies ``st`` sends: its own ``workload`` when it names one, else the experiment's."""
+        return self.workloads.get(st.name, self.workload)
 
     async def _guarded(self, st: StepSpec, res: StepResult) -> None:
         kind = kind_of(st.kind)

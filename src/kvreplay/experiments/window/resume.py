@@ -98,22 +98,21 @@ def window_from_json(w: dict[str, Any]) -> WindowSpec:
 
 
 def load_frozen(out: Path, *, max_body_bytes: int) -> tuple[ExperimentSpec, dict[str, Any], dict[str, Plan],
-                                                             Workload | None, WindowSpec]:
+                                                             Workload | None, WindowSpec, dict[str, Workload]]:
     """The experiment of an experiment directory, re-frozen and checked against its ``experiment.json``.
 
     Returns:
-        ``(exp, frozen, plans, workload, window)``.
+        ``(exp, frozen, plans, workload, window, step_workloads)`` (``step_workloads``: a step's
+        own workload by step name).
 
     Raises:
         ConfigError: no ``experiment.json`` or ``experiment.toml``, or the file, the workload or
             the plans no longer freeze to the recorded ``experiment_sha256``.
     """
-    from kvreplay.experiments.window.frozen import freeze
+    from kvreplay.experiments.window.frozen import freeze, load_workloads
     from kvreplay.experiments.window.spec import load_experiment
     from kvreplay.rundir import read_experiment
     from kvreplay.rundir.experiment import read_source
-    from kvreplay.workload import load_workload
-
     frozen = read_experiment(out)
     text = read_source(out)
     if frozen is None or text is None:
@@ -121,13 +120,13 @@ def load_frozen(out: Path, *, max_body_bytes: int) -> tuple[ExperimentSpec, dict
                           "are written by kvreplay experiment)", path=out, field="--resume")
     exp = load_experiment(Path(frozen["file"]["path"]), text=text)
     window = window_from_json(frozen.get("window") or {})
-    workload = load_workload(exp.workload, max_body_bytes=max_body_bytes) if exp.workload else None
-    doc, plans = freeze(exp, workload, window)
+    workload, own = load_workloads(exp, max_body_bytes=max_body_bytes)
+    doc, plans = freeze(exp, workload, window, own)
     if doc["experiment_sha256"] != frozen["experiment_sha256"]:
         diff = sorted(k for k in doc if k != "experiment_sha256" and doc.get(k) != frozen.get(k))
         raise ConfigError(f"the experiment no longer freezes to experiment_sha256 {frozen['experiment_sha256'][:16]} "
                           f"(differs in: {', '.join(diff) or 'the hash'}); not resumed", path=out, field="--resume")
-    return exp, frozen, plans, workload, window
+    return exp, frozen, plans, workload, window, own
 
 
 def rebuild_publication(out: Path) -> dict[str, Any]:
@@ -187,5 +186,7 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
     result = build_result(out, frozen, steps, started=progress.get("started") or "", aborted=aborted,
                           ended=progress.get("updated") or progress.get("started") or "",
                           identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"))
+    if (origin := (frozen.get("window") or {}).get("deadline_from", "start")) != "start":
+        result["deadline_origin"] = {"deadline_from": origin, "origin": progress.get("deadline_origin")}
     write_publication(out, result, title)
     return result

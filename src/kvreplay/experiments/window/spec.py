@@ -19,8 +19,11 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     url = "http://127.0.0.1:{port}/health"; timeout = "120s"
     completion = {messages = [...], max_tokens = 8}   # optional: finish_reason must be "stop"
     [server.stop]    / [server.restore]    (cmd, timeout)
+    [server.restore] checks = [{name = "containment", cmd = "...", timeout = "60s"}, ...]
+                                    # run after the restore; each one's status a cell (restore_check.NAME)
 
-    [window]                        # all counted from the experiment's start
+    [window]                        # counted from the experiment's start, or from the quiesce:
+    deadline_from = "quiesce"       # (default "start") the end of the first quiesce step, once measured
     stop_new_after = "70m"; hard_deadline = "90m"; restore_reserve = "20m"
     abort_if = ["host_bytes>34e9"]; max_error_rate = 0.05; abort_on_malformed = true
     max_output_error_rate = 0.05    # output failures only (max_error_rate counts every failure)
@@ -35,7 +38,13 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
               primary = ["ttft_p50:-5%"]; protected = ["itl_p50:+3%"]
     [[step]]  name = "P"; kind = "probe"; sizes = "8k,16k"; flush_max = 16; fit_on = "stream"
               the options of ``kvreplay probe`` (``kvreplay.experiments.probe.step``)
+    [[step]]  name = "Q"; kind = "quiesce"; cmd = "drain-primary.sh"; timeout = "5m"; drain_timeout = "10m"
     [[step]]  name = "restore"; kind = "restore"
+
+    Every step but a restore takes ``when`` (``experiments.conditions``: ``'time_left > "15m"'``,
+    ``"previous_step_ok"``, ``'step_ok = "A"'``, or a list of them), and a sending step its own
+    ``workload`` (relative to this file; frozen and hashed into experiment.json's step entry).
+    [gates]  body = {max_tokens = 2048, temperature = 1}; fixed_bytes = true   (``experiments.gates``)
 
 Each ``kind`` is a registered step kind (``kvreplay.experiments.steps``): its module
 declares the keys it takes and how they are validated; this parser validates the
@@ -52,12 +61,15 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.conditions import parse_when
 from kvreplay.experiments.fields import BOUND_RE, NAME_RE, Where, parse_duration, transport_failures
+from kvreplay.experiments.gates import parse_gates
 from kvreplay.experiments.model import (
     STOP_GRACE_S,
     Command,
     ExperimentSpec,
     ReadySpec,
+    RestoreCheck,
     ServerSpec,
     StepSpec,
     WindowSpec,
@@ -75,12 +87,6 @@ __all__ = [
     "load_experiment",
     "parse_duration",
 ]
-
-
-def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    from kvreplay.tomlfile import read_toml
-
-    return read_toml(path, what="experiment file")
 
 
 def _line_of(text: str, pattern: str) -> int | None:
@@ -145,15 +151,47 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
     for key in ("backend", "profile", "api_key_env"):
         if key in data and not isinstance(data[key], str):
             raise ConfigError("must be a string", path=path, line=line, field=f"server.{key}")
-    cmds = {k: _command(data.get(k), path=path, line=line, fld=f"server.{k}", default_timeout=60.0)
-            for k in ("start", "stop", "restore")}
+    restore = data.get("restore")
+    checks = _restore_checks(restore.get("checks") if isinstance(restore, dict) else None, path=path,
+                             line=_line_of(text, r"\[server\.restore\]") or line)
+    if isinstance(restore, dict):
+        restore = {k: v for k, v in restore.items() if k != "checks"} or None  # checks alone: no command
+    cmds = {k: _command(restore if k == "restore" else data.get(k), path=path, line=line, fld=f"server.{k}",
+                        default_timeout=60.0) for k in ("start", "stop", "restore")}
     if "{port}" in target and cmds["start"] is None:
         raise ConfigError("a target with {port} needs a start command", path=path, line=line, field="server.start")
     return ServerSpec(target=target, backend=data.get("backend", "auto"), profile=data.get("profile"),
                       api_key_env=data.get("api_key_env"), identity={k: str(v) for k, v in ident.items()},
                       sim=dict(sim), ready=ready_spec, **cmds,
                       stop_grace_s=parse_duration(data.get("stop_grace", STOP_GRACE_S), path=path, line=line,
-                                                  fld="server.stop_grace"))
+                                                  fld="server.stop_grace"), restore_checks=checks)
+
+
+def _restore_checks(raw: Any, *, path: Path, line: int | None) -> tuple[RestoreCheck, ...]:
+    """``[server.restore] checks = [{name, cmd, timeout}]`` (``timeout`` default 60 s)."""
+    if raw is None:
+        return ()
+    fld = "server.restore.checks"
+    if not isinstance(raw, list):
+        raise ConfigError("checks is a list of {name = ..., cmd = ..., timeout = ...}", path=path, line=line,
+                          field=fld)
+    out: list[RestoreCheck] = []
+    for i, c in enumerate(raw):
+        if not isinstance(c, dict):
+            raise ConfigError("a check is {name = ..., cmd = ..., timeout = ...}", path=path, line=line,
+                              field=f"{fld}[{i}]")
+        unknown = sorted(set(c) - {"name", "cmd", "timeout"})
+        if unknown:
+            raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"{fld}[{i}].{unknown[0]}")
+        name = c.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name) or any(x.name == name for x in out):
+            raise ConfigError("needs a unique name of letters, digits, '_', '.', '-'", path=path, line=line,
+                              field=f"{fld}[{i}].name")
+        if not isinstance(c.get("cmd"), str) or not c["cmd"].strip():
+            raise ConfigError("needs a shell command", path=path, line=line, field=f"{fld}[{i}].cmd")
+        out.append(RestoreCheck(name, c["cmd"], parse_duration(c.get("timeout", 60), path=path, line=line,
+                                                               fld=f"{fld}[{i}].timeout")))
+    return tuple(out)
 
 
 def _window(data: Any, text: str, path: Path) -> WindowSpec:
@@ -164,7 +202,7 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
         raise ConfigError("must be a table", path=path, line=line, field="window")
     unknown = sorted(set(data) - {"stop_new_after", "hard_deadline", "restore_reserve", "abort_if",
                                   "max_error_rate", "abort_on_malformed", "max_output_error_rate",
-                                  "max_transport_failures"})
+                                  "max_transport_failures", "deadline_from"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"window.{unknown[0]}")
     vals = {k: (parse_duration(data[k], path=path, line=line, fld=f"window.{k}") if k in data else None)
@@ -188,9 +226,14 @@ def _window(data: Any, text: str, path: Path) -> WindowSpec:
     mal = data.get("abort_on_malformed", False)
     if not isinstance(mal, bool):
         raise ConfigError("must be true or false", path=path, line=line, field="window.abort_on_malformed")
+    origin = data.get("deadline_from", "start")
+    origins = ["start", *(k for k in kind_names() if kind_of(k).deadline_origin)]
+    if origin not in origins:
+        raise ConfigError(f"must be one of {', '.join(origins)}, not {origin!r}", path=path, line=line,
+                          field="window.deadline_from")
     return WindowSpec(vals["stop_new_after"], vals["hard_deadline"], vals["restore_reserve"] or 0.0,
                       tuple(bounds), rates["max_error_rate"], mal, rates["max_output_error_rate"],
-                      3 if transport is None else (transport or None))
+                      3 if transport is None else (transport or None), origin)
 
 
 
@@ -205,7 +248,7 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
         raise ConfigError(f"kind must be one of {', '.join(kind_names())}, not {kind_name!r}", path=path, line=line,
                           field=f"{fld}.kind")
     kind = kind_of(kind_name)
-    rest = {k: v for k, v in raw.items() if k not in ("name", "kind")}
+    rest = {k: v for k, v in raw.items() if k not in ("name", "kind", "when", "workload")}
     unknown = sorted(set(rest) - kind.keys)
     if unknown:
         hint = unknown[0].replace("-", "_")
@@ -222,7 +265,20 @@ def _step(i: int, raw: Any, line: int | None, path: Path) -> StepSpec:
             raise ConfigError("must be a string", path=path, line=line, field=f"{fld}.label")
         common["label"] = rest["label"]
     st = {**common, **kind.parse(rest, Where(path, line, fld), common)}
-    return StepSpec(i, name, kind_name, line, st, sends=kind.sends)
+    when: tuple[Any, ...] = ()
+    if "when" in raw:
+        if kind.restores:
+            raise ConfigError("a restore step always runs: it takes no when", path=path, line=line,
+                              field=f"{fld}.when")
+        when = parse_when(raw["when"], Where(path, line, fld))
+    wl = raw.get("workload")
+    if wl is not None:
+        if not kind.needs_workload:
+            raise ConfigError(f"a {kind_name} step sends no workload", path=path, line=line, field=f"{fld}.workload")
+        if not isinstance(wl, str) or not wl:
+            raise ConfigError("must be a path", path=path, line=line, field=f"{fld}.workload")
+        wl = wl if Path(wl).is_absolute() else str((path.parent / wl).resolve())
+    return StepSpec(i, name, kind_name, line, st, sends=kind.sends, when=when, workload=wl)
 
 
 def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec:
@@ -238,13 +294,17 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
             ``compare`` naming an unknown step, or a window whose deadlines are out of order.
     """
     p = Path(path)
+    raw_bytes: bytes | None = None
     if text is None:
-        text, data = _read(p)
+        from kvreplay.tomlfile import parse_toml, read_file_bytes
+
+        raw_bytes = read_file_bytes(p, what="experiment file")
+        text, data = parse_toml(raw_bytes, where=p)
     else:
         from kvreplay.tomlfile import parse_toml
 
         text, data = parse_toml(text.encode("utf-8"), where=p)
-    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare"})
+    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),
                           field=unknown[0])
@@ -261,15 +321,22 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
         st = _step(i, raw, lines[i] if i < len(lines) else None, p)
         if st.name in seen:
             raise ConfigError(f"step name {st.name!r} used twice", path=p, line=st.line, field=f"step[{i}].name")
+        for c in st.when:
+            if c.step is not None and c.step not in seen:
+                raise ConfigError(f"{c.text!r}: no earlier step {c.step!r}", path=p, line=st.line,
+                                  field=f"step[{i}].when")
         seen.add(st.name)
         kind_of(st.kind).check(st, server, Where(p, st.line, f"step[{i}]"))
         steps.append(st)
+    if window.deadline_from != "start" and not any(s.kind == window.deadline_from for s in steps):
+        raise ConfigError(f"deadline_from = {window.deadline_from!r} needs a {window.deadline_from} step",
+                          path=p, line=_line_of(text, r"deadline_from\s*="), field="window.deadline_from")
     wl = data.get("workload")
     if wl is not None and not isinstance(wl, str):
         raise ConfigError("must be a path", path=p, field="workload")
     if wl is not None and not Path(wl).is_absolute():
         wl = str((p.parent / wl).resolve())
-    if wl is None and any(kind_of(s.kind).needs_workload for s in steps):
+    if wl is None and any(kind_of(s.kind).needs_workload and s.workload is None for s in steps):
         names = [k for k in kind_names() if kind_of(k).needs_workload]
         raise ConfigError(f"{' and '.join(names)} steps need a workload", path=p, field="workload")
     pairs = []
@@ -288,4 +355,6 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
                 raise ConfigError(f"{ref!r}: step {sname!r} has no phase {ph!r}", path=p, line=cline,
                                   field="compare")
         pairs.append((pair[0], pair[1]))
-    return ExperimentSpec(p, text, wl, server, window, tuple(steps), tuple(pairs))
+    gates = parse_gates(data.get("gates"), path=p, line=_line_of(text, r"\[gates\]"))
+    return ExperimentSpec(p, text, wl, server, window, tuple(steps), tuple(pairs), gates,
+                          raw_bytes if raw_bytes is not None else text.encode("utf-8"))
