@@ -74,6 +74,7 @@ async def replay(policy: str, wl) -> dict:
                 raw = await r.read()
                 picks.append(fleet.replica_urls.index(r.headers[REPLICA_HEADER]))
             cached.append(usage_of(raw)["prompt_tokens_details"]["cached_tokens"])
+        assert all(not r.pre_rendered for r in fleet.replicas)  # each rendering handed over was used or dropped
         counters, shas = [], []
         for url in fleet.replica_urls:
             async with s.get(url + "/metrics") as r:

@@ -48,7 +48,7 @@ from kvreplay.sim._responses import error_response, json_response
 from kvreplay.sim.config import SimConfig
 from kvreplay.sim.routing import REPLICA_HEADER, PrefixPeek, RouterPolicy
 from kvreplay.sim.server import SimServer
-from kvreplay.sim.tokenizer import render_body
+from kvreplay.sim.tokenizer import Prompt, render_body
 
 __all__ = ["Fleet", "SimRouter", "start_fleet"]
 
@@ -144,15 +144,16 @@ class SimRouter:
         dropped = [r.engine.reset_prefix_cache() for r in self.replicas]
         return json_response({"status": "ok", "dropped": dropped})
 
-    def _choose(self, raw: bytes) -> int:
-        tokens = None
+    def _choose(self, raw: bytes) -> tuple[int, Prompt | None]:
+        prompt = None
         if self.policy.needs_tokens:
             try:
                 body = orjson.loads(raw)
                 if isinstance(body, dict):
-                    tokens = render_body(body).tokens
+                    prompt = render_body(body)
             except (orjson.JSONDecodeError, ValueError):
-                tokens = None  # the replica answers 400; any replica will do
+                prompt = None  # the replica answers 400; any replica will do
+        tokens = None if prompt is None else prompt.tokens
         caches: list[PrefixPeek] = []
         if self.policy.needs_tokens:
             for r in self.replicas:
@@ -160,7 +161,7 @@ class SimRouter:
                 caches.append(cache if cache is not None and tokens is not None else _Cold())
         pick = self.policy.choose(tokens, caches, self.loads)
         self.log.append(pick)
-        return pick
+        return pick, prompt
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         if request.path in _PER_REPLICA:
@@ -169,10 +170,13 @@ class SimRouter:
             )
         raw = await request.read()
         routed = request.method == "POST" and request.path in _ROUTED
-        index = self._choose(raw) if routed else 0
+        index, prompt = self._choose(raw) if routed else (0, None)
         base = self.urls[index]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        assert self._session is not None
+        replica = self.replicas[index]
+        if prompt is not None:
+            # the replica takes the rendering instead of rendering the same bytes again
+            replica.pre_rendered[raw] = prompt
         if routed:
             self.loads[index] += 1
         try:
@@ -180,6 +184,8 @@ class SimRouter:
         finally:
             if routed:
                 self.loads[index] -= 1
+            if prompt is not None:
+                replica.pre_rendered.pop(raw, None)
 
     async def _relay(
         self, request: web.Request, base: str, raw: bytes, headers: dict[str, str]
