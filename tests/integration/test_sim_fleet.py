@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import re
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -198,3 +199,14 @@ def test_simulate_replicas_cli(workload, capsys):
     assert "observed (prefix_affinity)" in table and "the routing kept 100.0% of the reuse available" in table
     assert main(["simulate", folder, "--router", "random"]) == 2
     assert "--router needs --replicas" in capsys.readouterr().err
+
+
+def test_fleet_demo_script(tmp_path, capsys):
+    import runpy
+
+    demo = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "fleet_demo.py"))
+    assert demo["main"](["--out", str(tmp_path), "--time-scale", "0"]) == 0  # 0: every figure exact
+    out = capsys.readouterr().out
+    assert out.count("(exact)") == 2
+    assert "--router round_robin" in out and "the routing kept 17.7% of the reuse available" in out
+    assert "the routing kept 100.0% of the reuse available (merged-cache bound 42,336, greedy affinity 42,336)" in out
