@@ -210,3 +210,47 @@ def test_fleet_demo_script(tmp_path, capsys):
     assert out.count("(exact)") == 2
     assert "--router round_robin" in out and "the routing kept 17.7% of the reuse available" in out
     assert "the routing kept 100.0% of the reuse available (merged-cache bound 42,336, greedy affinity 42,336)" in out
+
+
+def test_kvreplay_run_through_the_router_matches_the_replicas(workload, tmp_path, capsys):
+    """``kvreplay run --target ROUTER --backend none`` (the runner's own client) at C1 through the sim router."""
+    import threading
+
+    from kvreplay.rundir import read_records
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box: dict = {}
+
+    async def hold():
+        box["fleet"] = await start_fleet(2, "round_robin", config=CFG)
+        box["stop"] = asyncio.Event()
+        started.set()
+        await box["stop"].wait()
+        await box["fleet"].stop()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(hold()), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    fleet = box["fleet"]
+    try:
+        out = tmp_path / "run"
+        rc = main(["run", str(workload.path), "--target", fleet.router_url, "--backend", "none",
+                   "--phase", "prime:forward:c1", "--phase", "replay:reverse:c1", "--out", str(out), "--quiet"])
+        capsys.readouterr()
+        assert rc == 0
+        recs = read_records(out / "records.jsonl")
+        assert len(recs) == 12 and all(r["status"] == "ok" for r in recs)
+        counters = [r.engine.counters.cached_tokens for r in fleet.replicas]
+        picks = list(fleet.router.log)
+    finally:
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(30)
+        loop.close()
+    order = [r["body_index"] for r in recs]
+    assert order == [0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0]
+    reqs = model_requests(workload, order, output_tokens=CFG.output_tokens)
+    loss = routing_loss(reqs, [CFG, CFG], observed=picks)
+    assert loss["observed"]["cached_tokens"] == [r["usage"]["cached_tokens"] for r in recs]
+    assert loss["policies"]["observed"]["per_replica_cached_tokens"] == counters
+    assert picks == [i % 2 for i in range(12)]

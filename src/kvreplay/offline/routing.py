@@ -34,6 +34,7 @@ The result (``routing_loss``) is the ``phases[].routing_loss`` object of
 
     {"replicas": N, "requests": R, "prompt_tokens": P,
      "cache": {"model": "radix", "unit": "blocks", "per_replica": [64, 64], "merged": 128},
+        (unit: "blocks" for radix, "entries", or "bytes" for entries under max_bytes)
      "policies": {NAME: {"cached_tokens", "prompt_tokens", "hit_rate", "kept_pct", "method",
                          "per_replica_cached_tokens", "per_replica_requests"}, ...},
      "observed": {"replica": [...], "cached_tokens": [...]} | null   (per position),
@@ -83,8 +84,17 @@ _METHOD = {
 }
 
 
-def _capacity(cfg: SimConfig) -> int:
-    return cfg.cache_entries if cfg.cache == "entries" else cfg.device_blocks
+def _unit(cfg: SimConfig) -> str:
+    """What a replica's capacity counts: ``entries``, ``bytes`` (entries under a byte budget) or ``blocks``."""
+    if cfg.cache != "entries":
+        return "blocks"
+    return "entries" if cfg.max_bytes is None else "bytes"
+
+
+def _capacity(cfg: SimConfig, unit: str) -> int:
+    if unit == "blocks":
+        return cfg.device_blocks
+    return (cfg.max_bytes or 0) if unit == "bytes" else cfg.cache_entries
 
 
 def merged_config(replicas: Sequence[SimConfig]) -> SimConfig:
@@ -234,8 +244,8 @@ def routing_loss(
     merged_cfg = merged_config(replicas)
     n = len(replicas)
     first = replicas[0]
-    unit = "entries" if first.cache == "entries" else "blocks"
-    fmt = {"model": first.cache, "merged": _capacity(merged_cfg), "unit": unit, "n": n, "seed": seed}
+    unit = _unit(merged_cfg)
+    fmt = {"model": first.cache, "merged": _capacity(merged_cfg, unit), "unit": unit, "n": n, "seed": seed}
     policies: dict[str, dict[str, Any]] = {}
     per_position = None
     if observed is not None:
@@ -259,8 +269,8 @@ def routing_loss(
         "cache": {
             "model": first.cache,
             "unit": unit,
-            "per_replica": [_capacity(c) for c in replicas],
-            "merged": _capacity(merged_cfg),
+            "per_replica": [_capacity(c, unit) for c in replicas],
+            "merged": _capacity(merged_cfg, unit),
         },
         "policies": policies,
         "observed": per_position,

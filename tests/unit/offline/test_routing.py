@@ -33,6 +33,8 @@ def req(prefix, tail, *, epoch=0, counted=True):
 
 RADIX = SimConfig(cache="radix", block_size=4, device_blocks=100, time_scale=0)
 ENTRY1 = SimConfig(cache="entries", cache_entries=1, snapshots=1, time_scale=0)
+# the bytes model: 8 entries allowed, but 8 bytes at 1 byte per token hold one 8-token snapshot
+BYTES8 = SimConfig(cache="entries", cache_entries=8, max_bytes=8, bytes_per_token=1, snapshots=1, time_scale=0)
 
 # S+a, S+c, T+b, T+d: pairs adjacent, so round-robin over 2 splits every pair.
 PAIRS = [req(S, "a"), req(S, "c"), req(T, "b"), req(T, "d")]
@@ -68,14 +70,18 @@ def test_round_robin_loses_what_prefix_affinity_keeps_radix():
     assert assignment(PAIRS, [RADIX, RADIX], "prefix_affinity") == ([0, 0, 1, 1], [0, 8, 0, 8])
 
 
-def test_capacity_per_replica_is_respected_entries():
-    # One snapshot per replica. RR [0,1,0,1] keeps each prefix on its own replica: 0+0+8+8.
+@pytest.mark.parametrize(("cfg", "cache"), [
+    (ENTRY1, {"model": "entries", "unit": "entries", "per_replica": [1, 1], "merged": 2}),
+    (BYTES8, {"model": "entries", "unit": "bytes", "per_replica": [8, 8], "merged": 16}),
+], ids=["entries", "bytes"])
+def test_capacity_per_replica_is_respected_entries(cfg, cache):
+    # One snapshot per replica (one entry, or 8 bytes). RR [0,1,0,1] keeps each prefix on its own replica: 0+0+8+8.
     # Observed all on r0: S, then T evicts S, then S evicts T: nothing hits (0).
     # Merged (2 snapshots): 16. Affinity: [0,1,0,1] as RR: 16.
     # Random [1,1,0,1]: r1 S, r1 T (evicts S), r0 S (cold), r1 T+d hits T: 8.
-    loss = routing_loss(MIXED, [ENTRY1, ENTRY1], observed=[0, 0, 0, 0])
+    loss = routing_loss(MIXED, [cfg, cfg], observed=[0, 0, 0, 0])
     assert figures(loss) == {"observed": 0, "merged": 16, "prefix_affinity": 16, "round_robin": 16, "random": 8}
-    assert loss["cache"] == {"model": "entries", "unit": "entries", "per_replica": [1, 1], "merged": 2}
+    assert loss["cache"] == cache
     assert loss["policies"]["random"]["per_replica_cached_tokens"] == [0, 8]
     assert loss["policies"]["round_robin"]["kept_pct"] == 100.0
 
