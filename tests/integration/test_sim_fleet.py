@@ -254,3 +254,21 @@ def test_kvreplay_run_through_the_router_matches_the_replicas(workload, tmp_path
     assert loss["observed"]["cached_tokens"] == [r["usage"]["cached_tokens"] for r in recs]
     assert loss["policies"]["observed"]["per_replica_cached_tokens"] == counters
     assert picks == [i % 2 for i in range(12)]
+
+
+async def cut_checks() -> None:
+    from kvreplay.sim.faults import parse_fault
+
+    cfg = SimConfig(time_scale=0, output_tokens=6, faults=(parse_fault("cut@1:chunks=2"), parse_fault("die@2")))
+    body = orjson.dumps({"messages": [{"role": "user", "content": "tell me"}], "stream": True})
+    async with await start_fleet(1, "round_robin", config=cfg) as fleet, aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.ClientPayloadError):  # cut mid-stream: the client's stream is cut
+            async with s.post(fleet.router_url + "/v1/chat/completions", data=body) as r:
+                await r.read()
+        with pytest.raises(aiohttp.ServerDisconnectedError):  # dropped before answering: dropped
+            async with s.post(fleet.router_url + "/v1/chat/completions", data=body) as r:
+                await r.read()
+
+
+def test_router_relays_cuts_and_drops():
+    asyncio.run(asyncio.wait_for(cut_checks(), 30))

@@ -22,8 +22,10 @@ anything else                 forwarded to replica 0 unchanged (``/v1/models``, 
                               ``/health``, ``/tokenize``), not counted by the policy
 ============================  ==============================================================
 
-A replica that does not answer gives 502 with an OpenAI-shaped error body and
-the replica header; a stream the replica cuts is cut towards the client too.
+A replica that cannot be reached gives 502 with an OpenAI-shaped error body and
+the replica header; a connection the replica drops (before answering, or in the
+middle of a stream: the ``die`` and ``cut`` faults) is dropped towards the client
+too, so a client sees through the router what it sees from one server.
 
 Example::
 
@@ -195,10 +197,15 @@ class SimRouter:
             upstream = await self._session.request(
                 request.method, base + request.rel_url.path_qs, data=raw, headers=headers, allow_redirects=False
             )
-        except (aiohttp.ClientError, OSError) as exc:
+        except aiohttp.ClientConnectorError as exc:
             resp = error_response(502, f"replica {base} did not answer: {exc}", "BadGateway")
             resp.headers[REPLICA_HEADER] = base
             return resp
+        except (aiohttp.ClientError, OSError):
+            # connected, then dropped before answering (the `die` fault): drop the client's too
+            if request.transport is not None:
+                request.transport.close()
+            raise web.HTTPException() from None
         async with upstream:
             out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():
