@@ -11,6 +11,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.offline.report import parse_prefill
 from kvreplay.offline.simulate import SimulateOptions, simulate
 from kvreplay.safe_io import atomic_write_bytes, echo
+from kvreplay.sim.routing import ROUTER_POLICIES
 
 NAME = "simulate"
 HELP = (
@@ -161,6 +162,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--no-outputs", action="store_true", help="insert no output tokens")
     out.add_argument("--output-tokens", type=integer(0), help="serve-sim's output_tokens")
     out.add_argument("--max-output-tokens", type=integer(1), help="serve-sim's max_output_tokens")
+    fl = parser.add_argument_group(
+        "fleet: the routing loss over N replicas (docs/fleets.md); --capacities gives one capacity per replica"
+    )
+    fl.add_argument("--replicas", type=integer(1), default=None, metavar="N",
+                    help="simulate N replicas, each with the cache model above, and print the routing-loss"
+                    " table (merged-cache bound, greedy prefix affinity, round-robin, random)")
+    fl.add_argument("--router", choices=ROUTER_POLICIES, default=None,
+                    help="with --replicas: the policy taken as the observed routing (its kept %%)")
+    fl.add_argument("--router-seed", type=integer(0), default=0, metavar="S", help="seed of the random policy")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
 
@@ -360,9 +370,38 @@ def table(rep: dict) -> str:
     return "\n".join(lines)
 
 
+def fleet_table(rep: dict) -> str:
+    """The routing-loss table of ``simulate --replicas`` (one line per policy, then the sentence)."""
+    cache = rep["cache"]
+    lines = [
+        f"{rep['kind']} {rep['source']}: {rep['requests']} requests, {rep['prompt_tokens']} prompt tokens;"
+        f" {rep['replicas']} replicas, {cache['model']} cache of {cache['per_replica'][0]} {cache['unit']} each"
+        f" (merged {cache['merged']})",
+        f"{'policy':<22} {'cached tokens':>14} {'hit% tok':>9} {'kept%':>7}  per replica (cached tokens)",
+    ]
+    for name, fig in rep["policies"].items():
+        kept = "-" if fig["kept_pct"] is None else f"{fig['kept_pct']:.1f}"
+        label = f"observed ({rep['router']})" if name == "observed" and rep.get("router") else name
+        lines.append(
+            f"{label:<22} {fig['cached_tokens']:>14,} {100 * fig['hit_rate']:>9.2f} {kept:>7}"
+            f"  {' '.join(f'{c:,}' for c in fig['per_replica_cached_tokens'])}"
+        )
+    lines += [f"  {name}: {fig['method']}" for name, fig in rep["policies"].items()]
+    lines.append(rep["sentence"])
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the curve (table or ``--json``)."""
+    """Print the curve (table or ``--json``), or with ``--replicas`` the routing-loss table."""
     calibration = _apply_verdict(args)
+    if getattr(args, "replicas", None) is not None:
+        from kvreplay.offline.routing import simulate_fleet
+
+        rep = simulate_fleet(options_from_args(args), args.replicas, router=args.router, seed=args.router_seed)
+        echo(json.dumps(rep, indent=2) if args.json else fleet_table(rep))
+        return 0
+    if getattr(args, "router", None) is not None:
+        raise ConfigError("--router needs --replicas N", field="router")
     rep = simulate(options_from_args(args))
     if calibration is not None:
         rep["calibration"] = calibration

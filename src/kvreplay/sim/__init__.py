@@ -8,8 +8,10 @@ the same classes as the server):
   optionally backed by ``kvreplay.sim.cache_host.HostTier`` (row and page pools).
 - ``kvreplay.sim.tokenizer``: the documented tokenizer approximation and chat template.
 
-The server (``SimServer``) and its configuration (``SimConfig``,
-``add_arguments``, ``config_from_args``) are imported lazily so that importing
+The embedded fleet (``start_fleet``, ``Fleet``: N servers behind a router,
+``kvreplay.sim.fleet``; its policies in ``kvreplay.sim.routing``), the server
+(``SimServer``) and its configuration (``SimConfig``, ``add_arguments``,
+``config_from_args``) are imported lazily so that importing
 the cache models never imports aiohttp.
 """
 
@@ -25,11 +27,13 @@ from kvreplay.sim.tokenizer import Prompt, render_body, tokenize_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvreplay.sim.config import SimConfig, add_arguments, config_from_args
+    from kvreplay.sim.fleet import Fleet, start_fleet
     from kvreplay.sim.server import SimServer
 
 __all__ = [
     "EntriesCache",
     "EntriesOutcome",
+    "Fleet",
     "HostTier",
     "PrefixKeys",
     "Prompt",
@@ -40,6 +44,7 @@ __all__ = [
     "add_arguments",
     "config_from_args",
     "render_body",
+    "start_fleet",
     "tokenize_text",
 ]
 
@@ -48,6 +53,8 @@ _LAZY = {
     "add_arguments": "kvreplay.sim.config",
     "config_from_args": "kvreplay.sim.config",
     "SimServer": "kvreplay.sim.server",
+    "Fleet": "kvreplay.sim.fleet",
+    "start_fleet": "kvreplay.sim.fleet",
 }
 
 

@@ -302,6 +302,30 @@ class EntriesCache:
         s.misses += 1
         return EntriesOutcome(prompt_tokens=n, hit=False, matched_tokens=0, hit_tokens=0)
 
+    def peek(self, tokens: Sequence[int] | PrefixKeys) -> int:
+        """Cached tokens a ``lookup`` of ``tokens`` would credit now, changing nothing.
+
+        No counter moves and no recency is refreshed (a router asks every
+        replica this before it picks one: ``kvreplay.sim.routing``).
+
+        Args:
+            tokens: The prompt's token ids (or their ``PrefixKeys``).
+
+        Returns:
+            ``min(L, n - 1)`` for the longest held snapshot of ``L`` tokens that
+            is a prefix of the prompt (``n`` tokens), else 0 (tokens).
+        """
+        keys = tokens if isinstance(tokens, PrefixKeys) else PrefixKeys(tokens)
+        n = keys.n
+        if n <= 0 or not self._lengths:
+            return 0
+        cands = [length for length in self._lengths if 0 < length <= n]
+        at = keys.keys_at(cands)
+        for length in sorted(cands, reverse=True):
+            if at[length] in self._entries:
+                return min(length, n - 1)
+        return 0
+
     @property
     def cap_tokens(self) -> int | None:
         """Tokens a snapshot at the per-entry cap holds; None without a cap.

@@ -306,6 +306,31 @@ class RadixCache:
             block_keys=bkeys,
         )
 
+    def peek(self, tokens: Sequence[int]) -> int:
+        """Device-tier cached tokens an ``admit`` of ``tokens`` would credit now, changing nothing.
+
+        The leading full blocks held, capped at ``(n - 1) // block_size``
+        blocks, times ``block_size``; the host tier is not consulted, no
+        counter moves and no block is touched (a router asks every replica
+        this before it picks one: ``kvreplay.sim.routing``).
+
+        Args:
+            tokens: The prompt's token ids.
+
+        Returns:
+            Cached tokens (a multiple of ``block_size``).
+        """
+        n = len(tokens)
+        limit = (n - 1) // self.block_size if n else 0
+        if not limit or not self._blocks:
+            return 0
+        hit = 0
+        for k in PrefixKeys(tokens).block_keys(self.block_size, limit * self.block_size):
+            if k not in self._blocks:
+                break
+            hit += 1
+        return hit * self.block_size
+
     def prefilled(self, adm: Admission) -> int:
         """End of prefill: the prompt's full blocks become visible to other requests.
 

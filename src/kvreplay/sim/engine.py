@@ -43,7 +43,7 @@ from kvreplay.sim.config import SimConfig
 from kvreplay.sim.faults import Faults
 from kvreplay.sim.tokenizer import Prompt, tokenize_text
 
-__all__ = ["OUTPUT_WORDS", "Generation", "SimEngine", "Ticket", "generate_output"]
+__all__ = ["OUTPUT_WORDS", "Generation", "SimEngine", "Ticket", "generate_output", "make_cache"]
 
 OUTPUT_WORDS = [
     "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "be", "this",
@@ -98,6 +98,46 @@ def generate_output(body_raw: bytes, body: Mapping[str, Any], cfg: SimConfig) ->
     pieces = tuple(w if i == 0 else " " + w for i, w in enumerate(words))
     ids = tuple(tokenize_text(p)[0] for p in pieces)
     return Generation(pieces, ids, reason)
+
+
+def make_cache(cfg: SimConfig) -> EntriesCache | RadixCache:
+    """A fresh, empty cache model as ``cfg`` describes it (the one place that builds one).
+
+    ``cfg.cache == "entries"`` gives an ``EntriesCache`` (``cache_entries``,
+    ``max_bytes``, ``max_entry_bytes``, ``bytes_per_token``, recency, costs);
+    otherwise a ``RadixCache`` of ``device_blocks`` blocks of ``block_size``
+    tokens, with a ``HostTier`` behind it when ``host_rows > 0``. The server's
+    engine and the offline routing simulation (``kvreplay.offline.routing``)
+    both build their caches here.
+    """
+    if cfg.cache == "entries":
+        return EntriesCache(
+            max_entries=cfg.cache_entries,
+            bytes_per_token=cfg.bytes_per_token,
+            max_entry_bytes=cfg.max_entry_bytes,
+            max_bytes=cfg.max_bytes,
+            restore_s_per_token=cfg.restore_s_per_token,
+            store_s_per_token=cfg.store_s_per_token,
+            recency=cfg.entries_recency,
+            refuse_over_bytes=cfg.refuse_over_bytes,
+        )
+    host = None
+    if cfg.host_rows > 0:
+        host = HostTier(
+            rows=cfg.host_rows,
+            pages=cfg.host_pages,
+            page_tokens=cfg.page_tokens,
+            bytes_per_token=cfg.bytes_per_token,
+            evict=cfg.host_evict,
+            restore_s_per_token=cfg.restore_s_per_token,
+            store_s_per_token=cfg.store_s_per_token,
+        )
+    return RadixCache(
+        capacity_blocks=cfg.device_blocks,
+        block_size=cfg.block_size,
+        bytes_per_token=cfg.bytes_per_token,
+        host=host,
+    )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -176,35 +216,11 @@ class SimEngine:
         cfg = self.cfg
         self.entries: EntriesCache | None = None
         self.radix: RadixCache | None = None
-        if cfg.cache == "entries":
-            self.entries = EntriesCache(
-                max_entries=cfg.cache_entries,
-                bytes_per_token=cfg.bytes_per_token,
-                max_entry_bytes=cfg.max_entry_bytes,
-                max_bytes=cfg.max_bytes,
-                restore_s_per_token=cfg.restore_s_per_token,
-                store_s_per_token=cfg.store_s_per_token,
-                recency=cfg.entries_recency,
-                refuse_over_bytes=cfg.refuse_over_bytes,
-            )
+        cache = make_cache(cfg)
+        if isinstance(cache, EntriesCache):
+            self.entries = cache
         else:
-            host = None
-            if cfg.host_rows > 0:
-                host = HostTier(
-                    rows=cfg.host_rows,
-                    pages=cfg.host_pages,
-                    page_tokens=cfg.page_tokens,
-                    bytes_per_token=cfg.bytes_per_token,
-                    evict=cfg.host_evict,
-                    restore_s_per_token=cfg.restore_s_per_token,
-                    store_s_per_token=cfg.store_s_per_token,
-                )
-            self.radix = RadixCache(
-                capacity_blocks=cfg.device_blocks,
-                block_size=cfg.block_size,
-                bytes_per_token=cfg.bytes_per_token,
-                host=host,
-            )
+            self.radix = cache
         self.counters = _Counters()
         self.last_entry_bytes = 0
         # Wall-clock start marker (Unix s): what process_start_time_seconds and

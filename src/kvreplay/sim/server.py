@@ -45,7 +45,7 @@ from kvreplay.sim.config import SimConfig
 from kvreplay.sim.engine import SimEngine, generate_output
 from kvreplay.sim.faults import FaultSpec
 from kvreplay.sim.metrics import filter_exposition, render_metrics
-from kvreplay.sim.tokenizer import render_body
+from kvreplay.sim.tokenizer import Prompt, render_body
 
 __all__ = ["SimServer", "cache_identity"]
 
@@ -121,6 +121,9 @@ class SimServer(Responses):
         self._lane: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task] = set()
         self._created = int(time.time())
+        self.pre_rendered: dict[bytes, Prompt] = {}
+        """Prompts already rendered for exact request bytes, used once (the fleet router's
+        ``prefix_affinity`` renders a body to route it; the replica then does not render it again)."""
 
     # ---- lifecycle ------------------------------------------------------------------
     @property
@@ -362,7 +365,8 @@ class SimServer(Responses):
                 raise ValueError("chat request needs 'messages'")
             if not chat and "prompt" not in body:
                 raise ValueError("completions request needs 'prompt'")
-            prompt = render_body(body)
+            handed = self.pre_rendered.pop(raw, None)
+            prompt = handed if handed is not None else render_body(body)
         except (orjson.JSONDecodeError, ValueError) as exc:
             eng.log("request", **base_event, status=400, outcome="bad_request", error=str(exc))
             return error_response(400, f"invalid request: {exc}", "BadRequestError")
