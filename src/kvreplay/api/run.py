@@ -33,6 +33,7 @@ from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.runner.resources import ensure_open_files
 from kvreplay.safe_io import echo
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+from kvreplay.workload.conversations import session_warnings
 
 EXIT_ABORTED = 3
 EXIT_CLIENT_ERROR = 1
@@ -340,6 +341,9 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             raise ConfigError("give a workload (folder of *.json or a .jsonl file)", field="workload")
         workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
         plan = build_plan(workload, specs)
+    if workload.sessions is not None and (getattr(args, "ray", None) or getattr(args, "workers", 1) > 1):
+        raise ConfigError("a conversation workload (sessions side file) runs in one process: drop --workers / --ray",
+                          field="--workers")
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     contract = contract_options(args, settings, args.plan)
@@ -375,6 +379,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         url = target
     observer = make_observer(args)
     progress = observer.on_message
+    if workload.sessions is not None:  # conversations: warned before anything is sent
+        deadlines = [d for d in (getattr(args, "stop_new_after", None), getattr(args, "hard_deadline", None)) if d]
+        for line in session_warnings(workload, deadline_s=min(deadlines) if deadlines else None):
+            progress(f"warning: {line}")
 
     async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
         nonlocal backend_name
