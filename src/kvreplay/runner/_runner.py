@@ -16,6 +16,15 @@ a counter restart when ``abort_on_restart`` is set, ``max_transport_failures``
 consecutive sends that never reached the server, and an operator interrupt.
 Positions never sent get a record with ``status: "aborted"`` and ``sent: false``;
 those of a phase whose drain or fresh check failed get ``status: "check_failed"``.
+
+Conversations (a plan whose phases carry ``turns``): a worker claims a whole session
+(its turns are contiguous in the frozen sequence) and sends its turns one after the
+other, each after the previous turn's completion (``t_done``) plus its think time, so
+concurrency is sessions in flight (open loop: session arrivals, the first turn at its
+intended time). Records carry ``session``, ``turn``, ``think_time_planned_s`` and
+``think_time_actual_s`` (previous turn's ``t_done_ns`` to this ``t_sent_ns``, s). A turn
+that fails ends its session: the later turns get ``sent: false`` records with
+``error: "session aborted: turn K failed"``.
 """
 
 from __future__ import annotations
@@ -114,6 +123,7 @@ class _Run(CounterReads, ContractChecks):
         self._log_base: dict[str, Any] | None = None  # the last whole read's series (CounterReads.log_read)
         self.log_lock = asyncio.Lock()  # large reads are logged from a thread, one at a time
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
+        self.prev_done: dict[int, int | None] = {}  # conversations: position -> previous turn's done_ns
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``kvreplay.rundir.counterlog``)."""
@@ -148,9 +158,12 @@ class _Run(CounterReads, ContractChecks):
         """The phase's start (``now_ns()``), origin of its open-loop intended times; common to all peers."""
         return now_ns()
 
-    def record_not_sent(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str) -> None:
-        """Write the record of a position never sent (stopped or cancelled before its send)."""
+    def record_not_sent(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str,
+                        error: str | None = None) -> None:
+        """Write the record of a position never sent (stopped or cancelled before its send; ``error`` overrides why)."""
         rec = self.record(phase, pos, bi, rep, None, None, attribution)
+        if error is not None:
+            rec["error"] = error
         self.writer.write(rec)
         st.add(rec)
 
@@ -174,6 +187,12 @@ class _Run(CounterReads, ContractChecks):
             base["label"] = label
         if not comparable:
             base["comparable"] = False
+        if (turns := getattr(phase, "turns", None)) is not None:
+            ss, prev = self.workload.sessions, self.prev_done.get(pos)
+            base["session"], base["turn"] = turns[pos]
+            base["think_time_planned_s"] = ss.turns[bi].think_time_s if ss is not None else None
+            base["think_time_actual_s"] = (None if prev is None or out is None
+                                           else round((out.sent_ns - prev) / 1e9, 9))
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
@@ -310,6 +329,7 @@ class _Run(CounterReads, ContractChecks):
         attribution = "per_request" if per_req else ("phase_only" if counted else "none")
         st.attribution = attribution
         self.last_snap = before
+        self.prev_done = {}
         url = self.opts.target_url.rstrip("/")
         seq = self.positions(phase)
         self.publish_check(phase, check_failed)
@@ -332,18 +352,21 @@ class _Run(CounterReads, ContractChecks):
 
         mon = ClientMonitor()
 
-        async def one(pos: int, bi: int, rep: int) -> None:
+        spans = dict(phase.session_spans())  # conversations: first position -> turns
+        arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
+
+        async def one(pos: int, bi: int, rep: int) -> RequestOutcome | None:
             t_int = None
-            if intended is not None and not self.stop_new:
+            if intended is not None and not self.stop_new and (not spans or pos in arrival):
                 # Open loop: not before the intended time; a late send is
                 # measured from the intended time too (no coordinated omission).
-                t_int = start_ns + intended[pos]
+                t_int = start_ns + intended[arrival[pos] if spans else pos]
                 wait = t_int - now_ns()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)
             if self.stop_new:
                 self.record_not_sent(st, phase, pos, bi, rep, attribution)
-                return
+                return None
             body = self.workload.bodies[bi]
             self.obs.on_request_start(phase.name, pos)
             self.in_flight += 1
@@ -405,6 +428,33 @@ class _Run(CounterReads, ContractChecks):
             self.check_outcome(out)
             self.check_malformed(rec)
             self.check_transport(rec)
+            return out
+
+        async def conversation(turns: list[tuple[int, tuple[int, int]]]) -> None:
+            """One session's turns, serial: each after the previous one's completion plus its think time."""
+            ss = self.workload.sessions
+            done: int | None = None
+            recorded = 0
+            try:
+                for k, (pos, (bi, rep)) in enumerate(turns):
+                    if done is not None:
+                        think_ns = round(ss.turns[bi].think_time_s * 1e9) if ss is not None else 0
+                        while (wait := done + think_ns - now_ns()) > 0 and not self.stop_new:
+                            await asyncio.sleep(min(wait, 250_000_000) / 1e9)  # stays responsive to a stop
+                    self.prev_done[pos] = done
+                    recorded = k + 1  # one() records its position even when cancelled
+                    out = await one(pos, bi, rep)
+                    if out is None or out.status != "ok":
+                        why = None if out is None else f"session aborted: turn {k} failed"
+                        for p, (b, r) in turns[k + 1:]:
+                            self.record_not_sent(st, phase, p, b, r, attribution, why)
+                        recorded = len(turns)
+                        return
+                    done = out.done_ns
+            except asyncio.CancelledError:
+                for p, (b, r) in turns[recorded:]:
+                    self.record_not_sent(st, phase, p, b, r, attribution)
+                raise
 
         aseq = seq if hasattr(seq, "__anext__") else None  # claims from a remote coordinator (--ray)
 
@@ -412,6 +462,9 @@ class _Run(CounterReads, ContractChecks):
             if aseq is not None:
                 async for pos, (bi, rep) in aseq:
                     await one(pos, bi, rep)
+            elif spans:  # a whole session per claim (no await between its claims: nobody else takes one)
+                for pos, item in seq:
+                    await conversation([(pos, item)] + [next(seq) for _ in range(spans[pos] - 1)])
             else:
                 for pos, (bi, rep) in seq:
                     await one(pos, bi, rep)

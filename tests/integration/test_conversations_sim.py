@@ -1,0 +1,114 @@
+"""Conversations against the embedded simulator: turns serial with their think times, sessions as the unit.
+
+Hand workload: 3 sessions x 3 turns; session s has the system message "p", "q" or "r"
+(distinct, so no session hits another's snapshot), users "u", assistants "b". Token counts
+by hand from the simulator's documented tokenizer (kvreplay.sim.tokenizer):
+  system message    = <|im_start|> + "system","\\n","p" + <|im_end|> + "\\n"            = 6
+  user message      = <|im_start|> + "user","\\n","u" + <|im_end|> + "\\n"              = 6
+  assistant message = <|im_start|> + "assist","ant","\\n","b" + <|im_end|> + "\\n"      = 7
+  generation prompt = <|im_start|> + "assist","ant","\\n"                               = 4
+Turn 0 = [S, U]             -> prompt 16, snapshots at 6 and 12, miss: cached 0
+Turn 1 = [S, U, A, U]       -> prompt 29, longest held snapshot is turn 0's 12: cached 12; stores 25
+Turn 2 = [S, U, A, U, A, U] -> prompt 42, turn 1's snapshot at 25: cached 25
+(entries model, 64 entries: 4 stores per session, nothing evicted, whatever the interleaving of sessions.)
+By turn over the 3 sessions: cached 0 / 36 / 75 of prompt 48 / 87 / 126.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvreplay.cli import main
+from kvreplay.rundir.summary import rebuild_summary
+from kvreplay.workload.sessions import Turn, write_sessions
+
+THINK = (0.0, 0.02, 0.03)
+
+
+def conversation_workload(folder: Path, systems: tuple[str, ...] = ("p", "q", "r")) -> Path:
+    folder.mkdir(parents=True)
+    turns, i = [], 0
+    for s, system in enumerate(systems):
+        msgs: list[dict] = [{"role": "system", "content": system}]
+        for k in range(3):
+            msgs = [*msgs, {"role": "user", "content": "u"}]
+            body = {"model": "m", "messages": msgs, "max_tokens": 4, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            (folder / f"{i:03d}.json").write_text(json.dumps(body))
+            turns.append(Turn(i, f"s{s}", k, THINK[k]))
+            msgs = [*msgs, {"role": "assistant", "content": "b"}]
+            i += 1
+    write_sessions(folder, turns)
+    return folder
+
+
+def run(tmp_path: Path, *args: str) -> tuple[int, list[dict], dict]:
+    wl = tmp_path / "wl"
+    if not wl.exists():
+        conversation_workload(wl)
+    out = tmp_path / "out"
+    rc = main(["run", str(wl), "--target", "sim", "--sim-cache", "entries", "--sim-cache-entries", "64",
+               "--sim-snapshots", "2", "--sim-time-scale", "0", "--out", str(out), "--quiet", *args])
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    return rc, recs, json.loads((out / "summary.json").read_text())
+
+
+def by_session(recs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in sorted(recs, key=lambda r: r["position"]):
+        out.setdefault(r["session"], []).append(r)
+    return out
+
+
+def test_c4_turns_serial_with_think_times_and_exact_cached_tokens(tmp_path: Path) -> None:
+    rc, recs, summary = run(tmp_path, "--phase", "conv:forward:c4")
+    assert rc == 0 and len(recs) == 9
+    sessions = by_session(recs)
+    assert sorted(sessions) == ["s0", "s1", "s2"]
+    for sid, rs in sessions.items():
+        assert [r["turn"] for r in rs] == [0, 1, 2]
+        assert [r["think_time_planned_s"] for r in rs] == list(THINK)
+        assert rs[0]["think_time_actual_s"] is None
+        for prev, cur, think in zip(rs, rs[1:], THINK[1:], strict=False):
+            # serial: the next turn leaves after the previous one's last byte plus its think time
+            assert cur["t_sent_ns"] >= prev["t_done_ns"] + round(think * 1e9)
+            assert cur["think_time_actual_s"] == round((cur["t_sent_ns"] - prev["t_done_ns"]) / 1e9, 9)
+            assert cur["think_time_actual_s"] >= think
+        assert [r["usage"]["prompt_tokens"] for r in rs] == [16, 29, 42]
+        assert [r["usage"]["cached_tokens"] for r in rs] == [0, 12, 25], sid
+    ph = summary["phases"][0]
+    assert ph["sessions"] == 3 and ph["valid"], ph["invalid_reasons"]  # C4 with 3 sessions: 3 in flight at most
+    assert [(t["turn"], t["requests"], t["cached_tokens"], t["prompt_tokens"], t["hit_rate"], t["ttft_ms"]["n"])
+            for t in ph["by_turn"]] == [(0, 3, 0, 48, 0.0, 3), (1, 3, 36, 87, round(36 / 87, 6), 3),
+                                        (2, 3, 75, 126, round(75 / 126, 6), 3)]
+    # a summary rebuilt from the records alone gives the same table
+    rebuilt = rebuild_summary(tmp_path / "out", json.loads((tmp_path / "out" / "plan.json").read_text()), recs)
+    assert rebuilt["phases"][0]["by_turn"] == ph["by_turn"]
+
+
+def test_c1_runs_sessions_one_after_another_in_start_order(tmp_path: Path) -> None:
+    rc, recs, _ = run(tmp_path, "--phase", "conv:reverse:c1")
+    assert rc == 0
+    assert [(r["session"], r["turn"]) for r in recs] == [(s, k) for s in ("s2", "s1", "s0") for k in range(3)]
+    for prev, cur in zip(recs, recs[1:], strict=False):
+        assert cur["t_sent_ns"] >= prev["t_done_ns"]
+
+
+def test_first_n_and_repeats_count_sessions(tmp_path: Path) -> None:
+    rc, recs, _ = run(tmp_path, "--phase", "conv:forward:c2:x2:first2")
+    assert rc == 0
+    assert sorted((r["repetition"], r["session"], r["turn"]) for r in recs) == [
+        (rep, s, k) for rep in (0, 1) for s in ("s0", "s1") for k in range(3)]
+
+
+def test_a_failed_turn_ends_its_session(tmp_path: Path) -> None:
+    # the 2nd generation request (s0's turn 1, at C1) gets an error event: s0's turn 2 is never sent
+    rc, recs, _ = run(tmp_path, "--phase", "conv:forward:c1", "--sim-fault", "error-event@2")
+    s0 = by_session(recs)["s0"]
+    assert [r["sent"] for r in s0] == [True, True, False]
+    assert s0[1]["status"] != "ok"
+    assert (s0[2]["status"], s0[2]["error"], s0[2]["think_time_actual_s"]) == (
+        "aborted", "session aborted: turn 1 failed", None)
+    assert [r["sent"] for s in ("s1", "s2") for r in by_session(recs)[s]] == [True] * 6
+    assert len(recs) == 9
