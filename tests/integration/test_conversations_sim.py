@@ -85,6 +85,12 @@ def test_c4_turns_serial_with_think_times_and_exact_cached_tokens(tmp_path: Path
     # a summary rebuilt from the records alone gives the same table
     rebuilt = rebuild_summary(tmp_path / "out", json.loads((tmp_path / "out" / "plan.json").read_text()), recs)
     assert rebuilt["phases"][0]["by_turn"] == ph["by_turn"]
+    # the report: the table (report.md) and the plot (report.html)
+    assert main(["report", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Reuse by turn (conversations)" in md
+    assert "| conv · 1 | 3 |" in md and "| 36 | 87 | 0.414 |" in md
+    assert 'data-plot="by-turn:conv"' in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_c1_runs_sessions_one_after_another_in_start_order(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from kvreplay.report.sections import (
 )
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.throughput import throughput_notes, throughput_table
+from kvreplay.report.turns import by_turn_plots, by_turn_table
 from kvreplay.report.units import sim_time_scale
 from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 
@@ -221,6 +222,8 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 [],
             )
         )
+        if (turns := by_turn_table(run)) is not None:
+            rep.sections.append(("Reuse by turn (conversations)", [turns], by_turn_plots(run), []))
         rep.sections.append(("Throughput", [throughput_table(run)], [], throughput_notes()))
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         if (raw := raw_series_table(run.path)) is not None:
