@@ -440,7 +440,9 @@ class _Run(CounterReads, ContractChecks):
                     if done is not None:
                         think_ns = round(ss.turns[bi].think_time_s * 1e9) if ss is not None else 0
                         while (wait := done + think_ns - now_ns()) > 0 and not self.stop_new:
-                            await asyncio.sleep(min(wait, 250_000_000) / 1e9)  # stays responsive to a stop
+                            # timers wake late by up to a millisecond (uvloop's resolution): sleep to 1 ms
+                            # before the time, then yield until it; in 250 ms steps, responsive to a stop
+                            await asyncio.sleep(min(wait - 1_000_000, 250_000_000) / 1e9 if wait > 2_000_000 else 0)
                     self.prev_done[pos] = done
                     recorded = k + 1  # one() records its position even when cancelled
                     out = await one(pos, bi, rep)
