@@ -118,3 +118,49 @@ def test_a_failed_turn_ends_its_session(tmp_path: Path) -> None:
         "aborted", "session aborted: turn 1 failed", None)
     assert [r["sent"] for s in ("s1", "s2") for r in by_session(recs)[s]] == [True] * 6
     assert len(recs) == 9
+
+
+def test_live_history_reuses_what_this_server_generated(tmp_path: Path) -> None:
+    """Radix cache, 1-token blocks, C1; every reply is max_tokens = 4 tokens (the simulator's natural length is >= 32).
+
+    A finished request leaves prompt + output - 1 tokens cached (the last sampled token has no KV).
+    captured: turn k+1 resends "b" where this server said 4 other words: it matches turn k's prompt only
+              -> turn 1: 16, turn 2: 29 (turn 0: 0 for s0, then 3 = <|im_start|>, "system", "\\n" of s0's)
+    live:     turn k+1 resends this server's 4 words: it matches turn k's prompt + 3 output tokens
+              -> turn 1: 16 + 3 = 19; turn 2: turn 1's live prompt (6+6+10+6+4 = 32, the assistant message
+                 <|im_start|> assist ant \\n w w w w <|im_end|> \\n being 10 tokens) + 3 = 35
+    """
+    common = ("--phase", "conv:forward:c1", "--sim-cache", "radix", "--sim-block-size", "1")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "l").mkdir()
+    conversation_workload(tmp_path / "c" / "wl")
+    conversation_workload(tmp_path / "l" / "wl")
+    rc, cap, cap_sum = run(tmp_path / "c", *common)
+    assert rc == 0
+    rc, live, live_sum = run(tmp_path / "l", *common, "--history", "live")
+    assert rc == 0
+    assert [r["usage"]["cached_tokens"] for r in cap] == [0, 16, 29, 3, 16, 29, 3, 16, 29]
+    assert [r["usage"]["cached_tokens"] for r in live] == [0, 19, 35, 3, 19, 35, 3, 19, 35]
+    assert [r["usage"]["prompt_tokens"] for r in live] == [16, 32, 48] * 3
+    assert all("history" not in r and "sent_sha256" not in r for r in cap)
+    assert [r["history_differs"] for r in live] == [False, True, True] * 3
+    for r in live:
+        assert r["history"] == "live"
+        assert (r["sent_sha256"] != r["body_sha256"]) == r["history_differs"]
+    # the retained bytes are the same in both runs; only the sent ones differ
+    assert [r["body_sha256"] for r in live] == [r["body_sha256"] for r in cap]
+    ph = live_sum["phases"][0]
+    assert ph["history"] == {"mode": "live", "turns": 9, "differs": 6}
+    assert "history" not in cap_sum["phases"][0]
+    assert [t["cached_tokens"] for t in ph["by_turn"]] == [6, 57, 105]
+    assert [t["cached_tokens"] for t in cap_sum["phases"][0]["by_turn"]] == [6, 48, 87]
+    assert json.loads((tmp_path / "l" / "out" / "plan.json").read_text())["run"]["history"] == "live"
+    assert main(["report", str(tmp_path / "l" / "out")]) == 0
+    assert "ran with live history: 6 of 9 turns" in (tmp_path / "l" / "out" / "report.md").read_text()
+
+
+def test_live_history_needs_sessions(tmp_path: Path) -> None:
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"model":"m","prompt":"p"}\n')
+    assert main(["run", str(wl), "--target", "sim", "--phase", "a:forward:c1", "--history", "live",
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2

@@ -38,7 +38,9 @@ summary.json::
                  "sessions": n (sessions planned: records of turn 0),
                  "by_turn": [{"turn", "requests" (ok), "ttft_ms": {n, mean, p50, p90, p99, max},
                               "cached_tokens", "prompt_tokens", "hit_rate" (cached / prompt, null
-                              without prompt tokens), "cached_unknown" (only when > 0)}]}]}
+                              without prompt tokens), "cached_unknown" (only when > 0)}],
+                 "history": {"mode": "live", "turns", "differs"} (live history only: records sent,
+                             and those whose sent bytes differ from the retained ones)}]}
 
 Latency metrics aggregate ``ok`` requests only; failures are counted by class
 (``failed``) and split by kind (``failure_kind``): ``failed_transport`` counts sends
@@ -164,6 +166,7 @@ class PhaseStats:
     no_usage_positions: list[int] = field(default_factory=list)
     sessions: int = 0
     turns: dict[int, _TurnStats] = field(default_factory=dict)
+    live: list[int] = field(default_factory=lambda: [0, 0])  # live history: records sent, bytes differing
 
     def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -180,6 +183,9 @@ class PhaseStats:
             self.not_sent += 1
             return
         self.sent += 1
+        if rec.get("history") == "live":
+            self.live[0] += 1
+            self.live[1] += bool(rec.get("history_differs"))
         self._cross_check(rec)
         if status != "ok":
             self.failed[status] = self.failed.get(status, 0) + 1
@@ -367,6 +373,8 @@ class PhaseStats:
         if self.sessions or self.turns:
             out["sessions"] = self.sessions
             out["by_turn"] = [self.turns[k].to_json(k) for k in sorted(self.turns)]
+        if self.live[0]:
+            out["history"] = {"mode": "live", "turns": self.live[0], "differs": self.live[1]}
         return out
 
 

@@ -199,6 +199,13 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
             "writing it, or it was removed)."
         )
     for ph in s.get("phases", []):
+        if (hist := ph.get("history")) and hist.get("mode") == "live":
+            rep.banners.append(
+                f"Phase {ph['name']} ran with live history: {hist.get('differs')} of {hist.get('turns')} turns "
+                "were sent with this server's own replies in place of the captured assistant messages "
+                "(records: sent_sha256 differs from body_sha256, history_differs); its reuse is this "
+                "server's conversation, not the captured bytes'."
+            )
         if not ph.get("valid", True) and not ph.get("deferred"):
             rep.banners.append(
                 f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "

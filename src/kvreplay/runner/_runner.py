@@ -24,12 +24,16 @@ concurrency is sessions in flight (open loop: session arrivals, the first turn a
 intended time). Records carry ``session``, ``turn``, ``think_time_planned_s`` and
 ``think_time_actual_s`` (previous turn's ``t_done_ns`` to this ``t_sent_ns``, s). A turn
 that fails ends its session: the later turns get ``sent: false`` records with
-``error: "session aborted: turn K failed"``.
+``error: "session aborted: turn K failed"``. With ``history = "live"`` a turn's earlier
+assistant messages are this server's own replies (``workload.conversations.live_body``):
+its records add ``history: "live"``, ``sent_sha256`` (the bytes sent; ``body_sha256``
+stays the retained bytes') and ``history_differs`` (the two differ).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import signal
@@ -59,9 +63,13 @@ from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
+from kvreplay.workload.conversations import live_body
 
 __all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
 
+
+LIVE_TEXT_CHARS = 1 << 22
+"""Reply text kept per turn in live history (characters): a 4 Mi-character answer, far over any max_tokens."""
 
 _FATAL_SERVER_ERROR = re.compile(r"out of memory|\boom\b|cuda|\bxid\b", re.IGNORECASE)
 
@@ -124,6 +132,8 @@ class _Run(CounterReads, ContractChecks):
         self.log_lock = asyncio.Lock()  # large reads are logged from a thread, one at a time
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
         self.prev_done: dict[int, int | None] = {}  # conversations: position -> previous turn's done_ns
+        self.sent_sha: dict[int, str] = {}  # live history: position -> SHA-256 of the bytes sent
+        self.replies: dict[int, str] = {}  # live history: position -> the whole reply text, until its next turn
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``kvreplay.rundir.counterlog``)."""
@@ -193,6 +203,10 @@ class _Run(CounterReads, ContractChecks):
             base["think_time_planned_s"] = ss.turns[bi].think_time_s if ss is not None else None
             base["think_time_actual_s"] = (None if prev is None or out is None
                                            else round((out.sent_ns - prev) / 1e9, 9))
+            if self.opts.history == "live":
+                sent_sha = self.sent_sha.get(pos) if out is not None else None
+                base["history"], base["sent_sha256"] = "live", sent_sha
+                base["history_differs"] = sent_sha is not None and sent_sha != body.sha256
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
@@ -329,7 +343,7 @@ class _Run(CounterReads, ContractChecks):
         attribution = "per_request" if per_req else ("phase_only" if counted else "none")
         st.attribution = attribution
         self.last_snap = before
-        self.prev_done = {}
+        self.prev_done, self.sent_sha = {}, {}
         url = self.opts.target_url.rstrip("/")
         seq = self.positions(phase)
         self.publish_check(phase, check_failed)
@@ -355,7 +369,8 @@ class _Run(CounterReads, ContractChecks):
         spans = dict(phase.session_spans())  # conversations: first position -> turns
         arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
 
-        async def one(pos: int, bi: int, rep: int) -> RequestOutcome | None:
+        async def one(pos: int, bi: int, rep: int, raw: bytes | None = None,
+                      keep_chars: int | None = None) -> RequestOutcome | None:
             t_int = None
             if intended is not None and not self.stop_new and (not spans or pos in arrival):
                 # Open loop: not before the intended time; a late send is
@@ -368,17 +383,19 @@ class _Run(CounterReads, ContractChecks):
                 self.record_not_sent(st, phase, pos, bi, rep, attribution)
                 return None
             body = self.workload.bodies[bi]
+            send_raw = body.raw if raw is None else raw
+            head = head_chars if keep_chars is None else keep_chars
             self.obs.on_request_start(phase.name, pos)
             self.in_flight += 1
             st.peak_in_flight = max(st.peak_in_flight, self.in_flight)
             try:
                 if h1 is not None:
-                    out = await h1.send(body.path, body.raw, head_chars=head_chars,
+                    out = await h1.send(body.path, send_raw, head_chars=head,
                                         total_timeout_s=total_timeout_s,
                                         sent_ns=self.claim_ns if t_int is None else None)
                 else:
-                    out = await send_body(session, url + body.path, body.raw, headers=self.headers,
-                                          head_chars=head_chars, total_timeout_s=total_timeout_s)
+                    out = await send_body(session, url + body.path, send_raw, headers=self.headers,
+                                          head_chars=head, total_timeout_s=total_timeout_s)
             except asyncio.CancelledError as exc:
                 # Cancelled in flight (second interrupt, hard deadline): still a record, with
                 # the real send time and the partial stream when the client kept them.
@@ -396,6 +413,9 @@ class _Run(CounterReads, ContractChecks):
                 self.in_flight -= 1
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
+            if keep_chars is not None:  # live history: the whole reply is kept for the next turn
+                self.replies[pos] = out.stream.text_head
+                out.stream.text_head = out.stream.text_head[:head_chars]
             delta = None
             try:
                 check_ranges(out)
@@ -435,6 +455,9 @@ class _Run(CounterReads, ContractChecks):
             ss = self.workload.sessions
             done: int | None = None
             recorded = 0
+            live = self.opts.history == "live"
+            bodies = self.workload.bodies
+            replies: list[str] = []
             try:
                 for k, (pos, (bi, rep)) in enumerate(turns):
                     if done is not None:
@@ -444,8 +467,15 @@ class _Run(CounterReads, ContractChecks):
                             # before the time, then yield until it; in 250 ms steps, responsive to a stop
                             await asyncio.sleep(min(wait - 1_000_000, 250_000_000) / 1e9 if wait > 2_000_000 else 0)
                     self.prev_done[pos] = done
+                    raw = None
+                    if live:
+                        raw = live_body(bodies[bi].raw, [bodies[b].raw for _, (b, _) in turns[:k]], replies)
+                        self.sent_sha[pos] = hashlib.sha256(raw).hexdigest() if raw is not bodies[bi].raw \
+                            else bodies[bi].sha256
                     recorded = k + 1  # one() records its position even when cancelled
-                    out = await one(pos, bi, rep)
+                    out = await one(pos, bi, rep, raw, LIVE_TEXT_CHARS if live else None)
+                    if live and out is not None:
+                        replies.append(self.replies.pop(pos, ""))
                     if out is None or out.status != "ok":
                         why = None if out is None else f"session aborted: turn {k} failed"
                         for p, (b, r) in turns[k + 1:]:

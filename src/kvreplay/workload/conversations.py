@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from kvreplay.workload import chain as chain_mod
 from kvreplay.workload._loader import Workload
 from kvreplay.workload.chain import DEFAULT_BLOCK_BYTES
 
-__all__ = ["by_turn", "session_warnings", "turn_reuse"]
+__all__ = ["by_turn", "live_body", "session_warnings", "turn_reuse"]
 
 
 def turn_reuse(workload: Workload, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> list[dict[str, Any]]:
@@ -110,3 +112,39 @@ def session_warnings(workload: Workload, *, deadline_s: float | None = None,
                        f"deadline of {deadline_s:g} s (first: {over[0]!r}, {long[over[0]]:g} s); their later turns "
                        "will not be sent")
     return out
+
+
+def live_body(raw: bytes, earlier: list[bytes], replies: list[str]) -> bytes:
+    """The bytes of a turn in ``live`` history: earlier turns' assistant messages replaced by this server's replies.
+
+    Turn ``k``'s retained body resends the messages of each earlier turn ``j`` followed
+    by the assistant's answer to it (captured from another server, model or seed). In
+    live history that answer is what this server returned for turn ``j``. The message
+    replaced is the one right after turn ``j``'s own messages, when it is an assistant
+    message and the messages before it are turn ``j``'s exactly (the history extends);
+    otherwise nothing is replaced there.
+
+    Args:
+        raw: Turn ``k``'s retained bytes.
+        earlier: The retained bytes of turns ``0..k-1`` of the same session.
+        replies: The visible text this server returned for turns ``0..k-1``.
+
+    Returns:
+        The bytes to send: ``raw`` itself when nothing was replaced (a completions body,
+        a first turn, no matching assistant message), else the body re-serialised with
+        orjson (compact; keys in their order).
+    """
+    obj = orjson.loads(raw)
+    msgs = obj.get("messages") if isinstance(obj, dict) else None
+    if not isinstance(msgs, list):
+        return raw
+    changed = False
+    retained = list(msgs)  # compared with the earlier turns' retained messages
+    for prev_raw, reply in zip(earlier, replies, strict=True):
+        prev = orjson.loads(prev_raw).get("messages")
+        n = len(prev) if isinstance(prev, list) else -1
+        if (0 <= n < len(msgs) and retained[:n] == prev and isinstance(msgs[n], dict)
+                and msgs[n].get("role") == "assistant" and msgs[n].get("content") != reply):
+            msgs[n] = {**msgs[n], "content": reply}
+            changed = True
+    return orjson.dumps(obj) if changed else raw

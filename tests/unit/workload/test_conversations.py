@@ -11,7 +11,7 @@ from kvreplay.commands.inspect import analyse, render
 from kvreplay.errors import ConfigError
 from kvreplay.plan import build_plan, parse_phase, plan_from_json
 from kvreplay.workload import load_workload
-from kvreplay.workload.conversations import session_warnings
+from kvreplay.workload.conversations import live_body, session_warnings
 from kvreplay.workload.sessions import Turn, write_sessions
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -129,3 +129,24 @@ def test_bundled_conversations_extend_their_history() -> None:
     a = analyse(load_workload(CONV))
     assert a["sessions"]["warnings"] == []
     assert all(r["extends"] for r in a["sessions"]["per_turn"])
+
+
+def test_live_body_replaces_each_earlier_answer_with_the_servers() -> None:
+    t0 = b'{"model":"m","messages":[' + _u("a").encode() + b"]}"
+    t1 = b'{"model":"m","messages":[' + ",".join([_u("a"), _a("b"), _u("c")]).encode() + b"]}"
+    t2 = b'{"model":"m","messages":[' + ",".join([_u("a"), _a("b"), _u("c"), _a("d"), _u("e")]).encode() + b"]}"
+    assert live_body(t0, [], []) is t0  # a first turn is sent as retained
+    assert live_body(t1, [t0], ["B1"]) == (
+        b'{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"B1"},'
+        b'{"role":"user","content":"c"}]}')
+    assert orjson.loads(live_body(t2, [t0, t1], ["B1", "D2"]))["messages"] == [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "B1"}, {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "D2"}, {"role": "user", "content": "e"}]
+    # the server said exactly what was captured: the retained bytes themselves
+    assert live_body(t1, [t0], ["b"]) is t1
+    # a history that does not extend the earlier turn: nothing replaced there
+    other = b'{"model":"m","messages":[' + _u("z").encode() + b"]}"
+    assert live_body(t1, [other], ["B1"]) is t1
+    # a completions body has no messages to replace
+    comp = b'{"model":"m","prompt":"a b"}'
+    assert live_body(comp, [b'{"model":"m","prompt":"a"}'], ["x"]) is comp
