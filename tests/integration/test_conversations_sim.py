@@ -164,3 +164,27 @@ def test_live_history_needs_sessions(tmp_path: Path) -> None:
     wl.write_text('{"model":"m","prompt":"p"}\n')
     assert main(["run", str(wl), "--target", "sim", "--phase", "a:forward:c1", "--history", "live",
                  "--out", str(tmp_path / "o"), "--quiet"]) == 2
+
+
+def test_bundled_history_experiment_publishes_the_reuse_difference(tmp_path: Path) -> None:
+    """fixtures/experiments/conversation-history.toml: captured vs live on the bundled conversations.
+
+    Radix cache, 1-token blocks, C1, every answer max_tokens = 8 tokens. Live - captured, by hand:
+    turn 1: each session matches 8 - 1 = 7 more tokens of the previous answer -> 4 x 7 = 28;
+    turn 2: 7 more again per session, plus the live history being longer before it: the captured
+    answers of turn 0 are 7 + 9 + 7 + 5 = 28 tokens ("Start"," at"," Fushim","i"," Inari"," early",".";
+    "A"," number"," with"," exactl","y"," two"," diviso","rs","."; "It"," double","s"," x",";"," fine",".";
+    "After"," the"," last"," frost","."), the live ones 4 x 8 = 32 -> 28 + 4 = 32. Turn 0 is the same.
+    """
+    spec = Path(__file__).resolve().parents[2] / "fixtures" / "experiments" / "conversation-history.toml"
+    out = tmp_path / "x"
+    assert main(["experiment", str(spec), "--out", str(out), "--quiet"]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert [(s["name"], s["status"]) for s in r["steps"]] == [
+        ("fresh-captured", "measured"), ("captured", "measured"), ("fresh-live", "measured"), ("live", "measured")]
+    rows = {row["metric"]: row for row in r["compare"][0]["rows"]}
+    diff = {k: rows[f"turn{k}_cached_tokens"]["b"] - rows[f"turn{k}_cached_tokens"]["a"] for k in range(3)}
+    assert diff == {0: 0, 1: 28, 2: 32}
+    assert rows["cached_tokens"]["b"] - rows["cached_tokens"]["a"] == 60
+    frozen = json.loads((out / "experiment.json").read_text())
+    assert [s.get("history") for s in frozen["steps"]] == [None, None, None, "live"]

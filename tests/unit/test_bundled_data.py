@@ -9,7 +9,8 @@ from pathlib import Path
 from kvreplay.bundled import DATA, DEMO_WORKLOAD, bundled
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = [("workloads/mtbench-52", "*.json"), ("plans", "*.toml"), ("experiments", "*"), ("sim", "*.toml")]
+PAIRS = [("workloads/mtbench-52", "*.json"), ("workloads/conversations", "*"), ("plans", "*.toml"),
+         ("experiments", "*"), ("sim", "*.toml")]
 
 
 def test_packaged_copy_is_identical_to_the_fixtures():
