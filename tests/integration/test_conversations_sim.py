@@ -188,3 +188,18 @@ def test_bundled_history_experiment_publishes_the_reuse_difference(tmp_path: Pat
     assert rows["cached_tokens"]["b"] - rows["cached_tokens"]["a"] == 60
     frozen = json.loads((out / "experiment.json").read_text())
     assert [s.get("history") for s in frozen["steps"]] == [None, None, None, "live"]
+
+
+def test_open_loop_schedules_session_arrivals(tmp_path: Path) -> None:
+    # r20: a session starts every 50 ms (intended); later turns follow their own session, not the schedule
+    rc, recs, summary = run(tmp_path, "--phase", "conv:forward:c4:r20")
+    assert rc == 0
+    for sid, rs in by_session(recs).items():
+        assert rs[0]["t_intended_ns"] is not None, sid
+        assert [r["t_intended_ns"] for r in rs[1:]] == [None, None]
+        for prev, cur in zip(rs, rs[1:], strict=False):
+            assert cur["t_sent_ns"] >= prev["t_done_ns"] + round(cur["think_time_planned_s"] * 1e9)
+    starts = sorted(r["t_intended_ns"] for r in recs if r["turn"] == 0)
+    assert [b - a for a, b in zip(starts, starts[1:], strict=False)] == [50_000_000, 50_000_000]
+    assert summary["phases"][0]["schedule"]["open_loop"] is True
+    assert summary["phases"][0]["schedule"]["offered_rps"] == 20.0  # session arrivals per second

@@ -310,7 +310,8 @@ class _Run(CounterReads, ContractChecks):
         if phase.intended_ns is not None:
             st.open_loop = True
             span = phase.intended_ns[-1] if phase.intended_ns else 0
-            st.offered_rps = (len(phase.sequence) - 1) / (span / 1e9) if span > 0 else None
+            # with sessions, the intended times are session arrivals: the offered rate is sessions/s
+            st.offered_rps = (len(phase.intended_ns) - 1) / (span / 1e9) if span > 0 else None
         self.stats.append(st)
         self.cur_phase = phase.name
         be = self.backend
