@@ -203,3 +203,15 @@ def test_open_loop_schedules_session_arrivals(tmp_path: Path) -> None:
     assert [b - a for a, b in zip(starts, starts[1:], strict=False)] == [50_000_000, 50_000_000]
     assert summary["phases"][0]["schedule"]["open_loop"] is True
     assert summary["phases"][0]["schedule"]["offered_rps"] == 20.0  # session arrivals per second
+
+
+def test_from_plan_replays_the_same_session_order(tmp_path: Path) -> None:
+    rc, recs, _ = run(tmp_path, "--phase", "conv:shuffle:3:c1")
+    assert rc == 0
+    again = tmp_path / "again"
+    assert main(["run", "--from-plan", str(tmp_path / "out" / "plan.json"), "--target", "sim", "--sim-time-scale", "0",
+                 "--out", str(again), "--quiet", "--report", "none"]) == 0
+    recs2 = [json.loads(x) for x in (again / "records.jsonl").read_text().splitlines()]
+    assert [(r["session"], r["turn"]) for r in recs2] == [(r["session"], r["turn"]) for r in recs]
+    assert json.loads((again / "plan.json").read_text())["plan_sha256"] == json.loads(
+        (tmp_path / "out" / "plan.json").read_text())["plan_sha256"]
