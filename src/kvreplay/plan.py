@@ -107,17 +107,30 @@ class Phase:
         spec: What the user asked for.
         sequence: ``(body_index, repetition)`` per position, in send order.
         intended_ns: Open loop only: intended send time of each position (ns
-            after the phase start), frozen before the first request.
+            after the phase start), frozen before the first request; with sessions,
+            of each session's first turn (one per session start, in order).
+        turns: Conversation workloads only: ``(session id, turn index)`` per position;
+            each session's turns are contiguous and in order, a session starting at
+            turn 0 (the sequence is the order of session starts). None without sessions.
     """
 
     spec: PhaseSpec
     sequence: tuple[tuple[int, int], ...]
     intended_ns: tuple[int, ...] | None = None
+    turns: tuple[tuple[str, int], ...] | None = None
 
     @property
     def name(self) -> str:
         """The phase name."""
         return self.spec.name
+
+    def session_spans(self) -> tuple[tuple[int, int], ...]:
+        """``(first position, number of turns)`` of each session run, in send order; () without sessions."""
+        if self.turns is None:
+            return ()
+        starts = [pos for pos, (_, k) in enumerate(self.turns) if k == 0]
+        ends = [*starts[1:], len(self.turns)]
+        return tuple((a, b - a) for a, b in zip(starts, ends, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +168,8 @@ class Plan:
         phases: The phases in run order.
         extra: Interleaved workloads (their bodies follow the main ones); empty
             for a plan without ``interleave``.
+        sessions: ``{"sha256", "n_sessions"}`` of the workload's sessions side file, or
+            None without one (then nothing about sessions enters the plan or its hash).
     """
 
     workload_path: str
@@ -162,6 +177,7 @@ class Plan:
     body_sha256: tuple[str, ...]
     phases: tuple[Phase, ...]
     extra: tuple[ExtraWorkload, ...] = ()
+    sessions: dict[str, Any] | None = None
 
     def sha_of(self, body_index: int) -> str:
         """SHA-256 of a plan body index (main workload, then interleaved ones)."""
@@ -186,7 +202,7 @@ class Plan:
             if ex.workload is None:
                 raise ConfigError(f"interleaved workload {ex.path} is not loaded", field="interleave")
             bodies.extend(_reindexed(b, len(bodies)) for b in ex.workload.bodies)
-        return Workload(workload.path, tuple(bodies), workload.sha256)
+        return Workload(workload.path, tuple(bodies), workload.sha256, workload.sessions)
 
     def content(self) -> dict[str, Any]:
         """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``)."""
@@ -197,6 +213,7 @@ class Plan:
                 "path": self.workload_path,
                 "n_bodies": len(self.body_sha256),
                 "sha256": self.workload_sha256,
+                **({"sessions": self.sessions} if self.sessions is not None else {}),
             },
             "phases": [
                 {
@@ -210,7 +227,7 @@ class Plan:
                             **({"intended_ns": ph.intended_ns[pos]} if ph.intended_ns is not None else {}),
                         }
                         for pos, (bi, rep) in enumerate(ph.sequence)
-                    ],
+                    ] if ph.turns is None else _session_items(ph, sha),
                 }
                 for ph in self.phases
             ],
@@ -237,13 +254,27 @@ class Plan:
         return {**self.content(), "plan_sha256": self.sha256, "run": run}
 
 
-def _select(spec: PhaseSpec, n: int) -> list[int]:
+def _session_items(ph: Phase, sha: Any) -> list[dict[str, Any]]:
+    """plan.json sequence items of a session phase: ``session`` and ``turn`` on each, ``intended_ns`` on first turns."""
+    out = []
+    starts = -1
+    for pos, ((bi, rep), (sid, k)) in enumerate(zip(ph.sequence, ph.turns or (), strict=True)):
+        starts += k == 0
+        item = {"position": pos, "body_index": bi, "body_sha256": sha[bi], "repetition": rep, "session": sid,
+                "turn": k}
+        if ph.intended_ns is not None and k == 0:
+            item["intended_ns"] = ph.intended_ns[starts]
+        out.append(item)
+    return out
+
+
+def _select(spec: PhaseSpec, n: int, noun: str = "body") -> list[int]:
     sel = spec.select
     if isinstance(sel, tuple):
         bad = [i for i in sel if i >= n]
         if bad:
             raise ConfigError(
-                f"phase {spec.name!r} selects body {bad[0]} but the workload has {n}", field="select"
+                f"phase {spec.name!r} selects {noun} {bad[0]} but the workload has {n}", field="select"
             )
         return list(sel)
     if sel == "all":
@@ -389,6 +420,10 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
     phases = []
     total = 0
     for spec in specs:
+        if workload.sessions is not None:
+            phases.append(_session_phase(spec, workload, total))
+            total += len(phases[-1].sequence)
+            continue
         selected = _select(spec, n)
         if len(selected) * spec.repeats + total > MAX_POSITIONS:
             raise ConfigError(f"phase {spec.name}: {len(selected)} bodies x {spec.repeats} repeats takes the plan "
@@ -419,7 +454,49 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
         body_sha256=tuple(b.sha256 for b in workload.bodies),
         phases=tuple(phases),
         extra=tuple(extras.values()),
+        sessions=None if workload.sessions is None else _sessions_json(workload),
     )
+
+
+def _sessions_json(workload: Workload) -> dict[str, Any]:
+    ss = workload.sessions
+    assert ss is not None
+    return {"sha256": ss.sha256, "n_sessions": len(ss)}
+
+
+def _session_phase(spec: PhaseSpec, workload: Workload, total: int) -> Phase:
+    """A phase of a conversation workload: selection, order and repeats count sessions.
+
+    ``select`` (``first:N``, ``last:N``, a list) picks sessions in the workload's session
+    order; the order (forward, reverse, shuffle, by-prefix on each session's first turn)
+    is the order of session starts; each session's turns follow each other in turn order.
+
+    Raises:
+        ConfigError: ``interleave`` (a foreign body would sit inside a conversation), or a
+            plan over ``MAX_POSITIONS``.
+    """
+    ss = workload.sessions
+    assert ss is not None
+    if spec.interleave is not None:
+        raise ConfigError(f"phase {spec.name!r}: interleave does not apply to a conversation workload "
+                          "(its bodies would land inside sessions)", field="interleave")
+    selected = _select(spec, len(ss), "session")
+    firsts = [ss.bodies[ss.order[i]][0] for i in selected]
+    by_first = {b: i for i, b in zip(selected, firsts, strict=True)}
+    ordered = [by_first[b] for b in _order(spec, firsts, workload)]
+    n_turns = sum(len(ss.bodies[ss.order[i]]) for i in ordered)
+    if n_turns * spec.repeats + total > MAX_POSITIONS:
+        raise ConfigError(f"phase {spec.name}: {n_turns} turns x {spec.repeats} repeats takes the plan "
+                          f"over {MAX_POSITIONS} positions", field=f"phase {spec.name}.repeats")
+    seq: list[tuple[int, int]] = []
+    turns: list[tuple[str, int]] = []
+    for rep in range(spec.repeats):
+        for i in ordered:
+            sid = ss.order[i]
+            for k, bi in enumerate(ss.bodies[sid]):
+                seq.append((bi, rep))
+                turns.append((sid, k))
+    return Phase(spec, tuple(seq), _intended(spec, len(ordered) * spec.repeats), tuple(turns))
 
 
 def plan_from_json(data: Any, workload: Workload | None = None, *, path: str | Path) -> tuple[Plan, dict[str, Any]]:
@@ -472,6 +549,10 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
             path=p,
             field="workload.sha256",
         )
+    if workload is not None and (workload.sessions and workload.sessions.sha256) != (wl.get("sessions") or {}).get(
+            "sha256"):
+        raise ConfigError(f"the sessions side file of {workload.path} is not the one the plan was made with",
+                          path=p, field="workload.sessions")
     seen_extra: dict[int, str] = {}
     phases = []
     body_sha = [""] * wl["n_bodies"]
@@ -480,6 +561,7 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
         spec = PhaseSpec.from_mapping(spec_data, where={"path": p, "field": f"phases[{i}]"})
         seq = []
         intended = []
+        turns: list[tuple[str, int]] = []
         earlier: dict[int, int] = {}  # body index -> its positions so far in this phase
         for k, item in enumerate(ph["sequence"]):
             bi_, rep_ = item["body_index"], item["repetition"]
@@ -502,14 +584,24 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
             seq.append((item["body_index"], item["repetition"]))
             if "intended_ns" in item:
                 intended.append(item["intended_ns"])
-        phases.append(Phase(spec, tuple(seq), tuple(intended) if spec.arrival is not None else None))
+            if "session" in item:
+                if (not isinstance(item["session"], str) or type(item["turn"]) is not int
+                        or item["turn"] != (turns[-1][1] + 1 if item["turn"] else 0)
+                        or (item["turn"] and turns[-1][0] != item["session"])):
+                    raise ConfigError("session/turn out of order (turns of a session are contiguous from 0)",
+                                      path=p, field=f"phases[{i}].sequence[{k}]")
+                turns.append((item["session"], item["turn"]))
+        if turns and len(turns) != len(seq):
+            raise ConfigError("session/turn on some positions only", path=p, field=f"phases[{i}].sequence")
+        phases.append(Phase(spec, tuple(seq), tuple(intended) if spec.arrival is not None else None,
+                            tuple(turns) if turns else None))
     if workload is not None:
         for bi, sha in enumerate(body_sha):
             if sha and workload.bodies[bi].sha256 != sha:
                 raise ConfigError(f"body {bi} changed since the plan was made", path=p, field="body_sha256")
         body_sha = [b.sha256 for b in workload.bodies]
     extra = _load_extras(data.get("interleave_workloads"), p, seen_extra, load=workload is not None)
-    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases), extra)
+    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases), extra, wl.get("sessions"))
     if workload is not None and plan.sha256 != data["plan_sha256"]:
         raise ConfigError("re-expanded plan does not hash to plan_sha256", path=p, field="plan_sha256")
     return plan, data.get("run", {})

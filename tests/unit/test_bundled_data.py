@@ -10,7 +10,8 @@ from kvreplay.bundled import DATA, DEMO_WORKLOAD, bundled
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [("workloads/mtbench-52", "*.json"), ("workloads/window-main", "*.json"),
-         ("workloads/window-ab-1024", "*.json"), ("plans", "*.toml"), ("experiments", "*"), ("sim", "*.toml")]
+         ("workloads/window-ab-1024", "*.json"), ("workloads/conversations", "*"), ("plans", "*.toml"),
+         ("experiments", "*"), ("sim", "*.toml")]
 
 
 def test_packaged_copy_is_identical_to_the_fixtures():

@@ -33,6 +33,7 @@ from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.runner.resources import ensure_open_files
 from kvreplay.safe_io import echo
 from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
+from kvreplay.workload.conversations import session_warnings
 
 EXIT_ABORTED = 3
 EXIT_CLIENT_ERROR = 1
@@ -80,6 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-per-request-counters", action="store_true",
                    help="at C1, do not read counters around each request")
     p.add_argument("--no-text", action="store_true", help="keep no response text in records")
+    p.add_argument("--history", choices=("captured", "live"), default="captured",
+                   help="conversation workloads: send earlier turns as retained (captured, the default) or with "
+                        "this server's own replies in place of the captured assistant messages (live; records "
+                        "add sent_sha256 and history_differs)")
     p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
                    help="send no new request after this long (e.g. 70m, 90s, 1h); in-flight ones finish")
     p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
@@ -340,6 +345,12 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
             raise ConfigError("give a workload (folder of *.json or a .jsonl file)", field="workload")
         workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
         plan = build_plan(workload, specs)
+    if getattr(args, "history", "captured") == "live" and workload.sessions is None:
+        raise ConfigError("--history live needs a conversation workload (a sessions side file beside it)",
+                          field="--history")
+    if workload.sessions is not None and (getattr(args, "ray", None) or getattr(args, "workers", 1) > 1):
+        raise ConfigError("a conversation workload (sessions side file) runs in one process: drop --workers / --ray",
+                          field="--workers")
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     contract = contract_options(args, settings, args.plan)
@@ -375,6 +386,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         url = target
     observer = make_observer(args)
     progress = observer.on_message
+    if workload.sessions is not None:  # conversations: warned before anything is sent
+        deadlines = [d for d in (getattr(args, "stop_new_after", None), getattr(args, "hard_deadline", None)) if d]
+        for line in session_warnings(workload, deadline_s=min(deadlines) if deadlines else None):
+            progress(f"warning: {line}")
 
     async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
         nonlocal backend_name
@@ -419,6 +434,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         run_extra=sim_run_extra(sim.config.time_scale, calibration) if sim is not None else {},
         **contract,
         ca_file=getattr(args, "ca_file", None),
+        history=getattr(args, "history", "captured"),
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)

@@ -14,6 +14,10 @@ serve it. The command prints:
   already covered by an earlier body, over all hashed bytes. It is an upper
   bound at message (or block) granularity: real servers reuse in tokens or
   blocks of tokens and evict.
+* for a conversation workload (a sessions side file): its sessions and turns, and
+  by turn index the bytes each turn shares with its session's previous turn (the
+  reuse that turn could get), with the named warnings of
+  ``kvreplay.workload.conversations`` (``history_not_prefix``).
 
 Sizes are bytes of the raw body as sent; no tokenizer is applied.
 """
@@ -25,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 
 from kvreplay.safe_io import dumps_json, echo
-from kvreplay.workload import DEFAULT_BLOCK_BYTES, Workload, load_workload
+from kvreplay.workload import DEFAULT_BLOCK_BYTES, Workload, conversations, load_workload
 from kvreplay.workload import chain as chain_mod
 
 NAME = "inspect"
@@ -135,7 +139,18 @@ def analyse(workload: Workload, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> di
         },
         "groups": groups,
         "per_body": per_body,
+        **({"sessions": _sessions(workload, block_bytes)} if workload.sessions is not None else {}),
     }
+
+
+def _sessions(workload: Workload, block_bytes: int) -> dict:
+    """``analyse``'s ``sessions`` block: counts, reuse by turn, warnings and one row per turn."""
+    rows = conversations.turn_reuse(workload, block_bytes=block_bytes)
+    ss = workload.sessions
+    assert ss is not None
+    return {"sessions": len(ss), "turns": len(rows), "max_turns": max(len(b) for b in ss.bodies.values()),
+            "by_turn": conversations.by_turn(rows), "warnings": conversations.session_warnings(workload, rows=rows),
+            "per_turn": rows}
 
 
 def _ranges(idx: list[int]) -> str:
@@ -169,6 +184,15 @@ def render(a: dict, *, max_groups: int = 40) -> str:
         lines.append(f"  {g['links']:>5}  {g['bytes']:>10,}  {len(g['bodies']):>6}  {_ranges(g['bodies'])}")
     if len(a["groups"]) > max_groups:
         lines.append(f"  ... {len(a['groups']) - max_groups} more (--max-groups, or --json for all)")
+    if "sessions" in a:
+        s = a["sessions"]
+        lines += ["", f"sessions   {s['sessions']} sessions, {s['turns']} turns (at most {s['max_turns']} per session)",
+                  "reuse by turn (bytes shared with the session's previous turn)",
+                  f"  {'turn':>4}  {'bodies':>6}  {'shared':>10}  {'of bytes':>10}  {'share':>6}"]
+        for t in s["by_turn"]:
+            lines.append(f"  {t['turn']:>4}  {t['bodies']:>6}  {t['shared_bytes']:>10,}  {t['prefix_bytes']:>10,}  "
+                         f"{100 * t['fraction']:>5.1f}%")
+        lines += [f"warning    {w}" for w in s["warnings"]]
     return "\n".join(lines)
 
 

@@ -387,6 +387,8 @@ def _side(v: PhaseView) -> dict[str, Any]:
             row[f"{m}_{q}_ms"] = _pct(ph, m, q)
     tok = ph.get("tokens") or {}
     row["cached_tokens"] = None if tok.get("cached_unknown") else tok.get("cached")
+    for t in ph.get("by_turn") or ():  # conversations: the reuse of each turn index, side by side
+        row[f"turn{t['turn']}_cached_tokens"] = None if t.get("cached_unknown") else t.get("cached_tokens")
     # the counters' own names, as in the cells and findings (whole-phase deltas here); a tier
     # not live in the phase (or a delta void by a restart) is absent, not zero
     row["hit_tokens"] = counter_value(d, "hit_tokens") if ev.tier("device") else ABSENT

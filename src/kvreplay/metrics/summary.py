@@ -33,7 +33,14 @@ summary.json::
                  "client_bound": bool (verdict client_bound: loop-lag p99 and CPU or starvation over
                                        the thresholds in summary["client_thresholds"]),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
-                 "out_of_range": n}]}
+                 "out_of_range": n,
+                 conversation phases only (records with ``session``/``turn``):
+                 "sessions": n (sessions planned: records of turn 0),
+                 "by_turn": [{"turn", "requests" (ok), "ttft_ms": {n, mean, p50, p90, p99, max},
+                              "cached_tokens", "prompt_tokens", "hit_rate" (cached / prompt, null
+                              without prompt tokens), "cached_unknown" (only when > 0)}],
+                 "history": {"mode": "live", "turns", "differs"} (live history only: records sent,
+                             and those whose sent bytes differ from the retained ones)}]}
 
 Latency metrics aggregate ``ok`` requests only; failures are counted by class
 (``failed``) and split by kind (``failure_kind``): ``failed_transport`` counts sends
@@ -54,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvreplay.evidence.engine import counter_cached
 from kvreplay.evidence.vocab import USAGE_HOST_KEYS
-from kvreplay.metrics.histograms import METRICS, PhaseHistograms
+from kvreplay.metrics.histograms import METRICS, LatencySet, PhaseHistograms
 
 if TYPE_CHECKING:
     pass
@@ -157,6 +164,9 @@ class PhaseStats:
     no_usage_tokens: float = 0.0
     no_usage_counted: int = 0
     no_usage_positions: list[int] = field(default_factory=list)
+    sessions: int = 0
+    turns: dict[int, _TurnStats] = field(default_factory=dict)
+    live: list[int] = field(default_factory=lambda: [0, 0])  # live history: records sent, bytes differing
 
     def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -167,10 +177,15 @@ class PhaseStats:
                 skip ITL (e.g. when rebuilding from records alone).
         """
         status = rec["status"]
+        if rec.get("turn") == 0:
+            self.sessions += 1
         if not rec.get("sent", True):
             self.not_sent += 1
             return
         self.sent += 1
+        if rec.get("history") == "live":
+            self.live[0] += 1
+            self.live[1] += bool(rec.get("history_differs"))
         self._cross_check(rec)
         if status != "ok":
             self.failed[status] = self.failed.get(status, 0) + 1
@@ -195,6 +210,8 @@ class PhaseStats:
                 s[metric].record_ns(v)
         if token_ns is not None and len(token_ns) > 1:
             s["itl"].record_gaps_of(token_ns)
+        if rec.get("turn") is not None:
+            self.turns.setdefault(rec["turn"], _TurnStats()).add(rec)
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta.
@@ -335,8 +352,10 @@ class PhaseStats:
         out["schedule"] = self._schedule(wall_s)
         reasons = list(self.invalid_reasons)
         # Closed loop only: in an open loop cN is a cap, and staying under it is normal.
-        if not self.open_loop and self.sent >= self.concurrency and self.peak_in_flight < self.concurrency:
-            reasons.append(f"client never had {self.concurrency} requests in flight (peak {self.peak_in_flight})")
+        # A conversation phase has at most one request in flight per session.
+        want = min(self.concurrency, self.sessions) if self.sessions else self.concurrency
+        if not self.open_loop and self.sent >= want and self.peak_in_flight < want:
+            reasons.append(f"client never had {want} requests in flight (peak {self.peak_in_flight})")
         out["attribution"] = self.attribution
         out["counter_delta"] = self.counter_delta
         out["cross_check"] = self.cross_check()
@@ -351,4 +370,37 @@ class PhaseStats:
         out["histograms"] = dict(self.histogram_files)
         out["out_of_range"] = sum(ls.out_of_range for ls in self.hists.sets.values())
         out["counter_reads"] = self.counter_reads
+        if self.sessions or self.turns:
+            out["sessions"] = self.sessions
+            out["by_turn"] = [self.turns[k].to_json(k) for k in sorted(self.turns)]
+        if self.live[0]:
+            out["history"] = {"mode": "live", "turns": self.live[0], "differs": self.live[1]}
         return out
+
+
+@dataclass(slots=True)
+class _TurnStats:
+    """Running totals of the ok requests of one turn index (``PhaseStats.turns``)."""
+
+    requests: int = 0
+    ttft: LatencySet = field(default_factory=LatencySet)
+    cached_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_unknown: int = 0
+
+    def add(self, rec: dict[str, Any]) -> None:
+        u = rec.get("usage") or {}
+        self.requests += 1
+        self.prompt_tokens += u.get("prompt_tokens") or 0
+        if u.get("cached_tokens") is None:
+            self.cached_unknown += 1
+        else:
+            self.cached_tokens += u["cached_tokens"]
+        if rec.get("ttft_ns") is not None:
+            self.ttft.record_ns(rec["ttft_ns"])
+
+    def to_json(self, turn: int) -> dict[str, Any]:
+        return {"turn": turn, "requests": self.requests, "ttft_ms": self.ttft.summary_ms(),
+                "cached_tokens": self.cached_tokens, "prompt_tokens": self.prompt_tokens,
+                "hit_rate": round(self.cached_tokens / self.prompt_tokens, 6) if self.prompt_tokens else None,
+                **({"cached_unknown": self.cached_unknown} if self.cached_unknown else {})}

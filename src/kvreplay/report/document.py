@@ -40,6 +40,7 @@ from kvreplay.report.sections import (
 )
 from kvreplay.report.stream import RunScan, scan
 from kvreplay.report.throughput import throughput_notes, throughput_table
+from kvreplay.report.turns import by_turn_plots, by_turn_table
 from kvreplay.report.units import sim_time_scale
 from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 
@@ -198,6 +199,13 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
             "writing it, or it was removed)."
         )
     for ph in s.get("phases", []):
+        if (hist := ph.get("history")) and hist.get("mode") == "live":
+            rep.banners.append(
+                f"Phase {ph['name']} ran with live history: {hist.get('differs')} of {hist.get('turns')} turns "
+                "were sent with this server's own replies in place of the captured assistant messages "
+                "(records: sent_sha256 differs from body_sha256, history_differs); its reuse is this "
+                "server's conversation, not the captured bytes'."
+            )
         if not ph.get("valid", True) and not ph.get("deferred"):
             rep.banners.append(
                 f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "
@@ -221,6 +229,8 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 [],
             )
         )
+        if (turns := by_turn_table(run)) is not None:
+            rep.sections.append(("Reuse by turn (conversations)", [turns], by_turn_plots(run), []))
         rep.sections.append(("Throughput", [throughput_table(run)], [], throughput_notes()))
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         if (raw := raw_series_table(run.path)) is not None:

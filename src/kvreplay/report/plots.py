@@ -313,3 +313,36 @@ def curve_png(curve: Sequence[dict[str, Any]], recommended: float | None) -> byt
     ax.legend(fontsize="small")
     ax.set_title("simulate: miss-ratio curve")
     return _png(fig)
+
+
+def by_turn_png(phase: str, rows: Sequence[dict[str, Any]], *, scale: float | None = None) -> bytes:
+    """Reuse by turn: hit rate (left axis) and TTFT p50 (right axis) against the turn index.
+
+    Args:
+        phase: The phase's name (title).
+        rows: ``summary.json`` ``by_turn`` rows (``turn``, ``hit_rate``, ``ttft_ms.p50``).
+        scale: The simulator's time scale (TTFT shown in model ms, measured / scale), or None.
+
+    Returns:
+        PNG bytes.
+    """
+    fig = _new_figure(_SIZE)
+    ax = fig.add_subplot()
+    turns = [int(r["turn"]) for r in rows]
+    hits = [float("nan") if r.get("hit_rate") is None else float(r["hit_rate"]) for r in rows]
+    ax.plot(turns, hits, "o-", label="hit rate (cached / prompt tokens)")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("hit rate")
+    ax.set_ylim(0, 1.02)
+    ax.set_xticks(turns)
+    ax.grid(True, alpha=0.3)
+    ax2 = ax.twinx()
+    p50 = [(r.get("ttft_ms") or {}).get("p50") for r in rows]
+    ys = [float("nan") if v is None else (v / scale if scale else v) for v in p50]
+    ax2.plot(turns, ys, "s--", color="tab:orange", label="TTFT p50")
+    ax2.set_ylabel("TTFT p50 (model ms)" if scale else "TTFT p50 (ms)")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize="small", loc="lower right")
+    ax.set_title(f"phase {phase}: reuse by turn")
+    return _png(fig)

@@ -63,6 +63,9 @@ class RunOptions:
             or ``mark`` (it is sent and marked invalid).
         hlog_interval_s: Wall time between two intervals appended to each
             ``histograms/<phase>.<metric>.hlog`` while a phase runs (s; ``metrics.hlog``).
+        history: Conversation workloads: ``captured`` (the retained bytes, the default) or
+            ``live`` (earlier turns' assistant messages replaced by this server's replies:
+            the one option that changes the bytes sent; ``workload.conversations.live_body``).
     """
 
     target_url: str
@@ -96,6 +99,7 @@ class RunOptions:
     on_check_fail: str = "skip"
     ca_file: str | None = None
     hlog_interval_s: float = 1.0
+    history: str = "captured"
 
 
 def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) -> dict[str, Any]:
@@ -108,6 +112,7 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
         "wall_anchor_ns": clock.wall_anchor_ns,
         "unplanned_requests": [],
         **opts.run_extra,
+        **({"history": opts.history} if opts.history != "captured" else {}),
         # The execution contract the run kept (runner._contract).
         "contract": {
             "identity_pins": [p.to_json() for p in opts.identity_pins],

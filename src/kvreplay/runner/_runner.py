@@ -16,11 +16,24 @@ a counter restart when ``abort_on_restart`` is set, ``max_transport_failures``
 consecutive sends that never reached the server, and an operator interrupt.
 Positions never sent get a record with ``status: "aborted"`` and ``sent: false``;
 those of a phase whose drain or fresh check failed get ``status: "check_failed"``.
+
+Conversations (a plan whose phases carry ``turns``): a worker claims a whole session
+(its turns are contiguous in the frozen sequence) and sends its turns one after the
+other, each after the previous turn's completion (``t_done``) plus its think time, so
+concurrency is sessions in flight (open loop: session arrivals, the first turn at its
+intended time). Records carry ``session``, ``turn``, ``think_time_planned_s`` and
+``think_time_actual_s`` (previous turn's ``t_done_ns`` to this ``t_sent_ns``, s). A turn
+that fails ends its session: the later turns get ``sent: false`` records with
+``error: "session aborted: turn K failed"``. With ``history = "live"`` a turn's earlier
+assistant messages are this server's own replies (``workload.conversations.live_body``):
+its records add ``history: "live"``, ``sent_sha256`` (the bytes sent; ``body_sha256``
+stays the retained bytes') and ``history_differs`` (the two differ).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import signal
@@ -50,9 +63,13 @@ from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
+from kvreplay.workload.conversations import live_body
 
 __all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
 
+
+LIVE_TEXT_CHARS = 1 << 22
+"""Reply text kept per turn in live history (characters): a 4 Mi-character answer, far over any max_tokens."""
 
 _FATAL_SERVER_ERROR = re.compile(r"out of memory|\boom\b|cuda|\bxid\b", re.IGNORECASE)
 
@@ -114,6 +131,9 @@ class _Run(CounterReads, ContractChecks):
         self._log_base: dict[str, Any] | None = None  # the last whole read's series (CounterReads.log_read)
         self.log_lock = asyncio.Lock()  # large reads are logged from a thread, one at a time
         self.hlogs: IntervalLogs | None = None  # the current phase's histogram logs (metrics.hlog)
+        self.prev_done: dict[int, int | None] = {}  # conversations: position -> previous turn's done_ns
+        self.sent_sha: dict[int, str] = {}  # live history: position -> SHA-256 of the bytes sent
+        self.replies: dict[int, str] = {}  # live history: position -> the whole reply text, until its next turn
 
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``kvreplay.rundir.counterlog``)."""
@@ -148,9 +168,12 @@ class _Run(CounterReads, ContractChecks):
         """The phase's start (``now_ns()``), origin of its open-loop intended times; common to all peers."""
         return now_ns()
 
-    def record_not_sent(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str) -> None:
-        """Write the record of a position never sent (stopped or cancelled before its send)."""
+    def record_not_sent(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str,
+                        error: str | None = None) -> None:
+        """Write the record of a position never sent (stopped or cancelled before its send; ``error`` overrides why)."""
         rec = self.record(phase, pos, bi, rep, None, None, attribution)
+        if error is not None:
+            rec["error"] = error
         self.writer.write(rec)
         st.add(rec)
 
@@ -174,6 +197,16 @@ class _Run(CounterReads, ContractChecks):
             base["label"] = label
         if not comparable:
             base["comparable"] = False
+        if (turns := getattr(phase, "turns", None)) is not None:
+            ss, prev = self.workload.sessions, self.prev_done.get(pos)
+            base["session"], base["turn"] = turns[pos]
+            base["think_time_planned_s"] = ss.turns[bi].think_time_s if ss is not None else None
+            base["think_time_actual_s"] = (None if prev is None or out is None
+                                           else round((out.sent_ns - prev) / 1e9, 9))
+            if self.opts.history == "live":
+                sent_sha = self.sent_sha.get(pos) if out is not None else None
+                base["history"], base["sent_sha256"] = "live", sent_sha
+                base["history_differs"] = sent_sha is not None and sent_sha != body.sha256
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
@@ -277,7 +310,8 @@ class _Run(CounterReads, ContractChecks):
         if phase.intended_ns is not None:
             st.open_loop = True
             span = phase.intended_ns[-1] if phase.intended_ns else 0
-            st.offered_rps = (len(phase.sequence) - 1) / (span / 1e9) if span > 0 else None
+            # with sessions, the intended times are session arrivals: the offered rate is sessions/s
+            st.offered_rps = (len(phase.intended_ns) - 1) / (span / 1e9) if span > 0 else None
         self.stats.append(st)
         self.cur_phase = phase.name
         be = self.backend
@@ -310,6 +344,7 @@ class _Run(CounterReads, ContractChecks):
         attribution = "per_request" if per_req else ("phase_only" if counted else "none")
         st.attribution = attribution
         self.last_snap = before
+        self.prev_done, self.sent_sha = {}, {}
         url = self.opts.target_url.rstrip("/")
         seq = self.positions(phase)
         self.publish_check(phase, check_failed)
@@ -332,30 +367,36 @@ class _Run(CounterReads, ContractChecks):
 
         mon = ClientMonitor()
 
-        async def one(pos: int, bi: int, rep: int) -> None:
+        spans = dict(phase.session_spans())  # conversations: first position -> turns
+        arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
+
+        async def one(pos: int, bi: int, rep: int, raw: bytes | None = None,
+                      keep_chars: int | None = None) -> RequestOutcome | None:
             t_int = None
-            if intended is not None and not self.stop_new:
+            if intended is not None and not self.stop_new and (not spans or pos in arrival):
                 # Open loop: not before the intended time; a late send is
                 # measured from the intended time too (no coordinated omission).
-                t_int = start_ns + intended[pos]
+                t_int = start_ns + intended[arrival[pos] if spans else pos]
                 wait = t_int - now_ns()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)
             if self.stop_new:
                 self.record_not_sent(st, phase, pos, bi, rep, attribution)
-                return
+                return None
             body = self.workload.bodies[bi]
+            send_raw = body.raw if raw is None else raw
+            head = head_chars if keep_chars is None else keep_chars
             self.obs.on_request_start(phase.name, pos)
             self.in_flight += 1
             st.peak_in_flight = max(st.peak_in_flight, self.in_flight)
             try:
                 if h1 is not None:
-                    out = await h1.send(body.path, body.raw, head_chars=head_chars,
+                    out = await h1.send(body.path, send_raw, head_chars=head,
                                         total_timeout_s=total_timeout_s,
                                         sent_ns=self.claim_ns if t_int is None else None)
                 else:
-                    out = await send_body(session, url + body.path, body.raw, headers=self.headers,
-                                          head_chars=head_chars, total_timeout_s=total_timeout_s)
+                    out = await send_body(session, url + body.path, send_raw, headers=self.headers,
+                                          head_chars=head, total_timeout_s=total_timeout_s)
             except asyncio.CancelledError as exc:
                 # Cancelled in flight (second interrupt, hard deadline): still a record, with
                 # the real send time and the partial stream when the client kept them.
@@ -373,6 +414,9 @@ class _Run(CounterReads, ContractChecks):
                 self.in_flight -= 1
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
+            if keep_chars is not None:  # live history: the whole reply is kept for the next turn
+                self.replies[pos] = out.stream.text_head
+                out.stream.text_head = out.stream.text_head[:head_chars]
             delta = None
             try:
                 check_ranges(out)
@@ -407,6 +451,45 @@ class _Run(CounterReads, ContractChecks):
             self.check_outcome(out)
             self.check_malformed(rec)
             self.check_transport(rec)
+            return out
+
+        async def conversation(turns: list[tuple[int, tuple[int, int]]]) -> None:
+            """One session's turns, serial: each after the previous one's completion plus its think time."""
+            ss = self.workload.sessions
+            done: int | None = None
+            recorded = 0
+            live = self.opts.history == "live"
+            bodies = self.workload.bodies
+            replies: list[str] = []
+            try:
+                for k, (pos, (bi, rep)) in enumerate(turns):
+                    if done is not None:
+                        think_ns = round(ss.turns[bi].think_time_s * 1e9) if ss is not None else 0
+                        while (wait := done + think_ns - now_ns()) > 0 and not self.stop_new:
+                            # timers wake late by up to a millisecond (uvloop's resolution): sleep to 1 ms
+                            # before the time, then yield until it; in 250 ms steps, responsive to a stop
+                            await asyncio.sleep(min(wait - 1_000_000, 250_000_000) / 1e9 if wait > 2_000_000 else 0)
+                    self.prev_done[pos] = done
+                    raw = None
+                    if live:
+                        raw = live_body(bodies[bi].raw, [bodies[b].raw for _, (b, _) in turns[:k]], replies)
+                        self.sent_sha[pos] = hashlib.sha256(raw).hexdigest() if raw is not bodies[bi].raw \
+                            else bodies[bi].sha256
+                    recorded = k + 1  # one() records its position even when cancelled
+                    out = await one(pos, bi, rep, raw, LIVE_TEXT_CHARS if live else None)
+                    if live and out is not None:
+                        replies.append(self.replies.pop(pos, ""))
+                    if out is None or out.status != "ok":
+                        why = None if out is None else f"session aborted: turn {k} failed"
+                        for p, (b, r) in turns[k + 1:]:
+                            self.record_not_sent(st, phase, p, b, r, attribution, why)
+                        recorded = len(turns)
+                        return
+                    done = out.done_ns
+            except asyncio.CancelledError:
+                for p, (b, r) in turns[recorded:]:
+                    self.record_not_sent(st, phase, p, b, r, attribution)
+                raise
 
         aseq = seq if hasattr(seq, "__anext__") else None  # claims from a remote coordinator (--ray)
 
@@ -414,6 +497,9 @@ class _Run(CounterReads, ContractChecks):
             if aseq is not None:
                 async for pos, (bi, rep) in aseq:
                     await one(pos, bi, rep)
+            elif spans:  # a whole session per claim (no await between its claims: nobody else takes one)
+                for pos, item in seq:
+                    await conversation([(pos, item)] + [next(seq) for _ in range(spans[pos] - 1)])
             else:
                 for pos, (bi, rep) in seq:
                     await one(pos, bi, rep)

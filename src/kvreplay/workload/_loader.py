@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.workload.sessions import Sessions, load_sessions
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Body", "Workload", "load_workload"]
 
@@ -66,11 +67,14 @@ class Workload:
         path: Where it was loaded from.
         bodies: The bodies, in workload order.
         sha256: Hex SHA-256 over the bodies' hex digests joined by LF (order matters).
+        sessions: The conversations its side file declares (``kvreplay.workload.sessions``),
+            or None when it has none (every body stands alone).
     """
 
     path: str
     bodies: tuple[Body, ...]
     sha256: str
+    sessions: Sessions | None = None
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -171,12 +175,13 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
         max_body_bytes: Largest body accepted (bytes).
 
     Returns:
-        The workload, bodies in order (file names sorted, or line order).
+        The workload, bodies in order (file names sorted, or line order), with its
+        sessions when a side file exists (``kvreplay.workload.sessions.sessions_path``).
 
     Raises:
         WorkloadError: missing path, empty workload, or a body that is not UTF-8,
             not JSON, not an object, or not a chat/completions request (file, line
-            and field named).
+            and field named); a malformed sessions side file.
     """
     p = Path(path)
     bodies: list[Body] = []
@@ -202,4 +207,4 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
     if not bodies:
         raise WorkloadError("workload holds no bodies", path=p)
     digest = hashlib.sha256("\n".join(b.sha256 for b in bodies).encode()).hexdigest()
-    return Workload(str(p), tuple(bodies), digest)
+    return Workload(str(p), tuple(bodies), digest, load_sessions(p, len(bodies)))

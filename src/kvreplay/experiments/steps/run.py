@@ -5,7 +5,8 @@ tables (as in a plan TOML, ``kvreplay.plan``), ``label``, ``comparable`` (false:
 control, never pooled with or compared as a main arm), ``drain_timeout``,
 ``max_transport_failures`` (this step's own: consecutive sends that never reached
 the server before the step is ``failed``, reason ``transport: ...``; default the
-window's; 0 = never).
+window's; 0 = never), ``history`` (a conversation workload's history: ``"captured"``,
+the default, or ``"live"``, as ``kvreplay run --history``; frozen only when live).
 
 Frozen: the exact plan (``plan``, ``plan_sha256``) and ``drain_timeout_s``. Run: the
 runner against the current incarnation, under the window's deadlines and abort rules;
@@ -80,6 +81,11 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
                         for ph in phases)}
     if "drain_timeout" in rest:
         st["drain_timeout_s"] = where.duration(rest["drain_timeout"], "drain_timeout")
+    if "history" in rest:
+        if rest["history"] not in ("captured", "live"):
+            raise ConfigError("history is \"captured\" or \"live\"", path=where.path, line=where.line,
+                              field=f"{where.fld}.history")
+        st["history"] = rest["history"]
     n = transport_failures(rest, where.path, where.line, where.fld)
     if n is not None:
         st["max_transport_failures"] = n
@@ -89,7 +95,11 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
 def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:
     assert workload is not None
     plan = build_plan(workload, list(step.settings["phases"]))
-    return {"plan": plan.content(), "plan_sha256": plan.sha256,
+    live = step.settings.get("history") == "live"
+    if live and workload.sessions is None:
+        raise ConfigError(f"step {step.name!r}: history = \"live\" needs a conversation workload "
+                          "(a sessions side file beside it)", field="history")
+    return {"plan": plan.content(), "plan_sha256": plan.sha256, **({"history": "live"} if live else {}),
             "drain_timeout_s": step.settings.get("drain_timeout_s", 10.0),
             **({"max_transport_failures": step.settings["max_transport_failures"]}
                if "max_transport_failures" in step.settings else {})}, plan
@@ -133,6 +143,7 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         abort_on_malformed=w.window.abort_on_malformed,
         max_output_error_rate=w.window.max_output_error_rate,
         max_transport_failures=st.settings.get("max_transport_failures", w.window.max_transport_failures) or None,
+        history=st.settings.get("history", "captured"),
         # plan.json records the simulator's time scale, as `kvreplay run --target sim` does, so
         # the step's reports give model ms with the scale stated (experiments.timescale)
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
@@ -264,7 +275,7 @@ def _restate(out: Path, st: dict[str, Any]) -> str | None:
 
 KIND = StepKind(
     name="run",
-    keys=frozenset({"phases", "phase", "drain_timeout", "max_transport_failures"}) | COMMON_KEYS,
+    keys=frozenset({"phases", "phase", "drain_timeout", "max_transport_failures", "history"}) | COMMON_KEYS,
     parse=_parse,
     execute=_execute,
     sends=True,
