@@ -8,6 +8,7 @@ Example::
         --sim-cache radix --sim-block-size 512
     kvreplay import har session.har --out runs/har          # folder of exact bodies + plan
     kvreplay import openai-batch batch_input.jsonl --out runs/batch
+    kvreplay import sharegpt sharegpt.json --out runs/chat.jsonl --model M --think-time 2
 """
 
 from __future__ import annotations
@@ -18,26 +19,30 @@ from kvreplay.safe_io import echo
 
 NAME = "import"
 HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan; har | openai-batch -> "
-        "a folder of the exact bodies, arrivals, plan.")
+        "a folder of the exact bodies, arrivals, plan; conversation formats (sharegpt, ...) -> chat bodies and "
+        "a sessions side file.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``import``'s options."""
+    from kvreplay.argtypes import integer, number
     from kvreplay.workload.capture import IMPORT_CONCURRENCY
+    from kvreplay.workload.conversation import DEFAULT_MAX_TOKENS, DEFAULT_MODEL
     from kvreplay.workload.formats import format_names, format_of
+    from kvreplay.workload.sessions import MAX_THINK_TIME_S
 
     p.add_argument("format", choices=format_names(),
                    help="source format: " + "; ".join(f"{n}: {format_of(n).summary}" for n in format_names()))
     p.add_argument(
         "trace",
         help="source file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids; "
-        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl)",
+        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl; a ShareGPT .json)",
     )
     p.add_argument(
         "--out",
         required=True,
         metavar="WORKLOAD",
-        help="mooncake: workload file to write (.jsonl); har, openai-batch: folder W to create; "
+        help="mooncake, conversation formats: workload file to write (.jsonl); har, openai-batch: folder W to create; "
         "arrivals and plan are written beside it",
     )
     p.add_argument(
@@ -58,7 +63,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="T",
         help="tokens per hash block (512 in the published Mooncake traces)",
     )
-    p.add_argument("--model", default="kvreplay-sim", help="model field of every body")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"model field of every body (default {DEFAULT_MODEL}; conversation formats: where the "
+                        "source names none)")
+    p.add_argument("--max-tokens", type=integer(1), default=DEFAULT_MAX_TOKENS, metavar="N",
+                   help=f"conversation formats: max_tokens of every body where the source names none "
+                        f"(default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--think-time", type=number(0.0, maximum=MAX_THINK_TIME_S, unit="s"), default=None,
+                   metavar="S", help="conversation formats: think time before every turn after the first (s; "
+                                     "default: the source's, else 0)")
     p.add_argument(
         "--chat", action="store_true", help="chat bodies (one user message) instead of completions"
     )

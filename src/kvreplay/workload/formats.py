@@ -1,7 +1,8 @@
 """The importer registry: every format ``kvreplay import`` reads, one entry each.
 
 An importer is a function in its own module (``workload/importers.py`` for Mooncake
-traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files) plus one
+traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files,
+``workload/import_sharegpt.py`` for ShareGPT conversations) plus one
 ``ImportFormat`` entry naming it. ``kvreplay import`` takes its format choices, the
 options each format reads and the lines it prints from here; adding a format is its
 module, one entry in ``BUILTIN`` below and its tests (docs/architecture.md, "Add an
@@ -72,6 +73,12 @@ def _capture(fn_name: str) -> Callable[..., list[str]]:
     return run
 
 
+def _sharegpt(source: str, out: str, *, model: str, max_tokens: int, think_time: float | None) -> list[str]:
+    from kvreplay.workload.import_sharegpt import import_sharegpt
+
+    return import_sharegpt(source, out, model=model, max_tokens=max_tokens, think_time=think_time or 0.0).lines()
+
+
 _MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos")
 
 BUILTIN: tuple[ImportFormat, ...] = (
@@ -83,6 +90,9 @@ BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("openai-batch", "an OpenAI Batch input .jsonl -> a folder of the exact bodies, plan",
                  ("paths", "redact_body_secrets"),
                  _capture("import_openai_batch")),
+    ImportFormat("sharegpt", "a ShareGPT JSON list of conversations (from human/gpt/system, value) -> one session "
+                 "per conversation, one chat body per human turn, sessions side file",
+                 ("model", "max_tokens", "think_time"), _sharegpt),
 )
 """The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""
 

@@ -1,0 +1,198 @@
+"""What the conversation importers share: chat bodies, a streamed JSON array, a sessions workload writer.
+
+The conversation importers (``sharegpt``, ``bailian``, ``aiperf``, ``vllm`` and the
+sessions of ``mooncake``) write a JSONL workload ``W.jsonl`` (one body per line) and
+its sessions side file ``W.sessions.jsonl`` (``workload.sessions``, written through
+``write_sessions``). The bodies are chat requests built by :func:`chat_body`:
+
+    {"model": M, "messages": [...], "max_tokens": N, "stream": true,
+     "stream_options": {"include_usage": true}}
+
+in that key order, serialised once with orjson (message text kept exactly: orjson
+escapes only what JSON requires and writes non-ASCII text as UTF-8).
+
+Memory: a JSON-array source is read through :func:`iter_json_array`, which maps the
+file and parses one element at a time (the page cache holds the file, the process
+one element); the workload is written line by line to ``W.jsonl.tmp`` and renamed
+only when the whole source was read, so a bad source leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.safe_io import open_new
+from kvreplay.workload.jsonscan import value_end, ws
+from kvreplay.workload.sessions import Turn, sessions_path, write_sessions
+
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "SessionWorkloadWriter", "chat_body", "iter_json_array",
+           "jsonl_out"]
+
+DEFAULT_MODEL = "kvreplay-sim"
+"""``model`` of every imported body when the source has none and ``--model`` is not given (the simulator's)."""
+
+DEFAULT_MAX_TOKENS = 256
+"""``max_tokens`` of every imported chat body when the source has none and ``--max-tokens`` is not given."""
+
+
+def chat_body(model: str, messages: list[dict[str, str]], max_tokens: int) -> bytes:
+    """A streamed chat request's bytes (the key order of the module docstring), no trailing newline."""
+    return orjson.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
+                         "stream_options": {"include_usage": True}})
+
+
+def iter_json_array(path: Path) -> Iterator[tuple[int, Any]]:
+    """The elements of a file holding one JSON array, parsed one at a time: ``(0-based index, value)``.
+
+    A file whose first value is an object (not an array) yields that one object as
+    element 0. The file is memory-mapped; only one element is decoded at a time.
+
+    Raises:
+        WorkloadError: unreadable or empty file, not an array or object, an element
+            that is not JSON (its index named as ``field="[i]"``), trailing bytes.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc}", path=path) from exc
+    with f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise WorkloadError("empty file", path=path)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            yield from _elements(m, path)
+
+
+def _elements(m: mmap.mmap, path: Path) -> Iterator[tuple[int, Any]]:
+    b: Any = m  # mmap supports the slicing, indexing, find and regex search jsonscan uses
+    i = ws(b, 0)
+    first = b[i: i + 1]
+    if first == b"{":
+        try:
+            end = value_end(b, i)
+            obj = orjson.loads(b[i:end])
+        except (ValueError, IndexError) as exc:
+            raise WorkloadError(f"not JSON: {exc}", path=path) from exc
+        _trailing(b, end, path)
+        yield 0, obj
+        return
+    if first != b"[":
+        raise WorkloadError("not a JSON array (or object)", path=path)
+    i = ws(b, i + 1)
+    idx = 0
+    if b[i: i + 1] == b"]":
+        _trailing(b, i + 1, path)
+        return
+    while True:
+        try:
+            end = value_end(b, i)
+            obj = orjson.loads(b[i:end])
+        except (ValueError, IndexError) as exc:
+            raise WorkloadError(f"not JSON: {exc}", path=path, field=f"[{idx}]") from exc
+        yield idx, obj
+        idx += 1
+        i = ws(b, end)
+        sep = b[i: i + 1]
+        if sep == b"]":
+            _trailing(b, i + 1, path)
+            return
+        if sep != b",":
+            raise WorkloadError("expected ',' or ']' after the element", path=path, field=f"[{idx - 1}]")
+        i = ws(b, i + 1)
+
+
+def _trailing(b: Any, i: int, path: Path) -> None:
+    if ws(b, i) != len(b):
+        raise WorkloadError(f"bytes after the JSON value (at byte {ws(b, i)})", path=path)
+
+
+def jsonl_out(out: str | Path) -> Path:
+    """The workload file ``--out`` names: ``out`` with ``.jsonl`` added when it has another suffix.
+
+    Raises:
+        ConfigError: ``out`` is an existing directory.
+    """
+    wl = Path(out)
+    if wl.suffix != ".jsonl":
+        wl = wl.with_name(wl.name + ".jsonl")
+    if wl.is_dir():
+        raise ConfigError("is a directory; give a .jsonl workload file", path=str(wl), field="--out")
+    return wl
+
+
+class SessionWorkloadWriter:
+    """Writes a JSONL workload body by body, with each body's session turn, then its side file.
+
+    Use as a context manager; ``commit()`` renames the workload into place and writes
+    the sessions side file; leaving the block without ``commit()`` (an error) removes
+    the partial file.
+
+    Attributes:
+        path: The workload file (``.jsonl``).
+        turns: One ``Turn`` per body written, in body order.
+        sessions: Number of sessions opened.
+    """
+
+    def __init__(self, out: str | Path) -> None:
+        self.path = jsonl_out(out)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(self.path.name + ".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp)
+        self._f = open_new(self._tmp)
+        self.turns: list[Turn] = []
+        self.sessions = 0
+        self._ids: set[str] = set()
+        self._committed = False
+
+    def new_session(self, sid: str, path: Path, where: str) -> None:
+        """Open session ``sid`` (ids must be unique).
+
+        Raises:
+            WorkloadError: ``sid`` was already used (``where`` names the source field).
+        """
+        if sid in self._ids:
+            raise WorkloadError(f"session id {sid!r} is used twice", path=path, field=where)
+        self._ids.add(sid)
+        self.sessions += 1
+
+    def add(self, body: bytes, session: str, turn: int, think_time_s: float = 0.0) -> int:
+        """Write one body (its bytes, no newline) as ``turn`` of ``session``; returns its body index."""
+        i = len(self.turns)
+        self._f.write(body + b"\n")
+        self.turns.append(Turn(i, session, turn, think_time_s))
+        return i
+
+    def commit(self) -> Path:
+        """Put the workload in place and write its sessions side file; returns the side file's path.
+
+        Raises:
+            WorkloadError: no body was written.
+        """
+        self._f.close()
+        if not self.turns:
+            raise WorkloadError("no request to import", path=self.path)
+        os.replace(self._tmp, self.path)
+        self._committed = True
+        return write_sessions(self.path, self.turns)
+
+    def __enter__(self) -> SessionWorkloadWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._committed:
+            self._f.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+
+    @property
+    def sessions_file(self) -> Path:
+        """Where the side file is (or will be) written."""
+        return sessions_path(self.path)
