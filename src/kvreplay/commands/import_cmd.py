@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from kvreplay.workload.capture import IMPORT_CONCURRENCY
     from kvreplay.workload.conversation import DEFAULT_MAX_TOKENS, DEFAULT_MODEL
     from kvreplay.workload.formats import format_names, format_of
+    from kvreplay.workload.importers import DEFAULT_SESSION_MIN_BLOCKS
     from kvreplay.workload.sessions import MAX_THINK_TIME_S
 
     p.add_argument("format", choices=format_names(),
@@ -84,6 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="the plan's multiplier on trace offsets (0.5 = twice as fast)",
     )
+    p.add_argument("--sessions", action="store_true",
+                   help="mooncake: also infer sessions from shared hash_ids prefixes (a request whose ids extend "
+                        "an earlier request's full blocks continues its session) and write the sessions side file")
+    p.add_argument("--session-min-blocks", type=integer(1), default=DEFAULT_SESSION_MIN_BLOCKS,
+                   metavar="K", help="mooncake --sessions: shortest shared prefix (blocks) that continues a "
+                                     f"session (default {DEFAULT_SESSION_MIN_BLOCKS})")
     p.add_argument(
         "--ignore-eos",
         action="store_true",

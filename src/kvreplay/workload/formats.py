@@ -38,12 +38,16 @@ class ImportFormat:
 
 
 def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int, model: str, chat: bool,
-              concurrency: int, time_scale: float, ignore_eos: bool) -> list[str]:
+              concurrency: int, time_scale: float, ignore_eos: bool, sessions: bool,
+              session_min_blocks: int) -> list[str]:
     from kvreplay.workload.importers import import_mooncake
 
     res = import_mooncake(source, out, limit=limit, block_tokens=block_tokens, model=model, chat=chat,
-                          concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos)
-    return [
+                          concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos,
+                          sessions=sessions, session_min_blocks=session_min_blocks)
+    side = [f"sessions ({res.sessions[1]} inferred from shared hash_ids prefixes) -> {res.sessions[0]}"] \
+        if res.sessions else []
+    return side + [
         f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) -> {res.workload}",
         f"arrivals (ms offsets) -> {res.arrivals}",
         f"plan -> {res.plan}",
@@ -79,7 +83,8 @@ def _sharegpt(source: str, out: str, *, model: str, max_tokens: int, think_time:
     return import_sharegpt(source, out, model=model, max_tokens=max_tokens, think_time=think_time or 0.0).lines()
 
 
-_MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos")
+_MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos",
+                     "sessions", "session_min_blocks")
 
 BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("mooncake", "Mooncake JSONL (timestamp, input_length, output_length, hash_ids) -> bodies, "
