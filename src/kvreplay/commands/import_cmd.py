@@ -60,9 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--block-tokens",
         type=int,
-        default=512,
+        default=None,
         metavar="T",
-        help="tokens per hash block (512 in the published Mooncake traces)",
+        help="tokens per hash block (default: 512 for mooncake, 16 for bailian, as in the published traces)",
     )
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"model field of every body (default {DEFAULT_MODEL}; conversation formats: where the "
@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     fmt = format_of(args.format)
     if "limit" in fmt.options and args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1", field="--limit")
-    if "block_tokens" in fmt.options and (args.block_tokens < 1 or args.concurrency < 1 or args.time_scale <= 0):
+    if "block_tokens" in fmt.options and ((args.block_tokens is not None and args.block_tokens < 1)
+                                          or args.concurrency < 1 or args.time_scale <= 0):
         raise ConfigError(
             "--block-tokens and --concurrency must be >= 1, --time-scale > 0",
             field="--block-tokens",

@@ -23,6 +23,7 @@ import contextlib
 import mmap
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ from kvreplay.safe_io import open_new
 from kvreplay.workload.jsonscan import value_end, ws
 from kvreplay.workload.sessions import Turn, sessions_path, write_sessions
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "SessionWorkloadWriter", "chat_body", "iter_json_array",
-           "jsonl_out"]
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "ConversationImport", "SessionWorkloadWriter", "chat_body",
+           "iter_json_array", "jsonl_out"]
 
 DEFAULT_MODEL = "kvreplay-sim"
 """``model`` of every imported body when the source has none and ``--model`` is not given (the simulator's)."""
@@ -127,6 +128,35 @@ def jsonl_out(out: str | Path) -> Path:
     return wl
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationImport:
+    """What a conversation importer wrote.
+
+    Attributes:
+        workload: The JSONL workload.
+        sessions_file: Its sessions side file (None for a flat workload).
+        sessions: Sessions written.
+        bodies: Bodies (turns) written.
+        skipped: Source records skipped, by reason.
+    """
+
+    workload: Path
+    sessions_file: Path | None
+    sessions: int
+    bodies: int
+    skipped: dict[str, int]
+
+    def lines(self) -> list[str]:
+        """What ``kvreplay import`` prints."""
+        skipped = "".join(f", {n} skipped ({why})" for why, n in sorted(self.skipped.items()))
+        if self.sessions_file is None:
+            return [f"{self.bodies} bodies{skipped} -> {self.workload}",
+                    f"  replay:  kvreplay run {self.workload} --target URL --phase replay:forward:c4"]
+        return [f"{self.sessions} sessions, {self.bodies} bodies{skipped} -> {self.workload}",
+                f"sessions -> {self.sessions_file}",
+                f"  replay:  kvreplay run {self.workload} --target URL --phase replay:forward:c4"]
+
+
 class SessionWorkloadWriter:
     """Writes a JSONL workload body by body, with each body's session turn, then its side file.
 
@@ -170,8 +200,13 @@ class SessionWorkloadWriter:
         self.turns.append(Turn(i, session, turn, think_time_s))
         return i
 
-    def commit(self) -> Path:
+    def commit(self, turns: list[Turn] | None = None, *, sessions: bool = True) -> Path | None:
         """Put the workload in place and write its sessions side file; returns the side file's path.
+
+        Args:
+            turns: The turns to write instead of those given to ``add`` (an importer that
+                knows a body's session only once the whole source is read).
+            sessions: False for a flat workload: no side file (a stale one is removed).
 
         Raises:
             WorkloadError: no body was written.
@@ -181,7 +216,11 @@ class SessionWorkloadWriter:
             raise WorkloadError("no request to import", path=self.path)
         os.replace(self._tmp, self.path)
         self._committed = True
-        return write_sessions(self.path, self.turns)
+        if not sessions:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(sessions_path(self.path))  # it would describe other bodies
+            return None
+        return write_sessions(self.path, self.turns if turns is None else turns)
 
     def __enter__(self) -> SessionWorkloadWriter:
         return self

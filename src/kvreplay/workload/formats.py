@@ -2,7 +2,8 @@
 
 An importer is a function in its own module (``workload/importers.py`` for Mooncake
 traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files,
-``workload/import_sharegpt.py`` for ShareGPT conversations) plus one
+``workload/import_sharegpt.py`` for ShareGPT conversations, ``workload/import_bailian.py``
+for Bailian traces) plus one
 ``ImportFormat`` entry naming it. ``kvreplay import`` takes its format choices, the
 options each format reads and the lines it prints from here; adding a format is its
 module, one entry in ``BUILTIN`` below and its tests (docs/architecture.md, "Add an
@@ -37,11 +38,12 @@ class ImportFormat:
     run: Callable[..., list[str]]
 
 
-def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int, model: str, chat: bool,
+def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
               concurrency: int, time_scale: float, ignore_eos: bool, sessions: bool,
               session_min_blocks: int) -> list[str]:
-    from kvreplay.workload.importers import import_mooncake
+    from kvreplay.workload.importers import MOONCAKE_BLOCK_TOKENS, import_mooncake
 
+    block_tokens = block_tokens or MOONCAKE_BLOCK_TOKENS
     res = import_mooncake(source, out, limit=limit, block_tokens=block_tokens, model=model, chat=chat,
                           concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos,
                           sessions=sessions, session_min_blocks=session_min_blocks)
@@ -83,6 +85,14 @@ def _sharegpt(source: str, out: str, *, model: str, max_tokens: int, think_time:
     return import_sharegpt(source, out, model=model, max_tokens=max_tokens, think_time=think_time or 0.0).lines()
 
 
+def _bailian(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
+             ignore_eos: bool) -> list[str]:
+    from kvreplay.workload.import_bailian import BAILIAN_BLOCK_TOKENS, import_bailian
+
+    return import_bailian(source, out, block_tokens=block_tokens or BAILIAN_BLOCK_TOKENS, model=model, chat=chat,
+                          ignore_eos=ignore_eos, limit=limit).lines()
+
+
 _MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos",
                      "sessions", "session_min_blocks")
 
@@ -98,6 +108,9 @@ BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("sharegpt", "a ShareGPT JSON list of conversations (from human/gpt/system, value) -> one session "
                  "per conversation, one chat body per human turn, sessions side file",
                  ("model", "max_tokens", "think_time"), _sharegpt),
+    ImportFormat("bailian", "an Alibaba Bailian trace JSONL (chat_id, parent_chat_id, turn, timestamp s, 16-token "
+                 "hash_ids) -> one session per chat, one body per request, sessions side file",
+                 ("limit", "block_tokens", "model", "chat", "ignore_eos"), _bailian),
 )
 """The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""
 

@@ -28,48 +28,22 @@ one body at a time; peak memory is about one conversation's bodies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from kvreplay.errors import WorkloadError
 from kvreplay.workload.conversation import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_MODEL,
+    ConversationImport,
     SessionWorkloadWriter,
     chat_body,
     iter_json_array,
 )
 
-__all__ = ["ROLES", "ConversationImport", "import_sharegpt"]
+__all__ = ["ROLES", "import_sharegpt"]
 
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 """ShareGPT ``from`` -> chat ``role``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationImport:
-    """What a conversation importer wrote.
-
-    Attributes:
-        workload: The JSONL workload.
-        sessions_file: Its sessions side file.
-        sessions: Sessions written.
-        bodies: Bodies (turns) written.
-        skipped: Source records skipped, by reason.
-    """
-
-    workload: Path
-    sessions_file: Path
-    sessions: int
-    bodies: int
-    skipped: dict[str, int]
-
-    def lines(self) -> list[str]:
-        """What ``kvreplay import`` prints."""
-        skipped = "".join(f", {n} skipped ({why})" for why, n in sorted(self.skipped.items()))
-        return [f"{self.sessions} sessions, {self.bodies} bodies{skipped} -> {self.workload}",
-                f"sessions -> {self.sessions_file}",
-                f"  replay:  kvreplay run {self.workload} --target URL --phase replay:forward:c4"]
 
 
 def _session_id(conv: dict, index: int, p: Path) -> str:
@@ -139,4 +113,5 @@ def import_sharegpt(src: str | Path, out: str | Path, *, model: str = DEFAULT_MO
         if not w.turns:
             raise WorkloadError("no conversation with a human message", path=p)
         side = w.commit()
+        assert side is not None
         return ConversationImport(w.path, side, w.sessions, len(w.turns), skipped)

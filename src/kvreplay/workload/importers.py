@@ -70,12 +70,18 @@ __all__ = [
     "block_text",
     "import_mooncake",
     "DEFAULT_SESSION_MIN_BLOCKS",
+    "MOONCAKE_BLOCK_TOKENS",
+    "TraceRow",
+    "prompt_text",
     "infer_sessions",
     "read_mooncake",
     "read_trace_bytes",
     "reject_csv",
     "vocabulary",
 ]
+
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` block in the published Mooncake traces."""
 
 _CONS = "bcdfghjklmnprstvz"
 _VOWELS = "aeiou"
@@ -174,7 +180,7 @@ def read_trace_bytes(path: str | Path) -> tuple[Path, bytes]:
 
 
 def read_mooncake(
-    path: str | Path, *, limit: int | None = None, block_tokens: int = 512
+    path: str | Path, *, limit: int | None = None, block_tokens: int = MOONCAKE_BLOCK_TOKENS
 ) -> list[TraceRow]:
     """Read and check a Mooncake trace (JSONL).
 
@@ -332,7 +338,7 @@ def import_mooncake(
     out: str | Path,
     *,
     limit: int | None = None,
-    block_tokens: int = 512,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
     model: str = "kvreplay-sim",
     chat: bool = False,
     concurrency: int = IMPORT_CONCURRENCY,
