@@ -3,7 +3,7 @@
 An importer is a function in its own module (``workload/importers.py`` for Mooncake
 traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files,
 ``workload/import_sharegpt.py`` for ShareGPT conversations, ``workload/import_bailian.py``
-for Bailian traces) plus one
+for Bailian traces, ``workload/peers.py`` for AIPerf's and vLLM's custom datasets) plus one
 ``ImportFormat`` entry naming it. ``kvreplay import`` takes its format choices, the
 options each format reads and the lines it prints from here; adding a format is its
 module, one entry in ``BUILTIN`` below and its tests (docs/architecture.md, "Add an
@@ -93,6 +93,15 @@ def _bailian(source: str, out: str, *, limit: int | None, block_tokens: int | No
                           ignore_eos=ignore_eos, limit=limit).lines()
 
 
+def _peer(fn_name: str) -> Callable[..., list[str]]:
+    def run(source: str, out: str, *, model: str, max_tokens: int) -> list[str]:
+        from kvreplay.workload import peers
+
+        return getattr(peers, fn_name)(source, out, model=model, max_tokens=max_tokens).lines()
+
+    return run
+
+
 _MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos",
                      "sessions", "session_min_blocks")
 
@@ -111,6 +120,10 @@ BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("bailian", "an Alibaba Bailian trace JSONL (chat_id, parent_chat_id, turn, timestamp s, 16-token "
                  "hash_ids) -> one session per chat, one body per request, sessions side file",
                  ("limit", "block_tokens", "model", "chat", "ignore_eos"), _bailian),
+    ImportFormat("aiperf", "an AIPerf single_turn / multi_turn custom dataset JSONL -> chat bodies, sessions "
+                 "(session_id, delay) in the side file", ("model", "max_tokens"), _peer("import_aiperf")),
+    ImportFormat("vllm", "a vllm bench serve custom dataset JSONL (prompt, output_tokens) -> chat bodies",
+                 ("model", "max_tokens"), _peer("import_vllm")),
 )
 """The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""
 

@@ -16,8 +16,8 @@ from kvreplay.workload.formats import (
 
 
 def test_builtin_formats_in_order():
-    assert [f.name for f in BUILTIN] == ["mooncake", "har", "openai-batch", "sharegpt", "bailian"]
-    assert format_names() == ("mooncake", "har", "openai-batch", "sharegpt", "bailian")
+    assert [f.name for f in BUILTIN] == ["mooncake", "har", "openai-batch", "sharegpt", "bailian", "aiperf", "vllm"]
+    assert format_names() == ("mooncake", "har", "openai-batch", "sharegpt", "bailian", "aiperf", "vllm")
     assert format_of("har").options == ("paths", "redact_body_secrets")  # issue 30 item 4
 
 
