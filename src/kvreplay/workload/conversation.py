@@ -11,16 +11,15 @@ its sessions side file ``W.sessions.jsonl`` (``workload.sessions``, written thro
 in that key order, serialised once with orjson (message text kept exactly: orjson
 escapes only what JSON requires and writes non-ASCII text as UTF-8).
 
-Memory: a JSON-array source is read through :func:`iter_json_array`, which maps the
-file and parses one element at a time (the page cache holds the file, the process
-one element); the workload is written line by line to ``W.jsonl.tmp`` and renamed
+Memory: a JSON-array source is read through :func:`iter_json_array`, which reads the
+file in chunks and parses one element at a time (memory: a few times the largest
+element); the workload is written line by line to ``W.jsonl.tmp`` and renamed
 only when the whole source was read, so a bad source leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,11 +49,13 @@ def chat_body(model: str, messages: list[dict[str, str]], max_tokens: int) -> by
                          "stream_options": {"include_usage": True}})
 
 
-def iter_json_array(path: Path) -> Iterator[tuple[int, Any]]:
+def iter_json_array(path: Path, *, chunk_bytes: int = 1 << 20) -> Iterator[tuple[int, Any]]:
     """The elements of a file holding one JSON array, parsed one at a time: ``(0-based index, value)``.
 
     A file whose first value is an object (not an array) yields that one object as
-    element 0. The file is memory-mapped; only one element is decoded at a time.
+    element 0. The file is read in chunks of ``chunk_bytes`` (more while an element is
+    longer); the buffer holds the unread rest of one chunk and the element being read,
+    so memory is bounded by a few times the largest element, not the file.
 
     Raises:
         WorkloadError: unreadable or empty file, not an array or object, an element
@@ -65,53 +66,91 @@ def iter_json_array(path: Path) -> Iterator[tuple[int, Any]]:
     except OSError as exc:
         raise WorkloadError(f"cannot read: {exc}", path=path) from exc
     with f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise WorkloadError("empty file", path=path)
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            yield from _elements(m, path)
+        yield from _ArrayReader(f, path, chunk_bytes).elements()
 
 
-def _elements(m: mmap.mmap, path: Path) -> Iterator[tuple[int, Any]]:
-    b: Any = m  # mmap supports the slicing, indexing, find and regex search jsonscan uses
-    i = ws(b, 0)
-    first = b[i: i + 1]
-    if first == b"{":
+class _ArrayReader:
+    """Scans one JSON array from a binary file, refilling its buffer as elements need."""
+
+    def __init__(self, f: Any, path: Path, chunk_bytes: int) -> None:
+        self.f, self.path, self.chunk = f, path, chunk_bytes
+        self.buf, self.pos, self.eof = b"", 0, False
+        self.largest_buffer = 0
+
+    def _more(self) -> bool:
+        """Append a chunk (at least as long as what is held); False at the end of the file."""
+        if self.eof:
+            return False
         try:
-            end = value_end(b, i)
-            obj = orjson.loads(b[i:end])
-        except (ValueError, IndexError) as exc:
-            raise WorkloadError(f"not JSON: {exc}", path=path) from exc
-        _trailing(b, end, path)
-        yield 0, obj
-        return
-    if first != b"[":
-        raise WorkloadError("not a JSON array (or object)", path=path)
-    i = ws(b, i + 1)
-    idx = 0
-    if b[i: i + 1] == b"]":
-        _trailing(b, i + 1, path)
-        return
-    while True:
-        try:
-            end = value_end(b, i)
-            obj = orjson.loads(b[i:end])
-        except (ValueError, IndexError) as exc:
-            raise WorkloadError(f"not JSON: {exc}", path=path, field=f"[{idx}]") from exc
-        yield idx, obj
-        idx += 1
-        i = ws(b, end)
-        sep = b[i: i + 1]
-        if sep == b"]":
-            _trailing(b, i + 1, path)
+            data = self.f.read(max(self.chunk, len(self.buf) - self.pos))
+        except OSError as exc:
+            raise WorkloadError(f"cannot read: {exc}", path=self.path) from exc
+        if not data:
+            self.eof = True
+            return False
+        self.buf, self.pos = self.buf[self.pos:] + data, 0
+        self.largest_buffer = max(self.largest_buffer, len(self.buf))
+        return True
+
+    def _ws(self) -> bytes:
+        """Skip whitespace; the next byte (b"" at the end of the file)."""
+        while True:
+            self.pos = ws(self.buf, self.pos)
+            if self.pos < len(self.buf) or not self._more():
+                return self.buf[self.pos: self.pos + 1]
+
+    def _value(self, where: str | None) -> Any:
+        """Parse the value at ``pos`` (an object or array: its end is found before parsing)."""
+        while True:
+            try:
+                end = value_end(self.buf, self.pos)
+            except (ValueError, IndexError) as exc:
+                if self._more():
+                    continue
+                raise WorkloadError(f"not JSON: {exc}", path=self.path, field=where) from exc
+            if end == len(self.buf) and self._more():
+                continue  # a scalar may go on in the next chunk
+            try:
+                obj = orjson.loads(self.buf[self.pos: end])
+            except orjson.JSONDecodeError as exc:
+                raise WorkloadError(f"not JSON: {exc}", path=self.path, field=where) from exc
+            self.pos = end
+            return obj
+
+    def elements(self) -> Iterator[tuple[int, Any]]:
+        first = self._ws()
+        if not first:
+            raise WorkloadError("empty file", path=self.path)
+        if first == b"{":
+            obj = self._value(None)
+            self._end()
+            yield 0, obj
             return
-        if sep != b",":
-            raise WorkloadError("expected ',' or ']' after the element", path=path, field=f"[{idx - 1}]")
-        i = ws(b, i + 1)
+        if first != b"[":
+            raise WorkloadError("not a JSON array (or object)", path=self.path)
+        self.pos += 1
+        if self._ws() == b"]":
+            self.pos += 1
+            self._end()
+            return
+        idx = 0
+        while True:
+            if not self._ws():
+                raise WorkloadError("the array is not closed", path=self.path, field=f"[{idx}]")
+            yield idx, self._value(f"[{idx}]")
+            sep = self._ws()
+            if sep == b"]":
+                self.pos += 1
+                self._end()
+                return
+            if sep != b",":
+                raise WorkloadError("expected ',' or ']' after the element", path=self.path, field=f"[{idx}]")
+            self.pos += 1
+            idx += 1
 
-
-def _trailing(b: Any, i: int, path: Path) -> None:
-    if ws(b, i) != len(b):
-        raise WorkloadError(f"bytes after the JSON value (at byte {ws(b, i)})", path=path)
+    def _end(self) -> None:
+        if self._ws():
+            raise WorkloadError("bytes after the JSON value", path=self.path)
 
 
 def jsonl_out(out: str | Path) -> Path:

@@ -142,6 +142,9 @@ def import_aiperf(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODE
                 raise WorkloadError("must be a non-empty list", path=p, line=lineno, field="turns")
             flat = flat and sid is None and not multi
             key = sid if sid is not None else f"#{lineno}"
+            if sid is None and key in sessions:
+                raise WorkloadError(f"session id {key!r} is also this line's own", path=p, line=lineno,
+                                    field="session_id")
             s = sessions.get(key)
             if s is None:
                 s = sessions[key] = _Session([], [])

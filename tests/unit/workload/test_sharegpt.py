@@ -105,3 +105,19 @@ def test_not_an_array_and_empty(tmp_path: Path) -> None:
         import_sharegpt(_write(tmp_path, '[] x'), tmp_path / "w")
     with pytest.raises(WorkloadError, match="no conversation with a human"):
         import_sharegpt(_write(tmp_path, '[]'), tmp_path / "w")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_the_array_is_read_in_chunks_across_any_boundary(tmp_path: Path, chunk: int) -> None:
+    from kvreplay.workload.conversation import iter_json_array
+
+    doc = [{"id": str(i), "conversations": [{"from": "human", "value": "\\\"x]}" * i + "é"}]} for i in range(30)]
+    doc += [3, "s", [1, [2]], {"a": "}"}, 1.5e3]
+    p = tmp_path / "a.json"
+    p.write_text("  [ " + " ,\n ".join(json.dumps(x, ensure_ascii=False) for x in doc) + " ]\n ", encoding="utf-8")
+    assert [x for _, x in iter_json_array(p, chunk_bytes=chunk)] == doc
+    assert [i for i, _ in iter_json_array(p, chunk_bytes=chunk)] == list(range(len(doc)))
+    p.write_text('[{"a": 1}, {"b": ')
+    with pytest.raises(WorkloadError, match="not JSON") as ei:
+        list(iter_json_array(p, chunk_bytes=chunk))
+    assert ei.value.field == "[1]"
