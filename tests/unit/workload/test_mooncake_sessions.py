@@ -51,3 +51,30 @@ def test_cli_writes_the_side_file_only_with_sessions(tmp_path: Path, capsys) -> 
     assert "sessions (3 inferred from shared hash_ids prefixes)" in capsys.readouterr().out
     assert main(["import", "mooncake", str(src), "--out", str(out), "--block-tokens", "4"]) == 0
     assert load_sessions(out, 7) is None  # the earlier side file is not left to describe other bodies
+
+
+def _naive(rows: list, block_tokens: int, min_blocks: int) -> list[tuple[str, int]]:
+    """The rule written the slow, obvious way: tuple prefixes, longest first."""
+    tips: dict[tuple[int, ...], tuple[str, int]] = {}
+    out, n = [], 0
+    for r in rows:
+        ids = r.hash_ids
+        hit = next((tips.pop(ids[:k]) for k in range(len(ids), min_blocks - 1, -1) if ids[:k] in tips), None)
+        if hit is None:
+            sid, turn = f"mc-{n}", 0
+            n += 1
+        else:
+            sid, turn = hit[0], hit[1] + 1
+        out.append((sid, turn))
+        full = min(len(ids), r.input_length // block_tokens)
+        if full >= min_blocks:
+            tips[ids[:full]] = (sid, turn)
+    return out
+
+
+def test_published_conversation_trace_against_the_naive_rule() -> None:
+    rows = read_mooncake(Path(__file__).parents[3] / "fixtures" / "traces" / "mooncake_fast25_conversation_trace.jsonl")
+    for min_blocks, sessions in ((1, 6745), (2, 8099)):
+        got = infer_sessions(rows, 512, min_blocks)
+        assert [(t.session, t.turn) for t in got] == _naive(rows, 512, min_blocks)
+        assert sum(t.turn == 0 for t in got) == sessions  # of 12,031 requests
