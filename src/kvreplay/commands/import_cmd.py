@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redact-body-secrets", action="store_true",
                    help="har, openai-batch: keep a body that holds a secret (a key shape, a secret field, its "
                         "request's credential) with the secret replaced by [REDACTED] instead of skipping it")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="first N requests only")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="first N requests only (sharegpt: first N conversations)")
     p.add_argument(
         "--block-tokens",
         type=int,

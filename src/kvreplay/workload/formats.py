@@ -79,10 +79,12 @@ def _capture(fn_name: str) -> Callable[..., list[str]]:
     return run
 
 
-def _sharegpt(source: str, out: str, *, model: str, max_tokens: int, think_time: float | None) -> list[str]:
+def _sharegpt(source: str, out: str, *, limit: int | None, model: str, max_tokens: int,
+              think_time: float | None) -> list[str]:
     from kvreplay.workload.import_sharegpt import import_sharegpt
 
-    return import_sharegpt(source, out, model=model, max_tokens=max_tokens, think_time=think_time or 0.0).lines()
+    return import_sharegpt(source, out, model=model, max_tokens=max_tokens, think_time=think_time or 0.0,
+                           limit=limit).lines()
 
 
 def _bailian(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
@@ -116,7 +118,7 @@ BUILTIN: tuple[ImportFormat, ...] = (
                  _capture("import_openai_batch")),
     ImportFormat("sharegpt", "a ShareGPT JSON list of conversations (from human/gpt/system, value) -> one session "
                  "per conversation, one chat body per human turn, sessions side file",
-                 ("model", "max_tokens", "think_time"), _sharegpt),
+                 ("limit", "model", "max_tokens", "think_time"), _sharegpt),
     ImportFormat("bailian", "an Alibaba Bailian trace JSONL (chat_id, parent_chat_id, turn, timestamp s, 16-token "
                  "hash_ids) -> one session per chat, one body per request, sessions side file",
                  ("limit", "block_tokens", "model", "chat", "ignore_eos"), _bailian),

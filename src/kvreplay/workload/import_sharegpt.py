@@ -75,7 +75,8 @@ def _messages(conv: dict, index: int, p: Path) -> list[dict[str, str]]:
 
 
 def import_sharegpt(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODEL,
-                    max_tokens: int = DEFAULT_MAX_TOKENS, think_time: float = 0.0) -> ConversationImport:
+                    max_tokens: int = DEFAULT_MAX_TOKENS, think_time: float = 0.0,
+                    limit: int | None = None) -> ConversationImport:
     """Write a sessions workload from a ShareGPT-style file (see module docstring).
 
     Args:
@@ -84,6 +85,7 @@ def import_sharegpt(src: str | Path, out: str | Path, *, model: str = DEFAULT_MO
         model: ``model`` of every body.
         max_tokens: ``max_tokens`` of every body.
         think_time: Think time (s) of every turn after the first.
+        limit: Import only the first ``limit`` conversations written (the rest is not read).
 
     Returns:
         What was written.
@@ -97,6 +99,8 @@ def import_sharegpt(src: str | Path, out: str | Path, *, model: str = DEFAULT_MO
     skipped: dict[str, int] = {}
     with SessionWorkloadWriter(out) as w:
         for index, conv in iter_json_array(p):
+            if limit is not None and w.sessions >= limit:
+                break
             if not isinstance(conv, dict):
                 raise WorkloadError("not an object", path=p, field=f"[{index}]")
             sid = _session_id(conv, index, p)

@@ -56,8 +56,9 @@ def test_hand_made_file_exact_bodies_and_sessions(tmp_path: Path) -> None:
 def test_flags_set_model_max_tokens_and_think_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = _write(tmp_path, '[{"id":"c","conversations":[{"from":"human","value":"1"},{"from":"gpt","value":"2"},'
                            '{"from":"human","value":"3"}]}]')
+    src.write_text(src.read_text()[:-1] + ',{"id":"d","conversations":[{"from":"human","value":"4"}]}]')
     rc = main(["import", "sharegpt", str(src), "--out", str(tmp_path / "w.jsonl"), "--model", "m1",
-               "--max-tokens", "9", "--think-time", "1.5"])
+               "--max-tokens", "9", "--think-time", "1.5", "--limit", "1"])
     assert rc == 0
     first = orjson.loads((tmp_path / "w.jsonl").read_bytes().split(b"\n")[0])
     assert (first["model"], first["max_tokens"]) == ("m1", 9)
