@@ -13,7 +13,7 @@ from kvreplay.errors import WorkloadError
 from kvreplay.workload.import_sharegpt import import_sharegpt
 from kvreplay.workload.sessions import Turn, load_sessions
 
-CORPUS = Path("/work/shared/corpus/conversations")
+CORPUS = Path(__file__).parents[3] / "fixtures" / "conversations"
 
 _TAIL = b',"max_tokens":256,"stream":true,"stream_options":{"include_usage":true}}'
 
