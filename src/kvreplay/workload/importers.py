@@ -63,6 +63,7 @@ from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
 from kvreplay.workload._loader import json_line
 from kvreplay.workload.capture import IMPORT_CONCURRENCY, toml_comment, toml_str
+from kvreplay.workload.conversation import DEFAULT_MODEL
 from kvreplay.workload.sessions import MAX_THINK_TIME_S, Turn, sessions_path, write_sessions
 
 __all__ = [
@@ -339,7 +340,7 @@ def import_mooncake(
     *,
     limit: int | None = None,
     block_tokens: int = MOONCAKE_BLOCK_TOKENS,
-    model: str = "kvreplay-sim",
+    model: str = DEFAULT_MODEL,
     chat: bool = False,
     concurrency: int = IMPORT_CONCURRENCY,
     time_scale: float = 1.0,
