@@ -8,6 +8,7 @@ Example::
         --sim-cache radix --sim-block-size 512
     kvreplay import har session.har --out runs/har          # folder of exact bodies + plan
     kvreplay import openai-batch batch_input.jsonl --out runs/batch
+    kvreplay import sharegpt sharegpt.json --out runs/chat.jsonl --model M --think-time 2
 """
 
 from __future__ import annotations
@@ -18,26 +19,31 @@ from kvreplay.safe_io import echo
 
 NAME = "import"
 HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan; har | openai-batch -> "
-        "a folder of the exact bodies, arrivals, plan.")
+        "a folder of the exact bodies, arrivals, plan; conversation formats (sharegpt, ...) -> chat bodies and "
+        "a sessions side file.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``import``'s options."""
+    from kvreplay.argtypes import integer, number
     from kvreplay.workload.capture import IMPORT_CONCURRENCY
+    from kvreplay.workload.conversation import DEFAULT_MAX_TOKENS, DEFAULT_MODEL
     from kvreplay.workload.formats import format_names, format_of
+    from kvreplay.workload.importers import DEFAULT_SESSION_MIN_BLOCKS
+    from kvreplay.workload.sessions import MAX_THINK_TIME_S
 
     p.add_argument("format", choices=format_names(),
                    help="source format: " + "; ".join(f"{n}: {format_of(n).summary}" for n in format_names()))
     p.add_argument(
         "trace",
         help="source file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids; "
-        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl)",
+        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl; a ShareGPT .json)",
     )
     p.add_argument(
         "--out",
         required=True,
         metavar="WORKLOAD",
-        help="mooncake: workload file to write (.jsonl); har, openai-batch: folder W to create; "
+        help="mooncake, conversation formats: workload file to write (.jsonl); har, openai-batch: folder W to create; "
         "arrivals and plan are written beside it",
     )
     p.add_argument(
@@ -50,15 +56,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redact-body-secrets", action="store_true",
                    help="har, openai-batch: keep a body that holds a secret (a key shape, a secret field, its "
                         "request's credential) with the secret replaced by [REDACTED] instead of skipping it")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="first N requests only")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="first N requests only (sharegpt: first N conversations)")
     p.add_argument(
         "--block-tokens",
         type=int,
-        default=512,
+        default=None,
         metavar="T",
-        help="tokens per hash block (512 in the published Mooncake traces)",
+        help="tokens per hash block (default: 512 for mooncake, 16 for bailian, as in the published traces)",
     )
-    p.add_argument("--model", default="kvreplay-sim", help="model field of every body")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"model field of every body (default {DEFAULT_MODEL}; conversation formats: where the "
+                        "source names none)")
+    p.add_argument("--max-tokens", type=integer(1), default=DEFAULT_MAX_TOKENS, metavar="N",
+                   help=f"conversation formats: max_tokens of every body where the source names none "
+                        f"(default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--think-time", type=number(0.0, maximum=MAX_THINK_TIME_S, unit="s"), default=None,
+                   metavar="S", help="conversation formats: think time before every turn after the first (s; "
+                                     "default: the source's, else 0)")
     p.add_argument(
         "--chat", action="store_true", help="chat bodies (one user message) instead of completions"
     )
@@ -71,6 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="the plan's multiplier on trace offsets (0.5 = twice as fast)",
     )
+    p.add_argument("--sessions", action="store_true",
+                   help="mooncake: also infer sessions from shared hash_ids prefixes (a request whose ids extend "
+                        "an earlier request's full blocks continues its session) and write the sessions side file")
+    p.add_argument("--session-min-blocks", type=integer(1), default=DEFAULT_SESSION_MIN_BLOCKS,
+                   metavar="K", help="mooncake --sessions: shortest shared prefix (blocks) that continues a "
+                                     f"session (default {DEFAULT_SESSION_MIN_BLOCKS})")
     p.add_argument(
         "--ignore-eos",
         action="store_true",
@@ -86,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     fmt = format_of(args.format)
     if "limit" in fmt.options and args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1", field="--limit")
-    if "block_tokens" in fmt.options and (args.block_tokens < 1 or args.concurrency < 1 or args.time_scale <= 0):
+    if "block_tokens" in fmt.options and ((args.block_tokens is not None and args.block_tokens < 1)
+                                          or args.concurrency < 1 or args.time_scale <= 0):
         raise ConfigError(
             "--block-tokens and --concurrency must be >= 1, --time-scale > 0",
             field="--block-tokens",

@@ -171,6 +171,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fl.add_argument("--router", choices=ROUTER_POLICIES, default=None,
                     help="with --replicas: the policy taken as the observed routing (its kept %%)")
     fl.add_argument("--router-seed", type=integer(0), default=0, metavar="S", help="seed of the random policy")
+    ses = parser.add_argument_group("sessions (a workload with a sessions side file: reuse by turn is reported)")
+    ses.add_argument("--sessions", type=integer(1), metavar="N",
+                     help="simulate N conversations in flight (closed loop) instead of the workload's order: the "
+                          "recommended capacity keeps N conversations warm")
+    ses.add_argument("--think-time", type=number(0.0, unit="s"), metavar="S",
+                     help="with --sessions: think time before every later turn (default: the side file's)")
+    ses.add_argument("--service-time", type=number(0.0, unit="s"), default=0.0, metavar="S",
+                     help="with --sessions: seconds from a turn's send to its last byte (default 0)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
 
@@ -286,7 +294,27 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
         prefill=parse_prefill(args.prefill) if args.prefill else None,
         share=args.share,
         metric=args.metric,
+        sessions=getattr(args, "sessions", None),
+        think_time=getattr(args, "think_time", None),
+        service_time=getattr(args, "service_time", 0.0),
     )
+
+
+def _by_turn_lines(ses: dict | None, unit: str) -> list[str]:
+    """The sessions section: the order simulated and reuse by turn at each capacity."""
+    if not ses:
+        return []
+    think = ses["think_time_s"]
+    lines = [f"sessions: {ses['sessions']}, simulated in {ses['order']} order"
+             + ("" if ses["in_flight"] is None else
+                f" (think time {think if isinstance(think, str) else f'{think:g} s'}, service time "
+                f"{ses['service_time_s']:g} s)")]
+    for block in ses["by_turn"]:
+        lines.append(f"  reuse by turn at {block['capacity']} {'entries' if unit == 'entry' else unit + 's'}:")
+        lines.append(f"  {'turn':>6} {'requests':>9} {'prompt tok':>11} {'cached tok':>11} {'hit% tok':>9}")
+        lines += [f"  {r['turn']:>6} {r['requests']:>9} {r['prompt_tokens']:>11}"
+                  f" {r['cached_tokens']:>11} {100 * r['hit_ratio_tokens']:>9.2f}" for r in block["rows"]]
+    return lines
 
 
 def table(rep: dict) -> str:
@@ -357,6 +385,7 @@ def table(rep: dict) -> str:
                 f" {below['hit_' + rec['metric']]}"
                 + ("" if chk["holds"] else " -- the boundary does NOT hold")
             )
+    lines += _by_turn_lines(rep.get("sessions"), unit)
     if rep.get("prefill_s_cold") is not None:
         from kvreplay.offline.sizing import prefill_text
 

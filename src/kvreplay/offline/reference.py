@@ -50,6 +50,7 @@ def brute_entries(
     max_entry_bytes: int | None = None,
     bytes_per_token: int | None = None,
     refuse_over_bytes: bool = False,
+    per_request: list[list[int]] | None = None,
 ) -> list[Point]:
     """Run ``EntriesCache`` once per capacity.
 
@@ -61,12 +62,15 @@ def brute_entries(
         max_entry_bytes: Per-snapshot cap (bytes), as the simulator's flag.
         bytes_per_token: KV bytes per token (bytes); None = the class default.
         refuse_over_bytes: Refuse over-cap snapshots instead of truncating.
+        per_request: When given, one list per capacity is appended to it: every request's
+            hit tokens, in order (counted or not).
 
     Returns:
         One point per capacity.
     """
     out = []
     for cap in capacities:
+        each: list[int] = []
         kw: dict = {
             "max_entries": cap,
             "recency": recency,
@@ -92,10 +96,13 @@ def brute_entries(
                 for p in points
             ]
             cache.store(r.tokens, offs)
+            each.append(look.hit_tokens)
             if r.counted:
                 hr += look.hit_tokens > 0
                 ht += look.hit_tokens
         out.append(Point(cap, hr, ht, ht, 0))
+        if per_request is not None:
+            per_request.append(each)
     return out
 
 
@@ -105,6 +112,7 @@ def brute_radix(
     *,
     block_size: int,
     host: Callable[[], HostTier] | None = None,
+    per_request: list[list[int]] | None = None,
 ) -> list[Point]:
     """Run ``RadixCache`` once per device capacity.
 
@@ -113,6 +121,7 @@ def brute_radix(
         capacities: Device capacities (blocks).
         block_size: Tokens per block.
         host: Makes a fresh host tier for each run, or None for none.
+        per_request: As ``brute_entries``'s (cached tokens of each request).
 
     Returns:
         One point per capacity.
@@ -123,15 +132,19 @@ def brute_radix(
             capacity_blocks=cap, block_size=block_size, host=host() if host else None
         )
         hr = ht = hd = 0
+        each: list[int] = []
         epoch = reqs[0].epoch if reqs else 0
         for r in reqs:
             if r.epoch != epoch:
                 cache.clear()
                 epoch = r.epoch
             o = cache.request(r.tokens, r.output, messages_end=r.messages_end)
+            each.append(o.cached_tokens)
             if r.counted:
                 hr += o.cached_tokens > 0
                 ht += o.cached_tokens
                 hd += o.device_hit_tokens
         out.append(Point(cap, hr, ht, hd, ht - hd))
+        if per_request is not None:
+            per_request.append(each)
     return out

@@ -8,6 +8,12 @@ included; a phase with ``reset`` starts a new cache epoch). Models: ``radix``
 simulator's class for its default ``recency="use"``, which is not a stack
 algorithm, see ``entries``). The recommended capacity is exact and checked at
 N and N - 1 (``smallest``).
+
+A workload with a sessions side file gets a ``sessions`` section: reuse by turn index
+at the recommended and the largest reported capacity, and, with ``sessions`` (N
+conversations in flight, ``offline.sessions.session_order``), the whole simulation runs
+in the order those N conversations send their turns, so the recommended capacity is the
+number of entries (blocks) that keeps N conversations warm at that think time.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from kvreplay.offline.entries import entries_curve
 from kvreplay.offline.mrc import Curve, default_capacities
 from kvreplay.offline.reference import brute_entries, brute_radix
 from kvreplay.offline.report import PrefillModel, curve_rows
+from kvreplay.offline.sessions import by_turn, session_order
 from kvreplay.offline.sizing import add_sizing, entry_bytes
 from kvreplay.offline.smallest import Point3, check, search
 from kvreplay.offline.sources import (
@@ -40,6 +47,7 @@ from kvreplay.offline.traces import (
     load_block_trace,
 )
 from kvreplay.workload.importers import reject_csv
+from kvreplay.workload.sessions import Sessions, load_sessions, sessions_path
 
 __all__ = ["SimulateOptions", "load_requests", "simulate"]
 
@@ -81,6 +89,11 @@ class SimulateOptions:
         prefill: Prefill cost model, or None.
         share: Target share of the best hit ratio.
         metric: ``"tokens"`` or ``"requests"``.
+        sessions: Conversations in flight (a workload with a sessions side file), or
+            None for the workload's own order.
+        think_time: With ``sessions``: think time before every later turn (s); None =
+            the side file's.
+        service_time: With ``sessions``: time from a turn's send to its last byte (s).
     """
 
     source: str
@@ -109,6 +122,9 @@ class SimulateOptions:
     prefill: PrefillModel | None = None
     share: float = 0.95
     metric: str = "tokens"
+    sessions: int | None = None
+    think_time: float | None = None
+    service_time: float = 0.0
 
 
 class _RenderOptions(TypedDict):
@@ -163,7 +179,9 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
     else:
         wl = load_workload(p)
         if not opts.phases:
-            return "workload", model_requests(wl, **kw)
+            return "workload", model_requests(wl, _sessions(p, len(wl), opts)[1], **kw)
+        if opts.sessions is not None:
+            raise ConfigError("conversations in flight order a whole workload; give no --phase", field="sessions")
         plan = build_plan(wl, [parse_phase(s) for s in opts.phases])
         kind = "workload"
     order, epochs, epoch = [], [], 0
@@ -180,6 +198,21 @@ def load_requests(path: str, opts: SimulateOptions) -> tuple[str, BlockTrace | l
         r if bi < n_main else ModelRequest(r.tokens, r.output, r.system_end, r.messages_end, False, r.epoch)
         for r, bi in zip(reqs, order, strict=True)
     ]
+
+
+def _sessions(p: Path, n: int, opts: SimulateOptions) -> tuple[Sessions | None, list[int] | None]:
+    """A workload's sessions and, with ``opts.sessions``, the order its conversations in flight send in.
+
+    Raises:
+        ConfigError: ``opts.sessions`` for a workload without a sessions side file.
+        WorkloadError: a bad side file.
+    """
+    ss = load_sessions(p, n)
+    if opts.sessions is None:
+        return ss, None
+    if ss is None:
+        raise ConfigError(f"{p} has no sessions side file ({sessions_path(p).name})", field="sessions")
+    return ss, session_order(ss, opts.sessions, think_time_s=opts.think_time, service_time_s=opts.service_time)
 
 
 def _sample(cur_max: int, opts: SimulateOptions, unit_tokens: int | None, bpt: int) -> list[int]:
@@ -269,6 +302,11 @@ def simulate(opts: SimulateOptions) -> dict:
                 pts = brute_radix(reqs, cs, block_size=B, host=opts.host)
                 return [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
 
+            def each(cs: list[int]) -> list[list[int]]:
+                out: list[list[int]] = []
+                brute_radix(reqs, cs, block_size=B, host=opts.host, per_request=out)
+                return out
+
             info.update(unit="block", unit_tokens=B)
             if opts.host is None:
                 curve = br.curve()
@@ -310,6 +348,13 @@ def simulate(opts: SimulateOptions) -> dict:
                     bytes_per_token=bpt,
                 )
                 return [(p.capacity, p.hit_requests, p.hit_tokens) for p in pts]
+
+            def each(cs: list[int]) -> list[list[int]]:
+                out: list[list[int]] = []
+                brute_entries(reqs, cs, points=opts.snapshot_points, recency=opts.recency,
+                              max_entry_bytes=opts.max_entry_bytes, refuse_over_bytes=opts.refuse_over_bytes,
+                              bytes_per_token=bpt, per_request=out)
+                return out
 
             if opts.recency == "offer":
                 curve = entries_curve(
@@ -405,6 +450,25 @@ def simulate(opts: SimulateOptions) -> dict:
             else {}
         ),
     )
+    sessions = None
+    if kind == "workload" and not opts.phases and not opts.interleave_path:
+        ss, order = _sessions(Path(opts.source), len(reqs), opts)
+        if ss is not None:
+            caps = sorted({c for c in ((rec or {}).get("capacity", 0), rows[-1]["capacity"] if rows else 0) if c >= 1})
+            turns = [ss.turns[b].turn for b in (order if order is not None else range(len(reqs)))]
+            sizes = [len(r.tokens) for r in reqs]
+            sessions = {
+                "sessions": len(ss),
+                "in_flight": opts.sessions,
+                "order": "workload" if opts.sessions is None else f"{opts.sessions} conversations in flight",
+                "think_time_s": None if opts.sessions is None else (
+                    "per turn (side file)" if opts.think_time is None else opts.think_time),
+                "service_time_s": None if opts.sessions is None else opts.service_time,
+                "by_turn": [{"capacity": c, "rows": by_turn(turns, sizes, hits)}
+                            for c, hits in zip(caps, each(caps), strict=True)],
+            }
+    if sessions is not None:
+        info["sessions"] = sessions
     return {
         **info,
         "requests": n_req,

@@ -1,7 +1,9 @@
 """The importer registry: every format ``kvreplay import`` reads, one entry each.
 
 An importer is a function in its own module (``workload/importers.py`` for Mooncake
-traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files) plus one
+traces, ``workload/importers_capture.py`` for HAR and OpenAI Batch files,
+``workload/import_sharegpt.py`` for ShareGPT conversations, ``workload/import_bailian.py``
+for Bailian traces, ``workload/peers.py`` for AIPerf's and vLLM's custom datasets) plus one
 ``ImportFormat`` entry naming it. ``kvreplay import`` takes its format choices, the
 options each format reads and the lines it prints from here; adding a format is its
 module, one entry in ``BUILTIN`` below and its tests (docs/architecture.md, "Add an
@@ -36,13 +38,18 @@ class ImportFormat:
     run: Callable[..., list[str]]
 
 
-def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int, model: str, chat: bool,
-              concurrency: int, time_scale: float, ignore_eos: bool) -> list[str]:
-    from kvreplay.workload.importers import import_mooncake
+def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
+              concurrency: int, time_scale: float, ignore_eos: bool, sessions: bool,
+              session_min_blocks: int) -> list[str]:
+    from kvreplay.workload.importers import MOONCAKE_BLOCK_TOKENS, import_mooncake
 
+    block_tokens = block_tokens or MOONCAKE_BLOCK_TOKENS
     res = import_mooncake(source, out, limit=limit, block_tokens=block_tokens, model=model, chat=chat,
-                          concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos)
-    return [
+                          concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos,
+                          sessions=sessions, session_min_blocks=session_min_blocks)
+    side = [f"sessions ({res.sessions[1]} inferred from shared hash_ids prefixes) -> {res.sessions[0]}"] \
+        if res.sessions else []
+    return side + [
         f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) -> {res.workload}",
         f"arrivals (ms offsets) -> {res.arrivals}",
         f"plan -> {res.plan}",
@@ -72,7 +79,33 @@ def _capture(fn_name: str) -> Callable[..., list[str]]:
     return run
 
 
-_MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos")
+def _sharegpt(source: str, out: str, *, limit: int | None, model: str, max_tokens: int,
+              think_time: float | None) -> list[str]:
+    from kvreplay.workload.import_sharegpt import import_sharegpt
+
+    return import_sharegpt(source, out, model=model, max_tokens=max_tokens, think_time=think_time or 0.0,
+                           limit=limit).lines()
+
+
+def _bailian(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
+             ignore_eos: bool) -> list[str]:
+    from kvreplay.workload.import_bailian import BAILIAN_BLOCK_TOKENS, import_bailian
+
+    return import_bailian(source, out, block_tokens=block_tokens or BAILIAN_BLOCK_TOKENS, model=model, chat=chat,
+                          ignore_eos=ignore_eos, limit=limit).lines()
+
+
+def _peer(fn_name: str) -> Callable[..., list[str]]:
+    def run(source: str, out: str, *, model: str, max_tokens: int) -> list[str]:
+        from kvreplay.workload import peers
+
+        return getattr(peers, fn_name)(source, out, model=model, max_tokens=max_tokens).lines()
+
+    return run
+
+
+_MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos",
+                     "sessions", "session_min_blocks")
 
 BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("mooncake", "Mooncake JSONL (timestamp, input_length, output_length, hash_ids) -> bodies, "
@@ -83,6 +116,16 @@ BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("openai-batch", "an OpenAI Batch input .jsonl -> a folder of the exact bodies, plan",
                  ("paths", "redact_body_secrets"),
                  _capture("import_openai_batch")),
+    ImportFormat("sharegpt", "a ShareGPT JSON list of conversations (from human/gpt/system, value) -> one session "
+                 "per conversation, one chat body per human turn, sessions side file",
+                 ("limit", "model", "max_tokens", "think_time"), _sharegpt),
+    ImportFormat("bailian", "an Alibaba Bailian trace JSONL (chat_id, parent_chat_id, turn, timestamp s, 16-token "
+                 "hash_ids) -> one session per chat, one body per request, sessions side file",
+                 ("limit", "block_tokens", "model", "chat", "ignore_eos"), _bailian),
+    ImportFormat("aiperf", "an AIPerf single_turn / multi_turn custom dataset JSONL -> chat bodies, sessions "
+                 "(session_id, delay) in the side file", ("model", "max_tokens"), _peer("import_aiperf")),
+    ImportFormat("vllm", "a vllm bench serve custom dataset JSONL (prompt, output_tokens) -> chat bodies",
+                 ("model", "max_tokens"), _peer("import_vllm")),
 )
 """The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""
 

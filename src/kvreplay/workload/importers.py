@@ -32,6 +32,20 @@ the concatenation of one deterministic text per block id:
   (``<out>.plan.toml``) names the workload and one open-loop phase with
   ``arrival = "trace:<that file>"`` (``kvreplay run --plan``).
 
+- **Sessions** (``sessions=True``, ``kvreplay import mooncake --sessions``). The published
+  traces carry no session id; :func:`infer_sessions` rebuilds conversations from the
+  ids, in file order, by this rule: a request *continues* an earlier request P when P's
+  *full* blocks (its first ``input_length // block_tokens`` ids: a partial last block
+  changes id once the next turn fills it) are a prefix of the request's ids, at least
+  ``min_blocks`` long (default 2, so one shared first block, a common system prompt,
+  joins nothing), and P is still the tip of its session (each request is continued at
+  most once; a session is a chain). Among candidates the longest prefix wins, then the
+  latest request. Otherwise the request starts a new session (ids ``mc-0``, ``mc-1``,
+  ... in order of their first request). A continuing turn's think time is the gap
+  between the two arrivals, ``(timestamp - P.timestamp) / 1000`` s (0 when negative):
+  it includes P's own service time, so it is an upper bound on the user's think time.
+  The side file is written through ``workload.sessions.write_sessions``.
+
 Source: Mooncake FAST'25 traces, README of ``FAST25-release`` (block size 512,
 remapped hash ids); ``fixtures/traces/SOURCES.md``.
 """
@@ -49,16 +63,26 @@ from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
 from kvreplay.workload._loader import json_line
 from kvreplay.workload.capture import IMPORT_CONCURRENCY, toml_comment, toml_str
+from kvreplay.workload.conversation import DEFAULT_MODEL
+from kvreplay.workload.sessions import MAX_THINK_TIME_S, Turn, sessions_path, write_sessions
 
 __all__ = [
     "ImportResult",
     "block_text",
     "import_mooncake",
+    "DEFAULT_SESSION_MIN_BLOCKS",
+    "MOONCAKE_BLOCK_TOKENS",
+    "TraceRow",
+    "prompt_text",
+    "infer_sessions",
     "read_mooncake",
     "read_trace_bytes",
     "reject_csv",
     "vocabulary",
 ]
+
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` block in the published Mooncake traces."""
 
 _CONS = "bcdfghjklmnprstvz"
 _VOWELS = "aeiou"
@@ -157,7 +181,7 @@ def read_trace_bytes(path: str | Path) -> tuple[Path, bytes]:
 
 
 def read_mooncake(
-    path: str | Path, *, limit: int | None = None, block_tokens: int = 512
+    path: str | Path, *, limit: int | None = None, block_tokens: int = MOONCAKE_BLOCK_TOKENS
 ) -> list[TraceRow]:
     """Read and check a Mooncake trace (JSONL).
 
@@ -237,6 +261,58 @@ def _cut_words(text: str, words: int) -> str:
     return text[:i]
 
 
+DEFAULT_SESSION_MIN_BLOCKS = 2
+"""Shortest shared full-block prefix (blocks) that joins two requests into one session."""
+
+
+def _chain(ids: tuple[int, ...]) -> list[int]:
+    """``h[k]`` identifies ``ids[:k]`` (a running hash; a match is confirmed on the ids themselves)."""
+    h, out = 0, [0]
+    for x in ids:
+        h = hash((h, x))
+        out.append(h)
+    return out
+
+
+def infer_sessions(rows: list[TraceRow], block_tokens: int,
+                   min_blocks: int = DEFAULT_SESSION_MIN_BLOCKS) -> list[Turn]:
+    """Sessions rebuilt from shared ``hash_ids`` prefixes (the rule in the module docstring).
+
+    Args:
+        rows: The trace rows, in file order (body ``i`` is ``rows[i]``).
+        block_tokens: Tokens per block.
+        min_blocks: Shortest shared prefix (blocks) that continues a session (>= 1).
+
+    Returns:
+        One ``Turn`` per row, in row order.
+    """
+    tips: dict[tuple[int, int], tuple[int, str, int]] = {}  # (k, chain) -> (row, session, turn)
+    turns: list[Turn] = []
+    n_sessions = 0
+    for i, row in enumerate(rows):
+        ids = row.hash_ids
+        chain = _chain(ids)
+        found = None
+        for k in range(len(ids), min_blocks - 1, -1):
+            tip = tips.get((k, chain[k]))
+            if tip is not None and rows[tip[0]].hash_ids[:k] == ids[:k]:
+                found = tip
+                del tips[(k, chain[k])]
+                break
+        if found is None:
+            sid, turn, think = f"mc-{n_sessions}", 0, 0.0
+            n_sessions += 1
+        else:
+            prev, sid, last = found
+            turn = last + 1
+            think = min(MAX_THINK_TIME_S, max(0.0, (row.timestamp_ms - rows[prev].timestamp_ms) / 1000.0))
+        turns.append(Turn(i, sid, turn, think))
+        full = min(len(ids), row.input_length // block_tokens)
+        if full >= min_blocks:
+            tips[(full, chain[full])] = (i, sid, turn)
+    return turns
+
+
 @dataclass(frozen=True, slots=True)
 class ImportResult:
     """What ``import_mooncake`` wrote.
@@ -247,6 +323,7 @@ class ImportResult:
         plan: TOML plan with one open-loop phase over the arrivals.
         requests: Bodies written.
         prompt_tokens: Sum of ``input_length`` (simulator tokens).
+        sessions: The sessions side file and the number of sessions, or None without ``sessions``.
     """
 
     workload: Path
@@ -254,6 +331,7 @@ class ImportResult:
     plan: Path
     requests: int
     prompt_tokens: int
+    sessions: tuple[Path, int] | None = None
 
 
 def import_mooncake(
@@ -261,12 +339,14 @@ def import_mooncake(
     out: str | Path,
     *,
     limit: int | None = None,
-    block_tokens: int = 512,
-    model: str = "kvreplay-sim",
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    model: str = DEFAULT_MODEL,
     chat: bool = False,
     concurrency: int = IMPORT_CONCURRENCY,
     time_scale: float = 1.0,
     ignore_eos: bool = False,
+    sessions: bool = False,
+    session_min_blocks: int = DEFAULT_SESSION_MIN_BLOCKS,
 ) -> ImportResult:
     """Write a workload, its arrival offsets and a plan from a Mooncake trace.
 
@@ -283,6 +363,8 @@ def import_mooncake(
         time_scale: The plan's multiplier on trace offsets (0.5 = twice as fast).
         ignore_eos: Add ``"ignore_eos": true`` (vLLM/SGLang) so servers produce
             ``output_length`` tokens.
+        sessions: Also write the sessions side file inferred by :func:`infer_sessions`.
+        session_min_blocks: ``infer_sessions``'s ``min_blocks``.
 
     Returns:
         The paths written and counts.
@@ -335,5 +417,11 @@ def import_mooncake(
         f"arrival = {toml_str('trace:' + str(arrivals))}\n"
         f"time_scale = {time_scale!r}\n",
     )
-    return ImportResult(wl, arrivals, plan, len(rows), sum(r.input_length for r in rows))
+    side = None
+    if sessions:
+        turns = infer_sessions(rows, block_tokens, session_min_blocks)
+        side = (write_sessions(wl, turns), sum(1 for t in turns if t.turn == 0))
+    elif sessions_path(wl).is_file():
+        sessions_path(wl).unlink()  # a side file of an earlier import would not describe these bodies
+    return ImportResult(wl, arrivals, plan, len(rows), sum(r.input_length for r in rows), side)
 

@@ -16,8 +16,8 @@ from kvreplay.workload.formats import (
 
 
 def test_builtin_formats_in_order():
-    assert [f.name for f in BUILTIN] == ["mooncake", "har", "openai-batch"]
-    assert format_names() == ("mooncake", "har", "openai-batch")
+    assert [f.name for f in BUILTIN] == ["mooncake", "har", "openai-batch", "sharegpt", "bailian", "aiperf", "vllm"]
+    assert format_names() == ("mooncake", "har", "openai-batch", "sharegpt", "bailian", "aiperf", "vllm")
     assert format_of("har").options == ("paths", "redact_body_secrets")  # issue 30 item 4
 
 
@@ -32,7 +32,7 @@ def test_a_toy_format_is_offered_and_run_through_the_registry_alone(tmp_path, ca
     try:
         with pytest.raises(SystemExit):
             main(["import", "--help"])
-        assert "toy: a toy format for the test" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
+        assert "toy: a toy format for the test" in " ".join(capsys.readouterr().out.split())
         rc = main(["import", "toy", "src.txt", "--out", str(tmp_path / "W"), "--limit", "3",
                    "--paths", "/v1/a, /v1/b"])
         assert rc == 0
