@@ -33,7 +33,8 @@ summary.json::
                  "client_bound": bool (verdict client_bound: loop-lag p99 and CPU or starvation over
                                        the thresholds in summary["client_thresholds"]),
                  "valid": bool, "invalid_reasons": [...], "histograms": {metric: file},
-                 "out_of_range": n}]}
+                 "out_of_range": n,
+                 "replicas": [...], "fleet": {...} (a fleet target only: metrics.fleet)}]}
 
 Latency metrics aggregate ``ok`` requests only; failures are counted by class
 (``failed``) and split by kind (``failure_kind``): ``failed_transport`` counts sends
@@ -54,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvreplay.evidence.engine import counter_cached
 from kvreplay.evidence.vocab import USAGE_HOST_KEYS
+from kvreplay.metrics.fleet import FleetStats
 from kvreplay.metrics.histograms import METRICS, PhaseHistograms
 
 if TYPE_CHECKING:
@@ -157,6 +159,7 @@ class PhaseStats:
     no_usage_tokens: float = 0.0
     no_usage_counted: int = 0
     no_usage_positions: list[int] = field(default_factory=list)
+    fleet: FleetStats | None = None  # a fleet run's per-replica totals (metrics.fleet), else None
 
     def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -166,6 +169,10 @@ class PhaseStats:
             token_ns: Arrival of each token event (ns) for ITL samples; None to
                 skip ITL (e.g. when rebuilding from records alone).
         """
+        if self.fleet is None and "replica" in rec:
+            self.fleet = FleetStats()
+        if self.fleet is not None:
+            self.fleet.add(rec, token_ns)
         status = rec["status"]
         if not rec.get("sent", True):
             self.not_sent += 1
@@ -351,4 +358,6 @@ class PhaseStats:
         out["histograms"] = dict(self.histogram_files)
         out["out_of_range"] = sum(ls.out_of_range for ls in self.hists.sets.values())
         out["counter_reads"] = self.counter_reads
+        if self.fleet is not None:
+            out.update(self.fleet.to_json())  # "replicas" and "fleet" (metrics.fleet)
         return out

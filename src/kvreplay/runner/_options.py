@@ -63,6 +63,10 @@ class RunOptions:
             or ``mark`` (it is sent and marked invalid).
         hlog_interval_s: Wall time between two intervals appended to each
             ``histograms/<phase>.<metric>.hlog`` while a phase runs (s; ``metrics.hlog``).
+        replicas: A fleet target's replica URLs as given (``runner.fleet``); ``target_url``
+            is then the router. Empty: one server (records carry no ``replica``).
+        replica_header: The response header naming the replica (fleet runs only).
+        fleet_json: plan.json ``run.fleet`` (router, replicas with backend and profile, header).
     """
 
     target_url: str
@@ -96,6 +100,9 @@ class RunOptions:
     on_check_fail: str = "skip"
     ca_file: str | None = None
     hlog_interval_s: float = 1.0
+    replicas: tuple[str, ...] = ()
+    replica_header: str | None = None
+    fleet_json: dict[str, Any] | None = None
 
 
 def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) -> dict[str, Any]:
@@ -108,6 +115,7 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
         "wall_anchor_ns": clock.wall_anchor_ns,
         "unplanned_requests": [],
         **opts.run_extra,
+        **({"fleet": opts.fleet_json} if opts.fleet_json is not None else {}),
         # The execution contract the run kept (runner._contract).
         "contract": {
             "identity_pins": [p.to_json() for p in opts.identity_pins],

@@ -33,6 +33,7 @@ from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.sse import itl_summary_ns
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
+from kvreplay.metrics.fleet import FleetStats
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats, failure_kind
@@ -42,8 +43,9 @@ from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWri
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
-from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
+from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, wait_drained
+from kvreplay.runner.fleet import part_deltas, replica_fields
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.identity import IdentityGate
@@ -174,6 +176,8 @@ class _Run(CounterReads, ContractChecks):
             base["label"] = label
         if not comparable:
             base["comparable"] = False
+        if self.opts.replicas:
+            base["replica"] = None  # a fleet run: one_fleet_fields names it once the request is done
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
@@ -278,6 +282,8 @@ class _Run(CounterReads, ContractChecks):
             st.open_loop = True
             span = phase.intended_ns[-1] if phase.intended_ns else 0
             st.offered_rps = (len(phase.sequence) - 1) / (span / 1e9) if span > 0 else None
+        if self.opts.replicas:
+            st.fleet = FleetStats(self.opts.replicas)
         self.stats.append(st)
         self.cur_phase = phase.name
         be = self.backend
@@ -331,6 +337,7 @@ class _Run(CounterReads, ContractChecks):
         total_timeout_s = self.opts.total_timeout_s
 
         mon = ClientMonitor()
+        fleet = bool(self.opts.replicas)
 
         async def one(pos: int, bi: int, rep: int) -> None:
             t_int = None
@@ -373,7 +380,7 @@ class _Run(CounterReads, ContractChecks):
                 self.in_flight -= 1
             if t_int is not None:
                 mon.note_send(t_int, out.sent_ns)
-            delta = None
+            delta = parts = None
             try:
                 check_ranges(out)
                 if has_secrets():
@@ -387,8 +394,12 @@ class _Run(CounterReads, ContractChecks):
                         st.add(rec, out.stream.token_ns if out.status == "ok" else None)
                         raise
                     delta = self.delta_json(self.last_snap, after)
+                    parts = (part_deltas(counter_delta(self.last_snap, after).parts)
+                             if fleet and self.last_snap is not None and after is not None else None)
                     self.last_snap = after
                 rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
+                if fleet:
+                    rec.update(replica_fields(out.replica, parts, self.opts.replicas, per_request=per_req))
                 self.writer.write(rec)  # orjson fails before anything is written
             except (asyncio.CancelledError, OSError):
                 raise
@@ -428,6 +439,8 @@ class _Run(CounterReads, ContractChecks):
         st.histogram_files = {m: f for m, f in files.items() if m != "loop_lag"}
         after = await self.snapshot(at="phase_end")
         st.counter_delta = self.delta_json(before, after)
+        if st.fleet is not None and before is not None and after is not None:
+            st.fleet.counter_deltas = part_deltas(counter_delta(before, after).parts) or {}
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
         gate = self.writer
@@ -527,4 +540,5 @@ def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:
         return None
     return H1Client(opts.target_url, headers=headers, connect_timeout_s=opts.connect_timeout_s,
                     read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s,
-                    ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None)
+                    ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None,
+                    replica_header=opts.replica_header if opts.replicas else None)

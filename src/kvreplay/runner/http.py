@@ -54,6 +54,8 @@ class RequestOutcome:
         streamed: The response was ``text/event-stream``.
         reconnects: Times the request was re-sent on a fresh connection because a
             pooled keep-alive connection was found closed (at most 1).
+        replica: The value of the response header naming the replica that served it
+            (``H1Client(replica_header=...)``; a fleet target, ``runner.fleet``), None when absent.
     """
 
     status: str
@@ -66,6 +68,7 @@ class RequestOutcome:
     timeout_kind: str | None = None
     streamed: bool = False
     reconnects: int = 0
+    replica: str | None = None
 
 
 def _json_error(raw: bytes) -> str:
