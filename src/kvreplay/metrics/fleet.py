@@ -103,6 +103,40 @@ class FleetStats:
         if token_ns is not None and len(token_ns) > 1:
             s["itl"].record_gaps_of(token_ns)
 
+    def to_payload(self) -> dict[str, Any]:
+        """A worker's totals, for ``merge_payload`` in the coordinator (``--workers``, ``--ray``; picklable)."""
+        def one(r: _Replica) -> dict[str, Any]:
+            hs = {m: r.hists.sets[m].hist.encode() if r.hists.sets[m].hist.get_total_count() else None
+                  for m in ("ttft", "itl")}
+            return {"requests": r.requests, "ok": r.ok, "prompt": r.prompt, "cached": r.cached,
+                    "completion": r.completion, "hists": hs}
+
+        return {"replicas": {u: one(r) for u, r in self.by_url.items()}, "unattributed": one(self.unattributed),
+                "reasons": dict(self.reasons), "sources": dict(self.sources),
+                "counter_deltas": dict(self.counter_deltas)}
+
+    def merge_payload(self, p: dict[str, Any]) -> None:
+        """Add one worker's ``to_payload`` (counts summed, histograms added; counter deltas kept when given)."""
+        def add(r: _Replica, q: dict[str, Any]) -> None:
+            r.requests += q["requests"]
+            r.ok += q["ok"]
+            r.prompt += q["prompt"]
+            r.cached += q["cached"]
+            r.completion += q["completion"]
+            for m, enc in q["hists"].items():
+                if enc is not None:
+                    r.hists.sets[m].hist.decode_and_add(enc)
+
+        for u, q in p["replicas"].items():
+            add(self.by_url.get(u) or self.by_url.setdefault(u, _Replica()), q)
+        add(self.unattributed, p["unattributed"])
+        for k, n in p["reasons"].items():
+            self.reasons[k] = self.reasons.get(k, 0) + n
+        for k, n in p["sources"].items():
+            self.sources[k] = self.sources.get(k, 0) + n
+        if p["counter_deltas"]:
+            self.counter_deltas = dict(p["counter_deltas"])
+
     def attribution(self) -> str:
         """``per_request`` (counters), ``header``, ``mixed`` or ``phase_only`` (no record attributed)."""
         if not self.sources:
