@@ -176,8 +176,8 @@ class _Run(CounterReads, ContractChecks):
             base["label"] = label
         if not comparable:
             base["comparable"] = False
-        if self.opts.replicas:
-            base["replica"] = None  # a fleet run: one_fleet_fields names it once the request is done
+        if getattr(getattr(self, "opts", None), "replicas", ()):
+            base["replica"] = None  # a fleet run: runner.fleet.replica_fields names it once the request is done
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
