@@ -126,3 +126,55 @@ def test_cache_aware_matches_each_replicas_counters_and_keeps_more_reuse(tmp_pat
                   ph["fleet"]["tokens"], ph["fleet"]["balance"])
     # the 12 bodies share one system block: cache_aware keeps them on one replica, round robin splits them
     assert cached["cache_aware"] > cached["round_robin"], cached
+
+
+LLAMA_KEYS = ("computed_tokens", "hit_tokens")
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "cache_aware"])
+def test_two_llama_servers_behind_sglang_router(tmp_path, tiny_gguf_model, tiny_workload, policy):
+    """Two llama-server replicas (one slot each: ``-np 1``) behind the router, C1 prime + reverse of 12 bodies."""
+    require(kt.llama_server_binary(), "llama-server")
+    require(kt.sglang_router_python(), "sglang-router")
+    servers = []
+    try:
+        for i in range(2):
+            servers.append(kt.start_llama_server(tiny_gguf_model, log_path=tmp_path / f"llama-{i}.log", slots=1,
+                                                 ctx_per_slot=4096))
+        urls = [s.url for s in servers]
+
+        async def read() -> dict[str, dict[str, float]]:
+            async with aiohttp.ClientSession() as s:
+                return {u: dict((await make_backend("llamacpp", u, s).snapshot()).common) for u in urls}
+
+        out = tmp_path / policy
+        with kt.start_sglang_router(urls, policy=policy, log_path=tmp_path / "router.log") as router:
+            before = asyncio.run(read())
+            rc = main(["run", str(tiny_workload), "--target", router.url, "--replica", urls[0],
+                       "--replica", f"{urls[1]},backend=llamacpp", "--phase", "prime:forward:c1",
+                       "--phase", "replay:reverse:c1", "--out", str(out), "--quiet", "--report", "md"])
+            after = asyncio.run(read())
+    finally:
+        for s in servers:
+            s.stop()
+    assert rc == 0
+    recs = [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(recs) == 24 and all(r["status"] == "ok" for r in recs)
+    assert all(r["replica"] in urls and r["replica_source"] == "counters" for r in recs), \
+        [(r["position"], r["replica"], r["replica_reason"]) for r in recs]
+    for u in urls:
+        own = {k: after[u][k] - before[u][k] for k in LLAMA_KEYS}
+        summed = collections.Counter()
+        for r in recs:
+            if r["replica"] == u:
+                summed.update({k: r["replica_deltas"][u][k] for k in LLAMA_KEYS})
+        assert {k: summed[k] for k in LLAMA_KEYS} == own
+        # the cached tokens each response reports are the replica's own cached-token counter
+        assert sum(r["usage"]["cached_tokens"] for r in recs if r["replica"] == u) == own["hit_tokens"]
+    names = [r["replica"] for r in recs]
+    if policy == "round_robin":
+        assert all(a != b for a, b in zip(names, names[1:], strict=False)), names
+    for ph in summary["phases"]:  # the figures for the closing note (printed with -s)
+        print(policy, ph["name"], [(e["requests"], e["tokens"]["cached"]) for e in ph["replicas"]],
+              ph["fleet"]["tokens"])
