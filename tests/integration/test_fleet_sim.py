@@ -182,3 +182,20 @@ def test_bad_fleets_exit_2_before_sending(tmp_path, replicas, capsys):
     finally:
         _stop(proc)
     assert not (tmp_path / "c" / "records.jsonl").exists()
+
+
+def test_fleet_table_of_a_plan_file(tmp_path, replicas):
+    u1, u2 = replicas[:2]
+    proc, router = _router([u1, u2], header="x-kvreplay-replica")
+    plan = tmp_path / "fleet.toml"
+    plan.write_text(f'[fleet]\nrouter = "{router}"\nreplicas = ["{u1}", {{url = "{u2}", backend = "halogen"}}]\n'
+                    '[[phase]]\nname = "a"\norder = "forward"\nconcurrency = 1\nselect = "first:4"\n')
+    try:
+        rc = main(["run", str(MTBENCH), "--plan", str(plan), "--out", str(tmp_path / "r"), "--quiet"])
+    finally:
+        _stop(proc)
+    assert rc == 0
+    assert [r["replica"] for r in _records(tmp_path / "r")] == [u1, u2, u1, u2]  # counters and header agree
+    run = json.loads((tmp_path / "r" / "plan.json").read_text())["run"]
+    assert run["target"] == router
+    assert run["fleet"]["replicas"][1] == {"url": u2, "backend": "halogen", "profile": None}
