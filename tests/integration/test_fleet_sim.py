@@ -136,8 +136,10 @@ def test_router_forwarding_to_an_unlisted_replica_is_unattributed(tmp_path, repl
     assert "unattributed" in (tmp_path / "r" / "report.md").read_text()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_header_attribution_above_c1(tmp_path, replicas, workers):
+@pytest.mark.parametrize(("workers", "client"), [(1, "h1"), (2, "h1"), (1, "aiohttp")])
+def test_header_attribution_above_c1(tmp_path, replicas, workers, client, monkeypatch):
+    if client == "aiohttp":
+        monkeypatch.setenv("KVREPLAY_HTTP", "aiohttp")  # the parity reference client reads the header too
     u1, u2 = replicas[:2]
     proc, router = _router([u1, u2], header="x-kvreplay-replica")
     try:

@@ -362,7 +362,8 @@ class _Run(CounterReads, ContractChecks):
                                         sent_ns=self.claim_ns if t_int is None else None)
                 else:
                     out = await send_body(session, url + body.path, body.raw, headers=self.headers,
-                                          head_chars=head_chars, total_timeout_s=total_timeout_s)
+                                          head_chars=head_chars, total_timeout_s=total_timeout_s,
+                                          replica_header=self.opts.replica_header if fleet else None)
             except asyncio.CancelledError as exc:
                 # Cancelled in flight (second interrupt, hard deadline): still a record, with
                 # the real send time and the partial stream when the client kept them.
