@@ -191,7 +191,7 @@ def test_fleet_table_of_a_plan_file(tmp_path, replicas):
     proc, router = _router([u1, u2], header="x-kvreplay-replica")
     plan = tmp_path / "fleet.toml"
     plan.write_text(f'[fleet]\nrouter = "{router}"\nreplicas = ["{u1}", {{url = "{u2}", backend = "halogen"}}]\n'
-                    '[[phase]]\nname = "a"\norder = "forward"\nconcurrency = 1\nselect = "first:4"\n')
+                    '[[phase]]\nname = "a"\norder = "forward"\nconcurrency = 1\nselect = "first:4"\ndrain = true\n')
     try:
         rc = main(["run", str(MTBENCH), "--plan", str(plan), "--out", str(tmp_path / "r"), "--quiet"])
     finally:
@@ -201,3 +201,19 @@ def test_fleet_table_of_a_plan_file(tmp_path, replicas):
     run = json.loads((tmp_path / "r" / "plan.json").read_text())["run"]
     assert run["target"] == router
     assert run["fleet"]["replicas"][1] == {"url": u2, "backend": "halogen", "profile": None}
+    ph = json.loads((tmp_path / "r" / "summary.json").read_text())["phases"][0]
+    assert ph["drain"]["passed"] is True  # every replica drained
+
+
+def test_identity_pins_hold_on_every_replica(tmp_path, replicas):
+    u1, u2 = replicas[:2]
+    proc, router = _router([u1, u2])
+    try:
+        rc = _run(tmp_path / "r", router, [u1, u2], "a:forward:c1:first2", "--expect-identity", "models=nope")
+    finally:
+        _stop(proc)
+    assert rc == 3
+    aborted = json.loads((tmp_path / "r" / "summary.json").read_text())["aborted"]
+    assert aborted["reason"] == "identity_mismatch"
+    assert [c["key"] for c in aborted["changes"]] == [f"replicas.{u1}.models", f"replicas.{u2}.models"]
+    assert {r["sent"] for r in _records(tmp_path / "r")} == {False}
