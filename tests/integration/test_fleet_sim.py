@@ -217,3 +217,28 @@ def test_identity_pins_hold_on_every_replica(tmp_path, replicas):
     assert aborted["reason"] == "identity_mismatch"
     assert [c["key"] for c in aborted["changes"]] == [f"replicas.{u1}.models", f"replicas.{u2}.models"]
     assert {r["sent"] for r in _records(tmp_path / "r")} == {False}
+
+
+@pytest.mark.parametrize(("fault", "reason", "flag"), [
+    ("restart@2", "restart", "--abort-on-restart"),
+    ("identity@2:what=build", "identity_drift", None),
+])
+def test_a_replica_that_restarts_or_drifts_aborts_the_run(tmp_path, replicas, fault, reason, flag):
+    u1 = replicas[0]
+    faulty, u2 = _start([sys.executable, "-m", "kvreplay", "serve-sim", "--port", "0", "--time-scale", "0",
+                         "--output-tokens", "4", "--fault", fault])
+    proc, router = _router([u1, u2])
+    try:
+        rc = _run(tmp_path / "r", router, [u1, u2], "a:forward:c1:first6", *([flag] if flag else []))
+    finally:
+        _stop(proc)
+        _stop(faulty)
+    assert rc == 3
+    aborted = json.loads((tmp_path / "r" / "summary.json").read_text())["aborted"]
+    assert aborted["reason"] == reason
+    if reason == "restart":
+        assert f"@{u2}" in aborted["message"]  # the replica that restarted is named
+    else:
+        assert [c["key"] for c in aborted["changes"]] == [f"replicas.{u2}.version.build"]
+    # u2's second request is position 3: nothing is sent after it
+    assert [r["position"] for r in _records(tmp_path / "r") if r["sent"]] == [0, 1, 2, 3]

@@ -152,7 +152,8 @@ def counter_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
     ``invalid`` with ``b``'s reason (else ``a``'s).
 
     Two fleet reads (both with ``parts``): the sum of each replica's own delta, a
-    reset when any replica's counters went down (``reset_names`` as ``name@URL``).
+    reset when any replica restarted (``reset_names`` as ``name@URL``, ``start_marker@URL``
+    for a replica whose start marker alone changed).
 
     Returns:
         The delta over the common names present in both (gauges: present in ``b``).
@@ -201,7 +202,9 @@ def _fleet_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
             invalid.setdefault(k, f"{u}: {why}")
     for k in invalid:
         values.pop(k, None)
-    names = sorted(f"{n}@{u}" for u, d in parts.items() for n in d.reset_names)
+    # a replica whose start marker changed without a counter going down is named too
+    names = sorted(f"{n}@{u}" for u, d in parts.items() for n in (d.reset_names or (("start_marker",) if d.reset
+                                                                                     else ())))
     reset = any(d.reset for d in parts.values())
     return CounterDelta(values=values, reset=reset, reset_names=tuple(names), elapsed_ns=b.taken_ns - a.taken_ns,
                         invalid=invalid, parts=parts)
