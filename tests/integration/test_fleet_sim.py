@@ -136,14 +136,19 @@ def test_router_forwarding_to_an_unlisted_replica_is_unattributed(tmp_path, repl
     assert "unattributed" in (tmp_path / "r" / "report.md").read_text()
 
 
-@pytest.mark.parametrize(("workers", "client"), [(1, "h1"), (2, "h1"), (1, "aiohttp")])
+@pytest.mark.parametrize(("workers", "client"), [(1, "h1"), (2, "h1"), (1, "aiohttp"), (2, "ray")])
 def test_header_attribution_above_c1(tmp_path, replicas, workers, client, monkeypatch):
+    extra = []
     if client == "aiohttp":
         monkeypatch.setenv("KVREPLAY_HTTP", "aiohttp")  # the parity reference client reads the header too
+    if client == "ray":
+        pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'kvreplay[ray]')")
+        extra = ["--ray", "local"]  # two Ray actors on a new local instance
     u1, u2 = replicas[:2]
     proc, router = _router([u1, u2], header="x-kvreplay-replica")
     try:
-        assert _run(tmp_path / "r", router, [u1, u2], "a:forward:c4:first12", "--workers", str(workers)) == 0
+        assert _run(tmp_path / "r", router, [u1, u2], "a:forward:c4:first12", "--workers", str(workers),
+                    *extra) == 0
     finally:
         _stop(proc)
     recs = _records(tmp_path / "r")
