@@ -188,7 +188,7 @@ def test_bad_fleets_exit_2_before_sending(tmp_path, replicas, capsys):
         assert _counters([u1]) == before  # nothing was sent
     finally:
         _stop(proc)
-    assert not (tmp_path / "c" / "records.jsonl").exists()
+    assert not (tmp_path / "c").exists()  # refused before the run directory is made
 
 
 def test_fleet_table_of_a_plan_file(tmp_path, replicas):

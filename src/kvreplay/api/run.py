@@ -362,6 +362,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
                           field="--expect-identity")
     target = args.target or settings.get("target", "sim")
     target, replicas = fleet_of(args, settings, target)
+    if replicas:  # before the run directory is made: a replica that does not answer is exit 2, nothing made
+        await check_replicas_answer(replicas, args.connect_timeout)
     sim_cfg: Any = None
     calibration: dict[str, Any] | None = None
     if target == "sim":  # every simulator value checked before the run directory is made (exit 2)
@@ -376,8 +378,6 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     ensure_open_files(max(ph.spec.concurrency for ph in plan.phases))
     check_target(target, sim=True)
     target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)
-    if replicas:
-        await check_replicas_answer(replicas, args.connect_timeout)
     backend_name = args.backend
     sim = None
     if sim_cfg is not None:
