@@ -247,3 +247,14 @@ def test_a_replica_that_restarts_or_drifts_aborts_the_run(tmp_path, replicas, fa
         assert [c["key"] for c in aborted["changes"]] == [f"replicas.{u2}.version.build"]
     # u2's second request is position 3: nothing is sent after it
     assert [r["position"] for r in _records(tmp_path / "r") if r["sent"]] == [0, 1, 2, 3]
+
+
+def test_a_router_that_does_not_answer_is_not_reached(tmp_path, replicas):
+    u1, u2 = replicas[:2]
+    # the replicas answer, the router's port is closed: three transport failures abort the run
+    rc = _run(tmp_path / "r", "http://127.0.0.1:9", [u1, u2], "a:forward:c1:first6")
+    assert rc == 3
+    sent = [r for r in _records(tmp_path / "r") if r["sent"]]
+    assert [(r["status"], r["replica"], r["replica_reason"]) for r in sent] == [("connect", None, "not_reached")] * 3
+    fleet = json.loads((tmp_path / "r" / "summary.json").read_text())["phases"][0]["fleet"]
+    assert fleet["unattributed"]["reasons"] == {"not_reached": 3}

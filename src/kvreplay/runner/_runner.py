@@ -400,7 +400,8 @@ class _Run(CounterReads, ContractChecks):
                     self.last_snap = after
                 rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
                 if fleet:
-                    rec.update(replica_fields(out.replica, parts, self.opts.replicas, per_request=per_req))
+                    rec.update(replica_fields(out.replica, parts, self.opts.replicas, per_request=per_req,
+                                              reached=failure_kind(rec) != "transport"))
                 self.writer.write(rec)  # orjson fails before anything is written
             except (asyncio.CancelledError, OSError):
                 raise

@@ -23,7 +23,8 @@ router or replica sets it. Reasons: ``ambiguous`` (more than one replica's
 counters moved), ``unattributed`` (none moved: the router forwarded to a replica
 not listed, or the server counts nothing), ``unlisted`` (the header names a
 replica not listed), ``conflict`` (header and counters disagree), ``phase_only``
-(no per-request counters and no header: per-replica totals per phase only).
+(no per-request counters and no header: per-replica totals per phase only),
+``not_reached`` (the send never reached the router: connection refused, reset).
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def part_deltas(delta_parts: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def replica_fields(header: str | None, deltas: Mapping[str, Any] | None, replicas: Sequence[str], *,
-                   per_request: bool) -> dict[str, Any]:
+                   per_request: bool, reached: bool = True) -> dict[str, Any]:
     """The record keys naming the replica that served one request (module docstring).
 
     Args:
@@ -282,6 +283,8 @@ def replica_fields(header: str | None, deltas: Mapping[str, Any] | None, replica
         deltas: Replica URL -> its counter delta over the request (C1 per-request reads), else None.
         replicas: The listed replica URLs.
         per_request: Counters were read around this request (C1).
+        reached: False when the send never reached the router (a transport failure:
+            ``metrics.summary.failure_kind``): no replica served it, ``replica_reason: "not_reached"``.
 
     Returns:
         ``{"replica", "replica_reason", "replica_source"}``, plus ``replica_deltas``
@@ -292,6 +295,8 @@ def replica_fields(header: str | None, deltas: Mapping[str, Any] | None, replica
     """
     by_header, header_reason = attribute_by_header(header, replicas)
     out: dict[str, Any] = {}
+    if not reached:
+        return {"replica": None, "replica_reason": "not_reached", "replica_source": None}
     if per_request and deltas is not None:
         out["replica_deltas"] = dict(deltas)
         url, reason = attribute_by_counters(deltas)

@@ -103,6 +103,12 @@ def test_header_and_counters_disagreeing_is_a_conflict():
     assert (f["replica"], f["replica_reason"], f["replica_source"]) == (None, "conflict", None)
 
 
+def test_a_send_that_never_reached_the_router_is_not_reached_not_unattributed():
+    d = {A: {"lookups": 0}, B: {"lookups": 0}}
+    assert replica_fields(None, d, [A, B], per_request=True, reached=False) == {
+        "replica": None, "replica_reason": "not_reached", "replica_source": None}
+
+
 def test_header_attribution_above_c1():
     assert replica_fields(B, None, [A, B], per_request=False) == {
         "replica": B, "replica_reason": None, "replica_source": "header"}
