@@ -16,7 +16,10 @@ from kvreplay.report.cells import Cell, absent, measured
 from kvreplay.report.sections import Table
 from kvreplay.rundir import RunData
 
-__all__ = ["replica_section"]
+__all__ = ["ANOMALIES", "replica_section"]
+
+ANOMALIES = ("ambiguous", "conflict", "unattributed", "unlisted")
+"""``replica_reason`` values the report names as anomalies (``phase_only`` and ``not_reached`` are not)."""
 
 _COLUMNS = ["requests", "ok", "prompt tokens", "cached tokens", "hit rate", "TTFT p50 (ms)", "ITL p50 (ms)",
             "Δ lookups (own counters)"]
@@ -52,10 +55,13 @@ def replica_section(run: RunData) -> tuple[list[Table], list[str]] | None:
         bal = fleet.get("balance") or {}
         line = (f"{ph.get('name')}: attribution {fleet.get('attribution')}; load balance max/mean "
                 f"requests {bal.get('requests_max_over_mean')}, prompt tokens {bal.get('prompt_tokens_max_over_mean')}")
-        un = fleet.get("unattributed") or {}
-        if un.get("requests"):
-            line += ("; anomaly: " + ", ".join(f"{k} {v}" for k, v in (un.get("reasons") or {}).items())
+        reasons = (fleet.get("unattributed") or {}).get("reasons") or {}
+        odd = {k: v for k, v in reasons.items() if k in ANOMALIES}
+        if odd:
+            line += ("; anomaly: " + ", ".join(f"{k} {v}" for k, v in odd.items())
                      + " sent records name no replica")
+        if reasons.get("not_reached"):
+            line += f"; {reasons['not_reached']} sends never reached the router"
         if fleet.get("note") and fleet.get("attribution") == "phase_only":
             line += f"; {fleet['note']}"
         notes.append(line)
