@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from kvreplay.api.fleet import add_fleet_arguments, check_replicas_answer, fleet_of, no_backend, open_fleet_backend
 from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
@@ -114,20 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "ray://HOST:10001, or 'local' for a new instance here (optional extra: "
                         "pip install 'kvreplay[ray]'); clocks are per host")
     add_target_arguments(p)
-    add_fleet_arguments(p)
-
-
-def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
-    """``--replica`` (repeatable) and ``--replica-header``: a fleet target (``runner.fleet``)."""
-    from kvreplay.runner.fleet import DEFAULT_REPLICA_HEADER
-
-    p.add_argument("--replica", action="append", default=[], metavar="URL[,backend=NAME,profile=FILE]",
-                   help="a replica behind the --target router, repeatable: its counters and identity are "
-                        "read (the router's never) and every record names the replica that served it; "
-                        "without backend= it gets --backend (auto: detected per replica)")
-    p.add_argument("--replica-header", default=DEFAULT_REPLICA_HEADER, metavar="NAME",
-                   help="response header naming the replica that served a request, when the router or "
-                        f"replica sets one (default {DEFAULT_REPLICA_HEADER})")
+    add_fleet_arguments(p)  # api.fleet
 
 
 def add_contract_arguments(p: argparse.ArgumentParser) -> None:
@@ -362,6 +350,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
                           field="--expect-identity")
     target = args.target or settings.get("target", "sim")
     target, replicas = fleet_of(args, settings, target)
+    if replicas:
+        check_target(target, sim=False)
     if replicas:  # before the run directory is made: a replica that does not answer is exit 2, nothing made
         await check_replicas_answer(replicas, args.connect_timeout)
     sim_cfg: Any = None
@@ -412,7 +402,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     if replicas:
         worker_factory = (None if backend_name == "none"
                           else partial(open_fleet_backend, replicas, backend_name, args.profile))
-    run_factory: Any = (worker_factory or _no_backend) if replicas else factory
+    run_factory: Any = (worker_factory or no_backend) if replicas else factory
     # report.md at the end of the run (the runner never imports kvreplay.report); _finish redraws it.
     render_report = None if getattr(args, "report", "html") == "none" else render_markdown
 
@@ -488,81 +478,6 @@ async def open_backend(name: str, url: str, profile: str | None, session: Any) -
 
     chosen = await detect(url, session) if name == "auto" else name
     return make_backend(chosen, url, session, profile=profile)
-
-
-async def _no_backend(session: Any) -> None:
-    """No counter adapter (``--backend none`` with a fleet target)."""
-    return None
-
-
-def fleet_of(args: argparse.Namespace, settings: dict[str, Any], target: str) -> tuple[str, tuple[Any, ...]]:
-    """The target and the fleet's replicas from ``--replica`` and a plan's ``[fleet]`` (``runner.fleet``).
-
-    ``--replica`` replaces the plan's replicas; the plan's ``router`` is the target
-    unless ``--target`` names one. No replicas: ``(target, ())``, one server as before.
-
-    Raises:
-        ConfigError: a bad replica, ``--target sim`` with replicas, a replica that is
-            the router, a replica listed twice (field ``--replica``).
-    """
-    from kvreplay.runner.fleet import check_fleet, parse_replica, replicas_from_mapping
-
-    router, replicas = replicas_from_mapping(settings["fleet"]) if settings.get("fleet") else (None, ())
-    given = [parse_replica(t) for t in getattr(args, "replica", None) or ()]
-    if given:
-        replicas = tuple(given)
-    if router and target == "sim":
-        target = router
-    if not replicas:
-        return target, ()
-    if target == "sim":
-        raise ConfigError("--replica needs --target ROUTER_URL (the router the requests go to), not sim",
-                          field="--replica")
-    check_target(target, sim=False)
-    check_fleet(target, replicas)
-    return target, replicas
-
-
-async def check_replicas_answer(replicas: Any, timeout_s: float) -> None:
-    """Open (and close) a TCP connection to every replica before anything is sent.
-
-    Raises:
-        ConfigError: a replica does not answer (field ``--replica``; exit 2).
-    """
-    from urllib.parse import urlsplit
-
-    for r in replicas:
-        u = urlsplit(r.url)
-        port = u.port or (443 if u.scheme == "https" else 80)
-        try:
-            _, w = await asyncio.wait_for(asyncio.open_connection(u.hostname, port), timeout_s)
-        except (OSError, TimeoutError) as exc:
-            why = "no answer within the connect timeout" if isinstance(exc, TimeoutError) else (exc.strerror or exc)
-            raise ConfigError(f"replica {redact_url(r.url)} does not answer: {why}; nothing was sent",
-                              field="--replica") from None
-        w.close()
-
-
-async def open_fleet_backend(replicas: Any, name: str, profile: str | None, session: Any) -> Any:
-    """A ``runner.fleet.FleetBackend`` over every replica's adapter (``open_backend`` for each).
-
-    A replica's own ``backend=`` / ``profile=`` win over ``name`` / ``profile``.
-    Module-level, so a ``functools.partial`` of it pickles for ``--workers`` / ``--ray``.
-
-    Raises:
-        ConfigError: an unknown backend name or profile.
-        BackendError: detection failed for a replica.
-    """
-    from kvreplay.runner.fleet import FleetBackend
-
-    members = []
-    for r in replicas:
-        be = await open_backend(r.backend or name, r.url, r.profile or profile, session)
-        if be is None:
-            raise ConfigError(f"replica {r.url}: backend=none reads no counters; give its backend or "
-                              "run with --backend none", field="--replica")
-        members.append((r.url, be))
-    return FleetBackend(members)
 
 
 def sim_run_extra(time_scale: float, calibration: dict[str, Any] | None) -> dict[str, Any]:
