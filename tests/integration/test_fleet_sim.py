@@ -116,6 +116,12 @@ def test_c1_round_robin_attribution_matches_each_replicas_own_counters(tmp_path,
     assert plan["run"]["backend"] == "fleet:halogen,halogen"
     report = (tmp_path / "r" / "report.md").read_text()
     assert "## Replicas" in report and u1 in report
+    # kvreplay report rebuilds the per-replica totals from records.jsonl alone
+    (tmp_path / "r" / "summary.json").unlink()
+    assert main(["report", str(tmp_path / "r")]) == 0
+    rebuilt = json.loads((tmp_path / "r" / "summary.json").read_text())["phases"][0]
+    assert [(e["url"], e["requests"], e["tokens"]) for e in rebuilt["replicas"]] == [
+        (e["url"], e["requests"], e["tokens"]) for e in ph["replicas"]]
 
 
 def test_router_forwarding_to_an_unlisted_replica_is_unattributed(tmp_path, replicas):
