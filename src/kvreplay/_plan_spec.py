@@ -255,8 +255,9 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
 
     Returns:
         The phases, and the other top-level settings (``workload``, ``target``,
-        ``backend``, ``identity``, ``abort_on_malformed``, ``on_check_fail``) as given
-        (``identity`` is turned into pins by ``kvreplay.runner.identity.pins_from_mapping``).
+        ``backend``, ``identity``, ``abort_on_malformed``, ``on_check_fail``, ``fleet``) as given
+        (``identity`` is turned into pins by ``kvreplay.runner.identity.pins_from_mapping``,
+        ``fleet`` read by ``kvreplay.runner.fleet.replicas_from_mapping``).
 
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values (file, line, field).
@@ -265,7 +266,7 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
 
     p = Path(path)
     text, data = read_toml(p, what="plan file")
-    allowed = {"phase", "workload", "target", "backend", "identity", "abort_on_malformed", "on_check_fail"}
+    allowed = {"phase", "workload", "target", "backend", "identity", "abort_on_malformed", "on_check_fail", "fleet"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"unknown key {key!r}", path=p, line=_line_of(text, key), field=key)
@@ -278,6 +279,9 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
     if "identity" in data and (not isinstance(data["identity"], dict) or not data["identity"]):
         raise ConfigError("[identity] must be a non-empty table of KEY = VALUE", path=p,
                           line=_line_of(text, "identity"), field="identity")
+    if "fleet" in data and not isinstance(data["fleet"], dict):
+        raise ConfigError("[fleet] must be a table: router = URL, replicas = [URL, ...]", path=p,
+                          line=_line_of(text, "fleet"), field="fleet")
     phases_raw = data.get("phase")
     if not isinstance(phases_raw, list) or not phases_raw:
         raise ConfigError("a plan needs at least one [[phase]]", path=p, field="phase")

@@ -42,6 +42,9 @@ Top-level settings of a TOML plan besides ``[[phase]]`` (``workload``, ``target`
                                  # phase ("skip", the default) or only marks it invalid ("mark")
     [identity]                   # identity pins (kvreplay.runner.identity), e.g.
     models = ["llama-3-8b"]      # checked before the first request and at every counter read
+    [fleet]                      # a router and the replicas behind it (kvreplay.runner.fleet)
+    router = "http://127.0.0.1:30000"   # requests go here (the command line's --target wins)
+    replicas = ["http://127.0.0.1:8001", {url = "http://127.0.0.1:8002", backend = "llamacpp"}]
 
 ``by-prefix`` keeps the selection but groups bodies that share a prefix chain
 (``kvreplay.workload.prefix_chain``: system block, then each further message):

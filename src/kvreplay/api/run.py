@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from kvreplay.api.fleet import add_fleet_arguments, check_replicas_answer, fleet_of, no_backend, open_fleet_backend
 from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
@@ -119,6 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "ray://HOST:10001, or 'local' for a new instance here (optional extra: "
                         "pip install 'kvreplay[ray]'); clocks are per host")
     add_target_arguments(p)
+    add_fleet_arguments(p)  # api.fleet
 
 
 def add_contract_arguments(p: argparse.ArgumentParser) -> None:
@@ -358,6 +360,11 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
                           field="--expect-identity")
     target = args.target or settings.get("target", "sim")
+    target, replicas = fleet_of(args, settings, target)
+    if replicas:
+        check_target(target, sim=False)
+    if replicas:  # before the run directory is made: a replica that does not answer is exit 2, nothing made
+        await check_replicas_answer(replicas, args.connect_timeout)
     sim_cfg: Any = None
     calibration: dict[str, Any] | None = None
     if target == "sim":  # every simulator value checked before the run directory is made (exit 2)
@@ -407,6 +414,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
 
     # --workers / --ray: worker 0 builds the adapter in its own process (a factory that pickles).
     worker_factory = None if backend_name == "none" else partial(open_backend, backend_name, url, args.profile)
+    if replicas:
+        worker_factory = (None if backend_name == "none"
+                          else partial(open_fleet_backend, replicas, backend_name, args.profile))
+    run_factory: Any = (worker_factory or no_backend) if replicas else factory
     # report.md at the end of the run (the runner never imports kvreplay.report); _finish redraws it.
     render_report = None if getattr(args, "report", "html") == "none" else render_markdown
 
@@ -435,6 +446,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         **contract,
         ca_file=getattr(args, "ca_file", None),
         history=getattr(args, "history", "captured"),
+        replicas=tuple(r.url for r in replicas),
+        replica_header=getattr(args, "replica_header", None) if replicas else None,
+        fleet_json={"router": target_label, "replicas": [r.to_json() for r in replicas],
+                    "replica_header": getattr(args, "replica_header", None)} if replicas else None,
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
@@ -454,7 +469,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
                 plan, workload, opts, workers=args.workers, backend_factory=worker_factory,
                 observer=observer, max_body_bytes=args.max_body_bytes, render_report=render_report)
         else:
-            summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=factory,
+            summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=run_factory,
                                          observer=observer, render_report=render_report)
     finally:
         if sim is not None:

@@ -48,6 +48,7 @@ __all__ = [
     "HOST_KEYS",
     "HOST_LOOKUP_KEYS",
     "LOAD_GAUGES",
+    "REQUEST_COUNTERS",
     "RESTORE_KEYS",
     "TIERS",
     "TOKEN_TWINS",
@@ -75,6 +76,10 @@ COUNTER_NAMES = (
     "host_evictions",
 )
 """Common counter names (monotonic: a phase's figure is the increase)."""
+REQUEST_COUNTERS = ("lookups", "hits", "misses", "hit_tokens", "query_tokens", "prompt_tokens", "computed_tokens")
+"""Counters every request moves on the server that serves it, cold ones too (not only hits):
+a fleet's C1 attribution names the one replica whose request-level counters moved
+(``runner.fleet.attribute_by_counters``)."""
 GAUGE_NAMES = (
     "entries",
     "bytes",

@@ -40,7 +40,8 @@ summary.json::
                               "cached_tokens", "prompt_tokens", "hit_rate" (cached / prompt, null
                               without prompt tokens), "cached_unknown" (only when > 0)}],
                  "history": {"mode": "live", "turns", "differs"} (live history only: records sent,
-                             and those whose sent bytes differ from the retained ones)}]}
+                             and those whose sent bytes differ from the retained ones),
+                 "replicas": [...], "fleet": {...} (a fleet target only: metrics.fleet)}]}
 
 Latency metrics aggregate ``ok`` requests only; failures are counted by class
 (``failed``) and split by kind (``failure_kind``): ``failed_transport`` counts sends
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvreplay.evidence.engine import counter_cached
 from kvreplay.evidence.vocab import USAGE_HOST_KEYS
+from kvreplay.metrics.fleet import FleetStats
 from kvreplay.metrics.histograms import METRICS, LatencySet, PhaseHistograms
 
 if TYPE_CHECKING:
@@ -167,6 +169,7 @@ class PhaseStats:
     sessions: int = 0
     turns: dict[int, _TurnStats] = field(default_factory=dict)
     live: list[int] = field(default_factory=lambda: [0, 0])  # live history: records sent, bytes differing
+    fleet: FleetStats | None = None  # a fleet run's per-replica totals (metrics.fleet), else None
 
     def add(self, rec: dict[str, Any], token_ns: Sequence[int] | None = None) -> None:
         """Account one record (and the token arrival times of its stream, ns).
@@ -176,6 +179,10 @@ class PhaseStats:
             token_ns: Arrival of each token event (ns) for ITL samples; None to
                 skip ITL (e.g. when rebuilding from records alone).
         """
+        if self.fleet is None and "replica" in rec:
+            self.fleet = FleetStats()
+        if self.fleet is not None:
+            self.fleet.add(rec, token_ns)
         status = rec["status"]
         if rec.get("turn") == 0:
             self.sessions += 1
@@ -375,6 +382,8 @@ class PhaseStats:
             out["by_turn"] = [self.turns[k].to_json(k) for k in sorted(self.turns)]
         if self.live[0]:
             out["history"] = {"mode": "live", "turns": self.live[0], "differs": self.live[1]}
+        if self.fleet is not None:
+            out.update(self.fleet.to_json())  # "replicas" and "fleet" (metrics.fleet)
         return out
 
 

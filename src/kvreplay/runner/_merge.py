@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.clock import RunClock, now_ns
+from kvreplay.metrics.fleet import FleetStats
 from kvreplay.metrics.histograms import hlog_name, new_histogram, write_log
 from kvreplay.metrics.selfmeasure import merge_client, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats
@@ -66,6 +67,7 @@ def phase_payload(st: PhaseStats) -> dict[str, Any]:
             m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
             for m, ls in st.hists.sets.items()
         },
+        "fleet": st.fleet.to_payload() if st.fleet is not None else None,  # metrics.fleet
     }
 
 
@@ -112,6 +114,10 @@ def merge_run(
             for cls, n in (f.get("no_usage_by_status") or {}).items():
                 st.no_usage_by_status[cls] = st.no_usage_by_status.get(cls, 0) + n
             st.no_usage_positions = sorted(st.no_usage_positions + list(f.get("no_usage_positions") or []))[:20]
+            if ph.get("fleet") is not None:
+                if st.fleet is None:
+                    st.fleet = FleetStats()
+                st.fleet.merge_payload(ph["fleet"])
             for m, (enc, sum_us, oor) in ph["hists"].items():
                 ls = st.hists.sets[m]
                 if enc is not None:

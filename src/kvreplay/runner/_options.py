@@ -66,6 +66,10 @@ class RunOptions:
         history: Conversation workloads: ``captured`` (the retained bytes, the default) or
             ``live`` (earlier turns' assistant messages replaced by this server's replies:
             the one option that changes the bytes sent; ``workload.conversations.live_body``).
+        replicas: A fleet target's replica URLs as given (``runner.fleet``); ``target_url``
+            is then the router. Empty: one server (records carry no ``replica``).
+        replica_header: The response header naming the replica (fleet runs only).
+        fleet_json: plan.json ``run.fleet`` (router, replicas with backend and profile, header).
     """
 
     target_url: str
@@ -100,6 +104,9 @@ class RunOptions:
     ca_file: str | None = None
     hlog_interval_s: float = 1.0
     history: str = "captured"
+    replicas: tuple[str, ...] = ()
+    replica_header: str | None = None
+    fleet_json: dict[str, Any] | None = None
 
 
 def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) -> dict[str, Any]:
@@ -113,6 +120,7 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
         "unplanned_requests": [],
         **opts.run_extra,
         **({"history": opts.history} if opts.history != "captured" else {}),
+        **({"fleet": opts.fleet_json} if opts.fleet_json is not None else {}),
         # The execution contract the run kept (runner._contract).
         "contract": {
             "identity_pins": [p.to_json() for p in opts.identity_pins],

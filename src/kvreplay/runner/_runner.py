@@ -46,6 +46,7 @@ from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.accounting.sse import itl_summary_ns
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
+from kvreplay.metrics.fleet import FleetStats
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats, failure_kind
@@ -55,8 +56,9 @@ from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWri
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
-from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot
+from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, expected_after, wait_drained
+from kvreplay.runner.fleet import part_deltas, replica_fields
 from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.identity import IdentityGate
@@ -207,6 +209,8 @@ class _Run(CounterReads, ContractChecks):
                 sent_sha = self.sent_sha.get(pos) if out is not None else None
                 base["history"], base["sent_sha256"] = "live", sent_sha
                 base["history_differs"] = sent_sha is not None and sent_sha != body.sha256
+        if getattr(getattr(self, "opts", None), "replicas", ()):
+            base["replica"] = None  # a fleet run: runner.fleet.replica_fields names it once the request is done
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
@@ -312,6 +316,8 @@ class _Run(CounterReads, ContractChecks):
             span = phase.intended_ns[-1] if phase.intended_ns else 0
             # with sessions, the intended times are session arrivals: the offered rate is sessions/s
             st.offered_rps = (len(phase.intended_ns) - 1) / (span / 1e9) if span > 0 else None
+        if self.opts.replicas:
+            st.fleet = FleetStats(self.opts.replicas)
         self.stats.append(st)
         self.cur_phase = phase.name
         be = self.backend
@@ -366,6 +372,7 @@ class _Run(CounterReads, ContractChecks):
         total_timeout_s = self.opts.total_timeout_s
 
         mon = ClientMonitor()
+        fleet = bool(self.opts.replicas)
 
         spans = dict(phase.session_spans())  # conversations: first position -> turns
         arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
@@ -396,7 +403,8 @@ class _Run(CounterReads, ContractChecks):
                                         sent_ns=self.claim_ns if t_int is None else None)
                 else:
                     out = await send_body(session, url + body.path, send_raw, headers=self.headers,
-                                          head_chars=head, total_timeout_s=total_timeout_s)
+                                          head_chars=head, total_timeout_s=total_timeout_s,
+                                          replica_header=self.opts.replica_header if fleet else None)
             except asyncio.CancelledError as exc:
                 # Cancelled in flight (second interrupt, hard deadline): still a record, with
                 # the real send time and the partial stream when the client kept them.
@@ -417,7 +425,7 @@ class _Run(CounterReads, ContractChecks):
             if keep_chars is not None:  # live history: the whole reply is kept for the next turn
                 self.replies[pos] = out.stream.text_head
                 out.stream.text_head = out.stream.text_head[:head_chars]
-            delta = None
+            delta = parts = None
             try:
                 check_ranges(out)
                 if has_secrets():
@@ -433,8 +441,13 @@ class _Run(CounterReads, ContractChecks):
                         st.add(rec, out.stream.token_ns if out.status == "ok" else None)
                         raise
                     delta = self.delta_json(self.last_snap, after)
+                    parts = (part_deltas(counter_delta(self.last_snap, after).parts)
+                             if fleet and self.last_snap is not None and after is not None else None)
                     self.last_snap = after
                 rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
+                if fleet:
+                    rec.update(replica_fields(out.replica, parts, self.opts.replicas, per_request=per_req,
+                                              reached=failure_kind(rec) != "transport"))
                 self.writer.write(rec)  # orjson fails before anything is written
             except (asyncio.CancelledError, OSError):
                 raise
@@ -516,6 +529,8 @@ class _Run(CounterReads, ContractChecks):
         st.histogram_files = {m: f for m, f in files.items() if m != "loop_lag"}
         after = await self.snapshot(at="phase_end")
         st.counter_delta = self.delta_json(before, after)
+        if st.fleet is not None and before is not None and after is not None:
+            st.fleet.counter_deltas = part_deltas(counter_delta(before, after).parts) or {}
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
         gate = self.writer
@@ -615,4 +630,5 @@ def _h1_client(opts: RunOptions, headers: dict[str, str]) -> H1Client | None:
         return None
     return H1Client(opts.target_url, headers=headers, connect_timeout_s=opts.connect_timeout_s,
                     read_idle_timeout_s=opts.read_idle_timeout_s, keepalive_timeout_s=opts.keepalive_timeout_s,
-                    ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None)
+                    ssl_context=client_ssl_context(opts.ca_file) if opts.target_url.startswith("https:") else None,
+                    replica_header=opts.replica_header if opts.replicas else None)

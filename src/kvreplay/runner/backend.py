@@ -86,6 +86,8 @@ class Snapshot:
         partial: True when ``raw`` holds only the series the adapter maps (a
             filtered read: ``snapshot(full=False)``), not every series the server has.
         read_bytes: Size of the bodies read for this snapshot (bytes; 0 when unknown).
+        parts: A fleet's read (``runner.fleet``): replica URL -> that replica's own
+            snapshot (``common`` is then their sum); None for one server.
     """
 
     taken_ns: int
@@ -96,6 +98,7 @@ class Snapshot:
     invalid: dict[str, str] = field(default_factory=dict)
     partial: bool = False
     read_bytes: int = 0
+    parts: dict[str, Snapshot] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +112,7 @@ class CounterDelta:
         elapsed_ns: Time between the two snapshots (ns).
         invalid: Common name -> reason, for names whose delta is null because
             either read's value could not be differenced (``Snapshot.invalid``).
+        parts: A fleet's delta: replica URL -> that replica's own delta (not in ``to_json``).
     """
 
     values: dict[str, float]
@@ -116,6 +120,7 @@ class CounterDelta:
     reset_names: tuple[str, ...] = ()
     elapsed_ns: int = 0
     invalid: dict[str, str] = field(default_factory=dict)
+    parts: dict[str, CounterDelta] | None = None
 
     def to_json(self) -> dict:
         """JSON form used in records and summaries.
@@ -146,9 +151,15 @@ def counter_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
     A name invalid in either read (``Snapshot.invalid``) has no value: it is in
     ``invalid`` with ``b``'s reason (else ``a``'s).
 
+    Two fleet reads (both with ``parts``): the sum of each replica's own delta, a
+    reset when any replica restarted (``reset_names`` as ``name@URL``, ``start_marker@URL``
+    for a replica whose start marker alone changed).
+
     Returns:
         The delta over the common names present in both (gauges: present in ``b``).
     """
+    if a.parts is not None and b.parts is not None:
+        return _fleet_delta(a, b)
     invalid = {**a.invalid, **b.invalid}  # b's reason wins
     values: dict[str, float] = {}
     went_down: list[str] = []
@@ -177,6 +188,26 @@ def counter_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
         | {k: v for k, v in invalid.items() if k not in GAUGE_NAMES
            if (k in a.common or k in a.invalid) and (k in b.common or k in b.invalid)},
     )
+
+
+def _fleet_delta(a: Snapshot, b: Snapshot) -> CounterDelta:
+    pa, pb = a.parts or {}, b.parts or {}
+    parts = {u: counter_delta(pa[u], sb) for u, sb in pb.items() if u in pa}
+    values: dict[str, float] = {}
+    invalid: dict[str, str] = {}
+    for u, d in parts.items():
+        for k, v in d.values.items():
+            values[k] = values.get(k, 0) + v
+        for k, why in d.invalid.items():
+            invalid.setdefault(k, f"{u}: {why}")
+    for k in invalid:
+        values.pop(k, None)
+    # a replica whose start marker changed without a counter going down is named too
+    names = sorted(f"{n}@{u}" for u, d in parts.items() for n in (d.reset_names or (("start_marker",) if d.reset
+                                                                                     else ())))
+    reset = any(d.reset for d in parts.values())
+    return CounterDelta(values=values, reset=reset, reset_names=tuple(names), elapsed_ns=b.taken_ns - a.taken_ns,
+                        invalid=invalid, parts=parts)
 
 
 @runtime_checkable

@@ -92,11 +92,14 @@ class _Exchange:
 
     __slots__ = ("acc", "body", "body_len", "chunked", "close_after", "complete", "conn", "ctype", "done_ns", "error",
                  "exc_status", "framed", "framing_run", "fut", "head_bytes", "head_chars", "headers_ns",
-                 "http_status", "interim", "last_rx_ns", "location", "on_body", "parser", "pieces",
-                 "reason", "state", "timeout_kind")
+                 "http_status", "interim", "last_rx_ns", "location", "on_body", "parser", "picked", "pieces",
+                 "reason", "state", "timeout_kind", "want")
 
-    def __init__(self, conn: _H1Conn | None, fut: asyncio.Future | None, head_chars: int) -> None:
+    def __init__(self, conn: _H1Conn | None, fut: asyncio.Future | None, head_chars: int,
+                 want: bytes = b"\0") -> None:
         self.conn = conn
+        self.want = want  # a response header to keep (lower case; NUL never matches)
+        self.picked = b""
         self.fut = fut
         self.head_chars = head_chars
         self.pieces: list[bytes] = []
@@ -148,6 +151,8 @@ class _Exchange:
         elif n == b"transfer-encoding":
             self.framed = True
             self.chunked = b"chunked" in value.lower()
+        elif n == self.want:
+            self.picked = value[:ERROR_BYTES]
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -403,6 +408,8 @@ class H1Client:
         keepalive_timeout_s: A pooled connection idle longer than this is closed
             instead of reused (s) (field case B11).
         ssl_context: TLS context for https (default: ``client_ssl_context()``).
+        replica_header: A response header whose value each outcome keeps as
+            ``RequestOutcome.replica`` (a fleet target); None = none.
 
     ``send`` has the contract of ``kvreplay.runner.http.send_body``: per-request
     failures come back as a ``RequestOutcome``; cancellation closes the
@@ -414,8 +421,9 @@ class H1Client:
 
     def __init__(self, base_url: str, *, headers: dict[str, str], connect_timeout_s: float = 30.0,
                  read_idle_timeout_s: float | None = 120.0, keepalive_timeout_s: float = 2.0,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, replica_header: str | None = None) -> None:
         u = urlsplit(base_url)
+        self.want = replica_header.lower().encode("latin-1") if replica_header else b"\0"
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError("H1Client needs an http:// or https:// URL with a host")
         if u.username is not None or u.password is not None:
@@ -534,7 +542,7 @@ class H1Client:
             conn.transport.write(self._head(path) + b"%d\r\n\r\n" % len(raw) + raw)  # type: ignore[union-attr]
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        x = _Exchange(conn, fut, head_chars)
+        x = _Exchange(conn, fut, head_chars, self.want)
         conn.x = x
         if conn.closed:  # lost between connect and write
             x.on_lost(None)
@@ -567,7 +575,10 @@ class H1Client:
         finally:
             if timer is not None:
                 timer.cancel()
-        return self._outcome(x, sent, head_chars), pooled
+        out = self._outcome(x, sent, head_chars)
+        if x.picked:
+            out.replica = x.picked.decode("latin-1").strip()
+        return out, pooled
 
     @staticmethod
     def _outcome(x: _Exchange, sent: int, head_chars: int) -> RequestOutcome:

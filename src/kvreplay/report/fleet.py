@@ -1,0 +1,68 @@
+"""The per-replica table of a fleet run (summary.json ``phases[].replicas`` and ``phases[].fleet``).
+
+One table per phase with replicas: a row per replica and a ``fleet`` row (the
+sums), requests, tokens, hit rate, TTFT/ITL p50 and each replica's own
+``lookups`` delta over the phase; the notes say how records were attributed, the
+load balance and the anomalies (``unattributed``, ``ambiguous``, ``unlisted``,
+``conflict``: records that name no replica). Rendered by ``report.document`` into
+report.md and report.html alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreplay.report.cells import Cell, absent, measured
+from kvreplay.report.sections import Table
+from kvreplay.rundir import RunData
+
+__all__ = ["ANOMALIES", "replica_section"]
+
+ANOMALIES = ("ambiguous", "conflict", "unattributed", "unlisted")
+"""``replica_reason`` values the report names as anomalies (``phase_only`` and ``not_reached`` are not)."""
+
+_COLUMNS = ["requests", "ok", "prompt tokens", "cached tokens", "hit rate", "TTFT p50 (ms)", "ITL p50 (ms)",
+            "Δ lookups (own counters)"]
+
+
+def _num(v: Any, fmt: str = "{:g}") -> Cell:
+    return absent("not measured") if v is None else measured(fmt.format(v))
+
+
+def _row(e: dict[str, Any]) -> list[Cell]:
+    t = e.get("tokens") or {}
+    delta = e.get("counter_delta")
+    return [_num(e.get("requests")), _num(e.get("ok")), _num(t.get("prompt")), _num(t.get("cached")),
+            _num(e.get("hit_rate"), "{:.1%}"), _num((e.get("ttft_ms") or {}).get("p50")),
+            _num((e.get("itl_ms") or {}).get("p50")),
+            absent("no counters read") if not isinstance(delta, dict) else _num(delta.get("lookups"))]
+
+
+def replica_section(run: RunData) -> tuple[list[Table], list[str]] | None:
+    """The tables and notes of the "Replicas" section; None for a run that is not a fleet's."""
+    tables: list[Table] = []
+    notes: list[str] = []
+    for ph in run.summary.get("phases") or []:
+        reps = ph.get("replicas")
+        fleet = ph.get("fleet")
+        if not isinstance(reps, list) or not isinstance(fleet, dict):
+            continue
+        t = Table(f"replicas:{ph.get('name')}", list(_COLUMNS), corner=f"replica ({ph.get('name')})")
+        for e in reps:
+            t.rows.append((str(e.get("url")), _row(e)))
+        t.rows.append(("fleet (sum)", _row({**fleet, "counter_delta": None, "ttft_ms": None, "itl_ms": None})))
+        tables.append(t)
+        bal = fleet.get("balance") or {}
+        line = (f"{ph.get('name')}: attribution {fleet.get('attribution')}; load balance max/mean "
+                f"requests {bal.get('requests_max_over_mean')}, prompt tokens {bal.get('prompt_tokens_max_over_mean')}")
+        reasons = (fleet.get("unattributed") or {}).get("reasons") or {}
+        odd = {k: v for k, v in reasons.items() if k in ANOMALIES}
+        if odd:
+            line += ("; anomaly: " + ", ".join(f"{k} {v}" for k, v in odd.items())
+                     + " sent records name no replica")
+        if reasons.get("not_reached"):
+            line += f"; {reasons['not_reached']} sends never reached the router"
+        if fleet.get("note") and fleet.get("attribution") == "phase_only":
+            line += f"; {fleet['note']}"
+        notes.append(line)
+    return (tables, notes) if tables else None

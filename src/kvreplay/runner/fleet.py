@@ -1,0 +1,317 @@
+"""A fleet target: a router URL and the replicas behind it, read as one ``Backend`` (issue 33).
+
+Requests go to the router (``RunOptions.target_url``); counters and identity are
+read from every replica (never from the router). ``FleetBackend`` wraps one
+adapter per replica and satisfies ``runner.backend.Backend``:
+
+- ``snapshot()`` reads every replica at once; ``common`` is the sum over the
+  replicas, ``raw`` is ``{replica URL: that replica's raw series}`` (so
+  counters.jsonl keeps every replica's series), ``parts`` holds each replica's
+  own snapshot. ``counter_delta`` over two fleet snapshots sums the replicas'
+  own deltas, and a replica whose counters went down makes the delta a reset
+  (``reset_names`` ``name@URL``): a replica that restarts aborts as one server does.
+- ``identity()`` is ``{"kvreplay_fleet": [URL, ...], "replicas": {URL: identity}}``:
+  a drift of any replica is a drift; ``runner.identity.check_pins`` applies every
+  pin to every replica.
+- ``drained(a, b)``: every replica drained; ``reset_cache()``: every replica reset.
+
+Attribution (records' ``replica``, ``replica_reason``; ``attribute_by_counters``,
+``attribute_by_header``): at C1 the replica whose request-level counters moved
+(``evidence.vocab.REQUEST_COUNTERS``: lookups, prompt tokens, ... not only hits);
+at any concurrency the response header ``RunOptions.replica_header`` when the
+router or replica sets it. Reasons: ``ambiguous`` (more than one replica's
+counters moved), ``unattributed`` (none moved: the router forwarded to a replica
+not listed, or the server counts nothing), ``unlisted`` (the header names a
+replica not listed), ``conflict`` (header and counters disagree), ``phase_only``
+(no per-request counters and no header: per-replica totals per phase only),
+``not_reached`` (the send never reached the router: connection refused, reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from kvreplay.errors import ConfigError
+from kvreplay.evidence.vocab import REQUEST_COUNTERS
+from kvreplay.runner.backend import Backend, Snapshot
+
+__all__ = [
+    "DEFAULT_REPLICA_HEADER",
+    "FLEET_MARKER",
+    "FleetBackend",
+    "Replica",
+    "attribute_by_counters",
+    "attribute_by_header",
+    "check_fleet",
+    "parse_replica",
+    "part_deltas",
+    "replica_fields",
+    "replicas_from_mapping",
+]
+
+DEFAULT_REPLICA_HEADER = "x-kvreplay-replica"
+"""Response header naming the replica that served a request (``--replica-header``)."""
+FLEET_MARKER = "kvreplay_fleet"
+"""Key of a fleet identity listing its replica URLs (``FleetBackend.identity``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replica:
+    """One replica behind the router.
+
+    Attributes:
+        url: Its base URL as given (``http://127.0.0.1:8001``); records name it so.
+        backend: Counter adapter name; None = the run's ``--backend``.
+        profile: Profile for ``--backend prometheus``; None = the run's ``--profile``.
+    """
+
+    url: str
+    backend: str | None = None
+    profile: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"url", "backend", "profile"}`` (plan.json ``run.fleet.replicas``)."""
+        return {"url": self.url, "backend": self.backend, "profile": self.profile}
+
+
+def _check_url(url: str, field: str) -> str:
+    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
+        raise ConfigError(f"{url!r} is not a replica URL: give http://HOST:PORT", field=field)
+    return url
+
+
+def parse_replica(text: str, *, field: str = "--replica") -> Replica:
+    """``URL[,backend=NAME][,profile=FILE]`` -> ``Replica``.
+
+    Raises:
+        ConfigError: not an http(s) URL, an unknown or repeated key, an empty value.
+    """
+    url, *opts = [p.strip() for p in text.split(",")]
+    _check_url(url, field)
+    got: dict[str, str] = {}
+    for o in opts:
+        key, sep, value = o.partition("=")
+        if not sep or key not in ("backend", "profile") or not value or key in got:
+            raise ConfigError(f"{o!r} in {text!r}: expected backend=NAME or profile=FILE, each once",
+                              field=field)
+        got[key] = value
+    return Replica(url=url, backend=got.get("backend"), profile=got.get("profile"))
+
+
+def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | None, tuple[Replica, ...]]:
+    """A plan's ``[fleet]`` table -> ``(router URL or None, replicas)``.
+
+    The table: ``router = "http://..."`` (optional; the run's ``--target`` wins) and
+    ``replicas = ["http://...", {url = "http://...", backend = "llamacpp"}, ...]``.
+
+    Raises:
+        ConfigError: not a table, an unknown key, a replica that is not a URL or a table with ``url``.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError("must be a table with router and replicas", field=source)
+    unknown = set(data) - {"router", "replicas"}
+    if unknown:
+        raise ConfigError(f"unknown keys {sorted(unknown)} (router, replicas)", field=source)
+    router = data.get("router")
+    if router is not None and not isinstance(router, str):
+        raise ConfigError("router must be a URL string", field=f"{source}.router")
+    items = data.get("replicas", [])
+    if not isinstance(items, list):
+        raise ConfigError("replicas must be a list", field=f"{source}.replicas")
+    out = []
+    for i, it in enumerate(items):
+        where = f"{source}.replicas[{i}]"
+        if isinstance(it, str):
+            out.append(parse_replica(it, field=where))
+        elif isinstance(it, Mapping) and isinstance(it.get("url"), str):
+            bad = set(it) - {"url", "backend", "profile"}
+            if bad or any(v is not None and not isinstance(v, str) for v in it.values()):
+                raise ConfigError(f"a replica table has url, backend, profile (strings); got {sorted(it)}",
+                                  field=where)
+            out.append(Replica(url=_check_url(it["url"], where), backend=it.get("backend"),
+                               profile=it.get("profile")))
+        else:
+            raise ConfigError("a replica is a URL or a table with url", field=where)
+    return router, tuple(out)
+
+
+def _same_server(a: str, b: str) -> bool:
+    ua, ub = urlsplit(a), urlsplit(b)
+    return (ua.scheme, ua.hostname, ua.port, ua.path.rstrip("/")) == (ub.scheme, ub.hostname, ub.port,
+                                                                        ub.path.rstrip("/"))
+
+
+def check_fleet(router: str, replicas: Sequence[Replica]) -> None:
+    """Refuse a replica that is the router itself, or a replica listed twice.
+
+    Raises:
+        ConfigError: field ``--replica``.
+    """
+    for i, r in enumerate(replicas):
+        if _same_server(r.url, router):
+            raise ConfigError(f"replica {r.url} is the router itself (--target): list the servers behind it",
+                              field="--replica")
+        for other in replicas[:i]:
+            if _same_server(r.url, other.url):
+                raise ConfigError(f"replica {r.url} is listed twice", field="--replica")
+
+
+def _moved(delta: Mapping[str, Any] | None) -> bool:
+    if not delta:
+        return False
+    return any(isinstance(delta.get(n), (int, float)) and delta[n] > 0 for n in REQUEST_COUNTERS)
+
+
+def attribute_by_counters(deltas: Mapping[str, Mapping[str, Any] | None]) -> tuple[str | None, str | None]:
+    """The replica that served one C1 request, from each replica's counter delta over it.
+
+    Args:
+        deltas: Replica URL -> its delta (``CounterDelta.to_json()``) over the request; None when unread.
+
+    Returns:
+        ``(url, None)`` when exactly one replica's request-level counters
+        (``REQUEST_COUNTERS``) moved; ``(None, "ambiguous")`` when several did;
+        ``(None, "unattributed")`` when none did.
+    """
+    moved = [u for u, d in deltas.items() if _moved(d)]
+    if len(moved) == 1:
+        return moved[0], None
+    return None, ("ambiguous" if moved else "unattributed")
+
+
+def attribute_by_header(value: str | None, replicas: Sequence[str]) -> tuple[str | None, str | None]:
+    """The replica a response header names: ``(url as listed, None)``, ``(None, "unlisted")`` or ``(None, None)``.
+
+    The header may carry the replica's URL (a trailing ``/`` and the scheme's default
+    port ignored) or its ``HOST:PORT``. None or empty: ``(None, None)`` (no header).
+    """
+    if not value:
+        return None, None
+    v = value.strip()
+    for u in replicas:
+        if _same_server(v, u) or v == urlsplit(u).netloc:
+            return u, None
+    return None, "unlisted"
+
+
+def _sum_snapshots(parts: dict[str, Snapshot]) -> Snapshot:
+    common: dict[str, float] = {}
+    invalid: dict[str, str] = {}
+    for url, s in parts.items():
+        for k, v in s.common.items():
+            common[k] = common.get(k, 0) + v
+        for k, why in s.invalid.items():
+            invalid.setdefault(k, f"{url}: {why}")
+    for k in invalid:
+        common.pop(k, None)  # one replica's invalid value makes the sum invalid
+    return Snapshot(taken_ns=max(s.taken_ns for s in parts.values()), raw={u: s.raw for u, s in parts.items()},
+                    common=common, started=None,
+                    settled=all(s.settled for s in parts.values()) if all(s.settled is not None
+                                                                          for s in parts.values()) else None,
+                    invalid=invalid, read_bytes=sum(s.read_bytes for s in parts.values()), parts=parts)
+
+
+class FleetBackend:
+    """Every replica's adapter as one ``Backend`` (module docstring).
+
+    Args:
+        members: ``(replica URL, its adapter)`` in the order given.
+    """
+
+    partial_reads = False  # whole reads: counters.jsonl keeps each replica's series under its URL
+
+    def __init__(self, members: Sequence[tuple[str, Backend]]) -> None:
+        self.members = list(members)
+        self.name = "fleet:" + ",".join(b.name for _, b in self.members)
+        units: dict[str, str] = {}
+        for _, b in self.members:
+            units.update(getattr(b, "units", None) or {})
+        self.units = units
+
+    @property
+    def urls(self) -> list[str]:
+        """The replica URLs, in order."""
+        return [u for u, _ in self.members]
+
+    async def snapshot(self, full: bool = True) -> Snapshot:
+        """Every replica read at once, summed (``parts`` keeps each).
+
+        Raises:
+            BackendError: a replica could not be read (its URL in the message).
+        """
+        snaps = await asyncio.gather(*(b.snapshot() for _, b in self.members))
+        return _sum_snapshots(dict(zip(self.urls, snaps, strict=True)))
+
+    async def identity(self) -> dict[str, Any]:
+        """``{"kvreplay_fleet": [URL, ...], "replicas": {URL: identity}}``.
+
+        Raises:
+            BackendError: a replica's identity could not be read.
+        """
+        idents = await asyncio.gather(*(b.identity() for _, b in self.members))
+        return {FLEET_MARKER: self.urls, "replicas": dict(zip(self.urls, idents, strict=True))}
+
+    def drained(self, a: Snapshot, b: Snapshot) -> bool:
+        """Every replica drained between ``a`` and ``b``."""
+        pa, pb = a.parts or {}, b.parts or {}
+        return all(u in pa and u in pb and be.drained(pa[u], pb[u]) for u, be in self.members)
+
+    async def reset_cache(self) -> bool:
+        """Reset every replica's cache; True only when every one could."""
+        done = await asyncio.gather(*(b.reset_cache() for _, b in self.members))
+        return all(done)
+
+
+def part_deltas(delta_parts: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``{URL: delta JSON}`` of a fleet ``CounterDelta.parts``; None without parts."""
+    if not delta_parts:
+        return None
+    return {u: d.to_json() for u, d in delta_parts.items()}
+
+
+
+def replica_fields(header: str | None, deltas: Mapping[str, Any] | None, replicas: Sequence[str], *,
+                   per_request: bool, reached: bool = True) -> dict[str, Any]:
+    """The record keys naming the replica that served one request (module docstring).
+
+    Args:
+        header: The replica header's value in the response (``RequestOutcome.replica``), None when absent.
+        deltas: Replica URL -> its counter delta over the request (C1 per-request reads), else None.
+        replicas: The listed replica URLs.
+        per_request: Counters were read around this request (C1).
+        reached: False when the send never reached the router (a transport failure:
+            ``metrics.summary.failure_kind``): no replica served it, ``replica_reason: "not_reached"``.
+
+    Returns:
+        ``{"replica", "replica_reason", "replica_source"}``, plus ``replica_deltas``
+        (every replica's delta) with counters, and ``replica_header`` (its value) when
+        the header named no listed replica. The counters decide at C1; the header
+        settles an ``ambiguous`` case when it names one of the replicas that moved; a
+        header naming another replica than the counters is a ``conflict``.
+    """
+    by_header, header_reason = attribute_by_header(header, replicas)
+    out: dict[str, Any] = {}
+    if not reached:
+        return {"replica": None, "replica_reason": "not_reached", "replica_source": None}
+    if per_request and deltas is not None:
+        out["replica_deltas"] = dict(deltas)
+        url, reason = attribute_by_counters(deltas)
+        source: str | None = "counters"
+        if url is not None and by_header is not None and by_header != url:
+            url, reason, source = None, "conflict", None
+        elif url is None and reason == "ambiguous" and by_header is not None and _moved(deltas.get(by_header)):
+            url, reason, source = by_header, None, "header"
+        elif url is None:
+            source = None
+    elif header:
+        url, reason, source = by_header, header_reason, "header" if by_header else None
+    else:
+        url, reason, source = None, "phase_only", None
+    out.update({"replica": url, "replica_reason": reason, "replica_source": source})
+    if header and by_header is None:
+        out["replica_header"] = header[:200]
+    return out
