@@ -46,8 +46,10 @@ class FrozenExperiment:
 
         Args:
             say: Progress line sink.
-            resume: ``(progress, keep)`` to go on with a window killed before
-                (``experiments.window.resume.plan_resume``); None for a new window.
+            resume: ``(progress, keep)`` or ``(progress, keep, set_aside)`` to go on with a
+                window killed before (``experiments.window.resume.plan_resume``; the step
+                folders ``set_aside`` are renamed only once the server's identity is accepted);
+                None for a new window.
 
         Returns:
             result.json as a dict (``status``, ``findings``, ``steps``, ``time``...).
