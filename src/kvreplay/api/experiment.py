@@ -41,7 +41,7 @@ class FrozenExperiment:
     frozen_path: Path
 
     async def run_async(self, say: Callable[[str], None] = lambda _m: None,
-                        resume: tuple[Any, Any] | None = None) -> dict[str, Any]:
+                        resume: tuple[Any, ...] | None = None) -> dict[str, Any]:
         """Run the window, then write the publication (also after an abort).
 
         Args:
