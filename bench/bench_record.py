@@ -20,12 +20,24 @@ the bundled mtbench-52 bodies (streamed, 128 output tokens each).
   (``/proc/PID/stat``, clock ticks) over the proxied C64 runs, divided by the
   output tokens streamed through it (µs per token), and per request.
 
+- **C1, added TTFT of whole runs** (issue 31 item 2, the figure that counts): a
+  second ``serve-sim --time-scale 0.001`` and a ``record --upstream URL --listen
+  127.0.0.1:PORT`` in front of it; ``kvreplay run`` of the bundled workload
+  (``kvreplay.bundled.DEMO_WORKLOAD``, 52 bodies) with ``--backend none --phase
+  a:forward:c1``, direct and through the proxy, three alternating pairs (direct
+  first, then proxied first, then direct first) after one unmeasured direct run
+  that fills the simulator's prefix cache (every measured run sends fully cached
+  bodies). Added TTFT = median of the proxied runs' ``summary.json``
+  ``phases[0].ttft_ms.p50`` minus the median of the direct runs'. Criterion:
+  <= 1.0 ms. ``--c1-runs-only`` measures this figure alone.
+
 Wall-clock figures on a shared machine are noisy; the CPU figure is robust to
-load. The load average is printed.
+load. The load average is printed (``uptime``'s three figures, before and after).
 
     .venv/bin/python bench/bench_record.py             # ~1 min
     .venv/bin/python bench/bench_record.py --quick     # fewer requests
     .venv/bin/python bench/bench_record.py --json out.json
+    .venv/bin/python bench/bench_record.py --c1-runs-only   # the C1 run figure alone (~1 min)
 """
 
 from __future__ import annotations
@@ -166,6 +178,77 @@ async def bench(args: argparse.Namespace, sim: Proc, rec: Proc) -> dict:
     }
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for ``record --listen HOST:PORT``)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kvreplay_run(url: str, out: Path) -> float:
+    """``kvreplay run`` of the bundled workload at C1 against ``url``; its ``phases[0].ttft_ms.p50`` (ms)."""
+    from kvreplay.bundled import DEMO_WORKLOAD
+
+    cmd = [sys.executable, "-m", "kvreplay", "run", str(DEMO_WORKLOAD), "--target", url, "--backend", "none",
+           "--phase", "a:forward:c1", "--out", str(out), "--quiet", "--report", "none"]
+    done = subprocess.run(cmd, capture_output=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"kvreplay run exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    ph = json.loads((out / "summary.json").read_text())["phases"][0]
+    if ph.get("ok") != ph.get("planned"):
+        raise SystemExit(f"kvreplay run against {url}: {ph.get('ok')} of {ph.get('planned')} ok")
+    return float(ph["ttft_ms"]["p50"])
+
+
+def c1_runs(pairs: int = 3, record_args: tuple[str, ...] = ()) -> dict:
+    """The C1 figure of issue 31 item 2 (module docstring): whole ``kvreplay run``s, direct and proxied."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = Proc("serve-sim", "--port", "0", "--time-scale", "0.001")
+        rec = Proc("record", "--upstream", sim.url, "--listen", f"127.0.0.1:{free_port()}",
+                   "--out", str(Path(tmp) / "W"), *record_args)
+        try:
+            kvreplay_run(sim.url, Path(tmp) / "warm")  # fills the prefix cache; not measured
+            got: dict[str, list[float]] = {"direct": [], "proxied": []}
+            order = []
+            cpu = 0.0
+            for i in range(pairs):
+                for which in (("direct", "proxied") if i % 2 == 0 else ("proxied", "direct")):
+                    url = sim.url if which == "direct" else rec.url
+                    c0 = rec.cpu_s()
+                    got[which].append(kvreplay_run(url, Path(tmp) / f"{i}-{which}"))
+                    if which == "proxied":
+                        cpu += rec.cpu_s() - c0
+                    order.append(which)
+        finally:
+            rec.stop()
+            sim.stop()
+    d, p = statistics.median(got["direct"]), statistics.median(got["proxied"])
+    return {"pairs": pairs, "order": order, "ttft_p50_direct_ms": got["direct"], "ttft_p50_proxied_ms": got["proxied"],
+            "median_direct_ms": d, "median_proxied_ms": p, "added_ttft_ms": p - d,
+            "proxy_cpu_ms_per_request": cpu / (pairs * 52) * 1e3}
+
+
+def _uptime() -> str:
+    a, b, c = os.getloadavg()
+    return f"{a:.2f} {b:.2f} {c:.2f}"
+
+
+def print_c1_runs(r: dict, before: str) -> None:
+    """The C1 run figure's lines."""
+    print(f"C1 runs (kvreplay run, bundled workload, --backend none --phase a:forward:c1, serve-sim "
+          f"--time-scale 0.001, {r['pairs']} alternating pairs: {' '.join(r['order'])}; load average before "
+          f"{before}, after {_uptime()})")
+    print("    ttft_ms.p50 direct  " + ", ".join(f"{x:.3f}" for x in r["ttft_p50_direct_ms"])
+          + f"  (median {r['median_direct_ms']:.3f} ms)")
+    print("    ttft_ms.p50 proxied " + ", ".join(f"{x:.3f}" for x in r["ttft_p50_proxied_ms"])
+          + f"  (median {r['median_proxied_ms']:.3f} ms)")
+    print(f"    proxy CPU {r['proxy_cpu_ms_per_request']:.2f} ms per request (user + system, the proxied runs)")
+    print(f"    added TTFT {r['added_ttft_ms']:+.3f} ms  "
+          f"[criterion <= 1.0 ms: {'met' if r['added_ttft_ms'] <= 1.0 else 'NOT met'}]")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--time-scale", type=float, default=0.05)
@@ -176,7 +259,17 @@ def main() -> int:
     ap.add_argument("--json", default=None, metavar="FILE")
     ap.add_argument("--record-args", nargs="*", default=[],
                     help="more options for kvreplay record (e.g. --paths /none: proxy without retaining)")
+    ap.add_argument("--c1-runs-only", action="store_true",
+                    help="measure only the C1 figure of whole kvreplay runs (issue 31 item 2)")
+    ap.add_argument("--c1-pairs", type=int, default=3, help="alternating direct/proxied run pairs (C1 runs)")
     args = ap.parse_args()
+    before = _uptime()
+    if args.c1_runs_only:
+        r = c1_runs(args.c1_pairs, tuple(args.record_args))
+        print_c1_runs(r, before)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"c1_runs": r}, indent=2))
+        return 0
     if args.quick:
         args.c1_requests, args.c64_requests = 20, 128
     import uvloop
@@ -203,6 +296,8 @@ def main() -> int:
     print(f"proxy CPU {cpu['cpu_s']:.2f} s for {cpu['tokens']} streamed tokens / {cpu['requests']} requests: "
           f"{cpu['us_per_token']:.1f} us per token, {cpu['us_per_request']:.0f} us per request")
     print("record: " + rec_err.strip().splitlines()[0] if rec_err.strip() else "record: (no summary)")
+    res["c1_runs"] = c1_runs(args.c1_pairs, tuple(args.record_args))
+    print_c1_runs(res["c1_runs"], before)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     return 0

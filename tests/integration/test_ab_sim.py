@@ -80,14 +80,24 @@ def test_slower_prefill_is_a_ttft_regression(tmp_path):
     rc, out = ab(tmp_path, "sim:prefill_scale=1.1")
     assert rc == 0
     res = json.loads((out / "compare.json").read_text())
-    assert res["verdict"] == "regression"
     ttft = {c["phase"]: c for c in res["checks"] if c["metric"] == "ttft_p50"}
-    assert "regression" in {ttft["c1"]["decision"], ttft["c4"]["decision"]}
     assert all(c["decision"] in ("regression", "no decision") for c in ttft.values())
-    assert 1.05 <= res["metrics"]["c1.ttft_p50"]["median_ratio"] <= 1.15
+    # The ITL of both arms is the same: never a regression there, on any host.
+    assert all(c["decision"] != "regression" for c in res["checks"] if c["metric"] == "itl_p50"), res["checks"]
+    doc = json.loads((out / "ab.json").read_text())
+    verdicts = {p.get("client", {}).get("verdict") for b in doc["order"]
+                for p in json.loads((out / b["dir"] / "summary.json").read_text())["phases"]}
+    if verdicts <= {"quiet"}:
+        # a quiet host decides; on a loaded one (the run's client self-check not quiet, e.g. two
+        # CPU-bound processes beside the test) the TTFT figures scatter and the comparison may
+        # withhold the decision (issue 27 item 6: no verdict from a busy client)
+        assert res["verdict"] == "regression"
+        assert "regression" in {ttft["c1"]["decision"], ttft["c4"]["decision"]}
+        assert 1.05 <= res["metrics"]["c1.ttft_p50"]["median_ratio"] <= 1.15
+    else:  # the loaded host's own delays are in the figures (1.0175 seen under two CPU hogs)
+        assert res["verdict"] in ("regression", "no decision")
     # the same cache behaviour in both arms: cached tokens identical in every pair
     assert res["metrics"]["c1.cached_tokens"]["ratios"] == [1.0, 1.0, 1.0]
-    doc = json.loads((out / "ab.json").read_text())
     assert [b["arm"] for b in doc["order"]] == ["off", "on", "on", "off", "off", "on"]
     builds = {b["arm"]: b["identity"]["version"]["build"] for b in doc["blocks"]}
     assert builds == {"off": "sim-1+off", "on": "sim-1+on"}  # re-baselined per block, no abort
@@ -123,6 +133,10 @@ def test_slower_prefill_is_a_ttft_regression(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("order", ["forward", "shuffle:7"])
 def test_identical_arms_never_decide(tmp_path, order):
+    # Independent of the machine's speed (issue 27 item 6): under load the client self-check of
+    # some block is not quiet and every timing check withholds its decision ("client not quiet");
+    # on a quiet host the arms' spread and split halves hold it. Shown with two CPU-bound
+    # processes beside it: 2 passed, checks "no decision: client not quiet".
     rc, out = ab(tmp_path, "sim:", "--order", order)
     assert rc == 0
     pairs, _ = load_pairs([out])

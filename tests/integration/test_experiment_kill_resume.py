@@ -171,9 +171,19 @@ def test_resume_refuses_a_server_whose_identity_changed(killed, tmp_path, capsys
     out = _copy(killed, tmp_path)
     other = {"models": ["another-model"], "version": {"build": "x"}}
     _rewrite_progress(out, snapshot_identity=other, identity=other)
+    before = _tree(out)
     assert main(["experiment", "--resume", str(out), "--quiet"]) == 2
     assert "identity changed since the window was interrupted" in capsys.readouterr().err
     assert not (out / "result.json").exists()
+    # refused before anything on disk changed: the partial step folders keep their names, progress.json
+    # its bytes (a later resume against the right server still finds the interrupted step)
+    assert _tree(out) == before
+    assert (out / "steps" / "01-A").is_dir() and not (out / "steps" / "01-A.interrupted").exists()
+
+
+def _tree(out: Path) -> dict[str, bytes | None]:
+    """Every path under ``out`` -> its bytes (None for a folder)."""
+    return {str(p.relative_to(out)): None if p.is_dir() else p.read_bytes() for p in sorted(out.rglob("*"))}
 
 
 def test_resume_refuses_a_directory_without_a_window(tmp_path, capsys):

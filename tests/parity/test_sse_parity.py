@@ -9,6 +9,7 @@ comparison covers the whole ``StreamResult``, the kept events, the count each
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -368,3 +369,58 @@ def test_shared_prefix_then_byte_soup(rests, points):
     first = _ev(_PFX + b'[{"index":0,"delta":{"content":"x"}}]}')
     body = first + b"".join(_ev(_PFX + r.replace(b"\n", b" ")) for r in rests) + first
     both(_cut(body, points))
+
+
+# ------------------------------------------------------------------ through the HTTP framing
+# Issue 30 item 8: the same SSE stream, framed as an HTTP/1.1 response (chunked transfer coding
+# with arbitrary chunk sizes and extensions, or Content-Length) and read in arbitrary socket
+# reads through the runner's own exchange (``runner.h1._Exchange`` on llhttp), accounts exactly
+# as with the native and with the pure accountant, and exactly as the body fed whole to the
+# pure accountant (same read time): the framing and the read boundaries change nothing.
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+def _http_response(body: bytes, sizes: list[int], framing: str, ext: bool) -> bytes:
+    if framing == "length":
+        return _HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    out, pos, i = [], 0, 0
+    while pos < len(body):
+        n = max(1, sizes[i % len(sizes)] if sizes else len(body))
+        part = body[pos:pos + n]
+        out.append(b"%x%s\r\n%s\r\n" % (len(part), b";k=v" if ext else b"", part))
+        pos, i = pos + n, i + 1
+    return _HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(out) + b"0\r\n\r\n"
+
+
+def _through_exchange(cls, reads: list[bytes], monkeypatch, head_chars: int = 8) -> tuple:
+    """Feed ``reads`` to one ``_Exchange`` whose accountant is ``cls``; every read at the same time."""
+    from kvreplay.runner import h1
+
+    monkeypatch.setattr(h1, "SSEAccountant", cls)
+    monkeypatch.setattr(h1, "now_ns", lambda: 7_000)
+    x = h1._Exchange(None, None, head_chars)
+    for r in reads:
+        if x.state == h1._DONE:
+            break
+        x.on_data(r)
+    assert x.acc is not None and isinstance(x.acc, cls)
+    return x.exc_status, x.error, x.complete, dataclasses.asdict(x.acc.close())
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(body=_stream(), sizes=st.lists(st.integers(1, 300), max_size=6), framing=st.sampled_from(["chunked", "length"]),
+       ext=st.booleans(), points=st.lists(st.integers(0, 10**6), max_size=12))
+def test_http_framing_and_reads_change_nothing(body, sizes, framing, ext, points, monkeypatch):
+    reads = [r for r in _cut(_http_response(body, sizes, framing, ext), points) if r]  # a socket read is never empty
+    native = _through_exchange(_native(), reads, monkeypatch)
+    pure = _through_exchange(_sse_py.SSEAccountant, reads, monkeypatch)
+    assert native == pure
+    # the body fed whole to the pure accountant at the same time gives the same accounting
+    whole, _, _, err = run(_sse_py.SSEAccountant, [body], times=[7_000], head_chars=8)
+    status, error, complete, result = pure
+    assert result == whole
+    if err is None:
+        assert (status, error, complete) == (None, None, True)
+    else:  # the accountant's StreamError ends the exchange as a malformed record, named
+        assert status == "malformed" and error == f"{err[1]}: {err[3]}"[:1024]

@@ -43,13 +43,15 @@ class FrozenExperiment:
     step_workloads: dict[str, Any] = field(default_factory=dict)
 
     async def run_async(self, say: Callable[[str], None] = lambda _m: None,
-                        resume: tuple[Any, Any] | None = None) -> dict[str, Any]:
+                        resume: tuple[Any, ...] | None = None) -> dict[str, Any]:
         """Run the window, then write the publication (also after an abort).
 
         Args:
             say: Progress line sink.
-            resume: ``(progress, keep)`` to go on with a window killed before
-                (``experiments.window.resume.plan_resume``); None for a new window.
+            resume: ``(progress, keep)`` or ``(progress, keep, set_aside)`` to go on with a
+                window killed before (``experiments.window.resume.plan_resume``; the step
+                folders ``set_aside`` are renamed only once the server's identity is accepted);
+                None for a new window.
 
         Returns:
             result.json as a dict (``status``, ``findings``, ``steps``, ``time``...).

@@ -226,7 +226,8 @@ class RecordingProxy:
         n = int(length) if length is not None and length.strip().isdigit() and not chunked else -1
         if 0 < n <= _READ_WHOLE:
             # a small body: read whole (the same Content-Length and bytes go upstream; aiohttp sets it
-            # from the bytes); its retention verdict waits until the upstream has answered (off the path)
+            # from the bytes); its retention verdict waits until the first chunk of the answer is relayed
+            # (off the path to the upstream and off the client's TTFT)
             try:
                 data = await request.content.readexactly(n)
             except (asyncio.IncompleteReadError, ConnectionError, web.HTTPException, ClientError) as exc:
@@ -267,8 +268,9 @@ class RecordingProxy:
                     {"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}}, status=502)
             async with up:
                 status = up.status
-                if pending is not None and pending.state == "open" and state["whole"]:
-                    state["slot"] = self._finish(pending, state)
+                # the retention verdict (decode, checks, secrets, the body file) waits for the first
+                # chunk relayed: on the upstream's path it would be added to the client's TTFT
+                verdict = pending is not None and pending.state == "open" and state["whole"]
                 resp = web.StreamResponse(status=up.status, reason=up.reason)
                 for k, v in up.headers.items():
                     if k.lower() not in HOP_BY_HOP:
@@ -286,6 +288,9 @@ class RecordingProxy:
                 try:
                     async for chunk in up.content.iter_any():
                         await resp.write(chunk)
+                        if verdict:
+                            verdict = False
+                            state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
                         if feeding:
                             try:
                                 acct.feed(chunk, now_ns())  # type: ignore[union-attr]
@@ -293,6 +298,9 @@ class RecordingProxy:
                                 feeding = False  # keep relaying; stop accounting (what it saw stays)
                         elif keep is not None and len(keep) < _JSON_KEEP:
                             keep += chunk
+                    if verdict:  # an empty body: nothing was relayed before it
+                        verdict = False
+                        state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
                     await resp.write_eof()
                 except asyncio.CancelledError:
                     outcome = "interrupted"  # the proxy is stopping

@@ -172,7 +172,7 @@ def _resume(args: argparse.Namespace) -> int:
     from kvreplay.api.run import install_loop
     from kvreplay.experiments.window.resume import load_frozen, plan_resume
     from kvreplay.rundir import EXPERIMENT
-    from kvreplay.rundir.experiment import read_progress, set_aside_step_dir
+    from kvreplay.rundir.experiment import read_progress
     from kvreplay.safe_io import echo
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
@@ -189,10 +189,8 @@ def _resume(args: argparse.Namespace) -> int:
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
     say(f"resuming {out}: interrupted at {rp.interrupted or 'nothing (every step ended)'}; "
         f"running again: {', '.join(rp.rerun) or 'none'}")
-    for d in rp.set_aside:
-        if (new := set_aside_step_dir(out, d)) is not None:
-            say(f"the partial folder {d} is kept as {new}")
     install_loop()
     frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT, own)
-    result = asyncio.run(frozen.run_async(say, resume=(progress, rp.keep)))
+    # the partial step folders are set aside by the window once the server's identity is accepted
+    result = asyncio.run(frozen.run_async(say, resume=(progress, rp.keep, rp.set_aside)))
     return _finish(args, result, out)

@@ -10,10 +10,13 @@ step's: a step cut short at ``stop_new_after`` is ``aborted`` while ``aborted`` 
 null), ``steps``
 (``name``, ``kind``, ``status`` in measured | failed | deferred | aborted | skipped,
 ``reason``, ``run_dir``, ``comparable``, plus ``label``, ``incarnation``,
-``started``, ``ended``, ``checks``, and ``condition`` for a step with a ``when``:
-``experiments.conditions``; a step skipped by its condition keeps the window
-``complete``, and ``step_counts`` has ``skipped`` only when one was), ``cells`` (``step``, ``metric``,
-``status``, ``value``, ``reason``; a probe step's cells come from its
+``started``, ``ended``, ``checks``, ``condition`` for a step with a ``when``
+(``experiments.conditions``; a step skipped by its condition keeps the window
+``complete``, and ``step_counts`` has ``skipped`` only when one was), and ``report``: the
+step's own run report, ``RUN_DIR/report.html`` relative to the experiment folder, when it
+exists; the reports link it), ``cells`` (``step``, ``metric``, ``status``, ``value``,
+``reason``, and ``caveats`` where one applies: ``invalid_phase``, ``client_bound``,
+``absent_counter``, ``unread_series``, ``drain_unchecked``, ``with_caveats``; a probe step's cells come from its
 ``verdict.json``, ``experiments.probe_step.probe_cells``), ``findings`` (``rule``, ``summary``,
 ``evidence``, ``next``); also ``identity`` (the snapshot before the first
 step), ``compare`` (the side-by-side tables), ``tiers``, ``time``
@@ -33,9 +36,12 @@ resource); every value from a server is escaped.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from kvreplay.evidence.vocab import DEVICE_KEYS, HOST_KEYS
 from kvreplay.experiments.findings import PhaseView, compare_tables, load_views, restore_findings, tiers
 from kvreplay.experiments.steps import CellContext, kind_of
 from kvreplay.report.html import escape, page
@@ -72,6 +78,9 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
     for st in steps:
         scales.update(kind_of(st["kind"]).time_scales(out, st))
     is_sim = ((frozen.get("server") or {}).get("target")) == "sim"
+    for st in steps:
+        if st.get("run_dir") and (out / st["run_dir"] / "report.html").is_file():
+            st["report"] = f"{st['run_dir']}/report.html"  # relative: the folder can move
     return {
         "experiment_sha256": frozen["experiment_sha256"],
         "started": started,
@@ -83,7 +92,7 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "aborted": aborted,
         "identity": identity,
         "steps": steps,
-        "cells": with_caveats(cells(steps, frozen, views, findings, root=out), frozen, unread),
+        "cells": with_caveats(cells(steps, frozen, views, findings, root=out), frozen, unread, views),
         "findings": findings,
         "compare": compare_tables(views, frozen.get("compare", [])),
         "tiers": tiers(views),
@@ -99,34 +108,75 @@ _CELL_COMMON = {"hit_tokens": ("hit_tokens", "lookups", "query_tokens"),
                 "host_fetched_tokens": ("host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens")}
 """A run step's counter cell -> the common names its value or its absence rests on."""
 
+_CELL_FAMILY = {"hit_tokens": ("device", DEVICE_KEYS), "host_fetched_tokens": ("host", HOST_KEYS)}
+"""A run step's counter cell -> its tier and the restore counters (most preferred first) it needs."""
+
 
 def with_caveats(cells_: list[dict[str, Any]], frozen: dict[str, Any],
-                 unread: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Add ``caveats`` (a list of texts) to the cells that unread series touch.
+                 unread: dict[str, Any] | None, views: list[PhaseView] | None = None) -> list[dict[str, Any]]:
+    """Add ``caveats`` (a list of texts, each starting with its kind) to the cells they touch.
 
-    ``unread_series: ...`` on a counter cell whose tier's counters the backend does not
-    read, and ``drain_unchecked: ...`` on every cell of a phase with ``drain = true``
-    when the drain's load gauges (retiring, transfers) are among them. Cells with no
-    caveat get no key.
+    In this order, each at most once per cell:
+
+    - ``invalid_phase: phase P invalid: REASONS`` on every cell of a phase with ``valid: false``;
+    - ``client_bound: phase P was client-bound (loop lag p99 X ms, client CPU Y%)`` on the
+      latency cells (``*_ms``) of a phase the run's client self-check labels client-bound
+      (``client_bound: true`` in its summary; ``metrics.selfmeasure``);
+    - ``absent_counter: the server exposes none of K1, K2 (TIER tier)`` on a counter cell
+      (``hit_tokens``, ``host_fetched_tokens``) of a phase whose counters were read
+      (``counter_delta`` not null) but hold none of the tier's restore counters
+      (``evidence.vocab.DEVICE_KEYS``/``HOST_KEYS``; a counter read but invalid is not absent);
+    - ``unread_series: backend B does not read ...`` on a counter cell whose tier's counters
+      the backend does not read, and ``drain_unchecked: ...`` on every cell of a phase with
+      ``drain = true`` when the drain's load gauges (retiring, transfers) are among them
+      (``unread``: ``experiments.unread``).
+
+    ``views``: the run steps' phase views (``findings.load_views``); a cell of a phase with no
+    view gets no phase caveat. Cells with no caveat get no key.
     """
-    if not unread:
-        return cells_
-    commons = set(unread.get("common") or [])
-    gauges = list(unread.get("drain_gauges") or [])
-    how = f" ({unread['profile']} reads them)" if unread.get("profile") else ""
+    by = {v.ref: v.summary for v in views or []}
+    commons = set((unread or {}).get("common") or [])
+    gauges = list((unread or {}).get("drain_gauges") or [])
+    how = f" ({unread['profile']} reads them)" if unread and unread.get("profile") else ""
     drained = {(s["name"], p["name"]) for s in frozen.get("steps", [])
                for p in ((s.get("plan") or {}).get("phases") or []) if p.get("drain")}
     for c in cells_:
         phase, _, metric = c["metric"].partition(".")
         notes = []
+        ph = by.get(f"{c['step']}/{phase}")
+        if ph is not None:
+            notes += _phase_caveats(ph, phase, metric)
         touched = [n for n in _CELL_COMMON.get(metric, ()) if n in commons]
-        if touched:
+        if unread and touched:
             notes.append(f"unread_series: backend {unread['backend']} does not read {', '.join(touched)}{how}")
-        if gauges and (c["step"], phase) in drained:
+        if unread and gauges and (c["step"], phase) in drained:
             notes.append(f"drain_unchecked: the drain did not wait for {', '.join(gauges)}{how}")
         if notes:
             c["caveats"] = notes
     return cells_
+
+
+def _phase_caveats(ph: dict[str, Any], phase: str, metric: str) -> list[str]:
+    """The ``invalid_phase``, ``client_bound`` and ``absent_counter`` caveats of one cell (``with_caveats``)."""
+    notes = []
+    if ph.get("valid", True) is False:
+        notes.append(f"invalid_phase: phase {phase} invalid: "
+                     + "; ".join(ph.get("invalid_reasons") or ["no reason given"]))
+    if metric.endswith("_ms") and ph.get("client_bound") is True:
+        cl = ph.get("client") or {}
+        lag, cpu = cl.get("loop_lag_p99_ms"), cl.get("cpu_utilisation")
+        figs = ", ".join(x for x in (f"loop lag p99 {lag:g} ms" if isinstance(lag, (int, float)) else "",
+                                     f"client CPU {cpu:.0%}" if isinstance(cpu, (int, float)) else "") if x)
+        notes.append(f"client_bound: phase {phase} was client-bound" + (f" ({figs})" if figs else "")
+                     + "; its latencies include the client's own delay")
+    fam = _CELL_FAMILY.get(metric)
+    delta = ph.get("counter_delta")
+    if fam is not None and isinstance(delta, dict):
+        tier, keys = fam
+        read = set(delta) | set(delta.get("invalid") or {})
+        if not read & set(keys):
+            notes.append(f"absent_counter: the server exposes none of {', '.join(keys)} ({tier} tier)")
+    return notes
 
 
 def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[PhaseView],
@@ -153,6 +203,8 @@ def cells(steps: list[dict[str, Any]], frozen: dict[str, Any], views: list[Phase
 
 
 def _v(x: Any) -> str:
+    if isinstance(x, _Link):
+        return x.markdown()
     if x is None:
         return "—"
     if isinstance(x, float):
@@ -209,7 +261,8 @@ def _ident_line(ident: dict[str, Any] | None) -> str:
 
 def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
     out = [("Steps", ["step", "kind", "status", "comparable", "reason", "run_dir"],
-            [[s["name"], s["kind"], s["status"], s["comparable"], s.get("reason"), s.get("run_dir")]
+            [[s["name"], s["kind"], s["status"], s["comparable"], s.get("reason"),
+              _Link(s["run_dir"], s["report"]) if s.get("run_dir") and s.get("report") else s.get("run_dir")]
              for s in result["steps"]])]
     for t in result["compare"]:
         title = f"Compare {t['a']} vs {t['b']}"
@@ -222,10 +275,26 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
     # a window that ran at a time scale names every latency cell in model time, measured or not
     # (never `ttft_p50_ms` for a deferred cell beside `ttft_p50 (model ms)` for a measured one)
     scaled = bool(((result.get("time") or {}).get("sim_time_scale")) or {})
-    out.append(("Cells", ["step", "metric", "status", "value", "reason"],
+    caveats = any(c.get("caveats") for c in result["cells"])  # the column only where some cell has one
+    out.append(("Cells", ["step", "metric", "status", "value", "reason"] + (["caveats"] if caveats else []),
                 [[c["step"], _metric(c["metric"], _model_key(c) is not None or scaled), c["status"],
-                  c[k] if (k := _model_key(c)) else c["value"], c.get("reason")] for c in result["cells"]]))
+                  c[k] if (k := _model_key(c)) else c["value"], c.get("reason")]
+                 + (["; ".join(c.get("caveats") or []) or None] if caveats else []) for c in result["cells"]]))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """A table value that links a file of the experiment directory (relative ``href``)."""
+
+    text: str
+    href: str
+
+    def markdown(self) -> str:
+        return f"[{self.text}]({quote(self.href)})"
+
+    def html(self) -> str:
+        return f'<a href="{escape(quote(self.href))}">{escape(self.text)}</a>'
 
 
 def _model_key(c: dict[str, Any]) -> str | None:
@@ -293,7 +362,8 @@ def render_html(result: dict[str, Any], title: str) -> str:
     for title_t, head, rows in _tables(result):
         parts.append(f"<h2>{e(title_t)}</h2><table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr>")
         for r in rows:
-            parts.append("<tr>" + "".join(f"<td{_status_attr(x)}>{e(_v(x))}</td>" for x in r) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td{_status_attr(x)}>{x.html() if isinstance(x, _Link) else e(_v(x))}</td>"
+                                          for x in r) + "</tr>")
         parts.append("</table>")
     return page(title, parts)
 

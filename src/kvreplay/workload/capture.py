@@ -40,6 +40,7 @@ in its encoded form, and every pending body together holds at most ``budget_byte
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -581,7 +582,11 @@ class CaptureWriter:
         return [round((t - t0) / 1e6, 3) for t in self.arrivals_ns]
 
     def flush_sidecars(self, *, comment: str = "kvreplay record") -> None:
-        """Rewrite ``W.arrivals.json`` and ``W.plan.toml`` when bodies arrived since the last call."""
+        """Rewrite ``W.arrivals.json`` and ``W.plan.toml`` when bodies arrived since the last call.
+
+        Atomic (written beside, renamed over) every time; synced to disk only by the last
+        write (``close``): a periodic rewrite does not hold the proxy's event loop for a disk flush.
+        """
         if not self._dirty:
             return
         self._dirty = False
@@ -593,7 +598,8 @@ class CaptureWriter:
             text += f"; concurrency = the most requests in flight observed ({cap})"
         else:
             cap = IMPORT_CONCURRENCY  # an import has no in-flight count to observe
-        self._do(write_plan, self.folder, self.arrivals_ms() if self.timed else None, cap, text)
+        self._do(functools.partial(write_plan, fsync=self._closed), self.folder,
+                 self.arrivals_ms() if self.timed else None, cap, text)
 
     def close(self, *, comment: str = "kvreplay record") -> CaptureSummary:
         """Write the sidecars a last time and close the manifest; returns the summary.

@@ -106,3 +106,63 @@ def test_bootstrap_interval_is_the_95_percent_one_by_hand():
 
     for seed in range(3):
         assert bootstrap_median_ci(list(range(1, 10)), seed=seed) == (2.0, 8.0)
+
+
+def test_client_noise_names_every_block_whose_self_check_was_not_quiet():
+    from kvreplay.experiments.ab.resolution import client_noise
+
+    blocks = [{"side": "baseline", "rep": 0, "client": {"verdict": "quiet", "loop_lag_p99_ms": 2.0}},
+              {"side": "candidate", "rep": 0, "client": {"verdict": "client_bound", "loop_lag_p99_ms": 15.75}},
+              {"side": "baseline", "rep": 1, "client": None},  # a run older than the self-check: quiet
+              {"side": "candidate", "rep": 2, "client": {"verdict": "host_stalls", "loop_lag_p99_ms": 11.0}}]
+    assert client_noise(blocks) == (
+        "client not quiet: the run's client self-check read client_bound in candidate rep 0, host_stalls in "
+        "candidate rep 2 (loop lag p99 up to 15.8 ms); rerun on a quieter host")
+    assert client_noise(blocks[:1] + blocks[2:3]) is None and client_noise([]) is None
+    assert client_noise([{"side": "baseline", "rep": 3, "client": {"verdict": "host_stalls"}}]) == (
+        "client not quiet: the run's client self-check read host_stalls in baseline rep 3; rerun on a quieter host")
+
+
+def _loud(ttft: float, itl: float, verdict: str = "quiet", cached: int = 100) -> dict:
+    return {"phases": [{"name": "c4", "sent": 4, "ok": 4, "planned": 4, "valid": True, "ttft_ms": {"p50": ttft},
+                        "itl_ms": {"p50": itl}, "tokens": {"cached": cached},
+                        "client": {"verdict": verdict, "loop_lag_p99_ms": 12.0}}]}
+
+
+def test_a_busy_client_turns_a_decision_into_no_decision_on_timing_metrics_only():
+    # identical TTFT, ITL +10% in every pair (tight: no spread, halves agree): a protected regression when
+    # every block is quiet; with one block client-bound it is "no decision" naming that block.
+    def pairs(verdict_of_rep1_candidate: str) -> list[dict]:
+        return [{"rep": i, "baseline": {"dir": f"b{i}", "summary": _loud(100.0, 6.0, cached=100)},
+                 "candidate": {"dir": f"c{i}", "summary": _loud(
+                     100.0, 6.6, verdict_of_rep1_candidate if i == 1 else "quiet", cached=120)}}
+                for i in range(3)]
+
+    checks = [Threshold(None, "itl_p50", 3.0, "protected"), Threshold(None, "cached_tokens", 5.0, "primary")]
+    quiet = compare_blocks(pairs("quiet"), checks, n_boot=500)
+    assert [(c["decision"], c.get("reason")) for c in quiet["checks"]] == [("regression", None), ("benefit", None)]
+    assert quiet["verdict"] == "regression"
+    loud = compare_blocks(pairs("client_bound"), checks, n_boot=500)
+    why = ("client not quiet: the run's client self-check read client_bound in candidate rep 1 (loop lag p99 up "
+           "to 12 ms); rerun on a quieter host")
+    # cached tokens are counted, not timed: the client's speed does not move them, their decision stands
+    assert [(c["decision"], c.get("reason")) for c in loud["checks"]] == [("no decision", why), ("benefit", None)]
+    assert loud["verdict"] == "no decision"
+    assert loud["reasons"] == [f"c4.itl_p50: no decision: {why}"]
+    # the interval is still stated: the gate withholds the decision, not the figures
+    assert loud["checks"][0]["ci_change_pct"] == quiet["checks"][0]["ci_change_pct"] == [10.0, 10.0]
+
+
+def test_compare_blocks_interval_is_the_95_percent_one_by_hand():
+    # candidate/baseline = 1.01 .. 1.09 (one pair each): the medians of 9-draw resamples put
+    # P(<= 1.01) = 0.00145, P(<= 1.02) = 0.0304, P(<= 1.03) = 0.145 (binomial sums, as in
+    # test_bootstrap_interval_is_the_95_percent_one_by_hand), so the 2.5% / 97.5% quantiles are
+    # 1.02 / 1.08: change [+2%, +8%]. A 90% interval (5% / 95%) would be [+3%, +7%].
+    pairs = [{"rep": k, "baseline": {"dir": f"b{k}", "summary": _loud(100.0, 6.0)},
+              "candidate": {"dir": f"c{k}", "summary": _loud(100.0 + k + 1, 6.0)}} for k in range(9)]
+    res = compare_blocks(pairs, [Threshold(None, "ttft_p50", -1.0, "primary")])
+    m = res["metrics"]["c4.ttft_p50"]
+    assert m["ci_ratio"] == [1.02, 1.08]
+    assert m["ci_change_pct"] == [2.0, 8.0]
+    assert m["change_pct"] == 5.0
+    assert res["bootstrap"]["alpha"] == 0.05

@@ -33,7 +33,8 @@ is, ``benefit`` if every primary check is and every protected check is ``ok``,
 ``no change`` if every primary check is and every protected check is ``ok``,
 else ``no decision``. Fewer than two pairs is always ``no decision``: never a
 verdict from one pair. A check whose figures sit near the latency histogram's
-resolution, whose arms' spread is at least the effect, or whose split halves
+resolution, whose timing figures come from a block whose client self-check was not
+quiet, whose arms' spread is at least the effect, or whose split halves
 disagree is ``no decision`` with the reason (``experiments.ab.resolution``); every
 check states its split-half agreement (``split_half``).
 
@@ -59,7 +60,7 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.comparability import BLOCKING_FIELDS, comparability
 from kvreplay.experiments.ab.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
-from kvreplay.experiments.ab.resolution import resolution_gate, split_half
+from kvreplay.experiments.ab.resolution import client_noise, resolution_gate, split_half
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
 from kvreplay.rundir import PLAN, SUMMARY, read_json_checked
@@ -94,6 +95,10 @@ METRICS: dict[str, tuple[str, ...]] = {
     "cached_tokens": ("tokens", "cached"),
 }
 """Metric name -> path into a phase of summary.json."""
+
+_TIMING = frozenset(m for m, path in METRICS.items() if path[0] != "tokens")
+"""The metrics the client's own speed moves (latencies, throughput, output tokens/s): the
+client self-check gate applies to them (``resolution.client_noise``)."""
 
 _THRESHOLD_RE = re.compile(
     r"^(?:([A-Za-z0-9_.-]+)\.)?(ratio:[a-z_.]+/[a-z_.]+|[a-z0-9_]+):([+-]?\d+(?:\.\d+)?)%$"
@@ -314,6 +319,7 @@ def compare_blocks(
                 if ph["name"] not in phase_names:
                     phase_names.append(ph["name"])
     metrics: dict[str, dict[str, Any]] = {}
+    clients: dict[str, list[dict[str, Any]]] = {}  # phase -> the self-check of each block compared
     metric_names = list(METRICS) + list(dict.fromkeys(t.metric for t in thresholds if t.metric not in METRICS))
     pair_rows = []
     for pr in pairs:
@@ -328,6 +334,10 @@ def compare_blocks(
             sc, pc = _phase_state(pr["candidate"]["summary"], name)
             state = "ok" if sb == sc == "ok" else ("failed" if "failed" in (sb, sc) else "deferred")
             row["phases"][name] = state
+            if state == "ok" and pb is not None and pc is not None:
+                clients.setdefault(name, []).extend(
+                    {"side": side, "rep": pr["rep"], "client": ph.get("client")}
+                    for side, ph in (("baseline", pb), ("candidate", pc)))
             for metric in metric_names:
                 key = f"{name}.{metric}"
                 entry = metrics.setdefault(
@@ -389,7 +399,8 @@ def compare_blocks(
                 lo, hi = found["ci_ratio"]
                 # resolution, spread and split-half gates (experiments.ab.resolution)
                 decision, why = resolution_gate(found, t.pct, _decide(t, lo - 1, hi - 1),
-                                                METRICS.get(t.metric, ("",))[0].endswith("_ms"))
+                                                METRICS.get(t.metric, ("",))[0].endswith("_ms"),
+                                                client_noise(clients.get(name, [])) if t.metric in _TIMING else None)
                 chk.update(
                     decision=decision,
                     n=found["n"],

@@ -1,7 +1,7 @@
 """Whether an A/B check can resolve its threshold at all (issue 27, item 6).
 
 A bootstrap interval says how the paired ratios scatter, not whether the figures
-behind them could tell the arms apart. Three gates, applied to every check that has
+behind them could tell the arms apart. Four gates, applied to every check that has
 an interval (``compare.compare_blocks``), turn a decision into ``no decision`` with
 a reason that starts ``below resolution`` or names the disagreement:
 
@@ -11,6 +11,13 @@ a reason that starts ``below resolution`` or names the disagreement:
   arm's median is coarser than half the threshold (relative), the check cannot
   resolve it (an ITL p50 of 2 µs moves in 50% steps: "ok [0%, 0%]" there is the
   histogram's floor, not a measurement).
+- **Client self-check.** A decisive outcome (``benefit``, ``regression``) of a
+  timing metric (latencies, throughput, output tokens/s: not cached tokens, not counter
+  ratios) where the run's client self-check (``metrics.selfmeasure``: the phase's
+  ``client.verdict``) read anything but ``quiet`` in any block of the check's phase, in
+  either arm: the client's own loop lag or CPU starvation is then part of the figures,
+  and on a loaded host it falls unevenly on the arms (identical arms read "regression"
+  at C4 ITL under load). The reason names the blocks (``client_noise``).
 - **Spread.** A decisive outcome (``benefit``, ``regression``) whose effect (the
   median change) is not larger than either arm's spread across repetitions
   (``(max - min) / median`` of the arm's values) is noise presented as a decision.
@@ -26,7 +33,7 @@ from typing import Any
 
 from kvreplay.experiments.stats import median
 
-__all__ = ["resolution_gate", "split_half", "spread_pct", "step_us"]
+__all__ = ["client_noise", "resolution_gate", "split_half", "spread_pct", "step_us"]
 
 _DECISIVE = ("benefit", "regression")
 
@@ -60,9 +67,32 @@ def split_half(ratios: list[float]) -> dict[str, Any] | None:
     return {"first_pct": round(a, 3), "second_pct": round(b, 3), "agree": agree}
 
 
+def client_noise(blocks: list[dict[str, Any]]) -> str | None:
+    """Why the client's self-check makes a timing comparison unsafe, or None when every block was quiet.
+
+    Args:
+        blocks: One entry per block of the check's phase that the comparison uses:
+            ``{"side": "baseline" | "candidate", "rep": int, "client": the phase's ``client``
+            figures from summary.json (``verdict``, ``loop_lag_p99_ms``) or None}``. A block
+            without a verdict (a run older than the self-check) counts as quiet.
+
+    Returns:
+        ``"client not quiet: the run's client self-check read client_bound in baseline rep 0,
+        host_stalls in candidate rep 2 (loop lag p99 up to 15.8 ms); rerun on a quieter host"``.
+    """
+    loud = [(b, (b.get("client") or {})) for b in blocks
+            if (b.get("client") or {}).get("verdict") not in (None, "quiet")]
+    if not loud:
+        return None
+    named = ", ".join(f"{c['verdict']} in {b['side']} rep {b['rep']}" for b, c in loud)
+    lags = [c["loop_lag_p99_ms"] for _, c in loud if isinstance(c.get("loop_lag_p99_ms"), (int, float))]
+    lag = f" (loop lag p99 up to {max(lags):.3g} ms)" if lags else ""
+    return f"client not quiet: the run's client self-check read {named}{lag}; rerun on a quieter host"
+
+
 def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
-                    latency: bool) -> tuple[str, str | None]:
-    """A check's decision after the three gates (module docstring), and why it changed (None: unchanged).
+                    latency: bool, client: str | None = None) -> tuple[str, str | None]:
+    """A check's decision after the four gates (module docstring), and why it changed (None: unchanged).
 
     Args:
         entry: The metric's entry of ``compare_blocks`` (``values_baseline``, ``values_candidate``,
@@ -70,6 +100,8 @@ def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
         threshold_pct: The check's signed threshold (percent).
         decision: The decision from the interval (``compare._decide``).
         latency: True for a metric in ms from the latency histograms (the resolution gate applies).
+        client: ``client_noise``'s reason for the check's phase when the metric is a timing
+            one (None: every block quiet, or a metric the client's speed does not move).
     """
     base, cand = entry.get("values_baseline") or [], entry.get("values_candidate") or []
     if latency and base and cand:
@@ -83,6 +115,8 @@ def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
                                        f"{abs(threshold_pct):g}% threshold")
     if decision not in _DECISIVE:
         return decision, None
+    if client is not None:
+        return "no decision", client
     change = abs(entry.get("change_pct") or 0.0)
     spreads = [s for s in (spread_pct(base), spread_pct(cand)) if s is not None]
     if spreads and max(spreads) >= change:

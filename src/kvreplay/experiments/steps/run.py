@@ -257,16 +257,25 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
 
 
 def _restate(out: Path, st: dict[str, Any]) -> str | None:
-    """Redraw the run's reports in model ms when it ran at a simulator time scale (``report.write``)."""
+    """Draw the run's ``report.html`` (the experiment report links it); in model ms at a time scale.
+
+    At a simulator time scale both reports are redrawn (``report.write``: model ms, the scale
+    stated); in real time the runner's ``report.md`` is kept and only ``report.html`` is drawn.
+    """
+    from kvreplay.report.document import build, to_html
     from kvreplay.report.units import sim_time_scale
     from kvreplay.report.write import write_reports
-    from kvreplay.rundir import read_plan
+    from kvreplay.rundir import open_run, read_plan
+    from kvreplay.safe_io import write_html
 
     d = out / st["run_dir"]
-    if sim_time_scale(read_plan(d)) is None:  # unreadable: None
-        return None
     try:
-        write_reports(d, html=True)
+        if sim_time_scale(read_plan(d)) is not None:  # unreadable: None
+            write_reports(d, html=True)
+        elif d.is_dir():
+            write_html(d / "report.html", to_html(build(open_run(d))))
+    except FileNotFoundError:
+        return None  # a step folder holding no run: nothing to draw (its cells say why)
     except Exception as exc:  # noqa: BLE001 - a figure must not cost the publication
         return (f"step {st['name']}: reports not redrawn ({type(exc).__name__}: {exc}); "
                 f"redraw with: kvreplay report {d} --html")

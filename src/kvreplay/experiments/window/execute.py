@@ -47,7 +47,8 @@ written atomically at its start and at each step's start and end. A resumed wind
 (``resume_from``, ``kvreplay experiment --resume``) keeps the results of the steps
 that ended before the kill, counts its deadlines from the original start (wall clock)
 and refuses a server whose identity is neither the one before the first step nor
-the one last known.
+the one last known; it checks that first, so a refused resume leaves the directory
+untouched (the partial step folders are set aside, and progress.json rewritten, only after).
 
 At the end, a server this window's lifecycle commands left listening (the incumbent
 a restore brought back, or whatever the last start/arm command left when the restore
@@ -113,6 +114,8 @@ class WindowRun:
         self.wall_anchor_ns = self.clock.wall_anchor_ns
         self.keep: dict[str, StepResult] = {}
         self.resumed: list[str] = []
+        self.set_aside: tuple[str, ...] = ()
+        self.accepted = False
         self.known_identities: list[dict[str, Any]] = []
         self.unread: dict[str, Any] | None = None  # series the backend does not read (experiments.unread)
         self.aborted: dict[str, str] | None = None
@@ -132,13 +135,19 @@ class WindowRun:
         self.origin: dict[str, Any] | None = None  # [window] deadline_from: the step the deadlines count from
 
     # -- resume and progress --------------------------------------------------------------------
-    def resume_from(self, progress: dict[str, Any], keep: dict[str, StepResult]) -> None:
+    def resume_from(self, progress: dict[str, Any], keep: dict[str, StepResult],
+                    set_aside: tuple[str, ...] = ()) -> None:
         """Go on with an interrupted window: its start, snapshot, abort and the results ``keep``ed.
 
         Args:
             progress: ``progress.json`` of the interrupted window.
             keep: Results of the steps not run again (name -> result), in any order.
+            set_aside: Step folders (relative to the experiment directory) of the steps run
+                again, renamed ``<dir>.interrupted`` once the server's identity is accepted
+                (``rundir.experiment.set_aside_step_dir``); a refused resume leaves the
+                directory untouched.
         """
+        self.set_aside = tuple(set_aside)
         gone_ns = self.clock.wall_anchor_ns - int(progress["wall_anchor_ns"])
         self.t0 = self.clock.origin_ns - max(0, gone_ns)  # deadlines count from the original start
         self.wall_anchor_ns = int(progress["wall_anchor_ns"])
@@ -222,12 +231,18 @@ class WindowRun:
     async def run(self) -> list[StepResult]:
         """Run every step (see module docstring); returns the step results in file order."""
         self._install()
+        self.accepted = not self.resumed  # a resumed window writes nothing until the server is accepted
         try:
             if self.exp.server.is_sim:
                 await self.server.start_sim(None)
             ident, _snap, err = await self.server.read()
             if self.resumed:
-                self._check_resumed_identity(ident)
+                self._check_resumed_identity(ident)  # before anything on disk changes
+                from kvreplay.rundir.experiment import set_aside_step_dir
+
+                for d in self.set_aside:
+                    if (new := set_aside_step_dir(self.out, d)) is not None:
+                        self.say(f"the partial folder {d} is kept as {new}")
             else:
                 self.snapshot_identity = ident
                 if ident is None:
@@ -237,6 +252,7 @@ class WindowRun:
                 if bad:
                     self.abort("identity_pins", "before the first step: " + "; ".join(bad))
             self.out.mkdir(parents=True, exist_ok=True)
+            self.accepted = True  # from here on progress.json is this run's to rewrite
             if not self.resumed:
                 self.unread = await self._unread()
                 atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note,
@@ -278,7 +294,8 @@ class WindowRun:
                     self.say(f"the server (pid {c.get('pid')}) {c['stop']['text']}")
             self.left_running = self._left_running()
             self.ended = utc_now()
-            self._progress()
+            if self.accepted:  # a refused resume leaves the interrupted window's progress as it was
+                self._progress()
         return self.results
 
     def _left_running(self) -> dict[str, Any] | None:
