@@ -37,7 +37,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +48,7 @@ from aiohttp import web
 from kvreplay.sim._responses import error_response, json_response
 from kvreplay.sim.config import SimConfig
 from kvreplay.sim.routing import REPLICA_HEADER, PrefixPeek, RouterPolicy
-from kvreplay.sim.server import SimServer
+from kvreplay.sim.server import SimServer, bind_socket
 from kvreplay.sim.tokenizer import Prompt, render_body
 
 __all__ = ["Fleet", "SimRouter", "start_fleet"]
@@ -61,18 +60,6 @@ _HOP = frozenset(
     ("connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
      "content-length")
 )
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def _url(host: str, port: int) -> str:
@@ -110,7 +97,7 @@ class SimRouter:
         Raises:
             OSError: The address cannot be bound.
         """
-        sock = _bind(host, port)
+        sock = bind_socket(host, port)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
             auto_decompress=False,

@@ -47,7 +47,7 @@ from kvreplay.sim.faults import FaultSpec
 from kvreplay.sim.metrics import filter_exposition, render_metrics
 from kvreplay.sim.tokenizer import Prompt, render_body
 
-__all__ = ["SimServer", "cache_identity"]
+__all__ = ["SimServer", "bind_socket", "cache_identity"]
 
 _ERRORS = {
     "http401": (401, "Invalid API key provided (simulated).", "authentication_error"),
@@ -87,6 +87,23 @@ def cache_identity(cfg: Any) -> dict[str, Any]:
         "page_tokens": cfg.page_tokens,
         "host_evict": cfg.host_evict,
     }
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` (IPv6 when ``host`` has a colon; ``SO_REUSEADDR``), not listening yet.
+
+    Raises:
+        OSError: the address cannot be bound (the socket is closed first).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class SimServer(Responses):
@@ -170,14 +187,7 @@ class SimServer(Responses):
             raise RuntimeError("SimServer already started")
         self._slots = asyncio.Semaphore(self.config.slots)
         self._lane = asyncio.Lock()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-        except OSError:
-            sock.close()
-            raise
+        sock = bind_socket(host, port)
         runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         await web.SockSite(runner, sock).start()

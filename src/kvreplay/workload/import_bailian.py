@@ -33,12 +33,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-
 from kvreplay.errors import WorkloadError
 from kvreplay.workload._loader import json_line
 from kvreplay.workload.conversation import DEFAULT_MODEL, ConversationImport, SessionWorkloadWriter
-from kvreplay.workload.importers import TraceRow, prompt_text
+from kvreplay.workload.importers import TraceRow, trace_body
 from kvreplay.workload.importers_capture import _lines
 from kvreplay.workload.sessions import MAX_THINK_TIME_S, Turn
 
@@ -128,16 +126,7 @@ def import_bailian(src: str | Path, out: str | Path, *, block_tokens: int = BAIL
                 raise WorkloadError(f"chat_id {chat_id} is used twice (lines {line_of[chat_id]} and {lineno})",
                                     path=p, line=lineno, field="chat_id")
             line_of[chat_id] = lineno
-            text = prompt_text(row, block_tokens)
-            body: dict = {"model": model}
-            if chat:
-                body["messages"] = [{"role": "user", "content": text}]
-            else:
-                body["prompt"] = text
-            body.update({"max_tokens": row.output_length, "stream": True, "stream_options": {"include_usage": True}})
-            if ignore_eos:
-                body["ignore_eos"] = True
-            w.add(orjson.dumps(body), "", 0)
+            w.add(trace_body(row, block_tokens, model, chat=chat, ignore_eos=ignore_eos), "", 0)
             meta.append((chat_id, parent, turn, row.timestamp_ms))
         if not meta:
             raise WorkloadError("trace holds no requests", path=p)

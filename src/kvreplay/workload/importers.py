@@ -74,6 +74,7 @@ __all__ = [
     "MOONCAKE_BLOCK_TOKENS",
     "TraceRow",
     "prompt_text",
+    "trace_body",
     "infer_sessions",
     "read_mooncake",
     "read_trace_bytes",
@@ -241,6 +242,31 @@ def read_mooncake(
     return rows
 
 
+def trace_body(row: TraceRow, block_tokens: int, model: str, *, chat: bool, ignore_eos: bool) -> bytes:
+    """The request body of one block-trace row (Mooncake, Bailian): its prompt text, output length, streamed.
+
+    Args:
+        row: The trace row (block hash ids, output length).
+        block_tokens: Tokens per block of the trace.
+        model: The body's ``model``.
+        chat: A chat body (``messages``: one user message) instead of a completions body (``prompt``).
+        ignore_eos: Add ``"ignore_eos": true`` (vLLM, SGLang) so the output length is kept.
+
+    Returns:
+        The JSON body's bytes (orjson, no trailing newline).
+    """
+    text = prompt_text(row, block_tokens)
+    body: dict = {"model": model}
+    if chat:
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = text
+    body.update({"max_tokens": row.output_length, "stream": True, "stream_options": {"include_usage": True}})
+    if ignore_eos:
+        body["ignore_eos"] = True
+    return orjson.dumps(body)
+
+
 def prompt_text(row: TraceRow, block_tokens: int) -> str:
     """The prompt of one row: its blocks' texts, the last cut to ``input_length``."""
     ids = row.hash_ids
@@ -387,22 +413,7 @@ def import_mooncake(
     plan = stem.with_name(stem.name + ".plan.toml")
     with open(wl, "wb") as f:
         for row in rows:
-            text = prompt_text(row, block_tokens)
-            body: dict = {"model": model}
-            if chat:
-                body["messages"] = [{"role": "user", "content": text}]
-            else:
-                body["prompt"] = text
-            body.update(
-                {
-                    "max_tokens": row.output_length,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                }
-            )
-            if ignore_eos:
-                body["ignore_eos"] = True
-            f.write(orjson.dumps(body) + b"\n")
+            f.write(trace_body(row, block_tokens, model, chat=chat, ignore_eos=ignore_eos) + b"\n")
     atomic_write_bytes(arrivals, orjson.dumps([r.timestamp_ms for r in rows]))
     atomic_write_text(
         plan,
