@@ -16,11 +16,14 @@ __all__ = [
     "DEMO_WORKLOAD",
     "BackendError",
     "ConfigError",
+    "CurvePoint",
     "Experiment",
+    "FleetReport",
     "Latency",
     "PhaseResult",
     "RunData",
     "RunResult",
+    "SimulateReport",
     "Tokens",
     "WorkloadError",
     "__version__",
@@ -29,6 +32,8 @@ __all__ = [
     "probe_async",
     "replay",
     "replay_async",
+    "simulate",
+    "simulate_fleet",
 ]
 
 

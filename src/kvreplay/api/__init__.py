@@ -34,8 +34,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.experiment import Experiment
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
+from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 from kvreplay.rundir import RunData, load_run
@@ -44,11 +46,14 @@ __all__ = [
     "DEMO_WORKLOAD",
     "BackendError",
     "ConfigError",
+    "CurvePoint",
     "Experiment",
+    "FleetReport",
     "Latency",
     "PhaseResult",
     "RunData",
     "RunResult",
+    "SimulateReport",
     "Tokens",
     "WorkloadError",
     "load_run",
@@ -56,35 +61,11 @@ __all__ = [
     "probe_async",
     "replay",
     "replay_async",
+    "simulate",
+    "simulate_fleet",
 ]
 
 PathLike = str | os.PathLike[str]
-
-
-def _namespace_for(add_arguments: Any, values: Mapping[str, Any], sim: Mapping[str, Any] | None) -> argparse.Namespace:
-    """The namespace a command would parse: its declared defaults, then ``values``, then ``sim``.
-
-    Args:
-        add_arguments: The command's option declaration (``kvreplay.api.run.add_arguments``...).
-        values: Options by their ``dest`` name (``read_timeout``, ``backend``...).
-        sim: Simulator options without the ``sim_`` prefix (``time_scale``, ``cache_entries``...).
-
-    Raises:
-        ConfigError: an option the command does not have (field: its name).
-    """
-    parser = argparse.ArgumentParser(add_help=False)
-    add_arguments(parser)
-    args = parser.parse_args([])
-    for key, value in values.items():
-        if not hasattr(args, key):
-            raise ConfigError(f"unknown option {key!r}", field=key)
-        setattr(args, key, value)
-    for key, value in (sim or {}).items():
-        name = "sim_" + key.replace("-", "_")
-        if not hasattr(args, name):
-            raise ConfigError(f"unknown simulator option {key!r}", field=f"sim.{key}")
-        setattr(args, name, value)
-    return args
 
 
 def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,
