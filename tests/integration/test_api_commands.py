@@ -41,3 +41,24 @@ def test_simulate_fleet_api_equals_cli(capsys):
     assert api == cli
     assert api["cache"] == {"model": "entries", "unit": "entries", "per_replica": [4, 4], "merged": 8}
     assert api["policies"]["merged"]["cached_tokens"] == 175848
+
+
+FIT_ARGS = ["--host-ram-gib", "64", "--weights-gib", "20", "--reserve-gib", "4", "--positions", "131072",
+            "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--max-tok", "32768",
+            "--arena-base-gib", "1", "--arena-per-16k-gib", "0.5", "--vision-gib", "1", "--margin-gib", "1",
+            "--ctx", "8192", "--reserves", "24,24.5"]
+
+
+def test_fit_api_equals_cli(capsys):
+    cli = _cli_json(capsys, "fit", *FIT_ARGS)
+    api = kvreplay.fit(host_ram_gib="64", weights_gib="20", reserve_gib="4", positions=131072, layers=32,
+                       kv_heads=8, head_dim=128, max_tok=32768, arena_base_gib="1", arena_per_16k_gib=0.5,
+                       vision_gib="1", margin_gib="1", ctx=8192, reserves=["24", 24.5])
+    assert api == cli
+    # KV: 2 (K, V) x 32 layers x 8 heads x 128 x 2 bytes = 128 KiB a position; x 131072 = 16 GiB;
+    # fixed: arena 1 + 0.5 x 32768/16384, vision 1 = 3; budget 64 - 20 - 4 = 40; headroom 40 - 19 - 1 = 20
+    assert (api["kv_bytes_per_position"], api["kv_gib"], api["fixed_gib"]) == (131072.0, 16.0, 3.0)
+    assert (api["budget_gib"], api["need_gib"], api["headroom_gib"], api["max_reserve_gib"]) == (40.0, 19.0, 20.0, 24.0)
+    assert (api["verdict"], api["knife_edge"], api["positions"]) == ("fits", False, 131072)
+    # reserve 24.5: budget 19.5 - margin 1 - fixed 3 = 15.5 GiB of KV = 126976 positions of 128 KiB
+    assert [(r["verdict"], r["positions"]) for r in api["reserves"]] == [("fits", 131072), ("clamped", 126976)]

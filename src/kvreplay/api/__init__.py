@@ -36,6 +36,7 @@ from typing import Any
 
 from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.experiment import Experiment
+from kvreplay.api.fitting import FitReport, fit
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.bundled import DEMO_WORKLOAD
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigError",
     "CurvePoint",
     "Experiment",
+    "FitReport",
     "FleetReport",
     "Latency",
     "PhaseResult",
@@ -56,6 +58,7 @@ __all__ = [
     "SimulateReport",
     "Tokens",
     "WorkloadError",
+    "fit",
     "load_run",
     "probe",
     "probe_async",
