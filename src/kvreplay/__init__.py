@@ -25,6 +25,7 @@ __all__ = [
     "RunData",
     "RunResult",
     "SimulateReport",
+    "Snapshot",
     "Tokens",
     "WorkloadError",
     "__version__",
@@ -36,6 +37,8 @@ __all__ = [
     "replay_async",
     "simulate",
     "simulate_fleet",
+    "snapshot",
+    "snapshot_async",
 ]
 
 

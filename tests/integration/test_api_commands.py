@@ -62,3 +62,30 @@ def test_fit_api_equals_cli(capsys):
     assert (api["verdict"], api["knife_edge"], api["positions"]) == ("fits", False, 131072)
     # reserve 24.5: budget 19.5 - margin 1 - fixed 3 = 15.5 GiB of KV = 126976 positions of 128 KiB
     assert [(r["verdict"], r["positions"]) for r in api["reserves"]] == [("fits", 131072), ("clamped", 126976)]
+
+
+def test_snapshot_api_equals_cli_from_a_dump(capsys):
+    dump = ROOT / "fixtures" / "metrics" / "vllm" / "nvcr-25.09.prom"
+    assert main(["snapshot", "--from-file", str(dump)]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = kvreplay.snapshot(from_file=dump)
+    assert api == cli
+    # the dump's own lines: vllm:gpu_prefix_cache_queries_total 246.0, hits 80.0, num_gpu_blocks="850"
+    assert (api["backend"], api["common"]["query_tokens"], api["common"]["hit_tokens"]) == ("vllm", 246.0, 80.0)
+    assert api["identity"]["cache_config"]["num_gpu_blocks"] == "850"
+
+
+def test_snapshot_unreachable_is_the_same_error_both_ways(capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        assert main(["snapshot", "--target", url, "--backend", "vllm", "--timeout", "5"]) == 2
+        err = capsys.readouterr().err
+        try:
+            kvreplay.snapshot(url, backend="vllm", timeout_s=5)
+        except kvreplay.BackendError as exc:
+            assert err == f"kvreplay snapshot: {exc}\n"
+        else:
+            raise AssertionError("no BackendError")

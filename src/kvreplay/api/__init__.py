@@ -39,6 +39,7 @@ from kvreplay.api.experiment import Experiment
 from kvreplay.api.fitting import FitReport, fit
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
+from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 from kvreplay.rundir import RunData, load_run
@@ -56,6 +57,7 @@ __all__ = [
     "RunData",
     "RunResult",
     "SimulateReport",
+    "Snapshot",
     "Tokens",
     "WorkloadError",
     "fit",
@@ -66,6 +68,8 @@ __all__ = [
     "replay_async",
     "simulate",
     "simulate_fleet",
+    "snapshot",
+    "snapshot_async",
 ]
 
 PathLike = str | os.PathLike[str]
