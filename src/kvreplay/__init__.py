@@ -14,7 +14,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEMO_WORKLOAD",
+    "AbResult",
     "BackendError",
+    "CompareResult",
     "ConfigError",
     "CurvePoint",
     "Experiment",
@@ -29,6 +31,9 @@ __all__ = [
     "Tokens",
     "WorkloadError",
     "__version__",
+    "ab",
+    "ab_async",
+    "compare",
     "fit",
     "load_run",
     "probe",

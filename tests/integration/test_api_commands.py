@@ -89,3 +89,44 @@ def test_snapshot_unreachable_is_the_same_error_both_ways(capsys):
             assert err == f"kvreplay snapshot: {exc}\n"
         else:
             raise AssertionError("no BackendError")
+
+
+AB_ARGS = ["--target", "sim", "--sim-time-scale", "0", "--arm", "off=sim:", "--arm", "on=sim:prefill_scale=1.1",
+           "--reps", "2", "--phases", "c4", "--primary", "ttft_p50:-5%", "--quiet"]
+
+
+def _ab_doc(path: Path) -> dict:
+    doc = json.loads((path / "ab.json").read_text())
+    return {k: v for k, v in doc.items() if k != "blocks"}
+
+
+def test_ab_and_compare_api_equal_cli(tmp_path, capsys):
+    cli_dir, api_dir = tmp_path / "cli", tmp_path / "api"
+    assert main(["ab", str(DEMO), *AB_ARGS, "--out", str(cli_dir)]) == 0
+    capsys.readouterr()
+    res = kvreplay.ab(DEMO, arms={"off": "sim:", "on": "sim:prefill_scale=1.1"}, reps=2, phases="c4",
+                      primary=["ttft_p50:-5%"], sim={"time_scale": 0}, out=api_dir)
+    assert res["out"] == str(api_dir)
+    # the frozen order, arms, plan hash, thresholds and limits: the same document both ways
+    assert _ab_doc(api_dir) == _ab_doc(cli_dir) == {k: v for k, v in res["ab"].items() if k != "blocks"}
+    assert [b["arm"] for b in res["ab"]["order"]] == ["off", "on", "on", "off"]  # ABBA, baseline first
+    cli_blocks = json.loads((cli_dir / "ab.json").read_text())["blocks"]
+    assert [b["plan_sha256"] for b in res["ab"]["blocks"]] == [b["plan_sha256"] for b in cli_blocks]
+    for d in (cli_dir, api_dir):
+        for blk in ("00-off", "01-on", "02-on", "03-off"):
+            r = kvreplay.RunResult.from_dir(d / "blocks" / blk)
+            assert (r.records, r.statuses()) == (52, {"ok": 52})
+            assert (r.phase("c4").tokens.cached, r.phase("c4").tokens.prompt) == (175848, 190516)
+    assert res["reps"] == {"planned": 2, "measured": 2}
+    assert res == {**json.loads((api_dir / "compare.json").read_text()), "ab": res["ab"], "out": res["out"]}
+
+    # compare on the CLI's blocks, both ways: the same seed and blocks give the same figures
+    assert main(["compare", str(cli_dir), "--out", str(tmp_path / "c-cli")]) == 0
+    printed = capsys.readouterr().out
+    cmp = kvreplay.compare([cli_dir], out=tmp_path / "c-api")
+    assert cmp == json.loads((tmp_path / "c-cli" / "compare.json").read_text())
+    assert cmp == json.loads((tmp_path / "c-api" / "compare.json").read_text())
+    assert (tmp_path / "c-api" / "compare.md").read_text() == (tmp_path / "c-cli" / "compare.md").read_text()
+    assert printed.rstrip("\n") == (tmp_path / "c-cli" / "compare.md").read_text().rstrip("\n")  # what it wrote
+    assert [(c["phase"], c["metric"], c["role"]) for c in cmp["checks"]] == [("c4", "ttft_p50", "primary")]
+    assert len(cmp["pairs"]) == 2 and cmp["bootstrap"]["seed"] == 0

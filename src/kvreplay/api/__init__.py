@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kvreplay.api._options import namespace_for as _namespace_for
+from kvreplay.api.abtest import AbResult, ab, ab_async
+from kvreplay.api.comparison import CompareResult, compare
 from kvreplay.api.experiment import Experiment
 from kvreplay.api.fitting import FitReport, fit
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
@@ -46,7 +48,9 @@ from kvreplay.rundir import RunData, load_run
 
 __all__ = [
     "DEMO_WORKLOAD",
+    "AbResult",
     "BackendError",
+    "CompareResult",
     "ConfigError",
     "CurvePoint",
     "Experiment",
@@ -60,6 +64,9 @@ __all__ = [
     "Snapshot",
     "Tokens",
     "WorkloadError",
+    "ab",
+    "ab_async",
+    "compare",
     "fit",
     "load_run",
     "probe",
