@@ -130,3 +130,18 @@ def test_ab_and_compare_api_equal_cli(tmp_path, capsys):
     assert printed.rstrip("\n") == (tmp_path / "c-cli" / "compare.md").read_text().rstrip("\n")  # what it wrote
     assert [(c["phase"], c["metric"], c["role"]) for c in cmp["checks"]] == [("c4", "ttft_p50", "primary")]
     assert len(cmp["pairs"]) == 2 and cmp["bootstrap"]["seed"] == 0
+
+
+def test_inspect_api_equals_cli(tmp_path, capsys):
+    from helpers import write_chat_workload
+
+    # bodies 0 and 2 are byte-identical; all three share the system message
+    wl = write_chat_workload(tmp_path / "wl", [("S", "one"), ("S", "two"), ("S", "one")])
+    cli = _cli_json(capsys, "inspect", str(wl))
+    api = kvreplay.inspect_workload(wl)
+    assert api == cli
+    assert (api["bodies"], api["kinds"], api["unique_bodies"], api["identical_bodies"]) == (3, {"chat": 3}, [], [[0, 2]])
+    assert [(g["links"], g["bodies"]) for g in api["groups"]] == [(1, [0, 1, 2]), (2, [0, 2])]
+    # body 1 reuses the system link, body 2 both links: 2 of 3 bodies' bytes partly seen before
+    assert [b["reused_links"] for b in api["per_body"]] == [0, 1, 2]
+    assert api["expected_reuse"]["bytes"] == api["per_body"][1]["reused_bytes"] + api["per_body"][2]["prefix_bytes"]

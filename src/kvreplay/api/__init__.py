@@ -39,6 +39,7 @@ from kvreplay.api.abtest import AbResult, ab, ab_async
 from kvreplay.api.comparison import CompareResult, compare
 from kvreplay.api.experiment import Experiment
 from kvreplay.api.fitting import FitReport, fit
+from kvreplay.api.inspection import InspectReport, inspect_workload
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
@@ -56,6 +57,7 @@ __all__ = [
     "Experiment",
     "FitReport",
     "FleetReport",
+    "InspectReport",
     "Latency",
     "PhaseResult",
     "RunData",
@@ -68,6 +70,7 @@ __all__ = [
     "ab_async",
     "compare",
     "fit",
+    "inspect_workload",
     "load_run",
     "probe",
     "probe_async",
