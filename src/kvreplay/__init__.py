@@ -7,7 +7,9 @@ beside the server's own prefix-cache counters.
 The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvreplay``
 stays light (``kvreplay --help`` imports neither numpy nor the accountant):
 ``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
-``kvreplay.load_run(path)`` and the typed results (``RunResult``, ``PhaseResult``).
+``kvreplay.load_run(path)``, ``kvreplay.simulate``, ``fit``, ``snapshot``, ``ab``,
+``compare``, ``inspect_workload`` and the typed results (``RunResult``, ``PhaseResult``,
+``SimulateReport``...).
 """
 
 __version__ = "0.1.0"

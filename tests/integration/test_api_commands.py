@@ -146,3 +146,18 @@ def test_inspect_api_equals_cli(tmp_path, capsys):
     # body 1 reuses the system link, body 2 both links: 2 of 3 bodies' bytes partly seen before
     assert [b["reused_links"] for b in api["per_body"]] == [0, 1, 2]
     assert api["expected_reuse"]["bytes"] == api["per_body"][1]["reused_bytes"] + api["per_body"][2]["prefix_bytes"]
+
+
+def test_the_api_package_imports_nothing_heavy_until_called():
+    """``kvreplay.simulate`` and the others load ``kvreplay.api``: its modules import offline, the
+    simulator, the backends, the runner and aiohttp only when a function runs (``kvreplay --help``
+    and ``import kvreplay`` are held by test_perf_imports)."""
+    import subprocess
+    import sys
+
+    heavy = ("numpy", "aiohttp", "matplotlib", "kvreplay.offline", "kvreplay.sim", "kvreplay.backends",
+             "kvreplay.runner", "kvreplay.experiments", "kvreplay.report")
+    code = (f"import sys, kvreplay\nkvreplay.simulate, kvreplay.fit, kvreplay.snapshot, kvreplay.ab, kvreplay.compare\n"
+            f"kvreplay.inspect_workload\nprint(sorted(m for m in {heavy!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert r.stdout.strip() == "[]"

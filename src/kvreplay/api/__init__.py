@@ -3,7 +3,12 @@ r"""The Python API: what the command line does, as typed functions (``import kvr
 The CLI's commands are a thin layer over this package: ``kvreplay run`` and
 ``kvreplay.replay`` run the same code (``kvreplay.api.run``), ``kvreplay probe`` and
 ``kvreplay.probe`` likewise (``kvreplay.api.probing``), ``kvreplay experiment`` and
-``kvreplay.Experiment`` (``kvreplay.api.experiment``). Options have the command
+``kvreplay.Experiment`` (``kvreplay.api.experiment``), and the offline and one-shot
+commands: ``kvreplay.simulate`` / ``simulate_fleet`` (``api.simulation``), ``kvreplay.fit``
+(``api.fitting``), ``kvreplay.snapshot`` (``api.snapshots``), ``kvreplay.ab``
+(``api.abtest``), ``kvreplay.compare`` (``api.comparison``) and
+``kvreplay.inspect_workload`` (``api.inspection``), each returning the dict its command
+prints with ``--json`` (typed as a ``TypedDict``). Options have the command
 line's names and defaults (``--read-timeout`` is ``read_timeout=``); the simulator's
 options go in ``sim={...}`` without their ``sim-`` prefix (``--sim-time-scale 0`` is
 ``sim={"time_scale": 0}``).
@@ -23,6 +28,8 @@ Example::
     print(r.phase("replay").cached_ratio, r.phase("replay").ttft_ms.p50, r.run_dir)
     verdict = kvreplay.probe(target="sim", sim={"time_scale": 0, "cache_entries": 8}, out="runs/probe")
     result = kvreplay.Experiment.from_file("fixtures/experiments/probe-sizing.toml").run(out="runs/exp")
+    curve = kvreplay.simulate(kvreplay.DEMO_WORKLOAD, capacities=[1, 2, 4])
+    print(curve["recommended"]["capacity"], kvreplay.inspect_workload(kvreplay.DEMO_WORKLOAD)["expected_reuse"])
 """
 
 from __future__ import annotations
