@@ -161,3 +161,27 @@ def test_the_api_package_imports_nothing_heavy_until_called():
             f"kvreplay.inspect_workload\nprint(sorted(m for m in {heavy!r} if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_import_and_export_api_equal_cli(tmp_path, capsys):
+    trace = ROOT / "fixtures" / "traces" / "mooncake_fast25_conversation_trace.jsonl"
+    assert main(["import", "mooncake", str(trace), "--out", str(tmp_path / "cli" / "mc.jsonl"), "--limit", "20"]) == 0
+    printed = capsys.readouterr().out
+    res = kvreplay.import_workload("mooncake", trace, tmp_path / "api" / "mc.jsonl", limit=20)
+    assert res["out"] == str(tmp_path / "api" / "mc.jsonl")
+    assert "\n".join(res["lines"]).replace(str(tmp_path / "api"), "D") + "\n" == printed.replace(
+        str(tmp_path / "cli"), "D")
+    names = sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "api").iterdir())
+    for name in names:
+        if name != "mc.plan.toml":  # the bodies and arrivals, byte for byte (the plan names its own path)
+            assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+    bodies = (tmp_path / "api" / "mc.jsonl").read_text().splitlines()
+    assert len(bodies) == 20  # --limit 20: the trace's first 20 requests
+
+    assert main(["export", "vllm", str(DEMO), "--out", str(tmp_path / "cli.vllm.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    exp = kvreplay.export_workload("vllm", DEMO, tmp_path / "api.vllm.jsonl")
+    assert (exp.bodies, exp.lines) == (52, 52)
+    assert printed.splitlines()[0] == f"52 bodies as 52 vllm custom lines -> {tmp_path / 'cli.vllm.jsonl'}"
+    assert (tmp_path / "api.vllm.jsonl").read_bytes() == (tmp_path / "cli.vllm.jsonl").read_bytes()

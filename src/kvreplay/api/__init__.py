@@ -45,7 +45,9 @@ from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.abtest import AbResult, ab, ab_async
 from kvreplay.api.comparison import CompareResult, compare
 from kvreplay.api.experiment import Experiment
+from kvreplay.api.exporting import export_workload
 from kvreplay.api.fitting import FitReport, fit
+from kvreplay.api.importing import ImportResult, import_workload
 from kvreplay.api.inspection import InspectReport, inspect_workload
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
@@ -64,6 +66,7 @@ __all__ = [
     "Experiment",
     "FitReport",
     "FleetReport",
+    "ImportResult",
     "InspectReport",
     "Latency",
     "PhaseResult",
@@ -76,7 +79,9 @@ __all__ = [
     "ab",
     "ab_async",
     "compare",
+    "export_workload",
     "fit",
+    "import_workload",
     "inspect_workload",
     "load_run",
     "probe",
