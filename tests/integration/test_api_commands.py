@@ -158,7 +158,8 @@ def test_the_api_package_imports_nothing_heavy_until_called():
     heavy = ("numpy", "aiohttp", "matplotlib", "kvreplay.offline", "kvreplay.sim", "kvreplay.backends",
              "kvreplay.runner", "kvreplay.experiments", "kvreplay.report")
     code = (f"import sys, kvreplay\nkvreplay.simulate, kvreplay.fit, kvreplay.snapshot, kvreplay.ab, kvreplay.compare\n"
-            f"kvreplay.inspect_workload\nprint(sorted(m for m in {heavy!r} if m in sys.modules))")
+            "kvreplay.inspect_workload, kvreplay.import_workload, kvreplay.export_workload\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.strip() == "[]"
 
