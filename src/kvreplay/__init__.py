@@ -7,28 +7,50 @@ beside the server's own prefix-cache counters.
 The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvreplay``
 stays light (``kvreplay --help`` imports neither numpy nor the accountant):
 ``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
-``kvreplay.load_run(path)`` and the typed results (``RunResult``, ``PhaseResult``).
+``kvreplay.load_run(path)``, ``kvreplay.simulate``, ``fit``, ``snapshot``, ``ab``,
+``compare``, ``inspect_workload`` and the typed results (``RunResult``, ``PhaseResult``,
+``SimulateReport``...).
 """
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEMO_WORKLOAD",
+    "AbResult",
     "BackendError",
+    "CompareResult",
     "ConfigError",
+    "CurvePoint",
     "Experiment",
+    "FitReport",
+    "FleetReport",
+    "ImportResult",
+    "InspectReport",
     "Latency",
     "PhaseResult",
     "RunData",
     "RunResult",
+    "SimulateReport",
+    "Snapshot",
     "Tokens",
     "WorkloadError",
     "__version__",
+    "ab",
+    "ab_async",
+    "compare",
+    "export_workload",
+    "fit",
+    "import_workload",
+    "inspect_workload",
     "load_run",
     "probe",
     "probe_async",
     "replay",
     "replay_async",
+    "simulate",
+    "simulate_fleet",
+    "snapshot",
+    "snapshot_async",
 ]
 
 

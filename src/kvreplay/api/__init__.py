@@ -3,7 +3,12 @@ r"""The Python API: what the command line does, as typed functions (``import kvr
 The CLI's commands are a thin layer over this package: ``kvreplay run`` and
 ``kvreplay.replay`` run the same code (``kvreplay.api.run``), ``kvreplay probe`` and
 ``kvreplay.probe`` likewise (``kvreplay.api.probing``), ``kvreplay experiment`` and
-``kvreplay.Experiment`` (``kvreplay.api.experiment``). Options have the command
+``kvreplay.Experiment`` (``kvreplay.api.experiment``), and the offline and one-shot
+commands: ``kvreplay.simulate`` / ``simulate_fleet`` (``api.simulation``), ``kvreplay.fit``
+(``api.fitting``), ``kvreplay.snapshot`` (``api.snapshots``), ``kvreplay.ab``
+(``api.abtest``), ``kvreplay.compare`` (``api.comparison``) and
+``kvreplay.inspect_workload`` (``api.inspection``), each returning the dict its command
+prints with ``--json`` (typed as a ``TypedDict``). Options have the command
 line's names and defaults (``--read-timeout`` is ``read_timeout=``); the simulator's
 options go in ``sim={...}`` without their ``sim-`` prefix (``--sim-time-scale 0`` is
 ``sim={"time_scale": 0}``).
@@ -23,6 +28,8 @@ Example::
     print(r.phase("replay").cached_ratio, r.phase("replay").ttft_ms.p50, r.run_dir)
     verdict = kvreplay.probe(target="sim", sim={"time_scale": 0, "cache_entries": 8}, out="runs/probe")
     result = kvreplay.Experiment.from_file("fixtures/experiments/probe-sizing.toml").run(out="runs/exp")
+    curve = kvreplay.simulate(kvreplay.DEMO_WORKLOAD, capacities=[1, 2, 4])
+    print(curve["recommended"]["capacity"], kvreplay.inspect_workload(kvreplay.DEMO_WORKLOAD)["expected_reuse"])
 """
 
 from __future__ import annotations
@@ -34,57 +41,60 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kvreplay.api._options import namespace_for as _namespace_for
+from kvreplay.api.abtest import AbResult, ab, ab_async
+from kvreplay.api.comparison import CompareResult, compare
 from kvreplay.api.experiment import Experiment
+from kvreplay.api.exporting import export_workload
+from kvreplay.api.fitting import FitReport, fit
+from kvreplay.api.importing import ImportResult, import_workload
+from kvreplay.api.inspection import InspectReport, inspect_workload
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
+from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
+from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 from kvreplay.rundir import RunData, load_run
 
 __all__ = [
     "DEMO_WORKLOAD",
+    "AbResult",
     "BackendError",
+    "CompareResult",
     "ConfigError",
+    "CurvePoint",
     "Experiment",
+    "FitReport",
+    "FleetReport",
+    "ImportResult",
+    "InspectReport",
     "Latency",
     "PhaseResult",
     "RunData",
     "RunResult",
+    "SimulateReport",
+    "Snapshot",
     "Tokens",
     "WorkloadError",
+    "ab",
+    "ab_async",
+    "compare",
+    "export_workload",
+    "fit",
+    "import_workload",
+    "inspect_workload",
     "load_run",
     "probe",
     "probe_async",
     "replay",
     "replay_async",
+    "simulate",
+    "simulate_fleet",
+    "snapshot",
+    "snapshot_async",
 ]
 
 PathLike = str | os.PathLike[str]
-
-
-def _namespace_for(add_arguments: Any, values: Mapping[str, Any], sim: Mapping[str, Any] | None) -> argparse.Namespace:
-    """The namespace a command would parse: its declared defaults, then ``values``, then ``sim``.
-
-    Args:
-        add_arguments: The command's option declaration (``kvreplay.api.run.add_arguments``...).
-        values: Options by their ``dest`` name (``read_timeout``, ``backend``...).
-        sim: Simulator options without the ``sim_`` prefix (``time_scale``, ``cache_entries``...).
-
-    Raises:
-        ConfigError: an option the command does not have (field: its name).
-    """
-    parser = argparse.ArgumentParser(add_help=False)
-    add_arguments(parser)
-    args = parser.parse_args([])
-    for key, value in values.items():
-        if not hasattr(args, key):
-            raise ConfigError(f"unknown option {key!r}", field=key)
-        setattr(args, key, value)
-    for key, value in (sim or {}).items():
-        name = "sim_" + key.replace("-", "_")
-        if not hasattr(args, name):
-            raise ConfigError(f"unknown simulator option {key!r}", field=f"sim.{key}")
-        setattr(args, name, value)
-    return args
 
 
 def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,

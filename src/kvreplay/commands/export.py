@@ -8,13 +8,18 @@ Example::
     vllm bench serve --dataset-name custom --dataset-path chat.vllm.jsonl --disable-shuffle ...
 
 The schemas, and what each format cannot carry, are in ``kvreplay.workload.peers``.
+A thin layer over ``kvreplay.api.exporting`` (``kvreplay.export_workload``), which
+declares the options and writes the file; this module prints what was written.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from kvreplay.api.exporting import add_arguments, export_args
 from kvreplay.safe_io import echo
+
+__all__ = ["add_arguments", "run"]
 
 NAME = "export"
 HELP = ("Export a workload to a peer's dataset file: aiperf (single_turn, multi_turn or mooncake_trace JSONL) "
@@ -27,28 +32,10 @@ _RUN_WITH = {
 }
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``export``'s options."""
-    from kvreplay.workload.peers import AIPERF_TYPES
-
-    p.add_argument("format", choices=tuple(_RUN_WITH), help="the peer whose dataset file to write")
-    p.add_argument("workload", help="the workload (folder of *.json or .jsonl; its sessions side file is read)")
-    p.add_argument("--out", required=True, metavar="FILE", help="the .jsonl file to write")
-    p.add_argument("--aiperf-type", choices=AIPERF_TYPES, default="auto",
-                   help="aiperf: the custom dataset type (auto: multi_turn with sessions, else single_turn; "
-                        "mooncake_trace keeps each chat body's whole message array)")
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay export``; exit 0, or 2 on a bad workload (raised as ``WorkloadError``)."""
-    from kvreplay.workload.peers import export_aiperf, export_vllm
-
-    if args.format == "aiperf":
-        res = export_aiperf(args.workload, args.out, kind=args.aiperf_type)
-        kind = res.kind
-    else:
-        res = export_vllm(args.workload, args.out)
-        kind = "custom"
+    res = export_args(args)
+    kind = res.kind if args.format == "aiperf" else "custom"
     echo(f"{res.bodies} bodies as {res.lines} {args.format} {kind} lines -> {res.path}")
     for what, n in sorted(res.notes.items()):
         echo(f"  {n} bodies: {what}")

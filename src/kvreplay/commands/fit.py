@@ -1,452 +1,42 @@
-"""``kvreplay fit``: will this KV pool and arena fit, or be silently clamped?"""
+"""``kvreplay fit``: will this KV pool and arena fit, or be silently clamped?
+
+A thin layer over ``kvreplay.api.fitting`` (``kvreplay.fit``), which declares the
+options and makes the report; this module prints the verdict and the tables.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from fractions import Fraction
 
-from kvreplay.argtypes import decimal_text, integer, number_list
-from kvreplay.errors import ConfigError
-from kvreplay.offline.bootlog import BootLog, compare_footprints, read_boot_log
-from kvreplay.offline.fit import (
-    DEFAULT_MARGIN_GIB,
-    DEFAULT_NOISE_GIB,
-    KIB_PER_GIB,
-    FitInputs,
-    arena_table,
-    fit_pool,
-    kv_bytes_per_position,
-    parse_printed_need,
-    pool_table,
-    reserve_table,
-    to_fraction,
+from kvreplay.api.fitting import (
+    ARENA_BASE_GIB,
+    ARENA_PER_16K_GIB,
+    HOST_RAM_GIB_RANGE,
+    MAX_TOK_NOTE,
+    VISION_GIB,
+    add_arguments,
+    fit_args,
+    inputs_from_args,
+    report,
 )
 from kvreplay.safe_io import echo
 
+__all__ = [
+    "ARENA_BASE_GIB",
+    "ARENA_PER_16K_GIB",
+    "HOST_RAM_GIB_RANGE",
+    "MAX_TOK_NOTE",
+    "VISION_GIB",
+    "add_arguments",
+    "inputs_from_args",
+    "report",
+    "run",
+    "verdict_words",
+]
+
 NAME = "fit"
-ARENA_BASE_GIB = "3.80"
-"""halogen's measured arena base (GiB), the field skill's figure (issue 18)."""
-
-ARENA_PER_16K_GIB = "8.40"
-"""halogen's measured arena growth per 16384 tokens of max_tok (GiB, linear; issue 18)."""
-
-VISION_GIB = "1.97"
-"""halogen's vision tower when on (GiB; issue 18)."""
-
-MAX_TOK_NOTE = "--max-tok not given: "
-"""Start of the warning saying which max_tok was used instead (shown first in text)."""
-
-HOST_RAM_GIB_RANGE = (1, 16384)
-"""Host RAM outside this range (GiB) is a unit mistake, not a machine (issue 29)."""
-
 HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + vision (+ margin)."
-
-
-_GIB = decimal_text(0, unit="GiB")
-_POSITIVE_GIB = decimal_text(0, strict=True, unit="GiB")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``fit`` flags (every number checked when parsed: ``kvreplay.argtypes``)."""
-    ram = parser.add_mutually_exclusive_group()
-    ram.add_argument("--host-ram-gib", type=_POSITIVE_GIB, metavar="GIB", help="host RAM (GiB)")
-    ram.add_argument(
-        "--memtotal-kb",
-        type=decimal_text(0, strict=True, unit="kB"),
-        metavar="KB",
-        help="MemTotal from /proc/meminfo (kB = KiB), exact",
-    )
-    parser.add_argument(
-        "--weights-gib", type=_GIB, metavar="GIB", help="resident weights (GiB; default: from --from-log)"
-    )
-    parser.add_argument(
-        "--reserve-gib", type=_GIB, default=None, metavar="GIB", help="RAM kept back (GiB; default 0 or the log's)"
-    )
-    parser.add_argument(
-        "--positions", type=integer(1), help="requested KV pool (positions; default: from --from-log)"
-    )
-    parser.add_argument(
-        "--from-log",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a halogen boot log: the pool it got, clamp, OOM, memory left; twice to compare"
-        " the held footprints of two boots",
-    )
-    kv = parser.add_argument_group("KV bytes per position (give one way)")
-    kv.add_argument(
-        "--kv-bytes-per-position",
-        type=decimal_text(0, strict=True, unit="bytes"),
-        metavar="BYTES",
-        help="bytes per position, given or measured by a probe (bytes per token)",
-    )
-    kv.add_argument(
-        "--probe-verdict",
-        metavar="VERDICT_JSON",
-        help="take bytes per position from a probe verdict's measured bytes_per_token"
-        " (refused for a prompt-cache verdict unless --probe-bytes-are-kv)",
-    )
-    kv.add_argument(
-        "--probe-bytes-are-kv",
-        action="store_true",
-        help="accept a prompt-cache verdict's bytes per token as KV bytes per position",
-    )
-    kv.add_argument("--layers", type=integer(1), help="layers with a KV cache")
-    kv.add_argument("--kv-heads", type=integer(1), help="KV heads per layer")
-    kv.add_argument("--head-dim", type=integer(1), help="elements per head")
-    kv.add_argument(
-        "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
-    )
-    parser.add_argument(
-        "--max-tok",
-        type=integer(0),
-        default=None,
-        help="tokens the arena is sized for (default: the boot log's max_tok, else the"
-        " printed need's --printed-at-max-tok; refused when a printed need has neither;"
-        " 0 under the formula alone)",
-    )
-    parser.add_argument(
-        "--arena-base-gib",
-        type=_GIB,
-        default=ARENA_BASE_GIB,
-        metavar="GIB",
-        help=f"arena base (GiB; default {ARENA_BASE_GIB}, measured on halogen)",
-    )
-    parser.add_argument(
-        "--arena-per-16k-gib",
-        type=_GIB,
-        default=ARENA_PER_16K_GIB,
-        metavar="GIB",
-        help="arena growth per 16384 tokens of --max-tok (GiB; default "
-        f"{ARENA_PER_16K_GIB}, measured on halogen); also the slope that moves a printed"
-        " need to another --max-tok",
-    )
-    vision = parser.add_mutually_exclusive_group()  # both given: exit 2, naming both
-    vision.add_argument("--vision-gib", type=_GIB, default="0", metavar="GIB", help="vision tower (GiB)")
-    vision.add_argument(
-        "--vision",
-        action="store_true",
-        help=f"the vision tower is on: --vision-gib {VISION_GIB} (halogen's)",
-    )
-    parser.add_argument(
-        "--margin-gib",
-        type=_GIB,
-        default=str(float(DEFAULT_MARGIN_GIB)),
-        metavar="GIB",
-        help="required margin (GiB; default 1.5, what halogen prints)",
-    )
-    parser.add_argument(
-        "--noise-gib",
-        type=_GIB,
-        default=str(float(DEFAULT_NOISE_GIB)),
-        metavar="GIB",
-        help="|headroom| at or under this is a knife edge (GiB; default 0.25)",
-    )
-    parser.add_argument(
-        "--ctx", type=integer(0), default=0, help="context length: the pool's floor (tokens)"
-    )
-    parser.add_argument(
-        "--position-step",
-        type=integer(1),
-        default=1,
-        help="round clamped pools down to a multiple of this (positions)",
-    )
-    parser.add_argument(
-        "--printed-need",
-        metavar="GIB@POSITIONS",
-        help="the server's own printed need for a pool size; overrides the model. Also in the"
-        " engine's words: '524288 positions need ~35.0 GiB (plus 1.5 of margin)'",
-    )
-    parser.add_argument(
-        "--printed-at-max-tok",
-        type=integer(0),
-        metavar="N",
-        help="the --max-tok the printed need was printed at; at another --max-tok the arena"
-        " term moves by --arena-per-16k-gib (default: --max-tok, with a warning)",
-    )
-    parser.add_argument(
-        "--reserves",
-        type=number_list(_GIB),
-        metavar="GIB,GIB,...",
-        help="reserves for the table (default: 0 to reserve+4 by 1 GiB)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-def _probe_bytes(path: str, *, accept_entry_bytes: bool = False) -> Fraction:
-    """``bytes_per_token`` measured by ``kvreplay probe`` (its verdict.json).
-
-    A prompt cache's bytes per token (halogen's ``last_entry_bytes`` slope, e.g.
-    2,674) is what a *snapshot* costs per prompt token, not what the KV pool
-    holds per position (e.g. 28 KiB): it is refused unless
-    ``accept_entry_bytes``.
-
-    Raises:
-        ConfigError: unreadable file, a verdict without a positive measurement,
-            or a prompt-cache figure not accepted.
-    """
-    try:
-        with open(path, "rb") as f:
-            data = json.load(f)
-        value = data.get("bytes_per_token")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"cannot read probe verdict: {exc}", path=path) from exc
-    kind = data.get("bytes_per_token_kind")
-    method = data.get("bytes_per_token_method") or ""
-    is_entry = kind == "prompt_cache_entry" or (
-        kind is None and isinstance(method, str) and "last_entry_bytes" in method
-    )
-    if is_entry and not accept_entry_bytes and value:
-        raise ConfigError(
-            f"this verdict's bytes_per_token ({value}) is a prompt-cache snapshot's bytes per"
-            " prompt token, not the KV pool's bytes per position; pass --probe-bytes-are-kv"
-            " if they are the same on this server, or give --kv-bytes-per-position",
-            path=path,
-            field="bytes_per_token",
-        )
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(
-            "the probe measured no bytes per token (the server reports no entry or pool bytes)",
-            path=path,
-            field="bytes_per_token",
-        )
-    return to_fraction(repr(value), field="bytes_per_token")
-
-
-def inputs_from_args(
-    args: argparse.Namespace, log: BootLog | None = None
-) -> tuple[FitInputs, list[str]]:
-    """Build the sizing inputs from parsed flags (and a boot log's figures).
-
-    Flags win over the log; the log supplies weights, reserve, the printed need,
-    the ``max_tok`` it was printed at and the requested pool where not given.
-
-    Returns:
-        ``(inputs, warnings)``; the warnings are about how the inputs were read.
-
-    Raises:
-        ConfigError: a value that is not a number, a missing input, or no way
-            to get KV bytes.
-    """
-    notes: list[str] = []
-    if args.memtotal_kb is None and args.host_ram_gib is None:
-        raise ConfigError("give --host-ram-gib or --memtotal-kb", field="host-ram-gib")
-    if args.memtotal_kb is not None:
-        host = to_fraction(args.memtotal_kb, field="memtotal-kb") / KIB_PER_GIB
-        from_memtotal = True
-    else:
-        host = to_fraction(args.host_ram_gib, field="host-ram-gib")
-        from_memtotal = False
-    ways = [
-        flag
-        for flag, given in (
-            ("--kv-bytes-per-position", args.kv_bytes_per_position is not None),
-            ("--probe-verdict", args.probe_verdict is not None),
-            ("--layers/--kv-heads/--head-dim", any(
-                v is not None for v in (args.layers, args.kv_heads, args.head_dim)
-            )),
-        )
-        if given
-    ]
-    if len(ways) > 1:
-        raise ConfigError(
-            f"give KV bytes per position one way, not {' and '.join(ways)}",
-            field=ways[0].lstrip("-"),
-        )
-    if args.kv_bytes_per_position is not None:
-        kvb = to_fraction(args.kv_bytes_per_position, field="kv-bytes-per-position")
-    elif args.probe_verdict is not None:
-        kvb = _probe_bytes(args.probe_verdict, accept_entry_bytes=args.probe_bytes_are_kv)
-    elif None not in (args.layers, args.kv_heads, args.head_dim):
-        kvb = kv_bytes_per_position(
-            layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=args.kv_dtype
-        )
-    else:
-        raise ConfigError(
-            "give --kv-bytes-per-position, --probe-verdict, or --layers, --kv-heads and --head-dim",
-            field="kv-bytes-per-position",
-        )
-    weights = args.weights_gib
-    if weights is None and log is not None and log.weights_gib is not None:
-        weights = repr(log.weights_gib)
-    if weights is None:
-        raise ConfigError("give --weights-gib (or a --from-log with a weights line)", field="weights-gib")
-    reserve = args.reserve_gib
-    if reserve is None:
-        reserve = repr(log.reserve_gib) if log is not None and log.reserve_gib is not None else "0"
-    positions = args.positions
-    if positions is None and log is not None:
-        positions = log.requested_positions
-    if positions is None:
-        raise ConfigError("give --positions (or a --from-log with a reserving line)", field="positions")
-    printed = parse_printed_need(args.printed_need) if args.printed_need else None
-    printed_at = args.printed_at_max_tok
-    if printed is None and log is not None and log.printed_need_gib is not None:
-        printed = parse_printed_need(f"{log.printed_need_gib!r}@{log.requested_positions}")
-        if printed_at is None:
-            printed_at = log.printed_at_max_tok
-        notes.append(
-            f"printed need {log.printed_need_gib} GiB at {log.requested_positions} positions"
-            f" read from {log.path}"
-            + (f" (printed at max_tok {printed_at})" if printed_at is not None else "")
-        )
-    max_tok, max_tok_note = _resolve_max_tok(args.max_tok, log, printed_at, printed is not None)
-    if max_tok_note:
-        notes.insert(0, max_tok_note)
-    if printed is not None and printed_at is None:
-        printed_at = max_tok
-        notes.append(
-            f"printed need taken as printed at --max-tok {max_tok}: pass"
-            " --printed-at-max-tok N if the engine printed it at another max_tok"
-            " (a wrong max_tok moves the arena by 8.40 GiB per 16384 tokens)"
-        )
-    vision = VISION_GIB if args.vision else args.vision_gib
-    inp = FitInputs(
-        host_ram_gib=host,
-        host_ram_from_memtotal=from_memtotal,
-        weights_gib=to_fraction(weights, field="weights-gib"),
-        reserve_gib=to_fraction(reserve, field="reserve-gib"),
-        positions=positions,
-        kv_bytes_per_position=kvb,
-        max_tok=max_tok,
-        arena_base_gib=to_fraction(args.arena_base_gib, field="arena-base-gib"),
-        arena_per_16k_gib=to_fraction(args.arena_per_16k_gib, field="arena-per-16k-gib"),
-        vision_gib=to_fraction(vision, field="vision-gib"),
-        margin_gib=to_fraction(args.margin_gib, field="margin-gib"),
-        ctx=args.ctx,
-        printed_need=printed,
-        printed_at_max_tok=printed_at,
-        noise_gib=to_fraction(args.noise_gib, field="noise-gib"),
-        position_step=args.position_step,
-    )
-    notes += _unit_checks(inp, args)
-    if printed is None and inp.vision_gib == 0:
-        notes.append(
-            f"no vision tower counted: pass --vision ({VISION_GIB} GiB, halogen's) or"
-            " --vision-gib if the model has one on"
-        )
-    if inp.arena_shift_gib:
-        notes.append(
-            f"printed need moved from max_tok {printed_at} to {max_tok}: arena"
-            f" {float(inp.arena_shift_gib):+.3f} GiB (slope {float(inp.arena_per_16k_gib):g} GiB"
-            " per 16384 tokens)"
-        )
-    if printed is not None and printed.margin_gib is not None and printed.margin_gib != inp.margin_gib:
-        notes.append(
-            f"the engine printed a margin of {float(printed.margin_gib):g} GiB;"
-            f" --margin-gib is {float(inp.margin_gib):g}"
-        )
-    return inp, notes
-
-
-def _unit_checks(inp: FitInputs, args: argparse.Namespace) -> list[str]:
-    """Plausibility of the units (issue 29): an error where the verdict would be meaningless.
-
-    Errors: host RAM outside ``HOST_RAM_GIB_RANGE`` (MiB typed as GiB, MemTotal in bytes
-    typed as kB); a printed need below its own KV part (a negative fixed part, e.g. bytes
-    per position in the wrong unit). Warning: weights above host RAM.
-
-    Raises:
-        ConfigError: naming the flag and the likely unit mistake.
-    """
-    lo, hi = HOST_RAM_GIB_RANGE
-    host = inp.host_ram_gib
-    if not lo <= host <= hi:
-        if inp.host_ram_from_memtotal:
-            guess = f"bytes? ({float(host * KIB_PER_GIB) / (1 << 30):.4g} GiB read as bytes)" if host > hi else "MiB?"
-            raise ConfigError(
-                f"MemTotal {args.memtotal_kb} kB is {float(host):.6g} GiB, outside {lo}-{hi} GiB:"
-                f" in {guess} /proc/meminfo gives kB",
-                field="memtotal-kb",
-            )
-        guess = (f"MiB? ({float(host) / 1024:.4g} GiB)" if host > hi else f"TiB? ({float(host) * 1024:.4g} GiB)")
-        raise ConfigError(
-            f"host RAM {args.host_ram_gib} GiB is outside {lo}-{hi} GiB: in {guess}", field="host-ram-gib"
-        )
-    if inp.printed_need is not None and inp.fixed_gib < 0:
-        kv = inp.kv_gib(inp.printed_need.positions)
-        raise ConfigError(
-            f"the printed need {float(inp.printed_need.need_gib):g} GiB at {inp.printed_need.positions}"
-            f" positions is below its own KV part ({float(kv):.3f} GiB at"
-            f" {float(inp.kv_bytes_per_position):g} bytes per position): a fixed part of"
-            f" {float(inp.fixed_gib):.3f} GiB means a unit is wrong; check the KV bytes per position"
-            " (bytes per position, not per block) against the server",
-            field="printed-need",
-        )
-    notes = []
-    if inp.weights_gib > host:
-        notes.append(
-            f"weights {float(inp.weights_gib):g} GiB exceed host RAM {float(host):g} GiB:"
-            " --weights-gib in MiB?"
-        )
-    return notes
-
-
-def _resolve_max_tok(
-    given: int | None, log: BootLog | None, printed_at: int | None, printed: bool
-) -> tuple[int, str | None]:
-    """The ``max_tok`` (tokens) the fit runs at, and a note when it was not given.
-
-    Order: ``--max-tok``; the boot log's ``reserving ... at max_tok N``; the
-    printed need's ``--printed-at-max-tok``; 0 under the formula alone.
-
-    Raises:
-        ConfigError: a printed need is used and no ``max_tok`` is known (field
-            ``max-tok``): the printed figure holds for one max_tok only.
-    """
-    if given is not None:
-        return given, None
-    if log is not None and log.printed_at_max_tok is not None:
-        return log.printed_at_max_tok, (
-            f"{MAX_TOK_NOTE}using the log's max_tok {log.printed_at_max_tok}"
-            f" ({log.path}); pass --max-tok N for another"
-        )
-    if printed and printed_at is not None:
-        return printed_at, (
-            f"{MAX_TOK_NOTE}using --printed-at-max-tok {printed_at};"
-            " pass --max-tok N for another"
-        )
-    if printed:
-        raise ConfigError(
-            "give --max-tok N (the max_tok the server runs at): a printed need holds for the"
-            " max_tok it was printed at, and neither --printed-at-max-tok nor a boot log names one",
-            field="max-tok",
-        )
-    return 0, None
-
-
-def report(inp: FitInputs, reserves: list[Fraction], notes: list[str] | None = None) -> dict:
-    """The full JSON report: verdict fields, then the tables.
-
-    ``verdict`` is ``fits | clamped | floor | no_boot``; ``knife_edge`` (bool)
-    is separate (``|headroom_gib| <= noise_gib``).
-    """
-    res = fit_pool(inp)
-    return {
-        "budget_gib": float(res.budget_gib),
-        "need_gib": float(res.need_gib),
-        "margin_gib": float(res.margin_gib),
-        "verdict": res.verdict,
-        "knife_edge": res.knife_edge,
-        "noise_gib": float(res.noise_gib),
-        "positions": res.positions,
-        "requested_positions": res.requested_positions,
-        "printed_at_max_tok": inp.printed_at_max_tok if inp.printed_need is not None else None,
-        "max_tok": inp.max_tok,
-        "arena_shift_gib": float(res.arena_shift_gib),
-        "host_ram_gib": float(inp.host_ram_gib),
-        "kv_bytes_per_position": float(inp.kv_bytes_per_position),
-        "kv_gib": float(res.kv_gib),
-        "fixed_gib": float(res.fixed_gib),
-        "headroom_gib": float(res.headroom_gib),
-        "need_source": res.need_source,
-        "max_reserve_gib": float(res.max_reserve_gib),
-        "warnings": [*(notes or []), *res.warnings],
-        "pools": pool_table(inp),
-        "reserves": reserve_table(inp, reserves),
-        "arenas": arena_table(inp),
-    }
 
 
 def verdict_words(rep: dict) -> str:
@@ -537,35 +127,16 @@ def run(args: argparse.Namespace) -> int:
     With ``--from-log`` only (no host RAM or KV bytes), print what the log(s)
     say; with two logs, the footprint comparison too.
     """
-    if len(args.from_log) > 2:
-        raise ConfigError("--from-log takes one or two files", field="from-log")
-    logs = [read_boot_log(p) for p in args.from_log]
-    log_part: dict = {}
-    if logs:
-        log_part["logs"] = [lg.to_json() for lg in logs]
-        if len(logs) == 2:
-            log_part["footprint"] = compare_footprints(logs[0], logs[1])
-    have_kv = any(
-        v is not None
-        for v in (args.kv_bytes_per_position, args.probe_verdict, args.layers)
-    )
-    if logs and (args.host_ram_gib is None and args.memtotal_kb is None or not have_kv):
-        _print_logs_only(log_part, as_json=args.json)
+    rep = fit_args(args)
+    if "verdict" not in rep:
+        _print_logs_only(rep, as_json=args.json)
         return 0
-    inp, notes = inputs_from_args(args, logs[0] if logs else None)
-    if args.reserves:
-        items = args.reserves.split(",") if isinstance(args.reserves, str) else args.reserves
-        reserves = [to_fraction(x.strip(), field="reserves") for x in items if x.strip()]
-    else:
-        top = int(inp.reserve_gib) + 4
-        reserves = [Fraction(r) for r in range(0, top + 1)]
-    rep = report(inp, reserves, notes) | log_part
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
         text = _text(rep)
-        if logs:
-            text += "\n\n" + _logs_text(log_part)
+        if "logs" in rep:
+            text += "\n\n" + _logs_text(rep)
         echo(text)
     return 0
 

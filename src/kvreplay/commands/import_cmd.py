@@ -9,13 +9,19 @@ Example::
     kvreplay import har session.har --out runs/har          # folder of exact bodies + plan
     kvreplay import openai-batch batch_input.jsonl --out runs/batch
     kvreplay import sharegpt sharegpt.json --out runs/chat.jsonl --model M --think-time 2
+
+A thin layer over ``kvreplay.api.importing`` (``kvreplay.import_workload``), which
+declares the options and runs the importer; this module prints its lines.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from kvreplay.api.importing import add_arguments, import_args
 from kvreplay.safe_io import echo
+
+__all__ = ["add_arguments", "run"]
 
 NAME = "import"
 HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan; har | openai-batch -> "
@@ -23,102 +29,8 @@ HELP = ("Import a workload: mooncake (block hash_ids) -> bodies, arrivals, plan;
         "a sessions side file.")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``import``'s options."""
-    from kvreplay.argtypes import integer, number
-    from kvreplay.workload.capture import IMPORT_CONCURRENCY
-    from kvreplay.workload.conversation import DEFAULT_MAX_TOKENS, DEFAULT_MODEL
-    from kvreplay.workload.formats import format_names, format_of
-    from kvreplay.workload.importers import DEFAULT_SESSION_MIN_BLOCKS
-    from kvreplay.workload.sessions import MAX_THINK_TIME_S
-
-    p.add_argument("format", choices=format_names(),
-                   help="source format: " + "; ".join(f"{n}: {format_of(n).summary}" for n in format_names()))
-    p.add_argument(
-        "trace",
-        help="source file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids; "
-        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl; a ShareGPT .json)",
-    )
-    p.add_argument(
-        "--out",
-        required=True,
-        metavar="WORKLOAD",
-        help="mooncake, conversation formats: workload file to write (.jsonl); har, openai-batch: folder W to create; "
-        "arrivals and plan are written beside it",
-    )
-    p.add_argument(
-        "--paths",
-        default="/v1/chat/completions,/v1/completions",
-        metavar="P1,P2",
-        help="har, openai-batch: URL paths whose POST bodies are kept (default "
-        "/v1/chat/completions,/v1/completions); other entries are counted and skipped",
-    )
-    p.add_argument("--redact-body-secrets", action="store_true",
-                   help="har, openai-batch: keep a body that holds a secret (a key shape, a secret field, its "
-                        "request's credential) with the secret replaced by [REDACTED] instead of skipping it")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="first N requests only (sharegpt: first N conversations)")
-    p.add_argument(
-        "--block-tokens",
-        type=int,
-        default=None,
-        metavar="T",
-        help="tokens per hash block (default: 512 for mooncake, 16 for bailian, as in the published traces)",
-    )
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"model field of every body (default {DEFAULT_MODEL}; conversation formats: where the "
-                        "source names none)")
-    p.add_argument("--max-tokens", type=integer(1), default=DEFAULT_MAX_TOKENS, metavar="N",
-                   help=f"conversation formats: max_tokens of every body where the source names none "
-                        f"(default {DEFAULT_MAX_TOKENS})")
-    p.add_argument("--think-time", type=number(0.0, maximum=MAX_THINK_TIME_S, unit="s"), default=None,
-                   metavar="S", help="conversation formats: think time before every turn after the first (s; "
-                                     "default: the source's, else 0)")
-    p.add_argument(
-        "--chat", action="store_true", help="chat bodies (one user message) instead of completions"
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=IMPORT_CONCURRENCY, help="the plan's cap on requests in flight"
-    )
-    p.add_argument(
-        "--time-scale",
-        type=float,
-        default=1.0,
-        help="the plan's multiplier on trace offsets (0.5 = twice as fast)",
-    )
-    p.add_argument("--sessions", action="store_true",
-                   help="mooncake: also infer sessions from shared hash_ids prefixes (a request whose ids extend "
-                        "an earlier request's full blocks continues its session) and write the sessions side file")
-    p.add_argument("--session-min-blocks", type=integer(1), default=DEFAULT_SESSION_MIN_BLOCKS,
-                   metavar="K", help="mooncake --sessions: shortest shared prefix (blocks) that continues a "
-                                     f"session (default {DEFAULT_SESSION_MIN_BLOCKS})")
-    p.add_argument(
-        "--ignore-eos",
-        action="store_true",
-        help='add "ignore_eos": true (vLLM/SGLang) so outputs reach output_length',
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay import``: the format's importer (``workload.formats``); exit 0, or 2 on a bad source."""
-    from kvreplay.errors import ConfigError
-    from kvreplay.workload.formats import format_of
-
-    fmt = format_of(args.format)
-    if "limit" in fmt.options and args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be >= 1", field="--limit")
-    if "block_tokens" in fmt.options and ((args.block_tokens is not None and args.block_tokens < 1)
-                                          or args.concurrency < 1 or args.time_scale <= 0):
-        raise ConfigError(
-            "--block-tokens and --concurrency must be >= 1, --time-scale > 0",
-            field="--block-tokens",
-        )
-    options = {k: getattr(args, k) for k in fmt.options}
-    if "paths" in options:
-        paths = tuple(x.strip() for x in args.paths.split(",") if x.strip())
-        if not paths or not all(x.startswith("/") for x in paths):
-            raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
-        options["paths"] = paths
-    for line in fmt.run(args.trace, args.out, **options):
+    for line in import_args(args):
         echo(line)  # paths and names from the user: through the sink's terminal escaping
     return 0

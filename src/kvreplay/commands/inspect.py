@@ -20,137 +20,25 @@ serve it. The command prints:
   ``kvreplay.workload.conversations`` (``history_not_prefix``).
 
 Sizes are bytes of the raw body as sent; no tokenizer is applied.
+
+A thin layer over ``kvreplay.api.inspection`` (``kvreplay.inspect_workload``), which
+declares the options and computes the structure; this module prints it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import Any
 
+from kvreplay.api.inspection import add_arguments, analyse, inspect_args
 from kvreplay.safe_io import dumps_json, echo
-from kvreplay.workload import DEFAULT_BLOCK_BYTES, Workload, conversations, load_workload
-from kvreplay.workload import chain as chain_mod
+
+__all__ = ["add_arguments", "analyse", "render", "run"]
 
 NAME = "inspect"
 HELP = "Show which bodies of a workload share a prefix (message-level prefix chains) and the reuse a cache could give."
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``inspect``'s arguments."""
-    p.add_argument("workload", metavar="WORKLOAD", help="folder of *.json bodies or a .jsonl file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument(
-        "--block-bytes",
-        type=int,
-        default=DEFAULT_BLOCK_BYTES,
-        metavar="N",
-        help=f"block size for completions prompts (bytes, default {DEFAULT_BLOCK_BYTES})",
-    )
-    p.add_argument(
-        "--max-groups", type=int, default=40, metavar="N", help="groups listed in the text output (default 40)"
-    )
-
-
-@dataclass
-class _Node:
-    depth: int
-    prefix_bytes: int
-    bodies: list[int] = field(default_factory=list)
-    children: dict[bytes, _Node] = field(default_factory=dict)
-
-
-def analyse(workload: Workload, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> dict:
-    """Compute the prefix structure of a workload.
-
-    Args:
-        workload: The loaded workload.
-        block_bytes: Block size for completions prompts (bytes).
-
-    Returns:
-        A JSON-ready dict: ``bodies``, ``kinds``, ``body_bytes``,
-        ``prefix_bytes``, ``unique_bodies``, ``identical_bodies``,
-        ``expected_reuse`` {``bytes``, ``fraction``}, ``groups`` [{``links``,
-        ``bytes``, ``bodies``}] and ``per_body`` rows.
-
-    Raises:
-        WorkloadError: a body has neither messages nor a prompt.
-    """
-    chains = [chain_mod.prefix_chain(b.raw, block_bytes=block_bytes) for b in workload.bodies]
-    root = _Node(0, 0)
-    for i, c in enumerate(chains):
-        node = root
-        node.bodies.append(i)
-        for link, end in zip(c.links, c.ends, strict=False):
-            nxt = node.children.get(link)
-            if nxt is None:
-                nxt = node.children[link] = _Node(node.depth + 1, end)
-            nxt.bodies.append(i)
-            node = nxt
-
-    groups: list[dict] = []
-    stack = list(reversed(root.children.values()))
-    while stack:
-        node = stack.pop()
-        if len(node.bodies) < 2:
-            continue
-        if not any(len(ch.bodies) == len(node.bodies) for ch in node.children.values()):
-            groups.append({"links": node.depth, "bytes": node.prefix_bytes, "bodies": node.bodies})
-        stack.extend(reversed(node.children.values()))
-
-    seen: set[bytes] = set()
-    per_body = []
-    reused_total = prefix_total = 0
-    for b, c in zip(workload.bodies, chains, strict=False):
-        m = 0
-        while m < len(c.links) and c.links[m] in seen:
-            m += 1
-        reused = c.ends[m - 1] if m else 0
-        total = c.ends[-1] if c.ends else 0
-        seen.update(c.links)
-        reused_total += reused
-        prefix_total += total
-        per_body.append({
-            "index": b.index, "source": b.source, "sha256": b.sha256, "kind": c.kind,
-            "body_bytes": b.body_bytes, "links": len(c.links), "prefix_bytes": total,
-            "reused_links": m, "reused_bytes": reused,
-        })
-
-    kinds: dict[str, int] = {}
-    for c in chains:
-        kinds[c.kind] = kinds.get(c.kind, 0) + 1
-    first = {link: node for link, node in root.children.items()}
-    unique = sorted(i for node in first.values() if len(node.bodies) == 1 for i in node.bodies)
-    unique += [i for i, c in enumerate(chains) if not c.links]
-    return {
-        "workload": workload.path,
-        "workload_sha256": workload.sha256,
-        "implementation": chain_mod.IMPLEMENTATION,
-        "block_bytes": block_bytes,
-        "bodies": len(workload),
-        "kinds": kinds,
-        "body_bytes": sum(b.body_bytes for b in workload.bodies),
-        "prefix_bytes": prefix_total,
-        "unique_bodies": sorted(unique),
-        "identical_bodies": sorted(workload.duplicates().values()),
-        "expected_reuse": {
-            "bytes": reused_total,
-            "fraction": reused_total / prefix_total if prefix_total else 0.0,
-        },
-        "groups": groups,
-        "per_body": per_body,
-        **({"sessions": _sessions(workload, block_bytes)} if workload.sessions is not None else {}),
-    }
-
-
-def _sessions(workload: Workload, block_bytes: int) -> dict:
-    """``analyse``'s ``sessions`` block: counts, reuse by turn, warnings and one row per turn."""
-    rows = conversations.turn_reuse(workload, block_bytes=block_bytes)
-    ss = workload.sessions
-    assert ss is not None
-    return {"sessions": len(ss), "turns": len(rows), "max_turns": max(len(b) for b in ss.bodies.values()),
-            "by_turn": conversations.by_turn(rows), "warnings": conversations.session_warnings(workload, rows=rows),
-            "per_turn": rows}
 
 
 def _ranges(idx: list[int]) -> str:
@@ -164,7 +52,7 @@ def _ranges(idx: list[int]) -> str:
     return ",".join(out)
 
 
-def render(a: dict, *, max_groups: int = 40) -> str:
+def render(a: Mapping[str, Any], *, max_groups: int = 40) -> str:
     """The text report of ``analyse``'s result (one screen for the usual workload)."""
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(a["kinds"].items()))
     r = a["expected_reuse"]
@@ -198,8 +86,7 @@ def render(a: dict, *, max_groups: int = 40) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load the workload, print its prefix structure; 0 on success."""
-    workload = load_workload(args.workload)
-    a = analyse(workload, block_bytes=args.block_bytes)
+    a = inspect_args(args)
     if args.json:
         sys.stdout.write(dumps_json(a).decode() + "\n")  # the sink's JSON: redacted, DEL/C1 as \u escapes
     else:

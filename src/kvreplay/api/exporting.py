@@ -1,0 +1,78 @@
+"""Export a workload as a peer's dataset: the behaviour of ``kvreplay export`` and ``kvreplay.export_workload``.
+
+``kvreplay export`` (``commands/export.py``) prints what was written and how to run the
+peer; this module declares the options (``add_arguments``) and writes the file
+(``kvreplay.workload.peers``). The schemas, and what each format cannot carry, are in
+``kvreplay.workload.peers``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from kvreplay.api._options import PathLike, fspath, namespace_for
+from kvreplay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvreplay.workload.peers import Exported
+
+__all__ = ["EXPORT_FORMATS", "add_arguments", "export_args", "export_workload"]
+
+EXPORT_FORMATS = ("aiperf", "vllm")
+"""The peers ``kvreplay export`` writes for: AIPerf's custom datasets, ``vllm bench serve``'s custom JSONL."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``export``'s options."""
+    from kvreplay.workload.peers import AIPERF_TYPES
+
+    p.add_argument("format", choices=EXPORT_FORMATS, help="the peer whose dataset file to write")
+    p.add_argument("workload", help="the workload (folder of *.json or .jsonl; its sessions side file is read)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the .jsonl file to write")
+    p.add_argument("--aiperf-type", choices=AIPERF_TYPES, default="auto",
+                   help="aiperf: the custom dataset type (auto: multi_turn with sessions, else single_turn; "
+                        "mooncake_trace keeps each chat body's whole message array)")
+
+
+def export_args(args: argparse.Namespace) -> Exported:
+    """Write ``args.workload`` as ``args.format``'s dataset file at ``args.out``.
+
+    Raises:
+        WorkloadError: a bad workload.
+    """
+    from kvreplay.workload.peers import export_aiperf, export_vllm
+
+    if args.format == "aiperf":
+        return export_aiperf(args.workload, args.out, kind=args.aiperf_type)
+    return export_vllm(args.workload, args.out)
+
+
+def export_workload(fmt: str, workload: PathLike, out: PathLike, *, aiperf_type: str = "auto") -> Exported:
+    """Write a workload as a peer benchmark's dataset file (``kvreplay export``).
+
+    Args:
+        fmt: ``"aiperf"`` (single_turn, multi_turn or mooncake_trace JSONL) or ``"vllm"``
+            (``vllm bench serve --dataset-name custom`` JSONL).
+        workload: The workload (folder of ``*.json`` or ``.jsonl``; its sessions side file is read).
+        out: The ``.jsonl`` file to write.
+        aiperf_type: AIPerf's custom dataset type: ``auto`` (multi_turn with sessions, else
+            single_turn), ``single_turn``, ``multi_turn``, ``mooncake_trace``.
+
+    Returns:
+        The ``Exported`` record: ``path``, ``kind``, ``lines`` and ``bodies`` written, and
+        ``notes`` (counted losses by name).
+
+    Raises:
+        ConfigError: an unknown format.
+        WorkloadError: a bad workload.
+
+    Example::
+
+        res = kvreplay.export_workload("vllm", kvreplay.DEMO_WORKLOAD, "demo.vllm.jsonl")
+        print(res.bodies, res.lines, res.path)
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}: one of {', '.join(EXPORT_FORMATS)}", field="format")
+    values = {"format": fmt, "workload": fspath(workload), "out": fspath(out), "aiperf_type": aiperf_type}
+    return export_args(namespace_for(add_arguments, values, None))
