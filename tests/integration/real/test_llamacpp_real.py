@@ -242,7 +242,6 @@ def test_conversation_live_vs_captured(llama_server, tmp_path):
         else:
             assert expected[history][1:] == [b + CONV_REPLY_TOKENS - 1 for b in boundary]
         assert cached[history] == expected[history], (history, cached[history], expected[history])
-    print("CONVFIG", cached, expected)  # TEMP
     assert cached["live"] == sorted(set(cached["live"])), cached  # grows with the turn
     diff = [a - b for a, b in zip(cached["live"], cached["captured"], strict=True)]
     assert diff == [a - b for a, b in zip(expected["live"], expected["captured"], strict=True)]

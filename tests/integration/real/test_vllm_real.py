@@ -249,7 +249,6 @@ def test_conversation_live_vs_captured(vllm_server, tmp_path):
             assert shared == len(sent[k - 1]) + (CONV_REPLY_TOKENS - 1 if history == "live" else 0), (history, k)
         assert cached[history] == expected[history], (history, cached[history], expected[history])
     assert cached["live"][0] == cached["captured"][0] == 0
-    print("CONVFIG", cached, expected)  # TEMP
     assert cached["live"] == sorted(set(cached["live"])), cached  # grows with the turn
     # live - captured, turn by turn: exactly what the tokenizer and the block size predict, >= one block
     diff = [a - b for a, b in zip(cached["live"], cached["captured"], strict=True)]
