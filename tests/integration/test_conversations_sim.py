@@ -215,3 +215,53 @@ def test_from_plan_replays_the_same_session_order(tmp_path: Path) -> None:
     assert [(r["session"], r["turn"]) for r in recs2] == [(r["session"], r["turn"]) for r in recs]
     assert json.loads((again / "plan.json").read_text())["plan_sha256"] == json.loads(
         (tmp_path / "out" / "plan.json").read_text())["plan_sha256"]
+
+
+def test_sharegpt_import_replays_at_c4_with_turns_serial_and_think_times_kept(tmp_path: Path) -> None:
+    """Issue 34's "Done when": a ShareGPT file -> ``kvreplay import sharegpt`` -> ``kvreplay run --target sim`` at C4.
+
+    Hand-made file: 6 conversations of 1-4 human turns (13 turns in all, so C4 keeps 4 of 6 sessions in
+    flight), imported with ``--think-time 0.02``: every turn after a session's first waits 20 ms after the
+    previous turn's last byte. Each session's records must come in turn order, each later turn sent at least
+    20 ms after its predecessor finished, with the planned (0.02) and the actual delay recorded.
+    """
+    human_turns = {"c0": 3, "c1": 1, "c2": 4, "c3": 2, "c4": 2, "c5": 1}
+    convs = []
+    for cid, n in human_turns.items():
+        msgs = [{"from": "system", "value": f"You are assistant {cid}."}]
+        for k in range(n):
+            msgs += [{"from": "human", "value": f"{cid} question {k}?"}, {"from": "gpt", "value": f"answer {k}."}]
+        convs.append({"id": cid, "conversations": msgs})
+    src = tmp_path / "chats.json"
+    src.write_text(json.dumps(convs))
+    wl = tmp_path / "chats.jsonl"
+    assert main(["import", "sharegpt", str(src), "--out", str(wl), "--think-time", "0.02"]) == 0
+    out = tmp_path / "out"
+    assert main(["run", str(wl), "--target", "sim", "--sim-time-scale", "0", "--phase", "chat:forward:c4",
+                 "--out", str(out), "--quiet", "--report", "none"]) == 0
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 13 and all(r["status"] == "ok" for r in recs)
+    sessions = by_session(recs)
+    assert {sid: len(rs) for sid, rs in sessions.items()} == human_turns
+    bodies = [json.loads(x) for x in wl.read_text().splitlines()]
+    for sid, rs in sessions.items():
+        assert [r["turn"] for r in rs] == list(range(human_turns[sid]))
+        # the body of turn k is the conversation up to its (k+1)-th human message: system + 2k + 1 messages
+        assert [len(bodies[r["body_index"]]["messages"]) for r in rs] == [2 + 2 * k for k in range(len(rs))]
+        assert bodies[rs[-1]["body_index"]]["messages"][-1]["content"] == f"{sid} question {len(rs) - 1}?"
+        assert rs[0]["think_time_planned_s"] == 0.0 and rs[0]["think_time_actual_s"] is None
+        for prev, cur in zip(rs, rs[1:], strict=False):
+            assert cur["think_time_planned_s"] == 0.02
+            assert cur["t_sent_ns"] >= prev["t_done_ns"] + 20_000_000
+            assert cur["think_time_actual_s"] == round((cur["t_sent_ns"] - prev["t_done_ns"]) / 1e9, 9)
+            assert cur["think_time_actual_s"] >= 0.02
+    # C4: never more than 4 requests in flight, and so never more than 4 sessions
+    events = sorted([(r["t_sent_ns"], 1) for r in recs] + [(r["t_done_ns"], -1) for r in recs])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert peak <= 4
+    # sessions are the unit: the 5th and 6th start only once one of the first four has ended
+    first_end = min(sessions[sid][-1]["t_done_ns"] for sid in ("c0", "c1", "c2", "c3"))
+    assert min(sessions[sid][0]["t_sent_ns"] for sid in ("c4", "c5")) >= first_end

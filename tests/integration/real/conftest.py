@@ -87,8 +87,11 @@ def vllm_server(tiny_hf_model, realsrv_tmp):
 @pytest.fixture(scope="module")
 def llama_server(tiny_gguf_model, realsrv_tmp):
     require(kt.llama_server_binary(), "llama-server")
+    # --slot-save-path enables POST /slots/N?action=erase (the conversation test empties the slots)
+    (realsrv_tmp / "llama-slots").mkdir(exist_ok=True)
     srv = kt.start_llama_server(
-        tiny_gguf_model, log_path=realsrv_tmp / "llama-server.log", slots=4, ctx_per_slot=4096
+        tiny_gguf_model, log_path=realsrv_tmp / "llama-server.log", slots=4, ctx_per_slot=4096,
+        extra_args=("--slot-save-path", str(realsrv_tmp / "llama-slots")),
     )
     try:
         yield srv

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+
+import orjson
+
+from kvreplay.workload.sessions import Turn, write_sessions
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -107,3 +112,93 @@ def kvreplay_probe(out: Path, *args: str, timeout_s: float = 600):
         row = json.loads(line)
         bodies[row["sha256"]] = json.loads(row["raw"])
     return proc, verdict, legs, bodies
+
+
+# A multi-turn conversation replayed with captured and with live history (issue 34).
+# Every reply is forced to CONV_REPLY_TOKENS copies of one token (logit_bias +100 on the
+# token the server's own tokenizer gives CONV_WORD inside an assistant message, greedy),
+# so what the server generated for a turn (G) is known exactly, and with it what it has
+# computed after the turn: that turn's prompt T followed by G minus its last token (the
+# last sampled token is never fed back). The captured replies differ from G from their
+# first token on.
+CONV_WORD = " the"
+CONV_REPLY_TOKENS = 160  # more than one 128-token vLLM block
+CONV_TURNS = 3
+
+
+def conversation_reply_token(tokens) -> int:
+    """The token id the server's tokenizer gives CONV_WORD inside an assistant message.
+
+    ``tokens(messages)`` returns the server's prompt tokens for chat messages (with the
+    generation prompt when the last message is a user's).
+    """
+    user = {"role": "user", "content": "hi"}
+    base = tokens([user])
+    longer = tokens([user, {"role": "assistant", "content": CONV_WORD * 4}, user])
+    assert longer[: len(base)] == base, "the history does not extend the prompt token-wise"
+    reply = longer[len(base) : len(base) + 4]
+    assert len(set(reply)) == 1, f"{CONV_WORD!r} x4 is not one token repeated: {reply}"
+    return reply[0]
+
+
+def conversation_bodies(marker: str, reply_token: int) -> list[dict]:
+    """The retained bodies of one session of CONV_TURNS turns; ``marker`` opens the system message."""
+    system = f"{marker} conversation. " + "Answer every question about the weather in the old harbour town. " * 6
+    msgs: list[dict] = [{"role": "system", "content": system}]
+    out = []
+    for k in range(CONV_TURNS):
+        msgs = [*msgs, {"role": "user", "content": f"Question {k}: what will the wind do after noon on day {k}?"}]
+        out.append({"model": "tiny", "messages": msgs, "max_tokens": CONV_REPLY_TOKENS, "temperature": 0,
+                    "logit_bias": {str(reply_token): 100}, "stream": True,
+                    "stream_options": {"include_usage": True}})
+        msgs = [*msgs, {"role": "assistant", "content": f"Captured answer {k}: calm seas and a light breeze."}]
+    return out
+
+
+def run_conversation(folder: Path, bodies: list[dict], url: str, backend: str, history: str) -> list[dict]:
+    """Write the bodies as a one-session workload, replay it at C1 with ``--history``; its records by turn."""
+    folder.mkdir(parents=True)
+    for i, b in enumerate(bodies):
+        (folder / f"{i:03d}.json").write_text(json.dumps(b))
+    write_sessions(folder, [Turn(i, "conv", i, 0.0) for i in range(len(bodies))])
+    out = folder.parent / f"{folder.name}-run"
+    proc = kvreplay("run", str(folder), "--target", url, "--backend", backend, "--phase", "conv:forward:c1",
+                    "--history", history, "--out", str(out), "--report", "md")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    recs = sorted(read_records(out), key=lambda r: r["turn"])
+    assert [(r["session"], r["turn"]) for r in recs] == [("conv", k) for k in range(len(bodies))]
+    summary = json.loads((out / "summary.json").read_text())
+    by_turn = summary["phases"][0]["by_turn"]
+    assert [(t["turn"], t["cached_tokens"]) for t in by_turn] == [
+        (r["turn"], r["usage"]["cached_tokens"]) for r in recs]
+    return recs
+
+
+def sent_conversation(bodies: list[dict], recs: list[dict], history: str, tokens) -> list[list[int]]:
+    """Check each turn's reply and sent bytes; return the server's tokens of each turn's sent prompt.
+
+    In live history the assistant messages of earlier turns are the replies this server
+    returned; the bytes rebuilt here must hash to the record's ``sent_sha256``.
+    """
+    reply = CONV_WORD * CONV_REPLY_TOKENS
+    out = []
+    for k, (body, r) in enumerate(zip(bodies, recs, strict=True)):
+        assert r["status"] == "ok" and r["finish_reason"] == "length", r
+        assert r["usage"]["completion_tokens"] == CONV_REPLY_TOKENS, r["usage"]
+        assert r["text_head"] == reply[: len(r["text_head"])] and len(r["text_head"]) >= len(CONV_WORD) * 8, r
+        msgs = body["messages"]
+        if history == "live":
+            msgs = [{**m, "content": reply} if m["role"] == "assistant" else m for m in msgs]
+            sent = orjson.dumps({**body, "messages": msgs})
+            assert r["history_differs"] is (k > 0)
+            if k:
+                assert r["sent_sha256"] == hashlib.sha256(sent).hexdigest(), k
+        t = tokens(msgs)
+        assert r["usage"]["prompt_tokens"] == len(t), (k, r["usage"])
+        out.append(t)
+    return out
+
+
+def computed_after(prompt: list[int], reply_token: int) -> list[int]:
+    """What the server computed for a turn: its prompt and its reply minus the last sampled token."""
+    return prompt + [reply_token] * (CONV_REPLY_TOKENS - 1)

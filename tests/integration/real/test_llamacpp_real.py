@@ -17,12 +17,18 @@ import subprocess
 
 import pytest
 from integration.real.realsrv_helpers import (
+    CONV_REPLY_TOKENS,
+    computed_after,
+    conversation_bodies,
+    conversation_reply_token,
     kvreplay,
     kvreplay_probe,
     lcp,
     post_json,
     read_records,
+    run_conversation,
     scrape,
+    sent_conversation,
     series,
 )
 
@@ -196,3 +202,47 @@ def test_kv_probe(llama_server, tmp_path):
         assert "did not flush" in verdict["eviction_note"]
     else:
         assert hi - lo == 1 and verdict["min_flush_k"] == hi
+
+
+def test_conversation_live_vs_captured(llama_server, tmp_path):
+    """Issue 34: one session of 3 turns, replayed with captured and with live history.
+
+    Every reply is 160 copies of one token (logit_bias, greedy), so after turn k the slot
+    holds T_k + 159 reply tokens (the last sampled token is never decoded). At C1 turn k+1
+    picks that slot (its prompt shares over 10% with it) and reuses, token by token, its
+    common prefix with it: with the captured history exactly T_k (the user's turn
+    boundary, the generation prompt included), with live history T_k + 159. All slots are
+    erased before each run (a slot's leftover would share the template's first tokens
+    with turn 0), and the two runs' bodies differ only in the system message's first letter
+    ("A", "B"), so no cached prompt in host RAM is similar enough to be loaded: turn 0
+    reuses nothing.
+    """
+    url = llama_server.url
+
+    def tokens(msgs):
+        return prompt_tokens(url, {"messages": msgs})
+
+    t = conversation_reply_token(tokens)
+    cached, expected = {}, {}
+    for history, marker in (("captured", "A"), ("live", "B")):
+        for slot in range(4):
+            post_json(url, f"/slots/{slot}?action=erase", {})
+        bodies = conversation_bodies(marker, t)
+        recs = run_conversation(tmp_path / history, bodies, url, "llamacpp", history)
+        sent = sent_conversation(bodies, recs, history, tokens)
+        for k, r in enumerate(recs):
+            assert r["usage"]["cached_tokens"] == r["timings"]["cache_n"], (history, k, r["timings"])
+        cached[history] = [r["usage"]["cached_tokens"] for r in recs]
+        expected[history] = [0] + [
+            min(lcp(sent[k], computed_after(sent[k - 1], t)), len(sent[k]) - 1) for k in range(1, len(sent))
+        ]
+        boundary = [len(sent[k - 1]) for k in range(1, len(sent))]  # where turn k-1's prompt ended
+        if history == "captured":
+            assert expected[history][1:] == boundary, (expected[history], boundary)
+        else:
+            assert expected[history][1:] == [b + CONV_REPLY_TOKENS - 1 for b in boundary]
+        assert cached[history] == expected[history], (history, cached[history], expected[history])
+    assert cached["live"] == sorted(set(cached["live"])), cached  # grows with the turn
+    diff = [a - b for a, b in zip(cached["live"], cached["captured"], strict=True)]
+    assert diff == [a - b for a, b in zip(expected["live"], expected["captured"], strict=True)]
+    assert all(d >= CONV_REPLY_TOKENS - 1 for d in diff[1:]), diff

@@ -14,12 +14,18 @@ import re
 
 import pytest
 from integration.real.realsrv_helpers import (
+    CONV_REPLY_TOKENS,
+    computed_after,
+    conversation_bodies,
+    conversation_reply_token,
     kvreplay,
     kvreplay_probe,
     lcp,
     post_json,
     read_records,
+    run_conversation,
     scrape,
+    sent_conversation,
     series,
 )
 
@@ -206,3 +212,45 @@ def test_kv_probe(vllm_server, tmp_path):
         assert "did not flush" in verdict["eviction_note"]
     else:
         assert hi - lo == 1 and verdict["min_flush_k"] == hi
+
+
+def test_conversation_live_vs_captured(vllm_server, tmp_path):
+    """Issue 34: one session of 3 turns, replayed with captured and with live history.
+
+    Every reply is 160 copies of one token (logit_bias, greedy), so after turn k vLLM has
+    computed T_k + 159 reply tokens and cached their whole 128-token blocks. Turn k+1 with
+    the captured history matches T_k only (the captured answer differs from its first
+    token): its hit stops at the user's turn boundary, floor(len(T_k) / 128) * 128. With
+    live history it matches the 159 reply tokens too: at least one more block, so cached
+    tokens grow with the turn. The two runs' bodies differ only in the system message's first
+    letter ("A", "B"), so neither run reuses the other's blocks (or earlier tests'): turn 0
+    hits nothing.
+    """
+    url = vllm_server.url
+    blk = block_size(scrape(url))
+
+    def tokens(msgs):
+        return post_json(url, "/tokenize", {"model": "tiny", "messages": msgs})["tokens"]
+
+    def hit(prompt, computed):  # whole blocks of the shared prefix, capped at the prompt minus one
+        return min(lcp(prompt, computed), len(prompt) - 1) // blk * blk
+
+    t = conversation_reply_token(tokens)
+    cached, expected = {}, {}
+    for history, marker in (("captured", "A"), ("live", "B")):
+        bodies = conversation_bodies(marker, t)
+        recs = run_conversation(tmp_path / history, bodies, url, "vllm", history)
+        sent = sent_conversation(bodies, recs, history, tokens)
+        cached[history] = [r["usage"]["cached_tokens"] for r in recs]
+        expected[history] = [0] + [hit(sent[k], computed_after(sent[k - 1], t)) for k in range(1, len(sent))]
+        for k in range(1, len(sent)):
+            shared = lcp(sent[k], computed_after(sent[k - 1], t))
+            # captured: the match ends where turn k-1's prompt ended; live: after the whole computed reply
+            assert shared == len(sent[k - 1]) + (CONV_REPLY_TOKENS - 1 if history == "live" else 0), (history, k)
+        assert cached[history] == expected[history], (history, cached[history], expected[history])
+    assert cached["live"][0] == cached["captured"][0] == 0
+    assert cached["live"] == sorted(set(cached["live"])), cached  # grows with the turn
+    # live - captured, turn by turn: exactly what the tokenizer and the block size predict, >= one block
+    diff = [a - b for a, b in zip(cached["live"], cached["captured"], strict=True)]
+    assert diff == [a - b for a, b in zip(expected["live"], expected["captured"], strict=True)]
+    assert all(d >= blk for d in diff[1:]), diff
