@@ -196,3 +196,84 @@ def test_cli_limits_reach_the_writer_and_are_said(tmp_path):
            "(still proxying)\n" in err
     assert f"2 bodies ({sizes[0] + sizes[1]} bytes) retained; skipped: limit 2, path " in err
     assert [b.raw for b in load_workload(w).bodies] == [p.read_bytes() for p in ORIGINALS[:2]]
+
+
+# Issue 31, "Tests that are missing today": a slow upload through `kvreplay record`. The body goes
+# out in 4 pieces, PAUSE_S apart, after the head; the proxy's arrival must be the request's first
+# byte, so its TTFT and E2E include the upload (UPLOAD_MS, from the injected sleeps alone).
+PAUSE_MS = 150
+PAUSE_S = PAUSE_MS / 1000
+UPLOAD_MS = 3 * PAUSE_MS  # first byte (head + piece 1) to the last piece sent: >= 450 ms
+HEAD_BOUND_MS = 150  # the proxy's arrival is this close to the first byte; an arrival after the body is >= 450
+
+
+async def _post(url: str, body: bytes, *, pieces: int, chunked: bool) -> tuple[int, int, int, bytes]:
+    """POST ``body`` on a raw socket: head + first piece at once, then the rest ``PAUSE_S`` apart.
+
+    Returns (first byte sent, last piece sent, response read whole; perf_counter ns) and the response.
+    """
+    import asyncio
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    frame = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"{frame}\r\nConnection: close\r\n\r\n").encode()
+    step = -(-len(body) // pieces)
+    parts = [body[i:i + step] for i in range(0, len(body), step)]
+    assert len(parts) == pieces
+    wire = [b"%x\r\n%s\r\n" % (len(p), p) for p in parts] if chunked else list(parts)
+    if chunked:
+        wire[-1] += b"0\r\n\r\n"
+    first = time.perf_counter_ns()
+    writer.write(head + wire[0])
+    await writer.drain()
+    last = first
+    for w in wire[1:]:
+        await asyncio.sleep(PAUSE_S)
+        last = time.perf_counter_ns()
+        writer.write(w)
+        await writer.drain()
+    resp = await reader.read()  # Connection: close: the whole response, to EOF
+    end = time.perf_counter_ns()
+    writer.close()
+    return first, last, end, resp
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_slow_upload_counts_from_its_first_byte(tmp_path, chunked):
+    """Arrival at the first byte; TTFT and E2E include the upload (issue 31).
+
+    Catches: the proxy taking a request's arrival after reading its body (read whole or
+    streamed): the slow request's arrival would then be >= 450 ms after its first byte, its
+    TTFT a few ms. A reference request sent whole just before fixes the proxy's clock to ours.
+    """
+    import asyncio
+
+    sim = Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0")
+    w = tmp_path / "W"
+    fast, slow = ORIGINALS[0].read_bytes(), ORIGINALS[1].read_bytes()
+    try:
+        rec = Proc(tmp_path, "record", "record", "--upstream", sim.url, "--listen", f"127.0.0.1:{free_port()}",
+                   "--out", str(w))
+        try:
+            a0, _, a1, ra = asyncio.run(asyncio.wait_for(_post(rec.url, fast, pieces=1, chunked=False), 60))
+            b0, b_last, b1, rb = asyncio.run(asyncio.wait_for(_post(rec.url, slow, pieces=4, chunked=chunked), 60))
+        finally:
+            assert rec.stop() == 0, rec.stderr()
+    finally:
+        sim.stop()
+    assert ra.startswith(b"HTTP/1.1 200 ") and rb.startswith(b"HTTP/1.1 200 "), (ra[:200], rb[:200])
+    assert b_last - b0 >= UPLOAD_MS * 1e6  # the upload really was spread (asyncio sleeps never end early)
+    assert [p.read_bytes() for p in sorted(w.glob("*.json"))] == [fast, slow]  # retained whole, exact
+    ma, mb = [json.loads(x) for x in (w / "capture.jsonl").read_text().splitlines()]
+    assert (ma["index"], mb["index"], ma["outcome"], mb["outcome"]) == (0, 1, "complete", "complete")
+    ms = 1e-6
+    # Arrival: B's arrival minus A's, on the proxy's clock, against the client's own times. Causally
+    # arrival_A lies in [a0, a1] and arrival_B >= b0; at the first byte arrival_B <= b0 + HEAD_BOUND_MS.
+    gap = mb["arrival_ms"] - ma["arrival_ms"]
+    assert (b0 - a1) * ms <= gap <= (b0 - a0) * ms + HEAD_BOUND_MS, (gap, (b0 - a0) * ms, (b0 - a1) * ms)
+    # TTFT and E2E include the upload: the simulator cannot answer before the last piece, sent
+    # >= UPLOAD_MS after the first byte; both end before the client read the response's end.
+    assert UPLOAD_MS <= mb["ttft_ms"] <= mb["e2e_ms"] <= (b1 - b0) * ms, (mb, (b1 - b0) * ms)
+    assert 0 < ma["ttft_ms"] <= ma["e2e_ms"] <= (a1 - a0) * ms, (ma, (a1 - a0) * ms)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -202,3 +203,36 @@ def sent_conversation(bodies: list[dict], recs: list[dict], history: str, tokens
 def computed_after(prompt: list[int], reply_token: int) -> list[int]:
     """What the server computed for a turn: its prompt and its reply minus the last sampled token."""
     return prompt + [reply_token] * (CONV_REPLY_TOKENS - 1)
+class Recorder:
+    """``kvreplay record --upstream URL --listen 127.0.0.1:PORT --out W`` as a subprocess.
+
+    ``url`` is the proxy's (from its first stdout line); ``stop()`` sends SIGINT and
+    returns (exit status, stderr), bounded.
+    """
+
+    def __init__(self, upstream: str, out: Path, port: int) -> None:
+        self.err_path = out.parent / (out.name + ".record.stderr")
+        self._err = open(self.err_path, "wb")  # noqa: SIM115 - the child writes to it until stop()
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "kvreplay", "record", "--upstream", upstream,
+             "--listen", f"127.0.0.1:{port}", "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=self._err,
+        )
+        line = self.p.stdout.readline().decode()  # type: ignore[union-attr]
+        if "listening on " not in line:
+            self.p.kill()
+            raise AssertionError(f"kvreplay record did not start: {line!r} {self.err_path.read_text()}")
+        self.url = line.split("listening on ")[1].split()[0]
+
+    def stop(self, timeout_s: float = 30) -> tuple[int, str]:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        try:
+            rc = self.p.wait(timeout=timeout_s)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+                self.p.wait()
+            self.p.stdout.close()  # type: ignore[union-attr]
+            self._err.close()
+        return rc, self.err_path.read_text(errors="replace")

