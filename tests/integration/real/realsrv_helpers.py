@@ -203,6 +203,8 @@ def sent_conversation(bodies: list[dict], recs: list[dict], history: str, tokens
 def computed_after(prompt: list[int], reply_token: int) -> list[int]:
     """What the server computed for a turn: its prompt and its reply minus the last sampled token."""
     return prompt + [reply_token] * (CONV_REPLY_TOKENS - 1)
+
+
 class Recorder:
     """``kvreplay record --upstream URL --listen 127.0.0.1:PORT --out W`` as a subprocess.
 
