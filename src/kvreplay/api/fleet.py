@@ -10,10 +10,12 @@ import argparse
 import asyncio
 from typing import Any
 
+from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.redaction import redact_url
 
-__all__ = ["add_fleet_arguments", "check_replicas_answer", "fleet_of", "no_backend", "open_fleet_backend"]
+__all__ = ["add_fleet_arguments", "check_replicas_answer", "fleet_of", "no_backend", "open_fleet_backend",
+           "sim_fleet_size", "start_sim_fleet"]
 
 
 def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +29,23 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replica-header", default=DEFAULT_REPLICA_HEADER, metavar="NAME",
                    help="response header naming the replica that served a request, when the router or "
                         f"replica sets one (default {DEFAULT_REPLICA_HEADER})")
+    from kvreplay.sim.routing import ROUTER_POLICIES
+
+    p.add_argument("--sim-replicas", type=integer(1), default=1, metavar="N",
+                   help="with --target sim: N simulated replicas behind the embedded router "
+                        "(kvreplay.sim.fleet; every --sim-* option applies to each), run as a fleet target")
+    p.add_argument("--sim-router", choices=ROUTER_POLICIES, default=None,
+                   help="with --target sim: the embedded router's policy (default round_robin; "
+                        "given with --sim-replicas 1, a router fronts the one replica)")
+
+
+def sim_fleet_size(args: argparse.Namespace) -> tuple[int, str] | None:
+    """``(replicas, policy)`` of ``--sim-replicas`` / ``--sim-router``, or None for one simulator."""
+    n = getattr(args, "sim_replicas", 1) or 1
+    policy = getattr(args, "sim_router", None)
+    if n <= 1 and policy is None:
+        return None
+    return n, policy or "round_robin"
 
 
 async def no_backend(session: Any) -> None:
@@ -108,3 +127,27 @@ async def open_fleet_backend(replicas: Any, name: str, profile: str | None, sess
                               "run with --backend none", field="--replica")
         members.append((r.url, be))
     return FleetBackend(members)
+
+
+
+async def start_sim_fleet(size: tuple[int, str], config: Any, calibration: dict[str, Any] | None
+                          ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """Start the embedded fleet of ``--target sim --sim-replicas N`` on the running loop.
+
+    Args:
+        size: ``(replicas, policy)`` (``sim_fleet_size``).
+        config: Every replica's ``SimConfig``.
+        calibration: ``--sim-from-verdict``'s calibration (served in ``/version``), or None.
+
+    Returns:
+        ``(fleet, replicas, run_extra)``: the running ``sim.fleet.Fleet`` (the caller
+        stops it), one ``runner.fleet.Replica`` per replica URL, and plan.json
+        ``run`` keys (``sim_fleet``: ``offline.runloss.sim_fleet_json``).
+    """
+    from kvreplay.offline.runloss import sim_fleet_json
+    from kvreplay.runner.fleet import Replica
+    from kvreplay.sim.fleet import start_fleet
+
+    fleet = await start_fleet(size[0], size[1], config=config, calibration=calibration)
+    replicas = tuple(Replica(url=u) for u in fleet.replica_urls)
+    return fleet, replicas, {"sim_fleet": sim_fleet_json(config, *size)}

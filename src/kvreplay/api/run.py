@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from kvreplay.api.fleet import add_fleet_arguments, check_replicas_answer, fleet_of, no_backend, open_fleet_backend
+from kvreplay.api.fleet import (
+    add_fleet_arguments,
+    check_replicas_answer,
+    fleet_of,
+    no_backend,
+    open_fleet_backend,
+    sim_fleet_size,
+    start_sim_fleet,
+)
 from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
@@ -371,6 +379,10 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         from kvreplay.sim.config import config_and_calibration
 
         sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
+    sim_fleet = sim_fleet_size(args)
+    if sim_fleet is not None and target != "sim":
+        raise ConfigError("--sim-replicas / --sim-router run the embedded fleet: give --target sim",
+                          field="--sim-replicas")
     check_ca_file(getattr(args, "ca_file", None))
     out = Path(args.out) if args.out else default_out()
     if (out / RECORDS).exists():
@@ -380,8 +392,14 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     check_target(target, sim=True)
     target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)
     backend_name = args.backend
-    sim = None
-    if sim_cfg is not None:
+    sim: Any = None
+    sim_extra: dict[str, Any] = {}
+    if sim_cfg is not None and sim_fleet is not None:  # the embedded fleet: a fleet target on this loop
+        sim, replicas, sim_extra = await start_sim_fleet(sim_fleet, sim_cfg, calibration)
+        url = sim.router_url
+        if backend_name == "auto":
+            backend_name = "halogen"
+    elif sim_cfg is not None:
         from kvreplay.sim import SimServer
 
         sim = SimServer(sim_cfg, calibration=calibration)
@@ -442,13 +460,13 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
-        run_extra=sim_run_extra(sim.config.time_scale, calibration) if sim is not None else {},
+        run_extra={**sim_run_extra(sim_cfg.time_scale, calibration), **sim_extra} if sim is not None else {},
         **contract,
         ca_file=getattr(args, "ca_file", None),
         history=getattr(args, "history", "captured"),
         replicas=tuple(r.url for r in replicas),
         replica_header=getattr(args, "replica_header", None) if replicas else None,
-        fleet_json={"router": target_label, "replicas": [r.to_json() for r in replicas],
+        fleet_json={"router": "sim" if sim else target_label, "replicas": [r.to_json() for r in replicas],
                     "replica_header": getattr(args, "replica_header", None)} if replicas else None,
     )
     try:
@@ -474,6 +492,14 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     finally:
         if sim is not None:
             await sim.stop()
+    if replicas:  # phases[].routing_loss (offline.runloss), beside the summary the runner wrote
+        from kvreplay.offline.runloss import add_routing_loss
+        from kvreplay.rundir import write_report_md, write_summary
+
+        if add_routing_loss(out, summary, plan=plan, workload=workload):
+            write_summary(out, summary)
+            if render_report is not None:
+                write_report_md(out, render_report(summary, read_plan(out)))
     summary["_out"] = str(out)
     return summary
 
