@@ -96,3 +96,37 @@ def test_no_cache_model_says_so():
     run_block = {"fleet": {"replicas": [{"url": "http://127.0.0.1:1"}]}}
     assert run_routing_loss([("p", False, 1)], None, run_block, []) == {"p": {"note": NO_MODEL}}
     assert run_routing_loss([("p", False, 1)], None, {}, []) == {}
+
+
+def test_replica_cache_from_verdict_gives_an_external_fleet_its_cache_model(tmp_path):
+    """serve-sim's fleet calibrated from a verdict, replayed as an external fleet with the same verdict."""
+    import subprocess
+    import sys
+
+    v = {"format": "kvreplay-probe/1", "backend": "halogen",
+         "prefill_fit": {"a_s": 0.05, "rate_tokens_per_s": 2000.0, "source": "ttft"}, "warm": [],
+         "bytes_per_token": 100.0, "bytes_per_token_kind": "prompt_cache_entry", "entries_per_request": 2,
+         "entry_cap_bytes": 1_000_000, "min_flush_k": None, "eviction_note": ""}
+    vpath = tmp_path / "verdict.json"
+    vpath.write_text(json.dumps(v))
+    proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "serve-sim", "--replicas", "2", "--router",
+                             "round_robin", "--port", "0", "--time-scale", "0", "--from-verdict", str(vpath)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]  # type: ignore[union-attr]
+        flags = lines[3].split("run flags: ", 1)[1].split()
+        out = tmp_path / "ext"
+        assert main(["run", str(MTBENCH), *flags, "--out", str(out), "--quiet", "--phase", "p:forward:c1:first12",
+                     "--replica-cache-from", str(vpath)]) == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()  # type: ignore[union-attr]
+    plan, summary, recs = _read(out)
+    assert plan["run"]["replica_cache"]["source"] == str(vpath)
+    loss = summary["phases"][0]["routing_loss"]
+    measured = sum(r["usage"]["cached_tokens"] for r in recs)
+    assert measured > 0
+    assert loss["policies"]["observed"]["cached_tokens"] == measured == loss["measured_cached_tokens"]
+    assert "calibrated from the probe verdict" in loss["note"]
+    assert loss["cache"]["per_replica"] == [1_000_000, 1_000_000]  # the verdict's unbounded entries

@@ -24,9 +24,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from kvreplay.api.fleet import (
     add_fleet_arguments,
     check_replicas_answer,
+    finish_routing_loss,
     fleet_of,
     no_backend,
     open_fleet_backend,
+    replica_cache_extra,
     sim_fleet_size,
     start_sim_fleet,
 )
@@ -373,6 +375,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         check_target(target, sim=False)
     if replicas:  # before the run directory is made: a replica that does not answer is exit 2, nothing made
         await check_replicas_answer(replicas, args.connect_timeout)
+    replica_cache = replica_cache_extra(args, replicas)  # --replica-cache-from: checked before anything is made
     sim_cfg: Any = None
     calibration: dict[str, Any] | None = None
     if target == "sim":  # every simulator value checked before the run directory is made (exit 2)
@@ -460,7 +463,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
-        run_extra={**sim_run_extra(sim_cfg.time_scale, calibration), **sim_extra} if sim is not None else {},
+        run_extra=({**sim_run_extra(sim_cfg.time_scale, calibration), **sim_extra} if sim is not None
+                   else replica_cache),
         **contract,
         ca_file=getattr(args, "ca_file", None),
         history=getattr(args, "history", "captured"),
@@ -493,13 +497,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         if sim is not None:
             await sim.stop()
     if replicas:  # phases[].routing_loss (offline.runloss), beside the summary the runner wrote
-        from kvreplay.offline.runloss import add_routing_loss
-        from kvreplay.rundir import write_report_md, write_summary
-
-        if add_routing_loss(out, summary, plan=plan, workload=workload):
-            write_summary(out, summary)
-            if render_report is not None:
-                write_report_md(out, render_report(summary, read_plan(out)))
+        finish_routing_loss(out, summary, plan, workload, render_report)
     summary["_out"] = str(out)
     return summary
 

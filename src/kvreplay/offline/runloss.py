@@ -10,8 +10,10 @@ this module turns them, the frozen plan and the replicas' cache models into
   of other phases (and interleaved foreign bodies) are served but not counted,
   so phase *k* is simulated with the caches phases before it left;
 - the cache model of each replica: the simulator's configuration when the target
-  was the embedded fleet (plan.json ``run.sim_fleet.config``); otherwise none is
-  known and the phase gets ``{"note": "no cache model: routing loss not computed"}``;
+  was the embedded fleet (plan.json ``run.sim_fleet.config``), else the model a probe
+  verdict calibrates (``--replica-cache-from VERDICT``: ``run.replica_cache.config``,
+  said in ``note``); otherwise none is known and the phase gets
+  ``{"note": "no cache model: routing loss not computed"}``;
 - the observed assignment: each record's ``replica`` mapped to its index in
   plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
   observed figure (said in ``note``);
@@ -46,8 +48,8 @@ SIM_FLEET_FIELDS = (
 """The ``SimConfig`` fields a replica's cache model (and its outputs) depend on: plan.json ``run.sim_fleet.config``."""
 
 
-def sim_fleet_json(config: SimConfig, replicas: int, router: str, seed: int = 0) -> dict[str, Any]:
-    """plan.json ``run.sim_fleet`` of a ``--target sim --sim-replicas N`` run.
+def sim_fleet_json(config: SimConfig, replicas: int, router: str | None, seed: int = 0) -> dict[str, Any]:
+    """plan.json ``run.sim_fleet`` of a ``--target sim --sim-replicas N`` run (and ``run.replica_cache``).
 
     Returns:
         ``{"replicas", "router", "seed", "config": {field: value}}`` (``SIM_FLEET_FIELDS``;
@@ -58,12 +60,13 @@ def sim_fleet_json(config: SimConfig, replicas: int, router: str, seed: int = 0)
     return {"replicas": replicas, "router": router, "seed": seed, "config": cfg}
 
 
-def _models(run_block: dict[str, Any], n: int) -> list[SimConfig] | None:
-    sf = run_block.get("sim_fleet")
-    if not isinstance(sf, dict) or not isinstance(sf.get("config"), dict):
-        return None
-    cfg = SimConfig.from_mapping(sf["config"], where="plan.json run.sim_fleet.config")
-    return [cfg] * n
+def _models(run_block: dict[str, Any], n: int) -> tuple[list[SimConfig], str] | None:
+    for key in ("sim_fleet", "replica_cache"):
+        sf = run_block.get(key)
+        if isinstance(sf, dict) and isinstance(sf.get("config"), dict):
+            cfg = SimConfig.from_mapping(sf["config"], where=f"plan.json run.{key}.config")
+            return [cfg] * n, key
+    return None
 
 
 def run_routing_loss(
@@ -98,9 +101,10 @@ def run_routing_loss(
         return {}
     urls = [r.get("url") if isinstance(r, dict) else r for r in fleet["replicas"]]
     index = {u: i for i, u in enumerate(urls)}
-    models = _models(run_block, len(urls))
-    if models is None:
+    found = _models(run_block, len(urls))
+    if found is None:
         return {name: {"note": NO_MODEL} for name, _, _ in phases}
+    models, source = found
     order = {name: i for i, (name, _, _) in enumerate(phases)}
     sent = sorted((r for r in records if r.get("sent") and r.get("phase") in order),
                   key=lambda r: (order[r["phase"]], r.get("position", 0)))
@@ -127,6 +131,10 @@ def run_routing_loss(
                              m and (main_bodies is None or r["body_index"] < main_bodies), q.epoch)
                 for q, m, r in zip(rendered[:last_pos + 1], mine, sent, strict=False)]
         notes = []
+        if source == "replica_cache":
+            notes.append(f"cache model of every replica calibrated from the probe verdict "
+                         f"{run_block['replica_cache'].get('source')}; prompts rendered with the simulator's "
+                         "tokenizer, so the figures approximate the server's")
         observed: list[int] | None = [p for p in picks[:last_pos + 1] if p is not None]
         if observed is not None and len(observed) != last_pos + 1:
             observed = None
