@@ -10,10 +10,12 @@ import argparse
 import asyncio
 from typing import Any
 
+from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.redaction import redact_url
 
-__all__ = ["add_fleet_arguments", "check_replicas_answer", "fleet_of", "no_backend", "open_fleet_backend"]
+__all__ = ["add_fleet_arguments", "check_replicas_answer", "finish_routing_loss", "fleet_of", "no_backend",
+           "open_fleet_backend", "replica_cache_extra", "sim_fleet_size", "start_sim_fleet"]
 
 
 def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +29,27 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replica-header", default=DEFAULT_REPLICA_HEADER, metavar="NAME",
                    help="response header naming the replica that served a request, when the router or "
                         f"replica sets one (default {DEFAULT_REPLICA_HEADER})")
+    p.add_argument("--replica-cache-from", default=None, metavar="VERDICT",
+                   help="a probe verdict.json whose calibrated cache model (sim.calibrate) stands for every "
+                        "--replica's cache: the run's phases[].routing_loss is computed with it (without it, "
+                        "only the embedded fleet's replicas have a known cache model)")
+    from kvreplay.sim.routing import ROUTER_POLICIES
+
+    p.add_argument("--sim-replicas", type=integer(1), default=1, metavar="N",
+                   help="with --target sim: N simulated replicas behind the embedded router "
+                        "(kvreplay.sim.fleet; every --sim-* option applies to each), run as a fleet target")
+    p.add_argument("--sim-router", choices=ROUTER_POLICIES, default=None,
+                   help="with --target sim: the embedded router's policy (default round_robin; "
+                        "given with --sim-replicas 1, a router fronts the one replica)")
+
+
+def sim_fleet_size(args: argparse.Namespace) -> tuple[int, str] | None:
+    """``(replicas, policy)`` of ``--sim-replicas`` / ``--sim-router``, or None for one simulator."""
+    n = getattr(args, "sim_replicas", 1) or 1
+    policy = getattr(args, "sim_router", None)
+    if n <= 1 and policy is None:
+        return None
+    return n, policy or "round_robin"
 
 
 async def no_backend(session: Any) -> None:
@@ -108,3 +131,71 @@ async def open_fleet_backend(replicas: Any, name: str, profile: str | None, sess
                               "run with --backend none", field="--replica")
         members.append((r.url, be))
     return FleetBackend(members)
+
+
+
+async def start_sim_fleet(size: tuple[int, str], config: Any, calibration: dict[str, Any] | None
+                          ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """Start the embedded fleet of ``--target sim --sim-replicas N`` on the running loop.
+
+    Args:
+        size: ``(replicas, policy)`` (``sim_fleet_size``).
+        config: Every replica's ``SimConfig``.
+        calibration: ``--sim-from-verdict``'s calibration (served in ``/version``), or None.
+
+    Returns:
+        ``(fleet, replicas, run_extra)``: the running ``sim.fleet.Fleet`` (the caller
+        stops it), one ``runner.fleet.Replica`` per replica URL, and plan.json
+        ``run`` keys (``sim_fleet``: ``offline.runloss.sim_fleet_json``).
+    """
+    from kvreplay.offline.runloss import sim_fleet_json
+    from kvreplay.runner.fleet import Replica
+    from kvreplay.sim.fleet import start_fleet
+
+    fleet = await start_fleet(size[0], size[1], config=config, calibration=calibration)
+    replicas = tuple(Replica(url=u) for u in fleet.replica_urls)
+    return fleet, replicas, {"sim_fleet": sim_fleet_json(config, *size)}
+
+
+def replica_cache_extra(args: argparse.Namespace, replicas: Any) -> dict[str, Any]:
+    """plan.json ``run.replica_cache`` from ``--replica-cache-from VERDICT`` (empty without it).
+
+    ``{"source", "sha256", "replicas", "router": null, "seed": 0, "config"}``: the verdict's
+    calibrated ``SimConfig`` (``sim.calibrate.calibrate_from_verdict``), the cache-model
+    fields ``offline.runloss`` reads, for every replica.
+
+    Raises:
+        ConfigError: the flag without ``--replica``, or a verdict that cannot calibrate.
+    """
+    path = getattr(args, "replica_cache_from", None)
+    if not path:
+        return {}
+    if not replicas:
+        raise ConfigError("--replica-cache-from needs a fleet target (--replica)", field="--replica-cache-from")
+    from kvreplay.offline.runloss import sim_fleet_json
+    from kvreplay.sim.calibrate import calibrate_from_verdict
+    from kvreplay.sim.config import SimConfig
+
+    cal = calibrate_from_verdict(path)
+    cfg = SimConfig.from_mapping(cal.changes, where=path)
+    model = sim_fleet_json(cfg, len(replicas), None)
+    return {"replica_cache": {"source": str(path), "sha256": cal.sha256, **model}}
+
+
+def finish_routing_loss(out: Any, summary: dict[str, Any], plan: Any, workload: Any, render_report: Any) -> None:
+    """After a fleet run: ``phases[].routing_loss`` (``offline.runloss``) into summary.json and report.md.
+
+    Args:
+        out: The run directory.
+        summary: The summary the runner wrote (changed in place).
+        plan: The frozen ``Plan``.
+        workload: The workload it was built on.
+        render_report: ``report.markdown.render_markdown``, or None (no report.md).
+    """
+    from kvreplay.offline.runloss import add_routing_loss
+    from kvreplay.rundir import read_plan, write_report_md, write_summary
+
+    if add_routing_loss(out, summary, plan=plan, workload=workload):
+        write_summary(out, summary)
+        if render_report is not None:
+            write_report_md(out, render_report(summary, read_plan(out)))

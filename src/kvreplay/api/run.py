@@ -21,7 +21,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from kvreplay.api.fleet import add_fleet_arguments, check_replicas_answer, fleet_of, no_backend, open_fleet_backend
+from kvreplay.api.fleet import (
+    add_fleet_arguments,
+    check_replicas_answer,
+    finish_routing_loss,
+    fleet_of,
+    no_backend,
+    open_fleet_backend,
+    replica_cache_extra,
+    sim_fleet_size,
+    start_sim_fleet,
+)
 from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
 from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
@@ -365,12 +375,17 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         check_target(target, sim=False)
     if replicas:  # before the run directory is made: a replica that does not answer is exit 2, nothing made
         await check_replicas_answer(replicas, args.connect_timeout)
+    replica_cache = replica_cache_extra(args, replicas)  # --replica-cache-from: checked before anything is made
     sim_cfg: Any = None
     calibration: dict[str, Any] | None = None
     if target == "sim":  # every simulator value checked before the run directory is made (exit 2)
         from kvreplay.sim.config import config_and_calibration
 
         sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
+    sim_fleet = sim_fleet_size(args)
+    if sim_fleet is not None and target != "sim":
+        raise ConfigError("--sim-replicas / --sim-router run the embedded fleet: give --target sim",
+                          field="--sim-replicas")
     check_ca_file(getattr(args, "ca_file", None))
     out = Path(args.out) if args.out else default_out()
     if (out / RECORDS).exists():
@@ -380,8 +395,14 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     check_target(target, sim=True)
     target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)
     backend_name = args.backend
-    sim = None
-    if sim_cfg is not None:
+    sim: Any = None
+    sim_extra: dict[str, Any] = {}
+    if sim_cfg is not None and sim_fleet is not None:  # the embedded fleet: a fleet target on this loop
+        sim, replicas, sim_extra = await start_sim_fleet(sim_fleet, sim_cfg, calibration)
+        url = sim.router_url
+        if backend_name == "auto":
+            backend_name = "halogen"
+    elif sim_cfg is not None:
         from kvreplay.sim import SimServer
 
         sim = SimServer(sim_cfg, calibration=calibration)
@@ -442,13 +463,14 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         abort_on_restart=args.abort_on_restart,
         keepalive_timeout_s=args.keepalive_timeout,
         quiet=args.quiet,
-        run_extra=sim_run_extra(sim.config.time_scale, calibration) if sim is not None else {},
+        run_extra=({**sim_run_extra(sim_cfg.time_scale, calibration), **sim_extra} if sim is not None
+                   else replica_cache),
         **contract,
         ca_file=getattr(args, "ca_file", None),
         history=getattr(args, "history", "captured"),
         replicas=tuple(r.url for r in replicas),
         replica_header=getattr(args, "replica_header", None) if replicas else None,
-        fleet_json={"router": target_label, "replicas": [r.to_json() for r in replicas],
+        fleet_json={"router": "sim" if sim else target_label, "replicas": [r.to_json() for r in replicas],
                     "replica_header": getattr(args, "replica_header", None)} if replicas else None,
     )
     try:
@@ -474,6 +496,8 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     finally:
         if sim is not None:
             await sim.stop()
+    if replicas:  # phases[].routing_loss (offline.runloss), beside the summary the runner wrote
+        finish_routing_loss(out, summary, plan, workload, render_report)
     summary["_out"] = str(out)
     return summary
 

@@ -24,7 +24,7 @@ from kvreplay.report.calibration import calibration_line, sim_calibration
 from kvreplay.report.cells import Cell, absent, failed, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
-from kvreplay.report.fleet import replica_section
+from kvreplay.report.fleet import replica_section, routing_loss_plots, routing_loss_section
 from kvreplay.report.html import escape as _e
 from kvreplay.report.html import page
 from kvreplay.report.markdown import ray_line
@@ -236,6 +236,8 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
         rep.sections.append(("Native counter deltas per phase", [counter_table(run)], [], []))
         if (fleet := replica_section(run)) is not None:
             rep.sections.append(("Replicas", fleet[0], [], fleet[1]))
+        if (loss := routing_loss_section(run)) is not None:
+            rep.sections.append(("Routing loss", loss[0], routing_loss_plots(run), loss[1]))
         if (raw := raw_series_table(run.path)) is not None:
             rep.sections.append(("Raw series that changed per phase (counters.jsonl)", [raw], [], []))
         rq = request_tables(run, sc)

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from kvreplay.report.cells import Cell, absent, measured
+from kvreplay.report.figures import Plot
 from kvreplay.report.sections import Table
 from kvreplay.rundir import RunData
 
-__all__ = ["ANOMALIES", "replica_section"]
+__all__ = ["ANOMALIES", "replica_section", "routing_loss_plots", "routing_loss_section"]
 
 ANOMALIES = ("ambiguous", "conflict", "unattributed", "unlisted")
 """``replica_reason`` values the report names as anomalies (``phase_only`` and ``not_reached`` are not)."""
@@ -66,3 +67,65 @@ def replica_section(run: RunData) -> tuple[list[Table], list[str]] | None:
             line += f"; {fleet['note']}"
         notes.append(line)
     return (tables, notes) if tables else None
+
+
+_LOSS_COLUMNS = ["cached tokens", "hit rate", "kept of merged bound", "cached tokens per replica", "how computed"]
+
+
+def routing_loss_section(run: RunData) -> tuple[list[Table], list[str]] | None:
+    """The tables and notes of the "Routing loss" section (``phases[].routing_loss``); None without one.
+
+    One table per phase with a table (a row per figure: ``observed``, ``merged``,
+    ``prefix_affinity``, ``round_robin``, ``random``); the notes carry each
+    phase's sentence "the routing kept X% of the reuse available (merged-cache
+    bound Y, greedy affinity Z)", the observed figure against the measured cached
+    tokens, and the phase's ``note`` (e.g. no cache model).
+    """
+    tables: list[Table] = []
+    notes: list[str] = []
+    for ph in run.summary.get("phases") or []:
+        loss = ph.get("routing_loss")
+        if not isinstance(loss, dict):
+            continue
+        name = ph.get("name")
+        pol = loss.get("policies")
+        if not isinstance(pol, dict):
+            notes.append(f"{name}: {loss.get('note') or 'routing loss not computed'}")
+            continue
+        t = Table(f"routing-loss:{name}", list(_LOSS_COLUMNS), corner=f"figure ({name})")
+        for key, fig in pol.items():
+            t.rows.append((str(key), [
+                _num(fig.get("cached_tokens"), "{:,}"), _num(fig.get("hit_rate"), "{:.1%}"),
+                _num(fig.get("kept_pct"), "{:.1f}%"),
+                measured(" / ".join(f"{v:,}" for v in fig.get("per_replica_cached_tokens") or [])),
+                measured(str(fig.get("method"))),
+            ]))
+        tables.append(t)
+        line = f"{name}: {loss.get('sentence')}"
+        cache = loss.get("cache") or {}
+        line += (f"; cache model {cache.get('model')}, {cache.get('per_replica')} {cache.get('unit')} per replica")
+        if loss.get("measured_cached_tokens") is not None:
+            line += (f"; measured cached tokens {loss['measured_cached_tokens']:,}, observed figure "
+                     f"{_num(loss.get('observed_vs_measured_pct'), '{:.2f}%').text} of it")
+        if loss.get("note"):
+            line += f"; {loss['note']}"
+        notes.append(line)
+    return (tables, notes) if tables or notes else None
+
+
+def routing_loss_plots(run: RunData) -> list[Plot]:
+    """One ``routing-loss:<phase>`` plot per phase with an observed assignment.
+
+    Cached tokens per position (send order), one series per replica.
+    """
+    from kvreplay.report.plots import replica_positions_png
+
+    out = []
+    for ph in run.summary.get("phases") or []:
+        obs = (ph.get("routing_loss") or {}).get("observed")
+        if not isinstance(obs, dict):
+            continue
+        key, title = f"routing-loss:{ph.get('name')}", f"phase {ph.get('name')}: cached tokens per position per replica"
+        out.append(Plot(key, title, "measured", None,
+                        replica_positions_png(str(ph.get("name")), obs["replica"], obs["cached_tokens"])))
+    return out

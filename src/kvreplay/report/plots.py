@@ -346,3 +346,27 @@ def by_turn_png(phase: str, rows: Sequence[dict[str, Any]], *, scale: float | No
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize="small", loc="lower right")
     ax.set_title(f"phase {phase}: reuse by turn")
     return _png(fig)
+
+
+def replica_positions_png(phase: str, replica: Sequence[int], cached: Sequence[int]) -> bytes:
+    """Cached tokens per position, one marker series per replica (``phases[].routing_loss.observed``).
+
+    Args:
+        phase: The phase's name (title).
+        replica: Replica index per position (send order).
+        cached: Cached tokens per position (the observed assignment, simulated).
+
+    Returns:
+        PNG bytes.
+    """
+    fig = _new_figure(_SIZE)
+    ax = fig.add_subplot()
+    for k in sorted(set(replica)):
+        xs = [i for i, r in enumerate(replica) if r == k]
+        ax.plot(xs, [cached[i] for i in xs], "o", markersize=3, label=f"replica {k}")
+    ax.set_xlabel("position (send order)")
+    ax.set_ylabel("cached tokens")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(f"phase {phase}: cached tokens per position per replica")
+    return _png(fig)

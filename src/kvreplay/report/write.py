@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from kvreplay.report.document import build, to_html, to_markdown
-from kvreplay.rundir import SUMMARY, open_run
+from kvreplay.rundir import SUMMARY, open_run, write_summary
 from kvreplay.safe_io import write_html, write_markdown
 
 __all__ = ["write_reports"]
@@ -39,10 +39,14 @@ def write_reports(
     """
     d = Path(run_dir)
     run = open_run(d, write_rebuilt=True)
-    rep = build(run)
     out: dict[str, Path] = {}
     if run.summary_rebuilt:
         out["summary"] = d / SUMMARY
+        from kvreplay.offline.runloss import add_routing_loss
+
+        if add_routing_loss(d, run.summary):  # a fleet run: phases[].routing_loss, as kvreplay run built it
+            write_summary(d, run.summary)
+    rep = build(run)
     is_run = run.plan is not None or bool(run.summary.get("phases"))
     if is_run or not (d / "report.md").exists():
         # A probe directory keeps the report.md its own command wrote.

@@ -26,7 +26,9 @@ configuration instead: ``sim:KEY=VALUE,...`` over the ``--sim-*`` options,
 where KEY is a ``SimConfig`` field (``prefill_base_s=1.672``) or
 ``prefill_scale=F`` (prefill ``F`` times slower: ``a * F`` and ``rate / F``).
 Each block then starts a fresh simulator with that configuration, whose build
-string is ``<build>+<arm>``, and stops it after the block.
+string is ``<build>+<arm>``, and stops it after the block. ``replicas=N`` and ``router=POLICY``
+make the arm a fleet instead (``experiments.ab.fleet``: N simulated replicas behind
+the embedded router, each block a fleet run with ``phases[].routing_loss``).
 
 **Deadlines and bounds.** ``stop_new_after_s`` and ``hard_deadline_s`` count from
 the experiment's start (before the first arm command): each block runs with what
@@ -51,6 +53,7 @@ import aiohttp
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.ab.fleet import FLEET_KEYS, arm_fleet, fleet_backend, fleet_run_options, start_arm_fleet
 from kvreplay.plan import PhaseSpec, Plan
 from kvreplay.runner.usercmd import run_user_command
 from kvreplay.safe_io import atomic_write_json, write_markdown
@@ -176,6 +179,8 @@ def sim_arm_config(base: Any, arm: Arm) -> Any:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"arm {arm.name}: {item!r} is not KEY=VALUE", field="--arm")
+        if key.strip() in FLEET_KEYS:  # the arm's fleet (experiments.ab.fleet), not a SimConfig field
+            continue
         if key.strip().replace("-", "_") == "prefill_scale":
             scale = float(value)
             if scale <= 0:
@@ -375,6 +380,7 @@ async def run_ab(
         if not is_sim and a.is_sim:
             raise ConfigError(f"arm {a.name}: a 'sim:' arm needs --target sim", field="--arm")
     sim_cfgs = {a.name: sim_arm_config(sim_base, a) for a in arms} if is_sim else {}
+    fleets = {a.name: arm_fleet(a.cmd[4:], a.name) for a in arms if a.cmd.startswith("sim:")} if is_sim else {}
     order = block_order(arms, reps)
     by_name = {a.name: a for a in arms}
     out.mkdir(parents=True, exist_ok=True)
@@ -426,9 +432,16 @@ async def run_ab(
         if is_sim:
             from kvreplay.sim import SimServer
 
-            srv = SimServer(sim_cfgs[arm.name], calibration=sim_calibration)
-            await srv.start(host="127.0.0.1", port=0)
-            url = srv.base_url
+            fleet_size = fleets.get(arm.name)
+            if fleet_size is not None:  # router policies as arms: the embedded fleet (experiments.ab.fleet)
+                srv = await start_arm_fleet(sim_cfgs[arm.name], fleet_size, sim_calibration)
+                url = srv.router_url
+                fleet_kw = fleet_run_options(srv, sim_cfgs[arm.name], fleet_size)
+            else:
+                srv = SimServer(sim_cfgs[arm.name], calibration=sim_calibration)
+                await srv.start(host="127.0.0.1", port=0)
+                url = srv.base_url
+                fleet_kw = {}
             rec["switch"] = {"cmd": arm.cmd, "rc": 0, "sim_build": sim_cfgs[arm.name].build}
         else:
             url = target
@@ -454,12 +467,17 @@ async def run_ab(
                 doc["blocks"].append(rec)
                 continue
             chosen = {"name": backend_name}
+            fleet_kw = fleet_kw if is_sim else {}
+            sim_fleet = fleet_kw.pop("sim_fleet", None)
 
             async def factory(
-                session: aiohttp.ClientSession, _url: str = url, _chosen: dict = chosen
+                session: aiohttp.ClientSession, _url: str = url, _chosen: dict = chosen,
+                _replicas: tuple[str, ...] = fleet_kw.get("replicas", ()),
             ) -> Any:
                 if _chosen["name"] == "none":
                     return None
+                if _replicas:
+                    return await fleet_backend(_replicas, session)
                 from kvreplay.backends import detect, make_backend
 
                 if _chosen["name"] == "auto":
@@ -488,10 +506,12 @@ async def run_ab(
                     # the calibration from --sim-from-verdict, in the block's plan.json
                     run_extra=({"sim_time_scale": sim_cfgs[arm.name].time_scale}
                                | ({"sim_calibration": sim_calibration} if sim_calibration is not None else {})
+                               | ({"sim_fleet": sim_fleet} if sim_fleet is not None else {})
                                if is_sim else {}),
                     stop_new_after_s=left["stop_new_after_s"],
                     hard_deadline_s=left["hard_deadline_s"],
                     **(contract or {}),
+                    **fleet_kw,
                 ),
                 backend_factory=factory,
                 observer=None if progress is None else CallbackObserver(
@@ -501,6 +521,13 @@ async def run_ab(
         finally:
             if srv is not None:
                 await srv.stop()
+        if fleet_kw:  # phases[].routing_loss of the block (offline.runloss), in its summary and report.md
+            from kvreplay.offline.runloss import add_routing_loss
+            from kvreplay.rundir import read_plan, write_report_md, write_summary
+
+            if add_routing_loss(out / blk["dir"], summary, plan=plan, workload=workload):
+                write_summary(out / blk["dir"], summary)
+                write_report_md(out / blk["dir"], render_markdown(summary, read_plan(out / blk["dir"])))
         ident = summary.get("identity") or {}
         rec.update(
             aborted=summary.get("aborted"),

@@ -9,7 +9,9 @@ server, ``{port}`` etc. expanded by ``experiments.lifecycle.expand``), ``reps``
 Frozen: the block plan (``plan``, ``plan_sha256``), the block order (``ab_order``: A B,
 B A, ...) and the settings (``ab``). Run: ``experiments.ab.arms.run_ab``. Published:
 the ``ab_verdict`` finding from its ``compare.json``, a ``verdict`` cell and one cell
-per threshold check, the arms' common time scale, and its standalone ``report.html``.
+per threshold check (and, for simulator arms that run fleets, ``sim:replicas=N,router=P``,
+the per-replica and routing-loss cells of ``experiments.ab.fleet``), the arms' common
+time scale, and its standalone ``report.html``.
 """
 
 from __future__ import annotations
@@ -158,6 +160,10 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
     for e in f["evidence"]:
         out.append({"step": name, "metric": e["cell"].split("/", 1)[1], "status": status,
                     "value": e["value"], "reason": e["decision"]})
+    if ctx.root is not None and st.get("run_dir"):  # arms that ran fleets: per replica and routing loss
+        from kvreplay.experiments.ab.fleet import fleet_cells
+
+        out += fleet_cells(name, ctx.root / st["run_dir"], status)
     return out
 
 

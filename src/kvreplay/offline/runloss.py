@@ -1,0 +1,194 @@
+"""The routing loss of a fleet run: summary.json ``phases[].routing_loss`` (issue 33 item 4).
+
+A fleet run's records name the replica that served each request (``replica``);
+this module turns them, the frozen plan and the replicas' cache models into
+``offline.routing.routing_loss`` per phase:
+
+- the requests: every sent record of the run in send order (plan phase order,
+  then ``position``), rendered as the simulator renders them
+  (``sources.model_requests``); a reset phase starts a new cache epoch; records
+  of other phases (and interleaved foreign bodies) are served but not counted,
+  so phase *k* is simulated with the caches phases before it left;
+- the cache model of each replica: the simulator's configuration when the target
+  was the embedded fleet (plan.json ``run.sim_fleet.config``), else the model a probe
+  verdict calibrates (``--replica-cache-from VERDICT``: ``run.replica_cache.config``,
+  said in ``note``); otherwise none is known and the phase gets
+  ``{"note": "no cache model: routing loss not computed"}``;
+- the observed assignment: each record's ``replica`` mapped to its index in
+  plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
+  observed figure (said in ``note``);
+- measured cached tokens: the sum of the phase's records' ``usage.cached_tokens``.
+
+The observed figure replays the assignment one request at a time: exact at
+concurrency 1 (records in send order); above C1 requests overlap on the server,
+which the ``note`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvreplay.errors import KvreplayError
+from kvreplay.offline.routing import routing_loss
+from kvreplay.offline.sources import ModelRequest, model_requests
+from kvreplay.sim.config import SimConfig
+
+__all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "run_routing_loss", "sim_fleet_json"]
+
+NO_MODEL = "no cache model: routing loss not computed"
+"""The ``note`` of a phase whose replicas' cache models are not known."""
+
+SIM_FLEET_FIELDS = (
+    "cache", "cache_entries", "snapshots", "snapshot_at", "bytes_per_token", "max_entry_bytes",
+    "refuse_over_bytes", "max_bytes", "block_size", "device_blocks", "host_rows", "host_pages",
+    "page_tokens", "host_evict", "entries_recency", "output_tokens", "max_output_tokens",
+)
+"""The ``SimConfig`` fields a replica's cache model (and its outputs) depend on: plan.json ``run.sim_fleet.config``."""
+
+
+def sim_fleet_json(config: SimConfig, replicas: int, router: str | None, seed: int = 0) -> dict[str, Any]:
+    """plan.json ``run.sim_fleet`` of a ``--target sim --sim-replicas N`` run (and ``run.replica_cache``).
+
+    Returns:
+        ``{"replicas", "router", "seed", "config": {field: value}}`` (``SIM_FLEET_FIELDS``;
+        tuples as lists).
+    """
+    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k in SIM_FLEET_FIELDS
+           if (v := getattr(config, k)) is not None}
+    return {"replicas": replicas, "router": router, "seed": seed, "config": cfg}
+
+
+def _models(run_block: dict[str, Any], n: int) -> tuple[list[SimConfig], str] | None:
+    for key in ("sim_fleet", "replica_cache"):
+        sf = run_block.get(key)
+        if isinstance(sf, dict) and isinstance(sf.get("config"), dict):
+            cfg = SimConfig.from_mapping(sf["config"], where=f"plan.json run.{key}.config")
+            return [cfg] * n, key
+    return None
+
+
+def run_routing_loss(
+    phases: Sequence[tuple[str, bool, int]],
+    workload: Any,
+    run_block: dict[str, Any],
+    records: Iterable[dict[str, Any]],
+    *,
+    main_bodies: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``phases[].routing_loss`` of a fleet run, by phase name.
+
+    Args:
+        phases: ``(name, reset, concurrency)`` of every plan phase, in plan order.
+        workload: The bound workload the records' ``body_index`` indexes (``plan.bind``).
+        run_block: plan.json ``run`` (``fleet.replicas``; ``sim_fleet`` for the cache models).
+        records: The run's records (any order).
+        main_bodies: Bodies of the main workload (indices at or above are
+            interleaved foreign traffic: served, never counted); None = all.
+
+    Returns:
+        Phase name -> the ``routing_loss`` object plus ``note`` (text or None);
+        ``{"note": NO_MODEL}`` where no cache model is known. Empty for a run
+        that is not a fleet's.
+
+    Raises:
+        ConfigError: a bad ``run.sim_fleet.config``.
+        WorkloadError: a body the simulator's tokenizer cannot render.
+    """
+    fleet = run_block.get("fleet")
+    if not isinstance(fleet, dict) or not fleet.get("replicas"):
+        return {}
+    urls = [r.get("url") if isinstance(r, dict) else r for r in fleet["replicas"]]
+    index = {u: i for i, u in enumerate(urls)}
+    found = _models(run_block, len(urls))
+    if found is None:
+        return {name: {"note": NO_MODEL} for name, _, _ in phases}
+    models, source = found
+    order = {name: i for i, (name, _, _) in enumerate(phases)}
+    sent = sorted((r for r in records if r.get("sent") and r.get("phase") in order),
+                  key=lambda r: (order[r["phase"]], r.get("position", 0)))
+    epochs: list[int] = []
+    epoch, last = 0, None
+    for r in sent:
+        k = order[r["phase"]]
+        if last is not None and k != last and any(phases[j][1] for j in range(last + 1, k + 1)):
+            epoch += 1
+        last = k
+        epochs.append(epoch)
+    base = models[0]
+    rendered = model_requests(workload, [r["body_index"] for r in sent], epochs=epochs,
+                              output_tokens=base.output_tokens, max_output_tokens=base.max_output_tokens)
+    picks = [index.get(r.get("replica")) for r in sent]
+    seed = int((run_block.get("sim_fleet") or {}).get("seed", 0))
+    out: dict[str, dict[str, Any]] = {}
+    for name, _reset, conc in phases:
+        mine = [r.get("phase") == name for r in sent]
+        if not any(mine):
+            continue
+        last_pos = max(i for i, m in enumerate(mine) if m)
+        reqs = [ModelRequest(q.tokens, q.output, q.system_end, q.messages_end,
+                             m and (main_bodies is None or r["body_index"] < main_bodies), q.epoch)
+                for q, m, r in zip(rendered[:last_pos + 1], mine, sent, strict=False)]
+        notes = []
+        if source == "replica_cache":
+            notes.append(f"cache model of every replica calibrated from the probe verdict "
+                         f"{run_block['replica_cache'].get('source')}; prompts rendered with the simulator's "
+                         "tokenizer, so the figures approximate the server's")
+        observed: list[int] | None = [p for p in picks[:last_pos + 1] if p is not None]
+        if observed is not None and len(observed) != last_pos + 1:
+            observed = None
+            notes.append("a sent record names no listed replica: no observed figure")
+        if conc > 1:
+            notes.append(f"concurrency {conc}: the observed figure replays the assignment one request at a "
+                         "time in send order, exact only at C1")
+        measured = sum(int((r.get("usage") or {}).get("cached_tokens") or 0)
+                       for r, q in zip(sent, reqs, strict=False) if q.counted)
+        loss = routing_loss(reqs, models, observed=observed, seed=seed, measured_cached_tokens=measured,
+                            observed_label="each record's replica")
+        if loss["observed"] is not None:  # per position of this phase only
+            keep = [i for i, m in enumerate(mine[:last_pos + 1]) if m]
+            loss["observed"] = {k: [v[i] for i in keep] for k, v in loss["observed"].items()}
+        loss["note"] = "; ".join(notes) or None
+        out[name] = loss
+    return out
+
+
+def add_routing_loss(run_dir: Path, summary: dict[str, Any], *, plan: Any = None, workload: Any = None) -> bool:
+    """Fill ``phases[].routing_loss`` of a fleet run's summary from its directory (records and plan.json).
+
+    Where the summary is built: ``kvreplay run`` once the runner wrote it, and
+    ``kvreplay report`` when it rebuilds a missing summary from the records.
+
+    Args:
+        run_dir: The run directory.
+        summary: The summary (changed in place).
+        plan: The frozen ``Plan``; None = read plan.json.
+        workload: The workload the plan was built on; None = loaded from plan.json's path.
+
+    Returns:
+        True when any phase got a ``routing_loss`` (the summary changed); False for
+        a run that is not a fleet's. A workload that cannot be loaded any more, or a
+        bad cache model, gives each phase ``{"note": ...}`` saying why.
+    """
+    from kvreplay.rundir import PLAN, RECORDS, load_plan_json, read_plan, read_records
+    from kvreplay.workload import load_workload
+
+    run_block = (read_plan(run_dir) or {}).get("run") or {}
+    if not isinstance(run_block.get("fleet"), dict):
+        return False
+    try:
+        if workload is None:
+            workload = load_workload(load_plan_json(run_dir / PLAN)[0].workload_path)
+        if plan is None:
+            plan = load_plan_json(run_dir / PLAN, workload)[0]
+        phases = [(ph.name, bool(ph.spec.reset), ph.spec.concurrency) for ph in plan.phases]
+        losses = run_routing_loss(phases, plan.bind(workload), run_block, read_records(run_dir / RECORDS),
+                                  main_bodies=len(workload))
+    except (KvreplayError, OSError) as exc:
+        losses = {ph.get("name"): {"note": f"routing loss not computed: {exc}"}
+                  for ph in summary.get("phases") or []}
+    for ph in summary.get("phases") or []:
+        if ph.get("name") in losses:
+            ph["routing_loss"] = losses[ph["name"]]
+    return bool(losses)
