@@ -81,7 +81,8 @@ from kvreplay._plan_spec import (  # noqa: F401 (MAX_CONCURRENCY, MAX_RATE, MIN_
     parse_phase,
 )
 from kvreplay.errors import ConfigError
-from kvreplay.workload import Body, Workload
+from kvreplay.workload import Workload
+from kvreplay.workload.index import JoinedBodies
 
 __all__ = [
     "CHECK_FAIL_MODES",
@@ -181,12 +182,12 @@ class Plan:
         """
         if not self.extra:
             return workload
-        bodies = list(workload.bodies)
+        parts = [workload.bodies]
         for ex in self.extra:
             if ex.workload is None:
                 raise ConfigError(f"interleaved workload {ex.path} is not loaded", field="interleave")
-            bodies.extend(_reindexed(b, len(bodies)) for b in ex.workload.bodies)
-        return Workload(workload.path, tuple(bodies), workload.sha256)
+            parts.append(ex.workload.bodies)
+        return Workload(workload.path, JoinedBodies(parts), workload.sha256)
 
     def content(self) -> dict[str, Any]:
         """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``)."""
@@ -255,8 +256,9 @@ def _select(spec: PhaseSpec, n: int) -> list[int]:
     return list(range(k)) if kind == "first" else list(range(n - k, n))
 
 
-def _reindexed(body: Body, index: int) -> Body:
-    return Body(index, body.raw, body.sha256, body.source, body.kind, body.stream)
+def _shas(workload: Workload) -> tuple[str, ...]:
+    """Every body's SHA-256, in order, from the workload's index (no body is read)."""
+    return tuple(workload.sha_of(i) for i in range(len(workload)))
 
 
 def by_prefix(chains: list[tuple[bytes, ...]]) -> list[int]:
@@ -406,8 +408,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
                     extra_wl = load_workload(path)
                 if not len(extra_wl):
                     raise ConfigError(f"interleaved workload {path} is empty", field="interleave")
-                extras[path] = ExtraWorkload(path, extra_wl.sha256, tuple(b.sha256 for b in extra_wl.bodies),
-                                             next_index, extra_wl)
+                extras[path] = ExtraWorkload(path, extra_wl.sha256, _shas(extra_wl), next_index, extra_wl)
                 next_index += len(extra_wl)
             ex = extras[path]
             seq = interleave_sequence(seq, ex.first_index, len(ex.body_sha256), spec.interleave.every,
@@ -416,7 +417,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
     return Plan(
         workload_path=workload.path,
         workload_sha256=workload.sha256,
-        body_sha256=tuple(b.sha256 for b in workload.bodies),
+        body_sha256=_shas(workload),
         phases=tuple(phases),
         extra=tuple(extras.values()),
     )
@@ -505,9 +506,9 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
         phases.append(Phase(spec, tuple(seq), tuple(intended) if spec.arrival is not None else None))
     if workload is not None:
         for bi, sha in enumerate(body_sha):
-            if sha and workload.bodies[bi].sha256 != sha:
+            if sha and workload.sha_of(bi) != sha:
                 raise ConfigError(f"body {bi} changed since the plan was made", path=p, field="body_sha256")
-        body_sha = [b.sha256 for b in workload.bodies]
+        body_sha = list(_shas(workload))
     extra = _load_extras(data.get("interleave_workloads"), p, seen_extra, load=workload is not None)
     plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases), extra)
     if workload is not None and plan.sha256 != data["plan_sha256"]:
@@ -534,10 +535,10 @@ def _load_extras(items: Any, p: Path, seen: dict[int, str], *, load: bool) -> tu
                 raise ConfigError(f"interleaved workload {it['path']} changed since the plan was made",
                                   path=p, field="interleave_workloads")
         if wl is not None:
-            sha = tuple(b.sha256 for b in wl.bodies)
-            for j, b in enumerate(wl.bodies):
+            sha = _shas(wl)
+            for j, b_sha in enumerate(sha):
                 named = seen.get(it["first_index"] + j)
-                if named is not None and named != b.sha256:
+                if named is not None and named != b_sha:
                     raise ConfigError(f"body {j} of {it['path']} changed since the plan was made",
                                       path=p, field="body_sha256")
         else:
