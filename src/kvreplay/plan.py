@@ -76,7 +76,9 @@ from kvreplay._plan_spec import (  # noqa: F401 (MAX_CONCURRENCY, MAX_RATE, MIN_
     PLAN_FORMAT,
     Interleave,
     PhaseSpec,
+    SequenceView,
     _check_unique,
+    json_chunks,
     load_plan_toml,
     parse_phase,
 )
@@ -92,9 +94,11 @@ __all__ = [
     "Phase",
     "PhaseSpec",
     "Plan",
+    "SequenceView",
     "build_plan",
     "by_prefix",
     "interleave_sequence",
+    "json_chunks",
     "load_plan_toml",
     "parse_phase",
     "plan_from_json",
@@ -189,9 +193,18 @@ class Plan:
             parts.append(ex.workload.bodies)
         return Workload(workload.path, JoinedBodies(parts), workload.sha256)
 
-    def content(self) -> dict[str, Any]:
-        """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``)."""
+    def content(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``).
+
+        ``lazy``: each phase's ``sequence`` is a ``SequenceView`` (entries built on
+        access, none held; ``rundir.write_plan_json`` streams it) instead of a list.
+        """
         sha = self.body_sha256 if not self.extra else [self.sha_of(i) for i in range(self._n_all())]
+        if lazy:
+            out = self.content_head()
+            for ph_json, ph in zip(out["phases"], self.phases, strict=True):
+                ph_json["sequence"] = SequenceView(ph, sha)
+            return out
         out = {
             "format": PLAN_FORMAT,
             "workload": {
@@ -223,19 +236,37 @@ class Plan:
     def _n_all(self) -> int:
         return len(self.body_sha256) + sum(len(ex.body_sha256) for ex in self.extra)
 
+    def content_head(self) -> dict[str, Any]:
+        """``content()`` with every phase's ``sequence`` empty (what ``SequenceView`` fills in)."""
+        wl = {"path": self.workload_path, "n_bodies": len(self.body_sha256), "sha256": self.workload_sha256}
+        out: dict[str, Any] = {"format": PLAN_FORMAT, "workload": wl,
+                               "phases": [{**ph.spec.to_json(), "sequence": []} for ph in self.phases]}
+        if self.extra:
+            out["interleave_workloads"] = [ex.to_json() for ex in self.extra]
+        return out
+
     @property
     def sha256(self) -> str:
-        """SHA-256 of the canonical JSON of ``content()`` (sorted keys)."""
-        return hashlib.sha256(orjson.dumps(self.content(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+        """SHA-256 of the canonical JSON of ``content()`` (sorted keys), hashed entry by entry (issue 32)."""
+        h = hashlib.sha256()
+        for chunk in json_chunks(self.content(lazy=True), b'"sequence":[]', b",", b"", orjson.OPT_SORT_KEYS,
+                                 lambda d: orjson.dumps(d, option=orjson.OPT_SORT_KEYS)):
+            h.update(chunk)
+        return h.hexdigest()
 
     @property
     def total_requests(self) -> int:
         """Requests in all phases."""
         return sum(len(p.sequence) for p in self.phases)
 
-    def to_json(self, run: dict[str, Any]) -> dict[str, Any]:
-        """plan.json: content, its hash, and the run block (target, backend, version, ...)."""
-        return {**self.content(), "plan_sha256": self.sha256, "run": run}
+    def to_json(self, run: dict[str, Any], *, lazy: bool = False) -> dict[str, Any]:
+        """plan.json: content, its hash, and the run block (target, backend, version, ...).
+
+        ``lazy`` (a run's plan.json, issue 32): its sequences are ``SequenceView``s
+        (built on access, pickled as lists; orjson refuses them:
+        ``rundir.write_plan_json`` streams them into the file).
+        """
+        return {**self.content(lazy=lazy), "plan_sha256": self.sha256, "run": run}
 
 
 def _select(spec: PhaseSpec, n: int) -> list[int]:

@@ -12,6 +12,7 @@ in ``sequence_length``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable
@@ -21,10 +22,10 @@ from typing import Any
 import orjson
 
 from kvreplay.errors import ConfigError
-from kvreplay.plan import Plan, plan_from_json
+from kvreplay.plan import Plan, SequenceView, json_chunks, plan_from_json
 from kvreplay.rundir.jsonfile import read_object
 from kvreplay.rundir.names import PLAN
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.safe_io import atomic_write_chunks, atomic_write_json, dumps_json
 from kvreplay.workload import Workload
 
 __all__ = [
@@ -54,7 +55,14 @@ def write_plan_json(out: Path, plan_json: dict[str, Any]) -> None:
     """
     try:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / PLAN, plan_json)
+        if any(isinstance(ph, dict) and isinstance(ph.get("sequence"), SequenceView)
+               for ph in plan_json.get("phases") or []):
+            # Streamed entry by entry: the same bytes as atomic_write_json of the lists (issue 32).
+            chunks = json_chunks(plan_json, b'"sequence": []', b",\n" + b" " * 8, b" " * 8, orjson.OPT_INDENT_2,
+                                 dumps_json, close=b"\n" + b" " * 6)
+            atomic_write_chunks(out / PLAN, itertools.chain(chunks, (b"\n",)))
+        else:
+            atomic_write_json(out / PLAN, plan_json)
     except OSError as exc:
         raise ConfigError(f"cannot write {PLAN}: {exc.strerror or exc}; nothing was sent",
                           path=out, field="--out") from None
@@ -276,4 +284,4 @@ def sequence_head(spec: dict[str, Any], n: int = 20) -> list[dict[str, Any]]:
     """The first ``n`` entries of a plan phase's sequence (compact or full plan)."""
     if "sequence_head" in spec:
         return list(spec["sequence_head"])[:n]
-    return list(spec.get("sequence") or [])[:n]
+    return list(itertools.islice(spec.get("sequence") or [], n))

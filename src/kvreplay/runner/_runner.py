@@ -50,7 +50,7 @@ from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
-from kvreplay.workload.index import BodyChanged
+from kvreplay.workload.index import BodyChanged, sha_of, size_of
 
 __all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
 
@@ -176,14 +176,14 @@ class _Run(CounterReads, ContractChecks):
 
     def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
                delta: dict | None, attribution: str, intended_ns: int | None = None) -> dict[str, Any]:
-        wl = self.workload
+        bodies = self.workload.bodies
         base = {
             "phase": phase.name,
             "repetition": rep,
             "position": pos,
             "body_index": bi,
-            "body_sha256": wl.sha_of(bi),  # from the index: the body is not read again
-            "body_bytes": wl.size_of(bi),
+            "body_sha256": sha_of(bodies, bi),  # from the index: the body is not read again
+            "body_bytes": size_of(bodies, bi),
             "concurrency": phase.spec.concurrency,
         }
         label, comparable = getattr(phase.spec, "label", None), getattr(phase.spec, "comparable", True)

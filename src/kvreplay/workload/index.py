@@ -459,7 +459,7 @@ def _sha_of(bodies: Sequence[Any], i: int) -> str:
 def _size_of(bodies: Sequence[Any], i: int) -> int:
     if isinstance(bodies, (IndexedBodies, JoinedBodies)):
         return bodies.size_of(i)
-    return len(bodies[i].raw)
+    return int(bodies[i].body_bytes)
 
 
 def sha_of(bodies: Sequence[Any], i: int) -> str:
