@@ -51,3 +51,23 @@ def test_sequence_view_reads_like_the_list(tmp_path):
     assert len(view) == 6 and view[0] == listed[0] and view[-1] == listed[-1] and view[1:3] == listed[1:3]
     assert view == listed and list(view) == listed and pickle.loads(pickle.dumps(view)) == listed
     assert sequence_head({"sequence": view}, 2) == listed[:2]
+
+
+def test_compact_plan_holds_distinct_entries_as_arrays(tmp_path):
+    from kvreplay.rundir.planfile import Entries, compact_plan_file
+
+    p, _ = _plan(tmp_path)
+    write_plan_json(tmp_path / "run", p.to_json({}, lazy=True))
+    cp = compact_plan_file(tmp_path / "run" / "plan.json")
+    seqs = [ph["sequence"] for ph in cp["phases"]]
+    assert all(isinstance(s, Entries) for s in seqs)
+    assert [len(s) for s in seqs] == [3, 3, 3] and [ph["sequence_length"] for ph in cp["phases"]] == [3, 4500, 6]
+    # big:reverse sends bodies 2, 1, 0: the first entry of each, positions 0..2
+    assert list(seqs[1]) == [{"position": i, "body_index": 2 - i, "body_sha256": p.body_sha256[2 - i],
+                              "repetition": 0} for i in range(3)]
+    assert seqs[2][0]["intended_ns"] == 0 and seqs[2] == p.content()["phases"][2]["sequence"][:3]
+    odd = Entries()
+    odd.append({"position": 0, "body_index": 0, "body_sha256": "not hex", "repetition": 0})
+    odd.append({"position": 1, "body_index": 3, "body_sha256": "ab" * 32, "repetition": 0})
+    assert odd[0]["body_sha256"] == "not hex" and odd[1] == {"position": 1, "body_index": 3,
+                                                              "body_sha256": "ab" * 32, "repetition": 0}
