@@ -61,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ from kvreplay._plan_spec import (  # noqa: F401 (MAX_CONCURRENCY, MAX_RATE, MIN_
 )
 from kvreplay.errors import ConfigError
 from kvreplay.workload import Workload
-from kvreplay.workload.index import JoinedBodies
+from kvreplay.workload.index import JoinedBodies, hex_digests
 
 __all__ = [
     "CHECK_FAIL_MODES",
@@ -139,7 +140,7 @@ class ExtraWorkload:
 
     path: str
     sha256: str
-    body_sha256: tuple[str, ...]
+    body_sha256: Sequence[str]
     first_index: int
     workload: Workload | None = None
 
@@ -164,7 +165,7 @@ class Plan:
 
     workload_path: str
     workload_sha256: str
-    body_sha256: tuple[str, ...]
+    body_sha256: Sequence[str]
     phases: tuple[Phase, ...]
     extra: tuple[ExtraWorkload, ...] = ()
 
@@ -287,9 +288,9 @@ def _select(spec: PhaseSpec, n: int) -> list[int]:
     return list(range(k)) if kind == "first" else list(range(n - k, n))
 
 
-def _shas(workload: Workload) -> tuple[str, ...]:
-    """Every body's SHA-256, in order, from the workload's index (no body is read)."""
-    return tuple(workload.sha_of(i) for i in range(len(workload)))
+def _shas(workload: Workload) -> Sequence[str]:
+    """Every body's SHA-256, in order, from the workload's index (no body is read; 32 bytes a body)."""
+    return hex_digests(workload.bodies)
 
 
 def by_prefix(chains: list[tuple[bytes, ...]]) -> list[int]:
@@ -539,9 +540,10 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
         for bi, sha in enumerate(body_sha):
             if sha and workload.sha_of(bi) != sha:
                 raise ConfigError(f"body {bi} changed since the plan was made", path=p, field="body_sha256")
-        body_sha = list(_shas(workload))
+        body_sha = _shas(workload)  # type: ignore[assignment]
     extra = _load_extras(data.get("interleave_workloads"), p, seen_extra, load=workload is not None)
-    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases), extra)
+    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha) if isinstance(body_sha, list) else body_sha,
+                tuple(phases), extra)
     if workload is not None and plan.sha256 != data["plan_sha256"]:
         raise ConfigError("re-expanded plan does not hash to plan_sha256", path=p, field="plan_sha256")
     return plan, data.get("run", {})

@@ -42,10 +42,12 @@ __all__ = [
     "INDEX_SUFFIX",
     "BodyChanged",
     "BodyIndex",
+    "HexDigests",
     "IndexedBodies",
     "JoinedBodies",
     "build_index",
     "cache_paths",
+    "hex_digests",
     "load_index",
 ]
 
@@ -448,6 +450,53 @@ class JoinedBodies(Sequence[Any]):
         p, j = self._where(i)
         if isinstance(p, (IndexedBodies, JoinedBodies)):
             p.readahead(j)
+
+
+class HexDigests(Sequence[str]):
+    """Bodies' SHA-256 as hex strings, over 32 bytes a body (a plan's ``body_sha256`` at any scale).
+
+    Reads like a tuple of strings (indexing, iteration, ``==`` with a tuple or list);
+    pickled as a tuple.
+    """
+
+    def __init__(self, digests: bytes) -> None:
+        self.digests = digests
+
+    def __len__(self) -> int:
+        return len(self.digests) // 32
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        if not -n <= i < n:
+            raise IndexError("digest index out of range")
+        i %= n
+        return self.digests[32 * i:32 * i + 32].hex()
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.digests[k:k + 32].hex() for k in range(0, len(self.digests), 32))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HexDigests):
+            return self.digests == other.digests
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (tuple(self),))
+
+
+def hex_digests(bodies: Sequence[Any]) -> Sequence[str]:
+    """Every body's hex SHA-256, in order: a ``HexDigests`` over the index where indexed, else a tuple."""
+    if isinstance(bodies, IndexedBodies):
+        return HexDigests(bodies.entries.digests)
+    return tuple(_sha_of(bodies, i) for i in range(len(bodies)))
 
 
 def _sha_of(bodies: Sequence[Any], i: int) -> str:

@@ -166,3 +166,11 @@ def test_run_refuses_a_body_edited_between_planning_and_sending(jsonl, tmp_path,
     summary = json.loads((out / "summary.json").read_text())
     assert summary["aborted"]["reason"] == "body_changed"
     assert summary["aborted"]["message"].startswith(f"{jsonl}:3: body 1 changed on disk")
+
+
+def test_the_plan_holds_the_index_digests_not_strings(jsonl):
+    from kvreplay.workload.index import HexDigests
+
+    plan = build_plan(load_workload(jsonl), [parse_phase("a:forward:c1")])
+    assert isinstance(plan.body_sha256, HexDigests) and len(plan.body_sha256.digests) == 96
+    assert plan.body_sha256 == tuple(SHA) and list(plan.body_sha256) == SHA and plan.sha_of(2) == SHA[2]
