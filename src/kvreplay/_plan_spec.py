@@ -7,7 +7,8 @@ module's docstring for the phase syntax and the plan TOML format.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -393,3 +394,54 @@ def json_chunks(doc: dict[str, Any], empty: bytes, sep: bytes, indent: bytes, op
         if batch:
             yield (sep[1:] if len(view) <= 4096 else sep) + sep.join(batch)
         yield (close if len(view) else b"") + empty[-1:] + after
+
+
+class Pairs(Sequence[tuple[int, int]]):
+    """A phase's ``(body_index, repetition)`` per position in one flat int64 array (16 bytes a position).
+
+    Reads like the tuple of pairs it replaces (indexing, iteration, ``==`` with a
+    tuple, hashing); built by ``Pairs.of``.
+    """
+
+    def __init__(self, flat: array) -> None:
+        self.flat = flat
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> Pairs:
+        """From ``(body_index, repetition)`` pairs (each in int64)."""
+        flat = array("q")
+        for bi, rep in pairs:
+            flat.append(bi)
+            flat.append(rep)
+        return cls(flat)
+
+    def __len__(self) -> int:
+        return len(self.flat) // 2
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[tuple[int, int], ...]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(n)))
+        if not -n <= i < n:
+            raise IndexError("sequence index out of range")
+        i %= n
+        return self.flat[2 * i], self.flat[2 * i + 1]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        f = self.flat
+        return ((f[k], f[k + 1]) for k in range(0, len(f), 2))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Pairs):
+            return self.flat == other.flat
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Pairs({tuple(self)!r})"

@@ -76,6 +76,7 @@ from kvreplay._plan_spec import (  # noqa: F401 (MAX_CONCURRENCY, MAX_RATE, MIN_
     MIN_RATE,
     PLAN_FORMAT,
     Interleave,
+    Pairs,
     PhaseSpec,
     SequenceView,
     _check_unique,
@@ -93,6 +94,7 @@ __all__ = [
     "ExtraWorkload",
     "Interleave",
     "Phase",
+    "Pairs",
     "PhaseSpec",
     "Plan",
     "SequenceView",
@@ -117,7 +119,7 @@ class Phase:
     """
 
     spec: PhaseSpec
-    sequence: tuple[tuple[int, int], ...]
+    sequence: Sequence[tuple[int, int]]
     intended_ns: tuple[int, ...] | None = None
 
     @property
@@ -368,7 +370,7 @@ MAX_ARRIVAL_NS = 365 * 86400 * 10**9
 """Latest arrival a trace may schedule (ns from its first; one year): far beyond any run, well inside int64."""
 
 
-def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_extra: int,
+def interleave_sequence(seq: Sequence[tuple[int, int]], first_index: int, n_extra: int,
                         every: int, burst: int = 1) -> tuple[tuple[int, int], ...]:
     """Insert ``burst`` interleaved bodies after every ``every`` positions of ``seq``.
 
@@ -429,7 +431,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
                               f"over {MAX_POSITIONS} positions", field=f"phase {spec.name}.repeats")
         total += len(selected) * spec.repeats
         ordered = _order(spec, selected, workload)
-        seq = tuple((bi, rep) for rep in range(spec.repeats) for bi in ordered)
+        seq: Sequence[tuple[int, int]] = Pairs.of((bi, rep) for rep in range(spec.repeats) for bi in ordered)
         if spec.interleave is not None:
             path = spec.interleave.workload
             if path not in extras:
@@ -535,7 +537,7 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
             seq.append((item["body_index"], item["repetition"]))
             if "intended_ns" in item:
                 intended.append(item["intended_ns"])
-        phases.append(Phase(spec, tuple(seq), tuple(intended) if spec.arrival is not None else None))
+        phases.append(Phase(spec, Pairs.of(seq), tuple(intended) if spec.arrival is not None else None))
     if workload is not None:
         for bi, sha in enumerate(body_sha):
             if sha and workload.sha_of(bi) != sha:
