@@ -7,9 +7,13 @@ module's docstring for the phase syntax and the plan TOML format.
 from __future__ import annotations
 
 import re
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
+
+import orjson
 
 from kvreplay.errors import ConfigError
 
@@ -308,3 +312,140 @@ def _check_unique(phases: list[PhaseSpec], *, where: dict[str, Any]) -> None:
         if ph.name in seen:
             raise ConfigError(f"phase name {ph.name!r} used twice", field="phase.name", **where)
         seen.add(ph.name)
+
+
+class SequenceView(Sequence[dict[str, Any]]):
+    """One phase's plan.json ``sequence``, each entry built when asked for (O(1) memory, issue 32).
+
+    ``phase`` is a ``plan.Phase`` (its ``sequence`` and ``intended_ns``).
+
+    Entries are the dicts ``Plan.content()`` lists: ``position``, ``body_index``,
+    ``body_sha256``, ``repetition`` and, open loop, ``intended_ns``. Pickled as a list.
+    """
+
+    def __init__(self, phase: Any, sha: Sequence[str]) -> None:
+        self.phase, self.sha = phase, sha
+
+    def __len__(self) -> int:
+        return len(self.phase.sequence)
+
+    def entry(self, pos: int) -> dict[str, Any]:
+        """The entry of position ``pos``."""
+        bi, rep = self.phase.sequence[pos]
+        e = {"position": pos, "body_index": bi, "body_sha256": self.sha[bi], "repetition": rep}
+        if self.phase.intended_ns is not None:
+            e["intended_ns"] = self.phase.intended_ns[pos]
+        return e
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self.entry(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("sequence index out of range")
+        return self.entry(i % n)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self.entry(pos) for pos in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+def json_chunks(doc: dict[str, Any], empty: bytes, sep: bytes, indent: bytes, option: int,
+                dumps: Callable[[Any], bytes], close: bytes = b"") -> Iterator[bytes]:
+    r"""``doc`` serialised by ``dumps`` with each ``SequenceView`` streamed entry by entry.
+
+    The views are replaced by empty lists, ``doc`` is dumped once, and each ``empty``
+    (``"sequence":[]`` as ``dumps`` writes it) is filled in, in phase order, with the
+    view's entries (``orjson.dumps(entry, option)``, each newline followed by ``indent``,
+    the first entry preceded by ``sep`` less its comma), joined by ``sep``, then
+    ``close`` before the ``]``. A quote inside a JSON string is escaped, so ``empty``
+    only matches the key itself. The concatenated chunks equal ``dumps`` of the
+    materialised doc (compact: ``sep`` ``b","``; indented by 2 at depth 4: ``sep``
+    ``b",\n" + 8 spaces``, ``indent`` 8 spaces, ``close`` ``b"\n" + 6 spaces``).
+
+    Raises:
+        ValueError: ``empty`` appears other than once per view.
+    """
+    phases = doc.get("phases") or []
+    views = [ph.get("sequence") if isinstance(ph, dict) else None for ph in phases]
+    flat = {**doc, "phases": [{**ph, "sequence": []} if isinstance(v, SequenceView) else ph
+                              for ph, v in zip(phases, views, strict=True)]}
+    pieces = dumps(flat).split(empty)
+    streamed = [v for v in views if isinstance(v, SequenceView)]
+    if len(pieces) != len(streamed) + 1:
+        raise ValueError("plan.json: a sequence key where none was expected")
+    yield pieces[0]
+    for view, after in zip(streamed, pieces[1:], strict=True):
+        yield empty[:-1]
+        batch: list[bytes] = []
+        for pos in range(len(view)):
+            e = orjson.dumps(view.entry(pos), option=option)
+            batch.append(e.replace(b"\n", b"\n" + indent) if indent else e)
+            if len(batch) == 4096:
+                yield (sep[1:] if pos < 4096 else sep) + sep.join(batch)
+                batch = []
+        if batch:
+            yield (sep[1:] if len(view) <= 4096 else sep) + sep.join(batch)
+        yield (close if len(view) else b"") + empty[-1:] + after
+
+
+class Pairs(Sequence[tuple[int, int]]):
+    """A phase's ``(body_index, repetition)`` per position in one flat int64 array (16 bytes a position).
+
+    Reads like the tuple of pairs it replaces (indexing, iteration, ``==`` with a
+    tuple, hashing); built by ``Pairs.of``.
+    """
+
+    def __init__(self, flat: array) -> None:
+        self.flat = flat
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> Pairs:
+        """From ``(body_index, repetition)`` pairs (each in int64)."""
+        flat = array("q")
+        for bi, rep in pairs:
+            flat.append(bi)
+            flat.append(rep)
+        return cls(flat)
+
+    def __len__(self) -> int:
+        return len(self.flat) // 2
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[tuple[int, int], ...]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(n)))
+        if not -n <= i < n:
+            raise IndexError("sequence index out of range")
+        i %= n
+        return self.flat[2 * i], self.flat[2 * i + 1]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        f = self.flat
+        return ((f[k], f[k + 1]) for k in range(0, len(f), 2))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Pairs):
+            return self.flat == other.flat
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Pairs({tuple(self)!r})"

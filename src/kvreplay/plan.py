@@ -64,6 +64,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,13 +79,17 @@ from kvreplay._plan_spec import (  # noqa: F401 (MAX_CONCURRENCY, MAX_RATE, MIN_
     MIN_RATE,
     PLAN_FORMAT,
     Interleave,
+    Pairs,
     PhaseSpec,
+    SequenceView,
     _check_unique,
+    json_chunks,
     load_plan_toml,
     parse_phase,
 )
 from kvreplay.errors import ConfigError
-from kvreplay.workload import Body, Workload
+from kvreplay.workload import Workload
+from kvreplay.workload.index import JoinedBodies, hex_digests
 
 __all__ = [
     "CHECK_FAIL_MODES",
@@ -92,11 +97,14 @@ __all__ = [
     "ExtraWorkload",
     "Interleave",
     "Phase",
+    "Pairs",
     "PhaseSpec",
     "Plan",
+    "SequenceView",
     "build_plan",
     "by_prefix",
     "interleave_sequence",
+    "json_chunks",
     "load_plan_toml",
     "parse_phase",
     "plan_from_json",
@@ -118,7 +126,7 @@ class Phase:
     """
 
     spec: PhaseSpec
-    sequence: tuple[tuple[int, int], ...]
+    sequence: Sequence[tuple[int, int]]
     intended_ns: tuple[int, ...] | None = None
     turns: tuple[tuple[str, int], ...] | None = None
 
@@ -150,7 +158,7 @@ class ExtraWorkload:
 
     path: str
     sha256: str
-    body_sha256: tuple[str, ...]
+    body_sha256: Sequence[str]
     first_index: int
     workload: Workload | None = None
 
@@ -177,7 +185,7 @@ class Plan:
 
     workload_path: str
     workload_sha256: str
-    body_sha256: tuple[str, ...]
+    body_sha256: Sequence[str]
     phases: tuple[Phase, ...]
     extra: tuple[ExtraWorkload, ...] = ()
     sessions: dict[str, Any] | None = None
@@ -200,16 +208,26 @@ class Plan:
         """
         if not self.extra:
             return workload
-        bodies = list(workload.bodies)
+        parts = [workload.bodies]
         for ex in self.extra:
             if ex.workload is None:
                 raise ConfigError(f"interleaved workload {ex.path} is not loaded", field="interleave")
-            bodies.extend(_reindexed(b, len(bodies)) for b in ex.workload.bodies)
-        return Workload(workload.path, tuple(bodies), workload.sha256, workload.sessions)
+            parts.append(ex.workload.bodies)
+        return Workload(workload.path, JoinedBodies(parts), workload.sha256, workload.sessions)
 
-    def content(self) -> dict[str, Any]:
-        """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``)."""
+    def content(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The hashed content of plan.json (everything but ``plan_sha256`` and ``run``).
+
+        ``lazy``: each phase's ``sequence`` is a ``SequenceView`` (entries built on
+        access, none held; ``rundir.write_plan_json`` streams it) instead of a list.
+        """
         sha = self.body_sha256 if not self.extra else [self.sha_of(i) for i in range(self._n_all())]
+        if lazy:
+            out = self.content_head()
+            for ph_json, ph in zip(out["phases"], self.phases, strict=True):
+                # a conversation phase's items carry session/turn: listed whole (conversations are small)
+                ph_json["sequence"] = SequenceView(ph, sha) if ph.turns is None else _session_items(ph, sha)
+            return out
         out = {
             "format": PLAN_FORMAT,
             "workload": {
@@ -242,19 +260,38 @@ class Plan:
     def _n_all(self) -> int:
         return len(self.body_sha256) + sum(len(ex.body_sha256) for ex in self.extra)
 
+    def content_head(self) -> dict[str, Any]:
+        """``content()`` with every phase's ``sequence`` empty (what ``SequenceView`` fills in)."""
+        wl = {"path": self.workload_path, "n_bodies": len(self.body_sha256), "sha256": self.workload_sha256,
+              **({"sessions": self.sessions} if self.sessions is not None else {})}
+        out: dict[str, Any] = {"format": PLAN_FORMAT, "workload": wl,
+                               "phases": [{**ph.spec.to_json(), "sequence": []} for ph in self.phases]}
+        if self.extra:
+            out["interleave_workloads"] = [ex.to_json() for ex in self.extra]
+        return out
+
     @property
     def sha256(self) -> str:
-        """SHA-256 of the canonical JSON of ``content()`` (sorted keys)."""
-        return hashlib.sha256(orjson.dumps(self.content(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+        """SHA-256 of the canonical JSON of ``content()`` (sorted keys), hashed entry by entry (issue 32)."""
+        h = hashlib.sha256()
+        for chunk in json_chunks(self.content(lazy=True), b'"sequence":[]', b",", b"", orjson.OPT_SORT_KEYS,
+                                 lambda d: orjson.dumps(d, option=orjson.OPT_SORT_KEYS)):
+            h.update(chunk)
+        return h.hexdigest()
 
     @property
     def total_requests(self) -> int:
         """Requests in all phases."""
         return sum(len(p.sequence) for p in self.phases)
 
-    def to_json(self, run: dict[str, Any]) -> dict[str, Any]:
-        """plan.json: content, its hash, and the run block (target, backend, version, ...)."""
-        return {**self.content(), "plan_sha256": self.sha256, "run": run}
+    def to_json(self, run: dict[str, Any], *, lazy: bool = False) -> dict[str, Any]:
+        """plan.json: content, its hash, and the run block (target, backend, version, ...).
+
+        ``lazy`` (a run's plan.json, issue 32): its sequences are ``SequenceView``s
+        (built on access, pickled as lists; orjson refuses them:
+        ``rundir.write_plan_json`` streams them into the file).
+        """
+        return {**self.content(lazy=lazy), "plan_sha256": self.sha256, "run": run}
 
 
 def _session_items(ph: Phase, sha: Any) -> list[dict[str, Any]]:
@@ -289,8 +326,9 @@ def _select(spec: PhaseSpec, n: int, noun: str = "body") -> list[int]:
     return list(range(k)) if kind == "first" else list(range(n - k, n))
 
 
-def _reindexed(body: Body, index: int) -> Body:
-    return Body(index, body.raw, body.sha256, body.source, body.kind, body.stream)
+def _shas(workload: Workload) -> Sequence[str]:
+    """Every body's SHA-256, in order, from the workload's index (no body is read; 32 bytes a body)."""
+    return hex_digests(workload.bodies)
 
 
 def by_prefix(chains: list[tuple[bytes, ...]]) -> list[int]:
@@ -368,7 +406,7 @@ MAX_ARRIVAL_NS = 365 * 86400 * 10**9
 """Latest arrival a trace may schedule (ns from its first; one year): far beyond any run, well inside int64."""
 
 
-def interleave_sequence(seq: tuple[tuple[int, int], ...], first_index: int, n_extra: int,
+def interleave_sequence(seq: Sequence[tuple[int, int]], first_index: int, n_extra: int,
                         every: int, burst: int = 1) -> tuple[tuple[int, int], ...]:
     """Insert ``burst`` interleaved bodies after every ``every`` positions of ``seq``.
 
@@ -433,7 +471,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
                               f"over {MAX_POSITIONS} positions", field=f"phase {spec.name}.repeats")
         total += len(selected) * spec.repeats
         ordered = _order(spec, selected, workload)
-        seq = tuple((bi, rep) for rep in range(spec.repeats) for bi in ordered)
+        seq: Sequence[tuple[int, int]] = Pairs.of((bi, rep) for rep in range(spec.repeats) for bi in ordered)
         if spec.interleave is not None:
             path = spec.interleave.workload
             if path not in extras:
@@ -444,8 +482,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
                     extra_wl = load_workload(path)
                 if not len(extra_wl):
                     raise ConfigError(f"interleaved workload {path} is empty", field="interleave")
-                extras[path] = ExtraWorkload(path, extra_wl.sha256, tuple(b.sha256 for b in extra_wl.bodies),
-                                             next_index, extra_wl)
+                extras[path] = ExtraWorkload(path, extra_wl.sha256, _shas(extra_wl), next_index, extra_wl)
                 next_index += len(extra_wl)
             ex = extras[path]
             seq = interleave_sequence(seq, ex.first_index, len(ex.body_sha256), spec.interleave.every,
@@ -454,7 +491,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
     return Plan(
         workload_path=workload.path,
         workload_sha256=workload.sha256,
-        body_sha256=tuple(b.sha256 for b in workload.bodies),
+        body_sha256=_shas(workload),
         phases=tuple(phases),
         extra=tuple(extras.values()),
         sessions=None if workload.sessions is None else _sessions_json(workload),
@@ -596,15 +633,16 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
                 turns.append((item["session"], item["turn"]))
         if turns and len(turns) != len(seq):
             raise ConfigError("session/turn on some positions only", path=p, field=f"phases[{i}].sequence")
-        phases.append(Phase(spec, tuple(seq), tuple(intended) if spec.arrival is not None else None,
+        phases.append(Phase(spec, Pairs.of(seq), tuple(intended) if spec.arrival is not None else None,
                             tuple(turns) if turns else None))
     if workload is not None:
         for bi, sha in enumerate(body_sha):
-            if sha and workload.bodies[bi].sha256 != sha:
+            if sha and workload.sha_of(bi) != sha:
                 raise ConfigError(f"body {bi} changed since the plan was made", path=p, field="body_sha256")
-        body_sha = [b.sha256 for b in workload.bodies]
+        body_sha = _shas(workload)  # type: ignore[assignment]
     extra = _load_extras(data.get("interleave_workloads"), p, seen_extra, load=workload is not None)
-    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha), tuple(phases), extra, wl.get("sessions"))
+    plan = Plan(wl["path"], wl["sha256"], tuple(body_sha) if isinstance(body_sha, list) else body_sha,
+                tuple(phases), extra, wl.get("sessions"))
     if workload is not None and plan.sha256 != data["plan_sha256"]:
         raise ConfigError("re-expanded plan does not hash to plan_sha256", path=p, field="plan_sha256")
     return plan, data.get("run", {})
@@ -629,10 +667,10 @@ def _load_extras(items: Any, p: Path, seen: dict[int, str], *, load: bool) -> tu
                 raise ConfigError(f"interleaved workload {it['path']} changed since the plan was made",
                                   path=p, field="interleave_workloads")
         if wl is not None:
-            sha = tuple(b.sha256 for b in wl.bodies)
-            for j, b in enumerate(wl.bodies):
+            sha = _shas(wl)
+            for j, b_sha in enumerate(sha):
                 named = seen.get(it["first_index"] + j)
-                if named is not None and named != b.sha256:
+                if named is not None and named != b_sha:
                     raise ConfigError(f"body {j} of {it['path']} changed since the plan was made",
                                       path=p, field="body_sha256")
         else:

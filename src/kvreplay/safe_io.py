@@ -44,6 +44,7 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
@@ -51,7 +52,8 @@ import orjson
 
 from kvreplay.redaction import MARKER, escape_controls, redact, secrets
 
-__all__ = ["INT_MAX", "INT_MIN", "JsonlAppender", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+__all__ = ["INT_MAX", "INT_MIN", "JsonlAppender", "atomic_write_bytes", "atomic_write_chunks", "atomic_write_json",
+           "atomic_write_text",
            "clean_text", "dumps_json", "echo", "open_jsonl", "open_new", "write_html", "write_markdown"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -121,13 +123,26 @@ def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
         OSError: the directory is not writable, or the disk is full (the target
             keeps its previous content; the partial temporary file is removed).
     """
+    atomic_write_chunks(path, (data,), fsync=fsync)
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, fsync: bool = True) -> None:
+    """``atomic_write_bytes`` of the concatenation of ``chunks``, written as they come (never joined in memory).
+
+    No redaction: the caller vouches for the bytes (``rundir.planfile`` streams a
+    plan.json whose parts went through ``dumps_json``).
+
+    Raises:
+        OSError: as ``atomic_write_bytes``.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # a stale or planted entry (a symlink is removed, not followed)
     try:
         with open_new(tmp) as f:
-            _write_all(f, data)
+            for data in chunks:
+                _write_all(f, data)
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)

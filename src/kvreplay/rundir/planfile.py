@@ -12,19 +12,21 @@ in ``sequence_length``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import orjson
 
 from kvreplay.errors import ConfigError
-from kvreplay.plan import Plan, plan_from_json
+from kvreplay.plan import Plan, SequenceView, json_chunks, plan_from_json
 from kvreplay.rundir.jsonfile import read_object
 from kvreplay.rundir.names import PLAN
-from kvreplay.safe_io import atomic_write_json
+from kvreplay.safe_io import atomic_write_chunks, atomic_write_json, dumps_json
 from kvreplay.workload import Workload
 
 __all__ = [
@@ -54,7 +56,14 @@ def write_plan_json(out: Path, plan_json: dict[str, Any]) -> None:
     """
     try:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / PLAN, plan_json)
+        if any(isinstance(ph, dict) and isinstance(ph.get("sequence"), SequenceView)
+               for ph in plan_json.get("phases") or []):
+            # Streamed entry by entry: the same bytes as atomic_write_json of the lists (issue 32).
+            chunks = json_chunks(plan_json, b'"sequence": []', b",\n" + b" " * 8, b" " * 8, orjson.OPT_INDENT_2,
+                                 dumps_json, close=b"\n" + b" " * 6)
+            atomic_write_chunks(out / PLAN, itertools.chain(chunks, (b"\n",)))
+        else:
+            atomic_write_json(out / PLAN, plan_json)
     except OSError as exc:
         raise ConfigError(f"cannot write {PLAN}: {exc.strerror or exc}; nothing was sent",
                           path=out, field="--out") from None
@@ -139,7 +148,84 @@ def compact_plan(data: bytes) -> dict[str, Any] | None:
         return None
 
 
-_Head = tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
+_Head = tuple[Any, list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
+
+_HEX = re.compile(rb"[0-9a-f]{64}")
+
+
+class Entries(Sequence[dict[str, Any]]):
+    """A plan's sequence entries held as flat arrays, each dict rebuilt on access (issue 32).
+
+    An entry of the usual shape (``position``, ``body_index``, ``repetition`` as
+    integers in int64, ``body_sha256`` as 64 lowercase hex digits, optionally
+    ``intended_ns``) costs about 60 bytes instead of a dict's ~400; any other entry is
+    kept as its dict. A compact plan of a million distinct bodies stays small.
+    """
+
+    _KEYS = ("position", "body_index", "body_sha256", "repetition")
+
+    def __init__(self) -> None:
+        self.ints = array("q")  # position, body_index, repetition, intended_ns (-1: none) per entry
+        self.digests = bytearray()
+        self.other: dict[int, dict[str, Any]] = {}
+        self.n = 0
+
+    def append(self, e: dict[str, Any]) -> None:
+        """Add one entry (any dict)."""
+        i, self.n = self.n, self.n + 1
+        keys = tuple(e)
+        ok = keys in (self._KEYS, (*self._KEYS, "intended_ns")) and all(
+            type(e[k]) is int and 0 <= e[k] < 1 << 63 for k in keys if k != "body_sha256")
+        sha = e.get("body_sha256")
+        if ok and isinstance(sha, str) and _HEX.fullmatch(sha.encode()):
+            self.ints.extend((e["position"], e["body_index"], e["repetition"], e.get("intended_ns", -1)))
+            self.digests += bytes.fromhex(sha)
+        else:
+            self.ints.extend((0, 0, 0, -2))
+            self.digests += bytes(32)
+            self.other[i] = e
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _get(self, i: int) -> dict[str, Any]:
+        pos, bi, rep, ins = self.ints[4 * i:4 * i + 4]
+        if ins == -2:
+            return self.other[i]
+        e = {"position": pos, "body_index": bi, "body_sha256": self.digests[32 * i:32 * i + 32].hex(),
+             "repetition": rep}
+        if ins >= 0:
+            e["intended_ns"] = ins
+        return e
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._get(j) for j in range(*i.indices(self.n))]
+        if not -self.n <= i < self.n:
+            raise IndexError("sequence index out of range")
+        return self._get(i % self.n)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self._get(i) for i in range(self.n))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+def _key(sha_or_raw: bytes) -> Any:
+    """What a seen-set holds for a body: 16 bytes of its hex SHA-256 as an int (no 97-byte string)."""
+    if len(sha_or_raw) == 64 and _HEX.fullmatch(sha_or_raw):
+        return int(sha_or_raw[:32], 16)
+    return sha_or_raw
 
 
 def _compact_plan(data: bytes) -> dict[str, Any] | None:
@@ -151,8 +237,8 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
         if end < 0:
             return None
         span = data[m.end() : end]
-        seen: set[bytes] = set()
-        uniq: list[dict[str, Any]] = []
+        seen: set[Any] = set()
+        uniq = Entries()
         head: list[dict[str, Any]] = []
         n = 0
         in_range = True
@@ -164,7 +250,7 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
             if len(head) < HEAD_ENTRIES:
                 head.append(orjson.loads(raw))
             sm = _SHA.search(raw)
-            key = sm.group(1) if sm else raw
+            key = _key(sm.group(1) if sm else raw)
             if key not in seen:
                 seen.add(key)
                 uniq.append(orjson.loads(raw))
@@ -202,15 +288,15 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         heads: list[_Head] = []
         inside = False
         entry: list[bytes] = []
-        seen: set[bytes] = set()
-        uniq: list[dict[str, Any]] = []
+        seen: set[Any] = set()
+        uniq = Entries()
         head: list[dict[str, Any]] = []
         for line in f:
             if not inside:
                 parts.append(line)
                 st = line.rstrip()
                 if st.endswith(b"[") and _SEQ.search(st):
-                    inside, seen, uniq, head, n, in_range = True, set(), [], [], 0, True
+                    inside, seen, uniq, head, n, in_range = True, set(), Entries(), [], 0, True
                 continue
             st = line.strip()
             if not entry and st.startswith(b"]"):
@@ -226,7 +312,7 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                 in_range = in_range and pm is not None and int(pm.group(1)) == n
                 n += 1
                 sm = _SHA.search(raw)
-                key = sm.group(1) if sm else raw
+                key = _key(sm.group(1) if sm else raw)
                 if len(head) < HEAD_ENTRIES:
                     head.append(orjson.loads(raw))
                 if key not in seen:
@@ -276,4 +362,4 @@ def sequence_head(spec: dict[str, Any], n: int = 20) -> list[dict[str, Any]]:
     """The first ``n`` entries of a plan phase's sequence (compact or full plan)."""
     if "sequence_head" in spec:
         return list(spec["sequence_head"])[:n]
-    return list(spec.get("sequence") or [])[:n]
+    return list(itertools.islice(spec.get("sequence") or [], n))

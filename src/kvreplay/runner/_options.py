@@ -129,4 +129,4 @@ def plan_json_of(plan: Plan, opts: RunOptions, clock: RunClock, **extra: Any) ->
             "on_check_fail": opts.on_check_fail,
         },
         **extra,
-    })
+    }, lazy=True)  # sequences streamed into plan.json, never held as lists (issue 32)

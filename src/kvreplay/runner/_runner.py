@@ -66,12 +66,15 @@ from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
 from kvreplay.workload.conversations import live_body
+from kvreplay.workload.index import BodyChanged, sha_of, size_of
 
 __all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
 
 
 LIVE_TEXT_CHARS = 1 << 22
 """Reply text kept per turn in live history (characters): a 4 Mi-character answer, far over any max_tokens."""
+READAHEAD = 8
+"""Positions ahead whose body the kernel is asked to start reading (``Workload.readahead``)."""
 
 _FATAL_SERVER_ERROR = re.compile(r"out of memory|\boom\b|cuda|\bxid\b", re.IGNORECASE)
 
@@ -179,19 +182,32 @@ class _Run(CounterReads, ContractChecks):
         self.writer.write(rec)
         st.add(rec)
 
+    def refuse_changed(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str,
+                       exc: BodyChanged) -> None:
+        """A body edited on disk since planning: not sent; its record names why, and the run stops.
+
+        The frozen plan no longer describes what would be sent, so no further body is
+        sent either (abort reason ``body_changed``; later positions are recorded as not sent).
+        """
+        self.request_abort("body_changed", str(exc))
+        rec = self.record(phase, pos, bi, rep, None, None, attribution)
+        rec["error"] = escape_controls(redact(str(exc)), newlines=True)[:1024]
+        self.writer.write(rec)
+        st.add(rec)
+
     def rel(self, t: int | None) -> int | None:
         return None if t is None else t - self.clock.origin_ns
 
     def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
                delta: dict | None, attribution: str, intended_ns: int | None = None) -> dict[str, Any]:
-        body = self.workload.bodies[bi]
+        bodies = self.workload.bodies
         base = {
             "phase": phase.name,
             "repetition": rep,
             "position": pos,
             "body_index": bi,
-            "body_sha256": body.sha256,
-            "body_bytes": body.body_bytes,
+            "body_sha256": sha_of(bodies, bi),  # from the index: the body is not read again
+            "body_bytes": size_of(bodies, bi),
             "concurrency": phase.spec.concurrency,
         }
         label, comparable = getattr(phase.spec, "label", None), getattr(phase.spec, "comparable", True)
@@ -208,7 +224,7 @@ class _Run(CounterReads, ContractChecks):
             if self.opts.history == "live":
                 sent_sha = self.sent_sha.get(pos) if out is not None else None
                 base["history"], base["sent_sha256"] = "live", sent_sha
-                base["history_differs"] = sent_sha is not None and sent_sha != body.sha256
+                base["history_differs"] = sent_sha is not None and sent_sha != base["body_sha256"]
         if getattr(getattr(self, "opts", None), "replicas", ()):
             base["replica"] = None  # a fleet run: runner.fleet.replica_fields names it once the request is done
         if out is None:
@@ -390,7 +406,13 @@ class _Run(CounterReads, ContractChecks):
             if self.stop_new:
                 self.record_not_sent(st, phase, pos, bi, rep, attribution)
                 return None
-            body = self.workload.bodies[bi]
+            try:
+                body = self.workload.bodies[bi]  # read from disk now, its SHA-256 checked (issue 32)
+            except BodyChanged as exc:
+                self.refuse_changed(st, phase, pos, bi, rep, attribution, exc)
+                return None
+            if pos + READAHEAD < len(phase.sequence):
+                self.workload.readahead(phase.sequence[pos + READAHEAD][0])
             send_raw = body.raw if raw is None else raw
             head = head_chars if keep_chars is None else keep_chars
             self.obs.on_request_start(phase.name, pos)

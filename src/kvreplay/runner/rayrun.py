@@ -480,7 +480,7 @@ async def execute_plan_ray(
         import orjson
 
         plan_bytes = read_plan_bytes(out)
-        plan_ref, wl_ref = ray.put(plan), ray.put(plan.bind(workload))
+        plan_ref, wl_ref = ray.put(plan), ray.put(plan.bind(workload).in_memory())  # other hosts: the bytes travel
         driver = {"origin_ns": clock.origin_ns, "wall_anchor_ns": clock.wall_anchor_ns, "boot_id": boot_id()}
         live = type(obs) is not NullObserver
         refs = [a.run.remote(i, workers, plan_bytes, plan_ref, wl_ref, opts, backend_factory, coord, driver, live)

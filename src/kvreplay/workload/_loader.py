@@ -4,11 +4,16 @@ A workload is a folder of ``*.json`` files (one body each, sorted by name) or a
 JSONL file (one body per non-blank line). Bodies are never re-serialised: the
 bytes read are the bytes sent. Every body is checked before any request is sent;
 a bad one raises ``WorkloadError`` naming file, line and field.
+
+``load_workload`` indexes the workload (``kvreplay.workload.index``: offset,
+length, SHA-256, kind per body, cached beside it) and holds no body: its
+``bodies`` read each body from disk when indexed, checking its SHA-256 (issue 32).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -16,6 +21,7 @@ from typing import Any, TypedDict
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.workload.index import CACHE_MIN_BYTES, IndexedBodies, load_index, sha_of, size_of
 from kvreplay.workload.sessions import Sessions, load_sessions
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Body", "Workload", "load_workload"]
@@ -65,25 +71,47 @@ class Workload:
 
     Attributes:
         path: Where it was loaded from.
-        bodies: The bodies, in workload order.
+        bodies: The bodies, in workload order: a tuple of ``Body`` in memory, or (from
+            ``load_workload``) an ``index.IndexedBodies`` that reads each body from disk
+            when it is indexed (``bodies[i]``; ``index.BodyChanged`` when it changed).
         sha256: Hex SHA-256 over the bodies' hex digests joined by LF (order matters).
         sessions: The conversations its side file declares (``kvreplay.workload.sessions``),
             or None when it has none (every body stands alone).
     """
 
     path: str
-    bodies: tuple[Body, ...]
+    bodies: Sequence[Body]
     sha256: str
     sessions: Sessions | None = None
 
     def __len__(self) -> int:
         return len(self.bodies)
 
+    def sha_of(self, i: int) -> str:
+        """Hex SHA-256 of body ``i`` (read from the index, not from disk, where indexed)."""
+        return sha_of(self.bodies, i)
+
+    def size_of(self, i: int) -> int:
+        """Bytes of body ``i`` (from the index, not from disk, where indexed)."""
+        return size_of(self.bodies, i)
+
+    def readahead(self, i: int) -> None:
+        """Hint that body ``i`` is sent soon (indexed bodies: the kernel starts reading it)."""
+        ra = getattr(self.bodies, "readahead", None)
+        if ra is not None:
+            ra(i)
+
+    def in_memory(self) -> Workload:
+        """This workload with every body read into memory (for a copy sent to another host)."""
+        if isinstance(self.bodies, tuple):
+            return self
+        return Workload(self.path, tuple(self.bodies), self.sha256)
+
     def duplicates(self) -> dict[str, list[int]]:
         """Bodies whose bytes are identical: sha256 -> indices (allowed, reported)."""
         seen: dict[str, list[int]] = {}
-        for b in self.bodies:
-            seen.setdefault(b.sha256, []).append(b.index)
+        for i in range(len(self.bodies)):
+            seen.setdefault(self.sha_of(i), []).append(i)
         return {k: v for k, v in seen.items() if len(v) > 1}
 
 
@@ -163,20 +191,24 @@ def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: 
     return Body(index, raw, hashlib.sha256(raw).hexdigest(), src, kind, stream)
 
 
-MAX_WORKLOAD_BYTES = 1 << 30
-"""Largest .jsonl workload file read (bytes); it is read whole, so memory stays bounded."""
+MAX_WORKLOAD_BYTES = 1 << 40
+"""Largest .jsonl workload file indexed (bytes); it is read in chunks, never whole (issue 32)."""
 
 
-def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Workload:
-    """Load and check every body of a workload.
+def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                  cache_min_bytes: int = CACHE_MIN_BYTES) -> Workload:
+    """Index and check every body of a workload; hold none of them.
 
     Args:
         path: A folder of ``*.json`` bodies, or a ``.jsonl`` file.
         max_body_bytes: Largest body accepted (bytes).
+        cache_min_bytes: Smallest workload (bytes of bodies) whose index is cached
+            on disk (``kvreplay.workload.index``).
 
     Returns:
-        The workload, bodies in order (file names sorted, or line order), with its
-        sessions when a side file exists (``kvreplay.workload.sessions.sessions_path``).
+        The workload, bodies in order (file names sorted, or line order), read from
+        disk when indexed (``index.IndexedBodies``), with its sessions when a side file
+        exists (``kvreplay.workload.sessions.sessions_path``).
 
     Raises:
         WorkloadError: missing path, empty workload, or a body that is not UTF-8,
@@ -184,27 +216,13 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
             and field named); a malformed sessions side file.
     """
     p = Path(path)
-    bodies: list[Body] = []
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix == ".json" and f.is_file())
-        for f in files:
-            if (size := f.stat().st_size) > max_body_bytes:  # checked before reading (issue 17)
-                raise WorkloadError(f"body file is {size} bytes, over the limit of {max_body_bytes} (--max-body-bytes)",
-                                    path=f)
-            bodies.append(check_body(f.read_bytes(), len(bodies), f, None, max_body_bytes))
-    elif p.is_file():
-        if (size := p.stat().st_size) > MAX_WORKLOAD_BYTES:  # checked before reading (issue 17)
-            raise WorkloadError(f"workload file is {size} bytes, over {MAX_WORKLOAD_BYTES} "
-                                "(split it, or give a folder of *.json)", path=p)
-        data = p.read_bytes()
-        for lineno, line in enumerate(data.split(b"\n"), start=1):
-            line = line.rstrip(b"\r")
-            if not line.strip():
-                continue
-            bodies.append(check_body(line, len(bodies), p, lineno, max_body_bytes))
-    else:
+    if p.is_file() and (size := p.stat().st_size) > MAX_WORKLOAD_BYTES:  # checked before reading (issue 17)
+        raise WorkloadError(f"workload file is {size} bytes, over {MAX_WORKLOAD_BYTES} "
+                            "(split it, or give a folder of *.json)", path=p)
+    if not p.is_dir() and not p.is_file():
         raise WorkloadError("no such workload (a folder of *.json or a .jsonl file)", path=p)
-    if not bodies:
+    ix = load_index(p, max_body_bytes, check_body, cache_min_bytes=cache_min_bytes)
+    if not len(ix):
         raise WorkloadError("workload holds no bodies", path=p)
-    digest = hashlib.sha256("\n".join(b.sha256 for b in bodies).encode()).hexdigest()
-    return Workload(str(p), tuple(bodies), digest, load_sessions(p, len(bodies)))
+    return Workload(str(p), IndexedBodies(ix, Body), ix.sha256, load_sessions(p, len(ix)))
+
