@@ -378,13 +378,16 @@ class WindowRun:
             return None
         from kvreplay.experiments.gates import fixed_bytes_failure
         from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+        from kvreplay.workload.index import size_of
 
         frozen_step: dict[str, Any] = next((s for s in self.frozen["steps"] if s["name"] == st.name), {})
         wl = frozen_step.get("workload") or self.frozen.get("workload")
         if not wl or not wl.get("path"):
             return None
         loaded = self.workload_for(st)
-        biggest = max((b.body_bytes for b in loaded.bodies), default=0) if loaded is not None else 0
+        # sizes from the index: a body is not read (one changed on disk would raise before the gate says so)
+        biggest = (max((size_of(loaded.bodies, i) for i in range(len(loaded.bodies))), default=0)
+                   if loaded is not None else 0)
         return fixed_bytes_failure(wl["path"], wl["sha256"], max_body_bytes=max(DEFAULT_MAX_BODY_BYTES, biggest))
 
     def workload_for(self, st: StepSpec) -> Workload | None:
