@@ -1,4 +1,4 @@
-"""A fleet behind a real router: ``sglang-router`` 0.3.2 in front of two ``kvreplay serve-sim`` replicas.
+"""A fleet behind a real router: ``sglang-router`` 0.3.2 in front of two replicas (simulators, llama-servers).
 
 Each replica is its own process on a free port, fresh for each test; the router
 (``kvreplay.testing.start_sglang_router``, installed by
@@ -9,6 +9,12 @@ and each replica's deltas (per phase, and summed over the records naming it) mus
 equal its own counters read directly before and after the run. Under
 ``round_robin`` the assignment alternates. The router sets no replica header, so
 the attribution is the counters' alone.
+
+Then two one-slot llama-servers (started once for the module) behind the router replay
+all 52 bundled bodies, scaled down to the tiny model's context, under both policies:
+every record's cached tokens are checked against the one-slot model in llama's own
+tokens, and the routing-loss table (``--replica-cache-from`` a hand-written one-slot
+verdict) against the measured cached tokens (docs/fleets.md has the figures).
 """
 
 from __future__ import annotations
