@@ -1,4 +1,4 @@
-"""A fleet behind a real router: ``sglang-router`` 0.3.2 in front of two ``kvreplay serve-sim`` replicas.
+"""A fleet behind a real router: ``sglang-router`` 0.3.2 in front of two replicas (simulators, llama-servers).
 
 Each replica is its own process on a free port, fresh for each test; the router
 (``kvreplay.testing.start_sglang_router``, installed by
@@ -9,6 +9,12 @@ and each replica's deltas (per phase, and summed over the records naming it) mus
 equal its own counters read directly before and after the run. Under
 ``round_robin`` the assignment alternates. The router sets no replica header, so
 the attribution is the counters' alone.
+
+Then two one-slot llama-servers (started once for the module) behind the router replay
+all 52 bundled bodies, scaled down to the tiny model's context, under both policies:
+every record's cached tokens are checked against the one-slot model in llama's own
+tokens, and the routing-loss table (``--replica-cache-from`` a hand-written one-slot
+verdict) against the measured cached tokens (docs/fleets.md has the figures).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from integration.real.conftest import require
+from integration.real.realsrv_helpers import lcp, post_json
 
 from kvreplay import testing as kt
 from kvreplay.backends import make_backend
@@ -130,37 +137,88 @@ def test_cache_aware_matches_each_replicas_counters_and_keeps_more_reuse(tmp_pat
 
 LLAMA_KEYS = ("computed_tokens", "hit_tokens")
 
+# A probe verdict of a llama-server replica, written by hand rather than probed (a probe
+# costs minutes). A llama-server slot (``-np 1``, ``--cache-ram 0``) holds one prompt (plus
+# its output) and reuses, token by token, the longest common prefix of the new prompt with
+# it, capped at the prompt minus one token (llama.cpp tools/server/server.cpp,
+# ``get_common_prefix``; docs/real-servers.md, "the same conversation"). ``sim.calibrate``
+# reads from this verdict a radix cache model (no entries keys) of 16-token blocks (no
+# cached-token counts to take a gcd of) and a capacity from the flush bisection: one
+# foreign request flushes the prefix (``min_flush_k`` 1, as on a one-slot server), so
+# ceil((1,096 + 0.5 x 16) / 16) = 69 blocks, one slot of the longest scaled-down prompt
+# (1,096 simulator tokens) and its 8 output tokens. Evicting least recently used, deepest
+# first, that cache holds the last prompt and at most the heads of one or two before it.
+# The prefill fit only sets the model's timing, which the routing loss does not use.
+LLAMA_VERDICT = {"format": "kvreplay-probe/1", "backend": "llamacpp",
+                 "prefill_fit": {"a_s": 0.01, "rate_tokens_per_s": 10000.0, "source": "hand-written"},
+                 "warm": [], "points": [], "min_flush_k": 1, "flush_prefix_tokens": 1096,
+                 "config": {"foreign_tokens": 16}}
 
-@pytest.mark.parametrize("policy", ["round_robin", "cache_aware"])
-def test_two_llama_servers_behind_sglang_router(tmp_path, tiny_gguf_model, tiny_workload, policy):
-    """Two llama-server replicas (one slot each: ``-np 1``) behind the router, C1 prime + reverse of 12 bodies."""
+
+@pytest.fixture(scope="module")
+def llama_pair(tiny_gguf_model, realsrv_tmp):
+    """Two one-slot llama-servers (``-np 1``, no host-RAM prompt cache), started once for the module."""
     require(kt.llama_server_binary(), "llama-server")
-    require(kt.sglang_router_python(), "sglang-router")
+    (realsrv_tmp / "fleet-slots").mkdir(exist_ok=True)
     servers = []
     try:
-        for i in range(2):
-            servers.append(kt.start_llama_server(tiny_gguf_model, log_path=tmp_path / f"llama-{i}.log", slots=1,
-                                                 ctx_per_slot=4096))
-        urls = [s.url for s in servers]
-
-        async def read() -> dict[str, dict[str, float]]:
-            async with aiohttp.ClientSession() as s:
-                return {u: dict((await make_backend("llamacpp", u, s).snapshot()).common) for u in urls}
-
-        out = tmp_path / policy
-        with kt.start_sglang_router(urls, policy=policy, log_path=tmp_path / "router.log") as router:
-            before = asyncio.run(read())
-            rc = main(["run", str(tiny_workload), "--target", router.url, "--replica", urls[0],
-                       "--replica", f"{urls[1]},backend=llamacpp", "--phase", "prime:forward:c1",
-                       "--phase", "replay:reverse:c1", "--out", str(out), "--quiet", "--report", "md"])
-            after = asyncio.run(read())
+        for i in range(2):  # --slot-save-path enables POST /slots/0?action=erase (each policy starts cold)
+            servers.append(kt.start_llama_server(
+                tiny_gguf_model, log_path=realsrv_tmp / f"fleet-llama-{i}.log", slots=1, ctx_per_slot=4096,
+                extra_args=("--cache-ram", "0", "--slot-save-path", str(realsrv_tmp / "fleet-slots"))))
+        yield servers
     finally:
         for s in servers:
             s.stop()
+
+
+@pytest.fixture(scope="module")
+def workload_52(realsrv_tmp) -> Path:
+    """All 52 bundled bodies, scaled down to fit the tiny model's 4,096-token context.
+
+    Full bodies are about 8,000 of the tiny vocabulary's tokens (11,963-character system
+    block), over the model's context; cut (system 2,400 characters, user 400) they are
+    1,658 to 2,390 tokens, sharing a 1,569-token prefix.
+    """
+    out = realsrv_tmp / "mtbench-52-tiny"
+    kt.scale_down(MTBENCH, out, n_bodies=52, system_chars=2400, message_chars=400, max_tokens=8)
+    return out
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "cache_aware"])
+def test_two_llama_servers_behind_sglang_router(tmp_path, llama_pair, workload_52, policy):
+    """Two llama-server replicas (one slot each) behind the router, C1 prime + reverse of the 52 bodies.
+
+    Every record names its replica; each replica's deltas equal its own counters; each
+    record's cached tokens are exactly the one-slot model's (the common prefix with the
+    previous prompt that replica served, capped at the prompt minus one, in llama's own
+    tokens); the routing-loss table's observed figure, in the simulator's tokens, scaled
+    by the ratio of llama's prompt tokens to the simulator's, is within 5% of the measured
+    cached tokens.
+    """
+    require(kt.sglang_router_python(), "sglang-router")
+    urls = [s.url for s in llama_pair]
+    for u in urls:
+        post_json(u, "/slots/0?action=erase", {})
+    verdict = tmp_path / "llama-verdict.json"
+    verdict.write_text(json.dumps(LLAMA_VERDICT))
+
+    async def read() -> dict[str, dict[str, float]]:
+        async with aiohttp.ClientSession() as s:
+            return {u: dict((await make_backend("llamacpp", u, s).snapshot()).common) for u in urls}
+
+    out = tmp_path / policy
+    with kt.start_sglang_router(urls, policy=policy, log_path=tmp_path / "router.log") as router:
+        before = asyncio.run(read())
+        rc = main(["run", str(workload_52), "--target", router.url, "--replica", urls[0],
+                   "--replica", f"{urls[1]},backend=llamacpp", "--phase", "prime:forward:c1",
+                   "--phase", "replay:reverse:c1", "--replica-cache-from", str(verdict),
+                   "--out", str(out), "--quiet", "--report", "md"])
+        after = asyncio.run(read())
     assert rc == 0
     recs = [json.loads(ln) for ln in (out / "records.jsonl").read_text().splitlines()]
     summary = json.loads((out / "summary.json").read_text())
-    assert len(recs) == 24 and all(r["status"] == "ok" for r in recs)
+    assert len(recs) == 104 and all(r["status"] == "ok" for r in recs)
     assert all(r["replica"] in urls and r["replica_source"] == "counters" for r in recs), \
         [(r["position"], r["replica"], r["replica_reason"]) for r in recs]
     for u in urls:
@@ -170,11 +228,41 @@ def test_two_llama_servers_behind_sglang_router(tmp_path, tiny_gguf_model, tiny_
             if r["replica"] == u:
                 summed.update({k: r["replica_deltas"][u][k] for k in LLAMA_KEYS})
         assert {k: summed[k] for k in LLAMA_KEYS} == own
+        per_phase = collections.Counter()
+        for ph in summary["phases"]:
+            e = next(e for e in ph["replicas"] if e["url"] == u)
+            per_phase.update({"hit_tokens": e["tokens"]["cached"]})
         # the cached tokens each response reports are the replica's own cached-token counter
-        assert sum(r["usage"]["cached_tokens"] for r in recs if r["replica"] == u) == own["hit_tokens"]
+        assert sum(r["usage"]["cached_tokens"] for r in recs if r["replica"] == u) == own["hit_tokens"] \
+            == per_phase["hit_tokens"]
     names = [r["replica"] for r in recs]
     if policy == "round_robin":
         assert all(a != b for a, b in zip(names, names[1:], strict=False)), names
-    for ph in summary["phases"]:  # the figures for the closing note (printed with -s)
+    # the one-slot model in llama's own tokens, record by record in send order
+    bodies = sorted(workload_52.glob("*.json"))
+    sent = sorted(recs, key=lambda r: ([p["name"] for p in summary["phases"]].index(r["phase"]), r["position"]))
+    held: dict[str, list[int]] = {}
+    for r in sent:
+        toks = prompt_tokens(r["replica"], json.loads(bodies[r["body_index"]].read_bytes()))
+        assert r["usage"]["prompt_tokens"] == len(toks)
+        want = min(lcp(held[r["replica"]], toks), len(toks) - 1) if r["replica"] in held else 0
+        assert r["usage"]["cached_tokens"] == want, (r["phase"], r["position"], r["replica"])
+        held[r["replica"]] = toks
+    for ph in summary["phases"]:
+        loss = ph["routing_loss"]
+        measured = sum(r["usage"]["cached_tokens"] for r in recs if r["phase"] == ph["name"])
+        server_prompt = sum(r["usage"]["prompt_tokens"] for r in recs if r["phase"] == ph["name"])
+        assert loss["measured_cached_tokens"] == measured
+        sim = loss["policies"]["observed"]
+        scaled = sim["cached_tokens"] * server_prompt / sim["prompt_tokens"]
         print(policy, ph["name"], [(e["requests"], e["tokens"]["cached"]) for e in ph["replicas"]],
-              ph["fleet"]["tokens"])
+              ph["fleet"]["tokens"], {k: v["cached_tokens"] for k, v in loss["policies"].items()},
+              "sim prompt", sim["prompt_tokens"], "server prompt", server_prompt, "measured", measured,
+              "scaled", round(scaled), "vs measured %", loss["observed_vs_measured_pct"], "kept", loss["kept_pct"])
+        assert abs(scaled - measured) <= 0.05 * measured, (scaled, measured)
+
+
+def prompt_tokens(url: str, body: dict) -> list[int]:
+    """llama-server's own tokens of a chat body (``/apply-template`` then ``/tokenize``)."""
+    prompt = post_json(url, "/apply-template", {"messages": body["messages"]})["prompt"]
+    return post_json(url, "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})["tokens"]
