@@ -8,7 +8,7 @@ The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvrep
 stays light (``kvreplay --help`` imports neither numpy nor the accountant):
 ``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
 ``kvreplay.load_run(path)``, ``kvreplay.simulate``, ``fit``, ``snapshot``, ``ab``,
-``compare``, ``inspect_workload`` and the typed results (``RunResult``, ``PhaseResult``,
+``compare``, ``inspect_workload``, ``record`` and the typed results (``RunResult``, ``PhaseResult``,
 ``SimulateReport``...).
 """
 
@@ -28,6 +28,7 @@ __all__ = [
     "InspectReport",
     "Latency",
     "PhaseResult",
+    "RecordResult",
     "RunData",
     "RunResult",
     "SimulateReport",
@@ -45,6 +46,8 @@ __all__ = [
     "load_run",
     "probe",
     "probe_async",
+    "record",
+    "record_async",
     "replay",
     "replay_async",
     "simulate",

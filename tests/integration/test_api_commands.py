@@ -9,6 +9,7 @@ prompt tokens, and an entries cache of two snapshots serves 175,848 of them from
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -158,7 +159,7 @@ def test_the_api_package_imports_nothing_heavy_until_called():
     heavy = ("numpy", "aiohttp", "matplotlib", "kvreplay.offline", "kvreplay.sim", "kvreplay.backends",
              "kvreplay.runner", "kvreplay.experiments", "kvreplay.report")
     code = (f"import sys, kvreplay\nkvreplay.simulate, kvreplay.fit, kvreplay.snapshot, kvreplay.ab, kvreplay.compare\n"
-            "kvreplay.inspect_workload, kvreplay.import_workload, kvreplay.export_workload\n"
+            "kvreplay.inspect_workload, kvreplay.import_workload, kvreplay.export_workload, kvreplay.record\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.strip() == "[]"
@@ -186,3 +187,129 @@ def test_import_and_export_api_equal_cli(tmp_path, capsys):
     assert (exp.bodies, exp.lines) == (52, 52)
     assert printed.splitlines()[0] == f"52 bodies as 52 vllm custom lines -> {tmp_path / 'cli.vllm.jsonl'}"
     assert (tmp_path / "api.vllm.jsonl").read_bytes() == (tmp_path / "cli.vllm.jsonl").read_bytes()
+
+
+# hand-made bodies (odd spacing, an escaped character): retained byte for byte, never re-serialized
+REC_A = b'{"model": "m",  "messages":[{"role":"user","content":"first\\u00e9"}], "max_tokens": 2}'
+REC_B = b'{"messages": [{"role": "user", "content": "second"}],"max_tokens":3 ,"stream": false}'
+
+
+class _Proc:
+    """A ``python -m kvreplay`` process whose first stdout line names its URL; stderr kept in a file."""
+
+    def __init__(self, tmp: Path, name: str, *argv: str) -> None:
+        import subprocess
+        import sys
+
+        self.err_path = tmp / f"{name}.stderr"
+        with open(self.err_path, "wb") as err:
+            self.p = subprocess.Popen([sys.executable, "-m", "kvreplay", *argv], stdout=subprocess.PIPE, stderr=err)
+        line = self.p.stdout.readline().decode()
+        if "listening on " not in line:
+            self.p.kill()
+            raise AssertionError(f"{name} did not start: {line!r} {self.err_path.read_text()}")
+        self.url = line.split("listening on ")[1].split()[0]
+
+    def stop(self) -> int:
+        import signal
+
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        try:
+            return self.p.wait(timeout=30)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+            self.p.stdout.close()
+
+
+def _send_three(url: str) -> list[int]:
+    """Two chat POSTs (retained) and a GET /metrics (proxied, skipped: path), in that order."""
+    import urllib.request
+
+    statuses = []
+    for body in (REC_A, REC_B):
+        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            r.read()
+            statuses.append(r.status)
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        r.read()
+        statuses.append(r.status)
+    return statuses
+
+
+def test_record_api_equals_cli_against_serve_sim(tmp_path):
+    """``kvreplay record`` (a process, stopped by SIGINT) and ``kvreplay.record`` (stopped by an event)
+    in front of one ``kvreplay serve-sim``: 3 requests each, the same 2 bodies retained byte for byte."""
+    import asyncio
+
+    sim = _Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0")
+    try:
+        cli_out = tmp_path / "cli" / "W"
+        rec = _Proc(tmp_path, "rec", "record", "--upstream", sim.url, "--out", str(cli_out))
+        assert _send_three(rec.url) == [200, 200, 200]
+        assert rec.stop() == 0
+        cli_err = rec.err_path.read_text()
+
+        api_out = tmp_path / "api" / "W"
+        urls: list[str] = []
+
+        async def go():
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(kvreplay.record_async(sim.url, api_out, stop=stop, on_listening=urls.append))
+            while not urls:
+                await asyncio.sleep(0.01)
+            assert await asyncio.to_thread(_send_three, urls[0]) == [200, 200, 200]
+            stop.set()
+            return await asyncio.wait_for(task, 30)
+
+        res = asyncio.run(go())
+    finally:
+        sim.stop()
+    n = len(REC_A) + len(REC_B)
+    assert (res.requests, res.retained, res.retained_bytes, res.skipped, res.refused) == (3, 2, n, {"path": 1}, 1)
+    assert res.description == f"2 bodies ({n} bytes) retained; skipped: path 1"
+    assert res.url == urls[0] and res.url.startswith("http://127.0.0.1:") and res.upstream == sim.url
+    assert (res.workload, res.arrivals, res.plan) == (api_out, api_out.parent / "W.arrivals.json",
+                                                      api_out.parent / "W.plan.toml")
+    assert res.paths == ("/v1/chat/completions", "/v1/completions") and res.io_error is None
+    # the command prints the same figures, from the same result
+    assert f"kvreplay record: 3 requests proxied; {res.description}\n" in cli_err
+    assert f"kvreplay record: workload {cli_out} (+ W.arrivals.json, W.plan.toml); replay with" in cli_err
+    for d in (cli_out, api_out):
+        assert sorted(p.name for p in d.iterdir()) == ["000000.json", "000001.json", "capture.jsonl"]
+        assert ((d / "000000.json").read_bytes(), (d / "000001.json").read_bytes()) == (REC_A, REC_B)
+        assert sorted(p.name for p in d.parent.iterdir()) == ["W", "W.arrivals.json", "W.plan.toml"]
+    lines = [[json.loads(x) for x in (d / "capture.jsonl").read_text().splitlines()] for d in (cli_out, api_out)]
+    # the same manifest but for times and the sim's answers (its cache is warm the second time)
+    keep = ("index", "file", "body_sha256", "body_bytes", "path", "headers", "stream", "status", "outcome")
+    assert [[{k: x.get(k) for k in keep} for x in ls] for ls in lines][0] == [
+        {k: x.get(k) for k in keep} for x in lines[1]]
+    assert [(x["index"], x["body_bytes"], x["status"], x["outcome"]) for x in lines[1]] == [
+        (0, len(REC_A), 200, "complete"), (1, len(REC_B), 200, "complete")]
+    assert lines[1][0]["body_sha256"] == hashlib.sha256(REC_A).hexdigest()
+
+
+def test_record_api_refuses_what_the_cli_refuses(tmp_path):
+    """A busy port: ``OSError`` naming it and no folder left (the command's exit 2); a bad option: ConfigError;
+    a duration with no traffic: an empty result, no sidecars."""
+    import socket
+
+    import pytest
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=f"^.*cannot listen on 127.0.0.1:{port}: "):
+            kvreplay.record("http://127.0.0.1:9", tmp_path / "g", listen=f"127.0.0.1:{port}", duration=0.01)
+    assert not (tmp_path / "g").exists()
+    with pytest.raises(kvreplay.ConfigError, match="must be comma-separated URL paths"):
+        kvreplay.record("http://127.0.0.1:9", tmp_path / "p", paths=["v1/chat"], duration=0.01)
+    with pytest.raises(kvreplay.ConfigError, match="must be an http:// or https:// URL"):
+        kvreplay.record("ftp://x", tmp_path / "u", duration=0.01)
+    r = kvreplay.record("http://127.0.0.1:9", tmp_path / "e", duration=0.01, max_bytes="1KB")
+    assert (r.requests, r.retained, r.retained_bytes, r.skipped, r.arrivals, r.plan) == (0, 0, 0, {}, None, None)
+    assert r.description == "0 bodies (0 bytes) retained; skipped: none"

@@ -8,7 +8,8 @@ commands: ``kvreplay.simulate`` / ``simulate_fleet`` (``api.simulation``), ``kvr
 (``api.fitting``), ``kvreplay.snapshot`` (``api.snapshots``), ``kvreplay.ab``
 (``api.abtest``), ``kvreplay.compare`` (``api.comparison``) and
 ``kvreplay.inspect_workload`` (``api.inspection``), each returning the dict its command
-prints with ``--json`` (typed as a ``TypedDict``). Options have the command
+prints with ``--json`` (typed as a ``TypedDict``); ``kvreplay.record`` (``api.recording``) runs
+``kvreplay record``'s proxy until stopped and returns a ``RecordResult``. Options have the command
 line's names and defaults (``--read-timeout`` is ``read_timeout=``); the simulator's
 options go in ``sim={...}`` without their ``sim-`` prefix (``--sim-time-scale 0`` is
 ``sim={"time_scale": 0}``).
@@ -49,6 +50,7 @@ from kvreplay.api.exporting import export_workload
 from kvreplay.api.fitting import FitReport, fit
 from kvreplay.api.importing import ImportResult, import_workload
 from kvreplay.api.inspection import InspectReport, inspect_workload
+from kvreplay.api.recording import RecordResult, record, record_async
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
@@ -70,6 +72,7 @@ __all__ = [
     "InspectReport",
     "Latency",
     "PhaseResult",
+    "RecordResult",
     "RunData",
     "RunResult",
     "SimulateReport",
@@ -86,6 +89,8 @@ __all__ = [
     "load_run",
     "probe",
     "probe_async",
+    "record",
+    "record_async",
     "replay",
     "replay_async",
     "simulate",

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import ipaddress
-import signal
 import sys
 from typing import Any
 
+from kvreplay.api.serving import is_loopback, wait_for_stop
 from kvreplay.argtypes import integer
 from kvreplay.sim.config import add_arguments as add_sim_arguments
 from kvreplay.sim.config import config_and_calibration
@@ -36,42 +34,6 @@ HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faul
 
 __all__ = ["HELP", "NAME", "add_arguments", "is_loopback", "run", "serve", "wait_for_stop"]
 
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-async def wait_for_stop(duration: float | None, ready: asyncio.Event | None = None) -> None:
-    """Wait for SIGINT/SIGTERM, or ``duration`` seconds when given (None = until a signal).
-
-    The signal handlers are installed on the running loop for the wait (where the
-    platform allows) and removed again before this returns, also when the wait is
-    cancelled. ``ready``, when given, is set once the handlers are in place.
-    """
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    try:
-        if duration is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), duration)
-        else:
-            await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
