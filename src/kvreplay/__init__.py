@@ -8,7 +8,7 @@ The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvrep
 stays light (``kvreplay --help`` imports neither numpy nor the accountant):
 ``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
 ``kvreplay.load_run(path)``, ``kvreplay.simulate``, ``fit``, ``snapshot``, ``ab``,
-``compare``, ``inspect_workload``, ``record`` and the typed results (``RunResult``, ``PhaseResult``,
+``compare``, ``inspect_workload``, ``record``, ``serve_sim`` and the typed results (``RunResult``, ``PhaseResult``,
 ``SimulateReport``...).
 """
 
@@ -31,6 +31,7 @@ __all__ = [
     "RecordResult",
     "RunData",
     "RunResult",
+    "ServedSim",
     "SimulateReport",
     "Snapshot",
     "Tokens",
@@ -50,6 +51,8 @@ __all__ = [
     "record_async",
     "replay",
     "replay_async",
+    "serve_sim",
+    "serve_sim_async",
     "simulate",
     "simulate_fleet",
     "snapshot",

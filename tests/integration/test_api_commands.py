@@ -313,3 +313,73 @@ def test_record_api_refuses_what_the_cli_refuses(tmp_path):
     r = kvreplay.record("http://127.0.0.1:9", tmp_path / "e", duration=0.01, max_bytes="1KB")
     assert (r.requests, r.retained, r.retained_bytes, r.skipped, r.arrivals, r.plan) == (0, 0, 0, {}, None, None)
     assert r.description == "0 bodies (0 bytes) retained; skipped: none"
+
+
+def _ask_four(url: str) -> list[tuple[str, dict]]:
+    """Four chat requests, each a different body: ``(x-kvreplay-replica, usage)`` of each answer (the header
+    names the replica's URL)."""
+    import urllib.request
+
+    out = []
+    for i in range(4):
+        body = json.dumps({"messages": [{"role": "user", "content": f"question {i} " * (i + 1)}],
+                           "max_tokens": i + 1}).encode()
+        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out.append((r.headers["x-kvreplay-replica"], json.loads(r.read())["usage"]))
+    return out
+
+
+def test_serve_sim_api_equals_cli_with_a_random_router(tmp_path):
+    """``kvreplay serve-sim --replicas 3 --router random --router-seed 7`` (a process) and
+    ``kvreplay.serve_sim(replicas=3, router="random", router_seed=7)``: the same printed flags and
+    URLs shape, the same replica picked for each of four requests, the same usage."""
+    cli = _Proc(tmp_path, "sim", "serve-sim", "--replicas", "3", "--router", "random", "--router-seed", "7",
+                "--time-scale", "0")
+    try:
+        printed = [cli.p.stdout.readline().decode().rstrip("\n") for _ in range(4)]
+        cli_replicas = [line.split("listening on ")[1] for line in printed[:3]]
+        assert [line.split(" listening")[0] for line in printed[:3]] == [f"kvreplay-sim replica {i}" for i in range(3)]
+        assert printed[3] == "run flags: " + " ".join(
+            ["--target", cli.url, *[x for u in cli_replicas for x in ("--replica", u)]])
+        cli_answers = [(str(cli_replicas.index(r)), u) for r, u in _ask_four(cli.url)]
+    finally:
+        assert cli.stop() == 0
+    with kvreplay.serve_sim(replicas=3, router="random", router_seed=7, time_scale=0) as s:
+        assert (s.router, s.router_seed, len(s.replica_urls), s.config.time_scale) == ("random", 7, 3, 0)
+        assert s.target_args == ("--target", s.url, *[x for u in s.replica_urls for x in ("--replica", u)])
+        assert s.url.startswith("http://127.0.0.1:") and not s.url.endswith(":0")
+        api_answers = [(str(s.replica_urls.index(r)), u) for r, u in _ask_four(s.url)]
+    assert api_answers == cli_answers
+    assert [u["completion_tokens"] for _, u in api_answers] == [1, 2, 3, 4]
+    assert len({r for r, _ in api_answers}) > 1  # seed 7 spreads the four: the order is the router's, not chance
+    with kvreplay.serve_sim(time_scale=0) as one:  # one server, no router
+        assert (one.router, one.replica_urls, one.target_args) == (None, (), ("--target", one.url))
+        import urllib.request
+
+        with urllib.request.urlopen(one.url + "/metrics", timeout=30) as r:
+            assert r.status == 200
+    import urllib.error
+
+    import pytest
+
+    with pytest.raises(urllib.error.URLError):  # stopped with the block
+        urllib.request.urlopen(one.url + "/metrics", timeout=5)
+
+
+def test_serve_sim_api_refuses_what_the_cli_refuses(tmp_path):
+    import socket
+
+    import pytest
+
+    with pytest.raises(kvreplay.ConfigError, match="unknown option 'no_such'"), kvreplay.serve_sim(no_such=1):
+        pass
+    with pytest.raises(kvreplay.ConfigError, match="must be an integer >= 1"), kvreplay.serve_sim(replicas=0):
+        pass
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}: "), kvreplay.serve_sim(port=port):
+            pass

@@ -9,7 +9,8 @@ commands: ``kvreplay.simulate`` / ``simulate_fleet`` (``api.simulation``), ``kvr
 (``api.abtest``), ``kvreplay.compare`` (``api.comparison``) and
 ``kvreplay.inspect_workload`` (``api.inspection``), each returning the dict its command
 prints with ``--json`` (typed as a ``TypedDict``); ``kvreplay.record`` (``api.recording``) runs
-``kvreplay record``'s proxy until stopped and returns a ``RecordResult``. Options have the command
+``kvreplay record``'s proxy until stopped and returns a ``RecordResult``; ``kvreplay.serve_sim``
+(``api.serving``) is ``kvreplay serve-sim`` as a context manager giving the URLs. Options have the command
 line's names and defaults (``--read-timeout`` is ``read_timeout=``); the simulator's
 options go in ``sim={...}`` without their ``sim-`` prefix (``--sim-time-scale 0`` is
 ``sim={"time_scale": 0}``).
@@ -52,6 +53,7 @@ from kvreplay.api.importing import ImportResult, import_workload
 from kvreplay.api.inspection import InspectReport, inspect_workload
 from kvreplay.api.recording import RecordResult, record, record_async
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
+from kvreplay.api.serving import ServedSim, serve_sim, serve_sim_async
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
 from kvreplay.bundled import DEMO_WORKLOAD
@@ -75,6 +77,7 @@ __all__ = [
     "RecordResult",
     "RunData",
     "RunResult",
+    "ServedSim",
     "SimulateReport",
     "Snapshot",
     "Tokens",
@@ -93,6 +96,8 @@ __all__ = [
     "record_async",
     "replay",
     "replay_async",
+    "serve_sim",
+    "serve_sim_async",
     "simulate",
     "simulate_fleet",
     "snapshot",
