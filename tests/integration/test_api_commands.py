@@ -259,8 +259,11 @@ def test_record_api_equals_cli_against_serve_sim(tmp_path):
         async def go():
             stop = asyncio.Event()
             task = asyncio.ensure_future(kvreplay.record_async(sim.url, api_out, stop=stop, on_listening=urls.append))
-            while not urls:
+            for _ in range(3000):  # on_listening names the URL (30 s at most)
+                if urls or task.done():
+                    break
                 await asyncio.sleep(0.01)
+            assert urls, task.result() if task.done() else "on_listening was not called"
             assert await asyncio.to_thread(_send_three, urls[0]) == [200, 200, 200]
             stop.set()
             return await asyncio.wait_for(task, 30)
