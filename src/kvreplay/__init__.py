@@ -8,8 +8,8 @@ The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvrep
 stays light (``kvreplay --help`` imports neither numpy nor the accountant):
 ``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
 ``kvreplay.load_run(path)``, ``kvreplay.simulate``, ``fit``, ``snapshot``, ``ab``,
-``compare``, ``inspect_workload``, ``record``, ``serve_sim`` and the typed results (``RunResult``, ``PhaseResult``,
-``SimulateReport``...).
+``compare``, ``inspect_workload``, ``record``, ``serve_sim``, ``write_report`` and the
+typed results (``RunResult``, ``PhaseResult``, ``SimulateReport``...).
 """
 
 __version__ = "0.1.0"
@@ -29,6 +29,7 @@ __all__ = [
     "Latency",
     "PhaseResult",
     "RecordResult",
+    "ReportResult",
     "RunData",
     "RunResult",
     "ServedSim",
@@ -40,6 +41,8 @@ __all__ = [
     "ab",
     "ab_async",
     "compare",
+    "demo",
+    "demo_async",
     "export_workload",
     "fit",
     "import_workload",
@@ -57,6 +60,7 @@ __all__ = [
     "simulate_fleet",
     "snapshot",
     "snapshot_async",
+    "write_report",
 ]
 
 

@@ -386,3 +386,56 @@ def test_serve_sim_api_refuses_what_the_cli_refuses(tmp_path):
         port = busy.getsockname()[1]
         with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}: "), kvreplay.serve_sim(port=port):
             pass
+
+
+def test_report_api_equals_cli_on_a_killed_run(tmp_path, capsys):
+    """``kvreplay report DIR --html`` and ``kvreplay.write_report(DIR, html=True)`` on two copies of a run whose
+    summary.json is gone: both rebuild it, print/return the same files, write the same report.md."""
+    import shutil
+
+    import pytest
+
+    a = tmp_path / "a"
+    assert main(["run", str(DEMO), "--target", "sim", "--sim-time-scale", "0", "--phase", "p:forward:c1:first4",
+                 "--out", str(a), "--quiet"]) == 0
+    (a / "summary.json").unlink()
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    capsys.readouterr()
+    assert main(["report", str(a), "--html"]) == 0
+    printed = capsys.readouterr().out
+    r = kvreplay.write_report(b, html=True)
+    assert (r.kind, r.summary_rebuilt, r.block_errors, r.status) == ("run", str(b / "summary.json"), [], None)
+    assert r.files == [str(b / "report.md"), str(b / "report.html")]
+    lines = [f"summary.json was missing: rebuilt from records.jsonl: {r.summary_rebuilt}", *r.files]
+    assert printed == "\n".join(lines).replace(str(b), str(a)) + "\n"
+    assert json.loads((b / "summary.json").read_text())["phases"][0]["ok"] == 4  # first4: four bodies
+    assert (b / "report.md").read_text().replace(str(b), str(a)) == (a / "report.md").read_text()
+    # nothing there: exit 2 / FileNotFoundError; the other kinds are told by the file they hold
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    with pytest.raises(FileNotFoundError):
+        kvreplay.write_report(tmp_path / "empty")
+    from kvreplay.api.reporting import report_kind
+
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "ab.json").write_text("{}")
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "experiment.json").write_text("{}")
+    assert [report_kind(tmp_path / n) for n in ("ab", "exp", "empty")] == ["ab", "experiment", "run"]
+
+
+def test_demo_api_equals_cli(tmp_path, capsys):
+    """``kvreplay demo`` and ``kvreplay.demo``: the bundled 52 bodies primed forward then replayed in reverse,
+    the same tokens and cached tokens phase by phase (the simulator is deterministic at time scale 0)."""
+    assert main(["demo", "--out", str(tmp_path / "cli"), "--sim-time-scale", "0", "--quiet"]) == 0
+    capsys.readouterr()
+    r = kvreplay.demo(out=tmp_path / "api", sim={"time_scale": 0})
+    cli = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    api = json.loads((Path(r.run_dir) / "summary.json").read_text())
+    assert [p["name"] for p in api["phases"]] == ["prime", "replay"]
+    assert [(p["ok"], p["tokens"]) for p in api["phases"]] == [(p["ok"], p["tokens"]) for p in cli["phases"]]
+    assert [p["ok"] for p in api["phases"]] == [52, 52]
+    assert api["phases"][0]["tokens"]["prompt"] == 190516  # the bundled workload's 52 bodies (module docstring)
+    plans = [json.loads((d / "plan.json").read_text()) for d in (tmp_path / "cli", Path(r.run_dir))]
+    assert [[x["order"] for x in p["phases"]] for p in plans] == [["forward", "reverse"]] * 2
