@@ -8,8 +8,8 @@ The Python API (``kvreplay.api``) is reached from here lazily, so ``import kvrep
 stays light (``kvreplay --help`` imports neither numpy nor the accountant):
 ``kvreplay.replay(...)``, ``kvreplay.probe(...)``, ``kvreplay.Experiment``,
 ``kvreplay.load_run(path)``, ``kvreplay.simulate``, ``fit``, ``snapshot``, ``ab``,
-``compare``, ``inspect_workload`` and the typed results (``RunResult``, ``PhaseResult``,
-``SimulateReport``...).
+``compare``, ``inspect_workload``, ``record``, ``serve_sim``, ``write_report`` and the
+typed results (``RunResult``, ``PhaseResult``, ``SimulateReport``...).
 """
 
 __version__ = "0.1.0"
@@ -28,8 +28,11 @@ __all__ = [
     "InspectReport",
     "Latency",
     "PhaseResult",
+    "RecordResult",
+    "ReportResult",
     "RunData",
     "RunResult",
+    "ServedSim",
     "SimulateReport",
     "Snapshot",
     "Tokens",
@@ -38,6 +41,8 @@ __all__ = [
     "ab",
     "ab_async",
     "compare",
+    "demo",
+    "demo_async",
     "export_workload",
     "fit",
     "import_workload",
@@ -45,12 +50,17 @@ __all__ = [
     "load_run",
     "probe",
     "probe_async",
+    "record",
+    "record_async",
     "replay",
     "replay_async",
+    "serve_sim",
+    "serve_sim_async",
     "simulate",
     "simulate_fleet",
     "snapshot",
     "snapshot_async",
+    "write_report",
 ]
 
 

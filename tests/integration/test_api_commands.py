@@ -9,6 +9,7 @@ prompt tokens, and an entries cache of two snapshots serves 175,848 of them from
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -158,7 +159,7 @@ def test_the_api_package_imports_nothing_heavy_until_called():
     heavy = ("numpy", "aiohttp", "matplotlib", "kvreplay.offline", "kvreplay.sim", "kvreplay.backends",
              "kvreplay.runner", "kvreplay.experiments", "kvreplay.report")
     code = (f"import sys, kvreplay\nkvreplay.simulate, kvreplay.fit, kvreplay.snapshot, kvreplay.ab, kvreplay.compare\n"
-            "kvreplay.inspect_workload, kvreplay.import_workload, kvreplay.export_workload\n"
+            "kvreplay.inspect_workload, kvreplay.import_workload, kvreplay.export_workload, kvreplay.record\n"
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.strip() == "[]"
@@ -186,3 +187,255 @@ def test_import_and_export_api_equal_cli(tmp_path, capsys):
     assert (exp.bodies, exp.lines) == (52, 52)
     assert printed.splitlines()[0] == f"52 bodies as 52 vllm custom lines -> {tmp_path / 'cli.vllm.jsonl'}"
     assert (tmp_path / "api.vllm.jsonl").read_bytes() == (tmp_path / "cli.vllm.jsonl").read_bytes()
+
+
+# hand-made bodies (odd spacing, an escaped character): retained byte for byte, never re-serialized
+REC_A = b'{"model": "m",  "messages":[{"role":"user","content":"first\\u00e9"}], "max_tokens": 2}'
+REC_B = b'{"messages": [{"role": "user", "content": "second"}],"max_tokens":3 ,"stream": false}'
+
+
+class _Proc:
+    """A ``python -m kvreplay`` process whose first stdout line names its URL; stderr kept in a file."""
+
+    def __init__(self, tmp: Path, name: str, *argv: str) -> None:
+        import subprocess
+        import sys
+
+        self.err_path = tmp / f"{name}.stderr"
+        with open(self.err_path, "wb") as err:
+            self.p = subprocess.Popen([sys.executable, "-m", "kvreplay", *argv], stdout=subprocess.PIPE, stderr=err)
+        line = self.p.stdout.readline().decode()
+        if "listening on " not in line:
+            self.p.kill()
+            raise AssertionError(f"{name} did not start: {line!r} {self.err_path.read_text()}")
+        self.url = line.split("listening on ")[1].split()[0]
+
+    def stop(self) -> int:
+        import signal
+
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        try:
+            return self.p.wait(timeout=30)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+            self.p.stdout.close()
+
+
+def _send_three(url: str) -> list[int]:
+    """Two chat POSTs (retained) and a GET /metrics (proxied, skipped: path), in that order."""
+    import urllib.request
+
+    statuses = []
+    for body in (REC_A, REC_B):
+        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            r.read()
+            statuses.append(r.status)
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        r.read()
+        statuses.append(r.status)
+    return statuses
+
+
+def test_record_api_equals_cli_against_serve_sim(tmp_path):
+    """``kvreplay record`` (a process, stopped by SIGINT) and ``kvreplay.record`` (stopped by an event)
+    in front of one ``kvreplay serve-sim``: 3 requests each, the same 2 bodies retained byte for byte."""
+    import asyncio
+
+    sim = _Proc(tmp_path, "sim", "serve-sim", "--port", "0", "--time-scale", "0")
+    try:
+        cli_out = tmp_path / "cli" / "W"
+        rec = _Proc(tmp_path, "rec", "record", "--upstream", sim.url, "--out", str(cli_out))
+        assert _send_three(rec.url) == [200, 200, 200]
+        assert rec.stop() == 0
+        cli_err = rec.err_path.read_text()
+
+        api_out = tmp_path / "api" / "W"
+        urls: list[str] = []
+
+        async def go():
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(kvreplay.record_async(sim.url, api_out, stop=stop, on_listening=urls.append))
+            for _ in range(3000):  # on_listening names the URL (30 s at most)
+                if urls or task.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert urls, task.result() if task.done() else "on_listening was not called"
+            assert await asyncio.to_thread(_send_three, urls[0]) == [200, 200, 200]
+            stop.set()
+            return await asyncio.wait_for(task, 30)
+
+        res = asyncio.run(go())
+    finally:
+        sim.stop()
+    n = len(REC_A) + len(REC_B)
+    assert (res.requests, res.retained, res.retained_bytes, res.skipped, res.refused) == (3, 2, n, {"path": 1}, 1)
+    assert res.description == f"2 bodies ({n} bytes) retained; skipped: path 1"
+    assert res.url == urls[0] and res.url.startswith("http://127.0.0.1:") and res.upstream == sim.url
+    assert (res.workload, res.arrivals, res.plan) == (api_out, api_out.parent / "W.arrivals.json",
+                                                      api_out.parent / "W.plan.toml")
+    assert res.paths == ("/v1/chat/completions", "/v1/completions") and res.io_error is None
+    # the command prints the same figures, from the same result
+    assert f"kvreplay record: 3 requests proxied; {res.description}\n" in cli_err
+    assert f"kvreplay record: workload {cli_out} (+ W.arrivals.json, W.plan.toml); replay with" in cli_err
+    for d in (cli_out, api_out):
+        assert sorted(p.name for p in d.iterdir()) == ["000000.json", "000001.json", "capture.jsonl"]
+        assert ((d / "000000.json").read_bytes(), (d / "000001.json").read_bytes()) == (REC_A, REC_B)
+        assert sorted(p.name for p in d.parent.iterdir()) == ["W", "W.arrivals.json", "W.plan.toml"]
+    lines = [[json.loads(x) for x in (d / "capture.jsonl").read_text().splitlines()] for d in (cli_out, api_out)]
+    # the same manifest but for times and the sim's answers (its cache is warm the second time)
+    keep = ("index", "file", "body_sha256", "body_bytes", "path", "headers", "stream", "status", "outcome")
+    assert [[{k: x.get(k) for k in keep} for x in ls] for ls in lines][0] == [
+        {k: x.get(k) for k in keep} for x in lines[1]]
+    assert [(x["index"], x["body_bytes"], x["status"], x["outcome"]) for x in lines[1]] == [
+        (0, len(REC_A), 200, "complete"), (1, len(REC_B), 200, "complete")]
+    assert lines[1][0]["body_sha256"] == hashlib.sha256(REC_A).hexdigest()
+
+
+def test_record_api_refuses_what_the_cli_refuses(tmp_path):
+    """A busy port: ``OSError`` naming it and no folder left (the command's exit 2); a bad option: ConfigError;
+    a duration with no traffic: an empty result, no sidecars."""
+    import socket
+
+    import pytest
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=f"^.*cannot listen on 127.0.0.1:{port}: "):
+            kvreplay.record("http://127.0.0.1:9", tmp_path / "g", listen=f"127.0.0.1:{port}", duration=0.01)
+    assert not (tmp_path / "g").exists()
+    with pytest.raises(kvreplay.ConfigError, match="must be comma-separated URL paths"):
+        kvreplay.record("http://127.0.0.1:9", tmp_path / "p", paths=["v1/chat"], duration=0.01)
+    with pytest.raises(kvreplay.ConfigError, match="must be an http:// or https:// URL"):
+        kvreplay.record("ftp://x", tmp_path / "u", duration=0.01)
+    r = kvreplay.record("http://127.0.0.1:9", tmp_path / "e", duration=0.01, max_bytes="1KB")
+    assert (r.requests, r.retained, r.retained_bytes, r.skipped, r.arrivals, r.plan) == (0, 0, 0, {}, None, None)
+    assert r.description == "0 bodies (0 bytes) retained; skipped: none"
+
+
+def _ask_four(url: str) -> list[tuple[str, dict]]:
+    """Four chat requests, each a different body: ``(x-kvreplay-replica, usage)`` of each answer (the header
+    names the replica's URL)."""
+    import urllib.request
+
+    out = []
+    for i in range(4):
+        body = json.dumps({"messages": [{"role": "user", "content": f"question {i} " * (i + 1)}],
+                           "max_tokens": i + 1}).encode()
+        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out.append((r.headers["x-kvreplay-replica"], json.loads(r.read())["usage"]))
+    return out
+
+
+def test_serve_sim_api_equals_cli_with_a_random_router(tmp_path):
+    """``kvreplay serve-sim --replicas 3 --router random --router-seed 7`` (a process) and
+    ``kvreplay.serve_sim(replicas=3, router="random", router_seed=7)``: the same printed flags and
+    URLs shape, the same replica picked for each of four requests, the same usage."""
+    cli = _Proc(tmp_path, "sim", "serve-sim", "--replicas", "3", "--router", "random", "--router-seed", "7",
+                "--time-scale", "0")
+    try:
+        printed = [cli.p.stdout.readline().decode().rstrip("\n") for _ in range(4)]
+        cli_replicas = [line.split("listening on ")[1] for line in printed[:3]]
+        assert [line.split(" listening")[0] for line in printed[:3]] == [f"kvreplay-sim replica {i}" for i in range(3)]
+        assert printed[3] == "run flags: " + " ".join(
+            ["--target", cli.url, *[x for u in cli_replicas for x in ("--replica", u)]])
+        cli_answers = [(str(cli_replicas.index(r)), u) for r, u in _ask_four(cli.url)]
+    finally:
+        assert cli.stop() == 0
+    with kvreplay.serve_sim(replicas=3, router="random", router_seed=7, time_scale=0) as s:
+        assert (s.router, s.router_seed, len(s.replica_urls), s.config.time_scale) == ("random", 7, 3, 0)
+        assert s.target_args == ("--target", s.url, *[x for u in s.replica_urls for x in ("--replica", u)])
+        assert s.url.startswith("http://127.0.0.1:") and not s.url.endswith(":0")
+        api_answers = [(str(s.replica_urls.index(r)), u) for r, u in _ask_four(s.url)]
+    assert api_answers == cli_answers
+    assert [u["completion_tokens"] for _, u in api_answers] == [1, 2, 3, 4]
+    assert len({r for r, _ in api_answers}) > 1  # seed 7 spreads the four: the order is the router's, not chance
+    with kvreplay.serve_sim(time_scale=0) as one:  # one server, no router
+        assert (one.router, one.replica_urls, one.target_args) == (None, (), ("--target", one.url))
+        import urllib.request
+
+        with urllib.request.urlopen(one.url + "/metrics", timeout=30) as r:
+            assert r.status == 200
+    import urllib.error
+
+    import pytest
+
+    with pytest.raises(urllib.error.URLError):  # stopped with the block
+        urllib.request.urlopen(one.url + "/metrics", timeout=5)
+
+
+def test_serve_sim_api_refuses_what_the_cli_refuses(tmp_path):
+    import socket
+
+    import pytest
+
+    with pytest.raises(kvreplay.ConfigError, match="unknown option 'no_such'"), kvreplay.serve_sim(no_such=1):
+        pass
+    with pytest.raises(kvreplay.ConfigError, match="must be an integer >= 1"), kvreplay.serve_sim(replicas=0):
+        pass
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}: "), kvreplay.serve_sim(port=port):
+            pass
+
+
+def test_report_api_equals_cli_on_a_killed_run(tmp_path, capsys):
+    """``kvreplay report DIR --html`` and ``kvreplay.write_report(DIR, html=True)`` on two copies of a run whose
+    summary.json is gone: both rebuild it, print/return the same files, write the same report.md."""
+    import shutil
+
+    import pytest
+
+    a = tmp_path / "a"
+    assert main(["run", str(DEMO), "--target", "sim", "--sim-time-scale", "0", "--phase", "p:forward:c1:first4",
+                 "--out", str(a), "--quiet"]) == 0
+    (a / "summary.json").unlink()
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    capsys.readouterr()
+    assert main(["report", str(a), "--html"]) == 0
+    printed = capsys.readouterr().out
+    r = kvreplay.write_report(b, html=True)
+    assert (r.kind, r.summary_rebuilt, r.block_errors, r.status) == ("run", str(b / "summary.json"), [], None)
+    assert r.files == [str(b / "report.md"), str(b / "report.html")]
+    lines = [f"summary.json was missing: rebuilt from records.jsonl: {r.summary_rebuilt}", *r.files]
+    assert printed == "\n".join(lines).replace(str(b), str(a)) + "\n"
+    assert json.loads((b / "summary.json").read_text())["phases"][0]["ok"] == 4  # first4: four bodies
+    assert (b / "report.md").read_text().replace(str(b), str(a)) == (a / "report.md").read_text()
+    # nothing there: exit 2 / FileNotFoundError; the other kinds are told by the file they hold
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    with pytest.raises(FileNotFoundError):
+        kvreplay.write_report(tmp_path / "empty")
+    from kvreplay.api.reporting import report_kind
+
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "ab.json").write_text("{}")
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "experiment.json").write_text("{}")
+    assert [report_kind(tmp_path / n) for n in ("ab", "exp", "empty")] == ["ab", "experiment", "run"]
+
+
+def test_demo_api_equals_cli(tmp_path, capsys):
+    """``kvreplay demo`` and ``kvreplay.demo``: the bundled 52 bodies primed forward then replayed in reverse,
+    the same tokens and cached tokens phase by phase (the simulator is deterministic at time scale 0)."""
+    assert main(["demo", "--out", str(tmp_path / "cli"), "--sim-time-scale", "0", "--quiet"]) == 0
+    capsys.readouterr()
+    r = kvreplay.demo(out=tmp_path / "api", sim={"time_scale": 0})
+    cli = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    api = json.loads((Path(r.run_dir) / "summary.json").read_text())
+    assert [p["name"] for p in api["phases"]] == ["prime", "replay"]
+    assert [(p["ok"], p["tokens"]) for p in api["phases"]] == [(p["ok"], p["tokens"]) for p in cli["phases"]]
+    assert [p["ok"] for p in api["phases"]] == [52, 52]
+    assert api["phases"][0]["tokens"]["prompt"] == 190516  # the bundled workload's 52 bodies (module docstring)
+    plans = [json.loads((d / "plan.json").read_text()) for d in (tmp_path / "cli", Path(r.run_dir))]
+    assert [[x["order"] for x in p["phases"]] for p in plans] == [["forward", "reverse"]] * 2

@@ -20,10 +20,10 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
+from kvreplay.api import serving
+from kvreplay.api._recording_proxy import RecordingProxy
 from kvreplay.cli import main
 from kvreplay.commands import record as record_cmd
-from kvreplay.commands import serve_sim
-from kvreplay.commands._record_proxy import RecordingProxy
 from kvreplay.workload import load_workload
 from kvreplay.workload.capture import CaptureWriter
 
@@ -264,7 +264,7 @@ def test_cli_refuses_bad_options_and_a_used_folder(tmp_path, capsys, monkeypatch
     cap = capsys.readouterr()
     assert "listening on http://127.0.0.1:" in cap.out and "not loopback" not in cap.err
     assert "0 requests proxied; 0 bodies (0 bytes) retained; skipped: none" in cap.err
-    monkeypatch.setattr(serve_sim, "is_loopback", lambda host: False)  # tests bind loopback only
+    monkeypatch.setattr(serving, "is_loopback", lambda host: False)  # tests bind loopback only
     assert main([*base, "--out", str(tmp_path / "f")]) == 0
     assert "warning: listening on 127.0.0.1, not loopback" in capsys.readouterr().err
     with socket.socket() as busy:  # a port in use: exit 2, and no capture folder left behind

@@ -8,7 +8,10 @@ commands: ``kvreplay.simulate`` / ``simulate_fleet`` (``api.simulation``), ``kvr
 (``api.fitting``), ``kvreplay.snapshot`` (``api.snapshots``), ``kvreplay.ab``
 (``api.abtest``), ``kvreplay.compare`` (``api.comparison``) and
 ``kvreplay.inspect_workload`` (``api.inspection``), each returning the dict its command
-prints with ``--json`` (typed as a ``TypedDict``). Options have the command
+prints with ``--json`` (typed as a ``TypedDict``); ``kvreplay.record`` (``api.recording``) runs
+``kvreplay record``'s proxy until stopped and returns a ``RecordResult``; ``kvreplay.serve_sim``
+(``api.serving``) is ``kvreplay serve-sim`` as a context manager giving the URLs;
+``kvreplay.write_report`` (``api.reporting``) is ``kvreplay report``. Options have the command
 line's names and defaults (``--read-timeout`` is ``read_timeout=``); the simulator's
 options go in ``sim={...}`` without their ``sim-`` prefix (``--sim-time-scale 0`` is
 ``sim={"time_scale": 0}``).
@@ -49,7 +52,10 @@ from kvreplay.api.exporting import export_workload
 from kvreplay.api.fitting import FitReport, fit
 from kvreplay.api.importing import ImportResult, import_workload
 from kvreplay.api.inspection import InspectReport, inspect_workload
+from kvreplay.api.recording import RecordResult, record, record_async
+from kvreplay.api.reporting import ReportResult, write_report
 from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
+from kvreplay.api.serving import ServedSim, serve_sim, serve_sim_async
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
 from kvreplay.bundled import DEMO_WORKLOAD
@@ -70,8 +76,11 @@ __all__ = [
     "InspectReport",
     "Latency",
     "PhaseResult",
+    "RecordResult",
+    "ReportResult",
     "RunData",
     "RunResult",
+    "ServedSim",
     "SimulateReport",
     "Snapshot",
     "Tokens",
@@ -79,6 +88,8 @@ __all__ = [
     "ab",
     "ab_async",
     "compare",
+    "demo",
+    "demo_async",
     "export_workload",
     "fit",
     "import_workload",
@@ -86,12 +97,17 @@ __all__ = [
     "load_run",
     "probe",
     "probe_async",
+    "record",
+    "record_async",
     "replay",
     "replay_async",
+    "serve_sim",
+    "serve_sim_async",
     "simulate",
     "simulate_fleet",
     "snapshot",
     "snapshot_async",
+    "write_report",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -174,6 +190,44 @@ def replay(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan
     """
     return _run_sync(replay_async(workload, phases=phases, plan=plan, from_plan=from_plan, target=target, out=out,
                                   sim=sim, report=report, quiet=quiet, **options))
+
+
+async def demo_async(*, target: str = "sim", out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
+                     report: str = "none", quiet: bool = True, **options: Any) -> RunResult:
+    """The demo (``kvreplay demo``) in the running event loop: ``replay_async`` with the demo's defaults.
+
+    The bundled mtbench-52 primed forward then replayed in reverse (``phases``, ``workload``
+    may be given to change them), against the simulator at time scale 0.02 unless ``sim``
+    says otherwise (``kvreplay.api.demo_defaults``). Other arguments as ``replay_async``.
+
+    Returns:
+        The run's ``RunResult``.
+
+    Raises:
+        ConfigError, WorkloadError, BackendError: as ``replay_async``.
+    """
+    from kvreplay.api.demo_defaults import apply_demo_defaults
+    from kvreplay.api.run import run_async, write_reports_for
+
+    workload = options.pop("workload", None)
+    args = apply_demo_defaults(_replay_args(workload, options.pop("phases", ()), None, None, target, out, sim,
+                                            report, quiet, options))
+    summary = await run_async(args)
+    run_dir = summary.pop("_out")
+    write_reports_for(args, summary, run_dir)
+    return RunResult.from_summary(summary, run_dir)
+
+
+def demo(*, target: str = "sim", out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
+         report: str = "none", quiet: bool = True, **options: Any) -> RunResult:
+    """The demo (``kvreplay demo``); blocks until the run ends. Arguments as ``demo_async``.
+
+    Example::
+
+        r = kvreplay.demo(sim={"time_scale": 0}, out="runs/demo")
+        print(r.phase("replay").cached_ratio)
+    """
+    return _run_sync(demo_async(target=target, out=out, sim=sim, report=report, quiet=quiet, **options))
 
 
 async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str, Any] | None = None,

@@ -1,9 +1,13 @@
-"""``kvreplay demo``: the bundled workload primed forward then replayed in reverse against the simulator."""
+"""``kvreplay demo``: the bundled workload primed forward then replayed in reverse against the simulator.
+
+``kvreplay run`` with the demo's defaults (``kvreplay.api.demo_defaults``, as ``kvreplay.demo``).
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from kvreplay.api.demo_defaults import apply_demo_defaults
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.commands import run as run_cmd
 
@@ -22,10 +26,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo: ``prime:forward:c1`` then ``replay:reverse:c1`` on mtbench-52 at sim time scale 0.02."""
-    if not args.workload:
-        args.workload = DEFAULT_WORKLOAD
-    if not args.phase:
-        args.phase = ["prime:forward:c1", "replay:reverse:c1"]
-    if getattr(args, "sim_time_scale", None) is None and hasattr(args, "sim_time_scale"):
-        args.sim_time_scale = 0.02
-    return run_cmd.run(args)
+    return run_cmd.run(apply_demo_defaults(args))

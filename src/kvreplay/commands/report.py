@@ -12,12 +12,15 @@ On a ``kvreplay experiment`` directory (it holds ``experiment.json``) it writes 
 window's ``result.json``, ``report.md`` and ``report.html``, rebuilt from the window's
 progress after kill -9 (``experiments.window.resume.rebuild_publication``: steps that
 never ran read ``not_run``, "not run: interrupted").
+
+A thin layer over ``kvreplay.api.reporting`` (``kvreplay.write_report``), which tells the
+directories apart and writes; this module prints the paths and maps a run directory with
+nothing to report (or a missing extra) to exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from kvreplay.safe_io import echo
 
@@ -40,57 +43,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay report``; exit 0 ok, 2 nothing to report or a missing extra."""
-    from kvreplay.report.write import write_reports
-    from kvreplay.rundir import EXPERIMENT
+    from kvreplay.api.reporting import report_kind, write_report
 
-    if (Path(args.run_dir) / "ab.json").exists():
-        return _ab_report(args)
-    if (Path(args.run_dir) / EXPERIMENT).exists():
-        return _experiment_report(Path(args.run_dir))
     try:
-        written = write_reports(args.run_dir, html=args.html, parquet=args.parquet)
-    except FileNotFoundError as exc:
+        r = write_report(args.run_dir, html=args.html, parquet=args.parquet)
+    except (FileNotFoundError, ImportError) as exc:
+        if report_kind(args.run_dir) != "run":
+            raise
         echo(f"kvreplay report: {exc}", err=True)
         return 2
-    except ImportError as exc:
-        echo(f"kvreplay report: {exc}", err=True)
-        return 2
-    if "summary" in written:
-        echo(f"summary.json was missing: rebuilt from records.jsonl: {written['summary']}")
-    for key in ("markdown", "html", "parquet"):
-        if key in written:
-            echo(written[key])
-    return 0
-
-
-def _ab_report(args: argparse.Namespace) -> int:
-    """An ab directory: its report.html (and, with --html, every block's reports)."""
-    from pathlib import Path
-
-    from kvreplay.report.abreport import write_ab_report
-    from kvreplay.report.write import write_reports
-    from kvreplay.rundir import PLAN
-
-    d = Path(args.run_dir)
-    if args.html:
-        for blk in sorted((d / "blocks").glob("*")):
-            if (blk / PLAN).exists():
-                try:
-                    echo(write_reports(blk, html=True)["html"])
-                except (FileNotFoundError, ImportError) as exc:
-                    echo(f"kvreplay report: {blk}: {exc}", err=True)
-    echo(write_ab_report(d))
-    return 0
-
-
-def _experiment_report(d: Path) -> int:
-    """An experiment directory: its publication, rebuilt from its progress when the window was killed."""
-    from kvreplay.experiments.publish import status_line
-    from kvreplay.experiments.window.resume import rebuild_publication
-    from kvreplay.rundir import RESULT
-
-    result = rebuild_publication(d)
-    echo(f"experiment: {status_line(result)}")
-    for name in (RESULT, "report.md", "report.html"):
-        echo(str(d / name))
+    if r.kind == "ab":
+        for line in r.block_errors:
+            echo(f"kvreplay report: {line}", err=True)
+    elif r.kind == "experiment":
+        echo(f"experiment: {r.status}")
+    elif r.summary_rebuilt is not None:
+        echo(f"summary.json was missing: rebuilt from records.jsonl: {r.summary_rebuilt}")
+    for path in r.files:
+        echo(path)
     return 0

@@ -14,87 +14,23 @@ request (``--router round_robin|random|prefix_affinity``, ``--router-seed`` for
 prints ``kvreplay-sim listening on ROUTER_URL (...)``, one ``kvreplay-sim
 replica I listening on URL`` line per replica, and the run flags that name the
 fleet (``--target ROUTER_URL --replica URL ...``).
+
+A thin layer over ``kvreplay.api.serving`` (``kvreplay.serve_sim``), which declares
+the options and starts the servers; this module prints their URLs and waits.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import ipaddress
-import signal
 import sys
-from typing import Any
 
-from kvreplay.argtypes import integer
-from kvreplay.sim.config import add_arguments as add_sim_arguments
-from kvreplay.sim.config import config_and_calibration
-from kvreplay.sim.routing import ROUTER_POLICIES
+from kvreplay.api.serving import add_arguments, is_loopback, start_sim_args, wait_for_stop
 
 NAME = "serve-sim"
 HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faults)"
 
 __all__ = ["HELP", "NAME", "add_arguments", "is_loopback", "run", "serve", "wait_for_stop"]
-
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-async def wait_for_stop(duration: float | None, ready: asyncio.Event | None = None) -> None:
-    """Wait for SIGINT/SIGTERM, or ``duration`` seconds when given (None = until a signal).
-
-    The signal handlers are installed on the running loop for the wait (where the
-    platform allows) and removed again before this returns, also when the wait is
-    cancelled. ``ready``, when given, is set once the handlers are in place.
-    """
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    try:
-        if duration is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), duration)
-        else:
-            await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--host``, ``--port``, ``--duration`` and the simulator options (no prefix)."""
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (default 0)")
-    parser.add_argument(
-        "--duration", type=float, default=None, metavar="S",
-        help="stop after S seconds (default: run until interrupted)",
-    )
-    fleet = parser.add_argument_group("fleet (N replicas behind a router: docs/fleets.md)")
-    fleet.add_argument(
-        "--replicas", type=integer(1), default=1, metavar="N",
-        help="simulated replicas behind a router (default 1: one server, no router)",
-    )
-    fleet.add_argument(
-        "--router", choices=ROUTER_POLICIES, default=None,
-        help="the router's policy (default round_robin; given with --replicas 1, a router fronts the one replica)",
-    )
-    fleet.add_argument(
-        "--router-seed", type=integer(0), default=0, metavar="S", help="seed of --router random (default 0)"
-    )
-    add_sim_arguments(parser, prefix="")
 
 
 async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> int:
@@ -105,9 +41,9 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
         ready: Set once the server listens (for in-process tests).
 
     Returns:
-        Exit status 0.
+        Exit status 0, or 2 when the address cannot be bound.
     """
-    from kvreplay.sim.server import SimServer
+    from kvreplay.sim.config import config_and_calibration
 
     cfg, calibration = config_and_calibration(args, prefix="")
     if not is_loopback(args.host):
@@ -115,45 +51,24 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
             f"kvreplay serve-sim: warning: binding {args.host}, not loopback; the simulator has no authentication",
             file=sys.stderr,
         )
-    if args.replicas > 1 or args.router is not None:
-        return await _serve_fleet(args, cfg, calibration, ready)
-    srv = SimServer(cfg, calibration=calibration)
     try:
-        url = await srv.start(host=args.host, port=args.port)
+        served = await start_sim_args(args, cfg, calibration)
     except OSError as exc:
-        print(f"kvreplay serve-sim: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
-              " (use --port 0 for a free port)", file=sys.stderr)
+        print(f"kvreplay serve-sim: error: {exc.strerror or exc} (use --port 0 for a free port)", file=sys.stderr)
         return 2
-    print(f"kvreplay-sim listening on {url} (cache={cfg.cache}, time_scale={cfg.time_scale})", flush=True)
+    if served.router is None:
+        print(f"kvreplay-sim listening on {served.url} (cache={cfg.cache}, time_scale={cfg.time_scale})", flush=True)
+    else:
+        seed = f", seed={served.router_seed}" if served.router == "random" else ""
+        lines = [f"kvreplay-sim listening on {served.url} (router={served.router}{seed}, replicas={args.replicas},"
+                 f" cache={cfg.cache}, time_scale={cfg.time_scale})"]
+        lines += [f"kvreplay-sim replica {i} listening on {url}" for i, url in enumerate(served.replica_urls)]
+        lines.append("run flags: " + " ".join(served.target_args))
+        print("\n".join(lines), flush=True)
     try:
         await wait_for_stop(args.duration, ready)
     finally:
-        await srv.stop()
-    return 0
-
-
-async def _serve_fleet(args: argparse.Namespace, cfg: Any, calibration: Any, ready: asyncio.Event | None) -> int:
-    """``serve`` with ``--replicas``/``--router``: the embedded fleet until stopped."""
-    from kvreplay.sim.fleet import start_fleet
-
-    policy = args.router or "round_robin"
-    try:
-        fleet = await start_fleet(args.replicas, policy, config=cfg, calibration=calibration, seed=args.router_seed,
-                                  host=args.host, router_port=args.port)
-    except OSError as exc:
-        print(f"kvreplay serve-sim: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
-              " (use --port 0 for a free port)", file=sys.stderr)
-        return 2
-    seed = f", seed={args.router_seed}" if policy == "random" else ""
-    lines = [f"kvreplay-sim listening on {fleet.router_url} (router={policy}{seed}, replicas={args.replicas},"
-             f" cache={cfg.cache}, time_scale={cfg.time_scale})"]
-    lines += [f"kvreplay-sim replica {i} listening on {url}" for i, url in enumerate(fleet.replica_urls)]
-    lines.append("run flags: " + " ".join(fleet.target_args()))
-    print("\n".join(lines), flush=True)
-    try:
-        await wait_for_stop(args.duration, ready)
-    finally:
-        await fleet.stop()
+        await served.stop()
     return 0
 
 
