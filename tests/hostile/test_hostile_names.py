@@ -13,8 +13,8 @@ import json
 import orjson
 import pytest
 
-from kvreplay._plan_spec import load_plan_toml
 from kvreplay.cli import main
+from kvreplay.plan import load_plan_toml
 from kvreplay.workload.capture import CaptureWriter, sidecar_paths, toml_comment, toml_str
 
 NAMES = ["new\nline", 'quo"te', "back\\slash", "tab\tand\x01ctl\x7f", 'all\n"\\\r\x1b[31m', "é ünïcode"]

@@ -6,7 +6,7 @@ belong to ``runner`` and ``errors``. A module of another top-level package
 (``kvreplay.workload``, ``kvreplay.report``, ...) must not import it, neither as
 ``from kvreplay.x.y import _name`` nor as ``from kvreplay.x import _mod`` nor as
 ``import kvreplay.x._mod``; what is genuinely shared is made public. A private
-module of the root package (``kvreplay._plan_spec``) is the root-level modules'
+module of the root package (``kvreplay._something``) is the root-level modules'
 (``kvreplay.plan``). import-linter checks the layers (``lint-imports``, the
 contracts in pyproject.toml); this test checks what it cannot: imported names.
 Read with ``ast`` from the source, so an import inside a function or under
