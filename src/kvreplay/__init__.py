@@ -54,6 +54,8 @@ __all__ = [
     "record_async",
     "replay",
     "replay_async",
+    "resume_experiment",
+    "resume_experiment_async",
     "serve_sim",
     "serve_sim_async",
     "simulate",

@@ -147,6 +147,20 @@ def test_sigkill_mid_window_then_report_then_resume(killed, tmp_path):
     assert len(_progress(out)["resumed"]) == 1
 
 
+def test_resume_through_the_api_equals_the_cli(killed, tmp_path):
+    """``kvreplay.resume_experiment`` is what ``--resume`` runs: same steps, statuses and set-aside folders."""
+    a, b = _copy(killed, tmp_path / "cli"), _copy(killed, tmp_path / "api")
+    assert main(["experiment", "--resume", str(a), "--quiet"]) == 0
+    said: list[str] = []
+    r = kvreplay.resume_experiment(b, say=said.append)
+    ra = json.loads((a / "result.json").read_text())
+    assert r == json.loads((b / "result.json").read_text())
+    assert [(s["name"], s["status"]) for s in r["steps"]] == [(s["name"], s["status"]) for s in ra["steps"]]
+    assert {s["name"]: s["status"] for s in r["steps"]} == dict.fromkeys(STEPS, "measured")
+    assert said[0] == f"resuming {b}: interrupted at A; running again: A0, A, B, restore"
+    assert sorted(p.name for p in (b / "steps").iterdir()) == sorted(p.name for p in (a / "steps").iterdir())
+
+
 def _rewrite_progress(out: Path, **changes) -> None:
     doc = _progress(out)
     doc.update(changes)

@@ -47,7 +47,7 @@ from typing import Any
 from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.abtest import AbResult, ab, ab_async
 from kvreplay.api.comparison import CompareResult, compare
-from kvreplay.api.experiment import Experiment
+from kvreplay.api.experiment import Experiment, resume_experiment, resume_experiment_async
 from kvreplay.api.exporting import export_workload
 from kvreplay.api.fitting import FitReport, fit
 from kvreplay.api.importing import ImportResult, import_workload
@@ -101,6 +101,8 @@ __all__ = [
     "record_async",
     "replay",
     "replay_async",
+    "resume_experiment",
+    "resume_experiment_async",
     "serve_sim",
     "serve_sim_async",
     "simulate",

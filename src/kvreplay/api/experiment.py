@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Experiment", "FrozenExperiment", "experiment_headers"]
+__all__ = ["Experiment", "FrozenExperiment", "experiment_headers", "resume_experiment", "resume_experiment_async",
+           "unread_warning"]
 
 
 @dataclass
@@ -224,3 +225,79 @@ class Experiment:
 
         install_loop()
         return asyncio.run(self.run_async(out, **overrides))
+
+
+async def resume_experiment_async(exp_dir: str | os.PathLike[str], *, max_body_bytes: int | None = None,
+                                  say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Go on with an interrupted window (``kvreplay experiment --resume EXP_DIR``) in the running loop.
+
+    The frozen ``experiment.json`` is used (no experiment file); the interrupted step runs
+    again from its start (its partial folder set aside once the server's identity is
+    accepted), then the remaining steps within the original window's deadlines
+    (``experiments.window.resume``).
+
+    Args:
+        exp_dir: The experiment directory of the interrupted window.
+        max_body_bytes: Largest body accepted when the workloads are read again (bytes;
+            ``workload.DEFAULT_MAX_BODY_BYTES`` when None).
+        say: Progress lines (``experiment: ...`` on the terminal).
+
+    Returns:
+        result.json as a dict (every step listed once with its final status).
+
+    Raises:
+        ConfigError: no ``progress.json`` (the window never started), or a frozen file that
+            does not load; the server's identity changed (nothing touched).
+    """
+    from kvreplay.errors import ConfigError
+    from kvreplay.experiments.window.resume import load_frozen, plan_resume
+    from kvreplay.rundir import EXPERIMENT
+    from kvreplay.rundir.experiment import read_progress
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+    out = Path(exp_dir)
+    exp, doc, plans, workload, window, own = load_frozen(out, max_body_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+    progress = read_progress(out)
+    if progress is None:
+        raise ConfigError("no progress.json: the window never started, or was written before it existed; "
+                          "run the experiment again into a new --out", path=out, field="--resume")
+    rp = plan_resume(doc, progress)
+    say(f"resuming {out}: interrupted at {rp.interrupted or 'nothing (every step ended)'}; "
+        f"running again: {', '.join(rp.rerun) or 'none'}")
+    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT, own)
+    # the partial step folders are set aside by the window once the server's identity is accepted
+    return await frozen.run_async(say, resume=(progress, rp.keep, rp.set_aside))
+
+
+def resume_experiment(exp_dir: str | os.PathLike[str], *, max_body_bytes: int | None = None,
+                      say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """``resume_experiment_async`` on a fresh event loop; blocks until result.json is written."""
+    from kvreplay.api.run import install_loop
+
+    install_loop()
+    return asyncio.run(resume_experiment_async(exp_dir, max_body_bytes=max_body_bytes, say=say))
+
+
+def unread_warning(spec: Any) -> str | None:
+    """``--dry-run``: the series the target exposes that the backend will not read, and the profile that would.
+
+    Checked for the embedded simulator, or a fixed URL that already answers
+    (``experiments.unread``); None otherwise, or when nothing is left unread.
+
+    Args:
+        spec: The experiment (``Experiment.spec``).
+    """
+    from kvreplay.experiments.unread import fetch_metrics_text, sim_metrics_text, unread_series
+
+    srv = spec.server
+    backend = srv.counter_backend
+    if backend in ("auto", "none"):
+        return None
+    if srv.is_sim:
+        text: str | None = sim_metrics_text(srv.sim)
+    elif "{" not in srv.target:
+        text = fetch_metrics_text(srv.target)
+    else:
+        return None
+    got = None if text is None else unread_series(text, backend, srv.profile)
+    return None if got is None else str(got["message"])

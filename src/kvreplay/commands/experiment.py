@@ -89,7 +89,7 @@ def _schedule(doc: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay experiment``."""
-    from kvreplay.api.experiment import Experiment
+    from kvreplay.api.experiment import Experiment, unread_warning
     from kvreplay.api.run import install_loop
     from kvreplay.errors import ConfigError
     from kvreplay.rundir import EXPERIMENT
@@ -119,35 +119,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             echo(f"{EXPERIMENT}: {frozen.frozen_path}")
     if args.dry_run:
-        if not args.quiet and (warn := _unread_warning(experiment.spec)):
+        if not args.quiet and (warn := unread_warning(experiment.spec)):
             echo(f"warning: {warn}")
         return 0
     install_loop()
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
     result = asyncio.run(frozen.run_async(say))
     return _finish(args, result, frozen.out)
-
-
-def _unread_warning(exp) -> str | None:  # noqa: ANN001
-    """--dry-run: the series the target exposes that the backend will not read, and who would.
-
-    The embedded simulator's, or a fixed URL's that already answers; the profile that would
-    read them is named (``experiments.unread``).
-    """
-    from kvreplay.experiments.unread import fetch_metrics_text, sim_metrics_text, unread_series
-
-    srv = exp.server
-    backend = srv.counter_backend
-    if backend in ("auto", "none"):
-        return None
-    if srv.is_sim:
-        text: str | None = sim_metrics_text(srv.sim)
-    elif "{" not in srv.target:
-        text = fetch_metrics_text(srv.target)
-    else:
-        return None
-    got = None if text is None else unread_series(text, backend, srv.profile)
-    return None if got is None else str(got["message"])
 
 
 def _finish(args: argparse.Namespace, result: dict, out: Path) -> int:
@@ -167,30 +145,10 @@ def _finish(args: argparse.Namespace, result: dict, out: Path) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    """``--resume EXP_DIR`` (module docstring)."""
-    from kvreplay.api.experiment import FrozenExperiment
-    from kvreplay.api.run import install_loop
-    from kvreplay.experiments.window.resume import load_frozen, plan_resume
-    from kvreplay.rundir import EXPERIMENT
-    from kvreplay.rundir.experiment import read_progress
+    """``--resume EXP_DIR`` (module docstring; ``kvreplay.api.experiment.resume_experiment``)."""
+    from kvreplay.api.experiment import resume_experiment
     from kvreplay.safe_io import echo
-    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
-    out = Path(args.resume)
-    exp, doc, plans, workload, window, own = load_frozen(out, max_body_bytes=args.max_body_bytes
-                                                         or DEFAULT_MAX_BODY_BYTES)
-    progress = read_progress(out)
-    if progress is None:
-        from kvreplay.errors import ConfigError
-
-        raise ConfigError("no progress.json: the window never started, or was written before it existed; "
-                          "run the experiment again into a new --out", path=out, field="--resume")
-    rp = plan_resume(doc, progress)
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"experiment: {m}", err=True))
-    say(f"resuming {out}: interrupted at {rp.interrupted or 'nothing (every step ended)'}; "
-        f"running again: {', '.join(rp.rerun) or 'none'}")
-    install_loop()
-    frozen = FrozenExperiment(exp, doc, plans, workload, out, window, out / EXPERIMENT, own)
-    # the partial step folders are set aside by the window once the server's identity is accepted
-    result = asyncio.run(frozen.run_async(say, resume=(progress, rp.keep, rp.set_aside)))
-    return _finish(args, result, out)
+    result = resume_experiment(args.resume, max_body_bytes=args.max_body_bytes, say=say)
+    return _finish(args, result, Path(args.resume))
