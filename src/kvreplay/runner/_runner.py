@@ -43,7 +43,6 @@ from typing import Any
 import aiohttp
 
 from kvreplay.accounting import IMPLEMENTATION
-from kvreplay.accounting.sse import itl_summary_ns
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.metrics.fleet import FleetStats
@@ -56,6 +55,7 @@ from kvreplay.rundir import COUNTERS, HISTOGRAMS, RECORDS, CounterLog, RecordWri
 from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
+from kvreplay.runner._records import RecordMaking
 from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import check_fresh, expected_after, wait_drained
 from kvreplay.runner.fleet import part_deltas, replica_fields
@@ -66,7 +66,7 @@ from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
 from kvreplay.workload.conversations import live_body
-from kvreplay.workload.index import BodyChanged, sha_of, size_of
+from kvreplay.workload.index import BodyChanged
 
 __all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
 
@@ -95,7 +95,7 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
     return installed
 
 
-class _Run(CounterReads, ContractChecks):
+class _Run(RecordMaking, CounterReads, ContractChecks):
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
                  observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
@@ -172,123 +172,6 @@ class _Run(CounterReads, ContractChecks):
     def phase_start_ns(self, phase: Phase) -> int:
         """The phase's start (``now_ns()``), origin of its open-loop intended times; common to all peers."""
         return now_ns()
-
-    def record_not_sent(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str,
-                        error: str | None = None) -> None:
-        """Write the record of a position never sent (stopped or cancelled before its send; ``error`` overrides why)."""
-        rec = self.record(phase, pos, bi, rep, None, None, attribution)
-        if error is not None:
-            rec["error"] = error
-        self.writer.write(rec)
-        st.add(rec)
-
-    def refuse_changed(self, st: PhaseStats, phase: Phase, pos: int, bi: int, rep: int, attribution: str,
-                       exc: BodyChanged) -> None:
-        """A body edited on disk since planning: not sent; its record names why, and the run stops.
-
-        The frozen plan no longer describes what would be sent, so no further body is
-        sent either (abort reason ``body_changed``; later positions are recorded as not sent).
-        """
-        self.request_abort("body_changed", str(exc))
-        rec = self.record(phase, pos, bi, rep, None, None, attribution)
-        rec["error"] = escape_controls(redact(str(exc)), newlines=True)[:1024]
-        self.writer.write(rec)
-        st.add(rec)
-
-    def rel(self, t: int | None) -> int | None:
-        return None if t is None else t - self.clock.origin_ns
-
-    def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
-               delta: dict | None, attribution: str, intended_ns: int | None = None) -> dict[str, Any]:
-        bodies = self.workload.bodies
-        base = {
-            "phase": phase.name,
-            "repetition": rep,
-            "position": pos,
-            "body_index": bi,
-            "body_sha256": sha_of(bodies, bi),  # from the index: the body is not read again
-            "body_bytes": size_of(bodies, bi),
-            "concurrency": phase.spec.concurrency,
-        }
-        label, comparable = getattr(phase.spec, "label", None), getattr(phase.spec, "comparable", True)
-        if label is not None:
-            base["label"] = label
-        if not comparable:
-            base["comparable"] = False
-        if (turns := getattr(phase, "turns", None)) is not None:
-            ss, prev = self.workload.sessions, self.prev_done.get(pos)
-            base["session"], base["turn"] = turns[pos]
-            base["think_time_planned_s"] = ss.turns[bi].think_time_s if ss is not None else None
-            base["think_time_actual_s"] = (None if prev is None or out is None
-                                           else round((out.sent_ns - prev) / 1e9, 9))
-            if self.opts.history == "live":
-                sent_sha = self.sent_sha.get(pos) if out is not None else None
-                base["history"], base["sent_sha256"] = "live", sent_sha
-                base["history_differs"] = sent_sha is not None and sent_sha != base["body_sha256"]
-        if getattr(getattr(self, "opts", None), "replicas", ()):
-            base["replica"] = None  # a fleet run: runner.fleet.replica_fields names it once the request is done
-        if out is None:
-            return {**base, "sent": False, "status": "aborted", "http_status": None,
-                    "error": (self.abort or {}).get("reason", "not sent")}
-        r = out.stream
-        ttft = r.first_token_ns - out.sent_ns if r.first_token_ns is not None else None
-        ct = r.completion_tokens
-        tpot = None
-        if r.first_token_ns is not None and r.last_token_ns is not None:
-            n = ct if ct is not None else len(r.token_ns)
-            if n and n > 1:
-                tpot = (r.last_token_ns - r.first_token_ns) // (n - 1)
-        itl = None
-        s = itl_summary_ns(r.token_ns)  # native: no Python int per token
-        if s is not None:
-            n_gaps, total, top, p50 = s
-            itl = {"n": n_gaps, "mean_ms": round(total / n_gaps / 1e6, 3),
-                   "p50_ms": round(p50 / 1e6, 3), "max_ms": round(top / 1e6, 3)}
-        terminal = "finished" if r.finish_reason else ("errored" if out.status != "ok" else "stopped")
-        return {
-            **base,
-            "sent": True,
-            "status": out.status,
-            "http_status": out.http_status,
-            "finish_reason": r.finish_reason,
-            "terminal": terminal,
-            "done_marker": r.done_marker,
-            "visible": r.visible,
-            "reasoning_only": r.reasoning_deltas > 0 and not r.visible,
-            "chunks": r.chunks,
-            "content_deltas": r.content_deltas,
-            "reasoning_deltas": r.reasoning_deltas,
-            "usage": {
-                "prompt_tokens": r.prompt_tokens,
-                "completion_tokens": ct,
-                "cached_tokens": r.cached_tokens,
-                "reasoning_tokens": r.reasoning_tokens,
-            },
-            "usage_raw": r.usage,
-            "timings": r.timings,
-            "error": out.error,
-            "timeout_kind": out.timeout_kind,
-            "reconnects": out.reconnects,
-            "t_intended_ns": self.rel(intended_ns),
-            "t_sent_ns": self.rel(out.sent_ns),
-            "t_headers_ns": self.rel(out.headers_ns),
-            "t_first_byte_ns": self.rel(r.first_byte_ns),
-            "t_first_token_ns": self.rel(r.first_token_ns),
-            "t_first_content_ns": self.rel(r.first_content_ns),
-            "t_last_token_ns": self.rel(r.last_token_ns),
-            "t_done_ns": self.rel(out.done_ns),
-            "ttft_ns": ttft,
-            "tpot_ns": tpot,
-            "e2e_ns": out.done_ns - out.sent_ns,
-            "queue_ns": None if intended_ns is None else max(0, out.sent_ns - intended_ns),
-            "ttft_from_intended_ns": None if intended_ns is None or r.first_token_ns is None
-            else r.first_token_ns - intended_ns,
-            "e2e_from_intended_ns": None if intended_ns is None else out.done_ns - intended_ns,
-            "itl": itl,
-            "text_head": r.text_head,
-            "attribution": attribution,
-            "counter_delta": delta,
-        }
 
     def check_outcome(self, out: RequestOutcome) -> None:
         if out.status == "client_error" and out.error and out.error.startswith("client resources exhausted"):
