@@ -43,14 +43,17 @@ def test_plan_json_not_writable_is_one_line_and_exit_2_nothing_sent(workload, tm
                                                                      err, words):
     from kvreplay.rundir import planfile
 
-    real = planfile.atomic_write_json
+    # plan.json is streamed entry by entry (atomic_write_chunks) or, for a plan without a
+    # streamed sequence, written whole (atomic_write_json): both fail here
+    def failing(real):
+        def write(path, data):
+            if path.name == "plan.json":
+                raise OSError(err, words, str(path) + ".tmp")
+            return real(path, data)
+        return write
 
-    def failing(path, data):
-        if path.name == "plan.json":
-            raise OSError(err, words, str(path) + ".tmp")
-        return real(path, data)
-
-    monkeypatch.setattr(planfile, "atomic_write_json", failing)
+    monkeypatch.setattr(planfile, "atomic_write_json", failing(planfile.atomic_write_json))
+    monkeypatch.setattr(planfile, "atomic_write_chunks", failing(planfile.atomic_write_chunks))
     out = tmp_path / "run"
     with HostileServer("ok") as srv:
         code = main(_base(workload, srv.url, out))
