@@ -48,6 +48,10 @@ def test_sim_fleet_round_robin_c1_routing_loss_is_exact(tmp_path):
         obs = loss["policies"]["observed"]
         assert obs["cached_tokens"] == measured  # exact: the simulator is its own ground truth
         assert loss["observed_vs_measured_pct"] == 100.0
+        # the simulator counts its own tokens: the unit conversion is exactly 1 and changes no figure
+        assert loss["server_tokens_per_sim_token"] == 1.0
+        assert all(f["cached_tokens_server"] == f["cached_tokens"] for f in loss["policies"].values())
+        assert loss["observed_vs_measured_pct_sim_tokens"] == 100.0
         # per replica too, against each replica's own counters over the phase (hit_tokens)
         own = [e["counter_delta"]["hit_tokens"] for e in ph["replicas"]]
         assert obs["per_replica_cached_tokens"] == own

@@ -294,13 +294,20 @@ def loss_sentence(loss: dict[str, Any]) -> str:
     ``the routing kept X% of the reuse available (merged-cache bound Y, greedy
     affinity Z)``, X the observed figure's ``kept_pct``, Y and Z cached tokens;
     without an observed figure it reads ``no observed assignment (merged-cache
-    bound Y, greedy affinity Z)``.
+    bound Y, greedy affinity Z)``. Where ``server_tokens_per_sim_token`` R is
+    given and not 1 (a real server's tokenizer: ``offline.runloss``), Y and Z are
+    the figures' ``cached_tokens_server`` and the sentence ends ``(in the
+    server's tokens: simulator tokens × R)``.
     """
     pol = loss["policies"]
+    ratio = loss.get("server_tokens_per_sim_token")
+    key = "cached_tokens_server" if ratio is not None and ratio != 1.0 else "cached_tokens"
     tail = (
-        f"(merged-cache bound {pol['merged']['cached_tokens']:,},"
-        f" greedy affinity {pol['prefix_affinity']['cached_tokens']:,})"
+        f"(merged-cache bound {pol['merged'][key]:,},"
+        f" greedy affinity {pol['prefix_affinity'][key]:,})"
     )
+    if key == "cached_tokens_server":
+        tail += f" (in the server's tokens: simulator tokens × {ratio:.4g})"
     if "observed" not in pol:
         return f"no observed assignment {tail}"
     return f"the routing kept {_pct(pol['observed']['kept_pct'])} of the reuse available {tail}"

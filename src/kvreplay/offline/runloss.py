@@ -17,7 +17,16 @@ this module turns them, the frozen plan and the replicas' cache models into
 - the observed assignment: each record's ``replica`` mapped to its index in
   plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
   observed figure (said in ``note``);
-- measured cached tokens: the sum of the phase's records' ``usage.cached_tokens``.
+- measured cached tokens: the sum of the phase's records' ``usage.cached_tokens``;
+- the unit conversion (``add_server_units``): the figures are in the simulator's
+  tokens, a real server counts in its own tokenizer's (llama-server's tiny
+  vocabulary: 2.235 of its tokens per simulator token on the bundled workload), so
+  where the phase's records carry ``usage.prompt_tokens`` (the server's own count)
+  ``server_tokens_per_sim_token`` = their sum over the simulated prompt tokens of
+  the same requests, each policy gets ``cached_tokens_server`` = round(cached
+  tokens x that ratio), and ``observed_vs_measured_pct`` compares the observed
+  figure in those units (the raw one stays as ``observed_vs_measured_pct_sim_tokens``).
+  Against the embedded simulator the ratio is exactly 1.
 
 The observed figure replays the assignment one request at a time: exact at
 concurrency 1 (records in send order); above C1 requests overlap on the server,
@@ -27,15 +36,17 @@ which the ``note`` says.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import KvreplayError
-from kvreplay.offline.routing import routing_loss
+from kvreplay.offline.routing import loss_sentence, routing_loss
 from kvreplay.offline.sources import ModelRequest, model_requests
 from kvreplay.sim.config import SimConfig
 
-__all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "run_routing_loss", "sim_fleet_json"]
+__all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "add_server_units", "run_routing_loss",
+           "sim_fleet_json"]
 
 NO_MODEL = "no cache model: routing loss not computed"
 """The ``note`` of a phase whose replicas' cache models are not known."""
@@ -146,12 +157,51 @@ def run_routing_loss(
                        for r, q in zip(sent, reqs, strict=False) if q.counted)
         loss = routing_loss(reqs, models, observed=observed, seed=seed, measured_cached_tokens=measured,
                             observed_label="each record's replica")
+        counted = [(r, q) for r, q in zip(sent, reqs, strict=False) if q.counted]
+        with_usage = [(r["usage"]["prompt_tokens"], len(q.tokens)) for r, q in counted
+                      if isinstance(r.get("usage"), dict) and isinstance(r["usage"].get("prompt_tokens"), int)]
+        if with_usage and len(with_usage) < len(counted):
+            notes.append(f"server_tokens_per_sim_token from the {len(with_usage)} of {len(counted)} requests "
+                         "whose records carry usage.prompt_tokens")
+        add_server_units(loss, sum(s for s, _ in with_usage) if with_usage else None,
+                         sum(t for _, t in with_usage))
         if loss["observed"] is not None:  # per position of this phase only
             keep = [i for i, m in enumerate(mine[:last_pos + 1]) if m]
             loss["observed"] = {k: [v[i] for i in keep] for k, v in loss["observed"].items()}
         loss["note"] = "; ".join(notes) or None
         out[name] = loss
     return out
+
+
+def add_server_units(loss: dict[str, Any], server_prompt_tokens: int | None, sim_prompt_tokens: int) -> None:
+    """Add the server's token units to a ``routing_loss`` object (in place).
+
+    Args:
+        loss: ``offline.routing.routing_loss``'s object (figures in simulator tokens).
+        server_prompt_tokens: The sum of the records' ``usage.prompt_tokens`` (the
+            server's own count), or None when no record carries it.
+        sim_prompt_tokens: The simulated prompt tokens (simulator tokens) of the same requests.
+
+    Sets ``server_tokens_per_sim_token`` (server over simulated prompt tokens; None
+    without a server count or with no simulated tokens), ``cached_tokens_server``
+    of every policy (round(cached tokens x the ratio), exact: a fraction, ties to
+    even; None without a ratio), ``observed_vs_measured_pct_sim_tokens`` (the
+    observed figure in simulator tokens over the measured cached tokens, x 100) and
+    ``observed_vs_measured_pct`` (the same on ``cached_tokens_server`` where the
+    ratio is known, else the simulator-token figure), and rebuilds ``sentence``
+    (its figures in the server's tokens when the ratio is not 1).
+    """
+    ratio = (Fraction(server_prompt_tokens, sim_prompt_tokens)
+             if server_prompt_tokens is not None and sim_prompt_tokens > 0 else None)
+    loss["server_tokens_per_sim_token"] = None if ratio is None else float(ratio)
+    for fig in loss["policies"].values():
+        fig["cached_tokens_server"] = None if ratio is None else round(fig["cached_tokens"] * ratio)
+    raw = loss.get("observed_vs_measured_pct")
+    loss["observed_vs_measured_pct_sim_tokens"] = raw
+    measured = loss.get("measured_cached_tokens")
+    if raw is not None and ratio is not None and measured:
+        loss["observed_vs_measured_pct"] = 100.0 * loss["policies"]["observed"]["cached_tokens_server"] / measured
+    loss["sentence"] = loss_sentence(loss)
 
 
 def add_routing_loss(run_dir: Path, summary: dict[str, Any], *, plan: Any = None, workload: Any = None) -> bool:

@@ -79,7 +79,9 @@ def routing_loss_section(run: RunData) -> tuple[list[Table], list[str]] | None:
     ``prefix_affinity``, ``round_robin``, ``random``); the notes carry each
     phase's sentence "the routing kept X% of the reuse available (merged-cache
     bound Y, greedy affinity Z)", the observed figure against the measured cached
-    tokens, and the phase's ``note`` (e.g. no cache model).
+    tokens (in the server's tokens where ``server_tokens_per_sim_token`` is not 1,
+    with the simulator-token figure beside it), and the phase's ``note`` (e.g. no
+    cache model).
     """
     tables: list[Table] = []
     notes: list[str] = []
@@ -107,6 +109,11 @@ def routing_loss_section(run: RunData) -> tuple[list[Table], list[str]] | None:
         if loss.get("measured_cached_tokens") is not None:
             line += (f"; measured cached tokens {loss['measured_cached_tokens']:,}, observed figure "
                      f"{_num(loss.get('observed_vs_measured_pct'), '{:.2f}%').text} of it")
+            ratio = loss.get("server_tokens_per_sim_token")
+            if ratio is not None and ratio != 1.0:  # offline.runloss.add_server_units
+                line += (f" in the server's tokens (simulator tokens x {ratio:.4g}; "
+                         f"{_num(loss.get('observed_vs_measured_pct_sim_tokens'), '{:.2f}%').text} "
+                         "in the simulator's tokens)")
         if loss.get("note"):
             line += f"; {loss['note']}"
         notes.append(line)
