@@ -1,25 +1,6 @@
 """``kvreplay inspect WORKLOAD``: the prefix structure of a workload, before sending anything.
 
-Every body gets a prefix chain (``kvreplay.workload.chain``: one link per chat
-message, or per block of a completions prompt). Bodies whose chains start
-with the same links share that prefix byte for byte, so a prefix cache could
-serve it. The command prints:
-
-* groups of bodies sharing a chain prefix (each group at its deepest shared
-  link), with the size of that prefix in bytes;
-* unique bodies (whose very first link no other body has) and byte-identical
-  bodies (same SHA-256);
-* the expected reuse: replaying the bodies in workload order through an
-  unbounded cache that keeps every prefix it has seen, the bytes of each body
-  already covered by an earlier body, over all hashed bytes. It is an upper
-  bound at message (or block) granularity: real servers reuse in tokens or
-  blocks of tokens and evict.
-* for a conversation workload (a sessions side file): its sessions and turns, and
-  by turn index the bytes each turn shares with its session's previous turn (the
-  reuse that turn could get), with the named warnings of
-  ``kvreplay.workload.conversations`` (``history_not_prefix``).
-
-Sizes are bytes of the raw body as sent; no tokenizer is applied.
+What it prints and how it is measured: ``kvreplay.api.inspection``'s docstring.
 
 A thin layer over ``kvreplay.api.inspection`` (``kvreplay.inspect_workload``), which
 declares the options and computes the structure; this module prints it.
