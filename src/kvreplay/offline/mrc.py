@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvreplay.offline.stack import lru_stack_distances
+from kvreplay.offline.stack import stack_distances_compact
 
 __all__ = [
     "Curve",
@@ -169,7 +169,8 @@ def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
             ``(R + 1,)``.
 
     Returns:
-        Distances in the same (root-first) order, ``(n,)`` int64: block ``i``
+        Distances in the same (root-first) order, ``(n,)``, int32 below
+        ``2**31 - 1`` references, else int64: block ``i``
         of a request is cached before it at capacity ``C`` iff ``0 < d <= C``
         (see the module docstring for the deepest-first touch order).
 
@@ -179,12 +180,20 @@ def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
     blocks = np.asarray(blocks)
     starts = np.asarray(starts, dtype=np.int64)
     n = len(blocks)
+    dt = np.int32 if n < (1 << 31) - 1 else np.int64
     lengths = np.diff(starts)
-    req = np.repeat(np.arange(len(lengths)), lengths)
-    first = starts[:-1][req]
-    last = starts[1:][req] - 1
-    rev = first + last - np.arange(n, dtype=np.int64)  # involution within each request
-    dist_rev = lru_stack_distances(blocks[rev], query_at=first)
+    # Each request reversed in place: position i <-> first + last - i (an involution).
+    rev = np.repeat((starts[:-1] + starts[1:] - 1).astype(dt), lengths)
+    rev -= np.arange(n, dtype=dt)
+    items = blocks[rev]
+    del rev
+    if items.dtype.itemsize > 4 and n and int(items.min()) >= 0 and int(items.max()) < (1 << 31):
+        items = items.astype(np.int32)  # only equality matters; halves the sort
+    first = np.repeat(starts[:-1].astype(dt), lengths)
+    dist_rev = stack_distances_compact(items, query_at=first)
+    del items, first
+    rev = np.repeat((starts[:-1] + starts[1:] - 1).astype(dt), lengths)
+    rev -= np.arange(n, dtype=dt)
     return dist_rev[rev]
 
 
@@ -229,10 +238,12 @@ def block_curve(
     if np.any(lookup_blocks > lengths) or np.any(lookup_blocks < 0):
         raise ValueError("lookup_blocks must lie within each chain")
     dist = block_distances(blocks, starts)
-    req = np.repeat(np.arange(R), lengths)
-    depth = np.arange(len(dist), dtype=np.int64) - starts[:-1][req]
-    looked = depth < lookup_blocks[req]
-    dist = np.where(looked, dist, 0)
+    dt = dist.dtype
+    req = np.repeat(np.arange(R, dtype=dt), lengths)
+    depth = np.arange(len(dist), dtype=dt)
+    depth -= np.repeat(starts[:-1].astype(dt), lengths)
+    dist[depth >= np.repeat(lookup_blocks.astype(dt), lengths)] = 0  # not looked up
+    del depth
     root = np.zeros(R, dtype=np.int64)
     has = lookup_blocks > 0
     root[has] = dist[starts[:-1][has]]
@@ -240,7 +251,7 @@ def block_curve(
         counted = np.ones(R, dtype=bool)
     return curve_from_distances(
         dist,
-        np.full(len(dist), block_tokens, dtype=np.int64),
+        np.broadcast_to(np.int64(block_tokens), dist.shape),
         req,
         root,
         counted=np.asarray(counted, dtype=bool),
