@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvreplay.offline.stack import stack_distances_compact
+from kvreplay.offline.stack import narrow_ids, stack_distances_compact
 
 __all__ = [
     "Curve",
@@ -116,7 +116,7 @@ class Curve:
 
 def curve_from_distances(
     dist: np.ndarray,
-    weight_tokens: np.ndarray,
+    weight_tokens: np.ndarray | int,
     request_of: np.ndarray,
     request_dist: np.ndarray,
     *,
@@ -129,7 +129,8 @@ def curve_from_distances(
 
     Args:
         dist: Stack distance of each reference (0 = cold), shape ``(n,)``.
-        weight_tokens: Tokens each reference contributes on a hit, ``(n,)``.
+        weight_tokens: Tokens each reference contributes on a hit, ``(n,)``;
+            or one int for every reference (no per-reference array).
         request_of: Request index of each reference, ``(n,)``.
         request_dist: Per request, the smallest capacity at which it has any
             hit (0 = never), shape ``(R,)``.
@@ -146,8 +147,15 @@ def curve_from_distances(
     rq = counted & (request_dist > 0)
     top = int(max(dist.max(initial=0), request_dist.max(initial=0)))
     size = top + 1
-    tok = np.bincount(dist[keep], weights=weight_tokens[keep], minlength=size)
-    units = np.bincount(dist[keep], minlength=size)
+    hit = dist[keep]
+    del keep
+    units = np.bincount(hit, minlength=size)
+    if isinstance(weight_tokens, (int, np.integer)):
+        # The same float64 sums as bincount's weights (exact integers below 2**53).
+        tok = units.astype(np.float64) * float(weight_tokens)
+    else:
+        tok = np.bincount(hit, weights=weight_tokens[counted[request_of] & (dist > 0)], minlength=size)
+    del hit
     reqs = np.bincount(request_dist[rq], minlength=size)
     return Curve(
         unit=unit,
@@ -185,13 +193,10 @@ def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
     # Each request reversed in place: position i <-> first + last - i (an involution).
     rev = np.repeat((starts[:-1] + starts[1:] - 1).astype(dt), lengths)
     rev -= np.arange(n, dtype=dt)
-    items = blocks[rev]
+    items = narrow_ids(blocks[rev])  # only equality matters
     del rev
-    if items.dtype.itemsize > 4 and n and int(items.min()) >= 0 and int(items.max()) < (1 << 31):
-        items = items.astype(np.int32)  # only equality matters; halves the sort
-    first = np.repeat(starts[:-1].astype(dt), lengths)
-    dist_rev = stack_distances_compact(items, query_at=first)
-    del items, first
+    dist_rev = stack_distances_compact(items, request_starts=starts)
+    del items
     rev = np.repeat((starts[:-1] + starts[1:] - 1).astype(dt), lengths)
     rev -= np.arange(n, dtype=dt)
     return dist_rev[rev]
@@ -251,7 +256,7 @@ def block_curve(
         counted = np.ones(R, dtype=bool)
     return curve_from_distances(
         dist,
-        np.broadcast_to(np.int64(block_tokens), dist.shape),
+        int(block_tokens),
         req,
         root,
         counted=np.asarray(counted, dtype=bool),

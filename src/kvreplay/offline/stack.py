@@ -44,6 +44,7 @@ __all__ = [
     "count_below_in_prefix",
     "lru_query_distances",
     "lru_stack_distances",
+    "narrow_ids",
     "previous_positions",
     "stack_distances_compact",
 ]
@@ -52,13 +53,27 @@ COLD = 0
 """Distance given to a first reference (a miss at every capacity)."""
 
 
-CHUNK = 1 << 22
+CHUNK = 1 << 20
 """Positions sorted at once per level in ``count_below_in_prefix`` (bounds its temporaries)."""
 
 
 def _index_dtype(n: int) -> type[np.signedinteger]:
     """int32 when positions ``-1 .. n`` fit in it, else int64."""
     return np.int32 if n < (1 << 31) - 1 else np.int64
+
+
+def narrow_ids(items: np.ndarray) -> np.ndarray:
+    """``items`` as int32 when every id fits (a copy), else unchanged: for ids compared only for equality."""
+    items = np.asarray(items)
+    if (
+        items.dtype.kind in "iu"
+        and items.dtype.itemsize > 4
+        and len(items)
+        and int(items.min()) >= -(1 << 31)
+        and int(items.max()) < (1 << 31)
+    ):
+        return items.astype(np.int32)
+    return items
 
 
 def previous_positions(items: np.ndarray) -> np.ndarray:
@@ -113,6 +128,13 @@ def count_below_in_prefix(
     answers exactly the queries whose ``ends`` fall inside it (queries are
     taken in ascending ``ends``).
     """
+    return _count_below(values, ends, thresholds, chunk, np.int64)
+
+
+def _count_below(
+    values: np.ndarray, ends: np.ndarray, thresholds: np.ndarray, chunk: int, out_dtype: type
+) -> np.ndarray:
+    """``count_below_in_prefix`` with the result in ``out_dtype`` (int32 when counts fit)."""
     if chunk < 1 or chunk & (chunk - 1):
         raise ValueError("chunk must be a power of two")
     values = np.asarray(values)
@@ -120,7 +142,7 @@ def count_below_in_prefix(
     thresholds = np.asarray(thresholds)
     n = len(values)
     m = len(ends)
-    out = np.zeros(m, dtype=np.int64)
+    out: np.ndarray = np.zeros(m, dtype=out_dtype)
     if n == 0 or m == 0:
         return out
     top = max(int(values.max()), int(thresholds.max()), 0) + 2
@@ -136,36 +158,40 @@ def count_below_in_prefix(
     level = 0
     while (1 << level) <= n:
         span = max(chunk, 2 << level)  # aligned positions sorted together
+        several = span == chunk and (1 << level) < chunk
         for a in range(0, n, span):
             bounds = np.array([a, min(a + span, n + 1)], dtype=ends.dtype)
-            lo, hi = (int(x) for x in np.searchsorted(ends, bounds, side="left"))
-            if lo == hi:
+            first, past = (int(x) for x in np.searchsorted(ends, bounds, side="left"))
+            if first == past:
                 continue
-            e = ends[lo:hi]
-            has = (e >> level) & 1 == 1
-            if not has.any():
-                continue
-            t = thresholds[lo:hi][has]
-            if span == chunk and (1 << level) < chunk:
+            if several:
                 # Several blocks: sort (block, value) keys, 2**level positions a block.
-                v1 = values[a : min(a + span, n)].astype(np.int64) + 1
-                keys = np.arange(len(v1), dtype=np.int64)
+                keys = np.arange(min(span, n - a), dtype=np.int64)
                 keys >>= level
                 keys <<= shift
-                keys |= v1
-                del v1
+                keys |= values[a : a + span].astype(np.int64) + 1
                 keys.sort()
-                start = ((e[has] >> (level + 1)) << (level + 1)).astype(np.int64) - a
-                qkeys = ((start >> level) << shift) | (t.astype(np.int64) + 1)
-                got = np.searchsorted(keys, qkeys, side="left") - start
             else:
                 # One block (the even one) of 2**level positions: its values alone.
                 keys = np.sort(values[a : a + (1 << level)])
-                if t.dtype.itemsize > keys.dtype.itemsize:
-                    keys = keys.astype(t.dtype)
-                got = np.searchsorted(keys, t.astype(keys.dtype, copy=False), side="left")
+                if thresholds.dtype.itemsize > keys.dtype.itemsize:
+                    keys = keys.astype(thresholds.dtype)
+            for lo in range(first, past, chunk):  # at most ``chunk`` queries at once
+                hi = min(lo + chunk, past)
+                e = ends[lo:hi]
+                has = (e >> level) & 1 == 1
+                if not has.any():
+                    continue
+                t = thresholds[lo:hi][has]
+                if several:
+                    start = ((e[has] >> (level + 1)) << (level + 1)).astype(np.int64) - a
+                    qkeys = ((start >> level) << shift) | (t.astype(np.int64) + 1)
+                    got = np.searchsorted(keys, qkeys, side="left") - start
+                    del start, qkeys
+                else:
+                    got = np.searchsorted(keys, t.astype(keys.dtype, copy=False), side="left")
+                out[lo:hi][has] += got.astype(out.dtype, copy=False)
             del keys
-            out[lo:hi][has] += got
         level += 1
     if perm is not None:
         res = np.empty_like(out)
@@ -174,31 +200,53 @@ def count_below_in_prefix(
     return out
 
 
-def stack_distances_compact(items: np.ndarray, query_at: np.ndarray | None = None) -> np.ndarray:
-    """``lru_stack_distances`` in the narrowest index dtype (int32 below 2**31 references).
+def stack_distances_compact(
+    items: np.ndarray,
+    query_at: np.ndarray | None = None,
+    *,
+    request_starts: np.ndarray | None = None,
+) -> np.ndarray:
+    """``lru_stack_distances`` in the narrowest index dtype, for long reference strings.
 
-    Same arguments, result values and errors as ``lru_stack_distances``;
-    the result is int32 when ``n < 2**31 - 1`` (distances are at most ``n``).
-    Temporaries are freed as soon as they are used (``mrc.block_distances``
-    at a million requests holds tens of millions of references).
+    Same result values and errors as ``lru_stack_distances``; the result is
+    int32 when ``n < 2**31 - 1`` (distances are at most ``n``), else int64.
+    Item ids that fit are compared as int32 (only equality matters), and
+    temporaries are freed as soon as they are used: about 21 bytes per
+    reference at the peak plus ``CHUNK``-bounded work arrays
+    (``mrc.block_distances`` at a million requests holds ~24 million).
+
+    Args:
+        items: Item ids in reference order, shape ``(n,)``.
+        query_at: As in ``lru_stack_distances``; or None.
+        request_starts: Instead of ``query_at``: offsets of each request in
+            ``items`` plus a final ``n``, shape ``(R + 1,)``; every reference
+            is looked up against the state at its request's first position
+            (built only when needed).
+
+    Raises:
+        ValueError: an item is referenced twice within one request, or both
+            ``query_at`` and ``request_starts`` are given.
     """
+    if query_at is not None and request_starts is not None:
+        raise ValueError("give query_at or request_starts, not both")
     items = np.asarray(items)
     n = len(items)
     dt = _index_dtype(n)
+    items = narrow_ids(items)
     prev = previous_positions(items)
-    if query_at is None:
-        q = np.arange(n, dtype=dt)
-    else:
-        q = np.asarray(query_at)
-        if q.dtype != dt:
-            q = q.astype(dt)
-    seen = np.flatnonzero(prev >= 0)
+    del items
+    seen = prev >= 0
     p = prev[seen]
-    qs = q[seen]
-    del q
+    if request_starts is not None:
+        rs = np.asarray(request_starts, dtype=np.int64)
+        qs = np.repeat(rs[:-1].astype(dt), np.diff(rs))[seen]
+    elif query_at is None:
+        qs = np.flatnonzero(seen).astype(dt)
+    else:
+        qs = np.asarray(query_at)[seen].astype(dt, copy=False)
     if np.any(qs <= p):
         raise ValueError("an item is referenced twice within one request")
-    got = count_below_in_prefix(prev, qs, p)
+    got = _count_below(prev, qs, p, CHUNK, dt)
     del prev, qs
     got -= p
     del p
