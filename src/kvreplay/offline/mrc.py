@@ -150,6 +150,7 @@ def curve_from_distances(
     hit = dist[keep]
     del keep
     units = np.bincount(hit, minlength=size)
+    tok: np.ndarray
     if isinstance(weight_tokens, (int, np.integer)):
         # The same float64 sums as bincount's weights (exact integers below 2**53).
         tok = units.astype(np.float64) * float(weight_tokens)
