@@ -39,8 +39,6 @@ class BlockTrace:
         block_tokens: Tokens per full block.
         blocks: Block id of every reference, request after request, root
             first within a request; shape ``(n_refs,)``, int64.
-        block_tok: Tokens in that block reference (``block_tokens`` except a
-            request's partial last block); shape ``(n_refs,)``, int64.
         starts: Offset of each request's first reference in ``blocks``, plus
             a final ``n_refs``; shape ``(n_requests + 1,)``, int64.
         input_tokens: Prompt length of each request (tokens); ``(n_requests,)``.
@@ -50,13 +48,25 @@ class BlockTrace:
     path: str
     block_tokens: int
     blocks: np.ndarray
-    block_tok: np.ndarray
     starts: np.ndarray
     input_tokens: np.ndarray
     timestamp_ms: np.ndarray
 
     def __len__(self) -> int:
         return len(self.input_tokens)
+
+    @property
+    def block_tok(self) -> np.ndarray:
+        """Tokens in each block reference, shape ``(n_refs,)`` int64.
+
+        ``block_tokens`` except a request's partial last block. Built on each
+        call, not kept (8 bytes a reference).
+        """
+        lengths = np.diff(self.starts)
+        toks = np.full(len(self.blocks), self.block_tokens, dtype=np.int64)
+        last = lengths > 0  # a request's last block holds what the full ones leave
+        toks[self.starts[1:][last] - 1] = self.input_tokens[last] - self.block_tokens * (lengths[last] - 1)
+        return toks
 
     def chains(self) -> list[list[int]]:
         """Each request's block ids, root first (for the brute-force models)."""
@@ -140,15 +150,10 @@ def load_block_trace(
         raise WorkloadError("trace holds no requests", path=p)
     starts_a = np.asarray(starts, dtype=np.int64)
     inputs_a = np.asarray(inputs, dtype=np.int64)
-    lengths = np.diff(starts_a)
-    toks = np.full(len(blocks), block_tokens, dtype=np.int64)
-    last = lengths > 0  # a request's last block holds what the full ones leave
-    toks[starts_a[1:][last] - 1] = inputs_a[last] - block_tokens * (lengths[last] - 1)
     return BlockTrace(
         path=str(p),
         block_tokens=block_tokens,
         blocks=np.frombuffer(blocks, dtype=np.int64) if len(blocks) else np.zeros(0, dtype=np.int64),
-        block_tok=toks,
         starts=starts_a,
         input_tokens=inputs_a,
         timestamp_ms=np.asarray(stamps, dtype=np.float64),
