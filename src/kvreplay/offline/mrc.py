@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvreplay.offline.stack import lru_stack_distances
+from kvreplay.offline.stack import narrow_ids, stack_distances_compact
 
 __all__ = [
     "Curve",
@@ -116,7 +116,7 @@ class Curve:
 
 def curve_from_distances(
     dist: np.ndarray,
-    weight_tokens: np.ndarray,
+    weight_tokens: np.ndarray | int,
     request_of: np.ndarray,
     request_dist: np.ndarray,
     *,
@@ -129,7 +129,8 @@ def curve_from_distances(
 
     Args:
         dist: Stack distance of each reference (0 = cold), shape ``(n,)``.
-        weight_tokens: Tokens each reference contributes on a hit, ``(n,)``.
+        weight_tokens: Tokens each reference contributes on a hit, ``(n,)``;
+            or one int for every reference (no per-reference array).
         request_of: Request index of each reference, ``(n,)``.
         request_dist: Per request, the smallest capacity at which it has any
             hit (0 = never), shape ``(R,)``.
@@ -146,8 +147,16 @@ def curve_from_distances(
     rq = counted & (request_dist > 0)
     top = int(max(dist.max(initial=0), request_dist.max(initial=0)))
     size = top + 1
-    tok = np.bincount(dist[keep], weights=weight_tokens[keep], minlength=size)
-    units = np.bincount(dist[keep], minlength=size)
+    hit = dist[keep]
+    del keep
+    units = np.bincount(hit, minlength=size)
+    tok: np.ndarray
+    if isinstance(weight_tokens, (int, np.integer)):
+        # The same float64 sums as bincount's weights (exact integers below 2**53).
+        tok = units.astype(np.float64) * float(weight_tokens)
+    else:
+        tok = np.bincount(hit, weights=weight_tokens[counted[request_of] & (dist > 0)], minlength=size)
+    del hit
     reqs = np.bincount(request_dist[rq], minlength=size)
     return Curve(
         unit=unit,
@@ -169,7 +178,8 @@ def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
             ``(R + 1,)``.
 
     Returns:
-        Distances in the same (root-first) order, ``(n,)`` int64: block ``i``
+        Distances in the same (root-first) order, ``(n,)``, int32 below
+        ``2**31 - 1`` references, else int64: block ``i``
         of a request is cached before it at capacity ``C`` iff ``0 < d <= C``
         (see the module docstring for the deepest-first touch order).
 
@@ -179,12 +189,17 @@ def block_distances(blocks: np.ndarray, starts: np.ndarray) -> np.ndarray:
     blocks = np.asarray(blocks)
     starts = np.asarray(starts, dtype=np.int64)
     n = len(blocks)
+    dt = np.int32 if n < (1 << 31) - 1 else np.int64
     lengths = np.diff(starts)
-    req = np.repeat(np.arange(len(lengths)), lengths)
-    first = starts[:-1][req]
-    last = starts[1:][req] - 1
-    rev = first + last - np.arange(n, dtype=np.int64)  # involution within each request
-    dist_rev = lru_stack_distances(blocks[rev], query_at=first)
+    # Each request reversed in place: position i <-> first + last - i (an involution).
+    rev = np.repeat((starts[:-1] + starts[1:] - 1).astype(dt), lengths)
+    rev -= np.arange(n, dtype=dt)
+    items = narrow_ids(blocks[rev])  # only equality matters
+    del rev
+    dist_rev = stack_distances_compact(items, request_starts=starts)
+    del items
+    rev = np.repeat((starts[:-1] + starts[1:] - 1).astype(dt), lengths)
+    rev -= np.arange(n, dtype=dt)
     return dist_rev[rev]
 
 
@@ -229,10 +244,12 @@ def block_curve(
     if np.any(lookup_blocks > lengths) or np.any(lookup_blocks < 0):
         raise ValueError("lookup_blocks must lie within each chain")
     dist = block_distances(blocks, starts)
-    req = np.repeat(np.arange(R), lengths)
-    depth = np.arange(len(dist), dtype=np.int64) - starts[:-1][req]
-    looked = depth < lookup_blocks[req]
-    dist = np.where(looked, dist, 0)
+    dt = dist.dtype
+    req = np.repeat(np.arange(R, dtype=dt), lengths)
+    depth = np.arange(len(dist), dtype=dt)
+    depth -= np.repeat(starts[:-1].astype(dt), lengths)
+    dist[depth >= np.repeat(lookup_blocks.astype(dt), lengths)] = 0  # not looked up
+    del depth
     root = np.zeros(R, dtype=np.int64)
     has = lookup_blocks > 0
     root[has] = dist[starts[:-1][has]]
@@ -240,7 +257,7 @@ def block_curve(
         counted = np.ones(R, dtype=bool)
     return curve_from_distances(
         dist,
-        np.full(len(dist), block_tokens, dtype=np.int64),
+        int(block_tokens),
         req,
         root,
         counted=np.asarray(counted, dtype=bool),

@@ -263,6 +263,8 @@ def block_requests_from_trace(
         The flattened chains (full blocks only; see the module docstring).
     """
     B = trace.block_tokens
+    if foreign is None:
+        return _trace_requests(trace)
     items = _trace_items(trace, 0, True)
     if foreign is not None:
         offset = int(trace.blocks.max(initial=-1)) + 1
@@ -282,6 +284,33 @@ def block_requests_from_trace(
         lookup_blocks=np.asarray(look, dtype=np.int64),
         prompt_tokens=np.asarray(prompt, dtype=np.int64),
         counted=np.asarray(counted, dtype=bool),
+        block_tokens=B,
+    )
+
+
+def _trace_requests(trace: BlockTrace) -> BlockRequests:
+    """``block_requests_from_trace`` of one trace, vectorised (no array per request).
+
+    ``blocks`` is the trace's own array (not a copy) when every block is full.
+    """
+    B = trace.block_tokens
+    n = trace.input_tokens.astype(np.int64)
+    full = n // B
+    lengths = np.diff(trace.starts)
+    if np.array_equal(full, lengths):
+        blocks = trace.blocks
+    else:
+        depth = np.arange(len(trace.blocks), dtype=np.int64) - np.repeat(trace.starts[:-1], lengths)
+        blocks = trace.blocks[depth < np.repeat(full, lengths)]
+        del depth
+    starts = np.zeros(len(n) + 1, dtype=np.int64)
+    np.cumsum(full, out=starts[1:])
+    return BlockRequests(
+        blocks=blocks,
+        starts=starts,
+        lookup_blocks=np.where(n > 0, (n - 1) // B, 0).astype(np.int64),
+        prompt_tokens=n,
+        counted=np.ones(len(n), dtype=bool),
         block_tokens=B,
     )
 

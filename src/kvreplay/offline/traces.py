@@ -14,6 +14,7 @@ in Qin et al., "Mooncake: Trading More Storage for Less Computation", FAST'25.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +39,6 @@ class BlockTrace:
         block_tokens: Tokens per full block.
         blocks: Block id of every reference, request after request, root
             first within a request; shape ``(n_refs,)``, int64.
-        block_tok: Tokens in that block reference (``block_tokens`` except a
-            request's partial last block); shape ``(n_refs,)``, int64.
         starts: Offset of each request's first reference in ``blocks``, plus
             a final ``n_refs``; shape ``(n_requests + 1,)``, int64.
         input_tokens: Prompt length of each request (tokens); ``(n_requests,)``.
@@ -49,13 +48,25 @@ class BlockTrace:
     path: str
     block_tokens: int
     blocks: np.ndarray
-    block_tok: np.ndarray
     starts: np.ndarray
     input_tokens: np.ndarray
     timestamp_ms: np.ndarray
 
     def __len__(self) -> int:
         return len(self.input_tokens)
+
+    @property
+    def block_tok(self) -> np.ndarray:
+        """Tokens in each block reference, shape ``(n_refs,)`` int64.
+
+        ``block_tokens`` except a request's partial last block. Built on each
+        call, not kept (8 bytes a reference).
+        """
+        lengths = np.diff(self.starts)
+        toks = np.full(len(self.blocks), self.block_tokens, dtype=np.int64)
+        last = lengths > 0  # a request's last block holds what the full ones leave
+        toks[self.starts[1:][last] - 1] = self.input_tokens[last] - self.block_tokens * (lengths[last] - 1)
+        return toks
 
     def chains(self) -> list[list[int]]:
         """Each request's block ids, root first (for the brute-force models)."""
@@ -99,8 +110,8 @@ def load_block_trace(
             ``len(hash_ids) != ceil(input_length / block_tokens)``.
     """
     p, data = read_trace_bytes(path)
-    blocks: list[int] = []
-    toks: list[int] = []
+    # Block ids packed as they come (8 bytes each, not a Python int per id).
+    blocks = array("q")
     starts = [0]
     inputs: list[int] = []
     stamps: list[float] = []
@@ -128,21 +139,22 @@ def load_block_trace(
             raise WorkloadError(
                 "a block id repeats within the request", path=p, line=lineno, field="hash_ids"
             )
-        blocks.extend(ids)
-        if ids:
-            toks.extend([block_tokens] * (len(ids) - 1))
-            toks.append(n_in - block_tokens * (len(ids) - 1))
+        try:
+            blocks.extend(ids)
+        except TypeError:  # ids that are not Python ints: numpy's conversion, as before
+            blocks.extend(np.asarray(ids, dtype=np.int64).tolist())
         starts.append(len(blocks))
         inputs.append(n_in)
         stamps.append(float(row.get("timestamp", 0)))
     if not inputs:
         raise WorkloadError("trace holds no requests", path=p)
+    starts_a = np.asarray(starts, dtype=np.int64)
+    inputs_a = np.asarray(inputs, dtype=np.int64)
     return BlockTrace(
         path=str(p),
         block_tokens=block_tokens,
-        blocks=np.asarray(blocks, dtype=np.int64),
-        block_tok=np.asarray(toks, dtype=np.int64),
-        starts=np.asarray(starts, dtype=np.int64),
-        input_tokens=np.asarray(inputs, dtype=np.int64),
+        blocks=np.frombuffer(blocks, dtype=np.int64) if len(blocks) else np.zeros(0, dtype=np.int64),
+        starts=starts_a,
+        input_tokens=inputs_a,
         timestamp_ms=np.asarray(stamps, dtype=np.float64),
     )
