@@ -341,7 +341,30 @@ class ClientMonitor:
             "late_send_share": round(self.late_sends / self.sends, 4)
             if self.open_loop and self.sends
             else None,
+            **host_load(),
         }
+
+
+def host_load() -> dict[str, Any]:
+    """``{"host_load_1m", "host_cpus"}``: the host's load and CPUs at a phase's end.
+
+    The 1-minute load average (``os.getloadavg``) and the CPUs this process may run on
+    (``os.sched_getaffinity``); None where the platform has none.
+
+    A load average above the CPU count means runnable work waited for a CPU during the
+    phase: a server on the same host (the embedded simulator, a local llama-server) was
+    delayed too, which the client's own loop lag does not show. A/B timing decisions are
+    withheld then (``experiments.ab.resolution.client_noise``).
+    """
+    try:
+        load: float | None = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    try:
+        cpus: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count()
+    return {"host_load_1m": load, "host_cpus": cpus}
 
 
 def merge_client(parts: list[dict[str, Any]]) -> dict[str, Any]:

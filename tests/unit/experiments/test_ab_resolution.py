@@ -123,6 +123,32 @@ def test_client_noise_names_every_block_whose_self_check_was_not_quiet():
         "client not quiet: the run's client self-check read host_stalls in baseline rep 3; rerun on a quieter host")
 
 
+def test_a_busy_host_withholds_timing_decisions_though_the_client_was_quiet():
+    from kvreplay.experiments.ab.resolution import client_noise, host_busy
+
+    assert host_busy({"verdict": "quiet", "host_load_1m": 2.01, "host_cpus": 2}) is True
+    assert host_busy({"verdict": "quiet", "host_load_1m": 2.0, "host_cpus": 2}) is False  # at the CPU count: not over
+    assert host_busy({"verdict": "quiet"}) is False and host_busy(None) is False  # older runs: not busy
+    assert host_busy({"host_load_1m": None, "host_cpus": 2}) is False
+    blocks = [{"side": "baseline", "rep": 0, "client": {"verdict": "quiet", "host_load_1m": 1.5, "host_cpus": 2}},
+              {"side": "candidate", "rep": 1, "client": {"verdict": "quiet", "loop_lag_p99_ms": 1.0,
+                                                        "host_load_1m": 7.12, "host_cpus": 2}}]
+    assert client_noise(blocks) == (
+        "client not quiet: the run's client self-check read host_busy (load average 7.12 on 2 CPUs) in candidate "
+        "rep 1 (loop lag p99 up to 1 ms); rerun on a quieter host")
+    assert client_noise(blocks[:1]) is None
+
+
+def test_host_load_figures_are_the_platforms():
+    import os
+
+    from kvreplay.metrics.selfmeasure import host_load
+
+    got = host_load()
+    assert got["host_cpus"] == len(os.sched_getaffinity(0))
+    assert isinstance(got["host_load_1m"], float) and got["host_load_1m"] >= 0
+
+
 def _loud(ttft: float, itl: float, verdict: str = "quiet", cached: int = 100) -> dict:
     return {"phases": [{"name": "c4", "sent": 4, "ok": 4, "planned": 4, "valid": True, "ttft_ms": {"p50": ttft},
                         "itl_ms": {"p50": itl}, "tokens": {"cached": cached},
