@@ -375,7 +375,7 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     f = next(f for f in r["findings"] if f["rule"] == "ab_verdict")
     assert (f["reps_planned"], f["reps_measured"]) == (3, 3)
     # the "on" arm's prefill is 50% slower (ground truth: 1.5 x the prefill; a cached request
-    # pays only its uncached tail, ~130 tokens: 4.7 -> 7.1 ms at time scale 0.05): TTFT rises
+    # pays only its uncached tail, ~130 tokens: 19 -> 28 ms at time scale 0.2): TTFT rises
     # at C1 and C4, and the verdict is never a benefit
     ttft = {e["cell"]: e for e in f["evidence"] if e["metric"].startswith("ttft_p50")}
     assert sorted(ttft) == ["trace/c1.ttft_p50", "trace/c4.ttft_p50"]
