@@ -209,8 +209,10 @@ class SessionWorkloadWriter:
         sessions: Number of sessions opened.
     """
 
-    def __init__(self, out: str | Path) -> None:
+    def __init__(self, out: str | Path, source: str | Path | None = None) -> None:
+        """Open ``out`` (a ``.jsonl`` path; ``source``: the file imported, named when it holds no request)."""
         self.path = jsonl_out(out)
+        self.source = Path(source) if source is not None else None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.name + ".tmp")
         with contextlib.suppress(FileNotFoundError):
@@ -252,7 +254,7 @@ class SessionWorkloadWriter:
         """
         self._f.close()
         if not self.turns:
-            raise WorkloadError("no request to import", path=self.path)
+            raise WorkloadError("no request to import", path=self.source or self.path)
         os.replace(self._tmp, self.path)
         self._committed = True
         if not sessions:

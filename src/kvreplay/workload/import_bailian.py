@@ -117,7 +117,7 @@ def import_bailian(src: str | Path, out: str | Path, *, block_tokens: int = BAIL
     p = Path(src)
     meta: list[tuple[int, int, int, float]] = []  # (chat_id, parent, turn, timestamp ms) per body
     line_of: dict[int, int] = {}
-    with SessionWorkloadWriter(out) as w:
+    with SessionWorkloadWriter(out, src) as w:
         for lineno, line in _lines(p):
             if limit is not None and len(meta) >= limit:
                 break

@@ -97,7 +97,7 @@ def import_sharegpt(src: str | Path, out: str | Path, *, model: str = DEFAULT_MO
     """
     p = Path(src)
     skipped: dict[str, int] = {}
-    with SessionWorkloadWriter(out) as w:
+    with SessionWorkloadWriter(out, src) as w:
         for index, conv in iter_json_array(p):
             if limit is not None and w.sessions >= limit:
                 break

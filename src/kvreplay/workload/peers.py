@@ -129,7 +129,7 @@ def import_aiperf(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODE
     p = Path(src)
     sessions: dict[str, _Session] = {}
     flat = True
-    with SessionWorkloadWriter(out) as w:
+    with SessionWorkloadWriter(out, src) as w:
         for lineno, line in _lines(p):
             obj = json_line(line, p, lineno)
             if not isinstance(obj, dict):
@@ -183,7 +183,7 @@ def import_vllm(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODEL,
             whose ``output_tokens`` is not an integer >= 1 (file, line and field named).
     """
     p = Path(src)
-    with SessionWorkloadWriter(out) as w:
+    with SessionWorkloadWriter(out, src) as w:
         for lineno, line in _lines(p):
             obj = json_line(line, p, lineno)
             if not isinstance(obj, dict):
