@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import REQUEST_COUNTERS
 from kvreplay.runner.backend import Backend, Snapshot
+from kvreplay.sim.routing import REPLICA_HEADER
 
 __all__ = [
     "DEFAULT_REPLICA_HEADER",
@@ -53,7 +54,7 @@ __all__ = [
     "replicas_from_mapping",
 ]
 
-DEFAULT_REPLICA_HEADER = "x-kvreplay-replica"
+DEFAULT_REPLICA_HEADER = REPLICA_HEADER  # the name kvreplay's own router sets (sim.routing)
 """Response header naming the replica that served a request (``--replica-header``)."""
 FLEET_MARKER = "kvreplay_fleet"
 """Key of a fleet identity listing its replica URLs (``FleetBackend.identity``)."""

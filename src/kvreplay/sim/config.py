@@ -34,6 +34,7 @@ from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
 from kvreplay.sim.faults import FaultSpec, parse_fault
 
 __all__ = [
+    "DEFAULT_MODEL",
     "CACHE_MODELS",
     "SNAPSHOT_POINTS",
     "SimConfig",
@@ -45,6 +46,9 @@ __all__ = [
 CACHE_MODELS = ("entries", "radix")
 SNAPSHOT_POINTS = ("system", "messages", "prompt")
 
+
+DEFAULT_MODEL = "kvreplay-sim"
+"""The model id the simulator serves by default (``/v1/models``; the default ``model`` of imported bodies)."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
@@ -94,7 +98,7 @@ class SimConfig:
         faults: Fault specs (``faults.parse_fault``).
     """
 
-    model: str = "kvreplay-sim"
+    model: str = DEFAULT_MODEL
     build: str = "sim-1"
     cache: str = "entries"
     cache_entries: int = 8

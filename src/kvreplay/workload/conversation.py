@@ -30,13 +30,14 @@ import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.safe_io import open_new
+from kvreplay.sim.config import DEFAULT_MODEL as SIM_MODEL
 from kvreplay.workload.jsonscan import value_end, ws
 from kvreplay.workload.sessions import Turn, sessions_path, write_sessions
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "ConversationImport", "SessionWorkloadWriter", "chat_body",
            "iter_json_array", "jsonl_out"]
 
-DEFAULT_MODEL = "kvreplay-sim"
+DEFAULT_MODEL = SIM_MODEL
 """``model`` of every imported body when the source has none and ``--model`` is not given (the simulator's)."""
 
 DEFAULT_MAX_TOKENS = 256
