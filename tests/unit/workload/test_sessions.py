@@ -65,3 +65,16 @@ def test_every_body_must_be_listed(tmp_path: Path) -> None:
     (tmp_path / "w.sessions.jsonl").write_text('{"body":1,"session":"a","turn":0}\n')
     with pytest.raises(WorkloadError, match="2 bodies have no session line \\(first: body 0\\)"):
         load_sessions(w, 3)
+
+
+def test_think_time_bound_is_inclusive(tmp_path: Path) -> None:
+    """A day (86,400 s) is the largest think time accepted; a millisecond more is refused."""
+    w = _jsonl(tmp_path, 1)
+    side = tmp_path / "w.sessions.jsonl"
+    side.write_text('{"body":0,"session":"a","turn":0,"think_time_s":86400}\n')
+    s = load_sessions(w, 1)
+    assert s is not None and s.turns[0].think_time_s == 86400.0
+    side.write_text('{"body":0,"session":"a","turn":0,"think_time_s":86400.001}\n')
+    with pytest.raises(WorkloadError) as ei:
+        load_sessions(w, 1)
+    assert (ei.value.line, ei.value.field) == (1, "think_time_s")
