@@ -375,14 +375,19 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     f = next(f for f in r["findings"] if f["rule"] == "ab_verdict")
     assert (f["reps_planned"], f["reps_measured"]) == (3, 3)
     # the "on" arm's prefill is 50% slower (ground truth: 1.5 x the prefill; a cached request
-    # pays only its uncached tail, ~130 tokens: 19 -> 28 ms at time scale 0.2): TTFT rises
-    # at C1 and C4, and the verdict is never a benefit
+    # pays only its uncached tail, ~130 tokens: 19 -> 28 ms at time scale 0.2): C1's TTFT rises
+    # ~15-17%. At C4 a request's TTFT is mostly the wait behind the other three streams' decode
+    # steps, which the trace does not slow: the measured change is 0-5% with a wide interval, read
+    # "no change" or "no decision" from run to run (CI read +1.1% [-1.1, +1.6] "no change").
+    # Neither cell, nor the verdict, is ever a benefit.
     ttft = {e["cell"]: e for e in f["evidence"] if e["metric"].startswith("ttft_p50")}
     assert sorted(ttft) == ["trace/c1.ttft_p50", "trace/c4.ttft_p50"]
     # issue 27: on a loaded machine a cell's measured change can be noise; the resolution gates
-    # (experiments.ab.resolution) then withhold the decision. A decided cell is always a rise.
-    assert all(e["value"] > 0 for e in ttft.values() if e["decision"] != "no decision"), ttft
-    assert all(e["decision"] in ("regression", "no decision") for e in ttft.values()), ttft
+    # (experiments.ab.resolution) then withhold the decision. A decided C1 is always a rise.
+    c1 = ttft["trace/c1.ttft_p50"]
+    assert c1["decision"] in ("regression", "no decision"), ttft
+    assert c1["decision"] == "no decision" or (c1["value"] > 5 and c1["ci_change_pct"][0] > 5), ttft
+    assert ttft["trace/c4.ttft_p50"]["decision"] in ("regression", "no change", "no decision"), ttft
     assert f["verdict"] != "benefit"
 
 
