@@ -29,7 +29,7 @@ import aiohttp
 import pytest
 from hostile.server import big_metrics
 
-from kvreplay.backends import _offload, make_backend
+from kvreplay.backends import make_backend
 from kvreplay.rundir.counterlog import CounterLog, read_counter_log
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner.backend import Snapshot
