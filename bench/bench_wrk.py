@@ -18,6 +18,12 @@ where known. The machine's load average is printed; CPU time is robust to a shar
 machine, wall-clock rates are not.
 
     .venv/bin/python bench/bench_wrk.py --conc 64 --requests 3000 --seconds 5 --reps 2
+    .venv/bin/python bench/bench_wrk.py --server per-event,burst    # both server modes, one sitting
+
+``--server``: ``per-event`` (one write per SSE event, the default) or ``burst`` (a whole
+answer's events in one write: the cheapest server, where per-chunk client work shows);
+a comma-separated list runs each mode in turn against its own server process, and the
+table has a row per client and mode.
 """
 
 from __future__ import annotations
@@ -77,47 +83,61 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=int, default=5, help="per wrk run")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--server", default="per-event",
+                    help="per-event, burst, or both comma-separated (one server process per mode)")
     a = ap.parse_args(argv)
+    modes = [m.strip() for m in a.server.split(",") if m.strip()]
+    if not modes or any(m not in ("per-event", "burst") for m in modes):
+        print(f"--server: per-event, burst or both, not {a.server!r}", file=sys.stderr)
+        return 2
     if shutil.which("wrk") is None:
         print("wrk not found (apt-get install wrk)", file=sys.stderr)
         return 2
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     server_cpu, client_cpu = (cpus[-1], cpus[0]) if len(cpus) >= 2 else (None, None)
     load0 = os.getloadavg()
-    rows: dict[str, list[float]] = {"wrk": [], "plain": [], "kvreplay": []}
+    rows: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="kvreplay-wrk-") as td:
         tmp = Path(td)
         wl = tmp / "workload.jsonl"
         make_workload(wl, 200, max_tokens=a.tokens)
         body = wl.read_bytes().split(b"\n")[0]
-        srv, port = _start_server(server_cpu, a.tokens)
-        try:
-            warm = min(a.requests, max(200, 2 * a.conc))
-            for rep in range(a.reps):
-                w = run_wrk(port, a.conc, a.seconds, body, tmp, client_cpu)
-                per = w["cpu_s"] / (w["requests"] * a.tokens) * 1e6
-                rows["wrk"].append(per)
-                print(f"# wrk      rep {rep}: {w['requests']} req, {w['cpu_s']:.2f} s CPU (user {w['user_s']:.2f}, "
-                      f"sys {w['sys_s']:.2f}), {per:.2f} s/1M tok, errors {w['errors']}", file=sys.stderr)
-                for kind in ("plain", "kvreplay") if rep % 2 == 0 else ("kvreplay", "plain"):
-                    r = _run_child(kind, port, a.conc, a.requests, warm, wl, tmp, client_cpu)
-                    r.update(_per(r))
-                    rows[kind].append(r["cpu_s_per_1M_tokens"])
-                    print(f"# {kind:8s} rep {rep}: {r['cpu_s']:.2f} s CPU, {r['cpu_s_per_1M_tokens']:.2f} s/1M tok",
-                          file=sys.stderr)
-        finally:
-            srv.terminate()
-            srv.wait(timeout=10)
-            if srv.stdout is not None:
-                srv.stdout.close()
+        for mode in modes:
+            srv, port = _start_server(server_cpu, a.tokens, -1 if mode == "burst" else 1)
+            try:
+                warm = min(a.requests, max(200, 2 * a.conc))
+                for rep in range(a.reps):
+                    w = run_wrk(port, a.conc, a.seconds, body, tmp, client_cpu)
+                    per = w["cpu_s"] / (w["requests"] * a.tokens) * 1e6
+                    rows.setdefault(("wrk", mode), []).append(per)
+                    print(f"# {mode} wrk      rep {rep}: {w['requests']} req, {w['cpu_s']:.2f} s CPU "
+                          f"(user {w['user_s']:.2f}, sys {w['sys_s']:.2f}), {per:.2f} s/1M tok, "
+                          f"errors {w['errors']}", file=sys.stderr)
+                    for kind in ("plain", "kvreplay") if rep % 2 == 0 else ("kvreplay", "plain"):
+                        r = _run_child(kind, port, a.conc, a.requests, warm, wl, tmp, client_cpu)
+                        r.update(_per(r))
+                        rows.setdefault((kind, mode), []).append(r["cpu_s_per_1M_tokens"])
+                        print(f"# {mode} {kind:8s} rep {rep}: {r['cpu_s']:.2f} s CPU, "
+                              f"{r['cpu_s_per_1M_tokens']:.2f} s/1M tok", file=sys.stderr)
+            finally:
+                srv.terminate()
+                srv.wait(timeout=10)
+                if srv.stdout is not None:
+                    srv.stdout.close()
     load1 = os.getloadavg()
-    print(f"\nC{a.conc}, {a.tokens} tokens/response, server on cpu {server_cpu}, clients on cpu {client_cpu}, "
+    print(f"\nC{a.conc}, {a.tokens} tokens/response, server {a.server}, server on cpu {server_cpu}, "
+          f"clients on cpu {client_cpu}, "
           f"medians of {a.reps} reps; load average before {load0[0]:.2f}, after {load1[0]:.2f}\n")
-    print("| client | CPU s / 1M tokens | ratio to wrk |\n|---|---|---|")
-    ref = statistics.median(rows["wrk"])
-    for kind, vals in rows.items():
-        m = statistics.median(vals)
-        print(f"| {kind} | {m:.2f} | {m / ref:.1f} |")
+    print("| server | client | CPU s / 1M tokens (reps) | median | ratio to wrk | ratio to plain |\n"
+          "|---|---|---|---|---|---|")
+    for mode in modes:
+        ref = statistics.median(rows[("wrk", mode)])
+        plain = statistics.median(rows[("plain", mode)])
+        for kind in ("wrk", "plain", "kvreplay"):
+            vals = rows[(kind, mode)]
+            m = statistics.median(vals)
+            print(f"| {mode} | {kind} | {', '.join(f'{v:.2f}' for v in vals)} | {m:.2f} | {m / ref:.2f} | "
+                  f"{m / plain:.2f} |")
     return 0
 
 
