@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bodies", type=int, default=500)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--server", choices=("per-event", "burst"), default="per-event",
+                    help="burst: the whole answer in one write (per-request work shows)")
     a = ap.parse_args(argv)
     import uvloop
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(td)
         make_workload(tmp / "wl.jsonl", a.bodies, max_tokens=a.tokens)
         wl = load_workload(tmp / "wl.jsonl")
-        srv, port = _start_server(srv_cpu, a.tokens)
+        srv, port = _start_server(srv_cpu, a.tokens, -1 if a.server == "burst" else 1)
         url = f"http://127.0.0.1:{port}"
 
         def plan(name: str, n: int):  # noqa: ANN202
