@@ -104,7 +104,8 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         stop_new_after_s=w.left(w.window.stop_new_after_s),
         hard_deadline_s=w.left(w.window.cancel_at_s),
         abort_if=w.window.abort_if,
-        contract={"identity_pins": w.pins, "abort_on_malformed": w.window.abort_on_malformed})
+        contract={"identity_pins": w.pins, "abort_on_malformed": w.window.abort_on_malformed},
+        replicas=w.exp.server.replicas, fleet_options=w.server.fleet_options(str(srv.url)))
     stopped = result["ab"].get("stopped")
     res.checks["verdict"] = result.get("verdict")
     if stopped:

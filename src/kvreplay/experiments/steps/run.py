@@ -107,6 +107,12 @@ def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], 
 
 def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
     name, profile = w.server.backend_name, w.exp.server.profile
+    if w.exp.server.replicas and name != "none":  # [fleet]: every replica's adapter (backends.fleet)
+        from functools import partial
+
+        from kvreplay.backends.fleet import open_fleet_backend
+
+        return partial(open_fleet_backend, w.exp.server.replicas, name, profile)
 
     async def factory(session: aiohttp.ClientSession) -> Any:
         if name == "none":
@@ -148,9 +154,14 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         # the step's reports give model ms with the scale stated (experiments.timescale)
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
                    if is_sim and w.server.sim_config is not None else {}),
+        **w.server.fleet_options(url),  # [fleet]: as `kvreplay run --target ROUTER --replica ...`
     )
     summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=_factory(w, url),
                                  render_report=render_markdown)
+    if w.exp.server.replicas:  # phases[].routing_loss, as `kvreplay run` gives a fleet run
+        from kvreplay.offline.runloss import finish_routing_loss
+
+        finish_routing_loss(w.out / st.dir, summary, plan, workload, render_markdown)
     judge_run(w, res, summary)
 
 
