@@ -479,22 +479,6 @@ class ServerControl:
         return {"passed": status == 200 and reason == "stop", "http_status": status, "finish_reason": reason,
                 "error": None if status == 200 else raw[:200].decode("utf-8", "replace")}
 
-    def fleet_options(self, target_label: str) -> dict[str, Any]:
-        """``RunOptions`` fields of a run against the ``[fleet]`` (empty without one), as ``kvreplay run --replica``.
-
-        ``replicas`` (URLs), ``replica_header`` (``runner.fleet.DEFAULT_REPLICA_HEADER``) and
-        ``fleet_json`` (plan.json ``run.fleet``: ``router`` = ``target_label``, ``replicas``,
-        ``replica_header``).
-        """
-        if not self.spec.replicas:
-            return {}
-        from kvreplay.runner.fleet import DEFAULT_REPLICA_HEADER
-
-        reps = self.spec.replicas
-        return {"replicas": tuple(r.url for r in reps), "replica_header": DEFAULT_REPLICA_HEADER,
-                "fleet_json": {"router": target_label, "replicas": [r.to_json() for r in reps],
-                               "replica_header": DEFAULT_REPLICA_HEADER}}
-
     async def adapter(self, session: aiohttp.ClientSession) -> Any:
         """The counter adapter of the current incarnation (``backend_name`` not ``none``).
 

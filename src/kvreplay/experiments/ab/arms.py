@@ -358,7 +358,7 @@ async def run_ab(
             ``runner.fleet.Replica`` values whose adapters every block reads
             (``backends.fleet``); empty: one server.
         fleet_options: The ``RunOptions`` fields of that fleet (``replicas``,
-            ``replica_header``, ``fleet_json``: ``ServerControl.fleet_options``).
+            ``replica_header``, ``fleet_json``: ``runner.fleet.fleet_run_fields``).
 
     Against the simulator each block's ``plan.json`` records its arm's time scale
     (``run.sim_time_scale``, as ``kvreplay run --target sim``), so the block reports give

@@ -6,6 +6,7 @@ The window cancels it at ``hard_deadline - restore_reserve``; it sends no new le
 ``stop_new_after`` (the step is then ``aborted``, its cut cells partial, the window goes
 on). A leg answered 401/403 aborts the window (``auth``), as identity drift against the
 incarnation and pins that no longer hold do; other failed legs make the step ``failed``.
+A file with a ``[fleet]`` takes no probe step (refused at load: a router spreads its legs).
 """
 
 from __future__ import annotations

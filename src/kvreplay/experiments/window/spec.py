@@ -45,6 +45,9 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     ``"previous_step_ok"``, ``'step_ok = "A"'``, or a list of them), and a sending step its own
     ``workload`` (relative to this file; frozen and hashed into experiment.json's step entry).
     [gates]  body = {max_tokens = 2048, temperature = 1}; fixed_bytes = true   (``experiments.gates``)
+    [fleet]  replicas = ["http://...:8001", {url = "http://...:8002", backend = "llamacpp"}]
+             the target is a router (``runner.fleet``, as a plan's ``[fleet]``; ``_fleet``): run
+             and ab steps read every replica as ``kvreplay run --replica`` does; no probe step
 
 Each ``kind`` is a registered step kind (``kvreplay.experiments.steps``): its module
 declares the keys it takes and how they are validated; this parser validates the
