@@ -141,7 +141,7 @@ def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | 
     return router, tuple(out)
 
 
-def fleet_run_fields(router: str, replicas: Sequence[Replica], header: str = DEFAULT_REPLICA_HEADER
+def fleet_run_fields(router: str, replicas: Sequence[Replica], header: str | None = DEFAULT_REPLICA_HEADER
                      ) -> dict[str, Any]:
     """``RunOptions`` fields of a run against ``router`` and ``replicas`` (empty without replicas).
 
