@@ -168,3 +168,20 @@ def test_identity_pins_hold_on_every_replica_or_the_step_aborts(tmp_path, fleet)
     assert result["aborted"]["message"] == "before the first step: " + "; ".join(
         f"replicas.{u}.models: 'another-model' -> ['kvreplay-sim']" for u in fleet.replicas)
     assert result["steps"][0]["status"] == "deferred"
+
+
+def test_quiesce_incarnation_and_restore_read_every_replica(tmp_path, fleet):
+    steps = ('[[step]]\nname = "Q"\nkind = "quiesce"\ncmd = "true"\ndrain_timeout = "5s"\n\n'
+             '[[step]]\nname = "I"\nkind = "incarnation"\n\n' + RUN_STEP + '\n[[step]]\nname = "R"\nkind = "restore"\n')
+    spec = _experiment(tmp_path, fleet.router, fleet.replicas, steps)
+    spec.write_text(spec.read_text().replace('backend = "halogen"\n', 'backend = "halogen"\nstart = "true"\n'
+                                             'restore = "true"\n', 1))
+    assert main(["experiment", str(spec), "--out", str(tmp_path / "exp"), "--quiet"]) == 0
+    result = json.loads((tmp_path / "exp" / "result.json").read_text())
+    by = {s["name"]: s for s in result["steps"]}
+    assert [s["status"] for s in result["steps"]] == ["measured"] * 4
+    # the drain is checked on the replicas' own load gauges (the router has no /metrics: it would fail)
+    assert by["Q"]["checks"]["drain"]["passed"] is True
+    for name in ("I", "R"):  # identity read on every replica, the same before and after the run
+        assert by[name]["checks"]["identity"]["kvreplay_fleet"] == fleet.replicas
+    assert by["R"]["checks"]["identity"] == by["I"]["checks"]["identity"] == result["identity"]
