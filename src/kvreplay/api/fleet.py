@@ -105,33 +105,10 @@ async def check_replicas_answer(replicas: Any, timeout_s: float) -> None:
 
 
 async def open_fleet_backend(replicas: Any, name: str, profile: str | None, session: Any) -> Any:
-    """A ``runner.fleet.FleetBackend`` over every replica's adapter (``api.run.open_backend``'s way for each).
+    """``kvreplay.backends.fleet.open_fleet_backend`` (its home), imported when first called."""
+    from kvreplay.backends.fleet import open_fleet_backend as open_fleet
 
-    A replica's own ``backend=`` / ``profile=`` win over ``name`` / ``profile``.
-    Module-level, so a ``functools.partial`` of it pickles for ``--workers`` / ``--ray``.
-
-    Raises:
-        ConfigError: an unknown backend name or profile.
-        BackendError: detection failed for a replica.
-    """
-    from kvreplay.backends import detect, make_backend
-    from kvreplay.runner.fleet import FleetBackend
-
-    members = []
-    for r in replicas:
-        chosen = r.backend or name
-        if chosen == "none":
-            be = None
-        else:
-            if chosen == "auto":
-                chosen = await detect(r.url, session)
-            be = make_backend(chosen, r.url, session, profile=r.profile or profile)
-        if be is None:
-            raise ConfigError(f"replica {r.url}: backend=none reads no counters; give its backend or "
-                              "run with --backend none", field="--replica")
-        members.append((r.url, be))
-    return FleetBackend(members)
-
+    return await open_fleet(replicas, name, profile, session)
 
 
 async def start_sim_fleet(size: tuple[int, str], config: Any, calibration: dict[str, Any] | None
@@ -183,19 +160,7 @@ def replica_cache_extra(args: argparse.Namespace, replicas: Any) -> dict[str, An
 
 
 def finish_routing_loss(out: Any, summary: dict[str, Any], plan: Any, workload: Any, render_report: Any) -> None:
-    """After a fleet run: ``phases[].routing_loss`` (``offline.runloss``) into summary.json and report.md.
+    """``kvreplay.offline.runloss.finish_routing_loss`` (its home): ``phases[].routing_loss`` after a fleet run."""
+    from kvreplay.offline.runloss import finish_routing_loss as finish
 
-    Args:
-        out: The run directory.
-        summary: The summary the runner wrote (changed in place).
-        plan: The frozen ``Plan``.
-        workload: The workload it was built on.
-        render_report: ``report.markdown.render_markdown``, or None (no report.md).
-    """
-    from kvreplay.offline.runloss import add_routing_loss
-    from kvreplay.rundir import read_plan, write_report_md, write_summary
-
-    if add_routing_loss(out, summary, plan=plan, workload=workload):
-        write_summary(out, summary)
-        if render_report is not None:
-            write_report_md(out, render_report(summary, read_plan(out)))
+    finish(out, summary, plan, workload, render_report)

@@ -441,6 +441,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
     run_factory: Any = (worker_factory or no_backend) if replicas else factory
     # report.md at the end of the run (the runner never imports kvreplay.report); _finish redraws it.
     render_report = None if getattr(args, "report", "html") == "none" else render_markdown
+    from kvreplay.runner.fleet import fleet_run_fields
 
     opts = RunOptions(
         target_url=url,
@@ -468,10 +469,7 @@ async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = No
         **contract,
         ca_file=getattr(args, "ca_file", None),
         history=getattr(args, "history", "captured"),
-        replicas=tuple(r.url for r in replicas),
-        replica_header=getattr(args, "replica_header", None) if replicas else None,
-        fleet_json={"router": "sim" if sim else target_label, "replicas": [r.to_json() for r in replicas],
-                    "replica_header": getattr(args, "replica_header", None)} if replicas else None,
+        **fleet_run_fields("sim" if sim else target_label, replicas, getattr(args, "replica_header", None)),
     )
     try:
         # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)

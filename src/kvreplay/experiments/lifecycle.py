@@ -479,6 +479,28 @@ class ServerControl:
         return {"passed": status == 200 and reason == "stop", "http_status": status, "finish_reason": reason,
                 "error": None if status == 200 else raw[:200].decode("utf-8", "replace")}
 
+    async def adapter(self, session: aiohttp.ClientSession) -> Any:
+        """The counter adapter of the current incarnation (``backend_name`` not ``none``).
+
+        A ``[fleet]``: every replica's adapter as one ``runner.fleet.FleetBackend``
+        (``backends.fleet``; counters summed, identity per replica), never the router's.
+        Else the ``[server]`` target's (``auto``: detected once, then kept).
+
+        Raises:
+            BackendError: detection failed.
+            ConfigError: an unknown backend or profile.
+        """
+        if self.spec.replicas:
+            from kvreplay.backends.fleet import open_fleet_backend
+
+            return await open_fleet_backend(self.spec.replicas, self.backend_name, self.spec.profile, session)
+        from kvreplay.backends import detect, make_backend
+
+        assert self.url is not None
+        if self.backend_name == "auto":
+            self.backend_name = await detect(self.url, session)
+        return make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+
     async def read(self) -> tuple[dict[str, Any] | None, Any, str | None]:
         """Identity and a counter snapshot of the current incarnation (no generation request).
 
@@ -489,13 +511,9 @@ class ServerControl:
             return None, None, "no URL (no incarnation yet)"
         if self.backend_name == "none":
             return None, None, None
-        from kvreplay.backends import detect, make_backend
-
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             try:
-                if self.backend_name == "auto":
-                    self.backend_name = await detect(self.url, session)
-                be = make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+                be = await self.adapter(session)
                 return await be.identity(), await be.snapshot(), None
             except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
                 return None, None, f"{type(exc).__name__}: {exc}"
@@ -509,14 +527,11 @@ class ServerControl:
         """
         if self.url is None or self.backend_name == "none":
             return {"passed": None, "waited_s": 0.0, "reason": "no counters adapter: the drain is not checked"}
-        from kvreplay.backends import detect, make_backend
         from kvreplay.runner.counters import wait_drained
 
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             try:
-                if self.backend_name == "auto":
-                    self.backend_name = await detect(self.url, session)
-                be = make_backend(self.backend_name, self.url, session, profile=self.spec.profile)
+                be = await self.adapter(session)
                 got = await wait_drained(be, interval_s=interval_s, timeout_s=timeout_s)
             except (BackendError, ConfigError, aiohttp.ClientError, TimeoutError) as exc:
                 return {"passed": False, "waited_s": 0.0, "reason": f"{type(exc).__name__}: {exc}"}

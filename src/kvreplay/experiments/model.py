@@ -97,6 +97,8 @@ class ServerSpec:
     ready: ReadySpec | None = None
     stop_grace_s: float = STOP_GRACE_S
     restore_checks: tuple[RestoreCheck, ...] = ()
+    replicas: tuple[Any, ...] = ()
+    """``[fleet]``: the replicas behind the ``target`` router (``runner.fleet.Replica``); empty: one server."""
 
     @property
     def is_sim(self) -> bool:
@@ -122,6 +124,7 @@ class ServerSpec:
             # only when set, so experiment files without it keep their experiment.json
             **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
             **({"restore_checks": [c.to_json() for c in self.restore_checks]} if self.restore_checks else {}),
+            **({"fleet": {"replicas": [r.to_json() for r in self.replicas]}} if self.replicas else {}),
         }
 
 

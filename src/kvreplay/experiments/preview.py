@@ -73,6 +73,11 @@ def preview(doc: dict[str, Any], exp: Any, out: Path) -> str:
         lines.append("gates: none")
     lines += deadline_lines(doc["window"], doc["steps"])
     server = doc.get("server") or {}
+    if fleet := server.get("fleet"):  # [fleet]: requests to the router, counters from every replica
+        reps = ", ".join(r["url"] + "".join(f" {k}={r[k]}" for k in ("backend", "profile") if r.get(k))
+                         for r in fleet["replicas"])
+        lines.append(f"fleet: requests to the router {server['target']}; counters, identity and drain from "
+                     f"{len(fleet['replicas'])} replicas: {reps}")
     main_wl = doc.get("workload")
     for s in doc["steps"]:
         kind = kind_of(s["kind"])

@@ -45,8 +45,8 @@ from kvreplay.offline.routing import loss_sentence, routing_loss
 from kvreplay.offline.sources import ModelRequest, model_requests
 from kvreplay.sim.config import SimConfig
 
-__all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "add_server_units", "run_routing_loss",
-           "sim_fleet_json"]
+__all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "add_server_units", "finish_routing_loss",
+           "run_routing_loss", "sim_fleet_json"]
 
 NO_MODEL = "no cache model: routing loss not computed"
 """The ``note`` of a phase whose replicas' cache models are not known."""
@@ -242,3 +242,21 @@ def add_routing_loss(run_dir: Path, summary: dict[str, Any], *, plan: Any = None
         if ph.get("name") in losses:
             ph["routing_loss"] = losses[ph["name"]]
     return bool(losses)
+
+
+def finish_routing_loss(out: Path, summary: dict[str, Any], plan: Any, workload: Any, render_report: Any) -> None:
+    """After a fleet run: ``phases[].routing_loss`` (``add_routing_loss``) into summary.json and report.md.
+
+    Args:
+        out: The run directory.
+        summary: The summary the runner wrote (changed in place).
+        plan: The frozen ``Plan``.
+        workload: The workload it was built on.
+        render_report: ``report.markdown.render_markdown``, or None (no report.md).
+    """
+    from kvreplay.rundir import read_plan, write_report_md, write_summary
+
+    if add_routing_loss(out, summary, plan=plan, workload=workload):
+        write_summary(out, summary)
+        if render_report is not None:
+            write_report_md(out, render_report(summary, read_plan(out)))

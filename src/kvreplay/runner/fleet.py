@@ -48,6 +48,7 @@ __all__ = [
     "attribute_by_counters",
     "attribute_by_header",
     "check_fleet",
+    "fleet_run_fields",
     "parse_replica",
     "part_deltas",
     "replica_fields",
@@ -138,6 +139,20 @@ def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | 
         else:
             raise ConfigError("a replica is a URL or a table with url", field=where)
     return router, tuple(out)
+
+
+def fleet_run_fields(router: str, replicas: Sequence[Replica], header: str | None = DEFAULT_REPLICA_HEADER
+                     ) -> dict[str, Any]:
+    """``RunOptions`` fields of a run against ``router`` and ``replicas`` (empty without replicas).
+
+    ``replicas`` (URLs), ``replica_header`` and ``fleet_json`` (plan.json ``run.fleet``:
+    ``router``, ``replicas`` as ``Replica.to_json``, ``replica_header``); an experiment
+    file's ``[fleet]`` runs with them as ``kvreplay run --replica`` does.
+    """
+    if not replicas:
+        return {}
+    return {"replicas": tuple(r.url for r in replicas), "replica_header": header,
+            "fleet_json": {"router": router, "replicas": [r.to_json() for r in replicas], "replica_header": header}}
 
 
 def _same_server(a: str, b: str) -> bool:

@@ -320,6 +320,8 @@ async def run_ab(
     abort_if: tuple[tuple[str, str, float], ...] = (),
     contract: dict[str, Any] | None = None,
     sim_calibration: dict[str, Any] | None = None,
+    replicas: tuple[Any, ...] = (),
+    fleet_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every block in the frozen order, then compare (see module docstring).
 
@@ -352,6 +354,11 @@ async def run_ab(
             as ``kvreplay run`` keeps it: in ``ab.json`` (``sim_calibration``), in each
             block's ``plan.json`` (``run.sim_calibration``) and in each arm's simulator
             ``/version``.
+        replicas: A fleet target behind ``target`` (the router; an experiment's ``[fleet]``):
+            ``runner.fleet.Replica`` values whose adapters every block reads
+            (``backends.fleet``); empty: one server.
+        fleet_options: The ``RunOptions`` fields of that fleet (``replicas``,
+            ``replica_header``, ``fleet_json``: ``runner.fleet.fleet_run_fields``).
 
     Against the simulator each block's ``plan.json`` records its arm's time scale
     (``run.sim_time_scale``, as ``kvreplay run --target sim``), so the block reports give
@@ -467,7 +474,7 @@ async def run_ab(
                 doc["blocks"].append(rec)
                 continue
             chosen = {"name": backend_name}
-            fleet_kw = fleet_kw if is_sim else {}
+            fleet_kw = fleet_kw if is_sim else dict(fleet_options or {})
             sim_fleet = fleet_kw.pop("sim_fleet", None)
 
             async def factory(
@@ -476,6 +483,10 @@ async def run_ab(
             ) -> Any:
                 if _chosen["name"] == "none":
                     return None
+                if replicas and not is_sim:  # [fleet]: every replica's adapter, never the router's
+                    from kvreplay.backends.fleet import open_fleet_backend
+
+                    return await open_fleet_backend(replicas, _chosen["name"], profile, session)
                 if _replicas:
                     return await fleet_backend(_replicas, session)
                 from kvreplay.backends import detect, make_backend

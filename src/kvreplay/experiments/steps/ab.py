@@ -7,7 +7,8 @@ server, ``{port}`` etc. expanded by ``experiments.lifecycle.expand``), ``reps``
 (60 s), ``cmd_timeout`` (120 s), ``drain_timeout`` (10 s).
 
 Frozen: the block plan (``plan``, ``plan_sha256``), the block order (``ab_order``: A B,
-B A, ...) and the settings (``ab``). Run: ``experiments.ab.arms.run_ab``. Published:
+B A, ...) and the settings (``ab``). Run: ``experiments.ab.arms.run_ab`` (with a ``[fleet]``,
+every block as ``kvreplay run --replica``: the replicas' adapters, records naming their replica). Published:
 the ``ab_verdict`` finding from its ``compare.json``, a ``verdict`` cell and one cell
 per threshold check (and, for simulator arms that run fleets, ``sim:replicas=N,router=P``,
 the per-replica and routing-loss cells of ``experiments.ab.fleet``), the arms' common
@@ -83,6 +84,7 @@ def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], 
 async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     from kvreplay.experiments.ab.arms import run_ab
     from kvreplay.experiments.ab.compare import parse_threshold
+    from kvreplay.runner.fleet import fleet_run_fields
 
     s = st.settings
     srv = w.server
@@ -104,7 +106,8 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         stop_new_after_s=w.left(w.window.stop_new_after_s),
         hard_deadline_s=w.left(w.window.cancel_at_s),
         abort_if=w.window.abort_if,
-        contract={"identity_pins": w.pins, "abort_on_malformed": w.window.abort_on_malformed})
+        contract={"identity_pins": w.pins, "abort_on_malformed": w.window.abort_on_malformed},
+        replicas=w.exp.server.replicas, fleet_options=fleet_run_fields(str(srv.url), w.exp.server.replicas))
     stopped = result["ab"].get("stopped")
     res.checks["verdict"] = result.get("verdict")
     if stopped:

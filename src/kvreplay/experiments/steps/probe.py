@@ -6,6 +6,7 @@ The window cancels it at ``hard_deadline - restore_reserve``; it sends no new le
 ``stop_new_after`` (the step is then ``aborted``, its cut cells partial, the window goes
 on). A leg answered 401/403 aborts the window (``auth``), as identity drift against the
 incarnation and pins that no longer hold do; other failed legs make the step ``failed``.
+A file with a ``[fleet]`` takes no probe step (refused at load: a router spreads its legs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from kvreplay.experiments.fields import Where
 from kvreplay.experiments.lifecycle import identity_mismatches
-from kvreplay.experiments.model import StepResult, StepSpec
+from kvreplay.experiments.model import ServerSpec, StepResult, StepSpec
 from kvreplay.experiments.probe.step import PROBE_KEYS, probe_cells, probe_settings
 from kvreplay.experiments.steps.base import CellContext, StepKind, Window
 from kvreplay.plan import Plan
@@ -27,6 +28,13 @@ __all__ = ["KIND"]
 
 def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[str, Any]:
     return probe_settings(rest, path=where.path, line=where.line, fld=where.fld)
+
+
+def _check(step: StepSpec, server: ServerSpec, where: Where) -> None:
+    """Refuse a probe against a ``[fleet]``: its legs measure one server's cache, and a router spreads them."""
+    if server.replicas:
+        raise where.error("a probe measures one server's cache, and the [fleet] router would spread its legs "
+                          "over the replicas: probe a replica in an experiment without [fleet]", "kind")
 
 
 def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:
@@ -117,6 +125,7 @@ KIND = StepKind(
     execute=_execute,
     sends=True,
     cancel_at_deadline=True,
+    check=_check,
     freeze=_freeze,
     cells=_cells,
     time_scales=_time_scales,

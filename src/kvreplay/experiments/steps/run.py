@@ -8,6 +8,10 @@ the server before the step is ``failed``, reason ``transport: ...``; default the
 window's; 0 = never), ``history`` (a conversation workload's history: ``"captured"``,
 the default, or ``"live"``, as ``kvreplay run --history``; frozen only when live).
 
+With a ``[fleet]`` the run is ``kvreplay run --target ROUTER --replica ...``'s: every
+replica's adapter (``backends.fleet``), records naming their replica, ``phases[].replicas``,
+``phases[].fleet`` and ``phases[].routing_loss`` (``runner.fleet.fleet_run_fields``).
+
 Frozen: the exact plan (``plan``, ``plan_sha256``) and ``drain_timeout_s``. Run: the
 runner against the current incarnation, under the window's deadlines and abort rules;
 identity drift against the incarnation or pins that no longer hold abort the window.
@@ -107,6 +111,12 @@ def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], 
 
 def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
     name, profile = w.server.backend_name, w.exp.server.profile
+    if w.exp.server.replicas and name != "none":  # [fleet]: every replica's adapter (backends.fleet)
+        from functools import partial
+
+        from kvreplay.backends.fleet import open_fleet_backend
+
+        return partial(open_fleet_backend, w.exp.server.replicas, name, profile)
 
     async def factory(session: aiohttp.ClientSession) -> Any:
         if name == "none":
@@ -122,6 +132,7 @@ def _factory(w: Window, url: str) -> Callable[[aiohttp.ClientSession], Any]:
 async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     from kvreplay.report.markdown import render_markdown
     from kvreplay.runner import RunOptions, execute_plan
+    from kvreplay.runner.fleet import fleet_run_fields
 
     plan = w.plans[st.name]
     workload = w.workload_for(st)
@@ -148,9 +159,14 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         # the step's reports give model ms with the scale stated (experiments.timescale)
         run_extra=({"sim_time_scale": w.server.sim_config.time_scale}
                    if is_sim and w.server.sim_config is not None else {}),
+        **fleet_run_fields(url, w.exp.server.replicas),  # [fleet]: as `kvreplay run --replica ...`
     )
     summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=_factory(w, url),
                                  render_report=render_markdown)
+    if w.exp.server.replicas:  # phases[].routing_loss, as `kvreplay run` gives a fleet run
+        from kvreplay.offline.runloss import finish_routing_loss
+
+        finish_routing_loss(w.out / st.dir, summary, plan, workload, render_markdown)
     judge_run(w, res, summary)
 
 

@@ -45,6 +45,9 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     ``"previous_step_ok"``, ``'step_ok = "A"'``, or a list of them), and a sending step its own
     ``workload`` (relative to this file; frozen and hashed into experiment.json's step entry).
     [gates]  body = {max_tokens = 2048, temperature = 1}; fixed_bytes = true   (``experiments.gates``)
+    [fleet]  replicas = ["http://...:8001", {url = "http://...:8002", backend = "llamacpp"}]
+             the target is a router (``runner.fleet``, as a plan's ``[fleet]``; ``_fleet``): run
+             and ab steps read every replica as ``kvreplay run --replica`` does; no probe step
 
 Each ``kind`` is a registered step kind (``kvreplay.experiments.steps``): its module
 declares the keys it takes and how they are validated; this parser validates the
@@ -156,6 +159,7 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
                              line=_line_of(text, r"\[server\.restore\]") or line)
     if isinstance(restore, dict):
         restore = {k: v for k, v in restore.items() if k != "checks"} or None  # checks alone: no command
+    cmds: dict[str, Any]  # Command or None, by name
     cmds = {k: _command(restore if k == "restore" else data.get(k), path=path, line=line, fld=f"server.{k}",
                         default_timeout=60.0) for k in ("start", "stop", "restore")}
     if "{port}" in target and cmds["start"] is None:
@@ -165,6 +169,53 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
                       sim=dict(sim), ready=ready_spec, **cmds,
                       stop_grace_s=parse_duration(data.get("stop_grace", STOP_GRACE_S), path=path, line=line,
                                                   fld="server.stop_grace"), restore_checks=checks)
+
+
+def _fleet(data: Any, server: ServerSpec, raw_server: Any, text: str, path: Path) -> ServerSpec:
+    """``[fleet]``: the replicas behind ``[server] target`` (the router), read by ``runner.fleet``.
+
+    The table is the plan's (``runner.fleet.replicas_from_mapping``: ``router``, ``replicas``
+    of URLs or ``{url, backend, profile}``); its ``router``, when given, is the target when
+    ``[server]`` names none and must be the same server when it does.
+
+    Raises:
+        ConfigError: the plan's refusals, no replica, a target that is not a fixed router URL,
+            a router that differs from the target, a replica that is the router or listed twice
+            (the file, the line of ``[fleet]`` and the field).
+    """
+    from dataclasses import replace
+
+    from kvreplay.runner.fleet import check_fleet, replicas_from_mapping
+
+    line = _line_of(text, r"\[fleet\]") or _line_of(text, r"fleet\s*=")
+
+    def refuse(msg: str, fld: str) -> ConfigError:
+        return ConfigError(msg, path=path, line=line, field=fld)
+
+    try:
+        router, replicas = replicas_from_mapping(data, source="fleet")
+    except ConfigError as exc:
+        raise refuse(exc.message, exc.field or "fleet") from None
+    if not replicas:
+        raise refuse("a fleet needs replicas: replicas = [\"http://HOST:PORT\", ...]", "fleet.replicas")
+    target = server.target
+    if router is not None:
+        given = isinstance(raw_server, dict) and "target" in raw_server
+        if not given:
+            target = router
+        elif router.rstrip("/") != target.rstrip("/"):
+            raise refuse(f"router {router!r} is not [server] target {target!r} (the router is the target; "
+                         "give one of them)", "fleet.router")
+    if target == "sim" or "{" in target or not target.startswith(("http://", "https://")):
+        raise refuse(f"a fleet's requests go to a router: [server] target must be its fixed http(s) URL, "
+                     f"not {target!r}", "server.target")
+    if server.sim:
+        raise refuse("[server.sim] configures the embedded simulator, not a fleet", "server.sim")
+    try:
+        check_fleet(target, replicas)
+    except ConfigError as exc:
+        raise refuse(exc.message, "fleet.replicas") from None
+    return replace(server, target=target, replicas=replicas)
 
 
 def _restore_checks(raw: Any, *, path: Path, line: int | None) -> tuple[RestoreCheck, ...]:
@@ -304,11 +355,13 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
         from kvreplay.tomlfile import parse_toml
 
         text, data = parse_toml(text.encode("utf-8"), where=p)
-    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates"})
+    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates", "fleet"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),
                           field=unknown[0])
     server = _server(data.get("server"), text, p)
+    if "fleet" in data:
+        server = _fleet(data["fleet"], server, data.get("server"), text, p)
     window = _window(data.get("window"), text, p)
     window.check(path=p)
     raw_steps = data.get("step")

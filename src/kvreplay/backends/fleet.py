@@ -1,0 +1,48 @@
+"""A fleet's counter adapter: one adapter per replica as one ``runner.fleet.FleetBackend`` (issue 33).
+
+The one place a fleet target's adapters are built, for ``kvreplay run --replica``
+(``api.fleet``) and for an experiment file's ``[fleet]`` (``experiments``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreplay.errors import ConfigError
+
+__all__ = ["open_fleet_backend"]
+
+
+async def open_fleet_backend(replicas: Any, name: str, profile: str | None, session: Any) -> Any:
+    """A ``runner.fleet.FleetBackend`` over every replica's adapter (``make_backend``; ``auto``: ``detect``).
+
+    A replica's own ``backend=`` / ``profile=`` win over ``name`` / ``profile``.
+    Module-level, so a ``functools.partial`` of it pickles for ``--workers`` / ``--ray``.
+
+    Args:
+        replicas: ``runner.fleet.Replica`` values.
+        name: The run's backend name (``auto``: detected per replica).
+        profile: The run's profile (for ``prometheus``).
+        session: The aiohttp session the adapters read with.
+
+    Raises:
+        ConfigError: an unknown backend name or profile, or a replica with ``backend=none``.
+        BackendError: detection failed for a replica.
+    """
+    from kvreplay.backends import detect, make_backend
+    from kvreplay.runner.fleet import FleetBackend
+
+    members = []
+    for r in replicas:
+        chosen = r.backend or name
+        if chosen == "none":
+            be = None
+        else:
+            if chosen == "auto":
+                chosen = await detect(r.url, session)
+            be = make_backend(chosen, r.url, session, profile=r.profile or profile)
+        if be is None:
+            raise ConfigError(f"replica {r.url}: backend=none reads no counters; give its backend or "
+                              "run with --backend none", field="--replica")
+        members.append((r.url, be))
+    return FleetBackend(members)
