@@ -133,3 +133,18 @@ def test_max_transport_failures_must_be_a_whole_number(tmp_path, bad):
     with pytest.raises(ConfigError, match="whole number") as ei:
         load_experiment(p)
     assert ei.value.field == "window.max_transport_failures"
+
+
+def test_an_incarnation_without_a_start_command_is_refused_at_load(tmp_path):
+    """A URL target with no ``[server] start``: the step could start nothing (it failed at run time with an
+    AssertionError before); the simulator target and a target with a start command are accepted."""
+    steps = ('[[step]]\nname = "run"\nkind = "run"\nphases = ["a:forward:c1"]\n'
+             '[[step]]\nname = "I"\nkind = "incarnation"\n')
+    p = tmp_path / "e.toml"
+    p.write_text(f'workload = "{WL}"\n[server]\ntarget = "http://127.0.0.1:9"\n' + steps)
+    with pytest.raises(ConfigError, match="an incarnation starts a fresh server") as ei:
+        load_experiment(p)
+    assert (ei.value.path, ei.value.line, ei.value.field) == (p, 8, "step[1].kind")
+    assert [s.kind for s in load_experiment(write(tmp_path, steps)).steps] == ["run", "incarnation"]
+    p.write_text(f'workload = "{WL}"\n[server]\ntarget = "http://127.0.0.1:9"\nstart = "true"\n' + steps)
+    assert [s.kind for s in load_experiment(p).steps] == ["run", "incarnation"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvreplay.experiments.fields import Where
 from kvreplay.experiments.lifecycle import identity_mismatches
-from kvreplay.experiments.model import STOP_GRACE_S, StepResult, StepSpec
+from kvreplay.experiments.model import STOP_GRACE_S, ServerSpec, StepResult, StepSpec
 from kvreplay.experiments.steps.base import StepKind, Window, check_cells
 from kvreplay.plan import Plan
 from kvreplay.workload import Workload
@@ -37,6 +37,13 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
     st["sim"] = dict(sim)
     st.setdefault("fresh", False)
     return st
+
+
+def _check(step: StepSpec, server: ServerSpec, where: Where) -> None:
+    """Refuse an incarnation that could not start anything: a URL target with no ``[server] start``."""
+    if not server.is_sim and server.start is None:
+        raise where.error("an incarnation starts a fresh server: give [server] a start command "
+                          "(or target = \"sim\")", "kind")
 
 
 def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:
@@ -138,6 +145,7 @@ KIND = StepKind(
     name="incarnation",
     keys=frozenset({"fresh", "sim"}),
     parse=_parse,
+    check=_check,
     execute=_execute,
     starts_server=True,
     cancel_at_deadline=True,
