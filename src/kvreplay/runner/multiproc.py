@@ -110,8 +110,8 @@ class _WorkerRun(_Run):
         i = self.phase_index[id(phase)]
         seq = phase.sequence
         n = len(seq)
-        counters = self.shared.counters
-        lock = counters.get_lock()
+        lock = self.shared.counters.get_lock()
+        counters = self.shared.counters.get_obj()  # the raw array: one lock acquisition per claim, not three
 
         def claim() -> Any:
             while True:
