@@ -1,7 +1,8 @@
 """CPU per request of ``kvreplay run --workers 2`` against one worker (issue 32 item 6).
 
 Whole-process-tree CPU (user + system of the ``kvreplay run`` process and every
-worker it spawns and joins, from ``os.wait4``'s rusage), so the coordinator,
+worker it starts, from ``os.wait4``'s rusage; the fork server the workers fork
+from is adopted and reaped here, ``PR_SET_CHILD_SUBREAPER``), so the coordinator,
 the workers, their start-up and the merge are all charged. Each worker count
 runs at two request counts; the difference gives the per-request cost with the
 fixed costs (interpreter start, imports, planning, spawning and importing the
@@ -15,6 +16,8 @@ The server is ``bench/_fastserver.py`` in burst mode (one write per response,
 the cheapest server, so the client's cost dominates); C64 closed loop, 1k-token
 prompts, 128-token answers, ``--backend none --report none``. CPU time is
 robust to other jobs on the machine; wall clock is not (it is printed too).
+Imports are byte-compiled (a pycache in the temporary folder, filled by one
+unmeasured run per worker count), as an installed package has them.
 Reps alternate the order of the worker counts; medians are printed, and the
 ratio ``--workers 2 / --workers 1`` of the per-request CPU and of the whole
 run's CPU at ``N_large``.
@@ -27,6 +30,7 @@ run's CPU at ``N_large``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -42,11 +46,35 @@ sys.path.insert(0, str(HERE))
 from bench_client import _start_server, make_workload  # noqa: E402
 
 
-def run_tree_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+def become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``); False elsewhere.
+
+    The runner's fork server outlives the run by a moment and is never waited for by the
+    run's process: adopted here, it is reaped (with the workers it reaped) and charged.
+    """
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set[int]:
+    out: set[int] = set()
+    for task in Path("/proc/self/task").glob("*"):
+        with contextlib.suppress(OSError):
+            out |= {int(x) for x in (task / "children").read_text().split()}
+    return out
+
+
+def run_tree_cpu(cmd: list[str], env: dict[str, str], keep: frozenset[int] = frozenset()) -> tuple[float, float, int]:
     """Run ``cmd``; (CPU s of its whole process tree, wall s, exit status).
 
     CPU is ``ru_utime + ru_stime`` from ``os.wait4``: the process and every
-    descendant it waited for (the runner joins its workers).
+    descendant it waited for (the runner joins its workers), plus every orphaned
+    descendant adopted after it exited (:func:`become_subreaper`), waited for here.
+    ``keep``: this process's own long-lived children (the server), never waited for.
     """
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -55,10 +83,18 @@ def run_tree_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     p.stderr.close()
+    cpu = ru.ru_utime + ru.ru_stime
+    deadline = time.monotonic() + 30
+    while (orphans := _children() - keep) and time.monotonic() < deadline:
+        for pid in orphans:
+            got, _, oru = os.wait4(pid, os.WNOHANG)
+            if got:
+                cpu += oru.ru_utime + oru.ru_stime
+        time.sleep(0.01)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise RuntimeError(f"{cmd} failed ({p.returncode}):\n{err.decode(errors='replace')[-3000:]}")
-    return ru.ru_utime + ru.ru_stime, wall, p.returncode
+    return cpu, wall, p.returncode
 
 
 def kvreplay_cmd(wl: Path, url: str, out: Path, conc: int, repeats: int, workers: int) -> list[str]:
@@ -84,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.small % a.bodies or a.large % a.bodies or a.large <= a.small:
         ap.error("--small and --large must be multiples of --bodies, --large > --small")
     counts = [int(w) for w in a.workers.split(",")]
+    if not become_subreaper():
+        print("# not Linux: a fork server's CPU is not charged", file=sys.stderr)
     env = dict(os.environ)
     load0 = os.getloadavg()
     rows: dict[tuple[int, int], list[dict[str, float]]] = {}
@@ -93,13 +131,20 @@ def main(argv: list[str] | None = None) -> int:
         make_workload(wl, a.bodies, max_tokens=a.tokens)
         srv, port = _start_server(None, a.tokens, -1)  # burst; unpinned, as the workers are
         url = f"http://127.0.0.1:{port}"
+        keep = frozenset({srv.pid})
+        # Byte-compiled imports, as an installed package has them (PYTHONDONTWRITEBYTECODE
+        # would make every worker compile kvreplay's sources again): one unmeasured run each.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
         try:
+            for w in counts:
+                run_tree_cpu(kvreplay_cmd(wl, url, tmp / f"warm-{w}", a.conc, 1, w), env, keep)
             for rep in range(a.reps):
                 order = counts if rep % 2 == 0 else counts[::-1]
                 for w in order:
                     for n in (a.small, a.large):
                         out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"w{w}-n{n}-"))
-                        cpu, wall, _ = run_tree_cpu(kvreplay_cmd(wl, url, out, a.conc, n // a.bodies, w), env)
+                        cpu, wall, _ = run_tree_cpu(kvreplay_cmd(wl, url, out, a.conc, n // a.bodies, w), env, keep)
                         rows.setdefault((w, n), []).append({"cpu_s": cpu, "wall_s": wall})
                         print(f"# workers {w} requests {n} rep {rep}: {cpu:.2f} CPU s, {wall:.2f} wall s",
                               file=sys.stderr)

@@ -2,7 +2,8 @@
 
 Each worker writes an ordinary run directory under ``workers/w<index>``
 (``names.worker_dir``): its own records.jsonl (flushed per record), and worker 0,
-which reads the counters, its counters.jsonl. At the end the coordinator
+which reads the counters, its counters.jsonl (no plan.json: the run's is the
+coordinator's, and the workers get its plan in memory). At the end the coordinator
 (``kvreplay.runner.multiproc`` / ``rayrun``) merges them here, at file level:
 
 - ``merge_records``: every worker's records in (phase, position) order into the
