@@ -193,7 +193,7 @@ class _WorkerRun(_Run):
 
 
 # Imported once by the fork server, so each worker forks with them loaded (~0.2 CPU s of
-# imports per worker with spawn; the fork server pays it once and outlives the run).
+# imports per worker with spawn; the fork server pays it once per run).
 WORKER_PRELOAD = ["kvreplay.runner.multiproc", "uvloop"]
 
 
@@ -208,6 +208,21 @@ def worker_context() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(WORKER_PRELOAD)
     return ctx
+
+
+def stop_fork_server() -> None:
+    """Stop the fork server (and reap it) once a run's workers are done.
+
+    The next run starts a fresh one, so its workers see the environment and ``sys.path``
+    of the moment they start, as spawned ones do (modules such as ``accounting.sse``
+    read the environment when imported). Uses ``ForkServer._stop`` (CPython 3.8+; where
+    it is missing, the server stays until this process exits).
+    """
+    from multiprocessing import forkserver
+
+    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+    if stop is not None:
+        stop()
 
 
 def worker_options(opts: RunOptions, out_dir: Path, elapsed_s: float) -> RunOptions:
@@ -452,6 +467,7 @@ async def execute_plan_workers(
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
+        stop_fork_server()
     summary = merge_run(plan, plan_json, [payloads[i] for i in range(workers)], clock, out, obs,
                         render_report=render_report)
     adopt_worker_counters(out, 0)  # worker 0 reads the counters
