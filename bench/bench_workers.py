@@ -172,9 +172,17 @@ def main(argv: list[str] | None = None) -> int:
         fixed = cs - a.small * per[w]
         print(f"| {w} | {cs:.2f} | {cl:.2f} | {per[w] * 1e3:.4f} | {fixed:.2f} | {med(w, a.large, 'wall_s'):.2f} |")
     base = counts[0]
+
+    def rep_per(w: int, i: int) -> float:
+        return (rows[(w, a.large)][i]["cpu_s"] - rows[(w, a.small)][i]["cpu_s"]) / (a.large - a.small)
+
     for w in counts[1:]:
+        # Each rep's ratio from runs close in time: robust to the machine's load drifting.
+        paired = sorted(rep_per(w, i) / rep_per(base, i) for i in range(a.reps))
         print(
-            f"\nratio --workers {w} / --workers {base}: per request {per[w] / per[base]:.3f}; "
+            f"\nratio --workers {w} / --workers {base}: per request {per[w] / per[base]:.3f} "
+            f"(of the medians; median of the {a.reps} reps' own ratios {statistics.median(paired):.3f}, "
+            f"range {paired[0]:.3f}-{paired[-1]:.3f}); "
             f"whole run at {a.large} requests {med(w, a.large, 'cpu_s') / med(base, a.large, 'cpu_s'):.3f}"
         )
     if a.json:

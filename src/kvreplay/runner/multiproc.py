@@ -34,6 +34,12 @@ share every phase's frozen sequence:
   coordinator every 0.25 s on the results queue (``observer.ForwardingObserver``),
   which replays them into the run's observer; phase ends are told at the merge.
 
+- **Start-up.** Workers fork from a fork server that imported the runner once
+  (``worker_context``, ``WORKER_PRELOAD``), not one fresh interpreter and import per
+  worker; the fork server is stopped and reaped when the workers are done
+  (``stop_fork_server``). They get the coordinator's plan in memory (it was checked
+  against the workload there) and reload only the bodies; their folders hold no plan.json.
+
 Hosts beyond this one: ``runner.rayrun`` (``--ray``).
 """
 
