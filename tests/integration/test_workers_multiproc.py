@@ -186,3 +186,27 @@ def test_plain_progress_lines_come_from_the_workers(tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert "phase a: 6 requests at C2" in err and "phase a: ok 6/6" in err
+
+
+def _child_cmdlines():
+    import contextlib
+    from pathlib import Path
+
+    pids = set()
+    for task in Path("/proc/self/task").glob("*"):
+        pids |= {int(x) for x in (task / "children").read_text().split()}
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError):  # already gone
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return out
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_workers_fork_from_a_fork_server_that_is_gone_after_the_run(tmp_path):
+    """The workers fork from a fork server that preloaded the runner; it is stopped and reaped
+    at the end, so the next run's workers start from a fresh one (this moment's environment)."""
+    wl = write_chat_workload(tmp_path / "wl", [("s", f"q{i}") for i in range(6)])
+    summary = asyncio.run(_run_workers(wl, ["a:forward:c2"], tmp_path / "o", 2))
+    assert summary["phases"][0]["ok"] == 6 and {r["worker"] for r in _records(tmp_path / "o")} <= {0, 1}
+    assert not [c for c in _child_cmdlines() if "forkserver" in c]

@@ -2,7 +2,8 @@
 
 Each worker writes an ordinary run directory under ``workers/w<index>``
 (``names.worker_dir``): its own records.jsonl (flushed per record), and worker 0,
-which reads the counters, its counters.jsonl. At the end the coordinator
+which reads the counters, its counters.jsonl (no plan.json: the run's is the
+coordinator's, and the workers get its plan in memory). At the end the coordinator
 (``kvreplay.runner.multiproc`` / ``rayrun``) merges them here, at file level:
 
 - ``merge_records``: every worker's records in (phase, position) order into the
@@ -36,6 +37,37 @@ def worker_records(run_dir: Path, index: int) -> Path:
     return worker_dir(run_dir, index) / RECORDS
 
 
+_HEAD_BYTES = 512
+_PHASE, _REPETITION, _POSITION = b'{"phase":', b',"repetition":', b',"position":'
+
+
+def _head_key(head: bytes, heads: dict[bytes, int]) -> tuple[int, int] | None:
+    """(phase index, position) from a record's first bytes, as the runner writes it; None = parse it whole.
+
+    The runner's records begin ``{"phase":<JSON string>,"repetition":<int>,"position":<int>,``
+    (``runner._runner``'s record). ``heads`` maps each phase name's JSON bytes (orjson) to its
+    index. Any other layout (another key order, a phase unknown here, a long name) gives None.
+    An unescaped ``,"`` cannot occur inside a JSON string, so the first ``,"repetition":``
+    ends the phase name.
+    """
+    if not head.startswith(_PHASE):
+        return None
+    j = head.find(_REPETITION, len(_PHASE))
+    phase = heads.get(head[len(_PHASE) : j]) if j > 0 else None
+    if phase is None:
+        return None
+    k = head.find(_POSITION, j)
+    rep = head[j + len(_REPETITION) : k]
+    if k < 0 or not rep.isdigit():
+        return None
+    e = k + len(_POSITION)
+    stop = head.find(b",", e)
+    pos = head[e:stop]
+    if stop < 0 or not pos.isdigit():
+        return None
+    return phase, int(pos)
+
+
 def merge_records(paths: list[Path], phase_order: dict[str, int], run_dir: Path) -> int:
     """Write the workers' records into ``run_dir/records.jsonl`` in (phase, position) order.
 
@@ -51,6 +83,7 @@ def merge_records(paths: list[Path], phase_order: dict[str, int], run_dir: Path)
         OSError: a file cannot be read or the merged file written.
         orjson.JSONDecodeError: a line is not JSON (workers write whole lines only).
     """
+    heads = {orjson.dumps(name): i for name, i in phase_order.items()}
     index: list[tuple[int, int, int, int, int]] = []
     maps: list[Any] = []
     files = []
@@ -70,13 +103,17 @@ def merge_records(paths: list[Path], phase_order: dict[str, int], run_dir: Path)
                 if end < 0:
                     end = size
                 if end > start:
-                    rec = orjson.loads(m[start:end])
-                    index.append((phase_order.get(rec["phase"], 1 << 30), rec["position"], k, start, end))
+                    key = _head_key(m[start:min(end, start + _HEAD_BYTES)], heads)
+                    if key is None:  # another layout: read the whole record
+                        rec = orjson.loads(m[start:end])
+                        key = phase_order.get(rec["phase"], 1 << 30), rec["position"]
+                    index.append((*key, k, start, end))
                 start = end + 1
         index.sort()
         with open(run_dir / RECORDS, "wb") as out:
             for _, _, k, a, b in index:
-                out.write(maps[k][a:b] + b"\n")
+                m = maps[k]
+                out.write(m[a : b + 1] if b < len(m) else m[a:b] + b"\n")  # the line with its newline
     finally:
         for m in maps:
             if m is not None:

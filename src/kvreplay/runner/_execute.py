@@ -137,7 +137,8 @@ async def execute_run(run: _Run, plan_json: dict[str, Any], backend_factory: Bac
             # The adapter actually used (``auto`` resolved), still before the first request;
             # the run block is outside the plan's hash.
             plan_json["run"]["backend"] = run.backend.name if run.backend is not None else "none"
-            write_plan_json(out, plan_json)  # still before the first request: exit 2 when it fails
+            if run.writes_plan:  # a worker's folder has none: the run's plan.json is its coordinator's
+                write_plan_json(out, plan_json)  # still before the first request: exit 2 when it fails
             await run.start_identity()  # baseline and pins, before the first request
             try:
                 for i, phase in enumerate(plan.phases):

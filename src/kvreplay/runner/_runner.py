@@ -96,6 +96,8 @@ def on_interrupt_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], 
 
 
 class _Run(RecordMaking, CounterReads, ContractChecks):
+    writes_plan = True  # execute_run writes plan.json into opts.out_dir (a worker: no, runner.multiproc)
+
     def __init__(self, plan: Plan, workload: Workload, opts: RunOptions, backend: Backend | None,
                  observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend

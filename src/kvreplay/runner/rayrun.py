@@ -304,8 +304,11 @@ class WorkerActor:
         self.dir: Path | None = None
 
     async def where(self) -> dict[str, Any]:
-        """``{"host", "pid", "boot_id"}`` of the process this actor runs in."""
-        return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": boot_id()}
+        """``{"host", "pid", "boot_id", "node"}`` of the process this actor runs in (``node``: Ray's node id, hex)."""
+        import ray
+
+        return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": boot_id(),
+                "node": ray.get_runtime_context().get_node_id()}
 
     async def run(
         self,
@@ -426,7 +429,8 @@ async def execute_plan_ray(
 
     Writes the same run directory as ``execute_plan_workers``, with ``ray`` in
     plan.json's run block and in summary.json: ``{"address", "hosts": [{"worker",
-    "host", "pid", "clock"}], "clock_note"}`` (``clock``: ``shared`` or
+    "host", "node", "pid", "clock"}], "clock_note"}`` (``node``: the Ray node id the actor ran on;
+    several nodes may share a host name) (``clock``: ``shared`` or
     ``wall-aligned``, see the module text).
 
     Args:
@@ -472,7 +476,7 @@ async def execute_plan_ray(
                               f"(each takes 1 CPU; the cluster has {cpus:g})", field="--workers") from None
         out.mkdir(parents=True, exist_ok=True)
         clock = RunClock.start()
-        hosts = [{"worker": i, "host": p["host"], "pid": p["pid"]} for i, p in enumerate(places)]
+        hosts = [{"worker": i, "host": p["host"], "node": p["node"], "pid": p["pid"]} for i, p in enumerate(places)]
         ray_block = {"address": address, "hosts": hosts}
         plan_json = plan_json_of(plan, opts, clock, workers=workers, ray=ray_block)
         write_plan_json(out, plan_json)  # ConfigError (exit 2) when it cannot be written
