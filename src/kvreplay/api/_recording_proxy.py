@@ -37,9 +37,10 @@ from typing import TextIO
 
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
+from aiohttp.http import StreamWriter
 from yarl import URL
 
-from kvreplay.accounting import SSEAccountant
+from kvreplay.accounting import SSEAccountant, StreamResult
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 from kvreplay.safe_io import echo
@@ -57,6 +58,8 @@ HOP_BY_HOP = frozenset({
 _NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
 _JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
 _READ_WHOLE = 256 << 10  # a Content-Length body up to this size is read whole, then sent (cheaper than streaming)
+_BULK = 64 << 10  # after the first token, stream bytes fed to the accountant this many at a time
+_DRAIN_AT = 1 << 16  # bytes queued on the client's transport before a write waits (aiohttp's own limit)
 
 
 class RecordingProxy:
@@ -247,7 +250,7 @@ class RecordingProxy:
         slot: Slot | None = None
         status: int | None = None
         outcome = "upstream_error"
-        acct = None
+        tally: _Tally | None = None
         usage: object = None  # the server's usage object, verbatim (checked by the capture writer)
         error: str | None = None
         ttft = e2e = None
@@ -282,20 +285,34 @@ class RecordingProxy:
                 retain = pending is not None
                 keep = bytearray() if retain and not stream else None
                 if retain and stream:
-                    acct = SSEAccountant(head_chars=0)
-                feeding = acct is not None
+                    tally = _Tally()
                 await resp.prepare(request)
                 try:
-                    async for chunk in up.content.iter_any():
-                        await resp.write(chunk)
+                    content = up.content
+                    writer = request.writer
+                    # a chunked response (every token stream) goes out on the transport directly after its
+                    # first chunk (which aiohttp sends with the head): the same framing, without aiohttp's
+                    # per-write bookkeeping; any other framing stays with aiohttp's writer
+                    direct = False
+                    while True:
+                        chunk = await content.readany()  # each upstream read as it arrives, never held back
+                        if not chunk:
+                            break
+                        if direct:
+                            tr = request.transport
+                            if tr is None or tr.is_closing():
+                                raise ConnectionResetError("Cannot write to closing transport")
+                            tr.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                            if tr.get_write_buffer_size() > _DRAIN_AT:
+                                await writer.drain()  # the client reads slowly: wait as aiohttp's write would
+                        else:
+                            await resp.write(chunk)
+                            direct = isinstance(writer, StreamWriter) and writer.chunked
                         if verdict:
                             verdict = False
                             state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
-                        if feeding:
-                            try:
-                                acct.feed(chunk, now_ns())  # type: ignore[union-attr]
-                            except StreamError:
-                                feeding = False  # keep relaying; stop accounting (what it saw stays)
+                        if tally is not None:
+                            tally.feed(chunk)
                         elif keep is not None and len(keep) < _JSON_KEEP:
                             keep += chunk
                     if verdict:  # an empty body: nothing was relayed before it
@@ -316,11 +333,8 @@ class RecordingProxy:
                 outcome = "complete"
                 end = now_ns()
                 e2e = end - arrival
-                if acct is not None:
-                    r = acct.result
-                    if feeding:
-                        with contextlib.suppress(StreamError):  # a malformed last event: keep the rest
-                            r = acct.close()
+                if tally is not None:
+                    r = tally.close()
                     usage, error = r.usage, r.error
                     if r.first_token_ns is not None:
                         ttft = r.first_token_ns - arrival
@@ -334,8 +348,8 @@ class RecordingProxy:
             if pending is not None and pending.state == "open":
                 self.writer.abandon(pending)
             if slot is not None:
-                if acct is not None and usage is None:
-                    usage = acct.result.usage
+                if tally is not None and usage is None:
+                    usage = tally.partial().usage
                 self.writer.complete(slot, status=status, outcome=outcome, usage=usage, ttft_ns=ttft,
                                      e2e_ns=e2e, error=error)
 
@@ -346,6 +360,68 @@ class RecordingProxy:
         slot = self.writer.finish(pending)
         self._say_limit()
         return slot
+
+
+class _Tally:
+    """The SSE accountant of one relayed stream, fed cheaply: per read until the first token, then in bulk.
+
+    The first token's time (the manifest's ``ttft_ms``) needs the read it arrived in;
+    ``usage`` and the error message need every byte but no timing, so after the first
+    token the reads are joined and fed ``_BULK`` (64 KiB) at a time and at the end.
+    A stream the accountant refuses (``StreamError``) stops being fed; what it saw stays.
+    """
+
+    __slots__ = ("acct", "held", "later", "on", "timed")
+
+    def __init__(self) -> None:
+        self.acct = SSEAccountant(head_chars=0)
+        self.on = True  # False once the accountant refused the stream
+        self.timed = True  # fed read by read, with its time, until the first token
+        self.later: list[bytes] = []
+        self.held = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """One upstream read, as relayed."""
+        if not self.on:
+            return
+        if self.timed:
+            try:
+                if self.acct.feed(chunk, now_ns()) and self.acct.result.first_token_ns is not None:
+                    self.timed = False
+            except StreamError:
+                self.on = False  # keep relaying; stop accounting
+            return
+        self.later.append(chunk)
+        self.held += len(chunk)
+        if self.held >= _BULK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.later:
+            return
+        data = b"".join(self.later)
+        self.later.clear()
+        self.held = 0
+        if self.on:
+            try:
+                self.acct.feed(data, now_ns())
+            except StreamError:
+                self.on = False
+
+    def partial(self) -> StreamResult:
+        """What the bytes relayed so far say (a cut stream: no end-of-stream check)."""
+        self._flush()
+        return self.acct.result
+
+    def close(self) -> StreamResult:
+        """The whole stream was relayed: the accountant's final result (a malformed last event: what it saw)."""
+        self._flush()
+        if not self.on:
+            return self.acct.result
+        try:
+            return self.acct.close()
+        except StreamError:
+            return self.acct.result
 
 
 def _json_usage(data: bytes) -> tuple[object, str | None]:
