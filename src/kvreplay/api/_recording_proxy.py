@@ -15,13 +15,17 @@ and are neither forwarded nor retained.
 The response comes back with the upstream's status, reason and headers (less
 the hop-by-hop ones), its bytes undecoded (``auto_decompress=False``) and
 unbuffered: each chunk the upstream socket delivers is written to the client
-before the next is read, so server-sent events keep their timing.
+before the next is read, so server-sent events keep their timing. A chunked
+response's first chunk goes out through aiohttp's writer (with the head); the
+rest are written to the client's transport directly, in the same chunked
+framing, waiting (``drain``) as aiohttp's writer would once 64 KiB are queued.
 
 Bodies POSTed to the retained paths are fed, as they arrive, to the
 :class:`CaptureWriter`'s :class:`Pending` (decoded under a cap, within a memory
 budget) and written once whole. A streamed response
-(``text/event-stream``) is fed, chunk by chunk, to the project's SSE
-accountant (``kvreplay.accounting``) for usage, ``cached_tokens`` and TTFT; a
+(``text/event-stream``) is fed to the project's SSE accountant
+(``kvreplay.accounting``) for usage, ``cached_tokens`` and TTFT: read by read,
+each with its time, until the first token, then 64 KiB at a time (``_Tally``); a
 plain JSON response is kept (up to 1 MiB) and its ``usage`` read at the end.
 Neither ever changes what is relayed, and a response the accountant refuses
 is still relayed in full.
