@@ -17,7 +17,7 @@ import socket
 import orjson
 from aiohttp import web
 
-from kvreplay.api import _recording_proxy as rp
+from kvreplay.api import _proxy_relay as rp
 from kvreplay.api._recording_proxy import RecordingProxy
 from kvreplay.workload.capture import CaptureWriter
 
@@ -175,3 +175,58 @@ def test_a_long_stream_reaches_a_slow_client_byte_exact_and_is_accounted(tmp_pat
     assert (m["outcome"], m["status"], m["usage"], m["cached_tokens"]) == ("complete", 200, USAGE, 32)
     assert 0 < m["ttft_ms"] <= m["e2e_ms"]
     assert (tmp_path / "W" / "000000.json").read_bytes() == BODY
+
+
+def test_a_connection_the_upstream_closed_is_not_reused_and_a_dropped_request_is_a_502(tmp_path):
+    # A raw upstream that answers one request per connection, then closes it without saying so
+    # (no Connection: close): the proxy does not send the next request on the closed connection
+    # (a new one each time); a request the upstream drops without answering is a 502 named as
+    # aiohttp's client names it (the same text on both of the proxy's upstream paths).
+    answer = b'{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}'
+    conns: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        conns.append(1)
+        head = await reader.readuntil(b"\r\n\r\n")
+        n = int(next(v for k, _, v in (ln.partition(b": ") for ln in head.split(b"\r\n"))
+                     if k.lower() == b"content-length"))
+        body = await reader.readexactly(n)
+        if b"DROP" not in body:
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                    % (len(answer), answer))
+            await w.drain()
+        await asyncio.sleep(0.05)
+        w.close()
+
+    async def go() -> list:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}", CaptureWriter(tmp_path / "W"), log=io.StringIO())
+        url = await proxy.start()
+        import aiohttp
+
+        got = []
+        try:
+            async with aiohttp.ClientSession() as client:
+                for body in (BODY, BODY, BODY.replace(b"hi", b"DROP")):
+                    async with client.post(url + "/v1/chat/completions", data=body) as r:
+                        got.append((r.status, await r.read()))
+                    await asyncio.sleep(0.15)  # the upstream has closed the connection by now
+        finally:
+            await proxy.stop()
+            server.close()
+        return got
+
+    got = asyncio.run(asyncio.wait_for(go(), 30))
+    assert got[:2] == [(200, answer), (200, answer)]
+    assert got[2][0] == 502
+    assert json.loads(got[2][1]) == {"error": {"message": "kvreplay record: upstream unreachable: "
+                                                          "ServerDisconnectedError", "type": "bad_gateway"}}
+    assert len(conns) >= 3  # one connection per request: each closed connection was replaced
+    man = sorted((json.loads(x) for x in (tmp_path / "W" / "capture.jsonl").read_text().splitlines()),
+                 key=lambda m: m["index"])
+    assert [(m["status"], m["outcome"], m["usage"]) for m in man] == [
+        (200, "complete", {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}),
+        (200, "complete", {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}),
+        (None, "upstream_error", None)]
+    assert man[2]["error"] == "upstream unreachable: ServerDisconnectedError"

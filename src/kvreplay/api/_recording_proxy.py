@@ -1,4 +1,13 @@
-"""The recording proxy behind ``kvreplay record``: aiohttp server in, aiohttp client out.
+"""The recording proxy behind ``kvreplay record``: aiohttp server in; out on the runner's llhttp client or aiohttp's.
+
+A request whose body is read whole (``Content-Length`` up to ``_READ_WHOLE``, not
+``HEAD``, an ASCII target) goes to the upstream on one of ``runner.h1``'s keep-alive
+connections (``runner.h1relay``: llhttp parses the answer; each socket read's body
+bytes are written to the client from ``data_received``, see ``api._proxy_relay``);
+every other request (streamed or chunked uploads, ``HEAD``) on aiohttp's client. Both
+paths forward and relay the same bytes, and name an upstream failure alike (the 502's
+``upstream unreachable: ClientConnectorError`` / ``ServerDisconnectedError`` /
+``ClientResponseError``).
 
 Every origin-form request, on any path and method, is forwarded to the upstream
 with its exact body bytes, still encoded as the client sent them (the server side
@@ -39,14 +48,14 @@ import sys
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
 from aiohttp.http import StreamWriter
 from yarl import URL
 
-from kvreplay.accounting import SSEAccountant, StreamResult
+from kvreplay.api._proxy_relay import _DRAIN_AT, _JSON_KEEP, _Down, _json_usage, _Result, _Tally
 from kvreplay.clock import now_ns
-from kvreplay.errors import StreamError
+from kvreplay.runner.h1 import H1Client
+from kvreplay.runner.h1relay import relay
 from kvreplay.safe_io import echo
 from kvreplay.workload.capture import CaptureWriter, Pending, Slot
 
@@ -60,10 +69,8 @@ HOP_BY_HOP = frozenset({
 
 # Content-Length is forwarded as the client sent it, by _relay (with the streamed body it frames).
 _NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
-_JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
+_NOT_FORWARDED_REQ_B = frozenset(h.encode() for h in _NOT_FORWARDED_REQ)
 _READ_WHOLE = 256 << 10  # a Content-Length body up to this size is read whole, then sent (cheaper than streaming)
-_BULK = 64 << 10  # after the first token, stream bytes fed to the accountant this many at a time
-_DRAIN_AT = 1 << 16  # bytes queued on the client's transport before a write waits (aiohttp's own limit)
 
 
 class RecordingProxy:
@@ -86,6 +93,7 @@ class RecordingProxy:
         self.log = log if log is not None else sys.stderr
         self.requests = 0
         self._session: ClientSession | None = None
+        self._h1: H1Client | None = None
         self._runner: web.AppRunner | None = None
         self._limit_said = False
         self._flusher: asyncio.Task | None = None
@@ -107,6 +115,12 @@ class RecordingProxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             cookie_jar=DummyCookieJar(),  # never carry one client's cookies to another
         )
+        # A body read whole goes out on the runner's llhttp connections (runner.h1relay), the rest on aiohttp's
+        # client; an upstream URL H1Client refuses (credentials in it) leaves every request to aiohttp's.
+        try:
+            self._h1 = H1Client(self.upstream, headers={}, connect_timeout_s=30.0, read_idle_timeout_s=None)
+        except ValueError:
+            self._h1 = None
         # The body is streamed (request.content), never read whole, so client_max_size does not apply;
         # auto_decompress=False: the server side hands over the bytes as received, still encoded.
         app = web.Application(handler_args={"auto_decompress": False}, middlewares=[self._origin_form_only])
@@ -153,6 +167,8 @@ class RecordingProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        if self._h1 is not None:
+            self._h1.close()
         self.writer.close()
 
     async def _flush_loop(self) -> None:
@@ -259,6 +275,15 @@ class RecordingProxy:
         error: str | None = None
         ttft = e2e = None
         try:
+            if self._h1 is not None and isinstance(data, bytes) and request.method != "HEAD" \
+                    and request.raw_path.isascii():
+                res = _Result()
+                try:
+                    return await self._relay_h1(request, arrival, pending, state, data, res)
+                finally:
+                    status, outcome, usage, error, ttft, e2e = (res.status, res.outcome, res.usage, res.error,
+                                                                res.ttft, res.e2e)
+                    tally = res.tally
             try:
                 up = await self._session.request(
                     # encoded=True: the path and query go out as received, not re-quoted by yarl
@@ -357,6 +382,100 @@ class RecordingProxy:
                 self.writer.complete(slot, status=status, outcome=outcome, usage=usage, ttft_ns=ttft,
                                      e2e_ns=e2e, error=error)
 
+    async def _relay_h1(self, request: web.Request, arrival: int, pending: Pending | None, state: dict,
+                        data: bytes, res: _Result) -> web.StreamResponse:
+        """A body read whole, on the runner's llhttp connection: each upstream read relayed from ``data_received``.
+
+        The outcome, usage and times go to ``res`` (read by ``_relay``'s cleanup). The same
+        relay as the aiohttp path: the first bytes go out with the head through aiohttp's
+        writer, the rest on the client's transport as they are read (chunked framing when
+        the response is chunked), the upstream read paused while 64 KiB wait for the client.
+        """
+        assert self._h1 is not None
+        hdrs = [(k, v) for k, v in request.raw_headers if k.lower() not in _NOT_FORWARDED_REQ_B]
+        down = _Down()
+        try:
+            x = await relay(self._h1, request.method, request.raw_path, hdrs, data, down)
+        except OSError as exc:  # TimeoutError included: the connect bound
+            name = "ConnectionTimeoutError" if isinstance(exc, TimeoutError) else "ClientConnectorError"
+            return self._bad_gateway(f"upstream unreachable: {name}", pending, state, res)
+        if x.http_status is None:
+            name = "ClientResponseError" if x.exc_status == "malformed" else "ServerDisconnectedError"
+            return self._bad_gateway(f"upstream unreachable: {name}", pending, state, res)
+        res.status = x.http_status
+        # the retention verdict waits for the first bytes relayed (as on the aiohttp path)
+        verdict = pending is not None and pending.state == "open" and state["whole"]
+        resp = web.StreamResponse(status=x.http_status, reason=x.reason)
+        names = set()
+        for k, v in x.raw_headers:
+            name = k.decode("utf-8", "surrogateescape")
+            low = name.lower()
+            names.add(low)
+            if low not in HOP_BY_HOP:
+                resp.headers.add(name, v.decode("utf-8", "surrogateescape"))
+        if "transfer-encoding" in names or "content-length" not in names:
+            resp.headers.popall("Content-Length", None)
+        if pending is not None:
+            if "text/event-stream" in resp.headers.get("Content-Type", ""):
+                down.tally = res.tally = _Tally()
+            else:
+                down.keep = bytearray()
+        fut = x.fut
+        assert fut is not None
+        fut.add_done_callback(down.wake)
+        try:
+            await resp.prepare(request)
+            writer = request.writer
+            while not down.buf and not fut.done():
+                await down.wait()
+            first = down.take()
+            if first:
+                await resp.write(first)  # with the head, one send
+            if verdict:
+                state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
+            down.start(request.transport, isinstance(writer, StreamWriter) and writer.chunked, x)
+            while not fut.done():
+                await down.wait()
+                if down.over:
+                    await writer.drain()  # the client reads slowly: the upstream read waits meanwhile
+                    down.resume()
+            if down.gone:
+                raise ConnectionResetError("the client left")
+            if x.exc_status is not None:
+                res.outcome = "upstream_cut"  # pass the cut on: close the client's connection too
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            await resp.write_eof()
+        except asyncio.CancelledError:
+            res.outcome = "interrupted"  # the proxy is stopping
+            if not fut.done():
+                x.conn.close()  # type: ignore[union-attr]
+            raise
+        except ConnectionResetError:
+            res.outcome = "client_gone"  # the client left: drop the upstream connection
+            if not fut.done():
+                x.conn.close()  # type: ignore[union-attr]
+            return resp
+        res.outcome = "complete"
+        res.e2e = now_ns() - arrival
+        if down.tally is not None:
+            r = down.tally.close()
+            res.usage, res.error = r.usage, r.error
+            if r.first_token_ns is not None:
+                res.ttft = r.first_token_ns - arrival
+        elif down.keep is not None:
+            res.usage, res.error = _json_usage(bytes(down.keep))
+        return resp
+
+    def _bad_gateway(self, error: str, pending: Pending | None, state: dict, res: _Result) -> web.Response:
+        """502 for a request the upstream did not answer; a body read whole is still retained."""
+        res.error = error
+        if pending is not None and pending.state == "open":
+            state["slot"] = self._finish(pending, state)
+        return web.json_response({"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}},
+                                 status=502)
+
     def _finish(self, pending: Pending, state: dict) -> Slot | None:
         """The body's retention verdict once it was forwarded whole (else it is abandoned: ``incomplete``)."""
         if not state["whole"]:
@@ -364,82 +483,3 @@ class RecordingProxy:
         slot = self.writer.finish(pending)
         self._say_limit()
         return slot
-
-
-class _Tally:
-    """The SSE accountant of one relayed stream, fed cheaply: per read until the first token, then in bulk.
-
-    The first token's time (the manifest's ``ttft_ms``) needs the read it arrived in;
-    ``usage`` and the error message need every byte but no timing, so after the first
-    token the reads are joined and fed ``_BULK`` (64 KiB) at a time and at the end.
-    A stream the accountant refuses (``StreamError``) stops being fed; what it saw stays.
-    """
-
-    __slots__ = ("acct", "held", "later", "on", "timed")
-
-    def __init__(self) -> None:
-        self.acct = SSEAccountant(head_chars=0)
-        self.on = True  # False once the accountant refused the stream
-        self.timed = True  # fed read by read, with its time, until the first token
-        self.later: list[bytes] = []
-        self.held = 0
-
-    def feed(self, chunk: bytes) -> None:
-        """One upstream read, as relayed."""
-        if not self.on:
-            return
-        if self.timed:
-            try:
-                if self.acct.feed(chunk, now_ns()) and self.acct.result.first_token_ns is not None:
-                    self.timed = False
-            except StreamError:
-                self.on = False  # keep relaying; stop accounting
-            return
-        self.later.append(chunk)
-        self.held += len(chunk)
-        if self.held >= _BULK:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self.later:
-            return
-        data = b"".join(self.later)
-        self.later.clear()
-        self.held = 0
-        if self.on:
-            try:
-                self.acct.feed(data, now_ns())
-            except StreamError:
-                self.on = False
-
-    def partial(self) -> StreamResult:
-        """What the bytes relayed so far say (a cut stream: no end-of-stream check)."""
-        self._flush()
-        return self.acct.result
-
-    def close(self) -> StreamResult:
-        """The whole stream was relayed: the accountant's final result (a malformed last event: what it saw)."""
-        self._flush()
-        if not self.on:
-            return self.acct.result
-        try:
-            return self.acct.close()
-        except StreamError:
-            return self.acct.result
-
-
-def _json_usage(data: bytes) -> tuple[object, str | None]:
-    """``(usage, error message)`` of a non-streamed JSON response; ``(None, None)`` when unreadable."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None, None
-    if not isinstance(obj, dict):
-        return None, None
-    err = obj.get("error")
-    msg = None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        msg = err["message"]
-    elif isinstance(err, str):
-        msg = err
-    return obj.get("usage"), msg
