@@ -48,11 +48,13 @@ class _Down:
     connection. Every read also goes to the accountant (``tally``) or the JSON kept (``keep``).
     """
 
-    __slots__ = ("buf", "chunked", "gone", "keep", "over", "tally", "times", "tr", "waiter", "x")
+    __slots__ = ("buf", "chunked", "ex", "gone", "held", "keep", "over", "tally", "times", "tr", "waiter", "x")
 
     def __init__(self) -> None:
         self.buf: list[bytes] = []
         self.times: list[int] = []  # when each read in ``buf`` came (ns)
+        self.held = 0  # bytes in ``buf``
+        self.ex: RelayExchange | None = None  # the exchange, once its head is in (``x``: once relaying)
         self.tr: asyncio.Transport | None = None
         self.chunked = False
         self.gone = self.over = False
@@ -65,6 +67,9 @@ class _Down:
         if self.x is None:  # before the head is relayed (and, for the first reads, before it is read)
             self.buf.append(data)
             self.times.append(now_ns())
+            self.held += len(data)
+            if self.held > _DRAIN_AT:  # the client has not taken the head yet: hold no more than this
+                self._pause(self.ex)
             self.wake()
             return
         if not self.gone:
@@ -84,6 +89,7 @@ class _Down:
         data = b"".join(self.buf)
         self.buf.clear()
         self.times.clear()
+        self.held = 0
         return data
 
     def _write(self, data: bytes) -> None:
@@ -97,18 +103,22 @@ class _Down:
             self.wake()
             return
         tr.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
-        if not self.over and not x.complete and tr.get_write_buffer_size() > _DRAIN_AT:
-            ut = x.conn.transport  # type: ignore[union-attr]
-            if ut is not None:
-                self.over = True
-                ut.pause_reading()
-                self.wake()
+        if tr.get_write_buffer_size() > _DRAIN_AT:
+            self._pause(x)
+
+    def _pause(self, x: RelayExchange | None) -> None:
+        """Stop reading the upstream until the handler drained the client (``over``); wakes it."""
+        if self.over or x is None or x.complete or x.conn is None or x.conn.transport is None:
+            return  # a complete exchange reads nothing more (and its connection may be reused)
+        self.over = True
+        x.conn.transport.pause_reading()
+        self.wake()
 
     def start(self, tr: asyncio.Transport | None, chunked: bool, x: RelayExchange) -> None:
         """The head is out: write what arrived meanwhile, then every read as it arrives."""
         self.tr, self.chunked, self.x = tr, chunked, x
         held = list(zip(self.buf, self.times, strict=True))
-        self.buf, self.times = [], []
+        self.buf, self.times, self.held = [], [], 0
         for data, at in held:
             if not self.gone:
                 self._write(data)

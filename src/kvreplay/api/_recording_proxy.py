@@ -403,6 +403,7 @@ class RecordingProxy:
             name = "ClientResponseError" if x.exc_status == "malformed" else "ServerDisconnectedError"
             return self._bad_gateway(f"upstream unreachable: {name}", pending, state, res)
         res.status = x.http_status
+        down.ex = x
         # the retention verdict waits for the first bytes relayed (as on the aiohttp path)
         verdict = pending is not None and pending.state == "open" and state["whole"]
         resp = web.StreamResponse(status=x.http_status, reason=x.reason)
@@ -434,11 +435,14 @@ class RecordingProxy:
             if verdict:
                 state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
             down.start(request.transport, isinstance(writer, StreamWriter) and writer.chunked, x)
-            while not fut.done():
-                await down.wait()
+            while True:
                 if down.over:
                     await writer.drain()  # the client reads slowly: the upstream read waits meanwhile
                     down.resume()
+                    continue
+                if fut.done():
+                    break
+                await down.wait()
             if down.gone:
                 raise ConnectionResetError("the client left")
             if x.exc_status is not None:
