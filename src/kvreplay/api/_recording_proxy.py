@@ -1,4 +1,13 @@
-"""The recording proxy behind ``kvreplay record``: aiohttp server in, aiohttp client out.
+"""The recording proxy behind ``kvreplay record``: aiohttp server in; out on the runner's llhttp client or aiohttp's.
+
+A request whose body is read whole (``Content-Length`` up to ``_READ_WHOLE``, not
+``HEAD``, an ASCII target) goes to the upstream on one of ``runner.h1``'s keep-alive
+connections (``runner.h1relay``: llhttp parses the answer; each socket read's body
+bytes are written to the client from ``data_received``, see ``api._proxy_relay``);
+every other request (streamed or chunked uploads, ``HEAD``) on aiohttp's client. Both
+paths forward and relay the same bytes, and name an upstream failure alike (the 502's
+``upstream unreachable: ClientConnectorError`` / ``ServerDisconnectedError`` /
+``ClientResponseError``).
 
 Every origin-form request, on any path and method, is forwarded to the upstream
 with its exact body bytes, still encoded as the client sent them (the server side
@@ -15,13 +24,17 @@ and are neither forwarded nor retained.
 The response comes back with the upstream's status, reason and headers (less
 the hop-by-hop ones), its bytes undecoded (``auto_decompress=False``) and
 unbuffered: each chunk the upstream socket delivers is written to the client
-before the next is read, so server-sent events keep their timing.
+before the next is read, so server-sent events keep their timing. A chunked
+response's first chunk goes out through aiohttp's writer (with the head); the
+rest are written to the client's transport directly, in the same chunked
+framing, waiting (``drain``) as aiohttp's writer would once 64 KiB are queued.
 
 Bodies POSTed to the retained paths are fed, as they arrive, to the
 :class:`CaptureWriter`'s :class:`Pending` (decoded under a cap, within a memory
 budget) and written once whole. A streamed response
-(``text/event-stream``) is fed, chunk by chunk, to the project's SSE
-accountant (``kvreplay.accounting``) for usage, ``cached_tokens`` and TTFT; a
+(``text/event-stream``) is fed to the project's SSE accountant
+(``kvreplay.accounting``) for usage, ``cached_tokens`` and TTFT: read by read,
+each with its time, until the first token, then 64 KiB at a time (``_Tally``); a
 plain JSON response is kept (up to 1 MiB) and its ``usage`` read at the end.
 Neither ever changes what is relayed, and a response the accountant refuses
 is still relayed in full.
@@ -35,13 +48,14 @@ import sys
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
+from aiohttp.http import StreamWriter
 from yarl import URL
 
-from kvreplay.accounting import SSEAccountant
+from kvreplay.api._proxy_relay import _DRAIN_AT, _JSON_KEEP, _Down, _json_usage, _Result, _Tally
 from kvreplay.clock import now_ns
-from kvreplay.errors import StreamError
+from kvreplay.runner.h1 import H1Client
+from kvreplay.runner.h1relay import relay
 from kvreplay.safe_io import echo
 from kvreplay.workload.capture import CaptureWriter, Pending, Slot
 
@@ -55,7 +69,7 @@ HOP_BY_HOP = frozenset({
 
 # Content-Length is forwarded as the client sent it, by _relay (with the streamed body it frames).
 _NOT_FORWARDED_REQ = HOP_BY_HOP | {"host", "content-length", "expect"}  # 100-continue: answered here
-_JSON_KEEP = 1 << 20  # bytes of a non-streamed response kept to read its usage
+_NOT_FORWARDED_REQ_B = frozenset(h.encode() for h in _NOT_FORWARDED_REQ)
 _READ_WHOLE = 256 << 10  # a Content-Length body up to this size is read whole, then sent (cheaper than streaming)
 
 
@@ -79,6 +93,7 @@ class RecordingProxy:
         self.log = log if log is not None else sys.stderr
         self.requests = 0
         self._session: ClientSession | None = None
+        self._h1: H1Client | None = None
         self._runner: web.AppRunner | None = None
         self._limit_said = False
         self._flusher: asyncio.Task | None = None
@@ -100,6 +115,12 @@ class RecordingProxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             cookie_jar=DummyCookieJar(),  # never carry one client's cookies to another
         )
+        # A body read whole goes out on the runner's llhttp connections (runner.h1relay), the rest on aiohttp's
+        # client; an upstream URL H1Client refuses (credentials in it) leaves every request to aiohttp's.
+        try:
+            self._h1 = H1Client(self.upstream, headers={}, connect_timeout_s=30.0, read_idle_timeout_s=None)
+        except ValueError:
+            self._h1 = None
         # The body is streamed (request.content), never read whole, so client_max_size does not apply;
         # auto_decompress=False: the server side hands over the bytes as received, still encoded.
         app = web.Application(handler_args={"auto_decompress": False}, middlewares=[self._origin_form_only])
@@ -146,6 +167,8 @@ class RecordingProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        if self._h1 is not None:
+            self._h1.close()
         self.writer.close()
 
     async def _flush_loop(self) -> None:
@@ -247,11 +270,20 @@ class RecordingProxy:
         slot: Slot | None = None
         status: int | None = None
         outcome = "upstream_error"
-        acct = None
+        tally: _Tally | None = None
         usage: object = None  # the server's usage object, verbatim (checked by the capture writer)
         error: str | None = None
         ttft = e2e = None
         try:
+            if self._h1 is not None and isinstance(data, bytes) and request.method != "HEAD" \
+                    and request.raw_path.isascii():
+                res = _Result()
+                try:
+                    return await self._relay_h1(request, arrival, pending, state, data, res)
+                finally:
+                    status, outcome, usage, error, ttft, e2e = (res.status, res.outcome, res.usage, res.error,
+                                                                res.ttft, res.e2e)
+                    tally = res.tally
             try:
                 up = await self._session.request(
                     # encoded=True: the path and query go out as received, not re-quoted by yarl
@@ -282,20 +314,34 @@ class RecordingProxy:
                 retain = pending is not None
                 keep = bytearray() if retain and not stream else None
                 if retain and stream:
-                    acct = SSEAccountant(head_chars=0)
-                feeding = acct is not None
+                    tally = _Tally()
                 await resp.prepare(request)
                 try:
-                    async for chunk in up.content.iter_any():
-                        await resp.write(chunk)
+                    content = up.content
+                    writer = request.writer
+                    # a chunked response (every token stream) goes out on the transport directly after its
+                    # first chunk (which aiohttp sends with the head): the same framing, without aiohttp's
+                    # per-write bookkeeping; any other framing stays with aiohttp's writer
+                    direct = False
+                    while True:
+                        chunk = await content.readany()  # each upstream read as it arrives, never held back
+                        if not chunk:
+                            break
+                        if direct:
+                            tr = request.transport
+                            if tr is None or tr.is_closing():
+                                raise ConnectionResetError("Cannot write to closing transport")
+                            tr.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                            if tr.get_write_buffer_size() > _DRAIN_AT:
+                                await writer.drain()  # the client reads slowly: wait as aiohttp's write would
+                        else:
+                            await resp.write(chunk)
+                            direct = isinstance(writer, StreamWriter) and writer.chunked
                         if verdict:
                             verdict = False
                             state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
-                        if feeding:
-                            try:
-                                acct.feed(chunk, now_ns())  # type: ignore[union-attr]
-                            except StreamError:
-                                feeding = False  # keep relaying; stop accounting (what it saw stays)
+                        if tally is not None:
+                            tally.feed(chunk)
                         elif keep is not None and len(keep) < _JSON_KEEP:
                             keep += chunk
                     if verdict:  # an empty body: nothing was relayed before it
@@ -316,11 +362,8 @@ class RecordingProxy:
                 outcome = "complete"
                 end = now_ns()
                 e2e = end - arrival
-                if acct is not None:
-                    r = acct.result
-                    if feeding:
-                        with contextlib.suppress(StreamError):  # a malformed last event: keep the rest
-                            r = acct.close()
+                if tally is not None:
+                    r = tally.close()
                     usage, error = r.usage, r.error
                     if r.first_token_ns is not None:
                         ttft = r.first_token_ns - arrival
@@ -334,10 +377,108 @@ class RecordingProxy:
             if pending is not None and pending.state == "open":
                 self.writer.abandon(pending)
             if slot is not None:
-                if acct is not None and usage is None:
-                    usage = acct.result.usage
+                if tally is not None and usage is None:
+                    usage = tally.partial().usage
                 self.writer.complete(slot, status=status, outcome=outcome, usage=usage, ttft_ns=ttft,
                                      e2e_ns=e2e, error=error)
+
+    async def _relay_h1(self, request: web.Request, arrival: int, pending: Pending | None, state: dict,
+                        data: bytes, res: _Result) -> web.StreamResponse:
+        """A body read whole, on the runner's llhttp connection: each upstream read relayed from ``data_received``.
+
+        The outcome, usage and times go to ``res`` (read by ``_relay``'s cleanup). The same
+        relay as the aiohttp path: the first bytes go out with the head through aiohttp's
+        writer, the rest on the client's transport as they are read (chunked framing when
+        the response is chunked), the upstream read paused while 64 KiB wait for the client.
+        """
+        assert self._h1 is not None
+        hdrs = [(k, v) for k, v in request.raw_headers if k.lower() not in _NOT_FORWARDED_REQ_B]
+        down = _Down()
+        try:
+            x = await relay(self._h1, request.method, request.raw_path, hdrs, data, down)
+        except OSError as exc:  # TimeoutError included: the connect bound
+            name = "ConnectionTimeoutError" if isinstance(exc, TimeoutError) else "ClientConnectorError"
+            return self._bad_gateway(f"upstream unreachable: {name}", pending, state, res)
+        if x.http_status is None:
+            name = "ClientResponseError" if x.exc_status == "malformed" else "ServerDisconnectedError"
+            return self._bad_gateway(f"upstream unreachable: {name}", pending, state, res)
+        res.status = x.http_status
+        down.ex = x
+        # the retention verdict waits for the first bytes relayed (as on the aiohttp path)
+        verdict = pending is not None and pending.state == "open" and state["whole"]
+        resp = web.StreamResponse(status=x.http_status, reason=x.reason)
+        names = set()
+        for k, v in x.raw_headers:
+            name = k.decode("utf-8", "surrogateescape")
+            low = name.lower()
+            names.add(low)
+            if low not in HOP_BY_HOP:
+                resp.headers.add(name, v.decode("utf-8", "surrogateescape"))
+        if "transfer-encoding" in names or "content-length" not in names:
+            resp.headers.popall("Content-Length", None)
+        if pending is not None:
+            if "text/event-stream" in resp.headers.get("Content-Type", ""):
+                down.tally = res.tally = _Tally()
+            else:
+                down.keep = bytearray()
+        fut = x.fut
+        assert fut is not None
+        fut.add_done_callback(down.wake)
+        try:
+            await resp.prepare(request)
+            writer = request.writer
+            while not down.buf and not fut.done():
+                await down.wait()
+            first = down.take()
+            if first:
+                await resp.write(first)  # with the head, one send
+            if verdict:
+                state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
+            down.start(request.transport, isinstance(writer, StreamWriter) and writer.chunked, x)
+            while True:
+                if down.over:
+                    await writer.drain()  # the client reads slowly: the upstream read waits meanwhile
+                    down.resume()
+                    continue
+                if fut.done():
+                    break
+                await down.wait()
+            if down.gone:
+                raise ConnectionResetError("the client left")
+            if x.exc_status is not None:
+                res.outcome = "upstream_cut"  # pass the cut on: close the client's connection too
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            await resp.write_eof()
+        except asyncio.CancelledError:
+            res.outcome = "interrupted"  # the proxy is stopping
+            if not fut.done():
+                x.conn.close()  # type: ignore[union-attr]
+            raise
+        except ConnectionResetError:
+            res.outcome = "client_gone"  # the client left: drop the upstream connection
+            if not fut.done():
+                x.conn.close()  # type: ignore[union-attr]
+            return resp
+        res.outcome = "complete"
+        res.e2e = now_ns() - arrival
+        if down.tally is not None:
+            r = down.tally.close()
+            res.usage, res.error = r.usage, r.error
+            if r.first_token_ns is not None:
+                res.ttft = r.first_token_ns - arrival
+        elif down.keep is not None:
+            res.usage, res.error = _json_usage(bytes(down.keep))
+        return resp
+
+    def _bad_gateway(self, error: str, pending: Pending | None, state: dict, res: _Result) -> web.Response:
+        """502 for a request the upstream did not answer; a body read whole is still retained."""
+        res.error = error
+        if pending is not None and pending.state == "open":
+            state["slot"] = self._finish(pending, state)
+        return web.json_response({"error": {"message": f"kvreplay record: {error}", "type": "bad_gateway"}},
+                                 status=502)
 
     def _finish(self, pending: Pending, state: dict) -> Slot | None:
         """The body's retention verdict once it was forwarded whole (else it is abandoned: ``incomplete``)."""
@@ -346,20 +487,3 @@ class RecordingProxy:
         slot = self.writer.finish(pending)
         self._say_limit()
         return slot
-
-
-def _json_usage(data: bytes) -> tuple[object, str | None]:
-    """``(usage, error message)`` of a non-streamed JSON response; ``(None, None)`` when unreadable."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None, None
-    if not isinstance(obj, dict):
-        return None, None
-    err = obj.get("error")
-    msg = None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        msg = err["message"]
-    elif isinstance(err, str):
-        msg = err
-    return obj.get("usage"), msg

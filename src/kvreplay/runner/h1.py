@@ -439,6 +439,7 @@ class H1Client:
         hostport = self.host if u.port is None else f"{self.host}:{self.port}"
         if ":" in self.host and not self.host.startswith("["):
             hostport = f"[{self.host}]" + ("" if u.port is None else f":{self.port}")
+        self.hostport = hostport  # the Host header's value
         hdrs = {"Host": hostport, "User-Agent": "kvreplay", "Accept": "*/*", **headers}
         for k, v in hdrs.items():
             if any(c in k or c in v for c in "\r\n\0") or ":" in k:
