@@ -327,8 +327,8 @@ class PrometheusBackend:
         taken_ns = clock.now_ns()
         if reply is None:
             return Snapshot(taken_ns=taken_ns, raw={}, common={}, read_bytes=self.last_read_bytes)
-        # joined, decoded and parsed in another process for a large scrape, in a thread
-        # otherwise: never on the event loop (_offload)
+        # joined, decoded and parsed in another process for a large scrape, in a thread for a
+        # mid-sized one, on the loop only under _offload.INLINE_BYTES (a filtered read)
         raw, common, started, invalid, declared, ignored, info = await parse_off_loop(
             parse_scrape, reply.chunks, self.profile, self._declared, wanted)
         self._read_info = (taken_ns, info, started)
