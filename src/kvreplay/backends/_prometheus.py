@@ -16,7 +16,7 @@ prometheus-fastapi-instrumentator's route, which ignores the query, and every
 other ``/metrics...`` path from prometheus_client's ASGI app, which honours it
 (``vllm/entrypoints/serve/instrumentator/metrics.py``: the ``Mount`` whose
 ``path_regex`` is ``^/metrics(?P<path>.*)$``; 0.32: 52 KB in 10-22 ms whole,
-under 3 KB in 1-7 ms filtered). That path is used from then on only when its
+3.5 KB in 1-7 ms filtered). That path is used from then on only when its
 answer holds no sample that was not asked for, the very series the whole
 scrape held (keys) and the same start marker (``filter_path``); otherwise
 later reads ask for the whole scrape without the query. Either way such a
