@@ -18,8 +18,8 @@ from ._family import BackendFamily
 from ._http import fetch, fetch_json
 from ._offload import parse_off_loop
 from ._profile import Profile, load_profile
-from ._prom import parse_exposition
-from ._prometheus import PrometheusBackend, parse_scrape
+from ._prom import check_scrape, parse_exposition
+from ._prometheus import PrometheusBackend, only_wanted, parse_scrape
 
 __all__ = ["LLAMACPP", "SGLANG", "VLLM", "LlamacppBackend", "SglangBackend", "VllmBackend"]
 
@@ -30,9 +30,14 @@ CACHE_CONFIG_INFO = "vllm:cache_config_info"
 def cache_config(text: str) -> dict[str, Any]:
     """``{"cache_config": {...}}`` from the labels of ``vllm:cache_config_info``, when present.
 
-    Module-level: it runs in the parser process for a large scrape (``_offload``).
+    Module-level: it runs in the parser process for a large scrape (``_offload``). Only
+    that series' lines are parsed (``only_wanted``; the bounds checked on the whole text).
+
+    Raises:
+        BackendError: the text is not valid exposition format, or over a bound.
     """
-    for s in parse_exposition(text):
+    check_scrape(text)
+    for s in parse_exposition(only_wanted(text, frozenset({CACHE_CONFIG_INFO}))[0]):
         if s.name == CACHE_CONFIG_INFO:
             return {"cache_config": dict(s.labels)}
     return {}
@@ -58,16 +63,37 @@ class VllmBackend(PrometheusBackend):
         """``{"cache_config": {...}}`` from ``vllm:cache_config_info`` labels, when present."""
         return cache_config(text)
 
-    async def identity(self) -> dict[str, Any]:
+    async def read_served(self) -> dict[str, Any]:
+        """Model ids and ``max_model_len`` (``/v1/models``), ``/version``.
+
+        Raises:
+            BackendError: the server could not be reached.
+        """
+        served: dict[str, Any] = {}
+        cards = await add_served_identity(self._session(), self.base_url, served)
+        if cards and "max_model_len" in cards[0]:
+            served["max_model_len"] = cards[0]["max_model_len"]
+        return served
+
+    async def identity(self, *, reuse_served: bool = False) -> dict[str, Any]:
         """Model ids and ``max_model_len``, ``/version``, cache configuration.
+
+        The cache configuration comes from the counter read just made when there is
+        one (its filtered read asks for ``vllm:cache_config_info`` too), else from a
+        scrape of its own; ``reuse_served``: as ``PrometheusBackend.identity`` (the
+        served part kept while the start marker stays the same).
 
         Raises:
             BackendError: the server could not be reached.
         """
         ident: dict[str, Any] = {"backend": self.name}
-        cards = await add_served_identity(self._session(), self.base_url, ident)
-        if cards and "max_model_len" in cards[0]:
-            ident["max_model_len"] = cards[0]["max_model_len"]
+        read = self.fresh_read()
+        ident.update(await self.served_identity(read, reuse_served))
+        if read is not None:  # the scrape just parsed: no second ~50 KB scrape (vLLM ignores name[]=)
+            info = read[1].get("info", {})
+            if CACHE_CONFIG_INFO in info:
+                ident["cache_config"] = dict(info[CACHE_CONFIG_INFO])
+            return ident
         text = await self.scrape(frozenset({CACHE_CONFIG_INFO}))  # only that series, where the server can
         if text is not None:
             ident.update(await parse_off_loop(cache_config, text))
@@ -128,14 +154,15 @@ class SglangBackend(PrometheusBackend):
 
     name = "sglang"
     metrics_optional = True
+    reuses_served_identity = False  # its identity is /get_server_info's, read whole each time
 
     def __init__(
         self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile | None = None
     ) -> None:
         super().__init__(base_url, session, profile or load_profile("sglang"))
 
-    async def identity(self) -> dict[str, Any]:
-        """Stable server_info fields and model ids.
+    async def identity(self, *, reuse_served: bool = False) -> dict[str, Any]:
+        """Stable server_info fields and model ids (read whole: ``reuse_served`` is ignored).
 
         Raises:
             BackendError: the server could not be reached.
@@ -179,6 +206,7 @@ class LlamacppBackend(PrometheusBackend):
     name = "llamacpp"
     metrics_optional = True
     partial_reads = False  # llama-server's /metrics is a dozen lines, and not prometheus_client's
+    reuses_served_identity = False  # its identity is /props', read whole each time; no start marker
 
     def __init__(
         self, base_url: str, session: aiohttp.ClientSession | None, profile: Profile | None = None
@@ -212,8 +240,8 @@ class LlamacppBackend(PrometheusBackend):
             )
         return Snapshot(taken_ns=taken_ns, raw={}, common={})
 
-    async def identity(self) -> dict[str, Any]:
-        """``build_info`` and ``model_path`` from ``/props``, and model ids.
+    async def identity(self, *, reuse_served: bool = False) -> dict[str, Any]:
+        """``build_info`` and ``model_path`` from ``/props``, and model ids (read whole: ``reuse_served`` is ignored).
 
         Raises:
             BackendError: the server could not be reached.

@@ -99,7 +99,10 @@ async def fetch(
                 async with session.request(
                     method,
                     url,
-                    headers={"Accept": accept},
+                    # never compressed: the run's session does not decompress (auto_decompress=False),
+                    # and prometheus_client's ASGI app gzips a scrape when aiohttp's default
+                    # Accept-Encoding allows it (vLLM's /metrics/, filtered: issue 31 item 3)
+                    headers={"Accept": accept, "Accept-Encoding": "identity"},
                     timeout=aiohttp.ClientTimeout(total=timeout_s),
                     allow_redirects=False,
                 ) as resp:

@@ -11,8 +11,9 @@ would re-run the caller's ``__main__`` in the child). A thread of this process
 sends it the function and the text over a pipe and reads back the pickled
 result, so the only work here is that unpickling (a few ms for 45k series,
 interrupted by the switch interval like any thread's). Smaller scrapes (a vLLM
-scrape is ~160 KB, a filtered one a few KB) stay in a thread, where they cost
-less than the trip.
+scrape is ~160 KB) stay in a thread, where they cost less than the trip; one
+under ``INLINE_BYTES`` (a filtered read: vLLM's is 3.5 KB) is parsed on the
+loop, where it costs less than waking a thread on a busy machine.
 
 A ``BackendError`` raised while parsing comes back as a ``BackendError`` with
 the same message; a worker that died is replaced at the next large scrape.
@@ -34,10 +35,14 @@ from typing import Any, TypeVar
 
 from kvreplay.errors import BackendError
 
-__all__ = ["OFFLOAD_BYTES", "parse_in_worker", "parse_off_loop", "shutdown_worker"]
+__all__ = ["INLINE_BYTES", "OFFLOAD_BYTES", "parse_in_worker", "parse_off_loop", "shutdown_worker"]
 
 OFFLOAD_BYTES = 256 << 10
 """Scrapes of this many characters or more are parsed in the worker process."""
+INLINE_BYTES = 8 << 10
+"""Scrapes under this many characters are parsed on the event loop: vLLM's filtered read (3.5 KB,
+15 series) in 0.7 ms, 8 KB of hostile lines (120 labels each, under ``_prom.check_scrape``'s bounds)
+in 4 ms on a loaded two-core machine; a thread's round trip cost 1-5 ms there (issue 31 item 3)."""
 
 T = TypeVar("T")
 _LEN = struct.Struct("<Q")
@@ -112,7 +117,7 @@ atexit.register(shutdown_worker)
 
 
 async def parse_off_loop(fn: Callable[..., T], text: str | tuple[bytes, ...], *args: Any) -> T:
-    """``fn(text, *args)`` off the event loop: in the worker process for large text, else in a thread.
+    """``fn(text, *args)``: in the worker process for large text, in a thread for mid-sized, on the loop for small.
 
     Args:
         fn: A module-level function (pickled by name), e.g. ``_prometheus.parse_scrape``.
@@ -123,6 +128,8 @@ async def parse_off_loop(fn: Callable[..., T], text: str | tuple[bytes, ...], *a
         BackendError: raised by ``fn``, or the worker process died.
     """
     size = len(text) if isinstance(text, str) else sum(len(c) for c in text)
+    if size < INLINE_BYTES:
+        return fn(text, *args)
     if size < OFFLOAD_BYTES:
         return await asyncio.to_thread(fn, text, *args)
     return await asyncio.to_thread(parse_in_worker, fn, text, *args)

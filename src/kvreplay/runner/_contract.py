@@ -11,7 +11,15 @@ A mixin of the runner's ``_Run`` (kept apart so ``_runner.py`` stays one concept
   (``runner.identity.abort_details``). It runs at every counter read (so at C1
   after every request), between phases, and above C1 (or wherever counters are
   not read per request) every ``identity_interval_s`` (<= 1 s) while a phase runs
-  (``identity_monitor``).
+  (``identity_monitor``). After a per-request read an adapter with
+  ``reuses_served_identity`` may take ``/v1/models`` and ``/version`` from its last
+  read of them when the counter read just made shows the same server process
+  (``check_identity(reuse_served=True)``; ``backends._prometheus``, "Cheap identity
+  reads"): a restart is still seen before the next request, a served model list
+  changed inside the same process at the next phase boundary. Such a read vouches
+  for the records sent before it (``IdentityGate.matched``) only when the drift
+  that ends the run came with a new process; a drift seen with the same process
+  marks every record sent since the last whole identity read.
 - **Malformed transport.** With ``abort_on_malformed`` the first ``malformed``
   record stops new requests (``aborted.reason: malformed``).
 - **Transport health.** ``max_transport_failures`` (default 3) consecutive sends
@@ -86,13 +94,23 @@ class ContractChecks:
             self.abort_with("identity_mismatch", "server identity is not the pinned one: "
                             + "; ".join(c.describe() for c in bad), **abort_details(bad))
 
-    async def check_identity(self) -> None:
-        """Read the identity; abort on drift from the baseline or a broken pin (module docstring)."""
+    async def check_identity(self, *, reuse_served: bool = False) -> None:
+        """Read the identity; abort on drift from the baseline or a broken pin (module docstring).
+
+        Args:
+            reuse_served: Right after a per-request counter read: the adapter may reuse
+                its served part while the read shows the same process (module docstring).
+        """
         if self.backend is None or self.identity_before is None:
             return
         t0 = self.rel(now_ns())  # type: ignore[attr-defined]
         try:
-            ident = await self.backend.identity()
+            how = "read"
+            if reuse_served and getattr(self.backend, "reuses_served_identity", False):
+                ident = await self.backend.identity(reuse_served=True)
+                how = getattr(self.backend, "served_how", "read")
+            else:
+                ident = await self.backend.identity()
         except BackendError as exc:
             self.writer.unread(t0)  # type: ignore[attr-defined]
             if not getattr(self, "_identity_read_failed", False):  # said once, not at every read
@@ -103,10 +121,19 @@ class ContractChecks:
         changes = identity_changes(self.identity_before, ident)
         known = {c.key for c in changes}
         changes += [c for c in check_pins(ident, self.opts.identity_pins) if c.key not in known]
+        # A read that reused /v1/models + /version vouches for the records before it only once a
+        # drift is seen with a new process (the old one was seen unchanged up to then); a drift
+        # with the same process marks every record since the last whole read.
+        reused_to = getattr(self, "_reused_to", None)
         if changes:
+            if how == "new_process" and reused_to is not None:
+                self.writer.matched(reused_to)  # type: ignore[attr-defined]
             self.writer.drifted(t0)  # type: ignore[attr-defined]
+        elif how == "reused":
+            self._reused_to = t0
         else:
             self.writer.matched(t0)  # type: ignore[attr-defined]
+            self._reused_to = None
         if changes and (self.abort is None or self.abort.get("reason") != "identity_drift"):
             self.abort_with("identity_drift", "server identity changed: "
                             + "; ".join(c.describe() for c in changes), **abort_details(changes),

@@ -84,7 +84,7 @@ class CounterReads:
 
         def log_counters(self, snap: Snapshot, at: str | int) -> None: ...
         def request_abort(self, reason: str, message: str) -> None: ...
-        async def check_identity(self) -> None: ...
+        async def check_identity(self, *, reuse_served: bool = False) -> None: ...
 
     def check_bounds(self, snap: Snapshot | None) -> None:
         if snap is None:
@@ -146,7 +146,10 @@ class CounterReads:
 
         The identity is re-read after every counter read (issue 14), so at C1 a change
         is seen before the next request is sent; a Prometheus adapter takes its info
-        series from the counter read it has just parsed (``PrometheusBackend.identity``).
+        series from the counter read it has just parsed, and after a per-request read
+        its ``/v1/models`` and ``/version`` from its last read of them while the read
+        shows the same server process (``check_identity(reuse_served=True)``; a restart
+        changes the start marker; ``backends._prometheus``, "Cheap identity reads").
 
         Returns:
             The read, or None without a backend or when the read failed (said on progress).
@@ -163,7 +166,8 @@ class CounterReads:
         snap = checked_snapshot(snap, self.progress, self.nonfinite)
         await self.log_read(snap, at)
         self.check_bounds(snap)
-        await self.check_identity()  # at every counter read (issue 14): at C1 before the next request
+        # at every counter read (issue 14): at C1 before the next request; whole at phase boundaries
+        await self.check_identity(reuse_served=not full)
         return snap
 
     async def monitor(self, first: Snapshot | None) -> None:

