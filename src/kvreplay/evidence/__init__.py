@@ -5,6 +5,8 @@
 - ``evidence.engine``: the rules (absent is not zero, a reset delta is void, the
   tier compared, only repeats are evidence) that the run report, the experiment
   findings and ``kvreplay compare`` all decide with.
+- ``evidence.bodykeys``: sets of sent bodies in flat memory (``KeySet``: 16-byte
+  keys of their SHA-256 in a sorted array), for the replay rule at any scale.
 
 It sits low in the layers (beside ``metrics``): it reads summary, record and
 counter dicts and imports nothing of the project but the bottom modules.
@@ -12,6 +14,7 @@ counter dicts and imports nothing of the project but the bottom modules.
 
 from __future__ import annotations
 
+from kvreplay.evidence.bodykeys import KEY, KeySet
 from kvreplay.evidence.engine import (
     PhaseEvidence,
     PhaseSends,
@@ -56,11 +59,13 @@ __all__ = [
     "GAUGE_NAMES",
     "HOST_KEYS",
     "HOST_LOOKUP_KEYS",
+    "KEY",
     "LOAD_GAUGES",
     "RESTORE_KEYS",
     "TIERS",
     "TOKEN_TWINS",
     "USAGE_HOST_KEYS",
+    "KeySet",
     "PhaseEvidence",
     "PhaseSends",
     "SentBodies",

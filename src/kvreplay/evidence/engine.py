@@ -54,10 +54,14 @@ labelled ``prime``, and one marked ``comparable: false`` (``replay_orders``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import numpy as np
+
+from kvreplay.evidence.bodykeys import KEY, KeySet, key_of
 from kvreplay.evidence.vocab import (
     DEVICE_KEYS,
     DEVICE_LOOKUP_KEYS,
@@ -389,22 +393,50 @@ def replay_orders(
         if p.get("comparable") is False or p.get("label") == "prime"  # a labelled prime (issue 14)
     }
     out: dict[str, str] = {}
-    ledger = SentBodies()
     specs = [s for s in (plan or {}).get("phases") or [] if s.get("sequence")]
     if specs:
-        for spec in specs:
-            name = spec["name"]
-            sends = ledger.phase(None, [s["body_sha256"] for s in spec["sequence"]])
-            if sends.replay and not _is_prime(name) and name not in not_comparable:
-                out[name] = str(spec.get("order", "forward"))
+        names = [spec["name"] for spec in specs]
+        for i, keep in enumerate(_replays(names, [partial(KeySet.of_sequence, spec["sequence"]) for spec in specs])):
+            if keep and names[i] not in not_comparable:
+                out[names[i]] = str(specs[i].get("order", "forward"))
         return out
-    by_phase: dict[str, list[str]] = {}
+    by_phase: dict[str, tuple[bytearray, list[Any]]] = {}
     for r in records:  # one pass: the records may be streamed
         if r.get("sent", True) and r.get("body_sha256"):
-            by_phase.setdefault(str(r.get("phase")), []).append(r["body_sha256"])
-    for ph in summary.get("phases") or []:
-        name = ph.get("name", "")
-        sends = ledger.phase(None, by_phase.get(name, []))
-        if sends.replay and not _is_prime(name) and name not in not_comparable:
-            out[name] = "unknown"
+            buf, odd = by_phase.setdefault(str(r.get("phase")), (bytearray(), []))
+            k = key_of(r["body_sha256"])
+            if k is None:
+                odd.append(r["body_sha256"])
+            else:
+                buf += k
+    names = [ph.get("name", "") for ph in summary.get("phases") or []]
+    empty: tuple[bytearray, list[Any]] = (bytearray(), [])
+    sets = [partial(_packed, *by_phase.get(n, empty)) for n in names]
+    for i, keep in enumerate(_replays(names, sets)):
+        if keep and names[i] not in not_comparable:
+            out[names[i]] = "unknown"
+    return out
+
+
+def _packed(keys: bytearray, odd: list[Any]) -> KeySet:
+    return KeySet(np.unique(np.frombuffer(keys, dtype=KEY)), set(odd))
+
+
+def _replays(names: list[Any], sets: Sequence[Callable[[], KeySet]]) -> list[bool]:
+    """Per phase in run order: a replay that is not a prime (``SentBodies``'s rule over a ``KeySet`` each).
+
+    ``sets[i]()`` builds phase ``i``'s set of sent bodies; it is called only when
+    needed: not for a phase with nothing sent before it (no replay) that is the last.
+    """
+    seen = KeySet()
+    out = []
+    for i, (name, make) in enumerate(zip(names, sets, strict=True)):
+        last = i == len(names) - 1
+        if not len(seen) and last:
+            out.append(False)  # nothing sent before: no replay, and no later phase needs its bodies
+            continue
+        sent = make()
+        out.append(bool(len(sent)) and bool(len(seen)) and sent.issubset(seen) and not _is_prime(name))
+        if not last:
+            seen.update(sent)
     return out

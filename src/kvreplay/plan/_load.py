@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import orjson
 
 from kvreplay.errors import ConfigError
 from kvreplay.plan._model import ExtraWorkload, Phase, Plan, _shas
-from kvreplay.plan._spec import MAX_POSITIONS, PLAN_FORMAT, Pairs, PhaseSpec
+from kvreplay.plan._spec import MAX_POSITIONS, PLAN_FORMAT, Offsets, Pairs, PhaseSpec
 from kvreplay.workload import Workload
 
 __all__ = ["plan_from_json"]
@@ -110,7 +111,7 @@ def _load_plan_data(p: Path, data: Any, workload: Workload | None) -> tuple[Plan
                 turns.append((item["session"], item["turn"]))
         if turns and len(turns) != len(seq):
             raise ConfigError("session/turn on some positions only", path=p, field=f"phases[{i}].sequence")
-        phases.append(Phase(spec, Pairs.of(seq), tuple(intended) if spec.arrival is not None else None,
+        phases.append(Phase(spec, Pairs.of(seq), _offsets(intended) if spec.arrival is not None else None,
                             tuple(turns) if turns else None))
     if workload is not None:
         for bi, sha in enumerate(body_sha):
@@ -154,3 +155,11 @@ def _load_extras(items: Any, p: Path, seen: dict[int, str], *, load: bool) -> tu
             sha = tuple(seen.get(it["first_index"] + j, "") for j in range(it["n_bodies"]))
         out.append(ExtraWorkload(it["path"], it["sha256"], sha, it["first_index"], wl))
     return tuple(out)
+
+
+def _offsets(intended: list[int]) -> Sequence[int]:
+    """``Offsets`` of a plan.json's intended times; a tuple where one is past int64 (as read before)."""
+    try:
+        return Offsets(intended)
+    except OverflowError:
+        return tuple(intended)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from kvreplay.plan._spec import (
     MAX_POSITIONS,
     PLAN_FORMAT,
     Interleave,
+    Offsets,
     Pairs,
     PhaseSpec,
     SequenceView,
@@ -34,6 +36,7 @@ __all__ = [
     "PLAN_FORMAT",
     "ExtraWorkload",
     "Interleave",
+    "Offsets",
     "Phase",
     "Pairs",
     "PhaseSpec",
@@ -64,7 +67,7 @@ class Phase:
 
     spec: PhaseSpec
     sequence: Sequence[tuple[int, int]]
-    intended_ns: tuple[int, ...] | None = None
+    intended_ns: Sequence[int] | None = None
     turns: tuple[tuple[str, int], ...] | None = None
 
     @property
@@ -307,20 +310,20 @@ def _order(spec: PhaseSpec, idx: list[int], workload: Workload | None = None) ->
     return out
 
 
-def _intended(spec: PhaseSpec, n: int) -> tuple[int, ...] | None:
+def _intended(spec: PhaseSpec, n: int) -> Offsets | None:
     """Intended send offsets (ns after phase start) of an open-loop phase, or None."""
     if spec.arrival is None:
         return None
     if spec.arrival == "constant":
         gap = 1e9 / spec.rate  # type: ignore[operator]
-        return tuple(round(i * gap) for i in range(n))
+        return Offsets(round(i * gap) for i in range(n))
     if spec.arrival.startswith("poisson:"):
         rng = random.Random(int(spec.arrival.split(":")[1]))
-        t, out = 0.0, []
+        t, out = 0.0, array("q")
         for _ in range(n):
             out.append(round(t))
             t += rng.expovariate(spec.rate) * 1e9  # type: ignore[arg-type]
-        return tuple(out)
+        return Offsets(out)
     path = Path(spec.arrival.split(":", 1)[1])
     try:
         offsets = orjson.loads(path.read_bytes())
@@ -329,14 +332,14 @@ def _intended(spec: PhaseSpec, n: int) -> tuple[int, ...] | None:
     if not isinstance(offsets, list) or len(offsets) < n or not all(isinstance(x, (int, float)) for x in offsets):
         raise ConfigError(f"needs a JSON list of at least {n} arrival offsets (ms)", path=path, field="arrival")
     base = offsets[0]
-    out = []
+    out = array("q")
     for i, x in enumerate(offsets[:n]):
         ns = (x - base) * 1e6 * spec.time_scale
         if not math.isfinite(ns) or not 0 <= ns <= MAX_ARRIVAL_NS:
             raise ConfigError(f"offset {i} ({x!r} ms) is not a finite offset from the first within "
                               f"{MAX_ARRIVAL_NS / 1e9 / 86400:.0f} days", path=path, field=f"arrival[{i}]")
         out.append(round(ns))
-    return tuple(out)
+    return Offsets(out)
 
 
 MAX_ARRIVAL_NS = 365 * 86400 * 10**9

@@ -449,3 +449,44 @@ class Pairs(Sequence[tuple[int, int]]):
 
     def __repr__(self) -> str:
         return f"Pairs({tuple(self)!r})"
+
+
+class Offsets(Sequence[int]):
+    """An open-loop phase's intended send offsets (ns) in one int64 array (8 bytes a position, issue 32).
+
+    Reads like the tuple of ints it replaces (indexing, iteration, ``==`` with a
+    tuple, hashing); a Python int per position costs ~36 bytes in a tuple.
+
+    Raises:
+        OverflowError: (construction) an offset outside int64.
+    """
+
+    def __init__(self, values: Iterable[int]) -> None:
+        """From the offsets in send order."""
+        self.flat = values if isinstance(values, array) and values.typecode == "q" else array("q", values)
+
+    def __len__(self) -> int:
+        return len(self.flat)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[int, ...]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return tuple(self.flat[i])
+        return self.flat[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.flat)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Offsets):
+            return self.flat == other.flat
+        return isinstance(other, Sequence) and tuple(self.flat) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.flat))
+
+    def __repr__(self) -> str:
+        return f"Offsets({tuple(self.flat)!r})"

@@ -12,6 +12,7 @@ in ``sequence_length``.
 
 from __future__ import annotations
 
+import binascii
 import itertools
 import os
 import re
@@ -20,9 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+import numpy as np
 import orjson
 
 from kvreplay.errors import ConfigError
+from kvreplay.evidence import KEY, KeySet
 from kvreplay.plan import Plan, SequenceView, json_chunks, plan_from_json
 from kvreplay.rundir.jsonfile import read_object
 from kvreplay.rundir.names import PLAN
@@ -221,11 +224,55 @@ class Entries(Sequence[dict[str, Any]]):
         return (list, (list(self),))
 
 
-def _key(sha_or_raw: bytes) -> Any:
-    """What a seen-set holds for a body: 16 bytes of its hex SHA-256 as an int (no 97-byte string)."""
-    if len(sha_or_raw) == 64 and _HEX.fullmatch(sha_or_raw):
-        return int(sha_or_raw[:32], 16)
-    return sha_or_raw
+class _FirstOfEach:
+    """The first entry of each distinct body, in send order: a compact plan's ``sequence`` (issue 32).
+
+    A body is its entry's ``body_sha256`` when that is 64 lowercase hex digits
+    (its 16-byte key, ``evidence.KeySet``: 16 bytes a distinct body in a sorted
+    array instead of a set of Python ints); otherwise the ``body_sha256`` text
+    as written, or the whole entry's bytes when it has none (kept in a set, as
+    before). Entries are decided in batches of ``BATCH`` in send order, so the
+    result is that of a per-entry seen-set.
+    """
+
+    BATCH = 16384
+
+    def __init__(self) -> None:
+        self.uniq = Entries()
+        self._seen = KeySet()
+        self._raws: list[bytes] = []  # the batch's entries
+        self._keys = bytearray()  # 16-byte keys of its hex-digest entries ...
+        self._at = array("q")  # ... and their indices in the batch
+        self._odd_new: list[int] = []  # batch indices of first sightings of other bodies
+
+    def add(self, raw: bytes) -> None:
+        """One sequence entry (its JSON bytes), in send order."""
+        sm = _SHA.search(raw)
+        sha = sm.group(1) if sm else None
+        i = len(self._raws)
+        self._raws.append(raw)
+        if sha is not None and len(sha) == 64 and _HEX.fullmatch(sha):
+            self._keys += binascii.a2b_hex(sha[:32])
+            self._at.append(i)
+        else:
+            key = raw if sha is None else sha
+            if key not in self._seen.odd:
+                self._seen.odd.add(key)
+                self._odd_new.append(i)
+        if len(self._raws) >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        first = self._seen.add_first(np.frombuffer(bytes(self._keys), dtype=KEY))
+        new = sorted([*self._odd_new, *np.asarray(self._at, dtype=np.int64)[first].tolist()])
+        for i in new:
+            self.uniq.append(orjson.loads(self._raws[i]))
+        self._raws, self._keys, self._at, self._odd_new = [], bytearray(), array("q"), []
+
+    def done(self) -> Entries:
+        """The first entries of each distinct body (``Entries``), in send order."""
+        self._flush()
+        return self.uniq
 
 
 def _compact_plan(data: bytes) -> dict[str, Any] | None:
@@ -237,8 +284,7 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
         if end < 0:
             return None
         span = data[m.end() : end]
-        seen: set[Any] = set()
-        uniq = Entries()
+        uniq = _FirstOfEach()
         head: list[dict[str, Any]] = []
         n = 0
         in_range = True
@@ -249,12 +295,8 @@ def _compact_plan(data: bytes) -> dict[str, Any] | None:
             n += 1
             if len(head) < HEAD_ENTRIES:
                 head.append(orjson.loads(raw))
-            sm = _SHA.search(raw)
-            key = _key(sm.group(1) if sm else raw)
-            if key not in seen:
-                seen.add(key)
-                uniq.append(orjson.loads(raw))
-        heads.append((uniq, head, n, in_range))
+            uniq.add(raw)
+        heads.append((uniq.done(), head, n, in_range))
         parts.append(data[pos : m.end()])
         pos = end
     parts.append(data[pos:])
@@ -288,19 +330,18 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         heads: list[_Head] = []
         inside = False
         entry: list[bytes] = []
-        seen: set[Any] = set()
-        uniq = Entries()
+        uniq = _FirstOfEach()
         head: list[dict[str, Any]] = []
         for line in f:
             if not inside:
                 parts.append(line)
                 st = line.rstrip()
                 if st.endswith(b"[") and _SEQ.search(st):
-                    inside, seen, uniq, head, n, in_range = True, set(), Entries(), [], 0, True
+                    inside, uniq, head, n, in_range = True, _FirstOfEach(), [], 0, True
                 continue
             st = line.strip()
             if not entry and st.startswith(b"]"):
-                heads.append((uniq, head, n, in_range))
+                heads.append((uniq.done(), head, n, in_range))
                 parts.append(line)
                 inside = False
                 continue
@@ -311,13 +352,9 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                 pm = _POS.search(raw)
                 in_range = in_range and pm is not None and int(pm.group(1)) == n
                 n += 1
-                sm = _SHA.search(raw)
-                key = _key(sm.group(1) if sm else raw)
                 if len(head) < HEAD_ENTRIES:
                     head.append(orjson.loads(raw))
-                if key not in seen:
-                    seen.add(key)
-                    uniq.append(orjson.loads(raw))
+                uniq.add(raw)
     if inside:
         return None
     return _assemble(parts, heads, lambda: Path(path).read_bytes())
