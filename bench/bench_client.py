@@ -257,6 +257,14 @@ def _start_server(
     return p, int(line.split()[1])
 
 
+def _stop_server(srv: subprocess.Popen) -> None:
+    """Stop a ``_start_server`` process (SIGTERM, reaped within 10 s) and close its pipe."""
+    srv.terminate()
+    srv.wait(timeout=10)
+    if srv.stdout is not None:
+        srv.stdout.close()
+
+
 def _run_child(
     kind: str,
     port: int,
@@ -389,10 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                             file=sys.stderr,
                         )
         finally:
-            srv.terminate()
-            srv.wait(timeout=10)
-            if srv.stdout is not None:
-                srv.stdout.close()
+            _stop_server(srv)
     load1 = os.getloadavg()
     print(
         f"\nclient-overhead benchmark: {a.tokens} tokens/response, 1k-token prompts, "
@@ -464,10 +469,7 @@ def test_client_overhead_c64(benchmark, kind, tmp_path):
             iterations=1,
         )
     finally:
-        srv.terminate()
-        srv.wait(timeout=10)
-        if srv.stdout is not None:
-            srv.stdout.close()
+        _stop_server(srv)
     r.update(_per(r))
     benchmark.extra_info.update(
         {k: r[k] for k in ("cpu_s_per_1M_tokens", "cpu_s_per_1k_requests", "ttft_p50_us", "rss_mb")}

@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_client import _start_server, make_workload  # noqa: E402
+from bench_client import _start_server, _stop_server, make_workload  # noqa: E402
 
 
 def become_subreaper() -> bool:
@@ -149,10 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"# workers {w} requests {n} rep {rep}: {cpu:.2f} CPU s, {wall:.2f} wall s",
                               file=sys.stderr)
         finally:
-            srv.terminate()
-            srv.wait(timeout=10)
-            if srv.stdout is not None:
-                srv.stdout.close()
+            _stop_server(srv)
     load1 = os.getloadavg()
 
     def med(w: int, n: int, key: str) -> float:

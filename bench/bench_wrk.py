@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_client import _per, _run_child, _start_server, make_workload  # noqa: E402
+from bench_client import _per, _run_child, _start_server, _stop_server, make_workload  # noqa: E402
 
 _REQS = re.compile(r"(\d+) requests in ([\d.]+)(\w+)")
 
@@ -120,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"# {mode} {kind:8s} rep {rep}: {r['cpu_s']:.2f} s CPU, "
                               f"{r['cpu_s_per_1M_tokens']:.2f} s/1M tok", file=sys.stderr)
             finally:
-                srv.terminate()
-                srv.wait(timeout=10)
-                if srv.stdout is not None:
-                    srv.stdout.close()
+                _stop_server(srv)
     load1 = os.getloadavg()
     print(f"\nC{a.conc}, {a.tokens} tokens/response, server {a.server}, server on cpu {server_cpu}, "
           f"clients on cpu {client_cpu}, "
