@@ -14,7 +14,8 @@ counter dicts and imports nothing of the project but the bottom modules.
 
 from __future__ import annotations
 
-from kvreplay.evidence.bodykeys import KEY, KeySet
+from typing import TYPE_CHECKING, Any
+
 from kvreplay.evidence.engine import (
     PhaseEvidence,
     PhaseSends,
@@ -82,3 +83,20 @@ __all__ = [
     "usable",
     "usable_delta",
 ]
+
+if TYPE_CHECKING:
+    from kvreplay.evidence.bodykeys import KEY, KeySet
+
+
+def __getattr__(name: str) -> Any:
+    """``KEY`` and ``KeySet``, imported on first use.
+
+    ``evidence.bodykeys`` imports numpy, which commands that never replay-check a plan
+    (``import``, ``run`` before its first request) must not pay for (issue 35's start-up;
+    the import memory limits of tests/hostile).
+    """
+    if name in ("KEY", "KeySet"):
+        from kvreplay.evidence import bodykeys
+
+        return getattr(bodykeys, name)
+    raise AttributeError(f"module 'kvreplay.evidence' has no attribute {name!r}")

@@ -57,11 +57,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from kvreplay.evidence.bodykeys import KEY, KeySet, key_of
 from kvreplay.evidence.vocab import (
     DEVICE_KEYS,
     DEVICE_LOOKUP_KEYS,
@@ -70,6 +67,9 @@ from kvreplay.evidence.vocab import (
     HOST_LOOKUP_KEYS,
     USAGE_HOST_KEYS,
 )
+
+if TYPE_CHECKING:
+    from kvreplay.evidence.bodykeys import KeySet
 
 __all__ = [
     "PhaseEvidence",
@@ -394,6 +394,8 @@ def replay_orders(
     }
     out: dict[str, str] = {}
     specs = [s for s in (plan or {}).get("phases") or [] if s.get("sequence")]
+    from kvreplay.evidence.bodykeys import KeySet, key_of  # numpy, on first use
+
     if specs:
         names = [spec["name"] for spec in specs]
         for i, keep in enumerate(_replays(names, [partial(KeySet.of_sequence, spec["sequence"]) for spec in specs])):
@@ -419,6 +421,10 @@ def replay_orders(
 
 
 def _packed(keys: bytearray, odd: list[Any]) -> KeySet:
+    import numpy as np
+
+    from kvreplay.evidence.bodykeys import KEY, KeySet
+
     return KeySet(np.unique(np.frombuffer(keys, dtype=KEY)), set(odd))
 
 
@@ -428,6 +434,8 @@ def _replays(names: list[Any], sets: Sequence[Callable[[], KeySet]]) -> list[boo
     ``sets[i]()`` builds phase ``i``'s set of sent bodies; it is called only when
     needed: not for a phase with nothing sent before it (no replay) that is the last.
     """
+    from kvreplay.evidence.bodykeys import KeySet
+
     seen = KeySet()
     out = []
     for i, (name, make) in enumerate(zip(names, sets, strict=True)):

@@ -21,11 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-import numpy as np
 import orjson
 
 from kvreplay.errors import ConfigError
-from kvreplay.evidence import KEY, KeySet
 from kvreplay.plan import Plan, SequenceView, json_chunks, plan_from_json
 from kvreplay.rundir.jsonfile import read_object
 from kvreplay.rundir.names import PLAN
@@ -238,6 +236,8 @@ class _FirstOfEach:
     BATCH = 16384
 
     def __init__(self) -> None:
+        from kvreplay.evidence.bodykeys import KeySet  # numpy, on first use
+
         self.uniq = Entries()
         self._seen = KeySet()
         self._raws: list[bytes] = []  # the batch's entries
@@ -263,6 +263,10 @@ class _FirstOfEach:
             self._flush()
 
     def _flush(self) -> None:
+        import numpy as np
+
+        from kvreplay.evidence.bodykeys import KEY
+
         first = self._seen.add_first(np.frombuffer(bytes(self._keys), dtype=KEY))
         new = sorted([*self._odd_new, *np.asarray(self._at, dtype=np.int64)[first].tolist()])
         for i in new:
