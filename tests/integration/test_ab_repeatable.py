@@ -6,11 +6,11 @@ decision to "no decision" (the resolution, spread and split-half gates of
 ``experiments.ab.resolution`` withhold what the figures cannot carry), never from one
 decision to another; the verdict likewise.
 
-Not asserted: the C4 TTFT cell. Of its 8 requests the first 4 queue behind each other's
-prefill and its p50 falls where the two waves meet, so the simulator's serving order sets
-its sign: runs have read +1% "no change", +4% "no decision" and -18% "benefit" (a loaded
-CI machine), each with a tight interval. The gates do not withhold it (it is consistent
-within a run); it is printed, and named in the closing note of issue 27 as left open.
+Not asserted: the C4 TTFT cell. C4 follows C1 on the same server over the same bodies, so
+every prompt is cached whole and the truth there is "no change" (quiet runs read +1% "no
+change", +4% "no decision"); with a CPU-bound process beside the suite one run read -18%
+"benefit" with a tight interval: the same-host server delayed unevenly between blocks,
+which the gates do not catch yet (issue 27, left open). It is printed, not asserted.
 """
 
 from __future__ import annotations

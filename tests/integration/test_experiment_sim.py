@@ -384,11 +384,14 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     c1 = ttft["trace/c1.ttft_p50"]
     assert c1["decision"] in ("regression", "no decision"), ttft
     assert c1["decision"] == "no decision" or (c1["value"] > 5 and c1["ci_change_pct"][0] > 5), ttft
-    # C4 has no fixed sign here: of its 8 requests the first 4 queue behind each other's prefill
-    # (21, 35, 49, 64 ms) and the p50 is the mean of the 4th and 5th, where the two waves meet,
-    # so the order in which the simulator serves them decides it. Runs read +1% "no change",
-    # +4% "no decision" and, on a loaded CI machine, -18% [-25, -17] "benefit". What holds on
-    # any host is that the cell's decision is the one its own interval gives (compare._decide).
+    # C4 runs after C1 in each block on the same server, over the same 8 bodies: every prompt
+    # is cached whole, so the slower prefill (which prices uncached tokens only) moves C4's TTFT
+    # by a fraction of a millisecond: the truth there is "no change". Quiet runs read +1% "no
+    # change" and +4% "no decision"; with a CPU-bound process beside the suite (load under the
+    # CPU count, so host_busy stayed false) one run read -18% [-25, -17] "benefit": the same-host
+    # server delayed unevenly between blocks, which the gates of experiments.ab.resolution do
+    # not catch (issue 27, left open). What this test holds on any host is that the cell's
+    # decision is the one its own interval gives (compare._decide) or withheld.
     c4 = ttft["trace/c4.ttft_p50"]
     lo, hi = c4["ci_change_pct"]
     expected = ("benefit" if hi <= -5 else "regression" if lo >= 5 else "no change" if lo > -5 and hi < 5
