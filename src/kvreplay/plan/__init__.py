@@ -78,7 +78,13 @@ from kvreplay.plan._model import (
     load_plan_toml,
     parse_phase,
 )
-from kvreplay.plan._spec import MAX_CONCURRENCY, MAX_POSITIONS, MAX_RATE, MIN_RATE  # re-exported bounds
+from kvreplay.plan._spec import (  # re-exported bounds, and the one builder of a sequence entry
+    MAX_CONCURRENCY,
+    MAX_POSITIONS,
+    MAX_RATE,
+    MIN_RATE,
+    sequence_entry,
+)
 
 __all__ = [
     "CHECK_FAIL_MODES",
@@ -102,4 +108,5 @@ __all__ = [
     "load_plan_toml",
     "parse_phase",
     "plan_from_json",
+    "sequence_entry",
 ]

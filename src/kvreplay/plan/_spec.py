@@ -314,6 +314,20 @@ def _check_unique(phases: list[PhaseSpec], *, where: dict[str, Any]) -> None:
         seen.add(ph.name)
 
 
+def sequence_entry(position: int, body_index: int, body_sha256: str, repetition: int,
+                   intended_ns: int | None = None) -> dict[str, Any]:
+    """One entry of a plan.json phase ``sequence``, in its key order (the plan hash covers the bytes).
+
+    ``{"position", "body_index", "body_sha256", "repetition"}`` and, for an open-loop
+    phase, ``"intended_ns"`` (ns from the phase start). The one builder of the entry's
+    shape: ``SequenceView`` (planning, runs) and ``rundir.planfile.Entries`` (reports).
+    """
+    e = {"position": position, "body_index": body_index, "body_sha256": body_sha256, "repetition": repetition}
+    if intended_ns is not None:
+        e["intended_ns"] = intended_ns
+    return e
+
+
 class SequenceView(Sequence[dict[str, Any]]):
     """One phase's plan.json ``sequence``, each entry built when asked for (O(1) memory, issue 32).
 
@@ -332,10 +346,8 @@ class SequenceView(Sequence[dict[str, Any]]):
     def entry(self, pos: int) -> dict[str, Any]:
         """The entry of position ``pos``."""
         bi, rep = self.phase.sequence[pos]
-        e = {"position": pos, "body_index": bi, "body_sha256": self.sha[bi], "repetition": rep}
-        if self.phase.intended_ns is not None:
-            e["intended_ns"] = self.phase.intended_ns[pos]
-        return e
+        ins = self.phase.intended_ns
+        return sequence_entry(pos, bi, self.sha[bi], rep, None if ins is None else ins[pos])
 
     @overload
     def __getitem__(self, i: int) -> dict[str, Any]: ...

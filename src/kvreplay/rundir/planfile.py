@@ -24,7 +24,7 @@ from typing import Any, overload
 import orjson
 
 from kvreplay.errors import ConfigError
-from kvreplay.plan import Plan, SequenceView, json_chunks, plan_from_json
+from kvreplay.plan import Plan, SequenceView, json_chunks, plan_from_json, sequence_entry
 from kvreplay.rundir.jsonfile import read_object
 from kvreplay.rundir.names import PLAN
 from kvreplay.safe_io import atomic_write_chunks, atomic_write_json, dumps_json
@@ -193,11 +193,7 @@ class Entries(Sequence[dict[str, Any]]):
         pos, bi, rep, ins = self.ints[4 * i:4 * i + 4]
         if ins == -2:
             return self.other[i]
-        e = {"position": pos, "body_index": bi, "body_sha256": self.digests[32 * i:32 * i + 32].hex(),
-             "repetition": rep}
-        if ins >= 0:
-            e["intended_ns"] = ins
-        return e
+        return sequence_entry(pos, bi, self.digests[32 * i:32 * i + 32].hex(), rep, ins if ins >= 0 else None)
 
     @overload
     def __getitem__(self, i: int) -> dict[str, Any]: ...
