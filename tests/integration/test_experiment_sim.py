@@ -387,16 +387,13 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
     # C4 runs after C1 in each block on the same server, over the same 8 bodies: every prompt
     # is cached whole, so the slower prefill (which prices uncached tokens only) moves C4's TTFT
     # by a fraction of a millisecond: the truth there is "no change". Quiet runs read +1% "no
-    # change" and +4% "no decision"; with a CPU-bound process beside the suite (load under the
-    # CPU count, so host_busy stayed false) one run read -18% [-25, -17] "benefit": the same-host
-    # server delayed unevenly between blocks, which the gates of experiments.ab.resolution do
-    # not catch (issue 27, left open). What this test holds on any host is that the cell's
-    # decision is the one its own interval gives (compare._decide) or withheld.
+    # change" and +4% "no decision". With a CPU-bound process beside the suite (load under the
+    # CPU count) runs read -18% [-25, -17] and -24% [-25, -17], "benefit" by their intervals: the
+    # same-host server delayed unevenly between blocks. The host's CPU pressure per phase
+    # (client.host_cpu_wait_share, 0.5-1.0 in those blocks) now withholds them (host_busy), so
+    # on any host C4 reads the truth or nothing.
     c4 = ttft["trace/c4.ttft_p50"]
-    lo, hi = c4["ci_change_pct"]
-    expected = ("benefit" if hi <= -5 else "regression" if lo >= 5 else "no change" if lo > -5 and hi < 5
-                else "no decision")
-    assert c4["decision"] in (expected, "no decision"), ttft
+    assert c4["decision"] in ("no change", "no decision"), ttft
     assert f["verdict"] != "benefit"
 
 

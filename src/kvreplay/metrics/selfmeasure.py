@@ -186,6 +186,38 @@ class SchedStat:
             self._fd = None
 
 
+class CpuPressure:
+    """The host's CPU pressure stall time from ``/proc/pressure/cpu`` (Linux PSI).
+
+    The kernel's pressure stall information (Documentation/accounting/psi.rst): the
+    ``some`` line's ``total=`` is the wall time (µs) during which at least one runnable
+    task on the host waited for a CPU. Read once at a phase's start and once at its end,
+    the difference over the phase's wall time is the share of the phase in which work
+    on this host (a same-host server, the client, anything else) queued for a CPU.
+    ``read`` returns None where the file does not exist (kernels without PSI, macOS).
+    """
+
+    PATH = "/proc/pressure/cpu"
+
+    @classmethod
+    def read(cls) -> int | None:
+        """The ``some`` line's ``total`` (µs); None when unavailable or unreadable."""
+        try:
+            with open(cls.PATH, "rb") as f:
+                head = f.read(512)
+        except OSError:
+            return None
+        for line in head.split(b"\n"):
+            if line.startswith(b"some "):
+                for field in line.split():
+                    if field.startswith(b"total="):
+                        try:
+                            return int(field[6:])
+                        except ValueError:
+                            return None
+        return None
+
+
 class ClientMonitor:
     """Self-measurement of one phase (start it when the phase starts, stop it when it ends).
 
@@ -200,6 +232,8 @@ class ClientMonitor:
         loop_late_s: Sum of the lateness of ticks at least ``LOOP_LAG_P99_MS`` late (s).
         stall_window_s / stall_cpu_s / stall_wait_s: Over those ticks' windows (previous
             tick to this one): wall, loop-thread CPU and runnable-waiting time (s).
+        host_cpu_wait_s: Wall time of the phase (s) during which some task on the host
+            waited for a CPU (``CpuPressure``); None without PSI.
     """
 
     def __init__(self, interval_s: float = LAG_INTERVAL_S) -> None:
@@ -218,6 +252,8 @@ class ClientMonitor:
         self._phase_wait0: int | None = None
         self._cpu0 = 0.0
         self._t0 = 0
+        self._psi0: int | None = None
+        self.host_cpu_wait_s: float | None = None
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.starved_s: float | None = None
@@ -240,6 +276,7 @@ class ClientMonitor:
         self._sched = SchedStat()
         self._cpu0 = time.process_time()
         self._t0 = now_ns()
+        self._psi0 = CpuPressure.read()
         run, wait = self._thread_times()
         self._phase_wait0 = wait
         self.mark(self._t0, run, wait)
@@ -302,6 +339,9 @@ class ClientMonitor:
             self._handle = None
         self.cpu_s = time.process_time() - self._cpu0
         self.wall_s = (now_ns() - self._t0) / 1e9
+        psi = CpuPressure.read()
+        if psi is not None and self._psi0 is not None and psi >= self._psi0:
+            self.host_cpu_wait_s = (psi - self._psi0) / 1e6
         if self._sched is not None:
             _, wait = self._thread_times()
             if wait is not None and self._phase_wait0 is not None:
@@ -340,6 +380,9 @@ class ClientMonitor:
             "late_sends": self.late_sends if self.open_loop else None,
             "late_send_share": round(self.late_sends / self.sends, 4)
             if self.open_loop and self.sends
+            else None,
+            "host_cpu_wait_share": r(min(self.host_cpu_wait_s / self.wall_s, 1.0))
+            if self.host_cpu_wait_s is not None and self.wall_s > 0
             else None,
             **host_load(),
         }

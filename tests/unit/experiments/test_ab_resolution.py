@@ -139,6 +139,62 @@ def test_a_busy_host_withholds_timing_decisions_though_the_client_was_quiet():
     assert client_noise(blocks[:1]) is None
 
 
+def test_host_cpu_pressure_withholds_timing_decisions_at_a_load_under_the_cpus():
+    # one CPU-bound process beside a same-host server: load 1.7 on 2 CPUs (not over), but some
+    # task waited for a CPU 45% of the phase (PSI); the gate's bound is 10%, inclusive
+    from kvreplay.experiments.ab.resolution import HOST_CPU_WAIT_SHARE, client_noise, host_busy
+
+    assert HOST_CPU_WAIT_SHARE == 0.1
+    busy = {"verdict": "quiet", "host_load_1m": 1.7, "host_cpus": 2, "host_cpu_wait_share": 0.45}
+    assert host_busy(busy) is True
+    assert host_busy({**busy, "host_cpu_wait_share": 0.1}) is True
+    assert host_busy({**busy, "host_cpu_wait_share": 0.0999}) is False
+    assert host_busy({**busy, "host_cpu_wait_share": None}) is False  # no PSI on this kernel: the load alone
+    blocks = [{"side": "baseline", "rep": 0, "client": {**busy, "host_cpu_wait_share": 0.09}},
+              {"side": "candidate", "rep": 2, "client": busy}]
+    assert client_noise(blocks) == (
+        "client not quiet: the run's client self-check read host_busy (a task on the host waited for a CPU 45% "
+        "of the phase) in candidate rep 2; rerun on a quieter host")
+    # both figures over: the pressure is named (it is the phase's own, the load a 1-minute average)
+    both = {"verdict": "quiet", "host_load_1m": 3.0, "host_cpus": 2, "host_cpu_wait_share": 0.6}
+    assert client_noise([{"side": "baseline", "rep": 1, "client": both}]) == (
+        "client not quiet: the run's client self-check read host_busy (a task on the host waited for a CPU 60% "
+        "of the phase) in baseline rep 1; rerun on a quieter host")
+
+
+def test_cpu_pressure_reads_the_some_total_and_the_monitor_takes_its_delta(tmp_path, monkeypatch):
+    import asyncio
+
+    from kvreplay.metrics import selfmeasure
+    from kvreplay.metrics.selfmeasure import ClientMonitor, CpuPressure
+
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=0.73 avg60=0.41 avg300=0.77 total=9391006956\n"
+                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    monkeypatch.setattr(CpuPressure, "PATH", str(psi))
+    assert CpuPressure.read() == 9391006956
+    psi.write_text("full avg10=0.00 avg60=0.00 avg300=0.00 total=5\nsome total=x\n")
+    assert CpuPressure.read() is None  # a malformed total: unmeasured, not 0
+    monkeypatch.setattr(CpuPressure, "PATH", str(tmp_path / "absent"))
+    assert CpuPressure.read() is None
+
+    # the phase's share: (total at stop - total at start) µs over the phase's wall time
+    reads = iter([1_000_000, 1_450_000])
+    monkeypatch.setattr(CpuPressure, "read", classmethod(lambda cls: next(reads)))
+    clock = iter([10_000_000_000, 12_000_000_000])  # start, stop: 2 s of wall
+    monkeypatch.setattr(selfmeasure, "now_ns", lambda: next(clock))
+
+    async def phase() -> ClientMonitor:
+        m = ClientMonitor()
+        m.start()
+        m.stop()
+        return m
+
+    m = asyncio.run(phase())
+    assert m.host_cpu_wait_s == 0.45 and m.wall_s == 2.0
+    assert m.to_json()["host_cpu_wait_share"] == 0.225
+
+
 def test_host_load_figures_are_the_platforms():
     import os
 
