@@ -86,7 +86,7 @@ def _hints(s: str) -> tuple[bool, ...]:
 
 
 _SEEN_MIN = 1024  # strings at least this long have their key-shape verdict remembered (chars)
-_SEEN_CAP = 4 << 20  # chars of remembered strings, at most; then forgotten all at once
+_SEEN_CAP = 2 << 20  # chars of remembered strings, at most (2-8 MB); then forgotten all at once
 _seen: dict[str, str | None] = {}
 _seen_chars = 0
 
