@@ -130,21 +130,23 @@ def _in_text(s: str, own: Sequence[str]) -> str | None:
     return kind
 
 
-def find_secrets(body: bytes, own: Sequence[str] = ()) -> list[Finding]:
+def find_secrets(body: bytes, own: Sequence[str] = (), *, doc: object = None) -> list[Finding]:
     """Every secret in a body (see module docstring for what counts).
 
     Args:
         body: The decoded request body (JSON; any bytes are accepted).
         own: The request's own credentials (``secrets_of`` of its headers).
+        doc: ``orjson.loads(body)`` when the caller parsed it already; None: parsed here.
 
     Returns:
         The findings, in document order (empty: no secret).
     """
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        kind = _in_text(body.decode("utf-8", "replace"), own)
-        return [Finding(kind, "body")] if kind else []
+    if doc is None:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            kind = _in_text(body.decode("utf-8", "replace"), own)
+            return [Finding(kind, "body")] if kind else []
     out: list[Finding] = []
     stack: list[tuple[object, str, str | None]] = [(doc, "", None)]
     while stack:
