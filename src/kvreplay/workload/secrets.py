@@ -85,6 +85,7 @@ def _hints(s: str) -> tuple[bool, ...]:
     return ("sk-ant-" in s, "k-" in s, "bearer" in s.lower(), "AKIA" in s or "ASIA" in s)
 
 
+_SHAPE_MIN = 19  # the shortest text a key shape matches: "sk-" and 16 more characters (characters)
 _SEEN_MIN = 1024  # strings at least this long have their key-shape verdict remembered (chars)
 _SEEN_CAP = 2 << 20  # chars of remembered strings, at most (2-8 MB); then forgotten all at once
 _seen: dict[str, str | None] = {}
@@ -93,6 +94,8 @@ _seen_chars = 0
 
 def _shape_in(s: str) -> str | None:
     """The kind of the first of ``KEY_SHAPES`` inside ``s``, or None."""
+    if len(s) < _SHAPE_MIN:
+        return None  # a member name, a role, a model: shorter than any key shape
     if "k-" not in s and "AKIA" not in s and "ASIA" not in s and "bearer" not in s.lower():
         return None  # no hint holds (``"sk-ant-"`` holds only with ``"k-"``): most strings, at a third of the cost
     for (kind, pat), hint in zip(KEY_SHAPES, _hints(s), strict=True):
