@@ -111,7 +111,7 @@ def _in_text(s: str, own: Sequence[str]) -> str | None:
     characters of strings): the bodies of one capture repeat their long strings (a
     system prompt, the turns of a conversation resent with every request), and hashing
     a string costs about a tenth of the hints' substring searches over it (a 12 KB
-    system prompt: about 6 against 70 µs). The request's own credentials are looked for
+    system prompt: 2.5 against 33 µs measured). The request's own credentials are looked for
     every time (they differ from request to request).
     """
     global _seen_chars
