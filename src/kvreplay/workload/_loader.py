@@ -135,7 +135,8 @@ class _Where(TypedDict):
     body_index: int
 
 
-def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int) -> Body:
+def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: int, *,
+               doc: object = None) -> Body:
     """Validate one request body and describe it (its sha256, source and kind).
 
     Args:
@@ -144,6 +145,8 @@ def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: 
         path: The file it came from.
         line: Its 1-based JSONL line, or None.
         max_bytes: Largest body accepted.
+        doc: ``orjson.loads(raw)`` when the caller parsed it already (the capture proxy
+            parses each body once for these checks and its secret scan); None: parsed here.
 
     Returns:
         The ``Body`` (kind ``"chat"`` or ``"completions"``, ``stream`` as the body sets it).
@@ -156,14 +159,16 @@ def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: 
     where: _Where = {"path": path, "line": line, "body_index": index}
     if len(raw) > max_bytes:
         raise WorkloadError(f"body is {len(raw)} bytes, over the limit of {max_bytes}", **where)
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WorkloadError(f"body is not UTF-8 (byte {exc.start})", **where) from exc
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise WorkloadError(f"body is not valid JSON: {exc}", **where) from exc
+    obj = doc
+    if obj is None:  # (a body of JSON null is parsed again: the same verdict)
+        try:
+            obj = orjson.loads(raw)  # orjson refuses bytes that are not UTF-8; the decode below names the byte
+        except orjson.JSONDecodeError as exc:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise WorkloadError(f"body is not UTF-8 (byte {bad.start})", **where) from bad
+            raise WorkloadError(f"body is not valid JSON: {exc}", **where) from exc
     if not isinstance(obj, dict):
         raise WorkloadError(f"body is a JSON {type(obj).__name__}, not an object", **where)
     if "messages" in obj:

@@ -414,13 +414,15 @@ class CaptureWriter:
             return None
         index = s.retained
         name = f"{index:06d}.json"
+        path = self.folder / name
         try:
-            body = check_body(raw, index, self.folder / name, None, self.max_body_bytes)
-        except WorkloadError:
+            doc = orjson.loads(raw)  # parsed once for the checks and the secret scan
+            body = check_body(raw, index, path, None, self.max_body_bytes, doc=doc)
+        except (orjson.JSONDecodeError, WorkloadError):
             s.skip("invalid")
             return None
         extra: dict = {}
-        found = find_secrets(raw, pending.secrets)
+        found = find_secrets(raw, pending.secrets, doc=doc)
         if found:
             red = redact_body(raw, pending.secrets) if self.redact_body_secrets else None
             if red is None:
@@ -429,11 +431,11 @@ class CaptureWriter:
                 return None
             extra = {"redacted": sorted({str(f) for f in found}), "received_sha256": body.sha256}
             raw = red
-            body = check_body(raw, index, self.folder / name, None, self.max_body_bytes)
+            body = check_body(raw, index, path, None, self.max_body_bytes)
         if pending.decoder.encoding != "identity":
             extra["content_encoding"] = pending.decoder.encoding
             extra["received_bytes"] = pending.decoder.received
-        self._do(_atomic_body_write, self.folder / name, raw)
+        self._do(_atomic_body_write, path, raw)
         s.retained += 1
         s.retained_bytes += len(raw)
         self.arrivals_ns.append(pending.arrival_ns)

@@ -28,6 +28,8 @@ def unhinted(s: str) -> str | None:
     ("bEaReR\tabcdefghij0123456789", "Bearer token"),
     ("ASIAABCDEFGHIJ012345", "AWS access key id"),
     ("İ bearer abcdefghij0123456789", "Bearer token"),  # a character whose lower case is two long
+    ("sk-abcdefghijklmno1", "sk- key"),  # 19 characters: the shortest text a key shape matches
+    ("AKIAABCDEFGHIJ012345", "AWS access key id"),  # 20
 ])
 def test_every_shape_and_case_is_still_found(text, kind):
     assert unhinted(text) == kind
