@@ -29,3 +29,27 @@ def test_periodic_rewrites_are_atomic_and_unsynced_the_last_one_synced(tmp_path,
     w.close()
     assert json.loads(arrivals.read_text()) == [0.0, 2.5]
     assert len(calls) == 4  # the last rewrite: each file, then its directory
+
+
+def test_a_slow_rewrite_spaces_the_next_ones_and_close_always_writes(tmp_path):
+    """A rewrite's cost grows with the capture (issue 32 item 2, ``record`` flat in N): at most 5% of
+    the time goes to it. After a rewrite that took 0.1 s the next waits 0.1 / 0.05 = 2 s from when the
+    last was asked for; ``close`` writes whatever the wait."""
+    w = CaptureWriter(tmp_path / "W", paths=("/v1/chat/completions",), origin_ns=0, observed_concurrency=True)
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    arrivals, _ = sidecar_paths(tmp_path / "W")
+    assert w.admit("POST", "/v1/chat/completions", body, 1_000_000) is not None
+    w.flush_sidecars(now=100.0)
+    assert json.loads(arrivals.read_text()) == [0.0]
+    w._sidecar_s = 0.1  # as if that rewrite had taken 100 ms
+    assert w.admit("POST", "/v1/chat/completions", body, 1_000_500) is not None  # 0.5 us later: 0.0005 ms
+    w.flush_sidecars(now=101.999)
+    assert json.loads(arrivals.read_text()) == [0.0]  # 1.999 s < 2 s: not yet
+    w.flush_sidecars(now=102.0)
+    assert json.loads(arrivals.read_text()) == [0.0, 0.001]  # round(0.0005, 3) as before: 0.0005 is 0.000500000...01
+    w._sidecar_s = 1.0
+    assert w.admit("POST", "/v1/chat/completions", body, 4_000_000) is not None
+    w.flush_sidecars(now=103.0)
+    assert json.loads(arrivals.read_text()) == [0.0, 0.001]
+    w.close()
+    assert json.loads(arrivals.read_text()) == [0.0, 0.001, 3.0]
