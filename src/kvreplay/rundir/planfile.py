@@ -154,19 +154,71 @@ _Head = tuple[Any, list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
 _HEX = re.compile(rb"[0-9a-f]{64}")
 
 
+class _Ints:
+    """One integer column of ``Entries``: ``a + d * i`` while every value follows it, else an int64 array.
+
+    A compact plan of a phase that sends every body once in order has positions
+    ``0, 1, 2, ...``, body indices ``b, b + 1, ...`` (or descending), repetition 0 and
+    no intended time (-1): four arithmetic columns that cost nothing per entry. The
+    first value off the progression turns the column into the plain int64 array
+    (``array('q')``) of all its values. Values are appended a batch at a time
+    (numpy int64 arrays).
+    """
+
+    __slots__ = ("a", "arr", "d", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.a: int | None = None
+        self.d: int | None = None
+        self.arr: array | None = None
+
+    def extend(self, vals: Any) -> None:
+        """Append ``vals`` (a 1-d numpy int64 array)."""
+        import numpy as np
+
+        k = len(vals)
+        if not k:
+            return
+        if self.arr is None:
+            a = int(vals[0]) if self.a is None else self.a
+            d = self.d
+            if d is None and self.n + k > 1:
+                d = int(vals[1]) - a if self.n == 0 else int(vals[0]) - a
+            if d is None or (int(vals[0]) == a + d * self.n and bool((np.diff(vals) == d).all())):
+                self.a, self.d, self.n = a, d, self.n + k
+                return
+            self.arr = array("q")
+            if self.n:
+                self.arr.frombytes((a + (d or 0) * np.arange(self.n, dtype=np.int64)).tobytes())
+        self.arr.frombytes(np.ascontiguousarray(vals, dtype=np.int64).tobytes())
+        self.n += k
+
+    def __getitem__(self, i: int) -> int:
+        if self.arr is not None:
+            return self.arr[i]
+        assert self.a is not None
+        return self.a + (self.d or 0) * i
+
+
 class Entries(Sequence[dict[str, Any]]):
     """A plan's sequence entries held as flat arrays, each dict rebuilt on access (issue 32).
 
     An entry of the usual shape (``position``, ``body_index``, ``repetition`` as
     integers in int64, ``body_sha256`` as 64 lowercase hex digits, optionally
-    ``intended_ns``) costs about 60 bytes instead of a dict's ~400; any other entry is
-    kept as its dict. A compact plan of a million distinct bodies stays small.
+    ``intended_ns``) costs its 32-byte digest plus at most 32 bytes of integers,
+    none while a column follows an arithmetic progression (``_Ints``: the positions,
+    body indices, repetitions and absent intended times of a phase that sends every
+    body once); any other entry is kept as its dict. A compact plan of a million
+    distinct bodies stays small.
     """
 
     _KEYS = ("position", "body_index", "body_sha256", "repetition")
+    _BATCH = 4096
 
     def __init__(self) -> None:
-        self.ints = array("q")  # position, body_index, repetition, intended_ns (-1: none) per entry
+        self.cols = (_Ints(), _Ints(), _Ints(), _Ints())  # position, body_index, repetition, intended_ns
+        self._pend = array("q")  # the same four per entry, not yet in ``cols`` (-1: no intended_ns)
         self.digests = bytearray()
         self.other: dict[int, dict[str, Any]] = {}
         self.n = 0
@@ -179,18 +231,31 @@ class Entries(Sequence[dict[str, Any]]):
             type(e[k]) is int and 0 <= e[k] < 1 << 63 for k in keys if k != "body_sha256")
         sha = e.get("body_sha256")
         if ok and isinstance(sha, str) and _HEX.fullmatch(sha.encode()):
-            self.ints.extend((e["position"], e["body_index"], e["repetition"], e.get("intended_ns", -1)))
+            self._pend.extend((e["position"], e["body_index"], e["repetition"], e.get("intended_ns", -1)))
             self.digests += bytes.fromhex(sha)
         else:
-            self.ints.extend((0, 0, 0, -2))
+            self._pend.extend((0, 0, 0, -2))
             self.digests += bytes(32)
             self.other[i] = e
+        if len(self._pend) >= 4 * self._BATCH:
+            self._settle()
+
+    def _settle(self) -> None:
+        import numpy as np
+
+        m = np.frombuffer(self._pend, dtype=np.int64).reshape(-1, 4)
+        for c, col in enumerate(self.cols):
+            col.extend(m[:, c])
+        del m
+        self._pend = array("q")
 
     def __len__(self) -> int:
         return self.n
 
     def _get(self, i: int) -> dict[str, Any]:
-        pos, bi, rep, ins = self.ints[4 * i:4 * i + 4]
+        if self._pend:
+            self._settle()
+        pos, bi, rep, ins = (c[i] for c in self.cols)
         if ins == -2:
             return self.other[i]
         return sequence_entry(pos, bi, self.digests[32 * i:32 * i + 32].hex(), rep, ins if ins >= 0 else None)
