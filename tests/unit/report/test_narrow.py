@@ -9,7 +9,7 @@ values on small hand-made inputs:
 - ``report.plots.bin_series`` summarises a group of bins at a time, with no sorted
   copy of the series;
 - ``rundir.planfile.Entries`` holds an integer column as ``a + d * i`` while it
-  follows that progression.
+  follows that progression, and, read from a plan.json file, leaves the digests there.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+import orjson
 import pytest
 
+from kvreplay.evidence import replay_orders
 from kvreplay.report import plots
 from kvreplay.report.stream import scan
 from kvreplay.rundir import planfile as pf
@@ -138,4 +140,41 @@ def test_entries_leave_a_progression_exactly_where_it_breaks(monkeypatch, batch)
         es.append(e)
         assert es[k] == e  # read between appends (a partial batch settled early)
     assert list(es) == want and es[1:4] == want[1:4]
-    assert all(c.arr is not None for c in es.cols)  # the entry kept as its dict holds zeros there
+    assert all(c.arr is not None for c in es.cols[:4])  # the entry kept as its dict holds zeros there
+
+
+def _two_phase_plan_bytes():
+    h = [f"{k:02x}" * 32 for k in (1, 2, 3, 4)]
+    seq1 = [_entry(p, b, sha=h[b]) for p, b in enumerate([0, 1, 2, 1, 0, 3])]
+    seq1.insert(2, {"position": 2, "body_index": 7, "body_sha256": "not hex", "repetition": 0})  # kept as its dict
+    for p, e in enumerate(seq1):
+        e["position"] = p
+    seq2 = [_entry(p, b, sha=h[b], ins=1000 * p) for p, b in enumerate([3, 0, 3, 1])]
+    plan = {"format": 1, "phases": [{"name": "prime", "order": "forward", "sequence": seq1},
+                                    {"name": "replay", "order": "reverse", "sequence": seq2}]}
+    return orjson.dumps(plan, option=orjson.OPT_INDENT_2)
+
+
+@pytest.mark.parametrize("read", [1, 7, 64, 1 << 20])
+def test_file_backed_entries_read_the_digests_the_memory_ones_hold(tmp_path, monkeypatch, read):
+    monkeypatch.setattr(pf.Entries, "_READ", read)  # entries straddling every read boundary
+    data = _two_phase_plan_bytes()
+    (tmp_path / "plan.json").write_bytes(data)
+    got, want = pf.compact_plan_file(tmp_path / "plan.json"), pf.compact_plan(data)
+    for g, w in zip(got["phases"], want["phases"], strict=True):
+        gs, ws = g["sequence"], w["sequence"]
+        assert gs.path is not None and ws.path is None and len(gs._digests) == 0  # nothing held per entry
+        assert bytes(gs.digests) == bytes(ws.digests) and list(gs) == list(ws)
+        assert [gs[i] for i in range(len(gs))] == list(ws) and gs[1:3] == ws[1:3]
+    # by hand: prime's firsts 0 1 (not hex) 2 3; replay's firsts 3 0 1 were all sent before
+    assert [e["body_index"] for e in got["phases"][0]["sequence"]] == [0, 1, 7, 2, 3]
+    assert replay_orders({"phases": [{"name": "prime"}, {"name": "replay"}]}, got, []) == {"replay": "reverse"}
+
+
+def test_file_backed_entries_refuse_a_plan_changed_after_reading(tmp_path):
+    data = _two_phase_plan_bytes()
+    (tmp_path / "plan.json").write_bytes(data)
+    got = pf.compact_plan_file(tmp_path / "plan.json")
+    (tmp_path / "plan.json").write_bytes(data.replace(b'"position": 1,', b'"position": 9,', 1))
+    with pytest.raises(ValueError, match="not the one read"):
+        list(got["phases"][0]["sequence"])
