@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import struct
 from array import array
@@ -35,7 +36,7 @@ from typing import Any, BinaryIO, Protocol, overload
 import orjson
 
 from kvreplay.errors import WorkloadError
-from kvreplay.safe_io import atomic_write_bytes
+from kvreplay.safe_io import atomic_write_chunks
 
 __all__ = [
     "CACHE_MIN_BYTES",
@@ -136,7 +137,8 @@ class _Builder:
     def __init__(self, path: Path, folder: bool, check: CheckBody) -> None:
         self.path, self.folder, self.check = path, folder, check
         self.offsets, self.lengths, self.lines = array("q"), array("q"), array("q")
-        self.digests, self.flags, self.names = bytearray(), bytearray(), bytearray()
+        # digests in a BytesIO: getvalue() hands over its buffer, no second copy of 32 bytes a body
+        self.digests, self.flags, self.names = io.BytesIO(), bytearray(), bytearray()
         self.name_ends = array("q")
         self.h = hashlib.sha256()
 
@@ -147,7 +149,7 @@ class _Builder:
         self.offsets.append(offset)
         self.lengths.append(len(raw))
         self.lines.append(line or 0)
-        self.digests += bytes.fromhex(b.sha256)
+        self.digests.write(bytes.fromhex(b.sha256))
         self.flags.append((_CHAT if b.kind == "chat" else 0) | (_STREAM if b.stream else 0))
         if self.folder:
             if self.names:
@@ -157,7 +159,7 @@ class _Builder:
 
     def done(self) -> BodyIndex:
         return BodyIndex(str(self.path), self.folder, self.offsets, _narrow_lengths(self.lengths),
-                         _narrow_lines(self.lines), bytes(self.digests), bytes(self.flags), bytes(self.names),
+                         _narrow_lines(self.lines), self.digests.getvalue(), bytes(self.flags), bytes(self.names),
                          self.name_ends, self.h.hexdigest())
 
 
@@ -263,12 +265,18 @@ def cache_paths(path: Path) -> tuple[Path, Path]:
     return beside, root / (hashlib.sha256(os.fsencode(str(full))).hexdigest()[:40] + INDEX_SUFFIX)
 
 
-def _encode(ix: BodyIndex, key: dict[str, Any]) -> bytes:
+def _encode(ix: BodyIndex, key: dict[str, Any]) -> Iterator[bytes]:
+    """The cache file's bytes, a part at a time (each int64 copy made only as it is written; issue 32)."""
     head = orjson.dumps({"format": INDEX_FORMAT, "key": key, "path": str(Path(ix.path).resolve()),
                          "folder": ix.folder, "n": len(ix), "sha256": ix.sha256, "names": len(ix.names)})
-    parts = [_MAGIC, struct.pack("<Q", len(head)), head, ix.offsets.tobytes(), _q_bytes(ix.lengths),
-             _q_bytes(ix.lines), ix.digests, ix.flags, ix.name_ends.tobytes(), ix.names]
-    return b"".join(parts)
+    yield _MAGIC + struct.pack("<Q", len(head)) + head
+    for col in (ix.offsets, ix.lengths, ix.lines):
+        for s in range(0, len(col), _RUN):
+            yield _q_bytes(col[s:s + _RUN])
+    yield ix.digests
+    yield ix.flags
+    yield ix.name_ends.tobytes()
+    yield ix.names
 
 
 def _decode(f: BinaryIO, path: Path, key: dict[str, Any]) -> BodyIndex | None:
@@ -329,11 +337,10 @@ def load_index(path: Path, max_body_bytes: int, check: CheckBody, *,
             return ix
     ix = build_index(path, max_body_bytes, check)
     if len(ix) and ix.total_bytes() >= cache_min_bytes:
-        data = _encode(ix, key)
         for cp in cache_paths(path):
             try:
                 cp.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(cp, data, fsync=False)
+                atomic_write_chunks(cp, _encode(ix, key), fsync=False)
                 break
             except OSError:
                 continue

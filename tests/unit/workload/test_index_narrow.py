@@ -66,7 +66,7 @@ def test_the_cache_file_keeps_its_int64_layout(tmp_path):
     wide = ix.BodyIndex(e.path, e.folder, e.offsets, array("q", e.lengths), array("q", e.lines), e.digests,
                         e.flags, e.names, e.name_ends, e.sha256)
     key = ix.cache_key(p)
-    assert ix._encode(e, key) == ix._encode(wide, key) == ix.cache_paths(p)[0].read_bytes()
+    assert b"".join(ix._encode(e, key)) == b"".join(ix._encode(wide, key)) == ix.cache_paths(p)[0].read_bytes()
 
 
 @pytest.mark.parametrize("ordered", [range(3, 7), range(6, 2, -1), [2, 0, 1], range(0)])
