@@ -92,13 +92,16 @@ class KeySet:
         return cls(np.unique(np.frombuffer(buf, dtype=KEY)), odd)
 
     @classmethod
-    def of_rows(cls, rows: DigestRows) -> KeySet:
+    def of_rows(cls, rows: DigestRows, digests: bytes | bytearray | None = None) -> KeySet:
         """The set of the ``body_sha256`` of flat entries (``DigestRows``), without a string per entry.
+
+        ``digests``: ``rows.digests`` when already read (a file-backed ``Entries`` reads them
+        from its file each time they are asked for).
 
         Raises:
             KeyError: an entry kept as its dict has no ``body_sha256``.
         """
-        flat = np.frombuffer(rows.digests, dtype=np.uint8).reshape(-1, 32)
+        flat = np.frombuffer(rows.digests if digests is None else digests, dtype=np.uint8).reshape(-1, 32)
         if rows.other:
             flat = np.delete(flat, sorted(rows.other), axis=0)
         keys = np.ascontiguousarray(flat[:, :16]).view(KEY).ravel()
@@ -113,9 +116,9 @@ class KeySet:
         Raises:
             KeyError: an entry (a dict) has no ``body_sha256``.
         """
-        if isinstance(getattr(seq, "digests", None), (bytes, bytearray)) and isinstance(
-                getattr(seq, "other", None), dict):
-            return cls.of_rows(seq)  # type: ignore[arg-type]
+        digests = getattr(seq, "digests", None)
+        if isinstance(digests, (bytes, bytearray)) and isinstance(getattr(seq, "other", None), dict):
+            return cls.of_rows(seq, digests)  # type: ignore[arg-type]
         return cls.of(s["body_sha256"] for s in seq)
 
     def __len__(self) -> int:

@@ -248,7 +248,8 @@ def _session_items(ph: Phase, sha: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _select(spec: PhaseSpec, n: int, noun: str = "body") -> list[int]:
+def _select(spec: PhaseSpec, n: int, noun: str = "body") -> Sequence[int]:
+    # a contiguous selection stays a range: nothing per body (issue 32)
     sel = spec.select
     if isinstance(sel, tuple):
         bad = [i for i in sel if i >= n]
@@ -258,12 +259,12 @@ def _select(spec: PhaseSpec, n: int, noun: str = "body") -> list[int]:
             )
         return list(sel)
     if sel == "all":
-        return list(range(n))
+        return range(n)
     kind, count = sel.split(":")
     if int(count) < 1:
         raise ConfigError(f"phase {spec.name!r} selects {sel}: nothing to send (N >= 1)", field="select")
     k = min(int(count), n)
-    return list(range(k)) if kind == "first" else list(range(n - k, n))
+    return range(k) if kind == "first" else range(n - k, n)
 
 
 def _shas(workload: Workload) -> Sequence[str]:
@@ -292,7 +293,7 @@ def by_prefix(chains: list[tuple[bytes, ...]]) -> list[int]:
     return sorted(range(len(chains)), key=lambda i: tuple(first_seen[link] for link in chains[i]))
 
 
-def _order(spec: PhaseSpec, idx: list[int], workload: Workload | None = None) -> list[int]:
+def _order(spec: PhaseSpec, idx: Sequence[int], workload: Workload | None = None) -> Sequence[int]:
     if spec.order == "forward":
         return idx
     if spec.order == "reverse":
@@ -411,7 +412,7 @@ def build_plan(workload: Workload, specs: list[PhaseSpec],
                               f"over {MAX_POSITIONS} positions", field=f"phase {spec.name}.repeats")
         total += len(selected) * spec.repeats
         ordered = _order(spec, selected, workload)
-        seq: Sequence[tuple[int, int]] = Pairs.of((bi, rep) for rep in range(spec.repeats) for bi in ordered)
+        seq: Sequence[tuple[int, int]] = Pairs.product(ordered, spec.repeats)
         if spec.interleave is not None:
             path = spec.interleave.workload
             if path not in extras:

@@ -373,6 +373,11 @@ class SequenceView(Sequence[dict[str, Any]]):
         return (list, (list(self),))
 
 
+_CHUNK_ENTRIES = 256
+"""Entries per chunk of ``json_chunks``: each ``orjson.dumps`` result keeps a ~4 KB buffer until the
+chunk is joined (4,096 entries held 17 MB; issue 32)."""
+
+
 def json_chunks(doc: dict[str, Any], empty: bytes, sep: bytes, indent: bytes, option: int,
                 dumps: Callable[[Any], bytes], close: bytes = b"") -> Iterator[bytes]:
     r"""``doc`` serialised by ``dumps`` with each ``SequenceView`` streamed entry by entry.
@@ -404,23 +409,28 @@ def json_chunks(doc: dict[str, Any], empty: bytes, sep: bytes, indent: bytes, op
         for pos in range(len(view)):
             e = orjson.dumps(view.entry(pos), option=option)
             batch.append(e.replace(b"\n", b"\n" + indent) if indent else e)
-            if len(batch) == 4096:
-                yield (sep[1:] if pos < 4096 else sep) + sep.join(batch)
+            if len(batch) == _CHUNK_ENTRIES:
+                yield (sep[1:] if pos < _CHUNK_ENTRIES else sep) + sep.join(batch)
                 batch = []
         if batch:
-            yield (sep[1:] if len(view) <= 4096 else sep) + sep.join(batch)
+            yield (sep[1:] if len(view) <= _CHUNK_ENTRIES else sep) + sep.join(batch)
         yield (close if len(view) else b"") + empty[-1:] + after
 
 
 class Pairs(Sequence[tuple[int, int]]):
-    """A phase's ``(body_index, repetition)`` per position in one flat int64 array (16 bytes a position).
+    """A phase's ``(body_index, repetition)`` per position, flat: 16 bytes a position, or less.
 
     Reads like the tuple of pairs it replaces (indexing, iteration, ``==`` with a
-    tuple, hashing); built by ``Pairs.of``.
+    tuple, hashing). Two forms: ``Pairs.of`` keeps every pair in one int64 array;
+    ``Pairs.product(ordered, repeats)`` keeps the phase's ordered bodies once (a
+    ``range`` as it is: nothing per position for a forward or reverse phase over a
+    contiguous selection; else an int64 array, 8 bytes a body), pair ``i`` being
+    ``(ordered[i % len(ordered)], i // len(ordered))`` (issue 32).
     """
 
-    def __init__(self, flat: array) -> None:
+    def __init__(self, flat: array, ordered: Sequence[int] | None = None, repeats: int = 1) -> None:
         self.flat = flat
+        self.ordered, self.repeats = ordered, repeats
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[int, int]]) -> Pairs:
@@ -431,7 +441,19 @@ class Pairs(Sequence[tuple[int, int]]):
             flat.append(rep)
         return cls(flat)
 
+    @classmethod
+    def product(cls, ordered: Sequence[int], repeats: int) -> Pairs:
+        """The pairs of ``ordered`` bodies sent ``repeats`` times: ``(b, r) for r in range(repeats) for b in ordered``.
+
+        Raises:
+            OverflowError: a body index outside int64.
+        """
+        kept = ordered if isinstance(ordered, range) else array("q", ordered)
+        return cls(array("q"), kept, repeats)
+
     def __len__(self) -> int:
+        if self.ordered is not None:
+            return len(self.ordered) * self.repeats
         return len(self.flat) // 2
 
     @overload
@@ -445,19 +467,28 @@ class Pairs(Sequence[tuple[int, int]]):
         if not -n <= i < n:
             raise IndexError("sequence index out of range")
         i %= n
+        if self.ordered is not None:
+            rep, k = divmod(i, len(self.ordered))
+            return self.ordered[k], rep
         return self.flat[2 * i], self.flat[2 * i + 1]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
+        if self.ordered is not None:
+            o = self.ordered
+            return ((b, rep) for rep in range(self.repeats) for b in o)
         f = self.flat
         return ((f[k], f[k + 1]) for k in range(0, len(f), 2))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Pairs):
+        if isinstance(other, Pairs) and self.ordered is None and other.ordered is None:
             return self.flat == other.flat
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+        return isinstance(other, Sequence) and len(self) == len(other) and tuple(self) == tuple(other)
 
     def __hash__(self) -> int:
         return hash(tuple(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Pairs, (self.flat, self.ordered, self.repeats))
 
     def __repr__(self) -> str:
         return f"Pairs({tuple(self)!r})"

@@ -119,9 +119,14 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
         if isinstance(p, dict) and p.get("concurrency", 1) == 1
     }
     out = RunScan(table_rows=table_rows)
-    per_key: dict[str, dict[str, array]] = {}
+    rank = {k: j for j, k in enumerate(cands)}
+    # Per phase, the values of the most preferred candidate seen so far only (issue 32):
+    # the overlaid counter is the first of ``cands`` seen in the phase, so a key less
+    # preferred than one already seen is never chosen and keeps no array. A key seen
+    # first at some record had no value in any earlier delta: its array starts as NaN
+    # for the ok requests before it (what appending NaN for it per record gave).
+    best: dict[str, tuple[int, array] | None] = {}
     heaps: dict[str, list[tuple[float, int, dict[str, Any]]]] = {}
-    seen_keys: dict[str, set[str]] = {}
     source = run.record_list if not getattr(run, "streamed", False) else iter_records(run.path / RECORDS)
     for i, r in enumerate(source):
         name = r.get("phase")
@@ -130,8 +135,7 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
         ps = out.phases.get(name)
         if ps is None:
             ps = out.phases[name] = PhaseScan()
-            per_key[name] = {k: array("d") for k in cands}
-            seen_keys[name] = set()
+            best[name] = None
         ps.n += 1
         sent = r.get("sent", True)
         status = r.get("status")
@@ -140,7 +144,10 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
             for k, v in d.items():
                 if k not in ps.counter_keys and isinstance(v, (int, float)) and not isinstance(v, bool):
                     ps.counter_keys.add(k)
-            seen_keys[name].update(k for k in cands if k in d)
+            b = best[name]
+            top = next((rank[k] for k in cands if k in d), None)
+            if top is not None and (b is None or top < b[0]):
+                best[name] = (top, array("d", [math.nan]) * len(ps.pos))
         else:
             d = None
         position = _num(r.get("position"))
@@ -152,10 +159,10 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
             ps.pos.append(position)
             ps.ttft_ms.append(_num(r.get("ttft_ns")) / 1e6)
             ps.cached.append(_num((r.get("usage") or {}).get("cached_tokens")))
-            pk = per_key[name]
-            reset = d is not None and d.get("reset")
-            for k in cands:
-                pk[k].append(math.nan if d is None or reset else _num(d.get(k)))
+            b = best[name]
+            if b is not None:
+                reset = d is not None and d.get("reset")
+                b[1].append(math.nan if d is None or reset else _num(d.get(cands[b[0]])))
         if name in c1:
             h = heaps.setdefault(name, [])
             item = (-position if not math.isnan(position) else -math.inf, -i, r)
@@ -164,9 +171,9 @@ def scan(run: Any, *, table_rows: int = TABLE_ROWS, examples: int = EXAMPLES) ->
             elif item > h[0]:
                 heapq.heapreplace(h, item)
     for name, ps in out.phases.items():
-        ps.restore_key = next((k for k in cands if k in seen_keys[name]), None)
-        if ps.restore_key is not None:
-            ps.restore = per_key[name][ps.restore_key]
+        b = best[name]
+        if b is not None:
+            ps.restore_key, ps.restore = cands[b[0]], b[1]
         h = heaps.get(name) or []
         ps.rows = [r for _, _, r in sorted(h, key=lambda t: (-t[0], -t[1]))]
     return out

@@ -103,7 +103,11 @@ def read_hlog(path: Path) -> HdrHistogram:
         if len(fields) != 4:
             raise ValueError(f"{path}:{i}: not an interval line (want start,length,max,histogram)")
         try:
-            total.decode_and_add(fields[3].strip())
+            other = HdrHistogram.decode(fields[3].strip(), total.b64_wrap)
+            total.add(other)
+            # hdrh's histogram and its encoder refer to each other: freed now, not at the next
+            # garbage collection (a long run's hundreds of intervals, ~100 KB each; issue 32)
+            other.encoder = None
         except Exception as exc:  # noqa: BLE001 - hdrh raises TypeError, zlib.error and its own classes
             raise ValueError(f"{path}:{i}: interval histogram cannot be decoded: {exc}") from None
     return total

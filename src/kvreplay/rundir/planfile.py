@@ -17,7 +17,7 @@ import itertools
 import os
 import re
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -154,46 +154,168 @@ _Head = tuple[Any, list[dict[str, Any]], int, bool]  # (uniq, head, n, in_range)
 _HEX = re.compile(rb"[0-9a-f]{64}")
 
 
+class _Ints:
+    """One integer column of ``Entries``: ``a + d * i`` while every value follows it, else an int64 array.
+
+    A compact plan of a phase that sends every body once in order has positions
+    ``0, 1, 2, ...``, body indices ``b, b + 1, ...`` (or descending), repetition 0 and
+    no intended time (-1): four arithmetic columns that cost nothing per entry. The
+    first value off the progression turns the column into the plain int64 array
+    (``array('q')``) of all its values. Values are appended a batch at a time
+    (numpy int64 arrays).
+    """
+
+    __slots__ = ("a", "arr", "d", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.a: int | None = None
+        self.d: int | None = None
+        self.arr: array | None = None
+
+    def extend(self, vals: Any) -> None:
+        """Append ``vals`` (a 1-d numpy int64 array)."""
+        import numpy as np
+
+        k = len(vals)
+        if not k:
+            return
+        if self.arr is None:
+            a = int(vals[0]) if self.a is None else self.a
+            d = self.d
+            if d is None and self.n + k > 1:
+                d = int(vals[1]) - a if self.n == 0 else int(vals[0]) - a
+            if d is None or (int(vals[0]) == a + d * self.n and bool((np.diff(vals) == d).all())):
+                self.a, self.d, self.n = a, d, self.n + k
+                return
+            self.arr = array("q")
+            if self.n:
+                self.arr.frombytes((a + (d or 0) * np.arange(self.n, dtype=np.int64)).tobytes())
+        self.arr.frombytes(np.ascontiguousarray(vals, dtype=np.int64).tobytes())
+        self.n += k
+
+    def __getitem__(self, i: int) -> int:
+        if self.arr is not None:
+            return self.arr[i]
+        assert self.a is not None
+        return self.a + (self.d or 0) * i
+
+
 class Entries(Sequence[dict[str, Any]]):
     """A plan's sequence entries held as flat arrays, each dict rebuilt on access (issue 32).
 
     An entry of the usual shape (``position``, ``body_index``, ``repetition`` as
     integers in int64, ``body_sha256`` as 64 lowercase hex digits, optionally
-    ``intended_ns``) costs about 60 bytes instead of a dict's ~400; any other entry is
-    kept as its dict. A compact plan of a million distinct bodies stays small.
+    ``intended_ns``) costs its 32-byte digest plus at most 32 bytes of integers,
+    none while a column follows an arithmetic progression (``_Ints``: the positions,
+    body indices, repetitions and absent intended times of a phase that sends every
+    body once); any other entry is kept as its dict. A compact plan of a million
+    distinct bodies stays small.
     """
 
     _KEYS = ("position", "body_index", "body_sha256", "repetition")
+    _BATCH = 4096
+    _READ = 1 << 20  # bytes read at a time by ``_read_digests``
 
-    def __init__(self) -> None:
-        self.ints = array("q")  # position, body_index, repetition, intended_ns (-1: none) per entry
-        self.digests = bytearray()
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        """Entries held in memory, or, with ``path``, whose digests stay in that file (``append``'s ``at``)."""
+        # position, body_index, repetition, intended_ns (-1: none; -2: kept as its dict), byte offset in path
+        self.cols = (_Ints(), _Ints(), _Ints(), _Ints(), _Ints())
+        self._pend = array("q")  # the same five per entry, not yet in ``cols``
+        self._digests = bytearray()
+        self.path = path
         self.other: dict[int, dict[str, Any]] = {}
         self.n = 0
 
-    def append(self, e: dict[str, Any]) -> None:
-        """Add one entry (any dict)."""
+    def append(self, e: dict[str, Any], at: int = -1) -> None:
+        """Add one entry (any dict); ``at``: where its JSON object starts in ``path`` (file-backed only)."""
         i, self.n = self.n, self.n + 1
         keys = tuple(e)
         ok = keys in (self._KEYS, (*self._KEYS, "intended_ns")) and all(
             type(e[k]) is int and 0 <= e[k] < 1 << 63 for k in keys if k != "body_sha256")
         sha = e.get("body_sha256")
-        if ok and isinstance(sha, str) and _HEX.fullmatch(sha.encode()):
-            self.ints.extend((e["position"], e["body_index"], e["repetition"], e.get("intended_ns", -1)))
-            self.digests += bytes.fromhex(sha)
+        if ok and isinstance(sha, str) and _HEX.fullmatch(sha.encode()) and (self.path is None or at >= 0):
+            self._pend.extend((e["position"], e["body_index"], e["repetition"], e.get("intended_ns", -1), at))
+            if self.path is None:
+                self._digests += bytes.fromhex(sha)
         else:
-            self.ints.extend((0, 0, 0, -2))
-            self.digests += bytes(32)
+            self._pend.extend((0, 0, 0, -2, at))
+            if self.path is None:
+                self._digests += bytes(32)
             self.other[i] = e
+        if len(self._pend) >= 5 * self._BATCH:
+            self._settle()
+
+    def _settle(self) -> None:
+        import numpy as np
+
+        m = np.frombuffer(self._pend, dtype=np.int64).reshape(-1, 5)
+        for c, col in enumerate(self.cols):
+            col.extend(m[:, c])
+        del m
+        self._pend = array("q")
+
+    @property
+    def digests(self) -> bytes | bytearray:
+        """32 bytes of SHA-256 per entry (zeros for an entry kept as its dict).
+
+        File-backed entries read them from ``path`` again at each access (``_read_digests``).
+        """
+        if self.path is None:
+            return self._digests
+        return b"".join(self._file_digests())
+
+    def _file_digests(self) -> Iterator[bytes]:
+        """Each entry's 32-byte digest, read from ``path`` in one forward pass (entries lie in file order)."""
+        if self._pend:
+            self._settle()
+        yield from self._read_digests(range(self.n))
+
+    def _read_digests(self, which: Iterable[int]) -> Iterator[bytes]:
+        """The digests of entries ``which`` (ascending), read from ``path`` a megabyte at a time.
+
+        Raises:
+            ValueError: an entry is no longer where it was read (the file changed).
+        """
+        pos_col, ins_col, at_col = self.cols[0], self.cols[3], self.cols[4]
+        with open(self.path, "rb") as f:  # type: ignore[arg-type]
+            buf, base = b"", 0
+            for i in which:
+                if ins_col[i] == -2:
+                    yield bytes(32)
+                    continue
+                at = at_col[i]
+                while True:
+                    end = buf.find(b"}", at - base) if base <= at < base + len(buf) else -1
+                    if end >= 0:
+                        break
+                    if not base <= at < base + len(buf):
+                        f.seek(at)
+                        buf, base = f.read(self._READ), at
+                        if not buf:
+                            raise ValueError(f"{self.path}: plan entry {i} lies past the file's end (changed)")
+                        continue
+                    more = f.read(self._READ)
+                    if not more:
+                        raise ValueError(f"{self.path}: plan entry {i} has no end (the file changed)")
+                    buf, base = buf[at - base:] + more, at
+                m, pm = _SHA.search(buf, at - base, end), _POS.search(buf, at - base, end)
+                if m is None or len(m.group(1)) != 64 or pm is None or int(pm.group(1)) != pos_col[i]:
+                    raise ValueError(f"{self.path}: plan entry {i} is not the one read (the file changed)")
+                yield binascii.a2b_hex(m.group(1))
 
     def __len__(self) -> int:
         return self.n
 
-    def _get(self, i: int) -> dict[str, Any]:
-        pos, bi, rep, ins = self.ints[4 * i:4 * i + 4]
+    def _get(self, i: int, sha: bytes | bytearray | None = None) -> dict[str, Any]:
+        if self._pend:
+            self._settle()
+        pos, bi, rep, ins, _ = (c[i] for c in self.cols)
         if ins == -2:
             return self.other[i]
-        return sequence_entry(pos, bi, self.digests[32 * i:32 * i + 32].hex(), rep, ins if ins >= 0 else None)
+        if sha is None:
+            sha = self._digests[32 * i:32 * i + 32] if self.path is None else next(self._read_digests((i,)))
+        return sequence_entry(pos, bi, sha.hex(), rep, ins if ins >= 0 else None)
 
     @overload
     def __getitem__(self, i: int) -> dict[str, Any]: ...
@@ -207,7 +329,9 @@ class Entries(Sequence[dict[str, Any]]):
         return self._get(i % self.n)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self._get(i) for i in range(self.n))
+        if self.path is None:
+            return (self._get(i) for i in range(self.n))
+        return (self._get(i, sha) for i, sha in enumerate(self._file_digests()))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -231,22 +355,24 @@ class _FirstOfEach:
 
     BATCH = 16384
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         from kvreplay.evidence.bodykeys import KeySet  # numpy, on first use
 
-        self.uniq = Entries()
+        self.uniq = Entries(path)
+        self._ats = array("q")  # where each entry of the batch starts in ``path`` (-1: not known)
         self._seen = KeySet()
         self._raws: list[bytes] = []  # the batch's entries
         self._keys = bytearray()  # 16-byte keys of its hex-digest entries ...
         self._at = array("q")  # ... and their indices in the batch
         self._odd_new: list[int] = []  # batch indices of first sightings of other bodies
 
-    def add(self, raw: bytes) -> None:
-        """One sequence entry (its JSON bytes), in send order."""
+    def add(self, raw: bytes, at: int = -1) -> None:
+        """One sequence entry (its JSON bytes, starting at byte ``at`` of the file), in send order."""
         sm = _SHA.search(raw)
         sha = sm.group(1) if sm else None
         i = len(self._raws)
         self._raws.append(raw)
+        self._ats.append(at)
         if sha is not None and len(sha) == 64 and _HEX.fullmatch(sha):
             self._keys += binascii.a2b_hex(sha[:32])
             self._at.append(i)
@@ -266,8 +392,8 @@ class _FirstOfEach:
         first = self._seen.add_first(np.frombuffer(bytes(self._keys), dtype=KEY))
         new = sorted([*self._odd_new, *np.asarray(self._at, dtype=np.int64)[first].tolist()])
         for i in new:
-            self.uniq.append(orjson.loads(self._raws[i]))
-        self._raws, self._keys, self._at, self._odd_new = [], bytearray(), array("q"), []
+            self.uniq.append(orjson.loads(self._raws[i]), self._ats[i])
+        self._raws, self._keys, self._at, self._odd_new, self._ats = [], bytearray(), array("q"), [], array("q")
 
     def done(self) -> Entries:
         """The first entries of each distinct body (``Entries``), in send order."""
@@ -332,12 +458,15 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         entry: list[bytes] = []
         uniq = _FirstOfEach()
         head: list[dict[str, Any]] = []
+        off = entry_at = len(first)  # byte offsets: of the next line, of the entry being read
         for line in f:
+            line_at, off = off, off + len(line)
             if not inside:
                 parts.append(line)
                 st = line.rstrip()
                 if st.endswith(b"[") and _SEQ.search(st):
-                    inside, uniq, head, n, in_range = True, _FirstOfEach(), [], 0, True
+                    # the digests of this sequence's entries stay in the file (issue 32)
+                    inside, uniq, head, n, in_range = True, _FirstOfEach(path), [], 0, True
                 continue
             st = line.strip()
             if not entry and st.startswith(b"]"):
@@ -345,6 +474,8 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                 parts.append(line)
                 inside = False
                 continue
+            if not entry:
+                entry_at = line_at
             entry.append(line)
             if st.startswith(b"}"):
                 raw = b"".join(entry).rstrip().rstrip(b",")
@@ -354,7 +485,7 @@ def compact_plan_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                 n += 1
                 if len(head) < HEAD_ENTRIES:
                     head.append(orjson.loads(raw))
-                uniq.add(raw)
+                uniq.add(raw, entry_at)
     if inside:
         return None
     return _assemble(parts, heads, lambda: Path(path).read_bytes())

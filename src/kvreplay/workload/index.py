@@ -24,18 +24,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, overload
+from typing import Any, BinaryIO, Protocol, overload
 
 import orjson
 
 from kvreplay.errors import WorkloadError
-from kvreplay.safe_io import atomic_write_bytes
+from kvreplay.safe_io import atomic_write_chunks
 
 __all__ = [
     "CACHE_MIN_BYTES",
@@ -78,8 +79,9 @@ class BodyIndex:
         path: The workload (a ``.jsonl`` file or a folder), as given.
         folder: True for a folder of ``*.json`` (one file per body).
         offsets: Byte offset of each body in the file ('q' array; 0 for a folder).
-        lengths: Byte length of each body ('q' array).
-        lines: 1-based JSONL line of each body ('q' array; 0 for a folder).
+        lengths: Byte length of each body ('i' array when every length fits in int32, else 'q').
+        lines: 1-based JSONL line of each body (a ``range`` when the bodies are on
+            consecutive lines, else a 'q' array; 0 for a folder).
         digests: The bodies' SHA-256, 32 bytes each, in order.
         flags: One byte a body: bit 0 chat (else completions), bit 1 ``stream``.
         names: A folder's file names (``os.fsencode``) joined by NUL; empty for a file.
@@ -91,7 +93,7 @@ class BodyIndex:
     folder: bool
     offsets: array
     lengths: array
-    lines: array
+    lines: Sequence[int]
     digests: bytes
     flags: bytes
     names: bytes
@@ -135,7 +137,8 @@ class _Builder:
     def __init__(self, path: Path, folder: bool, check: CheckBody) -> None:
         self.path, self.folder, self.check = path, folder, check
         self.offsets, self.lengths, self.lines = array("q"), array("q"), array("q")
-        self.digests, self.flags, self.names = bytearray(), bytearray(), bytearray()
+        # digests in a BytesIO: getvalue() hands over its buffer, no second copy of 32 bytes a body
+        self.digests, self.flags, self.names = io.BytesIO(), bytearray(), bytearray()
         self.name_ends = array("q")
         self.h = hashlib.sha256()
 
@@ -146,7 +149,7 @@ class _Builder:
         self.offsets.append(offset)
         self.lengths.append(len(raw))
         self.lines.append(line or 0)
-        self.digests += bytes.fromhex(b.sha256)
+        self.digests.write(bytes.fromhex(b.sha256))
         self.flags.append((_CHAT if b.kind == "chat" else 0) | (_STREAM if b.stream else 0))
         if self.folder:
             if self.names:
@@ -155,8 +158,34 @@ class _Builder:
             self.name_ends.append(len(self.names))
 
     def done(self) -> BodyIndex:
-        return BodyIndex(str(self.path), self.folder, self.offsets, self.lengths, self.lines, bytes(self.digests),
-                         bytes(self.flags), bytes(self.names), self.name_ends, self.h.hexdigest())
+        return BodyIndex(str(self.path), self.folder, self.offsets, _narrow_lengths(self.lengths),
+                         _narrow_lines(self.lines), self.digests.getvalue(), bytes(self.flags), bytes(self.names),
+                         self.name_ends, self.h.hexdigest())
+
+
+_RUN = 1 << 16
+
+
+def _narrow_lines(a: array) -> Sequence[int]:
+    """``a`` (a 'q' array) as ``range(a[0], a[0] + len(a))`` when it is that progression (issue 32)."""
+    if not len(a) or a[0] < 1:
+        return a
+    first = a[0]
+    for s in range(0, len(a), _RUN):  # compared a run at a time: no second array of every value
+        part = a[s:s + _RUN]
+        if part != array("q", range(first + s, first + s + len(part))):
+            return a
+    return range(first, first + len(a))
+
+
+def _narrow_lengths(a: array) -> array:
+    """``a`` (a 'q' array of byte lengths) as an int32 array when every length fits (issue 32)."""
+    return array("i", a) if not len(a) or max(a) < 1 << 31 else a
+
+
+def _q_bytes(a: Sequence[int]) -> bytes:
+    """The int64 bytes of ``a`` (the cache file's layout, whatever ``a`` holds in memory)."""
+    return a.tobytes() if isinstance(a, array) and a.typecode == "q" else array("q", a).tobytes()
 
 
 def _scan_jsonl(p: Path, bld: _Builder, max_bytes: int) -> None:
@@ -236,42 +265,51 @@ def cache_paths(path: Path) -> tuple[Path, Path]:
     return beside, root / (hashlib.sha256(os.fsencode(str(full))).hexdigest()[:40] + INDEX_SUFFIX)
 
 
-def _encode(ix: BodyIndex, key: dict[str, Any]) -> bytes:
+def _encode(ix: BodyIndex, key: dict[str, Any]) -> Iterator[bytes]:
+    """The cache file's bytes, a part at a time (each int64 copy made only as it is written; issue 32)."""
     head = orjson.dumps({"format": INDEX_FORMAT, "key": key, "path": str(Path(ix.path).resolve()),
                          "folder": ix.folder, "n": len(ix), "sha256": ix.sha256, "names": len(ix.names)})
-    parts = [_MAGIC, struct.pack("<Q", len(head)), head, ix.offsets.tobytes(), ix.lengths.tobytes(),
-             ix.lines.tobytes(), ix.digests, ix.flags, ix.name_ends.tobytes(), ix.names]
-    return b"".join(parts)
+    yield _MAGIC + struct.pack("<Q", len(head)) + head
+    for col in (ix.offsets, ix.lengths, ix.lines):
+        for s in range(0, len(col), _RUN):
+            yield _q_bytes(col[s:s + _RUN])
+    yield ix.digests
+    yield ix.flags
+    yield ix.name_ends.tobytes()
+    yield ix.names
 
 
-def _decode(data: bytes, path: Path, key: dict[str, Any]) -> BodyIndex | None:
-    if not data.startswith(_MAGIC):
+def _decode(f: BinaryIO, path: Path, key: dict[str, Any]) -> BodyIndex | None:
+    """The index in the open cache file ``f``, read a part at a time (never the whole file at once)."""
+    if f.read(len(_MAGIC)) != _MAGIC:
         return None
-    at = len(_MAGIC)
-    (hlen,) = struct.unpack_from("<Q", data, at)
-    at += 8
-    head = orjson.loads(data[at:at + hlen])
-    at += hlen
+    (hlen,) = struct.unpack("<Q", f.read(8))
+    head = orjson.loads(f.read(hlen))
     if (not isinstance(head, dict) or head.get("format") != INDEX_FORMAT or head.get("key") != key
             or head.get("path") != str(path.resolve())):
         return None
     n, folder, n_names = head["n"], head["folder"], head["names"]
     arrays = []
-    for _ in range(3):
+    for k in range(3):
         a = array("q")
-        a.frombytes(data[at:at + 8 * n])
-        arrays.append(a)
-        at += 8 * n
-    digests, at = data[at:at + 32 * n], at + 32 * n
-    flags, at = data[at:at + n], at + n
+        try:
+            a.fromfile(f, n)
+        except EOFError:
+            return None
+        arrays.append(_narrow_lengths(a) if k == 1 else _narrow_lines(a) if k == 2 else a)
+        del a
+    digests = f.read(32 * n)
+    flags = f.read(n)
     ends = array("q")
-    ends.frombytes(data[at:at + 8 * n * folder])
-    at += 8 * n * folder
-    names = data[at:at + n_names]
-    if len(digests) != 32 * n or len(flags) != n or at + n_names != len(data) or any(len(a) != n for a in arrays):
+    try:
+        ends.fromfile(f, n * folder)
+    except EOFError:
         return None
-    return BodyIndex(str(path), bool(folder), arrays[0], arrays[1], arrays[2], digests, flags, names, ends,
-                     str(head["sha256"]))
+    names = f.read(n_names)
+    if len(digests) != 32 * n or len(flags) != n or len(names) != n_names or f.read(1):
+        return None
+    return BodyIndex(str(path), bool(folder), arrays[0], arrays[1], arrays[2],  # type: ignore[arg-type]
+                     digests, flags, names, ends, str(head["sha256"]))
 
 
 def load_index(path: Path, max_body_bytes: int, check: CheckBody, *,
@@ -291,18 +329,18 @@ def load_index(path: Path, max_body_bytes: int, check: CheckBody, *,
     key = cache_key(path)
     for cp in cache_paths(path):
         try:
-            ix = _decode(cp.read_bytes(), path, key)
+            with open(cp, "rb") as f:
+                ix = _decode(f, path, key)
         except (OSError, ValueError, struct.error, KeyError, TypeError):
             ix = None
         if ix is not None and (not len(ix) or max(ix.lengths) <= max_body_bytes):
             return ix
     ix = build_index(path, max_body_bytes, check)
     if len(ix) and ix.total_bytes() >= cache_min_bytes:
-        data = _encode(ix, key)
         for cp in cache_paths(path):
             try:
                 cp.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(cp, data, fsync=False)
+                atomic_write_chunks(cp, _encode(ix, key), fsync=False)
                 break
             except OSError:
                 continue

@@ -106,14 +106,14 @@ def test_cache_beside_is_written_reused_and_invalidated(jsonl, monkeypatch):
 def test_cache_falls_back_to_the_user_cache_when_beside_is_not_writable(jsonl, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     beside, user = cache_paths(jsonl)
-    real = index_mod.atomic_write_bytes
+    real = index_mod.atomic_write_chunks
 
     def refuse_beside(path, data, **kw):
         if Path(path) == beside:
             raise PermissionError(13, "Permission denied")
         return real(path, data, **kw)
 
-    monkeypatch.setattr(index_mod, "atomic_write_bytes", refuse_beside)
+    monkeypatch.setattr(index_mod, "atomic_write_chunks", refuse_beside)
     load_workload(jsonl, cache_min_bytes=0)
     assert not beside.exists() and user.exists() and user.parent == tmp_path / "xdg" / "kvreplay" / "index"
     monkeypatch.setattr(index_mod, "build_index", lambda *a: pytest.fail("indexed again"))
