@@ -39,14 +39,30 @@ def test_values_at_the_histogram_floor_are_below_resolution():
     assert resolution_gate(_entry([2.0] * 3, [2.0] * 3, "throughput"), 3.0, "ok", False) == ("ok", None)
 
 
-def test_spread_at_least_the_effect_is_no_decision():
+def test_an_effect_not_over_twice_the_spread_is_no_decision():
     # baseline 10, 14, 10 ms (spread 40%), candidate +20%: the effect is inside the noise
     d, why = resolution_gate(_entry([10.0, 14.0, 10.0], [12.0, 16.8, 12.0], "ttft_p50"), -5.0, "regression", True)
     assert d == "no decision"
-    assert why == "below resolution: the arms' spread across repetitions (40%) is at least the effect (20%)"
+    assert why == "below resolution: the effect (20%) is not over twice the arms' spread across repetitions (40%)"
+    # the bound is twice the larger spread, inclusive: baseline 10, 10.5, 10 (spread 5%), candidate 10% more
+    # in every pair: 10% is not over 2 x 5% -> withheld; 10.5% (2 x 5% + 0.5) -> the regression stands
+    base = [10.0, 10.5, 10.0]
+    d, why = resolution_gate(_entry(base, [11.0, 11.55, 11.0], "ttft_p50"), -5.0, "regression", True)
+    assert d == "no decision" and why.startswith("below resolution: the effect (10%) is not over twice"), why
+    assert resolution_gate(_entry(base, [11.05, 11.6025, 11.05], "ttft_p50"), -5.0,
+                           "regression", True) == ("regression", None)
+    # an effect over 1x but not 2x the spread (the rule before): 8% against 5%: withheld
+    d, _ = resolution_gate(_entry(base, [10.8, 11.34, 10.8], "ttft_p50"), -5.0, "regression", True)
+    assert d == "no decision"
     # a tight baseline (10, 10.2, 10.1: 1.98%) and +20%: the regression stands
     assert resolution_gate(_entry([10.0, 10.2, 10.1], [12.0, 12.24, 12.12], "ttft_p50"), -5.0,
                            "regression", True) == ("regression", None)
+    # a counted metric (not a latency) keeps the 1x bound: 8% against 5% stands, 4% against 5% does not
+    assert resolution_gate(_entry(base, [10.8, 11.34, 10.8], "cached_tokens"), 5.0,
+                           "benefit", False) == ("benefit", None)
+    d, why = resolution_gate(_entry([10.0, 10.5, 10.0], [10.4, 10.9, 10.4], "cached_tokens"), 3.0, "benefit", False)
+    assert d == "no decision" and why == ("below resolution: the effect (4%) is not over the arms' spread across "
+                                          "repetitions (5%)"), why
 
 
 def test_halves_that_disagree_are_not_repeatable():

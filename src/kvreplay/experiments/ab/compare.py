@@ -34,7 +34,7 @@ is, ``benefit`` if every primary check is and every protected check is ``ok``,
 else ``no decision``. Fewer than two pairs is always ``no decision``: never a
 verdict from one pair. A check whose figures sit near the latency histogram's
 resolution, whose timing figures come from a block whose client self-check was not
-quiet, whose arms' spread is at least the effect, or whose split halves
+quiet, whose effect is not over twice the arms' spread, or whose split halves
 disagree is ``no decision`` with the reason (``experiments.ab.resolution``); every
 check states its split-half agreement (``split_half``).
 
