@@ -395,3 +395,51 @@ def test_each_upstream_chunk_reaches_the_client_as_it_arrives(tmp_path):
     assert [c for _, c in got] == chunks  # one client read per upstream chunk, bytes unchanged
     gaps = [b[0] - a[0] for a, b in zip(got, got[1:], strict=False)]
     assert len(gaps) == 4 and min(gaps) >= pause - 0.01, gaps
+
+
+async def _raw_exchange(url: str, head: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = URL(url).host, URL(url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(head)
+    await writer.drain()
+    return reader, writer
+
+
+def test_expect_100_continue_is_answered_before_the_body_and_not_forwarded(tmp_path):
+    """The proxy answers ``Expect: 100-continue`` itself (RFC 9110 10.1.1), then relays the body exactly.
+
+    A client that waits for the interim response before sending its body would hang if the
+    proxy only forwarded; an unknown expectation gets 417 and reaches nothing upstream.
+    """
+    body = chat("expect me")
+
+    async def go():
+        async with stack(tmp_path) as (up, proxy, url, _client, _log):
+            head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % len(body))
+            reader, writer = await _raw_exchange(url, head)
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)  # before any body byte is sent
+            writer.write(body)
+            await writer.drain()
+            status = await asyncio.wait_for(reader.readline(), 5)
+            rest = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)
+            writer.close()
+            reader2, writer2 = await _raw_exchange(
+                url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n"
+                     b"Expect: teapot\r\nConnection: close\r\n\r\n{}")
+            refused = await asyncio.wait_for(reader2.read(), 5)
+            writer2.close()
+            return interim, status, rest, refused, list(up.seen), proxy.requests
+
+    interim, status, rest, refused, seen, requests = run(go())
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert status == b"HTTP/1.1 200 OK\r\n"
+    assert b"cached_tokens" in rest and rest.endswith(b"0\r\n\r\n")
+    assert refused.startswith(b"HTTP/1.1 417 ") and b"Unknown Expect: teapot" in refused
+    assert len(seen) == 1  # the refused request went nowhere
+    method, path, headers, got = seen[0]
+    assert (method, path, got) == ("POST", "/v1/chat/completions", body)
+    assert "expect" not in {k.lower() for k, _ in headers}
+    assert requests == 1
+    w = load_workload(tmp_path / "W")
+    assert [b.raw for b in w.bodies] == [body]

@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, TCPConnector, web
-from aiohttp.http import StreamWriter
+from aiohttp.http import HttpVersion11, StreamWriter
 from yarl import URL
 
 from kvreplay.api._proxy_relay import _DRAIN_AT, _JSON_KEEP, _Down, _json_usage, _Result, _Tally
@@ -94,7 +94,7 @@ class RecordingProxy:
         self.requests = 0
         self._session: ClientSession | None = None
         self._h1: H1Client | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._limit_said = False
         self._flusher: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -121,12 +121,12 @@ class RecordingProxy:
             self._h1 = H1Client(self.upstream, headers={}, connect_timeout_s=30.0, read_idle_timeout_s=None)
         except ValueError:
             self._h1 = None
-        # The body is streamed (request.content), never read whole, so client_max_size does not apply;
-        # auto_decompress=False: the server side hands over the bytes as received, still encoded.
-        app = web.Application(handler_args={"auto_decompress": False}, middlewares=[self._origin_form_only])
-        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # aiohttp's low-level server: every request goes to _serve, with no application, router or
+        # middleware between (each request took their Python: the catch-all route's regex, the middleware
+        # chain). auto_decompress=False: the server side hands over the bytes as received, still encoded.
+        server = web.Server(self._serve, auto_decompress=False, access_log=None)
         # Handlers are awaited and cancelled by stop() itself: aiohttp's own wait is only a backstop.
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         try:
@@ -182,7 +182,7 @@ class RecordingProxy:
             echo(f"kvreplay record: {self.writer.summary.limit_reached} reached: no longer retaining "
                  "bodies (still proxying)", file=self.log)
 
-    async def _upload(self, request: web.Request, pending: Pending | None, state: dict) -> AsyncIterator[bytes]:
+    async def _upload(self, request: web.BaseRequest, pending: Pending | None, state: dict) -> AsyncIterator[bytes]:
         """The request body as received (still encoded), chunk by chunk, each fed to ``pending`` first."""
         content = request.content
         while True:
@@ -197,7 +197,7 @@ class RecordingProxy:
         if pending is not None:
             state["slot"] = self._finish(pending, state)  # retained (written) as soon as it is whole
 
-    async def _drain(self, request: web.Request, pending: Pending, state: dict) -> None:
+    async def _drain(self, request: web.BaseRequest, pending: Pending, state: dict) -> None:
         """Read the rest of a body the upstream did not take (still fed to ``pending``)."""
         content = request.content
         while not state["whole"]:
@@ -207,7 +207,7 @@ class RecordingProxy:
                 break
             pending.feed(chunk)
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         arrival = now_ns()  # the handler runs once the request line and headers are in: its first bytes
         self.requests += 1
         task = asyncio.current_task()
@@ -219,12 +219,14 @@ class RecordingProxy:
             if task is not None:
                 self._tasks.discard(task)
 
-    @web.middleware
-    async def _origin_form_only(self, request: web.Request, handler):
-        """400 for absolute-form (a forward-proxy request), authority-form (CONNECT) and asterisk-form.
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Every request: origin-form only (400 otherwise), ``Expect`` answered here, then relayed.
 
-        Runs before routing: nothing of such a request is forwarded or retained, and the
-        connection is closed (what follows a CONNECT head is tunnel data, not a request).
+        Absolute-form (a forward-proxy request), authority-form (``CONNECT``) and asterisk-form
+        get a 400 and the connection is closed (what follows a CONNECT head is tunnel data, not a
+        request): nothing of them is forwarded or retained. ``Expect: 100-continue`` on HTTP/1.1
+        is answered with ``100 Continue`` before the body is read, any other expectation with 417
+        (RFC 9110 section 10.1.1; what aiohttp's application router did for the proxy before).
         """
         if request.method == "CONNECT" or not request.raw_path.startswith("/"):
             self.requests += 1
@@ -235,17 +237,23 @@ class RecordingProxy:
                 status=400)
             resp.force_close()
             return resp
-        return await handler(request)
+        expect = request.headers.get("Expect")
+        if expect is not None and request.version == HttpVersion11:
+            if expect.lower() != "100-continue":
+                raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the interim response is not the answer's bytes
+        return await self._handle(request)
 
-    async def _relay(self, request: web.Request, arrival: int) -> web.StreamResponse:
+    async def _relay(self, request: web.BaseRequest, arrival: int) -> web.StreamResponse:
         pending = self.writer.begin(request.method, request.path, arrival, request.headers,
                                     content_encoding=request.headers.get("Content-Encoding"))
         self._say_limit()
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED_REQ]
         length = request.headers.get("Content-Length")
         chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         state: dict = {"sent": 0, "whole": False, "slot": None}
         data: bytes | AsyncIterator[bytes] | None = None
+        headers: list[tuple[str, str]] = []  # for aiohttp's client (the llhttp path sends the raw headers)
         n = int(length) if length is not None and length.strip().isdigit() and not chunked else -1
         if 0 < n <= _READ_WHOLE:
             # a small body: read whole (the same Content-Length and bytes go upstream; aiohttp sets it
@@ -284,6 +292,7 @@ class RecordingProxy:
                     status, outcome, usage, error, ttft, e2e = (res.status, res.outcome, res.usage, res.error,
                                                                 res.ttft, res.e2e)
                     tally = res.tally
+            headers[:0] = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED_REQ]
             try:
                 up = await self._session.request(
                     # encoded=True: the path and query go out as received, not re-quoted by yarl
@@ -382,7 +391,7 @@ class RecordingProxy:
                 self.writer.complete(slot, status=status, outcome=outcome, usage=usage, ttft_ns=ttft,
                                      e2e_ns=e2e, error=error)
 
-    async def _relay_h1(self, request: web.Request, arrival: int, pending: Pending | None, state: dict,
+    async def _relay_h1(self, request: web.BaseRequest, arrival: int, pending: Pending | None, state: dict,
                         data: bytes, res: _Result) -> web.StreamResponse:
         """A body read whole, on the runner's llhttp connection: each upstream read relayed from ``data_received``.
 
