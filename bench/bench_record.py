@@ -60,14 +60,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MTBENCH = ROOT / "fixtures" / "workloads" / "mtbench-52"
+FLOOR = Path(__file__).resolve().parent / "_relay_floor.py"
 
 
 class Proc:
     """A ``kvreplay`` subprocess whose first stdout line names its URL."""
 
-    def __init__(self, *argv: str) -> None:
-        self.p = subprocess.Popen([sys.executable, "-m", "kvreplay", *argv], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE)
+    def __init__(self, *argv: str, script: Path | None = None) -> None:
+        cmd = [sys.executable, str(script)] if script is not None else [sys.executable, "-m", "kvreplay"]
+        self.p = subprocess.Popen([*cmd, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         line = self.p.stdout.readline().decode()
         if "listening on " not in line:
             self.p.kill()
@@ -163,7 +164,7 @@ async def c64_run(session, sim: str, url: str, bodies: list[bytes], n: int) -> t
     return time.perf_counter() - t0, tokens
 
 
-async def bench(args: argparse.Namespace, sim: Proc, rec: Proc) -> dict:
+async def bench(args: argparse.Namespace, sim: Proc, rec: Proc, floor: Proc) -> dict:
     import aiohttp
 
     bodies = [p.read_bytes() for p in sorted(MTBENCH.glob("*.json"))]
@@ -171,21 +172,24 @@ async def bench(args: argparse.Namespace, sim: Proc, rec: Proc) -> dict:
                                      timeout=aiohttp.ClientTimeout(total=600)) as s:
         await c64_run(s, sim.url, rec.url, bodies, 8)  # warm-up: connections, imports
         c1 = await c1_pairs(s, sim.url, rec.url, bodies, args.c1_requests)
-        walls = {"direct": [], "proxied": []}
-        tokens = {"direct": 0, "proxied": 0}
-        cpu = sys_cpu = 0.0
-        reads = 0
+        await c64_run(s, sim.url, floor.url, bodies, 8)
+        walls: dict[str, list[float]] = {"direct": [], "proxied": [], "floor": []}
+        tokens = {"direct": 0, "proxied": 0, "floor": 0}
+        cpu = {"proxied": 0.0, "floor": 0.0}
+        sys_cpu = {"proxied": 0.0, "floor": 0.0}
+        reads = {"proxied": 0, "floor": 0}
         for rep in range(args.reps):
-            for which in (("direct", "proxied") if rep % 2 == 0 else ("proxied", "direct")):
-                url = sim.url if which == "direct" else rec.url
-                u0, s0 = rec.cpu_split()
-                r0 = rec.reads()
+            for which in (("direct", "proxied", "floor") if rep % 2 == 0 else ("floor", "proxied", "direct")):
+                relay = {"direct": None, "proxied": rec, "floor": floor}[which]
+                url = sim.url if relay is None else relay.url
+                u0, s0 = relay.cpu_split() if relay is not None else (0.0, 0.0)
+                r0 = relay.reads() if relay is not None else 0
                 wall, tok = await c64_run(s, sim.url, url, bodies, args.c64_requests)
-                if which == "proxied":
-                    u1, s1 = rec.cpu_split()
-                    cpu += (u1 - u0) + (s1 - s0)
-                    sys_cpu += s1 - s0
-                    reads += rec.reads() - r0
+                if relay is not None:
+                    u1, s1 = relay.cpu_split()
+                    cpu[which] += (u1 - u0) + (s1 - s0)
+                    sys_cpu[which] += s1 - s0
+                    reads[which] += relay.reads() - r0
                 walls[which].append(wall)
                 tokens[which] += tok
     per = args.c64_requests * args.reps
@@ -195,9 +199,14 @@ async def bench(args: argparse.Namespace, sim: Proc, rec: Proc) -> dict:
         "c64": {"requests_per_run": args.c64_requests, "runs_each": args.reps,
                 "tokens_per_s_direct": tps["direct"], "tokens_per_s_proxied": tps["proxied"],
                 "proxied_over_direct": tps["proxied"] / tps["direct"]},
-        "proxy_cpu": {"cpu_s": cpu, "system_cpu_s": sys_cpu, "reads": reads, "tokens": tokens["proxied"],
-                      "requests": per,
-                      "us_per_token": cpu / tokens["proxied"] * 1e6, "us_per_request": cpu / per * 1e6},
+        "proxy_cpu": {"cpu_s": cpu["proxied"], "system_cpu_s": sys_cpu["proxied"], "reads": reads["proxied"],
+                      "tokens": tokens["proxied"], "requests": per,
+                      "us_per_token": cpu["proxied"] / tokens["proxied"] * 1e6,
+                      "us_per_request": cpu["proxied"] / per * 1e6},
+        "floor_cpu": {"cpu_s": cpu["floor"], "system_cpu_s": sys_cpu["floor"], "reads": reads["floor"],
+                      "tokens": tokens["floor"], "requests": per,
+                      "us_per_token": cpu["floor"] / tokens["floor"] * 1e6,
+                      "us_per_request": cpu["floor"] / per * 1e6},
     }
 
 
@@ -319,10 +328,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sim = Proc("serve-sim", "--port", "0", "--time-scale", str(args.time_scale), "--slots", "64")
         rec = Proc("record", "--upstream", sim.url, "--out", str(Path(tmp) / "W"), *args.record_args)
+        host, _, port = sim.url.split("//", 1)[1].rpartition(":")
+        floor = Proc(host, port, script=FLOOR)
         try:
-            res = uvloop.run(bench(args, sim, rec))
+            res = uvloop.run(bench(args, sim, rec, floor))
         finally:
             rec_err = rec.stop()
+            floor.stop()
             sim.stop()
         res["file_create_us"] = file_create_us(Path(tmp))
     load = os.getloadavg()
@@ -342,6 +354,11 @@ def main() -> int:
           f"[criterion <= 12 us per token (issue 31): {'met' if cpu['us_per_token'] <= 12 else 'NOT met'}]")
     print(f"    {cpu['reads'] / cpu['tokens']:.2f} reads per token (the proxy's read system calls; each upstream "
           "read is one send to the client: the fewer events per read, the more CPU per token)")
+    fl = res["floor_cpu"]
+    print(f"    the floor, a byte relay without HTTP on uvloop (bench/_relay_floor.py), on the same C64 runs: "
+          f"{fl['us_per_token']:.1f} us per token (system {fl['system_cpu_s'] / fl['tokens'] * 1e6:.1f}), "
+          f"{fl['reads'] / fl['tokens']:.2f} reads per token; record costs "
+          f"{cpu['us_per_token'] - fl['us_per_token']:+.1f} us per token over it")
     print(f"    creating a body file where the capture is written (create, write 13 KB, rename): "
           f"{res['file_create_us']:.0f} us of CPU, in the figure above once per retained body")
     print("record: " + rec_err.strip().splitlines()[0] if rec_err.strip() else "record: (no summary)")
