@@ -34,7 +34,13 @@ the bundled mtbench-52 bodies (streamed, 128 output tokens each).
   that fills the simulator's prefix cache (every measured run sends fully cached
   bodies). Added TTFT = median of the proxied runs' ``summary.json``
   ``phases[0].ttft_ms.p50`` minus the median of the direct runs'. Criterion:
-  <= 1.0 ms. ``--c1-runs-only`` measures this figure alone.
+  <= 1.0 ms. ``--c1-runs-only`` measures this figure alone. After each pair, one more
+  run goes through ``bench/_relay_floor.py`` (a byte relay on uvloop without HTTP): what
+  two loopback hops and a per-read relay add at C1 on this machine, the floor under
+  the proxy's figure.
+- **The floor at C64**: the same relay on the same C64 runs (alternating with direct and
+  proxied): its CPU per streamed token is what any per-read relay on this event loop costs
+  here; the proxy's figure is printed beside it, with the difference.
 
 Wall-clock figures on a shared machine are noisy; the CPU figure is robust to
 load. The load average is printed (``uptime``'s three figures, before and after).
@@ -259,14 +265,17 @@ def c1_runs(pairs: int = 3, record_args: tuple[str, ...] = ()) -> dict:
         sim = Proc("serve-sim", "--port", "0", "--time-scale", "0.001")
         rec = Proc("record", "--upstream", sim.url, "--listen", f"127.0.0.1:{free_port()}",
                    "--out", str(Path(tmp) / "W"), *record_args)
+        host, _, port = sim.url.split("//", 1)[1].rpartition(":")
+        floor = Proc(host, port, script=FLOOR)
         try:
             kvreplay_run(sim.url, Path(tmp) / "warm")  # fills the prefix cache; not measured
-            got: dict[str, list[float]] = {"direct": [], "proxied": []}
+            got: dict[str, list[float]] = {"direct": [], "proxied": [], "floor": []}
             order = []
             cpu = 0.0
             for i in range(pairs):
-                for which in (("direct", "proxied") if i % 2 == 0 else ("proxied", "direct")):
-                    url = sim.url if which == "direct" else rec.url
+                # the floor's run comes after each pair, so the pairs alternate as before
+                for which in (("direct", "proxied") if i % 2 == 0 else ("proxied", "direct")) + ("floor",):
+                    url = {"direct": sim.url, "proxied": rec.url, "floor": floor.url}[which]
                     c0 = rec.cpu_s()
                     got[which].append(kvreplay_run(url, Path(tmp) / f"{i}-{which}"))
                     if which == "proxied":
@@ -274,10 +283,12 @@ def c1_runs(pairs: int = 3, record_args: tuple[str, ...] = ()) -> dict:
                     order.append(which)
         finally:
             rec.stop()
+            floor.stop()
             sim.stop()
-    d, p = statistics.median(got["direct"]), statistics.median(got["proxied"])
+    d, p, f = (statistics.median(got[k]) for k in ("direct", "proxied", "floor"))
     return {"pairs": pairs, "order": order, "ttft_p50_direct_ms": got["direct"], "ttft_p50_proxied_ms": got["proxied"],
-            "median_direct_ms": d, "median_proxied_ms": p, "added_ttft_ms": p - d,
+            "ttft_p50_floor_ms": got["floor"], "median_direct_ms": d, "median_proxied_ms": p, "median_floor_ms": f,
+            "added_ttft_ms": p - d, "floor_added_ttft_ms": f - d,
             "proxy_cpu_ms_per_request": cpu / (pairs * 52) * 1e3}
 
 
@@ -295,6 +306,9 @@ def print_c1_runs(r: dict, before: str) -> None:
           + f"  (median {r['median_direct_ms']:.3f} ms)")
     print("    ttft_ms.p50 proxied " + ", ".join(f"{x:.3f}" for x in r["ttft_p50_proxied_ms"])
           + f"  (median {r['median_proxied_ms']:.3f} ms)")
+    print("    ttft_ms.p50 floor   " + ", ".join(f"{x:.3f}" for x in r["ttft_p50_floor_ms"])
+          + f"  (median {r['median_floor_ms']:.3f} ms: a byte relay without HTTP adds "
+          f"{r['floor_added_ttft_ms']:+.3f} ms; bench/_relay_floor.py, after each pair)")
     print(f"    proxy CPU {r['proxy_cpu_ms_per_request']:.2f} ms per request (user + system, the proxied runs)")
     print(f"    added TTFT {r['added_ttft_ms']:+.3f} ms  "
           f"[criterion <= 1.0 ms: {'met' if r['added_ttft_ms'] <= 1.0 else 'NOT met'}]")

@@ -15,11 +15,12 @@ import json
 import socket
 
 import orjson
+import pytest
 from aiohttp import web
 
 from kvreplay.api import _proxy_relay as rp
 from kvreplay.api._recording_proxy import RecordingProxy
-from kvreplay.workload.capture import CaptureWriter
+from kvreplay.workload.capture import MANIFEST, CaptureWriter
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 USAGE = {"prompt_tokens": 40, "completion_tokens": 3000, "total_tokens": 3040,
@@ -230,3 +231,71 @@ def test_a_connection_the_upstream_closed_is_not_reused_and_a_dropped_request_is
         (200, "complete", {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}),
         (None, "upstream_error", None)]
     assert man[2]["error"] == "upstream unreachable: ServerDisconnectedError"
+
+
+@pytest.mark.parametrize("path", ["llhttp", "aiohttp"])
+def test_the_retention_verdict_runs_after_the_first_token_not_before(tmp_path, path):
+    """The body is checked and written once the first token is relayed: not on the TTFT path, not at the end.
+
+    The upstream sends the role event, waits, sends one token, waits, then ends. With the
+    role event relayed nothing is retained yet (before, the verdict ran right after the
+    first chunk, between the role event and the first token, and its CPU was added to
+    TTFT); once the token is relayed the body is on disk while the stream is still open.
+    ``aiohttp``: the proxy's other relay (an upstream its llhttp client refuses).
+    """
+    go_token, go_end = asyncio.Event(), asyncio.Event()
+
+    async def upstream(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(len(BODY))
+
+        def chunk(b: bytes) -> bytes:
+            return b"%x\r\n%b\r\n" % (len(b), b)
+
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunk(ROLE))
+        await go_token.wait()
+        writer.write(chunk(token(0)))
+        await go_end.wait()
+        writer.write(chunk(b'data: {"choices":[],"usage":' + orjson.dumps(USAGE) + b"}\n\n")
+                     + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        w = CaptureWriter(tmp_path / "W")
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}", w, log=io.StringIO())
+        url = await proxy.start()
+        if path == "aiohttp":
+            proxy._h1 = None
+        host, pport = url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(pport))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
+        got = await asyncio.wait_for(reader.readuntil(b'"content":""}}]}\n\n'), 5)
+        await asyncio.sleep(0.05)  # the loop has run whatever the relay of the role event scheduled
+        after_role = w.summary.retained
+        go_token.set()
+        got += await asyncio.wait_for(reader.readuntil(b't00000"}}]}\n\n'), 5)
+        for _ in range(200):  # the handler runs the verdict on its next turn (bounded: 2 s)
+            if w.summary.retained:
+                break
+            await asyncio.sleep(0.01)
+        after_token = w.summary.retained
+        on_disk = sorted(p.name for p in (tmp_path / "W").glob("*.json") if p.name[0].isdigit())
+        go_end.set()
+        got += await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)
+        writer.close()
+        await proxy.stop()
+        server.close()
+        return after_role, after_token, on_disk, got
+
+    after_role, after_token, on_disk, got = asyncio.run(asyncio.wait_for(go(), 30))
+    assert (after_role, after_token) == (0, 1)
+    assert on_disk == ["000000.json"]  # written while the stream was still open
+    assert (tmp_path / "W" / "000000.json").read_bytes() == BODY
+    assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    (line,) = [json.loads(x) for x in (tmp_path / "W" / MANIFEST).read_text().splitlines()]
+    assert (line["outcome"], line["usage"], line["cached_tokens"]) == ("complete", USAGE, 32)

@@ -48,7 +48,8 @@ class _Down:
     connection. Every read also goes to the accountant (``tally``) or the JSON kept (``keep``).
     """
 
-    __slots__ = ("buf", "chunked", "ex", "gone", "held", "keep", "over", "tally", "times", "tr", "waiter", "x")
+    __slots__ = ("buf", "chunked", "ex", "gone", "held", "keep", "over", "tally", "times", "token_wake", "tr",
+                 "waiter", "x")
 
     def __init__(self) -> None:
         self.buf: list[bytes] = []
@@ -62,6 +63,7 @@ class _Down:
         self.keep: bytearray | None = None
         self.waiter: asyncio.Future | None = None
         self.x: RelayExchange | None = None
+        self.token_wake = False  # wake the handler once the accountant saw the first token (its verdict)
 
     def __call__(self, data: bytes) -> None:
         if self.x is None:  # before the head is relayed (and, for the first reads, before it is read)
@@ -75,6 +77,9 @@ class _Down:
         if not self.gone:
             self._write(data)
         self._count(data, None)
+        if self.token_wake and not self.tally.timed:  # type: ignore[union-attr]
+            self.token_wake = False
+            self.wake()  # the first token is out: the handler runs the body's retention verdict
 
     def _count(self, data: bytes, at: int | None) -> None:
         if self.tally is not None:
