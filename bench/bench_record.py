@@ -216,6 +216,12 @@ async def bench(args: argparse.Namespace, sim: Proc, rec: Proc, floor: Proc) -> 
     }
 
 
+def floor_relay(sim: Proc) -> Proc:
+    """``bench/_relay_floor.py`` in front of ``sim`` (its own process, a free port on 127.0.0.1)."""
+    host, _, port = sim.url.split("//", 1)[1].rpartition(":")
+    return Proc(host, port, script=FLOOR)
+
+
 def file_create_us(folder: Path, n: int = 200) -> float:
     """CPU µs to create, write (13 KB, an mtbench body's size) and rename one file in ``folder``.
 
@@ -265,8 +271,7 @@ def c1_runs(pairs: int = 3, record_args: tuple[str, ...] = ()) -> dict:
         sim = Proc("serve-sim", "--port", "0", "--time-scale", "0.001")
         rec = Proc("record", "--upstream", sim.url, "--listen", f"127.0.0.1:{free_port()}",
                    "--out", str(Path(tmp) / "W"), *record_args)
-        host, _, port = sim.url.split("//", 1)[1].rpartition(":")
-        floor = Proc(host, port, script=FLOOR)
+        floor = floor_relay(sim)
         try:
             kvreplay_run(sim.url, Path(tmp) / "warm")  # fills the prefix cache; not measured
             got: dict[str, list[float]] = {"direct": [], "proxied": [], "floor": []}
@@ -342,8 +347,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sim = Proc("serve-sim", "--port", "0", "--time-scale", str(args.time_scale), "--slots", "64")
         rec = Proc("record", "--upstream", sim.url, "--out", str(Path(tmp) / "W"), *args.record_args)
-        host, _, port = sim.url.split("//", 1)[1].rpartition(":")
-        floor = Proc(host, port, script=FLOOR)
+        floor = floor_relay(sim)
         try:
             res = uvloop.run(bench(args, sim, rec, floor))
         finally:
