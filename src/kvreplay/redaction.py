@@ -26,10 +26,11 @@ import base64
 import re
 import sys
 from typing import Any, TextIO
+from urllib.parse import unquote
 
 __all__ = ["MARKER", "MIN_PREFIX", "MIN_SECRET", "RedactingStream", "check_secret", "clear", "escape_controls",
            "has_secrets", "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
-           "register_headers", "secrets"]
+           "register_headers", "register_url", "secrets", "url_secrets"]
 
 MARKER = "[REDACTED]"
 """What a secret is replaced with."""
@@ -156,11 +157,58 @@ def redact_obj(obj: Any) -> Any:
 
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@?#]*)@")
+_SECRET_PARAM_WORDS = ("key", "token", "secret", "pass", "auth", "sig", "credential")
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
+
+
+def _secret_param(name: str) -> bool:
+    n = unquote(name).lower()
+    return any(w in n for w in _SECRET_PARAM_WORDS)
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its userinfo (``user:password@``) replaced by ``MARKER@``."""
-    return _USERINFO.sub(lambda m: f"{m.group(1)}{MARKER}@", url)
+    """``url`` with its userinfo (``user:password@``) replaced by ``MARKER@`` and secret query values by ``MARKER``.
+
+    A query parameter is secret when its name says key, token, secret, pass, auth,
+    sig or credential (``?api_key=K`` -> ``?api_key=[REDACTED]``). The result is the
+    one form of a URL kvreplay writes or prints (a replica's name in records, plan.json,
+    reports), whether or not the secrets were registered.
+    """
+    url = _USERINFO.sub(lambda m: f"{m.group(1)}{MARKER}@", url)
+    if "?" not in url:
+        return url
+    head, q, rest = url.partition("?")
+    return head + _QUERY_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}={MARKER}" if _secret_param(m.group(2))
+                                  else m.group(0), q + rest)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets a URL carries, raw and percent-decoded; empty ones left out.
+
+    Its userinfo (``user:password``, the password, or a lone user name) and every
+    secret query value (the names ``redact_url`` treats as secret).
+    """
+    found: list[str] = []
+    m = _USERINFO.match(url)
+    if m:
+        info = m.group(2)
+        user, sep, password = info.partition(":")
+        found += [info, unquote(info), password or user, unquote(password or user)]
+    if "?" in url:
+        q = "?" + url.partition("?")[2]
+        for pm in _QUERY_PAIR.finditer(q):
+            if _secret_param(pm.group(2)):
+                found += [pm.group(3), unquote(pm.group(3))]
+    return list(dict.fromkeys(v for v in found if v))
+
+
+def register_url(url: str) -> None:
+    """Register the secrets of ``url`` (``url_secrets``) so no output keeps them.
+
+    Raises:
+        ValueError: one of them is shorter than ``MIN_SECRET`` (``register``; the message never holds it).
+    """
+    register(*url_secrets(url))
 
 
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -81,3 +81,37 @@ def test_basic_header_with_a_short_password_is_refused():
     with pytest.raises(ValueError, match="a secret of 2 characters is too short"):
         R.register_headers({"Authorization": "Basic " + base64.b64encode(b"alice:pw").decode()})
     assert R.secrets() == ()
+
+
+def test_redact_url_replaces_userinfo_and_secret_query_values():
+    from kvreplay.redaction import redact_url, url_secrets
+
+    assert redact_url("http://u:pw-1234@h:1/v1?api_key=K-5678&model=m;token=T-9012#f") == (
+        "http://[REDACTED]@h:1/v1?api_key=[REDACTED]&model=m;token=[REDACTED]#f")
+    assert redact_url("http://h:1/?model=m") == "http://h:1/?model=m"
+    assert url_secrets("http://u:pw-1234@h:1/?api_key=K%2F5678&x=1") == ["u:pw-1234", "pw-1234", "K%2F5678", "K/5678"]
+    assert url_secrets("http://tok-abcd@h:1") == ["tok-abcd"]
+    assert url_secrets("http://h:1/?model=m") == []
+
+
+def test_register_url_refuses_a_short_secret_and_registers_the_rest():
+    import pytest
+
+    from kvreplay.redaction import clear, redact, register_url
+
+    clear()
+    try:
+        with pytest.raises(ValueError, match="3 characters"):
+            register_url("http://h:1/?api_key=abc")
+        register_url("http://u:pw-1234@h:1/?sig=SIG-5678")
+        assert redact("a pw-1234 b SIG-5678 c") == "a [REDACTED] b [REDACTED] c"
+    finally:
+        clear()
+
+
+def test_join_url_puts_a_base_query_after_the_path():
+    from kvreplay.backends._http import join_url
+
+    assert join_url("http://h:1/?api_key=K", "/metrics") == "http://h:1/metrics?api_key=K"
+    assert join_url("http://h:1/?api_key=K", "/cache?x=1") == "http://h:1/cache?x=1&api_key=K"
+    assert join_url("http://h:1/", "/metrics") == "http://h:1/metrics"

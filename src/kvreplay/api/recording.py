@@ -136,10 +136,19 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     from kvreplay.api.serving import is_loopback, wait_for_stop
     from kvreplay.clock import now_ns
     from kvreplay.errors import ConfigError
+    from kvreplay.redaction import redact_url, register_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 
     if not args.upstream.startswith(("http://", "https://")):
-        raise ConfigError(f"must be an http:// or https:// URL, not {args.upstream!r}", field="--upstream")
+        raise ConfigError(f"must be an http:// or https:// URL, not {redact_url(args.upstream)!r}",
+                          field="--upstream")
+    try:
+        register_url(args.upstream)  # its credentials: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the upstream URL: {exc}", field="--upstream") from None
+    if "@" in args.upstream.split("//", 1)[-1].split("/", 1)[0] or "?" in args.upstream:
+        raise ConfigError(f"{redact_url(args.upstream)!r}: the proxy forwards each client's own headers "
+                          "(its Authorization too); give no credentials or query in --upstream", field="--upstream")
     host, port = parse_listen(args.listen)
     if args.max_bodies is not None and args.max_bodies < 0:
         raise ConfigError("must be >= 0", field="--max-bodies")

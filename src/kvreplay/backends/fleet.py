@@ -42,7 +42,7 @@ async def open_fleet_backend(replicas: Any, name: str, profile: str | None, sess
                 chosen = await detect(r.url, session)
             be = make_backend(chosen, r.url, session, profile=r.profile or profile)
         if be is None:
-            raise ConfigError(f"replica {r.url}: backend=none reads no counters; give its backend or "
+            raise ConfigError(f"replica {r.name}: backend=none reads no counters; give its backend or "
                               "run with --backend none", field="--replica")
-        members.append((r.url, be))
+        members.append((r.name, be))  # keyed by the redacted name, as records and opts.replicas are
     return FleetBackend(members)

@@ -30,13 +30,15 @@ replica not listed), ``conflict`` (header and counters disagree), ``phase_only``
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import REQUEST_COUNTERS
+from kvreplay.redaction import redact_url, register_url
 from kvreplay.runner.backend import Backend, Snapshot
 from kvreplay.sim.routing import REPLICA_HEADER
 
@@ -75,14 +77,33 @@ class Replica:
     backend: str | None = None
     profile: str | None = None
 
+    @property
+    def name(self) -> str:
+        """The replica as every output names it: its URL through ``redaction.redact_url``.
+
+        Userinfo and secret query values replaced by the marker. Records' ``replica``,
+        counters.jsonl, summary.json, reports and attribution all use this one form.
+        """
+        return redact_url(self.url)
+
     def to_json(self) -> dict[str, Any]:
-        """``{"url", "backend", "profile"}`` (plan.json ``run.fleet.replicas``)."""
-        return {"url": self.url, "backend": self.backend, "profile": self.profile}
+        """``{"url", "backend", "profile"}`` (plan.json ``run.fleet.replicas``; ``url`` is ``name``)."""
+        return {"url": self.name, "backend": self.backend, "profile": self.profile}
 
 
 def _check_url(url: str, field: str) -> str:
-    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
-        raise ConfigError(f"{url!r} is not a replica URL: give http://HOST:PORT", field=field)
+    """``url`` when it is an http(s) URL with a host; its secrets are registered (``redaction.register_url``)."""
+    try:
+        u = urlsplit(url)
+        ok = url.startswith(("http://", "https://")) and bool(u.hostname) and (u.port or 0) >= 0
+    except ValueError:  # a bad IPv6 literal, a port that is not a number
+        ok = False
+    if not ok:
+        raise ConfigError(f"{redact_url(url)!r} is not a replica URL: give http://HOST:PORT", field=field)
+    try:
+        register_url(url)  # before anything is written or printed: no output keeps them
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the replica URL: {exc}", field=field) from None
     return url
 
 
@@ -98,7 +119,7 @@ def parse_replica(text: str, *, field: str = "--replica") -> Replica:
     for o in opts:
         key, sep, value = o.partition("=")
         if not sep or key not in ("backend", "profile") or not value or key in got:
-            raise ConfigError(f"{o!r} in {text!r}: expected backend=NAME or profile=FILE, each once",
+            raise ConfigError(f"{o!r} in {redact_url(url)!r}: expected backend=NAME or profile=FILE, each once",
                               field=field)
         got[key] = value
     return Replica(url=url, backend=got.get("backend"), profile=got.get("profile"))
@@ -145,18 +166,27 @@ def fleet_run_fields(router: str, replicas: Sequence[Replica], header: str | Non
                      ) -> dict[str, Any]:
     """``RunOptions`` fields of a run against ``router`` and ``replicas`` (empty without replicas).
 
-    ``replicas`` (URLs), ``replica_header`` and ``fleet_json`` (plan.json ``run.fleet``:
+    ``replicas`` (``Replica.name``: the redacted URLs), ``replica_header`` and ``fleet_json`` (plan.json ``run.fleet``:
     ``router``, ``replicas`` as ``Replica.to_json``, ``replica_header``); an experiment
     file's ``[fleet]`` runs with them as ``kvreplay run --replica`` does.
     """
     if not replicas:
         return {}
-    return {"replicas": tuple(r.url for r in replicas), "replica_header": header,
-            "fleet_json": {"router": router, "replicas": [r.to_json() for r in replicas], "replica_header": header}}
+    return {"replicas": tuple(r.name for r in replicas), "replica_header": header,
+            "fleet_json": {"router": redact_url(router), "replicas": [r.to_json() for r in replicas],
+                           "replica_header": header}}
+
+
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@?#]*@")
+
+
+def _split(url: str) -> SplitResult:
+    """``urlsplit`` of ``url`` without its userinfo (a name's ``[REDACTED]@`` is not an IPv6 literal)."""
+    return urlsplit(_USERINFO.sub(r"\1", url))
 
 
 def _same_server(a: str, b: str) -> bool:
-    ua, ub = urlsplit(a), urlsplit(b)
+    ua, ub = _split(a), _split(b)
     return (ua.scheme, ua.hostname, ua.port, ua.path.rstrip("/")) == (ub.scheme, ub.hostname, ub.port,
                                                                         ub.path.rstrip("/"))
 
@@ -169,11 +199,11 @@ def check_fleet(router: str, replicas: Sequence[Replica]) -> None:
     """
     for i, r in enumerate(replicas):
         if _same_server(r.url, router):
-            raise ConfigError(f"replica {r.url} is the router itself (--target): list the servers behind it",
+            raise ConfigError(f"replica {r.name} is the router itself (--target): list the servers behind it",
                               field="--replica")
         for other in replicas[:i]:
             if _same_server(r.url, other.url):
-                raise ConfigError(f"replica {r.url} is listed twice", field="--replica")
+                raise ConfigError(f"replica {r.name} is listed twice", field="--replica")
 
 
 def _moved(delta: Mapping[str, Any] | None) -> bool:
@@ -209,7 +239,7 @@ def attribute_by_header(value: str | None, replicas: Sequence[str]) -> tuple[str
         return None, None
     v = value.strip()
     for u in replicas:
-        if _same_server(v, u) or v == urlsplit(u).netloc:
+        if _same_server(v, u) or v == _split(u).netloc:
             return u, None
     return None, "unlisted"
 

@@ -78,6 +78,7 @@ from kvreplay.experiments.model import (
     WindowSpec,
 )
 from kvreplay.experiments.steps import kind_names, kind_of
+from kvreplay.redaction import redact_url, register_url
 
 __all__ = [
     "BOUND_RE",
@@ -128,8 +129,13 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"server.{unknown[0]}")
     target = data.get("target", "sim")
     if not isinstance(target, str) or not (target == "sim" or target.startswith(("http://", "https://"))):
-        raise ConfigError(f"must be 'sim' or an http(s) URL, not {target!r}", path=path, line=line,
-                          field="server.target")
+        raise ConfigError(f"must be 'sim' or an http(s) URL, not {redact_url(str(target))!r}", path=path,
+                          line=line, field="server.target")
+    try:
+        register_url(target)  # credentials in the target URL: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the target URL: {exc}", path=path, line=line,
+                          field="server.target") from None
     ident = data.get("identity", {})
     if not isinstance(ident, dict) or not all(isinstance(v, (str, int, float)) for v in ident.values()):
         raise ConfigError("identity pins are KEY = VALUE (dotted keys of the server identity)", path=path,
