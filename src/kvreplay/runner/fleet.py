@@ -30,7 +30,9 @@ replica not listed), ``conflict`` (header and counters disagree), ``phase_only``
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +52,7 @@ __all__ = [
     "attribute_by_counters",
     "attribute_by_header",
     "check_fleet",
+    "endpoint",
     "fleet_run_fields",
     "parse_replica",
     "part_deltas",
@@ -191,19 +194,51 @@ def _same_server(a: str, b: str) -> bool:
                                                                         ub.path.rstrip("/"))
 
 
+def endpoint(url: str) -> tuple[frozenset[str], int]:
+    """``(addresses, port)`` of the server a URL names: one server, whatever name it is given by.
+
+    The host is resolved (``socket.getaddrinfo``): ``localhost`` is ``{127.0.0.1, ::1}``
+    (as the resolver says), ``127.0.0.1`` is ``{127.0.0.1}``; an IP literal is itself
+    (normalised: ``::0:1`` is ``::1``). A name that does not resolve stands for itself,
+    lowercased. The port is the URL's, or the scheme's default (80, 443).
+    """
+    u = _split(url)
+    host = (u.hostname or "").lower()
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        return frozenset({ipaddress.ip_address(host).compressed}), port
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset({host}), port
+    return frozenset(ipaddress.ip_address(str(i[4][0]).partition("%")[0]).compressed for i in infos), port
+
+
+def _one_server(a: tuple[frozenset[str], int], b: tuple[frozenset[str], int]) -> bool:
+    return a[1] == b[1] and bool(a[0] & b[0])
+
+
 def check_fleet(router: str, replicas: Sequence[Replica]) -> None:
     """Refuse a replica that is the router itself, or a replica listed twice.
+
+    Servers are compared by ``endpoint``: the same port and a resolved address in common,
+    so ``http://localhost:8001`` and ``http://127.0.0.1:8001`` are one server (issue 44 item 2).
 
     Raises:
         ConfigError: field ``--replica``.
     """
+    ends = [endpoint(r.url) for r in replicas]
+    at_router = endpoint(router)
     for i, r in enumerate(replicas):
-        if _same_server(r.url, router):
-            raise ConfigError(f"replica {r.name} is the router itself (--target): list the servers behind it",
-                              field="--replica")
-        for other in replicas[:i]:
-            if _same_server(r.url, other.url):
-                raise ConfigError(f"replica {r.name} is listed twice", field="--replica")
+        if _one_server(ends[i], at_router):
+            raise ConfigError(f"replica {r.name} is the router itself (--target {redact_url(router)}): "
+                              "list the servers behind it", field="--replica")
+        for j, other in enumerate(replicas[:i]):
+            if _one_server(ends[i], ends[j]):
+                alias = "" if _same_server(r.url, other.url) else f" (as {other.name}: the same address and port)"
+                raise ConfigError(f"replica {r.name} is listed twice{alias}", field="--replica")
 
 
 def _moved(delta: Mapping[str, Any] | None) -> bool:
