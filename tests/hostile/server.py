@@ -330,6 +330,8 @@ def metrics_body(kind: str) -> bytes:
         return GOOD_METRICS + b"".join(b'vllm:junk{i="%d"} 1\n' % i for i in range(400_000))
     if kind == "metrics_huge":  # a counter of 2^64 + 1, printed as an integer (exact only as text)
         return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total 18446744073709551617")
+    if kind == "metrics_duplicate":  # one series printed twice with the same labels (issue 44 item 3)
+        return GOOD_METRICS.replace(b"_queries_total 10\n", b"_queries_total 10\nvllm:prefix_cache_queries_total 10\n")
     if kind == "metrics_nan":
         return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total NaN") + b"vllm:gpu_cache_usage_perc +Inf\n"
     return GOOD_METRICS

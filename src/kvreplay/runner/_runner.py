@@ -56,7 +56,7 @@ from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
 from kvreplay.runner._records import RecordMaking
-from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta
+from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta, duplicate_series
 from kvreplay.runner.counters import check_fresh, expected_after, wait_drained
 from kvreplay.runner.fleet import part_deltas, replica_fields
 from kvreplay.runner.h1 import H1Client, client_ssl_context
@@ -442,6 +442,8 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             st.fleet.counter_deltas = part_deltas(counter_delta(before, after).parts) or {}
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        for why in duplicate_series((st.counter_delta or {}).get("invalid")):
+            st.invalid_reasons.append(f"invalid exposition: {why}")  # a counter the server printed twice
         gate = self.writer
         n_unverified = gate.unverified.get(phase.name, 0)
         if n_unverified or (gate.drift_ns is not None and gate.drift_ns >= (self.rel(st.start_ns) or 0)):
