@@ -242,6 +242,22 @@ def test_a_duplicate_series_is_invalid_never_summed(workload: Path, tmp_path: Pa
     assert res.code == 0, res.stderr[-2000:]
 
 
+def test_a_replica_that_vanishes_mid_phase_invalidates_it(workload: Path, tmp_path: Path) -> None:
+    """Issue 44 item 5: the router still answers, one replica stops answering its counter reads after 6:
+    the run aborts (``replica_lost``, exit 3, as a vanished single server's run does) and the phase is invalid
+    naming the replica; before, the phase was valid with no counters and the exit status 0."""
+    with HostileServer("ok") as router, HostileServer("ok") as one, HostileServer("ok", vanish_after=6) as two:
+        res = run_case(router.url, workload, tmp_path / "run", 1, quiet=False,
+                       extra=["--backend", "vllm", "--replica", one.url, "--replica", two.url])
+    assert res.code == 3, res.stderr[-2000:]
+    summary = orjson.loads((res.out / "summary.json").read_bytes())
+    assert summary["aborted"]["reason"] == "replica_lost"
+    assert summary["aborted"]["message"].startswith(f"replica {two.url} could not be read: "), summary["aborted"]
+    phase = summary["phases"][0]
+    assert phase["valid"] is False
+    assert phase["invalid_reasons"] == [f"replica_lost: {summary['aborted']['message']}"]
+
+
 def test_hard_deadline_within_a_second_of_an_endless_stream(workload: Path, tmp_path: Path) -> None:
     """No whole-request bound: the hard deadline (2 s) alone ends the endless streams."""
     with HostileServer("endless_stream") as srv:

@@ -442,6 +442,9 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             st.fleet.counter_deltas = part_deltas(counter_delta(before, after).parts) or {}
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        if self.replica_lost:  # a fleet's replica could not be read (_counter_reads.lost_replica)
+            st.invalid_reasons.append(f"replica_lost: {self.replica_lost}")
+            self.replica_lost = None
         for why in duplicate_series((st.counter_delta or {}).get("invalid")):
             st.invalid_reasons.append(f"invalid exposition: {why}")  # a counter the server printed twice
         gate = self.writer

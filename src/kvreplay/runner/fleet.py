@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from kvreplay.errors import ConfigError
+from kvreplay.errors import BackendError, ConfigError
 from kvreplay.evidence.vocab import REQUEST_COUNTERS
 from kvreplay.redaction import redact_url, register_url
 from kvreplay.runner.backend import Backend, Snapshot
@@ -324,8 +324,13 @@ class FleetBackend:
         Raises:
             BackendError: a replica could not be read (its URL in the message).
         """
-        snaps = await asyncio.gather(*(b.snapshot() for _, b in self.members))
-        return _sum_snapshots(dict(zip(self.urls, snaps, strict=True)))
+        got = await asyncio.gather(*(b.snapshot() for _, b in self.members), return_exceptions=True)
+        for url, g in zip(self.urls, got, strict=True):
+            if isinstance(g, BaseException):
+                if isinstance(g, BackendError | OSError | TimeoutError):
+                    raise BackendError(f"replica {url} could not be read: {g}") from g
+                raise g
+        return _sum_snapshots(dict(zip(self.urls, got, strict=True)))  # type: ignore[arg-type]
 
     async def identity(self) -> dict[str, Any]:
         """``{"kvreplay_fleet": [URL, ...], "replicas": {URL: identity}}``.
