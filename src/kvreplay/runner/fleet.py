@@ -52,6 +52,7 @@ __all__ = [
     "attribute_by_counters",
     "attribute_by_header",
     "check_fleet",
+    "check_header_name",
     "endpoint",
     "fleet_run_fields",
     "parse_replica",
@@ -163,6 +164,22 @@ def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | 
         else:
             raise ConfigError("a replica is a URL or a table with url", field=where)
     return router, tuple(out)
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def check_header_name(name: str, *, field: str = "--replica-header") -> str:
+    """``name`` when it is an HTTP field name (RFC 9110 5.1: a ``token``; no CR, LF, space or ``:``).
+
+    Raises:
+        ConfigError: any other character (its code and offset named).
+    """
+    if not _TOKEN.fullmatch(name):
+        bad = next(((i, c) for i, c in enumerate(name) if not _TOKEN.fullmatch(c)), None)
+        where = f": character code {ord(bad[1])} at offset {bad[0]}" if bad else ": empty"
+        raise ConfigError(f"not an HTTP header name{where} (letters, digits and !#$%&'*+.^_`|~-)", field=field)
+    return name
 
 
 def fleet_run_fields(router: str, replicas: Sequence[Replica], header: str | None = DEFAULT_REPLICA_HEADER

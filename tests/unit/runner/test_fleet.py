@@ -255,3 +255,16 @@ def test_aliases_of_one_server_are_refused(monkeypatch):
     with pytest.raises(ConfigError, match="is the router itself"):
         check_fleet("http://localhost:9000", [Replica(url="http://127.0.0.1:9000"), Replica(url=B)])
     check_fleet("http://localhost:9000", [Replica(url="http://localhost:8001"), Replica(url=B)])
+
+
+def test_a_replica_header_name_with_cr_lf_is_refused():
+    """Issue 44 low: ``--replica-header`` must be an HTTP field name (RFC 9110 token)."""
+    from kvreplay.runner.fleet import check_header_name
+
+    assert check_header_name("x-kvreplay-replica") == "x-kvreplay-replica"
+    with pytest.raises(ConfigError, match="character code 13 at offset 1"):
+        check_header_name("x\r\nInjected: 1")
+    with pytest.raises(ConfigError, match="character code 58 at offset 1"):
+        check_header_name("x: y")
+    with pytest.raises(ConfigError, match="empty"):
+        check_header_name("")

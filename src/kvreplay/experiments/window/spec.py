@@ -217,8 +217,11 @@ def _fleet(data: Any, server: ServerSpec, raw_server: Any, text: str, path: Path
                      f"not {target!r}", "server.target")
     if server.sim:
         raise refuse("[server.sim] configures the embedded simulator, not a fleet", "server.sim")
+    from kvreplay.backends.fleet import check_fleet_backends
+
     try:
         check_fleet(target, replicas)
+        check_fleet_backends(replicas, server.backend, server.profile, profiles=False)
     except ConfigError as exc:
         raise refuse(exc.message, "fleet.replicas") from None
     return replace(server, target=target, replicas=replicas)
