@@ -29,7 +29,8 @@ from typing import Any, TextIO
 from urllib.parse import unquote
 
 __all__ = ["MARKER", "MIN_PREFIX", "MIN_SECRET", "RedactingStream", "check_secret", "clear", "escape_controls",
-           "has_secrets", "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
+           "has_secrets", "install_streams", "maybe_secret_labels", "redact", "redact_bytes", "redact_labels",
+           "redact_obj", "redact_url", "register",
            "register_headers", "register_url", "secrets", "url_secrets"]
 
 MARKER = "[REDACTED]"
@@ -180,6 +181,35 @@ def redact_url(url: str) -> str:
     head, q, rest = url.partition("?")
     return head + _QUERY_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}={MARKER}" if _secret_param(m.group(2))
                                   else m.group(0), q + rest)
+
+
+_KEY_LIKE = re.compile(r"^(?:Bearer\s+\S{8,}|(?:sk|pk|rk|api|key)[-_][A-Za-z0-9_-]{16,})$", re.IGNORECASE)
+_SECRET_LABEL_TEXT = re.compile(r"(?:key|token|secret|pass|auth|sig|credential)[A-Za-z0-9_]*\s*=\s*\"|"
+                                r"=\s*\"(?:Bearer\s|(?:sk|pk|rk|api|key)[-_])", re.IGNORECASE)
+
+
+def maybe_secret_labels(text: str) -> bool:
+    """Whether an exposition text may hold a label ``redact_labels`` changes (a cheap linear search)."""
+    return _SECRET_LABEL_TEXT.search(text) is not None
+
+
+def redact_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Metric labels with the value of a secret one replaced by ``MARKER``.
+
+    Secret: the label's name says key, token, secret, pass, auth, sig or credential
+    (``redact_url``'s words), or its value looks like an API key (``sk-`` and 16 or
+    more key characters, ``Bearer ...``). A server may expose its own key in an info
+    series; it is not registered (kvreplay never had it), so this rule is what keeps it
+    out of snapshot, counters.jsonl, identity and reports.
+    """
+    if not labels:
+        return labels
+    out = None
+    for k, v in labels.items():
+        if _secret_param(k) or _KEY_LIKE.match(v):
+            out = out if out is not None else dict(labels)
+            out[k] = MARKER
+    return labels if out is None else out
 
 
 def url_secrets(url: str) -> list[str]:

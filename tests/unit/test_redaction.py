@@ -115,3 +115,31 @@ def test_join_url_puts_a_base_query_after_the_path():
     assert join_url("http://h:1/?api_key=K", "/metrics") == "http://h:1/metrics?api_key=K"
     assert join_url("http://h:1/?api_key=K", "/cache?x=1") == "http://h:1/cache?x=1&api_key=K"
     assert join_url("http://h:1/", "/metrics") == "http://h:1/metrics"
+
+
+def test_snapshot_never_prints_a_servers_key_from_a_label(tmp_path, capsys):
+    """Issue 44 low: a server's own key in an info label (never registered: kvreplay never had it) is
+    replaced by the marker in every parsed sample: snapshot's identity and raw series."""
+    from kvreplay.cli import main
+
+    key = "sk-proj-7Qx2b9LmT4vN8aZr"
+    dump = tmp_path / "metrics.txt"
+    dump.write_text("# TYPE vllm:cache_config_info gauge\n"
+                    f'vllm:cache_config_info{{block_size="16",owner="{key}",hf_token="hf_abcdefgh1234"}} 1\n'
+                    "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total 10\n")
+    assert main(["snapshot", "--from-file", str(dump), "--backend", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert key[:8] not in out and "hf_abcdefgh" not in out, out
+    assert ('vllm:cache_config_info{block_size="16",owner="[REDACTED]",hf_token="[REDACTED]"}' in out
+            or '"owner": "[REDACTED]"' in out), out
+
+
+def test_redact_labels_rule():
+    from kvreplay.redaction import maybe_secret_labels, redact_labels
+
+    labels = {"model": "m", "api_key": "abcd", "owner": "sk-0123456789abcdefgh", "note": "sk-short",
+              "auth": "Bearer abcdefghij", "name": "key_a"}
+    assert redact_labels(labels) == {"model": "m", "api_key": "[REDACTED]", "owner": "[REDACTED]",
+                                     "note": "sk-short", "auth": "[REDACTED]", "name": "key_a"}
+    assert maybe_secret_labels('x{owner="sk-0123"} 1') and maybe_secret_labels('x{api_key="a"} 1')
+    assert not maybe_secret_labels('vllm:x{model="m",engine="0"} 1')
