@@ -91,8 +91,8 @@ def session_warnings(workload: Workload, *, deadline_s: float | None = None,
         rows: ``turn_reuse(workload)`` when already computed.
 
     Returns:
-        Lines starting with the warning's name: ``history_not_prefix: N turns ...`` and
-        ``session_over_deadline: N sessions ...``.
+        Lines starting with the warning's name: ``history_not_prefix: N turns ...``,
+        ``first_turn_think: N sessions ...`` and ``session_over_deadline: N sessions ...``.
     """
     ss = workload.sessions
     if ss is None:
@@ -104,6 +104,11 @@ def session_warnings(workload: Workload, *, deadline_s: float | None = None,
         out.append(f"history_not_prefix: {len(broken)} turns whose history does not extend the previous turn's "
                    f"(first: session {broken[0]['session']!r} turn {broken[0]['turn']}); they are sent as retained, "
                    "and the reuse across those turns is lost")
+    first = [sid for sid in ss.order if ss.bodies[sid] and ss.turns[ss.bodies[sid][0]].think_time_s > 0]
+    if first:
+        out.append(f"first_turn_think: {len(first)} sessions whose first turn has a think time (first: {first[0]!r}, "
+                   f"{ss.turns[ss.bodies[first[0]][0]].think_time_s:g} s); a first turn is sent when its session "
+                   "starts, so it is not applied (records: think_time_planned_s 0)")
     if deadline_s is not None:
         long = {sid: sum(ss.turns[b].think_time_s for b in ss.bodies[sid]) for sid in ss.order}
         over = [sid for sid, t in long.items() if t > deadline_s]
