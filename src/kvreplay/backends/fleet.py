@@ -30,10 +30,12 @@ async def open_fleet_backend(replicas: Any, name: str, profile: str | None, sess
         BackendError: detection failed for a replica.
     """
     from kvreplay.backends import detect, make_backend
+    from kvreplay.redaction import register_url
     from kvreplay.runner.fleet import FleetBackend
 
     members = []
     for r in replicas:
+        register_url(r.url)  # in this process too (a --workers / --ray worker): no output of it keeps them
         chosen = r.backend or name
         if chosen == "none":
             be = None
