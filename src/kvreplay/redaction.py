@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 __all__ = ["MARKER", "MIN_PREFIX", "MIN_SECRET", "RedactingStream", "check_secret", "clear", "escape_controls",
            "has_secrets", "install_streams", "maybe_secret_labels", "redact", "redact_bytes", "redact_labels",
-           "redact_obj", "redact_url", "register",
+           "redact_obj", "redact_url", "register", "register_urls_in",
            "register_headers", "register_url", "secrets", "url_secrets"]
 
 MARKER = "[REDACTED]"
@@ -230,6 +230,23 @@ def url_secrets(url: str) -> list[str]:
             if _secret_param(pm.group(2)):
                 found += [pm.group(3), unquote(pm.group(3))]
     return list(dict.fromkeys(v for v in found if v))
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def register_urls_in(text: str) -> None:
+    """Register the secrets of every URL inside ``text`` (a command line, a whole experiment file).
+
+    A user command (``curl -sf http://user:pw@host/health``, ``--target`` inside an arm's
+    switch) is written to experiment.json, result.json and the command ledgers as given:
+    its URLs' secrets (``url_secrets``) are redacted there like the options' own.
+
+    Raises:
+        ValueError: one of them is shorter than ``MIN_SECRET`` (``register``).
+    """
+    for m in _URL_IN_TEXT.finditer(text):
+        register_url(m.group(0))
 
 
 def register_url(url: str) -> None:

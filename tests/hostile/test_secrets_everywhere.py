@@ -261,13 +261,15 @@ def test_the_server_did_echo_the_key(outputs):
 #
 # Credentials planted in each URL-bearing option and file key: user:password@ and ?api_key= in the replicas
 # (``--replica``, ``[fleet] replicas`` as a string and as a table), the router (``[fleet] router``,
-# ``[server] target``), ``--target`` of probe and snapshot, ``--upstream`` of record. The replicas are
+# ``[server] target``), a user command's URL (a quiesce step's ``cmd``), ``--target`` of probe and snapshot,
+# ``--upstream`` of record. The replicas are
 # simulators behind the toy round-robin router of the fleet tests; every file and stream is searched.
 
 URL_PASS = "pw-fleet-91c3e7d2-Qx"
 URL_KEY = "apikey-fleet-4b8d20f6"
 URL_BASIC = base64.b64encode(f"rep:{URL_PASS}".encode()).decode()
-URL_PIECES = {s[i:i + PIECE] for s in (URL_PASS, URL_KEY, URL_BASIC) for i in range(len(s) - PIECE + 1)}
+CMD_PASS = "cmd-pw-3e8a1c55-Zq"  # only in a user command's URL: registered from the command itself
+URL_PIECES = {s[i:i + PIECE] for s in (URL_PASS, URL_KEY, URL_BASIC, CMD_PASS) for i in range(len(s) - PIECE + 1)}
 ROUTER = Path(__file__).resolve().parents[1] / "integration" / "toy_router.py"
 N_FLEET_BODIES = 8
 
@@ -289,6 +291,9 @@ def _listening(cmd: list[str]) -> tuple[subprocess.Popen, str]:
 
 def _fleet_experiment(path: Path, router: str, reps: list[str], workload: Path, *, router_creds: bool) -> Path:
     router_line = f'router = "{_with_pass(router)}"' if router_creds else ""
+    # a URL inside a user command (the dry-run prints the commands; experiment.json keeps them)
+    quiesce = (f'[[step]]\nname = "Q"\nkind = "quiesce"\n'
+               f'cmd = "curl -sf {router.replace("//", f"//chk:{CMD_PASS}@")}/drain"\n')
     target_line = "" if router_creds else f'target = "{router}"'
     path.write_text(f"""
 workload = "{workload}"
@@ -309,6 +314,7 @@ hard_deadline = "115s"
 name = "A"
 kind = "run"
 phases = ["p:forward:c1"]
+{quiesce if router_creds else ""}
 """)
     return path
 
@@ -403,6 +409,7 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
         assert "[REDACTED]" in streams[name][1], streams[name][1]
     dry_out = streams["fleet-experiment-dry-run"][0]
     assert "[REDACTED]" in dry_out, dry_out
+    assert "curl -sf http://[REDACTED]@" in dry_out, dry_out  # the quiesce command, as the plan prints it
 
 
 def test_replicas_are_named_and_attributed_by_their_redacted_url(fleet_outputs):

@@ -143,3 +143,20 @@ def test_redact_labels_rule():
                                      "note": "sk-short", "auth": "[REDACTED]", "name": "key_a"}
     assert maybe_secret_labels('x{owner="sk-0123"} 1') and maybe_secret_labels('x{api_key="a"} 1')
     assert not maybe_secret_labels('vllm:x{model="m",engine="0"} 1')
+
+
+def test_urls_inside_a_command_line_are_registered():
+    """A user command (an arm's switch, a check) keeps its text in experiment.json and ab.json: its URLs'
+    secrets are registered from it."""
+    from kvreplay.experiments.ab.arms import parse_arm
+    from kvreplay.redaction import clear, redact, register_urls_in
+
+    clear()
+    try:
+        register_urls_in("curl -sf 'http://chk:pw-check-1234@127.0.0.1:9/health' && wget https://h/?token=tok-5678")
+        arm = parse_arm("on=./switch.sh --url http://u:pw-arm-9012@h:1 on")
+        assert arm.cmd == "./switch.sh --url http://u:pw-arm-9012@h:1 on"  # sent as given
+        assert redact(f"x pw-check-1234 tok-5678 {arm.cmd}") == (
+            "x [REDACTED] [REDACTED] ./switch.sh --url http://[REDACTED]@h:1 on")
+    finally:
+        clear()

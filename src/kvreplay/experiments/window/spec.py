@@ -78,7 +78,7 @@ from kvreplay.experiments.model import (
     WindowSpec,
 )
 from kvreplay.experiments.steps import kind_names, kind_of
-from kvreplay.redaction import redact_url, register_url
+from kvreplay.redaction import redact_url, register_url, register_urls_in
 
 __all__ = [
     "BOUND_RE",
@@ -364,6 +364,10 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
         from kvreplay.tomlfile import parse_toml
 
         text, data = parse_toml(text.encode("utf-8"), where=p)
+    try:
+        register_urls_in(text)  # every URL in the file (targets, commands, checks): in no output
+    except ValueError as exc:
+        raise ConfigError(f"credentials in a URL: {exc}", path=p) from None
     unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates", "fleet"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),
