@@ -356,6 +356,9 @@ def fleet_outputs(tmp_path_factory):
                                                                 router_creds=False), "--out", out / "experiment")
         dry = _fleet_experiment(tmp / "inputs" / "dry.toml", router, reps, workload, router_creds=True)
         cmd("fleet-experiment-dry-run", "experiment", dry, "--dry-run")
+        cmd("ab-url", "ab", workload, "--target", _with_pass(router), "--backend", "none", "--arm", "off=true",
+            "--arm", "on=true", "--reps", "1", "--phases", "c1", "--out", out / "ab", "--ready-timeout", "10s",
+            "--cmd-timeout", "10s")
         cmd("probe-url", "probe", "--target", _with_pass(reps[0]), "--backend", "halogen", "--model", "m",
             "--sizes", "64,128", "--flush-max", "0", "--out", out / "probe", "--read-timeout", "5")
         # a query on a target is refused (requests go to TARGET/v1/...), its key in no message
@@ -386,8 +389,8 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
         assert "Traceback" not in se, (name, se[-3000:])
         assert not _url_hits(so.encode()) and not _url_hits(se.encode()), (name, so[-1500:], se[-1500:])
     assert {k: rc for k, (_, _, rc) in streams.items()} == {
-        "fleet-run": 0, "fleet-run-2": 0, "fleet-experiment": 0, "fleet-experiment-dry-run": 0, "probe-url": 0,
-        "snapshot-url": 0, "probe-url-query": 2, "run-url-query": 2, "record-url": 2, "record-url-query": 2,
+        "fleet-run": 0, "fleet-run-2": 0, "fleet-experiment": 0, "fleet-experiment-dry-run": 0, "ab-url": 3,
+        "probe-url": 0, "snapshot-url": 0, "probe-url-query": 2, "run-url-query": 2, "record-url": 2, "record-url-query": 2,
         "fleet-report": 0, "fleet-compare": 0}, {
         k: se[-800:] for k, (_, se, rc) in streams.items() if rc}
     files = [f for f in out.rglob("*") if f.is_file()]
@@ -397,10 +400,13 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
     for expected in ("fleet-run/plan.json", "fleet-run/records.jsonl", "fleet-run/counters.jsonl",
                      "fleet-run/summary.json", "fleet-run/report.md", "fleet-run/report.html",
                      "experiment/experiment.json", "experiment/result.json", "experiment/report.md",
-                     "compare/compare.json", "probe/verdict.json"):
+                     "compare/compare.json", "probe/verdict.json", "ab/ab.json"):
         assert expected in names, sorted(names)
     step = next((out / "experiment" / "steps").glob("*-A"))
     assert (step / "records.jsonl").is_file() and (step / "plan.json").is_file()
+    # the toy router answers POST only: ab's readiness check (GET /v1/models) stops its first block (exit 3),
+    # after ab.json named the target
+    assert json.loads((out / "ab" / "ab.json").read_text())["target"].startswith("http://[REDACTED]@127.0.0.1:")
     for name in ("probe-url-query", "run-url-query"):
         assert "a target URL takes no query or fragment" in streams[name][1], streams[name][1]
         assert "?api_key=[REDACTED]" in streams[name][1], streams[name][1]
@@ -432,7 +438,7 @@ def test_replicas_are_named_and_attributed_by_their_redacted_url(fleet_outputs):
 # above plants credentials in it (and it is added to PLANTED).
 _URL_DESTS = {"target", "upstream", "router", "replica", "tokenizer", "url"}
 PLANTED = {"run --target": "run-url-credentials", "run --replica": "fleet-run",
-           "ab --target": "ab (split_credentials, as run)", "probe --target": "probe-url",
+           "ab --target": "ab-url", "probe --target": "probe-url",
            "snapshot --target": "snapshot-url", "record --upstream": "record-url"}
 SAME_PARSER = {"demo": "run"}  # demo declares run's options (commands/demo.py)
 
@@ -466,4 +472,6 @@ def test_every_url_option_has_credentials_planted():
     for o in aliased:
         cmd, opt = o.split(" ", 1)
         assert f"{SAME_PARSER[cmd]} {opt}" in found, o
-    assert found - aliased == set(PLANTED)
+    assert found - aliased == set(PLANTED), (
+        "an option that takes a URL must have credentials planted in it: add a command to fleet_outputs "
+        "giving it http://user:PASSWORD@... (and ?api_key=...), then its name to PLANTED")
