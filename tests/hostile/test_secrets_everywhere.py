@@ -390,8 +390,8 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
         assert not _url_hits(so.encode()) and not _url_hits(se.encode()), (name, so[-1500:], se[-1500:])
     assert {k: rc for k, (_, _, rc) in streams.items()} == {
         "fleet-run": 0, "fleet-run-2": 0, "fleet-experiment": 0, "fleet-experiment-dry-run": 0, "ab-url": 3,
-        "probe-url": 0, "snapshot-url": 0, "probe-url-query": 2, "run-url-query": 2, "record-url": 2, "record-url-query": 2,
-        "fleet-report": 0, "fleet-compare": 0}, {
+        "probe-url": 0, "snapshot-url": 0, "probe-url-query": 2, "run-url-query": 2, "record-url": 2,
+        "record-url-query": 2, "fleet-report": 0, "fleet-compare": 0}, {
         k: se[-800:] for k, (_, se, rc) in streams.items() if rc}
     files = [f for f in out.rglob("*") if f.is_file()]
     leaks = {str(f.relative_to(out)): _url_hits(f.read_bytes()) for f in files}
