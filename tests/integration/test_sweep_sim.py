@@ -1,0 +1,100 @@
+"""``kvreplay sweep`` against the embedded simulator: goodput from the points' own records,
+cold points proved empty, the knee of a 4-slot server, an open-loop gamma point, the files."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from kvreplay.cli import main
+from kvreplay.rundir import iter_records, load_run, read_plan, read_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+WL = str(ROOT / "fixtures" / "workloads" / "mtbench-52")
+
+
+def records_of(run_dir: Path):
+    return list(iter_records(run_dir / "records.jsonl"))
+
+
+def test_cold_sweep_goodput_equals_the_points_own_records(tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--concurrency", "1,4",
+                 "--select", "first8", "--cache", "cold", "--slo", "ttft_ms<=3", "--warmup", "2",
+                 "--report", "none", "--csv", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "point 1: c1" in printed and "point 2: c4" in printed and "cache cold verified" in printed
+    doc = json.loads((out / "sweep.json").read_text())
+    assert [p["concurrency"] for p in doc["points"]] == [1, 4]
+    for p in doc["points"]:
+        run_dir = out / p["run_dir"]
+        assert p["run_dir"] == f"points/0{[1, 4].index(p['concurrency']) + 1}-c{p['concurrency']}"
+        summary = read_summary(run_dir)
+        phase = next(ph for ph in summary["phases"] if ph["name"] == p["phase"])
+        recs = [r for r in records_of(run_dir) if r["phase"] == p["phase"]]
+        assert len(recs) == 8
+        met = sum(1 for r in recs if r["status"] == "ok" and r["ttft_ns"] / 1e6 <= 3)
+        assert p["goodput_rps"] == pytest.approx(met / phase["wall_s"], rel=0.01)
+        assert p["slo_attainment"] == pytest.approx(met / len(recs), rel=0.01)
+        # the warm-up's 2 records are kept, marked by their phase, and out of the figures
+        assert [r["phase"] for r in records_of(run_dir)].count("warmup") == 2
+        first = min(recs, key=lambda r: r["position"])
+        assert first["usage"]["cached_tokens"] == 0
+        assert p["cache"]["verified"] is True and p["cache"]["declared"] == "cold"
+        assert p["cache"]["evidence"]["first_request"]["cached_tokens"] == 0
+        assert p["cache"]["evidence"]["counters_before"] == {"entries": 0, "bytes": 0}
+        assert p["cache"]["evidence"]["reset"] == "accepted"
+    rows = list(csv.DictReader((out / "points.csv").read_text().splitlines()))
+    assert [r["concurrency"] for r in rows] == ["1", "4"]
+    assert [r["cache_verified"] for r in rows] == ["True", "True"]
+    # a point is an ordinary run directory: the API loads it
+    run = load_run(out / doc["points"][1]["run_dir"])
+    assert [ph["name"] for ph in run.summary["phases"]] == ["warmup", "c4"]
+
+
+def test_knee_of_a_four_slot_simulator_is_four(tmp_path):
+    out = tmp_path / "knee"
+    # every request costs 80 ms of prefill, whatever is cached; one output token
+    sim = ["--sim-time-scale", "1", "--sim-slots", "4", "--sim-prefill-base-s", "0.08", "--sim-hit-base-s", "0.08",
+           "--sim-prefill-rate", "1e9", "--sim-restore-s-per-token", "0", "--sim-store-s-per-token", "0",
+           "--sim-itl-s", "0", "--sim-output-tokens", "1"]
+    assert main(["sweep", WL, "--target", "sim", *sim, "--concurrency", "auto", "--requests", "12",
+                 "--select", "first12", "--cache", "as-is", "--no-per-request-counters", "--report", "none",
+                 "--quiet", "--out", str(out)]) == 0
+    doc = json.loads((out / "sweep.json").read_text())
+    loads = [p["concurrency"] for p in doc["points"]]
+    assert loads[:4] == [1, 2, 4, 8] and len(loads) >= 3
+    assert doc["knee"]["concurrency"] in (4, 5)
+    assert all(p["cache"]["verified"] is False and p["cache"]["reason"].startswith("as-is") for p in doc["points"])
+
+
+def test_open_loop_gamma_point_and_out_refused_unless_force(tmp_path, capsys):
+    out = tmp_path / "rate"
+    argv = ["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--rate", "200", "--arrivals", "gamma:2:3",
+            "--requests", "6", "--select", "first3", "--cache", "warm", "--warm-min", "0.5", "--quiet",
+            "--out", str(out)]
+    assert main([*argv, "--report", "none"]) == 0
+    doc = json.loads((out / "sweep.json").read_text())
+    (p,) = doc["points"]
+    assert (p["rate"], p["phase"], p["prime_phase"], p["records"]) == (200.0, "r200", "prime", 6)
+    assert p["cache"]["verified"] is True
+    plan = read_plan(out / p["run_dir"])
+    assert [ph["name"] for ph in plan["phases"]] == ["prime", "r200"]
+    assert plan["phases"][1]["arrival"] == "gamma:2:3"
+    capsys.readouterr()
+    assert main([*argv, "--report", "none"]) == 2
+    assert "give --force" in capsys.readouterr().err
+    assert main([*argv, "--report", "none", "--force"]) == 0
+    assert json.loads((out / "sweep.json").read_text())["points"]
+
+
+def test_url_credentials_never_reach_sweep_json(tmp_path, capsys):
+    out = tmp_path / "cred"
+    # nothing listens there: the point fails, but the document is written with the URL redacted
+    code = main(["sweep", WL, "--target", "http://user:s3cret-passw0rd@127.0.0.1:9", "--backend", "none",
+                 "--concurrency", "1", "--select", "first1", "--cache", "as-is", "--report", "none",
+                 "--connect-timeout", "1", "--quiet", "--out", str(out)])
+    assert code in (0, 1, 3)
+    text = (out / "sweep.json").read_text()
+    assert "s3cret-passw0rd" not in text and "127.0.0.1:9" in text
