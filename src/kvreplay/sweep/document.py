@@ -12,12 +12,11 @@ Every write goes through ``safe_io`` (registered secrets replaced, written atomi
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.report.csvfile import rows_csv
 from kvreplay.rundir import read_object
 from kvreplay.safe_io import atomic_write_json, atomic_write_text
 
@@ -79,15 +78,8 @@ def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def points_csv(rows: list[dict[str, Any]]) -> str:
-    """``rows`` as CSV text (header from the first row's keys; None as an empty cell)."""
-    if not rows:
-        return ""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: "" if v is None else v for k, v in r.items()})
-    return buf.getvalue()
+    """``rows`` as CSV text (``report.csvfile.rows_csv``: None as an empty cell)."""
+    return rows_csv(rows)
 
 
 def write_points_csv(sweep_dir: Path, doc: dict[str, Any]) -> Path:
