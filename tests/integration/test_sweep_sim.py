@@ -98,3 +98,17 @@ def test_url_credentials_never_reach_sweep_json(tmp_path, capsys):
     assert code in (0, 1, 3)
     text = (out / "sweep.json").read_text()
     assert "s3cret-passw0rd" not in text and "127.0.0.1:9" in text
+
+
+def test_python_api_sweep_is_typed_and_matches_sweep_json(tmp_path):
+    import kvreplay
+
+    s = kvreplay.sweep(WL, concurrency=[1, 2], sim={"time_scale": 0, "cache": "radix"}, select="first3",
+                       cache="warm", slo=["e2e_ms<=60000"], out=tmp_path / "api")
+    assert isinstance(s, kvreplay.SweepResult) and s.kind == "concurrency" and s.knee is None
+    assert [(p.load, p.phase, p.cache_declared, p.cache_verified) for p in s.points] == [
+        (1, "c1", "warm", True), (2, "c2", "warm", True)]
+    doc = json.loads((tmp_path / "api" / "sweep.json").read_text())
+    assert [p.goodput_rps for p in s.points] == [p["goodput_rps"] for p in doc["points"]]
+    assert all(p.slo_attainment == 1.0 for p in s.points)
+    assert [r["phase"] for r in records_of(s.points[1].run_dir)] == ["prime"] * 3 + ["c2"] * 3

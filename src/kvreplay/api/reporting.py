@@ -51,7 +51,7 @@ class ReportResult:
 def report_kind(run_dir: PathLike) -> ReportKind:
     """Which directory ``run_dir`` is: ``ab`` (ab.json), ``experiment``, ``sweep`` (sweep.json), else ``run``."""
     from kvreplay.rundir import EXPERIMENT
-    from kvreplay.sweep.document import is_sweep_dir
+    from kvreplay.sweeps.document import is_sweep_dir
 
     d = Path(run_dir)
     if (d / "ab.json").exists():
@@ -99,8 +99,8 @@ def write_report(run_dir: PathLike, *, html: bool = False, parquet: bool = False
 
 def _sweep_report(d: Path, csv: bool) -> ReportResult:
     """A sweep directory: its report.html redrawn from sweep.json (and points.csv with ``csv``)."""
-    from kvreplay.sweep.document import read_sweep, write_points_csv
-    from kvreplay.sweep.report import write_sweep_report
+    from kvreplay.sweeps.document import read_sweep, write_points_csv
+    from kvreplay.sweeps.report import write_sweep_report
 
     doc = read_sweep(d)
     files = [str(write_sweep_report(d, doc))]

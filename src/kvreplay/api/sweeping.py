@@ -1,7 +1,7 @@
-r"""Sweep a load over points, each an ordinary run: the behaviour of ``kvreplay sweep`` and ``kvreplay.sweep``.
+r"""Sweep a load over points, each an ordinary run: the behaviour of ``kvreplay sweep`` and ``kvreplay.sweeps``.
 
 Every point is executed by ``kvreplay.api.run.run_async`` (the code path of
-``kvreplay run``) with its own phases (``kvreplay.sweep.points``) into
+``kvreplay run``) with its own phases (``kvreplay.sweeps.points``) into
 ``DIR/points/NN-c4/``; the point's figures are then read back from that directory
 alone (``sweep.points.point_entry``: goodput from its records, cache state proved
 from its counters and records) and ``DIR/sweep.json`` is rewritten after each point.
@@ -20,6 +20,7 @@ import argparse
 import math
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
 
-__all__ = ["add_arguments", "sweep_async"]
+__all__ = ["SweepPoint", "SweepResult", "add_arguments", "run_sweep"]
 
 DEFAULT_MAX_CONCURRENCY = 256
 """Largest concurrency ``--concurrency auto`` doubles to (``--max-load``)."""
@@ -35,10 +36,74 @@ DEFAULT_MAX_RATE = 1024.0
 """Largest rate ``--rate auto`` doubles to (requests/s; ``--max-load``)."""
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """One measured point of a sweep (sweep.json ``points[]``, typed).
+
+    Attributes:
+        load: Its concurrency (requests in flight) or rate (requests/s).
+        run_dir: The point's run directory (absolute; ``kvreplay.load_run`` reads it).
+        phase: The measured phase's name in that run directory.
+        throughput_rps: Ok requests / the phase's wall time (requests/s).
+        goodput_rps: Ok requests meeting every SLO / the phase's wall time (requests/s).
+        slo_attainment: Those requests / every record of the phase (0..1).
+        cache_declared: ``cold``, ``warm`` or ``as-is``.
+        cache_verified: Whether the point's run directory proves that state.
+        cache_reason: Why not, when it does not.
+        entry: The whole sweep.json entry (percentiles, evidence).
+    """
+
+    load: float
+    run_dir: Path
+    phase: str
+    throughput_rps: float | None
+    goodput_rps: float | None
+    slo_attainment: float | None
+    cache_declared: str
+    cache_verified: bool
+    cache_reason: str | None
+    entry: dict[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: its directory and sweep.json, typed.
+
+    Attributes:
+        sweep_dir: The sweep directory (sweep.json, points/, report.html).
+        kind: ``"concurrency"`` or ``"rate"``.
+        points: The points in the order measured.
+        knee: ``{kind: load, "throughput_rps", "reason"}`` of an automatic search, else None.
+        stopped: Why the sweep ended before its last load (a crossed ``--until``), else None.
+        document: sweep.json as a dict.
+    """
+
+    sweep_dir: Path
+    kind: str
+    points: tuple[SweepPoint, ...]
+    knee: dict[str, Any] | None
+    stopped: str | None
+    document: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any], sweep_dir: str | Path) -> SweepResult:
+        """From a sweep.json document and its directory."""
+        d = Path(sweep_dir)
+        kind = doc.get("kind", "concurrency")
+        pts = tuple(SweepPoint(
+            load=p[kind], run_dir=d / p["run_dir"], phase=p["phase"], throughput_rps=p.get("throughput_rps"),
+            goodput_rps=p.get("goodput_rps"), slo_attainment=p.get("slo_attainment"),
+            cache_declared=(p.get("cache") or {}).get("declared", ""),
+            cache_verified=bool((p.get("cache") or {}).get("verified")),
+            cache_reason=(p.get("cache") or {}).get("reason"), entry=p) for p in doc.get("points") or [])
+        return cls(sweep_dir=d, kind=kind, points=pts, knee=doc.get("knee"), stopped=doc.get("stopped"),
+                   document=doc)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``run``'s options (``api.run.add_arguments``: target, simulator, timeouts, ...) and the sweep's own."""
     from kvreplay.api.run import add_arguments as add_run_arguments
-    from kvreplay.sweep.cache import CACHE_STATES
+    from kvreplay.sweeps.cache import CACHE_STATES
 
     add_run_arguments(p)
     g = p.add_argument_group("sweep")
@@ -86,7 +151,7 @@ def _duration(text: str) -> float:
 
 def _prepare_out(out: Path, force: bool) -> None:
     """Refuse an existing ``--out`` unless ``--force`` and it is an earlier sweep or empty; then clear it."""
-    from kvreplay.sweep.document import CSV_NAME, POINTS_DIR, SWEEP_JSON, is_sweep_dir
+    from kvreplay.sweeps.document import CSV_NAME, POINTS_DIR, SWEEP_JSON, is_sweep_dir
 
     if not out.exists():
         return
@@ -106,7 +171,7 @@ def _prepare_out(out: Path, force: bool) -> None:
         (out / name).unlink(missing_ok=True)
 
 
-async def sweep_async(args: argparse.Namespace, *, on_point: Callable[[dict[str, Any]], None] | None = None,
+async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, Any]], None] | None = None,
                       on_message: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every point of a sweep and write ``DIR/sweep.json``; its document, with ``_out`` = DIR.
 
@@ -122,10 +187,10 @@ async def sweep_async(args: argparse.Namespace, *, on_point: Callable[[dict[str,
     from kvreplay.api.run import check_out_dir, default_out, run_async
     from kvreplay.plan import MAX_CONCURRENCY
     from kvreplay.redaction import redact_url
-    from kvreplay.sweep.document import POINTS_DIR, write_points_csv, write_sweep
-    from kvreplay.sweep.knee import KneeSearch, knee
-    from kvreplay.sweep.loads import arrival_spec, parse_loads, parse_slo, parse_until
-    from kvreplay.sweep.points import PointSpec, load_label, point_entry, point_phases, selection
+    from kvreplay.sweeps.document import POINTS_DIR, write_points_csv, write_sweep
+    from kvreplay.sweeps.knee import KneeSearch, knee
+    from kvreplay.sweeps.loads import arrival_spec, parse_loads, parse_slo, parse_until
+    from kvreplay.sweeps.points import PointSpec, load_label, point_entry, point_phases, selection
     from kvreplay.workload import load_workload
 
     for flag, value in (("--phase", args.phase), ("--plan", args.plan), ("--from-plan", args.from_plan)):
@@ -219,7 +284,7 @@ async def sweep_async(args: argparse.Namespace, *, on_point: Callable[[dict[str,
     if args.csv:
         write_points_csv(out, doc)
     if getattr(args, "report", "html") == "html":
-        from kvreplay.sweep.report import write_sweep_report
+        from kvreplay.sweeps.report import write_sweep_report
 
         write_sweep_report(out, doc)
     doc["_out"] = str(out)

@@ -9,7 +9,7 @@ On a ``kvreplay ab`` directory (it holds ``ab.json``) it writes the experiment's
 report too.
 
 On a ``kvreplay sweep`` directory (it holds ``sweep.json``) it redraws the sweep's
-``report.html`` (``kvreplay.sweep.report``), and with ``--csv`` its ``points.csv``; on a
+``report.html`` (``kvreplay.sweeps.report``), and with ``--csv`` its ``points.csv``; on a
 run directory ``--csv`` writes ``phases.csv`` (``kvreplay.report.csvfile``).
 
 On a ``kvreplay experiment`` directory (it holds ``experiment.json``) it writes the

@@ -49,14 +49,14 @@ def point_line(entry: dict[str, Any], kind: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay sweep``; exit 0, 2 bad input, 3 when a point was aborted."""
     from kvreplay.api.run import EXIT_ABORTED, install_loop
-    from kvreplay.api.sweeping import sweep_async
+    from kvreplay.api.sweeping import run_sweep
 
     install_loop()
     old = install_streams()
     quiet = args.quiet
     kind = "rate" if args.rate is not None and args.concurrency is None else "concurrency"
     try:
-        doc = asyncio.run(sweep_async(
+        doc = asyncio.run(run_sweep(
             args, on_point=None if quiet else (lambda e: echo(point_line(e, kind))),
             on_message=None if quiet else echo))
     finally:

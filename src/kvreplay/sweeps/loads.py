@@ -137,7 +137,7 @@ def parse_slo(text: str) -> Slo:
         ConfigError: an unknown metric, another operator, or a limit that is not a
             finite number >= 0 (field ``--slo``).
     """
-    m = re.fullmatch(r"\s*([a-z_]+)\s*(<=|<)\s*([0-9.eE+-]+)\s*", text)
+    m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(<=|<)\s*([0-9.eE+-]+)\s*", text)
     if not m:
         raise ConfigError(f"{text!r}: METRIC<=MS, e.g. ttft_ms<=500 ({', '.join(SLO_METRICS)})", field="--slo")
     if m.group(1) not in SLO_METRICS:
@@ -185,7 +185,7 @@ def parse_until(text: str) -> Until:
     Raises:
         ConfigError: another shape, metric or statistic (field ``--until``).
     """
-    m = re.fullmatch(r"\s*([a-z_]+)(?::([a-z0-9]+))?\s*(>=|<=|>|<)\s*([0-9.eE+-]+)\s*", text)
+    m = re.fullmatch(r"\s*([a-z0-9_]+)(?::([a-z0-9]+))?\s*(>=|<=|>|<)\s*([0-9.eE+-]+)\s*", text)
     if not m:
         raise ConfigError(f"{text!r}: METRIC:STAT>VALUE, e.g. ttft_ms:p99>2000, or slo_attainment<0.9",
                           field="--until")

@@ -18,9 +18,9 @@ from typing import Any
 
 from kvreplay.plan import PhaseSpec
 from kvreplay.rundir import open_run
-from kvreplay.sweep.cache import cache_evidence
-from kvreplay.sweep.goodput import goodput
-from kvreplay.sweep.loads import Slo, Until
+from kvreplay.sweeps.cache import cache_evidence
+from kvreplay.sweeps.goodput import goodput
+from kvreplay.sweeps.loads import Slo, Until
 
 __all__ = ["LATENCY_BLOCKS", "PointSpec", "load_label", "point_entry", "point_phases", "selection"]
 

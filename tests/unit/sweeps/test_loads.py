@@ -1,9 +1,9 @@
-"""Parsing a sweep's loads, arrivals, SLOs and limits (kvreplay.sweep.loads)."""
+"""Parsing a sweep's loads, arrivals, SLOs and limits (kvreplay.sweeps.loads)."""
 
 import pytest
 
 from kvreplay.errors import ConfigError
-from kvreplay.sweep import arrival_spec, parse_loads, parse_slo, parse_until
+from kvreplay.sweeps import arrival_spec, parse_loads, parse_slo, parse_until
 
 
 def test_loads():
@@ -39,6 +39,8 @@ def test_arrivals():
 def test_slo_and_until():
     s = parse_slo("ttft_ms<=500")
     assert (s.metric, s.limit_ms, s.strict, s.met(500.0), s.met(500.1)) == ("ttft_ms", 500.0, False, True, False)
+    assert str(parse_slo("e2e_ms<=9000")) == "e2e_ms<=9000"
+    assert str(parse_until("e2e_ms:p50>=10")) == "e2e_ms:p50>=10"
     assert parse_slo("tpot_ms < 50").to_json() == {"metric": "tpot_ms", "op": "<", "limit_ms": 50.0}
     for bad in ("ttft<=5", "ttft_ms>=5", "ttft_ms<=-1", "ttft_ms<=x"):
         with pytest.raises(ConfigError) as e:

@@ -1,4 +1,4 @@
-"""kvreplay.sweep: load sweeps whose every point states, and proves, the cache state it ran on.
+"""kvreplay.sweeps: load sweeps whose every point states, and proves, the cache state it ran on.
 
 ``kvreplay sweep`` (``kvreplay.api.sweeping``) runs each point as an ordinary run
 directory; this package holds what a sweep adds above one run: its loads, SLOs and
@@ -10,12 +10,12 @@ Layers (docs/architecture.md): below ``experiments``, above ``report`` and
 ``backends``; it reads run directories only through ``rundir``.
 """
 
-from kvreplay.sweep.cache import CACHE_STATES, cache_evidence
-from kvreplay.sweep.document import SWEEP_FORMAT, SWEEP_JSON, is_sweep_dir, read_sweep, write_sweep
-from kvreplay.sweep.goodput import Goodput, goodput
-from kvreplay.sweep.knee import KneeSearch, knee
-from kvreplay.sweep.loads import Loads, Slo, Until, arrival_spec, parse_loads, parse_slo, parse_until
-from kvreplay.sweep.points import PointSpec, point_entry, point_phases
+from kvreplay.sweeps.cache import CACHE_STATES, cache_evidence
+from kvreplay.sweeps.document import SWEEP_FORMAT, SWEEP_JSON, is_sweep_dir, read_sweep, write_sweep
+from kvreplay.sweeps.goodput import Goodput, goodput
+from kvreplay.sweeps.knee import KneeSearch, knee
+from kvreplay.sweeps.loads import Loads, Slo, Until, arrival_spec, parse_loads, parse_slo, parse_until
+from kvreplay.sweeps.points import PointSpec, point_entry, point_phases
 
 __all__ = [
     "CACHE_STATES",

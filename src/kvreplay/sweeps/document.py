@@ -5,7 +5,7 @@ Layout::
     DIR/sweep.json        format kvreplay-sweep/1: the options, points[], knee, stopped
     DIR/points/NN-c4/     one ordinary run directory per point (report, compare, load_run)
     DIR/points.csv        --csv: one row per point
-    DIR/report.html       the sweep's curves (kvreplay.sweep.report)
+    DIR/report.html       the sweep's curves (kvreplay.sweeps.report)
 
 Every write goes through ``safe_io`` (registered secrets replaced, written atomically).
 """

@@ -1,8 +1,8 @@
-"""Goodput and SLO attainment from hand-made records (kvreplay.sweep.goodput)."""
+"""Goodput and SLO attainment from hand-made records (kvreplay.sweeps.goodput)."""
 
 import pytest
 
-from kvreplay.sweep import goodput, parse_slo
+from kvreplay.sweeps import goodput, parse_slo
 
 
 def rec(phase="c4", status="ok", ttft_ms=None, tpot_ms=None, out=8):

@@ -1,6 +1,6 @@
-"""The automatic search and the knee on synthetic throughput curves (kvreplay.sweep.knee)."""
+"""The automatic search and the knee on synthetic throughput curves (kvreplay.sweeps.knee)."""
 
-from kvreplay.sweep import KneeSearch, knee
+from kvreplay.sweeps import KneeSearch, knee
 
 
 def search(throughput, *, kind="concurrency", start=1, max_load=256, broken=lambda load: False):

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvreplay.sweep.loads import SLO_METRICS, Slo
+from kvreplay.sweeps.loads import SLO_METRICS, Slo
 
 __all__ = ["Goodput", "goodput"]
 

@@ -2,8 +2,8 @@
 
 import csv
 
-from kvreplay.sweep.document import csv_rows, points_csv
-from kvreplay.sweep.report import render_sweep_html
+from kvreplay.sweeps.document import csv_rows, points_csv
+from kvreplay.sweeps.report import render_sweep_html
 
 
 def point(c, thr, verified, reason=None):
