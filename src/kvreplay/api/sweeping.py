@@ -274,6 +274,9 @@ async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, A
         if on_point is not None:
             on_point(entry)
         write_sweep(out, doc)
+        if entry["aborted"]:
+            doc["stopped"] = f"point {index} ({load_label(loads.kind, load)}) was aborted: {entry['aborted']}"
+            break
         if entry["limit_broken"] is not None and search is None:
             doc["stopped"] = f"point {index} ({load_label(loads.kind, load)}) crossed a limit: {entry['limit_broken']}"
             break
