@@ -39,8 +39,12 @@ def test_cold_sweep_goodput_equals_the_points_own_records(tmp_path, capsys):
         assert p["slo_attainment"] == pytest.approx(met / len(recs), rel=0.01)
         # the warm-up's 2 records are kept, marked by their phase, and out of the figures
         assert [r["phase"] for r in records_of(run_dir)].count("warmup") == 2
-        first = min(recs, key=lambda r: r["position"])
+        # the first measured request: position 0 at C1; at C4 the least cached of the first
+        # wave (positions 0-3, sent together: the one the server admitted first found nothing)
+        wave = [r for r in recs if r["position"] < p["concurrency"]]
+        first = min(wave, key=lambda r: (r["usage"]["cached_tokens"], r["position"]))
         assert first["usage"]["cached_tokens"] == 0
+        assert p["cache"]["evidence"]["first_request"]["position"] == first["position"]
         assert p["cache"]["verified"] is True and p["cache"]["declared"] == "cold"
         assert p["cache"]["evidence"]["first_request"]["cached_tokens"] == 0
         assert p["cache"]["evidence"]["counters_before"] == {"entries": 0, "bytes": 0}

@@ -10,7 +10,7 @@ Three states (``--cache``):
   at the phase's opening counter read, and the first measured request (position 0)
   restored 0 cached tokens (its usage's ``cached_tokens``).
 - ``warm``: a C1 priming phase sent the point's own bodies before the measured phase.
-  Verified when the first measured request's cached tokens reach its block-rounded
+  Verified when the first measured request's (position 0) cached tokens reach its block-rounded
   prompt, ``floor((prompt_tokens - 1) / B) * B`` with ``B`` the block size the server's
   identity names (a server recomputes at least the last prompt token), or, with
   ``--warm-min F``, ``ceil(F * prompt_tokens)``.
@@ -52,18 +52,30 @@ def block_size_of(identity: Any) -> int | None:
     return None
 
 
-def _first_request(records: Iterable[dict[str, Any]], phase: str) -> dict[str, Any] | None:
-    """The phase's sent record of the lowest position (the first claimed, so the first sent)."""
+def _first_request(records: Iterable[dict[str, Any]], phase: str, wave: int, cold: bool) -> dict[str, Any] | None:
+    """The phase's first measured request (module docstring): position 0, or the first wave's least cached."""
     first = None
     for rec in records:
-        if rec.get("phase") == phase and rec.get("sent") and (
-                first is None or (rec.get("position") or 0) < (first.get("position") or 0)):
+        pos = rec.get("position")
+        if rec.get("phase") != phase or not rec.get("sent") or not isinstance(pos, int):
+            continue
+        if not cold or wave <= 1:
+            if pos == 0:
+                return rec
+            continue
+        if pos < wave and (first is None or _cached(rec) < _cached(first)
+                           or (_cached(rec) == _cached(first) and pos < first["position"])):
             first = rec
     return first
 
 
+def _cached(rec: dict[str, Any]) -> float:
+    c = (rec.get("usage") or {}).get("cached_tokens")
+    return c if isinstance(c, int) else float("inf")
+
+
 def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dict[str, Any]], phase: str,
-                   declared: str, *, warm_min: float | None = None) -> dict[str, Any]:
+                   declared: str, *, wave: int = 1, warm_min: float | None = None) -> dict[str, Any]:
     """``{"declared", "verified", "reason", "evidence"}`` of one point (module docstring).
 
     Args:
@@ -72,6 +84,7 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
         records: Its records (any phases).
         phase: The measured phase's name.
         declared: ``cold``, ``warm`` or ``as-is``.
+        wave: Requests the phase sends at once at its start (its concurrency; 1 for an open loop).
         warm_min: ``--warm-min``: the fraction of the prompt the first request must
             find cached (None: the block-rounded prompt).
 
@@ -83,7 +96,7 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
         cold only) and ``required_cached_tokens`` (warm only).
     """
     ph: dict[str, Any] = next((p for p in summary.get("phases") or [] if p.get("name") == phase), {})
-    first = _first_request(records, phase)
+    first = _first_request(records, phase, wave, declared == "cold")
     usage = (first or {}).get("usage") or {}
     prompt, cached = usage.get("prompt_tokens"), usage.get("cached_tokens")
     before = next((s for p, at, s in request_boundaries(read_counter_log(run_dir / COUNTERS))

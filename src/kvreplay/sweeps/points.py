@@ -128,7 +128,8 @@ def point_entry(run_dir: Path, base: Path, p: PointSpec, *, slos: Sequence[Slo],
     name = load_label(p.kind, p.load)
     ph: dict[str, Any] = next((x for x in summary.get("phases") or [] if x.get("name") == name), {})
     gp = goodput(run.iter_records(), name, ph.get("wall_s"), slos)
-    cache = cache_evidence(run_dir, summary, run.iter_records(), name, p.cache, warm_min=warm_min)
+    cache = cache_evidence(run_dir, summary, run.iter_records(), name, p.cache,
+                           wave=int(p.load) if p.kind == "concurrency" else 1, warm_min=warm_min)
     entry: dict[str, Any] = {
         p.kind: int(p.load) if p.kind == "concurrency" else p.load,
         "run_dir": run_dir.relative_to(base).as_posix(),
