@@ -28,7 +28,7 @@ from typing import Any
 from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
 
-__all__ = ["SweepPoint", "SweepResult", "add_arguments", "run_sweep"]
+__all__ = ["SweepPoint", "SweepResult", "add_arguments", "compare_sweep_dirs", "is_sweep", "run_sweep"]
 
 DEFAULT_MAX_CONCURRENCY = 256
 """Largest concurrency ``--concurrency auto`` doubles to (``--max-load``)."""
@@ -292,3 +292,21 @@ async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, A
         write_sweep_report(out, doc)
     doc["_out"] = str(out)
     return doc
+
+
+def is_sweep(path: Path) -> bool:
+    """Whether ``path`` is a sweep directory (holds sweep.json; ``kvreplay.sweeps.document``)."""
+    from kvreplay.sweeps.document import is_sweep_dir
+
+    return is_sweep_dir(path)
+
+
+def compare_sweep_dirs(dirs: list[str], out: str) -> Path:
+    """``kvreplay compare SWEEP_DIR...``: the sweeps on one chart, ``out/compare-sweeps.html``; its path.
+
+    Raises:
+        ConfigError: a directory that is not a sweep, or sweeps of different load kinds.
+    """
+    from kvreplay.sweeps.compare import write_compare_sweeps
+
+    return write_compare_sweeps(dirs, out)
