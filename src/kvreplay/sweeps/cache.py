@@ -92,8 +92,8 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
         ``evidence`` holds ``first_request`` (``position``, ``prompt_tokens``,
         ``cached_tokens``), ``counters_before`` (occupancy gauges at the phase's opening
         read), ``counter_delta`` (the phase's cache counter deltas), ``cached_share``
-        (cached / prompt tokens of the phase), ``reset`` (``accepted`` / ``refused``,
-        cold only) and ``required_cached_tokens`` (warm only).
+        (cached / prompt tokens of the phase), ``reset`` (``accepted`` / ``refused`` /
+        ``not sent`` without a counter backend, cold only) and ``required_cached_tokens`` (warm only).
     """
     ph: dict[str, Any] = next((p for p in summary.get("phases") or [] if p.get("name") == phase), {})
     first = _first_request(records, phase, wave, declared == "cold")
@@ -121,9 +121,12 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
         reason = "the server's usage reports no cached_tokens for the first measured request"
     elif declared == "cold":
         refused = NO_RESET in (ph.get("invalid_reasons") or [])
-        evidence["reset"] = "refused" if refused else "accepted"
+        unsent = ph.get("attribution") == "none"  # no counter backend: the runner sent no reset
+        evidence["reset"] = "not sent" if unsent else "refused" if refused else "accepted"
         full = {g: v for g, v in occupancy.items() if v != 0}
-        if refused:
+        if unsent:
+            reason = "no counter backend (--backend none): no reset was sent"
+        elif refused:
             reason = "the server has no cache reset (or refused it)"
         elif full:
             reason = "cache not empty at the phase's start: " + ", ".join(f"{g}={v:g}" for g, v in full.items())

@@ -31,6 +31,10 @@ def test_cold_is_not_verified_when_the_whole_first_wave_restored_or_the_reset_wa
     assert (c["verified"], c["reason"]) == (False, "the first measured request restored 80 cached tokens (want 0)")
     c = cache_evidence(tmp_path, summary([NO_RESET]), [rec(0, 100, 0)], "c4", "cold", wave=1)
     assert (c["verified"], c["evidence"]["reset"]) == (False, "refused")
+    no_backend = summary()
+    no_backend["phases"][0]["attribution"] = "none"
+    c = cache_evidence(tmp_path, no_backend, [rec(0, 100, 0)], "c4", "cold")
+    assert (c["verified"], c["evidence"]["reset"]) == (False, "not sent")
     c = cache_evidence(tmp_path, summary(), [{**rec(0, 100, 0), "usage": {"prompt_tokens": 100}}], "c4", "cold")
     assert c["reason"] == "the server's usage reports no cached_tokens for the first measured request"
 
