@@ -117,3 +117,18 @@ def test_python_api_sweep_is_typed_and_matches_sweep_json(tmp_path):
     assert [p.goodput_rps for p in s.points] == [p["goodput_rps"] for p in doc["points"]]
     assert all(p.slo_attainment == 1.0 for p in s.points)
     assert [r["phase"] for r in records_of(s.points[1].run_dir)] == ["prime"] * 3 + ["c2"] * 3
+
+
+@pytest.mark.parametrize(("extra", "flag"), [
+    (["--concurrency", "1", "--phase", "a:forward:c1"], "--phase"),
+    (["--concurrency", "1", "--duration", "10s"], "--duration"),
+    (["--concurrency", "1", "--select", "middle3"], "--select"),
+    (["--concurrency", "1", "--slo", "ttft_ms>=5"], "--slo"),
+    (["--rate", "2", "--arrivals", "gamma:0"], "--arrivals"),
+    ([], "--concurrency"),
+])
+def test_bad_sweep_input_exits_2_naming_the_flag_and_makes_nothing(tmp_path, capsys, extra, flag):
+    out = tmp_path / "bad"
+    assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", *extra, "--out", str(out)]) == 2
+    assert flag in capsys.readouterr().err
+    assert not out.exists()
