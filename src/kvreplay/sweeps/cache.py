@@ -69,6 +69,14 @@ def _first_request(records: Iterable[dict[str, Any]], phase: str, wave: int, col
     return first
 
 
+def _request_delta(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The cache counters' delta across one request (C1 with per-request counters), else None."""
+    d = rec.get("counter_delta")
+    if not isinstance(d, dict):
+        return None
+    return {k: d[k] for k in ("lookups", "hits", "hit_tokens") if k in d} or None
+
+
 def _cached(rec: dict[str, Any]) -> float:
     c = (rec.get("usage") or {}).get("cached_tokens")
     return c if isinstance(c, int) else float("inf")
@@ -90,10 +98,11 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
 
     Returns:
         ``evidence`` holds ``first_request`` (``position``, ``prompt_tokens``,
-        ``cached_tokens``), ``counters_before`` (occupancy gauges at the phase's opening
-        read), ``counter_delta`` (the phase's cache counter deltas), ``cached_share``
-        (cached / prompt tokens of the phase), ``reset`` (``accepted`` / ``refused`` /
-        ``not sent`` without a counter backend, cold only) and ``required_cached_tokens`` (warm only).
+        ``cached_tokens``, ``counter_delta``: ``lookups``/``hits``/``hit_tokens`` across
+        it at C1), ``counters_before`` (occupancy gauges at the phase's opening read),
+        ``counter_delta`` (the phase's cache counter deltas), ``cached_share`` (cached /
+        prompt tokens of the phase), ``reset`` (``accepted`` / ``refused`` / ``not sent``
+        without a counter backend; cold only) and ``required_cached_tokens`` (warm only).
     """
     ph: dict[str, Any] = next((p for p in summary.get("phases") or [] if p.get("name") == phase), {})
     first = _first_request(records, phase, wave, declared == "cold")
@@ -106,7 +115,8 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
     tokens = ph.get("tokens") or {}
     evidence: dict[str, Any] = {
         "first_request": None if first is None else {
-            "position": first.get("position"), "prompt_tokens": prompt, "cached_tokens": cached},
+            "position": first.get("position"), "prompt_tokens": prompt, "cached_tokens": cached,
+            "counter_delta": _request_delta(first)},
         "counters_before": occupancy or None,
         "counter_delta": {k: delta[k] for k in _COUNTERS if k in delta} or None,
         "cached_share": (tokens["cached"] / tokens["prompt"] if tokens.get("prompt") else None),
@@ -132,6 +142,8 @@ def cache_evidence(run_dir: Path, summary: dict[str, Any], records: Iterable[dic
             reason = "cache not empty at the phase's start: " + ", ".join(f"{g}={v:g}" for g, v in full.items())
         elif cached != 0:
             reason = f"the first measured request restored {cached} cached tokens (want 0)"
+        elif (hits := (evidence["first_request"]["counter_delta"] or {}).get("hit_tokens")):
+            reason = f"the server's counters show {hits:g} hit tokens across the first measured request (want 0)"
         else:
             verified = True
     else:  # warm

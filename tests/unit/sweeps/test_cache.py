@@ -19,7 +19,7 @@ def test_cold_is_verified_by_the_first_wave_least_cached_request(tmp_path):
     c = cache_evidence(tmp_path, summary(), recs, "c4", "cold", wave=4)
     assert (c["verified"], c["reason"]) == (True, None)
     ev = c["evidence"]
-    assert ev["first_request"] == {"position": 1, "prompt_tokens": 100, "cached_tokens": 0}
+    assert ev["first_request"] == {"position": 1, "prompt_tokens": 100, "cached_tokens": 0, "counter_delta": None}
     assert ev["reset"] == "accepted" and ev["cached_share"] == 0.25
     assert ev["counter_delta"] == {"hits": 3.0, "hit_tokens": 100.0}
     assert ev["counters_before"] is None  # no counters.jsonl here
@@ -31,6 +31,12 @@ def test_cold_is_not_verified_when_the_whole_first_wave_restored_or_the_reset_wa
     assert (c["verified"], c["reason"]) == (False, "the first measured request restored 80 cached tokens (want 0)")
     c = cache_evidence(tmp_path, summary([NO_RESET]), [rec(0, 100, 0)], "c4", "cold", wave=1)
     assert (c["verified"], c["evidence"]["reset"]) == (False, "refused")
+    # at C1 the counters read around the first request must show no hit tokens either
+    c1 = {**rec(0, 100, 0), "counter_delta": {"hits": 1.0, "hit_tokens": 64.0, "running": 0.0}}
+    c = cache_evidence(tmp_path, summary(), [c1], "c4", "cold", wave=1)
+    assert (c["verified"], c["evidence"]["first_request"]["counter_delta"]) == (False, {"hits": 1.0,
+                                                                                       "hit_tokens": 64.0})
+    assert c["reason"] == "the server's counters show 64 hit tokens across the first measured request (want 0)"
     no_backend = summary()
     no_backend["phases"][0]["attribution"] = "none"
     c = cache_evidence(tmp_path, no_backend, [rec(0, 100, 0)], "c4", "cold")
