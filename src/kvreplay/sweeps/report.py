@@ -88,13 +88,20 @@ def _points_table(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
     cols = [kind, "run directory", "throughput (req/s)", "output tok/s", "TTFT p50 / p99 (ms)",
             "TPOT p50 / p99 (ms)", "goodput (req/s)", "SLO attainment", "cached share", "cache state", "limit"]
-    out = ['<div class="scroll"><table class="num"><thead><tr>']
+    out = ['<div class="scroll"><table><thead><tr>']  # plain: the cache state cell wraps
     out += [f'<th scope="col">{escape(c)}</th>' for c in cols]
     out.append("</tr></thead><tbody>")
     for p in doc.get("points") or []:
         cache = p.get("cache") or {}
         ok = cache.get("verified")
         state = f"{cache.get('declared')}: " + ("verified" if ok else f"unverified ({cache.get('reason')})")
+        first = (cache.get("evidence") or {}).get("first_request") or {}
+        if first.get("cached_tokens") is not None:
+            state += (f"; first request (position {first.get('position')}): {first['cached_tokens']} of "
+                      f"{first.get('prompt_tokens')} prompt tokens cached")
+        before = (cache.get("evidence") or {}).get("counters_before") or {}
+        if before:
+            state += "; at the start " + ", ".join(f"{k}={v:g}" for k, v in before.items())
         lat = [f"{_fmt((p.get(b) or {}).get('p50'))} / {_fmt((p.get(b) or {}).get('p99'))}"
                for b in ("ttft_ms", "tpot_ms")]
         cells = [

@@ -12,7 +12,9 @@ def point(c, thr, verified, reason=None):
             "ttft_ms": {"p50": 10.0 * c, "p90": 11.0 * c, "p99": 12.0 * c, "mean": 10.5 * c, "max": 13.0 * c},
             "tpot_ms": {"p50": 1.0, "p90": 1.0, "p99": 2.0, "mean": 1.0, "max": 2.0}, "itl_ms": None,
             "e2e_ms": None, "goodput_rps": thr / 2, "slo_attainment": 0.5, "cached_share": 0.25,
-            "cache": {"declared": "cold", "verified": verified, "reason": reason, "evidence": {}},
+            "cache": {"declared": "cold", "verified": verified, "reason": reason,
+                      "evidence": {"first_request": {"position": 0, "prompt_tokens": 100, "cached_tokens": 0},
+                                   "counters_before": {"entries": 0, "bytes": 0}}},
             "limit_broken": None}
 
 
@@ -28,7 +30,8 @@ def test_the_page_has_the_four_curves_and_marks_the_unverified_point():
         assert f'data-plot="{key}" data-status="measured"' in html
     assert "knee: concurrency 2" in html
     assert "1 point(s) ran on a cache state that is not verified" in html
-    assert "cold: unverified (the server has no cache reset &lt;x&gt;)" in html
+    assert "cold: unverified (the server has no cache reset &lt;x&gt;); first request (position 0): 0 of 100 " \
+           "prompt tokens cached; at the start entries=0, bytes=0" in html
     assert '<a href="points/01-c1/report.html">' in html
 
 
