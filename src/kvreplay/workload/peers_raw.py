@@ -1,4 +1,4 @@
-"""AIPerf's verbatim format: ``--custom-dataset-type raw_payload`` (``kvreplay export aiperf --aiperf-type raw_payload``).
+"""AIPerf's verbatim format ``--custom-dataset-type raw_payload`` (``export aiperf --aiperf-type raw_payload``).
 
 Schema (ai-dynamo/aiperf 0.13.0, ``src/aiperf/dataset/loader/raw_payload.py``,
 ``RawPayloadDatasetLoader``; ``models.py`` ``RawPayload``):
