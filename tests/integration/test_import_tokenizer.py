@@ -1,4 +1,4 @@
-"""``kvreplay import mooncake|bailian --tokenizer``: hash blocks of exactly --block-tokens tokens of a server's tokenizer.
+"""``kvreplay import mooncake|bailian --tokenizer``: hash blocks of exactly --block-tokens tokens of a tokenizer.
 
 Through serve-sim's ``/tokenize`` (the simulator stands for any server: its vocabulary is
 not the pseudo-words' one here, the block words come from the bundled text). Replayed at
