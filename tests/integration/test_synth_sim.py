@@ -64,6 +64,9 @@ def test_done_when_exact_lengths_and_designed_prefix_reuse(tmp_path, sim, capsys
     again = tmp_path / "again.jsonl"
     assert main(["synth", "--tokenizer", sim.url, "--out", str(again), *ARGS]) == 0
     assert again.read_bytes() == out.read_bytes()
+    in_process = tmp_path / "in_process.jsonl"  # --tokenizer sim: the same ids without a server
+    assert main(["synth", "--tokenizer", "sim", "--out", str(in_process), *ARGS]) == 0
+    assert in_process.read_bytes() == out.read_bytes()
     other = tmp_path / "other.jsonl"
     assert main(["synth", "--tokenizer", sim.url, "--out", str(other), *ARGS, "--seed", "1"]) == 0
     assert other.read_bytes() != out.read_bytes()
@@ -105,3 +108,16 @@ def test_chat_conversations_exact_and_sessions_written(tmp_path, sim):
     assert [(t.session, t.turn, t.think_time_s) for t in sessions.turns] == [
         ("s00000", 0, 0.0), ("s00000", 1, 1.5), ("s00000", 2, 1.5),
         ("s00001", 0, 0.0), ("s00001", 1, 1.5), ("s00001", 2, 1.5)]
+
+
+def test_check_on_the_embedded_simulator(tmp_path, capsys):
+    out = tmp_path / "w.jsonl"
+    assert main(["synth", "--tokenizer", "sim", "--out", str(out), "--requests", "6", "--isl", "100", "--osl", "4",
+                 "--prefix-tokens", "40", "--prefix-share", "0.5", "--check", "sim"]) == 0
+    printed = capsys.readouterr().out
+    rows = orjson.loads((tmp_path / "w.synth.json").read_bytes())["bodies"]
+    # 3 of 6 requests share (round(0.5 * 6)), all in group 0: a leader and two members of 40 tokens
+    assert sorted(r["shared_tokens"] for r in rows if r["group"] == 0) == [0, 40, 40]
+    assert [r["shared_tokens"] for r in rows if r["group"] is None] == [0, 0, 0]  # no BOS in the simulator
+    assert "  0             3               80      64" in printed  # 2 x floor(40 / 16) blocks of 16
+    assert "  -             3                0       0" in printed

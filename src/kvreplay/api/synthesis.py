@@ -29,9 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="W.jsonl",
                    help="workload file to write (one exact body a line); its manifest W.synth.json (and "
                         "W.sessions.jsonl with --turns) beside it")
-    p.add_argument("--tokenizer", required=True, metavar="URL|tokenizer.json",
+    p.add_argument("--tokenizer", required=True, metavar="URL|sim|tokenizer.json",
                    help="the server whose tokens size the bodies (vLLM, llama-server or serve-sim: POST /tokenize, "
-                        "/detokenize), or a local tokenizer.json (optional 'tokenizers' library); never a download")
+                        "/detokenize), sim (the embedded simulator's, for --target sim), or a local tokenizer.json "
+                        "(optional 'tokenizers' library); never a download")
     p.add_argument("--requests", type=integer(1), default=100, metavar="N",
                    help="bodies to write (sessions with --turns; default 100)")
     p.add_argument("--isl", default=None, metavar="MEAN[:STDDEV]",
@@ -60,8 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "written, but for llama-server, which has no such field)")
     p.add_argument("--force", action="store_true", help="replace an existing --out (and its side files)")
     p.add_argument("--check", nargs="?", const="", default=None, metavar="URL",
-                   help="then replay the workload once at C1 against URL (default: the --tokenizer server) and "
-                        "report, per prefix group, designed against cached tokens")
+                   help="then replay the workload once at C1 against URL (default: the --tokenizer server; sim: "
+                        "the embedded simulator's radix cache) and report, per prefix group, designed against "
+                        "cached tokens")
     p.add_argument("--check-out", default=None, metavar="DIR",
                    help="run directory of --check (default: W.check beside the workload; must not exist)")
 
@@ -108,8 +110,8 @@ def synth_args(args: argparse.Namespace) -> list[str]:
                      f"{m['head_tokens']} tokens common to all (BOS, template)")
     if args.check is not None:
         target = args.check or args.tokenizer
-        if not target.startswith(("http://", "https://")):
-            raise ConfigError("--check needs a server URL (the --tokenizer is a file)")
+        if target != "sim" and not target.startswith(("http://", "https://")):
+            raise ConfigError("--check needs a server URL or sim (the --tokenizer is a file)")
         check_dir = Path(args.check_out) if args.check_out else out.with_name(out.name[:-6] + ".check")
         lines.append(f"  check: replaying once at C1 against {redact_url(target)} -> {check_dir}")
         lines += check_workload(out, target, check_dir, m)
@@ -129,7 +131,7 @@ def check_workload(workload: Path, target: str, out: Path, manifest: dict[str, A
 
     Args:
         workload: The synthetic ``W.jsonl``.
-        target: The server's base URL.
+        target: The server's base URL, or ``sim``: the embedded simulator with its radix cache at time scale 0.
         out: The run directory to create.
         manifest: The workload's manifest (``bodies`` rows).
 
@@ -142,7 +144,9 @@ def check_workload(workload: Path, target: str, out: Path, manifest: dict[str, A
     from kvreplay.api import replay
     from kvreplay.rundir.load import open_run
 
-    replay(workload, phases=["check:forward:c1"], target=target, out=out)
+    # the embedded simulator: its block-level (radix) cache, no simulated delays
+    sim = {"cache": "radix", "time_scale": 0} if target == "sim" else None
+    replay(workload, phases=["check:forward:c1"], target=target, out=out, sim=sim)
     rows = {r["body"]: r for r in manifest["bodies"]}
     per: dict[Any, list[int]] = {}
     off: list[str] = []

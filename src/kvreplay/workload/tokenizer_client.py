@@ -23,6 +23,8 @@ tokens through this one module. :func:`open_tokenizer` takes either
   ``TokenizeChatRequest``, ``DetokenizeRequest``); llama.cpp ``tools/server/README.md``
   (``/tokenize``, ``/detokenize``, ``/apply-template``).
 
+- ``sim``: the embedded simulator's tokenizer in process (:class:`SimTokenizer`, the ids
+  ``serve-sim`` gives), for workloads replayed with ``--target sim``;
 - the path of a local Hugging Face ``tokenizer.json`` (the optional ``tokenizers``
   library, ``pip install kvreplay[tokenizers]``); it cannot render a chat template.
 
@@ -52,7 +54,7 @@ import orjson
 from kvreplay.errors import ConfigError
 from kvreplay.redaction import redact_url, register
 
-__all__ = ["FINGERPRINT_TEXT", "HttpTokenizer", "LocalTokenizer", "Tokenizer", "open_tokenizer"]
+__all__ = ["FINGERPRINT_TEXT", "HttpTokenizer", "LocalTokenizer", "SimTokenizer", "Tokenizer", "open_tokenizer"]
 
 FINGERPRINT_TEXT = ("The quick brown fox jumps over the lazy dog; 0123456789 "
                     "\u00e9t\u00e9, \u4e2d\u6587, {\"key\": [1, 2.5]}\n\tdef f(x): return x**2\n")
@@ -279,8 +281,59 @@ class LocalTokenizer:
         return {"dialect": "local", "model": None, "source": self.path.name, "vocab_sha256": digest}
 
 
+class SimTokenizer:
+    """The embedded simulator's tokenizer, in process (``--tokenizer sim``, for ``--target sim``).
+
+    The same ids as a ``kvreplay serve-sim`` answers (``kvreplay.sim.tokenizer``), so a
+    workload written through either is the same bytes.
+    """
+
+    dialect = "sim"
+
+    def __init__(self) -> None:
+        from kvreplay.sim.config import SimConfig
+
+        self.model: str | None = SimConfig().model
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text``."""
+        from kvreplay.sim.tokenizer import tokenize_text
+
+        return list(tokenize_text(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ids this process produced.
+
+        Raises:
+            ConfigError: an id it never produced.
+        """
+        from kvreplay.sim.tokenizer import detokenize
+
+        try:
+            return detokenize(ids)
+        except ValueError as exc:
+            raise ConfigError(f"--tokenizer sim: {exc}") from None
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """Ids of ``text`` as a completions prompt (the simulator adds no special token)."""
+        return self.encode(text)
+
+    def chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Ids of the simulator's chat template rendered with the generation prompt."""
+        from kvreplay.sim.tokenizer import render_messages
+
+        return list(render_messages(messages).tokens)
+
+    def identity(self) -> dict[str, Any]:
+        """Dialect ``sim``, its model and the fingerprint a ``serve-sim`` URL gives too."""
+        fp = hashlib.sha256(orjson.dumps(self.encode(FINGERPRINT_TEXT))).hexdigest()
+        return {"dialect": "sim", "model": self.model, "source": "sim (in process)", "fingerprint": fp,
+                "fingerprint_of": "SHA-256 of the JSON list of ids of a fixed probe text "
+                                  "(the server shows no vocabulary)"}
+
+
 def open_tokenizer(spec: str) -> Tokenizer:
-    """The tokenizer named by ``--tokenizer``: an http(s) URL of a server, or a local ``tokenizer.json``.
+    """The tokenizer named by ``--tokenizer``: ``sim``, an http(s) URL of a server, or a local ``tokenizer.json``.
 
     Args:
         spec: The option's value.
@@ -291,6 +344,8 @@ def open_tokenizer(spec: str) -> Tokenizer:
     Raises:
         ConfigError: unreachable server, no tokenize endpoint, missing file or library.
     """
+    if spec == "sim":
+        return SimTokenizer()
     if spec.startswith(("http://", "https://")):
         return HttpTokenizer(spec).connect()
     path = Path(spec)
