@@ -216,8 +216,8 @@ class HttpTokenizer:
             if not isinstance(prompt, str):
                 raise ConfigError(f"--tokenizer {self.shown}: POST /apply-template answered without 'prompt'; "
                                   "this server cannot render its chat template for synth")
-            # the template's text carries its own BOS; parse_special as the chat endpoint does
-            return self._ids(self._post("/tokenize", {"content": prompt, "add_special": False,
+            # as the chat endpoint tokenizes the rendered template: special tokens added and parsed
+            return self._ids(self._post("/tokenize", {"content": prompt, "add_special": True,
                                                       "parse_special": True}), "/tokenize")
         body = {"messages": messages, "add_generation_prompt": True, **self._model_field()}
         return self._ids(self._post("/tokenize", body), "/tokenize")
