@@ -73,7 +73,7 @@ def test_chat_blocks_count_the_template(sim):
     blocks = TokenBlocks(tok, B, chat=True)
     # the simulator's template: <|im_start|> "user" "\n" before the content; after it <|im_end|> "\n"
     # <|im_start|> "assist" "ant" "\n" (letters in chunks of 6)
-    assert blocks.describe() == {"vocabulary": 1024, "head_tokens": 3, "tail_tokens": 6}
+    assert blocks.describe() == {"vocabulary": 256, "head_tokens": 3, "tail_tokens": 6}
     text = blocks.prompt((0, 1, 2), 40)
     blocks.check(text, 40, "line 1")
     with pytest.raises(ConfigError, match=r"line 9: the prompt is 41 tokens in this tokenizer, not input_length 40"):

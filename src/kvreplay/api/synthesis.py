@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run directory of --check (default: W.check beside the workload; must not exist)")
 
 
-def _spec(args: argparse.Namespace, model: str, dialect: str) -> Any:
+def _spec(args: argparse.Namespace, model: str) -> Any:
     from kvreplay.workload.synth import SynthSpec
     from kvreplay.workload.synth_corpus import Length, parse_length, read_histogram
 
@@ -79,7 +79,7 @@ def _spec(args: argparse.Namespace, model: str, dialect: str) -> Any:
     return SynthSpec(requests=args.requests, isl=isl, osl=osl, model=model, prefix_tokens=args.prefix_tokens,
                      prefix_groups=args.prefix_groups, prefix_share=args.prefix_share, turns=args.turns,
                      think_time_s=args.think_time, api=args.api, seed=args.seed,
-                     min_tokens=not args.no_min_tokens and dialect != "llama")
+                     min_tokens=not args.no_min_tokens)
 
 
 def synth_args(args: argparse.Namespace) -> list[str]:
@@ -100,7 +100,7 @@ def synth_args(args: argparse.Namespace) -> list[str]:
     model = args.model or tok.model
     if not model:
         raise ConfigError("--model is needed: a tokenizer.json names no model")
-    result = synthesize(_spec(args, model, tok.dialect), tok)
+    result = synthesize(_spec(args, model), tok)
     paths = write_synth(out, result, force=args.force)
     m = result.manifest
     lines = [f"{len(result.bodies)} {m['api']} bodies ({tok.dialect} tokenizer, model {model}) -> {paths[0]}"]

@@ -7,7 +7,9 @@ designed length (OSL: ``max_tokens``, ``ignore_eos`` and, where the server takes
 ``min_tokens``). Text comes from the bundled MT-Bench prompts (``synth_corpus``), cut on
 token boundaries: the tokenizer encodes a stretch of text, the ids are cut, decoded and the
 whole prompt measured again through the tokenizer, adjusting the cut until the prompt is
-exactly ISL tokens (at most 8 tries; a prompt that cannot be cut exactly is an error).
+exactly ISL tokens (never a cut inside a character or before trailing whitespace, which
+would merge with what follows). A text that cannot reach ISL exactly (a merge skips over
+it) is replaced by one from another start of the corpus (48 tries, then an error).
 
 **Prefix groups.** ``prefix_tokens = P`` and ``prefix_groups = K``: a share of the requests
 (``prefix_share``) start with their group's shared prefix of exactly P tokens of the whole
@@ -36,6 +38,7 @@ options and tokenizer write the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Callable
@@ -56,7 +59,7 @@ __all__ = ["MANIFEST_SUFFIX", "SynthResult", "SynthSpec", "manifest_path", "synt
 MANIFEST_SUFFIX = ".synth.json"
 """``W.jsonl``'s manifest is ``W.synth.json``."""
 
-_FIT_TRIES = 8
+_FIT_TRIES = 16
 _START_TRIES = 48
 _PROBES = ("Alpha", "Bravo")
 
@@ -77,7 +80,7 @@ class SynthSpec:
         api: ``completions`` or ``chat``.
         model: The bodies' ``model``.
         seed: Seed of every draw.
-        min_tokens: Put ``min_tokens`` = OSL in the bodies.
+        min_tokens: Put ``min_tokens`` = OSL in the bodies (never for llama-server, which has no such field).
     """
 
     requests: int
@@ -187,25 +190,25 @@ class _Builder:
             chars *= 2
         raise ConfigError(f"the tokenizer gives fewer than {tokens} tokens for {chars} characters of text")
 
-    def _fit(self, render: Callable[[str], list[int]], src: list[int], target: int, guess: int,
-             what: str) -> tuple[str, list[int]]:
-        """Cut ``src`` so that ``render(decode(cut))`` is exactly ``target`` tokens."""
+    def _fit(self, render: Callable[[str], list[int]], src: list[int], target: int,
+             guess: int) -> tuple[str, list[int]] | None:
+        """Cut ``src`` so that ``render(decode(cut))`` is exactly ``target`` tokens; None when this text cannot."""
         n = guess
         seen: set[int] = set()
         for _ in range(_FIT_TRIES):
-            if n < 1 or n > len(src) or n in seen:
-                break
+            if n < 1 or n > len(src) or n in seen:  # back to a cut already tried: a merge skips the target here
+                return None
             seen.add(n)
             text = self.tok.decode(src[:n])
-            if "\ufffd" in text:  # a cut inside a character's bytes
+            # a cut inside a character's bytes, or trailing whitespace that would merge with what follows
+            if "\ufffd" in text or text != text.rstrip():
                 n -= 1
                 continue
             ids = render(text)
             if len(ids) == target:
                 return text, ids
             n += target - len(ids)
-        raise ConfigError(f"cannot cut {what} to exactly {target} tokens in this tokenizer "
-                          f"(tried {sorted(seen)} tokens of text)")
+        return None
 
     # -- pieces ---------------------------------------------------------------------------------
     def group_prefix(self, g: int) -> _Group:
@@ -217,14 +220,17 @@ class _Builder:
                 def shared(t: str) -> list[int]:
                     a, b = (self._render(t, " " + probe) for probe in _PROBES)
                     return a[: _lcp(a, b)]
-                text, ids = self._fit(shared, src, p, max(1, p - self.head), f"group {g}'s prefix")
+                got = self._fit(shared, src, p, max(1, p - self.head))
             else:
-                text, ids = self._fit(lambda t: self._render(None, t), src, p, max(1, p - self.head),
-                                      f"group {g}'s prefix")
+                got = self._fit(lambda t: self._render(None, t), src, p, max(1, p - self.head))
+            if got is None:
+                continue
+            text, ids = got
             if len(ids) > self.head and ids[self.head] not in self.first_tokens:
                 self.first_tokens.add(ids[self.head])
                 return _Group(text, ids)
-        raise ConfigError(f"no start left in the corpus that gives group {g} a first token of its own")
+        raise ConfigError(f"group {g}'s prefix: no start in the corpus of {_START_TRIES} tried gives exactly "
+                          f"{p} tokens in this tokenizer with a first token of its own")
 
     def first_turn(self, group: _Group | None, isl: int, i: int) -> tuple[str, list[int]]:
         """Request ``i``'s own text (after its group's prefix), the prompt exactly ``isl`` tokens."""
@@ -237,7 +243,10 @@ class _Builder:
 
         for _ in range(_START_TRIES):
             src = self._source(self.rng.randrange(len(self.corpus.starts)), isl - base, lead)
-            text, ids = self._fit(render, src, isl, max(1, isl - base), f"request {i}'s prompt")
+            got = self._fit(render, src, isl, max(1, isl - base))
+            if got is None:
+                continue
+            text, ids = got
             if group:
                 if ids[:base] != group.ids:
                     continue  # the own text merged with the prefix's last token: another start
@@ -247,25 +256,31 @@ class _Builder:
             elif ids[base] not in self.first_tokens:
                 self.first_tokens.add(ids[base])
                 return text, ids
-        raise ConfigError(f"no start left in the corpus that gives request {i} a token of its own after its prefix")
+        raise ConfigError(f"request {i}: no start in the corpus of {_START_TRIES} tried gives a prompt of exactly "
+                          f"{isl} tokens in this tokenizer with a token of its own after its prefix")
 
     def later_turn(self, history: list[Any], prev_ids: list[int], answer_tokens: int, own_tokens: int,
                    i: int) -> tuple[list[Any], str, list[int]]:
         """The next turn: the history, a stand-in answer of ``answer_tokens``, a new user text."""
-        word = self.rng.randrange(len(self.corpus.starts))
-        ans_src = self._source(word, answer_tokens, "")
-        answer = self.tok.decode(ans_src[:answer_tokens])
-        if self.chat:
-            hist: list[Any] = [*history, {"role": "assistant", "content": answer}]
-        else:
-            hist = [history[0] + answer + "\n\n"]
         target = len(prev_ids) + answer_tokens + own_tokens
-        src = self._source(self.rng.randrange(len(self.corpus.starts)), own_tokens, "")
-        def render(t: str) -> list[int]:
-            return self._render(None, t, hist)
+        for _ in range(_START_TRIES):
+            word = self.rng.randrange(len(self.corpus.starts))
+            ans_src = self._source(word, answer_tokens, "")
+            answer = self.tok.decode(ans_src[:answer_tokens])
+            if self.chat:
+                hist: list[Any] = [*history, {"role": "assistant", "content": answer}]
+            else:
+                hist = [history[0] + answer + "\n\n"]
+            src = self._source(self.rng.randrange(len(self.corpus.starts)), own_tokens, "")
 
-        text, ids = self._fit(render, src, target, own_tokens, f"body {i}'s turn")
-        return hist, text, ids
+            def render(t: str, hist: list[Any] = hist) -> list[int]:
+                return self._render(None, t, hist)
+
+            got = self._fit(render, src, target, own_tokens)
+            if got is not None:
+                return hist, got[0], got[1]
+        raise ConfigError(f"body {i}: no start in the corpus of {_START_TRIES} tried gives a turn of exactly "
+                          f"{target} tokens in this tokenizer")
 
 
 def _body(spec: SynthSpec, prompt: str | list[Any], osl: int) -> bytes:
@@ -299,6 +314,8 @@ def synthesize(spec: SynthSpec, tok: Tokenizer) -> SynthResult:
             a corpus out of distinct starts.
     """
     spec.check()
+    if spec.min_tokens and tok.dialect == "llama":  # llama-server has no min_tokens; ignore_eos forces the length
+        spec = dataclasses.replace(spec, min_tokens=False)
     b = _Builder(spec, tok)
     rng = random.Random(spec.seed ^ 0x5EED)  # lengths: a stream of their own, apart from the text's
     p = spec.prefix_tokens

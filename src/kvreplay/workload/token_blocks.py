@@ -9,7 +9,8 @@ exactly ``block_tokens`` tokens *of that tokenizer*:
 - **Vocabulary.** Words of the bundled MT-Bench text (``synth_corpus``: lower-case
   letters, 2-10 of them, sorted) whose space-led form (``" word"``) is exactly one token of
   the tokenizer, the first :data:`VOCAB_WORDS` found; checked in runs of 64 (a run of
-  64 words must be 64 tokens: a space-led word does not merge with its neighbour).
+  64 words must be 64 tokens: a space-led word does not merge with its neighbour; a run
+  that is not is halved until its words are sorted out).
 - **Block text.** Block id ``h``: words drawn by ``random.Random("kvreplay-block:<h>")``
   from that vocabulary, one token each; a shorter block is a prefix of the full one.
 - **Alignment.** What every prompt starts with (a BOS; for chat the template's opening,
@@ -34,7 +35,7 @@ from kvreplay.workload.tokenizer_client import Tokenizer
 
 __all__ = ["VOCAB_WORDS", "TokenBlocks"]
 
-VOCAB_WORDS = 1024
+VOCAB_WORDS = 256
 """Words in a tokenizer's block vocabulary (at most; at least 64 are needed)."""
 
 _RUN = 64
@@ -86,11 +87,7 @@ class TokenBlocks:
         words = sorted({w for w in _CANDIDATE.findall(corpus().text)})
         vocab: list[str] = []
         for i in range(0, len(words), _RUN):
-            run = words[i : i + _RUN]
-            if len(self.tok.encode("".join(" " + w for w in run))) == len(run):
-                vocab.extend(run)
-            else:
-                vocab.extend(w for w in run if len(self.tok.encode(" " + w)) == 1)
+            vocab.extend(self._one_token_words(words[i : i + _RUN]))
             if len(vocab) >= VOCAB_WORDS:
                 break
         vocab = vocab[:VOCAB_WORDS]
@@ -98,6 +95,15 @@ class TokenBlocks:
             raise ConfigError(f"--tokenizer: only {len(vocab)} words of the bundled text are one token with a "
                               "leading space; block texts need at least 64")
         return vocab
+
+    def _one_token_words(self, run: list[str]) -> list[str]:
+        """The words of ``run`` that are one token with a leading space (a run that is, whole; else its halves)."""
+        if len(self.tok.encode("".join(" " + w for w in run))) == len(run):
+            return run
+        if len(run) == 1:
+            return []
+        half = len(run) // 2
+        return self._one_token_words(run[:half]) + self._one_token_words(run[half:])
 
     def block(self, hash_id: int, words: int) -> str:
         """Block ``hash_id``'s first ``words`` words (``words`` tokens of the tokenizer)."""
