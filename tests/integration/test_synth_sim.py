@@ -121,3 +121,7 @@ def test_check_on_the_embedded_simulator(tmp_path, capsys):
     assert [r["shared_tokens"] for r in rows if r["group"] is None] == [0, 0, 0]  # no BOS in the simulator
     assert "  0             3               80      64" in printed  # 2 x floor(40 / 16) blocks of 16
     assert "  -             3                0       0" in printed
+    before = out.read_bytes()
+    assert main(["synth", "--tokenizer", "sim", "--out", str(out), "--requests", "2", "--force", "--check", "sim"]) == 2
+    assert "--check-out " + str(tmp_path / "w.check") + " exists" in capsys.readouterr().err
+    assert out.read_bytes() == before  # refused before anything is written

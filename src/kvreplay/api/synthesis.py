@@ -96,6 +96,10 @@ def synth_args(args: argparse.Namespace) -> list[str]:
     out = Path(args.out)
     if out.exists() and not args.force:  # before any request to the tokenizer
         raise ConfigError(f"--out {out} exists; give --force to replace it")
+    check_dir = Path(args.check_out) if args.check_out else out.with_name(out.name.removesuffix(".jsonl") + ".check")
+    if args.check is not None and check_dir.exists():
+        raise ConfigError(f"--check-out {check_dir} exists: the check's run directory must be new "
+                          "(remove it, or give another --check-out)")
     tok = open_tokenizer(args.tokenizer)
     model = args.model or tok.model
     if not model:
@@ -112,7 +116,6 @@ def synth_args(args: argparse.Namespace) -> list[str]:
         target = args.check or args.tokenizer
         if target != "sim" and not target.startswith(("http://", "https://")):
             raise ConfigError("--check needs a server URL or sim (the --tokenizer is a file)")
-        check_dir = Path(args.check_out) if args.check_out else out.with_name(out.name[:-6] + ".check")
         lines.append(f"  check: replaying once at C1 against {redact_url(target)} -> {check_dir}")
         lines += check_workload(out, target, check_dir, m)
     else:
