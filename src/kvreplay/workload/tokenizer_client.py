@@ -102,7 +102,8 @@ class HttpTokenizer:
 
     Args:
         url: Base URL (``http://[user:pass@]host:port``); a path after the host is kept as
-            a prefix. Userinfo is sent as HTTP basic auth and registered as a secret.
+            a prefix, but for a final ``/v1`` (an OpenAI base URL: the tokenize endpoints
+            are at the root). Userinfo is sent as HTTP basic auth and registered as a secret.
 
     Raises:
         ConfigError: not an http(s) URL.
@@ -122,7 +123,9 @@ class HttpTokenizer:
         netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
         if ":" in (parts.hostname or "") and not netloc.startswith("["):
             netloc = f"[{parts.hostname}]" + ("" if parts.port is None else f":{parts.port}")
-        self._base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        path = parts.path.rstrip("/")
+        path = path.removesuffix("/v1")  # an OpenAI base URL: the tokenize endpoints are at the server's root
+        self._base = urllib.parse.urlunsplit((parts.scheme, netloc, path, "", ""))
         self.dialect = ""
         self.model: str | None = None
 
