@@ -214,16 +214,31 @@ class HttpTokenizer:
     def chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         """Ids of the rendered chat prompt (vLLM, sim: ``/tokenize`` with messages; llama: ``/apply-template``)."""
         if self.dialect == "llama":
-            obj = self._post("/apply-template", {"messages": messages})
-            prompt = obj.get("prompt")
+            status, obj = self._call("POST", "/apply-template", {"messages": messages})
+            prompt = obj.get("prompt") if status == 200 and isinstance(obj, dict) else None
             if not isinstance(prompt, str):
-                raise ConfigError(f"--tokenizer {self.shown}: POST /apply-template answered without 'prompt'; "
-                                  "this server cannot render its chat template for synth")
+                raise ConfigError(f"--tokenizer {self.shown}: this server cannot render its chat template "
+                                  f"(POST /apply-template answered HTTP {status} without a 'prompt'), so chat "
+                                  f"prompts cannot be sized exactly; {self._chat_overhead()}; use --api completions")
             # as the chat endpoint tokenizes the rendered template: special tokens added and parsed
             return self._ids(self._post("/tokenize", {"content": prompt, "add_special": True,
                                                       "parse_special": True}), "/tokenize")
         body = {"messages": messages, "add_generation_prompt": True, **self._model_field()}
         return self._ids(self._post("/tokenize", body), "/tokenize")
+
+    def _chat_overhead(self) -> str:
+        """What one chat request says the template adds: its ``usage.prompt_tokens`` less the content's tokens."""
+        content = "Hello world"
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1, "stream": False,
+                **self._model_field()}
+        status, obj = self._call("POST", "/v1/chat/completions", body)
+        usage = obj.get("usage") if isinstance(obj, dict) else None
+        billed = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if status != 200 or not isinstance(billed, int):
+            return f"a chat request to measure the template's overhead answered HTTP {status} without usage"
+        n = len(self.encode(content))
+        return (f"one chat request of a {n}-token message was billed {billed} prompt tokens: the template adds "
+                f"{billed - n} (measured from usage.prompt_tokens)")
 
     def identity(self) -> dict[str, Any]:
         """Dialect, model, the redacted URL and the fingerprint of :data:`FINGERPRINT_TEXT`."""

@@ -81,24 +81,32 @@ def handler(kind: str, toy: Toy) -> type[BaseHTTPRequestHandler]:
                 return self.reply({"tokens": toks, "count": len(toks), "max_model_len": 4096})
             if kind == "vllm" and self.path == "/detokenize":
                 return self.reply({"prompt": toy.decode(body["tokens"])})
-            if kind == "llama" and self.path == "/tokenize":  # a body without content: no tokens
+            if kind.startswith("llama") and self.path == "/tokenize":  # a body without content: no tokens
                 return self.reply({"tokens": toy.encode(body["content"], body.get("add_special", False))
                                    if "content" in body else []})
-            if kind == "llama" and self.path == "/detokenize":
+            if kind.startswith("llama") and self.path == "/detokenize":
                 return self.reply({"content": toy.decode(body["tokens"])})
             if kind == "llama" and self.path == "/apply-template":
                 return self.reply({"prompt": template(body["messages"])})
+            if self.path == "/v1/chat/completions":  # what the template costs, as usage says
+                n = len(toy.encode(template(body["messages"]), True))
+                return self.reply({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1}})
             self.reply({"error": "no"}, 404)
 
     return H
 
 
-@pytest.fixture(params=["vllm", "llama"])
-def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Toy]]:
+def _serve(kind: str) -> tuple[ThreadingHTTPServer, threading.Thread, Toy]:
     toy = Toy()
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler(request.param, toy))
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler(kind, toy))
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
+    return srv, t, toy
+
+
+@pytest.fixture(params=["vllm", "llama"])
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Toy]]:
+    srv, t, toy = _serve(request.param)
     try:
         yield request.param, f"http://127.0.0.1:{srv.server_address[1]}", toy
     finally:
@@ -151,3 +159,20 @@ def test_unreachable_and_bad_specs_name_the_flag_without_credentials() -> None:
         open_tokenizer("http://me:s3cretpass@127.0.0.1:9/")
     with pytest.raises(ConfigError, match="neither an http"):
         open_tokenizer("no-such-tokenizer.json")
+
+
+def test_a_server_that_cannot_render_its_template_is_said_with_the_overhead_usage_shows() -> None:
+    srv, t, toy = _serve("llama-old")  # llama's endpoints without /apply-template
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        tok = open_tokenizer(url)  # found as llama: /tokenize takes content
+        assert tok.dialect == "llama"
+        # "Hello world": 2 tokens; billed: BOS "<|" "user" "|>" "\n" + 2 + "\n" "<|" "assist" "ant" "|>" "\n" = 13
+        with pytest.raises(ConfigError, match=r"cannot render its chat template \(POST /apply-template answered "
+                                              r"HTTP 404.*a 2-token message was billed 13 prompt tokens: the "
+                                              r"template adds 11 \(measured from usage.prompt_tokens\)"):
+            tok.chat_ids([{"role": "user", "content": "x"}])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(timeout=5)
