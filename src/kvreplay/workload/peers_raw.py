@@ -24,7 +24,7 @@ exist), one ``NNNNNN.jsonl`` per session in session order; without one, a single
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import orjson
 
@@ -33,13 +33,24 @@ from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import Body, load_workload
 from kvreplay.workload.sessions import load_sessions
 
-if TYPE_CHECKING:
-    from kvreplay.workload.peers import Exported
-
 __all__ = ["export_aiperf_raw"]
 
 
-def _line(b: Body, res: Exported) -> bytes:
+class _Result(Protocol):
+    """What ``export_aiperf_raw`` fills (``kvreplay.workload.peers.Exported``; not imported: no cycle)."""
+
+    path: Path
+    lines: int
+    bodies: int
+
+    def note(self, what: str) -> None:
+        """Count one loss by name."""
+
+
+R = TypeVar("R", bound=_Result)
+
+
+def _line(b: Body, res: _Result) -> bytes:
     if b.kind != "chat":
         raise WorkloadError("is a completions body: AIPerf 0.13's raw_payload loader takes only bodies with "
                             "'messages' (export it as --aiperf-type single_turn, or synthesize with --api chat)",
@@ -53,7 +64,7 @@ def _line(b: Body, res: Exported) -> bytes:
     return raw
 
 
-def export_aiperf_raw(workload: str | Path, out: str | Path, res: Exported) -> Exported:
+def export_aiperf_raw(workload: str | Path, out: str | Path, res: R) -> R:
     """Write ``workload`` in AIPerf's ``raw_payload`` format (module docstring) and fill ``res``.
 
     Args:
