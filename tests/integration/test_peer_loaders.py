@@ -103,3 +103,29 @@ def test_aiperf_loaders_read_the_export(tmp_path: Path) -> None:
         "trace": [2, 4, 1],
         "single": ["h1 two", "h2", "x y z"],
     }
+
+
+_AIPERF_RAW_READ = """
+import json, sys
+import orjson
+from aiperf.dataset.loader.raw_payload import RawPayloadDatasetLoader
+out = []
+for f in sys.argv[1:]:
+    l = RawPayloadDatasetLoader(filename=f)
+    out.append([[orjson.dumps(t.raw_payload).decode() for t in c.turns]
+                for c in l.convert_to_conversations(l.load_dataset())])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_aiperf_raw_payload_loader_sends_the_exact_bodies(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)  # sessions: a folder, one file per session
+    bodies = [b.decode() for b in wl.read_bytes().splitlines()]
+    folder = export_aiperf(wl, tmp_path / "raw", kind="raw_payload").path
+    flat = tmp_path / "flat.jsonl"
+    flat.write_bytes(wl.read_bytes())  # the same bodies without a sessions side file: one line each
+    single = export_aiperf(flat, tmp_path / "single.jsonl", kind="raw_payload").path
+    got = _run(_AIPERF_RAW_READ, str(folder), str(single))
+    # the bytes AIPerf sends (orjson.dumps of each parsed line) are the bodies' own
+    assert got == [[bodies[0:2], bodies[2:3]], [[b] for b in bodies]]

@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the .jsonl file to write")
     p.add_argument("--aiperf-type", choices=AIPERF_TYPES, default="auto",
                    help="aiperf: the custom dataset type (auto: multi_turn with sessions, else single_turn; "
-                        "mooncake_trace keeps each chat body's whole message array)")
+                        "mooncake_trace keeps each chat body's whole message array; raw_payload writes each chat "
+                        "body's exact bytes, a folder of one file per session when the workload has sessions)")
 
 
 def export_args(args: argparse.Namespace) -> Exported:
@@ -57,7 +58,7 @@ def export_workload(fmt: str, workload: PathLike, out: PathLike, *, aiperf_type:
         workload: The workload (folder of ``*.json`` or ``.jsonl``; its sessions side file is read).
         out: The ``.jsonl`` file to write.
         aiperf_type: AIPerf's custom dataset type: ``auto`` (multi_turn with sessions, else
-            single_turn), ``single_turn``, ``multi_turn``, ``mooncake_trace``.
+            single_turn), ``single_turn``, ``multi_turn``, ``mooncake_trace``, ``raw_payload``.
 
     Returns:
         The ``Exported`` record: ``path``, ``kind``, ``lines`` and ``bodies`` written, and

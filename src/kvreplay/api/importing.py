@@ -108,6 +108,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help='add "ignore_eos": true (vLLM/SGLang) so outputs reach output_length',
     )
+    p.add_argument("--tokenizer", default=None, metavar="URL|tokenizer.json",
+                   help="mooncake, bailian: write each hash block as exactly --block-tokens tokens of this "
+                        "tokenizer (a server's POST /tokenize: vLLM, llama-server, serve-sim; or a local "
+                        "tokenizer.json), so the trace's prefix structure lands on the server's blocks "
+                        "(default: the simulator's pseudo-words)")
 
 
 def import_args(args: argparse.Namespace) -> list[str]:

@@ -132,6 +132,8 @@ class Slot:
         secrets: Credential values of its request (kept in memory only).
         in_flight_at_arrival: Retained requests in flight at the proxy when it arrived,
             itself included (>= 1): the client's concurrency as the server saw it.
+        ended: The answer's end was relayed (``CaptureWriter.ended``): no longer in flight,
+            though its manifest line is not written yet.
     """
 
     index: int
@@ -142,6 +144,7 @@ class Slot:
     secrets: list[str]
     in_flight_at_arrival: int = 1
     done: bool = False
+    ended: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -452,6 +455,17 @@ class CaptureWriter:
         self._open[index] = slot
         return slot
 
+    def ended(self, slot: Slot) -> None:
+        """The answer's end was relayed to the client (a stream's ``[DONE]`` or final usage chunk).
+
+        The request stops counting as in flight now, not when its handler returns: a client
+        that sends its next request as soon as it has read ``[DONE]`` (the OpenAI Python SDK)
+        overlaps nothing, though the proxy may still be closing the exchange (issue 42 item 9).
+        """
+        if not slot.done and not slot.ended:
+            slot.ended = True
+            self.in_flight -= 1
+
     def admit(
         self,
         method: str,
@@ -529,7 +543,8 @@ class CaptureWriter:
         if slot.done:
             return
         slot.done = True
-        self.in_flight -= 1
+        if not slot.ended:
+            self.in_flight -= 1
         self._open.pop(slot.index, None)
         if usage is not None:
             try:

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvreplay.workload.token_blocks import TokenBlocks
 
 __all__ = ["BUILTIN", "ImportFormat", "format_names", "format_of", "register_format", "unregister_format"]
 
@@ -40,17 +44,19 @@ class ImportFormat:
 
 def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
               concurrency: int, time_scale: float, ignore_eos: bool, sessions: bool,
-              session_min_blocks: int) -> list[str]:
+              session_min_blocks: int, tokenizer: str | None = None) -> list[str]:
     from kvreplay.workload.importers import MOONCAKE_BLOCK_TOKENS, import_mooncake
 
     block_tokens = block_tokens or MOONCAKE_BLOCK_TOKENS
+    blocks = _token_blocks(tokenizer, block_tokens, chat)
     res = import_mooncake(source, out, limit=limit, block_tokens=block_tokens, model=model, chat=chat,
                           concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos,
-                          sessions=sessions, session_min_blocks=session_min_blocks)
+                          sessions=sessions, session_min_blocks=session_min_blocks, blocks=blocks)
     side = [f"sessions ({res.sessions[1]} inferred from shared hash_ids prefixes) -> {res.sessions[0]}"] \
         if res.sessions else []
     return side + [
-        f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) -> {res.workload}",
+        f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, "
+        f"{'simulator' if blocks is None else blocks.tok.dialect} tokenizer) -> {res.workload}",
         f"arrivals (ms offsets) -> {res.arrivals}",
         f"plan -> {res.plan}",
         f"  against a server:  kvreplay run --plan {res.plan} --target URL",
@@ -88,11 +94,22 @@ def _sharegpt(source: str, out: str, *, limit: int | None, model: str, max_token
 
 
 def _bailian(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
-             ignore_eos: bool) -> list[str]:
+             ignore_eos: bool, tokenizer: str | None = None) -> list[str]:
     from kvreplay.workload.import_bailian import BAILIAN_BLOCK_TOKENS, import_bailian
 
-    return import_bailian(source, out, block_tokens=block_tokens or BAILIAN_BLOCK_TOKENS, model=model, chat=chat,
-                          ignore_eos=ignore_eos, limit=limit).lines()
+    block_tokens = block_tokens or BAILIAN_BLOCK_TOKENS
+    return import_bailian(source, out, block_tokens=block_tokens, model=model, chat=chat, ignore_eos=ignore_eos,
+                          limit=limit, blocks=_token_blocks(tokenizer, block_tokens, chat)).lines()
+
+
+def _token_blocks(tokenizer: str | None, block_tokens: int, chat: bool) -> TokenBlocks | None:
+    """``--tokenizer``'s block texts (``workload.token_blocks``), or None for the simulator's pseudo-words."""
+    if tokenizer is None:
+        return None
+    from kvreplay.workload.token_blocks import TokenBlocks
+    from kvreplay.workload.tokenizer_client import open_tokenizer
+
+    return TokenBlocks(open_tokenizer(tokenizer), block_tokens, chat=chat)
 
 
 def _peer(fn_name: str) -> Callable[..., list[str]]:
@@ -105,7 +122,7 @@ def _peer(fn_name: str) -> Callable[..., list[str]]:
 
 
 _MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos",
-                     "sessions", "session_min_blocks")
+                     "sessions", "session_min_blocks", "tokenizer")
 
 BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("mooncake", "Mooncake JSONL (timestamp, input_length, output_length, hash_ids) -> bodies, "
@@ -121,7 +138,7 @@ BUILTIN: tuple[ImportFormat, ...] = (
                  ("limit", "model", "max_tokens", "think_time"), _sharegpt),
     ImportFormat("bailian", "an Alibaba Bailian trace JSONL (chat_id, parent_chat_id, turn, timestamp s, 16-token "
                  "hash_ids) -> one session per chat, one body per request, sessions side file",
-                 ("limit", "block_tokens", "model", "chat", "ignore_eos"), _bailian),
+                 ("limit", "block_tokens", "model", "chat", "ignore_eos", "tokenizer"), _bailian),
     ImportFormat("aiperf", "an AIPerf single_turn / multi_turn custom dataset JSONL -> chat bodies, sessions "
                  "(session_id, delay) in the side file", ("model", "max_tokens"), _peer("import_aiperf")),
     ImportFormat("vllm", "a vllm bench serve custom dataset JSONL (prompt, output_tokens) -> chat bodies",

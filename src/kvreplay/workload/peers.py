@@ -18,6 +18,8 @@ they can be imported):
     is (``message_array_with_responses``), with ``session_id``, ``delay`` (ms) and
     ``output_length``.
 
+- **AIPerf** ``raw_payload`` (the exact bodies, chat only): ``kvreplay.workload.peers_raw``.
+
 - **vLLM** ``vllm bench serve --dataset-name custom --dataset-path F.jsonl``
   (vllm 0.32, ``vllm/benchmarks/datasets/datasets.py``: ``CustomDataset``): one request
   per line, ``{"prompt": str, "output_tokens": int}``; the prompt is sent as one user
@@ -62,7 +64,7 @@ from kvreplay.workload.sessions import MAX_THINK_TIME_S, load_sessions
 
 __all__ = ["AIPERF_TYPES", "Exported", "export_aiperf", "export_vllm", "import_aiperf", "import_vllm"]
 
-AIPERF_TYPES = ("auto", "single_turn", "multi_turn", "mooncake_trace")
+AIPERF_TYPES = ("auto", "single_turn", "multi_turn", "mooncake_trace", "raw_payload")
 """``--aiperf-type`` choices; ``auto`` is ``multi_turn`` for a workload with sessions, else ``single_turn``."""
 
 _MEDIA = ("image", "images", "audio", "audios", "video", "videos", "image_uuids")
@@ -296,6 +298,10 @@ def export_aiperf(workload: str | Path, out: str | Path, *, kind: str = "auto") 
     """
     if kind not in AIPERF_TYPES:
         raise ValueError(f"unknown AIPerf dataset type {kind!r}")
+    if kind == "raw_payload":  # the exact bodies: kvreplay.workload.peers_raw
+        from kvreplay.workload.peers_raw import export_aiperf_raw
+
+        return export_aiperf_raw(workload, out, Exported(Path(out), kind, 0, 0))
     wl = load_workload(workload)
     ss = load_sessions(workload, len(wl))
     if kind == "auto":
