@@ -41,9 +41,15 @@ _COUNTERS = ("lookups", "hits", "misses", "hit_tokens", "stores", "evictions", "
 
 
 def block_size_of(identity: Any) -> int | None:
-    """The first whole ``block_size`` > 0 found in a server identity (summary.json ``identity.before``), or None."""
+    """The first whole ``block_size`` > 0 found in a server identity (summary.json ``identity.before``), or None.
+
+    A digit string counts too: vLLM's identity carries ``vllm:cache_config_info``'s labels
+    (``cache_config.block_size = "16"``).
+    """
     if isinstance(identity, dict):
         v = identity.get("block_size")
+        if isinstance(v, str) and v.isdigit():
+            v = int(v)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
         for x in identity.values():

@@ -65,4 +65,5 @@ def test_as_is_is_never_verified_and_nothing_sent_is_said(tmp_path):
 
 def test_block_size_is_found_anywhere_in_the_identity():
     assert block_size_of({"a": [1], "b": {"c": {"block_size": 32}}}) == 32
+    assert block_size_of({"cache_config": {"block_size": "16"}}) == 16  # vLLM's cache_config_info labels
     assert block_size_of({"block_size": 0}) is None and block_size_of(None) is None
