@@ -45,7 +45,7 @@ from kvreplay.report.turns import by_turn_plots, by_turn_table
 from kvreplay.report.units import sim_time_scale
 from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 
-__all__ = ["Report", "build", "to_html", "to_markdown"]
+__all__ = ["Report", "build", "plot_html", "to_html", "to_markdown"]
 
 
 @dataclass(slots=True)
@@ -342,7 +342,8 @@ def _html_table(t: Table) -> str:
     return "".join(out)
 
 
-def _html_plot(p: Plot) -> str:
+def plot_html(p: Plot) -> str:
+    """One ``<figure>`` of a page: the PNG as a ``data:`` URI, or the reason it was not drawn."""
     anchor = "plot-" + re.sub(r"[^A-Za-z0-9_-]", "-", p.key)
     head = f'<figure id="{anchor}" data-plot="{_e(p.key)}" data-status="{p.status}">'
     if p.png is not None:
@@ -421,7 +422,7 @@ def to_html(rep: Report) -> str:
                 out.append(_html_request_table(rep, t))
         else:
             out += [_html_table(t) for t in tables]
-        out += [_html_plot(p) for p in plots]
+        out += [plot_html(p) for p in plots]
         if notes:
             out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     plan = rep.run.plan or {}

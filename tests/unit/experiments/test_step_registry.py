@@ -24,14 +24,14 @@ KIND_MODULES = {SRC / "experiments" / "steps" / f"{k.name}.py" for k in steps.BU
 
 def test_builtin_kinds_in_order():
     assert kind_names()[:5] == ("incarnation", "run", "probe", "ab", "restore")
-    assert [k.name for k in steps.BUILTIN] == ["incarnation", "run", "probe", "ab", "restore", "quiesce"]
+    assert [k.name for k in steps.BUILTIN] == ["incarnation", "run", "probe", "ab", "restore", "quiesce", "sweep"]
     # traits the window's rules read (execute.py's module docstring)
-    assert {k.name for k in steps.BUILTIN if k.sends} == {"run", "probe", "ab"}
+    assert {k.name for k in steps.BUILTIN if k.sends} == {"run", "probe", "ab", "sweep"}
     assert {k.name for k in steps.BUILTIN if k.restores} == {"restore"}
     assert {k.name for k in steps.BUILTIN if k.starts_server} == {"incarnation"}
     assert {k.name for k in steps.BUILTIN if k.cancel_at_deadline} == {"incarnation", "probe", "quiesce"}
     assert {k.name for k in steps.BUILTIN if k.deadline_origin} == {"quiesce"}
-    assert {k.name for k in steps.BUILTIN if k.needs_workload} == {"run", "ab"}
+    assert {k.name for k in steps.BUILTIN if k.needs_workload} == {"run", "ab", "sweep"}
     assert {k.name for k in steps.BUILTIN if k.phase_views} == {"run"}
 
 
@@ -46,7 +46,8 @@ def test_every_kind_named_in_toml_files_and_docs_is_registered():
 
 
 MINIMAL = {"incarnation": "", "run": 'phases = ["p:forward:c1"]\n', "probe": "",
-           "ab": 'arms = [{name = "a"}, {name = "b"}]\n', "restore": "", "quiesce": 'cmd = "true"\n'}
+           "ab": 'arms = [{name = "a"}, {name = "b"}]\n', "restore": "", "quiesce": 'cmd = "true"\n',
+           "sweep": 'concurrency = [1, 2]\n'}
 
 
 @pytest.mark.parametrize("kind", [k.name for k in steps.BUILTIN])
@@ -170,7 +171,7 @@ def test_an_unregistered_kind_is_refused(tmp_path):
     from kvreplay.experiments.window.spec import load_experiment
 
     with pytest.raises(ConfigError,
-                       match="kind must be one of incarnation, run, probe, ab, restore, quiesce, not 'toy'"):
+                       match="kind must be one of incarnation, run, probe, ab, restore, quiesce, sweep, not 'toy'"):
         load_experiment(_file(tmp_path, TOY_FILE))
 
 
