@@ -15,7 +15,7 @@ import argparse
 from typing import Any, TypedDict
 
 from kvreplay.api._options import PathLike, fspath, namespace_for
-from kvreplay.errors import ConfigError
+from kvreplay.errors import ConfigError, WorkloadError
 
 __all__ = ["ImportResult", "add_arguments", "import_args", "import_workload"]
 
@@ -116,7 +116,7 @@ def import_args(args: argparse.Namespace) -> list[str]:
     Raises:
         ConfigError: an option out of range for the format (``--limit``, ``--block-tokens``,
             ``--concurrency``, ``--time-scale``, ``--paths``).
-        WorkloadError: a bad source (file, line, field).
+        WorkloadError: a bad source (file, line, field); out of memory.
     """
     from kvreplay.workload.formats import format_of
 
@@ -135,7 +135,11 @@ def import_args(args: argparse.Namespace) -> list[str]:
         if not paths or not all(x.startswith("/") for x in paths):
             raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
         options["paths"] = paths
-    return fmt.run(args.trace, args.out, **options)
+    try:
+        return fmt.run(args.trace, args.out, **options)
+    except MemoryError:  # under an address-space limit (RLIMIT_AS): one line, not a traceback
+        raise WorkloadError("ran out of memory importing it (the process's address-space limit, "
+                            "RLIMIT_AS, or free memory)", path=args.trace) from None
 
 
 def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -> ImportResult:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["BUILTIN", "ImportFormat", "format_names", "format_of", "register_format", "unregister_format"]
 
@@ -41,6 +42,7 @@ class ImportFormat:
 def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
               concurrency: int, time_scale: float, ignore_eos: bool, sessions: bool,
               session_min_blocks: int) -> list[str]:
+    from kvreplay.workload.conversation import amplification_line
     from kvreplay.workload.importers import MOONCAKE_BLOCK_TOKENS, import_mooncake
 
     block_tokens = block_tokens or MOONCAKE_BLOCK_TOKENS
@@ -51,6 +53,7 @@ def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int | N
         if res.sessions else []
     return side + [
         f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) -> {res.workload}",
+        amplification_line(Path(source), res.workload),
         f"arrivals (ms offsets) -> {res.arrivals}",
         f"plan -> {res.plan}",
         f"  against a server:  kvreplay run --plan {res.plan} --target URL",

@@ -171,7 +171,7 @@ def import_aiperf(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODE
                       if s.turns else 0.0)
                 s.turns += 1
         side = w.commit(sessions=not flat)
-        return ConversationImport(w.path, side, 0 if flat else w.sessions, len(w.turns), {})
+        return ConversationImport(w.path, side, 0 if flat else w.sessions, len(w.turns), {}, p)
 
 
 def import_vllm(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODEL,
@@ -193,7 +193,7 @@ def import_vllm(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODEL,
             n = _opt_int(obj, "output_tokens", p, lineno, "", max_tokens)
             w.add(chat_body(model, [{"role": "user", "content": obj["prompt"]}], n), "", 0)
         side = w.commit(sessions=False)
-        return ConversationImport(w.path, side, 0, len(w.turns), {})
+        return ConversationImport(w.path, side, 0, len(w.turns), {}, p)
 
 
 # --- export ------------------------------------------------------------------------------
