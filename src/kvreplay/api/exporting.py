@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from kvreplay.api._options import PathLike, fspath, namespace_for
 from kvreplay.errors import ConfigError
+from kvreplay.outpath import check_out
 
 if TYPE_CHECKING:
     from kvreplay.workload.peers import Exported
@@ -33,16 +34,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aiperf-type", choices=AIPERF_TYPES, default="auto",
                    help="aiperf: the custom dataset type (auto: multi_turn with sessions, else single_turn; "
                         "mooncake_trace keeps each chat body's whole message array)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file; a device, FIFO or the workload itself is never replaced")
 
 
 def export_args(args: argparse.Namespace) -> Exported:
     """Write ``args.workload`` as ``args.format``'s dataset file at ``args.out``.
 
     Raises:
+        ConfigError: an ``--out`` that would clobber something (``kvreplay.outpath.check_out``).
         WorkloadError: a bad workload.
     """
     from kvreplay.workload.peers import export_aiperf, export_vllm
+    from kvreplay.workload.sessions import sessions_path
 
+    check_out(args.out, force=args.force, inputs=[args.workload, sessions_path(args.workload)])
     if args.format == "aiperf":
         return export_aiperf(args.workload, args.out, kind=args.aiperf_type)
     return export_vllm(args.workload, args.out)

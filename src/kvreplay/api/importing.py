@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 from kvreplay.api._options import PathLike, fspath, namespace_for
 from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.outpath import check_out
 
 __all__ = ["ImportResult", "add_arguments", "import_args", "import_workload"]
 
@@ -108,6 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help='add "ignore_eos": true (vLLM/SGLang) so outputs reach output_length',
     )
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file (and the files beside it); a device, FIFO, the source "
+                        "itself or a non-empty folder is never replaced")
 
 
 def import_args(args: argparse.Namespace) -> list[str]:
@@ -115,7 +119,9 @@ def import_args(args: argparse.Namespace) -> list[str]:
 
     Raises:
         ConfigError: an option out of range for the format (``--limit``, ``--block-tokens``,
-            ``--concurrency``, ``--time-scale``, ``--paths``).
+            ``--concurrency``, ``--time-scale``, ``--paths``); an ``--out`` that would clobber
+            something (``kvreplay.outpath.check_out``: an existing file without ``--force``, a
+            device or FIFO, the source itself, a missing parent folder).
         WorkloadError: a bad source (file, line, field); out of memory.
     """
     from kvreplay.workload.formats import format_of
@@ -129,6 +135,9 @@ def import_args(args: argparse.Namespace) -> list[str]:
             "--block-tokens and --concurrency must be >= 1, --time-scale > 0",
             field="--block-tokens",
         )
+    out, beside = fmt.out_paths(args.out)
+    check_out(out, force=args.force, inputs=[args.trace], folder=fmt.writes == "folder", siblings=beside,
+              make_parents=True)
     options = {k: getattr(args, k) for k in fmt.options}
     if "paths" in options:
         paths = tuple(x.strip() for x in args.paths.split(",") if x.strip())

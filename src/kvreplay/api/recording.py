@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``record``'s options."""
+    from kvreplay.argtypes import number
+
     p.add_argument("--upstream", required=True, metavar="URL",
                    help="the server to forward to (http://host:port[/prefix])")
     p.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
@@ -70,8 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="retain a body that holds a secret (a key shape, a secret field, the request's own "
                         "credential) with the secret replaced by [REDACTED] (both hashes in the manifest) "
                         "instead of skipping it")
-    p.add_argument("--duration", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    p.add_argument("--duration", type=number(0.0, strict=True, unit="s"), default=None, metavar="S",
+                   help="stop after S seconds (> 0; default: until SIGINT/SIGTERM)")
+    p.add_argument("--force", action="store_true",
+                   help="replace W.arrivals.json and W.plan.toml when they exist beside --out (the folder "
+                        "itself must be new or empty)")
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ class RecordResult:
 
     Attributes:
         url: The proxy's listening URL (``http://HOST:PORT``).
-        upstream: The server it forwarded to.
+        upstream: The server it forwarded to (its ``user:password@`` shown as the redaction marker).
         paths: The URL paths whose POST bodies were retained.
         workload: The capture folder (a workload: ``NNNNNN.json`` bodies + ``capture.jsonl``).
         arrivals: ``W.arrivals.json`` beside it, or None when no body was retained (not written).
@@ -128,7 +134,9 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         The ``RecordResult`` once the proxy has stopped and the capture is closed.
 
     Raises:
-        ConfigError: bad options, or ``--out`` exists and is not empty.
+        ConfigError: bad options (``--duration`` not a finite number > 0), or ``--out`` refused by
+            ``kvreplay.outpath.check_out`` (not a new or empty folder, a missing parent, ``W.plan.toml``
+            or ``W.arrivals.json`` existing without ``--force``, a device or FIFO).
         OSError: the address cannot be bound (``strerror``: ``cannot listen on HOST:PORT: why``);
             no capture folder is left behind.
     """
@@ -136,8 +144,16 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     from kvreplay.api.serving import is_loopback, wait_for_stop
     from kvreplay.clock import now_ns
     from kvreplay.errors import ConfigError
+    from kvreplay.outpath import check_out
+    from kvreplay.redaction import redact_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 
+    duration = args.duration
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
+                                 or not math.isfinite(duration) or duration <= 0):
+        raise ConfigError(f"must be a number of seconds > 0, not {duration!r}", field="--duration")
+    check_out(args.out, force=getattr(args, "force", False), folder=True, siblings=sidecar_paths(args.out),
+              make_parents=True)
     if not args.upstream.startswith(("http://", "https://")):
         raise ConfigError(f"must be an http:// or https:// URL, not {args.upstream!r}", field="--upstream")
     host, port = parse_listen(args.listen)
@@ -171,7 +187,8 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         await asyncio.sleep(0)  # the last queued writes (manifest close) run now
     s = writer.summary
     arrivals, plan = sidecar_paths(args.out) if s.retained else (None, None)
-    return RecordResult(url=url, upstream=args.upstream, paths=paths, workload=writer.folder, arrivals=arrivals,
+    return RecordResult(url=url, upstream=redact_url(args.upstream), paths=paths, workload=writer.folder,
+                        arrivals=arrivals,
                         plan=plan, requests=proxy.requests, retained=s.retained, retained_bytes=s.retained_bytes,
                         skipped=dict(s.skipped), limit_reached=s.limit_reached,
                         io_error=writer.io_error, description=s.describe())

@@ -1,0 +1,141 @@
+"""Issue 44 item 6: ``--out`` never clobbers (``kvreplay.outpath.check_out``).
+
+Before: ``import`` and ``export`` replaced whatever was at ``--out`` (an unrelated file,
+the import's own source, a device node through the atomic rename), and ``export --out``
+a folder or under a missing folder, ``import --out`` under a file, were tracebacks.
+Each case: exit 2 with one line naming ``--out`` and the path, and nothing changed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from kvreplay.cli import main
+from kvreplay.errors import ConfigError
+from kvreplay.outpath import check_out
+
+CONV = [{"id": "c", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"},
+                                      {"from": "human", "value": "again"}]}]
+
+
+def _source(tmp_path: Path) -> Path:
+    src = tmp_path / "s.json"
+    src.write_bytes(orjson.dumps(CONV))
+    return src
+
+
+def _one_error(capsys: pytest.CaptureFixture[str]) -> str:
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err and cap.err.count("\n") == 1, cap.err
+    return cap.err
+
+
+def test_import_refuses_an_existing_file_unless_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = _source(tmp_path), tmp_path / "w.jsonl"
+    out.write_text("unrelated\n")
+    assert main(["import", "sharegpt", str(src), "--out", str(out)]) == 2
+    assert _one_error(capsys) == f"kvreplay: error: {out}, field '--out': exists; give --force to replace it\n"
+    assert out.read_text() == "unrelated\n"
+    assert main(["import", "sharegpt", str(src), "--out", str(out), "--force"]) == 0  # the behaviour before
+    assert out.read_bytes().count(b"\n") == 2
+
+
+def test_import_refuses_a_side_file_beside_it_unless_force(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    src, side = _source(tmp_path), tmp_path / "w.sessions.jsonl"
+    side.write_text("mine\n")
+    assert main(["import", "sharegpt", str(src), "--out", str(tmp_path / "w")]) == 2
+    assert _one_error(capsys) == f"kvreplay: error: {side}, field '--out': exists; give --force to replace it\n"
+    assert side.read_text() == "mine\n" and not (tmp_path / "w.jsonl").exists()
+
+
+def test_import_never_overwrites_its_own_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b'{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1]}\n')
+    before = src.read_bytes()
+    alias = tmp_path / "alias.jsonl"
+    alias.symlink_to(src)
+    for out in (src, alias):
+        assert main(["import", "mooncake", str(src), "--out", str(out), "--block-tokens", "4", "--force"]) == 2
+        assert _one_error(capsys) == (f"kvreplay: error: {out}, field '--out': is this command's own input; "
+                                      "choose another path\n")
+    assert src.read_bytes() == before
+
+
+def test_a_fifo_or_a_link_to_a_device_is_never_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path)
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    dev = tmp_path / "d.jsonl"
+    dev.symlink_to("/dev/null")  # never /dev/null itself: a wrong answer would replace the node
+    for out, what in ((fifo, "a FIFO"), (dev, "a character device")):
+        assert main(["import", "sharegpt", str(src), "--out", str(out), "--force"]) == 2
+        assert _one_error(capsys) == (f"kvreplay: error: {out}, field '--out': is {what}, not a file kvreplay may "
+                                      "write\n")
+    assert fifo.is_fifo() and dev.is_symlink()
+
+
+def test_import_under_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, f = _source(tmp_path), tmp_path / "plain"
+    f.write_text("x")
+    assert main(["import", "sharegpt", str(src), "--out", str(f / "sub" / "w.jsonl")]) == 2
+    assert _one_error(capsys) == f"kvreplay: error: {f / 'sub' / 'w.jsonl'}, field '--out': {f} is not a folder\n"
+    # a missing folder is created, as the docs' `--out runs/mc` does
+    assert main(["import", "sharegpt", str(src), "--out", str(tmp_path / "new" / "w.jsonl")]) == 0
+
+
+def test_export_refuses_clobbering_a_folder_a_missing_parent_and_the_workload(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path)
+    wl = tmp_path / "w.jsonl"
+    assert main(["import", "sharegpt", str(src), "--out", str(wl)]) == 0
+    capsys.readouterr()
+    cases = [
+        (tmp_path, "is a folder; give a file path"),
+        (tmp_path / "no" / "x.jsonl", f"its folder {tmp_path / 'no'} does not exist (create it first)"),
+        (wl, "is this command's own input; choose another path"),
+        (tmp_path / "w.sessions.jsonl", "is this command's own input; choose another path"),
+    ]
+    for out, why in cases:
+        assert main(["export", "vllm", str(wl), "--out", str(out), "--force"]) == 2
+        assert _one_error(capsys) == f"kvreplay: error: {out}, field '--out': {why}\n"
+    dst = tmp_path / "v.jsonl"
+    dst.write_text("mine\n")
+    assert main(["export", "vllm", str(wl), "--out", str(dst)]) == 2
+    assert _one_error(capsys) == f"kvreplay: error: {dst}, field '--out': exists; give --force to replace it\n"
+    assert dst.read_text() == "mine\n"
+    assert main(["export", "vllm", str(wl), "--out", str(dst), "--force"]) == 0
+    assert dst.read_text() != "mine\n"
+
+
+def test_record_refuses_the_plan_beside_its_folder_and_a_bad_duration(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "cap.plan.toml").write_text("# mine\n")
+    base = ["record", "--upstream", "http://127.0.0.1:9"]
+    assert main([*base, "--out", str(tmp_path / "cap"), "--duration", "0.01"]) == 2
+    assert _one_error(capsys) == (f"kvreplay: error: {tmp_path / 'cap.plan.toml'}, field '--out': exists; give "
+                                  "--force to replace it\n")
+    assert (tmp_path / "cap.plan.toml").read_text() == "# mine\n" and not (tmp_path / "cap").exists()
+    for bad in ("nan", "-5", "0", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            main([*base, "--out", str(tmp_path / "x"), "--duration", bad])
+        assert exc.value.code == 2
+        assert f"argument --duration: expected a number > 0 (s), got {bad!r}" in capsys.readouterr().err
+
+
+def test_check_out_is_the_one_helper(tmp_path: Path) -> None:
+    """The rules in one place (for synth, sweep and any new command): a folder output accepts an empty folder."""
+    (tmp_path / "empty").mkdir()
+    assert check_out(tmp_path / "empty", folder=True) == tmp_path / "empty"
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(ConfigError, match="exists and is not an empty folder"):
+        check_out(tmp_path / "full", folder=True, force=True)
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="a dangling symlink"):
+        check_out(tmp_path / "gone")
+    assert check_out(tmp_path / "gone", force=True) == tmp_path / "gone"
