@@ -33,11 +33,12 @@ _RUN_WITH = {
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay export``; exit 0, or 2 on a bad workload (raised as ``WorkloadError``)."""
+    """Execute ``kvreplay export``; exit 0, or 2 on a bad workload or a loss without ``--lossy`` (``WorkloadError``)."""
     res = export_args(args)
     kind = res.kind if args.format == "aiperf" else "custom"
     echo(f"{res.bodies} bodies as {res.lines} {args.format} {kind} lines -> {res.path}")
-    for what, n in sorted(res.notes.items()):
-        echo(f"  {n} bodies: {what}")
+    for line in res.lines_lost() or ["nothing lost"]:
+        echo("  " + line)
+    echo(f"  manifest (what was lost, counted) -> {res.manifest}")
     echo("  run:  " + _RUN_WITH[args.format].format(out=res.path, kind=kind))
     return 0
