@@ -139,3 +139,31 @@ def test_check_out_is_the_one_helper(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="a dangling symlink"):
         check_out(tmp_path / "gone")
     assert check_out(tmp_path / "gone", force=True) == tmp_path / "gone"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "urandom", "folder", "loop", "dangling"])
+def test_an_unreadable_sessions_file_is_an_error_naming_it(tmp_path: Path, kind: str) -> None:
+    """Before: ``is_file()`` was False for each, so a conversation run silently became a flat one."""
+    from kvreplay.errors import WorkloadError
+    from kvreplay.workload.sessions import load_sessions
+
+    wl = tmp_path / "w.jsonl"
+    wl.write_bytes(b'{"model": "m", "prompt": "p"}\n')
+    side = tmp_path / "w.sessions.jsonl"
+    if kind == "fifo":
+        os.mkfifo(side)
+    elif kind == "urandom":
+        side.symlink_to("/dev/urandom")
+    elif kind == "folder":
+        side.mkdir()
+    elif kind == "loop":
+        side.symlink_to(side)
+    else:
+        side.symlink_to(tmp_path / "nowhere")
+    why = {"fifo": "is a FIFO, not a regular file", "urandom": "is a device, not a regular file",
+           "folder": "is a folder, not a regular file", "loop": "cannot be read: Too many levels of symbolic links",
+           "dangling": "is a symlink to nothing"}[kind]
+    with pytest.raises(WorkloadError) as exc:
+        load_sessions(wl, 1)
+    assert str(exc.value) == f"{side}: session file {why}; remove it for a run without sessions"
+    assert load_sessions(tmp_path / "absent.jsonl", 1) is None  # nothing there: a flat workload, as before
