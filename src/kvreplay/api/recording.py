@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
@@ -122,6 +123,62 @@ class RecordResult:
         return sum(self.skipped.values())
 
 
+class _BadRequestLog(logging.Filter):
+    """aiohttp's "Error handling request" tracebacks as one line each, at most ``burst`` per ``window_s``.
+
+    aiohttp's server logs every request it cannot parse (a bad ``Content-Length``, a chunk
+    size that is not hex, TLS bytes on the plain port) with ``logger.exception``: a full
+    traceback on stderr, so any client could flood the terminal (issue 44). Installed on the
+    ``aiohttp.server`` logger for a recording, this drops those records and prints instead
+    ``kvreplay record: malformed request from PEER: WHAT`` through ``safe_io.echo`` (redacted,
+    control characters escaped: the client's bytes are in the message); past ``burst`` lines
+    in a window the rest are counted (``suppressed``) and said in one line when the next
+    window opens. Other records pass untouched.
+
+    Attributes:
+        shown: Lines printed.
+        suppressed: Malformed requests not printed (rate limit), in all.
+    """
+
+    def __init__(self, *, burst: int = 5, window_s: float = 10.0, clock: Callable[[], float] | None = None) -> None:
+        super().__init__()
+        import time
+
+        self.burst, self.window_s = burst, window_s
+        self._clock = clock or time.monotonic
+        self._window_at = self._clock()
+        self._in_window = 0
+        self._held = 0  # suppressed in the current window, not yet said
+        self.shown = 0
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False (dropped) for a request aiohttp could not handle, after the one-line account."""
+        if not record.exc_info or not record.getMessage().startswith("Error handling request"):
+            return True
+        now = self._clock()
+        if now - self._window_at >= self.window_s:
+            self.flush()
+            self._window_at, self._in_window = now, 0
+        if self._in_window >= self.burst:
+            self._held += 1
+            self.suppressed += 1
+            return False
+        self._in_window += 1
+        self.shown += 1
+        exc = record.exc_info[1]
+        what = " ".join(x.strip() for x in str(exc).splitlines() if x.strip())[:200] or type(exc).__name__
+        peer = record.getMessage().rpartition(" from ")[2] or "?"
+        echo(f"kvreplay record: malformed request from {peer}: {what}", err=True)
+        return False
+
+    def flush(self) -> None:
+        """Say how many were not shown since the last account (one line; nothing when none)."""
+        if self._held:
+            echo(f"kvreplay record: {self._held} more malformed requests not shown", err=True)
+            self._held = 0
+
+
 async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | None = None,
                             stop: Stop | None = None,
                             on_listening: Callable[[str], object] | None = None) -> RecordResult:
@@ -180,11 +237,16 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     if on_listening is not None:
         on_listening(url)
+    bad_requests = _BadRequestLog()
+    server_log = logging.getLogger("aiohttp.server")
+    server_log.addFilter(bad_requests)
     try:
         await wait_for_stop(args.duration, ready, stop)
     finally:
         await proxy.stop()
         await asyncio.sleep(0)  # the last queued writes (manifest close) run now
+        server_log.removeFilter(bad_requests)
+        bad_requests.flush()
     s = writer.summary
     arrivals, plan = sidecar_paths(args.out) if s.retained else (None, None)
     return RecordResult(url=url, upstream=redact_url(args.upstream), paths=paths, workload=writer.folder,
