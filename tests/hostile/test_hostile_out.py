@@ -167,3 +167,35 @@ def test_an_unreadable_sessions_file_is_an_error_naming_it(tmp_path: Path, kind:
         load_sessions(wl, 1)
     assert str(exc.value) == f"{side}: session file {why}; remove it for a run without sessions"
     assert load_sessions(tmp_path / "absent.jsonl", 1) is None  # nothing there: a flat workload, as before
+
+
+@pytest.mark.parametrize(("options", "field", "msg"), [
+    ({"max_tokens": -1}, "max_tokens", "-1: "),
+    ({"max_tokens": 2.5}, "max_tokens", "2.5: "),
+    ({"think_time": -5}, "think_time", "-5: "),
+    ({"think_time": float("nan")}, "think_time", "nan: "),
+    ({"limit": "ten"}, "limit", "'ten': invalid literal for int()"),
+    ({"limit": True}, "limit", "must be a number, not True"),
+    ({"model": 3}, "model", "must be a string, not 3"),
+    ({"chat": "yes"}, "chat", "must be True or False, not 'yes'"),
+    ({"force": 1}, "force", "must be True or False, not 1"),
+])
+def test_the_import_api_checks_keywords_as_the_cli_checks_flags(tmp_path: Path, options: dict, field: str,
+                                                                msg: str) -> None:
+    """Issue 44 item 9: before, these were accepted (or a raw TypeError deep in the importer)."""
+    import kvreplay
+
+    with pytest.raises(ConfigError) as exc:
+        kvreplay.import_workload("sharegpt", _source(tmp_path), tmp_path / "w.jsonl", **options)
+    assert exc.value.field == field and exc.value.message.startswith(msg), exc.value
+    assert not (tmp_path / "w.jsonl").exists()
+
+
+def test_the_export_api_checks_its_keywords(tmp_path: Path) -> None:
+    import kvreplay
+
+    for kw, field in (({"aiperf_type": "multi"}, "aiperf_type"), ({"lossy": "yes"}, "lossy"),
+                      ({"force": None}, "force")):
+        with pytest.raises(ConfigError) as exc:
+            kvreplay.export_workload("aiperf", tmp_path / "w.jsonl", tmp_path / "o.jsonl", **kw)
+        assert exc.value.field == field

@@ -151,6 +151,42 @@ def import_args(args: argparse.Namespace) -> list[str]:
                             "RLIMIT_AS, or free memory)", path=args.trace) from None
 
 
+def _check_options(options: dict[str, Any]) -> None:
+    """Check keyword options as the command line checks its flags: the same types, ranges and choices.
+
+    Each value goes through its flag's own parser (``argtypes.integer(1)`` for ``max_tokens``,
+    ``number(0, ...)`` for ``think_time``, the format's choices...): a switch must be a bool,
+    a number a number (not a bool), a text option a string; ``None`` is accepted where the
+    flag's default is ``None``.
+
+    Raises:
+        ConfigError: the first bad value, with its keyword as the field.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    actions = {a.dest: a for a in parser._actions}
+    for key, value in options.items():
+        a = actions.get(key)
+        if a is None:
+            continue  # namespace_for names it
+        if value is None and a.default is None:
+            continue
+        if a.nargs == 0:  # a switch (store_true)
+            if not isinstance(value, bool):
+                raise ConfigError(f"must be True or False, not {value!r}", field=key)
+            continue
+        if isinstance(value, bool) or (a.type is None and not isinstance(value, str)) \
+                or not isinstance(value, (str, int, float)):
+            raise ConfigError(f"must be {'a string' if a.type is None else 'a number'}, not {value!r}", field=key)
+        if callable(a.type):
+            try:
+                a.type(str(value))
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                raise ConfigError(f"{value!r}: {exc}", field=key) from None
+        if a.choices is not None and value not in a.choices:
+            raise ConfigError(f"{value!r} is not one of {', '.join(map(str, a.choices))}", field=key)
+
+
 def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -> ImportResult:
     """Make a workload (bodies, arrivals, plan; a sessions side file) from another source (``kvreplay import``).
 
@@ -167,7 +203,8 @@ def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -
         The ``ImportResult`` (with the importer's lines).
 
     Raises:
-        ConfigError: an unknown format or option, an option out of range.
+        ConfigError: an unknown format or option, an option of the wrong type or out of range
+            (checked as ``kvreplay import`` checks its flags; the keyword named).
         WorkloadError: a bad source (file, line, field).
 
     Example::
@@ -181,6 +218,7 @@ def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -
 
     if fmt not in format_names():
         raise ConfigError(f"unknown format {fmt!r}: one of {', '.join(format_names())}", field="format")
+    _check_options(options)
     values = {"format": fmt, "trace": fspath(source), "out": fspath(out), **options}
     args = namespace_for(add_arguments, values, None)
     return {"format": fmt, "source": args.trace, "out": args.out, "lines": import_args(args)}
