@@ -199,3 +199,15 @@ def test_the_export_api_checks_its_keywords(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as exc:
             kvreplay.export_workload("aiperf", tmp_path / "w.jsonl", tmp_path / "o.jsonl", **kw)
         assert exc.value.field == field
+
+
+def test_force_replaces_a_link_at_out_never_its_target(tmp_path: Path) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b'{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1]}\n')
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "w.jsonl").symlink_to(victim)
+    assert main(["import", "mooncake", str(src), "--out", str(tmp_path / "w.jsonl"), "--block-tokens", "4",
+                 "--force"]) == 0
+    assert victim.read_text() == "keep me\n"  # before: open(W, "wb") wrote through the link
+    assert not (tmp_path / "w.jsonl").is_symlink() and (tmp_path / "w.jsonl").read_bytes().count(b"\n") == 1
