@@ -263,6 +263,7 @@ class Exported:
 
 
 _REPLY = "reply (the peer sends its own)"
+_NO_NEW = "turn adds no user message (its last one is sent again)"
 _REWRITTEN = "history diverges within the previous turn's text (the peer resends that turn's own)"
 
 LOSSES = {
@@ -275,6 +276,8 @@ LOSSES = {
     _REWRITTEN: "multi_turn: one-message turns (a completions prompt, a block trace) whose text does not start "
                 "with the previous turn's whole text (a partial last block filled in): the new text starts at the "
                 "word where they diverge, and the peer resends the previous turn's text as it was",
+    _NO_NEW: "multi_turn: a later turn whose messages add no user message to the previous turn's (a retry): its "
+             "last user message is sent again as a new turn",
     "roles flattened into one prompt": "vLLM: several messages joined by a blank line",
     "field F": "a body field no format carries (temperature, ignore_eos, ...; model is the peer's own option)",
     "message field F": "a message key other than role and content (name, tool_call_id, ...)",
@@ -351,7 +354,7 @@ def _new_part(msgs: list[dict[str, str]], prev: list[dict[str, str]] | None, res
     if len(msgs) == len(prev) == 1 and msgs[0]["role"] == prev[0]["role"] == "user":
         was, text = prev[0]["content"], msgs[0]["content"]
         if text.startswith(was):
-            return [{"role": "user", "content": text[len(was):]}]
+            return [{"role": "user", "content": text[len(was):]}] if len(text) > len(was) else []
         # a block trace's partial last block changes once the next turn fills it: the new text
         # starts at the word where the two diverge (the peer resends the earlier turn's own)
         cut = text.rfind(" ", 0, len(os.path.commonprefix([was, text])) + 1)
@@ -480,6 +483,9 @@ def export_aiperf(workload: str | Path, out: str | Path, *, kind: str = "auto", 
                 if k == 0 and new and new[0]["role"] == "system":
                     turns.append({"role": "system", "text": new[0]["content"]})
                     new = new[1:]
+                if k and not any(m["role"] == "user" for m in new):  # the same messages again (a retry)
+                    lost.add(_NO_NEW)
+                    new = [next((m for m in reversed(msgs) if m["role"] == "user"), {"role": "none", "content": ""})]
                 turn: dict = {"text": _keep_last_user(new, b, res, lost)}
                 if k and ss is not None:
                     turn["delay"] = delay_ms(i)

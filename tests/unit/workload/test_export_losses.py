@@ -151,3 +151,14 @@ def test_a_block_trace_session_exports_each_turns_new_text_only(tmp_path: Path) 
     # the texts add up to 8 + 2 + 8 = 18 words against 8 + 10 + 16 = 34 resent before (1.9x)
     assert sum(len(t["text"].split()) for t in line["turns"]) == 18
     assert res.lost == {"history diverges within the previous turn's text (the peer resends that turn's own)": 1}
+
+
+def test_a_retried_turn_is_counted_and_sent_again(tmp_path: Path) -> None:
+    body = {"model": "m", "messages": _msgs(("user", "same"))}
+    wl = _workload(tmp_path, body, body)
+    sessions_path(wl).write_bytes(b'{"body": 0, "session": "s", "turn": 0, "think_time_s": 0}\n'
+                                  b'{"body": 1, "session": "s", "turn": 1, "think_time_s": 2}\n')
+    res = export_aiperf(wl, tmp_path / "m.jsonl", lossy=True)
+    assert res.lost == {"turn adds no user message (its last one is sent again)": 1}
+    assert (tmp_path / "m.jsonl").read_bytes() == (b'{"session_id":"s","turns":[{"text":"same"},'
+                                                   b'{"text":"same","delay":2000.0}]}\n')
