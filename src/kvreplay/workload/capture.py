@@ -55,6 +55,7 @@ from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 from kvreplay.workload.captureplan import sidecar_paths, toml_comment, toml_str, write_plan
 from kvreplay.workload.encoding import BodyDecoder, DecodeRefused
+from kvreplay.workload.jsonscan import TooLargeToParse, loads_bounded
 from kvreplay.workload.secrets import (
     ALLOWED_HEADERS,
     REDACTED,
@@ -423,13 +424,20 @@ class CaptureWriter:
         name = f"{index:06d}.json"
         path = self.folder / name
         try:
-            doc = orjson.loads(raw)  # parsed once for the checks and the secret scan
+            doc = loads_bounded(raw)  # parsed once for the checks and the secret scan
             body = check_body(raw, index, path, None, self.max_body_bytes, doc=doc)
         except (orjson.JSONDecodeError, WorkloadError):
             s.skip("invalid")
             return None
+        except TooLargeToParse:
+            s.skip("memory")
+            return None
         extra: dict = {}
-        found = find_secrets(raw, pending.secrets, doc=doc)
+        try:
+            found = find_secrets(raw, pending.secrets, doc=doc)
+        except MemoryError:  # a body of millions of values under an address-space limit
+            s.skip("memory")
+            return None
         if found:
             red = redact_body(raw, pending.secrets) if self.redact_body_secrets else None
             if red is None:

@@ -80,14 +80,23 @@ def _row(obj: object, p: Path, lineno: int, block_tokens: int) -> tuple[TraceRow
 
 
 def _roots(parent: dict[int, int], line_of: dict[int, int], p: Path) -> dict[int, int]:
-    """``chat_id -> root chat_id``; a loop is refused."""
+    """``chat_id -> root chat_id``; a loop is refused.
+
+    Linear in the number of chats whatever the file order: each walk stops at the first
+    chat whose root is known, and every chat it passed is given that root (a chain listed
+    children first was quadratic while the walk's loop check searched a list: 17.7 s
+    against 3.1 s parents first, issue 44).
+    """
     root: dict[int, int] = {}
     for start in parent:
-        path, cur = [], start
+        path: list[int] = []
+        on_path: set[int] = set()
+        cur = start
         while cur not in root and parent[cur] != -1 and parent[cur] in parent:
             path.append(cur)
+            on_path.add(cur)
             cur = parent[cur]
-            if cur in path:
+            if cur in on_path:
                 raise WorkloadError(f"parent_chat_id chain of chat {start} loops", path=p, line=line_of[start],
                                     field="parent_chat_id")
         r = root.get(cur, cur)
@@ -147,4 +156,4 @@ def import_bailian(src: str | Path, out: str | Path, *, block_tokens: int = BAIL
                 turns.append(Turn(i, str(r), k, min(MAX_THINK_TIME_S, max(0.0, think))))
         side = w.commit(turns)
         assert side is not None
-        return ConversationImport(w.path, side, len(members), len(meta), {})
+        return ConversationImport(w.path, side, len(members), len(meta), {}, p)

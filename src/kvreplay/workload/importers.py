@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
-from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_chunks, atomic_write_text
 from kvreplay.workload._loader import json_line
 from kvreplay.workload.capture import IMPORT_CONCURRENCY, toml_comment, toml_str
 from kvreplay.workload.conversation import DEFAULT_MODEL
@@ -427,9 +427,9 @@ def import_mooncake(
     stem = wl.with_suffix("")
     arrivals = stem.with_name(stem.name + ".arrivals.json")
     plan = stem.with_name(stem.name + ".plan.toml")
-    with open(wl, "wb") as f:
-        for row in rows:
-            f.write(trace_body(row, block_tokens, model, chat=chat, ignore_eos=ignore_eos, blocks=blocks) + b"\n")
+    # atomically, never through a symlink at W.jsonl (--force replaces the link, not its target)
+    atomic_write_chunks(wl, (trace_body(row, block_tokens, model, chat=chat, ignore_eos=ignore_eos, blocks=blocks)
+                             + b"\n" for row in rows))
     atomic_write_bytes(arrivals, orjson.dumps([r.timestamp_ms for r in rows]))
     atomic_write_text(
         plan,
