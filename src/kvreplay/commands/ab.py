@@ -37,7 +37,7 @@ import asyncio
 from kvreplay.api.abtest import ab_args_async as ab_async
 from kvreplay.api.abtest import add_arguments, write_report
 from kvreplay.api.run import install_loop
-from kvreplay.experiments.ab.compare import ci_pct_text
+from kvreplay.experiments.ab.compare import NOT_COMPUTED, ci_pct_text
 from kvreplay.safe_io import echo
 
 __all__ = ["EXIT_ABORTED", "ab_async", "add_arguments", "run"]
@@ -56,18 +56,18 @@ def run(args: argparse.Namespace) -> int:
     result = asyncio.run(ab_async(args))
     if not args.quiet:
         echo(f"verdict: {result['verdict']}")
+        for cav in result.get("caveats") or []:
+            echo(f"  caveat: {cav}")
         reps = result.get("reps") or {}
         if reps and reps["measured"] < reps["planned"]:
             echo(f"  fewer repetitions than planned were measured: {reps['measured']} of {reps['planned']}")
         for c in result["checks"]:
-            echo(
-                f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
-                + (
-                    f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
-                    if c.get("change_pct") is not None
-                    else (f" ({c['reason']})" if c.get("reason") else "")
-                )
-            )
+            line = f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
+            if c.get("change_pct") is not None:
+                line += f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
+            if c.get("reason") and c["decision"] != NOT_COMPUTED:  # not computed: the caveat above says why
+                line += f" ({c['reason']})"
+            echo(line)
         echo(f"experiment directory: {result['_out']}")
     try:
         html = write_report(result["_out"])
