@@ -84,6 +84,7 @@ __all__ = [
     "host_busy",
     "host_busy_text",
     "merge_client",
+    "phase_busy_line",
     "thresholds",
 ]
 
@@ -529,18 +530,38 @@ def host_busy(client: dict[str, Any] | None) -> bool:
     return isinstance(load, (int, float)) and isinstance(cpus, int) and cpus > 0 and load > cpus
 
 
-def host_busy_text(client: dict[str, Any] | None) -> str | None:
+def host_busy_text(client: dict[str, Any] | None, *, load: bool = True) -> str | None:
     """The ``host_busy`` label and sentence of one phase's ``client`` figures; None when not busy.
 
     ``{"host_cpu_wait_share": 0.61}`` -> ``"host_busy (a task on the host waited for a CPU
     61% of the phase)"``; a load average over the CPUs -> ``"host_busy (load average 7.2 on
     2 CPUs)"``. The one wording of ``kvreplay compare``'s reasons and of a run's console,
-    report.md and report.html.
+    report.md and report.html (``phase_busy_line``).
+
+    Args:
+        client: A phase's ``client`` figures (summary.json), or None.
+        load: Count the 1-minute load average too (``host_busy``); False = the phase's own
+            CPU pressure only (a run's own reports: the load average spans a minute, not the phase).
     """
-    if not host_busy(client):
-        return None
     c = client or {}
     share = c.get("host_cpu_wait_share")
     if isinstance(share, (int, float)) and share >= HOST_CPU_WAIT_SHARE:
         return f"host_busy (a task on the host waited for a CPU {share * 100:.0f}% of the phase)"
+    if not load or not host_busy(client):
+        return None
     return f"host_busy (load average {c['host_load_1m']:g} on {c['host_cpus']} CPUs)"
+
+
+def phase_busy_line(phase: dict[str, Any]) -> str | None:
+    """``"phase replay: host_busy (a task on the host waited for a CPU 61% of the phase): ..."``, or None.
+
+    For a summary phase whose ``client.host_cpu_wait_share`` is at least ``HOST_CPU_WAIT_SHARE``:
+    the line a run's console (``runner.observer``), report.md (``report.markdown.render_table``)
+    and report.html (``report.document``) show, in ``host_busy_text``'s words.
+    """
+    client = phase.get("client")
+    text = host_busy_text(client if isinstance(client, dict) else None, load=False)
+    if text is None:
+        return None
+    return (f"phase {phase.get('name')}: {text}: a server on this host waited too, so its latencies "
+            "include the host's CPU shortage (kvreplay compare withholds timing decisions on such phases)")
