@@ -7,7 +7,7 @@ from typing import Any
 from kvreplay.metrics.selfmeasure import phase_busy_line
 from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.calibration import calibration_line, sim_calibration
-from kvreplay.report.cells import Cell, absent, counter_cell, latency_cell, tokens_cell
+from kvreplay.report.cells import Cell, absent, counter_cell, itl_pacing_note, latency_cell, tokens_cell
 from kvreplay.report.units import sim_time_scale
 
 __all__ = ["COUNTER_COLUMNS", "render_markdown", "render_table"]
@@ -112,6 +112,8 @@ def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
     if scale:
         out = (f"Latencies in model ms (measured ms / sim time scale {scale:g}, as in "
                "report.html).\n\n" + out)
+    notes += [f"{ph['name']}: ITL p50 {itl_why}" for ph in summary.get("phases", [])
+              if isinstance(ph, dict) and (itl_why := itl_pacing_note(ph, scale)) is not None]
     notes += [line for ph in summary.get("phases", []) if (line := phase_busy_line(ph))]
     if notes:
         out += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
