@@ -34,3 +34,15 @@ def test_monitor_and_drain_reads_are_not_request_boundaries(tmp_path):
     assert raw_changes(lines) == {"p": {"hits": (0, 30)}}
     assert AT_KINDS == ("before", "monitor", "drain", "phase_end")
 
+
+
+def test_fleet_series_names_have_one_slash_before_metrics():
+    from kvreplay.rundir.counterlog import flatten_raw
+
+    raw = {"http://127.0.0.1:8001": {"/metrics": {"vllm:prefix_cache_hits_total": 5.0}, "slots": {"busy": 1}},
+           "http://127.0.0.1:8002/": {"/metrics": {"vllm:prefix_cache_hits_total": 7.0}}}
+    assert flatten_raw(raw) == {"http://127.0.0.1:8001/metrics/vllm:prefix_cache_hits_total": 5.0,
+                                "http://127.0.0.1:8001/slots/busy": 1,
+                                "http://127.0.0.1:8002/metrics/vllm:prefix_cache_hits_total": 7.0}
+    # one server (halogen's companion /metrics): as before
+    assert flatten_raw({"/metrics": {"hits": 1}, "entries": 3}) == {"/metrics/hits": 1, "entries": 3}
