@@ -40,7 +40,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from kvreplay.errors import KvreplayError
+from kvreplay.errors import ConfigError, KvreplayError
 from kvreplay.offline.routing import loss_sentence, routing_loss
 from kvreplay.offline.sources import ModelRequest, model_requests
 from kvreplay.sim.config import SimConfig
@@ -71,7 +71,16 @@ def sim_fleet_json(config: SimConfig, replicas: int, router: str | None, seed: i
     return {"replicas": replicas, "router": router, "seed": seed, "config": cfg}
 
 
-def _models(run_block: dict[str, Any], n: int) -> tuple[list[SimConfig], str] | None:
+def _models(run_block: dict[str, Any], urls: list[Any]) -> tuple[list[SimConfig], str] | None:
+    n = len(urls)
+    rc = run_block.get("replica_cache")
+    if isinstance(rc, dict) and isinstance(rc.get("per_replica"), list):  # a mixed fleet: a model per replica
+        by = {e.get("url"): e for e in rc["per_replica"] if isinstance(e, dict)}
+        missing = [u for u in urls if not isinstance((by.get(u) or {}).get("config"), dict)]
+        if missing:
+            raise ConfigError(f"no cache model for replica {missing[0]}", field="plan.json run.replica_cache")
+        return [SimConfig.from_mapping(by[u]["config"], where=f"plan.json run.replica_cache ({u})")
+                for u in urls], "per_replica"
     for key in ("sim_fleet", "replica_cache"):
         sf = run_block.get(key)
         if isinstance(sf, dict) and isinstance(sf.get("config"), dict):
@@ -112,7 +121,7 @@ def run_routing_loss(
         return {}
     urls = [r.get("url") if isinstance(r, dict) else r for r in fleet["replicas"]]
     index = {u: i for i, u in enumerate(urls)}
-    found = _models(run_block, len(urls))
+    found = _models(run_block, urls)
     if found is None:
         return {name: {"note": NO_MODEL} for name, _, _ in phases}
     models, source = found
@@ -146,6 +155,12 @@ def run_routing_loss(
             notes.append(f"cache model of every replica calibrated from the probe verdict "
                          f"{run_block['replica_cache'].get('source')}; prompts rendered with the simulator's "
                          "tokenizer, so the figures approximate the server's")
+        elif source == "per_replica":
+            notes.append("each replica's cache model calibrated from its own probe verdict ("
+                         + ", ".join(f"{e.get('url')}: {e.get('source')}"
+                                     for e in run_block["replica_cache"]["per_replica"])
+                         + "), and each replica's tokens converted with its own ratio; prompts rendered with "
+                         "the simulator's tokenizer, so the figures approximate the servers'")
         observed: list[int] | None = [p for p in picks[:last_pos + 1] if p is not None]
         if observed is not None and len(observed) != last_pos + 1:
             observed = None
@@ -165,12 +180,66 @@ def run_routing_loss(
                          "whose records carry usage.prompt_tokens")
         add_server_units(loss, sum(s for s, _ in with_usage) if with_usage else None,
                          sum(t for _, t in with_usage))
+        if source == "per_replica":
+            _per_replica_units(loss, urls, [(r, q, p) for r, q, p in zip(sent, reqs, picks, strict=False)
+                                            if q.counted])
         if loss["observed"] is not None:  # per position of this phase only
             keep = [i for i, m in enumerate(mine[:last_pos + 1]) if m]
             loss["observed"] = {k: [v[i] for i in keep] for k, v in loss["observed"].items()}
         loss["note"] = "; ".join(notes) or None
         out[name] = loss
     return out
+
+
+def _per_replica_units(loss: dict[str, Any], urls: list[Any],
+                       served: list[tuple[dict[str, Any], ModelRequest, int | None]]) -> None:
+    """A mixed fleet's units, replica by replica (in place): each replica's own token ratio.
+
+    For replica ``i``: ``ratio_i`` = its records' ``usage.prompt_tokens`` over the simulated
+    prompt tokens of the same requests (the fleet's ratio where it served none with usage).
+    Every policy's ``cached_tokens_server`` becomes the sum of round(``per_replica_cached_tokens[i]``
+    x ``ratio_i``); ``server_tokens_per_sim_token_per_replica`` lists the ratios, and
+    ``per_replica_vs_measured`` each replica's observed figure (in its server's tokens) against
+    the sum of its records' ``usage.cached_tokens``: ``{"url", "observed_cached_tokens_server",
+    "measured_cached_tokens", "pct"}``. The fleet's ``observed_vs_measured_pct`` and sentence
+    are redone on these figures.
+
+    Args:
+        loss: The phase's ``routing_loss`` object after ``add_server_units``.
+        urls: The replicas' URLs in index order.
+        served: ``(record, model request, replica index or None)`` of every counted request.
+    """
+    n = len(urls)
+    srv, sim, meas = [0] * n, [0] * n, [0] * n
+    for r, q, k in served:
+        if k is None:
+            continue
+        u: dict[str, Any] = r["usage"] if isinstance(r.get("usage"), dict) else {}
+        if isinstance(u.get("prompt_tokens"), int):
+            srv[k] += u["prompt_tokens"]
+            sim[k] += len(q.tokens)
+        meas[k] += int(u.get("cached_tokens") or 0)
+    fleet_ratio = Fraction(sum(srv), sum(sim)) if sum(sim) else None
+    ratios = [Fraction(srv[i], sim[i]) if sim[i] else fleet_ratio for i in range(n)]
+    loss["server_tokens_per_sim_token_per_replica"] = [None if x is None else float(x) for x in ratios]
+    if any(x is None for x in ratios):
+        return
+    for fig in loss["policies"].values():
+        per = fig.get("per_replica_cached_tokens") or []
+        if len(per) == n:
+            fig["cached_tokens_server"] = sum(round(c * ratios[i]) for i, c in enumerate(per))
+    obs = loss["policies"].get("observed")
+    if obs is None:
+        return
+    rows = []
+    for i, u in enumerate(urls):
+        o = round(obs["per_replica_cached_tokens"][i] * ratios[i])
+        rows.append({"url": u, "observed_cached_tokens_server": o, "measured_cached_tokens": meas[i],
+                     "pct": 100.0 * o / meas[i] if meas[i] else None})
+    loss["per_replica_vs_measured"] = rows
+    if loss.get("measured_cached_tokens"):
+        loss["observed_vs_measured_pct"] = 100.0 * obs["cached_tokens_server"] / loss["measured_cached_tokens"]
+    loss["sentence"] = loss_sentence(loss)
 
 
 def add_server_units(loss: dict[str, Any], server_prompt_tokens: int | None, sim_prompt_tokens: int) -> None:

@@ -162,6 +162,11 @@ def routing_loss_section(run: RunData) -> tuple[list[Table], list[str]] | None:
                 line += (f" in the server's tokens (simulator tokens x {ratio:.4g}; "
                          f"{_num(loss.get('observed_vs_measured_pct_sim_tokens'), '{:.2f}%').text} "
                          "in the simulator's tokens)")
+        if cache.get("models"):  # a mixed fleet: each replica's own model (offline.routing)
+            line += f" ({', '.join(cache['models'])})"
+        for row in loss.get("per_replica_vs_measured") or []:  # a mixed fleet, each replica in its own tokens
+            line += (f"; {row['url']}: observed {row['observed_cached_tokens_server']:,} of measured "
+                     f"{row['measured_cached_tokens']:,} cached tokens ({_num(row.get('pct'), '{:.2f}%').text})")
         if loss.get("note"):
             line += f"; {loss['note']}"
         notes.append(line)
