@@ -242,7 +242,8 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
                                       *[f"pair {i}" for i in range(n_pairs)]], rows))
         out.append("<p>Pair cells are candidate / baseline ratios; <i>failed</i> = a block aborted or a phase had "
                    "failures, <i>deferred</i> = not run, <i>n/a</i> = missing or zero in the baseline, "
-                   "<i>not computed</i> = a timing metric at simulator time scale 0.</p>")
+                   "<i>not computed</i> = a timing metric of a block with no modelled time "
+                   "(the simulator at scale 0).</p>")
     return page(f"kvreplay A/B: {arms[-1]} vs {arms[0]}", out)
 
 

@@ -629,7 +629,7 @@ def render_compare(result: dict[str, Any], arms: list[str]) -> str:
         "",
         "Pair cells are candidate / baseline ratios; `failed` = a block aborted or a phase had failures, "
         "`deferred` = not run, `n/a` = the metric is missing or zero in the baseline, "
-        "`not computed` = a timing metric at simulator time scale 0.",
+        "`not computed` = a timing metric of a block with no modelled time (the simulator at scale 0).",
         "",
     ]
     return "\n".join(lines)
