@@ -67,11 +67,14 @@ from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.comparability import BLOCKING_FIELDS, comparability
 from kvreplay.experiments.ab.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
 from kvreplay.experiments.ab.resolution import (
+    NOT_COMPUTED,
     busy_acceptance,
     busy_caveat,
     client_noise,
+    protected_width,
     resolution_gate,
     split_half,
+    untimed_reason,
 )
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
@@ -80,6 +83,7 @@ from kvreplay.rundir import PLAN, SUMMARY, read_json_checked
 __all__ = [
     "BLOCKING_FIELDS",
     "METRICS",
+    "NOT_COMPUTED",
     "Threshold",
     "ci_pct_text",
     "compare_blocks",
@@ -465,46 +469,6 @@ def compare_blocks(
     }
 
 
-NOT_COMPUTED = "not computed"
-"""A timing metric's cells and checks when a block ran at simulator time scale 0."""
-
-
-def untimed_reason(pairs: list[dict[str, Any]]) -> str | None:
-    """Why timing metrics are not computed for these pairs: a block ran the simulator at time scale 0.
-
-    A block's scale is its plan.json ``run.sim_time_scale`` (``kvreplay ab --target sim``);
-    at 0 the simulator sleeps for nothing, so a latency is the client's and the host's
-    scheduling, not the arm's: a 1.5x slower prefill read TTFT p50 -15.84%. Only counted
-    metrics (``cached_tokens``, ``ratio:...``) are compared then.
-
-    Returns:
-        ``"the simulator ran at time scale 0 (no modelled time) in blocks/00-off, ...: latencies
-        and rates are the host's scheduling, not the arms'; only counted metrics (cached_tokens,
-        ratio:...) are compared"``, or None.
-    """
-    dirs = []
-    for pr in pairs:
-        for side in ("baseline", "candidate"):
-            blk = pr[side]
-            scale = ((blk.get("plan") or {}).get("run") or {}).get("sim_time_scale")
-            if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale == 0:
-                dirs.append(Path(str(blk["dir"])).name)
-    if not dirs:
-        return None
-    named = ", ".join(dirs[:4]) + (f" and {len(dirs) - 4} more" if len(dirs) > 4 else "")
-    return (f"the simulator ran at time scale 0 (no modelled time) in {named}: latencies and rates are the "
-            "host's scheduling, not the arms'; only counted metrics (cached_tokens, ratio:...) are compared")
-
-
-def _protected_width(t: Threshold, ci: list[float]) -> str | None:
-    """Why an ``ok`` protected check cannot stand: its interval (percent) is wider than its bound; else None."""
-    width = ci[1] - ci[0]
-    if t.role != "protected" or width <= abs(t.pct):
-        return None
-    return (f"the interval {ci_pct_text(ci)} is {width:.3g}% wide, wider than the {abs(t.pct):g}% bound: "
-            "it cannot show that the change stays within it")
-
-
 def _decide_check(t: Threshold, found: dict[str, Any], clients: list[dict[str, Any]],
                   accept_busy_host: float | None) -> dict[str, Any]:
     """One check's ``decision``, ``n``, intervals, ``split_half``, and ``reason`` / ``caveats`` where set.
@@ -535,7 +499,7 @@ def _decide_check(t: Threshold, found: dict[str, Any], clients: list[dict[str, A
         else:
             why = f"{noise}; not accepted with --accept-busy-host {accept_busy_host:g}: {refusal}"
     if decision == "ok" and why is None:
-        why = _protected_width(t, found["ci_change_pct"])
+        why = protected_width(t.pct, found["ci_change_pct"]) if t.role == "protected" else None
         if why is not None:
             decision = "no decision"
     out: dict[str, Any] = {"decision": decision, "n": found["n"], "ci_change_pct": found["ci_change_pct"],

@@ -43,13 +43,15 @@ a reason that starts ``below resolution`` or names the disagreement:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from kvreplay.experiments.stats import median
 from kvreplay.metrics.selfmeasure import HOST_CPU_WAIT_SHARE, host_busy, host_busy_text
 
-__all__ = ["ACCEPT_BUSY_FACTOR", "HOST_CPU_WAIT_SHARE", "SPREAD_FACTOR", "busy_acceptance", "busy_caveat",
-           "client_noise", "host_busy", "host_busy_text", "resolution_gate", "split_half", "spread_pct", "step_us"]
+__all__ = ["ACCEPT_BUSY_FACTOR", "HOST_CPU_WAIT_SHARE", "NOT_COMPUTED", "SPREAD_FACTOR", "busy_acceptance",
+           "busy_caveat", "client_noise", "host_busy", "host_busy_text", "protected_width", "resolution_gate",
+           "split_half", "spread_pct", "step_us", "untimed_reason"]
 
 _DECISIVE = ("benefit", "regression")
 
@@ -225,3 +227,56 @@ def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
         return "no decision", (f"not repeatable: the two halves of the repetitions disagree "
                                f"({halves['first_pct']:+.3g}% and {halves['second_pct']:+.3g}%)")
     return decision, None
+
+
+NOT_COMPUTED = "not computed"
+"""A timing metric's cells and checks when a block ran at simulator time scale 0."""
+
+
+def untimed_reason(pairs: list[dict[str, Any]]) -> str | None:
+    """Why timing metrics are not computed for these pairs: a block ran the simulator at time scale 0.
+
+    A block's scale is its plan.json ``run.sim_time_scale`` (``kvreplay ab --target sim``);
+    at 0 the simulator sleeps for nothing, so a latency is the client's and the host's
+    scheduling, not the arm's: a 1.5x slower prefill read TTFT p50 -15.84%. Only counted
+    metrics (``cached_tokens``, ``ratio:...``) are compared then (``compare.compare_blocks``).
+
+    Args:
+        pairs: ``compare.load_pairs``' pairs (each side's ``dir`` and ``plan``).
+
+    Returns:
+        ``"the simulator ran at time scale 0 (no modelled time) in 00-off, 01-on: latencies
+        and rates are the host's scheduling, not the arms'; only counted metrics (cached_tokens,
+        ratio:...) are compared"`` (four block directories named, then a count), or None.
+    """
+    dirs = []
+    for pr in pairs:
+        for side in ("baseline", "candidate"):
+            blk = pr[side]
+            scale = ((blk.get("plan") or {}).get("run") or {}).get("sim_time_scale")
+            if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale == 0:
+                dirs.append(Path(str(blk["dir"])).name)
+    if not dirs:
+        return None
+    named = ", ".join(dirs[:4]) + (f" and {len(dirs) - 4} more" if len(dirs) > 4 else "")
+    return (f"the simulator ran at time scale 0 (no modelled time) in {named}: latencies and rates are the "
+            "host's scheduling, not the arms'; only counted metrics (cached_tokens, ratio:...) are compared")
+
+
+def protected_width(threshold_pct: float, ci_change_pct: list[float]) -> str | None:
+    """Why a protected check's ``ok`` cannot stand: its interval is wider than its bound; else None.
+
+    Args:
+        threshold_pct: The protected check's signed bound (percent, e.g. +3).
+        ci_change_pct: The interval of the change ``[lo, hi]`` (percent).
+
+    Returns:
+        ``"the interval [-40.00%, +2.00%] is 42% wide, wider than the 3% bound: it cannot show
+        that the change stays within it"`` when ``hi - lo`` exceeds ``|threshold_pct|``.
+    """
+    lo, hi = ci_change_pct
+    width = hi - lo
+    if width <= abs(threshold_pct):
+        return None
+    return (f"the interval [{lo:+.2f}%, {hi:+.2f}%] is {width:.3g}% wide, wider than the {abs(threshold_pct):g}% "
+            "bound: it cannot show that the change stays within it")
