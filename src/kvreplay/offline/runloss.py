@@ -12,7 +12,11 @@ this module turns them, the frozen plan and the replicas' cache models into
 - the cache model of each replica: the simulator's configuration when the target
   was the embedded fleet (plan.json ``run.sim_fleet.config``), else the model a probe
   verdict calibrates (``--replica-cache-from VERDICT``: ``run.replica_cache.config``,
-  said in ``note``); otherwise none is known and the phase gets
+  said in ``note``), or each replica's own (``--replica URL,verdict=FILE``:
+  ``run.replica_cache.per_replica``, each replica's tokens then converted with its own
+  ratio), or, for an external ``serve-sim`` fleet, each replica's ``/version`` cache
+  configuration as the run's identity read kept it (``version_models``); otherwise none is
+  known and the phase gets
   ``{"note": "no cache model: routing loss not computed"}``;
 - the observed assignment: each record's ``replica`` mapped to its index in
   plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
@@ -46,7 +50,7 @@ from kvreplay.offline.sources import ModelRequest, model_requests
 from kvreplay.sim.config import SimConfig
 
 __all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "add_server_units", "finish_routing_loss",
-           "run_routing_loss", "sim_fleet_json"]
+           "run_routing_loss", "sim_fleet_json", "version_models"]
 
 NO_MODEL = "no cache model: routing loss not computed"
 """The ``note`` of a phase whose replicas' cache models are not known."""
@@ -69,6 +73,42 @@ def sim_fleet_json(config: SimConfig, replicas: int, router: str | None, seed: i
     cfg = {k: (list(v) if isinstance(v, tuple) else v) for k in SIM_FLEET_FIELDS
            if (v := getattr(config, k)) is not None}
     return {"replicas": replicas, "router": router, "seed": seed, "config": cfg}
+
+
+_VERSION_KEYS = {"model": "cache", "entries": "cache_entries", "snapshots": "snapshots",
+                 "snapshot_at": "snapshot_at", "entries_recency": "entries_recency",
+                 "bytes_per_token": "bytes_per_token", "max_entry_bytes": "max_entry_bytes", "max_bytes": "max_bytes",
+                 "block_size": "block_size", "device_blocks": "device_blocks", "host_rows": "host_rows",
+                 "host_pages": "host_pages", "page_tokens": "page_tokens", "host_evict": "host_evict"}
+"""A serve-sim ``/version`` ``cache`` key -> its ``SimConfig`` field (``sim.server.cache_identity``)."""
+
+
+def version_models(summary: dict[str, Any], urls: Sequence[Any]) -> dict[str, Any] | None:
+    """A ``run.replica_cache`` block from each replica's ``/version`` cache configuration, or None.
+
+    An external ``kvreplay serve-sim`` fleet states each replica's cache in its ``/version``
+    (``sim.server.cache_identity``), which the run's identity read keeps
+    (summary.json ``identity.before.replicas[URL].version.cache``): with it every replica has
+    its cache model without a verdict. None when some replica's identity has no such object
+    (a real server).
+
+    Returns:
+        ``{"source": "/version", "from_version": True, "per_replica": [{"url", "source", "config"}]}``.
+    """
+    ident = ((summary.get("identity") or {}).get("before") or {})
+    reps = ident.get("replicas") if isinstance(ident, dict) else None
+    if not isinstance(reps, dict) or not urls:
+        return None
+    per = []
+    for u in urls:
+        ver = (reps.get(u) or {}).get("version") if isinstance(reps.get(u), dict) else None
+        cache = ver.get("cache") if isinstance(ver, dict) else None
+        if not isinstance(cache, dict) or cache.get("model") not in ("entries", "radix"):
+            return None
+        cfg = {f: (tuple(v) if isinstance(v, list) else v) for k, f in _VERSION_KEYS.items()
+               if (v := cache.get(k)) is not None}
+        per.append({"url": u, "source": f"{u}/version", "config": cfg})
+    return {"source": "/version", "from_version": True, "per_replica": per}
 
 
 def _models(run_block: dict[str, Any], urls: list[Any]) -> tuple[list[SimConfig], str] | None:
@@ -155,6 +195,9 @@ def run_routing_loss(
             notes.append(f"cache model of every replica calibrated from the probe verdict "
                          f"{run_block['replica_cache'].get('source')}; prompts rendered with the simulator's "
                          "tokenizer, so the figures approximate the server's")
+        elif source == "per_replica" and run_block["replica_cache"].get("from_version"):
+            notes.append("each replica's cache model read from its /version (kvreplay serve-sim's cache "
+                         "configuration; outputs at the simulator's default lengths)")
         elif source == "per_replica":
             notes.append("each replica's cache model calibrated from its own probe verdict ("
                          + ", ".join(f"{e.get('url')}: {e.get('source')}"
@@ -296,6 +339,10 @@ def add_routing_loss(run_dir: Path, summary: dict[str, Any], *, plan: Any = None
     run_block = (read_plan(run_dir) or {}).get("run") or {}
     if not isinstance(run_block.get("fleet"), dict):
         return False
+    if not any(isinstance(run_block.get(k), dict) for k in ("sim_fleet", "replica_cache")):
+        urls = [r.get("url") if isinstance(r, dict) else r for r in run_block["fleet"].get("replicas") or []]
+        if (vm := version_models(summary, urls)) is not None:  # an external serve-sim fleet
+            run_block = {**run_block, "replica_cache": vm}
     try:
         if workload is None:
             workload = load_workload(load_plan_json(run_dir / PLAN)[0].workload_path)
