@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kvreplay.evidence.vocab import DEVICE_KEYS, HOST_KEYS
-from kvreplay.experiments.findings import PhaseView, compare_tables, load_views, restore_findings, tiers
+from kvreplay.experiments.findings import PhaseView, compare_tables, load_views, not_run, restore_findings, tiers
 from kvreplay.experiments.steps import CellContext, kind_of
 from kvreplay.report.html import escape, page
 from kvreplay.rundir import write_result
@@ -94,7 +94,7 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "steps": steps,
         "cells": with_caveats(cells(steps, frozen, views, findings, root=out), frozen, unread, views),
         "findings": findings,
-        "compare": compare_tables(views, frozen.get("compare", [])),
+        "compare": compare_caveats(compare_tables(views, frozen.get("compare", [])), views),
         "tiers": tiers(views),
         "time": {"sim_time_scale": {k: v for k, v in scales.items() if v is not None},
                  "latency": latency_line(scales, is_sim, ((frozen.get("server") or {}).get("sim") or {})
@@ -118,7 +118,8 @@ def with_caveats(cells_: list[dict[str, Any]], frozen: dict[str, Any],
 
     In this order, each at most once per cell:
 
-    - ``invalid_phase: phase P invalid: REASONS`` on every cell of a phase with ``valid: false``;
+    - ``invalid_phase: phase P invalid: REASONS`` on every cell of a phase with ``valid: false``
+      that sent something (a phase that never started has its cells' reason instead);
     - ``client_bound: phase P was client-bound (loop lag p99 X ms, client CPU Y%)`` on the
       latency cells (``*_ms``) of a phase the run's client self-check labels client-bound
       (``client_bound: true`` in its summary; ``metrics.selfmeasure``);
@@ -156,10 +157,29 @@ def with_caveats(cells_: list[dict[str, Any]], frozen: dict[str, Any],
     return cells_
 
 
+def compare_caveats(tables: list[dict[str, Any]], views: list[PhaseView]) -> list[dict[str, Any]]:
+    """Add ``caveats`` to each compare row whose sides' cells carry one (``with_caveats``' rules).
+
+    A row's ``caveats`` are side a's then side b's ``invalid_phase``, ``client_bound`` and
+    ``absent_counter`` caveats for that metric (``_phase_caveats``), each prefixed with the
+    side (``A0/replay: client_bound: ...``): a ratio of client-bound latencies reads beside
+    the caveat, as its cells do. Rows with none get no key.
+    """
+    by = {v.ref: v for v in views}
+    for t in tables:
+        for row in t.get("rows") or []:
+            notes = [f"{ref}: {n}" for ref in (t["a"], t["b"]) if (v := by.get(ref)) is not None
+                     for n in _phase_caveats(v.summary, v.phase, row["metric"])]
+            if notes:
+                row["caveats"] = notes
+    return tables
+
+
 def _phase_caveats(ph: dict[str, Any], phase: str, metric: str) -> list[str]:
     """The ``invalid_phase``, ``client_bound`` and ``absent_counter`` caveats of one cell (``with_caveats``)."""
     notes = []
-    if ph.get("valid", True) is False:
+    # a phase that never started is not "invalid ... no reason given": its cells' reason says why
+    if ph.get("valid", True) is False and not_run(ph) is None and ph.get("sent") != 0:
         notes.append(f"invalid_phase: phase {phase} invalid: "
                      + "; ".join(ph.get("invalid_reasons") or ["no reason given"]))
     if metric.endswith("_ms") and ph.get("client_bound") is True:
@@ -267,9 +287,11 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
     for t in result["compare"]:
         title = f"Compare {t['a']} vs {t['b']}"
         if "rows" in t:
-            out.append((title, ["metric", t["a"], t["b"], "ratio b/a"],
+            cav = any(r.get("caveats") for r in t["rows"])  # beside each ratio, where some row has one
+            out.append((title, ["metric", t["a"], t["b"], "ratio b/a"] + (["caveats"] if cav else []),
                         [[_metric(r["metric"], "a_model_ms" in r), r.get("a_model_ms", r["a"]),
-                          r.get("b_model_ms", r["b"]), r["ratio"]] for r in t["rows"]]))
+                          r.get("b_model_ms", r["b"]), r["ratio"]]
+                         + (["; ".join(r.get("caveats") or []) or None] if cav else []) for r in t["rows"]]))
         else:
             out.append((title, ["note"], [[t["note"]]]))
     # a window that ran at a time scale names every latency cell in model time, measured or not

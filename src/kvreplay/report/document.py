@@ -20,8 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvreplay.clock import model_time_scale
+from kvreplay.metrics.selfmeasure import phase_busy_line
 from kvreplay.report.calibration import calibration_line, sim_calibration
-from kvreplay.report.cells import Cell, absent, failed, measured
+from kvreplay.report.cells import Cell, absent, failed, itl_pacing_note, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.fleet import replica_section, routing_loss_plots, routing_loss_section
@@ -212,6 +213,10 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "
                 "Its figures are shown as failed, not measured."
             )
+        if (itl := itl_pacing_note(ph, sim_time_scale(plan, s))) is not None:
+            rep.banners.append(f"Phase {ph['name']}: ITL {itl}.")
+        if busy := phase_busy_line(ph):  # kvreplay compare's words (metrics.selfmeasure)
+            rep.banners.append(busy[:1].upper() + busy[1:])
     if s.get("phases") or plan.get("phases"):
         if sc is None:
             sc = scan(run)

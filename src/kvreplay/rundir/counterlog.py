@@ -63,6 +63,8 @@ HIT_RATE_TOL = 1e-6
 def flatten_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """A snapshot's ``raw`` with nested objects flattened (``/metrics`` -> ``/metrics/NAME``).
 
+    A fleet's ``{replica URL: {"/metrics": {...}}}`` reads ``http://HOST:PORT/metrics/NAME``
+    (one slash: a key that starts with ``/`` is joined as a path, never ``...//metrics``).
     A flat ``raw`` with string keys is returned as it is (not copied: 50k series cost ~10 ms to copy).
     """
     if not any(isinstance(v, dict) for v in raw.values()) and all(isinstance(k, str) for k in raw):
@@ -71,7 +73,7 @@ def flatten_raw(raw: dict[str, Any]) -> dict[str, Any]:
     for k, v in raw.items():
         if isinstance(v, dict):
             for k2, v2 in flatten_raw(v).items():
-                out[f"{k}/{k2}"] = v2
+                out[f"{str(k).rstrip('/')}{k2}" if k2.startswith("/") else f"{k}/{k2}"] = v2
         else:
             out[str(k)] = v
     return out

@@ -223,3 +223,13 @@ def test_check_cells_value_is_measured():
     cells = check_cells("ready")
     assert cells({"name": "X", "status": "failed", "reason": "no"}, {}, None) == [
         {"step": "X", "metric": "ready", "status": "failed", "value": False, "reason": "no"}]
+
+
+def test_a_check_cell_that_never_ran_has_no_value_not_false():
+    from kvreplay.experiments.steps.base import check_cells
+
+    cell = check_cells("identity_restored")
+    got = {st: cell({"name": "restore", "status": st, "reason": "r"}, {}, None)[0]["value"]
+           for st in ("measured", "failed", "not_run", "deferred", "skipped", "aborted")}
+    assert got == {"measured": True, "failed": False, "not_run": None, "deferred": None, "skipped": None,
+                   "aborted": None}

@@ -77,3 +77,15 @@ def test_a_run_whose_other_series_did_not_move_writes_no_run_end_line(tmp_path):
     log.close()
     log.close()  # twice: still one file, nothing added
     assert [ln["at"] for ln in read_counter_log(path)] == ["before", "phase_end"]
+
+
+def test_fleet_series_names_have_one_slash_before_metrics():
+    from kvreplay.rundir.counterlog import flatten_raw
+
+    raw = {"http://127.0.0.1:8001": {"/metrics": {"vllm:prefix_cache_hits_total": 5.0}, "slots": {"busy": 1}},
+           "http://127.0.0.1:8002/": {"/metrics": {"vllm:prefix_cache_hits_total": 7.0}}}
+    assert flatten_raw(raw) == {"http://127.0.0.1:8001/metrics/vllm:prefix_cache_hits_total": 5.0,
+                                "http://127.0.0.1:8001/slots/busy": 1,
+                                "http://127.0.0.1:8002/metrics/vllm:prefix_cache_hits_total": 7.0}
+    # one server (halogen's companion /metrics): as before
+    assert flatten_raw({"/metrics": {"hits": 1}, "entries": 3}) == {"/metrics/hits": 1, "entries": 3}

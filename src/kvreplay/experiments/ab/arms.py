@@ -58,7 +58,7 @@ from kvreplay.plan import PhaseSpec, Plan
 from kvreplay.runner.usercmd import run_user_command
 from kvreplay.safe_io import atomic_write_json, write_markdown
 
-__all__ = ["Arm", "block_order", "block_phase_specs", "parse_arm", "sim_arm_config", "wait_ready"]
+__all__ = ["Arm", "block_order", "block_phase_specs", "parse_arm", "parse_select", "sim_arm_config", "wait_ready"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,24 @@ def parse_arm(text: str) -> Arm:
             field="--arm",
         )
     return Arm(name, cmd.strip())
+
+
+def parse_select(text: str, *, field: str = "--select") -> str:
+    """``ab --select``: ``all``, ``firstN`` / ``lastN`` (as ``--phase``'s tokens) or ``first:N`` / ``last:N``.
+
+    Returns:
+        The plan's selection: ``"all"``, ``"first:N"`` or ``"last:N"`` (``first8`` -> ``"first:8"``).
+
+    Raises:
+        ConfigError: anything else, or N < 1 (naming ``field``).
+    """
+    t = text.strip().lower()
+    if t == "all":
+        return t
+    m = re.fullmatch(r"(first|last):?(\d+)", t)
+    if not m or int(m.group(2)) < 1:
+        raise ConfigError(f"{text!r}: expected all, firstN or lastN with N >= 1 (e.g. first8)", field=field)
+    return f"{m.group(1)}:{int(m.group(2))}"
 
 
 def block_phase_specs(text: str, order: str, select: str | list[int] | tuple[int, ...] = "all", *,
@@ -322,6 +340,7 @@ async def run_ab(
     sim_calibration: dict[str, Any] | None = None,
     replicas: tuple[Any, ...] = (),
     fleet_options: dict[str, Any] | None = None,
+    accept_busy_host: float | None = None,
 ) -> dict[str, Any]:
     """Run every block in the frozen order, then compare (see module docstring).
 
@@ -359,6 +378,9 @@ async def run_ab(
             (``backends.fleet``); empty: one server.
         fleet_options: The ``RunOptions`` fields of that fleet (``replicas``,
             ``replica_header``, ``fleet_json``: ``runner.fleet.fleet_run_fields``).
+        accept_busy_host: ``--accept-busy-host``'s factor for the comparison
+            (``compare.compare_blocks``), kept in ab.json so that ``kvreplay compare``
+            redoes it; None = timing decisions on a busy host are withheld.
 
     Against the simulator each block's ``plan.json`` records its arm's time scale
     (``run.sim_time_scale``, as ``kvreplay run --target sim``), so the block reports give
@@ -412,6 +434,8 @@ async def run_ab(
         "cmd_timeout_s": cmd_timeout_s,
         "identity_pins": [p.to_json() for p in (contract or {}).get("identity_pins", ())],
     }
+    if accept_busy_host is not None:
+        doc["accept_busy_host"] = accept_busy_host
     if is_sim:
         doc["sim_time_scale"] = {a.name: sim_cfgs[a.name].time_scale for a in arms}
         if sim_calibration is not None:
@@ -552,7 +576,7 @@ async def run_ab(
     doc["stopped"] = stopped
     atomic_write_json(out / "ab.json", doc)
     pairs, arm_names = load_pairs([out])
-    result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps)
+    result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps, accept_busy_host=accept_busy_host)
     if stopped:
         result["reasons"].insert(0, stopped)
     atomic_write_json(out / "compare.json", result)

@@ -166,12 +166,16 @@ def _no_lifecycle(frozen_step: dict[str, Any], server: dict[str, Any]) -> list[t
 def check_cells(metric: str) -> Callable[[dict[str, Any], dict[str, Any], CellContext], list[Cell]]:
     """A ``cells`` hook giving one cell, ``metric``, for a step that checks something and sends nothing.
 
-    The cell's status and reason are the step's; its value is True exactly when the
-    step was measured.
+    The cell's status and reason are the step's; its value is True when the step was
+    measured, False when it ran and failed, and None (no value) when it never ran
+    (``not_run``, ``deferred``, ``skipped``, ``aborted``): a check that was not made
+    is neither passed nor failed.
     """
     def cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) -> list[Cell]:
-        return [{"step": step["name"], "metric": metric, "status": step["status"],
-                 "value": step["status"] == "measured", "reason": step.get("reason")}]
+        status = step["status"]
+        value = True if status == "measured" else (False if status == "failed" else None)
+        return [{"step": step["name"], "metric": metric, "status": status, "value": value,
+                 "reason": step.get("reason")}]
 
     return cells
 
