@@ -350,9 +350,10 @@ def test_trace_ab_window_with_background_serve_sim(tmp_path, capsys):
         ready = next(s for s in result(out)["steps"] if s["name"] == "restore")["checks"]["ready"]["endpoint"]
         url = ready.rsplit("/", 1)[0]
         port, pid = int(url.rsplit(":", 1)[1]), int((out / "sim.pid").read_text())
-        assert result(out)["left_running"] == {
+        assert result(out)["left_running"] == [{
             "url": url, "port": port, "pid": pid, "pid_source": "owner of the listening socket",
-            "by": "the incumbent server restored by step restore", "note": None}
+            "by": "the incumbent server restored by step restore", "note": None, "command": None,
+            "why": "the incumbent server restored by step restore"}]
         line = (f"left running: the incumbent server restored by step restore at {url} (port {port}, pid {pid} "
                 f"(owner of the listening socket)); kvreplay does not stop it; stop it with: kill {pid}")
         assert line + "\n" in capsys.readouterr().err
@@ -496,7 +497,7 @@ kind = "restore"
     proc = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-m", "kvreplay",
                            "experiment", str(f), "--out", str(out), "--quiet"],
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=100)
-    lr = result(out)["left_running"]
+    (lr,) = result(out)["left_running"] or [None]
     pid = lr["pid"] if lr else None
     try:
         err = proc.stderr.decode()

@@ -113,7 +113,8 @@ def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_chec
         "failed", f"fixed_bytes: the workload {(wl_dir / 'window-ab-1024').resolve()} changed since the freeze "
                   f"(sha256 {frozen[:12]} frozen, {now[:12]} now); the step sends nothing")
     assert not (out / "steps" / "05-trace" / "ab.json").exists() and res["trace"]["started"] is None
-    assert (res["restore"]["status"], res["restore"]["reason"]) == ("failed", "restore check containment failed (rc 4)")
+    assert (res["restore"]["status"], res["restore"]["reason"]) == (
+        "failed", "restore check containment failed (rc 4): candidate still loaded")
     cells = {c["metric"]: c for c in r["cells"] if c["step"] == "restore"}
     assert cells["restore_check.containment"] == {"step": "restore", "metric": "restore_check.containment",
                                                   "status": "failed", "value": False,

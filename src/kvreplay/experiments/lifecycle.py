@@ -44,6 +44,7 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
+from kvreplay.experiments.ledger import Ledger, group_members, group_roots, reap_group
 from kvreplay.experiments.model import STOP_GRACE_S, Command, ServerSpec
 from kvreplay.runner.usercmd import log_tail, run_user_command
 
@@ -70,20 +71,41 @@ def expand(template: str, *, port: int | None, out_dir: Path, here: Path | None 
     return template
 
 
-async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float, ledger: Ledger | None = None,
+                      port: int | None = None, reap: bool = False) -> dict[str, Any]:
     """Run a user command to completion under the user-command contract.
 
+    Args:
+        cmd: Shell line (``/bin/sh -c``).
+        name: Log file stem (``<log_dir>/<name>.log``).
+        log_dir: Where the log goes.
+        timeout_s: Bound on the command (s); its process group is killed then.
+        ledger: The experiment's process ledger: the command is written to it as it starts.
+        port: The ``{port}`` the command was given (for the ledger).
+        reap: Stop what the command left running in its process group once it has exited
+            (``ledger.reap_group``: quiesce and check commands); else it stays, in the ledger.
+
     Returns:
-        ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``; ``rc`` is None on
+        ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``, and ``"reaped"``
+        (``ledger.reap_group``'s record) when something was left and stopped; ``rc`` is None on
         timeout (the process group was killed). Runs through ``runner.usercmd``.
     """
-    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
-    return {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status, "timed_out": res.timed_out,
-            "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
+    def noted(pid: int) -> None:
+        if ledger is not None:
+            ledger.record(pid, name=name, cmd=cmd, port=port, log_dir=log_dir)
+
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s, on_spawn=noted)
+    got: dict[str, Any] = {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status,
+                           "timed_out": res.timed_out, "wall_s": round(res.duration_s, 3), "log": str(res.log_path),
+                           "tail": res.log_tail[-2048:]}
+    if reap and res.pid is not None and (reaped := await reap_group(res.pid)) is not None:
+        got["reaped"] = reaped
+    return got
 
 
-async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
-    """Run a restore check (``run_command``), its output captured redacted through ``safe_io``.
+async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float,
+                    ledger: Ledger | None = None, port: int | None = None) -> dict[str, Any]:
+    """Run a restore check (``run_command``, what it leaves running reaped), its output captured redacted.
 
     The command writes ``<log_dir>/check-NAME.log`` itself; once it has exited the log is
     rewritten through ``safe_io.atomic_write_text`` (registered secrets redacted).
@@ -94,7 +116,8 @@ async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> 
     """
     from kvreplay.safe_io import atomic_write_text
 
-    got = await run_command(cmd, name=f"check-{name}", log_dir=log_dir, timeout_s=timeout_s)
+    got = await run_command(cmd, name=f"check-{name}", log_dir=log_dir, timeout_s=timeout_s, ledger=ledger,
+                            port=port, reap=True)
     log = Path(got["log"])
     try:
         atomic_write_text(log, log.read_bytes().decode("utf-8", "replace"))
@@ -146,51 +169,6 @@ def listening_pid(port: int) -> int | None:
             except OSError:
                 continue
     return None
-
-
-def _group_stat(pgid: int) -> dict[int, int]:
-    """``{pid: ppid}`` of the live (not zombie) processes whose process group is ``pgid``, from ``/proc``.
-
-    Source: proc(5), ``/proc/PID/stat``: field 3 is the state (``Z`` zombie), field 4 the
-    parent pid, field 5 the process group; fields are counted after the command name's
-    closing parenthesis. Empty where ``/proc`` cannot be read.
-    """
-    out: dict[int, int] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    want = str(pgid).encode()
-    for d in names:
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read(4096)
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != b"Z" and fields[2] == want:
-            out[int(d)] = int(fields[1])
-    return out
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of the live (not zombie) processes whose process group is ``pgid``, read from ``/proc`` (proc(5))."""
-    return sorted(_group_stat(pgid))
-
-
-def group_roots(pgid: int) -> list[int]:
-    """The members of process group ``pgid`` whose parent is not in the group: the ones to ask to stop.
-
-    A server stops its own workers when asked (vLLM's API server its engine core); a
-    SIGTERM to every process of the group at once makes a worker die under a server
-    that is still shutting down (vLLM logs ``EngineDeadError``). A shell wrapper that
-    exits on SIGTERM leaves its child with a parent outside the group: the child is a
-    root then, and is asked in turn.
-    """
-    members = _group_stat(pgid)
-    return sorted(pid for pid, ppid in members.items() if ppid not in members)
 
 
 def port_answers(url: str, timeout_s: float = 0.5) -> bool:
@@ -270,11 +248,16 @@ class _Background:
         self.proc, self.info = proc, info
 
     @classmethod
-    def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
+    def spawn(cls, cmd: str, *, name: str, log_dir: Path, ledger: Ledger | None = None,
+              port: int | None = None) -> _Background:
+        """Start ``cmd``; with ``ledger``, write it there at once (pid, group, start time, port)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
         proc = _Child.spawn(["/bin/sh", "-c", cmd], log)
-        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
+        if ledger is not None:
+            ledger.record(proc.pid, name=name, cmd=cmd, port=port, log_dir=log_dir)
+        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log),
+                          "port": port})
 
     @property
     def exited(self) -> int | None:
@@ -368,6 +351,7 @@ class ServerControl:
         self.bg: _Background | None = None
         self.kept: dict[str, Any] | None = None
         self.backend_name = spec.counter_backend
+        self.ledger = Ledger(out_dir)
 
     def base_sim_config(self, overlay: dict[str, Any] | None = None) -> Any:
         """``[server.sim]`` (with ``overlay``) as a ``SimConfig``.
@@ -401,8 +385,8 @@ class ServerControl:
             self.bg = None
         if self.spec.stop is not None:
             text = expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
-            done.append(await run_command(text,
-                                          name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s))
+            done.append(await run_command(text, name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s,
+                                          ledger=self.ledger, port=self.port))
         return done
 
     async def start_with(self, command: Command, name: str, log_dir: Path) -> list[dict[str, Any]]:
@@ -412,10 +396,11 @@ class ServerControl:
         self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir, here=self.here)
         text = expand(command.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
         if command.background:
-            self.bg = _Background.spawn(text, name=name, log_dir=log_dir)
+            self.bg = _Background.spawn(text, name=name, log_dir=log_dir, ledger=self.ledger, port=self.port)
             cmds.append(self.bg.info)
         else:
-            cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s))
+            cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s,
+                                          ledger=self.ledger, port=self.port))
         return cmds
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:

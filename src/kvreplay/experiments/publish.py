@@ -21,9 +21,11 @@ exists; the reports link it), ``cells`` (``step``, ``metric``, ``status``, ``val
 ``evidence``, ``next``); also ``identity`` (the snapshot before the first
 step), ``compare`` (the side-by-side tables), ``tiers``, ``time``
 (``{"sim_time_scale": {step: scale}, "latency": words}``: which steps ran at a simulator
-time scale; ``experiments.timescale``) and ``left_running`` (null or the server this
-window left listening: ``{"url", "port", "pid", "pid_source", "by", "note"}``,
-``experiments.lifecycle.left_running``).
+time scale; ``experiments.timescale``) and ``left_running`` (null or a list of what this
+window left running: the server at its URL, ``{"url", "port", "pid", "pid_source", "by",
+"note", "command", "why"}`` (``experiments.lifecycle.left_running``), then each other live
+process of the window's ledger, ``{"pid", "pgid", "port", "command", "why", ...}``
+(``experiments.ledger``); a result.json written before the ledger holds one server or null).
 
 ``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
 steps deferred``), the window's abort, the latency convention (model ms at a
@@ -54,7 +56,8 @@ __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
-                 left_running: dict[str, Any] | None = None, unread: dict[str, Any] | None = None) -> dict[str, Any]:
+                 left_running: list[dict[str, Any]] | None = None,
+                 unread: dict[str, Any] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring).
 
     ``unread``: the series the server exposes that the backend does not read
@@ -233,11 +236,25 @@ def status_line(result: dict[str, Any]) -> str:
     return "incomplete: the window was aborted" if result.get("aborted") else "complete"
 
 
-def left_line(lr: dict[str, Any] | None) -> str | None:
-    """``left running: ...`` naming the server this window left listening (URL, port, pid), or None."""
+def left_line(lr: list[dict[str, Any]] | dict[str, Any] | None) -> str | None:
+    """``left running: ...`` naming each process this window left running (URL, port, pid), or None.
+
+    ``lr``: ``result.json``'s ``left_running``: a list (one line each, joined by newlines), or
+    one server (a result.json written before the process ledger).
+    """
     if not lr:
         return None
+    if isinstance(lr, list):
+        return "\n".join(x for x in (_left_one(e) for e in lr) if x) or None
+    return _left_one(lr)
+
+
+def _left_one(lr: dict[str, Any]) -> str:
     pid = lr.get("pid")
+    if lr.get("url") is None and lr.get("command") is not None:  # a ledger process (experiments.ledger)
+        return (f"left running: pid {pid} (port {lr.get('port')}, process group {lr.get('pgid')}, "
+                f"command {lr['command']!r}): {lr.get('why')}; kvreplay does not stop it; "
+                f"stop it with: kill -TERM -{lr.get('pgid') or pid}")
     who = f"pid {pid}" if pid is not None else "pid unknown"
     if pid is not None and lr.get("pid_source"):
         who += f" ({lr['pid_source']})"
@@ -321,7 +338,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- window aborted: {_aborted(result['aborted'])}",
              f"- latencies: {_latency_line(result)}"]
     if left := left_line(result.get("left_running")):
-        lines.append(f"- {left}")
+        lines += [f"- {x}" for x in left.split("\n")]
     if (unread := result.get("unread_series")) and unread.get("message"):
         lines.append(f"- unread series: {unread['message']}")
     lines += ["", "## Findings", ""]
@@ -350,7 +367,7 @@ def render_html(result: dict[str, Any], title: str) -> str:
              f"Status: <b>{e(status_line(result))}</b>"
              f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}"
              f"<br>Latencies: {e(_latency_line(result))}"
-             + (f"<br><b>{e(left)}</b>" if (left := left_line(result.get("left_running"))) else "")
+             + "".join(f"<br><b>{e(x)}</b>" for x in (left_line(result.get("left_running")) or "").split("\n") if x)
              + (f"<br>Unread series: {e(str(u['message']))}"
                 if (u := result.get("unread_series")) and u.get("message") else "")
              + "</p><h2>Findings</h2><ul>"]

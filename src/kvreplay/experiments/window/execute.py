@@ -131,7 +131,8 @@ class WindowRun:
         self.started = utc_now()
         self.ended: str | None = None
         self.closed: list[dict[str, Any]] = []
-        self.left_running: dict[str, Any] | None = None
+        self.left_running: list[dict[str, Any]] | None = None
+        self.orphans_stopped: list[dict[str, Any]] = []  # what a killed attempt left, stopped by --resume
         self.origin: dict[str, Any] | None = None  # [window] deadline_from: the step the deadlines count from
 
     # -- resume and progress --------------------------------------------------------------------
@@ -153,6 +154,7 @@ class WindowRun:
         self.wall_anchor_ns = int(progress["wall_anchor_ns"])
         self.started = progress.get("started") or self.started
         self.resumed = [*progress.get("resumed", []), utc_now()]
+        self.server.ledger.attempt = len(self.resumed) + 1
         self.snapshot_identity = progress.get("snapshot_identity")
         self.snapshot_note = progress.get("snapshot_note")
         self.unread = progress.get("unread_series")
@@ -243,6 +245,7 @@ class WindowRun:
                 for d in self.set_aside:
                     if (new := set_aside_step_dir(self.out, d)) is not None:
                         self.say(f"the partial folder {d} is kept as {new}")
+                await self._stop_orphans()
             else:
                 self.snapshot_identity = ident
                 if ident is None:
@@ -287,7 +290,9 @@ class WindowRun:
                 await self._guarded(st, res)
                 self._maybe_origin(st, res)
         finally:
-            restored = any(kind_of(r.kind).restores and r.status == "measured" for r in self.results)
+            # the incumbent came back (a failed check after it is published, the server kept)
+            restored = any(kind_of(r.kind).restores and (r.status == "measured" or r.checks.get("server_restored"))
+                           for r in self.results)
             self.closed = await self.server.close(restored=restored)
             for c in self.closed:
                 if c.get("stop"):
@@ -298,24 +303,81 @@ class WindowRun:
                 self._progress()
         return self.results
 
-    def _left_running(self) -> dict[str, Any] | None:
-        """The server this window's lifecycle commands left listening (``ServerControl.left_running``)."""
+    def _left_running(self) -> list[dict[str, Any]] | None:
+        """What this window leaves running: the server at the URL, then every other live ledger process.
+
+        The server is ``ServerControl.left_running`` (``command`` and ``why`` added); a restore
+        whose check failed names it "restored; check X failed: ...; left running for a person to
+        decide". Every other live process of the ledger (``experiments.ledger``: what a start
+        command left in the background...) follows with its pid, port, command and why. None
+        when nothing is left.
+        """
+        from kvreplay.experiments.ledger import left_entry, live_entries
+
         srv = self.exp.server
         ran_cmds = srv.start is not None or srv.restore is not None or any(
             kind_of(st.kind).runs_commands(st) for st in self.exp.steps)
-        if srv.is_sim or not ran_cmds:
-            return None
-        rs = next((r for r in self.results if kind_of(r.kind).restores), None)
-        if rs is not None and rs.status == "measured":
-            by = f"the incumbent server restored by step {rs.name}"
-        elif rs is not None:
-            by = f"a server this window started (restore step {rs.name} {rs.status}: it may not be the incumbent)"
-        else:
-            by = "a server this window started (no restore step)"
-        try:
-            return self.server.left_running(by)
-        except OSError:
-            return None
+        out: list[dict[str, Any]] = []
+        if not srv.is_sim and ran_cmds:
+            rs = next((r for r in self.results if kind_of(r.kind).restores), None)
+            if rs is not None and rs.status == "measured":
+                by = f"the incumbent server restored by step {rs.name}"
+            elif rs is not None and rs.checks.get("server_restored"):
+                bad: dict[str, Any] = next((g for g in rs.checks.get("restore_checks") or [] if not g.get("ok")), {})
+                said = ((bad.get("output") or "").strip().splitlines() or [""])[-1][:200]
+                how = (f"timed out after {bad.get('wall_s')} s" if bad.get("timed_out")
+                       else f"rc {bad.get('rc')}") + (f": {said}" if said else "")
+                by = (f"the incumbent restored by step {rs.name}; check {bad.get('name')} failed ({how}); "
+                      "left running for a person to decide")
+            elif rs is not None:
+                by = f"a server this window started (restore step {rs.name} {rs.status}: it may not be the incumbent)"
+            else:
+                by = "a server this window started (no restore step)"
+            try:
+                got = self.server.left_running(by)
+            except OSError:
+                got = None
+            if got is not None:
+                kept = self.server.kept or {}
+                out.append({**got, "command": kept.get("cmd") if kept.get("pid") == got.get("pid") else None,
+                            "why": by})
+        taken = {p for e in out if e.get("pid") is not None for p in (e["pid"],)}
+        for e in live_entries(self.out):
+            if taken & set(e["alive"]) or e.get("pgid") in taken:
+                continue
+            out.append(left_entry(e, f"started by this window ({e.get('name')}) and still alive at its end"))
+        return out or None
+
+    async def _stop_orphans(self) -> None:
+        """``--resume``: stop what the killed attempts left alive (``experiments.ledger``), each said.
+
+        Each live ledger process gets the configured ``[server] stop`` with its own ``{port}``,
+        then SIGTERM to its process group, ``stop_grace``, SIGKILL (``ledger.stop_entry``).
+        """
+        from kvreplay.experiments.ledger import live_entries, stop_entry
+        from kvreplay.experiments.lifecycle import expand, port_answers, run_command
+
+        srv = self.exp.server
+        for e in live_entries(self.out):
+            port = e.get("port")
+
+            async def stop_cmd(p: int | None) -> dict[str, Any]:
+                assert srv.stop is not None
+                return await run_command(expand(srv.stop.cmd, port=p, out_dir=self.out, here=self.exp.path.parent),
+                                         name="stop-orphan", log_dir=self.out, timeout_s=srv.stop.timeout_s,
+                                         ledger=self.server.ledger, port=p)
+
+            url = f"http://127.0.0.1:{port}" if isinstance(port, int) else None
+
+            def port_open(u: str | None = url) -> bool:
+                return u is not None and port_answers(u)
+
+            done = await stop_entry(e, grace_s=srv.stop_grace_s, stop_cmd=stop_cmd if srv.stop is not None else None,
+                                    port_open=port_open if url else None)
+            done.update({"name": e.get("name"), "dir": e.get("dir"), "attempt": e.get("attempt")})
+            self.orphans_stopped.append(done)
+            self.say(f"stopped pid {e['pid']} (port {port}, {e.get('name')} of attempt {e.get('attempt')}, "
+                     f"left alive by the killed window): {done['stop']['text']}")
 
     def _why_not(self, st: StepSpec) -> str | None:
         if self.aborted is not None:

@@ -10,7 +10,9 @@ its start and at each step's start and end, ``experiment.toml`` beside the froze
   during this step`` (its run's ``summary.json`` rebuilt from its records, so its cells
   read ``partial``), and every step that never started, the restore included, is
   ``not_run`` with ``not run: interrupted``; the window's ``aborted`` is
-  ``{"reason": "killed"}``. A window that ended (every step final) is re-rendered as it
+  ``{"reason": "killed"}``; every process of the window's ledger still alive
+  (``experiments.ledger``: the server a killed window started) is named in ``left_running``
+  with its pid, port, command and why. A window that ended (every step final) is re-rendered as it
   was published.
 - ``plan_resume(frozen, progress)`` (``kvreplay experiment --resume EXP_DIR``) says which
   steps run again: the first step that did not end (the interrupted one), preceded by
@@ -183,9 +185,14 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
         steps.append(d)
     aborted = progress.get("aborted") or {"reason": "killed", "message": "the window was killed before it ended; "
                                                                         "result rebuilt from progress.json"}
+    from kvreplay.experiments.ledger import left_entry, live_entries
+
+    left = [left_entry(e, "started by the window before it was killed and still alive; "
+                          "`kvreplay experiment --resume` stops it first") for e in live_entries(out)]
     result = build_result(out, frozen, steps, started=progress.get("started") or "", aborted=aborted,
                           ended=progress.get("updated") or progress.get("started") or "",
-                          identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"))
+                          identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"),
+                          left_running=left or None)
     if (origin := (frozen.get("window") or {}).get("deadline_from", "start")) != "start":
         result["deadline_origin"] = {"deadline_from": origin, "origin": progress.get("deadline_origin")}
     write_publication(out, result, title)
