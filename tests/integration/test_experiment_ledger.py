@@ -135,6 +135,13 @@ def test_kill_9_leaves_an_orphan_that_report_names_and_resume_stops(tmp_path, ca
         assert alive_pids(start) == [] and not _answers(port)
         r = _json(out / "result.json")
         assert r["status"] == "complete"
+        # the history keeps the kill, and the resume's first act: the orphan stopped
+        a1, a2 = r["attempts"]
+        assert (a1["how"], a2["how"]) == ("killed", "completed")
+        assert [(x["pid"], x["port"], x["attempt"], x["stop"]["how"]) for x in a2["stopped"]] == [
+            (pid, port, 1, "SIGTERM")]
+        assert (f"; first stopped pid {pid} (port {port}, left alive by attempt 1): stopped by SIGTERM to its "
+                "process group in ") in (out / "report.md").read_text()
         # what is left is the restored incumbent alone, started in attempt 2 and named
         (lr,) = r["left_running"]
         (inc,) = [e for e in live_entries(out)]

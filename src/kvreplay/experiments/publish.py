@@ -27,7 +27,12 @@ window left running: the server at its URL, ``{"url", "port", "pid", "pid_source
 process of the window's ledger, ``{"pid", "pgid", "port", "command", "why", ...}``
 (``experiments.ledger``); a result.json written before the ledger holds one server or null).
 
-``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
+``attempts`` (each run of the window, the first and each ``--resume``: start, end, how it
+ended, what each step did in it, the partial records of the step a kill cut:
+``experiments.history``).
+
+``report.md``/``report.html`` open with the window's history (one line per attempt, when
+there was more than one or it did not complete), then ``status`` (``incomplete: 1 step aborted, 3
 steps deferred``), the window's abort, the latency convention (model ms at a
 simulator time scale, the scale stated; each cell's ``value`` in ``result.json`` stays
 as measured, with ``model_ms`` beside it) and the server left running, if any.
@@ -57,7 +62,7 @@ __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
                  left_running: list[dict[str, Any]] | None = None,
-                 unread: dict[str, Any] | None = None) -> dict[str, Any]:
+                 unread: dict[str, Any] | None = None, attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring).
 
     ``unread``: the series the server exposes that the backend does not read
@@ -104,6 +109,7 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
                                          .get("time_scale", 1.0) if is_sim else None)},
         "left_running": left_running,
         "unread_series": unread,
+        "attempts": attempts or [],
     }
 
 
@@ -330,7 +336,10 @@ def _metric(name: str, model: bool) -> str:
 
 def render_markdown(result: dict[str, Any], title: str) -> str:
     """``report.md``."""
-    lines = [f"# Experiment {title}", "",
+    from kvreplay.experiments.history import history_lines
+
+    hist = history_lines(result.get("attempts"))
+    lines = [f"# Experiment {title}", ""] + ([f"- history: {h}" for h in hist] if hist else []) + [
              f"- started {result['started']} UTC, ended {result['ended']} UTC",
              f"- experiment_sha256 `{result['experiment_sha256']}`",
              f"- server identity: {_ident_line(result.get('identity'))}",
@@ -360,8 +369,11 @@ def _status_attr(x: Any) -> str:
 
 def render_html(result: dict[str, Any], title: str) -> str:
     """``report.html``: self-contained (``report.html``'s one template and stylesheet), every value escaped."""
+    from kvreplay.experiments.history import history_lines
+
     e = escape
-    parts = [f"<h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
+    hist = "".join(f"History: {e(h)}<br>" for h in history_lines(result.get("attempts")))
+    parts = [f"<h1>Experiment {e(title)}</h1><p>{hist}Started <b>{e(result['started'])}</b> UTC, ended "
              f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
              f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>"
              f"Status: <b>{e(status_line(result))}</b>"

@@ -68,9 +68,11 @@ from typing import Any
 
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.history import close_killed, prior_attempts
 from kvreplay.experiments.lifecycle import ServerControl, identity_mismatches
 from kvreplay.experiments.model import ExperimentSpec, StepResult, StepSpec, WindowSpec
 from kvreplay.experiments.steps import kind_of
+from kvreplay.experiments.window.resume import stop_orphans
 from kvreplay.plan import Plan
 from kvreplay.rundir import write_step_log
 from kvreplay.rundir.experiment import write_progress
@@ -133,6 +135,11 @@ class WindowRun:
         self.closed: list[dict[str, Any]] = []
         self.left_running: list[dict[str, Any]] | None = None
         self.orphans_stopped: list[dict[str, Any]] = []  # what a killed attempt left, stopped by --resume
+        self.attempts: list[dict[str, Any]] = []  # experiments.history: the earlier attempts, then this one
+        self.before: dict[str, dict[str, Any]] = {}  # the steps as the killed attempt left them
+        self.prior: dict[str, Any] | None = None  # the killed attempt's progress.json
+        self.moved: dict[str, str] = {}  # step folder -> its .interrupted name (set aside by the resume)
+        self.from_before: set[str] = set()  # steps not run again whose result from before the kill stands
         self.origin: dict[str, Any] | None = None  # [window] deadline_from: the step the deadlines count from
 
     # -- resume and progress --------------------------------------------------------------------
@@ -160,11 +167,53 @@ class WindowRun:
         self.unread = progress.get("unread_series")
         self.aborted = progress.get("aborted")
         self.keep = dict(keep)
+        self.prior = progress
+        self.before = dict(progress.get("steps") or {})
         if (origin := progress.get("deadline_origin")) is not None:  # the deadlines counted from the quiesce
             self.origin = origin
             self.t0 = self.clock.origin_ns - max(0, self.clock.wall_anchor_ns - int(origin["wall_ns"]))
         self.known_identities = [i for i in (progress.get("snapshot_identity"), progress.get("identity"))
                                  if i is not None]
+
+    def _from_before(self, st: StepSpec, why: str) -> StepResult | None:
+        """A resumed step that is not run again (``why``): what it did before the kill, else None.
+
+        A step that ended then keeps its result; the step the kill cut is ``aborted`` ("interrupted:
+        ...; not run again: WHY") with its partial run folder (the ``.interrupted`` one) as ``run_dir``.
+        """
+        from kvreplay.experiments.history import INTERRUPTED, partial_of
+
+        prev = self.before.get(st.name)
+        if prev is None or prev.get("status") == "deferred":
+            return None
+        if prev.get("status") != "running":
+            self.from_before.add(st.name)
+            self.say(f"step {st.name}: not run again ({why}); its result from before the kill stands")
+            return StepResult.from_json(prev)
+        res = StepResult.from_json({**prev, "status": "aborted", "reason": f"{INTERRUPTED}; not run again: {why}"})
+        self.from_before.add(st.name)
+        moved = self.moved.get(st.dir)
+        if st.sends and partial_of(self.out, moved) is not None:
+            res.run_dir = moved
+        self.say(f"step {st.name}: not run again ({why}); aborted by the kill, its partial run kept")
+        return res
+
+    def _how(self) -> str:
+        """How this attempt ended (``experiments.history``): interrupted, deadline or completed."""
+        if self.interrupted:
+            return "interrupted"
+        if (self.aborted or {}).get("reason") == "hard_deadline" or any(
+                r.status == "deferred" and "stop_new_after" in (r.reason or "") for r in self.results):
+            return "deadline"
+        return "completed"
+
+    def _attempts_doc(self, steps: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """``attempts`` with this attempt's steps (the results it wrote, not those kept) and stops filled in."""
+        if not self.attempts:
+            return []
+        here = [d for name, d in steps.items() if name not in self.keep and name not in self.from_before]
+        self.attempts[-1] = {**self.attempts[-1], "steps": here, "stopped": self.orphans_stopped}
+        return self.attempts
 
     def _progress(self, running: str | None = None) -> None:
         """Rewrite ``progress.json`` (``running``: the step that has started and not ended)."""
@@ -174,7 +223,7 @@ class WindowRun:
                "updated": utc_now(), "wall_anchor_ns": self.wall_anchor_ns, "resumed": self.resumed,
                "snapshot_identity": self.snapshot_identity, "snapshot_note": self.snapshot_note,
                "identity": self.inc_identity or self.snapshot_identity, "aborted": self.aborted,
-               "unread_series": self.unread, "steps": steps,
+               "unread_series": self.unread, "steps": steps, "attempts": self._attempts_doc(steps),
                **({"deadline_origin": self.origin} if self.origin is not None else {})}
         with contextlib.suppress(OSError):  # a full disk must not stop the window; the step logs remain
             write_progress(self.out, doc)
@@ -242,10 +291,15 @@ class WindowRun:
                 self._check_resumed_identity(ident)  # before anything on disk changes
                 from kvreplay.rundir.experiment import set_aside_step_dir
 
+                moved = {}
                 for d in self.set_aside:
                     if (new := set_aside_step_dir(self.out, d)) is not None:
+                        moved[d] = new
                         self.say(f"the partial folder {d} is kept as {new}")
-                await self._stop_orphans()
+                self.moved = moved
+                self.attempts = close_killed(prior_attempts(self.prior or {}), self.prior or {}, self.out,
+                                             {s["name"]: s.get("dir") for s in self.frozen.get("steps") or []}, moved)
+                self.orphans_stopped = await stop_orphans(self)
             else:
                 self.snapshot_identity = ident
                 if ident is None:
@@ -256,6 +310,8 @@ class WindowRun:
                     self.abort("identity_pins", "before the first step: " + "; ".join(bad))
             self.out.mkdir(parents=True, exist_ok=True)
             self.accepted = True  # from here on progress.json is this run's to rewrite
+            self.attempts.append({"n": len(self.attempts) + 1, "started": utc_now() if self.resumed else self.started,
+                                  "ended": None, "how": "running", "steps": [], "stopped": []})
             if not self.resumed:
                 self.unread = await self._unread()
                 atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note,
@@ -273,6 +329,10 @@ class WindowRun:
                     await self._guarded(st, res)
                     continue
                 why = self._why_not(st)
+                if why is not None and (prev := self._from_before(st, why)) is not None:
+                    self.results[-1] = prev  # what it did before the kill stands (not "deferred")
+                    self._progress()
+                    continue
                 if why is not None:
                     res.status, res.reason = "deferred", why
                     self.say(f"step {st.name}: deferred: {why}")
@@ -299,6 +359,8 @@ class WindowRun:
                     self.say(f"the server (pid {c.get('pid')}) {c['stop']['text']}")
             self.left_running = self._left_running()
             self.ended = utc_now()
+            if self.attempts:
+                self.attempts[-1].update(how=self._how(), ended=self.ended)
             if self.accepted:  # a refused resume leaves the interrupted window's progress as it was
                 self._progress()
         return self.results
@@ -347,37 +409,6 @@ class WindowRun:
                 continue
             out.append(left_entry(e, f"started by this window ({e.get('name')}) and still alive at its end"))
         return out or None
-
-    async def _stop_orphans(self) -> None:
-        """``--resume``: stop what the killed attempts left alive (``experiments.ledger``), each said.
-
-        Each live ledger process gets the configured ``[server] stop`` with its own ``{port}``,
-        then SIGTERM to its process group, ``stop_grace``, SIGKILL (``ledger.stop_entry``).
-        """
-        from kvreplay.experiments.ledger import live_entries, stop_entry
-        from kvreplay.experiments.lifecycle import expand, port_answers, run_command
-
-        srv = self.exp.server
-        for e in live_entries(self.out):
-            port = e.get("port")
-
-            async def stop_cmd(p: int | None) -> dict[str, Any]:
-                assert srv.stop is not None
-                return await run_command(expand(srv.stop.cmd, port=p, out_dir=self.out, here=self.exp.path.parent),
-                                         name="stop-orphan", log_dir=self.out, timeout_s=srv.stop.timeout_s,
-                                         ledger=self.server.ledger, port=p)
-
-            url = f"http://127.0.0.1:{port}" if isinstance(port, int) else None
-
-            def port_open(u: str | None = url) -> bool:
-                return u is not None and port_answers(u)
-
-            done = await stop_entry(e, grace_s=srv.stop_grace_s, stop_cmd=stop_cmd if srv.stop is not None else None,
-                                    port_open=port_open if url else None)
-            done.update({"name": e.get("name"), "dir": e.get("dir"), "attempt": e.get("attempt")})
-            self.orphans_stopped.append(done)
-            self.say(f"stopped pid {e['pid']} (port {port}, {e.get('name')} of attempt {e.get('attempt')}, "
-                     f"left alive by the killed window): {done['stop']['text']}")
 
     def _why_not(self, st: StepSpec) -> str | None:
         if self.aborted is not None:
