@@ -125,7 +125,8 @@ def test_sigkill_mid_window_then_report_then_resume(killed, tmp_path):
     assert st["A0"]["status"] == "measured"
     assert (st["A"]["status"], st["A"]["reason"]) == ("aborted", "interrupted: the window was killed during this step")
     for name in ("B", "restore"):
-        assert (st[name]["status"], st[name]["reason"]) == ("not_run", "not run: interrupted")
+        assert (st[name]["status"], st[name]["reason"]) == (
+            "not_run", "not run: the window was killed before this step")
     assert r["aborted"]["reason"] == "killed" and r["status"] == "incomplete"
     assert (out / "report.md").exists() and (out / "report.html").exists()
     # issue 42 item 3: the attempt, killed during A with its partial records counted
@@ -248,5 +249,5 @@ def test_report_after_a_kill_before_the_first_step(tmp_path):
     assert main(["report", str(out)]) == 0
     r = json.loads((out / "result.json").read_text())
     assert [(s["name"], s["status"], s["reason"]) for s in r["steps"]] == [
-        (n, "not_run", "not run: interrupted") for n in STEPS]
+        (n, "not_run", "not run: the window was killed before this step") for n in STEPS]
     assert r["aborted"]["reason"] == "killed"

@@ -219,3 +219,90 @@ kind = "restore"
     assert (rc["ok"], rc["reaped"]["pids"], rc["reaped"]["how"]) == (True, [left], "SIGTERM")
     st = proc_stat(left)
     assert live_entries(out) == [] and (st is None or st[0] == "Z")  # gone, or a zombie init has not reaped yet
+
+
+@pytest.mark.timeout(60)
+def test_stop_outcomes_are_published_a_dead_server_as_dead(tmp_path):
+    # issue 42 item 4: the first server dies of SIGKILL (the quiesce kills it, as the OOM killer
+    # would); the next incarnation's stop reports it dead with its signal, not "stopped gracefully
+    # in 0.0 s"; the end-of-window stop of the second is in result.json and both reports too
+    f = tmp_path / "w.toml"
+    f.write_text("""
+[server]
+target = "http://127.0.0.1:{port}"
+backend = "none"
+start = {cmd = "exec {kvreplay} serve-sim --port {port} --time-scale 0", background = true}
+[[step]]
+name = "up"
+kind = "incarnation"
+[[step]]
+name = "oom"
+kind = "quiesce"
+cmd = "kill -9 $(head -n 1 {dir}/processes.jsonl | sed 's/.*\\"pid\\":\\\\([0-9]*\\\\).*/\\\\1/')"
+[[step]]
+name = "up2"
+kind = "incarnation"
+""")
+    out = tmp_path / "o"
+    try:
+        main(["experiment", str(f), "--out", str(out), "--quiet"])
+        r = _json(out / "result.json")
+        first, second = [e for e in read_ledger(out) if e["name"] == "start"]
+        assert [(x["step"], x["pid"], x["port"], x["how"], x["signal"], x["rc"]) for x in r["stops"]] == [
+            ("up2", first["pid"], first["port"], "already_ended", "SIGKILL", -9),
+            ("end of window", second["pid"], second["port"], "graceful", None, 0)]
+        assert r["stops"][0]["text"] == "had already ended before the stop (SIGKILL, rc -9)"
+        assert r["stops"][1]["text"].startswith("stopped gracefully in ")
+        md = (out / "report.md").read_text()
+        assert (f"| up2 | {first['pid']} | {first['port']} | had already ended before the stop (SIGKILL, rc -9) "
+                "| -9 |") in md
+        assert f"| end of window | {second['pid']} | {second['port']} | stopped gracefully in " in md
+        assert "<h2>Stops</h2>" in (out / "report.html").read_text()
+        assert r["left_running"] is None and live_entries(out) == []
+    finally:
+        _kill_everything(out)
+
+
+@pytest.mark.timeout(90)
+def test_a_step_whose_server_is_killed_names_the_death(tmp_path):
+    # issue 42 item 4: the server is killed (SIGKILL to its group) once step A has two records;
+    # A's reason names the process's death with its signal beside the transport failures
+    f = tmp_path / "w.toml"
+    f.write_text(f"""
+workload = "{WORKLOAD}"
+[server]
+target = "http://127.0.0.1:{{port}}"
+backend = "none"
+start = {{cmd = "exec {SERVE}", background = true}}
+[window]
+max_transport_failures = 1
+[[step]]
+name = "up"
+kind = "incarnation"
+[[step]]
+name = "A"
+kind = "run"
+phases = ["prime:forward:c1:first40"]
+""")
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "experiment", str(f), "--out", str(out), "--quiet"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t_end = time.monotonic() + 60
+        while time.monotonic() < t_end and proc.poll() is None:
+            if _records(out / "steps" / "01-A" / "records.jsonl") >= 2:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the window ended before its server could be killed"
+        (start,) = read_ledger(out)
+        os.killpg(start["pgid"], signal.SIGKILL)
+        assert proc.wait(timeout=60) == 3
+        a = next(s for s in _json(out / "result.json")["steps"] if s["name"] == "A")
+        assert a["status"] in ("failed", "aborted")
+        assert a["reason"].endswith(f"; the server process (pid {start['pid']}) ended during the step (SIGKILL, rc -9)")
+        assert a["checks"]["server_ended"] == {"pid": start["pid"], "rc": -9, "signal": "SIGKILL"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        _kill_everything(out)

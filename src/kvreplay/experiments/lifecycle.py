@@ -30,10 +30,8 @@ counters.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -44,8 +42,9 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
-from kvreplay.experiments.ledger import Ledger, group_members, group_roots, reap_group
-from kvreplay.experiments.model import STOP_GRACE_S, Command, ServerSpec
+from kvreplay.experiments.background import _Background, _Child
+from kvreplay.experiments.ledger import Ledger, reap_group
+from kvreplay.experiments.model import Command, ServerSpec
 from kvreplay.runner.usercmd import log_tail, run_user_command
 
 __all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
@@ -169,153 +168,6 @@ def listening_pid(port: int) -> int | None:
             except OSError:
                 continue
     return None
-
-
-def port_answers(url: str, timeout_s: float = 0.5) -> bool:
-    """Whether anything accepts a TCP connection at ``url``'s host and port (True: the server is still up)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-class _Child:
-    """A process this one spawned, known by its pid only (no ``subprocess.Popen``).
-
-    A server the window leaves running on purpose outlives this process; a ``Popen``
-    of it would warn "subprocess N is still running" (``ResourceWarning``) when
-    collected at interpreter exit. A bare pid has nothing to collect: the process is
-    reaped here (``waitpid``) when it ends while this process lives, else by init.
-
-    Attributes:
-        pid: Process id (also its process group and session: ``spawn`` calls setsid).
-        returncode: Exit status once reaped (negative: killed by that signal), else None.
-    """
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    @classmethod
-    def spawn(cls, argv: list[str], log: Path) -> _Child:
-        """Start ``argv`` in its own session, stdin from /dev/null, stdout and stderr appended to ``log``.
-
-        Raises:
-            OSError: ``log`` cannot be opened or ``argv[0]`` cannot be executed.
-        """
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # not inherited (PEP 446)
-        try:
-            pid = os.posix_spawn(argv[0], argv, os.environ, setsid=True, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)])
-        finally:
-            os.close(fd)
-        return cls(pid)
-
-    def poll(self) -> int | None:
-        """The exit status once the process has ended (reaping it), else None."""
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else: its status is lost
-                self.returncode = -1
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-
-class _Background:
-    """A ``start`` command kept running as the server.
-
-    Its own session and process group, stdin from /dev/null, output to
-    ``<log_dir>/<name>.log``. A bare pid (``_Child``, not an event-loop child nor a
-    ``Popen``), so an incumbent left running never holds the event loop's shutdown
-    nor warns at interpreter exit.
-    """
-
-    def __init__(self, proc: _Child, info: dict[str, Any]) -> None:
-        self.proc, self.info = proc, info
-
-    @classmethod
-    def spawn(cls, cmd: str, *, name: str, log_dir: Path, ledger: Ledger | None = None,
-              port: int | None = None) -> _Background:
-        """Start ``cmd``; with ``ledger``, write it there at once (pid, group, start time, port)."""
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log = log_dir / f"{name}.log"
-        proc = _Child.spawn(["/bin/sh", "-c", cmd], log)
-        if ledger is not None:
-            ledger.record(proc.pid, name=name, cmd=cmd, port=port, log_dir=log_dir)
-        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log),
-                          "port": port})
-
-    @property
-    def exited(self) -> int | None:
-        """The exit status once the process has ended, else None."""
-        return self.proc.poll()
-
-    async def stop(self, grace_s: float = STOP_GRACE_S, url: str | None = None) -> dict[str, Any]:
-        """Stop the server gracefully: SIGTERM top-down through its process group, SIGKILL only after ``grace_s``.
-
-        SIGTERM goes to the group's roots (``group_roots``: members whose parent is not in
-        the group), and to each process that becomes a root while the group shuts down (the
-        child of a shell wrapper that exited), never to a worker under a live parent: the
-        server stops its own workers. The wait is for every process of the group
-        (``group_members``), not only the ``sh -c`` wrapper this process started, and, with
-        ``url``, for the server's port to stop answering (``port_answers``), both within
-        ``grace_s``. What is left then gets SIGKILL, the whole group.
-
-        Args:
-            grace_s: Seconds from SIGTERM to SIGKILL (``[server] stop_grace``).
-            url: The server's base URL, checked to refuse connections before the stop is called done.
-
-        Returns:
-            The exit record: the start record's keys, ``name`` ``stop-<name>``, ``rc``, ``wall_s``,
-            ``tail``, and ``stop``: ``{"graceful", "after_s", "grace_s", "text"}`` with ``text``
-            ``"stopped gracefully in 0.8 s"`` or ``"killed after 30 s grace"``.
-        """
-        t0 = now_ns()
-        pgid = self.proc.pid
-        graceful = True
-        if self.proc.poll() is None or group_members(pgid):
-            asked: set[int] = set()
-            while now_ns() - t0 < grace_s * 1e9:
-                for pid in group_roots(pgid):
-                    if pid not in asked:
-                        asked.add(pid)
-                        with contextlib.suppress(ProcessLookupError, PermissionError):
-                            os.kill(pid, signal.SIGTERM)
-                self.proc.poll()  # reap the wrapper when it exits
-                if not group_members(pgid) and self.proc.returncode is not None \
-                        and (url is None or not port_answers(url)):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                graceful = False
-        after_s = (now_ns() - t0) / 1e9
-        if group_members(pgid) or self.proc.poll() is None:
-            graceful = False
-            _kill_group(pgid)  # the group, also children that ignored SIGTERM
-            while self.proc.poll() is None:
-                await asyncio.sleep(0.02)
-            for _ in range(250):  # members reparented to init exit after SIGKILL; bounded (5 s)
-                if not group_members(pgid):
-                    break
-                await asyncio.sleep(0.02)
-        text = f"stopped gracefully in {after_s:.1f} s" if graceful else f"killed after {grace_s:g} s grace"
-        return {**self.info, "name": f"stop-{self.info['name']}", "rc": self.proc.returncode,
-                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": log_tail(Path(self.info["log"]), 2048),
-                "stop": {"graceful": graceful, "after_s": round(after_s, 3), "grace_s": grace_s, "text": text}}
 
 
 def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:

@@ -27,7 +27,8 @@ window left running: the server at its URL, ``{"url", "port", "pid", "pid_source
 process of the window's ledger, ``{"pid", "pgid", "port", "command", "why", ...}``
 (``experiments.ledger``); a result.json written before the ledger holds one server or null).
 
-``attempts`` (each run of the window, the first and each ``--resume``: start, end, how it
+``stops`` (every stop of a server the window started, the end of the window's too:
+``stop_outcomes``), ``attempts`` (each run of the window, the first and each ``--resume``: start, end, how it
 ended, what each step did in it, the partial records of the step a kill cut:
 ``experiments.history``).
 
@@ -62,7 +63,8 @@ __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
                  left_running: list[dict[str, Any]] | None = None,
-                 unread: dict[str, Any] | None = None, attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 unread: dict[str, Any] | None = None, attempts: list[dict[str, Any]] | None = None,
+                 final_stops: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring).
 
     ``unread``: the series the server exposes that the backend does not read
@@ -110,7 +112,41 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
         "left_running": left_running,
         "unread_series": unread,
         "attempts": attempts or [],
+        "stops": stop_outcomes(steps, final_stops, attempts),
     }
+
+
+def _stop_row(where: str, c: dict[str, Any]) -> dict[str, Any]:
+    st = c.get("stop") or {}
+    return {"step": where, "pid": c.get("pid"), "port": c.get("port"), "how": st.get("how"),
+            "signal": st.get("signal"), "at": st.get("at"), "rc": c.get("rc"), "text": st.get("text")}
+
+
+def stop_outcomes(steps: list[dict[str, Any]], final: list[dict[str, Any]] | None,
+                  attempts: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every stop of a server the window started, in order (``result.json`` ``stops``).
+
+    Each ``{"step", "pid", "port", "how", "signal", "at", "rc", "text"}``, from each attempt's
+    ``stopped`` (what a ``--resume`` stopped first: ``step`` ``"resume (attempt N)"``),
+    each step's ``checks.commands`` records that carry a ``stop`` (``background._Background.stop``:
+    the previous server stopped by an incarnation or a restore), then ``final`` (the end of the
+    window: ``step`` ``"end of window"``). ``how``: ``graceful``, ``killed``, ``already_ended``
+    (it had died before the stop; ``signal`` what it died of) or, for a resume's stops,
+    ``stop command``/``SIGTERM``/``SIGKILL``.
+    """
+    out = []
+    for a in attempts or []:
+        for c in a.get("stopped") or []:
+            st = c.get("stop") or {}
+            out.append({"step": f"resume (attempt {a.get('n')})", "pid": c.get("pid"), "port": c.get("port"),
+                        "how": st.get("how"), "signal": "SIGKILL" if st.get("how") == "SIGKILL" else None,
+                        "at": a.get("started"), "rc": None, "text": st.get("text")})
+    for s in steps:
+        for c in (s.get("checks") or {}).get("commands") or []:
+            if c.get("stop"):
+                out.append(_stop_row(s["name"], c))
+    out += [_stop_row("end of window", c) for c in final or [] if c.get("stop")]
+    return out
 
 
 _CELL_COMMON = {"hit_tokens": ("hit_tokens", "lookups", "query_tokens"),
@@ -295,6 +331,10 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
                           r.get("b_model_ms", r["b"]), r["ratio"]] for r in t["rows"]]))
         else:
             out.append((title, ["note"], [[t["note"]]]))
+    if result.get("stops"):
+        out.append(("Stops", ["step", "pid", "port", "outcome", "rc"],
+                    [[x["step"], *(None if x.get(k) is None else str(x[k]) for k in ("pid", "port")), x.get("text"),
+                      x.get("rc")] for x in result["stops"]]))  # a pid or port reads without a thousands comma
     # a window that ran at a time scale names every latency cell in model time, measured or not
     # (never `ttft_p50_ms` for a deferred cell beside `ttft_p50 (model ms)` for a measured one)
     scaled = bool(((result.get("time") or {}).get("sim_time_scale")) or {})

@@ -517,12 +517,29 @@ class WindowRun:
             self.current = None
             self.in_restore = False
             self._install()  # the runner removes its own handlers (and so ours) at its end
+        self._name_the_death(res)
         res.ended = utc_now()
         if st.sends:
             res.run_dir = st.dir
         write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"], **res.to_json()})
         self._progress()
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
+
+    def _name_the_death(self, res: StepResult) -> None:
+        """A step that failed or was cut while the background server died: its reason says so beside the rest.
+
+        ``"...; the server process (pid N) ended during the step (SIGKILL, rc -9)"``: a transport
+        failure alone does not say the server is gone.
+        """
+        from kvreplay.experiments.ledger import signal_name
+
+        bg = self.server.bg
+        if res.status not in ("failed", "aborted") or bg is None or (rc := bg.exited) is None:
+            return
+        sig = signal_name(rc)
+        res.reason = ((res.reason + "; ") if res.reason else "") + (
+            f"the server process (pid {bg.proc.pid}) ended during the step ({f'{sig}, ' if sig else ''}rc {rc})")
+        res.checks["server_ended"] = {"pid": bg.proc.pid, "rc": rc, "signal": sig}
 
     def say_stops(self, st: StepSpec, cmds: list[dict[str, Any]]) -> None:
         """One line per server a step stopped: ``stopped gracefully in 0.8 s`` / ``killed after 30 s grace``."""

@@ -9,7 +9,7 @@ its start and at each step's start and end, ``experiment.toml`` beside the froze
   kill cut (``running`` on disk) is ``aborted`` with ``interrupted: the window was killed
   during this step`` (its run's ``summary.json`` rebuilt from its records, so its cells
   read ``partial``), and every step that never started, the restore included, is
-  ``not_run`` with ``not run: interrupted``; the window's ``aborted`` is
+  ``not_run`` with ``not run: the window was killed before this step``; the window's ``aborted`` is
   ``{"reason": "killed"}``; every process of the window's ledger still alive
   (``experiments.ledger``: the server a killed window started) is named in ``left_running``
   with its pid, port, command and why; ``attempts`` (``experiments.history``) ends with the
@@ -40,7 +40,7 @@ from kvreplay.workload import Workload
 __all__ = ["INTERRUPTED", "NOT_RUN", "ResumePlan", "load_frozen", "plan_resume", "rebuild_publication",
            "stop_orphans", "window_from_json"]
 
-NOT_RUN = "not run: interrupted"
+NOT_RUN = "not run: the window was killed before this step"
 """The reason of a step that never started before the kill."""
 
 
@@ -216,8 +216,9 @@ async def stop_orphans(w: Any) -> list[dict[str, Any]]:
     Returns:
         One ``stop_entry`` record per process, with ``name``, ``dir`` and ``attempt`` from the ledger.
     """
+    from kvreplay.experiments.background import port_answers
     from kvreplay.experiments.ledger import live_entries, stop_entry
-    from kvreplay.experiments.lifecycle import expand, port_answers, run_command
+    from kvreplay.experiments.lifecycle import expand, run_command
 
     srv = w.exp.server
     got = []
