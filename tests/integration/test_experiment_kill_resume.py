@@ -166,6 +166,9 @@ def test_sigkill_mid_window_then_report_then_resume(killed, tmp_path):
     assert f"- history: attempt 1: started {a1['started']}; killed during step A after " in md
     assert (f"- history: attempt 2: resumed {a2['started']}; ran A0, A, B, restore (on a fresh incarnation where "
             f"it followed one); completed {a2['ended']}\n") in md
+    html = (out / "report.html").read_text()
+    assert f"History: attempt 1: started {a1['started']}; killed during step A after " in html
+    assert html.index("History: attempt 1") < html.index("Started <b>")  # the report opens with it
 
 
 def test_resume_through_the_api_equals_the_cli(killed, tmp_path):
