@@ -135,6 +135,12 @@ def test_kill_9_leaves_an_orphan_that_report_names_and_resume_stops(tmp_path, ca
         assert alive_pids(start) == [] and not _answers(port)
         r = _json(out / "result.json")
         assert r["status"] == "complete"
+        # every stop, in order: the resume's (the orphan), the stop command of A0 (no server yet), the
+        # restore's (A0's server by SIGTERM, then the stop command)
+        (a0_again,) = [e for e in read_ledger(out) if e["name"] == "start" and e["attempt"] == 2]
+        assert [(x["step"], x["how"], x["pid"]) for x in r["stops"]] == [
+            ("resume (attempt 2)", "SIGTERM", pid), ("A0", "stop command", None),
+            ("restore", "graceful", a0_again["pid"]), ("restore", "stop command", None)]
         # the history keeps the kill, and the resume's first act: the orphan stopped
         a1, a2 = r["attempts"]
         assert (a1["how"], a2["how"]) == ("killed", "completed")

@@ -132,7 +132,8 @@ def stop_outcomes(steps: list[dict[str, Any]], final: list[dict[str, Any]] | Non
     the previous server stopped by an incarnation or a restore), then ``final`` (the end of the
     window: ``step`` ``"end of window"``). ``how``: ``graceful``, ``killed``, ``already_ended``
     (it had died before the stop; ``signal`` what it died of) or, for a resume's stops,
-    ``stop command``/``SIGTERM``/``SIGKILL``.
+    ``stop command``/``SIGTERM``/``SIGKILL``; the configured ``[server] stop`` command of an
+    incarnation or a restore is a row too (``how`` ``stop command``, its ``rc``).
     """
     out = []
     for a in attempts or []:
@@ -145,6 +146,12 @@ def stop_outcomes(steps: list[dict[str, Any]], final: list[dict[str, Any]] | Non
         for c in (s.get("checks") or {}).get("commands") or []:
             if c.get("stop"):
                 out.append(_stop_row(s["name"], c))
+            elif c.get("name") == "stop":  # the configured [server] stop command
+                rc = c.get("rc")
+                out.append({"step": s["name"], "pid": None, "port": None, "how": "stop command", "signal": None,
+                            "at": None, "rc": rc,
+                            "text": f"stop command timed out after {c.get('wall_s')} s" if c.get("timed_out")
+                            else f"stop command exited {rc} in {c.get('wall_s')} s"})
     out += [_stop_row("end of window", c) for c in final or [] if c.get("stop")]
     return out
 
