@@ -312,3 +312,38 @@ phases = ["prime:forward:c1:first40"]
             proc.kill()
             proc.wait(timeout=10)
         _kill_everything(out)
+
+
+@pytest.mark.timeout(60)
+def test_what_an_arm_command_leaves_running_is_named(tmp_path):
+    # an ab arm command (a server switch) that leaves a process in the background: the ledger has
+    # it from its start and the publication names it in left_running with pid and why
+    f = tmp_path / "w.toml"
+    f.write_text(f"""
+workload = "{WORKLOAD}"
+[server]
+target = "http://127.0.0.1:{{port}}"
+backend = "none"
+start = {{cmd = "{{kvreplay}} serve-sim --port {{port}} --time-scale 0", background = true}}
+[[step]]
+name = "up"
+kind = "incarnation"
+[[step]]
+name = "ab"
+kind = "ab"
+arms = [{{name = "off", cmd = "sleep 120 & echo $! > {{dir}}/left.pid"}}, {{name = "on", cmd = "true"}}]
+reps = 1
+select = "first:1"
+""")
+    out = tmp_path / "o"
+    try:
+        main(["experiment", str(f), "--out", str(out), "--quiet"])
+        left = int((out / "left.pid").read_text())
+        arms = [e for e in read_ledger(out) if e["name"].startswith("arm-")]
+        assert [e["dir"] for e in arms] == ["steps/01-ab/commands", "steps/01-ab/commands"]
+        (off,) = [e for e in arms if e["command"].startswith("sleep 120 &")]
+        (lr,) = _json(out / "result.json")["left_running"]
+        assert (lr["pid"], lr["alive"], lr["command"]) == (off["pid"], [left], off["command"])
+        assert lr["why"] == f"started by this window ({off['name']}) and still alive at its end"
+    finally:
+        _kill_everything(out)
