@@ -138,6 +138,8 @@ def history_lines(attempts: list[dict[str, Any]] | None) -> list[str]:
             text += f"; ran {', '.join(ran)} (on a fresh incarnation where it followed one)"
         how = a.get("how")
         text += {"killed": f"; killed{_cut(a)} (last progress {a.get('ended')})",
+                 "interrupted": f"; interrupted by SIGINT/SIGTERM, ended {a.get('ended')}",
+                 "deadline": f"; cut by the window's deadlines, ended {a.get('ended')}",
                  "running": "; running", "unknown": "; ended (how: not recorded)"}.get(
                      str(how), f"; {how} {a.get('ended')}")
         lines.append(text)

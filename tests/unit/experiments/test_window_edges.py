@@ -112,3 +112,24 @@ kind = "restore"
                    ("good", "measured", None), ("B", "measured", None), ("restore", "measured", None)]
     # a deferred step never ran in one; the restore ran in the last one (what it replaced)
     assert [s["incarnation"] for s in r["steps"]] == ["bad", None, "good", "good", "good"]
+
+
+def test_history_lines_tell_each_attempt():
+    from kvreplay.experiments.history import history_lines
+
+    part = {"dir": "steps/03-B.interrupted", "records": 30, "sent": 30, "planned": 104}
+    atts = [{"n": 1, "started": "T0", "ended": "T1", "how": "killed", "stopped": [],
+             "steps": [{"name": "A", "status": "measured"},
+                       {"name": "B", "status": "aborted", "reason": "interrupted: the window was killed during this "
+                                                                   "step", "partial": part}]},
+            {"n": 2, "started": "T2", "ended": "T3", "how": "deadline",
+             "stopped": [{"pid": 42, "port": 8000, "attempt": 1, "stop": {"text": "stopped by SIGTERM to its "
+                                                                                   "process group in 0.3 s"}}],
+             "steps": [{"name": "B0", "status": "measured"}, {"name": "C", "status": "deferred"}]}]
+    assert history_lines(atts) == [
+        "attempt 1: started T0; killed during step B after 30 of 104 requests (30 records kept in "
+        "steps/03-B.interrupted) (last progress T1)",
+        "attempt 2: resumed T2; first stopped pid 42 (port 8000, left alive by attempt 1): stopped by SIGTERM to its "
+        "process group in 0.3 s; ran B0 (on a fresh incarnation where it followed one); cut by the window's "
+        "deadlines, ended T3"]
+    assert history_lines([{"n": 1, "started": "T0", "ended": "T1", "how": "completed", "steps": []}]) == []
