@@ -146,8 +146,14 @@ def test_kill_9_leaves_an_orphan_that_report_names_and_resume_stops(tmp_path, ca
         assert (a1["how"], a2["how"]) == ("killed", "completed")
         assert [(x["pid"], x["port"], x["attempt"], x["stop"]["how"]) for x in a2["stopped"]] == [
             (pid, port, 1, "SIGTERM")]
+        md = (out / "report.md").read_text()
         assert (f"; first stopped pid {pid} (port {port}, left alive by attempt 1): stopped by SIGTERM to its "
-                "process group in ") in (out / "report.md").read_text()
+                "process group in ") in md
+        # the resumed report still says the window was interrupted, with the attempt's partial counts
+        part = a1["steps"][1]["partial"]
+        assert (part["dir"], part["planned"]) == ("steps/01-A.interrupted", 24) and part["records"] >= 2
+        assert (f"- history: attempt 1: started {a1['started']}; killed during step A after {part['sent']} of 24 "
+                f"requests ({part['records']} records kept in steps/01-A.interrupted)") in md
         # what is left is the restored incumbent alone, started in attempt 2 and named
         (lr,) = r["left_running"]
         (inc,) = [e for e in live_entries(out)]
