@@ -35,6 +35,8 @@ __all__ = [
     "ServedSim",
     "SimulateReport",
     "Snapshot",
+    "SweepPoint",
+    "SweepResult",
     "Tokens",
     "WorkloadError",
     "__version__",
@@ -62,6 +64,8 @@ __all__ = [
     "simulate_fleet",
     "snapshot",
     "snapshot_async",
+    "sweep",
+    "sweep_async",
     "write_report",
 ]
 

@@ -359,6 +359,15 @@ def fleet_outputs(tmp_path_factory):
         cmd("ab-url", "ab", workload, "--target", _with_pass(router), "--backend", "none", "--arm", "off=true",
             "--arm", "on=true", "--reps", "1", "--phases", "c1", "--out", out / "ab", "--ready-timeout", "10s",
             "--cmd-timeout", "10s")
+        cmd("sweep-url", "sweep", workload, "--target", _with_pass(router), "--replica", _with_pass(reps[0]),
+            "--replica", _with_key(reps[1]), "--concurrency", "1", "--requests", "4", "--out", out / "sweep")
+        (out / "synth").mkdir()
+        cmd("synth-url", "synth", "--out", out / "synth" / "W.jsonl", "--tokenizer", _with_key(_with_pass(reps[0])),
+            "--requests", "4", "--isl", "64", "--osl", "4", "--check", _with_pass(reps[1]))
+        (tmp / "inputs" / "trace.jsonl").write_text(
+            '{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [0, 1]}\n')
+        cmd("import-url", "import", "mooncake", tmp / "inputs" / "trace.jsonl", "--out", out / "import" / "mc.jsonl",
+            "--tokenizer", _with_key(_with_pass(reps[0])))
         cmd("probe-url", "probe", "--target", _with_pass(reps[0]), "--backend", "halogen", "--model", "m",
             "--sizes", "64,128", "--flush-max", "0", "--out", out / "probe", "--read-timeout", "5")
         # a query on a target is refused (requests go to TARGET/v1/...), its key in no message
@@ -366,9 +375,10 @@ def fleet_outputs(tmp_path_factory):
         cmd("run-url-query", "run", workload, "--target", _with_key(_with_pass(router)), "--phase", "p:forward:c1",
             "--out", out / "run-q")
         cmd("snapshot-url", "snapshot", "--target", _with_key(_with_pass(reps[0])))
-        # the proxy forwards the client's own Authorization: credentials in --upstream are refused
-        cmd("record-url", "record", "--upstream", _with_pass(reps[1]), "--out", out / "record" / "W")
-        cmd("record-url-query", "record", "--upstream", _with_key(reps[1]), "--out", out / "record" / "W")
+        # the proxy's upstream: credentials shown redacted; a query refused (each request's own is forwarded)
+        cmd("record-url", "record", "--upstream", _with_pass(reps[1]), "--out", out / "record" / "W",
+            "--duration", "1")
+        cmd("record-url-query", "record", "--upstream", _with_key(reps[1]), "--out", out / "record-q" / "W")
     finally:
         for p in procs:
             p.terminate()
@@ -383,6 +393,7 @@ def _url_hits(data: bytes) -> list[str]:
     return sorted(p for p in URL_PIECES if p.encode() in data)
 
 
+@pytest.mark.timeout(300)
 def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
     out, streams, _ = fleet_outputs
     for name, (so, se, _) in streams.items():
@@ -390,7 +401,8 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
         assert not _url_hits(so.encode()) and not _url_hits(se.encode()), (name, so[-1500:], se[-1500:])
     assert {k: rc for k, (_, _, rc) in streams.items()} == {
         "fleet-run": 0, "fleet-run-2": 0, "fleet-experiment": 0, "fleet-experiment-dry-run": 0, "ab-url": 3,
-        "probe-url": 0, "snapshot-url": 0, "probe-url-query": 2, "run-url-query": 2, "record-url": 2,
+        "sweep-url": 0, "synth-url": 0, "import-url": 0,
+        "probe-url": 0, "snapshot-url": 0, "probe-url-query": 2, "run-url-query": 2, "record-url": 0,
         "record-url-query": 2, "fleet-report": 0, "fleet-compare": 0}, {
         k: se[-800:] for k, (_, se, rc) in streams.items() if rc}
     files = [f for f in out.rglob("*") if f.is_file()]
@@ -400,7 +412,8 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
     for expected in ("fleet-run/plan.json", "fleet-run/records.jsonl", "fleet-run/counters.jsonl",
                      "fleet-run/summary.json", "fleet-run/report.md", "fleet-run/report.html",
                      "experiment/experiment.json", "experiment/result.json", "experiment/report.md",
-                     "compare/compare.json", "probe/verdict.json", "ab/ab.json"):
+                     "compare/compare.json", "probe/verdict.json", "ab/ab.json", "sweep/sweep.json",
+                     "synth/W.jsonl", "import/mc.jsonl"):
         assert expected in names, sorted(names)
     step = next((out / "experiment" / "steps").glob("*-A"))
     assert (step / "records.jsonl").is_file() and (step / "plan.json").is_file()
@@ -410,14 +423,15 @@ def test_no_url_credential_in_any_file_or_stream(fleet_outputs):
     for name in ("probe-url-query", "run-url-query"):
         assert "a target URL takes no query or fragment" in streams[name][1], streams[name][1]
         assert "?api_key=[REDACTED]" in streams[name][1], streams[name][1]
-    for name in ("record-url", "record-url-query"):
-        assert "give no credentials or query in --upstream" in streams[name][1], streams[name][1]
-        assert "[REDACTED]" in streams[name][1], streams[name][1]
+    assert " -> http://[REDACTED]@127.0.0.1:" in streams["record-url"][0], streams["record-url"][0]
+    assert "an upstream URL takes no query or fragment" in streams["record-url-query"][1]
+    assert "?api_key=[REDACTED]" in streams["record-url-query"][1], streams["record-url-query"][1]
     dry_out = streams["fleet-experiment-dry-run"][0]
     assert "[REDACTED]" in dry_out, dry_out
     assert "curl -sf http://[REDACTED]@" in dry_out, dry_out  # the quiesce command, as the plan prints it
 
 
+@pytest.mark.timeout(300)
 def test_replicas_are_named_and_attributed_by_their_redacted_url(fleet_outputs):
     """Every record names its replica (round robin: 0, 1, 0, 1 ...), as the redacted URL, in every output."""
     out, _, reps = fleet_outputs
@@ -439,7 +453,9 @@ def test_replicas_are_named_and_attributed_by_their_redacted_url(fleet_outputs):
 _URL_DESTS = {"target", "upstream", "router", "replica", "tokenizer", "url"}
 PLANTED = {"run --target": "run-url-credentials", "run --replica": "fleet-run",
            "ab --target": "ab-url", "probe --target": "probe-url",
-           "snapshot --target": "snapshot-url", "record --upstream": "record-url"}
+           "snapshot --target": "snapshot-url", "record --upstream": "record-url", "sweep --target": "sweep-url",
+           "sweep --replica": "sweep-url", "synth --tokenizer": "synth-url", "synth --check": "synth-url",
+           "import --tokenizer": "import-url"}
 SAME_PARSER = {"demo": "run"}  # demo declares run's options (commands/demo.py)
 
 

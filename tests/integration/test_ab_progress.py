@@ -45,7 +45,8 @@ def test_ab_prints_phase_progress_inside_each_block(tmp_path, capsys):
         "ab:   phase c1: ok 52/52,",
     ]
     ends = [ln for ln in block if "ok 52/52" in ln]
-    assert all(ln.endswith(" ms, cached 175848/190516 tokens") for ln in ends)
+    # a busy host adds "; host_busy (...)" to the line (the phase's own CPU pressure, not the arms')
+    assert all(ln.split("; host_busy (")[0].endswith(" ms, cached 175848/190516 tokens") for ln in ends)
     assert sum("drain passed" in ln for ln in block) == 2
 
 

@@ -61,6 +61,13 @@ CASES = [
     (["fit", "--host-ram-gib", "64.5", "--weights-gib", "20", "--positions", "131072", "--kv-bytes-per-position",
       "131072", "--printed-need", "10@131072", "--max-tok", "0"], ["printed-need", "below its own KV"], None),
     (["simulate", WL, "--max-entry-bytes", "111", "--bytes-per-token", "2674"], ["max-entry-bytes", "MB?"], "111"),
+    # issue 42 item 7: the same unit mistakes on fit's other figures and on probe's simulator
+    ([*FIT, "--kv-bytes-per-position", "28"], ["kv-bytes-per-position", "KiB?"], "28672"),
+    (["fit", "--host-ram-gib", "128", "--weights-gib", "60", "--positions", "524288", "--kv-bytes-per-position",
+      "28672", "--reserve-gib", "24576"], ["reserve-gib", "MiB?"], "24 GiB"),
+    (["fit", "--host-ram-gib", "64", "--weights-gib", "20", "--positions", "131072", "--kv-bytes-per-position",
+      "131072", "--printed-need", "18432@131072", "--max-tok", "0"], ["printed-need", "MiB?"], "18 GiB"),
+    (["probe", "--target", "sim", "--sim-max-entry-bytes", "111"], ["sim-max-entry-bytes", "MB?"], "111"),
 ]
 
 

@@ -27,14 +27,20 @@ def test_in_phase_reads_carry_only_the_profiles_series(tmp_path: Path) -> None:
     assert rc == 0
     wanted = make_backend("vllm", "http://127.0.0.1:1", None).wanted_names()
     lines = read_counter_log(out / "counters.jsonl")
-    assert [ln["at"] for ln in lines][0] == "before" and lines[-1]["at"] == "phase_end"  # issue 27 item 7
+    # issue 27 item 7; issue 42 item 8: the series the profile does not read come last, once
+    assert [ln["at"] for ln in lines][0] == "before" and [ln["at"] for ln in lines[-2:]] == ["phase_end", "run_end"]
+    run_end = lines.pop()
     per_request = [ln for ln in lines if isinstance(ln["at"], int)]
     assert sorted({ln["at"] for ln in per_request}) == [0, 1, 2, 3, 4]
     for ln in per_request:
         assert "removed" not in ln  # a partial read is logged on top of the last whole one
         assert {k.split("{")[0] for k in ln.get("changed") or {}} <= wanted
-    closing = set(lines[-1]["changed"])
-    assert 'vllm:generation_tokens_total{engine="0",model_name="kvreplay-sim"}' in closing  # 5 x 6 tokens, at the end
+    for ln in lines[1:]:  # after the first (full) line, only the profile's series, even at the closing read
+        assert {k.split("{")[0] for k in ln.get("changed") or {}} <= wanted
+    gen = 'vllm:generation_tokens_total{engine="0",model_name="kvreplay-sim"}'
+    assert run_end["changed"][gen] - lines[0]["series"][gen] == 5 * 6  # 5 x 6 tokens, at the run's end
+    assert not {k.split("{")[0] for k in run_end["changed"]} & wanted
+    assert run_end["phase"] == "a" and run_end["t_ns"] == lines[-1]["t_ns"]
     # every series of the opening read is still in the log's state at the end (nothing was "removed")
     assert all("removed" not in ln for ln in lines)
     summary = json.loads((out / "summary.json").read_text())

@@ -86,7 +86,7 @@ def _run(script: str, *args: str) -> object:
 
 @pytest.mark.timeout(300)  # importing vllm takes tens of seconds on a loaded machine
 def test_vllm_custom_dataset_reads_the_export(tmp_path: Path) -> None:
-    res = export_vllm(_workload(tmp_path), tmp_path / "v.jsonl")
+    res = export_vllm(_workload(tmp_path), tmp_path / "v.jsonl", lossy=True)
     got = _run(_VLLM_READ, str(res.path))
     assert got == [["S\n\nh1 two", 3, 8], ["S\n\nh1 two\n\ng1\n\nh2", 5, 8], ["x y z", 3, 8]]
 
@@ -94,12 +94,38 @@ def test_vllm_custom_dataset_reads_the_export(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_aiperf_loaders_read_the_export(tmp_path: Path) -> None:
     wl = _workload(tmp_path)
-    multi = export_aiperf(wl, tmp_path / "m.jsonl").path
+    multi = export_aiperf(wl, tmp_path / "m.jsonl", lossy=True).path
     trace = export_aiperf(wl, tmp_path / "t.jsonl", kind="mooncake_trace").path
-    single = export_aiperf(wl, tmp_path / "s.jsonl", kind="single_turn").path
+    single = export_aiperf(wl, tmp_path / "s.jsonl", kind="single_turn", lossy=True).path
     got = _run(_AIPERF_READ, str(multi), str(trace), str(single))
     assert got == {
         "multi": [["a", "S", [[["h1 two"], None, 8], [["h2"], 2000.0, 8]]], ["b", None, [[["x y z"], None, 8]]]],
         "trace": [2, 4, 1],
         "single": ["h1 two", "h2", "x y z"],
     }
+
+
+_AIPERF_RAW_READ = """
+import json, sys
+import orjson
+from aiperf.dataset.loader.raw_payload import RawPayloadDatasetLoader
+out = []
+for f in sys.argv[1:]:
+    l = RawPayloadDatasetLoader(filename=f)
+    out.append([[orjson.dumps(t.raw_payload).decode() for t in c.turns]
+                for c in l.convert_to_conversations(l.load_dataset())])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_aiperf_raw_payload_loader_sends_the_exact_bodies(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)  # sessions: a folder, one file per session
+    bodies = [b.decode() for b in wl.read_bytes().splitlines()]
+    folder = export_aiperf(wl, tmp_path / "raw", kind="raw_payload").path
+    flat = tmp_path / "flat.jsonl"
+    flat.write_bytes(wl.read_bytes())  # the same bodies without a sessions side file: one line each
+    single = export_aiperf(flat, tmp_path / "single.jsonl", kind="raw_payload").path
+    got = _run(_AIPERF_RAW_READ, str(folder), str(single))
+    # the bytes AIPerf sends (orjson.dumps of each parsed line) are the bodies' own
+    assert got == [[bodies[0:2], bodies[2:3]], [[b] for b in bodies]]

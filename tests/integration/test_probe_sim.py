@@ -377,6 +377,48 @@ def test_entries_per_request_counts_only_legs_below_the_cap_and_sizes_simulate(t
     assert f"{rep['recommended']['memory_gib']:.3f}" == "2.168"
 
 
+@pytest.mark.parametrize(("entries", "min_k", "bracket"), [(8, 4, [7, 8]), (12, 6, [11, 12])])
+def test_every_leg_on_the_cap_gives_the_caps_bytes_per_token_and_exact_entries(tmp_path, capsys, entries, min_k,
+                                                                               bracket):
+    """Issue 42 item 7: sizes 64k and 96k and a 64k flush prefix, every one over the cap.
+
+    Cap 116389652 // 2674 = 43,526 tokens: every reuse (the 64k and 96k warm legs, the k = 0
+    point) caches 43,526 tokens, so no reuse shows the tail and the plateau (two prefix
+    lengths, one cached count) is the cap. No leg is below it: bytes per token is the cap's
+    figure, the stored entry 43,526 x 2,674 = 116,388,524 bytes over 43,526 tokens = 2,674.0
+    (not 1,775.9, the entry over the 65,536-token leg). The capped prefix is one entry:
+    flushed iff 1 + 2k > N, so N = 8 gives k = 4 (bracket 7..8), N = 12 gives k = 6
+    (11..12). The calibrated simulator takes N exactly: the entries gauge (full) inside the
+    bracket; without a gauge, 2 x k, the top of a capped bracket, as its note says.
+    """
+    args = ["probe", "--target", "sim", "--sim-cache", "entries", "--sim-cache-entries", str(entries)]
+    args += ["--sim-snapshots", "2", "--sim-bytes-per-token", "2674", "--sim-max-entry-bytes", "116389652"]
+    args += ["--sim-time-scale", "0", "--sizes", "64k,96k", "--flush-max", "16", "--quiet"]
+    args += ["--flush-prefix", "64k", "--out", str(tmp_path / "p")]
+    assert main(args) == 0
+    capsys.readouterr()
+    path = tmp_path / "p" / "verdict.json"
+    v = json.loads(path.read_text())
+    assert v["bytes_per_token"] == 2674.0
+    assert v["bytes_per_token_method"].startswith("the entry cap's figure: every one of ")
+    assert v["entry_cap_bytes"] == 116388524 and v["cap_tokens_from_reuse"] == 43526
+    assert (v["flush_prefix_capped"], v["flush_prefix_effective_tokens"]) == (True, 43526)
+    assert v["prefix_bytes"] == 116388524
+    assert v["entries_per_request"] == 2 and v["min_flush_k"] == min_k and v["implied_entries"] == bracket
+    from kvreplay.sim.calibrate import calibrate_from_verdict
+
+    cal = calibrate_from_verdict(path)
+    assert cal.capacity == entries and cal.changes["cache_entries"] == entries
+    assert f"capacity: {entries} entries (the entries gauge, full; inside {bracket[0]}..{bracket[1]}" in "".join(
+        cal.notes)
+    del v["max_entries_gauge_seen"]
+    (tmp_path / "nogauge.json").write_text(json.dumps(v))
+    cal = calibrate_from_verdict(tmp_path / "nogauge.json")
+    assert cal.capacity == entries
+    assert (f"capacity: {entries} entries (2 per request x min_flush_k {min_k}; the eviction prefix is over the"
+            f" entry cap, so it is one entry; the bracket is {bracket[0]}..{bracket[1]})") in cal.notes
+
+
 @pytest.mark.parametrize(
     ("flush", "capped", "kept", "implied"),
     [("8k", False, 8192, [8, 9]), ("24k", False, 24576, [8, 9]),

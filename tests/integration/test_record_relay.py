@@ -10,6 +10,7 @@ and TTFT, and what a refused or cut stream leaves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import socket
@@ -57,10 +58,16 @@ def test_bulk_accounting_after_the_first_token_keeps_usage_and_first_token_time(
     data = b"".join(long_stream())
     reads = split(data, 37)
     t = rp._Tally()
-    for r in reads:
+    end = next(i for i, r in enumerate(reads) if b'"us' in r)  # the read where the usage event starts
+    for r in reads[:end]:
         t.feed(r)
     assert not t.timed and t.later  # after the first token: held for the bulk feed
-    assert len(t.later) < len(reads) - 3  # fed 64 KiB at a time on the way, not all at the end
+    assert len(t.later) < end - 3  # fed 64 KiB at a time on the way, not all at the end
+    assert not t.ended
+    for r in reads[end:]:
+        t.feed(r)
+    # the usage event (cut between reads) made it look at what it held: the stream has ended
+    assert t.ended and not t.later
     res = t.close()
     assert res.first_token_ns == 1003
     assert res.usage == USAGE
@@ -86,9 +93,11 @@ def test_a_cut_stream_reports_the_usage_it_relayed(monkeypatch):
     # no [DONE]: the stream was cut after the usage event; partial() feeds what is held first
     ticking(monkeypatch)
     t = rp._Tally()
-    for e in long_stream(10)[:-1]:
+    for e in long_stream(10)[:-2]:
         t.feed(e)
-    assert t.later  # the usage event is still held
+    assert t.later  # the last token events are still held
+    t.feed(long_stream(10)[-2])  # the usage event: a look at what is held (no finish reason: not an end)
+    assert not t.later and not t.ended
     res = t.partial()
     assert res.usage == USAGE and res.content_deltas == 10 and not res.done_marker
 
@@ -299,3 +308,91 @@ def test_the_retention_verdict_runs_after_the_first_token_not_before(tmp_path, p
     assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
     (line,) = [json.loads(x) for x in (tmp_path / "W" / MANIFEST).read_text().splitlines()]
     assert (line["outcome"], line["usage"], line["cached_tokens"]) == ("complete", USAGE, 32)
+
+
+@pytest.mark.parametrize("path", ["llhttp", "aiohttp"])
+def test_a_client_that_leaves_at_done_is_complete_and_never_overlaps_its_next_request(tmp_path, path):
+    """Issue 42 item 9: the OpenAI Python SDK reads to ``[DONE]``, closes, and sends its next request.
+
+    The upstream relays the role, one token, the usage chunk and ``[DONE]``, then holds its
+    response open (the terminal chunk not sent) until both requests are in. The client
+    reads to ``[DONE]``, closes its connection and sends the second request at once.
+    Before, the first request was in flight until its upstream ended: the second arrived
+    with ``in_flight_at_arrival`` 2 (a one-at-a-time client captured as C2), and a client
+    gone before the proxy's last write was logged ``client_gone`` with no TTFT or E2E. Now
+    the end of the stream ends the request: both are ``complete``, each alone in flight,
+    with usage, TTFT and an E2E that stops at ``[DONE]`` (not at the upstream's close,
+    held here until the second request was admitted).
+    """
+    release = asyncio.Event()
+
+    async def upstream(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(len(BODY))
+
+        def chunk(b: bytes) -> bytes:
+            return b"%x\r\n%b\r\n" % (len(b), b)
+
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunk(ROLE) + chunk(token(0))
+                     + chunk(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
+                     + chunk(b'data: {"choices":[],"usage":' + orjson.dumps(USAGE) + b"}\n\n")
+                     + chunk(b"data: [DONE]\n\n"))
+        await writer.drain()
+        await release.wait()
+        with contextlib.suppress(ConnectionError):
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    async def one(host: str, port: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
+        await asyncio.wait_for(reader.readuntil(b"data: [DONE]\n\n"), 5)
+        writer.close()  # as the SDK does once it has read [DONE]: the terminal chunk is never read
+
+    async def go():
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        w = CaptureWriter(tmp_path / "W")
+        proxy = RecordingProxy(f"http://127.0.0.1:{port}", w, log=io.StringIO())
+        url = await proxy.start()
+        if path == "aiohttp":
+            proxy._h1 = None
+        host, pport = url.removeprefix("http://").rsplit(":", 1)
+        await one(host, int(pport))
+        await one(host, int(pport))
+        for _ in range(200):  # both admitted (bounded: 2 s)
+            if w.summary.retained == 2:
+                break
+            await asyncio.sleep(0.01)
+        release.set()
+        for _ in range(200):  # both handlers done (bounded: 2 s)
+            if not w._open:
+                break
+            await asyncio.sleep(0.01)
+        await proxy.stop()
+        server.close()
+        return w
+
+    w = asyncio.run(asyncio.wait_for(go(), 30))
+    lines = [json.loads(x) for x in (tmp_path / "W" / MANIFEST).read_text().splitlines()]
+    assert [(ln["index"], ln["outcome"], ln["in_flight_at_arrival"]) for ln in lines] == [
+        (0, "complete", 1), (1, "complete", 1)]
+    for ln in lines:
+        assert (ln["usage"], ln["cached_tokens"]) == (USAGE, 32)
+        assert ln["ttft_ms"] is not None and ln["e2e_ms"] is not None and ln["ttft_ms"] <= ln["e2e_ms"]
+    assert w.peak_in_flight == 1
+
+
+def test_an_end_marker_cut_between_two_reads_is_still_the_end(monkeypatch):
+    """``[DONE]`` split as ``[DO`` | ``NE]``: the tally keeps the previous read's last bytes."""
+    ticking(monkeypatch)
+    t = rp._Tally()
+    events = b"".join([ROLE, token(0)])
+    t.feed(events)
+    t.feed(b"data: [DO")
+    assert not t.ended
+    t.feed(b"NE]\n\n")
+    assert t.ended and t.close().done_marker

@@ -104,6 +104,21 @@ def test_ab_directory_reads_at_1400_and_1000_px(tmp_path):
     assert_readable(out / "report.html", "ab")
 
 
+def test_sweep_directory_reads_at_1400_and_1000_px(tmp_path):
+    out = tmp_path / "sweep"
+    rc = main([
+        "sweep", str(MTBENCH), "--target", "sim", "--sim-time-scale", "0", "--concurrency", "1,2,4",
+        "--select", "first4", "--cache", "cold", "--slo", "ttft_ms<=5", "--report", "none", "--quiet",
+        "--out", str(out),
+    ])
+    assert rc == 0
+    assert main(["report", str(out)]) == 0  # the sweep's report.html (kvreplay.sweeps.report)
+    res = assert_readable(out / "report.html", "sweep")
+    r = res[1000]
+    assert r["sections"] == ["Curves", "Points"]
+    assert r["tables"] == 1 and r["figures"] == 4
+
+
 def test_the_check_sees_cut_columns_clipping_and_console_errors(tmp_path):
     # A table 3000 px wide straight in the page, one inside a clipping box, and a console error.
     page = tmp_path / "bad" / "page.html"

@@ -134,3 +134,31 @@ def test_replica_cache_from_verdict_gives_an_external_fleet_its_cache_model(tmp_
     assert loss["policies"]["observed"]["cached_tokens"] == measured == loss["measured_cached_tokens"]
     assert "calibrated from the probe verdict" in loss["note"]
     assert loss["cache"]["per_replica"] == [1_000_000, 1_000_000]  # the verdict's unbounded entries
+
+
+def test_an_external_serve_sim_fleet_gives_its_cache_model_through_version(tmp_path):
+    """Issue 45 item 5: no verdict, no --replica-cache-from: each replica's /version cache config is the model."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "kvreplay", "serve-sim", "--replicas", "2", "--router",
+                             "round_robin", "--port", "0", "--time-scale", "0", "--cache-entries", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]  # type: ignore[union-attr]
+        flags = lines[3].split("run flags: ", 1)[1].split()
+        out = tmp_path / "ext"
+        assert main(["run", str(MTBENCH), *flags, "--out", str(out), "--quiet", "--phase", "p:forward:c1:first12"]) == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()  # type: ignore[union-attr]
+    plan, summary, recs = _read(out)
+    assert "replica_cache" not in plan["run"]  # nothing given: the model came from the replicas themselves
+    loss = summary["phases"][0]["routing_loss"]
+    measured = sum(r["usage"]["cached_tokens"] for r in recs)
+    assert measured > 0
+    # the same cache class as the replicas, the same assignment: the observed figure is exact at C1
+    assert loss["policies"]["observed"]["cached_tokens"] == measured == loss["measured_cached_tokens"]
+    assert loss["cache"]["per_replica"] == [3, 3]
+    assert loss["note"].startswith("each replica's cache model read from its /version")

@@ -323,3 +323,24 @@ def test_stop_is_idempotent_and_start_twice_fails():
         await srv.stop()
 
     run(go())
+
+
+def test_detokenize_gives_back_the_text_of_ids_it_produced():
+    async def go():
+        async with sim() as (srv, s):
+            async with s.post(srv.base_url + "/tokenize", json={"prompt": "Zyzzyva quokkas, 1234!"}) as r:
+                ids = (await r.json())["tokens"]
+            out = {}
+            for name, toks in (("all", ids), ("cut", ids[:3]), ("special", [1, 2]), ("unknown", [999_999]),
+                               ("bad", "x")):
+                async with s.post(srv.base_url + "/detokenize", json={"tokens": toks}) as r:
+                    out[name] = (r.status, await r.json())
+            return out
+
+    out = run(go())
+    # pieces: "Zyzzyv" "a" " quokka" "s" "," " 123" "4" "!" (letters in chunks of 6, digits of 3)
+    assert out["all"] == (200, {"prompt": "Zyzzyva quokkas, 1234!"})
+    assert out["cut"] == (200, {"prompt": "Zyzzyva quokka"})
+    assert out["special"] == (200, {"prompt": "<|im_start|><|im_end|>"})
+    assert out["unknown"][0] == 400 and "tokens[0] = 999999" in out["unknown"][1]["error"]["message"]
+    assert out["bad"][0] == 400

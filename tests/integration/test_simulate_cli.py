@@ -167,6 +167,12 @@ def test_table_marks_recommendation(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "model radix (one-pass), capacity in blocks of 512 tokens" in out
     assert any(line.split()[0] == "2" and line.endswith("*") for line in out.splitlines()[2:5])
+    # no prefill model: the "-" of the prefill column is explained once, with how to get it
+    assert all(line.split()[3] == "-" for line in out.splitlines()[2:5])
+    assert out.splitlines().count("prefill s saved: - = no prefill cost model to convert hit tokens into seconds; "
+                                  "give --prefill a=S,rate=TOKENS_PER_S or --sim-from-verdict VERDICT.json") == 1
+    assert main(["simulate", str(small_trace(tmp_path)), "--capacities", "1,2,3", "--prefill", "a=1,rate=1000"]) == 0
+    assert "prefill s saved: -" not in capsys.readouterr().out
 
 
 def test_entries_on_trace_is_bad_input(tmp_path, capsys):

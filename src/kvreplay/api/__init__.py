@@ -58,6 +58,7 @@ from kvreplay.api.results import Latency, PhaseResult, RunResult, Tokens
 from kvreplay.api.serving import ServedSim, serve_sim, serve_sim_async
 from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, simulate, simulate_fleet
 from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
+from kvreplay.api.sweeping import SweepPoint, SweepResult
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 from kvreplay.rundir import RunData, load_run
@@ -83,6 +84,8 @@ __all__ = [
     "ServedSim",
     "SimulateReport",
     "Snapshot",
+    "SweepPoint",
+    "SweepResult",
     "Tokens",
     "WorkloadError",
     "ab",
@@ -109,6 +112,8 @@ __all__ = [
     "simulate_fleet",
     "snapshot",
     "snapshot_async",
+    "sweep",
+    "sweep_async",
     "write_report",
 ]
 
@@ -273,6 +278,76 @@ def probe(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str,
         ConfigError, BackendError: as ``probe_async``.
     """
     return _run_sync(probe_async(target, out=out, sim=sim, quiet=quiet, **options))
+
+
+def _loads_text(value: Iterable[float] | str | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return ",".join(f"{v:g}" for v in value)
+
+
+async def sweep_async(workload: PathLike, *, concurrency: Iterable[int] | str | None = None,
+                      rate: Iterable[float] | str | None = None, target: str = "sim", out: PathLike | None = None,
+                      cache: str = "cold", slo: Iterable[str] = (), until: Iterable[str] = (),
+                      sim: Mapping[str, Any] | None = None, report: str = "none", quiet: bool = True,
+                      **options: Any) -> SweepResult:
+    """Sweep a load over points, each an ordinary run (``kvreplay sweep``), in the running event loop.
+
+    Args:
+        workload: A folder of ``*.json`` bodies or a ``.jsonl`` file.
+        concurrency: Closed-loop loads, e.g. ``[1, 2, 4, 8]``, or ``"auto"`` (search the knee).
+        rate: Open-loop loads in requests/s, e.g. ``[1, 2, 4]``, or ``"auto"`` (one of the two).
+        target: ``"sim"`` or the server's base URL.
+        out: The sweep directory (default ``runs/<UTC timestamp>``); must not exist unless
+            ``force=True`` and it holds an earlier sweep.
+        cache: ``"cold"`` (default), ``"warm"`` or ``"as-is"``: each point's cache state.
+        slo: Per-request SLOs in measured ms, e.g. ``["ttft_ms<=500", "tpot_ms<=50"]``.
+        until: Limits that end the sweep, e.g. ``["ttft_ms:p99>2000"]``.
+        sim: Simulator options without the ``sim-`` prefix, e.g. ``{"time_scale": 0, "slots": 4}``.
+        report: Each point's reports (``"none"``, default, ``"md"`` or ``"html"``; ``"html"`` also
+            draws the sweep's report.html).
+        quiet: Print nothing (default; a point's progress is in sweep.json as it is written).
+        **options: Any other option of ``kvreplay sweep`` or ``kvreplay run`` by its Python name,
+            e.g. ``select="first8"``, ``requests=32``, ``warmup=2``, ``arrivals="gamma:2"``, ``csv=True``.
+
+    Returns:
+        The ``SweepResult`` (points typed, the knee, sweep.json).
+
+    Raises:
+        ConfigError, WorkloadError: bad input, before anything is sent.
+        BackendError: the target cannot be used.
+    """
+    from kvreplay.api.sweeping import add_arguments, run_sweep
+
+    if isinstance(slo, str) or isinstance(until, str):
+        raise ConfigError("slo and until are lists of strings, e.g. ['ttft_ms<=500']", field="slo")
+    values = {"workload": os.fspath(workload), "concurrency": _loads_text(concurrency), "rate": _loads_text(rate),
+              "target": target, "out": None if out is None else os.fspath(out), "cache": cache, "slo": list(slo),
+              "until": list(until), "report": report, "quiet": quiet, **options}
+    doc = await run_sweep(_namespace_for(add_arguments, values, sim))
+    return SweepResult.from_document(doc, doc.pop("_out"))
+
+
+def sweep(workload: PathLike, *, concurrency: Iterable[int] | str | None = None,
+          rate: Iterable[float] | str | None = None, target: str = "sim", out: PathLike | None = None,
+          cache: str = "cold", slo: Iterable[str] = (), until: Iterable[str] = (),
+          sim: Mapping[str, Any] | None = None, report: str = "none", quiet: bool = True,
+          **options: Any) -> SweepResult:
+    """Sweep a load over points (``kvreplay sweep``); blocks until the last point ends.
+
+    Takes the arguments of ``sweep_async`` and runs it on a fresh event loop.
+
+    Example::
+
+        s = kvreplay.sweep(kvreplay.DEMO_WORKLOAD, concurrency="auto", sim={"time_scale": 0.01, "slots": 4},
+                           select="first12", cache="cold", slo=["ttft_ms<=500"], out="sweeps/x")
+        print(s.knee, [(p.load, p.goodput_rps, p.cache_verified) for p in s.points])
+
+    Raises:
+        ConfigError, WorkloadError, BackendError: as ``sweep_async``.
+    """
+    return _run_sync(sweep_async(workload, concurrency=concurrency, rate=rate, target=target, out=out, cache=cache,
+                                 slo=slo, until=until, sim=sim, report=report, quiet=quiet, **options))
 
 
 def _run_sync(coro: Any) -> Any:

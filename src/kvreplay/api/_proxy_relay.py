@@ -10,6 +10,7 @@ SSE accountant (read by read until the first token, then in bulk), and
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import orjson
 
@@ -48,8 +49,8 @@ class _Down:
     connection. Every read also goes to the accountant (``tally``) or the JSON kept (``keep``).
     """
 
-    __slots__ = ("buf", "chunked", "ex", "gone", "held", "keep", "over", "tally", "times", "token_wake", "tr",
-                 "waiter", "x")
+    __slots__ = ("buf", "chunked", "ex", "gone", "held", "keep", "on_end", "over", "tally", "times", "token_wake",
+                 "tr", "waiter", "x")
 
     def __init__(self) -> None:
         self.buf: list[bytes] = []
@@ -64,6 +65,7 @@ class _Down:
         self.waiter: asyncio.Future | None = None
         self.x: RelayExchange | None = None
         self.token_wake = False  # wake the handler once the accountant saw the first token (its verdict)
+        self.on_end: Callable[[], None] | None = None  # called once, when the stream's end was relayed
 
     def __call__(self, data: bytes) -> None:
         if self.x is None:  # before the head is relayed (and, for the first reads, before it is read)
@@ -84,6 +86,9 @@ class _Down:
     def _count(self, data: bytes, at: int | None) -> None:
         if self.tally is not None:
             self.tally.feed(data, at)
+            if self.tally.end_ns is not None and self.on_end is not None and self.x is not None:
+                cb, self.on_end = self.on_end, None
+                cb()  # relayed (``x`` set: the head is out): the request no longer in flight
         elif self.keep is not None and len(self.keep) < _JSON_KEEP:
             self.keep += data
 
@@ -159,7 +164,7 @@ class _Tally:
     A stream the accountant refuses (``StreamError``) stops being fed; what it saw stays.
     """
 
-    __slots__ = ("acct", "held", "later", "on", "timed")
+    __slots__ = ("acct", "end_ns", "held", "later", "on", "tail", "timed")
 
     def __init__(self) -> None:
         self.acct = SSEAccountant(head_chars=0)
@@ -167,6 +172,8 @@ class _Tally:
         self.timed = True  # fed read by read, with its time, until the first token
         self.later: list[bytes] = []
         self.held = 0
+        self.end_ns: int | None = None  # when the read that ended the stream was relayed (``ended``)
+        self.tail = b""  # the last bytes of the previous read: a marker cut between two reads is still found
 
     def feed(self, chunk: bytes, at: int | None = None) -> None:
         """One upstream read, as relayed; ``at``: when it was read (ns; None: now)."""
@@ -179,11 +186,34 @@ class _Tally:
                     self.timed = False
             except StreamError:
                 self.on = False  # keep relaying; stop accounting
+            self._check_end(chunk, at)
             return
         self.later.append(chunk)
         self.held += len(chunk)
         if self.held >= _BULK:
             self._flush()
+        self._check_end(chunk, at)
+
+    def _check_end(self, chunk: bytes, at: int | None) -> None:
+        """Note when the stream ended: its ``[DONE]``, or a usage object after the finish reason.
+
+        Two byte searches per read; the accountant (flushed) decides only when one matches.
+        """
+        if self.end_ns is not None:
+            return
+        seen = self.tail + chunk[:8]
+        self.tail = chunk[-8:]
+        if b"[DONE]" not in chunk and b'"usage"' not in chunk and b"[DONE]" not in seen and b'"usage"' not in seen:
+            return
+        self._flush()
+        r = self.acct.result
+        if r.done_marker or (r.usage is not None and r.finish_reason is not None):
+            self.end_ns = now_ns() if at is None else at
+
+    @property
+    def ended(self) -> bool:
+        """The stream's end was relayed: complete, whatever the client does next (issue 42 item 9)."""
+        return self.end_ns is not None
 
     def _flush(self) -> None:
         if not self.later:

@@ -368,12 +368,22 @@ class RecordingProxy:
                         if verdict and _verdict_due(tally):
                             verdict = False
                             state["slot"] = self._finish(pending, state)  # type: ignore[arg-type]
+                        if tally is not None and tally.ended and not state.get("ended"):
+                            self._mark_ended(state)
                     await resp.write_eof()
                 except asyncio.CancelledError:
                     outcome = "interrupted"  # the proxy is stopping
                     raise
                 except ConnectionResetError:
-                    outcome = "client_gone"  # the client left; leaving `async with` drops upstream
+                    if tally is not None and tally.ended:
+                        # the stream's end was relayed, then the client closed (an SDK at [DONE]): complete
+                        outcome = "complete"
+                        r = tally.partial()
+                        usage, error = r.usage, r.error
+                        ttft = None if r.first_token_ns is None else r.first_token_ns - arrival
+                        e2e = tally.end_ns - arrival  # type: ignore[operator]
+                    else:
+                        outcome = "client_gone"  # the client left; leaving `async with` drops upstream
                     return resp
                 except ClientError:
                     outcome = "upstream_cut"  # pass the cut on: close the client's connection too
@@ -454,7 +464,11 @@ class RecordingProxy:
             if first:
                 await resp.write(first)  # with the head, one send
             down.token_wake = verdict and down.tally is not None
+            down.on_end = lambda: self._mark_ended(state)
             down.start(request.transport, isinstance(writer, StreamWriter) and writer.chunked, x)
+            if down.tally is not None and down.tally.ended and down.on_end is not None:
+                down.on_end = None
+                self._mark_ended(state)  # the whole stream came with the head (``take``), now relayed
             while True:
                 if verdict and _verdict_due(down.tally):
                     verdict = down.token_wake = False
@@ -480,9 +494,18 @@ class RecordingProxy:
                 x.conn.close()  # type: ignore[union-attr]
             raise
         except ConnectionResetError:
-            res.outcome = "client_gone"  # the client left: drop the upstream connection
             if not fut.done():
                 x.conn.close()  # type: ignore[union-attr]
+            t = down.tally
+            if t is not None and t.ended:
+                # the stream's end was relayed, then the client closed (an SDK at [DONE]): complete
+                res.outcome = "complete"
+                r = t.partial()
+                res.usage, res.error = r.usage, r.error
+                res.ttft = None if r.first_token_ns is None else r.first_token_ns - arrival
+                res.e2e = t.end_ns - arrival  # type: ignore[operator]
+            else:
+                res.outcome = "client_gone"  # the client left: drop the upstream connection
             return resp
         res.outcome = "complete"
         res.e2e = now_ns() - arrival
@@ -509,4 +532,12 @@ class RecordingProxy:
             return None
         slot = self.writer.finish(pending)
         self._say_limit()
+        if slot is not None and state.get("ended"):
+            self.writer.ended(slot)  # the answer's end was relayed before its verdict ran
         return slot
+
+    def _mark_ended(self, state: dict) -> None:
+        """The answer's end was relayed (``_Tally.ended``): its request stops counting as in flight."""
+        state["ended"] = True
+        if state["slot"] is not None:
+            self.writer.ended(state["slot"])

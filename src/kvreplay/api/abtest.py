@@ -46,6 +46,7 @@ class AbResult(CompareResult):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``ab``'s options (plus the target options of ``run``)."""
     from kvreplay.api.run import add_contract_arguments, add_target_arguments, parse_bound, parse_duration
+    from kvreplay.experiments.ab.resolution import ACCEPT_BUSY_FACTOR
     from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
     p.add_argument("workload", help="folder of *.json bodies or a .jsonl file")
@@ -68,6 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="body order inside a phase: forward, reverse, shuffle:SEED",
     )
     p.add_argument(
+        "--select", default="all", metavar="firstN|lastN",
+        help="the bodies every phase sends: all (default), firstN or lastN (e.g. first8: the first 8 bodies)",
+    )
+    p.add_argument(
         "--primary",
         action="append",
         default=[],
@@ -84,6 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="protected check, e.g. itl_p50:+3%% (rising by more is a regression); repeatable",
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--accept-busy-host", type=float, nargs="?", const=ACCEPT_BUSY_FACTOR, default=None,
+                   metavar="FACTOR",
+                   help="accept a timing decision on a busy host (host_busy) when the effect clears every gate "
+                        f"FACTOR times over (default {ACCEPT_BUSY_FACTOR:g}); the verdict carries host_busy "
+                        "as a caveat")
     p.add_argument("--ready-timeout", type=parse_duration, default=60.0, metavar="DUR")
     p.add_argument("--cmd-timeout", type=parse_duration, default=600.0, metavar="DUR")
     p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
@@ -115,7 +125,7 @@ async def ab_args_async(args: argparse.Namespace) -> dict[str, Any]:
         BackendError: the target cannot be used.
     """
     from kvreplay.api.run import contract_options, default_out, read_api_key, split_credentials
-    from kvreplay.experiments.ab.arms import block_phase_specs, parse_arm, run_ab
+    from kvreplay.experiments.ab.arms import block_phase_specs, parse_arm, parse_select, run_ab
     from kvreplay.experiments.ab.compare import parse_threshold
     from kvreplay.plan import build_plan
     from kvreplay.workload import load_workload
@@ -124,7 +134,9 @@ async def ab_args_async(args: argparse.Namespace) -> dict[str, Any]:
     thresholds = [parse_threshold(t, "primary") for t in args.primary]
     thresholds += [parse_threshold(t, "protected") for t in args.protected]
     workload = load_workload(args.workload, max_body_bytes=args.max_body_bytes)
-    plan = build_plan(workload, block_phase_specs(args.phases, args.order))
+    if args.accept_busy_host is not None and not args.accept_busy_host > 0:
+        raise ConfigError(f"must be a factor > 0, not {args.accept_busy_host:g}", field="--accept-busy-host")
+    plan = build_plan(workload, block_phase_specs(args.phases, args.order, parse_select(args.select)))
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     # URL credentials: an Authorization header, registered as secrets, never written (as in run).
@@ -168,6 +180,7 @@ async def ab_args_async(args: argparse.Namespace) -> dict[str, Any]:
         abort_if=tuple(args.abort_if),
         contract=contract,
         sim_calibration=calibration,
+        accept_busy_host=args.accept_busy_host,
     ) | {"_out": str(out)}
 
 
@@ -216,7 +229,8 @@ async def ab_async(workload: PathLike, *, arms: Mapping[str, str] | Iterable[str
         quiet: Print no progress (default).
         report: Also draw report.html.
         **options: Any other option of ``kvreplay ab`` by its Python name, e.g.
-            ``order="reverse"``, ``stop_new_after=4200.0`` (s), ``backend="vllm"``.
+            ``order="reverse"``, ``select="first8"``, ``accept_busy_host=3.0``,
+            ``stop_new_after=4200.0`` (s), ``backend="vllm"``.
 
     Returns:
         The ``AbResult`` (compare.json, with ab.json as ``ab`` and the directory as ``out``).

@@ -31,7 +31,9 @@ class CompareResult(TypedDict):
     ``threshold_pct``, ``decision``, ``change_pct`` with its interval ``ci_change_pct`` in
     percent); ``metrics`` every metric's median paired ratio per phase; ``pairs`` the
     (baseline, candidate) blocks; ``reps`` planned and measured repetitions;
-    ``comparability`` what differs between the arms' runs (``warnings``, ``blocking`` ones
+    ``caveats`` what qualifies the verdict (``timing_not_computed`` at simulator time scale 0,
+    ``host_busy`` of a decision accepted with ``--accept-busy-host``); ``comparability`` what
+    differs between the arms' runs (``warnings``, ``blocking`` ones
     void the verdict); ``reasons`` the sentences behind the verdict; ``bootstrap`` the
     seed, resamples, alpha and method.
     """
@@ -43,6 +45,7 @@ class CompareResult(TypedDict):
     metrics: list[dict[str, Any]]
     checks: list[dict[str, Any]]
     verdict: str
+    caveats: list[str]
     reasons: list[str]
     comparability: dict[str, Any]
     bootstrap: dict[str, Any]
@@ -50,6 +53,8 @@ class CompareResult(TypedDict):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``compare``'s options."""
+    from kvreplay.experiments.ab.resolution import ACCEPT_BUSY_FACTOR
+
     p.add_argument(
         "dirs", nargs="+", metavar="RUN_DIR", help="ab directories, or run directories in pairs"
     )
@@ -57,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protected", action="append", default=[], metavar="METRIC:±X%")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
+    p.add_argument("--accept-busy-host", type=float, nargs="?", const=ACCEPT_BUSY_FACTOR, default=None,
+                   metavar="FACTOR",
+                   help="accept a timing decision on a busy host when the effect clears every gate FACTOR times "
+                        f"over (default {ACCEPT_BUSY_FACTOR:g}; else the factor saved in ab.json); the verdict "
+                        "carries host_busy")
     p.add_argument("--out", default=None, help="where to write compare.json / compare.md")
     p.add_argument("--quiet", action="store_true")
 
@@ -80,13 +90,18 @@ def compare_args(args: argparse.Namespace) -> tuple[CompareResult, str]:
     thresholds = [parse_threshold(t, "primary") for t in args.primary]
     thresholds += [parse_threshold(t, "protected") for t in args.protected]
     pairs, arms = load_pairs(args.dirs)
-    if not thresholds:
-        ab = Path(args.dirs[0]) / "ab.json"
-        if ab.exists():
-            saved = orjson.loads(ab.read_bytes()).get("thresholds", {})
-            thresholds = [parse_threshold(t, "primary") for t in saved.get("primary", [])]
-            thresholds += [parse_threshold(t, "protected") for t in saved.get("protected", [])]
-    result = compare_blocks(pairs, thresholds, seed=args.seed, n_boot=args.n_boot)
+    ab = Path(args.dirs[0]) / "ab.json"
+    saved_doc = orjson.loads(ab.read_bytes()) if ab.exists() else {}
+    if not thresholds and saved_doc:
+        saved = saved_doc.get("thresholds", {})
+        thresholds = [parse_threshold(t, "primary") for t in saved.get("primary", [])]
+        thresholds += [parse_threshold(t, "protected") for t in saved.get("protected", [])]
+    accept = getattr(args, "accept_busy_host", None)
+    if accept is None:
+        accept = saved_doc.get("accept_busy_host")
+    if accept is not None and not accept > 0:
+        raise ConfigError(f"must be a factor > 0, not {accept:g}", field="--accept-busy-host")
+    result = compare_blocks(pairs, thresholds, seed=args.seed, n_boot=args.n_boot, accept_busy_host=accept)
     out = Path(args.out) if args.out else (Path(args.dirs[0]) if len(args.dirs) == 1 else Path("."))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "compare.json", result)
@@ -97,7 +112,8 @@ def compare_args(args: argparse.Namespace) -> tuple[CompareResult, str]:
 
 
 def compare(dirs: Sequence[PathLike], *, primary: Iterable[str] = (), protected: Iterable[str] = (), seed: int = 0,
-            n_boot: int = 10_000, out: PathLike | None = None) -> CompareResult:
+            n_boot: int = 10_000, out: PathLike | None = None,
+            accept_busy_host: float | None = None) -> CompareResult:
     """Compare matched A/B blocks (``kvreplay compare``): paired ratios, bootstrap intervals, a verdict.
 
     Args:
@@ -109,6 +125,9 @@ def compare(dirs: Sequence[PathLike], *, primary: Iterable[str] = (), protected:
         n_boot: Bootstrap resamples.
         out: Where compare.json and compare.md are written (default: the single ab
             directory given, else the current directory).
+        accept_busy_host: Accept a timing decision on a busy host when the effect clears every
+            gate this many times over (the verdict then carries the ``host_busy`` caveat); None =
+            the factor saved in ab.json, if any.
 
     Returns:
         The comparison as written to compare.json (``CompareResult``).
@@ -125,6 +144,6 @@ def compare(dirs: Sequence[PathLike], *, primary: Iterable[str] = (), protected:
         if isinstance(value, str):
             raise ConfigError(f"{name} is a list of thresholds, e.g. ['ttft_p50:-5%']", field=name)
     values = {"dirs": [fspath(d) for d in dirs], "primary": list(primary), "protected": list(protected),
-              "seed": seed, "n_boot": n_boot, "out": fspath(out)}
+              "seed": seed, "n_boot": n_boot, "out": fspath(out), "accept_busy_host": accept_busy_host}
     result, _text = compare_args(namespace_for(add_arguments, values, None))
     return result

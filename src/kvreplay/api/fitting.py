@@ -396,6 +396,12 @@ def inputs_from_args(
     return inp, notes
 
 
+MIN_KV_BYTES_PER_POSITION = 256
+"""Bytes per position under which ``--kv-bytes-per-position`` is taken for KiB (bytes): no
+real model is that small (1 layer x 1 KV head of 64 dimensions x 1 byte, fp8, x 2 for K and
+V is already 128, and real models have tens of layers); the seed's "28 KiB" typed as 28."""
+
+
 def _unit_checks(inp: FitInputs, args: argparse.Namespace) -> list[str]:
     """Plausibility of the units (issue 29): an error where the verdict would be meaningless.
 
@@ -421,6 +427,26 @@ def _unit_checks(inp: FitInputs, args: argparse.Namespace) -> list[str]:
         guess = (f"MiB? ({float(host) / 1024:.4g} GiB)" if host > hi else f"TiB? ({float(host) * 1024:.4g} GiB)")
         raise ConfigError(
             f"host RAM {args.host_ram_gib} GiB is outside {lo}-{hi} GiB: in {guess}", field="host-ram-gib"
+        )
+    if args.kv_bytes_per_position is not None and inp.kv_bytes_per_position < MIN_KV_BYTES_PER_POSITION:
+        kvb = inp.kv_bytes_per_position
+        raise ConfigError(
+            f"{float(kvb):g} bytes per position is below any real model's {MIN_KV_BYTES_PER_POSITION}"
+            f" (1 layer, 1 KV head of 64, fp8, K+V): in KiB? ({float(kvb):g} KiB = {float(kvb * 1024):g} bytes)",
+            field="kv-bytes-per-position",
+        )
+    if inp.reserve_gib > host:
+        raise ConfigError(
+            f"reserve {float(inp.reserve_gib):g} GiB exceeds host RAM {float(host):g} GiB:"
+            f" in MiB? ({float(inp.reserve_gib) / 1024:.4g} GiB)",
+            field="reserve-gib",
+        )
+    if inp.printed_need is not None and inp.printed_need.need_gib > host:
+        need = inp.printed_need.need_gib
+        raise ConfigError(
+            f"the printed need {float(need):g} GiB exceeds host RAM {float(host):g} GiB:"
+            f" in MiB? ({float(need) / 1024:.4g} GiB)",
+            field="printed-need",
         )
     if inp.printed_need is not None and inp.fixed_gib < 0:
         kv = inp.kv_gib(inp.printed_need.positions)

@@ -22,10 +22,12 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
     """``--replica`` (repeatable) and ``--replica-header``: a fleet target (``runner.fleet``)."""
     from kvreplay.runner.fleet import DEFAULT_REPLICA_HEADER
 
-    p.add_argument("--replica", action="append", default=[], metavar="URL[,backend=NAME,profile=FILE]",
+    p.add_argument("--replica", action="append", default=[],
+                   metavar="URL[,backend=NAME,profile=FILE,verdict=FILE]",
                    help="a replica behind the --target router, repeatable: its counters and identity are "
                         "read (the router's never) and every record names the replica that served it; "
-                        "without backend= it gets --backend (auto: detected per replica)")
+                        "without backend= it gets --backend (auto: detected per replica); verdict= a probe "
+                        "verdict.json whose cache model is this replica's in the routing loss (a mixed fleet)")
     p.add_argument("--replica-header", default=DEFAULT_REPLICA_HEADER, metavar="NAME",
                    help="response header naming the replica that served a request, when the router or "
                         f"replica sets one (default {DEFAULT_REPLICA_HEADER})")
@@ -143,17 +145,24 @@ async def start_sim_fleet(size: tuple[int, str], config: Any, calibration: dict[
 
 
 def replica_cache_extra(args: argparse.Namespace, replicas: Any) -> dict[str, Any]:
-    """plan.json ``run.replica_cache`` from ``--replica-cache-from VERDICT`` (empty without it).
+    """plan.json ``run.replica_cache`` from ``--replica-cache-from VERDICT`` and ``--replica URL,verdict=FILE``.
 
     ``{"source", "sha256", "replicas", "router": null, "seed": 0, "config"}``: the verdict's
     calibrated ``SimConfig`` (``sim.calibrate.calibrate_from_verdict``), the cache-model
-    fields ``offline.runloss`` reads, for every replica.
+    fields ``offline.runloss`` reads, for every replica. Where some replica names its own
+    ``verdict=`` (a mixed fleet: vLLM beside llama-server), ``per_replica`` lists every
+    replica's ``{"url", "source", "sha256", "config"}`` (its own verdict, else the
+    ``--replica-cache-from`` one) and ``offline.runloss`` models each replica with its own
+    cache and converts each replica's tokens with its own ratio; ``config`` is then the
+    first replica's. Empty without either.
 
     Raises:
-        ConfigError: the flag without ``--replica``, or a verdict that cannot calibrate.
+        ConfigError: the flag without ``--replica``, a verdict that cannot calibrate, or
+            some replica with a ``verdict=`` while another has none and no ``--replica-cache-from``.
     """
     path = getattr(args, "replica_cache_from", None)
-    if not path:
+    own = [r for r in replicas or () if getattr(r, "verdict", None)]
+    if not path and not own:
         return {}
     if not replicas:
         raise ConfigError("--replica-cache-from needs a fleet target (--replica)", field="--replica-cache-from")
@@ -161,10 +170,28 @@ def replica_cache_extra(args: argparse.Namespace, replicas: Any) -> dict[str, An
     from kvreplay.sim.calibrate import calibrate_from_verdict
     from kvreplay.sim.config import SimConfig
 
-    cal = calibrate_from_verdict(path)
-    cfg = SimConfig.from_mapping(cal.changes, where=path)
-    model = sim_fleet_json(cfg, len(replicas), None)
-    return {"replica_cache": {"source": str(path), "sha256": cal.sha256, **model}}
+    def model_of(src: str) -> tuple[dict[str, Any], Any]:
+        cal = calibrate_from_verdict(src)
+        cfg = SimConfig.from_mapping(cal.changes, where=src)
+        return {"source": str(src), "sha256": cal.sha256, "config": sim_fleet_json(cfg, 1, None)["config"]}, cfg
+
+    shared, shared_cfg = model_of(path) if path else (None, None)
+    if not own:
+        assert shared is not None and shared_cfg is not None
+        return {"replica_cache": {"source": shared["source"], "sha256": shared["sha256"],
+                                  **sim_fleet_json(shared_cfg, len(replicas), None)}}
+    per = []
+    for r in replicas:
+        if getattr(r, "verdict", None):
+            per.append({"url": r.url, **model_of(r.verdict)[0]})
+        elif shared is not None:
+            per.append({"url": r.url, **shared})
+        else:
+            raise ConfigError(f"replica {r.url} has no cache model: give it verdict=FILE as the others have, or "
+                              "--replica-cache-from VERDICT for the rest", field="--replica")
+    first = per[0]
+    return {"replica_cache": {"source": first["source"], "sha256": first["sha256"], "replicas": len(replicas),
+                              "router": None, "seed": 0, "config": first["config"], "per_replica": per}}
 
 
 def finish_routing_loss(out: Any, summary: dict[str, Any], plan: Any, workload: Any, render_report: Any) -> None:

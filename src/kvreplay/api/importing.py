@@ -15,7 +15,8 @@ import argparse
 from typing import Any, TypedDict
 
 from kvreplay.api._options import PathLike, fspath, namespace_for
-from kvreplay.errors import ConfigError
+from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.outpath import check_out
 
 __all__ = ["ImportResult", "add_arguments", "import_args", "import_workload"]
 
@@ -108,6 +109,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help='add "ignore_eos": true (vLLM/SGLang) so outputs reach output_length',
     )
+    p.add_argument("--tokenizer", default=None, metavar="URL|tokenizer.json",
+                   help="mooncake, bailian: write each hash block as exactly --block-tokens tokens of this "
+                        "tokenizer (a server's POST /tokenize: vLLM, llama-server, serve-sim; or a local "
+                        "tokenizer.json), so the trace's prefix structure lands on the server's blocks "
+                        "(default: the simulator's pseudo-words)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file (and the files beside it); a device, FIFO, the source "
+                        "itself or a non-empty folder is never replaced")
 
 
 def import_args(args: argparse.Namespace) -> list[str]:
@@ -115,8 +124,10 @@ def import_args(args: argparse.Namespace) -> list[str]:
 
     Raises:
         ConfigError: an option out of range for the format (``--limit``, ``--block-tokens``,
-            ``--concurrency``, ``--time-scale``, ``--paths``).
-        WorkloadError: a bad source (file, line, field).
+            ``--concurrency``, ``--time-scale``, ``--paths``); an ``--out`` that would clobber
+            something (``kvreplay.outpath.check_out``: an existing file without ``--force``, a
+            device or FIFO, the source itself, a missing parent folder).
+        WorkloadError: a bad source (file, line, field); out of memory.
     """
     from kvreplay.workload.formats import format_of
 
@@ -129,13 +140,56 @@ def import_args(args: argparse.Namespace) -> list[str]:
             "--block-tokens and --concurrency must be >= 1, --time-scale > 0",
             field="--block-tokens",
         )
+    out, beside = fmt.out_paths(args.out)
+    check_out(out, force=args.force, inputs=[args.trace], folder=fmt.writes == "folder", siblings=beside,
+              make_parents=True)
     options = {k: getattr(args, k) for k in fmt.options}
     if "paths" in options:
         paths = tuple(x.strip() for x in args.paths.split(",") if x.strip())
         if not paths or not all(x.startswith("/") for x in paths):
             raise ConfigError("must be comma-separated URL paths starting with /", field="--paths")
         options["paths"] = paths
-    return fmt.run(args.trace, args.out, **options)
+    try:
+        return fmt.run(args.trace, args.out, **options)
+    except MemoryError:  # under an address-space limit (RLIMIT_AS): one line, not a traceback
+        raise WorkloadError("ran out of memory importing it (the process's address-space limit, "
+                            "RLIMIT_AS, or free memory)", path=args.trace) from None
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """Check keyword options as the command line checks its flags: the same types, ranges and choices.
+
+    Each value goes through its flag's own parser (``argtypes.integer(1)`` for ``max_tokens``,
+    ``number(0, ...)`` for ``think_time``, the format's choices...): a switch must be a bool,
+    a number a number (not a bool), a text option a string; ``None`` is accepted where the
+    flag's default is ``None``.
+
+    Raises:
+        ConfigError: the first bad value, with its keyword as the field.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    actions = {a.dest: a for a in parser._actions}
+    for key, value in options.items():
+        a = actions.get(key)
+        if a is None:
+            continue  # namespace_for names it
+        if value is None and a.default is None:
+            continue
+        if a.nargs == 0:  # a switch (store_true)
+            if not isinstance(value, bool):
+                raise ConfigError(f"must be True or False, not {value!r}", field=key)
+            continue
+        if isinstance(value, bool) or (a.type is None and not isinstance(value, str)) \
+                or not isinstance(value, (str, int, float)):
+            raise ConfigError(f"must be {'a string' if a.type is None else 'a number'}, not {value!r}", field=key)
+        if callable(a.type):
+            try:
+                a.type(str(value))
+            except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                raise ConfigError(f"{value!r}: {exc}", field=key) from None
+        if a.choices is not None and value not in a.choices:
+            raise ConfigError(f"{value!r} is not one of {', '.join(map(str, a.choices))}", field=key)
 
 
 def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -> ImportResult:
@@ -154,7 +208,8 @@ def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -
         The ``ImportResult`` (with the importer's lines).
 
     Raises:
-        ConfigError: an unknown format or option, an option out of range.
+        ConfigError: an unknown format or option, an option of the wrong type or out of range
+            (checked as ``kvreplay import`` checks its flags; the keyword named).
         WorkloadError: a bad source (file, line, field).
 
     Example::
@@ -168,6 +223,7 @@ def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -
 
     if fmt not in format_names():
         raise ConfigError(f"unknown format {fmt!r}: one of {', '.join(format_names())}", field="format")
+    _check_options(options)
     values = {"format": fmt, "trace": fspath(source), "out": fspath(out), **options}
     args = namespace_for(add_arguments, values, None)
     return {"format": fmt, "source": args.trace, "out": args.out, "lines": import_args(args)}

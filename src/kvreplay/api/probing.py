@@ -127,17 +127,23 @@ async def probe_async(args: argparse.Namespace) -> dict[str, Any]:
         The verdict (as written to verdict.json), with ``_out`` added.
     """
     cfg = config_from_args(args)
+    sim_cfg = None
+    if args.target == "sim":  # checked before anything is written
+        from kvreplay.sim import config_from_args as sim_config
+        from kvreplay.sim.cache_entries import check_entry_cap
+
+        sim_cfg = sim_config(args, prefix="sim-")
+        check_entry_cap(sim_cfg.max_entry_bytes, sim_cfg.bytes_per_token, field="sim-max-entry-bytes")
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     out = Path(args.out) if args.out else default_out()
     out.mkdir(parents=True, exist_ok=True)
     backend_name = args.backend
     sim = None
-    if args.target == "sim":
+    if sim_cfg is not None:
         from kvreplay.sim import SimServer
-        from kvreplay.sim import config_from_args as sim_config
 
-        sim = SimServer(sim_config(args, prefix="sim-"))
+        sim = SimServer(sim_cfg)
         await sim.start(host="127.0.0.1", port=0)
         url = label = sim.base_url
         if backend_name == "auto":

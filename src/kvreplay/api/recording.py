@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -51,6 +53,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register ``record``'s options."""
+    from kvreplay.argtypes import number
+
     p.add_argument("--upstream", required=True, metavar="URL",
                    help="the server to forward to (http://host:port[/prefix])")
     p.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
@@ -70,8 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="retain a body that holds a secret (a key shape, a secret field, the request's own "
                         "credential) with the secret replaced by [REDACTED] (both hashes in the manifest) "
                         "instead of skipping it")
-    p.add_argument("--duration", type=float, default=None, metavar="S",
-                   help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    p.add_argument("--duration", type=number(0.0, strict=True, unit="s"), default=None, metavar="S",
+                   help="stop after S seconds (> 0; default: until SIGINT/SIGTERM)")
+    p.add_argument("--force", action="store_true",
+                   help="replace W.arrivals.json and W.plan.toml when they exist beside --out (the folder "
+                        "itself must be new or empty)")
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class RecordResult:
 
     Attributes:
         url: The proxy's listening URL (``http://HOST:PORT``).
-        upstream: The server it forwarded to.
+        upstream: The server it forwarded to (its ``user:password@`` shown as the redaction marker).
         paths: The URL paths whose POST bodies were retained.
         workload: The capture folder (a workload: ``NNNNNN.json`` bodies + ``capture.jsonl``).
         arrivals: ``W.arrivals.json`` beside it, or None when no body was retained (not written).
@@ -116,6 +123,62 @@ class RecordResult:
         return sum(self.skipped.values())
 
 
+class _BadRequestLog(logging.Filter):
+    """aiohttp's "Error handling request" tracebacks as one line each, at most ``burst`` per ``window_s``.
+
+    aiohttp's server logs every request it cannot parse (a bad ``Content-Length``, a chunk
+    size that is not hex, TLS bytes on the plain port) with ``logger.exception``: a full
+    traceback on stderr, so any client could flood the terminal (issue 44). Installed on the
+    ``aiohttp.server`` logger for a recording, this drops those records and prints instead
+    ``kvreplay record: malformed request from PEER: WHAT`` through ``safe_io.echo`` (redacted,
+    control characters escaped: the client's bytes are in the message); past ``burst`` lines
+    in a window the rest are counted (``suppressed``) and said in one line when the next
+    window opens. Other records pass untouched.
+
+    Attributes:
+        shown: Lines printed.
+        suppressed: Malformed requests not printed (rate limit), in all.
+    """
+
+    def __init__(self, *, burst: int = 5, window_s: float = 10.0, clock: Callable[[], float] | None = None) -> None:
+        super().__init__()
+        import time
+
+        self.burst, self.window_s = burst, window_s
+        self._clock = clock or time.monotonic
+        self._window_at = self._clock()
+        self._in_window = 0
+        self._held = 0  # suppressed in the current window, not yet said
+        self.shown = 0
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False (dropped) for a request aiohttp could not handle, after the one-line account."""
+        if not record.exc_info or not record.getMessage().startswith("Error handling request"):
+            return True
+        now = self._clock()
+        if now - self._window_at >= self.window_s:
+            self.flush()
+            self._window_at, self._in_window = now, 0
+        if self._in_window >= self.burst:
+            self._held += 1
+            self.suppressed += 1
+            return False
+        self._in_window += 1
+        self.shown += 1
+        exc = record.exc_info[1]
+        what = " ".join(x.strip() for x in str(exc).splitlines() if x.strip())[:200] or type(exc).__name__
+        peer = record.getMessage().rpartition(" from ")[2] or "?"
+        echo(f"kvreplay record: malformed request from {peer}: {what}", err=True)
+        return False
+
+    def flush(self) -> None:
+        """Say how many were not shown since the last account (one line; nothing when none)."""
+        if self._held:
+            echo(f"kvreplay record: {self._held} more malformed requests not shown", err=True)
+            self._held = 0
+
+
 async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | None = None,
                             stop: Stop | None = None,
                             on_listening: Callable[[str], object] | None = None) -> RecordResult:
@@ -128,7 +191,9 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         The ``RecordResult`` once the proxy has stopped and the capture is closed.
 
     Raises:
-        ConfigError: bad options, or ``--out`` exists and is not empty.
+        ConfigError: bad options (``--duration`` not a finite number > 0), or ``--out`` refused by
+            ``kvreplay.outpath.check_out`` (not a new or empty folder, a missing parent, ``W.plan.toml``
+            or ``W.arrivals.json`` existing without ``--force``, a device or FIFO).
         OSError: the address cannot be bound (``strerror``: ``cannot listen on HOST:PORT: why``);
             no capture folder is left behind.
     """
@@ -136,9 +201,16 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     from kvreplay.api.serving import is_loopback, wait_for_stop
     from kvreplay.clock import now_ns
     from kvreplay.errors import ConfigError
+    from kvreplay.outpath import check_out
     from kvreplay.redaction import redact_url, register_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 
+    duration = args.duration
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
+                                 or not math.isfinite(duration) or duration <= 0):
+        raise ConfigError(f"must be a number of seconds > 0, not {duration!r}", field="--duration")
+    check_out(args.out, force=getattr(args, "force", False), folder=True, siblings=sidecar_paths(args.out),
+              make_parents=True)
     if not args.upstream.startswith(("http://", "https://")):
         raise ConfigError(f"must be an http:// or https:// URL, not {redact_url(args.upstream)!r}",
                           field="--upstream")
@@ -146,9 +218,9 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         register_url(args.upstream)  # its credentials: in no output (redaction)
     except ValueError as exc:
         raise ConfigError(f"credentials in the upstream URL: {exc}", field="--upstream") from None
-    if "@" in args.upstream.split("//", 1)[-1].split("/", 1)[0] or "?" in args.upstream:
-        raise ConfigError(f"{redact_url(args.upstream)!r}: the proxy forwards each client's own headers "
-                          "(its Authorization too); give no credentials or query in --upstream", field="--upstream")
+    if "?" in args.upstream or "#" in args.upstream:
+        raise ConfigError(f"{redact_url(args.upstream)!r}: an upstream URL takes no query or fragment (each "
+                          "request's own path and query are forwarded)", field="--upstream")
     host, port = parse_listen(args.listen)
     if args.max_bodies is not None and args.max_bodies < 0:
         raise ConfigError("must be >= 0", field="--max-bodies")
@@ -173,14 +245,20 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     if on_listening is not None:
         on_listening(url)
+    bad_requests = _BadRequestLog()
+    server_log = logging.getLogger("aiohttp.server")
+    server_log.addFilter(bad_requests)
     try:
         await wait_for_stop(args.duration, ready, stop)
     finally:
         await proxy.stop()
         await asyncio.sleep(0)  # the last queued writes (manifest close) run now
+        server_log.removeFilter(bad_requests)
+        bad_requests.flush()
     s = writer.summary
     arrivals, plan = sidecar_paths(args.out) if s.retained else (None, None)
-    return RecordResult(url=url, upstream=args.upstream, paths=paths, workload=writer.folder, arrivals=arrivals,
+    return RecordResult(url=url, upstream=redact_url(args.upstream), paths=paths, workload=writer.folder,
+                        arrivals=arrivals,
                         plan=plan, requests=proxy.requests, retained=s.retained, retained_bytes=s.retained_bytes,
                         skipped=dict(s.skipped), limit_reached=s.limit_reached,
                         io_error=writer.io_error, description=s.describe())

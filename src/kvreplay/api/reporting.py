@@ -21,7 +21,7 @@ from kvreplay.api._options import PathLike
 
 __all__ = ["ReportResult", "report_kind", "write_report"]
 
-ReportKind = Literal["run", "ab", "experiment"]
+ReportKind = Literal["run", "ab", "experiment", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,11 @@ class ReportResult:
     """What ``write_report`` wrote, in the order ``kvreplay report`` prints it.
 
     Attributes:
-        kind: ``"run"``, ``"ab"`` or ``"experiment"`` (``report_kind``).
+        kind: ``"run"``, ``"ab"``, ``"experiment"`` or ``"sweep"`` (``report_kind``).
         files: The paths written, in order (a run: report.md, report.html, records.parquet as
             asked; an ab directory: each block's report.html with ``html``, then its own
-            report.html; an experiment: result.json, report.md, report.html).
+            report.html; an experiment: result.json, report.md, report.html; a sweep: its
+            report.html, then points.csv with ``csv``; a run: phases.csv last with ``csv``).
         summary_rebuilt: A run whose summary.json was missing: the summary.json rebuilt from
             records.jsonl (not in ``files``); else None.
         block_errors: An ab directory with ``html``: ``"BLOCK_DIR: why"`` for each block whose
@@ -48,24 +49,28 @@ class ReportResult:
 
 
 def report_kind(run_dir: PathLike) -> ReportKind:
-    """Which directory ``run_dir`` is: ``"ab"`` (holds ab.json), ``"experiment"`` (experiment.json), else ``"run"``."""
+    """Which directory ``run_dir`` is: ``ab`` (ab.json), ``experiment``, ``sweep`` (sweep.json), else ``run``."""
     from kvreplay.rundir import EXPERIMENT
+    from kvreplay.sweeps.document import is_sweep_dir
 
     d = Path(run_dir)
     if (d / "ab.json").exists():
         return "ab"
     if (d / EXPERIMENT).exists():
         return "experiment"
+    if is_sweep_dir(d):
+        return "sweep"
     return "run"
 
 
-def write_report(run_dir: PathLike, *, html: bool = False, parquet: bool = False) -> ReportResult:
+def write_report(run_dir: PathLike, *, html: bool = False, parquet: bool = False, csv: bool = False) -> ReportResult:
     """Write the reports of a run, ab or experiment directory (``kvreplay report``).
 
     Args:
         run_dir: The directory.
         html: Also write report.html (a run; each block's, for an ab directory).
         parquet: Also write records.parquet (a run; needs ``pip install 'kvreplay[parquet]'``).
+        csv: Also write phases.csv (a run: one row per phase) or points.csv (a sweep).
 
     Returns:
         The ``ReportResult``: the kind and the files written.
@@ -79,11 +84,29 @@ def write_report(run_dir: PathLike, *, html: bool = False, parquet: bool = False
         return _ab_report(Path(run_dir), html)
     if kind == "experiment":
         return _experiment_report(Path(run_dir))
+    if kind == "sweep":
+        return _sweep_report(Path(run_dir), csv)
     from kvreplay.report.write import write_reports
 
     written = write_reports(run_dir, html=html, parquet=parquet)
-    return ReportResult("run", [str(written[k]) for k in ("markdown", "html", "parquet") if k in written],
-                        summary_rebuilt=str(written["summary"]) if "summary" in written else None)
+    files = [str(written[k]) for k in ("markdown", "html", "parquet") if k in written]
+    if csv:
+        from kvreplay.report.csvfile import write_phases_csv
+
+        files.append(str(write_phases_csv(Path(run_dir))))
+    return ReportResult("run", files, summary_rebuilt=str(written["summary"]) if "summary" in written else None)
+
+
+def _sweep_report(d: Path, csv: bool) -> ReportResult:
+    """A sweep directory: its report.html redrawn from sweep.json (and points.csv with ``csv``)."""
+    from kvreplay.sweeps.document import read_sweep, write_points_csv
+    from kvreplay.sweeps.report import write_sweep_report
+
+    doc = read_sweep(d)
+    files = [str(write_sweep_report(d, doc))]
+    if csv:
+        files.append(str(write_points_csv(d, doc)))
+    return ReportResult("sweep", files)
 
 
 def _ab_report(d: Path, html: bool) -> ReportResult:

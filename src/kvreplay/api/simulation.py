@@ -329,16 +329,9 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
                 )
             caps = [int(c) for c in caps]
     if args.max_entry_bytes is not None:
-        from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
+        from kvreplay.sim.cache_entries import check_entry_cap
 
-        bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
-        if args.max_entry_bytes < bpt:
-            # a cap under one token holds nothing: MB or KiB typed as bytes (issue 29)
-            raise ConfigError(
-                f"an entry cap of {args.max_entry_bytes} bytes holds no token at {bpt} bytes per token:"
-                f" in MB? ({args.max_entry_bytes} MB = {args.max_entry_bytes * 10**6} bytes)",
-                field="max-entry-bytes",
-            )
+        check_entry_cap(args.max_entry_bytes, args.bytes_per_token, field="max-entry-bytes")
     if not 0 < args.share <= 1:
         raise ConfigError("must be in (0, 1]", field="share")
     for flag in ("every", "burst"):

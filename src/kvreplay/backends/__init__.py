@@ -29,7 +29,7 @@ one implementation. Every HTTP error is translated into ``BackendError`` in
 
 from kvreplay.runner.counters import DrainResult, check_fresh, settled_snapshot, wait_drained
 
-from ._common import check_empty
+from ._common import OCCUPANCY_GAUGES, check_empty
 from ._families import LlamacppBackend, SglangBackend, VllmBackend
 from ._family import BackendFamily, families, family, register_family, unregister_family
 from ._halogen import HALOGEN_KEYS, HalogenBackend
@@ -46,6 +46,7 @@ __all__ = [
     "HALOGEN_KEYS",
     "HalogenBackend",
     "LlamacppBackend",
+    "OCCUPANCY_GAUGES",
     "OpenAIBackend",
     "Profile",
     "PrometheusBackend",

@@ -117,8 +117,22 @@ async def detect(base_url: str, session: aiohttp.ClientSession) -> str:
         A registered family name.
 
     Raises:
-        BackendError: the server could not be reached at all.
+        BackendError: the server could not be reached at all: the message says so and
+            names the endpoint tried (the first probe's, halogen's ``/cache``) as a probe,
+            not as the server's backend, with ``--backend`` for a server that is known.
     """
+    try:
+        return await _detect(base_url, session)
+    except BackendError as exc:
+        names = ", ".join(f.name for f in families())
+        raise BackendError(f"cannot reach {base_url} to detect its backend (probing {exc}); is the server up "
+                           f"at that URL? With --backend NAME ({names}) kvreplay reads that backend's own "
+                           "endpoints (vllm, sglang, llamacpp: /metrics; halogen: /cache)",
+                           url=exc.url) from (exc.__cause__ or exc)
+
+
+async def _detect(base_url: str, session: aiohttp.ClientSession) -> str:
+    """``detect``'s probes (its docstring); a connection failure raises the probe's ``BackendError``."""
     probes = sorted(((f.probe_rank, f.name, f.probe) for f in families() if f.probe is not None),
                     key=lambda p: p[0])  # stable: equal ranks keep registration order
     for rank, name, probe in probes:

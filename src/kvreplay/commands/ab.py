@@ -6,6 +6,8 @@ Examples::
         --arm off='./switch.sh trace-off' --arm on='./switch.sh trace-on' \\
         --reps 3 --primary ttft_p50:-5% --protected itl_p50:+3% --out runs/ab-trace
     kvreplay ab WORKLOAD --target sim --arm off=sim: --arm on=sim:prefill_scale=1.1 --out runs/ab-sim
+    kvreplay ab WORKLOAD --target sim --arm off=sim: --arm on=sim:prefill_scale=1.5 --reps 1 \\
+        --phases c1 --select first8 --sim-time-scale 0 --out runs/ab-quick
     kvreplay ab WORKLOAD --target http://127.0.0.1:8000 --arm off='./switch.sh off' \\
         --arm on='./switch.sh on' --reps 3 --stop-new-after 70m --hard-deadline 80m \\
         --abort-if 'host_bytes>34e9' --expect-identity models=llama-3-8b \\
@@ -21,8 +23,11 @@ sim`` each arm's time scale and the ``--sim-from-verdict`` calibration; before t
 first request), one run directory per block under ``blocks/`` (whose ``plan.json``
 keeps the scale and the calibration as ``kvreplay run``'s does), then
 ``compare.json`` and ``compare.md``. See ``kvreplay.experiments.ab.arms``.
-Exit status: 0 with a verdict, 2 bad input, 3 when a block aborted or a
-deadline stopped the experiment. ``kvreplay report DIR`` draws ``report.html``.
+``--select firstN|lastN`` sends the first (last) N bodies in every phase. The verdict
+line is followed by its caveats (``timing_not_computed`` at ``--sim-time-scale 0``, where
+timing checks read ``not computed``; ``host_busy`` of a decision accepted with
+``--accept-busy-host [FACTOR]``). Exit status: 0 with a verdict, 2 bad input, 3 when a
+block aborted or a deadline stopped the experiment. ``kvreplay report DIR`` draws ``report.html``.
 
 A thin layer over ``kvreplay.api.abtest`` (``kvreplay.ab``), which declares the options
 and runs the experiment; this module prints the verdict lines and maps the outcome to
@@ -37,7 +42,7 @@ import asyncio
 from kvreplay.api.abtest import ab_args_async as ab_async
 from kvreplay.api.abtest import add_arguments, write_report
 from kvreplay.api.run import install_loop
-from kvreplay.experiments.ab.compare import ci_pct_text
+from kvreplay.experiments.ab.compare import NOT_COMPUTED, ci_pct_text
 from kvreplay.safe_io import echo
 
 __all__ = ["EXIT_ABORTED", "ab_async", "add_arguments", "run"]
@@ -56,18 +61,18 @@ def run(args: argparse.Namespace) -> int:
     result = asyncio.run(ab_async(args))
     if not args.quiet:
         echo(f"verdict: {result['verdict']}")
+        for cav in result.get("caveats") or []:
+            echo(f"  caveat: {cav}")
         reps = result.get("reps") or {}
         if reps and reps["measured"] < reps["planned"]:
             echo(f"  fewer repetitions than planned were measured: {reps['measured']} of {reps['planned']}")
         for c in result["checks"]:
-            echo(
-                f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
-                + (
-                    f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
-                    if c.get("change_pct") is not None
-                    else (f" ({c['reason']})" if c.get("reason") else "")
-                )
-            )
+            line = f"  {c['phase']}.{c['metric']} ({c['role']} {c['threshold_pct']:+g}%): {c['decision']}"
+            if c.get("change_pct") is not None:
+                line += f", change {c['change_pct']:+.2f}% CI {ci_pct_text(c.get('ci_change_pct'))}"
+            if c.get("reason") and c["decision"] != NOT_COMPUTED:  # not computed: the caveat above says why
+                line += f" ({c['reason']})"
+            echo(line)
         echo(f"experiment directory: {result['_out']}")
     try:
         html = write_report(result["_out"])

@@ -15,6 +15,10 @@ no verdict: it reads ``not comparable: <reason>``, and every difference (body
 order too) is a warning in the output and in compare.json's ``comparability``.
 With ``--quiet`` the warnings still go to stderr.
 
+Sweep directories (``kvreplay sweep``; all of the arguments) are drawn on one chart
+instead: ``compare-sweeps.html`` in ``--out`` (default the current directory;
+``kvreplay.sweeps.compare``).
+
 A thin layer over ``kvreplay.api.comparison`` (``kvreplay.compare``), which declares
 the options, compares and writes the files; this module prints.
 """
@@ -34,6 +38,15 @@ HELP = "Compare matched A/B blocks: median paired ratios with bootstrap CIs and 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay compare``; exit 0 (the verdict is in the output, not the status)."""
+    from pathlib import Path
+
+    from kvreplay.api.sweeping import compare_sweep_dirs, is_sweep
+
+    if all(is_sweep(Path(d)) for d in args.dirs):
+        path = compare_sweep_dirs(args.dirs, args.out or ".")
+        if not args.quiet:
+            echo(f"{len(args.dirs)} sweeps on one chart: {path}")
+        return 0
     result, text = compare_args(args)
     if not args.quiet:
         echo(text)

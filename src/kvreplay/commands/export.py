@@ -33,11 +33,19 @@ _RUN_WITH = {
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay export``; exit 0, or 2 on a bad workload (raised as ``WorkloadError``)."""
+    """Execute ``kvreplay export``; exit 0, or 2 on a bad workload or a loss without ``--lossy`` (``WorkloadError``)."""
     res = export_args(args)
     kind = res.kind if args.format == "aiperf" else "custom"
+    if kind == "raw_payload":  # the bodies as they are: AIPerf's raw endpoint adds no formatting or URL path
+        echo(f"{res.bodies} bodies as {res.lines} aiperf raw_payload lines -> {res.path}")
+        for what, n in sorted(res.notes.items()):
+            echo(f"  {n} bodies: {what}")
+        echo(f"  run:  aiperf profile --input-file {res.path} --custom-dataset-type raw_payload --endpoint-type raw "
+             "--url http://HOST:PORT/v1/chat/completions --streaming ...")
+        return 0
     echo(f"{res.bodies} bodies as {res.lines} {args.format} {kind} lines -> {res.path}")
-    for what, n in sorted(res.notes.items()):
-        echo(f"  {n} bodies: {what}")
+    for line in res.lines_lost() or ["nothing lost"]:
+        echo("  " + line)
+    echo(f"  manifest (what was lost, counted) -> {res.manifest}")
     echo("  run:  " + _RUN_WITH[args.format].format(out=res.path, kind=kind))
     return 0

@@ -41,13 +41,17 @@ HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + 
 
 def verdict_words(rep: dict) -> str:
     """The verdict as shown: ``fits (knife edge: headroom +0.016 GiB, noise 0.25)``."""
-    words = {
-        "fits": "fits",
-        "clamped": f"clamped to {rep['positions']} positions",
-        "floor": f"floor: the pool stays at the context, {rep['positions']} positions"
-        " (nothing left to lower; the margin is eaten)",
-        "no_boot": "will not boot",
-    }[rep["verdict"]]
+    if rep["verdict"] == "floor" and not rep["positions"]:
+        # a floor of 0 positions (no context given) holds nothing: say it as plainly as no_boot
+        words = "will not boot with the margin kept: not one position fits the budget"
+    else:
+        words = {
+            "fits": "fits",
+            "clamped": f"clamped to {rep['positions']} positions",
+            "floor": f"floor: the pool stays at the context, {rep['positions']} positions"
+            " (nothing left to lower; the margin is eaten)",
+            "no_boot": "will not boot",
+        }[rep["verdict"]]
     if rep.get("knife_edge"):
         words += (
             f" (knife edge: headroom {rep['headroom_gib']:+.3f} GiB is within"
@@ -110,6 +114,7 @@ def _text(rep: dict) -> str:
     lines += ["", f"{'reserve GiB':>12} {'budget GiB':>11} {'verdict':>8} {'positions':>10}"]
     lines += [
         f"{r['reserve_gib']:>12.3f} {r['budget_gib']:>11.3f} {r['verdict']:>8} {r['positions']:>10}"
+        + (f"  knife edge (within {rep['noise_gib']:g} GiB of the ceiling)" if r.get("knife_edge") else "")
         for r in rep["reserves"]
     ]
     lines += ["", f"{'max_tok':>8} {'arena GiB':>10} {'handed back GiB':>16}"]

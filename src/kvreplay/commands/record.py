@@ -25,6 +25,7 @@ import argparse
 import asyncio
 
 from kvreplay.api.recording import add_arguments, parse_listen, record_args_async
+from kvreplay.redaction import redact_url
 from kvreplay.safe_io import echo
 
 NAME = "record"
@@ -49,7 +50,8 @@ async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None
     paths = ",".join(x.strip() for x in args.paths.split(",") if x.strip())
 
     def listening(url: str) -> None:
-        echo(f"kvreplay record listening on {url} -> {args.upstream}, retaining {paths} into {args.out}")
+        echo(f"kvreplay record listening on {url} -> {redact_url(args.upstream)}, retaining {paths} into "
+             f"{args.out}")
 
     try:
         r = await record_args_async(args, ready=ready, on_listening=listening)

@@ -8,10 +8,14 @@ On a ``kvreplay ab`` directory (it holds ``ab.json``) it writes the experiment's
 ``report.html`` (``kvreplay.report.abreport``), and with ``--html`` each block's
 report too.
 
+On a ``kvreplay sweep`` directory (it holds ``sweep.json``) it redraws the sweep's
+``report.html`` (``kvreplay.sweeps.report``), and with ``--csv`` its ``points.csv``; on a
+run directory ``--csv`` writes ``phases.csv`` (``kvreplay.report.csvfile``).
+
 On a ``kvreplay experiment`` directory (it holds ``experiment.json``) it writes the
 window's ``result.json``, ``report.md`` and ``report.html``, rebuilt from the window's
 progress after kill -9 (``experiments.window.resume.rebuild_publication``: steps that
-never ran read ``not_run``, "not run: interrupted").
+never ran read ``not_run``, "not run: the window was killed before this step").
 
 A thin layer over ``kvreplay.api.reporting`` (``kvreplay.write_report``), which tells the
 directories apart and writes; this module prints the paths and maps a run directory with
@@ -39,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write records.parquet (needs pip install 'kvreplay[parquet]')",
     )
+    p.add_argument("--csv", action="store_true",
+                   help="also write phases.csv (a run: one row per phase) or points.csv (a sweep directory)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from kvreplay.api.reporting import report_kind, write_report
 
     try:
-        r = write_report(args.run_dir, html=args.html, parquet=args.parquet)
+        r = write_report(args.run_dir, html=args.html, parquet=args.parquet, csv=args.csv)
     except (FileNotFoundError, ImportError) as exc:
         if report_kind(args.run_dir) != "run":
             raise

@@ -107,6 +107,9 @@ def table(rep: dict) -> str:
                 f" {below['hit_' + rec['metric']]}"
                 + ("" if chk["holds"] else " -- the boundary does NOT hold")
             )
+    if any(r["prefill_s_saved"] is None for r in rows):
+        lines.append("prefill s saved: - = no prefill cost model to convert hit tokens into seconds; give "
+                     "--prefill a=S,rate=TOKENS_PER_S or --sim-from-verdict VERDICT.json")
     lines += _by_turn_lines(rep.get("sessions"), unit)
     if rep.get("prefill_s_cold") is not None:
         from kvreplay.offline.sizing import prefill_text

@@ -70,6 +70,7 @@ from kvreplay.metrics.histograms import LatencySet
 
 __all__ = [
     "CPU_UTILISATION",
+    "HOST_CPU_WAIT_SHARE",
     "LAG_INTERVAL_S",
     "LATE_SEND_MS",
     "LOOP_LAG_P99_MS",
@@ -80,7 +81,10 @@ __all__ = [
     "SchedStat",
     "classify",
     "describe",
+    "host_busy",
+    "host_busy_text",
     "merge_client",
+    "phase_busy_line",
     "thresholds",
 ]
 
@@ -490,3 +494,74 @@ def describe(client: dict[str, Any], wall_s: float | None) -> str:
         "and not waiting for one (the host or hypervisor did not run it, the process was stopped, or a "
         f"blocking call held the loop); requests in flight then may carry up to {mx} ms that is not the server's"
     )
+
+
+HOST_CPU_WAIT_SHARE = 0.1
+"""A phase in which some task on the host waited for a CPU at least this share of the
+time (``host_cpu_wait_share``, Linux PSI) counts as ``host_busy``."""
+
+
+def host_busy(client: dict[str, Any] | None) -> bool:
+    """True when a phase's ``client`` figures show the host short of CPUs during the phase.
+
+    Either of:
+
+    - ``host_cpu_wait_share`` (``ClientMonitor``: the share of the phase's wall time in
+      which at least one runnable task on the host waited for a CPU, from
+      ``/proc/pressure/cpu``'s ``some`` total) at least ``HOST_CPU_WAIT_SHARE``;
+    - ``host_load_1m`` above ``host_cpus``, the CPUs the client could use (``host_load``).
+
+    A server on the same host (the embedded simulator's background ``serve-sim``) was then
+    delayed by the scheduler while the client's own loop stayed quiet: a C4 TTFT cell read
+    -37% against a 1.5x slower prefill on a host at load 7 on 2 CPUs, and -18% [-25, -17]
+    ("benefit" where the truth is no change) with one CPU-bound process beside it at a load
+    under the CPU count, which only the pressure figure shows (0.4-0.7 in the blocks such a
+    process overlapped, 0.002-0.06 in most blocks of quieter runs on the project's 2-CPU
+    machine, where blocks at 0.08-0.10 already read C4 TTFT 20-25% slower). Runs older than
+    these fields count as not busy. ``kvreplay compare`` withholds timing decisions then
+    (``experiments.ab.resolution.client_noise``); a run's console and reports flag the phase
+    (``host_busy_text``).
+    """
+    c = client or {}
+    share = c.get("host_cpu_wait_share")
+    if isinstance(share, (int, float)) and share >= HOST_CPU_WAIT_SHARE:
+        return True
+    load, cpus = c.get("host_load_1m"), c.get("host_cpus")
+    return isinstance(load, (int, float)) and isinstance(cpus, int) and cpus > 0 and load > cpus
+
+
+def host_busy_text(client: dict[str, Any] | None, *, load: bool = True) -> str | None:
+    """The ``host_busy`` label and sentence of one phase's ``client`` figures; None when not busy.
+
+    ``{"host_cpu_wait_share": 0.61}`` -> ``"host_busy (a task on the host waited for a CPU
+    61% of the phase)"``; a load average over the CPUs -> ``"host_busy (load average 7.2 on
+    2 CPUs)"``. The one wording of ``kvreplay compare``'s reasons and of a run's console,
+    report.md and report.html (``phase_busy_line``).
+
+    Args:
+        client: A phase's ``client`` figures (summary.json), or None.
+        load: Count the 1-minute load average too (``host_busy``); False = the phase's own
+            CPU pressure only (a run's own reports: the load average spans a minute, not the phase).
+    """
+    c = client or {}
+    share = c.get("host_cpu_wait_share")
+    if isinstance(share, (int, float)) and share >= HOST_CPU_WAIT_SHARE:
+        return f"host_busy (a task on the host waited for a CPU {share * 100:.0f}% of the phase)"
+    if not load or not host_busy(client):
+        return None
+    return f"host_busy (load average {c['host_load_1m']:g} on {c['host_cpus']} CPUs)"
+
+
+def phase_busy_line(phase: dict[str, Any]) -> str | None:
+    """``"phase replay: host_busy (a task on the host waited for a CPU 61% of the phase): ..."``, or None.
+
+    For a summary phase whose ``client.host_cpu_wait_share`` is at least ``HOST_CPU_WAIT_SHARE``:
+    the line a run's console (``runner.observer``), report.md (``report.markdown.render_table``)
+    and report.html (``report.document``) show, in ``host_busy_text``'s words.
+    """
+    client = phase.get("client")
+    text = host_busy_text(client if isinstance(client, dict) else None, load=False)
+    if text is None:
+        return None
+    return (f"phase {phase.get('name')}: {text}: a server on this host waited too, so its latencies "
+            "include the host's CPU shortage (kvreplay compare withholds timing decisions on such phases)")

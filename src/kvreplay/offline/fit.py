@@ -480,7 +480,9 @@ def reserve_table(inp: FitInputs, reserves: list[Fraction]) -> list[dict]:
 
     Returns:
         One row per reserve: ``reserve_gib``, ``budget_gib``, ``verdict``,
-        ``positions``.
+        ``positions``, ``knife_edge`` (that reserve's ``|headroom|`` is within
+        ``noise_gib``: the reserve sits within the noise of the ceiling at which the
+        asked pool stops fitting, issue 42 item 7).
     """
     rows = []
     for r in reserves:
@@ -491,6 +493,7 @@ def reserve_table(inp: FitInputs, reserves: list[Fraction]) -> list[dict]:
                 "budget_gib": float(res.budget_gib),
                 "verdict": res.verdict,
                 "positions": res.positions,
+                "knife_edge": res.knife_edge,
             }
         )
     return rows

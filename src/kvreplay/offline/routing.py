@@ -238,14 +238,23 @@ def routing_loss(
         (when given), ``merged``, ``prefix_affinity``, ``round_robin`` and
         ``random`` in that order.
 
+    Replicas of different cache models or block sizes (a mixed fleet: vLLM's blocks beside
+    llama-server's) have no merged cache: the table then has no ``merged`` figure, every
+    ``kept_pct`` is None, ``cache.model`` is ``mixed`` and ``cache.models`` names each
+    replica's, and the sentence says so.
+
     Raises:
-        ConfigError: No replicas, replicas that cannot merge, or a bad assignment.
+        ConfigError: No replicas, or a bad assignment.
     """
-    merged_cfg = merged_config(replicas)
+    if not replicas:
+        raise ConfigError("a fleet needs at least one replica", field="replicas")
     n = len(replicas)
     first = replicas[0]
-    unit = _unit(merged_cfg)
-    fmt = {"model": first.cache, "merged": _capacity(merged_cfg, unit), "unit": unit, "n": n, "seed": seed}
+    mixed = any(c.cache != first.cache or c.block_size != first.block_size for c in replicas[1:])
+    merged_cfg = None if mixed else merged_config(replicas)
+    unit = _unit(merged_cfg or first)
+    fmt = {"model": "per-replica" if mixed else first.cache,
+           "merged": None if merged_cfg is None else _capacity(merged_cfg, unit), "unit": unit, "n": n, "seed": seed}
     policies: dict[str, dict[str, Any]] = {}
     per_position = None
     if observed is not None:
@@ -253,24 +262,26 @@ def routing_loss(
         method = _METHOD["observed"].format(**fmt) + (f" ({observed_label})" if observed_label else "")
         policies["observed"] = _figure(reqs, n, observed, cached, method)
         per_position = {"replica": list(observed), "cached_tokens": cached}
-    m_picks, m_cached = _run(reqs, [merged_cfg], lambda i, r, caches: 0)
-    policies["merged"] = _figure(reqs, 1, m_picks, m_cached, _METHOD["merged"].format(**fmt))
+    if merged_cfg is not None:
+        m_picks, m_cached = _run(reqs, [merged_cfg], lambda i, r, caches: 0)
+        policies["merged"] = _figure(reqs, 1, m_picks, m_cached, _METHOD["merged"].format(**fmt))
     for name in ("prefix_affinity", "round_robin", "random"):
         picks, cached = assignment(reqs, replicas, name, seed=seed)
         policies[name] = _figure(reqs, n, picks, cached, _METHOD[name].format(**fmt))
-    bound = policies["merged"]["cached_tokens"]
+    bound = policies["merged"]["cached_tokens"] if "merged" in policies else None
     for fig in policies.values():
         fig["kept_pct"] = 100.0 * fig["cached_tokens"] / bound if bound else None
     out: dict[str, Any] = {
         "replicas": n,
         "requests": sum(1 for r in reqs if r.counted),
-        "prompt_tokens": policies["merged"]["prompt_tokens"],
+        "prompt_tokens": policies["prefix_affinity"]["prompt_tokens"],
         "seed": seed,
         "cache": {
-            "model": first.cache,
+            "model": "mixed" if mixed else first.cache,
             "unit": unit,
-            "per_replica": [_capacity(c, unit) for c in replicas],
-            "merged": _capacity(merged_cfg, unit),
+            "per_replica": [_capacity(c, _unit(c) if mixed else unit) for c in replicas],
+            "merged": None if merged_cfg is None else _capacity(merged_cfg, unit),
+            **({"models": [f"{c.cache} ({_unit(c)}, block {c.block_size})" for c in replicas]} if mixed else {}),
         },
         "policies": policies,
         "observed": per_position,
@@ -301,15 +312,17 @@ def loss_sentence(loss: dict[str, Any]) -> str:
     """
     pol = loss["policies"]
     ratio = loss.get("server_tokens_per_sim_token")
-    key = "cached_tokens_server" if ratio is not None and ratio != 1.0 else "cached_tokens"
-    tail = (
-        f"(merged-cache bound {pol['merged'][key]:,},"
-        f" greedy affinity {pol['prefix_affinity'][key]:,})"
-    )
+    key = ("cached_tokens_server" if ratio is not None and ratio != 1.0
+           and all(f.get("cached_tokens_server") is not None for f in pol.values()) else "cached_tokens")
+    bound = (f"merged-cache bound {pol['merged'][key]:,}" if "merged" in pol
+             else "no merged-cache bound: replicas of different cache models")
+    tail = f"({bound}, greedy affinity {pol['prefix_affinity'][key]:,})"
     if key == "cached_tokens_server":
         tail += f" (in the server's tokens: simulator tokens × {ratio:.4g})"
     if "observed" not in pol:
         return f"no observed assignment {tail}"
+    if "merged" not in pol:
+        return f"the observed routing served {pol['observed'][key]:,} cached tokens {tail}"
     return f"the routing kept {_pct(pol['observed']['kept_pct'])} of the reuse available {tail}"
 
 

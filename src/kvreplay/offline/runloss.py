@@ -12,7 +12,11 @@ this module turns them, the frozen plan and the replicas' cache models into
 - the cache model of each replica: the simulator's configuration when the target
   was the embedded fleet (plan.json ``run.sim_fleet.config``), else the model a probe
   verdict calibrates (``--replica-cache-from VERDICT``: ``run.replica_cache.config``,
-  said in ``note``); otherwise none is known and the phase gets
+  said in ``note``), or each replica's own (``--replica URL,verdict=FILE``:
+  ``run.replica_cache.per_replica``, each replica's tokens then converted with its own
+  ratio), or, for an external ``serve-sim`` fleet, each replica's ``/version`` cache
+  configuration as the run's identity read kept it (``version_models``); otherwise none is
+  known and the phase gets
   ``{"note": "no cache model: routing loss not computed"}``;
 - the observed assignment: each record's ``replica`` mapped to its index in
   plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
@@ -40,13 +44,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from kvreplay.errors import KvreplayError
+from kvreplay.errors import ConfigError, KvreplayError
 from kvreplay.offline.routing import loss_sentence, routing_loss
 from kvreplay.offline.sources import ModelRequest, model_requests
 from kvreplay.sim.config import SimConfig
 
 __all__ = ["NO_MODEL", "SIM_FLEET_FIELDS", "add_routing_loss", "add_server_units", "finish_routing_loss",
-           "run_routing_loss", "sim_fleet_json"]
+           "run_routing_loss", "sim_fleet_json", "version_models"]
 
 NO_MODEL = "no cache model: routing loss not computed"
 """The ``note`` of a phase whose replicas' cache models are not known."""
@@ -71,7 +75,52 @@ def sim_fleet_json(config: SimConfig, replicas: int, router: str | None, seed: i
     return {"replicas": replicas, "router": router, "seed": seed, "config": cfg}
 
 
-def _models(run_block: dict[str, Any], n: int) -> tuple[list[SimConfig], str] | None:
+_VERSION_KEYS = {"model": "cache", "entries": "cache_entries", "snapshots": "snapshots",
+                 "snapshot_at": "snapshot_at", "entries_recency": "entries_recency",
+                 "bytes_per_token": "bytes_per_token", "max_entry_bytes": "max_entry_bytes", "max_bytes": "max_bytes",
+                 "block_size": "block_size", "device_blocks": "device_blocks", "host_rows": "host_rows",
+                 "host_pages": "host_pages", "page_tokens": "page_tokens", "host_evict": "host_evict"}
+"""A serve-sim ``/version`` ``cache`` key -> its ``SimConfig`` field (``sim.server.cache_identity``)."""
+
+
+def version_models(summary: dict[str, Any], urls: Sequence[Any]) -> dict[str, Any] | None:
+    """A ``run.replica_cache`` block from each replica's ``/version`` cache configuration, or None.
+
+    An external ``kvreplay serve-sim`` fleet states each replica's cache in its ``/version``
+    (``sim.server.cache_identity``), which the run's identity read keeps
+    (summary.json ``identity.before.replicas[URL].version.cache``): with it every replica has
+    its cache model without a verdict. None when some replica's identity has no such object
+    (a real server).
+
+    Returns:
+        ``{"source": "/version", "from_version": True, "per_replica": [{"url", "source", "config"}]}``.
+    """
+    ident = ((summary.get("identity") or {}).get("before") or {})
+    reps = ident.get("replicas") if isinstance(ident, dict) else None
+    if not isinstance(reps, dict) or not urls:
+        return None
+    per = []
+    for u in urls:
+        ver = (reps.get(u) or {}).get("version") if isinstance(reps.get(u), dict) else None
+        cache = ver.get("cache") if isinstance(ver, dict) else None
+        if not isinstance(cache, dict) or cache.get("model") not in ("entries", "radix"):
+            return None
+        cfg = {f: (tuple(v) if isinstance(v, list) else v) for k, f in _VERSION_KEYS.items()
+               if (v := cache.get(k)) is not None}
+        per.append({"url": u, "source": f"{u}/version", "config": cfg})
+    return {"source": "/version", "from_version": True, "per_replica": per}
+
+
+def _models(run_block: dict[str, Any], urls: list[Any]) -> tuple[list[SimConfig], str] | None:
+    n = len(urls)
+    rc = run_block.get("replica_cache")
+    if isinstance(rc, dict) and isinstance(rc.get("per_replica"), list):  # a mixed fleet: a model per replica
+        by = {e.get("url"): e for e in rc["per_replica"] if isinstance(e, dict)}
+        missing = [u for u in urls if not isinstance((by.get(u) or {}).get("config"), dict)]
+        if missing:
+            raise ConfigError(f"no cache model for replica {missing[0]}", field="plan.json run.replica_cache")
+        return [SimConfig.from_mapping(by[u]["config"], where=f"plan.json run.replica_cache ({u})")
+                for u in urls], "per_replica"
     for key in ("sim_fleet", "replica_cache"):
         sf = run_block.get(key)
         if isinstance(sf, dict) and isinstance(sf.get("config"), dict):
@@ -112,7 +161,7 @@ def run_routing_loss(
         return {}
     urls = [r.get("url") if isinstance(r, dict) else r for r in fleet["replicas"]]
     index = {u: i for i, u in enumerate(urls)}
-    found = _models(run_block, len(urls))
+    found = _models(run_block, urls)
     if found is None:
         return {name: {"note": NO_MODEL} for name, _, _ in phases}
     models, source = found
@@ -146,6 +195,15 @@ def run_routing_loss(
             notes.append(f"cache model of every replica calibrated from the probe verdict "
                          f"{run_block['replica_cache'].get('source')}; prompts rendered with the simulator's "
                          "tokenizer, so the figures approximate the server's")
+        elif source == "per_replica" and run_block["replica_cache"].get("from_version"):
+            notes.append("each replica's cache model read from its /version (kvreplay serve-sim's cache "
+                         "configuration; outputs at the simulator's default lengths)")
+        elif source == "per_replica":
+            notes.append("each replica's cache model calibrated from its own probe verdict ("
+                         + ", ".join(f"{e.get('url')}: {e.get('source')}"
+                                     for e in run_block["replica_cache"]["per_replica"])
+                         + "), and each replica's tokens converted with its own ratio; prompts rendered with "
+                         "the simulator's tokenizer, so the figures approximate the servers'")
         observed: list[int] | None = [p for p in picks[:last_pos + 1] if p is not None]
         if observed is not None and len(observed) != last_pos + 1:
             observed = None
@@ -165,12 +223,66 @@ def run_routing_loss(
                          "whose records carry usage.prompt_tokens")
         add_server_units(loss, sum(s for s, _ in with_usage) if with_usage else None,
                          sum(t for _, t in with_usage))
+        if source == "per_replica":
+            _per_replica_units(loss, urls, [(r, q, p) for r, q, p in zip(sent, reqs, picks, strict=False)
+                                            if q.counted])
         if loss["observed"] is not None:  # per position of this phase only
             keep = [i for i, m in enumerate(mine[:last_pos + 1]) if m]
             loss["observed"] = {k: [v[i] for i in keep] for k, v in loss["observed"].items()}
         loss["note"] = "; ".join(notes) or None
         out[name] = loss
     return out
+
+
+def _per_replica_units(loss: dict[str, Any], urls: list[Any],
+                       served: list[tuple[dict[str, Any], ModelRequest, int | None]]) -> None:
+    """A mixed fleet's units, replica by replica (in place): each replica's own token ratio.
+
+    For replica ``i``: ``ratio_i`` = its records' ``usage.prompt_tokens`` over the simulated
+    prompt tokens of the same requests (the fleet's ratio where it served none with usage).
+    Every policy's ``cached_tokens_server`` becomes the sum of round(``per_replica_cached_tokens[i]``
+    x ``ratio_i``); ``server_tokens_per_sim_token_per_replica`` lists the ratios, and
+    ``per_replica_vs_measured`` each replica's observed figure (in its server's tokens) against
+    the sum of its records' ``usage.cached_tokens``: ``{"url", "observed_cached_tokens_server",
+    "measured_cached_tokens", "pct"}``. The fleet's ``observed_vs_measured_pct`` and sentence
+    are redone on these figures.
+
+    Args:
+        loss: The phase's ``routing_loss`` object after ``add_server_units``.
+        urls: The replicas' URLs in index order.
+        served: ``(record, model request, replica index or None)`` of every counted request.
+    """
+    n = len(urls)
+    srv, sim, meas = [0] * n, [0] * n, [0] * n
+    for r, q, k in served:
+        if k is None:
+            continue
+        u: dict[str, Any] = r["usage"] if isinstance(r.get("usage"), dict) else {}
+        if isinstance(u.get("prompt_tokens"), int):
+            srv[k] += u["prompt_tokens"]
+            sim[k] += len(q.tokens)
+        meas[k] += int(u.get("cached_tokens") or 0)
+    fleet_ratio = Fraction(sum(srv), sum(sim)) if sum(sim) else None
+    ratios = [Fraction(srv[i], sim[i]) if sim[i] else fleet_ratio for i in range(n)]
+    loss["server_tokens_per_sim_token_per_replica"] = [None if x is None else float(x) for x in ratios]
+    if any(x is None for x in ratios):
+        return
+    for fig in loss["policies"].values():
+        per = fig.get("per_replica_cached_tokens") or []
+        if len(per) == n:
+            fig["cached_tokens_server"] = sum(round(c * ratios[i]) for i, c in enumerate(per))
+    obs = loss["policies"].get("observed")
+    if obs is None:
+        return
+    rows = []
+    for i, u in enumerate(urls):
+        o = round(obs["per_replica_cached_tokens"][i] * ratios[i])
+        rows.append({"url": u, "observed_cached_tokens_server": o, "measured_cached_tokens": meas[i],
+                     "pct": 100.0 * o / meas[i] if meas[i] else None})
+    loss["per_replica_vs_measured"] = rows
+    if loss.get("measured_cached_tokens"):
+        loss["observed_vs_measured_pct"] = 100.0 * obs["cached_tokens_server"] / loss["measured_cached_tokens"]
+    loss["sentence"] = loss_sentence(loss)
 
 
 def add_server_units(loss: dict[str, Any], server_prompt_tokens: int | None, sim_prompt_tokens: int) -> None:
@@ -227,6 +339,10 @@ def add_routing_loss(run_dir: Path, summary: dict[str, Any], *, plan: Any = None
     run_block = (read_plan(run_dir) or {}).get("run") or {}
     if not isinstance(run_block.get("fleet"), dict):
         return False
+    if not any(isinstance(run_block.get(k), dict) for k in ("sim_fleet", "replica_cache")):
+        urls = [r.get("url") if isinstance(r, dict) else r for r in run_block["fleet"].get("replicas") or []]
+        if (vm := version_models(summary, urls)) is not None:  # an external serve-sim fleet
+            run_block = {**run_block, "replica_cache": vm}
     try:
         if workload is None:
             workload = load_workload(load_plan_json(run_dir / PLAN)[0].workload_path)

@@ -11,6 +11,7 @@ Phase shorthand (command line)::
     prime:forward:c1   replay:reverse:c4   control:forward:c1:x2:last12
     load:forward:c4:r40            open loop, 40 requests/s, at most 4 in flight
     load:forward:c64:r20:poisson7  open loop, Poisson arrivals (seed 7)
+    (gamma arrivals, ``gamma:CV:SEED``, are written in a TOML plan or by ``kvreplay sweep --arrivals``)
     mix:shuffle:7:c4   (a seeded shuffle; the seed is the token after "shuffle")
     control:forward:c1:x2:last12:label=control:nocompare
                        a labelled control, never compared as a main arm
@@ -27,8 +28,8 @@ TOML plan file (``--plan FILE``)::
     drain = false           # a drain must pass before the phase starts
     reset = false           # ask the server to empty its prefix cache first
     fresh = false           # require zeroed counters and an empty cache
-    arrival = "constant"    # open loop: constant | poisson:SEED | trace:FILE (omit: closed loop)
-    rate = 40.0             # requests/s for constant / poisson
+    arrival = "constant"    # open loop: constant | poisson:SEED | gamma:CV:SEED | trace:FILE (omit: closed loop)
+    rate = 40.0             # requests/s for constant / poisson / gamma
     interleave = {workload = "other.jsonl", every = 4}   # one body of a second
                             # workload after every 4 of this phase (cycling)
     label = "control"       # what the phase is for (prime, main, control, ...); optional
@@ -73,6 +74,7 @@ from kvreplay.plan._model import (
     SequenceView,
     build_plan,
     by_prefix,
+    gamma_offsets,
     interleave_sequence,
     json_chunks,
     load_plan_toml,
@@ -80,8 +82,10 @@ from kvreplay.plan._model import (
 )
 from kvreplay.plan._spec import (  # re-exported bounds, and the one builder of a sequence entry
     MAX_CONCURRENCY,
+    MAX_GAMMA_CV,
     MAX_POSITIONS,
     MAX_RATE,
+    MIN_GAMMA_CV,
     MIN_RATE,
     sequence_entry,
 )
@@ -89,8 +93,10 @@ from kvreplay.plan._spec import (  # re-exported bounds, and the one builder of 
 __all__ = [
     "CHECK_FAIL_MODES",
     "MAX_CONCURRENCY",
+    "MAX_GAMMA_CV",
     "MAX_POSITIONS",
     "MAX_RATE",
+    "MIN_GAMMA_CV",
     "MIN_RATE",
     "PLAN_FORMAT",
     "ExtraWorkload",
@@ -103,6 +109,7 @@ __all__ = [
     "SequenceView",
     "build_plan",
     "by_prefix",
+    "gamma_offsets",
     "interleave_sequence",
     "json_chunks",
     "load_plan_toml",

@@ -44,6 +44,7 @@ __all__ = [
     "SequenceView",
     "build_plan",
     "by_prefix",
+    "gamma_offsets",
     "interleave_sequence",
     "json_chunks",
     "load_plan_toml",
@@ -325,6 +326,9 @@ def _intended(spec: PhaseSpec, n: int) -> Offsets | None:
             out.append(round(t))
             t += rng.expovariate(spec.rate) * 1e9  # type: ignore[arg-type]
         return Offsets(out)
+    if spec.arrival.startswith("gamma:"):
+        return Offsets(gamma_offsets(spec.rate, float(spec.arrival.split(":")[1]),  # type: ignore[arg-type]
+                                     int(spec.arrival.split(":")[2]), n))
     path = Path(spec.arrival.split(":", 1)[1])
     try:
         offsets = orjson.loads(path.read_bytes())
@@ -341,6 +345,26 @@ def _intended(spec: PhaseSpec, n: int) -> Offsets | None:
                               f"{MAX_ARRIVAL_NS / 1e9 / 86400:.0f} days", path=path, field=f"arrival[{i}]")
         out.append(round(ns))
     return Offsets(out)
+
+
+def gamma_offsets(rate: float, cv: float, seed: int, n: int) -> array:
+    """``n`` arrival offsets (ns from the first, which is 0) with gamma-distributed gaps.
+
+    Each gap is drawn from a gamma distribution of shape ``k = 1 / cv**2`` and scale
+    ``1 / (rate * k)`` s: mean ``1 / rate`` s, standard deviation ``cv / rate`` s
+    (coefficient of variation ``cv``; ``cv = 1`` is the exponential gap of a Poisson
+    process, ``cv > 1`` burstier). The burstiness of vLLM's ``bench serve
+    --burstiness B`` is ``k``, i.e. ``cv = 1 / sqrt(B)``. Seeded by ``seed``
+    (``random.Random``), so a plan rebuilt from the same spec has the same offsets.
+    """
+    rng = random.Random(seed)
+    k = 1.0 / (cv * cv)
+    theta_ns = 1e9 / (rate * k)
+    t, out = 0.0, array("q")
+    for _ in range(n):
+        out.append(round(t))
+        t += rng.gammavariate(k, theta_ns)
+    return out
 
 
 MAX_ARRIVAL_NS = 365 * 86400 * 10**9

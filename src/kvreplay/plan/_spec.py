@@ -27,6 +27,9 @@ MAX_CONCURRENCY = 100_000
 MIN_RATE, MAX_RATE = 1e-3, 1e6
 """Open-loop rate bounds (requests/s): finite, at least one request per ~17 minutes."""
 
+MIN_GAMMA_CV, MAX_GAMMA_CV = 0.01, 100.0
+"""Bounds of a ``gamma:CV:SEED`` arrival's coefficient of variation (gamma shape 1/CV^2: 1e4 .. 1e-4)."""
+
 _PHASE_KEYS = {"name", "order", "concurrency", "repeats", "select", "drain", "reset", "fresh",
                "arrival", "rate", "time_scale", "interleave", "label", "comparable"}
 _LABEL_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -54,7 +57,8 @@ class Interleave:
         """``{"workload": path, "every": k}``, plus ``"burst": b`` when b > 1."""
         return {"workload": self.workload, "every": self.every,
                 **({"burst": self.burst} if self.burst != 1 else {})}
-_ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|trace:.+)$", re.DOTALL)  # a trace path may hold any character
+# a trace path may hold any character
+_ARRIVAL_RE = re.compile(r"^(constant|poisson:\d+|gamma:\d+(?:\.\d+)?:\d+|trace:.+)$", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +76,9 @@ class PhaseSpec:
         fresh: Require a fresh server (zero counters, empty cache) at the start.
         arrival: None for a closed loop; else an open loop whose intended send
             times are frozen into the plan: ``constant`` (every 1/rate s),
-            ``poisson:SEED`` (exponential gaps of mean 1/rate s, seeded) or
+            ``poisson:SEED`` (exponential gaps of mean 1/rate s, seeded),
+            ``gamma:CV:SEED`` (gamma gaps of mean 1/rate s and coefficient of
+            variation CV, seeded: CV 1 is Poisson, above 1 burstier) or
             ``trace:FILE`` (a JSON list of arrival offsets in ms, one per
             position, e.g. from ``kvreplay import mooncake``). ``concurrency``
             then caps requests in flight; latency is measured from the intended
@@ -154,12 +160,15 @@ class PhaseSpec:
         time_scale = data.get("time_scale", 1.0)
         if arrival is not None:
             if not isinstance(arrival, str) or not _ARRIVAL_RE.match(arrival):
-                raise bad("arrival", f"must be constant, poisson:SEED or trace:FILE, not {arrival!r}")
+                raise bad("arrival", f"must be constant, poisson:SEED, gamma:CV:SEED or trace:FILE, not {arrival!r}")
             if not arrival.startswith("trace:"):
                 if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not MIN_RATE <= rate <= MAX_RATE:
                     raise bad("rate", f"an open loop needs a finite rate in [{MIN_RATE:g}, {MAX_RATE:g}] "
                                       f"(requests/s), not {rate!r}")
                 rate = float(rate)
+            if arrival.startswith("gamma:") and not MIN_GAMMA_CV <= float(arrival.split(":")[1]) <= MAX_GAMMA_CV:
+                raise bad("arrival", f"gamma's coefficient of variation must be in [{MIN_GAMMA_CV:g}, "
+                                     f"{MAX_GAMMA_CV:g}], not {arrival.split(':')[1]}")
         elif rate is not None:
             raise bad("rate", "a rate needs an arrival process (arrival = \"constant\" or \"poisson:SEED\")")
         if (isinstance(time_scale, bool) or not isinstance(time_scale, (int, float))

@@ -176,6 +176,8 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
                    f"not finish): run <code>kvreplay compare {_e(d)}</code> to compare the blocks there are</div>")
     else:
         out.append(f'<p class="verdict" data-verdict="{_e(cmp["verdict"])}">Verdict: {_e(cmp["verdict"])}</p>')
+        for cav in cmp.get("caveats") or []:
+            out.append(f'<div class="banner" data-caveat="{_e(cav.split(" ", 1)[0])}">Caveat: {_e(cav)}</div>')
         reps = cmp.get("reps") or {"planned": ab.get("reps"), "measured": None}
         if reps.get("measured") is not None:
             fewer = reps["measured"] < reps["planned"]
@@ -219,12 +221,13 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
         out.append("<h2>Checks</h2>")
         rows = []
         for c in cmp.get("checks", []):
-            st = "measured" if c["decision"] not in ("no decision", "not comparable") else "deferred"
+            st = "measured" if c["decision"] not in ("no decision", "not comparable", "not computed") else "deferred"
             st = "failed" if c["decision"] == "regression" else st
             rows.append(f"<tr>{_td(c['phase'] + '.' + c['metric'] + ' (' + format(c['threshold_pct'], '+g') + '%)')}"
                         f"{_td(c['role'])}{_td(c.get('n', 0))}{_td(change_pct_text(c.get('change_pct')))}"
                         f"{_td(ci_pct_range_text(c.get('ci_change_pct')))}"
-                        f"{_td(c['decision'], st, c.get('reason'))}</tr>")
+                        f"{_td(c['decision'], st, '; '.join(filter(None, [c.get('reason'), *c.get('caveats', ())])))}"
+                        "</tr>")
         out.append(_table("checks", ["check", "role", "n", "change (median)", "95% CI", "decision"], rows))
         out += [_ratio_svg(c, metrics.get(f"{c['phase']}.{c['metric']}")) for c in cmp.get("checks", [])]
         out.append("<h2>Metrics</h2>")
@@ -238,7 +241,9 @@ def render_ab_html(d: Path, ab: dict[str, Any], cmp: dict[str, Any] | None) -> s
         out.append(_table("metrics", ["metric", "n", "change (median)", "95% CI",
                                       *[f"pair {i}" for i in range(n_pairs)]], rows))
         out.append("<p>Pair cells are candidate / baseline ratios; <i>failed</i> = a block aborted or a phase had "
-                   "failures, <i>deferred</i> = not run, <i>n/a</i> = missing or zero in the baseline.</p>")
+                   "failures, <i>deferred</i> = not run, <i>n/a</i> = missing or zero in the baseline, "
+                   "<i>not computed</i> = a timing metric of a block with no modelled time "
+                   "(the simulator at scale 0).</p>")
     return page(f"kvreplay A/B: {arms[-1]} vs {arms[0]}", out)
 
 

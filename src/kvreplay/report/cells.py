@@ -34,6 +34,7 @@ __all__ = [
     "counter_cell",
     "deferred",
     "failed",
+    "itl_pacing_note",
     "latency_cell",
     "measured",
     "phase_gate",
@@ -135,6 +136,40 @@ def _partial_note(ph: dict[str, Any]) -> str | None:
     return None
 
 
+ITL_TIMER_FLOOR_MS = 2.0
+"""Measured token gaps (ms of this machine's clock) below which ITL percentiles are burst gaps.
+
+The simulator paces tokens with event-loop timers (``sim._responses``: sleeps to absolute
+due times), which fire on a ~1 ms grid (uvloop rounds timers to 1 ms): a scaled gap of
+0.4 ms (20 ms at time scale 0.02) comes out as bursts of back-to-back tokens and ~1 ms
+pauses. The mean gap (TPOT) stays the modelled one, the percentiles do not: the demo read
+ITL p50 0.85 model ms against the model's 20 ms (TPOT p50 20.4) at 0.02, and ITL p50
+4.211 ≈ TPOT 4.003 real ms at 0.2, where each gap spans four timer ticks."""
+
+
+def itl_pacing_note(ph: dict[str, Any], scale: float | None) -> str | None:
+    """Why a phase's ITL percentiles are not meaningful at this simulator time scale, or None.
+
+    At a simulator time scale (``scale``, 0 < scale) a phase whose measured TPOT p50 is under
+    ``ITL_TIMER_FLOOR_MS`` had its tokens paced by timers coarser than its gaps: its ITL
+    percentiles are burst gaps, not the simulator's modelled ITL; its TPOT (the mean gap per
+    request) is the modelled figure. Real servers (no scale) are never marked.
+
+    Returns:
+        ``"not meaningful at sim time scale 0.02: the simulator's scaled token gap (TPOT p50
+        0.408 ms measured, 20.40 model ms) is under 2 ms, finer than the event loop's ~1 ms
+        timers, so tokens arrive in bursts; TPOT p50 is the modelled gap"``.
+    """
+    if not scale or scale <= 0:
+        return None
+    tp = (ph.get("tpot_ms") or {}).get("p50")
+    if not isinstance(tp, (int, float)) or isinstance(tp, bool) or tp >= ITL_TIMER_FLOOR_MS:
+        return None
+    return (f"not meaningful at sim time scale {scale:g}: the simulator's scaled token gap (TPOT p50 {tp:.3f} ms "
+            f"measured, {tp / scale:.2f} model ms) is under {ITL_TIMER_FLOOR_MS:g} ms, finer than the event loop's "
+            "~1 ms timers, so tokens arrive in bursts; TPOT p50 is the modelled gap")
+
+
 def latency_cell(
     ph: dict[str, Any] | str,
     summary: dict[str, Any],
@@ -152,6 +187,9 @@ def latency_cell(
         stat: ``p50``, ``p90``, ``p99``, ``mean`` or ``max``.
         scale: The simulator's time scale (``report.units.sim_time_scale``): the
             value is shown in model ms (measured / scale). None for real time.
+
+    An ITL percentile whose phase's tokens came faster than the timers that paced them
+    (``itl_pacing_note``) reads ``not meaningful``, the measured figure and why in its note.
     """
     gate = phase_gate(ph, summary)
     if gate is not None:
@@ -171,6 +209,9 @@ def latency_cell(
                           "arrives at once: it has no decode interval)")
         return failed(f"no {metric.upper()} samples")
     nd = 2 if metric in ("itl", "tpot") else 1
+    if metric == "itl" and (why := itl_pacing_note(ph, scale)) is not None:
+        # the burst gap is not shown as the model's ITL: the cell says so, the figure is in its note
+        return measured("not meaningful", f"measured {float(v):.{nd}f} ms; {why}")
     if scale:
         return measured(
             f"{float(v) / scale:.{nd}f}",

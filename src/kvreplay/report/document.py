@@ -20,8 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvreplay.clock import model_time_scale
+from kvreplay.metrics.selfmeasure import phase_busy_line
 from kvreplay.report.calibration import calibration_line, sim_calibration
-from kvreplay.report.cells import Cell, absent, failed, measured
+from kvreplay.report.cells import Cell, absent, failed, itl_pacing_note, measured
 from kvreplay.report.diagnose import Finding, diagnose
 from kvreplay.report.figures import Plot, probe_plots, run_plots, simulate_plots
 from kvreplay.report.fleet import replica_section, routing_loss_plots, routing_loss_section
@@ -45,7 +46,7 @@ from kvreplay.report.turns import by_turn_plots, by_turn_table
 from kvreplay.report.units import sim_time_scale
 from kvreplay.rundir import RunData, read_violations, sequence_head, sequence_length
 
-__all__ = ["Report", "build", "to_html", "to_markdown"]
+__all__ = ["Report", "build", "plot_html", "to_html", "to_markdown"]
 
 
 @dataclass(slots=True)
@@ -212,6 +213,10 @@ def build(run: RunData, sc: RunScan | None = None) -> Report:
                 f"Phase {ph['name']} is invalid: {'; '.join(ph.get('invalid_reasons') or [])}. "
                 "Its figures are shown as failed, not measured."
             )
+        if (itl := itl_pacing_note(ph, sim_time_scale(plan, s))) is not None:
+            rep.banners.append(f"Phase {ph['name']}: ITL {itl}.")
+        if busy := phase_busy_line(ph):  # kvreplay compare's words (metrics.selfmeasure)
+            rep.banners.append(busy[:1].upper() + busy[1:])
     if s.get("phases") or plan.get("phases"):
         if sc is None:
             sc = scan(run)
@@ -342,7 +347,8 @@ def _html_table(t: Table) -> str:
     return "".join(out)
 
 
-def _html_plot(p: Plot) -> str:
+def plot_html(p: Plot) -> str:
+    """One ``<figure>`` of a page: the PNG as a ``data:`` URI, or the reason it was not drawn."""
     anchor = "plot-" + re.sub(r"[^A-Za-z0-9_-]", "-", p.key)
     head = f'<figure id="{anchor}" data-plot="{_e(p.key)}" data-status="{p.status}">'
     if p.png is not None:
@@ -421,7 +427,7 @@ def to_html(rep: Report) -> str:
                 out.append(_html_request_table(rep, t))
         else:
             out += [_html_table(t) for t in tables]
-        out += [_html_plot(p) for p in plots]
+        out += [plot_html(p) for p in plots]
         if notes:
             out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     plan = rep.run.plan or {}

@@ -1,11 +1,16 @@
 """The per-replica table of a fleet run (summary.json ``phases[].replicas`` and ``phases[].fleet``).
 
-One table per phase with replicas: a row per replica and a ``fleet`` row (the
-sums), requests, tokens, hit rate, TTFT/ITL p50 and each replica's own
-``lookups`` delta over the phase; the notes say how records were attributed, the
-load balance and the anomalies (``unattributed``, ``ambiguous``, ``unlisted``,
-``conflict``: records that name no replica). Rendered by ``report.document`` into
-report.md and report.html alike.
+One table per phase with replicas: a row per replica, an ``unattributed`` row (sent
+records that name no replica, when there are any) and a ``fleet (all)`` row (attributed
+and unattributed together: every record sent), with requests, tokens, hit rate, TTFT/ITL
+p50 and each replica's own delta over the phase of the first request counter its backend
+reads (``COUNTER_COLUMN``: hit tokens where the server counts them, as vLLM does; never a
+column no replica has); the fleet row sums it over the replicas. Above C1 without a
+replica header no record names its replica (``attribution`` ``phase_only``): a replica's
+requests and tokens then read "not attributed", never 0, and only its counters tell how
+the phase split. The notes say how records were attributed, the load balance and the
+anomalies (``unattributed``, ``ambiguous``, ``unlisted``, ``conflict``). Rendered by
+``report.document`` into report.md and report.html alike.
 """
 
 from __future__ import annotations
@@ -17,26 +22,65 @@ from kvreplay.report.figures import Plot
 from kvreplay.report.sections import Table
 from kvreplay.rundir import RunData
 
-__all__ = ["ANOMALIES", "replica_section", "routing_loss_plots", "routing_loss_section"]
+__all__ = ["ANOMALIES", "COUNTER_COLUMN", "replica_section", "routing_loss_plots", "routing_loss_section"]
 
 ANOMALIES = ("ambiguous", "conflict", "unattributed", "unlisted")
 """``replica_reason`` values the report names as anomalies (``phase_only`` and ``not_reached`` are not)."""
 
-_COLUMNS = ["requests", "ok", "prompt tokens", "cached tokens", "hit rate", "TTFT p50 (ms)", "ITL p50 (ms)",
-            "Δ lookups (own counters)"]
+_COLUMNS = ["requests", "ok", "prompt tokens", "cached tokens", "hit rate", "TTFT p50 (ms)", "ITL p50 (ms)"]
+
+COUNTER_COLUMN = ("hit_tokens", "query_tokens", "prompt_tokens", "hits", "lookups")
+"""The replicas' own counter the table shows: the first of these that some replica's delta holds
+(``evidence.vocab.REQUEST_COUNTERS``, hit tokens first: vLLM and llama-server count no lookups)."""
+
+_NOT_ATTRIBUTED = "not attributed: no record names its replica (above C1 without a replica header)"
 
 
 def _num(v: Any, fmt: str = "{:g}") -> Cell:
     return absent("not measured") if v is None else measured(fmt.format(v))
 
 
-def _row(e: dict[str, Any]) -> list[Cell]:
+def _counter(delta: Any, name: str | None) -> Cell:
+    if not isinstance(delta, dict):
+        return absent("no counters read")
+    return _num(delta.get(name)) if name else absent("none of the request counters read")
+
+
+def _row(e: dict[str, Any], counter: Cell, phase_only: bool = False) -> list[Cell]:
+    if phase_only:
+        return [absent(_NOT_ATTRIBUTED)] * len(_COLUMNS) + [counter]
     t = e.get("tokens") or {}
-    delta = e.get("counter_delta")
     return [_num(e.get("requests")), _num(e.get("ok")), _num(t.get("prompt")), _num(t.get("cached")),
             _num(e.get("hit_rate"), "{:.1%}"), _num((e.get("ttft_ms") or {}).get("p50")),
-            _num((e.get("itl_ms") or {}).get("p50")),
-            absent("no counters read") if not isinstance(delta, dict) else _num(delta.get("lookups"))]
+            _num((e.get("itl_ms") or {}).get("p50")), counter]
+
+
+def _hit(tokens: dict[str, Any]) -> float | None:
+    p, c = tokens.get("prompt"), tokens.get("cached")
+    return round(c / p, 6) if isinstance(p, int) and isinstance(c, int) and p else None
+
+
+def _fleet_rows(ph: dict[str, Any], reps: list[dict[str, Any]], fleet: dict[str, Any],
+                name: str | None) -> list[tuple[str, list[Cell]]]:
+    """The ``unattributed`` row (when some sent record names no replica) and the ``fleet (all)`` row."""
+    un = fleet.get("unattributed") or {}
+    n_un = un.get("requests") or 0
+    ok_all = ph.get("ok") if isinstance(ph.get("ok"), int) else None
+    keys = ("prompt", "cached", "completion")
+    ftok, utok = fleet.get("tokens") or {}, un.get("tokens") or {}
+    all_tok = {k: ftok[k] + utok[k] for k in keys if isinstance(ftok.get(k), int) and isinstance(utok.get(k), int)}
+    rows = []
+    if n_un:
+        un_ok = ok_all - fleet["ok"] if ok_all is not None and isinstance(fleet.get("ok"), int) else None
+        rows.append(("unattributed", _row({"requests": n_un, "ok": un_ok, "tokens": utok, "hit_rate": _hit(utok)},
+                                          absent("a record naming no replica has no counters of its own"))))
+    vals = [(e.get("counter_delta") or {}).get(name) for e in reps] if name else []
+    nums = [float(v) for v in vals if isinstance(v, (int, float))]
+    total = measured(f"{sum(nums):g}") if vals and len(nums) == len(vals) else absent("not read on every replica")
+    rows.append(("fleet (all)", _row({"requests": (fleet.get("requests") or 0) + n_un,
+                                      "ok": ok_all if ok_all is not None else (None if n_un else fleet.get("ok")),
+                                      "tokens": all_tok, "hit_rate": _hit(all_tok)}, total)))
+    return rows
 
 
 def replica_section(run: RunData) -> tuple[list[Table], list[str]] | None:
@@ -48,10 +92,14 @@ def replica_section(run: RunData) -> tuple[list[Table], list[str]] | None:
         fleet = ph.get("fleet")
         if not isinstance(reps, list) or not isinstance(fleet, dict):
             continue
-        t = Table(f"replicas:{ph.get('name')}", list(_COLUMNS), corner=f"replica ({ph.get('name')})")
+        deltas = [e.get("counter_delta") for e in reps if isinstance(e.get("counter_delta"), dict)]
+        name = next((n for n in COUNTER_COLUMN if any(d.get(n) is not None for d in deltas)), None)
+        head = f"Δ {name} (own counters)" if name else "Δ request counters (own counters)"
+        t = Table(f"replicas:{ph.get('name')}", [*_COLUMNS, head], corner=f"replica ({ph.get('name')})")
+        phase_only = fleet.get("attribution") == "phase_only"
         for e in reps:
-            t.rows.append((str(e.get("url")), _row(e)))
-        t.rows.append(("fleet (sum)", _row({**fleet, "counter_delta": None, "ttft_ms": None, "itl_ms": None})))
+            t.rows.append((str(e.get("url")), _row(e, _counter(e.get("counter_delta"), name), phase_only)))
+        t.rows += _fleet_rows(ph, reps, fleet, name)
         tables.append(t)
         bal = fleet.get("balance") or {}
         line = (f"{ph.get('name')}: attribution {fleet.get('attribution')}; load balance max/mean "
@@ -114,6 +162,11 @@ def routing_loss_section(run: RunData) -> tuple[list[Table], list[str]] | None:
                 line += (f" in the server's tokens (simulator tokens x {ratio:.4g}; "
                          f"{_num(loss.get('observed_vs_measured_pct_sim_tokens'), '{:.2f}%').text} "
                          "in the simulator's tokens)")
+        if cache.get("models"):  # a mixed fleet: each replica's own model (offline.routing)
+            line += f" ({', '.join(cache['models'])})"
+        for row in loss.get("per_replica_vs_measured") or []:  # a mixed fleet, each replica in its own tokens
+            line += (f"; {row['url']}: observed {row['observed_cached_tokens_server']:,} of measured "
+                     f"{row['measured_cached_tokens']:,} cached tokens ({_num(row.get('pct'), '{:.2f}%').text})")
         if loss.get("note"):
             line += f"; {loss['note']}"
         notes.append(line)

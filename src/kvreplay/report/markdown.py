@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.metrics.selfmeasure import phase_busy_line
 from kvreplay.redaction import escape_controls, redact
 from kvreplay.report.calibration import calibration_line, sim_calibration
-from kvreplay.report.cells import Cell, absent, counter_cell, latency_cell, tokens_cell
+from kvreplay.report.cells import Cell, absent, counter_cell, itl_pacing_note, latency_cell, tokens_cell
 from kvreplay.report.units import sim_time_scale
 
 __all__ = ["COUNTER_COLUMNS", "render_markdown", "render_table"]
@@ -60,7 +61,9 @@ def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
     ``failed`` or ``deferred`` with its reason in the notes, and ``invalid`` for
     any figure of an invalid phase — never its number. A counter column absent in
     every phase (vLLM has no hits, misses, stores or evictions) is left out, and
-    one note line names all such counters.
+    one note line names all such counters. A phase whose host was short of CPUs
+    (``client.host_cpu_wait_share`` >= 0.1) has a note in ``kvreplay compare``'s words
+    (``metrics.selfmeasure.phase_busy_line``).
     """
     unit = "model ms" if scale else "ms"
     labels = [f"TTFT p50 {unit}", f"TTFT p99 {unit}", f"ITL p50 {unit}", f"E2E p50 {unit}",
@@ -109,6 +112,9 @@ def render_table(summary: dict[str, Any], scale: float | None = None) -> str:
     if scale:
         out = (f"Latencies in model ms (measured ms / sim time scale {scale:g}, as in "
                "report.html).\n\n" + out)
+    notes += [f"{ph['name']}: ITL p50 {itl_why}" for ph in summary.get("phases", [])
+              if isinstance(ph, dict) and (itl_why := itl_pacing_note(ph, scale)) is not None]
+    notes += [line for ph in summary.get("phases", []) if (line := phase_busy_line(ph))]
     if notes:
         out += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     return out

@@ -40,7 +40,7 @@ def _ticker() -> Any:
 
     return ticker
 
-__all__ = ["cdf_png", "curve_png", "prefill_fit_png", "bisection_png", "ttft_position_png"]
+__all__ = ["cdf_png", "curve_png", "prefill_fit_png", "bisection_png", "series_png", "ttft_position_png"]
 
 _DPI = 96
 _SIZE = (6.4, 3.4)
@@ -390,4 +390,41 @@ def replica_positions_png(phase: str, replica: Sequence[int], cached: Sequence[i
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     ax.set_title(f"phase {phase}: cached tokens per position per replica")
+    return _png(fig)
+
+
+def series_png(title: str, xlabel: str, ylabel: str,
+               series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]], *,
+               marks: Sequence[tuple[float, str]] = (), hollow: Sequence[tuple[float, float]] = (),
+               ylim: tuple[float, float] | None = None) -> bytes:
+    """Lines with markers, one per ``(label, xs, ys)`` (a None y is a gap), e.g. a sweep's curves.
+
+    Args:
+        title: The chart's title.
+        xlabel: The x axis (with its unit).
+        ylabel: The y axis (with its unit).
+        series: The lines.
+        marks: Vertical dashed lines ``(x, label)`` (a sweep's knee).
+        hollow: Points ``(x, y)`` circled in red (a sweep's points whose cache state is unverified).
+        ylim: The y range; None: matplotlib's.
+
+    Returns:
+        PNG bytes.
+    """
+    fig = _new_figure(_SIZE)
+    ax = fig.add_subplot()
+    for lab, xs, ys in series:
+        ax.plot([float(x) for x in xs], [float("nan") if y is None else float(y) for y in ys], "o-", label=lab)
+    for x, lab in marks:
+        ax.axvline(x, color="black", linestyle="--", label=lab)
+    if hollow:
+        ax.plot([p[0] for p in hollow], [p[1] for p in hollow], "o", markersize=12, markerfacecolor="none",
+                markeredgecolor="red", label="cache state unverified")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(title)
     return _png(fig)

@@ -6,6 +6,9 @@ its invariant breaks: ``read_violations``). The report lists, per phase, each se
 value changed at a read inside the phase (after its opening read), with its
 value at the opening read and at the last read of the phase, so a
 server-specific counter without a common name is still in front of the reader.
+The series an adapter does not map are kept only at the run's first and last reads
+(a ``run_end`` line, issue 42 item 8): they are listed under ``(whole run)``, from the
+first read to the last.
 """
 
 from __future__ import annotations

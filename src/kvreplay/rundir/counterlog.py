@@ -5,7 +5,9 @@ server-specific series (a host tier's ``host_compactions_total``, refused
 stores, row/page capacity) has no common name, and without this file it would
 be lost. The format (one JSON line per counter read: ``t_ns``, ``phase``,
 ``at``; the first line ``full`` with every ``series``, later lines only
-``changed`` and ``removed``; ``violations``; the final ``truncated`` line) is
+``changed`` and ``removed`` — of the series the backend maps, when it names them
+(``kept``), the others once more in a ``run_end`` line; ``violations``; the final
+``truncated`` line) is
 documented once, in docs/summary-schema.md ("counters.jsonl"). This module is
 its one writer (``CounterLog``) and its one reader (``read_counter_log``,
 ``raw_changes``, ``read_violations``).
@@ -38,6 +40,7 @@ from kvreplay.safe_io import dumps_json, open_new
 __all__ = [
     "AT_KINDS",
     "DEFAULT_CAP_BYTES",
+    "WHOLE_RUN",
     "CounterLog",
     "CounterRead",
     "cache_violations",
@@ -46,7 +49,11 @@ __all__ = [
     "read_counter_log",
     "read_violations",
     "request_boundaries",
+    "series_name",
 ]
+
+WHOLE_RUN = "(whole run)"
+"""``raw_changes``' key for the series kept only at the run's first and last reads (no phase name has parentheses)."""
 
 DEFAULT_CAP_BYTES = 64 * 1024 * 1024
 """Size cap of counters.jsonl (bytes)."""
@@ -56,6 +63,8 @@ HIT_RATE_TOL = 1e-6
 def flatten_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """A snapshot's ``raw`` with nested objects flattened (``/metrics`` -> ``/metrics/NAME``).
 
+    A fleet's ``{replica URL: {"/metrics": {...}}}`` reads ``http://HOST:PORT/metrics/NAME``
+    (one slash: a key that starts with ``/`` is joined as a path, never ``...//metrics``).
     A flat ``raw`` with string keys is returned as it is (not copied: 50k series cost ~10 ms to copy).
     """
     if not any(isinstance(v, dict) for v in raw.values()) and all(isinstance(k, str) for k in raw):
@@ -64,7 +73,7 @@ def flatten_raw(raw: dict[str, Any]) -> dict[str, Any]:
     for k, v in raw.items():
         if isinstance(v, dict):
             for k2, v2 in flatten_raw(v).items():
-                out[f"{k}/{k2}"] = v2
+                out[f"{str(k).rstrip('/')}{k2}" if k2.startswith("/") else f"{k}/{k2}"] = v2
         else:
             out[str(k)] = v
     return out
@@ -142,15 +151,23 @@ class CounterLog:
         violations: Every invariant break written, with ``phase`` and ``at``.
     """
 
-    def __init__(self, path: Path, origin_ns: int, cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
+    def __init__(self, path: Path, origin_ns: int, cap_bytes: int = DEFAULT_CAP_BYTES,
+                 kept: frozenset[str] | None = None) -> None:
         self.path = path
         self.origin_ns = origin_ns
         self.cap_bytes = cap_bytes
+        self.kept = kept
         self._f = open_new(path, append=True)  # unbuffered, never through a symlink; closed in close()
         self.size = path.stat().st_size
-        self._last: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None  # the last read's series, as read
+        self._logged: dict[str, Any] = {}  # the series as a reader of the file rebuilds them
+        self._last_at: tuple[int, str] | None = None  # (t_ns, phase) of the last read
         self.truncated = False
         self.violations: list[dict[str, Any]] = []
+
+    def _is_kept(self, key: str) -> bool:
+        """Whether a series is logged at every read: all are without ``kept``; else its sample name is in it."""
+        return self.kept is None or series_name(key) in self.kept
 
     def write(self, snap: CounterRead, phase: str, at: str | int) -> None:
         """Log one read: in full the first time, then only what changed.
@@ -170,19 +187,32 @@ class CounterLog:
         if self._last is None:
             line["full"] = True
             line["series"] = cur
+            self._logged = dict(cur)
         else:
-            last = self._last
-            changed = {k: v for k, v in cur.items() if k not in last or last[k] != v}
-            removed = [k for k in last if k not in cur]
-            if changed:
-                line["changed"] = changed
-            if removed:
-                line["removed"] = removed
+            self._diff_into(line, cur, only_kept=True)
         bad = cache_violations(self._last, cur)
         if bad:
             line["violations"] = bad
             self.violations += [{**v, "phase": phase, "at": at} for v in bad]
         self._last = cur
+        self._last_at = (line["t_ns"], phase)
+        self._emit(line)
+
+    def _diff_into(self, line: dict[str, Any], cur: dict[str, Any], *, only_kept: bool) -> None:
+        """Put into ``line`` what changed and what vanished against the logged series, and log it."""
+        logged = self._logged
+        keep = self._is_kept if only_kept else (lambda _k: True)
+        changed = {k: v for k, v in cur.items() if (k not in logged or logged[k] != v) and keep(k)}
+        removed = [k for k in logged if k not in cur and keep(k)]
+        if changed:
+            line["changed"] = changed
+            logged.update(changed)
+        if removed:
+            line["removed"] = removed
+            for k in removed:
+                del logged[k]
+
+    def _emit(self, line: dict[str, Any]) -> None:
         data = dumps_json(line, indent=False) + b"\n"  # the output sink: series labels may echo a secret
         if self.size + len(data) > self.cap_bytes:
             self.truncated = True
@@ -192,17 +222,37 @@ class CounterLog:
         self.size += len(data)
 
     def close(self) -> None:
-        """Close the file."""
+        """Write the ``run_end`` line (the series not kept at every read, as the last read left them), close.
+
+        With ``kept``, the series outside it are logged twice in a run: in the first
+        line (``full``) and here, with the last read's time and phase, only those that
+        changed or vanished; a run whose last read left them as the first found them
+        writes no such line (issue 42 item 8: a phase-end read of vLLM changes ~320
+        histogram series, 28 KB a read).
+        """
+        if self._f.closed:
+            return
+        if self.kept is not None and self._last is not None and self._last_at is not None and not self.truncated:
+            line: dict[str, Any] = {"t_ns": self._last_at[0], "phase": self._last_at[1], "at": "run_end"}
+            self._diff_into(line, self._last, only_kept=False)
+            if "changed" in line or "removed" in line:
+                self._emit(line)
         self._f.close()
 
 
-AT_KINDS = ("before", "monitor", "drain", "phase_end")
+def series_name(key: str) -> str:
+    """The sample name of a series key: ``name{labels}`` as printed, or ``/path/name{labels}`` flattened."""
+    return key.split("{", 1)[0].rsplit("/", 1)[-1]
+
+
+AT_KINDS = ("before", "monitor", "drain", "phase_end", "run_end")
 """The ``at`` values of counters.jsonl other than a request's position (an int): ``before`` (the
 phase's opening read), ``monitor`` (a read while ``--abort-if`` / ``--abort-on-restart`` or the
 identity watch runs, between any two requests), ``drain`` (the drain check's reads, before the
-phase's opening read) and ``phase_end`` (the phase's closing read; ``after`` in files written
-before issue 27). Monitor and drain reads fall between request boundaries: a per-request delta
-skips them (``request_boundaries``)."""
+phase's opening read), ``phase_end`` (the phase's closing read; ``after`` in files written
+before issue 27) and ``run_end`` (no read of its own: the series not kept at every read, as the
+run's last read left them; ``CounterLog.close``). Monitor and drain reads fall between request
+boundaries: a per-request delta skips them (``request_boundaries``)."""
 
 
 def request_boundaries(lines: list[dict[str, Any]]) -> list[tuple[str, str | int, dict[str, Any]]]:
@@ -258,12 +308,15 @@ def raw_changes(lines: list[dict[str, Any]]) -> dict[str, dict[str, tuple[Any, A
 
     Only series that changed at a read of the phase after its opening read; a
     series that appeared mid-phase starts at None, one that vanished ends at None.
-    Reading stops at a ``truncated`` line.
+    The series logged only at the run's first and last reads (a ``run_end`` line) are
+    under ``WHOLE_RUN``, from the first read to the last. Reading stops at a
+    ``truncated`` line.
 
     Args:
         lines: counters.jsonl as dicts (``read_counter_log``).
     """
     state: dict[str, Any] = {}
+    first: dict[str, Any] | None = None
     moved: dict[str, set[str]] = {}
     start: dict[str, dict[str, Any]] = {}
     end: dict[str, dict[str, Any]] = {}
@@ -272,6 +325,8 @@ def raw_changes(lines: list[dict[str, Any]]) -> dict[str, dict[str, tuple[Any, A
             break
         if ln.get("full"):
             state = dict(ln.get("series") or {})
+            if first is None:
+                first = dict(state)
         else:
             state.update(ln.get("changed") or {})
             for k in ln.get("removed") or []:
@@ -279,6 +334,14 @@ def raw_changes(lines: list[dict[str, Any]]) -> dict[str, dict[str, tuple[Any, A
         ph = str(ln.get("phase", ""))
         if ln.get("at") == "drain":
             continue  # before the phase's opening read: neither its start nor its movement
+        if ln.get("at") == "run_end":
+            # the series read only at the run's first and last reads: their movement over the run
+            ks = set(ln.get("changed") or {}) | set(ln.get("removed") or [])
+            if ks and first is not None:
+                start[WHOLE_RUN] = first
+                moved[WHOLE_RUN] = ks
+                end[WHOLE_RUN] = dict(state)
+            continue
         if ph not in start:
             start[ph] = dict(state)
             moved[ph] = set()

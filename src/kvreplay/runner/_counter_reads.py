@@ -10,9 +10,10 @@ Cheap reads (issue 31 item 3): the phase's opening and closing reads ask for
 every series; the reads inside a phase (per request at C1, the monitor) ask an
 adapter with ``partial_reads`` for only the series it maps
 (``snapshot(full=False)``). A partial read is logged on top of the last whole
-one, so counters.jsonl's changed-only lines carry only what moved and the
-series the backend does not use (histogram buckets) change only at phase
-boundaries. Every read's time and size is kept per phase (``read_costs``) and
+one, so counters.jsonl's changed-only lines carry only what moved; the series
+the backend does not use (histogram buckets) are logged at the run's first and
+last reads only (``CounterLog(kept=...)``, a ``run_end`` line; issue 42 item 8).
+Every read's time and size is kept per phase (``read_costs``) and
 summarised in ``phases[].counter_reads`` (``counter_read_summary``).
 """
 

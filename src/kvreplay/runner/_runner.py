@@ -146,7 +146,10 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
     def log_counters(self, snap: Snapshot, at: str | int) -> None:
         """Keep every raw series of a read in counters.jsonl (``kvreplay.rundir.counterlog``)."""
         if self.counter_log is None:
-            self.counter_log = CounterLog(self.out / COUNTERS, self.clock.origin_ns)
+            # an adapter that reads only the series it maps (partial_reads) names them: the other
+            # series (vLLM's histogram buckets) are logged at the run's first and last reads only
+            kept = self.backend.wanted_names() if getattr(self.backend, "partial_reads", False) else None
+            self.counter_log = CounterLog(self.out / COUNTERS, self.clock.origin_ns, kept=kept)
         self.counter_log.write(snap, self.cur_phase, at)
 
     def on_write_error(self, exc: OSError) -> None:

@@ -75,11 +75,15 @@ class Replica:
         url: Its base URL as given (``http://127.0.0.1:8001``); records name it so.
         backend: Counter adapter name; None = the run's ``--backend``.
         profile: Profile for ``--backend prometheus``; None = the run's ``--profile``.
+        verdict: A probe verdict.json whose calibrated cache model stands for this replica's
+            cache in the routing loss (``api.fleet.replica_cache_extra``); None = the run's
+            ``--replica-cache-from``, if any.
     """
 
     url: str
     backend: str | None = None
     profile: str | None = None
+    verdict: str | None = None
 
     @property
     def name(self) -> str:
@@ -91,8 +95,9 @@ class Replica:
         return redact_url(self.url)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"url", "backend", "profile"}`` (plan.json ``run.fleet.replicas``; ``url`` is ``name``)."""
-        return {"url": self.name, "backend": self.backend, "profile": self.profile}
+        """``{"url", "backend", "profile"}``, ``verdict`` when set (plan.json ``run.fleet.replicas``; url: ``name``)."""
+        return {"url": self.name, "backend": self.backend, "profile": self.profile,
+                **({"verdict": self.verdict} if self.verdict is not None else {})}
 
 
 def _check_url(url: str, field: str) -> str:
@@ -112,7 +117,7 @@ def _check_url(url: str, field: str) -> str:
 
 
 def parse_replica(text: str, *, field: str = "--replica") -> Replica:
-    """``URL[,backend=NAME][,profile=FILE]`` -> ``Replica``.
+    """``URL[,backend=NAME][,profile=FILE][,verdict=FILE]`` -> ``Replica``.
 
     Raises:
         ConfigError: not an http(s) URL, an unknown or repeated key, an empty value.
@@ -122,11 +127,11 @@ def parse_replica(text: str, *, field: str = "--replica") -> Replica:
     got: dict[str, str] = {}
     for o in opts:
         key, sep, value = o.partition("=")
-        if not sep or key not in ("backend", "profile") or not value or key in got:
-            raise ConfigError(f"{o!r} in {redact_url(url)!r}: expected backend=NAME or profile=FILE, each once",
-                              field=field)
+        if not sep or key not in ("backend", "profile", "verdict") or not value or key in got:
+            raise ConfigError(f"{o!r} in {redact_url(url)!r}: expected backend=NAME, profile=FILE or verdict=FILE, "
+                              "each once", field=field)
         got[key] = value
-    return Replica(url=url, backend=got.get("backend"), profile=got.get("profile"))
+    return Replica(url=url, backend=got.get("backend"), profile=got.get("profile"), verdict=got.get("verdict"))
 
 
 def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | None, tuple[Replica, ...]]:
@@ -155,12 +160,12 @@ def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | 
         if isinstance(it, str):
             out.append(parse_replica(it, field=where))
         elif isinstance(it, Mapping) and isinstance(it.get("url"), str):
-            bad = set(it) - {"url", "backend", "profile"}
+            bad = set(it) - {"url", "backend", "profile", "verdict"}
             if bad or any(v is not None and not isinstance(v, str) for v in it.values()):
-                raise ConfigError(f"a replica table has url, backend, profile (strings); got {sorted(it)}",
+                raise ConfigError(f"a replica table has url, backend, profile, verdict (strings); got {sorted(it)}",
                                   field=where)
             out.append(Replica(url=_check_url(it["url"], where), backend=it.get("backend"),
-                               profile=it.get("profile")))
+                               profile=it.get("profile"), verdict=it.get("verdict")))
         else:
             raise ConfigError("a replica is a URL or a table with url", field=where)
     return router, tuple(out)

@@ -110,8 +110,13 @@ def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
     runner adds for its observer (``aborted`` when absent). With ``scale``, a
     simulator time scale (``plan_time_scale``), the TTFT is in model ms
     (measured / scale), as in report.html, and the line says so:
-    ``TTFT p50 295.0 ms (model ms, sim time scale 0.02)``.
+    ``TTFT p50 295.0 ms (model ms, sim time scale 0.02)``. A phase in which a task on
+    the host waited for a CPU 10% of the time or more ends with ``; host_busy (a task on
+    the host waited for a CPU 61% of the phase)`` (``metrics.selfmeasure.host_busy_text``,
+    the words of ``kvreplay compare``).
     """
+    from kvreplay.metrics.selfmeasure import host_busy_text
+
     name = phase.get("name")
     if phase.get("deferred") and not phase.get("sent"):
         return f"phase {name}: not run ({phase.get('not_run') or 'aborted'})"
@@ -124,9 +129,11 @@ def phase_end_line(phase: dict[str, Any], scale: float | None = None) -> str:
         ttft = model_ms_text(p50, scale)
     else:
         ttft = f"{p50} ms"
+    client = phase.get("client")
+    busy = host_busy_text(client if isinstance(client, dict) else None, load=False)
     return (
         f"phase {name}: ok {phase.get('ok')}/{phase.get('planned')},"
-        f" TTFT p50 {ttft}, cached {cached}/{prompt} tokens"
+        f" TTFT p50 {ttft}, cached {cached}/{prompt} tokens" + (f"; {busy}" if busy else "")
     )
 
 

@@ -40,7 +40,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,6 +236,7 @@ async def run_user_command(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     kill_grace_s: float = 2.0,
+    on_spawn: Callable[[int], object] | None = None,
 ) -> UserCommandResult:
     """Run ``/bin/sh -c command`` as described in the module docstring; never hangs past the timeout.
 
@@ -252,6 +253,8 @@ async def run_user_command(
         timeout_s: Bound from spawn to the shell's exit (s, > 0).
         env: Variables added to kvreplay's own environment for the command; None = inherit.
         kill_grace_s: Between SIGTERM and SIGKILL of the group on timeout (s).
+        on_spawn: Called with the shell's pid (its process group) right after the spawn
+            (an experiment's process ledger, ``experiments.ledger``).
 
     Returns:
         The ``UserCommandResult`` (a failing or timed-out command is a result, not an error).
@@ -263,6 +266,8 @@ async def run_user_command(
     log_path = _prepare(name, timeout_s, log_dir)
     t0 = now_ns()
     proc = spawn_logged(command, log_path, env)
+    if on_spawn is not None:
+        on_spawn(proc.pid)
     deadline = t0 + int(timeout_s * 1e9)
     pause = _POLL_FIRST_S
     try:

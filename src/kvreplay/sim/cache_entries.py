@@ -52,11 +52,34 @@ from dataclasses import dataclass
 
 from kvreplay.sim.prefix import PrefixKeys
 
-__all__ = ["DEFAULT_BYTES_PER_TOKEN", "EntriesCache", "EntriesOutcome", "EntriesStats", "EntryRef"]
+__all__ = ["DEFAULT_BYTES_PER_TOKEN", "EntriesCache", "check_entry_cap", "EntriesOutcome", "EntriesStats", "EntryRef"]
 
 DEFAULT_BYTES_PER_TOKEN = 147456
 """KV bytes per token of the default model shape: 2 (K,V) x 36 layers x 8 KV heads
 x 128 dims x 2 bytes (a Qwen3-8B-like GQA model in fp16)."""
+
+
+def check_entry_cap(max_entry_bytes: int | None, bytes_per_token: int | None, *, field: str) -> None:
+    """Refuse an entry cap that holds no token: a figure in MB typed as bytes (issue 29, 42).
+
+    Args:
+        max_entry_bytes: The per-entry cap (bytes), or None for none.
+        bytes_per_token: KV bytes per token (bytes); None or 0 means ``DEFAULT_BYTES_PER_TOKEN``.
+        field: The option to name (``max-entry-bytes`` for ``simulate``,
+            ``sim-max-entry-bytes`` for ``probe``).
+
+    Raises:
+        ConfigError: the cap is under one token's bytes, naming ``field`` and the MB reading.
+    """
+    from kvreplay.errors import ConfigError
+
+    bpt = bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+    if max_entry_bytes is not None and max_entry_bytes < bpt:
+        raise ConfigError(
+            f"an entry cap of {max_entry_bytes} bytes holds no token at {bpt} bytes per token:"
+            f" in MB? ({max_entry_bytes} MB = {max_entry_bytes * 10**6} bytes)",
+            field=field,
+        )
 
 
 @dataclass(frozen=True, slots=True)

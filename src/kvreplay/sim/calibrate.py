@@ -83,6 +83,41 @@ class Calibration:
         }
 
 
+def _entries_capacity(v: dict[str, Any], min_k: Any) -> tuple[int | None, str]:
+    """Entries capacity from a verdict's eviction bisection, and the note saying how.
+
+    ``s x min_flush_k`` entries (``s`` entries per request): the bracket's top when the
+    eviction prefix is over the entry cap (``implied_entries`` = ``s (k - 1) + 1 .. s k``:
+    the prefix is one entry), its bottom otherwise (``s k .. s k + s - 1``). An entries
+    gauge reading inside the bracket (``max_entries_gauge_seen``, the cache full) is exact
+    and wins. ``s`` unknown in the verdict: the eviction points' own stores per foreign
+    request, when whole. None (unbounded) only when no flushing k was measured, or ``s``
+    cannot be had; the note says which.
+    """
+    if not isinstance(min_k, int):
+        return None, (f"capacity: unbounded ({UNBOUNDED_ENTRIES} entries): the bisection found no"
+                      f" flushing k ({v.get('eviction_note') or 'no eviction legs'})")
+    s = v.get("entries_per_request")
+    src = "per request"
+    if not isinstance(s, int) or s < 1:
+        ev = (v.get("entries_per_request_evidence") or {}).get("from_eviction_points")
+        s = int(ev) if isinstance(ev, (int, float)) and ev >= 1 and ev == int(ev) else None
+        src = "per foreign request (the eviction points' stores)"
+    if s is None:
+        return None, (f"capacity: unbounded ({UNBOUNDED_ENTRIES} entries): min_flush_k {min_k} was measured"
+                      " but entries per request is not known"
+                      f" ({(v.get('entries_per_request_evidence') or {}).get('evidence') or 'no store counts'})")
+    capped = bool(v.get("flush_prefix_capped"))
+    lo, hi = (s * (min_k - 1) + 1, s * min_k) if capped else (s * min_k, s * min_k + s - 1)
+    basis = f"{s} {src} x min_flush_k {min_k}" + (
+        "; the eviction prefix is over the entry cap, so it is one entry" if capped else "")
+    gauge = _num(v.get("max_entries_gauge_seen"))
+    if gauge is not None and gauge == int(gauge) and lo <= gauge <= hi:
+        return int(gauge), (f"capacity: {int(gauge)} entries (the entries gauge, full; inside {lo}..{hi}"
+                            f" from {basis})")
+    return s * min_k, f"capacity: {s * min_k} entries ({basis}; the bracket is {lo}..{hi})"
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -162,20 +197,14 @@ def calibrate_from_verdict(path: str | Path) -> Calibration:
         if v.get("entry_cap_bytes"):
             ch["max_entry_bytes"] = int(v["entry_cap_bytes"])
             notes.append(f"entry cap: {int(v['entry_cap_bytes'])} bytes (legs on the cap)")
-        implied = v.get("implied_entries")
-        if isinstance(min_k, int) and implied:
-            ch["cache_entries"] = int(implied[0])
-            cal.capacity = int(implied[0])
-            notes.append(
-                f"capacity: {implied[0]} entries ({s} per request x min_flush_k {min_k})"
-            )
+        entries, note = _entries_capacity(v, min_k)
+        if entries is not None:
+            ch["cache_entries"] = entries
+            cal.capacity = entries
         else:
             ch["cache_entries"] = UNBOUNDED_ENTRIES
             cal.capacity = "unbounded"
-            notes.append(
-                f"capacity: unbounded ({UNBOUNDED_ENTRIES} entries): the bisection found no"
-                f" flushing k ({v.get('eviction_note') or 'no eviction legs'})"
-            )
+        notes.append(note)
         return cal
 
     ch["cache"] = "radix"

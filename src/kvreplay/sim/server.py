@@ -16,6 +16,7 @@ GET  /cache               halogen-style JSON, exactly the 14 keys of issue 5
 GET  /metrics             Prometheus text, vLLM names (see ``kvreplay.sim.metrics``)
 GET  /events?since=N&limit=M  the event log (ground truth), ids > N, at most M (default 1000)
 POST /tokenize            ``{"prompt"}`` or ``{"messages"}`` -> ``{"tokens", "count"}`` (+ boundaries)
+POST /detokenize          ``{"tokens"}`` -> ``{"prompt"}`` (as vLLM; ids this process has produced)
 POST /reset_prefix_cache  empties the cache; counters are kept, as in vLLM
 ========================  ==================================================================
 
@@ -45,7 +46,7 @@ from kvreplay.sim.config import SimConfig
 from kvreplay.sim.engine import SimEngine, generate_output
 from kvreplay.sim.faults import FaultSpec
 from kvreplay.sim.metrics import filter_exposition, render_metrics
-from kvreplay.sim.tokenizer import Prompt, render_body
+from kvreplay.sim.tokenizer import Prompt, detokenize, render_body
 
 __all__ = ["SimServer", "bind_socket", "cache_identity"]
 
@@ -166,6 +167,7 @@ class SimServer(Responses):
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/events", self._events)
         app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/detokenize", self._detokenize)
         app.router.add_post("/reset_prefix_cache", self._reset)
         return app
 
@@ -324,6 +326,17 @@ class SimServer(Responses):
                 "max_model_len": 131072,
             }
         )
+
+    async def _detokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+            toks = body.get("tokens") if isinstance(body, dict) else None
+            if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+                raise ValueError("body must be a JSON object with a 'tokens' list of integers")
+            text = detokenize(toks)
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            return error_response(400, f"cannot detokenize: {exc}", "BadRequestError")
+        return json_response({"prompt": text})
 
     async def _reset(self, request: web.Request) -> web.Response:
         dropped = self.engine.reset_prefix_cache()

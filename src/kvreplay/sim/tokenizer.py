@@ -58,6 +58,7 @@ __all__ = [
     "SPECIAL_IDS_END",
     "Prompt",
     "count_tokens",
+    "detokenize",
     "pieces",
     "render_body",
     "render_messages",
@@ -112,11 +113,44 @@ def pieces(text: str) -> list[str]:
     return out
 
 
+_SPECIAL_TEXT = {IM_START: "<|im_start|>", IM_END: "<|im_end|>", MEDIA: "<|media|>"}
+_PIECES: dict[int, str] = {}
+_MAX_PIECES = 1 << 20
+
+
 @lru_cache(maxsize=65536)
 def token_id(piece: str) -> int:
-    """The stable id of one piece (never below ``SPECIAL_IDS_END``)."""
+    """The stable id of one piece (never below ``SPECIAL_IDS_END``); remembered for :func:`detokenize`."""
     h = int.from_bytes(hashlib.blake2b(piece.encode("utf-8"), digest_size=4).digest(), "big")
-    return SPECIAL_IDS_END + h % (2**31 - SPECIAL_IDS_END)
+    tid = SPECIAL_IDS_END + h % (2**31 - SPECIAL_IDS_END)
+    if len(_PIECES) < _MAX_PIECES:
+        _PIECES.setdefault(tid, piece)
+    return tid
+
+
+def detokenize(ids: Sequence[int]) -> str:
+    """The text of token ids this process has produced (ids are hashes: there is no vocabulary to invert).
+
+    The pieces of every text tokenized in this process (up to about a million distinct
+    pieces) are remembered, so the ids a ``/tokenize`` answered can be turned back into
+    text; special ids give their marker (``<|im_start|>``...).
+
+    Args:
+        ids: Token ids.
+
+    Returns:
+        The pieces joined; ``detokenize(tokenize_text(t)) == t``.
+
+    Raises:
+        ValueError: an id this process never produced (named with its index).
+    """
+    out: list[str] = []
+    for i, tid in enumerate(ids):
+        text = _SPECIAL_TEXT.get(tid) if tid < SPECIAL_IDS_END else _PIECES.get(tid)
+        if text is None:
+            raise ValueError(f"tokens[{i}] = {tid} is not an id this simulator has produced")
+        out.append(text)
+    return "".join(out)
 
 
 @lru_cache(maxsize=_CONTENT_CACHE)

@@ -22,6 +22,7 @@ import orjson
 
 from kvreplay.errors import WorkloadError
 from kvreplay.workload.index import CACHE_MIN_BYTES, IndexedBodies, load_index, sha_of, size_of
+from kvreplay.workload.jsonscan import TooLargeToParse, loads_bounded
 from kvreplay.workload.sessions import Sessions, load_sessions
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Body", "Workload", "load_workload"]
@@ -116,15 +117,18 @@ class Workload:
 
 
 def json_line(line: bytes, path: Path, lineno: int) -> Any:
-    """One JSONL line decoded with orjson (any JSON value).
+    """One JSONL line decoded (any JSON value): ``jsonscan.loads_bounded``, so a huge line never crashes.
 
     Raises:
-        WorkloadError: the line is not JSON ("not JSON: ...", file and 1-based line named).
+        WorkloadError: the line is not JSON ("not JSON: ...", file and 1-based line named), or
+            its parsed form does not fit in the memory this process may allocate.
     """
     try:
-        return orjson.loads(line)
+        return loads_bounded(line)
     except orjson.JSONDecodeError as exc:
         raise WorkloadError(f"not JSON: {exc}", path=path, line=lineno) from exc
+    except TooLargeToParse as exc:
+        raise WorkloadError(f"line too large to parse: {exc}", path=path, line=lineno) from None
 
 
 class _Where(TypedDict):
@@ -162,7 +166,9 @@ def check_body(raw: bytes, index: int, path: Path, line: int | None, max_bytes: 
     obj = doc
     if obj is None:  # (a body of JSON null is parsed again: the same verdict)
         try:
-            obj = orjson.loads(raw)  # orjson refuses bytes that are not UTF-8; the decode below names the byte
+            obj = loads_bounded(raw)  # orjson refuses bytes that are not UTF-8; the decode below names the byte
+        except TooLargeToParse as exc:
+            raise WorkloadError(f"body too large to parse: {exc}", **where) from None
         except orjson.JSONDecodeError as exc:
             try:
                 raw.decode("utf-8")

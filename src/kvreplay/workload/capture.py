@@ -55,6 +55,7 @@ from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 from kvreplay.workload.captureplan import sidecar_paths, toml_comment, toml_str, write_plan
 from kvreplay.workload.encoding import BodyDecoder, DecodeRefused
+from kvreplay.workload.jsonscan import TooLargeToParse, loads_bounded
 from kvreplay.workload.secrets import (
     ALLOWED_HEADERS,
     REDACTED,
@@ -132,6 +133,8 @@ class Slot:
         secrets: Credential values of its request (kept in memory only).
         in_flight_at_arrival: Retained requests in flight at the proxy when it arrived,
             itself included (>= 1): the client's concurrency as the server saw it.
+        ended: The answer's end was relayed (``CaptureWriter.ended``): no longer in flight,
+            though its manifest line is not written yet.
     """
 
     index: int
@@ -142,6 +145,7 @@ class Slot:
     secrets: list[str]
     in_flight_at_arrival: int = 1
     done: bool = False
+    ended: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -420,13 +424,20 @@ class CaptureWriter:
         name = f"{index:06d}.json"
         path = self.folder / name
         try:
-            doc = orjson.loads(raw)  # parsed once for the checks and the secret scan
+            doc = loads_bounded(raw)  # parsed once for the checks and the secret scan
             body = check_body(raw, index, path, None, self.max_body_bytes, doc=doc)
         except (orjson.JSONDecodeError, WorkloadError):
             s.skip("invalid")
             return None
+        except TooLargeToParse:
+            s.skip("memory")
+            return None
         extra: dict = {}
-        found = find_secrets(raw, pending.secrets, doc=doc)
+        try:
+            found = find_secrets(raw, pending.secrets, doc=doc)
+        except MemoryError:  # a body of millions of values under an address-space limit
+            s.skip("memory")
+            return None
         if found:
             red = redact_body(raw, pending.secrets) if self.redact_body_secrets else None
             if red is None:
@@ -451,6 +462,17 @@ class CaptureWriter:
                     pending.secrets, pending.in_flight_at_arrival, extra=extra)
         self._open[index] = slot
         return slot
+
+    def ended(self, slot: Slot) -> None:
+        """The answer's end was relayed to the client (a stream's ``[DONE]`` or final usage chunk).
+
+        The request stops counting as in flight now, not when its handler returns: a client
+        that sends its next request as soon as it has read ``[DONE]`` (the OpenAI Python SDK)
+        overlaps nothing, though the proxy may still be closing the exchange (issue 42 item 9).
+        """
+        if not slot.done and not slot.ended:
+            slot.ended = True
+            self.in_flight -= 1
 
     def admit(
         self,
@@ -529,7 +551,8 @@ class CaptureWriter:
         if slot.done:
             return
         slot.done = True
-        self.in_flight -= 1
+        if not slot.ended:
+            self.in_flight -= 1
         self._open.pop(slot.index, None)
         if usage is not None:
             try:

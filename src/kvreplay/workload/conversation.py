@@ -34,7 +34,8 @@ from kvreplay.sim.config import DEFAULT_MODEL as SIM_MODEL
 from kvreplay.workload.jsonscan import value_end, ws
 from kvreplay.workload.sessions import Turn, sessions_path, write_sessions
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "ConversationImport", "SessionWorkloadWriter", "chat_body",
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "ConversationImport", "SessionWorkloadWriter", "amplification_line",
+           "chat_body",
            "iter_json_array", "jsonl_out"]
 
 DEFAULT_MODEL = SIM_MODEL
@@ -178,6 +179,7 @@ class ConversationImport:
         sessions: Sessions written.
         bodies: Bodies (turns) written.
         skipped: Source records skipped, by reason.
+        source: The file imported (its size is compared with the workload's), or None.
     """
 
     workload: Path
@@ -185,16 +187,36 @@ class ConversationImport:
     sessions: int
     bodies: int
     skipped: dict[str, int]
+    source: Path | None = None
 
     def lines(self) -> list[str]:
-        """What ``kvreplay import`` prints."""
+        """What ``kvreplay import`` prints (with :func:`amplification_line` when the source is known)."""
         skipped = "".join(f", {n} skipped ({why})" for why, n in sorted(self.skipped.items()))
+        grew = [amplification_line(self.source, self.workload)] if self.source is not None else []
         if self.sessions_file is None:
-            return [f"{self.bodies} bodies{skipped} -> {self.workload}",
+            return [f"{self.bodies} bodies{skipped} -> {self.workload}", *grew,
                     f"  replay:  kvreplay run {self.workload} --target URL --phase replay:forward:c4"]
-        return [f"{self.sessions} sessions, {self.bodies} bodies{skipped} -> {self.workload}",
+        return [f"{self.sessions} sessions, {self.bodies} bodies{skipped} -> {self.workload}", *grew,
                 f"sessions -> {self.sessions_file}",
                 f"  replay:  kvreplay run {self.workload} --target URL --phase replay:forward:c4"]
+
+
+def amplification_line(source: Path, workload: Path) -> str:
+    """How much larger the workload is than its source, one line (``kvreplay import`` prints it).
+
+    A conversation import writes each turn as a complete request, its history included, so
+    a session of ``n`` turns holds its first message ``n`` times: a ShareGPT file of long
+    conversations becomes a workload hundreds of times its size, which the run then sends.
+    Block traces (Mooncake, Bailian) become text from ids, far larger again.
+
+    Returns:
+        ``"amplification: 200.0x the source (61,234 -> 12,246,800 bytes): ..."``; sizes from
+        ``stat`` (bytes), the factor ``workload / source`` (``inf`` for an empty source).
+    """
+    src, out = source.stat().st_size, workload.stat().st_size
+    factor = f"{out / src:.1f}x" if src else "inf"
+    return (f"amplification: {factor} the source ({src:,} -> {out:,} bytes): every body is sent whole, "
+            "history included")
 
 
 class SessionWorkloadWriter:

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvreplay.workload.token_blocks import TokenBlocks
 
 __all__ = ["BUILTIN", "ImportFormat", "format_names", "format_of", "register_format", "unregister_format"]
 
@@ -30,27 +35,54 @@ class ImportFormat:
         run: ``run(source, out, **options) -> lines``: import ``source`` into ``out``
             and return what to print (what was written, kept and skipped, how to replay).
             Raises ``WorkloadError`` (a bad source: file, line, field) or ``ConfigError``.
+        writes: What ``out`` names, for ``kvreplay.outpath.check_out`` before ``run``:
+            ``"jsonl"`` (a ``.jsonl`` workload, the suffix added when missing, with its
+            arrivals, plan and sessions side files beside it), ``"folder"`` (a capture
+            folder to create, with its arrivals and plan beside it) or ``"file"`` (the
+            path as given, nothing beside it).
     """
 
     name: str
     summary: str
     options: tuple[str, ...]
     run: Callable[..., list[str]]
+    writes: str = "file"
+
+    def out_paths(self, out: str) -> tuple[Path, tuple[Path, ...]]:
+        """``(the path --out names, the files written beside it)`` for ``writes``."""
+        if self.writes == "folder":
+            from kvreplay.workload.captureplan import sidecar_paths
+
+            return Path(out), sidecar_paths(out)
+        if self.writes == "jsonl":
+            from kvreplay.workload.sessions import sessions_path
+
+            wl = Path(out)
+            if wl.suffix != ".jsonl":
+                wl = wl.with_name(wl.name + ".jsonl")
+            stem = wl.with_suffix("")
+            return wl, (stem.with_name(stem.name + ".arrivals.json"), stem.with_name(stem.name + ".plan.toml"),
+                        sessions_path(wl))
+        return Path(out), ()
 
 
 def _mooncake(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
               concurrency: int, time_scale: float, ignore_eos: bool, sessions: bool,
-              session_min_blocks: int) -> list[str]:
+              session_min_blocks: int, tokenizer: str | None = None) -> list[str]:
+    from kvreplay.workload.conversation import amplification_line
     from kvreplay.workload.importers import MOONCAKE_BLOCK_TOKENS, import_mooncake
 
     block_tokens = block_tokens or MOONCAKE_BLOCK_TOKENS
+    blocks = _token_blocks(tokenizer, block_tokens, chat)
     res = import_mooncake(source, out, limit=limit, block_tokens=block_tokens, model=model, chat=chat,
                           concurrency=concurrency, time_scale=time_scale, ignore_eos=ignore_eos,
-                          sessions=sessions, session_min_blocks=session_min_blocks)
+                          sessions=sessions, session_min_blocks=session_min_blocks, blocks=blocks)
     side = [f"sessions ({res.sessions[1]} inferred from shared hash_ids prefixes) -> {res.sessions[0]}"] \
         if res.sessions else []
     return side + [
-        f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, simulator tokenizer) -> {res.workload}",
+        f"{res.requests} bodies ({res.prompt_tokens} prompt tokens, "
+        f"{'simulator' if blocks is None else blocks.tok.dialect} tokenizer) -> {res.workload}",
+        amplification_line(Path(source), res.workload),
         f"arrivals (ms offsets) -> {res.arrivals}",
         f"plan -> {res.plan}",
         f"  against a server:  kvreplay run --plan {res.plan} --target URL",
@@ -88,11 +120,22 @@ def _sharegpt(source: str, out: str, *, limit: int | None, model: str, max_token
 
 
 def _bailian(source: str, out: str, *, limit: int | None, block_tokens: int | None, model: str, chat: bool,
-             ignore_eos: bool) -> list[str]:
+             ignore_eos: bool, tokenizer: str | None = None) -> list[str]:
     from kvreplay.workload.import_bailian import BAILIAN_BLOCK_TOKENS, import_bailian
 
-    return import_bailian(source, out, block_tokens=block_tokens or BAILIAN_BLOCK_TOKENS, model=model, chat=chat,
-                          ignore_eos=ignore_eos, limit=limit).lines()
+    block_tokens = block_tokens or BAILIAN_BLOCK_TOKENS
+    return import_bailian(source, out, block_tokens=block_tokens, model=model, chat=chat, ignore_eos=ignore_eos,
+                          limit=limit, blocks=_token_blocks(tokenizer, block_tokens, chat)).lines()
+
+
+def _token_blocks(tokenizer: str | None, block_tokens: int, chat: bool) -> TokenBlocks | None:
+    """``--tokenizer``'s block texts (``workload.token_blocks``), or None for the simulator's pseudo-words."""
+    if tokenizer is None:
+        return None
+    from kvreplay.workload.token_blocks import TokenBlocks
+    from kvreplay.workload.tokenizer_client import open_tokenizer
+
+    return TokenBlocks(open_tokenizer(tokenizer), block_tokens, chat=chat)
 
 
 def _peer(fn_name: str) -> Callable[..., list[str]]:
@@ -105,27 +148,27 @@ def _peer(fn_name: str) -> Callable[..., list[str]]:
 
 
 _MOONCAKE_OPTIONS = ("limit", "block_tokens", "model", "chat", "concurrency", "time_scale", "ignore_eos",
-                     "sessions", "session_min_blocks")
+                     "sessions", "session_min_blocks", "tokenizer")
 
 BUILTIN: tuple[ImportFormat, ...] = (
     ImportFormat("mooncake", "Mooncake JSONL (timestamp, input_length, output_length, hash_ids) -> bodies, "
-                 "arrivals, plan", _MOONCAKE_OPTIONS, _mooncake),
+                 "arrivals, plan", _MOONCAKE_OPTIONS, _mooncake, "jsonl"),
     ImportFormat("har", "a HAR 1.2 .har file -> a folder of the exact bodies, arrivals, plan",
                  ("paths", "redact_body_secrets"),
-                 _capture("import_har")),
+                 _capture("import_har"), "folder"),
     ImportFormat("openai-batch", "an OpenAI Batch input .jsonl -> a folder of the exact bodies, plan",
                  ("paths", "redact_body_secrets"),
-                 _capture("import_openai_batch")),
+                 _capture("import_openai_batch"), "folder"),
     ImportFormat("sharegpt", "a ShareGPT JSON list of conversations (from human/gpt/system, value) -> one session "
                  "per conversation, one chat body per human turn, sessions side file",
-                 ("limit", "model", "max_tokens", "think_time"), _sharegpt),
+                 ("limit", "model", "max_tokens", "think_time"), _sharegpt, "jsonl"),
     ImportFormat("bailian", "an Alibaba Bailian trace JSONL (chat_id, parent_chat_id, turn, timestamp s, 16-token "
                  "hash_ids) -> one session per chat, one body per request, sessions side file",
-                 ("limit", "block_tokens", "model", "chat", "ignore_eos"), _bailian),
+                 ("limit", "block_tokens", "model", "chat", "ignore_eos", "tokenizer"), _bailian, "jsonl"),
     ImportFormat("aiperf", "an AIPerf single_turn / multi_turn custom dataset JSONL -> chat bodies, sessions "
-                 "(session_id, delay) in the side file", ("model", "max_tokens"), _peer("import_aiperf")),
+                 "(session_id, delay) in the side file", ("model", "max_tokens"), _peer("import_aiperf"), "jsonl"),
     ImportFormat("vllm", "a vllm bench serve custom dataset JSONL (prompt, output_tokens) -> chat bodies",
-                 ("model", "max_tokens"), _peer("import_vllm")),
+                 ("model", "max_tokens"), _peer("import_vllm"), "jsonl"),
 )
 """The formats kvreplay ships, in the order ``kvreplay import --help`` lists them."""
 

@@ -118,4 +118,4 @@ def import_sharegpt(src: str | Path, out: str | Path, *, model: str = DEFAULT_MO
             raise WorkloadError("no conversation with a human message", path=p)
         side = w.commit()
         assert side is not None
-        return ConversationImport(w.path, side, w.sessions, len(w.turns), skipped)
+        return ConversationImport(w.path, side, w.sessions, len(w.turns), skipped, p)

@@ -56,15 +56,19 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
-from kvreplay.safe_io import atomic_write_bytes, atomic_write_text
+from kvreplay.safe_io import atomic_write_bytes, atomic_write_chunks, atomic_write_text
 from kvreplay.workload._loader import json_line
 from kvreplay.workload.capture import IMPORT_CONCURRENCY, toml_comment, toml_str
 from kvreplay.workload.conversation import DEFAULT_MODEL
 from kvreplay.workload.sessions import MAX_THINK_TIME_S, Turn, sessions_path, write_sessions
+
+if TYPE_CHECKING:
+    from kvreplay.workload.token_blocks import TokenBlocks
 
 __all__ = [
     "ImportResult",
@@ -242,7 +246,8 @@ def read_mooncake(
     return rows
 
 
-def trace_body(row: TraceRow, block_tokens: int, model: str, *, chat: bool, ignore_eos: bool) -> bytes:
+def trace_body(row: TraceRow, block_tokens: int, model: str, *, chat: bool, ignore_eos: bool,
+               blocks: TokenBlocks | None = None) -> bytes:
     """The request body of one block-trace row (Mooncake, Bailian): its prompt text, output length, streamed.
 
     Args:
@@ -251,11 +256,20 @@ def trace_body(row: TraceRow, block_tokens: int, model: str, *, chat: bool, igno
         model: The body's ``model``.
         chat: A chat body (``messages``: one user message) instead of a completions body (``prompt``).
         ignore_eos: Add ``"ignore_eos": true`` (vLLM, SGLang) so the output length is kept.
+        blocks: Block texts in a real tokenizer's tokens (``--tokenizer``,
+            ``workload.token_blocks``); None: the simulator's pseudo-words.
 
     Returns:
         The JSON body's bytes (orjson, no trailing newline).
+
+    Raises:
+        ConfigError: with ``blocks``, a prompt that is not exactly ``input_length`` tokens.
     """
-    text = prompt_text(row, block_tokens)
+    if blocks is not None:
+        text = blocks.prompt(row.hash_ids, row.input_length)
+        blocks.check(text, row.input_length, f"trace line {row.line}")
+    else:
+        text = prompt_text(row, block_tokens)
     body: dict = {"model": model}
     if chat:
         body["messages"] = [{"role": "user", "content": text}]
@@ -373,6 +387,7 @@ def import_mooncake(
     ignore_eos: bool = False,
     sessions: bool = False,
     session_min_blocks: int = DEFAULT_SESSION_MIN_BLOCKS,
+    blocks: TokenBlocks | None = None,
 ) -> ImportResult:
     """Write a workload, its arrival offsets and a plan from a Mooncake trace.
 
@@ -391,6 +406,7 @@ def import_mooncake(
             ``output_length`` tokens.
         sessions: Also write the sessions side file inferred by :func:`infer_sessions`.
         session_min_blocks: ``infer_sessions``'s ``min_blocks``.
+        blocks: Block texts in a real tokenizer's tokens (``--tokenizer``); None: simulator pseudo-words.
 
     Returns:
         The paths written and counts.
@@ -411,9 +427,9 @@ def import_mooncake(
     stem = wl.with_suffix("")
     arrivals = stem.with_name(stem.name + ".arrivals.json")
     plan = stem.with_name(stem.name + ".plan.toml")
-    with open(wl, "wb") as f:
-        for row in rows:
-            f.write(trace_body(row, block_tokens, model, chat=chat, ignore_eos=ignore_eos) + b"\n")
+    # atomically, never through a symlink at W.jsonl (--force replaces the link, not its target)
+    atomic_write_chunks(wl, (trace_body(row, block_tokens, model, chat=chat, ignore_eos=ignore_eos, blocks=blocks)
+                             + b"\n" for row in rows))
     atomic_write_bytes(arrivals, orjson.dumps([r.timestamp_ms for r in rows]))
     atomic_write_text(
         plan,

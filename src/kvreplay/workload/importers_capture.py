@@ -46,7 +46,7 @@ import orjson
 from kvreplay.errors import WorkloadError
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, check_body, json_line
 from kvreplay.workload.capture import DEFAULT_PATHS, CaptureSummary, CaptureWriter, sidecar_paths
-from kvreplay.workload.jsonscan import value_end, ws
+from kvreplay.workload.jsonscan import TooLargeToParse, loads_bounded, value_end, ws
 
 __all__ = ["ImportedCapture", "body_value_span", "import_har", "import_openai_batch"]
 
@@ -200,9 +200,11 @@ def import_har(
     p = Path(src)
     try:
         # one JSON document: parsed whole (its bytes dropped at once); bodies are encoded one at a time
-        doc = orjson.loads(p.read_bytes())
+        doc = loads_bounded(p.read_bytes())
     except OSError as exc:
         raise WorkloadError(f"cannot read: {exc}", path=p) from exc
+    except TooLargeToParse as exc:
+        raise WorkloadError(f"too large to parse: {exc}", path=p) from None
     except orjson.JSONDecodeError as exc:
         raise WorkloadError(f"not JSON (a HAR file is one JSON document): {exc}", path=p) from exc
     log = _har_field(doc, "log", dict, "", p) if isinstance(doc, dict) else None
@@ -336,16 +338,18 @@ def _batch_body(p: Path, lineno: int, line: bytes, paths: tuple[str, ...], summa
     span = body_value_span(line)
     raw = line[span[0] : span[1]] if span else b""
     reser = False
-    try:
-        same = bool(span) and orjson.loads(raw) == obj["body"]
-    except orjson.JSONDecodeError:
-        same = False
-    if not same:
-        raw, reser = orjson.dumps(obj["body"]), True
-    cid = obj["custom_id"]
+    body, cid = obj["body"], obj["custom_id"]
     del obj
     try:
-        check_body(raw, index, p, lineno, max_body_bytes)
+        same = bool(span) and loads_bounded(raw) == body
+    except orjson.JSONDecodeError:
+        same = False
+    except TooLargeToParse as exc:
+        raise WorkloadError(f"line too large to parse: {exc}", path=p, line=lineno, field="body") from None
+    if not same:
+        raw, reser = orjson.dumps(body), True
+    try:
+        check_body(raw, index, p, lineno, max_body_bytes, doc=body)
     except WorkloadError as exc:
         raise WorkloadError(exc.message, path=p, line=lineno,
                             field="body" + (f".{exc.field}" if exc.field else "")) from exc

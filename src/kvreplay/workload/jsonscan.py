@@ -13,10 +13,74 @@ cost 127 times a 60 MB line in memory).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["iter_strings", "string_end", "value_end", "ws"]
+import orjson
+
+__all__ = ["LARGE_JSON_BYTES", "TooLargeToParse", "iter_strings", "loads_bounded", "string_end", "value_end", "ws"]
+
+LARGE_JSON_BYTES = 8 << 20
+"""Documents over this size (bytes) are parsed by :func:`loads_bounded`'s allocation-checked path."""
+
+
+class TooLargeToParse(MemoryError):
+    """A JSON document whose parsed form does not fit in the memory this process may allocate.
+
+    Attributes:
+        size: The document's size (bytes).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        super().__init__(f"{size / (1 << 20):.1f} MiB of JSON does not fit in the memory this process may "
+                         "allocate (RLIMIT_AS, free memory)")
+
+
+def _address_space_limited() -> bool:
+    """Whether this process runs under a finite ``RLIMIT_AS`` (where a failed allocation is possible)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return False
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_bounded(data: bytes | bytearray | memoryview) -> Any:
+    """``orjson.loads(data)``, except that running out of memory is an exception, never a crash.
+
+    orjson (3.13) does not survive a failed allocation: under an address-space limit
+    (``RLIMIT_AS``) a 60 MiB line killed the process with SIGSEGV inside ``orjson.loads``
+    (issue 44 item 7). So when this process has such a limit, a document over
+    ``LARGE_JSON_BYTES`` is parsed by the standard library's ``json`` instead, whose
+    every allocation is checked, with orjson's verdicts kept (``NaN``/``Infinity`` and
+    invalid UTF-8 refused); it is slower (about 3 times) and needs the decoded text
+    besides the bytes. Without a limit an allocation does not fail (the kernel's
+    out-of-memory killer acts instead), and orjson parses everything.
+
+    Raises:
+        orjson.JSONDecodeError: not JSON (as orjson raises it).
+        TooLargeToParse: the parsed document does not fit in memory (a ``MemoryError``).
+    """
+    if len(data) <= LARGE_JSON_BYTES or not _address_space_limited():
+        return orjson.loads(data)
+    try:
+        text = bytes(data).decode("utf-8")
+        return json.loads(text, parse_constant=_no_constant)
+    except MemoryError:
+        raise TooLargeToParse(len(data)) from None
+    except UnicodeDecodeError as exc:
+        raise orjson.JSONDecodeError(f"str is not valid UTF-8: byte {exc.start}", "", 0) from None
+    except json.JSONDecodeError as exc:
+        raise orjson.JSONDecodeError(exc.msg, "", exc.pos) from None
+    except (ValueError, RecursionError) as exc:
+        raise orjson.JSONDecodeError(str(exc), "", 0) from None
 
 _WS = b" \t\r\n"
 _STRUCT = re.compile(rb'["\[\]{}]')

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from kvreplay.workload.jsonscan import iter_strings
+from kvreplay.workload.jsonscan import TooLargeToParse, iter_strings, loads_bounded
 
 __all__ = ["ALLOWED_HEADERS", "KEY_SHAPES", "MARKER", "REDACTED", "SECRET_FIELDS", "Finding", "find_secrets", "redact",
            "redact_body", "retained_headers", "secrets_of"]
@@ -146,8 +146,8 @@ def find_secrets(body: bytes, own: Sequence[str] = (), *, doc: object = None) ->
     """
     if doc is None:
         try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
+            doc = loads_bounded(body)
+        except (orjson.JSONDecodeError, TooLargeToParse):
             kind = _in_text(body.decode("utf-8", "replace"), own)
             return [Finding(kind, "body")] if kind else []
     out: list[Finding] = []
@@ -193,8 +193,8 @@ def redact_body(body: bytes, own: Sequence[str] = ()) -> bytes | None:
         remain (it is then not retained).
     """
     try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
+        loads_bounded(body)
+    except (orjson.JSONDecodeError, TooLargeToParse):
         return None
     parts: list[bytes] = []
     pos = 0

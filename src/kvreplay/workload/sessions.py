@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,17 +141,31 @@ def load_sessions(workload: str | Path, n_bodies: int) -> Sessions | None:
         n_bodies: Number of bodies in the workload.
 
     Returns:
-        The sessions, or None when the workload has no side file.
+        The sessions, or None when the workload has no side file (nothing at its path).
 
     Raises:
-        WorkloadError: a line that is not JSON or misses a field; a body index out of
-            range or listed twice; a body not listed; a session whose turns are not
-            0, 1, 2, ... (file, line and field named).
+        WorkloadError: a side file that cannot be read (a FIFO, a device, a folder, a
+            symlink loop or to nothing: never taken for "no sessions"); a line that is not
+            JSON or misses a field; a body index out of range or listed twice; a body not
+            listed; a session whose turns are not 0, 1, 2, ... (file, line and field named).
     """
     path = sessions_path(workload)
-    if not path.is_file():
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):  # a dangling link is a side file that cannot be read, not an absent one
+            raise WorkloadError("session file is a symlink to nothing; remove it for a run without sessions",
+                                path=path) from None
         return None
-    if (size := path.stat().st_size) > _MAX_SIDE_FILE_BYTES:
+    except OSError as exc:  # a symlink loop (ELOOP), a component that is not a folder...
+        raise WorkloadError(f"session file cannot be read: {exc.strerror or exc}; remove it for a run without "
+                            "sessions", path=path) from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO (read would block), a device (/dev/urandom: endless), a folder
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
+        raise WorkloadError(f"session file is {kind}, not a regular file; remove it for a run without sessions",
+                            path=path)
+    if (size := st.st_size) > _MAX_SIDE_FILE_BYTES:
         raise WorkloadError(f"session file is {size} bytes, over {_MAX_SIDE_FILE_BYTES}", path=path)
     data = path.read_bytes()
     by_body: list[Turn | None] = [None] * n_bodies

@@ -57,3 +57,36 @@ def test_check_empty():
     assert check_empty(snap(entries=2, bytes=0)) == (False, "cache not empty: entries=2")
     ok, why = check_empty(snap(hits=0, running=0))
     assert ok is False and "no cache occupancy gauge" in why
+
+
+def test_a_server_that_is_not_there_is_not_called_halogen():
+    """Detection against a closed port: the error says the server could not be reached, names halogen's
+    /cache only as the probe tried, and names each backend's own endpoint for --backend (issue 45 item 4)."""
+    import asyncio
+    import socket
+
+    import aiohttp
+    import pytest
+
+    from kvreplay.backends import detect
+    from kvreplay.errors import BackendError
+
+    with socket.socket() as s:  # a free port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+
+    async def go() -> str:
+        async with aiohttp.ClientSession() as session:
+            return await detect(base, session)
+
+    with pytest.raises(BackendError) as e:
+        asyncio.run(go())
+    msg = str(e.value)
+    assert msg.startswith(f"cannot reach {base} to detect its backend (probing GET {base}/cache: ")
+    from kvreplay.backends._family import families
+
+    names = ", ".join(f.name for f in families())  # the registry's order
+    assert {"halogen", "vllm", "llamacpp"} <= set(names.split(", "))
+    assert msg.endswith(f"With --backend NAME ({names}) kvreplay reads that backend's own endpoints (vllm, "
+                        "sglang, llamacpp: /metrics; halogen: /cache)")

@@ -131,3 +131,41 @@ def test_result_json_and_both_reports_carry_the_caveat_and_link_each_steps_run_r
     # no caveat anywhere: the Cells table keeps its five columns
     r2["cells"] = [{k: v for k, v in c.items() if k != "caveats"} for c in r2["cells"]]
     assert "| step | metric | status | value | reason |\n" in render_markdown(r2, "x")
+
+
+def test_a_phase_that_never_started_is_not_called_invalid_with_no_reason():
+    # a window killed before phase p: 0 of 52 sent, valid false, no invalid_reasons; its cells'
+    # reason says it was not run, so no "invalid_phase ... no reason given" caveat
+    for never in ({"deferred": True, "planned": 52, "sent": 0}, {"planned": 52, "not_sent": 52, "sent": 0},
+                  {"sent": 0}):
+        v = view("A", "p", valid=False, **never)
+        assert all("caveats" not in c for c in with_caveats(cells("A", "p"), FROZEN, None, [v])), never
+    # one that sent 9 and was invalid keeps it
+    v = view("A", "p", valid=False, planned=52, not_sent=43, sent=9, invalid_reasons=["drain failed"])
+    assert with_caveats(cells("A", "p"), FROZEN, None, [v])[0]["caveats"] == [
+        "invalid_phase: phase p invalid: drain failed"]
+
+
+def test_compare_rows_carry_the_caveats_of_their_sides_beside_each_ratio():
+    from kvreplay.experiments.findings import compare_tables
+    from kvreplay.experiments.publish import compare_caveats
+
+    base = {"valid": True, "ok": 4, "ttft_ms": {"p50": 10.0}, "e2e_ms": {"p50": 20.0}, "tokens": {"cached": 100},
+            "counter_delta": {"hit_tokens": 100.0}}
+    a = view("A", "replay", **base)
+    b = view("B", "replay", **{**base, "ttft_ms": {"p50": 17.97}, "client_bound": True,
+                               "client": {"loop_lag_p99_ms": 42.5, "cpu_utilisation": 0.934}})
+    (t,) = compare_caveats(compare_tables([a, b], [["A/replay", "B/replay"]]), [a, b])
+    rows = {r["metric"]: r for r in t["rows"]}
+    cb = ("B/replay: client_bound: phase replay was client-bound (loop lag p99 42.5 ms, client CPU 93%); "
+          "its latencies include the client's own delay")
+    assert rows["ttft_p50_ms"]["ratio"] == 1.797 and rows["ttft_p50_ms"]["caveats"] == [cb]
+    assert "caveats" not in rows["cached_tokens"] and "caveats" not in rows["requests"]
+    # the host tier: neither side's server exposes its restore counters
+    assert rows["host_fetched_tokens"]["caveats"] == [
+        f"{s}/replay: absent_counter: the server exposes none of host_fetched_tokens, host_reused_tokens, "
+        "host_hit_tokens, host_hits (host tier)" for s in "AB"]
+    md = render_markdown({"experiment_sha256": "0" * 64, "started": "s", "ended": "e", "aborted": None,
+                          "identity": None, "steps": [], "cells": [], "findings": [], "compare": [t]}, "x")
+    assert "| metric | A/replay | B/replay | ratio b/a | caveats |" in md
+    assert f"| ttft_p50_ms | 10 | 17.97 | 1.797 | {cb} |" in md

@@ -24,14 +24,14 @@ KIND_MODULES = {SRC / "experiments" / "steps" / f"{k.name}.py" for k in steps.BU
 
 def test_builtin_kinds_in_order():
     assert kind_names()[:5] == ("incarnation", "run", "probe", "ab", "restore")
-    assert [k.name for k in steps.BUILTIN] == ["incarnation", "run", "probe", "ab", "restore", "quiesce"]
+    assert [k.name for k in steps.BUILTIN] == ["incarnation", "run", "probe", "ab", "restore", "quiesce", "sweep"]
     # traits the window's rules read (execute.py's module docstring)
-    assert {k.name for k in steps.BUILTIN if k.sends} == {"run", "probe", "ab"}
+    assert {k.name for k in steps.BUILTIN if k.sends} == {"run", "probe", "ab", "sweep"}
     assert {k.name for k in steps.BUILTIN if k.restores} == {"restore"}
     assert {k.name for k in steps.BUILTIN if k.starts_server} == {"incarnation"}
     assert {k.name for k in steps.BUILTIN if k.cancel_at_deadline} == {"incarnation", "probe", "quiesce"}
     assert {k.name for k in steps.BUILTIN if k.deadline_origin} == {"quiesce"}
-    assert {k.name for k in steps.BUILTIN if k.needs_workload} == {"run", "ab"}
+    assert {k.name for k in steps.BUILTIN if k.needs_workload} == {"run", "ab", "sweep"}
     assert {k.name for k in steps.BUILTIN if k.phase_views} == {"run"}
 
 
@@ -46,7 +46,8 @@ def test_every_kind_named_in_toml_files_and_docs_is_registered():
 
 
 MINIMAL = {"incarnation": "", "run": 'phases = ["p:forward:c1"]\n', "probe": "",
-           "ab": 'arms = [{name = "a"}, {name = "b"}]\n', "restore": "", "quiesce": 'cmd = "true"\n'}
+           "ab": 'arms = [{name = "a"}, {name = "b"}]\n', "restore": "", "quiesce": 'cmd = "true"\n',
+           "sweep": 'concurrency = [1, 2]\n'}
 
 
 @pytest.mark.parametrize("kind", [k.name for k in steps.BUILTIN])
@@ -170,7 +171,7 @@ def test_an_unregistered_kind_is_refused(tmp_path):
     from kvreplay.experiments.window.spec import load_experiment
 
     with pytest.raises(ConfigError,
-                       match="kind must be one of incarnation, run, probe, ab, restore, quiesce, not 'toy'"):
+                       match="kind must be one of incarnation, run, probe, ab, restore, quiesce, sweep, not 'toy'"):
         load_experiment(_file(tmp_path, TOY_FILE))
 
 
@@ -222,3 +223,13 @@ def test_check_cells_value_is_measured():
     cells = check_cells("ready")
     assert cells({"name": "X", "status": "failed", "reason": "no"}, {}, None) == [
         {"step": "X", "metric": "ready", "status": "failed", "value": False, "reason": "no"}]
+
+
+def test_a_check_cell_that_never_ran_has_no_value_not_false():
+    from kvreplay.experiments.steps.base import check_cells
+
+    cell = check_cells("identity_restored")
+    got = {st: cell({"name": "restore", "status": st, "reason": "r"}, {}, None)[0]["value"]
+           for st in ("measured", "failed", "not_run", "deferred", "skipped", "aborted")}
+    assert got == {"measured": True, "failed": False, "not_run": None, "deferred": None, "skipped": None,
+                   "aborted": None}

@@ -308,3 +308,31 @@ def test_cli_weights_above_host_warn_of_mib(capsys):
     rep = run_json(capsys, "--host-ram-gib", "64.5", "--weights-gib", "20480")
     assert rep["verdict"] == "no_boot"
     assert "weights 20480 GiB exceed host RAM 64.5 GiB: --weights-gib in MiB?" in rep["warnings"]
+
+
+# --- issue 42 item 7: a floor of nothing, and the knife edge wherever a reserve is shown -------------
+
+
+def test_a_floor_of_zero_positions_reads_as_will_not_boot(capsys):
+    # budget 64 - 20 - 40.5 = 3.5 GiB holds the fixed 3 but not the 1 GiB margin besides:
+    # (3.5 - 1 - 3) x 8192 < 0 positions, and with no context the floor is 0 positions
+    args = [a for a in ARGS if a not in ("--ctx", "8192", "--reserve-gib", "4")]
+    assert main([*args, "--host-ram-gib", "64", "--reserve-gib", "40.5", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert (rep["verdict"], rep["positions"]) == ("floor", 0)
+    assert main([*args, "--host-ram-gib", "64", "--reserve-gib", "40.5"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict  will not boot with the margin kept: not one position fits the budget (asked 131072" in out
+    assert "the pool stays at the context, 0 positions" not in out
+
+
+def test_reserves_within_the_noise_of_the_ceiling_are_knife_edges_in_the_table(capsys):
+    # ceiling 64 - 20 - 19 - 1 = 24 GiB; noise 0.25: 23.75 (+0.25), 24 (0), 24.25 (-0.25) are on the edge
+    rep = run_json(capsys, "--host-ram-gib", "64", "--reserves", "23.5,23.75,24,24.25,24.5")
+    assert rep["max_reserve_gib"] == 24.0
+    assert [(r["reserve_gib"], r["knife_edge"]) for r in rep["reserves"]] == [
+        (23.5, False), (23.75, True), (24.0, True), (24.25, True), (24.5, False)]
+    assert main([*ARGS, "--host-ram-gib", "64", "--reserves", "23.5,24"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("      23.500", "      24.000"))]
+    assert rows == ["      23.500      20.500     fits     131072",
+                    "      24.000      20.000     fits     131072  knife edge (within 0.25 GiB of the ceiling)"]

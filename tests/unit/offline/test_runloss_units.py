@@ -107,3 +107,117 @@ def test_report_line_says_the_unit():
     assert ("; measured cached tokens 250, observed figure 106.80% of it in the server's tokens "
             "(simulator tokens x 2.667; 40.00% in the simulator's tokens)") in notes[0]
     assert notes[0].startswith("p: the routing kept 100.0% of the reuse available (merged-cache bound 267,")
+
+
+RADIX8 = SimConfig(cache="radix", block_size=8, device_blocks=1000, time_scale=0)
+
+
+def test_a_mixed_fleet_gets_each_replicas_model_and_token_ratio():
+    """Issue 45 item 5: replica 0 a radix cache of 4-token blocks, replica 1 of 8-token blocks (no merged cache).
+
+    Sequence A, B, A, B observed on replicas 0, 0, 1, 1. Replica 0: A cold (0), B hits A's 25 blocks
+    (100). Replica 1: A cold (0) and stores its 12 whole blocks (96 tokens), B hits them: 96. Server
+    counts: replica 0 300 + 600 prompt tokens for 100 + 200 simulated (ratio 3), replica 1 150 + 300
+    (ratio 1.5). In the servers' tokens: 100 x 3 = 300 and 96 x 1.5 = 144, 444 in all; the fleet's one
+    ratio (1350 / 600 = 2.25) would say 196 x 2.25 = 441. Measured cached tokens 300 and 150: 100% and 96%.
+    """
+    from kvreplay.offline.runloss import _per_replica_units
+
+    reqs = [REQS[0], REQS[1], REQS[0], REQS[1]]
+    loss = routing_loss(reqs, [RADIX, RADIX8], observed=[0, 0, 1, 1], measured_cached_tokens=450)
+    assert "merged" not in loss["policies"] and loss["cache"]["model"] == "mixed"
+    assert loss["cache"]["models"] == ["radix (blocks, block 4)", "radix (blocks, block 8)"]
+    assert loss["policies"]["observed"]["per_replica_cached_tokens"] == [100, 96]
+    assert all(f["kept_pct"] is None for f in loss["policies"].values())
+    add_server_units(loss, 1350, 600)
+    assert loss["policies"]["observed"]["cached_tokens_server"] == 441  # one ratio for both: 196 x 2.25
+    recs = [{"usage": {"prompt_tokens": p, "cached_tokens": c}} for p, c in ((300, 0), (600, 300), (150, 0),
+                                                                              (300, 150))]
+    _per_replica_units(loss, ["u0", "u1"], [(r, q, k) for r, q, k in zip(recs, reqs, [0, 0, 1, 1], strict=True)])
+    assert loss["server_tokens_per_sim_token_per_replica"] == [3.0, 1.5]
+    assert loss["policies"]["observed"]["cached_tokens_server"] == 444
+    assert loss["per_replica_vs_measured"] == [
+        {"url": "u0", "observed_cached_tokens_server": 300, "measured_cached_tokens": 300, "pct": 100.0},
+        {"url": "u1", "observed_cached_tokens_server": 144, "measured_cached_tokens": 150, "pct": 96.0}]
+    assert loss["observed_vs_measured_pct"] == 100.0 * 444 / 450
+    assert loss["sentence"].startswith("the observed routing served 444 cached tokens (no merged-cache bound: "
+                                       "replicas of different cache models, greedy affinity ")
+
+
+def test_replica_verdict_parses_and_stays_out_of_old_plans():
+    from kvreplay.runner.fleet import Replica, parse_replica, replicas_from_mapping
+
+    r = parse_replica("http://127.0.0.1:8001,backend=llamacpp,verdict=runs/probe-llama/verdict.json")
+    assert r == Replica(url="http://127.0.0.1:8001", backend="llamacpp", verdict="runs/probe-llama/verdict.json")
+    assert r.to_json()["verdict"] == "runs/probe-llama/verdict.json"
+    assert "verdict" not in Replica(url="http://127.0.0.1:8001").to_json()  # plan.json of fleets without it unchanged
+    _router, (t,) = replicas_from_mapping({"replicas": [{"url": "http://127.0.0.1:8002", "verdict": "v.json"}]})
+    assert t.verdict == "v.json"
+
+
+def _verdict(tmp_path, name: str, cap: int) -> str:
+    import json
+
+    v = {"format": "kvreplay-probe/1", "backend": "halogen",
+         "prefill_fit": {"a_s": 0.05, "rate_tokens_per_s": 2000.0, "source": "ttft"}, "warm": [],
+         "bytes_per_token": 100.0, "bytes_per_token_kind": "prompt_cache_entry", "entries_per_request": 2,
+         "entry_cap_bytes": cap, "min_flush_k": None, "eviction_note": ""}
+    p = tmp_path / name
+    p.write_text(json.dumps(v))
+    return str(p)
+
+
+def test_replica_verdicts_give_each_replica_its_own_cache_model_in_plan_json(tmp_path):
+    import argparse
+
+    import pytest
+
+    from kvreplay.api.fleet import replica_cache_extra
+    from kvreplay.errors import ConfigError
+    from kvreplay.runner.fleet import Replica
+
+    va, vb = _verdict(tmp_path, "a.json", 1_000_000), _verdict(tmp_path, "b.json", 500_000)
+    reps = (Replica(url="http://h:1", verdict=va), Replica(url="http://h:2", verdict=vb))
+    rc = replica_cache_extra(argparse.Namespace(replica_cache_from=None), reps)["replica_cache"]
+    assert [(e["url"], e["source"], e["config"]["max_entry_bytes"]) for e in rc["per_replica"]] == [
+        ("http://h:1", va, 1_000_000), ("http://h:2", vb, 500_000)]
+    assert rc["config"] == rc["per_replica"][0]["config"]
+    # one replica without a verdict: the --replica-cache-from one stands for it; with neither, refused
+    half = (reps[0], Replica(url="http://h:2"))
+    rc2 = replica_cache_extra(argparse.Namespace(replica_cache_from=vb), half)["replica_cache"]
+    assert [e["source"] for e in rc2["per_replica"]] == [va, vb]
+    with pytest.raises(ConfigError) as e:
+        replica_cache_extra(argparse.Namespace(replica_cache_from=None), half)
+    assert e.value.field == "--replica" and "replica http://h:2 has no cache model" in str(e.value)
+    # no verdict anywhere: nothing (as before)
+    assert replica_cache_extra(argparse.Namespace(replica_cache_from=None), (Replica(url="http://h:1"),)) == {}
+
+    # the routing loss reads each replica's model: replica 1's smaller entry cap is its own
+    from kvreplay.workload import load_workload
+
+    wl = load_workload(Path(__file__).resolve().parents[3] / "fixtures" / "workloads" / "mtbench-52")
+    run_block = {"fleet": {"replicas": [{"url": "http://h:1"}, {"url": "http://h:2"}]}, "replica_cache": rc}
+    recs = [{"sent": True, "phase": "p", "position": i, "body_index": i, "replica": f"http://h:{1 + i % 2}",
+             "usage": {"cached_tokens": 0}} for i in range(4)]
+    loss = run_routing_loss([("p", False, 1)], wl, run_block, recs)["p"]
+    assert f"http://h:1: {va}, http://h:2: {vb}" in loss["note"]
+    assert loss["server_tokens_per_sim_token_per_replica"] == [None, None]  # no usage.prompt_tokens recorded
+
+
+def test_report_line_states_each_replica_against_its_measured_figure():
+    from kvreplay.offline.runloss import _per_replica_units
+    from kvreplay.report.fleet import routing_loss_section
+    from kvreplay.rundir import RunData
+
+    reqs = [REQS[0], REQS[1], REQS[0], REQS[1]]
+    loss = routing_loss(reqs, [RADIX, RADIX8], observed=[0, 0, 1, 1], measured_cached_tokens=450)
+    add_server_units(loss, 1350, 600)
+    recs = [{"usage": {"prompt_tokens": p, "cached_tokens": c}} for p, c in ((300, 0), (600, 300), (150, 0),
+                                                                              (300, 150))]
+    _per_replica_units(loss, ["u0", "u1"], [(r, q, k) for r, q, k in zip(recs, reqs, [0, 0, 1, 1], strict=True)])
+    loss["note"] = None
+    run = RunData(path=Path("."), plan=None, summary={"phases": [{"name": "p", "routing_loss": loss}]},
+                  records=[], record_list=[])
+    _tables, notes = routing_loss_section(run)  # type: ignore[misc]
+    assert notes[0].endswith("(radix (blocks, block 4), radix (blocks, block 8)); u0: observed 300 of measured 300 "
+                             "cached tokens (100.00%); u1: observed 144 of measured 150 cached tokens (96.00%)")

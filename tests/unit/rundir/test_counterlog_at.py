@@ -32,5 +32,60 @@ def test_monitor_and_drain_reads_are_not_request_boundaries(tmp_path):
     assert deltas == [10, 20]  # consecutive lines would give 7, 3, 4, 16: false per-request deltas
     # the phase's movement starts at its opening read, not at the drain before it
     assert raw_changes(lines) == {"p": {"hits": (0, 30)}}
-    assert AT_KINDS == ("before", "monitor", "drain", "phase_end")
+    assert AT_KINDS == ("before", "monitor", "drain", "phase_end", "run_end")
 
+
+
+def test_series_the_backend_does_not_read_are_logged_at_the_first_and_last_reads_only(tmp_path):
+    """Issue 42 item 8: with ``kept`` (the sample names the backend maps) a later line carries only
+    those; the others (vLLM's histogram buckets) are in the first line and in one ``run_end`` line
+    with the last read's time and phase, and the report reads their movement over the whole run."""
+    path = tmp_path / "counters.jsonl"
+    log = CounterLog(path, 0, kept=frozenset({"hits"}))
+
+    def read(t: int, hits: int, b1: int, b2: int | None) -> Snapshot:
+        raw = {"hits": hits, 'ttft_bucket{le="1"}': b1}
+        if b2 is not None:
+            raw['ttft_bucket{le="2"}'] = b2
+        return Snapshot(taken_ns=t, raw=raw, common={})
+
+    log.write(read(1, 0, 0, 0), "a", "before")
+    log.write(read(2, 5, 1, 1), "a", 0)
+    log.write(read(3, 5, 1, 1), "a", "phase_end")
+    log.write(read(4, 5, 1, 1), "b", "before")
+    log.write(read(5, 9, 3, None), "b", "phase_end")  # the le="2" bucket vanished
+    log.close()
+    lines = read_counter_log(path)
+    assert lines[0] == {"t_ns": 1, "phase": "a", "at": "before", "full": True,
+                        "series": {"hits": 0, 'ttft_bucket{le="1"}': 0, 'ttft_bucket{le="2"}': 0}}
+    assert [(ln["at"], ln.get("changed"), ln.get("removed")) for ln in lines[1:]] == [
+        (0, {"hits": 5}, None), ("phase_end", None, None), ("before", None, None),
+        ("phase_end", {"hits": 9}, None),
+        ("run_end", {'ttft_bucket{le="1"}': 3}, ['ttft_bucket{le="2"}'])]
+    assert (lines[-1]["t_ns"], lines[-1]["phase"]) == (5, "b")
+    assert raw_changes(lines) == {"a": {"hits": (0, 5)}, "b": {"hits": (5, 9)},
+                                  "(whole run)": {'ttft_bucket{le="1"}': (0, 3), 'ttft_bucket{le="2"}': (0, None)}}
+    b = request_boundaries(lines)
+    assert [(ph, at, st["hits"]) for ph, at, st in b] == [("a", "before", 0), ("a", 0, 5), ("b", "before", 5)]
+
+
+def test_a_run_whose_other_series_did_not_move_writes_no_run_end_line(tmp_path):
+    path = tmp_path / "counters.jsonl"
+    log = CounterLog(path, 0, kept=frozenset({"hits"}))
+    log.write(_snap(1, hits=0, other=4), "a", "before")
+    log.write(_snap(2, hits=3, other=4), "a", "phase_end")
+    log.close()
+    log.close()  # twice: still one file, nothing added
+    assert [ln["at"] for ln in read_counter_log(path)] == ["before", "phase_end"]
+
+
+def test_fleet_series_names_have_one_slash_before_metrics():
+    from kvreplay.rundir.counterlog import flatten_raw
+
+    raw = {"http://127.0.0.1:8001": {"/metrics": {"vllm:prefix_cache_hits_total": 5.0}, "slots": {"busy": 1}},
+           "http://127.0.0.1:8002/": {"/metrics": {"vllm:prefix_cache_hits_total": 7.0}}}
+    assert flatten_raw(raw) == {"http://127.0.0.1:8001/metrics/vllm:prefix_cache_hits_total": 5.0,
+                                "http://127.0.0.1:8001/slots/busy": 1,
+                                "http://127.0.0.1:8002/metrics/vllm:prefix_cache_hits_total": 7.0}
+    # one server (halogen's companion /metrics): as before
+    assert flatten_raw({"/metrics": {"hits": 1}, "entries": 3}) == {"/metrics/hits": 1, "entries": 3}

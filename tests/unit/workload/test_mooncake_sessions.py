@@ -49,7 +49,7 @@ def test_cli_writes_the_side_file_only_with_sessions(tmp_path: Path, capsys) -> 
     assert s is not None and s.turns == tuple(WANT)
     assert s.bodies == {"mc-0": (0, 2, 4, 6), "mc-1": (1, 5), "mc-2": (3,)}
     assert "sessions (3 inferred from shared hash_ids prefixes)" in capsys.readouterr().out
-    assert main(["import", "mooncake", str(src), "--out", str(out), "--block-tokens", "4"]) == 0
+    assert main(["import", "mooncake", str(src), "--out", str(out), "--block-tokens", "4", "--force"]) == 0
     assert load_sessions(out, 7) is None  # the earlier side file is not left to describe other bodies
 
 

@@ -98,34 +98,37 @@ def _conversations(tmp_path: Path) -> Path:
 
 
 def test_export_vllm_exact_lines(tmp_path: Path) -> None:
-    res = export_vllm(_conversations(tmp_path), tmp_path / "v.jsonl")
+    res = export_vllm(_conversations(tmp_path), tmp_path / "v.jsonl", lossy=True)
     assert res.path.read_bytes() == (b'{"prompt":"S\\n\\nh1","output_tokens":8}\n'
                                      b'{"prompt":"S\\n\\nh1\\n\\ng1\\n\\nh2","output_tokens":8}\n'
                                      b'{"prompt":"x","output_tokens":8}\n')
-    assert res.notes == {"flattened (several messages joined by a blank line)": 2}
+    assert (res.lost, res.messages_lost, res.notes) == ({"roles flattened into one prompt": 2, "sessions": 2}, {}, {})
 
 
 def test_export_aiperf_each_type_exact_lines(tmp_path: Path) -> None:
     wl = _conversations(tmp_path)
-    res = export_aiperf(wl, tmp_path / "m.jsonl")
+    res = export_aiperf(wl, tmp_path / "m.jsonl", lossy=True)
     assert res.kind == "multi_turn"
+    assert (res.lost, res.messages_lost) == ({"reply (the peer sends its own)": 1}, {"assistant reply": 1})
     assert res.path.read_bytes() == (
         b'{"session_id":"a","turns":[{"role":"system","text":"S"},{"text":"h1","output_length":8},'
         b'{"text":"h2","delay":2000.0,"output_length":8}]}\n'
         b'{"session_id":"b","turns":[{"text":"x","output_length":8}]}\n')
     res = export_aiperf(wl, tmp_path / "t.jsonl", kind="mooncake_trace")
+    assert (res.lost, res.messages_lost, res.lossy) == ({}, {}, False)
     assert res.path.read_bytes().splitlines()[1] == (
         b'{"messages":[{"role":"system","content":"S"},{"role":"user","content":"h1"},'
         b'{"role":"assistant","content":"g1"},{"role":"user","content":"h2"}],"session_id":"a","delay":2000.0,'
         b'"output_length":8}')
-    res = export_aiperf(wl, tmp_path / "s.jsonl", kind="single_turn")
+    res = export_aiperf(wl, tmp_path / "s.jsonl", kind="single_turn", lossy=True)
     assert res.path.read_bytes().splitlines()[1] == b'{"text":"h2","session_id":"a","delay":2000.0,"output_length":8}'
-    assert res.notes == {"history dropped (single_turn sends the last user message alone)": 2}
+    assert res.lost == {"message role system": 2, "message role user": 1, "message role assistant": 1}
+    assert res.messages_lost == {"system": 2, "user": 1, "assistant": 1}
 
 
 def test_round_trip_aiperf_multi_turn_keeps_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wl = _conversations(tmp_path)
-    assert main(["export", "aiperf", str(wl), "--out", str(tmp_path / "m.jsonl")]) == 0
+    assert main(["export", "aiperf", str(wl), "--out", str(tmp_path / "m.jsonl"), "--lossy"]) == 0
     assert capsys.readouterr().out.startswith(f"3 bodies as 2 aiperf multi_turn lines -> {tmp_path / 'm.jsonl'}\n")
     back = import_aiperf(tmp_path / "m.jsonl", tmp_path / "back", max_tokens=8)
     s0, s1 = load_sessions(wl, 3), load_sessions(back.workload, 3)

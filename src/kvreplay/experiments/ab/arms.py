@@ -59,7 +59,7 @@ from kvreplay.redaction import register_urls_in
 from kvreplay.runner.usercmd import run_user_command
 from kvreplay.safe_io import atomic_write_json, write_markdown
 
-__all__ = ["Arm", "block_order", "block_phase_specs", "parse_arm", "sim_arm_config", "wait_ready"]
+__all__ = ["Arm", "block_order", "block_phase_specs", "parse_arm", "parse_select", "sim_arm_config", "wait_ready"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,24 @@ def parse_arm(text: str) -> Arm:
     except ValueError as exc:
         raise ConfigError(f"credentials in a URL of arm {name}: {exc}", field="--arm") from None
     return Arm(name, cmd.strip())
+
+
+def parse_select(text: str, *, field: str = "--select") -> str:
+    """``ab --select``: ``all``, ``firstN`` / ``lastN`` (as ``--phase``'s tokens) or ``first:N`` / ``last:N``.
+
+    Returns:
+        The plan's selection: ``"all"``, ``"first:N"`` or ``"last:N"`` (``first8`` -> ``"first:8"``).
+
+    Raises:
+        ConfigError: anything else, or N < 1 (naming ``field``).
+    """
+    t = text.strip().lower()
+    if t == "all":
+        return t
+    m = re.fullmatch(r"(first|last):?(\d+)", t)
+    if not m or int(m.group(2)) < 1:
+        raise ConfigError(f"{text!r}: expected all, firstN or lastN with N >= 1 (e.g. first8)", field=field)
+    return f"{m.group(1)}:{int(m.group(2))}"
 
 
 def block_phase_specs(text: str, order: str, select: str | list[int] | tuple[int, ...] = "all", *,
@@ -203,7 +221,7 @@ def sim_arm_config(base: Any, arm: Arm) -> Any:
 
 
 async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_dir: Path | None = None,
-                          ) -> dict[str, Any]:
+                          on_spawn: Callable[[int, str, str], object] | None = None) -> dict[str, Any]:
     """Run an arm's shell command through ``runner.usercmd.run_user_command`` (module docstring).
 
     Args:
@@ -211,6 +229,8 @@ async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_
         timeout_s: Bound (s); the command's process group is killed past it.
         name: Log name (``NN-ARM``): the log is ``log_dir/NAME.log``.
         log_dir: Where logs go (``<experiment>/commands``); a temporary place when None.
+        on_spawn: Called with ``(pid, name, cmd)`` as the command starts (an experiment's
+            process ledger, ``experiments.ledger``).
 
     Returns:
         ``UserCommandResult.to_json()`` plus ``cmd`` and ``rc`` (the exit status, None on a
@@ -223,7 +243,11 @@ async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_
         import tempfile
 
         log_dir = Path(tempfile.mkdtemp(prefix="kvreplay-arm-"))
-    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
+    def noted(pid: int) -> None:
+        if on_spawn is not None:
+            on_spawn(pid, name, cmd)
+
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s, on_spawn=noted)
     return {**res.to_json(), "cmd": cmd, "rc": res.exit_status, "wall_s": res.duration_s}
 
 
@@ -327,6 +351,8 @@ async def run_ab(
     sim_calibration: dict[str, Any] | None = None,
     replicas: tuple[Any, ...] = (),
     fleet_options: dict[str, Any] | None = None,
+    accept_busy_host: float | None = None,
+    on_spawn: Callable[[int, str, str], object] | None = None,
 ) -> dict[str, Any]:
     """Run every block in the frozen order, then compare (see module docstring).
 
@@ -364,6 +390,11 @@ async def run_ab(
             (``backends.fleet``); empty: one server.
         fleet_options: The ``RunOptions`` fields of that fleet (``replicas``,
             ``replica_header``, ``fleet_json``: ``runner.fleet.fleet_run_fields``).
+        accept_busy_host: ``--accept-busy-host``'s factor for the comparison
+            (``compare.compare_blocks``), kept in ab.json so that ``kvreplay compare``
+            redoes it; None = timing decisions on a busy host are withheld.
+        on_spawn: Called with ``(pid, name, cmd)`` as each arm command starts
+            (``run_arm_command``; an experiment's process ledger).
 
     Against the simulator each block's ``plan.json`` records its arm's time scale
     (``run.sim_time_scale``, as ``kvreplay run --target sim``), so the block reports give
@@ -417,6 +448,8 @@ async def run_ab(
         "cmd_timeout_s": cmd_timeout_s,
         "identity_pins": [p.to_json() for p in (contract or {}).get("identity_pins", ())],
     }
+    if accept_busy_host is not None:
+        doc["accept_busy_host"] = accept_busy_host
     if is_sim:
         doc["sim_time_scale"] = {a.name: sim_cfgs[a.name].time_scale for a in arms}
         if sim_calibration is not None:
@@ -461,7 +494,7 @@ async def run_ab(
             if hard_deadline_s is not None:
                 bound = max(0.001, min(bound, hard_deadline_s - elapsed_s))
             rec["switch"] = await run_arm_command(arm.cmd, bound, name=Path(blk["dir"]).name,
-                                                  log_dir=out / "commands")
+                                                  log_dir=out / "commands", on_spawn=on_spawn)
         try:
             if rec["switch"]["rc"] != 0:
                 sw = rec["switch"]
@@ -557,7 +590,7 @@ async def run_ab(
     doc["stopped"] = stopped
     atomic_write_json(out / "ab.json", doc)
     pairs, arm_names = load_pairs([out])
-    result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps)
+    result = compare_blocks(pairs, thresholds, seed=seed, reps_planned=reps, accept_busy_host=accept_busy_host)
     if stopped:
         result["reasons"].insert(0, stopped)
     atomic_write_json(out / "compare.json", result)

@@ -28,7 +28,8 @@ no decision    the interval crosses a threshold
 
 A protected check (``+3%``: must not rise by more than 3%) is ``regression``
 when the whole interval is beyond the threshold, ``ok`` when the whole interval
-is within it, else ``no decision``. The verdict is ``regression`` if any check
+is within it and no wider than the bound (an interval of [-40%, +2%] cannot show a
+change stays within 3%), else ``no decision`` with the interval and why. The verdict is ``regression`` if any check
 is, ``benefit`` if every primary check is and every protected check is ``ok``,
 ``no change`` if every primary check is and every protected check is ``ok``,
 else ``no decision``. Fewer than two pairs is always ``no decision``: never a
@@ -37,6 +38,11 @@ resolution, whose timing figures come from a block whose client self-check was n
 quiet, whose effect is not over twice the arms' spread, or whose split halves
 disagree is ``no decision`` with the reason (``experiments.ab.resolution``); every
 check states its split-half agreement (``split_half``).
+
+A block that ran the simulator at time scale 0 (plan.json ``run.sim_time_scale``)
+modelled no time: its timing metrics (latencies, throughput, output tokens/s) are
+``not computed`` and so are the checks on them; only counted metrics decide, and the
+verdict carries the caveat ``timing_not_computed`` (``untimed_reason``).
 
 Comparability (``comparability``): before any ratio means anything, both blocks
 of a pair, and the baselines of all pairs, must have run the same experiment.
@@ -60,7 +66,16 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.comparability import BLOCKING_FIELDS, comparability
 from kvreplay.experiments.ab.ratios import RATIO_PREFIX, check_ratio_metric, missing_counter, ratio_value
-from kvreplay.experiments.ab.resolution import client_noise, resolution_gate, split_half
+from kvreplay.experiments.ab.resolution import (
+    NOT_COMPUTED,
+    busy_acceptance,
+    busy_caveat,
+    client_noise,
+    protected_width,
+    resolution_gate,
+    split_half,
+    untimed_reason,
+)
 from kvreplay.experiments.stats import bootstrap_median_ci, median
 from kvreplay.report.abreport import change_pct_text, ci_pct_range_text
 from kvreplay.rundir import PLAN, SUMMARY, read_json_checked
@@ -68,6 +83,7 @@ from kvreplay.rundir import PLAN, SUMMARY, read_json_checked
 __all__ = [
     "BLOCKING_FIELDS",
     "METRICS",
+    "NOT_COMPUTED",
     "Threshold",
     "ci_pct_text",
     "compare_blocks",
@@ -294,6 +310,7 @@ def compare_blocks(
     n_boot: int = 10_000,
     alpha: float = 0.05,
     reps_planned: int | None = None,
+    accept_busy_host: float | None = None,
 ) -> dict[str, Any]:
     """Paired ratios per phase and metric, bootstrap intervals, checks and the verdict.
 
@@ -305,11 +322,18 @@ def compare_blocks(
         alpha: 1 - confidence level.
         reps_planned: Repetitions the experiment planned (``ab.json`` ``reps``);
             None = one per pair given.
+        accept_busy_host: ``--accept-busy-host``'s factor: a decisive timing outcome that the
+            ``host_busy`` gate withholds stands when it clears every gate this many times over
+            (``resolution.busy_acceptance``), with the ``host_busy`` caveat on the check and the
+            verdict; None = withheld.
 
     Returns:
         ``{"reps": {"planned", "measured"}, "pairs", "phases", "metrics": {"PHASE.METRIC": {...}},
-        "checks", "verdict", "reasons"}``; ``measured`` counts pairs whose every phase is
-        ``ok`` in both blocks, and a reason says when it is below ``planned``.
+        "checks", "verdict", "caveats", "reasons"}``; ``measured`` counts pairs whose every phase is
+        ``ok`` in both blocks, and a reason says when it is below ``planned``. ``caveats`` (strings)
+        qualify the verdict: ``timing_not_computed (...)`` when a block ran at simulator time scale 0
+        (timing metrics and checks are then ``not computed``, only counted ones decide), and the
+        ``host_busy (...)`` of accepted checks.
     """
     phase_names: list[str] = []
     for pr in pairs:
@@ -319,6 +343,7 @@ def compare_blocks(
                 if ph["name"] not in phase_names:
                     phase_names.append(ph["name"])
     metrics: dict[str, dict[str, Any]] = {}
+    untimed = untimed_reason(pairs)
     clients: dict[str, list[dict[str, Any]]] = {}  # phase -> the self-check of each block compared
     metric_names = list(METRICS) + list(dict.fromkeys(t.metric for t in thresholds if t.metric not in METRICS))
     pair_rows = []
@@ -345,6 +370,10 @@ def compare_blocks(
                 )
                 if state != "ok" or pb is None or pc is None:  # "ok": both phases' summaries are there
                     entry["cells"].append(state)
+                    continue
+                if untimed and metric in _TIMING:  # no modelled time: the figures are the host's, not a server's
+                    entry["not_computed"] = untimed
+                    entry["cells"].append(NOT_COMPUTED)
                     continue
                 vb, vc = _value(pb, metric), _value(pc, metric)
                 if metric.startswith(RATIO_PREFIX) and (vb is None or vc is None) and "missing" not in entry:
@@ -376,17 +405,22 @@ def compare_blocks(
             ] = None
     checks = []
     reasons: list[str] = []
+    caveats: list[str] = []
+    if untimed:
+        caveats.append(f"timing_not_computed ({untimed})")
     for t in thresholds:
         for name in phase_names if t.phase is None else [t.phase]:
             found = metrics.get(f"{name}.{t.metric}")
-            chk = {
+            chk: dict[str, Any] = {
                 "check": t.text,
                 "role": t.role,
                 "phase": name,
                 "metric": t.metric,
                 "threshold_pct": t.pct,
             }
-            if found is None or found["n"] < 2:
+            if found is not None and found.get("not_computed"):
+                chk.update(decision=NOT_COMPUTED, n=0, reason=found["not_computed"])
+            elif found is None or found["n"] < 2:
                 n = 0 if found is None else found["n"]
                 chk.update(
                     decision="no decision", n=n, reason=f"{n} usable pair(s); at least 2 are needed"
@@ -396,21 +430,10 @@ def compare_blocks(
                     chk["reason"] = missing
                 reasons.append(f"{name}.{t.metric}: {missing or f'only {n} usable pair(s)'}")
             else:
-                lo, hi = found["ci_ratio"]
-                # resolution, spread and split-half gates (experiments.ab.resolution)
-                decision, why = resolution_gate(found, t.pct, _decide(t, lo - 1, hi - 1),
-                                                METRICS.get(t.metric, ("",))[0].endswith("_ms"),
-                                                client_noise(clients.get(name, [])) if t.metric in _TIMING else None)
-                chk.update(
-                    decision=decision,
-                    n=found["n"],
-                    ci_change_pct=found["ci_change_pct"],
-                    change_pct=found["change_pct"],
-                    split_half=split_half(found["ratios"]),
-                )
-                if why is not None:
-                    chk["reason"] = why
-                    reasons.append(f"{name}.{t.metric}: no decision: {why}")
+                chk.update(_decide_check(t, found, clients.get(name, []), accept_busy_host))
+                if chk.get("reason") is not None:
+                    reasons.append(f"{name}.{t.metric}: no decision: {chk['reason']}")
+                caveats.extend(c for c in chk.get("caveats", ()) if c not in caveats)
             checks.append(chk)
     comp = comparability(pairs)
     verdict = _verdict(checks)
@@ -434,6 +457,7 @@ def compare_blocks(
         "metrics": metrics,
         "checks": checks,
         "verdict": verdict,
+        "caveats": caveats,
         "reasons": reasons,
         "comparability": comp,
         "bootstrap": {
@@ -445,7 +469,50 @@ def compare_blocks(
     }
 
 
+def _decide_check(t: Threshold, found: dict[str, Any], clients: list[dict[str, Any]],
+                  accept_busy_host: float | None) -> dict[str, Any]:
+    """One check's ``decision``, ``n``, intervals, ``split_half``, and ``reason`` / ``caveats`` where set.
+
+    The decision from the interval (``_decide``), through the resolution gates
+    (``resolution.resolution_gate``); a protected ``ok`` whose interval is wider than its
+    bound is ``no decision``; with ``accept_busy_host`` a decision withheld only for a busy
+    host stands when ``resolution.busy_acceptance`` finds it clears every gate that many
+    times over, with the ``host_busy`` caveat.
+    """
+    lo, hi = found["ci_ratio"]
+    latency = METRICS.get(t.metric, ("",))[0].endswith("_ms")
+    timing = t.metric in _TIMING
+    noise = client_noise(clients) if timing else None
+    first = _decide(t, lo - 1, hi - 1)
+    decision, why = resolution_gate(found, t.pct, first, latency, noise)
+    caveats: list[str] = []
+    if noise is not None and why == noise and accept_busy_host is not None:
+        busy = busy_caveat(clients)
+        quiet_decision, quiet_why = resolution_gate(found, t.pct, first, latency, None)
+        refusal = (quiet_why if quiet_why is not None else
+                   "the client, not only the host, was loud" if busy is None else
+                   busy_acceptance(found, t.pct, found["ci_change_pct"], latency, accept_busy_host))
+        if refusal is None and busy is not None:
+            decision, why = quiet_decision, None
+            caveats.append(f"{busy}; accepted with --accept-busy-host {accept_busy_host:g}: the effect clears "
+                           f"every gate {accept_busy_host:g} times over")
+        else:
+            why = f"{noise}; not accepted with --accept-busy-host {accept_busy_host:g}: {refusal}"
+    if decision == "ok" and why is None:
+        why = protected_width(t.pct, found["ci_change_pct"]) if t.role == "protected" else None
+        if why is not None:
+            decision = "no decision"
+    out: dict[str, Any] = {"decision": decision, "n": found["n"], "ci_change_pct": found["ci_change_pct"],
+                           "change_pct": found["change_pct"], "split_half": split_half(found["ratios"])}
+    if why is not None:
+        out["reason"] = why
+    if caveats:
+        out["caveats"] = caveats
+    return out
+
+
 def _verdict(checks: list[dict[str, Any]]) -> str:
+    checks = [c for c in checks if c["decision"] != NOT_COMPUTED]
     if not checks:
         return "no decision"
     decisions = [c["decision"] for c in checks]
@@ -484,6 +551,8 @@ def render_compare(result: dict[str, Any], arms: list[str]) -> str:
         f"**Verdict: {verdict}**",
         "",
     ]
+    if result.get("caveats"):
+        lines += [*(f"- Caveat: {c}" for c in result["caveats"]), ""]
     reps = result.get("reps")
     if reps:
         short = " (FEWER THAN PLANNED)" if reps["measured"] < reps["planned"] else ""
@@ -523,7 +592,8 @@ def render_compare(result: dict[str, Any], arms: list[str]) -> str:
     lines += [
         "",
         "Pair cells are candidate / baseline ratios; `failed` = a block aborted or a phase had failures, "
-        "`deferred` = not run, `n/a` = the metric is missing or zero in the baseline.",
+        "`deferred` = not run, `n/a` = the metric is missing or zero in the baseline, "
+        "`not computed` = a timing metric of a block with no modelled time (the simulator at scale 0).",
         "",
     ]
     return "\n".join(lines)

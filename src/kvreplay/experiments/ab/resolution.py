@@ -20,7 +20,11 @@ a reason that starts ``below resolution`` or names the disagreement:
   at C4 ITL under load); likewise where the host was short of CPUs during a block
   (``host_busy``: a task waited for a CPU at least 10% of the phase, or a load average
   above the CPU count), which delays a same-host server while the client's loop stays
-  quiet. The reason names the blocks (``client_noise``).
+  quiet. The reason names the blocks (``client_noise``). ``--accept-busy-host FACTOR``
+  lets a person keep such a decision when the host's CPU shortage is the only noise and
+  the effect clears the threshold and the spread gate ``FACTOR`` times over with agreeing
+  halves (``busy_acceptance``); the check and the verdict then carry the ``host_busy``
+  caveat (``busy_caveat``).
 - **Spread.** A decisive outcome (``benefit``, ``regression``) whose effect (the
   median change) is not larger than either arm's spread across repetitions
   (``(max - min) / median`` of the arm's values) is noise presented as a decision;
@@ -39,12 +43,15 @@ a reason that starts ``below resolution`` or names the disagreement:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from kvreplay.experiments.stats import median
+from kvreplay.metrics.selfmeasure import HOST_CPU_WAIT_SHARE, host_busy, host_busy_text
 
-__all__ = ["HOST_CPU_WAIT_SHARE", "SPREAD_FACTOR", "client_noise", "host_busy", "resolution_gate", "split_half",
-           "spread_pct", "step_us"]
+__all__ = ["ACCEPT_BUSY_FACTOR", "HOST_CPU_WAIT_SHARE", "NOT_COMPUTED", "SPREAD_FACTOR", "busy_acceptance",
+           "busy_caveat", "client_noise", "host_busy", "host_busy_text", "protected_width", "resolution_gate",
+           "split_half", "spread_pct", "step_us", "untimed_reason"]
 
 _DECISIVE = ("benefit", "regression")
 
@@ -81,47 +88,6 @@ def split_half(ratios: list[float]) -> dict[str, Any] | None:
     return {"first_pct": round(a, 3), "second_pct": round(b, 3), "agree": agree}
 
 
-HOST_CPU_WAIT_SHARE = 0.1
-"""A phase in which some task on the host waited for a CPU at least this share of the
-time (``host_cpu_wait_share``, Linux PSI) counts as ``host_busy``."""
-
-
-def host_busy(client: dict[str, Any] | None) -> bool:
-    """True when a phase's ``client`` figures show the host short of CPUs during the phase.
-
-    Either of:
-
-    - ``host_cpu_wait_share`` (``metrics.selfmeasure.CpuPressure``: the share of the
-      phase's wall time in which at least one runnable task on the host waited for a CPU,
-      from ``/proc/pressure/cpu``'s ``some`` total) at least ``HOST_CPU_WAIT_SHARE``;
-    - ``host_load_1m`` above ``host_cpus``, the CPUs the client could use
-      (``metrics.selfmeasure.host_load``).
-
-    A server on the same host (the embedded simulator's background ``serve-sim``) was then
-    delayed by the scheduler while the client's own loop stayed quiet: a C4 TTFT cell read
-    -37% against a 1.5x slower prefill on a host at load 7 on 2 CPUs, and -18% [-25, -17]
-    ("benefit" where the truth is no change) with one CPU-bound process beside it at a load
-    under the CPU count, which only the pressure figure shows (0.4-0.7 in the blocks such a
-    process overlapped, 0.002-0.06 in most blocks of quieter runs on the project's 2-CPU
-    machine, where blocks at 0.08-0.10 already read C4 TTFT 20-25% slower). Runs older than
-    these fields count as not busy.
-    """
-    c = client or {}
-    share = c.get("host_cpu_wait_share")
-    if isinstance(share, (int, float)) and share >= HOST_CPU_WAIT_SHARE:
-        return True
-    load, cpus = c.get("host_load_1m"), c.get("host_cpus")
-    return isinstance(load, (int, float)) and isinstance(cpus, int) and cpus > 0 and load > cpus
-
-
-def _busy_why(c: dict[str, Any]) -> str:
-    """The ``host_busy`` figure of one phase's ``client`` figures, in words."""
-    share = c.get("host_cpu_wait_share")
-    if isinstance(share, (int, float)) and share >= HOST_CPU_WAIT_SHARE:
-        return f"host_busy (a task on the host waited for a CPU {share * 100:.0f}% of the phase)"
-    return f"host_busy (load average {c['host_load_1m']:g} on {c['host_cpus']} CPUs)"
-
-
 def client_noise(blocks: list[dict[str, Any]]) -> str | None:
     """Why the client's self-check makes a timing comparison unsafe, or None when every block was quiet.
 
@@ -143,12 +109,83 @@ def client_noise(blocks: list[dict[str, Any]]) -> str | None:
     def what(c: dict[str, Any]) -> str:
         if c.get("verdict") not in (None, "quiet"):
             return str(c["verdict"])
-        return _busy_why(c)
+        return host_busy_text(c) or ""
 
     named = ", ".join(f"{what(c)} in {b['side']} rep {b['rep']}" for b, c in loud)
     lags = [c["loop_lag_p99_ms"] for _, c in loud if isinstance(c.get("loop_lag_p99_ms"), (int, float))]
     lag = f" (loop lag p99 up to {max(lags):.3g} ms)" if lags else ""
     return f"client not quiet: the run's client self-check read {named}{lag}; rerun on a quieter host"
+
+
+ACCEPT_BUSY_FACTOR = 3.0
+"""``--accept-busy-host`` without a value: the factor by which a decisive effect must clear every gate."""
+
+
+def busy_caveat(blocks: list[dict[str, Any]]) -> str | None:
+    """The ``host_busy`` caveat when the host's CPU shortage is the only noise in these blocks, else None.
+
+    Args:
+        blocks: As ``client_noise``'s.
+
+    Returns:
+        ``"host_busy (a task on the host waited for a CPU 40% of the phase) in candidate rep 0"``
+        (one clause per busy block, with its client verdict when not quiet), or None when no
+        block was busy, or when a block was loud without the host being busy (the client's own
+        loop, not the host, then moved the figures: never accepted).
+    """
+    loud = [b for b in blocks
+            if (b.get("client") or {}).get("verdict") not in (None, "quiet") or host_busy(b.get("client"))]
+    if not loud or not all(host_busy(b.get("client")) for b in loud):
+        return None
+
+    def what(c: dict[str, Any]) -> str:
+        v = c.get("verdict")
+        return (host_busy_text(c) or "") + (f", client {v}" if v not in (None, "quiet") else "")
+
+    return ", ".join(f"{what(b.get('client') or {})} in {b['side']} rep {b['rep']}" for b in loud)
+
+
+def busy_acceptance(entry: dict[str, Any], threshold_pct: float, ci_change_pct: list[float], latency: bool,
+                    factor: float) -> str | None:
+    """Why a decisive outcome on a busy host does *not* clear every gate ``factor`` times over; None if it does.
+
+    ``--accept-busy-host FACTOR`` lets a person accept a ``benefit`` or ``regression`` that
+    the ``host_busy`` gate withholds when the effect is too large for the host's noise to
+    have made it. The outcome must already pass the other gates (``resolution_gate`` with no
+    client noise); then, with ``t`` the threshold, ``s`` the larger arm's spread across
+    repetitions (``spread_pct``) and ``k`` the spread gate's factor (``SPREAD_FACTOR`` for a
+    latency, 1 otherwise):
+
+    - the interval's edge nearer to no change is at least ``factor * |t|`` away from it;
+    - the median change is over ``factor * k * s``;
+    - the split halves agree (``split_half``).
+
+    Example: +67.6% with the interval [+62.9%, +87.6%] at a 5% threshold and spreads under
+    10% clears factor 3 (62.9 >= 15; 67.6 > 3 x 2 x 10 = 60).
+
+    Args:
+        entry: The metric's entry of ``compare_blocks``.
+        threshold_pct: The check's signed threshold (percent).
+        ci_change_pct: The interval of the change ``[lo, hi]`` (percent).
+        latency: A latency from the histograms (the spread gate's factor is ``SPREAD_FACTOR``).
+        factor: The person's factor (> 0).
+    """
+    lo, hi = ci_change_pct
+    near = min(abs(lo), abs(hi)) if (lo > 0) == (hi > 0) else 0.0
+    if near < factor * abs(threshold_pct):
+        return (f"the interval [{lo:+.3g}%, {hi:+.3g}%] comes within {near:.3g}% of no change, under {factor:g}x "
+                f"the {abs(threshold_pct):g}% threshold")
+    change = abs(entry.get("change_pct") or 0.0)
+    spreads = [s for s in (spread_pct(entry.get("values_baseline") or []),
+                           spread_pct(entry.get("values_candidate") or [])) if s is not None]
+    k = SPREAD_FACTOR if latency else 1.0
+    if spreads and change <= factor * k * max(spreads):
+        return (f"the effect ({change:.3g}%) is not over {factor:g}x the spread gate ({k:g} x the arms' spread "
+                f"{max(spreads):.3g}%)")
+    halves = split_half(entry.get("ratios") or [])
+    if halves is not None and not halves["agree"]:
+        return f"the two halves disagree ({halves['first_pct']:+.3g}% and {halves['second_pct']:+.3g}%)"
+    return None
 
 
 def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
@@ -190,3 +227,56 @@ def resolution_gate(entry: dict[str, Any], threshold_pct: float, decision: str,
         return "no decision", (f"not repeatable: the two halves of the repetitions disagree "
                                f"({halves['first_pct']:+.3g}% and {halves['second_pct']:+.3g}%)")
     return decision, None
+
+
+NOT_COMPUTED = "not computed"
+"""A timing metric's cells and checks when a block ran at simulator time scale 0."""
+
+
+def untimed_reason(pairs: list[dict[str, Any]]) -> str | None:
+    """Why timing metrics are not computed for these pairs: a block ran the simulator at time scale 0.
+
+    A block's scale is its plan.json ``run.sim_time_scale`` (``kvreplay ab --target sim``);
+    at 0 the simulator sleeps for nothing, so a latency is the client's and the host's
+    scheduling, not the arm's: a 1.5x slower prefill read TTFT p50 -15.84%. Only counted
+    metrics (``cached_tokens``, ``ratio:...``) are compared then (``compare.compare_blocks``).
+
+    Args:
+        pairs: ``compare.load_pairs``' pairs (each side's ``dir`` and ``plan``).
+
+    Returns:
+        ``"the simulator ran at time scale 0 (no modelled time) in 00-off, 01-on: latencies
+        and rates are the host's scheduling, not the arms'; only counted metrics (cached_tokens,
+        ratio:...) are compared"`` (four block directories named, then a count), or None.
+    """
+    dirs = []
+    for pr in pairs:
+        for side in ("baseline", "candidate"):
+            blk = pr[side]
+            scale = ((blk.get("plan") or {}).get("run") or {}).get("sim_time_scale")
+            if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale == 0:
+                dirs.append(Path(str(blk["dir"])).name)
+    if not dirs:
+        return None
+    named = ", ".join(dirs[:4]) + (f" and {len(dirs) - 4} more" if len(dirs) > 4 else "")
+    return (f"the simulator ran at time scale 0 (no modelled time) in {named}: latencies and rates are the "
+            "host's scheduling, not the arms'; only counted metrics (cached_tokens, ratio:...) are compared")
+
+
+def protected_width(threshold_pct: float, ci_change_pct: list[float]) -> str | None:
+    """Why a protected check's ``ok`` cannot stand: its interval is wider than its bound; else None.
+
+    Args:
+        threshold_pct: The protected check's signed bound (percent, e.g. +3).
+        ci_change_pct: The interval of the change ``[lo, hi]`` (percent).
+
+    Returns:
+        ``"the interval [-40.00%, +2.00%] is 42% wide, wider than the 3% bound: it cannot show
+        that the change stays within it"`` when ``hi - lo`` exceeds ``|threshold_pct|``.
+    """
+    lo, hi = ci_change_pct
+    width = hi - lo
+    if width <= abs(threshold_pct):
+        return None
+    return (f"the interval [{lo:+.2f}%, {hi:+.2f}%] is {width:.3g}% wide, wider than the {abs(threshold_pct):g}% "
+            "bound: it cannot show that the change stays within it")

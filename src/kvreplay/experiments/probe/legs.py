@@ -449,8 +449,8 @@ async def run_probe(
     all_cached = [r["cached_tokens"] for r in legs if r.get("cached_tokens") is not None]
     cmax = max(all_cached) if all_cached else None
     rc = reuse_cap(cold, warm, points)
-    over = None if rc["cap_tokens"] is None else rc["cap_tokens"] + rc["tail_tokens"]
-    ebf = entry_bytes_fit(legs, over_tokens=over)
+    over = None if rc["cap_tokens"] is None else rc["cap_tokens"] + (rc["tail_tokens"] or 0)
+    ebf = entry_bytes_fit(legs, over_tokens=over, cap_tokens=rc["cap_tokens"])
     bpt, bpt_how = ebf["bytes_per_token"], ebf["method"]
     epr = entries_per_request(cold, points, capped_sizes(cold, warm, ebf["capped_from_tokens"]))
     per_request = epr["value"]

@@ -116,6 +116,25 @@ def reuse_cap(
     if not reuses:
         out["evidence"] = "no reuse with cached tokens"
         return out
+    plateau = _plateau(reuses)
+    if plateau is not None:
+        # Every reuse that cached the plateau's count was cut there; the tail is measured
+        # only on the others (none left: unknown, and the cap is taken as it is).
+        rest = [(p, c) for p, c in reuses if c != plateau]
+        tail = max(0, min(p - c for p, c in rest)) if rest else None
+        cut = [(p, c) for p, c in reuses
+               if c == plateau or (tail is not None and p - c > 2 * tail + CUT_SLACK_TOKENS)]
+        out["tail_tokens"] = tail
+        out["cut_reuses"] = len(cut)
+        out["cap_tokens"] = max(c for _, c in cut)
+        out["evidence"] = (
+            f"{len(cut)} of {len(reuses)} reuses cached at most {out['cap_tokens']} tokens of longer"
+            f" prefixes ({len({p for p, c in reuses if c == plateau})} prefix lengths cached the same"
+            f" {plateau} tokens"
+            + (f"; the others fell short only by the {tail}-token tail)" if rest
+               else "; every reuse was cut, so the tail is not known)")
+        )
+        return out
     tail = max(0, min(p - c for p, c in reuses))
     cut = [(p, c) for p, c in reuses if p - c > 2 * tail + CUT_SLACK_TOKENS]
     out["tail_tokens"] = tail
@@ -131,7 +150,24 @@ def reuse_cap(
     return out
 
 
-def entry_bytes_fit(legs: list[dict[str, Any]], *, over_tokens: int | None = None) -> dict[str, Any]:
+def _plateau(reuses: list[tuple[int, int]]) -> int | None:
+    """The cached count that reuses of prefixes differing by over ``CUT_SLACK_TOKENS`` share, or None.
+
+    Two reuses of prefix lengths ``p1 < p2`` (tokens) that cached the same ``c`` tokens
+    were both cut at ``c``: a reuse below the cap caches its prefix less the same tail, so
+    its count grows with the prefix. Block rounding is not taken for a cap: the prefixes
+    must differ by more than ``CUT_SLACK_TOKENS``. The largest such count is returned.
+    """
+    by_cached: dict[int, list[int]] = {}
+    for p, c in reuses:
+        if c > 0:
+            by_cached.setdefault(c, []).append(p)
+    shared = [c for c, ps in by_cached.items() if max(ps) - min(ps) > CUT_SLACK_TOKENS]
+    return max(shared) if shared else None
+
+
+def entry_bytes_fit(legs: list[dict[str, Any]], *, over_tokens: int | None = None,
+                    cap_tokens: int | None = None) -> dict[str, Any]:
     """Bytes per token from legs below the entry cap (see module docstring).
 
     Args:
@@ -140,6 +176,9 @@ def entry_bytes_fit(legs: list[dict[str, Any]], *, over_tokens: int | None = Non
         over_tokens: Legs with more prompt tokens than this are on the cap (the cap
             from cached tokens plus the tail, ``reuse_cap``); None = found from the
             entry bytes alone.
+        cap_tokens: The cap in tokens (``reuse_cap``'s ``cap_tokens``). When every leg is
+            on the cap, bytes per token is the cap's figure, ``cap_bytes / cap_tokens``
+            (no slope exists); without it, None with the reason in ``method``.
 
     Returns:
         ``{"bytes_per_token": float | None, "method": str | None,
@@ -165,7 +204,7 @@ def entry_bytes_fit(legs: list[dict[str, Any]], *, over_tokens: int | None = Non
         capped = [p for p in keep if p[0] > over_tokens]
         keep = [p for p in keep if p[0] <= over_tokens]
         if not keep:
-            keep, capped = capped, []
+            return _all_on_cap(out, capped, cap_tokens)
     while len({x for x, _ in keep}) > 2:
         top_x = keep[-1][0]
         top = [p for p in keep if p[0] == top_x]
@@ -193,6 +232,22 @@ def entry_bytes_fit(legs: list[dict[str, Any]], *, over_tokens: int | None = Non
         x, y = keep[0]
         out["bytes_per_token"] = round(y / x, 1)
         out["method"] = f"last_entry_bytes / prompt_tokens of one leg{below}"
+    return out
+
+
+def _all_on_cap(out: dict[str, Any], capped: list[tuple[int, int]], cap_tokens: int | None) -> dict[str, Any]:
+    """``entry_bytes_fit``'s answer when every leg (prompt tokens, entry bytes) is on the cap."""
+    cap_bytes = max(y for _, y in capped)
+    out["cap_bytes"] = cap_bytes
+    out["capped_legs"] = len(capped)
+    out["capped_from_tokens"] = min(x for x, _ in capped)
+    if cap_tokens:
+        out["bytes_per_token"] = round(cap_bytes / cap_tokens, 1)
+        out["method"] = (f"the entry cap's figure: every one of {len(capped)} legs is on the cap, whose"
+                         f" {cap_bytes} bytes hold {cap_tokens} tokens (cached by the cut reuses)")
+    else:
+        out["method"] = (f"not measured: every one of {len(capped)} legs is on the entry cap and the cap"
+                         " in tokens is not known (no slope below it)")
     return out
 
 

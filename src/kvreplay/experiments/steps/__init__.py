@@ -12,7 +12,7 @@ Usage::
     from kvreplay.experiments.steps import kind_of, kind_names, register
 
     kind_of("run").sends          # True
-    kind_names()                  # ("incarnation", "run", "probe", "ab", "restore", "quiesce")
+    kind_names()                  # ("incarnation", "run", "probe", "ab", "restore", "quiesce", "sweep")
     register(StepKind(name="toy", keys=frozenset(), parse=..., execute=...))
 
 To add a kind: a module here with its ``KIND``, one entry in ``BUILTIN``, and its tests.
@@ -21,13 +21,14 @@ To add a kind: a module here with its ``KIND``, one entry in ``BUILTIN``, and it
 from __future__ import annotations
 
 from kvreplay.errors import ConfigError
-from kvreplay.experiments.steps import ab, incarnation, probe, quiesce, restore, run
+from kvreplay.experiments.steps import ab, incarnation, probe, quiesce, restore, run, sweep
 from kvreplay.experiments.steps.base import CellContext, StepKind, Window
 
 __all__ = ["BUILTIN", "CellContext", "StepKind", "UnknownStepKind", "Window", "kind_names", "kind_of", "register",
            "unregister"]
 
-BUILTIN: tuple[StepKind, ...] = (incarnation.KIND, run.KIND, probe.KIND, ab.KIND, restore.KIND, quiesce.KIND)
+BUILTIN: tuple[StepKind, ...] = (incarnation.KIND, run.KIND, probe.KIND, ab.KIND, restore.KIND, quiesce.KIND,
+                                 sweep.KIND)
 """The built-in kinds, in the order error messages list them."""
 
 _KINDS: dict[str, StepKind] = {k.name: k for k in BUILTIN}

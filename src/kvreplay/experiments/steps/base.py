@@ -166,12 +166,14 @@ def _no_lifecycle(frozen_step: dict[str, Any], server: dict[str, Any]) -> list[t
 def check_cells(metric: str) -> Callable[[dict[str, Any], dict[str, Any], CellContext], list[Cell]]:
     """A ``cells`` hook giving one cell, ``metric``, for a step that checks something and sends nothing.
 
-    The cell's status and reason are the step's; its value is True exactly when the
-    step was measured.
+    The cell's status and reason are the step's; its value is True when the step was
+    measured, False when it failed or was cut, None when it never ran (deferred, skipped,
+    not_run: there is nothing to read as a check's outcome).
     """
     def cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) -> list[Cell]:
+        ran = step["status"] not in ("deferred", "skipped", "not_run")
         return [{"step": step["name"], "metric": metric, "status": step["status"],
-                 "value": step["status"] == "measured", "reason": step.get("reason")}]
+                 "value": step["status"] == "measured" if ran else None, "reason": step.get("reason")}]
 
     return cells
 

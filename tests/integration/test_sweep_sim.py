@@ -1,0 +1,134 @@
+"""``kvreplay sweep`` against the embedded simulator: goodput from the points' own records,
+cold points proved empty, the knee of a 4-slot server, an open-loop gamma point, the files."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from kvreplay.cli import main
+from kvreplay.rundir import iter_records, load_run, read_plan, read_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+WL = str(ROOT / "fixtures" / "workloads" / "mtbench-52")
+
+
+def records_of(run_dir: Path):
+    return list(iter_records(run_dir / "records.jsonl"))
+
+
+def test_cold_sweep_goodput_equals_the_points_own_records(tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--concurrency", "1,4",
+                 "--select", "first8", "--cache", "cold", "--slo", "ttft_ms<=3", "--warmup", "2",
+                 "--report", "none", "--csv", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "point 1: c1" in printed and "point 2: c4" in printed and "cache cold verified" in printed
+    doc = json.loads((out / "sweep.json").read_text())
+    assert [p["concurrency"] for p in doc["points"]] == [1, 4]
+    for p in doc["points"]:
+        run_dir = out / p["run_dir"]
+        assert p["run_dir"] == f"points/0{[1, 4].index(p['concurrency']) + 1}-c{p['concurrency']}"
+        summary = read_summary(run_dir)
+        phase = next(ph for ph in summary["phases"] if ph["name"] == p["phase"])
+        recs = [r for r in records_of(run_dir) if r["phase"] == p["phase"]]
+        assert len(recs) == 8
+        met = sum(1 for r in recs if r["status"] == "ok" and r["ttft_ns"] / 1e6 <= 3)
+        assert p["goodput_rps"] == pytest.approx(met / phase["wall_s"], rel=0.01)
+        assert p["slo_attainment"] == pytest.approx(met / len(recs), rel=0.01)
+        # the warm-up's 2 records are kept, marked by their phase, and out of the figures
+        assert [r["phase"] for r in records_of(run_dir)].count("warmup") == 2
+        # the first measured request: position 0 at C1; at C4 the least cached of the first
+        # wave (positions 0-3, sent together: the one the server admitted first found nothing)
+        wave = [r for r in recs if r["position"] < p["concurrency"]]
+        first = min(wave, key=lambda r: (r["usage"]["cached_tokens"], r["position"]))
+        assert first["usage"]["cached_tokens"] == 0
+        assert p["cache"]["evidence"]["first_request"]["position"] == first["position"]
+        assert p["cache"]["verified"] is True and p["cache"]["declared"] == "cold"
+        assert p["cache"]["evidence"]["first_request"]["cached_tokens"] == 0
+        assert p["cache"]["evidence"]["counters_before"] == {"entries": 0, "bytes": 0}
+        assert p["cache"]["evidence"]["reset"] == "accepted"
+    rows = list(csv.DictReader((out / "points.csv").read_text().splitlines()))
+    assert [r["concurrency"] for r in rows] == ["1", "4"]
+    assert [r["cache_verified"] for r in rows] == ["True", "True"]
+    # a point is an ordinary run directory: the API loads it
+    run = load_run(out / doc["points"][1]["run_dir"])
+    assert [ph["name"] for ph in run.summary["phases"]] == ["warmup", "c4"]
+
+
+def test_knee_of_a_four_slot_simulator_is_four(tmp_path):
+    out = tmp_path / "knee"
+    # every request costs 200 ms of prefill, whatever is cached, and one output token: at C4 the
+    # client's turn-around between the two waves (a few ms) stays far inside the 5% tolerance
+    sim = ["--sim-time-scale", "1", "--sim-slots", "4", "--sim-prefill-base-s", "0.2", "--sim-hit-base-s", "0.2",
+           "--sim-prefill-rate", "1e9", "--sim-restore-s-per-token", "0", "--sim-store-s-per-token", "0",
+           "--sim-itl-s", "0", "--sim-output-tokens", "1"]
+    assert main(["sweep", WL, "--target", "sim", *sim, "--concurrency", "auto", "--start", "2", "--requests", "8",
+                 "--select", "first8", "--cache", "as-is", "--no-per-request-counters", "--report", "none",
+                 "--quiet", "--out", str(out)]) == 0
+    doc = json.loads((out / "sweep.json").read_text())
+    loads = [p["concurrency"] for p in doc["points"]]
+    assert loads[:3] == [2, 4, 8] and len(loads) >= 3
+    assert doc["knee"]["concurrency"] in (4, 5)
+    assert all(p["cache"]["verified"] is False and p["cache"]["reason"].startswith("as-is") for p in doc["points"])
+
+
+def test_open_loop_gamma_point_and_out_refused_unless_force(tmp_path, capsys):
+    out = tmp_path / "rate"
+    argv = ["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--rate", "200", "--arrivals", "gamma:2:3",
+            "--requests", "6", "--select", "first3", "--cache", "warm", "--warm-min", "0.5", "--quiet",
+            "--out", str(out)]
+    assert main([*argv, "--report", "none"]) == 0
+    doc = json.loads((out / "sweep.json").read_text())
+    (p,) = doc["points"]
+    assert (p["rate"], p["phase"], p["prime_phase"], p["records"]) == (200.0, "r200", "prime", 6)
+    assert p["cache"]["verified"] is True
+    plan = read_plan(out / p["run_dir"])
+    assert [ph["name"] for ph in plan["phases"]] == ["prime", "r200"]
+    assert plan["phases"][1]["arrival"] == "gamma:2:3"
+    capsys.readouterr()
+    assert main([*argv, "--report", "none"]) == 2
+    assert "give --force" in capsys.readouterr().err
+    assert main([*argv, "--report", "none", "--force"]) == 0
+    assert json.loads((out / "sweep.json").read_text())["points"]
+
+
+def test_url_credentials_never_reach_sweep_json(tmp_path, capsys):
+    out = tmp_path / "cred"
+    # nothing listens there: the point fails, but the document is written with the URL redacted
+    code = main(["sweep", WL, "--target", "http://user:s3cret-passw0rd@127.0.0.1:9", "--backend", "none",
+                 "--concurrency", "1", "--select", "first1", "--cache", "as-is", "--report", "none",
+                 "--connect-timeout", "1", "--quiet", "--out", str(out)])
+    assert code in (0, 1, 3)
+    text = (out / "sweep.json").read_text()
+    assert "s3cret-passw0rd" not in text and "127.0.0.1:9" in text
+
+
+def test_python_api_sweep_is_typed_and_matches_sweep_json(tmp_path):
+    import kvreplay
+
+    s = kvreplay.sweep(WL, concurrency=[1, 2], sim={"time_scale": 0, "cache": "radix"}, select="first3",
+                       cache="warm", slo=["e2e_ms<=60000"], out=tmp_path / "api")
+    assert isinstance(s, kvreplay.SweepResult) and s.kind == "concurrency" and s.knee is None
+    assert [(p.load, p.phase, p.cache_declared, p.cache_verified) for p in s.points] == [
+        (1, "c1", "warm", True), (2, "c2", "warm", True)]
+    doc = json.loads((tmp_path / "api" / "sweep.json").read_text())
+    assert [p.goodput_rps for p in s.points] == [p["goodput_rps"] for p in doc["points"]]
+    assert all(p.slo_attainment == 1.0 for p in s.points)
+    assert [r["phase"] for r in records_of(s.points[1].run_dir)] == ["prime"] * 3 + ["c2"] * 3
+
+
+@pytest.mark.parametrize(("extra", "flag"), [
+    (["--concurrency", "1", "--phase", "a:forward:c1"], "--phase"),
+    (["--concurrency", "1", "--duration", "10s"], "--duration"),
+    (["--concurrency", "1", "--select", "middle3"], "--select"),
+    (["--concurrency", "1", "--slo", "ttft_ms>=5"], "--slo"),
+    (["--rate", "2", "--arrivals", "gamma:0"], "--arrivals"),
+    ([], "--concurrency"),
+])
+def test_bad_sweep_input_exits_2_naming_the_flag_and_makes_nothing(tmp_path, capsys, extra, flag):
+    out = tmp_path / "bad"
+    assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", *extra, "--out", str(out)]) == 2
+    assert flag in capsys.readouterr().err
+    assert not out.exists()
