@@ -181,18 +181,32 @@ class _Builder:
         return _lcp(a, b)
 
     def _source(self, word: int, tokens: int, lead: str) -> list[int]:
-        """Ids of corpus text from ``word`` on, at least ``tokens`` + 16 of them."""
+        """Ids of corpus text from ``word`` on (after ``lead``), at least ``tokens`` + 16 of them.
+
+        A tokenizer that puts a space before every text it encodes (SentencePiece's "add space
+        prefix", as llama-server's tiny GGUF: ``encode(" word")`` is a lone space then "▁word",
+        decoded " " + " word") would make every text after a prefix start on the same lone-space
+        token, and every group member share one token more than designed: that token is dropped
+        (:meth:`_fit` puts the lead back once).
+        """
         chars = tokens * 8 + 64
         for _ in range(12):
             ids = self.tok.encode(lead + self.corpus.from_word(word, chars))
+            if lead and len(ids) > 1 and not self.tok.decode(ids[:1]).strip():
+                ids = ids[1:]  # the lead is put back by _fit
             if len(ids) >= tokens + 16:
                 return ids
             chars *= 2
         raise ConfigError(f"the tokenizer gives fewer than {tokens} tokens for {chars} characters of text")
 
     def _fit(self, render: Callable[[str], list[int]], src: list[int], target: int,
-             guess: int) -> tuple[str, list[int]] | None:
-        """Cut ``src`` so that ``render(decode(cut))`` is exactly ``target`` tokens; None when this text cannot."""
+             guess: int, lead: str = "") -> tuple[str, list[int]] | None:
+        """Cut ``src`` so that ``render(decode(cut))`` is exactly ``target`` tokens; None when this text cannot.
+
+        The text is ``lead`` then the corpus text: a decoded leading space is dropped first (a
+        tokenizer with a space prefix decodes "▁word" as " word"; sent as such, it would
+        encode as a lone space and " word", every prompt starting on that one token).
+        """
         n = guess
         seen: set[int] = set()
         for _ in range(_FIT_TRIES):
@@ -200,6 +214,7 @@ class _Builder:
                 return None
             seen.add(n)
             text = self.tok.decode(src[:n])
+            text = lead + (text[1:] if text.startswith(" ") else text)
             # a cut inside a character's bytes, or trailing whitespace that would merge with what follows
             if "\ufffd" in text or text != text.rstrip():
                 n -= 1
@@ -243,7 +258,7 @@ class _Builder:
 
         for _ in range(_START_TRIES):
             src = self._source(self.rng.randrange(len(self.corpus.starts)), isl - base, lead)
-            got = self._fit(render, src, isl, max(1, isl - base))
+            got = self._fit(render, src, isl, max(1, isl - base), lead)
             if got is None:
                 continue
             text, ids = got
