@@ -61,7 +61,11 @@ MANIFEST_SUFFIX = ".synth.json"
 
 _FIT_TRIES = 16
 _START_TRIES = 48
-_PROBES = ("Alpha", "Bravo")
+_PROBES = ("Alpha", "Bravo", "the")
+"""Texts whose prompts' common prefix is what every prompt starts with (the head; after a chat
+prefix, the group's shared part): one of them a word a vocabulary holds whole, so that a tokenizer
+splitting a lone space before an unknown word (SentencePiece: "▁", "A", ...) does not count that
+space in the head."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +181,8 @@ class _Builder:
         return self.tok.prompt_ids(head + own)
 
     def _head(self) -> int:
-        a, b = (self._render(None, p) for p in _PROBES)
-        return _lcp(a, b)
+        first, *rest = (self._render(None, p) for p in _PROBES)
+        return min(_lcp(first, r) for r in rest)
 
     def _source(self, word: int, tokens: int, lead: str) -> list[int]:
         """Ids of corpus text from ``word`` on (after ``lead``), at least ``tokens`` + 16 of them.
@@ -233,8 +237,8 @@ class _Builder:
             src = self._source(self.rng.randrange(len(self.corpus.starts)), p, "")
             if self.chat:
                 def shared(t: str) -> list[int]:
-                    a, b = (self._render(t, " " + probe) for probe in _PROBES)
-                    return a[: _lcp(a, b)]
+                    first, *rest = (self._render(t, " " + probe) for probe in _PROBES)
+                    return first[: min(_lcp(first, r) for r in rest)]
                 got = self._fit(shared, src, p, max(1, p - self.head))
             else:
                 got = self._fit(lambda t: self._render(None, t), src, p, max(1, p - self.head))

@@ -20,7 +20,7 @@ import pytest
 
 from kvreplay.errors import ConfigError
 from kvreplay.sim.tokenizer import pieces
-from kvreplay.workload.synth import SynthSpec, synthesize
+from kvreplay.workload.synth import SynthSpec, _lcp, synthesize
 from kvreplay.workload.synth_corpus import Length
 from kvreplay.workload.token_blocks import TokenBlocks
 from kvreplay.workload.tokenizer_client import open_tokenizer
@@ -180,8 +180,9 @@ def test_a_server_that_cannot_render_its_template_is_said_with_the_overhead_usag
 
 class SpacePrefixToy:
     """A tokenizer that puts a space before every text it encodes, as SentencePiece's "add space
-    prefix" does (llama-server's tiny GGUF): a token is a space-led word, a lone space, or a run
-    of other characters; decoding keeps the leading space (``decode(encode("word")) == " word"``)."""
+    prefix" does (llama-server's tiny GGUF): a token is a space-led lower-case word, a lone space
+    (before anything else: a capital, a digit), or a run of other characters; decoding keeps the
+    leading space (``decode(encode("word")) == " word"``)."""
 
     model = "toy-spm"
     dialect = "llama"
@@ -194,7 +195,7 @@ class SpacePrefixToy:
         import re
 
         out = []
-        for p in re.findall(r" ?[A-Za-z]+| |[^ A-Za-z]+", " " + text):
+        for p in re.findall(r" ?[a-z]+| |[^ a-z]+", " " + text):
             out.append(self.ids.setdefault(p, len(self.ids) + 10))
             self.text[self.ids[p]] = p
         return out
@@ -223,6 +224,8 @@ def test_synth_with_a_space_prefixing_tokenizer_shares_exactly_the_prefix(api) -
     bodies = [json.loads(b) for b in res.bodies]
     ids = [tok.prompt_ids(b["prompt"]) if api == "completions" else tok.chat_ids(b["messages"]) for b in bodies]
     assert [len(x) for x in ids] == [60] * 6
+    if api == "completions":  # the head is the BOS only: "the" starts on a word of its own, "Alpha" on a space
+        assert res.manifest["head_tokens"] == 1 == _lcp(ids[0], ids[1])
     for i in range(2, 6):
         for j in range(i % 2, i, 2):  # every earlier body of its group: exactly the 30 prefix tokens
             assert ids[i][:30] == ids[j][:30] and ids[i][30] != ids[j][30], (i, j)
