@@ -132,3 +132,13 @@ def test_bad_sweep_input_exits_2_naming_the_flag_and_makes_nothing(tmp_path, cap
     assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", *extra, "--out", str(out)]) == 2
     assert flag in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:9/?api_key=k3y-in-the-query", "http://127.0.0.1:9#k3y-in-the-query",
+                                    "127.0.0.1:9"])
+def test_a_target_with_a_query_or_no_scheme_is_refused_before_anything_is_made(tmp_path, capsys, target):
+    out = tmp_path / "bad"
+    assert main(["sweep", WL, "--target", target, "--backend", "none", "--concurrency", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--target" in err and "k3y-in-the-query" not in err, err
+    assert not out.exists()
