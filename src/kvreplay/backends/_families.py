@@ -108,12 +108,12 @@ class VllmBackend(PrometheusBackend):
     async def reset_cache(self) -> bool:
         """``POST /reset_prefix_cache`` (mounted only with ``VLLM_SERVER_DEV_MODE=1``).
 
-        vLLM >= 0.11 answers 200 with ``{"success": false}`` while blocks are still held
-        (running requests, KV transfers: ``vllm/entrypoints/serve/dev/cache/api_router.py``
-        of 0.32, "callers may retry"); that answer is retried ``VLLM_RESET_TRIES`` times in
-        all, ``VLLM_RESET_RETRY_S`` apart. Older versions answer 200 with an empty body
-        without checking. The reset does not zero the Prometheus counters: verify with the
-        fresh check.
+        vLLM 0.32 (the version tested here) answers 200 with ``{"success": false}`` while
+        blocks are still held (running requests, KV transfers:
+        ``vllm/entrypoints/serve/dev/cache/api_router.py``, "callers may retry"); that answer
+        is retried ``VLLM_RESET_TRIES`` times in all, ``VLLM_RESET_RETRY_S`` apart. A 2xx
+        without that field (an empty body) counts as accepted. The reset does not zero the
+        Prometheus counters: verify with the fresh check.
 
         Returns:
             True on 2xx without ``"success": false``; False when the route is absent

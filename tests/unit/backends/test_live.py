@@ -218,7 +218,7 @@ def test_vllm_reset_in_dev_mode(serve, dump):
 
 @pytest.mark.parametrize(("text", "accepted", "tries"), [
     ('{"success": true}', True, 1),
-    ('{"success": false}', False, 3),  # vLLM >= 0.11 while blocks are held: retried, then refused
+    ('{"success": false}', False, 3),  # vLLM 0.32 while blocks are held: retried, then refused
 ])
 def test_vllm_reset_reads_its_success_answer(serve, dump, monkeypatch, text, accepted, tries):
     import kvreplay.backends._families as fam
