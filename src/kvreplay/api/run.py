@@ -83,12 +83,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-plan", default=None, metavar="PLAN_JSON",
                    help="re-execute exactly the sequence of an earlier plan.json")
     p.add_argument("--out", default=None, help="run directory (default runs/<UTC timestamp>)")
-    p.add_argument("--connect-timeout", type=parse_duration, default=30.0, metavar="DUR")
+    p.add_argument("--connect-timeout", type=parse_duration, default=30.0, metavar="DUR",
+                   help="longest wait for a TCP (and TLS) connection to the target (s; default 30)")
     p.add_argument("--read-timeout", type=parse_duration, default=120.0, metavar="DUR",
                    help="longest silence allowed between two reads of a response (s)")
     p.add_argument("--total-timeout", type=parse_duration, default=None, metavar="DUR",
                    help="whole-request bound (s); off by default")
-    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
+    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR",
+                   help="longest wait for the server to go idle before a phase that asks for a drain (s; default 10)")
     p.add_argument("--no-per-request-counters", action="store_true",
                    help="at C1, do not read counters around each request")
     p.add_argument("--no-text", action="store_true", help="keep no response text in records")
@@ -116,7 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_contract_arguments(p)
     p.add_argument("--keepalive-timeout", type=parse_duration, default=2.0, metavar="DUR",
                    help="close idle pooled connections after S seconds (below the server's own limit)")
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+                   help=f"largest request body read from the workload; a larger one is refused (bytes; default "
+                        f"{DEFAULT_MAX_BODY_BYTES})")
     p.add_argument("--quiet", action="store_true", help="print nothing (the run directory holds everything)")
     p.add_argument("--report", choices=("html", "md", "none"), default="html",
                    help="reports written at the end: html (report.md and report.html; the default at every "

@@ -31,7 +31,7 @@ from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
 from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
 from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
-from kvreplay.sim.faults import FaultSpec, parse_fault
+from kvreplay.sim.faults import FAULT_KINDS, FaultSpec, parse_fault
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -354,7 +354,8 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
         default=None,
         metavar="SPEC",
         dest=_dest(prefix, "faults"),
-        help="inject a fault: KIND[@N][:key=value,...] (repeatable; see kvreplay.sim.faults)",
+        help=f"inject a fault, repeatable: KIND[@N][:key=value,...] with KIND one of {', '.join(FAULT_KINDS)} "
+        "(docs/simulator.md, 'Faults')",
     )
     g.add_argument(
         *_flags(prefix, "from-verdict"),
