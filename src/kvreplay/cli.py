@@ -17,12 +17,15 @@ import ast
 import importlib
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from kvreplay import __version__
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 
 __all__ = ["entry", "main"]
+
+TYPE_CHECKING = False  # `typing` is not imported at start-up (tests/integration/test_perf_imports.py)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
