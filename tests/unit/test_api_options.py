@@ -51,7 +51,7 @@ def test_good_keywords_keep_their_values_and_repeatable_ones_take_the_command_li
                  abort_if=["host_bytes>34e9"], history="live", abort_on_malformed=None)
     assert (args.read_timeout, args.max_error_rate, args.history, args.abort_on_malformed) == (60, 0.5, "live", None)
     assert args.abort_if == [("host_bytes", ">", 34e9)]
-    assert (args.sim_time_scale, args.sim_replicas, args.sim_faults) == (0, 2, ["cut@3"])
+    assert args.sim == {"time_scale": 0, "replicas": 2, "faults": ["cut@3"]}
     assert args.connect_timeout == 30.0  # a default, as the command line's
 
 

@@ -37,7 +37,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -60,7 +59,7 @@ from kvreplay.api.simulation import CurvePoint, FleetReport, SimulateReport, sim
 from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
-from kvreplay.options import RunOptions, SimOptions
+from kvreplay.options import RunConfig, RunOptions, SimOptions
 from kvreplay.rundir import RunData, load_run
 
 __all__ = [
@@ -124,7 +123,7 @@ type checker names a misspelt key of a ``sim={...}`` literal; None is still acce
 
 def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,
                  target: str, out: PathLike | None, sim: SimOptions | Mapping[str, Any] | None, report: str,
-                 quiet: bool, extra: Mapping[str, Any]) -> argparse.Namespace:
+                 quiet: bool, extra: Mapping[str, Any]) -> RunConfig:
     from kvreplay.api.run import add_arguments
 
     if isinstance(phases, str):
@@ -134,7 +133,8 @@ def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLik
               "from_plan": None if from_plan is None else os.fspath(from_plan),
               "target": target, "out": None if out is None else os.fspath(out), "report": report, "quiet": quiet,
               **extra}
-    return _namespace_for(add_arguments, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
+    parsed = _namespace_for(add_arguments, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
+    return RunConfig.from_dests(vars(parsed))
 
 
 class _RunKeywords(RunOptions, total=False):
@@ -181,7 +181,8 @@ async def replay_async(workload: PathLike | None = None, *, phases: Iterable[str
 
         r = await kvreplay.replay_async("fixtures/workloads/mtbench-52", phases=["a:forward:c4"])
     """
-    from kvreplay.api.run import run_async, write_reports_for
+    from kvreplay.api.run import write_reports_for
+    from kvreplay.api.runflow import run_async
 
     args = _replay_args(workload, phases, plan, from_plan, target, out, sim, report, quiet, options)
     summary = await run_async(args)
@@ -232,7 +233,8 @@ async def demo_async(*, workload: PathLike | None = None, phases: Iterable[str] 
         ConfigError, WorkloadError, BackendError: as ``replay_async``.
     """
     from kvreplay.api.demo_defaults import apply_demo_defaults
-    from kvreplay.api.run import run_async, write_reports_for
+    from kvreplay.api.run import write_reports_for
+    from kvreplay.api.runflow import run_async
 
     args = apply_demo_defaults(_replay_args(workload, phases, None, None, target, out, sim, report, quiet, options))
     summary = await run_async(args)

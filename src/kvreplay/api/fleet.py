@@ -12,7 +12,11 @@ from typing import Any
 
 from kvreplay.argtypes import integer
 from kvreplay.errors import ConfigError
+from kvreplay.options import RunConfig
 from kvreplay.redaction import redact_url
+
+Options = RunConfig | argparse.Namespace
+"""A run's typed options, or another command's parsed flags of the same names (ab, probe)."""
 
 __all__ = ["add_fleet_arguments", "check_replicas_answer", "finish_routing_loss", "fleet_of", "no_backend",
            "open_fleet_backend", "replica_cache_extra", "sim_fleet_size", "start_sim_fleet"]
@@ -57,7 +61,7 @@ async def no_backend(session: Any) -> None:
     return None
 
 
-def fleet_of(args: argparse.Namespace, settings: dict[str, Any], target: str) -> tuple[str, tuple[Any, ...]]:
+def fleet_of(args: Options, settings: dict[str, Any], target: str) -> tuple[str, tuple[Any, ...]]:
     """The target and the fleet's replicas from ``--replica`` and a plan's ``[fleet]`` (``runner.fleet``).
 
     ``--replica`` replaces the plan's replicas; the plan's ``router`` is the target
@@ -134,7 +138,7 @@ async def start_sim_fleet(size: tuple[int, str], config: Any, calibration: dict[
     return fleet, replicas, {"sim_fleet": sim_fleet_json(config, *size)}
 
 
-def replica_cache_extra(args: argparse.Namespace, replicas: Any) -> dict[str, Any]:
+def replica_cache_extra(args: Options, replicas: Any) -> dict[str, Any]:
     """plan.json ``run.replica_cache`` from ``--replica-cache-from VERDICT`` (empty without it).
 
     ``{"source", "sha256", "replicas", "router": null, "seed": 0, "config"}``: the verdict's

@@ -17,6 +17,6 @@ and ``errors``.
 """
 
 from kvreplay.options.check import check_keywords, check_value
-from kvreplay.options.run import RUN_KEYWORDS, SIM_KEYWORDS, RunOptions, SimOptions
+from kvreplay.options.run import RUN_KEYWORDS, SIM_KEYWORDS, RunConfig, RunOptions, SimOptions
 
-__all__ = ["RUN_KEYWORDS", "SIM_KEYWORDS", "RunOptions", "SimOptions", "check_keywords", "check_value"]
+__all__ = ["RUN_KEYWORDS", "SIM_KEYWORDS", "RunConfig", "RunOptions", "SimOptions", "check_keywords", "check_value"]

@@ -9,10 +9,11 @@ the option-parity test.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, TypedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
 
-__all__ = ["RUN_KEYWORDS", "SIM_KEYWORDS", "RunOptions", "SimOptions"]
+__all__ = ["PLAN_TOML_KEYS", "RUN_KEYWORDS", "SIM_KEYWORDS", "WINDOW_KEYS", "RunConfig", "RunOptions", "SimOptions"]
 
 
 class RunOptions(TypedDict, total=False):
@@ -125,8 +126,119 @@ class SimOptions(TypedDict, total=False):
     router: Literal["round_robin", "random", "prefix_affinity"]
 
 
+PLAN_TOML_KEYS: dict[str, str] = {
+    "phase": "phase",
+    "workload": "workload",
+    "target": "target",
+    "backend": "backend",
+    "identity": "expect_identity",
+    "abort_on_malformed": "abort_on_malformed",
+    "on_check_fail": "on_check_fail",
+    "fleet": "replica",
+}
+"""Each top-level key of a plan.toml (``kvreplay.plan.load_plan_toml``) -> the run option it sets
+(the command line's wins over it)."""
+
+WINDOW_KEYS: dict[str, str | None] = {
+    "stop_new_after": "stop_new_after",
+    "hard_deadline": "hard_deadline",
+    "abort_if": "abort_if",
+    "max_error_rate": "max_error_rate",
+    "max_output_error_rate": "max_output_error_rate",
+    "max_transport_failures": "max_transport_failures",
+    "abort_on_malformed": "abort_on_malformed",
+    "restore_reserve": None,
+    "deadline_from": None,
+}
+"""Each key of an experiment's ``[window]`` table (``kvreplay.experiments.window.spec``) -> the run
+option it sets for the window's run steps (None: the window's own, no run option)."""
+
 RUN_KEYWORDS: frozenset[str] = frozenset(RunOptions.__annotations__)
 """Every key of ``RunOptions``."""
 
 SIM_KEYWORDS: frozenset[str] = frozenset(SimOptions.__annotations__)
 """Every key of ``SimOptions``."""
+
+
+def _list() -> list[Any]:
+    return []
+
+
+@dataclass(slots=True, kw_only=True)
+class RunConfig:
+    """Every option of one run, typed: what ``kvreplay run`` parsed or ``kvreplay.replay`` was given.
+
+    The run's orchestration (``kvreplay.api.runflow``) takes this object; the command line
+    builds it from its parsed flags (``from_dests``), the API from its keywords. Fields are
+    the flags' ``dest`` names with the command line's defaults (the option-parity test holds
+    them equal), the ``RunOptions`` keys among them; ``sim`` holds the simulator's options
+    without their ``sim_`` prefix (``SimOptions``: only those given).
+
+    Attributes:
+        workload: The workload path (None: the plan's or the frozen plan's).
+        phase: ``--phase`` strings in run order.
+        plan: A TOML plan file.
+        from_plan: An earlier run's plan.json to re-execute.
+        out: The run directory (None: ``runs/<UTC timestamp>``).
+        report: ``html``, ``md`` or ``none``.
+        quiet: Print nothing.
+        target: ``sim`` or the server's base URL.
+        sim: Simulator options given (``SimOptions`` keys).
+        (the others): as ``RunOptions`` says.
+    """
+
+    workload: str | None = None
+    phase: list[str] = field(default_factory=_list)
+    plan: str | None = None
+    from_plan: str | None = None
+    out: str | None = None
+    report: str = "html"
+    quiet: bool = False
+    target: str = "sim"
+    connect_timeout: float = 30.0
+    read_timeout: float = 120.0
+    total_timeout: float | None = None
+    drain_timeout: float = 10.0
+    keepalive_timeout: float = 2.0
+    stop_new_after: float | None = None
+    hard_deadline: float | None = None
+    no_per_request_counters: bool = False
+    no_text: bool = False
+    history: str = "captured"
+    max_error_rate: float | None = None
+    max_output_error_rate: float | None = None
+    max_transport_failures: int = 3
+    abort_if: list[tuple[str, str, float]] = field(default_factory=_list)
+    abort_on_restart: bool = False
+    expect_identity: list[str] = field(default_factory=_list)
+    abort_on_malformed: bool | None = None
+    on_check_fail: str | None = None
+    max_body_bytes: int = 64 << 20
+    workers: int = 1
+    ray: str | None = None
+    backend: str = "auto"
+    profile: str | None = None
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    ca_file: str | None = None
+    replica: list[str] = field(default_factory=_list)
+    replica_header: str = "x-kvreplay-replica"
+    replica_cache_from: str | None = None
+    sim: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dests(cls, values: Mapping[str, Any]) -> RunConfig:
+        """From parsed values by their flag ``dest`` (``sim_time_scale`` goes to ``sim["time_scale"]``).
+
+        Values the command line left unset (None for a simulator option) are not put in ``sim``;
+        keys that are no option of a run (a command's own, such as ``_run``) are ignored.
+        """
+        own = {f for f in cls.__dataclass_fields__ if f != "sim"}
+        kw: dict[str, Any] = {k: v for k, v in values.items() if k in own}
+        sim = {k[len("sim_"):]: v for k, v in values.items()
+               if k.startswith("sim_") and v is not None and k[len("sim_"):] in SIM_KEYWORDS}
+        return cls(**kw, sim=sim)
+
+    def sim_value(self, key: str, default: Any = None) -> Any:
+        """A simulator option given, else ``default``."""
+        return self.sim.get(key, default)
