@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from kvreplay.api.fleet import (
     add_fleet_arguments,
 )
-from kvreplay.argtypes import integer, number
+from kvreplay.argtypes import add_declared, bound, duration
 from kvreplay.errors import ConfigError
 from kvreplay.options import RunConfig
 from kvreplay.redaction import check_secret, redact_url, register, register_headers
@@ -31,7 +31,6 @@ from kvreplay.report.units import sim_time_scale
 from kvreplay.rundir import RECORDS, REPORT_MD, read_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.safe_io import echo
-from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
 
 Options = RunConfig | argparse.Namespace
 """A run's typed options, or another command's parsed flags of the same names (ab, probe)."""
@@ -42,19 +41,13 @@ EXIT_CLIENT_ERROR = 1
 
 
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by commands that talk to a target (run, demo, probe...)."""
-    p.add_argument("--target", default="sim",
-                   help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
+    """Options shared by commands that talk to a target (run, demo, probe...): ``RunConfig``'s ``target`` group."""
     from kvreplay.backends import backend_names
 
-    p.add_argument("--backend", default="auto",
-                   help=f"counter adapter: auto, none, {', '.join(backend_names())}")
-    p.add_argument("--profile", default=None, help="TOML profile for --backend prometheus")
-    p.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="read the API key from this environment variable (never from the command line)")
-    p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from this file")
-    p.add_argument("--ca-file", default=None, metavar="PEM",
-                   help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed server")
+    add_declared(p, RunConfig, ("target",))
+    for action in p._actions:  # the backends' names are known here, above kvreplay.options
+        if action.dest == "backend":
+            action.help = f"counter adapter: auto, none, {', '.join(backend_names())}"
     try:
         from kvreplay.sim import add_arguments as add_sim_arguments
     except ImportError:  # pragma: no cover - simulator not built
@@ -63,81 +56,15 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``run``'s options."""
-    p.add_argument("workload", nargs="?", help="folder of *.json bodies or a .jsonl file")
-    p.add_argument("--phase", action="append", default=[], metavar="SPEC",
-                   help="NAME:ORDER:cN[:xREPEATS][:lastN|firstN][:rRATE[:poissonSEED]], repeatable, in run order; "
-                        "ORDER is forward, reverse, shuffle:SEED or by-prefix; rRATE makes an open loop "
-                        "(requests/s, at most N in flight)")
-    p.add_argument("--plan", default=None, metavar="FILE", help="TOML plan file")
-    p.add_argument("--from-plan", default=None, metavar="PLAN_JSON",
-                   help="re-execute exactly the sequence of an earlier plan.json")
-    p.add_argument("--out", default=None, help="run directory (default runs/<UTC timestamp>)")
-    p.add_argument("--connect-timeout", type=parse_duration, default=30.0, metavar="DUR",
-                   help="longest wait for a TCP (and TLS) connection to the target (s; default 30)")
-    p.add_argument("--read-timeout", type=parse_duration, default=120.0, metavar="DUR",
-                   help="longest silence allowed between two reads of a response (s)")
-    p.add_argument("--total-timeout", type=parse_duration, default=None, metavar="DUR",
-                   help="whole-request bound (s); off by default")
-    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR",
-                   help="longest wait for the server to go idle before a phase that asks for a drain (s; default 10)")
-    p.add_argument("--no-per-request-counters", action="store_true",
-                   help="at C1, do not read counters around each request")
-    p.add_argument("--no-text", action="store_true", help="keep no response text in records")
-    p.add_argument("--history", choices=("captured", "live"), default="captured",
-                   help="conversation workloads: send earlier turns as retained (captured, the default) or with "
-                        "this server's own replies in place of the captured assistant messages (live; records "
-                        "add sent_sha256 and history_differs)")
-    p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
-                   help="send no new request after this long (e.g. 70m, 90s, 1h); in-flight ones finish")
-    p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
-                   help="cancel requests still in flight at this point (e.g. 90m)")
-    p.add_argument("--max-error-rate", type=number(0, maximum=1), default=None, metavar="FRACTION",
-                   help="abort when more than this fraction of sent requests failed (after 20 requests; "
-                        "every failure counts, transport and output alike)")
-    p.add_argument("--max-output-error-rate", type=number(0, maximum=1), default=None, metavar="FRACTION",
-                   help="as --max-error-rate counting only requests the server answered badly (HTTP error, "
-                        "malformed, cut, read timeout); connection failures are not counted")
-    p.add_argument("--max-transport-failures", type=integer(0), default=3, metavar="N",
-                   help="abort after N consecutive sends that never reached the server (connection refused, "
-                        "reset before any response byte, connect timeout); 0 = never (default 3)")
-    p.add_argument("--abort-if", action="append", default=[], type=parse_bound, metavar="NAME>VALUE",
-                   help="abort when a common counter or gauge crosses a bound, e.g. 'host_bytes>34e9'")
-    p.add_argument("--abort-on-restart", action="store_true",
-                   help="abort when counters show the server restarted (a counter went down)")
-    add_contract_arguments(p)
-    p.add_argument("--keepalive-timeout", type=parse_duration, default=2.0, metavar="DUR",
-                   help="close idle pooled connections after S seconds (below the server's own limit)")
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
-                   help=f"largest request body read from the workload; a larger one is refused (bytes; default "
-                        f"{DEFAULT_MAX_BODY_BYTES})")
-    p.add_argument("--quiet", action="store_true", help="print nothing (the run directory holds everything)")
-    p.add_argument("--report", choices=("html", "md", "none"), default="html",
-                   help="reports written at the end: html (report.md and report.html; the default at every "
-                        "size: records are streamed, about 2 s a 200,000-record run), md (report.md only), "
-                        "none (records, summary and histograms only; draw later with kvreplay report)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="run in N processes sharing each phase's frozen sequence (runner.multiproc); "
-                        "the phase's concurrency is spread over them")
-    p.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="run the --workers as Ray actors, on any host of a Ray cluster: 'auto', HOST:PORT, "
-                        "ray://HOST:10001, or 'local' for a new instance here (optional extra: "
-                        "pip install 'kvreplay[ray]'); clocks are per host")
+    """Register ``run``'s options: ``kvreplay.options.RunConfig``'s fields (their one declaration), then the fleet's."""
+    add_declared(p, RunConfig, ("run", "contract"))
     add_target_arguments(p)
     add_fleet_arguments(p)  # api.fleet
 
 
 def add_contract_arguments(p: argparse.ArgumentParser) -> None:
-    """``--expect-identity``, ``--abort-on-malformed``, ``--on-check-fail`` (run, ab)."""
-    p.add_argument("--expect-identity", action="append", default=[], metavar="KEY=VALUE",
-                   help="identity pin, repeatable: the server's identity must have KEY (dotted, e.g. "
-                        "models, version.build, version.cache.host_evict) = VALUE before the first "
-                        "request, and keep it (checked at every counter read; else exit 3, identity_drift)")
-    p.add_argument("--abort-on-malformed", action="store_true", default=None,
-                   help="abort the run at the first malformed response (a plan's abort_on_malformed)")
-    p.add_argument("--on-check-fail", choices=("skip", "mark"), default=None,
-                   help="a phase whose drain or fresh check failed: send nothing (skip, the default) "
-                        "or send it and mark it invalid (mark)")
+    """``--expect-identity``, ``--abort-on-malformed``, ``--on-check-fail`` (run, ab): the ``contract`` group."""
+    add_declared(p, RunConfig, ("contract",))
 
 
 def contract_options(args: Options, settings: dict[str, Any], plan_path: str | None) -> dict[str, Any]:
@@ -161,36 +88,11 @@ def contract_options(args: Options, settings: dict[str, Any], plan_path: str | N
     }
 
 
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``70m``, ``1.5h``, ``250ms`` -> seconds (``experiments.spec.parse_duration``).
+parse_duration = duration
+"""``90``, ``90s``, ``70m``, ``1.5h``, ``250ms`` -> seconds (``kvreplay.argtypes.duration``; its old name here)."""
 
-    Raises:
-        argparse.ArgumentTypeError: not a duration.
-    """
-    from kvreplay.experiments.window.spec import parse_duration as duration_s
-
-    try:
-        return duration_s(text)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 70m, 1h)") from None
-
-
-def parse_bound(text: str) -> tuple[str, str, float]:
-    """``host_bytes>34e9`` -> ``("host_bytes", ">", 34e9)``.
-
-    Raises:
-        argparse.ArgumentTypeError: not NAME OP NUMBER with OP in > >= < <=.
-    """
-    from kvreplay.experiments.window.spec import BOUND_RE
-
-    m = BOUND_RE.fullmatch(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a bound: {text!r} (e.g. host_bytes>34e9)")
-    try:
-        value = float(m.group(3))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number in {text!r}") from exc
-    return m.group(1), m.group(2), value
+parse_bound = bound
+"""``host_bytes>34e9`` -> ``("host_bytes", ">", 34e9)`` (``kvreplay.argtypes.bound``; its old name here)."""
 
 
 def check_target(target: str, *, sim: bool) -> None:

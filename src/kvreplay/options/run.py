@@ -13,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
-__all__ = ["PLAN_TOML_KEYS", "RUN_KEYWORDS", "SIM_KEYWORDS", "WINDOW_KEYS", "RunConfig", "RunOptions", "SimOptions"]
+from kvreplay.argtypes import bound, duration, integer, number
+from kvreplay.options.declare import option
+
+__all__ = ["PLAN_TOML_KEYS", "RUN_KEYWORDS", "SIM_KEYWORDS", "WINDOW_KEYS", "WINDOW_ONLY_KEYS", "RunConfig",
+           "RunOptions", "SimOptions"]
 
 
 class RunOptions(TypedDict, total=False):
@@ -126,33 +130,6 @@ class SimOptions(TypedDict, total=False):
     router: Literal["round_robin", "random", "prefix_affinity"]
 
 
-PLAN_TOML_KEYS: dict[str, str] = {
-    "phase": "phase",
-    "workload": "workload",
-    "target": "target",
-    "backend": "backend",
-    "identity": "expect_identity",
-    "abort_on_malformed": "abort_on_malformed",
-    "on_check_fail": "on_check_fail",
-    "fleet": "replica",
-}
-"""Each top-level key of a plan.toml (``kvreplay.plan.load_plan_toml``) -> the run option it sets
-(the command line's wins over it)."""
-
-WINDOW_KEYS: dict[str, str | None] = {
-    "stop_new_after": "stop_new_after",
-    "hard_deadline": "hard_deadline",
-    "abort_if": "abort_if",
-    "max_error_rate": "max_error_rate",
-    "max_output_error_rate": "max_output_error_rate",
-    "max_transport_failures": "max_transport_failures",
-    "abort_on_malformed": "abort_on_malformed",
-    "restore_reserve": None,
-    "deadline_from": None,
-}
-"""Each key of an experiment's ``[window]`` table (``kvreplay.experiments.window.spec``) -> the run
-option it sets for the window's run steps (None: the window's own, no run option)."""
-
 RUN_KEYWORDS: frozenset[str] = frozenset(RunOptions.__annotations__)
 """Every key of ``RunOptions``."""
 
@@ -187,43 +164,117 @@ class RunConfig:
         (the others): as ``RunOptions`` says.
     """
 
-    workload: str | None = None
-    phase: list[str] = field(default_factory=_list)
-    plan: str | None = None
-    from_plan: str | None = None
-    out: str | None = None
-    report: str = "html"
-    quiet: bool = False
-    target: str = "sim"
-    connect_timeout: float = 30.0
-    read_timeout: float = 120.0
-    total_timeout: float | None = None
-    drain_timeout: float = 10.0
-    keepalive_timeout: float = 2.0
-    stop_new_after: float | None = None
-    hard_deadline: float | None = None
-    no_per_request_counters: bool = False
-    no_text: bool = False
-    history: str = "captured"
-    max_error_rate: float | None = None
-    max_output_error_rate: float | None = None
-    max_transport_failures: int = 3
-    abort_if: list[tuple[str, str, float]] = field(default_factory=_list)
-    abort_on_restart: bool = False
-    expect_identity: list[str] = field(default_factory=_list)
-    abort_on_malformed: bool | None = None
-    on_check_fail: str | None = None
-    max_body_bytes: int = 64 << 20
-    workers: int = 1
-    ray: str | None = None
-    backend: str = "auto"
-    profile: str | None = None
-    api_key_env: str | None = None
-    api_key_file: str | None = None
-    ca_file: str | None = None
-    replica: list[str] = field(default_factory=_list)
-    replica_header: str = "x-kvreplay-replica"
-    replica_cache_from: str | None = None
+    workload: str | None = option(flag=None, help="folder of *.json bodies or a .jsonl file", group="run",
+                                  toml="workload")
+    phase: list[str] = option(flag="--phase", action="append", factory=_list, metavar="SPEC", group="run",
+                              toml="phase",
+                              help="NAME:ORDER:cN[:xREPEATS][:lastN|firstN][:rRATE[:poissonSEED]], repeatable, in run "
+                                   "order; ORDER is forward, reverse, shuffle:SEED or by-prefix; rRATE makes an open "
+                                   "loop (requests/s, at most N in flight)")
+    plan: str | None = option(flag="--plan", metavar="FILE", help="TOML plan file", group="run")
+    from_plan: str | None = option(flag="--from-plan", metavar="PLAN_JSON", group="run",
+                                   help="re-execute exactly the sequence of an earlier plan.json")
+    out: str | None = option(flag="--out", help="run directory (default runs/<UTC timestamp>)", group="run")
+    connect_timeout: float = option(30.0, flag="--connect-timeout", check=duration, metavar="DUR", unit="s",
+                                    group="run",
+                                    help="longest wait for a TCP (and TLS) connection to the target (s; default 30)")
+    read_timeout: float = option(120.0, flag="--read-timeout", check=duration, metavar="DUR", unit="s", group="run",
+                                 help="longest silence allowed between two reads of a response (s)")
+    total_timeout: float | None = option(flag="--total-timeout", check=duration, metavar="DUR", unit="s",
+                                         group="run", help="whole-request bound (s); off by default")
+    drain_timeout: float = option(10.0, flag="--drain-timeout", check=duration, metavar="DUR", unit="s", group="run",
+                                  help="longest wait for the server to go idle before a phase that asks for a drain "
+                                       "(s; default 10)")
+    no_per_request_counters: bool = option(False, flag="--no-per-request-counters", action="store_true", group="run",
+                                           help="at C1, do not read counters around each request")
+    no_text: bool = option(False, flag="--no-text", action="store_true", group="run",
+                           help="keep no response text in records")
+    history: str = option("captured", flag="--history", choices=("captured", "live"), group="run",
+                          help="conversation workloads: send earlier turns as retained (captured, the default) or "
+                               "with this server's own replies in place of the captured assistant messages (live; "
+                               "records add sent_sha256 and history_differs)")
+    stop_new_after: float | None = option(flag="--stop-new-after", check=duration, metavar="DUR", unit="s",
+                                          group="run", window="stop_new_after",
+                                          help="send no new request after this long (e.g. 70m, 90s, 1h); in-flight "
+                                               "ones finish")
+    hard_deadline: float | None = option(flag="--hard-deadline", check=duration, metavar="DUR", unit="s",
+                                         group="run", window="hard_deadline",
+                                         help="cancel requests still in flight at this point (e.g. 90m)")
+    max_error_rate: float | None = option(flag="--max-error-rate", check=number(0, maximum=1), metavar="FRACTION",
+                                          group="run", window="max_error_rate",
+                                          help="abort when more than this fraction of sent requests failed (after 20 "
+                                               "requests; every failure counts, transport and output alike)")
+    max_output_error_rate: float | None = option(flag="--max-output-error-rate", check=number(0, maximum=1),
+                                                 metavar="FRACTION", group="run", window="max_output_error_rate",
+                                                 help="as --max-error-rate counting only requests the server answered "
+                                                      "badly (HTTP error, malformed, cut, read timeout); connection "
+                                                      "failures are not counted")
+    max_transport_failures: int = option(3, flag="--max-transport-failures", check=integer(0), metavar="N",
+                                         group="run", window="max_transport_failures",
+                                         help="abort after N consecutive sends that never reached the server "
+                                              "(connection refused, reset before any response byte, connect "
+                                              "timeout); 0 = never (default 3)")
+    abort_if: list[tuple[str, str, float]] = option(flag="--abort-if", action="append", factory=_list, check=bound,
+                                                    metavar="NAME>VALUE", group="run", window="abort_if",
+                                                    help="abort when a common counter or gauge crosses a bound, e.g. "
+                                                         "'host_bytes>34e9'")
+    abort_on_restart: bool = option(False, flag="--abort-on-restart", action="store_true", group="run",
+                                    help="abort when counters show the server restarted (a counter went down)")
+    expect_identity: list[str] = option(flag="--expect-identity", action="append", factory=_list, metavar="KEY=VALUE",
+                                        group="contract", toml="identity",
+                                        help="identity pin, repeatable: the server's identity must have KEY (dotted, "
+                                             "e.g. models, version.build, version.cache.host_evict) = VALUE before "
+                                             "the first request, and keep it (checked at every counter read; else "
+                                             "exit 3, identity_drift)")
+    abort_on_malformed: bool | None = option(flag="--abort-on-malformed", action="store_true", group="contract",
+                                             toml="abort_on_malformed", window="abort_on_malformed",
+                                             help="abort the run at the first malformed response (a plan's "
+                                                  "abort_on_malformed)")
+    on_check_fail: str | None = option(flag="--on-check-fail", choices=("skip", "mark"), group="contract",
+                                       toml="on_check_fail",
+                                       help="a phase whose drain or fresh check failed: send nothing (skip, the "
+                                            "default) or send it and mark it invalid (mark)")
+    keepalive_timeout: float = option(2.0, flag="--keepalive-timeout", check=duration, metavar="DUR", unit="s",
+                                      group="run",
+                                      help="close idle pooled connections after S seconds (below the server's own "
+                                           "limit)")
+    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=int, metavar="BYTES", unit="bytes",
+                                 group="run",
+                                 help=f"largest request body read from the workload; a larger one is refused (bytes; "
+                                      f"default {64 << 20})")
+    quiet: bool = option(False, flag="--quiet", action="store_true", group="run",
+                         help="print nothing (the run directory holds everything)")
+    report: str = option("html", flag="--report", choices=("html", "md", "none"), group="run",
+                         help="reports written at the end: html (report.md and report.html; the default at every "
+                              "size: records are streamed, about 2 s a 200,000-record run), md (report.md only), "
+                              "none (records, summary and histograms only; draw later with kvreplay report)")
+    workers: int = option(1, flag="--workers", check=int, metavar="N", group="run",
+                          help="run in N processes sharing each phase's frozen sequence (runner.multiproc); the "
+                               "phase's concurrency is spread over them")
+    ray: str | None = option(flag="--ray", metavar="ADDRESS", group="run",
+                             help="run the --workers as Ray actors, on any host of a Ray cluster: 'auto', HOST:PORT, "
+                                  "ray://HOST:10001, or 'local' for a new instance here (optional extra: pip install "
+                                  "'kvreplay[ray]'); clocks are per host")
+    target: str = option("sim", flag="--target", group="target", toml="target",
+                         help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
+    backend: str = option("auto", flag="--backend", group="target", toml="backend",
+                          help="counter adapter: auto, none, or a backend name")
+    profile: str | None = option(flag="--profile", group="target", help="TOML profile for --backend prometheus")
+    api_key_env: str | None = option(flag="--api-key-env", metavar="NAME", group="target",
+                                     help="read the API key from this environment variable (never from the command "
+                                          "line)")
+    api_key_file: str | None = option(flag="--api-key-file", metavar="FILE", group="target",
+                                      help="read the API key from this file")
+    ca_file: str | None = option(flag="--ca-file", metavar="PEM", group="target",
+                                 help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed "
+                                      "server")
+    # The fleet's flags are added by kvreplay.api.fleet.add_fleet_arguments (with --sim-replicas/--sim-router).
+    replica: list[str] = option(flag="--replica", action="append", factory=_list, group="fleet", toml="fleet",
+                                metavar="URL[,backend=NAME,profile=FILE]", help="a replica behind the --target router")
+    replica_header: str = option("x-kvreplay-replica", flag="--replica-header", group="fleet", metavar="NAME",
+                                 help="response header naming the replica that served a request")
+    replica_cache_from: str | None = option(flag="--replica-cache-from", group="fleet", metavar="VERDICT",
+                                            help="a probe verdict.json standing for every --replica's cache")
     sim: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -242,3 +293,21 @@ class RunConfig:
     def sim_value(self, key: str, default: Any = None) -> Any:
         """A simulator option given, else ``default``."""
         return self.sim.get(key, default)
+
+
+def _keys(kind: str) -> dict[str, str]:
+    from dataclasses import fields
+
+    return {f.metadata[kind]: f.name for f in fields(RunConfig) if f.metadata.get(kind)}
+
+
+PLAN_TOML_KEYS: dict[str, str] = _keys("toml")
+"""Each top-level key of a plan.toml (``kvreplay.plan.load_plan_toml``) -> the run option it sets
+(the command line's wins over it), from the fields' declarations."""
+
+WINDOW_KEYS: dict[str, str] = _keys("window")
+"""Each key of an experiment's ``[window]`` table (``kvreplay.experiments.window.spec``) that sets a run
+option for the window's run steps -> that option, from the fields' declarations."""
+
+WINDOW_ONLY_KEYS = ("deadline_from", "restore_reserve")
+"""``[window]`` keys that are the window's own (no run option)."""
