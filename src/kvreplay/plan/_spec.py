@@ -266,9 +266,8 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values (file, line, field).
     """
-    from kvreplay.tomlfile import read_toml
-
     from kvreplay.bundled import resolve
+    from kvreplay.tomlfile import read_toml
 
     try:
         p = Path(resolve(path))  # bundled:host-cache.toml names a bundled plan
