@@ -116,7 +116,8 @@ def test_the_extractor_finds_the_readme_blocks_and_their_directives():
     assert readme[0].lines[0][1] == "import kvreplay"
     assert readme[1].lines[0][1].startswith("def test_prefix_cache(kvreplay):")
     tutorial = [p for p in PROGRAMS if p.page.name == "python-and-pytest.md"]
-    assert [(len(p.lines), p.run_lines) for p in tutorial] == [(10 + 6, 10), (5, None)]  # 2nd continues 1st
+    assert [(len(p.lines), p.run_lines) for p in tutorial] == [(10 + 6, 10), (9, None)]  # 2nd continues 1st
+    assert [(p.check_only, p.pytest_style) for p in tutorial] == [(False, False), (True, False)]
 
 
 def test_every_python_block_type_checks_strictly(tmp_path):
