@@ -11,13 +11,12 @@ r"""Replay a workload against a target in a frozen order: the behaviour of ``kvr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kvreplay.api.fleet import (
@@ -32,15 +31,32 @@ from kvreplay.rundir import RECORDS, REPORT_MD, read_plan
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 from kvreplay.safe_io import echo
 
-Options = RunConfig | argparse.Namespace
-"""A run's typed options, or another command's parsed flags of the same names (ab, probe)."""
+
+class KeySource(Protocol):
+    """Options naming where the API key is (``RunConfig``, or another command's options of those names)."""
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The environment variable holding the key (``--api-key-env``)."""
+
+    @property
+    def api_key_file(self) -> str | None:
+        """The file holding the key (``--api-key-file``)."""
+
+
+class QuietOption(Protocol):
+    """Options saying whether to print progress (``RunConfig``, or another command's of that name)."""
+
+    @property
+    def quiet(self) -> bool:
+        """Print nothing (``--quiet``)."""
 
 EXIT_ABORTED = 3
 EXIT_CLIENT_ERROR = 1
 """Some positions failed inside the client (``client_error`` records); everything is written."""
 
 
-def add_target_arguments(p: argparse.ArgumentParser) -> None:
+def add_target_arguments(p: Any) -> None:
     """Options shared by commands that talk to a target (run, demo, probe...): ``RunConfig``'s ``target`` group."""
     from kvreplay.backends import backend_names
 
@@ -55,19 +71,19 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p, prefix="sim-")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: Any) -> None:
     """Register ``run``'s options: ``kvreplay.options.RunConfig``'s fields (their one declaration), then the fleet's."""
     add_declared(p, RunConfig, ("run", "contract"))
     add_target_arguments(p)
     add_fleet_arguments(p)  # api.fleet
 
 
-def add_contract_arguments(p: argparse.ArgumentParser) -> None:
+def add_contract_arguments(p: Any) -> None:
     """``--expect-identity``, ``--abort-on-malformed``, ``--on-check-fail`` (run, ab): the ``contract`` group."""
     add_declared(p, RunConfig, ("contract",))
 
 
-def contract_options(args: Options, settings: dict[str, Any], plan_path: str | None) -> dict[str, Any]:
+def contract_options(args: object, settings: dict[str, Any], plan_path: str | None) -> dict[str, Any]:
     """RunOptions fields of the execution contract from the command line over a plan's settings.
 
     Raises:
@@ -106,7 +122,7 @@ def check_target(target: str, *, sim: bool) -> None:
         raise ConfigError(f"{target!r} is not a URL: give http://HOST:PORT{hint}", field="--target")
 
 
-def read_api_key(args: Options) -> str | None:
+def read_api_key(args: KeySource) -> str | None:
     """The API key from ``--api-key-env`` or ``--api-key-file``; None when neither is given.
 
     Raises:
@@ -254,7 +270,7 @@ def sim_run_extra(time_scale: float, calibration: dict[str, Any] | None) -> dict
     return extra
 
 
-def make_observer(args: Options) -> RunObserver:
+def make_observer(args: QuietOption) -> RunObserver:
     """The live display: none with --quiet, else plain lines (rich when available on a TTY)."""
     if args.quiet:
         return NullObserver()
@@ -274,7 +290,7 @@ def install_loop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-def write_reports_for(args: Options, summary: dict[str, Any], out: str) -> Path | None:
+def write_reports_for(args: object, summary: dict[str, Any], out: str) -> Path | None:
     """The reports at the end of a run, as ``--report`` asks; the path of report.html or None.
 
     ``none`` removes a report.md already in the folder; ``md`` writes report.md only;

@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["option"]
 
 
-def option(default: Any = None, *, flag: str | None, help: str, group: str,  # noqa: A002 - argparse's word
+def option(default: Any = None, *, flag: str | None, help: str, group: str,  # noqa: A002 - the command line's word
            metavar: str | None = None, check: Callable[[str], Any] | None = None,
            choices: Sequence[Any] | None = None, action: str | None = None, factory: Callable[[], Any] | None = None,
            unit: str = "", toml: str | None = None, window: str | None = None) -> Any:

@@ -268,13 +268,20 @@ class RunConfig:
     ca_file: str | None = option(flag="--ca-file", metavar="PEM", group="target",
                                  help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed "
                                       "server")
-    # The fleet's flags are added by kvreplay.api.fleet.add_fleet_arguments (with --sim-replicas/--sim-router).
+    # The fleet group: kvreplay.api.fleet.add_fleet_arguments adds it, with --sim-replicas/--sim-router.
     replica: list[str] = option(flag="--replica", action="append", factory=_list, group="fleet", toml="fleet",
-                                metavar="URL[,backend=NAME,profile=FILE]", help="a replica behind the --target router")
+                                metavar="URL[,backend=NAME,profile=FILE]",
+                                help="a replica behind the --target router, repeatable: its counters and identity are "
+                                     "read (the router's never) and every record names the replica that served it; "
+                                     "without backend= it gets --backend (auto: detected per replica)")
     replica_header: str = option("x-kvreplay-replica", flag="--replica-header", group="fleet", metavar="NAME",
-                                 help="response header naming the replica that served a request")
+                                 help="response header naming the replica that served a request, when the router or "
+                                      "replica sets one (default x-kvreplay-replica)")
     replica_cache_from: str | None = option(flag="--replica-cache-from", group="fleet", metavar="VERDICT",
-                                            help="a probe verdict.json standing for every --replica's cache")
+                                            help="a probe verdict.json whose calibrated cache model (sim.calibrate) "
+                                                 "stands for every --replica's cache: the run's phases[].routing_loss "
+                                                 "is computed with it (without it, only the embedded fleet's replicas "
+                                                 "have a known cache model)")
     sim: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
