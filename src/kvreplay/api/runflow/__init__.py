@@ -5,8 +5,9 @@ simulator), checks every value before the run directory is made (exit 2, nothing
 starts the embedded simulator or fleet when asked, and hands the frozen plan to the runner
 (one process, ``--workers`` or ``--ray``). It knows nothing of the command line: the
 options arrive as a ``kvreplay.options.RunConfig``, which ``commands/run.py`` builds from its
-parsed flags and ``kvreplay.replay`` from its keywords. The per-option checks it calls live
-beside the options' declarations in ``kvreplay.api.run`` and ``kvreplay.api.fleet``.
+parsed flags and ``kvreplay.replay`` from its keywords. The checks it calls are in ``checks``
+(and the fleet's in ``kvreplay.api.fleet``); ``kvreplay.api.run`` re-exports both for the
+commands that share them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from kvreplay.api.fleet import (
     replica_cache_extra,
     start_sim_fleet,
 )
-from kvreplay.api.run import (
+from kvreplay.api.runflow.checks import (
     check_ca_file,
     check_out_dir,
     check_target,
@@ -58,17 +59,20 @@ def _sim_fleet_size(args: RunConfig) -> tuple[int, str] | None:
     return n, policy or "round_robin"
 
 
-async def run_async(args: RunConfig, specs: list[PhaseSpec] | None = None) -> dict[str, Any]:
+async def run_async(args: RunConfig | object, specs: list[PhaseSpec] | None = None) -> dict[str, Any]:
     """Resolve inputs, start the simulator if asked, execute, return the summary (``_out``: the run directory).
 
     Args:
         args: The run's options (``kvreplay.options.RunConfig``: built by ``kvreplay run`` from its
-            flags and by ``kvreplay.replay`` from its keywords).
+            flags and by ``kvreplay.replay`` from its keywords); an object holding ``kvreplay run``'s
+            parsed flags as attributes (an older caller's) is read into one (``RunConfig.from_dests``).
         specs: Phases given as objects, before ``args.phase`` (the API's and tests' way).
 
     Raises:
         ConfigError, WorkloadError: bad input, before any request is sent.
     """
+    if not isinstance(args, RunConfig):
+        args = RunConfig.from_dests(vars(args))
     settings: dict[str, Any] = {}
     if args.plan:
         specs_f, settings = load_plan_toml(args.plan)
