@@ -279,6 +279,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
         fleet = bool(self.opts.replicas)
 
         spans = dict(phase.session_spans())  # conversations: first position -> turns
+        n_seq = len(phase.sequence)
         arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
 
         async def one(pos: int, bi: int, rep: int, raw: bytes | None = None,
@@ -302,8 +303,10 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             except BodyChanged as exc:
                 self.refuse_changed(st, phase, pos, bi, rep, attribution, exc)
                 return None
-            if pos + READAHEAD < len(phase.sequence):
-                self.workload.readahead(phase.sequence[pos + READAHEAD][0])
+            if not pos % READAHEAD and pos + READAHEAD < n_seq:
+                # one hint per READAHEAD positions, for the next READAHEAD bodies (issue 43 item 1)
+                self.workload.readahead([phase.sequence[p][0]
+                                         for p in range(pos + READAHEAD, min(pos + 2 * READAHEAD, n_seq))])
             send_raw = body.raw if raw is None else raw
             head = head_chars if keep_chars is None else keep_chars
             self.obs.on_request_start(phase.name, pos)

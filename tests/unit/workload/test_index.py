@@ -174,3 +174,22 @@ def test_the_plan_holds_the_index_digests_not_strings(jsonl):
     plan = build_plan(load_workload(jsonl), [parse_phase("a:forward:c1")])
     assert isinstance(plan.body_sha256, HexDigests) and len(plan.body_sha256.digests) == 96
     assert plan.body_sha256 == tuple(SHA) and list(plan.body_sha256) == SHA and plan.sha_of(2) == SHA[2]
+
+
+def test_readahead_of_several_bodies_is_one_hint_over_their_span(jsonl, monkeypatch):
+    # Issue 43 item 1: one posix_fadvise per batch. Bodies 0 and 1 span [0, 75) for 73 bytes
+    # of bodies (within twice their bytes): one call. Bodies 0 and 2 span [0, 91) for 28
+    # bytes (more than twice): one call each, at their own offsets. One body: its own slice.
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this platform")
+    calls = []
+    monkeypatch.setattr(index_mod.os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice)))
+    wl = load_workload(jsonl)
+    wl.readahead([0, 1])
+    wl.readahead([0, 2])
+    wl.readahead(1)
+    wl.readahead([])
+    w = os.POSIX_FADV_WILLNEED
+    assert calls == [(0, 75, w), (0, 14, w), (77, 14, w), (16, 59, w)]
+    # A body's source is named as the index names it, without a Path per read.
+    assert [b.source for b in wl.bodies] == ["w.jsonl:1", "w.jsonl:3", "w.jsonl:4"]
