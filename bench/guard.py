@@ -34,11 +34,14 @@ which goes first):
 
 Tolerances (a figure regresses when it is worse than the baseline by more than):
 CPU ratios 25% (``--tol-ratio``): on this 2-CPU machine shared with other jobs, the
-same tree's medians moved by up to ~20% between runs (docs/performance.md, "The
-guard"); absolute CPU moves far more, which is why every CPU figure is a ratio to a
-reference measured in the same run. The proxy over its floor 40% (``--tol-proxy``):
-both are read in 10 ms clock ticks from ``/proc`` and the floor's few ticks make the
-ratio the noisiest (single pairs 1.3-3.4 in one loaded run). RSS 10 MB
+same tree's per-request and whole-run medians moved by up to ~20% between runs
+(docs/performance.md, "The guard"); absolute CPU moves far more, which is why every CPU
+figure is a ratio to a reference measured in the same run. The per-token figures 40%
+(``--tol-noisy``), with more repetitions: kvreplay's CPU per token against a server that
+writes one event per send is bimodal (when the client keeps up, every read carries one
+event and a token costs a read; when it lags, reads carry several: one run read 0.381 and
+0.699 for the same tree), and the proxy and its floor are read in 10 ms clock ticks from
+``/proc`` (single pairs 1.3-3.5 in one run). RSS 10 MB
 (``--tol-rss-mb``): it does not depend on load (same tree: within 2 MB).
 
     PYTHONPATH=src .venv/bin/python bench/guard.py            # <= 60 s, small N
@@ -79,18 +82,18 @@ from bench_scale import make_distinct_workload, run_distinct, run_kvreplay, run_
 #: the RSS figure, and repetitions (pairs) of the alternating figures (the proxy's: its
 #: CPU is read in clock ticks from ``/proc``, so it takes more).
 SIZES: dict[str, dict[str, int]] = {
-    "default": {"token_n": 1200, "token_warm": 200, "whole_n": 500, "request_n": 2000, "request_warm": 200,
-                "proxy_n": 192, "proxy_reps": 3, "rss_n": 2000, "reps": 2},
+    "default": {"token_n": 1000, "token_warm": 150, "whole_n": 500, "request_n": 2000, "request_warm": 200,
+                "proxy_n": 128, "proxy_reps": 3, "rss_n": 2000, "reps": 2, "token_reps": 3},
     "full": {"token_n": 3000, "token_warm": 400, "whole_n": 20000, "request_n": 6000, "request_warm": 600,
-             "proxy_n": 512, "proxy_reps": 5, "rss_n": 20000, "reps": 3},
+             "proxy_n": 512, "proxy_reps": 5, "rss_n": 20000, "reps": 3, "token_reps": 5},
 }
 
 #: Each figure: (label, unit, target, tolerance kind); lower is better for all.
 FIGURES: dict[str, tuple[str, str, float, str]] = {
-    "token_ratio": ("CPU per streamed token, C64, kvreplay / plain", "x", 0.12, "ratio"),
+    "token_ratio": ("CPU per streamed token, C64, kvreplay / plain", "x", 0.12, "noisy"),
     "whole_ratio": ("whole-run CPU, C64, kvreplay / plain", "x", 0.25, "ratio"),
     "request_ratio": ("CPU per request, one-token answers, C64, kvreplay / plain", "x", 0.25, "ratio"),
-    "proxy_over_floor": ("proxy CPU per token / relay floor's, C64", "x", 1.5, "proxy"),
+    "proxy_over_floor": ("proxy CPU per token / relay floor's, C64", "x", 1.5, "noisy"),
     "rss_mb": ("peak RSS of kvreplay run at N distinct bodies", "MB", 150.0, "rss"),
 }
 
@@ -222,7 +225,7 @@ def measure(mode: str, only: set[str] | None = None) -> dict:
     srv_cpu, cli_cpu = _cpus()
     out: dict[str, Any] = {}
     groups: dict[str, Callable[[Path], dict]] = {
-        "token": lambda t: per_token(t, z["token_n"], z["token_warm"], z["reps"], srv_cpu, cli_cpu),
+        "token": lambda t: per_token(t, z["token_n"], z["token_warm"], z["token_reps"], srv_cpu, cli_cpu),
         "whole": lambda t: whole_run(t, z["whole_n"], z["reps"], srv_cpu, cli_cpu),
         "request": lambda t: per_request(t, z["request_n"], z["request_warm"], z["reps"], srv_cpu, cli_cpu),
         "proxy": lambda t: proxy(t, z["proxy_n"], z["proxy_reps"]),
@@ -249,12 +252,12 @@ def _git_head() -> str:
     return r.stdout.strip() + ("+changes" if dirty else "")
 
 
-def _limit(kind: str, base: float, tol_ratio: float, tol_proxy: float, tol_rss: float) -> float:
+def _limit(kind: str, base: float, tol_ratio: float, tol_noisy: float, tol_rss: float) -> float:
     """The worst figure that still passes against ``base``."""
-    return base + tol_rss if kind == "rss" else base * (1 + (tol_proxy if kind == "proxy" else tol_ratio))
+    return base + tol_rss if kind == "rss" else base * (1 + (tol_noisy if kind == "noisy" else tol_ratio))
 
 
-def verdicts(got: dict, base: dict | None, tol_ratio: float, tol_proxy: float,
+def verdicts(got: dict, base: dict | None, tol_ratio: float, tol_noisy: float,
              tol_rss: float) -> list[tuple[str, str]]:
     """``[(figure key, "ok" | "REGRESSED" | "no baseline")]`` against ``base`` (lower is better for all)."""
     out = []
@@ -264,22 +267,22 @@ def verdicts(got: dict, base: dict | None, tol_ratio: float, tol_proxy: float,
         if not base or key not in base:
             out.append((key, "no baseline"))
             continue
-        limit = _limit(kind, base[key], tol_ratio, tol_proxy, tol_rss)
+        limit = _limit(kind, base[key], tol_ratio, tol_noisy, tol_rss)
         out.append((key, "REGRESSED" if got[key] > limit else "ok"))
     return out
 
 
-def report(got: dict, base: dict | None, mode: str, tol_ratio: float, tol_proxy: float,
+def report(got: dict, base: dict | None, mode: str, tol_ratio: float, tol_noisy: float,
            tol_rss: float) -> list[str]:
     """The printed table: figure, this run (its repetitions), target, last landed figure, verdict."""
     z = SIZES[mode]
     lines = [f"performance guard ({mode}: C64 runs of {z['token_n']} requests x 128 tokens after "
              f"{z['token_warm']} unmeasured, whole runs of {z['whole_n']}, "
              f"{z['request_n']} one-token requests, {z['proxy_reps']} proxy/floor pairs of {z['proxy_n']}, RSS at "
-             f"{z['rss_n']} distinct bodies; {z['reps']} alternating reps, medians)",
+             f"{z['rss_n']} distinct bodies; {z['reps']} alternating reps ({z['token_reps']} per token), medians)",
              "| figure | this run | reps | target | baseline | tolerance | verdict |",
              "|---|---:|---|---:|---:|---|---|"]
-    for key, verdict in verdicts(got, base, tol_ratio, tol_proxy, tol_rss):
+    for key, verdict in verdicts(got, base, tol_ratio, tol_noisy, tol_rss):
         label, unit, target, kind = FIGURES[key]
         reps = ", ".join(f"{x:.3f}" for x in got.get(key + "_reps", []))
 
@@ -287,7 +290,7 @@ def report(got: dict, base: dict | None, mode: str, tol_ratio: float, tol_proxy:
             return f"{x:.0f} {unit}" if kind == "rss" else f"{x:.3f}{unit}"
 
         b = fmt(base[key]) if base and key in base else "-"
-        tol = {"ratio": f"+{tol_ratio:.0%}", "proxy": f"+{tol_proxy:.0%}"}.get(kind, f"+{tol_rss:g} MB")
+        tol = {"ratio": f"+{tol_ratio:.0%}", "noisy": f"+{tol_noisy:.0%}"}.get(kind, f"+{tol_rss:g} MB")
         met = "met" if got[key] <= target else "not met"
         lines.append(f"| {label} | {fmt(got[key])} | {reps} | <= {fmt(target)} ({met}) | {b} | {tol} | {verdict} |")
     return lines
@@ -300,12 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-baseline", action="store_true", help="store this run's figures as the mode's baseline")
     ap.add_argument("--note", default="", help="with --write-baseline: why the figures moved, the conditions")
     ap.add_argument("--tol-ratio", type=float, default=0.25, help="CPU ratios: regression past +%(default)s")
-    ap.add_argument("--tol-proxy", type=float, default=0.4,
-                    help="the proxy over its floor: regression past +%(default)s")
+    ap.add_argument("--tol-noisy", type=float, default=0.4,
+                    help="per-token figures (C64 per token, the proxy over its floor): regression past +%(default)s")
     ap.add_argument("--tol-rss-mb", type=float, default=10.0, help="RSS: regression past +%(default)s MB")
     ap.add_argument("--only", default="", help="comma-separated groups to run: token,whole,request,proxy,rss")
     ap.add_argument("--json", type=Path, default=None, help="also write this run's figures here")
+    ap.add_argument("--src", type=Path, default=None,
+                    help="measure the kvreplay under this src/ folder instead of this tree's (a before/after "
+                         "comparison: an exported older tree with its compiled .so files)")
     a = ap.parse_args(argv)
+    if a.src is not None:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(a.src.resolve()), os.environ["PYTHONPATH"]])
     mode = "full" if a.full else "default"
     stored = json.loads(a.baseline.read_text()) if a.baseline.exists() else {}
     base = (stored.get(mode) or {}).get("figures")
@@ -316,20 +324,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"guard: a measurement failed: {e}", file=sys.stderr)
         return 2
     load1, wall = os.getloadavg(), time.perf_counter() - t0
-    print("\n".join(report(got, base, mode, a.tol_ratio, a.tol_proxy, a.tol_rss_mb)))
-    print(f"tree {_git_head()}; {wall:.0f} s; {os.cpu_count()} CPUs, load average {load0[0]:.2f} before, "
+    print("\n".join(report(got, base, mode, a.tol_ratio, a.tol_noisy, a.tol_rss_mb)))
+    print(f"tree {a.src or _git_head()}; {wall:.0f} s; {os.cpu_count()} CPUs, load average {load0[0]:.2f} before, "
           f"{load1[0]:.2f} after; baseline: {(stored.get(mode) or {}).get('note', 'none')}")
     if a.json:
         a.json.write_text(json.dumps(got, indent=1))
     if a.write_baseline:
-        stored[mode] = {"figures": {k: round(got[k], 4) for k in FIGURES if k in got}, "tree": _git_head(),
+        stored[mode] = {"figures": {k: round(got[k], 4) for k in FIGURES if k in got},
+                        "tree": str(a.src) if a.src else _git_head(),
                         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                         "load": [round(load0[0], 2), round(load1[0], 2)], "wall_s": round(wall),
                         "note": a.note}
         a.baseline.write_text(json.dumps(stored, indent=1) + "\n")
         print(f"baseline written: {a.baseline} ({mode})")
         return 0
-    bad = [k for k, v in verdicts(got, base, a.tol_ratio, a.tol_proxy, a.tol_rss_mb) if v == "REGRESSED"]
+    bad = [k for k, v in verdicts(got, base, a.tol_ratio, a.tol_noisy, a.tol_rss_mb) if v == "REGRESSED"]
     if bad:
         print(f"guard: regressed past tolerance: {', '.join(bad)}", file=sys.stderr)
         return 1
