@@ -44,8 +44,8 @@ event and a token costs a read; when it lags, reads carry several: one run read 
 ``/proc`` (single pairs 1.3-3.5 in one run). RSS 10 MB
 (``--tol-rss-mb``): it does not depend on load (same tree: within 2 MB).
 
-    PYTHONPATH=src .venv/bin/python bench/guard.py            # <= 60 s, small N
-    PYTHONPATH=src .venv/bin/python bench/guard.py --full     # the sizes, <= 5 min
+    PYTHONPATH=src .venv/bin/python bench/guard.py            # small N: 60-100 s here at load 3-8
+    PYTHONPATH=src .venv/bin/python bench/guard.py --full     # the sizes: ~4 min quiet
     PYTHONPATH=src .venv/bin/python bench/guard.py --write-baseline --note "why"
 
 The guard measures the tree it sits in: it puts its own ``src/`` first on
@@ -85,7 +85,7 @@ SIZES: dict[str, dict[str, int]] = {
     "default": {"token_n": 1000, "token_warm": 150, "whole_n": 500, "request_n": 2000, "request_warm": 200,
                 "proxy_n": 128, "proxy_reps": 3, "rss_n": 2000, "reps": 2, "token_reps": 3},
     "full": {"token_n": 3000, "token_warm": 400, "whole_n": 20000, "request_n": 6000, "request_warm": 600,
-             "proxy_n": 512, "proxy_reps": 5, "rss_n": 20000, "reps": 3, "token_reps": 5},
+             "proxy_n": 384, "proxy_reps": 3, "rss_n": 20000, "reps": 2, "token_reps": 3},
 }
 
 #: Each figure: (label, unit, target, tolerance kind); lower is better for all.
@@ -298,7 +298,8 @@ def report(got: dict, base: dict | None, mode: str, tol_ratio: float, tol_noisy:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--full", action="store_true", help="the issue's sizes (<= 5 min) instead of small N (<= 60 s)")
+    ap.add_argument("--full", action="store_true",
+                    help="the issue's sizes (~4 min on a quiet machine) instead of small N (60-100 s at load 3-8)")
     ap.add_argument("--baseline", type=Path, default=BASELINE, help="the landed figures (default %(default)s)")
     ap.add_argument("--write-baseline", action="store_true", help="store this run's figures as the mode's baseline")
     ap.add_argument("--note", default="", help="with --write-baseline: why the figures moved, the conditions")
