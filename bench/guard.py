@@ -114,21 +114,58 @@ def _alternate(reps: int, arms: dict[str, Callable[[], dict]]) -> dict[str, list
     return got
 
 
-def per_token(tmp: Path, n: int, warm: int, reps: int, srv_cpu: int | None, cli_cpu: int | None) -> dict:
-    """CPU per streamed token at C64, 128 tokens an answer (``bench_client``'s children), kvreplay over plain."""
-    wl = tmp / "tok.jsonl"
-    make_workload(wl, 500, max_tokens=128)
-    srv, port = _start_server(srv_cpu, 128)
+def _under(src: Path | None, fn: Callable[[], dict]) -> Callable[[], dict]:
+    """``fn`` run with ``src`` first on the children's ``PYTHONPATH`` (None: unchanged)."""
+    if src is None:
+        return fn
+
+    def call() -> dict:
+        keep = os.environ["PYTHONPATH"]
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(src.resolve()), keep])
+        try:
+            return fn()
+        finally:
+            os.environ["PYTHONPATH"] = keep
+
+    return call
+
+
+def _children(tmp: Path, tokens: int, n: int, warm: int, reps: int, srv_cpu: int | None, cli_cpu: int | None,
+              ref: Path | None, per: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``bench_client``'s children at C64 against a ``tokens``-token server, alternating.
+
+    Returns (CPU µs ``per`` "token" or "request" by arm, kvreplay / plain ratio per repetition
+    by arm); the arms are ``kvreplay`` (this tree), ``plain`` and, with ``ref``, ``ref``
+    (the kvreplay under ``ref``, in the same run).
+    """
+    wl = tmp / f"w{tokens}.jsonl"
+    make_workload(wl, 500, max_tokens=tokens)
+    srv, port = _start_server(srv_cpu, tokens)
+    arms = {c: (lambda c=c: _run_child(c, port, 64, n, warm, wl, tmp, cli_cpu)) for c in ("kvreplay", "plain")}
+    if ref is not None:
+        arms["ref"] = _under(ref, lambda: _run_child("kvreplay", port, 64, n, warm, wl, tmp, cli_cpu))
     try:
-        got = _alternate(reps, {
-            c: (lambda c=c: _run_child(c, port, 64, n, warm, wl, tmp, cli_cpu)) for c in ("kvreplay", "plain")
-        })
+        got = _alternate(reps, arms)
     finally:
         _stop_server(srv)
-    us = {c: [r["cpu_s"] / r["tokens"] * 1e6 for r in rows] for c, rows in got.items()}
-    ratio = [k / p for k, p in zip(us["kvreplay"], us["plain"], strict=True)]
-    return {"token_ratio": statistics.median(ratio), "token_ratio_reps": ratio,
-            "detail": {c: {"us_per_token": statistics.median(v)} for c, v in us.items()}}
+    key = "tokens" if per == "token" else "requests"
+    us = {c: [r["cpu_s"] / r[key] * 1e6 for r in rows] for c, rows in got.items()}
+    ratios = {c: [k / p for k, p in zip(us[c], us["plain"], strict=True)] for c in us if c != "plain"}
+    return us, ratios
+
+
+def _group(name: str, per: str, us: dict[str, list[float]], ratios: dict[str, list[float]]) -> dict:
+    out: dict[str, Any] = {name: statistics.median(ratios["kvreplay"]), name + "_reps": ratios["kvreplay"],
+                           "detail": {c: {f"us_per_{per}": statistics.median(v)} for c, v in us.items()}}
+    if "ref" in ratios:
+        out[name + "_ref"], out[name + "_ref_reps"] = statistics.median(ratios["ref"]), ratios["ref"]
+    return out
+
+
+def per_token(tmp: Path, n: int, warm: int, reps: int, srv_cpu: int | None, cli_cpu: int | None,
+              ref: Path | None = None) -> dict:
+    """CPU per streamed token at C64, 128 tokens an answer (``bench_client``'s children), kvreplay over plain."""
+    return _group("token_ratio", "token", *_children(tmp, 128, n, warm, reps, srv_cpu, cli_cpu, ref, "token"))
 
 
 def whole_run(tmp: Path, n: int, reps: int, srv_cpu: int | None, cli_cpu: int | None) -> dict:
@@ -154,21 +191,10 @@ def whole_run(tmp: Path, n: int, reps: int, srv_cpu: int | None, cli_cpu: int | 
                        for c, rows in got.items()}}
 
 
-def per_request(tmp: Path, n: int, warm: int, reps: int, srv_cpu: int | None, cli_cpu: int | None) -> dict:
+def per_request(tmp: Path, n: int, warm: int, reps: int, srv_cpu: int | None, cli_cpu: int | None,
+                ref: Path | None = None) -> dict:
     """CPU per request with one-token answers at C64 (``bench_client``'s children), kvreplay over plain."""
-    wl = tmp / "one.jsonl"
-    make_workload(wl, 500, max_tokens=1)
-    srv, port = _start_server(srv_cpu, 1)
-    try:
-        got = _alternate(reps, {
-            c: (lambda c=c: _run_child(c, port, 64, n, warm, wl, tmp, cli_cpu)) for c in ("kvreplay", "plain")
-        })
-    finally:
-        _stop_server(srv)
-    us = {c: [r["cpu_s"] / r["requests"] * 1e6 for r in rows] for c, rows in got.items()}
-    ratio = [k / p for k, p in zip(us["kvreplay"], us["plain"], strict=True)]
-    return {"request_ratio": statistics.median(ratio), "request_ratio_reps": ratio,
-            "detail": {c: {"us_per_request": statistics.median(v)} for c, v in us.items()}}
+    return _group("request_ratio", "request", *_children(tmp, 1, n, warm, reps, srv_cpu, cli_cpu, ref, "request"))
 
 
 async def _proxy_runs(sim: Proc, rec: Proc, floor: Proc, n: int, reps: int) -> dict:
@@ -219,15 +245,19 @@ def rss(tmp: Path, n: int, srv_cpu: int | None, cli_cpu: int | None) -> dict:
     return {"rss_mb": r["rss_mb"], "detail": {"requests": r["requests"], "whole_cpu_s": r["whole_cpu_s"]}}
 
 
-def measure(mode: str, only: set[str] | None = None) -> dict:
-    """Every figure of ``mode`` (``default`` or ``full``); ``only`` limits the groups run (for trying)."""
+def measure(mode: str, only: set[str] | None = None, ref: Path | None = None) -> dict:
+    """Every figure of ``mode`` (``default`` or ``full``); ``only`` limits the groups run (for trying).
+
+    ``ref``: another tree's ``src/``, measured as a third arm of the per-token and
+    per-request groups (``token_ratio_ref``, ``request_ratio_ref``).
+    """
     z = SIZES[mode]
     srv_cpu, cli_cpu = _cpus()
     out: dict[str, Any] = {}
     groups: dict[str, Callable[[Path], dict]] = {
-        "token": lambda t: per_token(t, z["token_n"], z["token_warm"], z["token_reps"], srv_cpu, cli_cpu),
+        "token": lambda t: per_token(t, z["token_n"], z["token_warm"], z["token_reps"], srv_cpu, cli_cpu, ref),
         "whole": lambda t: whole_run(t, z["whole_n"], z["reps"], srv_cpu, cli_cpu),
-        "request": lambda t: per_request(t, z["request_n"], z["request_warm"], z["reps"], srv_cpu, cli_cpu),
+        "request": lambda t: per_request(t, z["request_n"], z["request_warm"], z["reps"], srv_cpu, cli_cpu, ref),
         "proxy": lambda t: proxy(t, z["proxy_n"], z["proxy_reps"]),
         "rss": lambda t: rss(t, z["rss_n"], srv_cpu, cli_cpu),
     }
@@ -290,6 +320,8 @@ def report(got: dict, base: dict | None, mode: str, tol_ratio: float, tol_noisy:
             return f"{x:.0f} {unit}" if kind == "rss" else f"{x:.3f}{unit}"
 
         b = fmt(base[key]) if base and key in base else "-"
+        if key + "_ref_reps" in got:
+            b += " (ref, this run: " + ", ".join(f"{x:.3f}" for x in got[key + "_ref_reps"]) + ")"
         tol = {"ratio": f"+{tol_ratio:.0%}", "noisy": f"+{tol_noisy:.0%}"}.get(kind, f"+{tol_rss:g} MB")
         met = "met" if got[key] <= target else "not met"
         lines.append(f"| {label} | {fmt(got[key])} | {reps} | <= {fmt(target)} ({met}) | {b} | {tol} | {verdict} |")
@@ -312,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=Path, default=None,
                     help="measure the kvreplay under this src/ folder instead of this tree's (a before/after "
                          "comparison: an exported older tree with its compiled .so files)")
+    ap.add_argument("--ref-src", type=Path, default=None,
+                    help="another tree's src/ (main's, exported with its .so files) measured in the same run as a "
+                         "third arm of the per-token and per-request figures; those two are then judged against "
+                         "it instead of the stored baseline (the per-token figure moves with the machine's load)")
     a = ap.parse_args(argv)
     if a.src is not None:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(a.src.resolve()), os.environ["PYTHONPATH"]])
@@ -320,11 +356,13 @@ def main(argv: list[str] | None = None) -> int:
     base = (stored.get(mode) or {}).get("figures")
     load0, t0 = os.getloadavg(), time.perf_counter()
     try:
-        got = measure(mode, set(filter(None, a.only.split(","))) or None)
+        got = measure(mode, set(filter(None, a.only.split(","))) or None, a.ref_src)
     except (TimeoutError, RuntimeError, SystemExit, OSError, subprocess.SubprocessError) as e:
         print(f"guard: a measurement failed: {e}", file=sys.stderr)
         return 2
     load1, wall = os.getloadavg(), time.perf_counter() - t0
+    if a.ref_src is not None:  # judged against the reference tree measured in this run
+        base = {**(base or {}), **{k: got[k + "_ref"] for k in ("token_ratio", "request_ratio") if k + "_ref" in got}}
     print("\n".join(report(got, base, mode, a.tol_ratio, a.tol_noisy, a.tol_rss_mb)))
     print(f"tree {a.src or _git_head()}; {wall:.0f} s; {os.cpu_count()} CPUs, load average {load0[0]:.2f} before, "
           f"{load1[0]:.2f} after; baseline: {(stored.get(mode) or {}).get('note', 'none')}")
