@@ -97,8 +97,8 @@ class Workload:
         """Bytes of body ``i`` (from the index, not from disk, where indexed)."""
         return size_of(self.bodies, i)
 
-    def readahead(self, i: int) -> None:
-        """Hint that body ``i`` is sent soon (indexed bodies: the kernel starts reading it)."""
+    def readahead(self, i: int | Sequence[int]) -> None:
+        """Hint that body ``i`` (or bodies ``i``) is sent soon (indexed bodies: the kernel starts reading)."""
         ra = getattr(self.bodies, "readahead", None)
         if ra is not None:
             ra(i)
