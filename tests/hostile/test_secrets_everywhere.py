@@ -177,6 +177,12 @@ def outputs(tmp_path_factory):
             "--api-key-file", key_file, "--out", out / "run-file", "--report", "md", "--read-timeout", "5s")
         cmd("run-url-credentials", "run", workload, "--target", srv.url.replace("//", f"//tok:{KEY}@"),
             "--backend", "none", "--phase", "p:forward:c1", "--out", out / "run-url", "--read-timeout", "5s")
+        # a sweep of two cold points: each an ordinary run directory, plus sweep.json, points.csv, report.html
+        cmd("sweep-url-credentials", "sweep", workload, "--target", srv.url.replace("//", f"//tok:{KEY}@"),
+            "--backend", "vllm", "--concurrency", "1,2", "--cache", "cold", "--csv", "--out", out / "sweep",
+            "--read-timeout", "5s")
+        cmd("sweep-url-query", "sweep", workload, "--target", f"{srv.url}/?api_key={KEY}", "--backend", "vllm",
+            "--concurrency", "1", "--out", out / "sweep-query")
         cmd("probe", "probe", *target, "--backend", "vllm", "--model", "m", "--sizes", "64,128", "--flush-max", "0",
             "--api-key-env", ENV, "--out", out / "probe", "--read-timeout", "5")
         cmd("ab", "ab", workload, *target, "--backend", "vllm", "--arm", "off=true", "--arm", "on=true",
@@ -203,7 +209,7 @@ def outputs(tmp_path_factory):
 
 COMMANDS = ["run", "run-key-file", "run-url-credentials", "report", "report-ab", "probe", "ab", "compare",
             "experiment", "record", "record-client", "import-har", "import-mooncake", "simulate", "simulate-json",
-            "fit"]
+            "fit", "sweep-url-credentials"]
 
 
 def _hits(data: bytes) -> list[str]:
@@ -235,7 +241,11 @@ def test_the_key_is_in_no_file(outputs):
                      "ab/ab.json", "ab/compare.json", "ab/compare.md", "ab/report.html", "compare/compare.json",
                      "compare/compare.md", "experiment/experiment.json", "experiment/result.json",
                      "experiment/report.md", "experiment/report.html", "record/W.plan.toml",
-                     "import-har/W.plan.toml", "import-mc/mc.jsonl", "simulate.png"):
+                     "import-har/W.plan.toml", "import-mc/mc.jsonl", "simulate.png",
+                     "sweep/sweep.json", "sweep/points.csv", "sweep/report.html", "sweep/points/01-c1/plan.json",
+                     "sweep/points/01-c1/records.jsonl", "sweep/points/01-c1/counters.jsonl",
+                     "sweep/points/01-c1/summary.json", "sweep/points/02-c2/records.jsonl",
+                     "sweep/points/02-c2/report.html"):
         assert expected in names, sorted(names)
     steps = {Path(n).parts[2] for n in names if n.startswith("experiment/steps/")}
     assert {s.split("-", 1)[1] for s in steps} >= {"A", "P", "T"}, steps
@@ -248,13 +258,25 @@ def test_the_key_is_in_no_file(outputs):
 def test_the_server_did_echo_the_key(outputs):
     """The outputs hold the marker where the server put the key: the search above is not vacuous."""
     out, _ = outputs
-    for f in ("run/records.jsonl", "run-url/records.jsonl", "probe/requests.jsonl", "record/W/manifest.jsonl"):
+    for f in ("run/records.jsonl", "run-url/records.jsonl", "probe/requests.jsonl", "record/W/manifest.jsonl",
+              "sweep/points/01-c1/records.jsonl", "sweep/points/02-c2/records.jsonl"):
         path = out / f
         if not path.exists():
             path = next((out / f).parent.glob("*.jsonl"))
         assert b"[REDACTED]" in path.read_bytes(), f
     step = next((out / "experiment" / "steps").glob("*-P"))
     assert b"[REDACTED]" in (step / "requests.jsonl").read_bytes()
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_target_with_an_api_key_query_is_refused_naming_no_key(outputs):
+    """``kvreplay sweep --target URL/?api_key=KEY``: exit 2 naming --target before anything is made; the key is
+    on no stream (and, above, in no file)."""
+    out, streams = outputs
+    stdout, stderr, rc = streams["sweep-url-query"]
+    assert rc == 2 and "--target" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert not _hits(stdout.encode()) and not _hits(stderr.encode()), stderr[-2000:]
+    assert not (out / "sweep-query").exists()
 
 
 # --- Every URL a user gives (issue 44 item 1) ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 r"""Record live traffic through a transparent proxy: the behaviour of ``kvreplay record`` and ``kvreplay.record``.
 
 Every request is forwarded byte for byte and every response streamed back as it
-arrives (``kvreplay.api._recording_proxy``); POST bodies to ``paths`` are retained
+arrives (``kvreplay.recorder``); POST bodies to ``paths`` are retained
 as ``W/NNNNNN.json`` with a manifest ``W/capture.jsonl`` and ``W.arrivals.json`` +
 ``W.plan.toml`` beside ``W`` (``kvreplay.workload.capture``). ``kvreplay record``
 (``commands/record.py``) prints; this module declares its options
@@ -197,11 +197,11 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         OSError: the address cannot be bound (``strerror``: ``cannot listen on HOST:PORT: why``);
             no capture folder is left behind.
     """
-    from kvreplay.api._recording_proxy import RecordingProxy
     from kvreplay.api.serving import is_loopback, wait_for_stop
     from kvreplay.clock import now_ns
     from kvreplay.errors import ConfigError
     from kvreplay.outpath import check_out
+    from kvreplay.recorder import RecordingProxy
     from kvreplay.redaction import redact_url, register_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 

@@ -47,6 +47,7 @@ from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.metrics.fleet import FleetStats
+from kvreplay.metrics.histograms import load_recording
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats, failure_kind
@@ -213,11 +214,13 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
 
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec
+        load_recording()  # nothing imported on the loop once the phase's clock runs (issue 42 item 6)
         st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence),
                         label=spec.label, comparable=spec.comparable)
         check_failed: str | None = None
         if phase.intended_ns is not None:
             st.open_loop = True
+            st.cap_wait_max_ns = 0
             span = phase.intended_ns[-1] if phase.intended_ns else 0
             # with sessions, the intended times are session arrivals: the offered rate is sessions/s
             st.offered_rps = (len(phase.intended_ns) - 1) / (span / 1e9) if span > 0 else None
@@ -280,6 +283,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
         fleet = bool(self.opts.replicas)
 
         spans = dict(phase.session_spans())  # conversations: first position -> turns
+        n_seq = len(phase.sequence)
         arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
 
         async def one(pos: int, bi: int, rep: int, raw: bytes | None = None,
@@ -292,6 +296,9 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                 wait = t_int - now_ns()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)
+                elif -wait > st.cap_wait_max_ns:  # type: ignore[operator]
+                    # claimed after its intended time: every slot under the cap was busy until now
+                    st.cap_wait_max_ns = -wait
             if self.stop_new:
                 self.record_not_sent(st, phase, pos, bi, rep, attribution)
                 return None
@@ -300,8 +307,10 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             except BodyChanged as exc:
                 self.refuse_changed(st, phase, pos, bi, rep, attribution, exc)
                 return None
-            if pos + READAHEAD < len(phase.sequence):
-                self.workload.readahead(phase.sequence[pos + READAHEAD][0])
+            if not pos % READAHEAD and pos + READAHEAD < n_seq:
+                # one hint per READAHEAD positions, for the next READAHEAD bodies (issue 43 item 1)
+                self.workload.readahead([phase.sequence[p][0]
+                                         for p in range(pos + READAHEAD, min(pos + 2 * READAHEAD, n_seq))])
             send_raw = body.raw if raw is None else raw
             head = head_chars if keep_chars is None else keep_chars
             self.obs.on_request_start(phase.name, pos)

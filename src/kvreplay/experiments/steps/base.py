@@ -167,13 +167,15 @@ def check_cells(metric: str) -> Callable[[dict[str, Any], dict[str, Any], CellCo
     """A ``cells`` hook giving one cell, ``metric``, for a step that checks something and sends nothing.
 
     The cell's status and reason are the step's; its value is True when the step was
-    measured, False when it failed or was cut, None when it never ran (deferred, skipped,
-    not_run: there is nothing to read as a check's outcome).
+    measured, False when it ran and failed, and None (no value) when it never ran or was
+    cut (``not_run``, ``deferred``, ``skipped``, ``aborted``): a check that was not made is
+    neither passed nor failed.
     """
     def cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) -> list[Cell]:
-        ran = step["status"] not in ("deferred", "skipped", "not_run")
-        return [{"step": step["name"], "metric": metric, "status": step["status"],
-                 "value": step["status"] == "measured" if ran else None, "reason": step.get("reason")}]
+        status = step["status"]
+        value = True if status == "measured" else (False if status == "failed" else None)
+        return [{"step": step["name"], "metric": metric, "status": status, "value": value,
+                 "reason": step.get("reason")}]
 
     return cells
 
