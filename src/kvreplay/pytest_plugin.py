@@ -77,6 +77,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="counter adapter for --kvreplay-target (auto, none, vllm, sglang, llamacpp...)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse options that contradict each other (issue 44): a run would silently ignore one of them.
+
+    Raises:
+        pytest.UsageError: ``--kvreplay-sim`` with ``--kvreplay-target`` (which one is meant is
+            unknown), or a ``--kvreplay-backend`` that is no adapter (``auto``, ``none`` or a
+            name of ``kvreplay.backends.backend_names``), with or without ``--kvreplay-sim``.
+    """
+    target = config.getoption("--kvreplay-target", None)
+    if config.getoption("--kvreplay-sim", False) and target:
+        raise pytest.UsageError("--kvreplay-sim and --kvreplay-target name two targets: give one of them")
+    backend = config.getoption("--kvreplay-backend", "auto")
+    if backend not in ("auto", "none"):
+        from kvreplay.backends import backend_names
+
+        if backend not in backend_names():
+            raise pytest.UsageError(f"--kvreplay-backend {backend!r} is not a counter adapter: one of auto, none, "
+                                    f"{', '.join(backend_names())}")
+
+
 class KvreplayFixture:
     """What the ``kvreplay`` fixture gives a test: ``replay`` and ``probe`` bound to the chosen target.
 

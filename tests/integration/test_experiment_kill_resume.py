@@ -254,3 +254,46 @@ def test_report_after_a_kill_before_the_first_step(tmp_path):
     assert [(s["name"], s["status"], s["reason"]) for s in r["steps"]] == [
         (n, "not_run", "not run: the window was killed before this step") for n in STEPS]
     assert r["aborted"]["reason"] == "killed"
+
+
+def _tamper(out: Path, name: str, step: str, **changes) -> None:
+    doc = json.loads((out / name).read_text())
+    for st in doc["steps"]:
+        if st["name"] == step:
+            st.update(changes)
+    (out / name).write_text(json.dumps(doc))
+
+
+@pytest.mark.timeout(60)
+def test_a_tampered_directory_is_refused_in_one_line_and_nothing_is_written_outside(killed, tmp_path, capsys):
+    """Issue 44 lows: a step ``dir`` of ``../outside`` made ``report`` write a summary there (the interrupted
+    step's run rebuilt); an unknown step kind was a KeyError traceback; a truncated progress.json read as
+    missing (every step not_run, the records on disk hidden; ``--resume``: "no progress.json")."""
+    out = _copy(killed, tmp_path)
+    outside = tmp_path / "outside"
+    import shutil
+
+    shutil.copytree(out / "steps" / "01-A", outside)
+    before = _tree(outside)
+    _tamper(out, "experiment.json", "A", dir="../outside")
+    for argv in (["report", str(out)], ["experiment", "--resume", str(out), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert (f"kvreplay: error: {out / 'experiment.json'}, field 'steps[1].dir': '../outside' is not a folder "
+                "inside the experiment directory") in err, err
+    assert _tree(outside) == before and not (out / "result.json").exists()
+
+    out = _copy(killed, tmp_path / "kind")
+    _tamper(out, "experiment.json", "B", kind="bogus")
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "no step kind 'bogus'; registered: incarnation, run" in err, err
+
+    out = _copy(killed, tmp_path / "truncated")
+    text = (out / "progress.json").read_text()
+    (out / "progress.json").write_text(text[: len(text) // 2])
+    for argv in (["report", str(out)], ["experiment", "--resume", str(out), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"kvreplay: error: {out / 'progress.json'}: not a readable JSON object (truncated" in err, err
+    assert not (out / "result.json").exists()

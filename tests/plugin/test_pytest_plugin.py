@@ -84,3 +84,16 @@ def test_reset(kvreplay):
 ''')
     result = pytester.runpytest_subprocess(*PLUGIN, "--kvreplay-sim")
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kvreplay-sim", "--kvreplay-target", "http://127.0.0.1:9"],
+     "*--kvreplay-sim and --kvreplay-target name two targets: give one of them*"),
+    (["--kvreplay-sim", "--kvreplay-backend", "bogus"], "*--kvreplay-backend 'bogus' is not a counter adapter*"),
+])
+def test_contradicting_options_are_refused(pytester: pytest.Pytester, args, message):
+    """Issue 44 lows: before, the target won over --kvreplay-sim silently and a bogus backend was ignored."""
+    pytester.makepyfile(USER_TEST.replace("THRESHOLD", "0.9"))
+    result = pytester.runpytest(*PLUGIN, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])

@@ -57,9 +57,14 @@ def fleet_of(args: RunConfig, settings: dict[str, Any], target: str) -> tuple[st
 
     Raises:
         ConfigError: a bad replica, ``--target sim`` with replicas, a replica that is
-            the router, a replica listed twice (field ``--replica``).
+            the router, a replica listed twice, a replica's adapter that cannot be built
+            (``backends.fleet.check_fleet_backends``; field ``--replica``): before the run
+            directory is made.
     """
-    from kvreplay.runner.fleet import check_fleet, parse_replica, replicas_from_mapping
+    from kvreplay.runner.fleet import check_fleet, check_header_name, parse_replica, replicas_from_mapping
+
+    if getattr(args, "replica_header", None) is not None:
+        check_header_name(args.replica_header)
 
     router, replicas = replicas_from_mapping(settings["fleet"]) if settings.get("fleet") else (None, ())
     given = [parse_replica(t) for t in getattr(args, "replica", None) or ()]
@@ -73,6 +78,9 @@ def fleet_of(args: RunConfig, settings: dict[str, Any], target: str) -> tuple[st
         raise ConfigError("--replica needs --target ROUTER_URL (the router the requests go to), not sim",
                           field="--replica")
     check_fleet(target, replicas)
+    from kvreplay.backends.fleet import check_fleet_backends
+
+    check_fleet_backends(replicas, getattr(args, "backend", "auto"), getattr(args, "profile", None))
     return target, replicas
 
 

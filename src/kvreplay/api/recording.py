@@ -202,7 +202,7 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     from kvreplay.errors import ConfigError
     from kvreplay.outpath import check_out
     from kvreplay.recorder import RecordingProxy
-    from kvreplay.redaction import redact_url
+    from kvreplay.redaction import redact_url, register_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 
     duration = args.duration
@@ -212,7 +212,15 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     check_out(args.out, force=getattr(args, "force", False), folder=True, siblings=sidecar_paths(args.out),
               make_parents=True)
     if not args.upstream.startswith(("http://", "https://")):
-        raise ConfigError(f"must be an http:// or https:// URL, not {args.upstream!r}", field="--upstream")
+        raise ConfigError(f"must be an http:// or https:// URL, not {redact_url(args.upstream)!r}",
+                          field="--upstream")
+    try:
+        register_url(args.upstream)  # its credentials: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the upstream URL: {exc}", field="--upstream") from None
+    if "?" in args.upstream or "#" in args.upstream:
+        raise ConfigError(f"{redact_url(args.upstream)!r}: an upstream URL takes no query or fragment (each "
+                          "request's own path and query are forwarded)", field="--upstream")
     host, port = parse_listen(args.listen)
     if args.max_bodies is not None and args.max_bodies < 0:
         raise ConfigError("must be >= 0", field="--max-bodies")

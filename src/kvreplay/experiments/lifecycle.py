@@ -107,22 +107,15 @@ async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float,
     """Run a restore check (``run_command``, what it leaves running reaped), its output captured redacted.
 
     The command writes ``<log_dir>/check-NAME.log`` itself; once it has exited the log is
-    rewritten through ``safe_io.atomic_write_text`` (registered secrets redacted).
+    bounded and redacted as every user command's (``runner.usercmd.keep_log``).
 
     Returns:
         ``run_command``'s record with ``name`` = NAME, ``ok`` (exited 0 in time) and ``output``
         (the log's last 2 KiB, redacted).
     """
-    from kvreplay.safe_io import atomic_write_text
-
     got = await run_command(cmd, name=f"check-{name}", log_dir=log_dir, timeout_s=timeout_s, ledger=ledger,
                             port=port, reap=True)
-    log = Path(got["log"])
-    try:
-        atomic_write_text(log, log.read_bytes().decode("utf-8", "replace"))
-        output = log.read_text(encoding="utf-8", errors="replace")[-2048:]
-    except OSError as exc:
-        output = f"(log unreadable: {exc.strerror or exc})"
+    output = got["tail"] if Path(got["log"]).is_file() else "(log unreadable)"
     return {**got, "name": name, "ok": got["rc"] == 0, "output": output, "tail": output}
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kvreplay.errors import ConfigError
-from kvreplay.redaction import check_secret, redact_url, register, register_headers
+from kvreplay.redaction import check_secret, redact_url, register, register_headers, register_url
 from kvreplay.rundir import RECORDS
 from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
 
@@ -72,7 +72,11 @@ def check_target(target: str, *, sim: bool) -> None:
     """
     if not (sim and target == "sim") and not target.startswith(("http://", "https://")):
         hint = " (or 'sim')" if sim else ""
-        raise ConfigError(f"{target!r} is not a URL: give http://HOST:PORT{hint}", field="--target")
+        raise ConfigError(f"{redact_url(target)!r} is not a URL: give http://HOST:PORT{hint}", field="--target")
+    try:
+        register_url(target)  # user:password@ and ?api_key=: in no output (redaction.redact_url's rules)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the target URL: {exc}", field="--target") from None
 
 
 def read_api_key(args: KeySource) -> str | None:
@@ -125,9 +129,18 @@ def split_credentials(url: str, headers: dict[str, str]) -> tuple[str, str]:
 
     Raises:
         ConfigError: the password (or, without one, the user name) is shorter than
-            ``redaction.MIN_SECRET`` characters (field ``--target``; nothing sent).
+            ``redaction.MIN_SECRET`` characters, or the URL has a query or fragment (its
+            secrets registered all the same; field ``--target``; nothing sent).
     """
+    try:
+        register_url(url)  # first: no message below, nor any output, keeps a secret of it
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the target URL: {exc}", field="--target") from None
     u = urlsplit(url)
+    if u.query or u.fragment or url.endswith(("?", "#")):
+        raise ConfigError(f"{redact_url(url)!r}: a target URL takes no query or fragment (requests go to "
+                          "TARGET/v1/...); give an API key with --api-key-env or --api-key-file, "
+                          "credentials as http://USER:PASSWORD@HOST:PORT", field="--target")
     if u.username is None and u.password is None:
         return url, url
     user, password = unquote(u.username or ""), unquote(u.password or "")

@@ -55,6 +55,7 @@ from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.fleet import FLEET_KEYS, arm_fleet, fleet_backend, fleet_run_options, start_arm_fleet
 from kvreplay.plan import PhaseSpec, Plan
+from kvreplay.redaction import register_urls_in
 from kvreplay.runner.usercmd import run_user_command
 from kvreplay.safe_io import atomic_write_json, write_markdown
 
@@ -93,6 +94,10 @@ def parse_arm(text: str) -> Arm:
             f"{text!r}: expected NAME=CMD with a name of letters, digits, '_', '.', '-'",
             field="--arm",
         )
+    try:
+        register_urls_in(cmd)  # a URL's credentials in the switch command: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in a URL of arm {name}: {exc}", field="--arm") from None
     return Arm(name, cmd.strip())
 
 
