@@ -144,7 +144,7 @@ def test_plan_hash_of_the_bundled_workload_is_unchanged(tmp_path, monkeypatch):
 
 
 def test_run_refuses_a_body_edited_between_planning_and_sending(jsonl, tmp_path, monkeypatch):
-    import kvreplay.api.run as api_run
+    import kvreplay.api.runflow as api_run  # where the run plans (issue 41 moved it out of api/run.py)
 
     real = api_run.build_plan
 
