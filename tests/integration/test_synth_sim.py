@@ -125,3 +125,25 @@ def test_check_on_the_embedded_simulator(tmp_path, capsys):
     assert main(["synth", "--tokenizer", "sim", "--out", str(out), "--requests", "2", "--force", "--check", "sim"]) == 2
     assert "--check-out " + str(tmp_path / "w.check") + " exists" in capsys.readouterr().err
     assert out.read_bytes() == before  # refused before anything is written
+
+
+def test_out_is_checked_as_every_command_checks_it(tmp_path, capsys):
+    """Issue 44 item 6: synth's --out goes through the one check (kvreplay.outpath.check_out), before any
+    tokenizer request: a FIFO is never replaced, even with --force; nor the histogram it reads; nor a
+    manifest left beside the workload without --force."""
+    import os
+
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    assert main(["synth", "--tokenizer", "sim", "--out", str(fifo), "--requests", "2", "--force"]) == 2
+    assert "--out" in capsys.readouterr().err
+    hist = tmp_path / "isl.jsonl"
+    hist.write_text('{"tokens": 40, "count": 1}\n')
+    assert main(["synth", "--tokenizer", "sim", "--out", str(hist), "--isl-file", str(hist), "--requests", "2",
+                 "--force"]) == 2
+    assert hist.read_text() == '{"tokens": 40, "count": 1}\n'
+    capsys.readouterr()
+    out = tmp_path / "w.jsonl"
+    (tmp_path / "w.synth.json").write_text("{}")
+    assert main(["synth", "--tokenizer", "sim", "--out", str(out), "--requests", "2"]) == 2
+    assert "w.synth.json" in capsys.readouterr().err and not out.exists()

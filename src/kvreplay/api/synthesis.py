@@ -89,13 +89,17 @@ def synth_args(args: argparse.Namespace) -> list[str]:
         ConfigError: bad options, an existing ``--out`` without ``--force``, a tokenizer
             that cannot be reached or cannot cut exactly.
     """
+    from kvreplay.outpath import check_out
     from kvreplay.redaction import redact_url
-    from kvreplay.workload.synth import synthesize, write_synth
+    from kvreplay.workload.sessions import sessions_path
+    from kvreplay.workload.synth import manifest_path, synthesize, write_synth
     from kvreplay.workload.tokenizer_client import open_tokenizer
 
     out = Path(args.out)
-    if out.exists() and not args.force:  # before any request to the tokenizer
-        raise ConfigError(f"--out {out} exists; give --force to replace it")
+    # before any request to the tokenizer: the one check of a user-named output (no clobbering,
+    # never a device, FIFO or the command's own input; the manifest and sessions beside it too)
+    check_out(out, force=args.force, inputs=[x for x in (args.isl_file, args.tokenizer) if x],
+              siblings=(manifest_path(out), sessions_path(out)))
     check_dir = Path(args.check_out) if args.check_out else out.with_name(out.name.removesuffix(".jsonl") + ".check")
     if args.check is not None and check_dir.exists():
         raise ConfigError(f"--check-out {check_dir} exists: the check's run directory must be new "
