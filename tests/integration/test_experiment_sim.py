@@ -181,7 +181,7 @@ def test_stop_new_after_defers_later_steps_and_restores(tmp_path):
         assert [(c["metric"], c["status"], c["reason"]) for c in ph_cells] == [
             (f"{ph['name']}.{m}", "aborted", f"{why} ({s['reason']})")
             for m in ("requests_ok", "ttft_p50_ms", "e2e_p50_ms", "cached_tokens", "hit_tokens",
-                      "host_fetched_tokens")]
+                      "host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens")]
         assert ph_cells[0]["value"] == ph["ok"]
         ref = f"{s['name']}/{ph['name']}"
         assert not any(ref == e["cell"] for f in r["findings"] for e in f.get("evidence", []))
