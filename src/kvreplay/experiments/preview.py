@@ -6,7 +6,7 @@ Below the schedule lines (``commands.experiment``), ``preview`` prints:
   body already holds them (the freeze asserted it);
 - the deadline arithmetic: what the deadlines count from (``[window] deadline_from``), when
   no new step starts, when in-flight requests are cancelled (``hard_deadline -
-  restore_reserve``) and when the restore must be done;
+  restore_reserve``) and when the restore must be done; the ``abort_if`` bounds, if any;
 - per step: its condition (``when``), the workload it sends (path, bodies, sha256) and the
   exact lifecycle commands it will run (each kind's ``commands`` hook; ``{dir}``,
   ``{here}``, ``{python}``, ``{kvreplay}`` filled in; ``{port}`` is chosen when the window
@@ -72,6 +72,9 @@ def preview(doc: dict[str, Any], exp: Any, out: Path) -> str:
     else:
         lines.append("gates: none")
     lines += deadline_lines(doc["window"], doc["steps"])
+    if bounds := doc["window"].get("abort_if"):
+        lines.append(f"abort_if: {', '.join(bounds)}: checked at every counter read of a run, ab or sweep step; one "
+                     "crossed stops new requests, the window aborts and the restore runs")
     server = doc.get("server") or {}
     if fleet := server.get("fleet"):  # [fleet]: requests to the router, counters from every replica
         reps = ", ".join(r["url"] + "".join(f" {k}={r[k]}" for k in ("backend", "profile") if r.get(k))
