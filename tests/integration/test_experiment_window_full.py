@@ -173,6 +173,28 @@ def test_abort_if_stops_the_window_on_containment_or_growth(tmp_path, bound, n_s
     assert BODY_BYTES * 8 == 1_509_949_440
 
 
+@pytest.mark.timeout(120)
+def test_the_incumbents_identity_is_verified_before_anything_is_taken_down(tmp_path):
+    exp_dir = tmp_path / "experiments"
+    exp_dir.mkdir()
+    shutil.copytree(MAIN, tmp_path / "workloads" / "window-main")
+    shutil.copytree(AB, tmp_path / "workloads" / "window-ab-1024")
+    pinned = '"version.cache.host_rows" = 40'
+    assert pinned in FULL.read_text()
+    f = exp_dir / "window.toml"  # the incumbent has 40 host rows; the plan expects 52
+    f.write_text(FULL.read_text().replace(pinned, '"version.cache.host_rows" = 52'))
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    assert r["aborted"] == {"reason": "identity_pins",
+                            "message": "before the first step: version.cache.host_rows: '52' -> 40"}
+    # nothing was quiesced, unloaded or sent: every step before the restore is deferred
+    assert [(s["name"], s["status"], s.get("reason")) for s in r["steps"]] == [
+        *((n, "deferred", "window aborted: identity_pins") for n, _k in STEPS[:-1]), ("restore", "measured", None)]
+    assert sorted(p.name for p in (out / "steps").iterdir()) == ["07-restore"]
+    assert _json(out / "snapshot.json")["identity"]["version"]["cache"]["host_rows"] == 40
+
+
 @pytest.mark.timeout(180)
 def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_check_fails_the_restore(tmp_path):
     exp_dir, wl_dir = tmp_path / "experiments", tmp_path / "workloads"
