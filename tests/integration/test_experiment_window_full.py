@@ -21,6 +21,7 @@ FULL = ROOT / "fixtures" / "experiments" / "host-cache-window-full.toml"
 MAIN = ROOT / "fixtures" / "workloads" / "window-main"
 AB = ROOT / "fixtures" / "workloads" / "window-ab-1024"
 CHECKS = ["containment", "monitoring", "preflight_direct", "preflight_routed", "readmission"]
+SNAPSHOTS = ["router", "monitoring", "gpu", "rollback", "configuration"]
 
 
 def _json(p: Path) -> dict:
@@ -138,12 +139,22 @@ def test_the_full_window_runs_against_the_simulator(tmp_path):
     assert [c for c in r["cells"] if c["step"] == "restore"] == [
         {"step": "restore", "metric": "identity_restored", "status": "measured", "value": True, "reason": None},
         *({"step": "restore", "metric": f"restore_check.{n}", "status": "measured", "value": True, "reason": None}
-          for n in CHECKS)]
+          for n in CHECKS),
+        *({"step": "restore", "metric": f"snapshot.{n}", "status": "measured", "value": True, "reason": None}
+          for n in SNAPSHOTS)]
     got = {g["name"]: g for g in res["restore"]["checks"]["restore_checks"]}
     assert list(got) == CHECKS
     assert got["readmission"]["output"] == "primary readmitted to the router\n"
     assert got["containment"]["output"] == "candidate unloaded\n"
     assert '"id":"kvreplay-sim"' in (out / "steps" / "07-restore" / "check-preflight_direct.log").read_text()
+    # the snapshot before the first step: the incumbent's /version (its build and cache settings) and
+    # its metric families, the same after the restore
+    snap = {c["name"]: c for c in _json(out / "snapshot.json")["commands"]}
+    assert list(snap) == SNAPSHOTS and all(c["rc"] == 0 for c in snap.values())
+    version = json.loads(snap["configuration"]["output"])
+    assert (version["build"], version["cache"]["host_rows"], version["cache"]["device_blocks"]) == ("sim-1", 40, 37)
+    assert "kvreplay_sim:host_rows_used" in snap["monitoring"]["output"].splitlines()
+    assert [(g["name"], g["same"]) for g in res["restore"]["checks"]["snapshot"]] == [(n, True) for n in SNAPSHOTS]
 
 
 @pytest.mark.timeout(120)
@@ -193,6 +204,84 @@ def test_the_incumbents_identity_is_verified_before_anything_is_taken_down(tmp_p
         *((n, "deferred", "window aborted: identity_pins") for n, _k in STEPS[:-1]), ("restore", "measured", None)]
     assert sorted(p.name for p in (out / "steps").iterdir()) == ["07-restore"]
     assert _json(out / "snapshot.json")["identity"]["version"]["cache"]["host_rows"] == 40
+
+
+def _window_copy(tmp_path: Path, text: str) -> Path:
+    exp_dir = tmp_path / "experiments"
+    exp_dir.mkdir()
+    shutil.copytree(MAIN, tmp_path / "workloads" / "window-main")
+    shutil.copytree(AB, tmp_path / "workloads" / "window-ab-1024")
+    f = exp_dir / "window.toml"
+    f.write_text(text)
+    return f
+
+
+SNAPSHOT = """[snapshot]
+commands = [
+    {name = "router", cmd = "{python} -c \\"print('x' * 5000)\\""},
+    {name = "gpu", cmd = "echo token $WINDOW_KEY"},
+    {name = "rollback", cmd = "cat {here}/rollback.txt", timeout = "20s"},
+]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_snapshot_is_frozen_before_anything_is_taken_down_and_compared_after_the_restore(tmp_path,
+                                                                                               monkeypatch):
+    monkeypatch.setenv("WINDOW_KEY", "sk-window-secret-1234")
+    text = FULL.read_text()
+    text = text[:text.index("[snapshot]")] + SNAPSHOT + text[text.index("\n# R1: 90 minutes"):]
+    text = text.replace('target = "sim"\n', 'target = "sim"\napi_key_env = "WINDOW_KEY"\n')
+    # the quiesce changes what the rollback snapshot reads: the restore must notice
+    text = text.replace("cmd = \"echo 'primary quiesced (stands for: routerctl drain primary)'\"",
+                        "cmd = \"echo 'image v2' >> {here}/rollback.txt\"")
+    # cut the window short after A's first request (3 host rows > 2) so the restore comes quickly
+    text = text.replace('abort_if = ["host_rows_used>40", "host_bytes>34e9"]', 'abort_if = ["host_rows_used>2"]')
+    f = _window_copy(tmp_path, text)
+    (f.parent / "rollback.txt").write_text("image v1\n")
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    frozen = {c["name"]: c for c in _json(out / "snapshot.json")["commands"]}
+    x = "x" * 5000 + "\n"
+    # bounded: the first 4,096 bytes kept, all 5,001 hashed
+    assert {k: frozen["router"][k] for k in ("rc", "ok", "bytes", "sha256", "truncated")} == {
+        "rc": 0, "ok": True, "bytes": 5001, "sha256": hashlib.sha256(x.encode()).hexdigest(), "truncated": True}
+    assert frozen["router"]["output"] == x[:4096]
+    # redacted: the API key never reaches snapshot.json or the log
+    assert frozen["gpu"]["output"] == "token [REDACTED]\n"
+    assert (out / "snapshot-gpu.log").read_text() == "token [REDACTED]\n"
+    assert "sk-window-secret-1234" not in (out / "snapshot.json").read_text()
+    # frozen before the quiesce changed the file
+    assert frozen["rollback"]["output"] == "image v1\n"
+    r = _json(out / "result.json")
+    res = {s["name"]: s for s in r["steps"]}
+    assert (res["restore"]["status"], res["restore"]["reason"]) == (
+        "failed", "snapshot rollback differs after the restore")
+    assert [(c["metric"], c["status"], c["value"], c["reason"]) for c in r["cells"]
+            if c["metric"].startswith("snapshot.")] == [
+        ("snapshot.router", "measured", True, None), ("snapshot.gpu", "measured", True, None),
+        ("snapshot.rollback", "failed", False, "differs after the restore: line 2: '(none)' -> 'image v2'")]
+    got = res["restore"]["checks"]["snapshot"][2]
+    assert (got["rc_before"], got["rc_after"], got["output"]) == (0, 0, "image v1\nimage v2\n")
+    assert (out / "steps" / "07-restore" / "snapshot-rollback.log").read_text() == "image v1\nimage v2\n"
+
+
+@pytest.mark.timeout(120)
+def test_a_snapshot_command_that_fails_aborts_the_window_before_anything_is_taken_down(tmp_path):
+    text = FULL.read_text().replace("{name = \"gpu\", cmd = \"echo 'GPU 0", "{name = \"gpu\", cmd = \"exit 5; echo '")
+    f = _window_copy(tmp_path, text)
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    assert r["aborted"] == {"reason": "snapshot", "message": "command gpu failed (rc 5): nothing was taken down"}
+    assert [(s["name"], s["status"]) for s in r["steps"]] == [
+        *((n, "deferred") for n, _k in STEPS[:-1]), ("restore", "measured")]
+    assert [(c["name"], c["rc"]) for c in _json(out / "snapshot.json")["commands"]] == [
+        ("router", 0), ("monitoring", 0), ("gpu", 5), ("rollback", 0), ("configuration", 0)]
+    # the restore compares what was frozen: the gpu command fails the same way, so it reads the same
+    assert [(c["metric"], c["value"]) for c in r["cells"] if c["metric"].startswith("snapshot.")] == [
+        ("snapshot.router", True), ("snapshot.monitoring", True), ("snapshot.gpu", True),
+        ("snapshot.rollback", True), ("snapshot.configuration", True)]
 
 
 @pytest.mark.timeout(180)
@@ -267,6 +356,17 @@ def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_not
         "  the restore must end by: end of quiesce + 5400 s (hard_deadline)",
         "abort_if: host_rows_used>40, host_bytes>3.4e+10: checked at every counter read of a run, ab or sweep step; "
         "one crossed stops new requests, the window aborts and the restore runs",
+        "  $ snapshot router (before the first step; compared after the restore): echo 'pool main: primary weight "
+        "100 (stands for: routerctl show primary)'  (timeout 30 s)",
+        f"  $ snapshot monitoring (before the first step; compared after the restore): {py} -c \"import "
+        "urllib.request as u; t = u.urlopen('http://127.0.0.1:{port}/metrics').read().decode(); print(*sorted("
+        "{l.split()[2] for l in t.splitlines() if l.startswith('# TYPE')}), sep=chr(10))\"  (timeout 30 s)",
+        "  $ snapshot gpu (before the first step; compared after the restore): echo 'GPU 0: model memory 141 GiB, ECC "
+        "on (stands for: nvidia-smi -q)'  (timeout 30 s)",
+        "  $ snapshot rollback (before the first step; compared after the restore): echo 'incumbent image "
+        "kvreplay-sim (stands for: the rollback artefact digest)'  (timeout 30 s)",
+        f"  $ snapshot configuration (before the first step; compared after the restore): {py} -c \"import "
+        "urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/version').read().decode())\"  (timeout 30 s)",
         "step 00 quiesce (quiesce)",
         "  when: always",
         "  $ quiesce: echo 'primary quiesced (stands for: routerctl drain primary)'",
@@ -297,6 +397,17 @@ def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_not
         f"  $ check preflight_routed: {py} -c \"import urllib.request as u; print(u.urlopen("
         "'http://127.0.0.1:{port}/v1/models').status, 'via the router')\"  (timeout 30 s)",
         "  $ check readmission: echo 'primary readmitted to the router'  (timeout 30 s)",
+        "  $ snapshot router (compared): echo 'pool main: primary weight 100 (stands for: routerctl show primary)'  "
+        "(timeout 30 s)",
+        f"  $ snapshot monitoring (compared): {py} -c \"import urllib.request as u; t = u.urlopen("
+        "'http://127.0.0.1:{port}/metrics').read().decode(); print(*sorted({l.split()[2] for l in t.splitlines() "
+        "if l.startswith('# TYPE')}), sep=chr(10))\"  (timeout 30 s)",
+        "  $ snapshot gpu (compared): echo 'GPU 0: model memory 141 GiB, ECC on (stands for: nvidia-smi -q)'  "
+        "(timeout 30 s)",
+        "  $ snapshot rollback (compared): echo 'incumbent image kvreplay-sim (stands for: the rollback artefact "
+        "digest)'  (timeout 30 s)",
+        f"  $ snapshot configuration (compared): {py} -c \"import urllib.request as u; print(u.urlopen("
+        "'http://127.0.0.1:{port}/version').read().decode())\"  (timeout 30 s)",
         f"experiment.json: not written (--dry-run writes nothing; it would be {kept / 'experiment.json'})",
     ]
     start = printed.index(want[0])

@@ -255,8 +255,12 @@ class WindowRun:
             self.accepted = True  # from here on progress.json is this run's to rewrite
             if not self.resumed:
                 self.unread = await self._unread()
+                from kvreplay.experiments.snapshot import freeze_before
+
+                cmds = await freeze_before(self)  # [snapshot]: before anything is taken down
                 atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note,
-                                                               "unread_series": self.unread})
+                                                               "unread_series": self.unread,
+                                                               **({"commands": cmds} if cmds is not None else {})})
                 if self.unread:
                     self.say(f"warning: {self.unread['message']}")
             self._progress()
