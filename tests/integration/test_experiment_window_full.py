@@ -126,6 +126,11 @@ def test_the_full_window_runs_against_the_simulator(tmp_path):
     assert [(b["rep"], b["arm"], b["aborted"]) for b in ab["blocks"]] == [
         (0, "off", None), (0, "on", None), (1, "on", None), (1, "off", None), (2, "off", None), (2, "on", None)]
     assert (r["findings"][1]["reps_planned"], r["findings"][1]["reps_measured"]) == (3, 3)
+    # the correctness gate: 6 blocks x (2 bodies at C1 + 2 at C4), each the baseline's answer
+    assert res["trace"]["checks"]["correctness"] == {"mode": "exact", "ok": True, "checked": 24, "failures": 0,
+                                                      "first": None}
+    assert [c for c in r["cells"] if c["step"] == "trace" and c["metric"] == "correctness"] == [
+        {"step": "trace", "metric": "correctness", "status": "measured", "value": True, "reason": None}]
     # conditions recorded with the values seen
     ctl = res["control"]["condition"]
     assert {k: ctl[k] for k in ("when", "holds", "false")} == {
@@ -282,6 +287,33 @@ def test_a_snapshot_command_that_fails_aborts_the_window_before_anything_is_take
     assert [(c["metric"], c["value"]) for c in r["cells"] if c["metric"].startswith("snapshot.")] == [
         ("snapshot.router", True), ("snapshot.monitoring", True), ("snapshot.gpu", True),
         ("snapshot.rollback", True), ("snapshot.configuration", True)]
+
+
+@pytest.mark.timeout(120)
+def test_the_correctness_gate_fails_an_ab_whose_arms_answer_differently(tmp_path):
+    text = FULL.read_text()
+    # the window cut to its quiesce, the trace A/B and the restore (quick); the "on" arm answers
+    # 4 tokens where the baseline answers 8
+    text = text[:text.index("# R3: take the incumbent")] + text[text.index("# R7: the trace"):]
+    text = text.replace('compare = [["A/replay", "B/replay"]]', "")
+    text = text.replace("when = ['step_ok = \"A\"', 'step_ok = \"B\"']", 'when = "previous_step_ok"')
+    text = text.replace('cmd = "sim:prefill_scale=1.1"', 'cmd = "sim:output_tokens=4"')
+    f = _window_copy(tmp_path, text)
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    first = ("body 0 (sha256 " + load_workload(AB).bodies[0].sha256[:12] + "), arm on, block 01-on, c1: "
+             "4 content deltas, arm off's 8")
+    assert [(s["name"], s["status"], s.get("reason")) for s in r["steps"]] == [
+        ("quiesce", "measured", None), ("trace", "failed", f"correctness: {first}"), ("restore", "measured", None)]
+    # 24 answers checked; the 3 "on" blocks' 4 answers each differ
+    res = {s["name"]: s for s in r["steps"]}
+    assert res["trace"]["checks"]["correctness"] == {"mode": "exact", "ok": False, "checked": 24, "failures": 12,
+                                                      "first": first}
+    cells = {c["metric"]: c for c in r["cells"] if c["step"] == "trace"}
+    assert cells["correctness"] == {"step": "trace", "metric": "correctness", "status": "failed", "value": False,
+                                    "reason": first}
+    assert cells["verdict"]["status"] == "failed"  # the timings never stand alone
 
 
 @pytest.mark.timeout(180)
