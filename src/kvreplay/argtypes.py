@@ -6,6 +6,12 @@ before the command does anything (no request sent, no file read), so the flag
 and the value are named and no traceback is shown. Commands declare their
 ranges where they declare their flags; this module holds the parsing.
 
+Durations (``duration``: ``90``, ``90s``, ``70m``, ``1.5h``, ``250ms``) and abort bounds
+(``bound``: ``host_bytes>34e9``) are parsed here for the command line and for the files
+(``experiments.fields`` reads ``seconds`` and ``BOUND_RE``). ``add_declared`` derives a
+command's flags from a typed options dataclass whose fields carry their flag, help and
+check (``kvreplay.options.declare.option``).
+
 Bottom layer: imports nothing of the project.
 """
 
@@ -13,11 +19,26 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["decimal_text", "integer", "number", "number_list", "tokens"]
+__all__ = ["BOUND_RE", "add_declared", "bound", "decimal_text", "duration", "integer", "number", "number_list",
+           "seconds", "tokens"]
+
+BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
+"""An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
+``--abort-if`` of ``kvreplay run``/``ab`` and an experiment's ``window.abort_if``."""
+
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
+_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds(text: str) -> float | None:
+    """``"90"`` / ``"90s"`` / ``"70m"`` / ``"1.5h"`` / ``"250ms"`` -> seconds; None when not a duration."""
+    m = _DURATION_RE.fullmatch(text)
+    return float(m.group(1)) * _UNIT_S[m.group(2) or "s"] if m else None
 
 
 def _bad(expected: str, text: str) -> argparse.ArgumentTypeError:
@@ -81,6 +102,69 @@ def number(
 
     parse.__name__ = "number"
     return parse
+
+
+def duration(text: str) -> float:
+    """A ``type=`` for a duration flag: seconds (``seconds``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a duration (``not a duration: 'x' (e.g. 90s, 70m, 1h)``).
+    """
+    value = seconds(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 70m, 1h)")
+    return value
+
+
+def bound(text: str) -> tuple[str, str, float]:
+    """A ``type=`` for ``--abort-if``: ``host_bytes>34e9`` -> ``("host_bytes", ">", 34e9)``.
+
+    Raises:
+        argparse.ArgumentTypeError: not NAME OP NUMBER with OP in > >= < <=.
+    """
+    m = BOUND_RE.fullmatch(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a bound: {text!r} (e.g. host_bytes>34e9)")
+    try:
+        value = float(m.group(3))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number in {text!r}") from exc
+    return m.group(1), m.group(2), value
+
+
+def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
+    """Add the flags of a typed options dataclass's fields in ``groups``, in field order.
+
+    Each field declared with ``kvreplay.options.declare.option`` carries in its metadata the
+    flag (None: a positional), help, metavar, ``type=`` check, choices, action
+    (``store_true``, ``append``) and group; the default is the field's. Fields without that
+    metadata (or of another group) are skipped.
+
+    Args:
+        parser: The parser or argument group.
+        options: The dataclass (``kvreplay.options.RunConfig``).
+        groups: The groups to add (``"run"``, ``"contract"``, ``"target"``...).
+    """
+    from dataclasses import MISSING, fields
+
+    wanted = set(groups)
+    for f in fields(options):
+        m = f.metadata
+        if m.get("group") not in wanted:
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
+        if m["flag"] is None:
+            parser.add_argument(f.name, nargs="?", default=default, help=m["help"], metavar=m.get("metavar"))
+            continue
+        kw: dict[str, Any] = {"default": default, "help": m["help"], "dest": f.name}
+        if m.get("action"):
+            kw["action"] = m["action"]
+        for key in ("metavar", "choices"):
+            if m.get(key) is not None:
+                kw[key] = m[key]
+        if m.get("check") is not None:
+            kw["type"] = m["check"]
+        parser.add_argument(m["flag"], **kw)
 
 
 def decimal_text(minimum: float = 0.0, *, strict: bool = False, unit: str = "") -> Callable[[str], str]:

@@ -15,7 +15,7 @@ Layout (relative to :data:`DATA`)::
 
 from pathlib import Path
 
-__all__ = ["DATA", "DEMO_WORKLOAD", "bundled"]
+__all__ = ["DATA", "DEMO_WORKLOAD", "PREFIX", "bundled", "resolve"]
 
 DATA = Path(__file__).resolve().parent / "data"
 """The folder of the bundled files inside the installed package."""
@@ -34,3 +34,32 @@ def bundled(relative: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"no bundled file {relative!r} under {DATA}")
     return path
+
+
+PREFIX = "bundled:"
+"""A path given as ``bundled:NAME`` names a bundled file (``resolve``): ``kvreplay run bundled:mtbench-52``
+works from any directory, without a clone's ``fixtures/``."""
+
+_FOLDERS = ("", "workloads", "plans", "experiments", "sim")
+
+
+def resolve(path: str | Path) -> str | Path:
+    """``bundled:NAME`` -> the bundled file's path; any other path unchanged.
+
+    NAME is looked up under :data:`DATA` as given, then under ``workloads/``, ``plans/``,
+    ``experiments/`` and ``sim/`` (``bundled:mtbench-52`` is ``workloads/mtbench-52``,
+    ``bundled:host-cache.toml`` is ``plans/host-cache.toml``).
+
+    Raises:
+        FileNotFoundError: no bundled file has that name (the message lists the workloads).
+    """
+    text = str(path)
+    if not text.startswith(PREFIX):
+        return path
+    name = text[len(PREFIX):].strip("/")
+    for folder in _FOLDERS:
+        candidate = DATA / folder / name
+        if name and ".." not in Path(name).parts and candidate.exists():
+            return candidate
+    workloads = ", ".join(sorted(p.name for p in (DATA / "workloads").iterdir() if not p.name.startswith(".")))
+    raise FileNotFoundError(f"no bundled file {name!r} (bundled workloads: {workloads})")

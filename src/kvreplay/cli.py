@@ -23,6 +23,10 @@ from kvreplay.errors import BackendError, ConfigError, WorkloadError
 
 __all__ = ["entry", "main"]
 
+TYPE_CHECKING = False  # `typing` is not imported at start-up (tests/integration/test_perf_imports.py)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_ABORTED = 3
@@ -80,6 +84,19 @@ def _commands() -> list[_Command]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose refusal of a value is one line (issue 41 item 4).
+
+    argparse prints the whole usage (14-36 lines for ``run``) before the error; the line
+    that matters is the last. Here only it is printed, as argparse words it (naming the
+    option and what it accepts): ``kvreplay run: error: argument --read-timeout: not a
+    duration: 'x' (e.g. 90s, 70m, 1h)``. Exit status 2, as argparse.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 class _VersionAction(argparse.Action):
     """``--version``: imports the accountant (numpy and the extension) only when asked, so ``--help`` stays light."""
 
@@ -98,7 +115,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         argv: The arguments to be parsed; with None every command is imported
             (complete parser, used by tests and documentation).
     """
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="kvreplay",
         description="Replay exact request bodies against an LLM server and attribute its prefix cache.",
     )

@@ -10,12 +10,22 @@ Installed with kvreplay (entry point ``pytest11``: ``kvreplay``), it adds the fi
 
 Without either, a test that uses the fixture is skipped with the reason. Example::
 
-    def test_prefix_cache(kvreplay):
+    from kvreplay.pytest_plugin import KvreplayFixture
+
+    def test_prefix_cache(kvreplay: KvreplayFixture) -> None:
         r = kvreplay.replay("fixtures/workloads/mtbench-52",
                             phases=["prime:forward:c1:first8", "replay:reverse:c1:first8"])
         assert r.phase("replay").cached_ratio >= 0.9
 
     $ pytest --kvreplay-target http://127.0.0.1:8000 --kvreplay-backend vllm
+
+Against one shared server (``--kvreplay-target``), what an earlier test left in the
+server's prefix cache is still there: a test that should fail can pass because another
+warmed the cache first. ``kvreplay.replay(..., reset_cache=True)`` (or the phases of
+``kvreplay.with_reset(phases)``) empties the server's prefix cache before the first phase
+(the ``reset`` phase token: the backend's cache reset; a server that cannot reset marks
+that phase invalid, never silently warm). ``--kvreplay-sim`` gives each test a fresh
+simulator already.
 
 A failing test's report gains a ``kvreplay`` section: each run's phase table and run
 directory (runs are written under the test's ``tmp_path``, kept by pytest's usual
@@ -27,10 +37,27 @@ test first replays.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from kvreplay.api import PathLike, ReportMode, RunResult
+    from kvreplay.options import RunOptions, SimOptions
+
+    class FixtureOptions(RunOptions, total=False):
+        """``kvreplay.replay``'s keywords the fixture passes on (``target`` defaults to the session's)."""
+
+        target: str
+        sim: SimOptions
+        out: PathLike
+        report: ReportMode
+        quiet: bool
+        plan: PathLike
 
 __all__ = ["KvreplayFixture", "kvreplay"]
 
@@ -50,6 +77,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="counter adapter for --kvreplay-target (auto, none, vllm, sglang, llamacpp...)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse options that contradict each other (issue 44): a run would silently ignore one of them.
+
+    Raises:
+        pytest.UsageError: ``--kvreplay-sim`` with ``--kvreplay-target`` (which one is meant is
+            unknown), or a ``--kvreplay-backend`` that is no adapter (``auto``, ``none`` or a
+            name of ``kvreplay.backends.backend_names``), with or without ``--kvreplay-sim``.
+    """
+    target = config.getoption("--kvreplay-target", None)
+    if config.getoption("--kvreplay-sim", False) and target:
+        raise pytest.UsageError("--kvreplay-sim and --kvreplay-target name two targets: give one of them")
+    backend = config.getoption("--kvreplay-backend", "auto")
+    if backend not in ("auto", "none"):
+        from kvreplay.backends import backend_names
+
+        if backend not in backend_names():
+            raise pytest.UsageError(f"--kvreplay-backend {backend!r} is not a counter adapter: one of auto, none, "
+                                    f"{', '.join(backend_names())}")
+
+
 class KvreplayFixture:
     """What the ``kvreplay`` fixture gives a test: ``replay`` and ``probe`` bound to the chosen target.
 
@@ -67,6 +114,8 @@ class KvreplayFixture:
 
     def _workload(self, workload: str | os.PathLike[str]) -> str:
         """A relative workload path from the working directory, else from pytest's rootdir."""
+        if str(workload).startswith("bundled:"):
+            return str(workload)
         path = Path(workload)
         if not path.is_absolute() and not path.exists() and (self._root / path).exists():
             path = self._root / path
@@ -83,31 +132,54 @@ class KvreplayFixture:
             options.setdefault("backend", self.backend)
         return options
 
-    def replay(self, workload: str | os.PathLike[str], phases: list[str], **options: Any) -> Any:
+    @staticmethod
+    def with_reset(phases: Sequence[str]) -> list[str]:
+        """The phases with the server's prefix cache emptied before the first one (its ``reset`` token).
+
+        A baseline independent of what earlier tests left in a shared server's cache.
+
+        Example:
+            >>> KvreplayFixture.with_reset(["prime:forward:c1", "replay:reverse:c1"])
+            ['prime:forward:c1:reset', 'replay:reverse:c1']
+        """
+        out = list(phases)
+        if out and "reset" not in out[0].split(":"):
+            out[0] = f"{out[0]}:reset"
+        return out
+
+    def replay(self, workload: str | os.PathLike[str], phases: Sequence[str], *, reset_cache: bool = False,
+               **options: Unpack[FixtureOptions]) -> RunResult:
         """``kvreplay.replay`` against the session's target, into a fresh directory under ``tmp_path``.
 
         Args:
             workload: A workload folder or .jsonl file (relative: to the working directory, else
-                to pytest's rootdir).
+                to pytest's rootdir), or ``bundled:NAME``.
             phases: ``--phase`` strings, e.g. ``["prime:forward:c1:first8", "replay:reverse:c1:first8"]``.
-            **options: Any other ``kvreplay.replay`` argument (``sim={...}``, ``read_timeout=...``).
+            reset_cache: Empty the server's prefix cache before the first phase (``with_reset``).
+            **options: Any other ``kvreplay.replay`` argument (``sim={...}``, ``read_timeout=...``), typed.
 
         Returns:
             The ``kvreplay.RunResult``.
         """
         from kvreplay.api import replay
 
-        out = options.pop("out", None) or self._next_out("run")
-        result = replay(self._workload(workload), phases=phases, out=out, **self._kwargs(options))
+        kw: dict[str, Any] = dict(options)
+        out = kw.pop("out", None) or self._next_out("run")
+        result = replay(self._workload(workload), phases=self.with_reset(phases) if reset_cache else list(phases),
+                        out=out, **self._kwargs(kw))
         self._runs.append((str(result.run_dir), result.table()))
         return result
 
-    async def replay_async(self, workload: str | os.PathLike[str], phases: list[str], **options: Any) -> Any:
+    async def replay_async(self, workload: str | os.PathLike[str], phases: Sequence[str], *,
+                           reset_cache: bool = False, **options: Unpack[FixtureOptions]) -> RunResult:
         """``replay`` for async tests (``kvreplay.replay_async`` in the running loop)."""
         from kvreplay.api import replay_async
 
-        out = options.pop("out", None) or self._next_out("run")
-        result = await replay_async(self._workload(workload), phases=phases, out=out, **self._kwargs(options))
+        kw: dict[str, Any] = dict(options)
+        out = kw.pop("out", None) or self._next_out("run")
+        result = await replay_async(self._workload(workload),
+                                    phases=self.with_reset(phases) if reset_cache else list(phases), out=out,
+                                    **self._kwargs(kw))
         self._runs.append((str(result.run_dir), result.table()))
         return result
 

@@ -26,10 +26,12 @@ import base64
 import re
 import sys
 from typing import Any, TextIO
+from urllib.parse import unquote
 
 __all__ = ["MARKER", "MIN_PREFIX", "MIN_SECRET", "RedactingStream", "check_secret", "clear", "escape_controls",
-           "has_secrets", "install_streams", "redact", "redact_bytes", "redact_obj", "redact_url", "register",
-           "register_headers", "secrets"]
+           "has_secrets", "install_streams", "maybe_secret_labels", "redact", "redact_bytes", "redact_labels",
+           "redact_obj", "redact_url", "register", "register_urls_in",
+           "register_headers", "register_url", "secrets", "url_secrets"]
 
 MARKER = "[REDACTED]"
 """What a secret is replaced with."""
@@ -156,11 +158,104 @@ def redact_obj(obj: Any) -> Any:
 
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@?#]*)@")
+_SECRET_PARAM_WORDS = ("key", "token", "secret", "pass", "auth", "sig", "credential")
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
+
+
+def _secret_param(name: str) -> bool:
+    n = unquote(name).lower()
+    return any(w in n for w in _SECRET_PARAM_WORDS)
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its userinfo (``user:password@``) replaced by ``MARKER@``."""
-    return _USERINFO.sub(lambda m: f"{m.group(1)}{MARKER}@", url)
+    """``url`` with its userinfo (``user:password@``) replaced by ``MARKER@`` and secret query values by ``MARKER``.
+
+    A query parameter is secret when its name says key, token, secret, pass, auth,
+    sig or credential (``?api_key=K`` -> ``?api_key=[REDACTED]``). The result is the
+    one form of a URL kvreplay writes or prints (a replica's name in records, plan.json,
+    reports), whether or not the secrets were registered.
+    """
+    url = _USERINFO.sub(lambda m: f"{m.group(1)}{MARKER}@", url)
+    if "?" not in url:
+        return url
+    head, q, rest = url.partition("?")
+    return head + _QUERY_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}={MARKER}" if _secret_param(m.group(2))
+                                  else m.group(0), q + rest)
+
+
+_KEY_LIKE = re.compile(r"^(?:Bearer\s+\S{8,}|(?:sk|pk|rk|api|key)[-_][A-Za-z0-9_-]{16,})$", re.IGNORECASE)
+_SECRET_LABEL_TEXT = re.compile(r"(?:key|token|secret|pass|auth|sig|credential)[A-Za-z0-9_]*\s*=\s*\"|"
+                                r"=\s*\"(?:Bearer\s|(?:sk|pk|rk|api|key)[-_])", re.IGNORECASE)
+
+
+def maybe_secret_labels(text: str) -> bool:
+    """Whether an exposition text may hold a label ``redact_labels`` changes (a cheap linear search)."""
+    return _SECRET_LABEL_TEXT.search(text) is not None
+
+
+def redact_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Metric labels with the value of a secret one replaced by ``MARKER``.
+
+    Secret: the label's name says key, token, secret, pass, auth, sig or credential
+    (``redact_url``'s words), or its value looks like an API key (``sk-`` and 16 or
+    more key characters, ``Bearer ...``). A server may expose its own key in an info
+    series; it is not registered (kvreplay never had it), so this rule is what keeps it
+    out of snapshot, counters.jsonl, identity and reports.
+    """
+    if not labels:
+        return labels
+    out = None
+    for k, v in labels.items():
+        if _secret_param(k) or _KEY_LIKE.match(v):
+            out = out if out is not None else dict(labels)
+            out[k] = MARKER
+    return labels if out is None else out
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets a URL carries, raw and percent-decoded; empty ones left out.
+
+    Its userinfo (``user:password``, the password, or a lone user name) and every
+    secret query value (the names ``redact_url`` treats as secret).
+    """
+    found: list[str] = []
+    m = _USERINFO.match(url)
+    if m:
+        info = m.group(2)
+        user, sep, password = info.partition(":")
+        found += [info, unquote(info), password or user, unquote(password or user)]
+    if "?" in url:
+        q = "?" + url.partition("?")[2]
+        for pm in _QUERY_PAIR.finditer(q):
+            if _secret_param(pm.group(2)):
+                found += [pm.group(3), unquote(pm.group(3))]
+    return list(dict.fromkeys(v for v in found if v))
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def register_urls_in(text: str) -> None:
+    """Register the secrets of every URL inside ``text`` (a command line, a whole experiment file).
+
+    A user command (``curl -sf http://user:pw@host/health``, ``--target`` inside an arm's
+    switch) is written to experiment.json, result.json and the command ledgers as given:
+    its URLs' secrets (``url_secrets``) are redacted there like the options' own.
+
+    Raises:
+        ValueError: one of them is shorter than ``MIN_SECRET`` (``register``).
+    """
+    for m in _URL_IN_TEXT.finditer(text):
+        register_url(m.group(0))
+
+
+def register_url(url: str) -> None:
+    """Register the secrets of ``url`` (``url_secrets``) so no output keeps them.
+
+    Raises:
+        ValueError: one of them is shorter than ``MIN_SECRET`` (``register``; the message never holds it).
+    """
+    register(*url_secrets(url))
 
 
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -133,7 +133,8 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, fsync: bool = Tr
     plan.json whose parts went through ``dumps_json``).
 
     Raises:
-        OSError: as ``atomic_write_bytes``.
+        OSError: as ``atomic_write_bytes``; any error raised by ``chunks`` itself passes through
+            (the temporary file removed, the target unchanged).
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -146,7 +147,7 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, fsync: bool = Tr
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError:
+    except BaseException:  # also a producer's own error mid-stream: no partial .tmp is left behind
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

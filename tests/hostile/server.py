@@ -330,6 +330,8 @@ def metrics_body(kind: str) -> bytes:
         return GOOD_METRICS + b"".join(b'vllm:junk{i="%d"} 1\n' % i for i in range(400_000))
     if kind == "metrics_huge":  # a counter of 2^64 + 1, printed as an integer (exact only as text)
         return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total 18446744073709551617")
+    if kind == "metrics_duplicate":  # one series printed twice with the same labels (issue 44 item 3)
+        return GOOD_METRICS.replace(b"_queries_total 10\n", b"_queries_total 10\nvllm:prefix_cache_queries_total 10\n")
     if kind == "metrics_nan":
         return GOOD_METRICS.replace(b"_hits_total 4", b"_hits_total NaN") + b"vllm:gpu_cache_usage_perc +Inf\n"
     return GOOD_METRICS
@@ -354,10 +356,14 @@ class HostileServer:
     Args:
         mode: A key of ``MODES`` for POST answers (``metrics_*`` modes answer POST with ``ok``).
         tls: ``(certfile, keyfile)`` to serve https.
+        vanish_after: After this many ``GET /metrics`` answered it stops listening and
+            closes the connection (a replica that dies mid-phase).
     """
 
-    def __init__(self, mode: str, tls: tuple[str, str] | None = None) -> None:
+    def __init__(self, mode: str, tls: tuple[str, str] | None = None, *, vanish_after: int | None = None) -> None:
         self.mode = mode
+        self.vanish_after = vanish_after  # after this many GET /metrics it stops listening (a replica that dies)
+        self.metrics_reads = 0
         self.answer = MODES.get(mode, MODES["ok"])
         self.tls = tls
         self.port = 0
@@ -422,7 +428,12 @@ class HostileServer:
                 if method == "GET":
                     if path == "/cache" and self.mode.startswith("cache_"):
                         await _write(w, json_resp("200 OK", cache_body(self.mode)))
+                    elif path == "/metrics" and self.vanish_after is not None \
+                            and self.metrics_reads >= self.vanish_after:
+                        self._srv.close()  # gone: this connection closed, new ones refused
+                        break
                     elif path == "/metrics" and not self.mode.startswith("cache_"):
+                        self.metrics_reads += 1
                         await _write(w, b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
                                      % len(mb := metrics_body(self.mode)) + mb)
                     else:

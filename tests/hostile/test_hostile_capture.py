@@ -25,8 +25,8 @@ import orjson
 import pytest
 from hostile.rawhttp import RawUpstream, chunk, dechunk, header, post_head, send
 
-from kvreplay.api._recording_proxy import RecordingProxy
 from kvreplay.clock import now_ns
+from kvreplay.recorder._proxy import RecordingProxy
 from kvreplay.workload import load_workload
 from kvreplay.workload.capture import CaptureWriter
 

@@ -224,6 +224,40 @@ def test_counters_of_any_size_keep_raw_text_and_null_deltas(mode: str, workload:
         assert f"{name} invalid for deltas: {why}" in (res.out / "report.md").read_text()
 
 
+def test_a_duplicate_series_is_invalid_never_summed(workload: Path, tmp_path: Path) -> None:
+    """Issue 44 item 3: a series printed twice (same name and labels) is invalid with its reason, and so is
+    the phase; before, the two were summed (query_tokens 2x) and the phase was valid."""
+    why = ("vllm:prefix_cache_queries_total: duplicate series (the same name and labels twice in one "
+           "exposition); not summed")
+    with HostileServer("metrics_duplicate") as srv:
+        res = run_case(srv.url, workload, tmp_path / "run", 1, quiet=False,
+                       extra=["--backend", "vllm", "--total-timeout", str(TOTAL)])
+    assert [r["status"] for r in res.records] == ["ok"] * N_BODIES
+    delta = {"hit_tokens": 0.0, "running": 0.0, "waiting": 0.0, "invalid": {"query_tokens": why}}
+    assert [r["counter_delta"] for r in res.records] == [delta] * N_BODIES
+    phase = orjson.loads((res.out / "summary.json").read_bytes())["phases"][0]
+    assert phase["counter_delta"] == delta
+    assert phase["valid"] is False
+    assert phase["invalid_reasons"] == [f"invalid exposition: query_tokens: {why}"]
+    assert res.code == 0, res.stderr[-2000:]
+
+
+def test_a_replica_that_vanishes_mid_phase_invalidates_it(workload: Path, tmp_path: Path) -> None:
+    """Issue 44 item 5: the router still answers, one replica stops answering its counter reads after 6:
+    the run aborts (``replica_lost``, exit 3, as a vanished single server's run does) and the phase is invalid
+    naming the replica; before, the phase was valid with no counters and the exit status 0."""
+    with HostileServer("ok") as router, HostileServer("ok") as one, HostileServer("ok", vanish_after=6) as two:
+        res = run_case(router.url, workload, tmp_path / "run", 1, quiet=False,
+                       extra=["--backend", "vllm", "--replica", one.url, "--replica", two.url])
+    assert res.code == 3, res.stderr[-2000:]
+    summary = orjson.loads((res.out / "summary.json").read_bytes())
+    assert summary["aborted"]["reason"] == "replica_lost"
+    assert summary["aborted"]["message"].startswith(f"replica {two.url} could not be read: "), summary["aborted"]
+    phase = summary["phases"][0]
+    assert phase["valid"] is False
+    assert phase["invalid_reasons"] == [f"replica_lost: {summary['aborted']['message']}"]
+
+
 def test_hard_deadline_within_a_second_of_an_endless_stream(workload: Path, tmp_path: Path) -> None:
     """No whole-request bound: the hard deadline (2 s) alone ends the endless streams."""
     with HostileServer("endless_stream") as srv:

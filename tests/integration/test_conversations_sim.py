@@ -265,3 +265,23 @@ def test_sharegpt_import_replays_at_c4_with_turns_serial_and_think_times_kept(tm
     # sessions are the unit: the 5th and 6th start only once one of the first four has ended
     first_end = min(sessions[sid][-1]["t_done_ns"] for sid in ("c0", "c1", "c2", "c3"))
     assert min(sessions[sid][0]["t_sent_ns"] for sid in ("c4", "c5")) >= first_end
+
+
+def test_a_first_turns_think_time_is_neither_applied_nor_planned(tmp_path: Path) -> None:
+    """Issue 44 low: a first turn's think time (0.5 s here) was recorded as planned but never waited for."""
+    from kvreplay.workload import load_workload
+    from kvreplay.workload.conversations import session_warnings
+
+    wl = tmp_path / "wl"
+    conversation_workload(wl)
+    lines = (wl / "sessions.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert (first["session"], first["turn"]) == ("s0", 0)
+    lines[0] = json.dumps({**first, "think_time_s": 0.5})
+    (wl / "sessions.jsonl").write_text("\n".join(lines) + "\n")
+    assert session_warnings(load_workload(str(wl)))[0] == (
+        "first_turn_think: 1 sessions whose first turn has a think time (first: 's0', 0.5 s); a first turn is "
+        "sent when its session starts, so it is not applied (records: think_time_planned_s 0)")
+    rc, recs, _ = run(tmp_path, "--phase", "conv:forward:c1")
+    assert rc == 0
+    assert [r["think_time_planned_s"] for r in by_session(recs)["s0"]] == [0.0, 0.02, 0.03]

@@ -125,9 +125,21 @@ def test_sigkill_mid_window_then_report_then_resume(killed, tmp_path):
     assert st["A0"]["status"] == "measured"
     assert (st["A"]["status"], st["A"]["reason"]) == ("aborted", "interrupted: the window was killed during this step")
     for name in ("B", "restore"):
-        assert (st[name]["status"], st[name]["reason"]) == ("not_run", "not run: interrupted")
+        assert (st[name]["status"], st[name]["reason"]) == (
+            "not_run", "not run: the window was killed before this step")
     assert r["aborted"]["reason"] == "killed" and r["status"] == "incomplete"
     assert (out / "report.md").exists() and (out / "report.html").exists()
+    # issue 42 item 3: the attempt, killed during A with its partial records counted
+    n_rec = _records(out / "steps" / "01-A" / "records.jsonl")
+    (att,) = r["attempts"]
+    assert (att["n"], att["how"], att["ended"]) == (1, "killed", _progress(out)["updated"])
+    assert [(s["name"], s["status"]) for s in att["steps"]] == [("A0", "measured"), ("A", "aborted")]
+    part = att["steps"][1]["partial"]
+    assert part == {"dir": "steps/01-A", "records": n_rec, "sent": part["sent"], "planned": 24}
+    assert part["sent"] >= n_rec  # a position is sent before its record is written
+    killed_line = (f"killed during step A after {part['sent']} of 24 requests ({n_rec} records kept in steps/01-A) "
+                   f"(last progress {att['ended']})")
+    assert f"- history: attempt 1: started {att['started']}; {killed_line}\n" in (out / "report.md").read_text()
     assert "1 step not_run" not in (out / "report.md").read_text()  # two of them
     assert "2 steps not_run" in (out / "report.md").read_text()
     # the interrupted step's run was rebuilt from its records: its cells are partial, never measured
@@ -145,6 +157,18 @@ def test_sigkill_mid_window_then_report_then_resume(killed, tmp_path):
     summary = json.loads((out / "steps" / "01-A" / "summary.json").read_text())
     assert [(p["name"], p["sent"], p["not_sent"]) for p in summary["phases"]] == [("prime", 12, 0), ("replay", 12, 0)]
     assert len(_progress(out)["resumed"]) == 1
+    # the history is kept: the kill, the resume, A0 and A re-run on a fresh incarnation
+    a1, a2 = r["attempts"]
+    assert (a1["how"], a2["how"], a2["n"]) == ("killed", "completed", 2)
+    assert a1["steps"][1]["partial"]["dir"] == "steps/01-A.interrupted"
+    assert [(s["name"], s["status"]) for s in a2["steps"]] == [(n, "measured") for n in STEPS]
+    md = (out / "report.md").read_text()
+    assert f"- history: attempt 1: started {a1['started']}; killed during step A after " in md
+    assert (f"- history: attempt 2: resumed {a2['started']}; ran A0, A, B, restore (on a fresh incarnation where "
+            f"it followed one); completed {a2['ended']}\n") in md
+    html = (out / "report.html").read_text()
+    assert f"History: attempt 1: started {a1['started']}; killed during step A after " in html
+    assert html.index("History: attempt 1") < html.index("Started <b>")  # the report opens with it
 
 
 def test_resume_through_the_api_equals_the_cli(killed, tmp_path):
@@ -173,11 +197,25 @@ def test_resume_past_stop_new_after_runs_only_the_restore(killed, tmp_path):
     # the window started ten minutes ago (wall clock): stop_new_after (300 s) has passed
     _rewrite_progress(out, wall_anchor_ns=_progress(out)["wall_anchor_ns"] - 600 * 10**9)
     assert main(["experiment", "--resume", str(out), "--quiet"]) == 3
-    st = {s["name"]: s for s in json.loads((out / "result.json").read_text())["steps"]}
+    r = json.loads((out / "result.json").read_text())
+    st = {s["name"]: s for s in r["steps"]}
     assert list(st) == STEPS
     assert st["restore"]["status"] == "measured"
-    for name in ("A0", "A", "B"):
-        assert st[name]["status"] == "deferred" and "stop_new_after = 300 s" in st[name]["reason"]
+    # issue 42 item 3: what ran before the kill stays: A0 measured, A aborted with its partial run
+    # (the .interrupted folder) referenced; only B, which never started, is deferred
+    assert st["A0"]["status"] == "measured" and st["A0"]["reason"] is None
+    assert st["A"]["status"] == "aborted" and st["A"]["run_dir"] == "steps/01-A.interrupted"
+    assert st["A"]["reason"].startswith("interrupted: the window was killed during this step; not run again: "
+                                        "window: no step starts after stop_new_after = 300 s (elapsed ")
+    assert st["B"]["status"] == "deferred" and "stop_new_after = 300 s" in st["B"]["reason"]
+    # A's cells read from the partial records: the cut phase aborted with its count, the phase never
+    # reached deferred with the kill as its reason; none measured
+    sent = json.loads((out / "steps" / "01-A.interrupted" / "summary.json").read_text())["phases"][0]["sent"]
+    a_cells = {(c["metric"].split(".")[0], c["status"], c["reason"]) for c in r["cells"] if c["step"] == "A"}
+    assert a_cells == {("prime", "aborted", f"partial: {sent} of 12 positions sent ({st['A']['reason']})"),
+                       ("replay", "deferred", st["A"]["reason"])}
+    assert [(a["n"], a["how"]) for a in r["attempts"]] == [(1, "killed"), (2, "deadline")]
+    assert [(s["name"], s["status"]) for s in r["attempts"][1]["steps"]] == [("B", "deferred"), ("restore", "measured")]
 
 
 @pytest.mark.timeout(60)
@@ -214,5 +252,48 @@ def test_report_after_a_kill_before_the_first_step(tmp_path):
     assert main(["report", str(out)]) == 0
     r = json.loads((out / "result.json").read_text())
     assert [(s["name"], s["status"], s["reason"]) for s in r["steps"]] == [
-        (n, "not_run", "not run: interrupted") for n in STEPS]
+        (n, "not_run", "not run: the window was killed before this step") for n in STEPS]
     assert r["aborted"]["reason"] == "killed"
+
+
+def _tamper(out: Path, name: str, step: str, **changes) -> None:
+    doc = json.loads((out / name).read_text())
+    for st in doc["steps"]:
+        if st["name"] == step:
+            st.update(changes)
+    (out / name).write_text(json.dumps(doc))
+
+
+@pytest.mark.timeout(60)
+def test_a_tampered_directory_is_refused_in_one_line_and_nothing_is_written_outside(killed, tmp_path, capsys):
+    """Issue 44 lows: a step ``dir`` of ``../outside`` made ``report`` write a summary there (the interrupted
+    step's run rebuilt); an unknown step kind was a KeyError traceback; a truncated progress.json read as
+    missing (every step not_run, the records on disk hidden; ``--resume``: "no progress.json")."""
+    out = _copy(killed, tmp_path)
+    outside = tmp_path / "outside"
+    import shutil
+
+    shutil.copytree(out / "steps" / "01-A", outside)
+    before = _tree(outside)
+    _tamper(out, "experiment.json", "A", dir="../outside")
+    for argv in (["report", str(out)], ["experiment", "--resume", str(out), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert (f"kvreplay: error: {out / 'experiment.json'}, field 'steps[1].dir': '../outside' is not a folder "
+                "inside the experiment directory") in err, err
+    assert _tree(outside) == before and not (out / "result.json").exists()
+
+    out = _copy(killed, tmp_path / "kind")
+    _tamper(out, "experiment.json", "B", kind="bogus")
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "no step kind 'bogus'; registered: incarnation, run" in err, err
+
+    out = _copy(killed, tmp_path / "truncated")
+    text = (out / "progress.json").read_text()
+    (out / "progress.json").write_text(text[: len(text) // 2])
+    for argv in (["report", str(out)], ["experiment", "--resume", str(out), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"kvreplay: error: {out / 'progress.json'}: not a readable JSON object (truncated" in err, err
+    assert not (out / "result.json").exists()

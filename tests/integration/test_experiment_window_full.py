@@ -344,13 +344,17 @@ def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_chec
     assert res["control"]["condition"] == {"when": ["previous_step_ok"], "holds": False, "false": ["previous_step_ok"],
                                            "seen": {"previous_step": "gate", "previous_status": "failed"}}
     assert res["control"]["run_dir"] is None and not (out / "steps" / "06-control" / "plan.json").exists()
+    # issue 42 item 4: a skipped step's cells read skipped with the condition (were "failed")
+    ctl_cells = {(c["status"], c["reason"]) for c in r["cells"] if c["step"] == "control"}
+    assert ctl_cells == {("skipped", "condition false: previous_step_ok")}
     frozen = load_workload(AB).sha256
     now = load_workload(wl_dir / "window-ab-1024").sha256
     assert (res["trace"]["status"], res["trace"]["reason"]) == (
         "failed", f"fixed_bytes: the workload {(wl_dir / 'window-ab-1024').resolve()} changed since the freeze "
                   f"(sha256 {frozen[:12]} frozen, {now[:12]} now); the step sends nothing")
     assert not (out / "steps" / "07-trace" / "ab.json").exists() and res["trace"]["started"] is None
-    assert (res["restore"]["status"], res["restore"]["reason"]) == ("failed", "restore check containment failed (rc 4)")
+    assert (res["restore"]["status"], res["restore"]["reason"]) == (
+        "failed", "restore check containment failed (rc 4): candidate still loaded")
     cells = {c["metric"]: c for c in r["cells"] if c["step"] == "restore"}
     assert cells["restore_check.containment"] == {"step": "restore", "metric": "restore_check.containment",
                                                   "status": "failed", "value": False,

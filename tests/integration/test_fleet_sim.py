@@ -216,6 +216,27 @@ def test_fleet_table_of_a_plan_file(tmp_path, replicas):
     assert ph["drain"]["passed"] is True  # every replica drained
 
 
+@pytest.mark.parametrize(("spec", "message"), [
+    (",backend=none", "backend=none reads no counters"),
+    (",backend=bogus", "unknown backend 'bogus'"),
+    (",backend=prometheus,profile=/nonexistent/p.toml", "cannot read profile"),
+])
+def test_a_refused_fleet_config_leaves_no_run_directory(tmp_path, replicas, capsys, spec, message):
+    """Issue 44 low: a replica adapter refused is refused before plan.json (or anything) is written."""
+    rc = _run(tmp_path / "r", "http://127.0.0.1:9", [replicas[0] + spec], "a:forward:c1:first1")
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"field '--replica': replica {replicas[0]}: " in err and message in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_replica_header_with_cr_lf_is_refused(tmp_path, replicas, capsys):
+    assert _run(tmp_path / "r", "http://127.0.0.1:9", [replicas[0]], "a:forward:c1:first1",
+                "--replica-header", "x\r\nInjected: 1") == 2
+    assert "character code 13 at offset 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 def test_identity_pins_hold_on_every_replica(tmp_path, replicas):
     u1, u2 = replicas[:2]
     proc, router = _router([u1, u2])

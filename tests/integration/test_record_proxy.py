@@ -21,9 +21,9 @@ from aiohttp import web
 from yarl import URL
 
 from kvreplay.api import serving
-from kvreplay.api._recording_proxy import RecordingProxy
 from kvreplay.cli import main
 from kvreplay.commands import record as record_cmd
+from kvreplay.recorder._proxy import RecordingProxy
 from kvreplay.workload import load_workload
 from kvreplay.workload.capture import CaptureWriter
 

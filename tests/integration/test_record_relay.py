@@ -19,8 +19,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from kvreplay.api import _proxy_relay as rp
-from kvreplay.api._recording_proxy import RecordingProxy
+from kvreplay.recorder import _relay as rp
+from kvreplay.recorder._proxy import RecordingProxy
 from kvreplay.workload.capture import MANIFEST, CaptureWriter
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'

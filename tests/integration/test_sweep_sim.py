@@ -132,3 +132,44 @@ def test_bad_sweep_input_exits_2_naming_the_flag_and_makes_nothing(tmp_path, cap
     assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", *extra, "--out", str(out)]) == 2
     assert flag in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:9/?api_key=k3y-in-the-query", "http://127.0.0.1:9#k3y-in-the-query",
+                                    "127.0.0.1:9"])
+def test_a_target_with_a_query_or_no_scheme_is_refused_before_anything_is_made(tmp_path, capsys, target):
+    out = tmp_path / "bad"
+    assert main(["sweep", WL, "--target", target, "--backend", "none", "--concurrency", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--target" in err and "k3y-in-the-query" not in err, err
+    assert not out.exists()
+
+
+def test_workers_two_per_point_send_what_one_worker_sends(tmp_path):
+    """``--workers 2`` (issue 47 item 6): each point's phases spread over two processes send the same requests
+    as one process: per phase the same positions with the same bodies (4 measured, the first 3 bodies cycled,
+    after 1 warm-up), all ok, each cold point verified (at C1 with the counters read around its first request)."""
+    seen = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--concurrency", "1,2",
+                     "--select", "first3", "--requests", "4", "--warmup", "1", "--cache", "cold",
+                     "--workers", str(workers), "--report", "none", "--quiet", "--out", str(out)]) == 0
+        doc = json.loads((out / "sweep.json").read_text())
+        seen[workers] = doc
+        assert [(p["concurrency"], p["records"], p["ok"]) for p in doc["points"]] == [(1, 4, 4), (2, 4, 4)]
+        for p in doc["points"]:
+            recs = records_of(out / p["run_dir"])
+            sent = sorted((r["phase"], r["position"], r["body_index"], r["status"]) for r in recs)
+            assert sent == [(p["phase"], 0, 0, "ok"), (p["phase"], 1, 1, "ok"), (p["phase"], 2, 2, "ok"),
+                            (p["phase"], 3, 0, "ok"), ("warmup", 0, 0, "ok")]
+            assert (p["cache"]["verified"], p["cache"]["evidence"]["first_request"]["cached_tokens"]) == (True, 0)
+            # one process: no worker named; two: at C1 worker 0 holds the one slot (and the counter reads)
+            named = {r.get("worker") for r in recs}
+            if workers == 1 or p["concurrency"] == 1:
+                assert named == ({None} if workers == 1 else {0})
+            else:
+                assert named <= {0, 1} and named
+            assert (read_summary(out / p["run_dir"]).get("workers") == 2) is (workers == 2)
+        first = doc["points"][0]["cache"]["evidence"]["first_request"]
+        assert first["position"] == 0 and first["counter_delta"]["hit_tokens"] == 0
+    assert [p["records"] for p in seen[1]["points"]] == [p["records"] for p in seen[2]["points"]]

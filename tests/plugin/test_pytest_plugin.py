@@ -61,3 +61,39 @@ def test_target(kvreplay):
 ''')
     result = pytester.runpytest(*PLUGIN, "--kvreplay-target", "http://127.0.0.1:9", "--kvreplay-backend", "vllm")
     result.assert_outcomes(passed=1)
+
+
+def test_with_reset_empties_the_cache_before_the_first_phase_only():
+    from kvreplay.pytest_plugin import KvreplayFixture
+
+    assert KvreplayFixture.with_reset(["prime:forward:c1", "replay:reverse:c1"]) == [
+        "prime:forward:c1:reset", "replay:reverse:c1"]
+    assert KvreplayFixture.with_reset(["a:forward:c1:reset"]) == ["a:forward:c1:reset"]
+    assert KvreplayFixture.with_reset([]) == []
+
+
+def test_reset_cache_puts_the_reset_in_the_runs_plan(pytester: pytest.Pytester):
+    pytester.makepyfile(f'''
+import json
+
+def test_reset(kvreplay):
+    r = kvreplay.replay({str(WORKLOAD)!r}, phases=["a:forward:c1:first2", "b:forward:c1:first2"], reset_cache=True)
+    plan = json.loads((r.run_dir / "plan.json").read_text())
+    assert [p["reset"] for p in plan["phases"]] == [True, False]
+    assert [p.valid for p in r.phases] == [True, True]  # the simulator empties its cache when asked
+''')
+    result = pytester.runpytest_subprocess(*PLUGIN, "--kvreplay-sim")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kvreplay-sim", "--kvreplay-target", "http://127.0.0.1:9"],
+     "*--kvreplay-sim and --kvreplay-target name two targets: give one of them*"),
+    (["--kvreplay-sim", "--kvreplay-backend", "bogus"], "*--kvreplay-backend 'bogus' is not a counter adapter*"),
+])
+def test_contradicting_options_are_refused(pytester: pytest.Pytester, args, message):
+    """Issue 44 lows: before, the target won over --kvreplay-sim silently and a bogus backend was ignored."""
+    pytester.makepyfile(USER_TEST.replace("THRESHOLD", "0.9"))
+    result = pytester.runpytest(*PLUGIN, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])

@@ -81,3 +81,82 @@ def test_basic_header_with_a_short_password_is_refused():
     with pytest.raises(ValueError, match="a secret of 2 characters is too short"):
         R.register_headers({"Authorization": "Basic " + base64.b64encode(b"alice:pw").decode()})
     assert R.secrets() == ()
+
+
+def test_redact_url_replaces_userinfo_and_secret_query_values():
+    from kvreplay.redaction import redact_url, url_secrets
+
+    assert redact_url("http://u:pw-1234@h:1/v1?api_key=K-5678&model=m;token=T-9012#f") == (
+        "http://[REDACTED]@h:1/v1?api_key=[REDACTED]&model=m;token=[REDACTED]#f")
+    assert redact_url("http://h:1/?model=m") == "http://h:1/?model=m"
+    assert url_secrets("http://u:pw-1234@h:1/?api_key=K%2F5678&x=1") == ["u:pw-1234", "pw-1234", "K%2F5678", "K/5678"]
+    assert url_secrets("http://tok-abcd@h:1") == ["tok-abcd"]
+    assert url_secrets("http://h:1/?model=m") == []
+
+
+def test_register_url_refuses_a_short_secret_and_registers_the_rest():
+    import pytest
+
+    from kvreplay.redaction import clear, redact, register_url
+
+    clear()
+    try:
+        with pytest.raises(ValueError, match="3 characters"):
+            register_url("http://h:1/?api_key=abc")
+        register_url("http://u:pw-1234@h:1/?sig=SIG-5678")
+        assert redact("a pw-1234 b SIG-5678 c") == "a [REDACTED] b [REDACTED] c"
+    finally:
+        clear()
+
+
+def test_join_url_puts_a_base_query_after_the_path():
+    from kvreplay.backends._http import join_url
+
+    assert join_url("http://h:1/?api_key=K", "/metrics") == "http://h:1/metrics?api_key=K"
+    assert join_url("http://h:1/?api_key=K", "/cache?x=1") == "http://h:1/cache?x=1&api_key=K"
+    assert join_url("http://h:1/", "/metrics") == "http://h:1/metrics"
+
+
+def test_snapshot_never_prints_a_servers_key_from_a_label(tmp_path, capsys):
+    """Issue 44 low: a server's own key in an info label (never registered: kvreplay never had it) is
+    replaced by the marker in every parsed sample: snapshot's identity and raw series."""
+    from kvreplay.cli import main
+
+    key = "sk-proj-7Qx2b9LmT4vN8aZr"
+    dump = tmp_path / "metrics.txt"
+    dump.write_text("# TYPE vllm:cache_config_info gauge\n"
+                    f'vllm:cache_config_info{{block_size="16",owner="{key}",hf_token="hf_abcdefgh1234"}} 1\n'
+                    "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total 10\n")
+    assert main(["snapshot", "--from-file", str(dump), "--backend", "vllm"]) == 0
+    out = capsys.readouterr().out
+    assert key[:8] not in out and "hf_abcdefgh" not in out, out
+    assert ('vllm:cache_config_info{block_size="16",owner="[REDACTED]",hf_token="[REDACTED]"}' in out
+            or '"owner": "[REDACTED]"' in out), out
+
+
+def test_redact_labels_rule():
+    from kvreplay.redaction import maybe_secret_labels, redact_labels
+
+    labels = {"model": "m", "api_key": "abcd", "owner": "sk-0123456789abcdefgh", "note": "sk-short",
+              "auth": "Bearer abcdefghij", "name": "key_a"}
+    assert redact_labels(labels) == {"model": "m", "api_key": "[REDACTED]", "owner": "[REDACTED]",
+                                     "note": "sk-short", "auth": "[REDACTED]", "name": "key_a"}
+    assert maybe_secret_labels('x{owner="sk-0123"} 1') and maybe_secret_labels('x{api_key="a"} 1')
+    assert not maybe_secret_labels('vllm:x{model="m",engine="0"} 1')
+
+
+def test_urls_inside_a_command_line_are_registered():
+    """A user command (an arm's switch, a check) keeps its text in experiment.json and ab.json: its URLs'
+    secrets are registered from it."""
+    from kvreplay.experiments.ab.arms import parse_arm
+    from kvreplay.redaction import clear, redact, register_urls_in
+
+    clear()
+    try:
+        register_urls_in("curl -sf 'http://chk:pw-check-1234@127.0.0.1:9/health' && wget https://h/?token=tok-5678")
+        arm = parse_arm("on=./switch.sh --url http://u:pw-arm-9012@h:1 on")
+        assert arm.cmd == "./switch.sh --url http://u:pw-arm-9012@h:1 on"  # sent as given
+        assert redact(f"x pw-check-1234 tok-5678 {arm.cmd}") == (
+            "x [REDACTED] [REDACTED] ./switch.sh --url http://[REDACTED]@h:1 on")
+    finally:
+        clear()

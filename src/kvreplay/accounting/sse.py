@@ -25,6 +25,21 @@ __all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "hdr_reco
 hdr_record_gaps: Callable[..., tuple[int, int, int, int | None, int | None] | None] | None = None
 """The native ``_sse_c.hdr_record_gaps`` (ITL gaps straight into HdrHistogram counts); None on the pure side."""
 
+def _why_pure(exc: ImportError) -> str:
+    """Why the compiled twin is not used: not built (an sdist installed without a compiler), or not loadable.
+
+    Python words a submodule missing from a package being initialised as "most likely due to a
+    circular import"; the spec lookup tells the two cases apart.
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("kvreplay.accounting._sse_c")
+    except (ImportError, ValueError):
+        spec = None
+    return "no compiler at install time" if spec is None else f"the compiled twin does not load: {exc}"
+
+
 SSEAccountant: type[Accountant]
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implementation() != "CPython":
     SSEAccountant = _sse_py.SSEAccountant
@@ -33,12 +48,9 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implem
 else:
     try:
         from kvreplay.accounting import _sse_c
-    except ImportError as exc:  # pragma: no cover - depends on the build
-        warnings.warn(
-            f"kvreplay native SSE accountant not available ({exc}); using the pure-Python twin",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    except ImportError as exc:  # depends on the build (tests/unit/accounting/test_pure_fallback_message.py)
+        warnings.warn(f"kvreplay: pure-Python accountant ({_why_pure(exc)}); same results, slower", RuntimeWarning,
+                      stacklevel=2)
         SSEAccountant = _sse_py.SSEAccountant
         IMPLEMENTATION = "pure"
         itl_summary_ns = events.itl_summary_ns

@@ -37,12 +37,11 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, Unpack
 
 from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.abtest import AbResult, ab, ab_async
@@ -61,6 +60,7 @@ from kvreplay.api.snapshots import Snapshot, snapshot, snapshot_async
 from kvreplay.api.sweeping import SweepPoint, SweepResult
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
+from kvreplay.options import RunConfig, RunOptions, SimOptions
 from kvreplay.rundir import RunData, load_run
 
 __all__ = [
@@ -80,8 +80,10 @@ __all__ = [
     "RecordResult",
     "ReportResult",
     "RunData",
+    "RunOptions",
     "RunResult",
     "ServedSim",
+    "SimOptions",
     "SimulateReport",
     "Snapshot",
     "SweepPoint",
@@ -118,11 +120,15 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+ReportMode = Literal["none", "md", "html"]
+_NO_SIM: SimOptions = {}
+"""The default ``sim=``: no simulator option (a TypedDict default rather than None, so that a
+type checker names a misspelt key of a ``sim={...}`` literal; None is still accepted at run time)."""
 
 
 def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,
-                 target: str, out: PathLike | None, sim: Mapping[str, Any] | None, report: str, quiet: bool,
-                 extra: Mapping[str, Any]) -> argparse.Namespace:
+                 target: str, out: PathLike | None, sim: SimOptions | Mapping[str, Any] | None, report: str,
+                 quiet: bool, extra: Mapping[str, Any]) -> RunConfig:
     from kvreplay.api.run import add_arguments
 
     if isinstance(phases, str):
@@ -132,13 +138,22 @@ def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLik
               "from_plan": None if from_plan is None else os.fspath(from_plan),
               "target": target, "out": None if out is None else os.fspath(out), "report": report, "quiet": quiet,
               **extra}
-    return _namespace_for(add_arguments, values, sim)
+    parsed = _namespace_for(add_arguments, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
+    return RunConfig.from_dests(vars(parsed))
+
+
+class _RunKeywords(RunOptions, total=False):
+    """``RunOptions`` plus the explicit parameters of ``replay``, for the run-time check of their types."""
+
+    target: str
+    report: ReportMode
+    quiet: bool
 
 
 async def replay_async(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan: PathLike | None = None,
                        from_plan: PathLike | None = None, target: str = "sim", out: PathLike | None = None,
-                       sim: Mapping[str, Any] | None = None, report: str = "none", quiet: bool = True,
-                       **options: Any) -> RunResult:
+                       sim: SimOptions = _NO_SIM, report: ReportMode = "none", quiet: bool = True,
+                       **options: Unpack[RunOptions]) -> RunResult:
     """Replay a workload against a target in a frozen order (``kvreplay run``), in the running event loop.
 
     Args:
@@ -149,24 +164,30 @@ async def replay_async(workload: PathLike | None = None, *, phases: Iterable[str
         from_plan: An earlier run's plan.json to re-execute exactly (``--from-plan``).
         target: ``"sim"`` (the embedded simulator) or the server's base URL.
         out: The run directory (default ``runs/<UTC timestamp>``); must not hold a run yet.
-        sim: Simulator options without the ``sim-`` prefix, e.g. ``{"time_scale": 0}``.
+        sim: Simulator options without the ``sim-`` prefix, e.g. ``{"time_scale": 0}``
+            (``SimOptions``: a dict literal type-checks key by key).
         report: ``"none"`` (default: records, summary, histograms), ``"md"`` or ``"html"``.
         quiet: Print no progress (default).
-        **options: Any other option of ``kvreplay run`` by its Python name, e.g.
-            ``backend="vllm"``, ``read_timeout=60.0``, ``api_key_env="OPENAI_API_KEY"``, ``workers=2``.
+        **options: Any other option of ``kvreplay run`` by its Python name (``RunOptions``: typed,
+            durations in float seconds), e.g. ``backend="vllm"``, ``read_timeout=60.0``,
+            ``api_key_env="OPENAI_API_KEY"``, ``workers=2``. A misspelt name or a value of the
+            wrong type is a type checker's error at the call, and a ``ConfigError`` naming the
+            keyword at run time; so is a value the command line refuses (``read_timeout=-1``).
 
     Returns:
         The run's ``RunResult`` (summary.json typed, and its directory).
 
     Raises:
-        ConfigError, WorkloadError: bad input, before anything is sent.
+        ConfigError, WorkloadError: bad input, before anything is sent (``ConfigError.field``: the
+            keyword, ``sim.NAME`` for a simulator option).
         BackendError: the target cannot be used.
 
     Example::
 
         r = await kvreplay.replay_async("fixtures/workloads/mtbench-52", phases=["a:forward:c4"])
     """
-    from kvreplay.api.run import run_async, write_reports_for
+    from kvreplay.api.run import write_reports_for
+    from kvreplay.api.runflow import run_async
 
     args = _replay_args(workload, phases, plan, from_plan, target, out, sim, report, quiet, options)
     summary = await run_async(args)
@@ -177,8 +198,8 @@ async def replay_async(workload: PathLike | None = None, *, phases: Iterable[str
 
 def replay(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan: PathLike | None = None,
            from_plan: PathLike | None = None, target: str = "sim", out: PathLike | None = None,
-           sim: Mapping[str, Any] | None = None, report: str = "none", quiet: bool = True,
-           **options: Any) -> RunResult:
+           sim: SimOptions = _NO_SIM, report: ReportMode = "none", quiet: bool = True,
+           **options: Unpack[RunOptions]) -> RunResult:
     """Replay a workload against a target (``kvreplay run``); blocks until the run ends.
 
     Takes the arguments of ``replay_async`` and runs it on a fresh event loop (uvloop
@@ -195,12 +216,15 @@ def replay(workload: PathLike | None = None, *, phases: Iterable[str] = (), plan
     Raises:
         ConfigError, WorkloadError, BackendError: as ``replay_async``.
     """
-    return _run_sync(replay_async(workload, phases=phases, plan=plan, from_plan=from_plan, target=target, out=out,
-                                  sim=sim, report=report, quiet=quiet, **options))
+    result: RunResult = _run_sync(replay_async(workload, phases=phases, plan=plan, from_plan=from_plan,
+                                               target=target, out=out, sim=sim, report=report, quiet=quiet,
+                                               **options))
+    return result
 
 
-async def demo_async(*, target: str = "sim", out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
-                     report: str = "none", quiet: bool = True, **options: Any) -> RunResult:
+async def demo_async(*, workload: PathLike | None = None, phases: Iterable[str] = (), target: str = "sim",
+                     out: PathLike | None = None, sim: SimOptions = _NO_SIM, report: ReportMode = "none",
+                     quiet: bool = True, **options: Unpack[RunOptions]) -> RunResult:
     """The demo (``kvreplay demo``) in the running event loop: ``replay_async`` with the demo's defaults.
 
     The bundled mtbench-52 primed forward then replayed in reverse (``phases``, ``workload``
@@ -214,19 +238,19 @@ async def demo_async(*, target: str = "sim", out: PathLike | None = None, sim: M
         ConfigError, WorkloadError, BackendError: as ``replay_async``.
     """
     from kvreplay.api.demo_defaults import apply_demo_defaults
-    from kvreplay.api.run import run_async, write_reports_for
+    from kvreplay.api.run import write_reports_for
+    from kvreplay.api.runflow import run_async
 
-    workload = options.pop("workload", None)
-    args = apply_demo_defaults(_replay_args(workload, options.pop("phases", ()), None, None, target, out, sim,
-                                            report, quiet, options))
+    args = apply_demo_defaults(_replay_args(workload, phases, None, None, target, out, sim, report, quiet, options))
     summary = await run_async(args)
     run_dir = summary.pop("_out")
     write_reports_for(args, summary, run_dir)
     return RunResult.from_summary(summary, run_dir)
 
 
-def demo(*, target: str = "sim", out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
-         report: str = "none", quiet: bool = True, **options: Any) -> RunResult:
+def demo(*, workload: PathLike | None = None, phases: Iterable[str] = (), target: str = "sim",
+         out: PathLike | None = None, sim: SimOptions = _NO_SIM, report: ReportMode = "none", quiet: bool = True,
+         **options: Unpack[RunOptions]) -> RunResult:
     """The demo (``kvreplay demo``); blocks until the run ends. Arguments as ``demo_async``.
 
     Example::
@@ -234,10 +258,12 @@ def demo(*, target: str = "sim", out: PathLike | None = None, sim: Mapping[str, 
         r = kvreplay.demo(sim={"time_scale": 0}, out="runs/demo")
         print(r.phase("replay").cached_ratio)
     """
-    return _run_sync(demo_async(target=target, out=out, sim=sim, report=report, quiet=quiet, **options))
+    result: RunResult = _run_sync(demo_async(workload=workload, phases=phases, target=target, out=out, sim=sim,
+                                             report=report, quiet=quiet, **options))
+    return result
 
 
-async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
+async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: SimOptions = _NO_SIM,
                       quiet: bool = True, **options: Any) -> dict[str, Any]:
     """Probe a server's prefix cache (``kvreplay probe``) in the running event loop.
 
@@ -260,12 +286,12 @@ async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: 
     from kvreplay.api.probing import probe_async as run_probe
 
     values = {"target": target, "out": None if out is None else os.fspath(out), "quiet": quiet, **options}
-    verdict = await run_probe(_namespace_for(add_arguments, values, sim))
+    verdict = await run_probe(_namespace_for(add_arguments, values, sim, sim_declared=SimOptions))
     verdict["out"] = verdict.pop("_out")
     return verdict
 
 
-def probe(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str, Any] | None = None,
+def probe(target: str = "sim", *, out: PathLike | None = None, sim: SimOptions = _NO_SIM,
           quiet: bool = True, **options: Any) -> dict[str, Any]:
     """Probe a server's prefix cache (``kvreplay probe``); blocks until the verdict is written.
 
@@ -277,7 +303,8 @@ def probe(target: str = "sim", *, out: PathLike | None = None, sim: Mapping[str,
     Raises:
         ConfigError, BackendError: as ``probe_async``.
     """
-    return _run_sync(probe_async(target, out=out, sim=sim, quiet=quiet, **options))
+    verdict: dict[str, Any] = _run_sync(probe_async(target, out=out, sim=sim, quiet=quiet, **options))
+    return verdict
 
 
 def _loads_text(value: Iterable[float] | str | None) -> str | None:

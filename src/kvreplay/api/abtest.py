@@ -94,9 +94,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="accept a timing decision on a busy host (host_busy) when the effect clears every gate "
                         f"FACTOR times over (default {ACCEPT_BUSY_FACTOR:g}); the verdict carries host_busy "
                         "as a caveat")
-    p.add_argument("--ready-timeout", type=parse_duration, default=60.0, metavar="DUR")
-    p.add_argument("--cmd-timeout", type=parse_duration, default=600.0, metavar="DUR")
-    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
+    p.add_argument("--ready-timeout", type=parse_duration, default=60.0, metavar="DUR",
+                   help="longest wait for the server to answer after an arm's command (s; default 60)")
+    p.add_argument("--cmd-timeout", type=parse_duration, default=600.0, metavar="DUR",
+                   help="longest an arm's switch command may run (s; default 600)")
+    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR",
+                   help="longest wait for the server to go idle before a block that asks for a drain (s; default 10)")
     p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
                    help="send no new request after this long from the experiment's start (e.g. 70m); "
                         "later blocks are deferred and the exit status is 3")
@@ -106,11 +109,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="abort the block (and the experiment) when a common counter or gauge crosses a "
                         "bound, e.g. 'host_bytes>34e9'; repeatable")
     add_contract_arguments(p)
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+                   help="largest request body read from the workload; a larger one is refused (bytes)")
     p.add_argument(
         "--out", default=None, help="experiment directory (default runs/<UTC timestamp>)"
     )
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print no progress (the output directory holds everything)")
     add_target_arguments(p)
 
 

@@ -58,8 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "dirs", nargs="+", metavar="RUN_DIR", help="ab directories, or run directories in pairs"
     )
-    p.add_argument("--primary", action="append", default=[], metavar="METRIC:±X%")
-    p.add_argument("--protected", action="append", default=[], metavar="METRIC:±X%")
+    p.add_argument("--primary", action="append", default=[], metavar="METRIC:±X%",
+                   help="a benefit to detect, repeatable: the metric moves by at least X%% in that direction, "
+                        "e.g. ttft_p50:-5%% (5%% lower is a benefit)")
+    p.add_argument("--protected", action="append", default=[], metavar="METRIC:±X%",
+                   help="a regression to rule out, repeatable: the metric must not move by more than X%% in "
+                        "that direction, e.g. itl_p50:+3%%")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     p.add_argument("--accept-busy-host", type=float, nargs="?", const=ACCEPT_BUSY_FACTOR, default=None,
@@ -68,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"over (default {ACCEPT_BUSY_FACTOR:g}; else the factor saved in ab.json); the verdict "
                         "carries host_busy")
     p.add_argument("--out", default=None, help="where to write compare.json / compare.md")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true",
+                   help="print no verdict (compare.json and compare.md hold it); warnings still go to stderr")
 
 
 def compare_args(args: argparse.Namespace) -> tuple[CompareResult, str]:

@@ -7,7 +7,7 @@ in reverse (``DEMO_PHASES``) against the embedded simulator at time scale
 
 from __future__ import annotations
 
-import argparse
+from kvreplay.options import RunConfig
 
 __all__ = ["DEMO_PHASES", "DEMO_TIME_SCALE", "apply_demo_defaults"]
 
@@ -18,8 +18,8 @@ DEMO_TIME_SCALE = 0.02
 """The simulator's time scale in the demo (a fiftieth of the modelled latencies: seconds, not minutes)."""
 
 
-def apply_demo_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill ``kvreplay run``'s parsed options with the demo's defaults where unset; returns ``args`` (changed in place).
+def apply_demo_defaults(args: RunConfig) -> RunConfig:
+    """Fill a run's options with the demo's defaults where unset; returns ``args`` (changed in place).
 
     The workload (``--workload`` unset: the bundled mtbench-52), the phases (none given:
     ``DEMO_PHASES``) and the simulator's time scale (``--sim-time-scale`` unset: ``DEMO_TIME_SCALE``).
@@ -30,6 +30,5 @@ def apply_demo_defaults(args: argparse.Namespace) -> argparse.Namespace:
         args.workload = str(DEMO_WORKLOAD)
     if not args.phase:
         args.phase = list(DEMO_PHASES)
-    if getattr(args, "sim_time_scale", None) is None and hasattr(args, "sim_time_scale"):
-        args.sim_time_scale = DEMO_TIME_SCALE
+    args.sim.setdefault("time_scale", DEMO_TIME_SCALE)
     return args

@@ -79,7 +79,7 @@ class FrozenExperiment:
             say(msg)
         result = build_result(self.out, self.doc, steps, started=w.started, ended=w.ended or w.started,
                               aborted=w.aborted, identity=w.snapshot_identity, left_running=w.left_running,
-                              unread=w.unread)
+                              unread=w.unread, attempts=w.attempts, final_stops=w.closed)
         if self.window.deadline_from != "start":  # what the deadlines counted from (None: it never came)
             result["deadline_origin"] = {"deadline_from": self.window.deadline_from, "origin": w.origin}
         write_publication(self.out, result, self.spec.path.stem)

@@ -6,35 +6,25 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from typing import Any
 
-from kvreplay.argtypes import integer
+from kvreplay.argtypes import add_declared, integer
 from kvreplay.errors import ConfigError
+from kvreplay.options import RunConfig
 from kvreplay.redaction import redact_url
 
 __all__ = ["add_fleet_arguments", "check_replicas_answer", "finish_routing_loss", "fleet_of", "no_backend",
            "open_fleet_backend", "replica_cache_extra", "sim_fleet_size", "start_sim_fleet"]
 
 
-def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
-    """``--replica`` (repeatable) and ``--replica-header``: a fleet target (``runner.fleet``)."""
-    from kvreplay.runner.fleet import DEFAULT_REPLICA_HEADER
+def add_fleet_arguments(p: Any) -> None:
+    """A fleet target's flags: ``RunConfig``'s ``fleet`` group and the embedded fleet's.
 
-    p.add_argument("--replica", action="append", default=[],
-                   metavar="URL[,backend=NAME,profile=FILE,verdict=FILE]",
-                   help="a replica behind the --target router, repeatable: its counters and identity are "
-                        "read (the router's never) and every record names the replica that served it; "
-                        "without backend= it gets --backend (auto: detected per replica); verdict= a probe "
-                        "verdict.json whose cache model is this replica's in the routing loss (a mixed fleet)")
-    p.add_argument("--replica-header", default=DEFAULT_REPLICA_HEADER, metavar="NAME",
-                   help="response header naming the replica that served a request, when the router or "
-                        f"replica sets one (default {DEFAULT_REPLICA_HEADER})")
-    p.add_argument("--replica-cache-from", default=None, metavar="VERDICT",
-                   help="a probe verdict.json whose calibrated cache model (sim.calibrate) stands for every "
-                        "--replica's cache: the run's phases[].routing_loss is computed with it (without it, "
-                        "only the embedded fleet's replicas have a known cache model)")
+    ``--replica`` (repeatable), ``--replica-header``, ``--replica-cache-from`` from their
+    declarations; ``--sim-replicas`` / ``--sim-router`` are simulator options (``SimOptions``).
+    """
+    add_declared(p, RunConfig, ("fleet",))
     from kvreplay.sim.routing import ROUTER_POLICIES
 
     p.add_argument("--sim-replicas", type=integer(1), default=1, metavar="N",
@@ -45,8 +35,8 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
                         "given with --sim-replicas 1, a router fronts the one replica)")
 
 
-def sim_fleet_size(args: argparse.Namespace) -> tuple[int, str] | None:
-    """``(replicas, policy)`` of ``--sim-replicas`` / ``--sim-router``, or None for one simulator."""
+def sim_fleet_size(args: Any) -> tuple[int, str] | None:
+    """``(replicas, policy)`` of ``--sim-replicas`` / ``--sim-router`` (parsed flags of those names), or None."""
     n = getattr(args, "sim_replicas", 1) or 1
     policy = getattr(args, "sim_router", None)
     if n <= 1 and policy is None:
@@ -59,7 +49,7 @@ async def no_backend(session: Any) -> None:
     return None
 
 
-def fleet_of(args: argparse.Namespace, settings: dict[str, Any], target: str) -> tuple[str, tuple[Any, ...]]:
+def fleet_of(args: RunConfig, settings: dict[str, Any], target: str) -> tuple[str, tuple[Any, ...]]:
     """The target and the fleet's replicas from ``--replica`` and a plan's ``[fleet]`` (``runner.fleet``).
 
     ``--replica`` replaces the plan's replicas; the plan's ``router`` is the target
@@ -67,9 +57,14 @@ def fleet_of(args: argparse.Namespace, settings: dict[str, Any], target: str) ->
 
     Raises:
         ConfigError: a bad replica, ``--target sim`` with replicas, a replica that is
-            the router, a replica listed twice (field ``--replica``).
+            the router, a replica listed twice, a replica's adapter that cannot be built
+            (``backends.fleet.check_fleet_backends``; field ``--replica``): before the run
+            directory is made.
     """
-    from kvreplay.runner.fleet import check_fleet, parse_replica, replicas_from_mapping
+    from kvreplay.runner.fleet import check_fleet, check_header_name, parse_replica, replicas_from_mapping
+
+    if getattr(args, "replica_header", None) is not None:
+        check_header_name(args.replica_header)
 
     router, replicas = replicas_from_mapping(settings["fleet"]) if settings.get("fleet") else (None, ())
     given = [parse_replica(t) for t in getattr(args, "replica", None) or ()]
@@ -83,6 +78,9 @@ def fleet_of(args: argparse.Namespace, settings: dict[str, Any], target: str) ->
         raise ConfigError("--replica needs --target ROUTER_URL (the router the requests go to), not sim",
                           field="--replica")
     check_fleet(target, replicas)
+    from kvreplay.backends.fleet import check_fleet_backends
+
+    check_fleet_backends(replicas, getattr(args, "backend", "auto"), getattr(args, "profile", None))
     return target, replicas
 
 
@@ -136,7 +134,7 @@ async def start_sim_fleet(size: tuple[int, str], config: Any, calibration: dict[
     return fleet, replicas, {"sim_fleet": sim_fleet_json(config, *size)}
 
 
-def replica_cache_extra(args: argparse.Namespace, replicas: Any) -> dict[str, Any]:
+def replica_cache_extra(args: RunConfig, replicas: Any) -> dict[str, Any]:
     """plan.json ``run.replica_cache`` from ``--replica-cache-from VERDICT`` and ``--replica URL,verdict=FILE``.
 
     ``{"source", "sha256", "replicas", "router": null, "seed": 0, "config"}``: the verdict's

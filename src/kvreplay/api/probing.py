@@ -93,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="TOKENS",
         help="state whether Cmax covers a prefix of this size (e.g. 24k)",
     )
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print no progress (the output directory holds everything)")
     add_target_arguments(p)
 
 

@@ -1,7 +1,7 @@
 r"""Record live traffic through a transparent proxy: the behaviour of ``kvreplay record`` and ``kvreplay.record``.
 
 Every request is forwarded byte for byte and every response streamed back as it
-arrives (``kvreplay.api._recording_proxy``); POST bodies to ``paths`` are retained
+arrives (``kvreplay.recorder``); POST bodies to ``paths`` are retained
 as ``W/NNNNNN.json`` with a manifest ``W/capture.jsonl`` and ``W.arrivals.json`` +
 ``W.plan.toml`` beside ``W`` (``kvreplay.workload.capture``). ``kvreplay record``
 (``commands/record.py``) prints; this module declares its options
@@ -197,12 +197,12 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
         OSError: the address cannot be bound (``strerror``: ``cannot listen on HOST:PORT: why``);
             no capture folder is left behind.
     """
-    from kvreplay.api._recording_proxy import RecordingProxy
     from kvreplay.api.serving import is_loopback, wait_for_stop
     from kvreplay.clock import now_ns
     from kvreplay.errors import ConfigError
     from kvreplay.outpath import check_out
-    from kvreplay.redaction import redact_url
+    from kvreplay.recorder import RecordingProxy
+    from kvreplay.redaction import redact_url, register_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 
     duration = args.duration
@@ -212,7 +212,15 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     check_out(args.out, force=getattr(args, "force", False), folder=True, siblings=sidecar_paths(args.out),
               make_parents=True)
     if not args.upstream.startswith(("http://", "https://")):
-        raise ConfigError(f"must be an http:// or https:// URL, not {args.upstream!r}", field="--upstream")
+        raise ConfigError(f"must be an http:// or https:// URL, not {redact_url(args.upstream)!r}",
+                          field="--upstream")
+    try:
+        register_url(args.upstream)  # its credentials: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the upstream URL: {exc}", field="--upstream") from None
+    if "?" in args.upstream or "#" in args.upstream:
+        raise ConfigError(f"{redact_url(args.upstream)!r}: an upstream URL takes no query or fragment (each "
+                          "request's own path and query are forwarded)", field="--upstream")
     host, port = parse_listen(args.listen)
     if args.max_bodies is not None and args.max_bodies < 0:
         raise ConfigError("must be >= 0", field="--max-bodies")

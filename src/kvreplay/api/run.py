@@ -1,8 +1,9 @@
 r"""Replay a workload against a target in a frozen order: the behaviour of ``kvreplay run``.
 
 ``kvreplay.replay`` and ``kvreplay run`` both come here: the options are declared once
-(``add_arguments``, the command line's and the API's defaults) and executed by
-``run_async``; ``commands/run.py`` only prints. Examples::
+(``kvreplay.options.RunConfig``; ``add_arguments`` derives the flags) and executed by
+``run_async`` (``kvreplay.api.runflow``, re-exported here with its checks, which probe, ab
+and snapshot share); ``commands/run.py`` only prints. Examples::
 
     kvreplay run fixtures/workloads/mtbench-52 --target sim \
         --phase prime:forward:c1 --phase replay:reverse:c4 --out runs/x
@@ -11,60 +12,52 @@ r"""Replay a workload against a target in a frozen order: the behaviour of ``kvr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import base64
-import os
-from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
-from kvreplay.api.fleet import (
-    add_fleet_arguments,
-    check_replicas_answer,
-    finish_routing_loss,
-    fleet_of,
-    no_backend,
-    open_fleet_backend,
-    replica_cache_extra,
-    sim_fleet_size,
-    start_sim_fleet,
+from kvreplay.api.fleet import add_fleet_arguments
+from kvreplay.api.runflow import run_async
+from kvreplay.api.runflow.checks import (
+    MAX_KEY_FILE_BYTES,
+    KeySource,
+    QuietOption,
+    check_ca_file,
+    check_out_dir,
+    check_target,
+    contract_options,
+    default_out,
+    make_observer,
+    open_backend,
+    read_api_key,
+    sim_run_extra,
+    split_credentials,
 )
-from kvreplay.argtypes import integer
-from kvreplay.errors import ConfigError
-from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
-from kvreplay.redaction import check_secret, redact_url, register, register_headers
-from kvreplay.report.markdown import render_markdown
+from kvreplay.argtypes import add_declared, bound, duration
+from kvreplay.options import RunConfig
 from kvreplay.report.units import sim_time_scale
-from kvreplay.rundir import RECORDS, REPORT_MD, read_plan, read_plan_file
-from kvreplay.runner import RunOptions, execute_plan
-from kvreplay.runner.observer import NullObserver, PlainObserver, RunObserver
-from kvreplay.runner.resources import ensure_open_files
+from kvreplay.rundir import REPORT_MD, read_plan
 from kvreplay.safe_io import echo
-from kvreplay.workload import DEFAULT_MAX_BODY_BYTES, load_workload
-from kvreplay.workload.conversations import session_warnings
+
+__all__ = ["AUTO_HTML_MAX_RECORDS", "EXIT_ABORTED", "EXIT_CLIENT_ERROR", "MAX_KEY_FILE_BYTES", "KeySource",
+           "QuietOption", "add_arguments", "add_contract_arguments", "add_target_arguments", "check_ca_file",
+           "check_out_dir", "check_target", "contract_options", "default_out", "install_loop", "make_observer",
+           "open_backend", "parse_bound", "parse_duration", "read_api_key", "run_async", "sim_run_extra",
+           "split_credentials", "time_scale_of", "write_html_report", "write_reports_for"]
 
 EXIT_ABORTED = 3
 EXIT_CLIENT_ERROR = 1
 """Some positions failed inside the client (``client_error`` records); everything is written."""
 
 
-def add_target_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by commands that talk to a target (run, demo, probe...)."""
-    p.add_argument("--target", default="sim",
-                   help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
+def add_target_arguments(p: Any) -> None:
+    """Options shared by commands that talk to a target (run, demo, probe...): ``RunConfig``'s ``target`` group."""
     from kvreplay.backends import backend_names
 
-    p.add_argument("--backend", default="auto",
-                   help=f"counter adapter: auto, none, {', '.join(backend_names())}")
-    p.add_argument("--profile", default=None, help="TOML profile for --backend prometheus")
-    p.add_argument("--api-key-env", default=None, metavar="NAME",
-                   help="read the API key from this environment variable (never from the command line)")
-    p.add_argument("--api-key-file", default=None, metavar="FILE", help="read the API key from this file")
-    p.add_argument("--ca-file", default=None, metavar="PEM",
-                   help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed server")
+    add_declared(p, RunConfig, ("target",))
+    for action in p._actions:  # the backends' names are known here, above kvreplay.options
+        if action.dest == "backend":
+            action.help = f"counter adapter: auto, none, {', '.join(backend_names())}"
     try:
         from kvreplay.sim import add_arguments as add_sim_arguments
     except ImportError:  # pragma: no cover - simulator not built
@@ -72,473 +65,23 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_arguments(p, prefix="sim-")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``run``'s options."""
-    p.add_argument("workload", nargs="?", help="folder of *.json bodies or a .jsonl file")
-    p.add_argument("--phase", action="append", default=[], metavar="SPEC",
-                   help="NAME:ORDER:cN[:xREPEATS][:lastN|firstN][:rRATE[:poissonSEED]], repeatable, in run order; "
-                        "ORDER is forward, reverse, shuffle:SEED or by-prefix; rRATE makes an open loop "
-                        "(requests/s, at most N in flight)")
-    p.add_argument("--plan", default=None, metavar="FILE", help="TOML plan file")
-    p.add_argument("--from-plan", default=None, metavar="PLAN_JSON",
-                   help="re-execute exactly the sequence of an earlier plan.json")
-    p.add_argument("--out", default=None, help="run directory (default runs/<UTC timestamp>)")
-    p.add_argument("--connect-timeout", type=parse_duration, default=30.0, metavar="DUR")
-    p.add_argument("--read-timeout", type=parse_duration, default=120.0, metavar="DUR",
-                   help="longest silence allowed between two reads of a response (s)")
-    p.add_argument("--total-timeout", type=parse_duration, default=None, metavar="DUR",
-                   help="whole-request bound (s); off by default")
-    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR")
-    p.add_argument("--no-per-request-counters", action="store_true",
-                   help="at C1, do not read counters around each request")
-    p.add_argument("--no-text", action="store_true", help="keep no response text in records")
-    p.add_argument("--history", choices=("captured", "live"), default="captured",
-                   help="conversation workloads: send earlier turns as retained (captured, the default) or with "
-                        "this server's own replies in place of the captured assistant messages (live; records "
-                        "add sent_sha256 and history_differs)")
-    p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
-                   help="send no new request after this long (e.g. 70m, 90s, 1h); in-flight ones finish")
-    p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
-                   help="cancel requests still in flight at this point (e.g. 90m)")
-    p.add_argument("--max-error-rate", type=float, default=None, metavar="FRACTION",
-                   help="abort when more than this fraction of sent requests failed (after 20 requests; "
-                        "every failure counts, transport and output alike)")
-    p.add_argument("--max-output-error-rate", type=float, default=None, metavar="FRACTION",
-                   help="as --max-error-rate counting only requests the server answered badly (HTTP error, "
-                        "malformed, cut, read timeout); connection failures are not counted")
-    p.add_argument("--max-transport-failures", type=integer(0), default=3, metavar="N",
-                   help="abort after N consecutive sends that never reached the server (connection refused, "
-                        "reset before any response byte, connect timeout); 0 = never (default 3)")
-    p.add_argument("--abort-if", action="append", default=[], type=parse_bound, metavar="NAME>VALUE",
-                   help="abort when a common counter or gauge crosses a bound, e.g. 'host_bytes>34e9'")
-    p.add_argument("--abort-on-restart", action="store_true",
-                   help="abort when counters show the server restarted (a counter went down)")
-    add_contract_arguments(p)
-    p.add_argument("--keepalive-timeout", type=parse_duration, default=2.0, metavar="DUR",
-                   help="close idle pooled connections after S seconds (below the server's own limit)")
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
-    p.add_argument("--quiet", action="store_true", help="print nothing (the run directory holds everything)")
-    p.add_argument("--report", choices=("html", "md", "none"), default="html",
-                   help="reports written at the end: html (report.md and report.html; the default at every "
-                        "size: records are streamed, about 2 s a 200,000-record run), md (report.md only), "
-                        "none (records, summary and histograms only; draw later with kvreplay report)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="run in N processes sharing each phase's frozen sequence (runner.multiproc); "
-                        "the phase's concurrency is spread over them")
-    p.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="run the --workers as Ray actors, on any host of a Ray cluster: 'auto', HOST:PORT, "
-                        "ray://HOST:10001, or 'local' for a new instance here (optional extra: "
-                        "pip install 'kvreplay[ray]'); clocks are per host")
+def add_arguments(p: Any) -> None:
+    """Register ``run``'s options: ``kvreplay.options.RunConfig``'s fields (their one declaration), then the fleet's."""
+    add_declared(p, RunConfig, ("run", "contract"))
     add_target_arguments(p)
     add_fleet_arguments(p)  # api.fleet
 
 
-def add_contract_arguments(p: argparse.ArgumentParser) -> None:
-    """``--expect-identity``, ``--abort-on-malformed``, ``--on-check-fail`` (run, ab)."""
-    p.add_argument("--expect-identity", action="append", default=[], metavar="KEY=VALUE",
-                   help="identity pin, repeatable: the server's identity must have KEY (dotted, e.g. "
-                        "models, version.build, version.cache.host_evict) = VALUE before the first "
-                        "request, and keep it (checked at every counter read; else exit 3, identity_drift)")
-    p.add_argument("--abort-on-malformed", action="store_true", default=None,
-                   help="abort the run at the first malformed response (a plan's abort_on_malformed)")
-    p.add_argument("--on-check-fail", choices=("skip", "mark"), default=None,
-                   help="a phase whose drain or fresh check failed: send nothing (skip, the default) "
-                        "or send it and mark it invalid (mark)")
+def add_contract_arguments(p: Any) -> None:
+    """``--expect-identity``, ``--abort-on-malformed``, ``--on-check-fail`` (run, ab): the ``contract`` group."""
+    add_declared(p, RunConfig, ("contract",))
 
 
-def contract_options(args: argparse.Namespace, settings: dict[str, Any], plan_path: str | None) -> dict[str, Any]:
-    """RunOptions fields of the execution contract from the command line over a plan's settings.
+parse_duration = duration
+"""``90``, ``90s``, ``70m``, ``1.5h``, ``250ms`` -> seconds (``kvreplay.argtypes.duration``; its old name here)."""
 
-    Raises:
-        ConfigError: a bad pin (command line or the plan's ``[identity]``).
-    """
-    from kvreplay.runner.identity import parse_pin, pins_from_mapping
-
-    pins = list(pins_from_mapping(settings["identity"], source=f"{plan_path} [identity]")
-                if settings.get("identity") else ())
-    cli_pins = [parse_pin(t) for t in getattr(args, "expect_identity", None) or ()]
-    pins = [p for p in pins if p.key not in {c.key for c in cli_pins}] + cli_pins  # the command line wins
-    malformed = getattr(args, "abort_on_malformed", None)
-    mode = getattr(args, "on_check_fail", None)
-    return {
-        "identity_pins": tuple(pins),
-        "abort_on_malformed": bool(settings.get("abort_on_malformed", False) if malformed is None else malformed),
-        "on_check_fail": mode or settings.get("on_check_fail", "skip"),
-    }
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``70m``, ``1.5h``, ``250ms`` -> seconds (``experiments.spec.parse_duration``).
-
-    Raises:
-        argparse.ArgumentTypeError: not a duration.
-    """
-    from kvreplay.experiments.window.spec import parse_duration as duration_s
-
-    try:
-        return duration_s(text)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 70m, 1h)") from None
-
-
-def parse_bound(text: str) -> tuple[str, str, float]:
-    """``host_bytes>34e9`` -> ``("host_bytes", ">", 34e9)``.
-
-    Raises:
-        argparse.ArgumentTypeError: not NAME OP NUMBER with OP in > >= < <=.
-    """
-    from kvreplay.experiments.window.spec import BOUND_RE
-
-    m = BOUND_RE.fullmatch(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a bound: {text!r} (e.g. host_bytes>34e9)")
-    try:
-        value = float(m.group(3))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number in {text!r}") from exc
-    return m.group(1), m.group(2), value
-
-
-def check_target(target: str, *, sim: bool) -> None:
-    """Refuse a ``--target`` that is not an http(s) URL (nor ``sim`` where ``sim`` is allowed).
-
-    Raises:
-        ConfigError: field ``--target``.
-    """
-    if not (sim and target == "sim") and not target.startswith(("http://", "https://")):
-        hint = " (or 'sim')" if sim else ""
-        raise ConfigError(f"{target!r} is not a URL: give http://HOST:PORT{hint}", field="--target")
-
-
-def read_api_key(args: argparse.Namespace) -> str | None:
-    """The API key from ``--api-key-env`` or ``--api-key-file``; None when neither is given.
-
-    Raises:
-        ConfigError: the variable is unset, the file is unreadable, or the key holds a control
-            character or is shorter than ``redaction.MIN_SECRET`` characters.
-    """
-    key = None
-    if args.api_key_env:
-        key = os.environ.get(args.api_key_env)
-        if not key or not key.strip():
-            raise ConfigError(f"environment variable {args.api_key_env} is not set", field="--api-key-env")
-        field = "--api-key-env"
-    elif args.api_key_file:
-        field = "--api-key-file"
-        try:
-            st = os.stat(args.api_key_file)
-            if st.st_size > MAX_KEY_FILE_BYTES:
-                raise ConfigError(f"API key file is {st.st_size} bytes (at most {MAX_KEY_FILE_BYTES})",
-                                  path=args.api_key_file, field=field)
-            key = Path(args.api_key_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read API key file: {exc}", field=field) from exc
-    if key is None:
-        return None
-    try:
-        key = check_secret(key, field=field)
-    except ValueError as exc:
-        raise ConfigError(str(exc), field=field) from None
-    if not key:
-        raise ConfigError("the API key is empty", field=field)
-    try:
-        register(key)  # refuses a key too short to redact (redaction.MIN_SECRET)
-    except ValueError as exc:
-        raise ConfigError(f"the API key: {exc}", field=field) from None
-    return key
-
-
-MAX_KEY_FILE_BYTES = 64 << 10
-"""Largest API key file read (bytes)."""
-
-
-def split_credentials(url: str, headers: dict[str, str]) -> tuple[str, str]:
-    """Move ``user:password@`` out of a target URL into an ``Authorization: Basic`` header.
-
-    The credentials are registered as secrets (never written); an API key, when
-    given, wins over them. Returns ``(url without userinfo, label for outputs)``.
-
-    Raises:
-        ConfigError: the password (or, without one, the user name) is shorter than
-            ``redaction.MIN_SECRET`` characters (field ``--target``; nothing sent).
-    """
-    u = urlsplit(url)
-    if u.username is None and u.password is None:
-        return url, url
-    user, password = unquote(u.username or ""), unquote(u.password or "")
-    try:
-        # The password, or a lone user name (a token as user), must be long enough to redact.
-        register(f"{user}:{password}", password or user, u.netloc.rpartition("@")[0])
-        if "Authorization" not in headers:
-            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-            register_headers(headers)  # the encoded form too, before anything is sent or written
-    except ValueError as exc:
-        raise ConfigError(f"credentials in the target URL: {exc}", field="--target") from None
-    bare = urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
-    return bare, redact_url(url)
-
-
-def check_out_dir(out: Path, workload_path: Path) -> None:
-    """Refuse an ``--out`` that is a file, not writable, or inside the workload folder.
-
-    A run directory inside the workload folder would add its JSON files to the
-    next load of that workload. The directory is created here.
-
-    Raises:
-        ConfigError: field ``--out``.
-    """
-    if out.exists() and not out.is_dir():
-        raise ConfigError("--out names a file, not a folder", path=out, field="--out")
-    if (out / RECORDS).is_symlink():
-        raise ConfigError(f"{RECORDS} in the run directory is a symlink; choose a new --out", path=out,
-                          field="--out")
-    wl = workload_path.resolve()
-    if wl.is_dir() and (out.resolve() == wl or wl in out.resolve().parents):
-        raise ConfigError(f"--out is inside the workload folder {wl}; choose a folder outside it",
-                          path=out, field="--out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the run directory: {exc.strerror or exc}", path=out, field="--out") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ConfigError("the run directory is not writable", path=out, field="--out")
-
-
-def check_ca_file(ca_file: str | None) -> None:
-    """Load ``--ca-file`` once before anything is made, so a bad one is exit 2, not a traceback mid-run.
-
-    Raises:
-        ConfigError: field ``--ca-file``: unreadable, or no PEM certificate in it.
-    """
-    if not ca_file:
-        return
-    import ssl
-
-    from kvreplay.runner.h1 import client_ssl_context
-
-    try:
-        client_ssl_context(ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load it as PEM certificates: {exc.strerror or exc}", path=ca_file,
-                          field="--ca-file") from None
-
-
-def default_out() -> Path:
-    """``runs/<UTC timestamp>``."""
-    return Path("runs") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-async def run_async(args: argparse.Namespace, specs: list[PhaseSpec] | None = None) -> dict[str, Any]:
-    """Resolve inputs, start the simulator if asked, execute, return the summary.
-
-    Raises:
-        ConfigError, WorkloadError: bad input, before any request is sent.
-    """
-    settings: dict[str, Any] = {}
-    if args.plan:
-        specs_f, settings = load_plan_toml(args.plan)
-        specs = (specs or []) + specs_f
-    specs = (specs or []) + [parse_phase(s) for s in args.phase]
-    wl_path = args.workload or settings.get("workload")
-    if args.from_plan:
-        plan_path_data = read_plan_file(args.from_plan)
-        wl_info = plan_path_data.get("workload") if isinstance(plan_path_data, dict) else None
-        wl_path = wl_path or (wl_info.get("path") if isinstance(wl_info, dict) else None)
-        if wl_path is not None and not isinstance(wl_path, str):
-            raise ConfigError("workload.path must be a string", path=args.from_plan, field="workload.path")
-        if not wl_path:
-            raise ConfigError("plan names no workload; give it", path=args.from_plan)
-        workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
-        plan, _ = plan_from_json(plan_path_data, workload, path=args.from_plan)
-        if specs:
-            raise ConfigError("--from-plan replays a frozen plan; do not add phases", field="--phase")
-    else:
-        if not wl_path:
-            raise ConfigError("give a workload (folder of *.json or a .jsonl file)", field="workload")
-        workload = load_workload(wl_path, max_body_bytes=args.max_body_bytes)
-        plan = build_plan(workload, specs)
-    if getattr(args, "history", "captured") == "live" and workload.sessions is None:
-        raise ConfigError("--history live needs a conversation workload (a sessions side file beside it)",
-                          field="--history")
-    if workload.sessions is not None and (getattr(args, "ray", None) or getattr(args, "workers", 1) > 1):
-        raise ConfigError("a conversation workload (sessions side file) runs in one process: drop --workers / --ray",
-                          field="--workers")
-    api_key = read_api_key(args)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    contract = contract_options(args, settings, args.plan)
-    if contract["identity_pins"] and args.backend == "none":
-        raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
-                          field="--expect-identity")
-    target = args.target or settings.get("target", "sim")
-    target, replicas = fleet_of(args, settings, target)
-    if replicas:
-        check_target(target, sim=False)
-    if replicas:  # before the run directory is made: a replica that does not answer is exit 2, nothing made
-        await check_replicas_answer(replicas, args.connect_timeout)
-    replica_cache = replica_cache_extra(args, replicas)  # --replica-cache-from: checked before anything is made
-    sim_cfg: Any = None
-    calibration: dict[str, Any] | None = None
-    if target == "sim":  # every simulator value checked before the run directory is made (exit 2)
-        from kvreplay.sim.config import config_and_calibration
-
-        sim_cfg, calibration = config_and_calibration(args, prefix="sim-")
-    sim_fleet = sim_fleet_size(args)
-    if sim_fleet is not None and target != "sim":
-        raise ConfigError("--sim-replicas / --sim-router run the embedded fleet: give --target sim",
-                          field="--sim-replicas")
-    check_ca_file(getattr(args, "ca_file", None))
-    out = Path(args.out) if args.out else default_out()
-    if (out / RECORDS).exists():
-        raise ConfigError(f"run directory already holds {RECORDS}; choose a new --out", path=out)
-    check_out_dir(out, Path(workload.path))
-    ensure_open_files(max(ph.spec.concurrency for ph in plan.phases))
-    check_target(target, sim=True)
-    target, target_label = split_credentials(target, headers) if target != "sim" else (target, target)
-    backend_name = args.backend
-    sim: Any = None
-    sim_extra: dict[str, Any] = {}
-    if sim_cfg is not None and sim_fleet is not None:  # the embedded fleet: a fleet target on this loop
-        sim, replicas, sim_extra = await start_sim_fleet(sim_fleet, sim_cfg, calibration)
-        url = sim.router_url
-        if backend_name == "auto":
-            backend_name = "halogen"
-    elif sim_cfg is not None:
-        from kvreplay.sim import SimServer
-
-        sim = SimServer(sim_cfg, calibration=calibration)
-        await sim.start(host="127.0.0.1", port=0)
-        url = sim.base_url
-        if backend_name == "auto":
-            backend_name = "halogen"
-    else:
-        url = target
-    observer = make_observer(args)
-    progress = observer.on_message
-    if workload.sessions is not None:  # conversations: warned before anything is sent
-        deadlines = [d for d in (getattr(args, "stop_new_after", None), getattr(args, "hard_deadline", None)) if d]
-        for line in session_warnings(workload, deadline_s=min(deadlines) if deadlines else None):
-            progress(f"warning: {line}")
-
-    async def factory(session):  # noqa: ANN001, ANN202 - aiohttp session in, Backend out
-        nonlocal backend_name
-        if backend_name == "none":
-            return None
-        try:
-            from kvreplay.backends import detect, make_backend
-        except ImportError:
-            progress("backend adapters not available; running without counters")
-            backend_name = "none"
-            return None
-        if backend_name == "auto":
-            backend_name = await detect(url, session)
-        return make_backend(backend_name, url, session, profile=args.profile)
-
-    # --workers / --ray: worker 0 builds the adapter in its own process (a factory that pickles).
-    worker_factory = None if backend_name == "none" else partial(open_backend, backend_name, url, args.profile)
-    if replicas:
-        worker_factory = (None if backend_name == "none"
-                          else partial(open_fleet_backend, replicas, backend_name, args.profile))
-    run_factory: Any = (worker_factory or no_backend) if replicas else factory
-    # report.md at the end of the run (the runner never imports kvreplay.report); _finish redraws it.
-    render_report = None if getattr(args, "report", "html") == "none" else render_markdown
-    from kvreplay.runner.fleet import fleet_run_fields
-
-    opts = RunOptions(
-        target_url=url,
-        target_label="sim" if sim else target_label,
-        out_dir=out,
-        backend_name=backend_name,
-        headers=headers,
-        head_chars=0 if args.no_text else 256,
-        connect_timeout_s=args.connect_timeout,
-        read_idle_timeout_s=args.read_timeout,
-        total_timeout_s=args.total_timeout,
-        per_request_counters=not args.no_per_request_counters,
-        drain_timeout_s=args.drain_timeout,
-        stop_new_after_s=args.stop_new_after,
-        hard_deadline_s=args.hard_deadline,
-        max_error_rate=args.max_error_rate,
-        max_output_error_rate=getattr(args, "max_output_error_rate", None),
-        max_transport_failures=getattr(args, "max_transport_failures", 3) or None,
-        abort_if=tuple(args.abort_if),
-        abort_on_restart=args.abort_on_restart,
-        keepalive_timeout_s=args.keepalive_timeout,
-        quiet=args.quiet,
-        run_extra=({**sim_run_extra(sim_cfg.time_scale, calibration), **sim_extra} if sim is not None
-                   else replica_cache),
-        **contract,
-        ca_file=getattr(args, "ca_file", None),
-        history=getattr(args, "history", "captured"),
-        **fleet_run_fields("sim" if sim else target_label, replicas, getattr(args, "replica_header", None)),
-    )
-    try:
-        # plan.bind appends the bodies of interleaved workloads (a no-op without interleave)
-        if getattr(args, "ray", None):
-            from kvreplay.runner.rayrun import execute_plan_ray, require_ray
-
-            require_ray()
-            if args.workers < 1:
-                raise ConfigError("--workers must be at least 1", field="--workers")
-            summary = await execute_plan_ray(
-                plan, workload, opts, workers=args.workers, address=args.ray,
-                backend_factory=worker_factory, observer=observer, render_report=render_report)
-        elif getattr(args, "workers", 1) > 1:
-            from kvreplay.runner.multiproc import execute_plan_workers
-
-            summary = await execute_plan_workers(
-                plan, workload, opts, workers=args.workers, backend_factory=worker_factory,
-                observer=observer, max_body_bytes=args.max_body_bytes, render_report=render_report)
-        else:
-            summary = await execute_plan(plan, plan.bind(workload), opts, backend_factory=run_factory,
-                                         observer=observer, render_report=render_report)
-    finally:
-        if sim is not None:
-            await sim.stop()
-    if replicas:  # phases[].routing_loss (offline.runloss), beside the summary the runner wrote
-        finish_routing_loss(out, summary, plan, workload, render_report)
-    summary["_out"] = str(out)
-    return summary
-
-
-async def open_backend(name: str, url: str, profile: str | None, session: Any) -> Any:
-    """The counter adapter ``name`` (``auto``: detected) for ``url`` on ``session``; None for ``none``.
-
-    Module-level, so ``functools.partial(open_backend, name, url, profile)`` pickles and
-    builds the adapter inside a ``--workers`` / ``--ray`` worker process.
-
-    Raises:
-        ConfigError: an unknown backend name or profile (``kvreplay.backends.make_backend``).
-        BackendError: detection failed.
-    """
-    if name == "none":
-        return None
-    from kvreplay.backends import detect, make_backend
-
-    chosen = await detect(url, session) if name == "auto" else name
-    return make_backend(chosen, url, session, profile=profile)
-
-
-def sim_run_extra(time_scale: float, calibration: dict[str, Any] | None) -> dict[str, Any]:
-    """plan.json ``run`` keys of a ``--target sim`` run.
-
-    ``sim_time_scale`` and, with ``--sim-from-verdict``, ``sim_calibration``
-    (``sim.config.config_and_calibration``).
-    """
-    extra: dict[str, Any] = {"sim_time_scale": time_scale}
-    if calibration is not None:
-        extra["sim_calibration"] = calibration
-    return extra
-
-
-def make_observer(args: argparse.Namespace) -> RunObserver:
-    """The live display: none with --quiet, else plain lines (rich when available on a TTY)."""
-    if args.quiet:
-        return NullObserver()
-    try:
-        from kvreplay.report.progress import make_live_observer
-    except ImportError:
-        return PlainObserver()
-    return make_live_observer(deadline_s=getattr(args, "stop_new_after", None))
+parse_bound = bound
+"""``host_bytes>34e9`` -> ``("host_bytes", ">", 34e9)`` (``kvreplay.argtypes.bound``; its old name here)."""
 
 
 def install_loop() -> None:
@@ -550,7 +93,7 @@ def install_loop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-def write_reports_for(args: argparse.Namespace, summary: dict[str, Any], out: str) -> Path | None:
+def write_reports_for(args: object, summary: dict[str, Any], out: str) -> Path | None:
     """The reports at the end of a run, as ``--report`` asks; the path of report.html or None.
 
     ``none`` removes a report.md already in the folder; ``md`` writes report.md only;

@@ -253,7 +253,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rad.add_argument("--host-rows", type=integer(0), default=0, help="host tier rows (0: no host tier)")
     rad.add_argument("--host-pages", type=integer(1), default=4096, help="host tier pages")
     rad.add_argument("--page-tokens", type=integer(1), default=256, help="tokens per host page")
-    rad.add_argument("--host-evict", choices=("leaf-lru", "ancestor-compact"), default="leaf-lru")
+    rad.add_argument("--host-evict", choices=("leaf-lru", "ancestor-compact"), default="leaf-lru",
+                     help="host tier eviction: leaf-lru (default) or ancestor-compact")
     out = parser.add_argument_group(
         "outputs (radix inserts the output's blocks, as serve-sim does)"
     )

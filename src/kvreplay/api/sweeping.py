@@ -171,6 +171,30 @@ def _prepare_out(out: Path, force: bool) -> None:
         (out / name).unlink(missing_ok=True)
 
 
+def _check_target(target: str) -> None:
+    """``--target`` checked as ``run`` checks it (its credentials registered as secrets), before anything is made.
+
+    A query or fragment is refused: requests go to ``TARGET/v1/...``, and an ``?api_key=`` there would be
+    sent nowhere useful and kept in every point's files. The message does not repeat the URL.
+
+    Raises:
+        ConfigError: field ``--target``.
+    """
+    from urllib.parse import urlsplit
+
+    from kvreplay.api.run import check_target, split_credentials
+
+    check_target(target, sim=True)
+    if target == "sim":
+        return
+    split_credentials(target, {})
+    u = urlsplit(target)
+    if u.query or u.fragment or target.endswith(("?", "#")):
+        raise ConfigError("a sweep's target URL takes no query or fragment (requests go to TARGET/v1/...); "
+                          "give an API key with --api-key-env or --api-key-file, credentials as "
+                          "http://USER:PASSWORD@HOST:PORT", field="--target")
+
+
 async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, Any]], None] | None = None,
                       on_message: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every point of a sweep and write ``DIR/sweep.json``; its document, with ``_out`` = DIR.
@@ -215,6 +239,7 @@ async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, A
         chosen = selection(args.select, len(workload.bodies))
     except ValueError as exc:
         raise ConfigError(str(exc), field="--select") from None
+    _check_target(args.target or "sim")
     out = Path(args.out) if args.out else default_out()
     _prepare_out(out, args.force)
     check_out_dir(out, Path(workload.path))

@@ -148,8 +148,10 @@ def check_workload(workload: Path, target: str, out: Path, manifest: dict[str, A
     from kvreplay.rundir.load import open_run
 
     # the embedded simulator: its block-level (radix) cache, no simulated delays
-    sim = {"cache": "radix", "time_scale": 0} if target == "sim" else None
-    replay(workload, phases=["check:forward:c1"], target=target, out=out, sim=sim)
+    if target == "sim":
+        replay(workload, phases=["check:forward:c1"], target=target, out=out, sim={"cache": "radix", "time_scale": 0})
+    else:
+        replay(workload, phases=["check:forward:c1"], target=target, out=out)
     rows = {r["body"]: r for r in manifest["bodies"]}
     per: dict[Any, list[int]] = {}
     off: list[str] = []

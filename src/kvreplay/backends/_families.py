@@ -6,6 +6,8 @@ identity and cache-reset endpoints (SERVERS.md sections 1-3).
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -25,6 +27,10 @@ __all__ = ["LLAMACPP", "SGLANG", "VLLM", "LlamacppBackend", "SglangBackend", "Vl
 
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+VLLM_RESET_TRIES = 5
+"""Tries of vLLM's ``/reset_prefix_cache`` while it answers ``{"success": false}``."""
+VLLM_RESET_RETRY_S = 0.2
+"""Seconds between those tries."""
 
 
 def cache_config(text: str) -> dict[str, Any]:
@@ -102,17 +108,33 @@ class VllmBackend(PrometheusBackend):
     async def reset_cache(self) -> bool:
         """``POST /reset_prefix_cache`` (mounted only with ``VLLM_SERVER_DEV_MODE=1``).
 
-        vLLM answers 200 without checking that the reset happened, and the reset
-        does not zero the Prometheus counters: verify with the fresh check.
+        vLLM 0.32 (the version tested here) answers 200 with ``{"success": false}`` while
+        blocks are still held (running requests, KV transfers:
+        ``vllm/entrypoints/serve/dev/cache/api_router.py``, "callers may retry"); that answer
+        is retried ``VLLM_RESET_TRIES`` times in all, ``VLLM_RESET_RETRY_S`` apart. A 2xx
+        without that field (an empty body) counts as accepted. The reset does not zero the
+        Prometheus counters: verify with the fresh check.
 
         Returns:
-            True on 2xx; False when the route is absent (404/405).
+            True on 2xx without ``"success": false``; False when the route is absent
+            (404/405) or every try answered ``"success": false``.
 
         Raises:
             BackendError: the server could not be reached.
         """
-        reply = await fetch(self._session(), "POST", self.base_url, "/reset_prefix_cache")
-        return reply.ok
+        for attempt in range(VLLM_RESET_TRIES):
+            if attempt:
+                await asyncio.sleep(VLLM_RESET_RETRY_S)
+            reply = await fetch(self._session(), "POST", self.base_url, "/reset_prefix_cache")
+            if not reply.ok:
+                return False
+            try:
+                answer = json.loads(reply.text) if reply.text.strip() else None
+            except ValueError:
+                answer = None
+            if not (isinstance(answer, dict) and answer.get("success") is False):
+                return True
+        return False
 
 
 _SGLANG_IDENTITY_KEYS = (

@@ -55,8 +55,17 @@ class Reply:
 
 
 def join_url(base_url: str, path: str) -> str:
-    """``base_url`` (with or without a trailing slash) joined with an absolute ``path``."""
-    return base_url.rstrip("/") + path
+    """``base_url`` (with or without a trailing slash) joined with an absolute ``path``.
+
+    A query on the base (``http://h:8000/?api_key=K``) follows the path's own query
+    (``/metrics?api_key=K``): never glued after it as ``?api_key=K/metrics``.
+    """
+    base, q, query = base_url.partition("?")
+    joined = base.rstrip("/") + path
+    if not q:
+        return joined
+    query = query.partition("#")[0]
+    return joined + ("&" if "?" in path else "?") + query if query else joined
 
 
 async def fetch(

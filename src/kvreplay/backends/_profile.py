@@ -43,7 +43,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.evidence.vocab import COUNTER_NAMES, GAUGE_NAMES, TOKEN_TWINS
-from kvreplay.runner.backend import counter_problem
+from kvreplay.runner.backend import DUPLICATE_SERIES, counter_problem
 
 from ._prom import Sample, series_key
 
@@ -201,14 +201,25 @@ class SeriesMap:
     def problem(self, by_name: Mapping[str, list[Sample]]) -> str | None:
         """Why the mapped value cannot be differenced; None when it can (or is absent).
 
-        The first alternative with matching samples is checked: a sample outside the
-        64-bit range or infinite makes it invalid, and so do samples that are all NaN
-        (``runner.backend.counter_problem``). The reason names the series.
+        The first alternative with matching samples is checked: a series printed twice
+        with the same labels makes it invalid (the exposition format allows each series
+        once: Prometheus "Exposition formats", text format: "Each line must have a unique
+        combination of a metric name and labels. Otherwise, the ingestion behavior is undefined";
+        summing both would count it twice), so does a sample outside the 64-bit range or
+        infinite, and so do samples that are all NaN (``runner.backend.counter_problem``).
+        The reason names the series.
         """
         for name, labels in self.alternatives:
             match = [s for s in by_name.get(name, ()) if all(s.labels.get(k) == v for k, v in labels)]
             if not match:
                 continue
+            seen: set[frozenset[tuple[str, str]]] = set()
+            for s in match:
+                key = frozenset(s.labels.items())
+                if key in seen:  # the text format allows each series once: which value is meant is unknown
+                    return (f"{series_key(s.name, s.labels)}: {DUPLICATE_SERIES} (the same name and labels "
+                            "twice in one exposition); not summed")
+                seen.add(key)
             finite = [s for s in match if not math.isnan(s.value)]
             for s in finite or match[:1]:
                 why = counter_problem(s.value)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvreplay.errors import BackendError
+from kvreplay.redaction import maybe_secret_labels, redact_labels
 
 __all__ = [
     "MAX_LABELS",
@@ -117,7 +118,8 @@ def parse_exposition(text: str) -> list[Sample]:
         text: Exposition text (format 0.0.4; an OpenMetrics ``# EOF`` is tolerated).
 
     Returns:
-        Every sample in text order.
+        Every sample in text order; a secret label's value replaced by the marker
+        (``redaction.redact_labels``: a server's own key in an info series).
 
     Raises:
         BackendError: the text is not valid exposition format, or over a bound
@@ -125,6 +127,7 @@ def parse_exposition(text: str) -> list[Sample]:
     """
     check_scrape(text)
     printed = set(_NAME_AT_LINE_START.findall(text))
+    secret = maybe_secret_labels(text)
     out: list[Sample] = []
     try:
         for family in text_string_to_metric_families(text):
@@ -132,7 +135,8 @@ def parse_exposition(text: str) -> list[Sample]:
                 name = s.name
                 if name not in printed and name.endswith("_total") and name[:-6] in printed:
                     name = name[:-6]
-                out.append(Sample(name, dict(s.labels), s.value, family.type))
+                labels = redact_labels(dict(s.labels)) if secret else dict(s.labels)
+                out.append(Sample(name, labels, s.value, family.type))
     except (ValueError, TypeError, IndexError) as exc:
         raise BackendError(f"malformed Prometheus exposition: {exc}") from exc
     return out

@@ -10,7 +10,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 
-__all__ = ["open_fleet_backend"]
+__all__ = ["check_fleet_backends", "open_fleet_backend"]
 
 
 async def open_fleet_backend(replicas: Any, name: str, profile: str | None, session: Any) -> Any:
@@ -30,10 +30,12 @@ async def open_fleet_backend(replicas: Any, name: str, profile: str | None, sess
         BackendError: detection failed for a replica.
     """
     from kvreplay.backends import detect, make_backend
+    from kvreplay.redaction import register_url
     from kvreplay.runner.fleet import FleetBackend
 
     members = []
     for r in replicas:
+        register_url(r.url)  # in this process too (a --workers / --ray worker): no output of it keeps them
         chosen = r.backend or name
         if chosen == "none":
             be = None
@@ -42,7 +44,38 @@ async def open_fleet_backend(replicas: Any, name: str, profile: str | None, sess
                 chosen = await detect(r.url, session)
             be = make_backend(chosen, r.url, session, profile=r.profile or profile)
         if be is None:
-            raise ConfigError(f"replica {r.url}: backend=none reads no counters; give its backend or "
+            raise ConfigError(f"replica {r.name}: backend=none reads no counters; give its backend or "
                               "run with --backend none", field="--replica")
-        members.append((r.url, be))
+        members.append((r.name, be))  # keyed by the redacted name, as records and opts.replicas are
     return FleetBackend(members)
+
+
+def check_fleet_backends(replicas: Any, name: str, profile: str | None, *, profiles: bool = True) -> None:
+    """Refuse, before anything is written or sent, a replica adapter ``open_fleet_backend`` would refuse.
+
+    A replica's ``backend=none`` beside a run's backend, an unknown backend name, an
+    unreadable or invalid profile: the adapter is built without a session (no request);
+    ``auto`` is left to detection. A run with ``--backend none`` reads no replica.
+    ``profiles=False`` checks the names only (an experiment reads its profiles when it runs).
+
+    Raises:
+        ConfigError: field ``--replica``, naming the replica (``Replica.name``).
+    """
+    from kvreplay.backends import backend_names, make_backend
+
+    if name == "none":
+        return
+    for r in replicas:
+        chosen = r.backend or name
+        if chosen == "none":
+            raise ConfigError(f"replica {r.name}: backend=none reads no counters; give its backend or "
+                              "run with --backend none", field="--replica")
+        if chosen == "auto":
+            continue
+        try:
+            if not profiles and chosen not in backend_names():  # the name only: profiles are read later
+                make_backend(chosen, r.url, None)
+            elif profiles:
+                make_backend(chosen, r.url, None, profile=r.profile or profile)
+        except ConfigError as exc:
+            raise ConfigError(f"replica {r.name}: {exc.message if exc.field else exc}", field="--replica") from None

@@ -26,4 +26,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo: ``prime:forward:c1`` then ``replay:reverse:c1`` on mtbench-52 at sim time scale 0.02."""
-    return run_cmd.run(apply_demo_defaults(args))
+    return run_cmd.run_with(apply_demo_defaults(run_cmd.config_of(args)))

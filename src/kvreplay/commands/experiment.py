@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from kvreplay.argtypes import integer
     from kvreplay.commands.run import parse_duration
 
-    p.add_argument("file", nargs="?", default=None, help="experiment TOML file (see README, 'Experiment files')")
+    p.add_argument("file", nargs="?", default=None,
+                   help="experiment TOML file (docs/reference/experiment-files.md, 'The whole window in one file')")
     p.add_argument("--resume", default=None, metavar="EXP_DIR",
                    help="go on with a window that was killed (its experiment.json; no FILE): the interrupted step "
                         "runs again from its start, then the rest, within the original deadlines")
@@ -57,8 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-transport-failures", type=integer(0), default=None, metavar="N",
                    help="override [window] max_transport_failures: N consecutive sends that never reached the "
                         "server fail the step and abort the window (0 = never; default 3)")
-    p.add_argument("--max-body-bytes", type=int, default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--max-body-bytes", type=int, default=None, metavar="BYTES",
+                   help="largest request body read from a workload; a larger one is refused (bytes; default "
+                        "as kvreplay run)")
+    p.add_argument("--quiet", action="store_true", help="print no progress (the output directory holds everything)")
 
 
 def _schedule(doc: dict) -> str:

@@ -15,7 +15,7 @@ run directory ``--csv`` writes ``phases.csv`` (``kvreplay.report.csvfile``).
 On a ``kvreplay experiment`` directory (it holds ``experiment.json``) it writes the
 window's ``result.json``, ``report.md`` and ``report.html``, rebuilt from the window's
 progress after kill -9 (``experiments.window.resume.rebuild_publication``: steps that
-never ran read ``not_run``, "not run: interrupted").
+never ran read ``not_run``, "not run: the window was killed before this step").
 
 A thin layer over ``kvreplay.api.reporting`` (``kvreplay.write_report``), which tells the
 directories apart and writes; this module prints the paths and maps a run directory with

@@ -38,13 +38,14 @@ from kvreplay.api.run import (
     parse_bound,
     parse_duration,
     read_api_key,
-    run_async,
     sim_run_extra,
     split_credentials,
     time_scale_of,
     write_html_report,
     write_reports_for,
 )
+from kvreplay.api.runflow import run_async
+from kvreplay.options import RunConfig
 from kvreplay.redaction import install_streams
 from kvreplay.report.markdown import render_table
 from kvreplay.safe_io import echo
@@ -55,13 +56,23 @@ HELP = "Replay a workload's exact bodies against a server in a frozen order (clo
 __all__ = [
     "AUTO_HTML_MAX_RECORDS", "EXIT_ABORTED", "EXIT_CLIENT_ERROR", "add_arguments", "add_contract_arguments",
     "add_target_arguments", "check_ca_file", "check_out_dir", "check_target", "contract_options", "default_out",
-    "install_loop", "make_observer", "open_backend", "parse_bound", "parse_duration", "read_api_key", "run",
-    "run_async", "sim_run_extra", "split_credentials", "write_html_report",
+    "config_of", "install_loop", "make_observer", "open_backend", "parse_bound", "parse_duration", "read_api_key",
+    "run", "run_async", "run_with", "sim_run_extra", "split_credentials", "write_html_report",
 ]
+
+
+def config_of(args: argparse.Namespace) -> RunConfig:
+    """The typed options of a run from ``run``'s (or ``demo``'s) parsed flags."""
+    return RunConfig.from_dests(vars(args))
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay run``; exit 0 ok, 1 client errors, 2 bad input, 3 aborted."""
+    return run_with(config_of(args))
+
+
+def run_with(args: RunConfig) -> int:
+    """Execute a run from its typed options; the exit status of ``kvreplay run``."""
     install_loop()
     old = install_streams()  # the API key never reaches stdout/stderr, whatever a server echoes
     try:
@@ -82,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout, sys.stderr = old
 
 
-def _finish(args: argparse.Namespace, summary: dict[str, Any], out: str) -> int:
+def _finish(args: RunConfig, summary: dict[str, Any], out: str) -> int:
     """Draw the report (``write_reports_for``), print the table and paths; the exit status of ``run``."""
     html_path = write_reports_for(args, summary, out)
     if (getattr(args, "report", "html") == "html" and summary.get("records", 0) > AUTO_HTML_MAX_RECORDS

@@ -11,15 +11,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kvreplay.argtypes import BOUND_RE, seconds
 from kvreplay.errors import ConfigError
 
 __all__ = ["BOUND_RE", "NAME_RE", "Where", "parse_duration", "transport_failures"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 """A step, arm or phase name: letters, digits, ``_``, ``.``, ``-``."""
-BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
-"""An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
-``window.abort_if`` here and ``--abort-if`` of ``kvreplay run``/``ab``."""
+# BOUND_RE (re-exported): its home is kvreplay.argtypes, the command line's --abort-if reads it too.
 
 
 def parse_duration(value: Any, *, path: Path | None = None, line: int | None = None, fld: str = "") -> float:
@@ -30,10 +29,8 @@ def parse_duration(value: Any, *, path: Path | None = None, line: int | None = N
     """
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
         return float(value)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
-        if m:
-            return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
+    if isinstance(value, str) and (secs := seconds(value)) is not None:  # kvreplay.argtypes: the grammar's home
+        return secs
     raise ConfigError(f"not a duration: {value!r} (e.g. 90s, 70m, 1h)", path=path, line=line, field=fld)
 
 

@@ -30,10 +30,8 @@ counters.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -44,7 +42,9 @@ import orjson
 
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError, ConfigError
-from kvreplay.experiments.model import STOP_GRACE_S, Command, ServerSpec
+from kvreplay.experiments.background import _Background, _Child
+from kvreplay.experiments.ledger import Ledger, reap_group
+from kvreplay.experiments.model import Command, ServerSpec
 from kvreplay.runner.usercmd import log_tail, run_user_command
 
 __all__ = ["ServerControl", "expand", "free_port", "identity_mismatches", "listening_pid", "run_command"]
@@ -70,37 +70,52 @@ def expand(template: str, *, port: int | None, out_dir: Path, here: Path | None 
     return template
 
 
-async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+async def run_command(cmd: str, *, name: str, log_dir: Path, timeout_s: float, ledger: Ledger | None = None,
+                      port: int | None = None, reap: bool = False) -> dict[str, Any]:
     """Run a user command to completion under the user-command contract.
 
+    Args:
+        cmd: Shell line (``/bin/sh -c``).
+        name: Log file stem (``<log_dir>/<name>.log``).
+        log_dir: Where the log goes.
+        timeout_s: Bound on the command (s); its process group is killed then.
+        ledger: The experiment's process ledger: the command is written to it as it starts.
+        port: The ``{port}`` the command was given (for the ledger).
+        reap: Stop what the command left running in its process group once it has exited
+            (``ledger.reap_group``: quiesce and check commands); else it stays, in the ledger.
+
     Returns:
-        ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``; ``rc`` is None on
+        ``{"name", "cmd", "rc", "timed_out", "wall_s", "log", "tail"}``, and ``"reaped"``
+        (``ledger.reap_group``'s record) when something was left and stopped; ``rc`` is None on
         timeout (the process group was killed). Runs through ``runner.usercmd``.
     """
-    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
-    return {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status, "timed_out": res.timed_out,
-            "wall_s": round(res.duration_s, 3), "log": str(res.log_path), "tail": res.log_tail[-2048:]}
+    def noted(pid: int) -> None:
+        if ledger is not None:
+            ledger.record(pid, name=name, cmd=cmd, port=port, log_dir=log_dir)
+
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s, on_spawn=noted)
+    got: dict[str, Any] = {"name": name, "cmd": cmd, "rc": None if res.timed_out else res.exit_status,
+                           "timed_out": res.timed_out, "wall_s": round(res.duration_s, 3), "log": str(res.log_path),
+                           "tail": res.log_tail[-2048:]}
+    if reap and res.pid is not None and (reaped := await reap_group(res.pid)) is not None:
+        got["reaped"] = reaped
+    return got
 
 
-async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
-    """Run a restore check (``run_command``), its output captured redacted through ``safe_io``.
+async def run_check(cmd: str, *, name: str, log_dir: Path, timeout_s: float,
+                    ledger: Ledger | None = None, port: int | None = None) -> dict[str, Any]:
+    """Run a restore check (``run_command``, what it leaves running reaped), its output captured redacted.
 
     The command writes ``<log_dir>/check-NAME.log`` itself; once it has exited the log is
-    rewritten through ``safe_io.atomic_write_text`` (registered secrets redacted).
+    bounded and redacted as every user command's (``runner.usercmd.keep_log``).
 
     Returns:
         ``run_command``'s record with ``name`` = NAME, ``ok`` (exited 0 in time) and ``output``
         (the log's last 2 KiB, redacted).
     """
-    from kvreplay.safe_io import atomic_write_text
-
-    got = await run_command(cmd, name=f"check-{name}", log_dir=log_dir, timeout_s=timeout_s)
-    log = Path(got["log"])
-    try:
-        atomic_write_text(log, log.read_bytes().decode("utf-8", "replace"))
-        output = log.read_text(encoding="utf-8", errors="replace")[-2048:]
-    except OSError as exc:
-        output = f"(log unreadable: {exc.strerror or exc})"
+    got = await run_command(cmd, name=f"check-{name}", log_dir=log_dir, timeout_s=timeout_s, ledger=ledger,
+                            port=port, reap=True)
+    output = got["tail"] if Path(got["log"]).is_file() else "(log unreadable)"
     return {**got, "name": name, "ok": got["rc"] == 0, "output": output, "tail": output}
 
 
@@ -148,193 +163,6 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
-def _group_stat(pgid: int) -> dict[int, int]:
-    """``{pid: ppid}`` of the live (not zombie) processes whose process group is ``pgid``, from ``/proc``.
-
-    Source: proc(5), ``/proc/PID/stat``: field 3 is the state (``Z`` zombie), field 4 the
-    parent pid, field 5 the process group; fields are counted after the command name's
-    closing parenthesis. Empty where ``/proc`` cannot be read.
-    """
-    out: dict[int, int] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    want = str(pgid).encode()
-    for d in names:
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read(4096)
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != b"Z" and fields[2] == want:
-            out[int(d)] = int(fields[1])
-    return out
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of the live (not zombie) processes whose process group is ``pgid``, read from ``/proc`` (proc(5))."""
-    return sorted(_group_stat(pgid))
-
-
-def group_roots(pgid: int) -> list[int]:
-    """The members of process group ``pgid`` whose parent is not in the group: the ones to ask to stop.
-
-    A server stops its own workers when asked (vLLM's API server its engine core); a
-    SIGTERM to every process of the group at once makes a worker die under a server
-    that is still shutting down (vLLM logs ``EngineDeadError``). A shell wrapper that
-    exits on SIGTERM leaves its child with a parent outside the group: the child is a
-    root then, and is asked in turn.
-    """
-    members = _group_stat(pgid)
-    return sorted(pid for pid, ppid in members.items() if ppid not in members)
-
-
-def port_answers(url: str, timeout_s: float = 0.5) -> bool:
-    """Whether anything accepts a TCP connection at ``url``'s host and port (True: the server is still up)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-class _Child:
-    """A process this one spawned, known by its pid only (no ``subprocess.Popen``).
-
-    A server the window leaves running on purpose outlives this process; a ``Popen``
-    of it would warn "subprocess N is still running" (``ResourceWarning``) when
-    collected at interpreter exit. A bare pid has nothing to collect: the process is
-    reaped here (``waitpid``) when it ends while this process lives, else by init.
-
-    Attributes:
-        pid: Process id (also its process group and session: ``spawn`` calls setsid).
-        returncode: Exit status once reaped (negative: killed by that signal), else None.
-    """
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    @classmethod
-    def spawn(cls, argv: list[str], log: Path) -> _Child:
-        """Start ``argv`` in its own session, stdin from /dev/null, stdout and stderr appended to ``log``.
-
-        Raises:
-            OSError: ``log`` cannot be opened or ``argv[0]`` cannot be executed.
-        """
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # not inherited (PEP 446)
-        try:
-            pid = os.posix_spawn(argv[0], argv, os.environ, setsid=True, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)])
-        finally:
-            os.close(fd)
-        return cls(pid)
-
-    def poll(self) -> int | None:
-        """The exit status once the process has ended (reaping it), else None."""
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else: its status is lost
-                self.returncode = -1
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-
-class _Background:
-    """A ``start`` command kept running as the server.
-
-    Its own session and process group, stdin from /dev/null, output to
-    ``<log_dir>/<name>.log``. A bare pid (``_Child``, not an event-loop child nor a
-    ``Popen``), so an incumbent left running never holds the event loop's shutdown
-    nor warns at interpreter exit.
-    """
-
-    def __init__(self, proc: _Child, info: dict[str, Any]) -> None:
-        self.proc, self.info = proc, info
-
-    @classmethod
-    def spawn(cls, cmd: str, *, name: str, log_dir: Path) -> _Background:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log = log_dir / f"{name}.log"
-        proc = _Child.spawn(["/bin/sh", "-c", cmd], log)
-        return cls(proc, {"name": name, "cmd": cmd, "background": True, "pid": proc.pid, "log": str(log)})
-
-    @property
-    def exited(self) -> int | None:
-        """The exit status once the process has ended, else None."""
-        return self.proc.poll()
-
-    async def stop(self, grace_s: float = STOP_GRACE_S, url: str | None = None) -> dict[str, Any]:
-        """Stop the server gracefully: SIGTERM top-down through its process group, SIGKILL only after ``grace_s``.
-
-        SIGTERM goes to the group's roots (``group_roots``: members whose parent is not in
-        the group), and to each process that becomes a root while the group shuts down (the
-        child of a shell wrapper that exited), never to a worker under a live parent: the
-        server stops its own workers. The wait is for every process of the group
-        (``group_members``), not only the ``sh -c`` wrapper this process started, and, with
-        ``url``, for the server's port to stop answering (``port_answers``), both within
-        ``grace_s``. What is left then gets SIGKILL, the whole group.
-
-        Args:
-            grace_s: Seconds from SIGTERM to SIGKILL (``[server] stop_grace``).
-            url: The server's base URL, checked to refuse connections before the stop is called done.
-
-        Returns:
-            The exit record: the start record's keys, ``name`` ``stop-<name>``, ``rc``, ``wall_s``,
-            ``tail``, and ``stop``: ``{"graceful", "after_s", "grace_s", "text"}`` with ``text``
-            ``"stopped gracefully in 0.8 s"`` or ``"killed after 30 s grace"``.
-        """
-        t0 = now_ns()
-        pgid = self.proc.pid
-        graceful = True
-        if self.proc.poll() is None or group_members(pgid):
-            asked: set[int] = set()
-            while now_ns() - t0 < grace_s * 1e9:
-                for pid in group_roots(pgid):
-                    if pid not in asked:
-                        asked.add(pid)
-                        with contextlib.suppress(ProcessLookupError, PermissionError):
-                            os.kill(pid, signal.SIGTERM)
-                self.proc.poll()  # reap the wrapper when it exits
-                if not group_members(pgid) and self.proc.returncode is not None \
-                        and (url is None or not port_answers(url)):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                graceful = False
-        after_s = (now_ns() - t0) / 1e9
-        if group_members(pgid) or self.proc.poll() is None:
-            graceful = False
-            _kill_group(pgid)  # the group, also children that ignored SIGTERM
-            while self.proc.poll() is None:
-                await asyncio.sleep(0.02)
-            for _ in range(250):  # members reparented to init exit after SIGKILL; bounded (5 s)
-                if not group_members(pgid):
-                    break
-                await asyncio.sleep(0.02)
-        text = f"stopped gracefully in {after_s:.1f} s" if graceful else f"killed after {grace_s:g} s grace"
-        return {**self.info, "name": f"stop-{self.info['name']}", "rc": self.proc.returncode,
-                "wall_s": round((now_ns() - t0) / 1e9, 3), "tail": log_tail(Path(self.info["log"]), 2048),
-                "stop": {"graceful": graceful, "after_s": round(after_s, 3), "grace_s": grace_s, "text": text}}
-
-
 def identity_mismatches(identity: dict[str, Any] | None, pins: dict[str, str]) -> list[str]:
     """Pins (dotted keys of the identity, e.g. ``cache_config.num_gpu_blocks``) that do not hold.
 
@@ -368,6 +196,7 @@ class ServerControl:
         self.bg: _Background | None = None
         self.kept: dict[str, Any] | None = None
         self.backend_name = spec.counter_backend
+        self.ledger = Ledger(out_dir)
 
     def base_sim_config(self, overlay: dict[str, Any] | None = None) -> Any:
         """``[server.sim]`` (with ``overlay``) as a ``SimConfig``.
@@ -401,8 +230,8 @@ class ServerControl:
             self.bg = None
         if self.spec.stop is not None:
             text = expand(self.spec.stop.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
-            done.append(await run_command(text,
-                                          name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s))
+            done.append(await run_command(text, name="stop", log_dir=log_dir, timeout_s=self.spec.stop.timeout_s,
+                                          ledger=self.ledger, port=self.port))
         return done
 
     async def start_with(self, command: Command, name: str, log_dir: Path) -> list[dict[str, Any]]:
@@ -412,10 +241,11 @@ class ServerControl:
         self.url = expand(self.spec.target, port=self.port, out_dir=self.out_dir, here=self.here)
         text = expand(command.cmd, port=self.port, out_dir=self.out_dir, here=self.here)
         if command.background:
-            self.bg = _Background.spawn(text, name=name, log_dir=log_dir)
+            self.bg = _Background.spawn(text, name=name, log_dir=log_dir, ledger=self.ledger, port=self.port)
             cmds.append(self.bg.info)
         else:
-            cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s))
+            cmds.append(await run_command(text, name=name, log_dir=log_dir, timeout_s=command.timeout_s,
+                                          ledger=self.ledger, port=self.port))
         return cmds
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:

@@ -21,11 +21,19 @@ exists; the reports link it), ``cells`` (``step``, ``metric``, ``status``, ``val
 ``evidence``, ``next``); also ``identity`` (the snapshot before the first
 step), ``compare`` (the side-by-side tables), ``tiers``, ``time``
 (``{"sim_time_scale": {step: scale}, "latency": words}``: which steps ran at a simulator
-time scale; ``experiments.timescale``) and ``left_running`` (null or the server this
-window left listening: ``{"url", "port", "pid", "pid_source", "by", "note"}``,
-``experiments.lifecycle.left_running``).
+time scale; ``experiments.timescale``) and ``left_running`` (null or a list of what this
+window left running: the server at its URL, ``{"url", "port", "pid", "pid_source", "by",
+"note", "command", "why"}`` (``experiments.lifecycle.left_running``), then each other live
+process of the window's ledger, ``{"pid", "pgid", "port", "command", "why", ...}``
+(``experiments.ledger``); a result.json written before the ledger holds one server or null).
 
-``report.md``/``report.html`` open with ``status`` (``incomplete: 1 step aborted, 3
+``stops`` (every stop of a server the window started, the end of the window's too:
+``stop_outcomes``), ``attempts`` (each run of the window, the first and each ``--resume``: start, end, how it
+ended, what each step did in it, the partial records of the step a kill cut:
+``experiments.history``).
+
+``report.md``/``report.html`` open with the window's history (one line per attempt, when
+there was more than one or it did not complete), then ``status`` (``incomplete: 1 step aborted, 3
 steps deferred``), the window's abort, the latency convention (model ms at a
 simulator time scale, the scale stated; each cell's ``value`` in ``result.json`` stays
 as measured, with ``model_ms`` beside it) and the server left running, if any.
@@ -54,7 +62,9 @@ __all__ = ["build_result", "cells", "left_line", "render_html", "render_markdown
 
 def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]], *, started: str, ended: str,
                  aborted: dict[str, str] | None, identity: dict[str, Any] | None,
-                 left_running: dict[str, Any] | None = None, unread: dict[str, Any] | None = None) -> dict[str, Any]:
+                 left_running: list[dict[str, Any]] | None = None,
+                 unread: dict[str, Any] | None = None, attempts: list[dict[str, Any]] | None = None,
+                 final_stops: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The content of ``result.json`` from the step results and the run directories (module docstring).
 
     ``unread``: the series the server exposes that the backend does not read
@@ -101,7 +111,49 @@ def build_result(out: Path, frozen: dict[str, Any], steps: list[dict[str, Any]],
                                          .get("time_scale", 1.0) if is_sim else None)},
         "left_running": left_running,
         "unread_series": unread,
+        "attempts": attempts or [],
+        "stops": stop_outcomes(steps, final_stops, attempts),
     }
+
+
+def _stop_row(where: str, c: dict[str, Any]) -> dict[str, Any]:
+    st = c.get("stop") or {}
+    return {"step": where, "pid": c.get("pid"), "port": c.get("port"), "how": st.get("how"),
+            "signal": st.get("signal"), "at": st.get("at"), "rc": c.get("rc"), "text": st.get("text")}
+
+
+def stop_outcomes(steps: list[dict[str, Any]], final: list[dict[str, Any]] | None,
+                  attempts: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every stop of a server the window started, in order (``result.json`` ``stops``).
+
+    Each ``{"step", "pid", "port", "how", "signal", "at", "rc", "text"}``, from each attempt's
+    ``stopped`` (what a ``--resume`` stopped first: ``step`` ``"resume (attempt N)"``),
+    each step's ``checks.commands`` records that carry a ``stop`` (``background._Background.stop``:
+    the previous server stopped by an incarnation or a restore), then ``final`` (the end of the
+    window: ``step`` ``"end of window"``). ``how``: ``graceful``, ``killed``, ``already_ended``
+    (it had died before the stop; ``signal`` what it died of) or, for a resume's stops,
+    ``stop command``/``SIGTERM``/``SIGKILL``; the configured ``[server] stop`` command of an
+    incarnation or a restore is a row too (``how`` ``stop command``, its ``rc``).
+    """
+    out = []
+    for a in attempts or []:
+        for c in a.get("stopped") or []:
+            st = c.get("stop") or {}
+            out.append({"step": f"resume (attempt {a.get('n')})", "pid": c.get("pid"), "port": c.get("port"),
+                        "how": st.get("how"), "signal": "SIGKILL" if st.get("how") == "SIGKILL" else None,
+                        "at": a.get("started"), "rc": None, "text": st.get("text")})
+    for s in steps:
+        for c in (s.get("checks") or {}).get("commands") or []:
+            if c.get("stop"):
+                out.append(_stop_row(s["name"], c))
+            elif c.get("name") == "stop":  # the configured [server] stop command
+                rc = c.get("rc")
+                out.append({"step": s["name"], "pid": None, "port": None, "how": "stop command", "signal": None,
+                            "at": None, "rc": rc,
+                            "text": f"stop command timed out after {c.get('wall_s')} s" if c.get("timed_out")
+                            else f"stop command exited {rc} in {c.get('wall_s')} s"})
+    out += [_stop_row("end of window", c) for c in final or [] if c.get("stop")]
+    return out
 
 
 _CELL_COMMON = {"hit_tokens": ("hit_tokens", "lookups", "query_tokens"),
@@ -257,11 +309,25 @@ def status_line(result: dict[str, Any]) -> str:
     return "incomplete: the window was aborted" if result.get("aborted") else "complete"
 
 
-def left_line(lr: dict[str, Any] | None) -> str | None:
-    """``left running: ...`` naming the server this window left listening (URL, port, pid), or None."""
+def left_line(lr: list[dict[str, Any]] | dict[str, Any] | None) -> str | None:
+    """``left running: ...`` naming each process this window left running (URL, port, pid), or None.
+
+    ``lr``: ``result.json``'s ``left_running``: a list (one line each, joined by newlines), or
+    one server (a result.json written before the process ledger).
+    """
     if not lr:
         return None
+    if isinstance(lr, list):
+        return "\n".join(x for x in (_left_one(e) for e in lr) if x) or None
+    return _left_one(lr)
+
+
+def _left_one(lr: dict[str, Any]) -> str:
     pid = lr.get("pid")
+    if lr.get("url") is None and lr.get("command") is not None:  # a ledger process (experiments.ledger)
+        return (f"left running: pid {pid} (port {lr.get('port')}, process group {lr.get('pgid')}, "
+                f"command {lr['command']!r}): {lr.get('why')}; kvreplay does not stop it; "
+                f"stop it with: kill -TERM -{lr.get('pgid') or pid}")
     who = f"pid {pid}" if pid is not None else "pid unknown"
     if pid is not None and lr.get("pid_source"):
         who += f" ({lr['pid_source']})"
@@ -298,6 +364,10 @@ def _tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]
                          + (["; ".join(r.get("caveats") or []) or None] if cav else []) for r in t["rows"]]))
         else:
             out.append((title, ["note"], [[t["note"]]]))
+    if result.get("stops"):
+        out.append(("Stops", ["step", "pid", "port", "outcome", "rc"],
+                    [[x["step"], *(None if x.get(k) is None else str(x[k]) for k in ("pid", "port")), x.get("text"),
+                      x.get("rc")] for x in result["stops"]]))  # a pid or port reads without a thousands comma
     # a window that ran at a time scale names every latency cell in model time, measured or not
     # (never `ttft_p50_ms` for a deferred cell beside `ttft_p50 (model ms)` for a measured one)
     scaled = bool(((result.get("time") or {}).get("sim_time_scale")) or {})
@@ -339,7 +409,10 @@ def _metric(name: str, model: bool) -> str:
 
 def render_markdown(result: dict[str, Any], title: str) -> str:
     """``report.md``."""
-    lines = [f"# Experiment {title}", "",
+    from kvreplay.experiments.history import history_lines
+
+    hist = history_lines(result.get("attempts"))
+    lines = [f"# Experiment {title}", ""] + ([f"- history: {h}" for h in hist] if hist else []) + [
              f"- started {result['started']} UTC, ended {result['ended']} UTC",
              f"- experiment_sha256 `{result['experiment_sha256']}`",
              f"- server identity: {_ident_line(result.get('identity'))}",
@@ -347,7 +420,7 @@ def render_markdown(result: dict[str, Any], title: str) -> str:
              f"- window aborted: {_aborted(result['aborted'])}",
              f"- latencies: {_latency_line(result)}"]
     if left := left_line(result.get("left_running")):
-        lines.append(f"- {left}")
+        lines += [f"- {x}" for x in left.split("\n")]
     if (unread := result.get("unread_series")) and unread.get("message"):
         lines.append(f"- unread series: {unread['message']}")
     lines += ["", "## Findings", ""]
@@ -369,14 +442,17 @@ def _status_attr(x: Any) -> str:
 
 def render_html(result: dict[str, Any], title: str) -> str:
     """``report.html``: self-contained (``report.html``'s one template and stylesheet), every value escaped."""
+    from kvreplay.experiments.history import history_lines
+
     e = escape
-    parts = [f"<h1>Experiment {e(title)}</h1><p>Started <b>{e(result['started'])}</b> UTC, ended "
+    hist = "".join(f"History: {e(h)}<br>" for h in history_lines(result.get("attempts")))
+    parts = [f"<h1>Experiment {e(title)}</h1><p>{hist}Started <b>{e(result['started'])}</b> UTC, ended "
              f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
              f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>"
              f"Status: <b>{e(status_line(result))}</b>"
              f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}"
              f"<br>Latencies: {e(_latency_line(result))}"
-             + (f"<br><b>{e(left)}</b>" if (left := left_line(result.get("left_running"))) else "")
+             + "".join(f"<br><b>{e(x)}</b>" for x in (left_line(result.get("left_running")) or "").split("\n") if x)
              + (f"<br>Unread series: {e(str(u['message']))}"
                 if (u := result.get("unread_series")) and u.get("message") else "")
              + "</p><h2>Findings</h2><ul>"]

@@ -12,11 +12,13 @@ configuration)::
 
 Before the first step, once the incumbent's identity is read (and its pins hold), each
 command runs in file order (``runner.usercmd``: its own process group, killed at
-``timeout``, default 60 s); its output is redacted (``kvreplay.redaction``: registered
-secrets, URL credentials) and kept in ``DIR/snapshot-NAME.log``, and ``snapshot.json``'s
+``timeout``, default 60 s; written to the process ledger, what it leaves in its process
+group stopped, as a restore check's); its output is bounded and redacted as every user
+command's (``runner.usercmd.keep_log``: the last 1 MiB, registered secrets and URL
+credentials replaced) and kept in ``DIR/snapshot-NAME.log``, and ``snapshot.json``'s
 ``commands`` holds, per command, ``{"name", "cmd", "rc", "timed_out", "ok", "bytes",
-"sha256", "output", "truncated"}``: ``sha256`` and ``bytes`` of the whole redacted
-output, ``output`` its first ``OUTPUT_BYTES`` (``truncated`` when longer). A command
+"sha256", "output", "truncated"}``: ``sha256`` and ``bytes`` of that kept output,
+``output`` its first ``OUTPUT_BYTES`` (``truncated`` when longer). A command
 that fails (non-zero exit or timeout) aborts the window there (``snapshot: command NAME
 failed (rc N)``): nothing has been taken down, and nothing can be compared to it later.
 
@@ -43,15 +45,14 @@ OUTPUT_BYTES = 4096
 """Bytes of a command's redacted output kept in ``snapshot.json`` (the hash covers all of it)."""
 
 
-async def _one(c: RestoreCheck, cmd: str, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+async def _one(c: RestoreCheck, cmd: str, log_dir: Path, timeout_s: float, ledger: Any, port: int | None
+               ) -> dict[str, Any]:
     from kvreplay.redaction import redact
-    from kvreplay.safe_io import atomic_write_text
 
-    got = await run_command(cmd, name=f"snapshot-{c.name}", log_dir=log_dir, timeout_s=timeout_s)
-    log = Path(got["log"])
-    try:
-        text = redact(log.read_bytes().decode("utf-8", "replace"))
-        atomic_write_text(log, text)
+    got = await run_command(cmd, name=f"snapshot-{c.name}", log_dir=log_dir, timeout_s=timeout_s, ledger=ledger,
+                            port=port, reap=True)
+    try:  # bounded and redacted by run_command (runner.usercmd.keep_log)
+        text = Path(got["log"]).read_bytes().decode("utf-8", "replace")
     except OSError as exc:
         text = f"(log unreadable: {exc.strerror or exc})"
     raw = text.encode("utf-8")
@@ -61,7 +62,8 @@ async def _one(c: RestoreCheck, cmd: str, log_dir: Path, timeout_s: float) -> di
 
 
 async def run_snapshot(commands: tuple[RestoreCheck, ...], *, expand: Any, log_dir: Path,
-                       left_s: float | None = None) -> list[dict[str, Any]]:
+                       left_s: float | None = None, ledger: Any = None, port: int | None = None
+                       ) -> list[dict[str, Any]]:
     """Run each snapshot command once, in order (module docstring); one record each.
 
     Args:
@@ -69,6 +71,8 @@ async def run_snapshot(commands: tuple[RestoreCheck, ...], *, expand: Any, log_d
         expand: Fills a command's placeholders (``ServerControl.expand``).
         log_dir: Where ``snapshot-NAME.log`` is written.
         left_s: Seconds left to a deadline, bounding each command's timeout (at least 1 s).
+        ledger: The window's process ledger (``experiments.ledger``).
+        port: The ``{port}`` the commands were given (for the ledger).
 
     Returns:
         ``[{"name", "cmd", "rc", "timed_out", "ok", "bytes", "sha256", "output", "truncated"}]``.
@@ -76,7 +80,7 @@ async def run_snapshot(commands: tuple[RestoreCheck, ...], *, expand: Any, log_d
     out = []
     for c in commands:
         timeout = c.timeout_s if left_s is None else max(1.0, min(c.timeout_s, left_s))
-        out.append(await _one(c, expand(c.cmd), log_dir, timeout))
+        out.append(await _one(c, expand(c.cmd), log_dir, timeout, ledger, port))
     return out
 
 
@@ -90,7 +94,8 @@ async def freeze_before(w: Any) -> list[dict[str, Any]] | None:
     cmds = w.exp.server.snapshot
     if not cmds or w.aborted is not None:
         return None
-    got = await run_snapshot(cmds, expand=w.server.expand, log_dir=w.out, left_s=w.left(w.window.hard_deadline_s))
+    got = await run_snapshot(cmds, expand=w.server.expand, log_dir=w.out, left_s=w.left(w.window.hard_deadline_s),
+                             ledger=w.server.ledger, port=w.server.port)
     for g in got:
         w.say(f"snapshot {g['name']}: {g['bytes']} bytes, sha256 {g['sha256'][:12]}"
               + ("" if g["ok"] else (" (timed out)" if g["timed_out"] else f" (rc {g['rc']})")))

@@ -30,7 +30,22 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["HEADER_LINES", "HIGHEST_US", "LOWEST_US", "METRICS", "LatencySet", "PhaseHistograms", "hlog_header",
-           "hlog_name", "interval_line", "new_histogram", "new_log", "write_log"]
+           "hlog_name", "interval_line", "load_recording", "new_histogram", "new_log", "write_log"]
+
+
+
+def load_recording() -> None:
+    """Import what recording a phase needs (numpy: batched ITL gaps, histogram log cuts) now.
+
+    Called at a phase's set-up, before its clock starts (``runner._Run.run_phase``): imported
+    lazily instead, numpy (~55 ms) was loaded on the event loop in the middle of the first phase
+    and sent its early requests late (issue 42 item 6). Not at module import, so
+    ``kvreplay --help`` and commands that record nothing stay light (issue 35). Idempotent;
+    raises ImportError only if numpy is not installed.
+    """
+    import numpy  # noqa: F401
+    import numpy.ctypeslib  # noqa: F401  (numpy loads it on first attribute use: the logs' cuts)
+
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000

@@ -21,7 +21,8 @@ summary.json::
                                  "gap_tokens", "requests_without_usage": {...},
                                  "unexplained_gap_tokens", "explained"} | null,
                  "schedule": {"open_loop", "offered_rps", "achieved_rps", "dispatch_delay_ms",
-                              "kept_schedule", "note"},
+                              "kept_schedule", "cap_wait_max_ms" (the longest a send waited for a
+                              slot under the cap; null: not known), "note"},
                  "deferred": bool (aborted before it sent anything),
                  "label": str | null, "comparable": bool (false: a control, never compared
                           as a main arm), "check_failed": null | reason (its drain/fresh check
@@ -155,6 +156,10 @@ class PhaseStats:
     open_loop: bool = False
     offered_rps: float | None = None
     schedule_slack_ms: float = 10.0
+    # Open loop: the longest a send waited past its intended time for a free slot under the
+    # concurrency cap (ns; 0: the cap never held a send back; None: not known, e.g. a merge of
+    # older payloads). A send late for another reason (the loop or the host) is not counted.
+    cap_wait_max_ns: int | None = None
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     n_disagreements: int = 0
     client: dict[str, Any] | None = None
@@ -301,15 +306,27 @@ class PhaseStats:
                     "note": "closed loop: no intended send times; latencies are from the actual send"}
         q = self.hists.sets["queue"].summary_ms()
         late = q["max"] is not None and q["max"] > self.schedule_slack_ms
+        cap_ms = None if self.cap_wait_max_ns is None else round(self.cap_wait_max_ns / 1e6, 3)
+        cap_bound = cap_ms is not None and cap_ms > self.schedule_slack_ms
+        note = "schedule kept"
+        if late and cap_bound:
+            note = (f"client could not keep schedule: sends up to {q['max']} ms late (concurrency cap "
+                    f"{self.concurrency} was full: a send waited up to {cap_ms} ms for a free slot); "
+                    "see *_from_intended latencies")
+        elif late and cap_ms is not None:
+            note = (f"client could not keep schedule: sends up to {q['max']} ms late with a slot free under "
+                    f"the concurrency cap {self.concurrency} (the client's loop or host held them: see "
+                    "client.loop_lag_p99_ms); see *_from_intended latencies")
+        elif late:
+            note = f"client could not keep schedule: sends up to {q['max']} ms late; see *_from_intended latencies"
         return {
             "open_loop": True,
             "offered_rps": round(self.offered_rps, 3) if self.offered_rps else None,
             "achieved_rps": round(self.sent / wall_s, 3) if wall_s else None,
             "dispatch_delay_ms": q,
             "kept_schedule": not late,
-            "note": (f"client could not keep schedule: sends up to {q['max']} ms late "
-                     f"(concurrency cap {self.concurrency}); see *_from_intended latencies")
-            if late else "schedule kept",
+            "cap_wait_max_ms": cap_ms,
+            "note": note,
         }
 
     def service_throughput_rps(self) -> float | None:

@@ -275,9 +275,13 @@ def load_plan_toml(path: str | Path) -> tuple[list[PhaseSpec], dict[str, Any]]:
     Raises:
         ConfigError: unreadable TOML, unknown keys, bad values (file, line, field).
     """
+    from kvreplay.bundled import resolve
     from kvreplay.tomlfile import read_toml
 
-    p = Path(path)
+    try:
+        p = Path(resolve(path))  # bundled:host-cache.toml names a bundled plan
+    except FileNotFoundError as exc:
+        raise ConfigError(str(exc), path=path) from None
     text, data = read_toml(p, what="plan file")
     allowed = {"phase", "workload", "target", "backend", "identity", "abort_on_malformed", "on_check_fail", "fleet"}
     for key in data:

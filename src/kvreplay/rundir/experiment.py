@@ -35,6 +35,7 @@ from kvreplay.rundir.names import EXPERIMENT, PROGRESS, RESULT, SOURCE, STEP_LOG
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
+    "inside",
     "read_experiment",
     "read_progress",
     "read_source",
@@ -49,6 +50,42 @@ __all__ = [
     "write_workloads",
     "read_workloads",
 ]
+
+
+def inside(out: Path, rel: Any, *, file: str, field: str) -> str:
+    """``rel`` when it names a folder inside the experiment directory ``out``, else a refusal.
+
+    A step's ``dir`` (experiment.json), ``run_dir`` (result.json, progress.json) is a
+    relative path such as ``steps/00-A``; a tampered or foreign file could name
+    ``../outside`` or ``/etc``, and ``report`` or ``--resume`` would then write there.
+    Checked on the path as written and as resolved (symbolic links followed).
+
+    Raises:
+        ConfigError: not a string, absolute, with a ``..`` part, or resolving outside ``out``
+            (``path`` = the file, ``field`` as given).
+    """
+    ok = isinstance(rel, str) and rel and not Path(rel).is_absolute() and ".." not in Path(rel).parts
+    if ok:
+        root = out.resolve()
+        target = (out / rel).resolve()
+        ok = target == root or root in target.parents
+    if not ok:
+        raise ConfigError(f"{str(rel)[:200]!r} is not a folder inside the experiment directory (a file changed "
+                          "by hand or from elsewhere?); nothing is written outside it", path=out / file, field=field)
+    return rel
+
+
+def _checked_dirs(out: Path, doc: dict[str, Any] | None, file: str, key: str) -> dict[str, Any] | None:
+    """``doc`` after ``inside`` of every step's ``key`` (a list of steps, or progress.json's name -> step)."""
+    if doc is None:
+        return None
+    steps = doc.get("steps")
+    items = (list(enumerate(steps)) if isinstance(steps, list)
+             else list(steps.items()) if isinstance(steps, dict) else [])
+    for i, st in items:
+        if isinstance(st, dict) and st.get(key) is not None:
+            inside(out, st[key], file=file, field=f"steps[{i if isinstance(i, int) else repr(i)}].{key}")
+    return doc
 
 
 def write_experiment(out: Path, doc: dict[str, Any]) -> Path:
@@ -70,8 +107,12 @@ def write_experiment(out: Path, doc: dict[str, Any]) -> Path:
 
 
 def read_experiment(out: Path) -> dict[str, Any] | None:
-    """``out/experiment.json`` as a dict; None when missing, unreadable or not a JSON object."""
-    return read_object(out / EXPERIMENT)
+    """``out/experiment.json`` as a dict; None when missing, unreadable or not a JSON object.
+
+    Raises:
+        ConfigError: a step's ``dir`` outside the directory (``inside``).
+    """
+    return _checked_dirs(out, read_object(out / EXPERIMENT), EXPERIMENT, "dir")
 
 
 def write_step_log(out: Path, step_dir: str, doc: dict[str, Any]) -> None:
@@ -105,8 +146,12 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
 
 
 def read_result(out: Path) -> dict[str, Any] | None:
-    """``out/result.json`` as a dict; None when missing, unreadable or not a JSON object."""
-    return read_object(out / RESULT)
+    """``out/result.json`` as a dict; None when missing, unreadable or not a JSON object.
+
+    Raises:
+        ConfigError: a step's ``run_dir`` outside the directory (``inside``).
+    """
+    return _checked_dirs(out, read_object(out / RESULT), RESULT, "run_dir")
 
 
 def write_source(out: Path, text: str, raw: bytes | None = None) -> None:
@@ -173,8 +218,19 @@ def write_progress(out: Path, doc: dict[str, Any]) -> None:
 
 
 def read_progress(out: Path) -> dict[str, Any] | None:
-    """``out/progress.json`` as a dict; None when missing, unreadable or not a JSON object."""
-    return read_object(out / PROGRESS)
+    """``out/progress.json`` as a dict; None when missing, unreadable or not a JSON object.
+
+    Raises:
+        ConfigError: the file is there but is not a JSON object (truncated, or changed by
+            hand): which steps ran cannot be told, and reading it as missing would hide the
+            records on disk; a step's ``run_dir`` outside the directory (``inside``).
+    """
+    doc = read_object(out / PROGRESS)
+    if doc is None and (out / PROGRESS).exists():
+        raise ConfigError("not a readable JSON object (truncated, or changed by hand): which steps ran cannot be "
+                          "told from it, so nothing is rebuilt or resumed; the step folders under steps/ keep "
+                          "their records (kvreplay report DIR on each)", path=out / PROGRESS)
+    return _checked_dirs(out, doc, PROGRESS, "run_dir")
 
 
 def set_aside_step_dir(out: Path, step_dir: str) -> str | None:
@@ -186,7 +242,7 @@ def set_aside_step_dir(out: Path, step_dir: str) -> str | None:
     Raises:
         OSError: it cannot be renamed.
     """
-    src = out / step_dir
+    src = out / inside(out, step_dir, file=EXPERIMENT, field="dir")
     if not src.exists():
         return None
     n = 1

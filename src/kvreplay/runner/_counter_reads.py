@@ -80,12 +80,28 @@ class CounterReads:
     read_costs: dict[str, list[tuple[int, int]]]
     _log_base: dict[str, Any] | None
     log_lock: asyncio.Lock
+    replica_lost: str | None = None  # a fleet replica's failed read, until its phase is closed (lost_replica)
 
     if TYPE_CHECKING:  # defined by _Run and ContractChecks; declared here for the type checker
 
         def log_counters(self, snap: Snapshot, at: str | int) -> None: ...
         def request_abort(self, reason: str, message: str) -> None: ...
         async def check_identity(self, *, reuse_served: bool = False) -> None: ...
+
+    def lost_replica(self, exc: BackendError) -> None:
+        """A fleet whose replica cannot be read: the run stops as a vanished server's does (issue 44 item 5).
+
+        A replica that vanished mid-phase leaves its phase without counters: the abort
+        (``replica_lost``, exit 3) names it, and ``Runner`` makes the phase invalid with the
+        same reason. One server's failed read is only said (its requests fail too when
+        it is gone: ``max_transport_failures``); a replica's requests go on through the
+        router, so its failed read is what shows it gone.
+        """
+        if not self.opts.replicas:
+            return
+        if self.replica_lost is None:
+            self.replica_lost = str(exc)
+        self.request_abort("replica_lost", str(exc))
 
     def check_bounds(self, snap: Snapshot | None) -> None:
         if snap is None:
@@ -163,6 +179,7 @@ class CounterReads:
                                           complete=complete)
         except BackendError as exc:
             self.progress(f"counter read failed: {exc}")
+            self.lost_replica(exc)
             return None
         snap = checked_snapshot(snap, self.progress, self.nonfinite)
         await self.log_read(snap, at)
@@ -184,6 +201,7 @@ class CounterReads:
                 snap = await self.read_once(full=False)
             except BackendError as exc:
                 self.progress(f"counter read failed: {exc}")
+                self.lost_replica(exc)
                 continue
             snap = checked_snapshot(snap, self.progress, self.nonfinite)
             await self.log_read(snap, "monitor")

@@ -61,7 +61,7 @@ def phase_payload(st: PhaseStats) -> dict[str, Any]:
             for k in _MERGED_FIELDS
             + _WORKER0_FIELDS
             + ("failed", "start_ns", "end_ns", "deferred", "disagreements", "client")
-            + ("no_usage_by_status", "no_usage_positions")
+            + ("no_usage_by_status", "no_usage_positions", "cap_wait_max_ns")
         },
         "hists": {
             m: (ls.hist.encode() if ls.hist.get_total_count() else None, ls.sum_us, ls.out_of_range)
@@ -111,6 +111,8 @@ def merge_run(
             for cls, n in f["failed"].items():
                 st.failed[cls] = st.failed.get(cls, 0) + n
             st.disagreements.extend(f["disagreements"])
+            if f.get("cap_wait_max_ns") is not None:  # each worker's own share of the cap
+                st.cap_wait_max_ns = max(st.cap_wait_max_ns or 0, f["cap_wait_max_ns"])
             for cls, n in (f.get("no_usage_by_status") or {}).items():
                 st.no_usage_by_status[cls] = st.no_usage_by_status.get(cls, 0) + n
             st.no_usage_positions = sorted(st.no_usage_positions + list(f.get("no_usage_positions") or []))[:20]

@@ -82,7 +82,10 @@ class RecordMaking:
         if (turns := getattr(phase, "turns", None)) is not None:
             ss, prev = self.workload.sessions, self.prev_done.get(pos)
             base["session"], base["turn"] = turns[pos]
-            base["think_time_planned_s"] = ss.turns[bi].think_time_s if ss is not None else None
+            # a session's first turn is sent when the session starts: its think time is not applied,
+            # so not planned either (workload.conversations.session_warnings: first_turn_think)
+            base["think_time_planned_s"] = (None if ss is None else ss.turns[bi].think_time_s
+                                            if turns[pos][1] > 0 else 0.0)
             base["think_time_actual_s"] = (None if prev is None or out is None
                                            else round((out.sent_ns - prev) / 1e9, 9))
             if self.opts.history == "live":

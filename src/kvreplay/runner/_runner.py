@@ -25,7 +25,8 @@ intended time). Records carry ``session``, ``turn``, ``think_time_planned_s`` an
 ``think_time_actual_s`` (previous turn's ``t_done_ns`` to this ``t_sent_ns``, s). A turn
 that fails ends its session: the later turns get ``sent: false`` records with
 ``error: "session aborted: turn K failed"``. With ``history = "live"`` a turn's earlier
-assistant messages are this server's own replies (``workload.conversations.live_body``):
+assistant messages are this server's own replies (``workload.conversations.LiveHistory``,
+each retained body parsed once per session, a large one in a thread):
 its records add ``history: "live"``, ``sent_sha256`` (the bytes sent; ``body_sha256``
 stays the retained bytes') and ``history_differs`` (the two differ).
 """
@@ -46,6 +47,7 @@ from kvreplay.accounting import IMPLEMENTATION
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.metrics.fleet import FleetStats
+from kvreplay.metrics.histograms import load_recording
 from kvreplay.metrics.hlog import IntervalLogs
 from kvreplay.metrics.selfmeasure import ClientMonitor, thresholds
 from kvreplay.metrics.summary import SCHEMA_VERSION, PhaseStats, failure_kind
@@ -56,7 +58,7 @@ from kvreplay.runner._contract import ContractChecks
 from kvreplay.runner._counter_reads import CounterReads, counter_read_summary
 from kvreplay.runner._options import RunOptions
 from kvreplay.runner._records import RecordMaking
-from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta
+from kvreplay.runner.backend import COMMON_UNITS, Backend, Snapshot, counter_delta, duplicate_series
 from kvreplay.runner.counters import check_fresh, expected_after, wait_drained
 from kvreplay.runner.fleet import part_deltas, replica_fields
 from kvreplay.runner.h1 import H1Client, client_ssl_context
@@ -65,7 +67,7 @@ from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
 from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
-from kvreplay.workload.conversations import live_body
+from kvreplay.workload.conversations import LIVE_OFF_LOOP_BYTES, LiveHistory
 from kvreplay.workload.index import BodyChanged
 
 __all__ = ["RunOptions", "counter_units", "on_interrupt_signals"]
@@ -212,11 +214,13 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
 
     async def run_phase(self, session: aiohttp.ClientSession, phase: Phase) -> PhaseStats:
         spec = phase.spec
+        load_recording()  # nothing imported on the loop once the phase's clock runs (issue 42 item 6)
         st = PhaseStats(phase.name, spec.concurrency, spec.repeats, len(phase.sequence),
                         label=spec.label, comparable=spec.comparable)
         check_failed: str | None = None
         if phase.intended_ns is not None:
             st.open_loop = True
+            st.cap_wait_max_ns = 0
             span = phase.intended_ns[-1] if phase.intended_ns else 0
             # with sessions, the intended times are session arrivals: the offered rate is sessions/s
             st.offered_rps = (len(phase.intended_ns) - 1) / (span / 1e9) if span > 0 else None
@@ -279,6 +283,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
         fleet = bool(self.opts.replicas)
 
         spans = dict(phase.session_spans())  # conversations: first position -> turns
+        n_seq = len(phase.sequence)
         arrival = {p: i for i, p in enumerate(spans)}  # a session's first position -> its intended_ns index
 
         async def one(pos: int, bi: int, rep: int, raw: bytes | None = None,
@@ -291,6 +296,9 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                 wait = t_int - now_ns()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)
+                elif -wait > st.cap_wait_max_ns:  # type: ignore[operator]
+                    # claimed after its intended time: every slot under the cap was busy until now
+                    st.cap_wait_max_ns = -wait
             if self.stop_new:
                 self.record_not_sent(st, phase, pos, bi, rep, attribution)
                 return None
@@ -299,8 +307,10 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             except BodyChanged as exc:
                 self.refuse_changed(st, phase, pos, bi, rep, attribution, exc)
                 return None
-            if pos + READAHEAD < len(phase.sequence):
-                self.workload.readahead(phase.sequence[pos + READAHEAD][0])
+            if not pos % READAHEAD and pos + READAHEAD < n_seq:
+                # one hint per READAHEAD positions, for the next READAHEAD bodies (issue 43 item 1)
+                self.workload.readahead([phase.sequence[p][0]
+                                         for p in range(pos + READAHEAD, min(pos + 2 * READAHEAD, n_seq))])
             send_raw = body.raw if raw is None else raw
             head = head_chars if keep_chars is None else keep_chars
             self.obs.on_request_start(phase.name, pos)
@@ -384,6 +394,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             live = self.opts.history == "live"
             bodies = self.workload.bodies
             replies: list[str] = []
+            history = LiveHistory(lambda j: bodies[turns[j][1][0]].raw) if live else None
             try:
                 for k, (pos, (bi, rep)) in enumerate(turns):
                     if done is not None:
@@ -394,9 +405,11 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                             await asyncio.sleep(min(wait - 1_000_000, 250_000_000) / 1e9 if wait > 2_000_000 else 0)
                     self.prev_done[pos] = done
                     raw = None
-                    if live:
-                        raw = live_body(bodies[bi].raw, [bodies[b].raw for _, (b, _) in turns[:k]], replies)
-                        self.sent_sha[pos] = hashlib.sha256(raw).hexdigest() if raw is not bodies[bi].raw \
+                    if history is not None:  # each body parsed once (LiveHistory); a large one off the loop
+                        retained = bodies[bi].raw
+                        raw = (history.body(retained, replies) if len(retained) <= LIVE_OFF_LOOP_BYTES
+                               else await asyncio.to_thread(history.body, retained, replies))
+                        self.sent_sha[pos] = hashlib.sha256(raw).hexdigest() if raw is not retained \
                             else bodies[bi].sha256
                     recorded = k + 1  # one() records its position even when cancelled
                     out = await one(pos, bi, rep, raw, LIVE_TEXT_CHARS if live else None)
@@ -445,6 +458,11 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
             st.fleet.counter_deltas = part_deltas(counter_delta(before, after).parts) or {}
         if st.counter_delta and st.counter_delta.get("reset"):
             st.invalid_reasons.append("server restarted during the phase (a counter went down)")
+        if self.replica_lost:  # a fleet's replica could not be read (_counter_reads.lost_replica)
+            st.invalid_reasons.append(f"replica_lost: {self.replica_lost}")
+            self.replica_lost = None
+        for why in duplicate_series((st.counter_delta or {}).get("invalid")):
+            st.invalid_reasons.append(f"invalid exposition: {why}")  # a counter the server printed twice
         gate = self.writer
         n_unverified = gate.unverified.get(phase.name, 0)
         if n_unverified or (gate.drift_ns is not None and gate.drift_ns >= (self.rel(st.start_ns) or 0)):

@@ -30,6 +30,7 @@ __all__ = [
     "COMMON_UNITS",
     "COUNTER_NAMES",
     "COUNTER_RANGE",
+    "DUPLICATE_SERIES",
     "GAUGE_NAMES",
     "LOAD_GAUGES",
     "Backend",
@@ -38,10 +39,21 @@ __all__ = [
     "TOKEN_TWINS",
     "counter_delta",
     "counter_problem",
+    "duplicate_series",
 ]
 
 COUNTER_RANGE = (-(1 << 63), 1 << 64)
 """``[low, high)``: the values a counter may take and still be differenced (signed and unsigned 64 bits)."""
+
+
+DUPLICATE_SERIES = "duplicate series"
+"""Start of the reason (after ``SERIES: ``) of a common name read from a series the exposition
+printed twice with the same labels (``backends._profile.SeriesMap.problem``): the phase is invalid."""
+
+
+def duplicate_series(invalid: dict[str, str] | None) -> list[str]:
+    """The reasons in ``invalid`` (``CounterDelta.invalid``: name -> reason) that are a duplicate series."""
+    return [f"{k}: {why}" for k, why in sorted((invalid or {}).items()) if f": {DUPLICATE_SERIES}" in why]
 
 
 def counter_problem(value: Any) -> str | None:

@@ -30,13 +30,17 @@ replica not listed), ``conflict`` (header and counters disagree), ``phase_only``
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
-from kvreplay.errors import ConfigError
+from kvreplay.errors import BackendError, ConfigError
 from kvreplay.evidence.vocab import REQUEST_COUNTERS
+from kvreplay.redaction import redact_url, register_url
 from kvreplay.runner.backend import Backend, Snapshot
 from kvreplay.sim.routing import REPLICA_HEADER
 
@@ -48,6 +52,8 @@ __all__ = [
     "attribute_by_counters",
     "attribute_by_header",
     "check_fleet",
+    "check_header_name",
+    "endpoint",
     "fleet_run_fields",
     "parse_replica",
     "part_deltas",
@@ -79,15 +85,34 @@ class Replica:
     profile: str | None = None
     verdict: str | None = None
 
+    @property
+    def name(self) -> str:
+        """The replica as every output names it: its URL through ``redaction.redact_url``.
+
+        Userinfo and secret query values replaced by the marker. Records' ``replica``,
+        counters.jsonl, summary.json, reports and attribution all use this one form.
+        """
+        return redact_url(self.url)
+
     def to_json(self) -> dict[str, Any]:
-        """``{"url", "backend", "profile"}`` (plan.json ``run.fleet.replicas``), and ``verdict`` when set."""
-        return {"url": self.url, "backend": self.backend, "profile": self.profile,
+        """``{"url", "backend", "profile"}``, ``verdict`` when set (plan.json ``run.fleet.replicas``; url: ``name``)."""
+        return {"url": self.name, "backend": self.backend, "profile": self.profile,
                 **({"verdict": self.verdict} if self.verdict is not None else {})}
 
 
 def _check_url(url: str, field: str) -> str:
-    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
-        raise ConfigError(f"{url!r} is not a replica URL: give http://HOST:PORT", field=field)
+    """``url`` when it is an http(s) URL with a host; its secrets are registered (``redaction.register_url``)."""
+    try:
+        u = urlsplit(url)
+        ok = url.startswith(("http://", "https://")) and bool(u.hostname) and (u.port or 0) >= 0
+    except ValueError:  # a bad IPv6 literal, a port that is not a number
+        ok = False
+    if not ok:
+        raise ConfigError(f"{redact_url(url)!r} is not a replica URL: give http://HOST:PORT", field=field)
+    try:
+        register_url(url)  # before anything is written or printed: no output keeps them
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the replica URL: {exc}", field=field) from None
     return url
 
 
@@ -103,8 +128,8 @@ def parse_replica(text: str, *, field: str = "--replica") -> Replica:
     for o in opts:
         key, sep, value = o.partition("=")
         if not sep or key not in ("backend", "profile", "verdict") or not value or key in got:
-            raise ConfigError(f"{o!r} in {text!r}: expected backend=NAME, profile=FILE or verdict=FILE, each once",
-                              field=field)
+            raise ConfigError(f"{o!r} in {redact_url(url)!r}: expected backend=NAME, profile=FILE or verdict=FILE, "
+                              "each once", field=field)
         got[key] = value
     return Replica(url=url, backend=got.get("backend"), profile=got.get("profile"), verdict=got.get("verdict"))
 
@@ -146,39 +171,96 @@ def replicas_from_mapping(data: Any, *, source: str = "[fleet]") -> tuple[str | 
     return router, tuple(out)
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def check_header_name(name: str, *, field: str = "--replica-header") -> str:
+    """``name`` when it is an HTTP field name (RFC 9110 5.1: a ``token``; no CR, LF, space or ``:``).
+
+    Raises:
+        ConfigError: any other character (its code and offset named).
+    """
+    if not _TOKEN.fullmatch(name):
+        bad = next(((i, c) for i, c in enumerate(name) if not _TOKEN.fullmatch(c)), None)
+        where = f": character code {ord(bad[1])} at offset {bad[0]}" if bad else ": empty"
+        raise ConfigError(f"not an HTTP header name{where} (letters, digits and !#$%&'*+.^_`|~-)", field=field)
+    return name
+
+
 def fleet_run_fields(router: str, replicas: Sequence[Replica], header: str | None = DEFAULT_REPLICA_HEADER
                      ) -> dict[str, Any]:
     """``RunOptions`` fields of a run against ``router`` and ``replicas`` (empty without replicas).
 
-    ``replicas`` (URLs), ``replica_header`` and ``fleet_json`` (plan.json ``run.fleet``:
+    ``replicas`` (``Replica.name``: the redacted URLs), ``replica_header`` and ``fleet_json`` (plan.json ``run.fleet``:
     ``router``, ``replicas`` as ``Replica.to_json``, ``replica_header``); an experiment
     file's ``[fleet]`` runs with them as ``kvreplay run --replica`` does.
     """
     if not replicas:
         return {}
-    return {"replicas": tuple(r.url for r in replicas), "replica_header": header,
-            "fleet_json": {"router": router, "replicas": [r.to_json() for r in replicas], "replica_header": header}}
+    return {"replicas": tuple(r.name for r in replicas), "replica_header": header,
+            "fleet_json": {"router": redact_url(router), "replicas": [r.to_json() for r in replicas],
+                           "replica_header": header}}
+
+
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@?#]*@")
+
+
+def _split(url: str) -> SplitResult:
+    """``urlsplit`` of ``url`` without its userinfo (a name's ``[REDACTED]@`` is not an IPv6 literal)."""
+    return urlsplit(_USERINFO.sub(r"\1", url))
 
 
 def _same_server(a: str, b: str) -> bool:
-    ua, ub = urlsplit(a), urlsplit(b)
+    ua, ub = _split(a), _split(b)
     return (ua.scheme, ua.hostname, ua.port, ua.path.rstrip("/")) == (ub.scheme, ub.hostname, ub.port,
                                                                         ub.path.rstrip("/"))
+
+
+def endpoint(url: str) -> tuple[frozenset[str], int]:
+    """``(addresses, port)`` of the server a URL names: one server, whatever name it is given by.
+
+    The host is resolved (``socket.getaddrinfo``): ``localhost`` is ``{127.0.0.1, ::1}``
+    (as the resolver says), ``127.0.0.1`` is ``{127.0.0.1}``; an IP literal is itself
+    (normalised: ``::0:1`` is ``::1``). A name that does not resolve stands for itself,
+    lowercased. The port is the URL's, or the scheme's default (80, 443).
+    """
+    u = _split(url)
+    host = (u.hostname or "").lower()
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        return frozenset({ipaddress.ip_address(host).compressed}), port
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset({host}), port
+    return frozenset(ipaddress.ip_address(str(i[4][0]).partition("%")[0]).compressed for i in infos), port
+
+
+def _one_server(a: tuple[frozenset[str], int], b: tuple[frozenset[str], int]) -> bool:
+    return a[1] == b[1] and bool(a[0] & b[0])
 
 
 def check_fleet(router: str, replicas: Sequence[Replica]) -> None:
     """Refuse a replica that is the router itself, or a replica listed twice.
 
+    Servers are compared by ``endpoint``: the same port and a resolved address in common,
+    so ``http://localhost:8001`` and ``http://127.0.0.1:8001`` are one server (issue 44 item 2).
+
     Raises:
         ConfigError: field ``--replica``.
     """
+    ends = [endpoint(r.url) for r in replicas]
+    at_router = endpoint(router)
     for i, r in enumerate(replicas):
-        if _same_server(r.url, router):
-            raise ConfigError(f"replica {r.url} is the router itself (--target): list the servers behind it",
-                              field="--replica")
-        for other in replicas[:i]:
-            if _same_server(r.url, other.url):
-                raise ConfigError(f"replica {r.url} is listed twice", field="--replica")
+        if _one_server(ends[i], at_router):
+            raise ConfigError(f"replica {r.name} is the router itself (--target {redact_url(router)}): "
+                              "list the servers behind it", field="--replica")
+        for j, other in enumerate(replicas[:i]):
+            if _one_server(ends[i], ends[j]):
+                alias = "" if _same_server(r.url, other.url) else f" (as {other.name}: the same address and port)"
+                raise ConfigError(f"replica {r.name} is listed twice{alias}", field="--replica")
 
 
 def _moved(delta: Mapping[str, Any] | None) -> bool:
@@ -214,7 +296,7 @@ def attribute_by_header(value: str | None, replicas: Sequence[str]) -> tuple[str
         return None, None
     v = value.strip()
     for u in replicas:
-        if _same_server(v, u) or v == urlsplit(u).netloc:
+        if _same_server(v, u) or v == _split(u).netloc:
             return u, None
     return None, "unlisted"
 
@@ -264,8 +346,13 @@ class FleetBackend:
         Raises:
             BackendError: a replica could not be read (its URL in the message).
         """
-        snaps = await asyncio.gather(*(b.snapshot() for _, b in self.members))
-        return _sum_snapshots(dict(zip(self.urls, snaps, strict=True)))
+        got = await asyncio.gather(*(b.snapshot() for _, b in self.members), return_exceptions=True)
+        for url, g in zip(self.urls, got, strict=True):
+            if isinstance(g, BaseException):
+                if isinstance(g, BackendError | OSError | TimeoutError):
+                    raise BackendError(f"replica {url} could not be read: {g}") from g
+                raise g
+        return _sum_snapshots(dict(zip(self.urls, got, strict=True)))  # type: ignore[arg-type]
 
     async def identity(self) -> dict[str, Any]:
         """``{"kvreplay_fleet": [URL, ...], "replicas": {URL: identity}}``.

@@ -17,6 +17,12 @@ Every such command:
 - is **bounded by a timeout**: past it the whole process group gets SIGTERM,
   then SIGKILL after ``kill_grace_s``; a group that is already gone is fine.
 
+Once the shell has exited its log is **bounded and redacted** (``keep_log``): a log
+over ``LOG_KEEP_BYTES`` keeps only its last ``LOG_KEEP_BYTES`` (a note says how many
+bytes went), read from the end, never whole (a 300 MB output costs 1 MiB), and it is
+rewritten through ``safe_io`` (registered secrets redacted, as every file kvreplay writes).
+A background child still writing keeps writing to the replaced file, unseen.
+
 Its exit status, duration, log path and the log's last 4 KiB are returned
 (``UserCommandResult``) for the caller to record. Example::
 
@@ -34,7 +40,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,11 +48,13 @@ from typing import Any
 from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 
-__all__ = ["LOG_TAIL_BYTES", "UserCommandResult", "log_tail", "run_user_command", "run_user_command_sync",
-           "spawn_logged"]
+__all__ = ["LOG_KEEP_BYTES", "LOG_TAIL_BYTES", "UserCommandResult", "keep_log", "log_tail", "run_user_command",
+           "run_user_command_sync", "spawn_logged"]
 
 LOG_TAIL_BYTES = 4096
 """How much of the end of a command's log is kept in its result (bytes)."""
+LOG_KEEP_BYTES = 1 << 20
+"""How much of the end of a command's log is kept on disk once it has exited (bytes)."""
 
 _POLL_FIRST_S = 0.005
 _POLL_MAX_S = 0.05
@@ -165,8 +173,40 @@ def log_tail(path: Path, n: int = LOG_TAIL_BYTES) -> str:
         return ""
 
 
+def keep_log(path: Path, keep: int = LOG_KEEP_BYTES) -> str:
+    """Rewrite a finished command's log as its last ``keep`` bytes, redacted (module docstring).
+
+    Only the last ``keep`` bytes are read. When the log is longer, the kept part starts
+    after the first line break in it (a cut line could hold the end of a secret that
+    redaction no longer recognises), under a line saying how many bytes were dropped.
+
+    Returns:
+        The text kept (redacted), or ``""`` when the log cannot be read or rewritten.
+    """
+    from kvreplay.safe_io import atomic_write_text
+
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - keep)
+            f.seek(start)
+            data = f.read(keep)
+        if start:
+            nl = data.find(b"\n")
+            data = data[nl + 1:] if nl >= 0 else b""
+            note = (f"[kvreplay: the first {size - len(data)} bytes of this output were dropped; "
+                    f"the last {len(data)} are kept]\n")
+            data = note.encode() + data
+        text = data.decode("utf-8", "replace")
+        atomic_write_text(path, text)  # registered secrets redacted on the way (safe_io)
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def _result(name: str, command: str, proc: subprocess.Popen, t0: int, log_path: Path,
             timed_out: bool) -> UserCommandResult:
+    kept = keep_log(log_path)
     return UserCommandResult(
         name=name,
         command=command,
@@ -174,7 +214,7 @@ def _result(name: str, command: str, proc: subprocess.Popen, t0: int, log_path: 
         duration_s=round((now_ns() - t0) / 1e9, 3),
         timed_out=timed_out,
         log_path=log_path,
-        log_tail=log_tail(log_path),
+        log_tail=kept.encode("utf-8")[-LOG_TAIL_BYTES:].decode("utf-8", "ignore"),
         pid=proc.pid,
     )
 
@@ -196,6 +236,7 @@ async def run_user_command(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     kill_grace_s: float = 2.0,
+    on_spawn: Callable[[int], object] | None = None,
 ) -> UserCommandResult:
     """Run ``/bin/sh -c command`` as described in the module docstring; never hangs past the timeout.
 
@@ -212,6 +253,8 @@ async def run_user_command(
         timeout_s: Bound from spawn to the shell's exit (s, > 0).
         env: Variables added to kvreplay's own environment for the command; None = inherit.
         kill_grace_s: Between SIGTERM and SIGKILL of the group on timeout (s).
+        on_spawn: Called with the shell's pid (its process group) right after the spawn
+            (an experiment's process ledger, ``experiments.ledger``).
 
     Returns:
         The ``UserCommandResult`` (a failing or timed-out command is a result, not an error).
@@ -223,6 +266,8 @@ async def run_user_command(
     log_path = _prepare(name, timeout_s, log_dir)
     t0 = now_ns()
     proc = spawn_logged(command, log_path, env)
+    if on_spawn is not None:
+        on_spawn(proc.pid)
     deadline = t0 + int(timeout_s * 1e9)
     pause = _POLL_FIRST_S
     try:

@@ -21,8 +21,8 @@ tokens, inside the measured 0.2-0.7 s); decode ITL 20 ms.
 
 from __future__ import annotations
 
-import argparse
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
 from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
 from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
-from kvreplay.sim.faults import FaultSpec, parse_fault
+from kvreplay.sim.faults import FAULT_KINDS, FaultSpec, parse_fault
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -40,6 +40,7 @@ __all__ = [
     "SimConfig",
     "add_arguments",
     "config_and_calibration",
+    "config_and_calibration_of",
     "config_from_args",
 ]
 
@@ -319,7 +320,7 @@ def _flags(prefix: str, name: str) -> tuple[str, ...]:
     return (f"--{prefix}{name}",) if prefix else (f"--{name}", f"--sim-{name}")
 
 
-def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None:
+def add_arguments(parser: Any, prefix: str = "sim-") -> None:
     """Add the simulator options to a parser.
 
     Args:
@@ -354,7 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
         default=None,
         metavar="SPEC",
         dest=_dest(prefix, "faults"),
-        help="inject a fault: KIND[@N][:key=value,...] (repeatable; see kvreplay.sim.faults)",
+        help=f"inject a fault, repeatable: KIND[@N][:key=value,...] with KIND one of {', '.join(FAULT_KINDS)} "
+        "(docs/simulator.md, 'Faults')",
     )
     g.add_argument(
         *_flags(prefix, "from-verdict"),
@@ -373,11 +375,11 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "sim-") -> None
     )
 
 
-def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfig:
+def config_from_args(args: Any, prefix: str = "sim-") -> SimConfig:
     """Build a ``SimConfig`` from parsed options (see ``add_arguments``).
 
     Args:
-        args: The parsed namespace.
+        args: The parsed options (any object with the prefixed attributes ``add_arguments`` declares).
         prefix: The prefix given to ``add_arguments``.
 
     Returns:
@@ -391,31 +393,50 @@ def config_from_args(args: argparse.Namespace, prefix: str = "sim-") -> SimConfi
     return config_and_calibration(args, prefix)[0]
 
 
-def config_and_calibration(
-    args: argparse.Namespace, prefix: str = "sim-"
-) -> tuple[SimConfig, dict[str, Any] | None]:
+def config_and_calibration(args: Any, prefix: str = "sim-") -> tuple[SimConfig, dict[str, Any] | None]:
     """``config_from_args`` plus the calibration it applied, for a run to keep.
 
     Args:
-        args: The parsed namespace.
+        args: The parsed options (any object with the prefixed attributes ``add_arguments`` declares).
         prefix: The prefix given to ``add_arguments``.
 
     Returns:
-        ``(config, calibration)``: calibration is None without ``--sim-from-verdict``,
-        else ``kvreplay.sim.calibrate.Calibration.to_json()`` (``source``,
-        ``sha256``, ``changes`` = every field it set, ``capacity`` = entries,
-        blocks or ``"unbounded"``, ``notes``) plus ``overridden``: field -> the
-        value a command-line option gave instead of the calibrated one (empty
-        when none did).
+        As ``config_and_calibration_of``.
 
     Raises:
-        ConfigError: Bad file, verdict, fault spec or value.
+        ConfigError: Bad file, verdict, fault spec or value (field: the flag).
+    """
+    names = [o[1] for o in _OPTIONS] + ["refuse_over_bytes", "faults", "from_verdict", "config"]
+    values = {n: getattr(args, _dest(prefix, n), None) for n in names}
+    return config_and_calibration_of({k: v for k, v in values.items() if v is not None}, flag_prefix=f"--{prefix}")
+
+
+def config_and_calibration_of(values: Mapping[str, Any], *, flag_prefix: str = "--sim-"
+                              ) -> tuple[SimConfig, dict[str, Any] | None]:
+    """The simulator's configuration from its options by name, and the calibration it applied.
+
+    Args:
+        values: Options given, by ``SimConfig`` field name (``time_scale``, ``cache_entries``...),
+            plus ``faults`` (fault spec strings), ``from_verdict`` (a probe verdict.json) and
+            ``config`` (a simulator TOML file); ``kvreplay.options.SimOptions`` keys.
+        flag_prefix: How errors name an option: ``--sim-`` gives ``--sim-cache-entries``.
+
+    Returns:
+        ``(config, calibration)``: defaults, then the config file, then a probe verdict's
+        calibration (what it set is printed to stderr), then the options given. calibration
+        is None without ``from_verdict``, else ``kvreplay.sim.calibrate.Calibration.to_json()``
+        (``source``, ``sha256``, ``changes`` = every field it set, ``capacity`` = entries,
+        blocks or ``"unbounded"``, ``notes``) plus ``overridden``: field -> the value an
+        option gave instead of the calibrated one (empty when none did).
+
+    Raises:
+        ConfigError: Bad file, verdict, fault spec or value (field: the flag).
     """
     cfg = SimConfig()
-    path = getattr(args, _dest(prefix, "config"), None)
+    path = values.get("config")
     if path:
         cfg = SimConfig.from_toml(path)
-    verdict = getattr(args, _dest(prefix, "from_verdict"), None)
+    verdict = values.get("from_verdict")
     calibration: dict[str, Any] | None = None
     if verdict:
         import sys
@@ -429,16 +450,16 @@ def config_and_calibration(
         calibration = cal.to_json()
     changes: dict[str, Any] = {}
     for fname in [o[1] for o in _OPTIONS] + ["refuse_over_bytes"]:
-        value = getattr(args, _dest(prefix, fname), None)
+        value = values.get(fname)
         if value is not None:
             changes[fname] = value
-    specs = getattr(args, _dest(prefix, "faults"), None)
+    specs = values.get("faults")
     if specs:
         changes["faults"] = tuple(cfg.faults) + tuple(parse_fault(s) for s in specs)
     try:
         out = SimConfig.from_mapping(changes, base=cfg) if changes else cfg
     except ConfigError as exc:
-        flag = next((f"--{prefix}{name}" for name, fname, *_ in _OPTIONS if fname == exc.field and fname in changes),
+        flag = next((f"{flag_prefix}{name}" for name, fname, *_ in _OPTIONS if fname == exc.field and fname in changes),
                     None)
         if flag is None:
             raise

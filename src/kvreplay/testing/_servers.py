@@ -295,6 +295,7 @@ def start_vllm(
     kv_cache_space_gib: int = 1,
     ready_timeout_s: float = 600.0,
     extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """Start vLLM's OpenAI server (CPU build) on a free loopback port and wait until ready.
 
@@ -313,6 +314,8 @@ def start_vllm(
         kv_cache_space_gib: ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache).
         ready_timeout_s: Bound on the wait for ``/health`` and ``/v1/models``.
         extra_args: More server arguments.
+        extra_env: More environment variables for the server, set last, e.g.
+            ``{"VLLM_SERVER_DEV_MODE": "1"}`` (mounts ``POST /reset_prefix_cache``).
 
     Raises:
         ServerStartError: not installed, exited early, or not ready in time.
@@ -332,6 +335,7 @@ def start_vllm(
         DO_NOT_TRACK="1",
         TOKENIZERS_PARALLELISM="false",
     )
+    env.update(extra_env or {})
 
     def argv(port: int) -> list[str]:
         return [

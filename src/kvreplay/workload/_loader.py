@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 
 import orjson
 
+from kvreplay.bundled import resolve as resolve_bundled
 from kvreplay.errors import WorkloadError
 from kvreplay.workload.index import CACHE_MIN_BYTES, IndexedBodies, load_index, sha_of, size_of
 from kvreplay.workload.jsonscan import TooLargeToParse, loads_bounded
@@ -96,8 +97,8 @@ class Workload:
         """Bytes of body ``i`` (from the index, not from disk, where indexed)."""
         return size_of(self.bodies, i)
 
-    def readahead(self, i: int) -> None:
-        """Hint that body ``i`` is sent soon (indexed bodies: the kernel starts reading it)."""
+    def readahead(self, i: int | Sequence[int]) -> None:
+        """Hint that body ``i`` (or bodies ``i``) is sent soon (indexed bodies: the kernel starts reading)."""
         ra = getattr(self.bodies, "readahead", None)
         if ra is not None:
             ra(i)
@@ -211,7 +212,8 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
     """Index and check every body of a workload; hold none of them.
 
     Args:
-        path: A folder of ``*.json`` bodies, or a ``.jsonl`` file.
+        path: A folder of ``*.json`` bodies, or a ``.jsonl`` file; ``bundled:NAME`` names a bundled
+            workload (``kvreplay.bundled.resolve``: ``bundled:mtbench-52``).
         max_body_bytes: Largest body accepted (bytes).
         cache_min_bytes: Smallest workload (bytes of bodies) whose index is cached
             on disk (``kvreplay.workload.index``).
@@ -224,9 +226,12 @@ def load_workload(path: str | Path, *, max_body_bytes: int = DEFAULT_MAX_BODY_BY
     Raises:
         WorkloadError: missing path, empty workload, or a body that is not UTF-8,
             not JSON, not an object, or not a chat/completions request (file, line
-            and field named); a malformed sessions side file.
+            and field named); a malformed sessions side file; an unknown ``bundled:`` name.
     """
-    p = Path(path)
+    try:
+        p = Path(resolve_bundled(path))
+    except FileNotFoundError as exc:
+        raise WorkloadError(str(exc), path=Path(path)) from None
     if p.is_file() and (size := p.stat().st_size) > MAX_WORKLOAD_BYTES:  # checked before reading (issue 17)
         raise WorkloadError(f"workload file is {size} bytes, over {MAX_WORKLOAD_BYTES} "
                             "(split it, or give a folder of *.json)", path=p)

@@ -30,7 +30,7 @@ from kvreplay.workload import chain as chain_mod
 from kvreplay.workload._loader import Workload
 from kvreplay.workload.chain import DEFAULT_BLOCK_BYTES
 
-__all__ = ["by_turn", "live_body", "session_warnings", "turn_reuse"]
+__all__ = ["LIVE_OFF_LOOP_BYTES", "LiveHistory", "by_turn", "live_body", "session_warnings", "turn_reuse"]
 
 
 def turn_reuse(workload: Workload, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> list[dict[str, Any]]:
@@ -91,8 +91,8 @@ def session_warnings(workload: Workload, *, deadline_s: float | None = None,
         rows: ``turn_reuse(workload)`` when already computed.
 
     Returns:
-        Lines starting with the warning's name: ``history_not_prefix: N turns ...`` and
-        ``session_over_deadline: N sessions ...``.
+        Lines starting with the warning's name: ``history_not_prefix: N turns ...``,
+        ``first_turn_think: N sessions ...`` and ``session_over_deadline: N sessions ...``.
     """
     ss = workload.sessions
     if ss is None:
@@ -104,6 +104,11 @@ def session_warnings(workload: Workload, *, deadline_s: float | None = None,
         out.append(f"history_not_prefix: {len(broken)} turns whose history does not extend the previous turn's "
                    f"(first: session {broken[0]['session']!r} turn {broken[0]['turn']}); they are sent as retained, "
                    "and the reuse across those turns is lost")
+    first = [sid for sid in ss.order if ss.bodies[sid] and ss.turns[ss.bodies[sid][0]].think_time_s > 0]
+    if first:
+        out.append(f"first_turn_think: {len(first)} sessions whose first turn has a think time (first: {first[0]!r}, "
+                   f"{ss.turns[ss.bodies[first[0]][0]].think_time_s:g} s); a first turn is sent when its session "
+                   "starts, so it is not applied (records: think_time_planned_s 0)")
     if deadline_s is not None:
         long = {sid: sum(ss.turns[b].think_time_s for b in ss.bodies[sid]) for sid in ss.order}
         over = [sid for sid, t in long.items() if t > deadline_s]
@@ -114,6 +119,73 @@ def session_warnings(workload: Workload, *, deadline_s: float | None = None,
     return out
 
 
+LIVE_OFF_LOOP_BYTES = 256 << 10
+"""A live-history turn whose retained body is larger than this is built in a thread, off the event loop (bytes)."""
+
+
+class LiveHistory:
+    """One session's live history, built turn by turn (``live_body`` for each turn, incrementally).
+
+    Each turn's retained body is parsed once. What ``live_body`` decides by comparing
+    every earlier turn's messages with this turn's (O(turns) parses and comparisons per
+    turn) is carried from turn to turn: whether each earlier turn's messages are a prefix
+    of the latest turn's. When the latest turn extends the one before it (the usual case),
+    that holds for turn ``j`` exactly when it held before and turn ``j`` was not longer;
+    otherwise (the history does not extend: ``session_warnings``' ``history_not_prefix``)
+    the earlier bodies are compared again, as ``live_body`` does.
+
+    Args:
+        earlier: Turn index ``j`` -> its retained bytes (only read when the history does
+            not extend).
+    """
+
+    def __init__(self, earlier: Any) -> None:
+        self._earlier = earlier
+        self._prev: list[Any] | None = None  # the latest turn's retained messages
+        self._lens: list[int] = []  # per earlier turn: its message count, -1 without messages
+        self._ok: list[bool] = []  # per earlier turn: its messages are a prefix of the latest turn's
+
+    def _messages(self, raw: bytes) -> tuple[Any, list[Any] | None]:
+        obj = orjson.loads(raw)
+        msgs = obj.get("messages") if isinstance(obj, dict) else None
+        return obj, (msgs if isinstance(msgs, list) else None)
+
+    def body(self, raw: bytes, replies: list[str]) -> bytes:
+        """The bytes to send for the next turn (``live_body``'s result for it); then it is an earlier turn.
+
+        Args:
+            raw: The turn's retained bytes.
+            replies: The visible text this server returned for each earlier turn (one each).
+        """
+        obj, msgs = self._messages(raw)
+        k = len(self._lens)
+        if msgs is None:
+            ok = [False] * k
+        elif self._prev is not None and len(self._prev) <= len(msgs) and msgs[:len(self._prev)] == self._prev:
+            ok = [o and n <= len(self._prev) for o, n in zip(self._ok, self._lens, strict=True)]
+            ok[-1] = True
+            for j in range(k - 1):  # an earlier turn longer than the previous one: compared itself
+                if not ok[j] and self._lens[j] > len(self._prev) and self._lens[j] <= len(msgs):
+                    ok[j] = msgs[:self._lens[j]] == self._messages(self._earlier(j))[1]
+        else:
+            ok = []
+            for j in range(k):
+                prev = self._messages(self._earlier(j))[1]
+                ok.append(prev is not None and len(prev) <= len(msgs) and msgs[:len(prev)] == prev)
+        retained = list(msgs) if msgs is not None else None
+        changed = False
+        if msgs is not None:
+            for good, n, reply in zip(ok, self._lens, replies, strict=True):
+                if (good and 0 <= n < len(msgs) and isinstance(msgs[n], dict)
+                        and msgs[n].get("role") == "assistant" and msgs[n].get("content") != reply):
+                    msgs[n] = {**msgs[n], "content": reply}
+                    changed = True
+        self._lens.append(len(retained) if retained is not None else -1)
+        self._ok = [*ok, retained is not None]
+        self._prev = retained
+        return orjson.dumps(obj) if changed else raw
+
+
 def live_body(raw: bytes, earlier: list[bytes], replies: list[str]) -> bytes:
     """The bytes of a turn in ``live`` history: earlier turns' assistant messages replaced by this server's replies.
 
@@ -122,7 +194,8 @@ def live_body(raw: bytes, earlier: list[bytes], replies: list[str]) -> bytes:
     live history that answer is what this server returned for turn ``j``. The message
     replaced is the one right after turn ``j``'s own messages, when it is an assistant
     message and the messages before it are turn ``j``'s exactly (the history extends);
-    otherwise nothing is replaced there.
+    otherwise nothing is replaced there. One turn on its own; a run builds a session's
+    turns with ``LiveHistory`` (each body parsed once).
 
     Args:
         raw: Turn ``k``'s retained bytes.

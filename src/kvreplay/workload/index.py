@@ -359,12 +359,14 @@ class IndexedBodies(Sequence[Any]):
     def __init__(self, entries: BodyIndex, body: Any) -> None:
         self.entries, self.body = entries, body
         self._fd: int | None = None
+        # the file's name, once: a source is named per request (``file.jsonl:LINE``)
+        self._name = "" if entries.folder else Path(entries.path).name
 
     def __getstate__(self) -> dict[str, Any]:
         return {"entries": self.entries, "body": self.body}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.entries, self.body, self._fd = state["entries"], state["body"], None
+        self.__init__(state["entries"], state["body"])  # type: ignore[misc]
 
     def __del__(self) -> None:
         if self._fd is not None:
@@ -385,9 +387,11 @@ class IndexedBodies(Sequence[Any]):
         if not -n <= i < n:
             raise IndexError(f"body index {i} is outside the workload ({n} bodies)")
         i %= n
-        fl = self.entries.flags[i]
-        return self.body(i, self.read(i), self.entries.sha_of(i), self.entries.source_of(i),
-                    "chat" if fl & _CHAT else "completions", bool(fl & _STREAM))
+        ix = self.entries
+        fl = ix.flags[i]
+        return self.body(i, self.read(i), ix.digests[32 * i:32 * i + 32].hex(),
+                         f"{self._name}:{ix.lines[i]}" if self._name else ix.name_of(i),
+                         "chat" if fl & _CHAT else "completions", bool(fl & _STREAM))
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
@@ -401,12 +405,28 @@ class IndexedBodies(Sequence[Any]):
         """Bytes of body ``i`` (from the index; nothing read)."""
         return self.entries.lengths[i]
 
-    def readahead(self, i: int) -> None:
-        """Ask the kernel to start reading body ``i`` (``posix_fadvise`` WILLNEED; a hint, never an error)."""
-        if self.entries.folder or not hasattr(os, "posix_fadvise"):
+    def readahead(self, i: int | Sequence[int]) -> None:
+        """Ask the kernel to start reading body ``i``, or bodies ``i`` (``posix_fadvise`` WILLNEED).
+
+        Several bodies close together in the file (their span at most twice their bytes, as
+        in a forward or reverse pass) get one call over the span, others one each. A hint,
+        never an error; nothing for a folder.
+        """
+        ix = self.entries
+        if ix.folder or not hasattr(os, "posix_fadvise"):
             return
+        many = [i] if isinstance(i, int) else i
+        if not many:
+            return
+        offs, lens = ix.offsets, ix.lengths
+        lo = min(offs[j] for j in many)
+        hi = max(offs[j] + lens[j] for j in many)
+        spans = ([(lo, hi - lo)] if hi - lo <= 2 * sum(lens[j] for j in many)
+                 else [(offs[j], lens[j]) for j in many])
         with contextlib.suppress(OSError):
-            os.posix_fadvise(self._file(), self.entries.offsets[i], self.entries.lengths[i], os.POSIX_FADV_WILLNEED)
+            fd = self._file()
+            for off, length in spans:
+                os.posix_fadvise(fd, off, length, os.POSIX_FADV_WILLNEED)
 
     def _file(self) -> int:
         if self._fd is None:
@@ -483,11 +503,15 @@ class JoinedBodies(Sequence[Any]):
         p, j = self._where(i)
         return _size_of(p, j)
 
-    def readahead(self, i: int) -> None:
-        """``IndexedBodies.readahead`` where the part is indexed."""
-        p, j = self._where(i)
-        if isinstance(p, (IndexedBodies, JoinedBodies)):
-            p.readahead(j)
+    def readahead(self, i: int | Sequence[int]) -> None:
+        """``IndexedBodies.readahead`` where the part is indexed (several: grouped by part)."""
+        parts: dict[int, tuple[Sequence[Any], list[int]]] = {}
+        for k in [i] if isinstance(i, int) else i:
+            p, j = self._where(k)
+            if isinstance(p, (IndexedBodies, JoinedBodies)):
+                parts.setdefault(id(p), (p, []))[1].append(j)
+        for p, js in parts.values():
+            p.readahead(js)  # type: ignore[attr-defined]
 
 
 class HexDigests(Sequence[str]):

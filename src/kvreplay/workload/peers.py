@@ -139,6 +139,7 @@ def import_aiperf(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODE
     """
     p = Path(src)
     sessions: dict[str, _Session] = {}
+    implicit: dict[str, int] = {}  # "#<line>" -> that line: the session of a line without a session_id
     flat = True
     with SessionWorkloadWriter(out, src) as w:
         for lineno, line in _lines(p):
@@ -156,6 +157,12 @@ def import_aiperf(src: str | Path, out: str | Path, *, model: str = DEFAULT_MODE
             if sid is None and key in sessions:
                 raise WorkloadError(f"session id {key!r} is also this line's own", path=p, line=lineno,
                                     field="session_id")
+            if sid is not None and sid in implicit:  # it would join the session of a line without one
+                raise WorkloadError(f"session id {sid!r} is also the session of line {implicit[sid]}, which has no "
+                                    "session_id; give that line one, or this line another", path=p, line=lineno,
+                                    field="session_id")
+            if sid is None:
+                implicit[key] = lineno
             s = sessions.get(key)
             if s is None:
                 s = sessions[key] = _Session([], [])

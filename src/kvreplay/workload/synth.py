@@ -61,7 +61,11 @@ MANIFEST_SUFFIX = ".synth.json"
 
 _FIT_TRIES = 16
 _START_TRIES = 48
-_PROBES = ("Alpha", "Bravo")
+_PROBES = ("Alpha", "Bravo", "the")
+"""Texts whose prompts' common prefix is what every prompt starts with (the head; after a chat
+prefix, the group's shared part): one of them a word a vocabulary holds whole, so that a tokenizer
+splitting a lone space before an unknown word (SentencePiece: "▁", "A", ...) does not count that
+space in the head."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,22 +181,36 @@ class _Builder:
         return self.tok.prompt_ids(head + own)
 
     def _head(self) -> int:
-        a, b = (self._render(None, p) for p in _PROBES)
-        return _lcp(a, b)
+        first, *rest = (self._render(None, p) for p in _PROBES)
+        return min(_lcp(first, r) for r in rest)
 
     def _source(self, word: int, tokens: int, lead: str) -> list[int]:
-        """Ids of corpus text from ``word`` on, at least ``tokens`` + 16 of them."""
+        """Ids of corpus text from ``word`` on (after ``lead``), at least ``tokens`` + 16 of them.
+
+        A tokenizer that puts a space before every text it encodes (SentencePiece's "add space
+        prefix", as llama-server's tiny GGUF: ``encode(" word")`` is a lone space then "▁word",
+        decoded " " + " word") would make every text after a prefix start on the same lone-space
+        token, and every group member share one token more than designed: that token is dropped
+        (:meth:`_fit` puts the lead back once).
+        """
         chars = tokens * 8 + 64
         for _ in range(12):
             ids = self.tok.encode(lead + self.corpus.from_word(word, chars))
+            if lead and len(ids) > 1 and not self.tok.decode(ids[:1]).strip():
+                ids = ids[1:]  # the lead is put back by _fit
             if len(ids) >= tokens + 16:
                 return ids
             chars *= 2
         raise ConfigError(f"the tokenizer gives fewer than {tokens} tokens for {chars} characters of text")
 
     def _fit(self, render: Callable[[str], list[int]], src: list[int], target: int,
-             guess: int) -> tuple[str, list[int]] | None:
-        """Cut ``src`` so that ``render(decode(cut))`` is exactly ``target`` tokens; None when this text cannot."""
+             guess: int, lead: str = "") -> tuple[str, list[int]] | None:
+        """Cut ``src`` so that ``render(decode(cut))`` is exactly ``target`` tokens; None when this text cannot.
+
+        The text is ``lead`` then the corpus text: a decoded leading space is dropped first (a
+        tokenizer with a space prefix decodes "▁word" as " word"; sent as such, it would
+        encode as a lone space and " word", every prompt starting on that one token).
+        """
         n = guess
         seen: set[int] = set()
         for _ in range(_FIT_TRIES):
@@ -200,6 +218,7 @@ class _Builder:
                 return None
             seen.add(n)
             text = self.tok.decode(src[:n])
+            text = lead + (text[1:] if text.startswith(" ") else text)
             # a cut inside a character's bytes, or trailing whitespace that would merge with what follows
             if "\ufffd" in text or text != text.rstrip():
                 n -= 1
@@ -218,8 +237,8 @@ class _Builder:
             src = self._source(self.rng.randrange(len(self.corpus.starts)), p, "")
             if self.chat:
                 def shared(t: str) -> list[int]:
-                    a, b = (self._render(t, " " + probe) for probe in _PROBES)
-                    return a[: _lcp(a, b)]
+                    first, *rest = (self._render(t, " " + probe) for probe in _PROBES)
+                    return first[: min(_lcp(first, r) for r in rest)]
                 got = self._fit(shared, src, p, max(1, p - self.head))
             else:
                 got = self._fit(lambda t: self._render(None, t), src, p, max(1, p - self.head))
@@ -243,7 +262,7 @@ class _Builder:
 
         for _ in range(_START_TRIES):
             src = self._source(self.rng.randrange(len(self.corpus.starts)), isl - base, lead)
-            got = self._fit(render, src, isl, max(1, isl - base))
+            got = self._fit(render, src, isl, max(1, isl - base), lead)
             if got is None:
                 continue
             text, ids = got

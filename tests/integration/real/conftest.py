@@ -77,7 +77,9 @@ def tiny_gguf_model(realsrv_tmp) -> Path:
 @pytest.fixture(scope="module")
 def vllm_server(tiny_hf_model, realsrv_tmp):
     require(kt.vllm_python(), "the vLLM CPU environment")
-    srv = kt.start_vllm(tiny_hf_model, log_path=realsrv_tmp / "vllm.log", ready_timeout_s=600)
+    # VLLM_SERVER_DEV_MODE=1 mounts POST /reset_prefix_cache (the cold sweep points empty the cache)
+    srv = kt.start_vllm(tiny_hf_model, log_path=realsrv_tmp / "vllm.log", ready_timeout_s=600,
+                        extra_env={"VLLM_SERVER_DEV_MODE": "1"})
     try:
         yield srv
     finally:

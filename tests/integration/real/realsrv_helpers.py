@@ -238,3 +238,70 @@ class Recorder:
             self.p.stdout.close()  # type: ignore[union-attr]
             self._err.close()
         return rc, self.err_path.read_text(errors="replace")
+
+
+# `kvreplay synth` sized through a real server's tokenizer, then `--check` (issue 46): 6 bodies of exactly
+# SYNTH_ISL prompt tokens and SYNTH_OSL output tokens, in 2 prefix groups of SYNTH_PREFIX tokens dealt in turn
+# (body i in group i % 2; bodies 0 and 1 lead their groups). The check replays them once, in order, at C1
+# against the same server. SYNTH_PREFIX is over half of a prompt, so llama-server always keeps a
+# group's slot (it saves a slot to its host prompt cache when the match keeps under half of it), and not
+# a whole number of vLLM's 128-token blocks, so vLLM's hit is visibly rounded down.
+SYNTH_ISL, SYNTH_OSL, SYNTH_PREFIX, SYNTH_BODIES = 400, 4, 300, 6
+
+
+def synth_check(folder: Path, url: str, api: str, seed: int) -> tuple[list[dict], dict, list[dict], str]:
+    """``kvreplay synth --tokenizer URL --api API ... --check`` in a subprocess.
+
+    Returns:
+        The bodies (in workload order), the manifest, the check run's records in body order
+        and what the command printed.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{api}.jsonl"
+    proc = kvreplay("synth", "--tokenizer", url, "--out", str(out), "--api", api, "--seed", str(seed),
+                    "--requests", str(SYNTH_BODIES), "--isl", str(SYNTH_ISL), "--osl", str(SYNTH_OSL),
+                    "--prefix-tokens", str(SYNTH_PREFIX), "--prefix-groups", "2", "--check", timeout_s=300)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    bodies = [json.loads(line) for line in out.read_bytes().splitlines()]
+    manifest = json.loads((folder / f"{api}.synth.json").read_text())
+    recs = sorted(read_records(folder / f"{api}.check"), key=lambda r: r["body_index"])
+    assert [r["body_index"] for r in recs] == list(range(SYNTH_BODIES)), recs
+    return bodies, manifest, recs, proc.stdout
+
+
+def assert_synth_design(bodies: list[dict], manifest: dict, recs: list[dict], tokens: list[list[int]],
+                        api: str) -> int:
+    """Exact lengths and the designed sharing, measured on the server's own tokens of the bytes sent.
+
+    ``tokens[i]`` is the server's tokenization of body i's prompt (its ``/tokenize``, and for chat
+    its rendered template). Every prompt is exactly SYNTH_ISL tokens in the server's tokenizer,
+    in the manifest and in the usage the server billed; every reply SYNTH_OSL tokens (the length
+    forced, ``finish_reason`` length). A group member shares exactly SYNTH_PREFIX tokens with
+    every earlier body of its group, and with a body of the other group only the head every
+    prompt starts with (BOS, the template's opening). Returns that head (tokens).
+    """
+    head = manifest["head_tokens"]
+    assert lcp(tokens[0], tokens[1]) == head < 16, (head, tokens[0][:20], tokens[1][:20])
+    assert [(r["group"], r["leader"]) for r in manifest["bodies"]] == [
+        (i % 2, i < 2) for i in range(SYNTH_BODIES)]
+    for i, (body, rec, t) in enumerate(zip(bodies, recs, tokens, strict=True)):
+        assert ("messages" in body) is (api == "chat") and body["max_tokens"] == SYNTH_OSL, body
+        assert body["ignore_eos"] is True and body["stream_options"] == {"include_usage": True}
+        assert len(t) == SYNTH_ISL == manifest["bodies"][i]["prompt_tokens"], (i, len(t))
+        assert rec["status"] == "ok" and rec["http_status"] == 200, rec
+        usage = rec["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (SYNTH_ISL, SYNTH_OSL), (i, usage)
+        assert rec["finish_reason"] == "length", (i, rec["finish_reason"])  # no early stop
+        for j in range(i):
+            assert lcp(t, tokens[j]) == (SYNTH_PREFIX if i % 2 == j % 2 else head), (i, j)
+    return head
+
+
+def synth_check_lines(manifest: dict, cached: list[int]) -> list[str]:
+    """The per-group lines ``synth --check`` must print: bodies, designed shared, cached (summed)."""
+    lines = []
+    for g in (0, 1):
+        rows = [r for r in manifest["bodies"] if r["group"] == g]
+        got = sum(cached[r["body"]] for r in rows)
+        lines.append(f"  {g:<8} {len(rows):>6}  {sum(r['shared_tokens'] for r in rows):>15}  {got:>6}")
+    return lines

@@ -18,6 +18,9 @@ import subprocess
 import pytest
 from integration.real.realsrv_helpers import (
     CONV_REPLY_TOKENS,
+    SYNTH_ISL,
+    SYNTH_PREFIX,
+    assert_synth_design,
     computed_after,
     conversation_bodies,
     conversation_reply_token,
@@ -30,6 +33,8 @@ from integration.real.realsrv_helpers import (
     scrape,
     sent_conversation,
     series,
+    synth_check,
+    synth_check_lines,
 )
 
 from kvreplay import testing as kt
@@ -246,3 +251,48 @@ def test_conversation_live_vs_captured(llama_server, tmp_path):
     diff = [a - b for a, b in zip(cached["live"], cached["captured"], strict=True)]
     assert diff == [a - b for a, b in zip(expected["live"], expected["captured"], strict=True)]
     assert all(d >= CONV_REPLY_TOKENS - 1 for d in diff[1:]), diff
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_synth_exact_lengths_and_slot_reuse(llama_server, tmp_path, api):
+    """Issue 46: ``kvreplay synth --tokenizer <llama-server> --check`` (6 bodies of 400 prompt and 4
+    output tokens, 2 groups of a 300-token prefix, dealt in turn), replayed once at C1 by the check.
+
+    The server's /tokenize of the bytes sent (chat: its /apply-template, then /tokenize with special
+    tokens) gives 400 tokens for every prompt, and its usage says 400/4 (``ignore_eos``: llama-server
+    has no ``min_tokens``, so synth leaves it out). The slots are erased first. llama.cpp reuses its
+    common prefix with the prompt a slot holds, token by token, capped at the prompt minus one: a
+    request picks the slot holding over 10% of its prompt (its group's previous body: 300 of 400
+    tokens, a match that keeps over half of that slot, so the slot is kept as it is), or else the
+    least recently used one, empty here, where only a host-cache prompt matching at least a quarter of
+    itself would be loaded (the other group's share only the head): a leader reuses 0, every later
+    member exactly its group's 300 tokens. Per group: 0 + 300 + 300 = 600 cached tokens.
+    """
+    url = llama_server.url
+    for slot in range(4):
+        post_json(url, f"/slots/{slot}?action=erase", {})
+    bodies, manifest, recs, printed = synth_check(tmp_path, url, api, seed=46 if api == "completions" else 47)
+    assert manifest["tokenizer"]["dialect"] == "llama" and manifest["model"] == "tiny"
+    assert all("min_tokens" not in b for b in bodies)
+
+    def tokens(body: dict) -> list[int]:
+        if api == "chat":
+            return prompt_tokens(url, body)
+        return post_json(url, "/tokenize", {"content": body["prompt"], "add_special": True})["tokens"]
+
+    toks = [tokens(b) for b in bodies]
+    assert_synth_design(bodies, manifest, recs, toks, api)
+    # the common prefix with the previous body of the same group (its slot), capped at the prompt minus one
+    expected = [min(lcp(t, toks[i - 2]), len(t) - 1) if i >= 2 else 0 for i, t in enumerate(toks)]
+    assert expected == [0, 0] + [SYNTH_PREFIX] * 4
+    cached = [r["usage"]["cached_tokens"] for r in recs]
+    assert cached == expected, (api, cached)
+    for r in recs:
+        assert r["timings"]["cache_n"] == r["usage"]["cached_tokens"], r["timings"]
+        assert r["timings"]["cache_n"] + r["timings"]["prompt_n"] == SYNTH_ISL, r["timings"]
+        assert r["counter_delta"]["hit_tokens"] == r["usage"]["cached_tokens"], r["counter_delta"]
+    lines = synth_check_lines(manifest, cached)
+    assert [x.split()[-1] for x in lines] == ["600", "600"]
+    for line in [*lines, "  every body's usage equals its designed prompt and output tokens"]:
+        assert line + "\n" in printed, (line, printed)
+    assert "the cache was warm" not in printed

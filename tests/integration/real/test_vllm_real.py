@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 from integration.real.realsrv_helpers import (
     CONV_REPLY_TOKENS,
+    SYNTH_ISL,
+    SYNTH_PREFIX,
     Recorder,
+    assert_synth_design,
     computed_after,
     conversation_bodies,
     conversation_reply_token,
@@ -32,6 +35,8 @@ from integration.real.realsrv_helpers import (
     scrape,
     sent_conversation,
     series,
+    synth_check,
+    synth_check_lines,
 )
 
 from kvreplay.evidence.engine import phase_evidence
@@ -377,3 +382,143 @@ def test_filtered_reads_and_identity_reuse(vllm_server):
     assert second.common == first.common == whole.common and second.started == whole.started
     assert second.raw == {k: v for k, v in whole.raw.items() if k.split("{")[0] in b.wanted_names()}
     assert reused == read and read["cache_config"]["block_size"] and read["version"] == VLLM_CPU_VERSION
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_synth_exact_lengths_and_block_reuse(vllm_server, tmp_path, api):
+    """Issue 46: ``kvreplay synth --tokenizer <vLLM> --check`` (6 bodies of 400 prompt and 4 output
+    tokens, 2 groups of a 300-token prefix, dealt in turn), replayed once at C1 by the check.
+
+    vLLM's /tokenize of the bytes sent gives 400 tokens for every prompt (chat: the rendered
+    template), and its usage says 400/4 (``min_tokens`` + ``ignore_eos``). Its cache is global and
+    hits whole 128-token blocks of the longest cached prefix (capped at the prompt minus one): a
+    group's leader shares only the head (BOS / template opening, under a block) with anything sent
+    before it: 0; each later member shares exactly its group's 300 tokens: floor(300 / 128) * 128 =
+    256. Per group: 0 + 256 + 256 = 512 cached tokens. The two APIs' prompts begin differently (a
+    chat template's opening), and another seed draws other texts, so neither run reuses the other's blocks.
+    """
+    url = vllm_server.url
+    blk = block_size(scrape(url))
+    bodies, manifest, recs, printed = synth_check(tmp_path, url, api, seed=46 if api == "completions" else 47)
+    assert manifest["tokenizer"]["dialect"] == "vllm" and manifest["model"] == "tiny"
+    assert all(b["min_tokens"] == b["max_tokens"] for b in bodies)
+
+    def tokens(body: dict) -> list[int]:
+        field = {"messages": body["messages"]} if api == "chat" else {"prompt": body["prompt"]}
+        return post_json(url, "/tokenize", {"model": "tiny", **field})["tokens"]
+
+    toks = [tokens(b) for b in bodies]
+    assert_synth_design(bodies, manifest, recs, toks, api)
+    # whole blocks of the longest prefix shared with a body sent before, capped at the prompt minus one
+    expected = [min(max((lcp(t, u) for u in toks[:i]), default=0), len(t) - 1) // blk * blk
+                for i, t in enumerate(toks)]
+    assert expected == [0, 0] + [SYNTH_PREFIX // blk * blk] * 4 == [0, 0, 256, 256, 256, 256]
+    cached = [r["usage"]["cached_tokens"] for r in recs]
+    assert cached == expected, (api, cached)
+    for r in recs:  # the counter moved by exactly the usage's figures, request by request (C1)
+        d = r["counter_delta"]
+        assert (d["hit_tokens"], d["query_tokens"]) == (r["usage"]["cached_tokens"], SYNTH_ISL), d
+    lines = synth_check_lines(manifest, cached)
+    assert [x.split()[-1] for x in lines] == ["512", "512"]
+    for line in [*lines, "  every body's usage equals its designed prompt and output tokens"]:
+        assert line + "\n" in printed, (line, printed)
+    assert "the cache was warm" not in printed
+
+
+def _sweep(url: str, workload: Path, out: Path, *args: str) -> dict:
+    """``kvreplay sweep`` against vLLM (no report); its sweep.json."""
+    proc = kvreplay("sweep", str(workload), "--target", url, "--backend", "vllm", *args,
+                    "--report", "none", "--quiet", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "sweep.json").read_text())
+
+
+def _point_records(out: Path, point: dict) -> list[dict]:
+    recs = [r for r in read_records(out / point["run_dir"]) if r["phase"] == point["phase"]]
+    return sorted(recs, key=lambda r: r["position"])
+
+
+def test_sweep_cold_points_prove_an_empty_prefix_cache(vllm_server, tiny_workload, tmp_path):
+    """Issue 47: ``--cache cold`` at C1 and C2 (3 bodies a point). Body 0 is sent first, so the
+    cache holds it: only an accepted ``/reset_prefix_cache`` (VLLM_SERVER_DEV_MODE=1) leaves it
+    empty. At C1 the reset is proved by vLLM's counters read around the first request (0 hit
+    tokens, its whole prompt queried) and every request hits exactly the whole blocks it shares
+    with the point's earlier bodies; at C2 the least cached of the first wave found nothing and
+    the phase's hit_tokens delta is the sum of the records' cached tokens."""
+    url = vllm_server.url
+    paths = sorted(tiny_workload.glob("*.json"))[:3]
+    bodies = [json.loads(p.read_bytes()) for p in paths]
+    tokens = [post_json(url, "/tokenize", {"model": "tiny", "messages": b["messages"]})["tokens"] for b in bodies]
+    blk = block_size(scrape(url))
+    unstreamed = {k: v for k, v in bodies[0].items() if k not in ("stream", "stream_options")}
+    post_json(url, "/v1/chat/completions", unstreamed)  # cached before the sweep
+    out = tmp_path / "cold"
+    doc = _sweep(url, tiny_workload, out, "--concurrency", "1,2", "--select", "first3", "--cache", "cold")
+    assert [(p["concurrency"], p["run_dir"], p["phase"]) for p in doc["points"]] == [
+        (1, "points/01-c1", "c1"), (2, "points/02-c2", "c2")]
+
+    def full_blocks(n: int) -> int:
+        return n // blk * blk
+
+    for p in doc["points"]:
+        recs = _point_records(out, p)
+        assert [r["status"] for r in recs] == ["ok"] * 3
+        assert [r["usage"]["prompt_tokens"] for r in recs] == [len(tokens[r["body_index"]]) for r in recs]
+        cache, ev = p["cache"], p["cache"]["evidence"]
+        assert (cache["declared"], cache["verified"], cache["reason"], ev["reset"]) == ("cold", True, None, "accepted")
+        first = ev["first_request"]
+        assert first["cached_tokens"] == 0
+        assert first["prompt_tokens"] == len(tokens[recs[first["position"]]["body_index"]])
+        # the phase's counters agree with the records: what was hit is what the requests report
+        assert ev["counter_delta"]["hit_tokens"] == sum(r["usage"]["cached_tokens"] for r in recs)
+        assert ev["cached_share"] == sum(r["usage"]["cached_tokens"] for r in recs) / sum(len(t) for t in tokens)
+
+    c1, c2 = doc["points"]
+    recs = _point_records(out, c1)
+    assert [r["body_index"] for r in recs] == [0, 1, 2]
+    assert c1["cache"]["evidence"]["first_request"]["position"] == 0
+    assert c1["cache"]["evidence"]["first_request"]["counter_delta"]["hit_tokens"] == 0
+    expected = [full_blocks(min(max((lcp(t, u) for u in tokens[:i]), default=0), len(t) - 1))
+                for i, t in enumerate(tokens)]
+    assert expected[0] == 0 and expected[1] >= 2 * blk
+    assert [r["usage"]["cached_tokens"] for r in recs] == expected
+    for r in recs:  # per request (C1): vLLM's own counters
+        assert (r["counter_delta"]["hit_tokens"], r["counter_delta"]["query_tokens"]) == (
+            r["usage"]["cached_tokens"], r["usage"]["prompt_tokens"]), r["counter_delta"]
+    recs = _point_records(out, c2)
+    wave = recs[:2]  # sent together: vLLM admits them in an order the client cannot see
+    least = min(wave, key=lambda r: (r["usage"]["cached_tokens"], r["position"]))
+    assert least["usage"]["cached_tokens"] == 0
+    assert c2["cache"]["evidence"]["first_request"]["position"] == least["position"]
+
+
+def test_sweep_warm_points_prove_their_hit_ratio(vllm_server, tiny_workload, tmp_path):
+    """Issue 47: ``--cache warm`` at C1 and C2 (the last 3 bodies). Each point primes its own
+    bodies at C1, so every measured request, the first included, hits all its whole blocks:
+    floor((prompt_tokens - 1) / B) * B, with B from vllm:cache_config_info (128 here)."""
+    url = vllm_server.url
+    paths = sorted(tiny_workload.glob("*.json"))
+    bodies = [json.loads(p.read_bytes()) for p in paths]
+    tokens = [post_json(url, "/tokenize", {"model": "tiny", "messages": b["messages"]})["tokens"] for b in bodies]
+    blk = block_size(scrape(url))
+    out = tmp_path / "warm"
+    doc = _sweep(url, tiny_workload, out, "--concurrency", "1,2", "--select", "last3", "--cache", "warm")
+    assert [(p["concurrency"], p["phase"], p["prime_phase"]) for p in doc["points"]] == [
+        (1, "c1", "prime"), (2, "c2", "prime")]
+    for p in doc["points"]:
+        recs = _point_records(out, p)
+        assert [r["body_index"] for r in recs] == [9, 10, 11]
+        assert [r["status"] for r in recs] == ["ok"] * 3
+        want = [(len(tokens[r["body_index"]]) - 1) // blk * blk for r in recs]
+        assert min(want) > 0
+        assert [r["usage"]["cached_tokens"] for r in recs] == want
+        cache, ev = p["cache"], p["cache"]["evidence"]
+        assert (cache["declared"], cache["verified"], cache["reason"]) == ("warm", True, None)
+        assert ev["first_request"]["position"] == 0
+        assert ev["first_request"]["cached_tokens"] == ev["required_cached_tokens"] == want[0]
+        assert ev["counter_delta"]["hit_tokens"] == sum(want)
+        assert ev["cached_share"] == sum(want) / sum(len(tokens[i]) for i in (9, 10, 11))
+        prime = [r for r in read_records(out / p["run_dir"]) if r["phase"] == "prime"]
+        assert sorted(r["body_index"] for r in prime) == [9, 10, 11]
+    first = doc["points"][0]["cache"]["evidence"]["first_request"]
+    assert first["counter_delta"]["hit_tokens"] == first["cached_tokens"]  # C1: vLLM's counters agree

@@ -216,6 +216,25 @@ def test_vllm_reset_in_dev_mode(serve, dump):
     assert run(with_backend(serve, routes, "vllm", body))[0] is True
 
 
+@pytest.mark.parametrize(("text", "accepted", "tries"), [
+    ('{"success": true}', True, 1),
+    ('{"success": false}', False, 3),  # vLLM 0.32 while blocks are held: retried, then refused
+])
+def test_vllm_reset_reads_its_success_answer(serve, dump, monkeypatch, text, accepted, tries):
+    import kvreplay.backends._families as fam
+
+    monkeypatch.setattr(fam, "VLLM_RESET_TRIES", 3)
+    monkeypatch.setattr(fam, "VLLM_RESET_RETRY_S", 0.01)
+    routes = vllm_routes(dump, {("POST", "/reset_prefix_cache"): (200, text, JSON)})
+
+    async def body(url, session):
+        return await make_backend("vllm", url, session).reset_cache()
+
+    reset, hits = run(with_backend(serve, routes, "vllm", body))
+    assert reset is accepted
+    assert [(m, p) for m, p, _ in hits].count(("POST", "/reset_prefix_cache")) == tries
+
+
 @pytest.mark.parametrize(("status", "text"), [(500, "boom"), (200, 'vllm:x{a="b" 1\n')])
 def test_vllm_bad_scrape_raises(serve, status, text):
     async def body(url, session):

@@ -1,4 +1,4 @@
-"""``experiments.lifecycle._Child``: a background command held by pid only (no Popen to warn at exit)."""
+"""``experiments.background._Child``: a background command held by pid only (no Popen to warn at exit)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from kvreplay.experiments.lifecycle import _Child
+from kvreplay.experiments.background import _Child
 
 
 def wait(child: _Child, timeout_s: float = 10.0) -> int | None:

@@ -15,7 +15,8 @@ import socket
 import sys
 import time
 
-from kvreplay.experiments.lifecycle import _Background, group_members, port_answers
+from kvreplay.experiments.background import _Background, port_answers
+from kvreplay.experiments.ledger import group_members
 
 SERVER = r"""
 import signal, socket, sys, time
@@ -67,10 +68,42 @@ def test_a_server_ignoring_sigterm_is_killed_after_its_grace(tmp_path):
     bg, url = _start(tmp_path, "signal.SIG_IGN")
     rec = asyncio.run(bg.stop(grace_s=0.3, url=url))
     assert rec["stop"]["graceful"] is False
-    assert rec["stop"]["text"] == "killed after 0.3 s grace"
+    assert rec["stop"]["text"] == f"killed (SIGKILL to its process group) after 0.3 s grace at {rec['stop']['at']}"
+    assert (rec["stop"]["how"], rec["stop"]["signal"], rec["stop"]["port_closed"]) == ("killed", "SIGKILL", True)
     assert rec["stop"]["after_s"] >= 0.3
     assert "clean shutdown" not in (tmp_path / "start.log").read_text()
     assert group_members(bg.proc.pid) == [] and not port_answers(url)
+
+
+def test_a_server_under_a_wrapper_that_traps_sigterm_is_asked_through_its_group(tmp_path):
+    # issue 42 item 4: the wrapper ignores SIGTERM and never passes it on; the server (its child, in
+    # the group) is asked by the SIGTERM to the whole group at min(grace / 2, 2 s) and shuts down
+    # cleanly: no SIGKILL (the old stop asked the wrapper alone, then killed everything at the grace)
+    port = _free_port()
+    script = tmp_path / "srv.py"
+    script.write_text(SERVER.replace("{handler}", "term"))
+    bg = _Background.spawn(f"trap '' TERM; {sys.executable} {script} {port} & wait; wait", name="start",
+                           log_dir=tmp_path)
+    end = time.monotonic() + 20
+    while "listening" not in (tmp_path / "start.log").read_text() and time.monotonic() < end:
+        time.sleep(0.02)
+    rec = asyncio.run(bg.stop(grace_s=10.0, url=f"http://127.0.0.1:{port}"))
+    assert (rec["stop"]["how"], rec["stop"]["term_to_group"], rec["stop"]["signal"]) == ("graceful", True, None)
+    assert (tmp_path / "start.log").read_text().splitlines()[-1] == "clean shutdown"
+    assert 2.0 <= rec["stop"]["after_s"] < 10.0 and group_members(bg.proc.pid) == []
+
+
+def test_a_server_dead_before_the_stop_is_reported_dead_not_stopped(tmp_path):
+    # issue 42 item 4: a server that died of SIGKILL before the stop is not "stopped gracefully in 0.0 s"
+    bg = _Background.spawn("kill -9 $$", name="start", log_dir=tmp_path)
+    end = time.monotonic() + 10
+    while bg.exited is None and time.monotonic() < end:
+        time.sleep(0.01)
+    rec = asyncio.run(bg.stop(grace_s=5.0))
+    assert rec["rc"] == -9
+    assert {k: rec["stop"][k] for k in ("graceful", "how", "signal", "text")} == {
+        "graceful": False, "how": "already_ended", "signal": "SIGKILL",
+        "text": "had already ended before the stop (SIGKILL, rc -9)"}
 
 
 def test_group_members_sees_only_live_processes_of_the_group(tmp_path):

@@ -114,3 +114,34 @@ def test_service_throughput_leaves_out_the_pauses_between_requests():
     st.open_loop = True
     assert st.to_json()["service_throughput_rps"] is None
     assert PhaseStats("q", 1, 1, 0).to_json()["service_throughput_rps"] is None
+
+
+def test_the_schedule_note_blames_the_concurrency_cap_only_when_it_held_a_send_back():
+    # Issue 42 item 6: an open-loop C1 phase whose second send went out 120 ms late. When the
+    # runner found every slot busy past that send's intended time (cap_wait_max_ns 120 ms),
+    # the cap is named; when the slot was free (the previous request had ended; the send was
+    # late because the loop was held, 0 ns of cap wait), it is not, and the loop is.
+    st = PhaseStats("o", 1, 1, 2)
+    st.open_loop = True
+    st.add({**rec(0), "queue_ns": 0})
+    st.add({**rec(1), "queue_ns": 120_000_000})
+    st.cap_wait_max_ns = 0
+    # The queue histogram's max: 120,000 us sits in the 64 us-wide buckets of [65,536,
+    # 131,072) at 3 significant digits; its bucket [120,000, 120,063] reports 120.063 ms.
+    s = st.to_json()["schedule"]
+    assert (s["kept_schedule"], s["cap_wait_max_ms"]) == (False, 0.0)
+    assert s["note"] == ("client could not keep schedule: sends up to 120.063 ms late with a slot free under the "
+                         "concurrency cap 1 (the client's loop or host held them: see client.loop_lag_p99_ms); "
+                         "see *_from_intended latencies")
+    st.cap_wait_max_ns = 120_000_000
+    s = st.to_json()["schedule"]
+    assert s["cap_wait_max_ms"] == 120.0
+    assert s["note"] == ("client could not keep schedule: sends up to 120.063 ms late (concurrency cap 1 was full: "
+                         "a send waited up to 120.0 ms for a free slot); see *_from_intended latencies")
+    # A cap wait within the slack (10 ms) is not blamed either.
+    st.cap_wait_max_ns = 9_000_000
+    assert "with a slot free" in st.to_json()["schedule"]["note"]
+    # Not known (a merge of older workers' payloads): no cause named.
+    st.cap_wait_max_ns = None
+    assert st.to_json()["schedule"]["note"] == ("client could not keep schedule: sends up to 120.063 ms late; "
+                                                "see *_from_intended latencies")

@@ -94,3 +94,17 @@ def test_checked_snapshot_keeps_raw_text_and_notices_once(tmp_path) -> None:
     log.close()
     assert read_counter_log(tmp_path / "counters.jsonl")[0]["series"] == {
         "hits": "NaN", "big": "18446744073709551617", "/metrics/x": "+Inf"}
+
+
+def test_a_duplicate_series_is_invalid_and_distinct_labels_are_summed() -> None:
+    """Issue 44 item 3: the same name and labels twice (labels in any order) is invalid, never summed."""
+    text = ("# TYPE vllm:prefix_cache_queries counter\n"
+            'vllm:prefix_cache_queries_total{engine="0",model="m"} 10\n'
+            'vllm:prefix_cache_queries_total{engine="1",model="m"} 30\n'
+            "# TYPE vllm:prefix_cache_hits counter\n"
+            'vllm:prefix_cache_hits_total{engine="0",model="m"} 4\n'
+            'vllm:prefix_cache_hits_total{model="m",engine="0"} 4\n')
+    common, _, invalid = load_profile("vllm").apply_checked(parse_exposition(text))
+    assert invalid == {"hit_tokens": 'vllm:prefix_cache_hits_total{model="m",engine="0"}: duplicate series '
+                                     "(the same name and labels twice in one exposition); not summed"}
+    assert common == {"query_tokens": 40.0}

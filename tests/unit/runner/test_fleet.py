@@ -229,3 +229,42 @@ def test_worker_payloads_merge_to_the_same_totals():
         (A, 2, 140, {"lookups": 2}), (B, 1, 60, {"lookups": 1})]
     assert out["fleet"]["attribution"] == "header"
     assert out["replicas"][0]["ttft_ms"]["n"] == 2
+
+
+def test_aliases_of_one_server_are_refused(monkeypatch):
+    """``localhost`` resolves to 127.0.0.1 and ::1: beside 127.0.0.1 or [::1] at the same port it is the same
+    server, listed twice or the router itself (issue 44 item 2; before, the names were compared as text)."""
+    import socket
+
+    from kvreplay.runner.fleet import endpoint
+
+    def resolve(host, port, *a, **k):
+        assert host == "localhost", host
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+                (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    assert endpoint("http://localhost:8001/") == (frozenset({"127.0.0.1", "::1"}), 8001)
+    assert endpoint("http://[::0:1]") == (frozenset({"::1"}), 80)
+    assert endpoint("https://u:pw-1234@127.0.0.1") == (frozenset({"127.0.0.1"}), 443)
+    with pytest.raises(ConfigError, match=r"replica http://127.0.0.1:8001 is listed twice "
+                                          r"\(as http://localhost:8001: the same address and port\)"):
+        check_fleet("http://127.0.0.1:9000", [Replica(url="http://localhost:8001"), Replica(url=A)])
+    with pytest.raises(ConfigError, match="listed twice"):
+        check_fleet("http://127.0.0.1:9000", [Replica(url="http://[::1]:8001"), Replica(url="http://localhost:8001")])
+    with pytest.raises(ConfigError, match="is the router itself"):
+        check_fleet("http://localhost:9000", [Replica(url="http://127.0.0.1:9000"), Replica(url=B)])
+    check_fleet("http://localhost:9000", [Replica(url="http://localhost:8001"), Replica(url=B)])
+
+
+def test_a_replica_header_name_with_cr_lf_is_refused():
+    """Issue 44 low: ``--replica-header`` must be an HTTP field name (RFC 9110 token)."""
+    from kvreplay.runner.fleet import check_header_name
+
+    assert check_header_name("x-kvreplay-replica") == "x-kvreplay-replica"
+    with pytest.raises(ConfigError, match="character code 13 at offset 1"):
+        check_header_name("x\r\nInjected: 1")
+    with pytest.raises(ConfigError, match="character code 58 at offset 1"):
+        check_header_name("x: y")
+    with pytest.raises(ConfigError, match="empty"):
+        check_header_name("")

@@ -201,3 +201,43 @@ def test_spawn_logged_truncates_or_appends_and_runs_in_its_own_group(tmp_path):
     p = spawn_logged("echo only", log)
     assert p.wait(timeout=10) == 0
     assert log.read_text() == "only\n"
+
+
+def test_a_command_log_is_redacted_quiesce_too(tmp_path):
+    """Issue 44 item 8: every user command's log (quiesce.log as check-NAME.log) is rewritten redacted."""
+    import asyncio
+
+    from kvreplay import redaction
+    from kvreplay.experiments.lifecycle import run_command
+
+    redaction.clear()
+    try:
+        redaction.register("sk-quiesce-5b1e9d07")
+        got = asyncio.run(run_command("echo start; echo key=sk-quiesce-5b1e9d07; echo end", name="quiesce",
+                                      log_dir=tmp_path, timeout_s=10))
+    finally:
+        redaction.clear()
+    assert (tmp_path / "quiesce.log").read_text() == "start\nkey=[REDACTED]\nend\n"
+    assert got["tail"] == "start\nkey=[REDACTED]\nend\n" and got["rc"] == 0
+
+
+def test_a_huge_log_is_kept_as_a_bounded_tail_read_from_the_end(tmp_path):
+    """A 300 MB output (sparse: no disk) is never read whole: its last bytes after a line break, with a note."""
+    import tracemalloc
+
+    from kvreplay.runner.usercmd import keep_log
+
+    log = tmp_path / "check-big.log"
+    with open(log, "wb") as f:
+        f.truncate(300 << 20)  # 300 MiB of NUL bytes
+        f.seek(0, 2)
+        f.write(b"cut line\nlast line\n")
+    size = (300 << 20) + 19
+    tracemalloc.start()
+    kept = keep_log(log, keep=15)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    note = f"[kvreplay: the first {size - 10} bytes of this output were dropped; the last 10 are kept]\n"
+    assert kept == note + "last line\n"
+    assert log.read_text() == kept
+    assert peak < 1 << 20

@@ -150,3 +150,44 @@ def test_live_body_replaces_each_earlier_answer_with_the_servers() -> None:
     # a completions body has no messages to replace
     comp = b'{"model":"m","prompt":"a b"}'
     assert live_body(comp, [b'{"model":"m","prompt":"a"}'], ["x"]) is comp
+
+
+def _chat(*contents: tuple[str, str]) -> bytes:
+    import orjson
+
+    return orjson.dumps({"model": "m", "messages": [{"role": r, "content": c} for r, c in contents]})
+
+
+def test_live_history_equals_live_body_and_parses_each_body_once(monkeypatch):
+    """Issue 44 low: ``--history live`` parsed every earlier body again for each turn (O(turn) parses per
+    turn, 36 s of loop lag over a 300-turn session). ``LiveHistory`` gives ``live_body``'s bytes for every
+    turn, extending histories and a history that does not extend (turn 3 restarts), with one parse per turn
+    while the history extends."""
+    import orjson
+
+    from kvreplay.workload import conversations
+    from kvreplay.workload.conversations import LiveHistory, live_body
+
+    n = 40
+    turns: list[bytes] = []
+    msgs: list[tuple[str, str]] = [("system", "s")]
+    for k in range(n):
+        msgs = [*msgs, ("user", f"q{k}")]
+        turns.append(_chat(*msgs))
+        msgs = [*msgs, ("assistant", f"captured {k}")]
+    turns[3] = _chat(("system", "s"), ("user", "other"))  # not an extension of turn 2; turn 4 extends turn 2
+    replies = [f"live {k}" for k in range(n)]
+    expected = [live_body(turns[k], turns[:k], replies[:k]) for k in range(n)]
+
+    parses = []
+    real = orjson.loads
+    monkeypatch.setattr(conversations, "orjson", type("O", (), {
+        "loads": staticmethod(lambda b: parses.append(1) or real(b)), "dumps": staticmethod(orjson.dumps)}))
+    history = LiveHistory(lambda j: turns[j])
+    got = [history.body(turns[k], replies[:k]) for k in range(n)]
+    assert got == expected
+    assert orjson.loads(got[5])["messages"][4] == {"role": "assistant", "content": "live 1"}
+    assert orjson.loads(got[2])["messages"][2] == {"role": "assistant", "content": "live 0"}
+    # one parse per turn, plus the earlier turns again where the chain breaks: turn 3 (turns 0..2) and
+    # turn 4 (turns 0..3: turn 3 is no prefix of it); live_body parses 1 + k for turn k (820 here)
+    assert len(parses) == n + 3 + 4

@@ -144,7 +144,7 @@ def test_plan_hash_of_the_bundled_workload_is_unchanged(tmp_path, monkeypatch):
 
 
 def test_run_refuses_a_body_edited_between_planning_and_sending(jsonl, tmp_path, monkeypatch):
-    import kvreplay.api.run as api_run
+    import kvreplay.api.runflow as api_run  # where the run plans (issue 41 moved it out of api/run.py)
 
     real = api_run.build_plan
 
@@ -174,3 +174,38 @@ def test_the_plan_holds_the_index_digests_not_strings(jsonl):
     plan = build_plan(load_workload(jsonl), [parse_phase("a:forward:c1")])
     assert isinstance(plan.body_sha256, HexDigests) and len(plan.body_sha256.digests) == 96
     assert plan.body_sha256 == tuple(SHA) and list(plan.body_sha256) == SHA and plan.sha_of(2) == SHA[2]
+
+
+def test_readahead_of_several_bodies_is_one_hint_over_their_span(jsonl, monkeypatch):
+    # Issue 43 item 1: one posix_fadvise per batch. Bodies 0 and 1 span [0, 75) for 73 bytes
+    # of bodies (within twice their bytes): one call. Bodies 0 and 2 span [0, 91) for 28
+    # bytes (more than twice): one call each, at their own offsets. One body: its own slice.
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this platform")
+    calls = []
+    monkeypatch.setattr(index_mod.os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice)))
+    wl = load_workload(jsonl)
+    wl.readahead([0, 1])
+    wl.readahead([0, 2])
+    wl.readahead(1)
+    wl.readahead([])
+    w = os.POSIX_FADV_WILLNEED
+    assert calls == [(0, 75, w), (0, 14, w), (77, 14, w), (16, 59, w)]
+    # A body's source is named as the index names it, without a Path per read.
+    assert [b.source for b in wl.bodies] == ["w.jsonl:1", "w.jsonl:3", "w.jsonl:4"]
+
+
+def test_joined_bodies_hint_each_indexed_part_once_with_its_own_positions(jsonl, monkeypatch):
+    # JoinedBodies (Plan.bind of several workloads): the same 3-body file twice, then an
+    # in-memory part (no hint). Joined positions 1, 2 are the first part's 1, 2 (span [16, 91)
+    # for 73 bytes: one call); 3, 4 are the second part's 0, 1 (span [0, 75): one call, on
+    # that part's own file descriptor); 6 is in memory.
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this platform")
+    calls = []
+    monkeypatch.setattr(index_mod.os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n)))
+    a, b = load_workload(jsonl).bodies, load_workload(jsonl).bodies
+    joined = index_mod.JoinedBodies([a, b, (B0,)])
+    joined.readahead([1, 2, 3, 4, 6])
+    assert calls == [(16, 75), (0, 75)]
+    assert a._fd is not None and b._fd is not None and a._fd != b._fd

@@ -136,3 +136,12 @@ def test_round_trip_aiperf_multi_turn_keeps_sessions(tmp_path: Path, capsys: pyt
     # the replies are not in AIPerf's multi_turn file: turn 1 comes back without "g1"
     assert orjson.loads(back.workload.read_bytes().splitlines()[1])["messages"] == [
         {"role": "system", "content": "S"}, {"role": "user", "content": "h1"}, {"role": "user", "content": "h2"}]
+
+
+def test_import_aiperf_an_explicit_id_never_joins_a_lines_implicit_session(tmp_path: Path) -> None:
+    """Issue 44 low: line 1 has no session_id (its session is "#1"); line 2 naming "#1" joined it silently."""
+    src = _lines(tmp_path, "a.jsonl", {"text": "one"}, {"session_id": "#1", "text": "two"})
+    with pytest.raises(WorkloadError, match="session id '#1' is also the session of line 1, which has no "
+                                            "session_id") as ei:
+        import_aiperf(src, tmp_path / "W")
+    assert (ei.value.line, ei.value.field) == (2, "session_id")

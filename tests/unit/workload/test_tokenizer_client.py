@@ -20,7 +20,7 @@ import pytest
 
 from kvreplay.errors import ConfigError
 from kvreplay.sim.tokenizer import pieces
-from kvreplay.workload.synth import SynthSpec, synthesize
+from kvreplay.workload.synth import SynthSpec, _lcp, synthesize
 from kvreplay.workload.synth_corpus import Length
 from kvreplay.workload.token_blocks import TokenBlocks
 from kvreplay.workload.tokenizer_client import open_tokenizer
@@ -176,3 +176,57 @@ def test_a_server_that_cannot_render_its_template_is_said_with_the_overhead_usag
         srv.shutdown()
         srv.server_close()
         t.join(timeout=5)
+
+
+class SpacePrefixToy:
+    """A tokenizer that puts a space before every text it encodes, as SentencePiece's "add space
+    prefix" does (llama-server's tiny GGUF): a token is a space-led lower-case word, a lone space
+    (before anything else: a capital, a digit), or a run of other characters; decoding keeps the
+    leading space (``decode(encode("word")) == " word"``)."""
+
+    model = "toy-spm"
+    dialect = "llama"
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.text: dict[int, str] = {BOS: ""}
+
+    def encode(self, text: str) -> list[int]:
+        import re
+
+        out = []
+        for p in re.findall(r" ?[a-z]+| |[^ a-z]+", " " + text):
+            out.append(self.ids.setdefault(p, len(self.ids) + 10))
+            self.text[self.ids[p]] = p
+        return out
+
+    def decode(self, ids) -> str:
+        return "".join(self.text[i] for i in ids)
+
+    def prompt_ids(self, text: str) -> list[int]:
+        return [BOS, *self.encode(text)]
+
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        return self.prompt_ids(template(messages))
+
+    def identity(self) -> dict:
+        return {"dialect": self.dialect, "model": self.model}
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_synth_with_a_space_prefixing_tokenizer_shares_exactly_the_prefix(api) -> None:
+    # encode(" " + text) starts with a lone space token: kept, every member's own text would start
+    # on it (one token more shared than designed), and the third body found no start of its own
+    tok = SpacePrefixToy()
+    spec = SynthSpec(requests=6, isl=Length(60), osl=Length(4), model="toy-spm", prefix_tokens=30,
+                     prefix_groups=2, api=api)
+    res = synthesize(spec, tok)
+    bodies = [json.loads(b) for b in res.bodies]
+    ids = [tok.prompt_ids(b["prompt"]) if api == "completions" else tok.chat_ids(b["messages"]) for b in bodies]
+    assert [len(x) for x in ids] == [60] * 6
+    if api == "completions":  # the head is the BOS only: "the" starts on a word of its own, "Alpha" on a space
+        assert res.manifest["head_tokens"] == 1 == _lcp(ids[0], ids[1])
+    for i in range(2, 6):
+        for j in range(i % 2, i, 2):  # every earlier body of its group: exactly the 30 prefix tokens
+            assert ids[i][:30] == ids[j][:30] and ids[i][30] != ids[j][30], (i, j)
+    assert [r["shared_tokens"] for r in res.manifest["bodies"]][2:] == [30] * 4

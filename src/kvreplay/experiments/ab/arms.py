@@ -55,6 +55,7 @@ from kvreplay.clock import now_ns
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.ab.fleet import FLEET_KEYS, arm_fleet, fleet_backend, fleet_run_options, start_arm_fleet
 from kvreplay.plan import PhaseSpec, Plan
+from kvreplay.redaction import register_urls_in
 from kvreplay.runner.usercmd import run_user_command
 from kvreplay.safe_io import atomic_write_json, write_markdown
 
@@ -93,6 +94,10 @@ def parse_arm(text: str) -> Arm:
             f"{text!r}: expected NAME=CMD with a name of letters, digits, '_', '.', '-'",
             field="--arm",
         )
+    try:
+        register_urls_in(cmd)  # a URL's credentials in the switch command: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in a URL of arm {name}: {exc}", field="--arm") from None
     return Arm(name, cmd.strip())
 
 
@@ -216,7 +221,7 @@ def sim_arm_config(base: Any, arm: Arm) -> Any:
 
 
 async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_dir: Path | None = None,
-                          ) -> dict[str, Any]:
+                          on_spawn: Callable[[int, str, str], object] | None = None) -> dict[str, Any]:
     """Run an arm's shell command through ``runner.usercmd.run_user_command`` (module docstring).
 
     Args:
@@ -224,6 +229,8 @@ async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_
         timeout_s: Bound (s); the command's process group is killed past it.
         name: Log name (``NN-ARM``): the log is ``log_dir/NAME.log``.
         log_dir: Where logs go (``<experiment>/commands``); a temporary place when None.
+        on_spawn: Called with ``(pid, name, cmd)`` as the command starts (an experiment's
+            process ledger, ``experiments.ledger``).
 
     Returns:
         ``UserCommandResult.to_json()`` plus ``cmd`` and ``rc`` (the exit status, None on a
@@ -236,7 +243,11 @@ async def run_arm_command(cmd: str, timeout_s: float, *, name: str = "arm", log_
         import tempfile
 
         log_dir = Path(tempfile.mkdtemp(prefix="kvreplay-arm-"))
-    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s)
+    def noted(pid: int) -> None:
+        if on_spawn is not None:
+            on_spawn(pid, name, cmd)
+
+    res = await run_user_command(cmd, name=name, log_dir=log_dir, timeout_s=timeout_s, on_spawn=noted)
     return {**res.to_json(), "cmd": cmd, "rc": res.exit_status, "wall_s": res.duration_s}
 
 
@@ -341,6 +352,7 @@ async def run_ab(
     replicas: tuple[Any, ...] = (),
     fleet_options: dict[str, Any] | None = None,
     accept_busy_host: float | None = None,
+    on_spawn: Callable[[int, str, str], object] | None = None,
 ) -> dict[str, Any]:
     """Run every block in the frozen order, then compare (see module docstring).
 
@@ -381,6 +393,8 @@ async def run_ab(
         accept_busy_host: ``--accept-busy-host``'s factor for the comparison
             (``compare.compare_blocks``), kept in ab.json so that ``kvreplay compare``
             redoes it; None = timing decisions on a busy host are withheld.
+        on_spawn: Called with ``(pid, name, cmd)`` as each arm command starts
+            (``run_arm_command``; an experiment's process ledger).
 
     Against the simulator each block's ``plan.json`` records its arm's time scale
     (``run.sim_time_scale``, as ``kvreplay run --target sim``), so the block reports give
@@ -480,7 +494,7 @@ async def run_ab(
             if hard_deadline_s is not None:
                 bound = max(0.001, min(bound, hard_deadline_s - elapsed_s))
             rec["switch"] = await run_arm_command(arm.cmd, bound, name=Path(blk["dir"]).name,
-                                                  log_dir=out / "commands")
+                                                  log_dir=out / "commands", on_spawn=on_spawn)
         try:
             if rec["switch"]["rc"] != 0:
                 sw = rec["switch"]

@@ -313,7 +313,7 @@ def probe_cells(name: str, status: str, reason: str | None, settings: dict[str, 
         if metric == "min_flush_k" and not settings.get("flush_max", 1):
             continue
         if verdict is None:
-            st = status if status in ("deferred", "aborted", "failed") else "failed"
+            st = status if status in ("deferred", "aborted", "failed", "not_run", "skipped") else "failed"
             out.append({"step": name, "metric": metric, "status": st, "value": None,
                         "reason": reason or "no verdict.json"})
             continue

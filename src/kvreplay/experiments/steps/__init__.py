@@ -20,10 +20,12 @@ To add a kind: a module here with its ``KIND``, one entry in ``BUILTIN``, and it
 
 from __future__ import annotations
 
+from kvreplay.errors import ConfigError
 from kvreplay.experiments.steps import ab, incarnation, probe, quiesce, restore, run, sweep
 from kvreplay.experiments.steps.base import CellContext, StepKind, Window
 
-__all__ = ["BUILTIN", "CellContext", "StepKind", "Window", "kind_names", "kind_of", "register", "unregister"]
+__all__ = ["BUILTIN", "CellContext", "StepKind", "UnknownStepKind", "Window", "kind_names", "kind_of", "register",
+           "unregister"]
 
 BUILTIN: tuple[StepKind, ...] = (incarnation.KIND, run.KIND, probe.KIND, ab.KIND, restore.KIND, quiesce.KIND,
                                  sweep.KIND)
@@ -65,16 +67,21 @@ def unregister(name: str) -> None:
     _KINDS.pop(name, None)
 
 
+class UnknownStepKind(ConfigError, KeyError):
+    """No step kind of that name: a ``ConfigError`` (one line, exit 2), still a ``KeyError`` for old callers."""
+
+
 def kind_of(name: str) -> StepKind:
     """The registered kind called ``name``.
 
     Raises:
-        KeyError: no such kind (the parser checks names against ``kind_names`` first).
+        UnknownStepKind: no such kind (the parser checks names against ``kind_names`` first;
+            a tampered or foreign experiment directory may name another): a ``ConfigError``.
     """
     try:
         return _KINDS[name]
-    except KeyError:
-        raise KeyError(f"no step kind {name!r}; registered: {', '.join(_KINDS)}") from None
+    except (KeyError, TypeError):
+        raise UnknownStepKind(f"no step kind {str(name)[:100]!r}; registered: {', '.join(_KINDS)}") from None
 
 
 def kind_names() -> tuple[str, ...]:

@@ -116,7 +116,10 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
         hard_deadline_s=w.left(w.window.cancel_at_s),
         abort_if=w.window.abort_if,
         contract={"identity_pins": w.pins, "abort_on_malformed": w.window.abort_on_malformed},
-        replicas=w.exp.server.replicas, fleet_options=fleet_run_fields(str(srv.url), w.exp.server.replicas))
+        replicas=w.exp.server.replicas, fleet_options=fleet_run_fields(str(srv.url), w.exp.server.replicas),
+        # each arm command in the window's process ledger (what it leaves running is named at the end)
+        on_spawn=lambda pid, name, cmd: srv.ledger.record(pid, name=f"arm-{name}", cmd=cmd, port=srv.port,
+                                                          log_dir=w.out / st.dir / "commands"))
     stopped = result["ab"].get("stopped")
     res.checks["verdict"] = result.get("verdict")
     if stopped:

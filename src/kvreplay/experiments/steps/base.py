@@ -167,9 +167,9 @@ def check_cells(metric: str) -> Callable[[dict[str, Any], dict[str, Any], CellCo
     """A ``cells`` hook giving one cell, ``metric``, for a step that checks something and sends nothing.
 
     The cell's status and reason are the step's; its value is True when the step was
-    measured, False when it ran and failed, and None (no value) when it never ran
-    (``not_run``, ``deferred``, ``skipped``, ``aborted``): a check that was not made
-    is neither passed nor failed.
+    measured, False when it ran and failed, and None (no value) when it never ran or was
+    cut (``not_run``, ``deferred``, ``skipped``, ``aborted``): a check that was not made is
+    neither passed nor failed.
     """
     def cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) -> list[Cell]:
         status = step["status"]

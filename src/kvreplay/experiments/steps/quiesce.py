@@ -50,7 +50,8 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     s = st.settings
     if s["cmd"] is not None:
         text = w.server.expand(s["cmd"])
-        done = await run_command(text, name="quiesce", log_dir=w.out / st.dir, timeout_s=s["timeout_s"])
+        done = await run_command(text, name="quiesce", log_dir=w.out / st.dir, timeout_s=s["timeout_s"],
+                                 ledger=w.server.ledger, port=w.server.port, reap=True)
         res.checks["command"] = done
         if done["rc"] != 0:
             res.status = "failed"

@@ -12,7 +12,12 @@ routed preflight, readmission...) run after it, whatever its outcome, in file or
 one's output captured in the step's folder (``check-NAME.log``, redacted through
 ``safe_io``; its last 2 KiB in ``checks.restore_checks[].output``) and its status a cell
 ``restore_check.NAME`` (value true when it exited 0 in time). A check that fails makes
-an otherwise measured restore ``failed`` (reason ``restore check NAME failed (rc N)``).
+an otherwise measured restore ``failed`` (reason ``restore check NAME failed (rc N): LAST
+LINE OF ITS OUTPUT; the restored incumbent is left running``, the last clause not for the
+embedded simulator, which ends with the window) and never stops the
+incumbent: ``checks.server_restored`` is true, the window leaves it running and names it in
+``left_running`` ("...; check NAME failed (...); left running for a person to decide"). What
+a check leaves in its process group after it exits is stopped (``experiments.ledger``).
 
 ``[snapshot] commands`` (``experiments.snapshot``) run again after the checks and are
 compared with their outputs frozen in ``snapshot.json`` before the first step: one cell
@@ -66,7 +71,7 @@ async def _compare_snapshot(w: Window, st: StepSpec, res: StepResult) -> None:
         res.checks["snapshot"] = None
         return
     now = await run_snapshot(w.exp.server.snapshot, expand=w.server.expand, log_dir=w.out / st.dir,
-                             left_s=w.left(w.window.hard_deadline_s))
+                             left_s=w.left(w.window.hard_deadline_s), ledger=w.server.ledger, port=w.server.port)
     got = res.checks["snapshot"] = compare(frozen, now)
     for g in got:
         w.say(f"step {st.name}: snapshot {g['name']}: " + ("the same" if g["same"] else f"differs ({g['difference']})"))
@@ -83,15 +88,18 @@ async def _checks(w: Window, st: StepSpec, res: StepResult) -> None:
     for c in checks:
         hard = w.left(w.window.hard_deadline_s)
         timeout = c.timeout_s if hard is None else max(1.0, min(c.timeout_s, hard))
-        got = await run_check(w.server.expand(c.cmd), name=c.name, log_dir=w.out / st.dir, timeout_s=timeout)
+        got = await run_check(w.server.expand(c.cmd), name=c.name, log_dir=w.out / st.dir, timeout_s=timeout,
+                              ledger=w.server.ledger, port=w.server.port)
         done.append(got)
         w.say(f"step {st.name}: restore check {c.name}: " + ("ok" if got["ok"] else
               ("timed out" if got["timed_out"] else f"failed (rc {got['rc']})")))
     bad = [g for g in done if not g["ok"]]
     if bad and res.status == "measured":
+        said = ((bad[0].get("output") or "").strip().splitlines() or [""])[-1][:200]
         res.status = "failed"
         res.reason = f"restore check {bad[0]['name']} failed (" + (
-            f"timed out after {bad[0]['wall_s']} s" if bad[0]["timed_out"] else f"rc {bad[0]['rc']}") + ")"
+            f"timed out after {bad[0]['wall_s']} s" if bad[0]["timed_out"] else f"rc {bad[0]['rc']}") + ")" + (
+            f": {said}" if said else "") + ("" if w.exp.server.is_sim else "; the restored incumbent is left running")
 
 
 def _commands(fs: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str]]:
@@ -166,6 +174,7 @@ async def _restore(w: Window, st: StepSpec, res: StepResult) -> None:
             f"{k}: {w.snapshot_identity.get(k)!r} -> {(ident or {}).get(k)!r}" for k in diff)
         return
     res.status = "measured"
+    res.checks["server_restored"] = True  # the incumbent is back: a failed check after this never stops it
 
 
 KIND = StepKind(

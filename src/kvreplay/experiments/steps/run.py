@@ -225,7 +225,8 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
     sends have no records, or whose requests all failed (in transport or in output), is
     ``failed`` with the reason; a phase cut short is ``aborted`` with ``"partial: 9 of 52
     positions sent (STEP REASON)"`` on every cell of it; a phase the step's run directory
-    does not hold takes the step's status (``failed`` when the step reads measured). A tier
+    does not hold takes the step's status (``skipped`` with the condition for a step its
+    ``when`` skipped; ``failed`` when the step reads measured). A tier
     that never moved in the window, or did not move in the phase's repeats
     (``evidence.engine``), is ``absent``, and so is a prime's restore cell. Every cell that
     is not ``measured`` or ``absent`` carries a non-empty reason.
@@ -238,7 +239,7 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
     for ph in (fs.get("plan") or {}).get("phases", []):
         v = by.get(f"{name}/{ph['name']}")
         if v is None:
-            kept = status if status in ("deferred", "aborted", "failed", "not_run") else "failed"
+            kept = status if status in ("deferred", "aborted", "failed", "not_run", "skipped") else "failed"
             why = reason or (f"not run: {status}" if kept == status else "no summary: the phase left no record")
             for m, _f in CELL_METRICS:
                 out.append({"step": name, "metric": f"{ph['name']}.{m}", "status": kept, "value": None, "reason": why})

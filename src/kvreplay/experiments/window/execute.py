@@ -68,9 +68,11 @@ from typing import Any
 
 from kvreplay.clock import RunClock, now_ns
 from kvreplay.errors import ConfigError
+from kvreplay.experiments.history import close_killed, prior_attempts
 from kvreplay.experiments.lifecycle import ServerControl, identity_mismatches
 from kvreplay.experiments.model import ExperimentSpec, StepResult, StepSpec, WindowSpec
 from kvreplay.experiments.steps import kind_of
+from kvreplay.experiments.window.resume import stop_orphans
 from kvreplay.plan import Plan
 from kvreplay.rundir import write_step_log
 from kvreplay.rundir.experiment import write_progress
@@ -131,7 +133,13 @@ class WindowRun:
         self.started = utc_now()
         self.ended: str | None = None
         self.closed: list[dict[str, Any]] = []
-        self.left_running: dict[str, Any] | None = None
+        self.left_running: list[dict[str, Any]] | None = None
+        self.orphans_stopped: list[dict[str, Any]] = []  # what a killed attempt left, stopped by --resume
+        self.attempts: list[dict[str, Any]] = []  # experiments.history: the earlier attempts, then this one
+        self.before: dict[str, dict[str, Any]] = {}  # the steps as the killed attempt left them
+        self.prior: dict[str, Any] | None = None  # the killed attempt's progress.json
+        self.moved: dict[str, str] = {}  # step folder -> its .interrupted name (set aside by the resume)
+        self.from_before: set[str] = set()  # steps not run again whose result from before the kill stands
         self.origin: dict[str, Any] | None = None  # [window] deadline_from: the step the deadlines count from
 
     # -- resume and progress --------------------------------------------------------------------
@@ -153,16 +161,59 @@ class WindowRun:
         self.wall_anchor_ns = int(progress["wall_anchor_ns"])
         self.started = progress.get("started") or self.started
         self.resumed = [*progress.get("resumed", []), utc_now()]
+        self.server.ledger.attempt = len(self.resumed) + 1
         self.snapshot_identity = progress.get("snapshot_identity")
         self.snapshot_note = progress.get("snapshot_note")
         self.unread = progress.get("unread_series")
         self.aborted = progress.get("aborted")
         self.keep = dict(keep)
+        self.prior = progress
+        self.before = dict(progress.get("steps") or {})
         if (origin := progress.get("deadline_origin")) is not None:  # the deadlines counted from the quiesce
             self.origin = origin
             self.t0 = self.clock.origin_ns - max(0, self.clock.wall_anchor_ns - int(origin["wall_ns"]))
         self.known_identities = [i for i in (progress.get("snapshot_identity"), progress.get("identity"))
                                  if i is not None]
+
+    def _from_before(self, st: StepSpec, why: str) -> StepResult | None:
+        """A resumed step that is not run again (``why``): what it did before the kill, else None.
+
+        A step that ended then keeps its result; the step the kill cut is ``aborted`` ("interrupted:
+        ...; not run again: WHY") with its partial run folder (the ``.interrupted`` one) as ``run_dir``.
+        """
+        from kvreplay.experiments.history import INTERRUPTED, partial_of
+
+        prev = self.before.get(st.name)
+        if prev is None or prev.get("status") == "deferred":
+            return None
+        if prev.get("status") != "running":
+            self.from_before.add(st.name)
+            self.say(f"step {st.name}: not run again ({why}); its result from before the kill stands")
+            return StepResult.from_json(prev)
+        res = StepResult.from_json({**prev, "status": "aborted", "reason": f"{INTERRUPTED}; not run again: {why}"})
+        self.from_before.add(st.name)
+        moved = self.moved.get(st.dir)
+        if st.sends and partial_of(self.out, moved) is not None:
+            res.run_dir = moved
+        self.say(f"step {st.name}: not run again ({why}); aborted by the kill, its partial run kept")
+        return res
+
+    def _how(self) -> str:
+        """How this attempt ended (``experiments.history``): interrupted, deadline or completed."""
+        if self.interrupted:
+            return "interrupted"
+        if (self.aborted or {}).get("reason") == "hard_deadline" or any(
+                r.status == "deferred" and "stop_new_after" in (r.reason or "") for r in self.results):
+            return "deadline"
+        return "completed"
+
+    def _attempts_doc(self, steps: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """``attempts`` with this attempt's steps (the results it wrote, not those kept) and stops filled in."""
+        if not self.attempts:
+            return []
+        here = [d for name, d in steps.items() if name not in self.keep and name not in self.from_before]
+        self.attempts[-1] = {**self.attempts[-1], "steps": here, "stopped": self.orphans_stopped}
+        return self.attempts
 
     def _progress(self, running: str | None = None) -> None:
         """Rewrite ``progress.json`` (``running``: the step that has started and not ended)."""
@@ -172,7 +223,7 @@ class WindowRun:
                "updated": utc_now(), "wall_anchor_ns": self.wall_anchor_ns, "resumed": self.resumed,
                "snapshot_identity": self.snapshot_identity, "snapshot_note": self.snapshot_note,
                "identity": self.inc_identity or self.snapshot_identity, "aborted": self.aborted,
-               "unread_series": self.unread, "steps": steps,
+               "unread_series": self.unread, "steps": steps, "attempts": self._attempts_doc(steps),
                **({"deadline_origin": self.origin} if self.origin is not None else {})}
         with contextlib.suppress(OSError):  # a full disk must not stop the window; the step logs remain
             write_progress(self.out, doc)
@@ -240,9 +291,15 @@ class WindowRun:
                 self._check_resumed_identity(ident)  # before anything on disk changes
                 from kvreplay.rundir.experiment import set_aside_step_dir
 
+                moved = {}
                 for d in self.set_aside:
                     if (new := set_aside_step_dir(self.out, d)) is not None:
+                        moved[d] = new
                         self.say(f"the partial folder {d} is kept as {new}")
+                self.moved = moved
+                self.attempts = close_killed(prior_attempts(self.prior or {}), self.prior or {}, self.out,
+                                             {s["name"]: s.get("dir") for s in self.frozen.get("steps") or []}, moved)
+                self.orphans_stopped = await stop_orphans(self)
             else:
                 self.snapshot_identity = ident
                 if ident is None:
@@ -253,6 +310,8 @@ class WindowRun:
                     self.abort("identity_pins", "before the first step: " + "; ".join(bad))
             self.out.mkdir(parents=True, exist_ok=True)
             self.accepted = True  # from here on progress.json is this run's to rewrite
+            self.attempts.append({"n": len(self.attempts) + 1, "started": utc_now() if self.resumed else self.started,
+                                  "ended": None, "how": "running", "steps": [], "stopped": []})
             if not self.resumed:
                 self.unread = await self._unread()
                 from kvreplay.experiments.snapshot import freeze_before
@@ -274,6 +333,10 @@ class WindowRun:
                     await self._guarded(st, res)
                     continue
                 why = self._why_not(st)
+                if why is not None and (prev := self._from_before(st, why)) is not None:
+                    self.results[-1] = prev  # what it did before the kill stands (not "deferred")
+                    self._progress()
+                    continue
                 if why is not None:
                     res.status, res.reason = "deferred", why
                     self.say(f"step {st.name}: deferred: {why}")
@@ -291,35 +354,66 @@ class WindowRun:
                 await self._guarded(st, res)
                 self._maybe_origin(st, res)
         finally:
-            restored = any(kind_of(r.kind).restores and r.status == "measured" for r in self.results)
+            # the incumbent came back (a failed check after it is published, the server kept)
+            restored = any(kind_of(r.kind).restores and (r.status == "measured" or r.checks.get("server_restored"))
+                           for r in self.results)
             self.closed = await self.server.close(restored=restored)
             for c in self.closed:
                 if c.get("stop"):
                     self.say(f"the server (pid {c.get('pid')}) {c['stop']['text']}")
             self.left_running = self._left_running()
             self.ended = utc_now()
+            if self.attempts:
+                self.attempts[-1].update(how=self._how(), ended=self.ended)
             if self.accepted:  # a refused resume leaves the interrupted window's progress as it was
                 self._progress()
         return self.results
 
-    def _left_running(self) -> dict[str, Any] | None:
-        """The server this window's lifecycle commands left listening (``ServerControl.left_running``)."""
+    def _left_running(self) -> list[dict[str, Any]] | None:
+        """What this window leaves running: the server at the URL, then every other live ledger process.
+
+        The server is ``ServerControl.left_running`` (``command`` and ``why`` added); a restore
+        whose check failed names it "restored; check X failed: ...; left running for a person to
+        decide". Every other live process of the ledger (``experiments.ledger``: what a start
+        command left in the background...) follows with its pid, port, command and why. None
+        when nothing is left.
+        """
+        from kvreplay.experiments.ledger import left_entry, live_entries
+
         srv = self.exp.server
         ran_cmds = srv.start is not None or srv.restore is not None or any(
             kind_of(st.kind).runs_commands(st) for st in self.exp.steps)
-        if srv.is_sim or not ran_cmds:
-            return None
-        rs = next((r for r in self.results if kind_of(r.kind).restores), None)
-        if rs is not None and rs.status == "measured":
-            by = f"the incumbent server restored by step {rs.name}"
-        elif rs is not None:
-            by = f"a server this window started (restore step {rs.name} {rs.status}: it may not be the incumbent)"
-        else:
-            by = "a server this window started (no restore step)"
-        try:
-            return self.server.left_running(by)
-        except OSError:
-            return None
+        out: list[dict[str, Any]] = []
+        if not srv.is_sim and ran_cmds:
+            rs = next((r for r in self.results if kind_of(r.kind).restores), None)
+            if rs is not None and rs.status == "measured":
+                by = f"the incumbent server restored by step {rs.name}"
+            elif rs is not None and rs.checks.get("server_restored"):
+                bad: dict[str, Any] = next((g for g in rs.checks.get("restore_checks") or [] if not g.get("ok")), {})
+                said = ((bad.get("output") or "").strip().splitlines() or [""])[-1][:200]
+                how = (f"timed out after {bad.get('wall_s')} s" if bad.get("timed_out")
+                       else f"rc {bad.get('rc')}") + (f": {said}" if said else "")
+                by = (f"the incumbent restored by step {rs.name}; check {bad.get('name')} failed ({how}); "
+                      "left running for a person to decide") if bad else (
+                    f"the incumbent restored by step {rs.name}; {rs.reason}; left running for a person to decide")
+            elif rs is not None:
+                by = f"a server this window started (restore step {rs.name} {rs.status}: it may not be the incumbent)"
+            else:
+                by = "a server this window started (no restore step)"
+            try:
+                got = self.server.left_running(by)
+            except OSError:
+                got = None
+            if got is not None:
+                kept = self.server.kept or {}
+                out.append({**got, "command": kept.get("cmd") if kept.get("pid") == got.get("pid") else None,
+                            "why": by})
+        taken = {p for e in out if e.get("pid") is not None for p in (e["pid"],)}
+        for e in live_entries(self.out):
+            if taken & set(e["alive"]) or e.get("pgid") in taken:
+                continue
+            out.append(left_entry(e, f"started by this window ({e.get('name')}) and still alive at its end"))
+        return out or None
 
     def _why_not(self, st: StepSpec) -> str | None:
         if self.aborted is not None:
@@ -428,12 +522,29 @@ class WindowRun:
             self.current = None
             self.in_restore = False
             self._install()  # the runner removes its own handlers (and so ours) at its end
+        self._name_the_death(res)
         res.ended = utc_now()
         if st.sends:
             res.run_dir = st.dir
         write_step_log(self.out, st.dir, {"experiment_sha256": self.frozen["experiment_sha256"], **res.to_json()})
         self._progress()
         self.say(f"step {st.name}: {res.status}" + (f" ({res.reason})" if res.reason else ""))
+
+    def _name_the_death(self, res: StepResult) -> None:
+        """A step that failed or was cut while the background server died: its reason says so beside the rest.
+
+        ``"...; the server process (pid N) ended during the step (SIGKILL, rc -9)"``: a transport
+        failure alone does not say the server is gone.
+        """
+        from kvreplay.experiments.ledger import signal_name
+
+        bg = self.server.bg
+        if res.status not in ("failed", "aborted") or bg is None or (rc := bg.exited) is None:
+            return
+        sig = signal_name(rc)
+        res.reason = ((res.reason + "; ") if res.reason else "") + (
+            f"the server process (pid {bg.proc.pid}) ended during the step ({f'{sig}, ' if sig else ''}rc {rc})")
+        res.checks["server_ended"] = {"pid": bg.proc.pid, "rc": rc, "signal": sig}
 
     def say_stops(self, st: StepSpec, cmds: list[dict[str, Any]]) -> None:
         """One line per server a step stopped: ``stopped gracefully in 0.8 s`` / ``killed after 30 s grace``."""

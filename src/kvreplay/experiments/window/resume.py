@@ -9,8 +9,11 @@ its start and at each step's start and end, ``experiment.toml`` beside the froze
   kill cut (``running`` on disk) is ``aborted`` with ``interrupted: the window was killed
   during this step`` (its run's ``summary.json`` rebuilt from its records, so its cells
   read ``partial``), and every step that never started, the restore included, is
-  ``not_run`` with ``not run: interrupted``; the window's ``aborted`` is
-  ``{"reason": "killed"}``. A window that ended (every step final) is re-rendered as it
+  ``not_run`` with ``not run: the window was killed before this step``; the window's ``aborted`` is
+  ``{"reason": "killed"}``; every process of the window's ledger still alive
+  (``experiments.ledger``: the server a killed window started) is named in ``left_running``
+  with its pid, port, command and why; ``attempts`` (``experiments.history``) ends with the
+  killed one, its cut step's partial records counted. A window that ended (every step final) is re-rendered as it
   was published.
 - ``plan_resume(frozen, progress)`` (``kvreplay experiment --resume EXP_DIR``) says which
   steps run again: the first step that did not end (the interrupted one), preceded by
@@ -28,18 +31,17 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.experiments.fields import BOUND_RE
+from kvreplay.experiments.history import INTERRUPTED
 from kvreplay.experiments.model import ExperimentSpec, StepResult, WindowSpec
 from kvreplay.experiments.steps import kind_of
 from kvreplay.plan import Plan
 from kvreplay.workload import Workload
 
 __all__ = ["INTERRUPTED", "NOT_RUN", "ResumePlan", "load_frozen", "plan_resume", "rebuild_publication",
-           "window_from_json"]
+           "stop_orphans", "window_from_json"]
 
-NOT_RUN = "not run: interrupted"
+NOT_RUN = "not run: the window was killed before this step"
 """The reason of a step that never started before the kill."""
-INTERRUPTED = "interrupted: the window was killed during this step"
-"""The reason of the step the kill cut."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +185,61 @@ def rebuild_publication(out: Path) -> dict[str, Any]:
         steps.append(d)
     aborted = progress.get("aborted") or {"reason": "killed", "message": "the window was killed before it ended; "
                                                                         "result rebuilt from progress.json"}
+    from kvreplay.experiments.history import close_killed, prior_attempts
+    from kvreplay.experiments.ledger import left_entry, live_entries
+
+    attempts = close_killed(prior_attempts(progress), progress, out,
+                            {s["name"]: s.get("dir") for s in frozen.get("steps") or []})
+    left = [left_entry(e, "started by the window before it was killed and still alive; "
+                          "`kvreplay experiment --resume` stops it first") for e in live_entries(out)]
     result = build_result(out, frozen, steps, started=progress.get("started") or "", aborted=aborted,
                           ended=progress.get("updated") or progress.get("started") or "",
-                          identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"))
+                          identity=progress.get("snapshot_identity"), unread=progress.get("unread_series"),
+                          left_running=left or None, attempts=attempts)
     if (origin := (frozen.get("window") or {}).get("deadline_from", "start")) != "start":
         result["deadline_origin"] = {"deadline_from": origin, "origin": progress.get("deadline_origin")}
     write_publication(out, result, title)
     return result
+
+
+async def stop_orphans(w: Any) -> list[dict[str, Any]]:
+    """``--resume``: stop what the killed attempts left alive (``experiments.ledger``), each one said.
+
+    Each live ledger process of ``w.out`` gets the configured ``[server] stop`` with its own
+    ``{port}``, then SIGTERM to its process group, ``stop_grace``, SIGKILL
+    (``ledger.stop_entry``); the port it was given must refuse connections before it counts as
+    stopped.
+
+    Args:
+        w: The ``WindowRun``.
+
+    Returns:
+        One ``stop_entry`` record per process, with ``name``, ``dir`` and ``attempt`` from the ledger.
+    """
+    from kvreplay.experiments.background import port_answers
+    from kvreplay.experiments.ledger import live_entries, stop_entry
+    from kvreplay.experiments.lifecycle import expand, run_command
+
+    srv = w.exp.server
+    got = []
+    for e in live_entries(w.out):
+        port = e.get("port")
+
+        async def stop_cmd(p: int | None) -> dict[str, Any]:
+            assert srv.stop is not None
+            return await run_command(expand(srv.stop.cmd, port=p, out_dir=w.out, here=w.exp.path.parent),
+                                     name="stop-orphan", log_dir=w.out, timeout_s=srv.stop.timeout_s,
+                                     ledger=w.server.ledger, port=p)
+
+        url = f"http://127.0.0.1:{port}" if isinstance(port, int) else None
+
+        def port_open(u: str | None = url) -> bool:
+            return u is not None and port_answers(u)
+
+        done = await stop_entry(e, grace_s=srv.stop_grace_s, stop_cmd=stop_cmd if srv.stop is not None else None,
+                                port_open=port_open if url else None)
+        done.update({"name": e.get("name"), "dir": e.get("dir"), "attempt": e.get("attempt")})
+        got.append(done)
+        w.say(f"stopped pid {e['pid']} (port {port}, {e.get('name')} of attempt {e.get('attempt')}, "
+              f"left alive by the killed window): {done['stop']['text']}")
+    return got

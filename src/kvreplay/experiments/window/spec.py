@@ -81,6 +81,7 @@ from kvreplay.experiments.model import (
     WindowSpec,
 )
 from kvreplay.experiments.steps import kind_names, kind_of
+from kvreplay.redaction import redact_url, register_url, register_urls_in
 
 __all__ = [
     "BOUND_RE",
@@ -131,8 +132,13 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"server.{unknown[0]}")
     target = data.get("target", "sim")
     if not isinstance(target, str) or not (target == "sim" or target.startswith(("http://", "https://"))):
-        raise ConfigError(f"must be 'sim' or an http(s) URL, not {target!r}", path=path, line=line,
-                          field="server.target")
+        raise ConfigError(f"must be 'sim' or an http(s) URL, not {redact_url(str(target))!r}", path=path,
+                          line=line, field="server.target")
+    try:
+        register_url(target)  # credentials in the target URL: in no output (redaction)
+    except ValueError as exc:
+        raise ConfigError(f"credentials in the target URL: {exc}", path=path, line=line,
+                          field="server.target") from None
     ident = data.get("identity", {})
     if not isinstance(ident, dict) or not all(isinstance(v, (str, int, float)) for v in ident.values()):
         raise ConfigError("identity pins are KEY = VALUE (dotted keys of the server identity)", path=path,
@@ -214,8 +220,11 @@ def _fleet(data: Any, server: ServerSpec, raw_server: Any, text: str, path: Path
                      f"not {target!r}", "server.target")
     if server.sim:
         raise refuse("[server.sim] configures the embedded simulator, not a fleet", "server.sim")
+    from kvreplay.backends.fleet import check_fleet_backends
+
     try:
         check_fleet(target, replicas)
+        check_fleet_backends(replicas, server.backend, server.profile, profiles=False)
     except ConfigError as exc:
         raise refuse(exc.message, "fleet.replicas") from None
     return replace(server, target=target, replicas=replicas)
@@ -373,6 +382,10 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
         from kvreplay.tomlfile import parse_toml
 
         text, data = parse_toml(text.encode("utf-8"), where=p)
+    try:
+        register_urls_in(text)  # every URL in the file (targets, commands, checks): in no output
+    except ValueError as exc:
+        raise ConfigError(f"credentials in a URL: {exc}", path=p) from None
     unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates", "fleet", "snapshot"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),

@@ -3,7 +3,7 @@
 A request whose body is read whole (``Content-Length`` up to ``_READ_WHOLE``, not
 ``HEAD``, an ASCII target) goes to the upstream on one of ``runner.h1``'s keep-alive
 connections (``runner.h1relay``: llhttp parses the answer; each socket read's body
-bytes are written to the client from ``data_received``, see ``api._proxy_relay``);
+bytes are written to the client from ``data_received``, see ``recorder._relay``);
 every other request (streamed or chunked uploads, ``HEAD``) on aiohttp's client. Both
 paths forward and relay the same bytes, and name an upstream failure alike (the 502's
 ``upstream unreachable: ClientConnectorError`` / ``ServerDisconnectedError`` /
@@ -52,8 +52,8 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, DummyCookieJar, T
 from aiohttp.http import HttpVersion11, StreamWriter
 from yarl import URL
 
-from kvreplay.api._proxy_relay import _DRAIN_AT, _JSON_KEEP, _Down, _json_usage, _Result, _Tally
 from kvreplay.clock import now_ns
+from kvreplay.recorder._relay import _DRAIN_AT, _JSON_KEEP, _Down, _json_usage, _Result, _Tally
 from kvreplay.runner.h1 import H1Client
 from kvreplay.runner.h1relay import relay
 from kvreplay.safe_io import echo

@@ -1,6 +1,6 @@
 """The capture proxy's side of a relayed response: the client's writes, the accountant's feed, the outcome.
 
-``api._recording_proxy`` relays each upstream read as it arrives; what it does with a
+``recorder._proxy`` relays each upstream read as it arrives; what it does with a
 read lives here: :class:`_Down` writes it to the client's transport (from the upstream
 connection's ``data_received`` on the runner's llhttp path), :class:`_Tally` feeds the
 SSE accountant (read by read until the first token, then in bulk), and

@@ -1,0 +1,47 @@
+"""``option``: a typed options dataclass field that also declares its command-line flag.
+
+A field declared ``read_timeout: float = option(120.0, flag="--read-timeout", help=...,
+check=duration, group="run")`` is the option's one declaration: its name (the API keyword
+and the flag's ``dest``), its type and default (the field's), and in the field's metadata
+the flag, help, metavar, ``type=`` check, choices, action, group, unit, and its name as a
+plan.toml key and as an experiment ``[window]`` key where it has one.
+``kvreplay.argtypes.add_declared`` derives the command line's flags from these fields; the
+option-parity test (tests/unit/test_option_parity.py) holds the ``TypedDict`` of the API's
+keywords, the plan.toml and ``[window]`` readers equal to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import field
+from typing import Any
+
+__all__ = ["option"]
+
+
+def option(default: Any = None, *, flag: str | None, help: str, group: str,  # noqa: A002 - the command line's word
+           metavar: str | None = None, check: Callable[[str], Any] | None = None,
+           choices: Sequence[Any] | None = None, action: str | None = None, factory: Callable[[], Any] | None = None,
+           unit: str = "", toml: str | None = None, window: str | None = None) -> Any:
+    """A dataclass field declaring one option (see the module docstring).
+
+    Args:
+        default: The default (ignored when ``factory`` is given).
+        flag: The command-line flag (``--read-timeout``); None for a positional.
+        help: The flag's help text.
+        group: Which commands take it: ``run`` (run and demo), ``contract`` (run, ab), ``target``
+            (every command that talks to a target), ``fleet`` (run).
+        metavar: The flag's metavar.
+        check: The ``type=`` of the flag (``kvreplay.argtypes``: a range or grammar check).
+        choices: The accepted values.
+        action: ``store_true`` or ``append`` (None: a value).
+        factory: A default factory (lists).
+        unit: The value's unit (``s``, ``bytes``...; said in the help).
+        toml: Its plan.toml key, when a plan sets it.
+        window: Its experiment ``[window]`` key, when a window sets it.
+    """
+    meta = {"flag": flag, "help": help, "group": group, "metavar": metavar, "check": check, "choices": choices,
+            "action": action, "unit": unit, "toml": toml, "window": window}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)

@@ -1,0 +1,158 @@
+"""Every option of a run has one declaration, and every surface accepts the same set (issue 41 item 1).
+
+The declaration is ``kvreplay.options``: ``RunConfig`` (every option of a run, typed, with its
+default), ``RunOptions`` / ``SimOptions`` (the API's keywords and ``sim=`` keys),
+``PLAN_TOML_KEYS`` and ``WINDOW_KEYS`` (the plan.toml and experiment ``[window]`` keys and the
+option each sets). The surfaces walked: every flag of ``kvreplay run``'s and ``kvreplay demo``'s
+parsers, every keyword of ``kvreplay.replay`` / ``replay_async`` / ``demo``, every key the
+plan.toml and ``[window]`` readers accept (read from their source, so that a key added there
+without a declaration fails here). A surface that drops, renames or adds an option fails one
+of these tests; a bad value gets the same refusal, naming the flag, the keyword or the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import pytest
+
+import kvreplay
+from kvreplay.api.run import add_arguments
+from kvreplay.cli import build_parser
+from kvreplay.options import RUN_KEYWORDS, SIM_KEYWORDS, RunConfig, RunOptions, SimOptions
+from kvreplay.options.run import PLAN_TOML_KEYS, WINDOW_KEYS, WINDOW_ONLY_KEYS
+
+SRC = Path(kvreplay.__file__).parent
+EXPLICIT = {"workload", "phase", "plan", "from_plan", "out", "report", "quiet", "target"}
+"""Options that are explicit parameters of ``kvreplay.replay`` (``phase`` is ``phases=``), not ``RunOptions``."""
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p)
+    return p
+
+
+def _config_fields() -> dict[str, object]:
+    out: dict[str, object] = {}
+    for f in fields(RunConfig):
+        out[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    return out
+
+
+def test_every_flag_of_run_is_a_declared_option_and_every_declared_option_a_flag():
+    dests = {a.dest for a in _run_parser()._actions}
+    declared = (set(_config_fields()) - {"sim"}) | {f"sim_{k}" for k in SIM_KEYWORDS}
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+
+
+@pytest.mark.parametrize("command", ["run", "demo"])
+def test_the_subcommand_parsers_have_the_same_flags(command):
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    assert {a.dest for a in sub._actions} - {"help"} == {a.dest for a in _run_parser()._actions}
+
+
+def test_the_declared_defaults_are_the_command_lines():
+    parsed = vars(_run_parser().parse_args([]))
+    config = _config_fields()
+    differ = {k: (v, parsed[k]) for k, v in config.items() if k != "sim" and parsed[k] != v}
+    assert differ == {}
+    assert RunConfig.from_dests(parsed) == RunConfig(sim={"replicas": 1})  # --sim-replicas defaults to 1
+    assert {k for k in parsed if k.startswith("sim_") and parsed[k] is not None} == {"sim_replicas"}
+
+
+def test_the_api_keywords_are_the_declared_options():
+    assert set(_config_fields()) - EXPLICIT - {"sim"} == RUN_KEYWORDS
+    for fn in (kvreplay.replay, kvreplay.replay_async):
+        params = inspect.signature(fn).parameters
+        kinds = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+        assert kinds == (EXPLICIT - {"phase"}) | {"phases", "sim"}
+        assert typing.get_type_hints(fn, include_extras=True)["options"] == typing.Unpack[RunOptions]
+    demo = set(inspect.signature(kvreplay.demo).parameters)
+    assert demo == {"workload", "phases", "target", "out", "sim", "report", "quiet", "options"}
+    assert typing.get_type_hints(kvreplay.replay)["sim"] is SimOptions
+
+
+def _set_literal_in(path: Path, function: str, near: str) -> set[str]:
+    """The string set literal of ``function`` in ``path`` that contains ``near`` (a reader's accepted keys)."""
+    tree = ast.parse(path.read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Set):
+            keys = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            if near in keys:
+                return keys
+    raise AssertionError(f"no set literal with {near!r} in {path.name}:{function}")
+
+
+def test_every_plan_toml_key_is_declared_and_sets_a_declared_option():
+    accepted = _set_literal_in(SRC / "plan" / "_spec.py", "load_plan_toml", "on_check_fail")
+    assert PLAN_TOML_KEYS == {"phase": "phase", "workload": "workload", "target": "target", "backend": "backend",
+                              "identity": "expect_identity", "abort_on_malformed": "abort_on_malformed",
+                              "on_check_fail": "on_check_fail", "fleet": "replica"}
+    assert accepted == set(PLAN_TOML_KEYS)
+
+
+def test_every_window_key_is_declared_and_sets_a_declared_option():
+    accepted = _set_literal_in(SRC / "experiments" / "window" / "spec.py", "_window", "max_error_rate")
+    assert accepted == set(WINDOW_KEYS) | set(WINDOW_ONLY_KEYS)
+    assert all(k == v for k, v in WINDOW_KEYS.items())  # a window key has the option's own name
+
+
+def test_every_declared_flag_has_help_and_the_shared_defaults_are_their_homes():
+    from kvreplay.runner.fleet import DEFAULT_REPLICA_HEADER
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+    assert [f.name for f in fields(RunConfig) if f.name != "sim" and not f.metadata.get("help")] == []
+    assert (RunConfig().max_body_bytes, RunConfig().replica_header) == (DEFAULT_MAX_BODY_BYTES, DEFAULT_REPLICA_HEADER)
+
+
+# The same bad value on every surface that takes the option: each refuses it, naming it there.
+BAD = [
+    ("max_error_rate", 2.0, "--max-error-rate", "2", "window", "max_error_rate = 2.0"),
+    ("max_error_rate", -0.5, "--max-error-rate", "-0.5", "window", "max_error_rate = -0.5"),
+    ("max_transport_failures", -1, "--max-transport-failures", "-1", "window", "max_transport_failures = -1"),
+    ("stop_new_after", -5.0, "--stop-new-after", "-5", "window", "stop_new_after = -5.0"),
+    ("abort_if", ["host_bytes=1"], "--abort-if", "host_bytes=1", "window", 'abort_if = ["host_bytes=1"]'),
+    ("on_check_fail", "retry", "--on-check-fail", "retry", "plan", 'on_check_fail = "retry"'),
+    ("abort_on_malformed", "yes", None, None, "plan", 'abort_on_malformed = "yes"'),
+]
+
+
+@pytest.mark.parametrize(("keyword", "value", "flag", "text", "where", "toml"), BAD, ids=[b[0] for b in BAD])
+def test_a_bad_value_is_refused_on_every_surface_naming_the_option(keyword, value, flag, text, where, toml,
+                                                                    tmp_path, capsys):
+    from kvreplay.api import _replay_args
+
+    with pytest.raises(kvreplay.ConfigError) as api:
+        _replay_args(kvreplay.DEMO_WORKLOAD, ["a:forward:c1"], None, None, "sim", None, None, "none", True,
+                     {keyword: value})
+    assert api.value.field == keyword
+    if flag is not None:
+        with pytest.raises(SystemExit) as cli:
+            _run_parser().parse_args([flag, text])
+        assert cli.value.code == 2
+        assert f"argument {flag}: " in capsys.readouterr().err
+    if where == "plan":
+        from kvreplay.plan import load_plan_toml
+
+        plan = tmp_path / "plan.toml"
+        plan.write_text(f'{toml}\n[[phase]]\nname = "a"\norder = "forward"\nconcurrency = 1\n')
+        with pytest.raises(kvreplay.ConfigError) as toml_err:
+            load_plan_toml(plan)
+        assert (toml_err.value.field, toml_err.value.line) == (keyword, 1)
+    else:
+        from kvreplay.experiments.window.spec import load_experiment
+
+        bundled = "\n".join(ln for ln in (SRC.parents[1] / "fixtures" / "experiments" / "probe-sizing.toml")
+                             .read_text().splitlines() if not ln.startswith(f"{keyword} ="))
+        exp = tmp_path / "exp.toml"
+        exp.write_text(bundled.replace("[window]\n", f"[window]\n{toml}\n", 1))
+        with pytest.raises(kvreplay.ConfigError) as window:
+            load_experiment(exp)
+        assert window.value.field == f"window.{keyword}"
