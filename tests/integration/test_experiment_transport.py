@@ -76,7 +76,8 @@ def test_server_killed_mid_step_fails_the_step_with_transport(tmp_path):
     # nothing of the replay was sent: none of its cells is measured
     replay_cells = [c for c in cells if c["metric"].startswith("replay.")]
     assert [c["metric"] for c in replay_cells] == [f"replay.{m}" for m in (
-        "requests_ok", "ttft_p50_ms", "e2e_p50_ms", "cached_tokens", "hit_tokens", "host_fetched_tokens")]
+        "requests_ok", "ttft_p50_ms", "e2e_p50_ms", "cached_tokens", "hit_tokens", "host_fetched_tokens",
+        "host_lookups", "host_hits", "host_reused_tokens")]
     assert {c["status"] for c in replay_cells} == {"deferred"}
     assert {c["reason"] for c in replay_cells} == {st["A"]["reason"]}
     # the prime was cut short: partial, never measured

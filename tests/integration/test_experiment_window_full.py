@@ -21,10 +21,36 @@ FULL = ROOT / "fixtures" / "experiments" / "host-cache-window-full.toml"
 MAIN = ROOT / "fixtures" / "workloads" / "window-main"
 AB = ROOT / "fixtures" / "workloads" / "window-ab-1024"
 CHECKS = ["containment", "monitoring", "preflight_direct", "preflight_routed", "readmission"]
+SNAPSHOTS = ["router", "monitoring", "gpu", "rollback", "configuration"]
 
 
 def _json(p: Path) -> dict:
     return json.loads(p.read_text())
+
+
+# Hand-derived figures of the window's simulator (``[server.sim]``: 37 device blocks, 40
+# leaf-lru host rows) over window-main (16 bodies; fixtures/workloads/build_window.py). Each
+# prompt renders to N = 654 tokens, its messages to M = 650 (kvreplay.sim.tokenizer); the
+# shared system block ends at 605, so the device keeps its 37 full blocks, D = 592 tokens,
+# and every request after the first hits D on the device (docs/simulator.md, radix).
+# A host checkpoint on the prompt credits min(N, N - 1) = 653 tokens (fetched 653 - 592 = 61),
+# one on the messages 650 (fetched 58). Each miss stores 3 rows (m, p, t): 3 + 1 + 1 pages of
+# 256 tokens, 5 x 256 x 147,456 bytes = 188,743,680 bytes per body.
+N, M, D = 654, 650, 592
+P_CREDIT, P_FETCH, M_FETCH = N - 1, N - 1 - D, M - D
+BODY_BYTES = 5 * 256 * 147_456
+SIM = ("{'cache': 'radix', 'time_scale': 0.001, 'output_tokens': 8, 'device_blocks': 37, 'host_rows': 40, "
+       "'host_evict': 'leaf-lru'}")
+STEPS = [("quiesce", "quiesce"), ("A0", "incarnation"), ("A", "run"), ("B0", "incarnation"), ("B", "run"),
+         ("control", "run"), ("trace", "ab"), ("restore", "restore")]
+STEP_NO = {name: i for i, (name, _k) in enumerate(STEPS)}
+
+
+def _cell_values(r: dict, step: str, phase: str) -> dict:
+    keys = ("hit_tokens", "host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens")
+    got = {c["metric"].split(".", 1)[1]: (c["status"], c["value"]) for c in r["cells"]
+           if c["step"] == step and c["metric"].split(".", 1)[0] == phase}
+    return {k: got[k] for k in keys}
 
 
 @pytest.mark.timeout(180)
@@ -33,10 +59,8 @@ def test_the_full_window_runs_against_the_simulator(tmp_path):
     assert main(["experiment", str(FULL), "--out", str(out), "--quiet"]) == 0
     r, doc = _json(out / "result.json"), _json(out / "experiment.json")
     assert r["status"] == "complete"
-    assert r["step_counts"] == {"measured": 6, "failed": 0, "deferred": 0, "aborted": 0}
-    assert [(s["name"], s["kind"], s["status"]) for s in r["steps"]] == [
-        ("quiesce", "quiesce", "measured"), ("candidate", "incarnation", "measured"), ("main", "run", "measured"),
-        ("control", "run", "measured"), ("trace", "ab", "measured"), ("restore", "restore", "measured")]
+    assert r["step_counts"] == {"measured": 8, "failed": 0, "deferred": 0, "aborted": 0}
+    assert [(s["name"], s["kind"], s["status"]) for s in r["steps"]] == [(n, k, "measured") for n, k in STEPS]
     # the experiment file's exact bytes beside experiment.json, and the hash experiment.json names
     assert (out / "experiment.toml").read_bytes() == FULL.read_bytes()
     assert doc["file"]["sha256"] == hashlib.sha256(FULL.read_bytes()).hexdigest()
@@ -44,7 +68,7 @@ def test_the_full_window_runs_against_the_simulator(tmp_path):
     main_wl, ab_wl = load_workload(MAIN), load_workload(AB)
     man = _json(out / "workloads.json")["workloads"]
     assert [(m["used_by"], m["path"], m["n_bodies"], m["sha256"]) for m in man] == [
-        (["workload"], str(MAIN), 8, main_wl.sha256), (["trace"], str(AB), 4, ab_wl.sha256)]
+        (["workload"], str(MAIN), 16, main_wl.sha256), (["trace"], str(AB), 4, ab_wl.sha256)]
     assert [b["sha256"] for b in man[1]["bodies"]] == [b.sha256 for b in ab_wl.bodies]
     # the A/B's own workload frozen and hashed into its entry
     steps = {s["name"]: s for s in doc["steps"]}
@@ -52,31 +76,244 @@ def test_the_full_window_runs_against_the_simulator(tmp_path):
     assert doc["gates"] == {"body": {"max_tokens": 2048, "temperature": 1, "top_p": 0.95,
                                      "reasoning_effort": "max"}, "fixed_bytes": True}
     assert doc["window"]["deadline_from"] == "quiesce"
+    assert doc["window"]["abort_if"] == ["host_rows_used>40", "host_bytes>3.4e+10"]
+    # 10 s drains: the quiesce's and each run step's
+    assert [(n, steps[n]["drain_timeout_s"]) for n in ("quiesce", "A", "B", "control")] == [
+        ("quiesce", 10.0), ("A", 10.0), ("B", 10.0), ("control", 10.0)]
     assert (steps["control"]["when"], steps["trace"]["when"]) == (['time_left > "15m"', "previous_step_ok"],
-                                                                  ['step_ok = "main"'])
+                                                                  ['step_ok = "A"', 'step_ok = "B"'])
     # deadlines counted from the quiesce
     origin = r["deadline_origin"]
     assert origin["deadline_from"] == "quiesce" and origin["origin"]["step"] == "quiesce"
-    # conditions recorded with the values seen
     res = {s["name"]: s for s in r["steps"]}
+    # A: forward prime, reverse replay; B: forward prime, forward replay; the control the last 12 twice
+    sent = {}
+    for name, d in (("A", "02-A"), ("B", "04-B"), ("control", "05-control")):
+        recs = [json.loads(x) for x in (out / "steps" / d / "records.jsonl").read_text().splitlines()]
+        sent[name] = [(x["phase"], x["body_index"]) for x in recs if x.get("sent")]
+    fwd, rev = list(range(16)), list(range(15, -1, -1))
+    assert sent["A"] == [("prime", i) for i in fwd] + [("replay", i) for i in rev]
+    assert sent["B"] == [("prime", i) for i in fwd] + [("replay", i) for i in fwd]
+    assert sent["control"] == [("control", i) for i in [*range(4, 16), *range(4, 16)]]
+    assert {x["comparable"] for x in (json.loads(y) for y in
+            (out / "steps" / "05-control" / "records.jsonl").read_text().splitlines())} == {False}
+    # fresh incarnations: each prime starts on an empty cache (the first body misses both tiers,
+    # the other 15 hit the system block on the device; no prime body was sent before in it)
+    for d in ("02-A", "04-B"):
+        prime = _json(out / "steps" / d / "summary.json")["phases"][0]["counter_delta"]
+        assert (prime["hit_tokens"], prime["host_lookups"], prime["host_hits"]) == (15 * D, 16, 0)
+    # the host tier, cell by cell. The prime ends holding the last 13 bodies whole (39 rows)
+    # plus body 2's m row (40). A's reverse replay meets them before they are evicted: bodies
+    # 15..3 hit on p, body 2 on m, bodies 1 and 0 miss: 14 hits of 16 lookups. B's forward
+    # replay evicts each body's rows just before it comes round: 0 hits. After it the tier
+    # again holds bodies 3..15, so the control (bodies 4..15, twice) hits all 24 on p.
+    assert _cell_values(r, "A", "replay") == {
+        "hit_tokens": ("measured", 16 * D), "host_fetched_tokens": ("measured", 13 * P_FETCH + M_FETCH),
+        "host_lookups": ("measured", 16), "host_hits": ("measured", 14),
+        "host_reused_tokens": ("measured", 13 * P_CREDIT + M)}
+    assert _cell_values(r, "B", "replay") == {
+        "hit_tokens": ("measured", 16 * D), "host_fetched_tokens": ("measured", 0), "host_lookups": ("measured", 16),
+        "host_hits": ("measured", 0), "host_reused_tokens": ("measured", 0)}
+    assert _cell_values(r, "control", "control") == {
+        "hit_tokens": ("measured", 24 * D), "host_fetched_tokens": ("measured", 24 * P_FETCH),
+        "host_lookups": ("measured", 24), "host_hits": ("measured", 24),
+        "host_reused_tokens": ("measured", 24 * P_CREDIT)}
+    assert [f["rule"] for f in r["findings"]] == ["row_checkpoint_churn", "ab_verdict"]
+    # the trace A/B: three repetitions of off/on, each at C1 and C4, on 2 bodies of its own workload
+    ab = _json(out / "steps" / "06-trace" / "ab.json")
+    assert (ab["reps"], ab["phases"]) == (3, [{"name": "c1", "concurrency": 1, "requests": 2},
+                                              {"name": "c4", "concurrency": 4, "requests": 2}])
+    assert [(b["rep"], b["arm"], b["aborted"]) for b in ab["blocks"]] == [
+        (0, "off", None), (0, "on", None), (1, "on", None), (1, "off", None), (2, "off", None), (2, "on", None)]
+    assert (r["findings"][1]["reps_planned"], r["findings"][1]["reps_measured"]) == (3, 3)
+    # the correctness gate: 6 blocks x (2 bodies at C1 + 2 at C4), each the baseline's answer
+    assert res["trace"]["checks"]["correctness"] == {"mode": "exact", "ok": True, "checked": 24, "failures": 0,
+                                                      "first": None}
+    assert [c for c in r["cells"] if c["step"] == "trace" and c["metric"] == "correctness"] == [
+        {"step": "trace", "metric": "correctness", "status": "measured", "value": True, "reason": None}]
+    # conditions recorded with the values seen
     ctl = res["control"]["condition"]
     assert {k: ctl[k] for k in ("when", "holds", "false")} == {
         "when": ['time_left > "15m"', "previous_step_ok"], "holds": True, "false": []}
-    assert (ctl["seen"]["previous_step"], ctl["seen"]["previous_status"]) == ("main", "measured")
+    assert (ctl["seen"]["previous_step"], ctl["seen"]["previous_status"]) == ("B", "measured")
     assert ctl["seen"]["time_left_until"] == "stop_new_after" and 900 < ctl["seen"]["time_left_s"] <= 4200
-    assert res["trace"]["condition"] == {"when": ['step_ok = "main"'], "holds": True, "false": [],
-                                         "seen": {"step_ok": {"main": "measured"}}}
+    assert res["trace"]["condition"] == {"when": ['step_ok = "A"', 'step_ok = "B"'], "holds": True, "false": [],
+                                         "seen": {"step_ok": {"A": "measured", "B": "measured"}}}
     assert res["quiesce"]["checks"]["command"]["tail"] == "primary quiesced (stands for: routerctl drain primary)\n"
     # restore checks: output captured, status as cells
     assert [c for c in r["cells"] if c["step"] == "restore"] == [
         {"step": "restore", "metric": "identity_restored", "status": "measured", "value": True, "reason": None},
         *({"step": "restore", "metric": f"restore_check.{n}", "status": "measured", "value": True, "reason": None}
-          for n in CHECKS)]
+          for n in CHECKS),
+        *({"step": "restore", "metric": f"snapshot.{n}", "status": "measured", "value": True, "reason": None}
+          for n in SNAPSHOTS)]
     got = {g["name"]: g for g in res["restore"]["checks"]["restore_checks"]}
     assert list(got) == CHECKS
     assert got["readmission"]["output"] == "primary readmitted to the router\n"
     assert got["containment"]["output"] == "candidate unloaded\n"
-    assert '"id":"kvreplay-sim"' in (out / "steps" / "05-restore" / "check-preflight_direct.log").read_text()
+    assert '"id":"kvreplay-sim"' in (out / "steps" / "07-restore" / "check-preflight_direct.log").read_text()
+    # the snapshot before the first step: the incumbent's /version (its build and cache settings) and
+    # its metric families, the same after the restore
+    snap = {c["name"]: c for c in _json(out / "snapshot.json")["commands"]}
+    assert list(snap) == SNAPSHOTS and all(c["rc"] == 0 for c in snap.values())
+    version = json.loads(snap["configuration"]["output"])
+    assert (version["build"], version["cache"]["host_rows"], version["cache"]["device_blocks"]) == ("sim-1", 40, 37)
+    assert "kvreplay_sim:host_rows_used" in snap["monitoring"]["output"].splitlines()
+    assert [(g["name"], g["same"]) for g in res["restore"]["checks"]["snapshot"]] == [(n, True) for n in SNAPSHOTS]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("bound", "n_sent", "message"), [
+    # containment: 3 rows a body; the 14th body (13 x 3 + 3 = 42, evicted down to 40) reaches 40
+    ("host_rows_used>39", 14, "host_rows_used=40 crossed >39"),
+    # growth: 188,743,680 bytes a body; the 8th body takes the tier past 1.5e9 (1,509,949,440)
+    ("host_bytes>1.5e9", 8, "host_bytes=1.50995e+09 crossed >1.5e+09")])
+def test_abort_if_stops_the_window_on_containment_or_growth(tmp_path, bound, n_sent, message):
+    exp_dir = tmp_path / "experiments"
+    exp_dir.mkdir()
+    shutil.copytree(MAIN, tmp_path / "workloads" / "window-main")
+    shutil.copytree(AB, tmp_path / "workloads" / "window-ab-1024")
+    text = FULL.read_text().replace('abort_if = ["host_rows_used>40", "host_bytes>34e9"]', f'abort_if = ["{bound}"]')
+    f = exp_dir / "window.toml"
+    f.write_text(text)
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    assert r["aborted"] == {"reason": "bound", "message": f"step A: {message}"}
+    assert [(s["name"], s["status"], s.get("reason")) for s in r["steps"]] == [
+        ("quiesce", "measured", None), ("A0", "measured", None), ("A", "aborted", f"bound: {message}"),
+        *((n, "deferred", "window aborted: bound") for n in ("B0", "B", "control", "trace")),
+        ("restore", "measured", None)]
+    prime = _json(out / "steps" / "02-A" / "summary.json")["phases"][0]
+    assert (prime["sent"], prime["not_sent"]) == (n_sent, 16 - n_sent)
+    assert BODY_BYTES * 8 == 1_509_949_440
+
+
+@pytest.mark.timeout(120)
+def test_the_incumbents_identity_is_verified_before_anything_is_taken_down(tmp_path):
+    exp_dir = tmp_path / "experiments"
+    exp_dir.mkdir()
+    shutil.copytree(MAIN, tmp_path / "workloads" / "window-main")
+    shutil.copytree(AB, tmp_path / "workloads" / "window-ab-1024")
+    pinned = '"version.cache.host_rows" = 40'
+    assert pinned in FULL.read_text()
+    f = exp_dir / "window.toml"  # the incumbent has 40 host rows; the plan expects 52
+    f.write_text(FULL.read_text().replace(pinned, '"version.cache.host_rows" = 52'))
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    assert r["aborted"] == {"reason": "identity_pins",
+                            "message": "before the first step: version.cache.host_rows: '52' -> 40"}
+    # nothing was quiesced, unloaded or sent: every step before the restore is deferred
+    assert [(s["name"], s["status"], s.get("reason")) for s in r["steps"]] == [
+        *((n, "deferred", "window aborted: identity_pins") for n, _k in STEPS[:-1]), ("restore", "measured", None)]
+    assert sorted(p.name for p in (out / "steps").iterdir()) == ["07-restore"]
+    assert _json(out / "snapshot.json")["identity"]["version"]["cache"]["host_rows"] == 40
+
+
+def _window_copy(tmp_path: Path, text: str) -> Path:
+    exp_dir = tmp_path / "experiments"
+    exp_dir.mkdir()
+    shutil.copytree(MAIN, tmp_path / "workloads" / "window-main")
+    shutil.copytree(AB, tmp_path / "workloads" / "window-ab-1024")
+    f = exp_dir / "window.toml"
+    f.write_text(text)
+    return f
+
+
+SNAPSHOT = """[snapshot]
+commands = [
+    {name = "router", cmd = "{python} -c \\"print('x' * 5000)\\""},
+    {name = "gpu", cmd = "echo token $WINDOW_KEY"},
+    {name = "rollback", cmd = "cat {here}/rollback.txt", timeout = "20s"},
+]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_snapshot_is_frozen_before_anything_is_taken_down_and_compared_after_the_restore(tmp_path,
+                                                                                               monkeypatch):
+    monkeypatch.setenv("WINDOW_KEY", "sk-window-secret-1234")
+    text = FULL.read_text()
+    text = text[:text.index("[snapshot]")] + SNAPSHOT + text[text.index("\n# R1: 90 minutes"):]
+    text = text.replace('target = "sim"\n', 'target = "sim"\napi_key_env = "WINDOW_KEY"\n')
+    # the quiesce changes what the rollback snapshot reads: the restore must notice
+    text = text.replace("cmd = \"echo 'primary quiesced (stands for: routerctl drain primary)'\"",
+                        "cmd = \"echo 'image v2' >> {here}/rollback.txt\"")
+    # cut the window short after A's first request (3 host rows > 2) so the restore comes quickly
+    text = text.replace('abort_if = ["host_rows_used>40", "host_bytes>34e9"]', 'abort_if = ["host_rows_used>2"]')
+    f = _window_copy(tmp_path, text)
+    (f.parent / "rollback.txt").write_text("image v1\n")
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    frozen = {c["name"]: c for c in _json(out / "snapshot.json")["commands"]}
+    x = "x" * 5000 + "\n"
+    # bounded: the first 4,096 bytes kept, all 5,001 hashed
+    assert {k: frozen["router"][k] for k in ("rc", "ok", "bytes", "sha256", "truncated")} == {
+        "rc": 0, "ok": True, "bytes": 5001, "sha256": hashlib.sha256(x.encode()).hexdigest(), "truncated": True}
+    assert frozen["router"]["output"] == x[:4096]
+    # redacted: the API key never reaches snapshot.json or the log
+    assert frozen["gpu"]["output"] == "token [REDACTED]\n"
+    assert (out / "snapshot-gpu.log").read_text() == "token [REDACTED]\n"
+    assert "sk-window-secret-1234" not in (out / "snapshot.json").read_text()
+    # frozen before the quiesce changed the file
+    assert frozen["rollback"]["output"] == "image v1\n"
+    r = _json(out / "result.json")
+    res = {s["name"]: s for s in r["steps"]}
+    assert (res["restore"]["status"], res["restore"]["reason"]) == (
+        "failed", "snapshot rollback differs after the restore")
+    assert [(c["metric"], c["status"], c["value"], c["reason"]) for c in r["cells"]
+            if c["metric"].startswith("snapshot.")] == [
+        ("snapshot.router", "measured", True, None), ("snapshot.gpu", "measured", True, None),
+        ("snapshot.rollback", "failed", False, "differs after the restore: line 2: '(none)' -> 'image v2'")]
+    got = res["restore"]["checks"]["snapshot"][2]
+    assert (got["rc_before"], got["rc_after"], got["output"]) == (0, 0, "image v1\nimage v2\n")
+    assert (out / "steps" / "07-restore" / "snapshot-rollback.log").read_text() == "image v1\nimage v2\n"
+
+
+@pytest.mark.timeout(120)
+def test_a_snapshot_command_that_fails_aborts_the_window_before_anything_is_taken_down(tmp_path):
+    text = FULL.read_text().replace("{name = \"gpu\", cmd = \"echo 'GPU 0", "{name = \"gpu\", cmd = \"exit 5; echo '")
+    f = _window_copy(tmp_path, text)
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    assert r["aborted"] == {"reason": "snapshot", "message": "command gpu failed (rc 5): nothing was taken down"}
+    assert [(s["name"], s["status"]) for s in r["steps"]] == [
+        *((n, "deferred") for n, _k in STEPS[:-1]), ("restore", "measured")]
+    assert [(c["name"], c["rc"]) for c in _json(out / "snapshot.json")["commands"]] == [
+        ("router", 0), ("monitoring", 0), ("gpu", 5), ("rollback", 0), ("configuration", 0)]
+    # the restore compares what was frozen: the gpu command fails the same way, so it reads the same
+    assert [(c["metric"], c["value"]) for c in r["cells"] if c["metric"].startswith("snapshot.")] == [
+        ("snapshot.router", True), ("snapshot.monitoring", True), ("snapshot.gpu", True),
+        ("snapshot.rollback", True), ("snapshot.configuration", True)]
+
+
+@pytest.mark.timeout(120)
+def test_the_correctness_gate_fails_an_ab_whose_arms_answer_differently(tmp_path):
+    text = FULL.read_text()
+    # the window cut to its quiesce, the trace A/B and the restore (quick); the "on" arm answers
+    # 4 tokens where the baseline answers 8
+    text = text[:text.index("# R3: take the incumbent")] + text[text.index("# R7: the trace"):]
+    text = text.replace('compare = [["A/replay", "B/replay"]]', "")
+    text = text.replace("when = ['step_ok = \"A\"', 'step_ok = \"B\"']", 'when = "previous_step_ok"')
+    text = text.replace('cmd = "sim:prefill_scale=1.1"', 'cmd = "sim:output_tokens=4"')
+    f = _window_copy(tmp_path, text)
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    first = ("body 0 (sha256 " + load_workload(AB).bodies[0].sha256[:12] + "), arm on, block 01-on, c1: "
+             "4 content deltas, arm off's 8")
+    assert [(s["name"], s["status"], s.get("reason")) for s in r["steps"]] == [
+        ("quiesce", "measured", None), ("trace", "failed", f"correctness: {first}"), ("restore", "measured", None)]
+    # 24 answers checked; the 3 "on" blocks' 4 answers each differ
+    res = {s["name"]: s for s in r["steps"]}
+    assert res["trace"]["checks"]["correctness"] == {"mode": "exact", "ok": False, "checked": 24, "failures": 12,
+                                                      "first": first}
+    cells = {c["metric"]: c for c in r["cells"] if c["step"] == "trace"}
+    assert cells["correctness"] == {"step": "trace", "metric": "correctness", "status": "failed", "value": False,
+                                    "reason": first}
+    assert cells["verdict"]["status"] == "failed"  # the timings never stand alone
 
 
 @pytest.mark.timeout(180)
@@ -101,12 +338,12 @@ def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_chec
     assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
     r = _json(out / "result.json")
     res = {s["name"]: s for s in r["steps"]}
-    assert r["step_counts"] == {"measured": 3, "failed": 3, "deferred": 0, "aborted": 0, "skipped": 1}
+    assert r["step_counts"] == {"measured": 5, "failed": 3, "deferred": 0, "aborted": 0, "skipped": 1}
     assert (res["gate"]["status"], res["gate"]["reason"]) == ("failed", "quiesce command failed (rc 3)")
     assert (res["control"]["status"], res["control"]["reason"]) == ("skipped", "condition false: previous_step_ok")
     assert res["control"]["condition"] == {"when": ["previous_step_ok"], "holds": False, "false": ["previous_step_ok"],
                                            "seen": {"previous_step": "gate", "previous_status": "failed"}}
-    assert res["control"]["run_dir"] is None and not (out / "steps" / "04-control" / "plan.json").exists()
+    assert res["control"]["run_dir"] is None and not (out / "steps" / "06-control" / "plan.json").exists()
     # issue 42 item 4: a skipped step's cells read skipped with the condition (were "failed")
     ctl_cells = {(c["status"], c["reason"]) for c in r["cells"] if c["step"] == "control"}
     assert ctl_cells == {("skipped", "condition false: previous_step_ok")}
@@ -115,7 +352,7 @@ def test_a_false_condition_skips_a_changed_workload_is_refused_and_a_failed_chec
     assert (res["trace"]["status"], res["trace"]["reason"]) == (
         "failed", f"fixed_bytes: the workload {(wl_dir / 'window-ab-1024').resolve()} changed since the freeze "
                   f"(sha256 {frozen[:12]} frozen, {now[:12]} now); the step sends nothing")
-    assert not (out / "steps" / "05-trace" / "ab.json").exists() and res["trace"]["started"] is None
+    assert not (out / "steps" / "07-trace" / "ab.json").exists() and res["trace"]["started"] is None
     assert (res["restore"]["status"], res["restore"]["reason"]) == (
         "failed", "restore check containment failed (rc 4): candidate still loaded")
     cells = {c["metric"]: c for c in r["cells"] if c["step"] == "restore"}
@@ -145,7 +382,7 @@ def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_not
     main_wl, ab_wl = load_workload(MAIN), load_workload(AB)
     py = __import__("sys").executable
     want = [
-        "gates: body max_tokens = 2048, temperature = 1, top_p = 0.95, reasoning_effort = 'max' (held by all 12 "
+        "gates: body max_tokens = 2048, temperature = 1, top_p = 0.95, reasoning_effort = 'max' (held by all 20 "
         "bodies: checked at the freeze); fixed_bytes on: each sending step re-reads its workload and is refused "
         "if its sha256 changed",
         "deadlines count from the end of step quiesce (quiesce, deadline_from = 'quiesce', once it is measured; "
@@ -153,28 +390,40 @@ def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_not
         "  no step starts, no request is sent after: end of quiesce + 4200 s",
         "  in-flight requests cancelled at: end of quiesce + 5400 - 1200 = 4200 s (hard_deadline - restore_reserve)",
         "  the restore must end by: end of quiesce + 5400 s (hard_deadline)",
+        "abort_if: host_rows_used>40, host_bytes>3.4e+10: checked at every counter read of a run, ab or sweep step; "
+        "one crossed stops new requests, the window aborts and the restore runs",
+        "  $ snapshot router (before the first step; compared after the restore): echo 'pool main: primary weight "
+        "100 (stands for: routerctl show primary)'  (timeout 30 s)",
+        f"  $ snapshot monitoring (before the first step; compared after the restore): {py} -c \"import "
+        "urllib.request as u; t = u.urlopen('http://127.0.0.1:{port}/metrics').read().decode(); print(*sorted("
+        "{l.split()[2] for l in t.splitlines() if l.startswith('# TYPE')}), sep=chr(10))\"  (timeout 30 s)",
+        "  $ snapshot gpu (before the first step; compared after the restore): echo 'GPU 0: model memory 141 GiB, ECC "
+        "on (stands for: nvidia-smi -q)'  (timeout 30 s)",
+        "  $ snapshot rollback (before the first step; compared after the restore): echo 'incumbent image "
+        "kvreplay-sim (stands for: the rollback artefact digest)'  (timeout 30 s)",
+        f"  $ snapshot configuration (before the first step; compared after the restore): {py} -c \"import "
+        "urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/version').read().decode())\"  (timeout 30 s)",
         "step 00 quiesce (quiesce)",
         "  when: always",
         "  $ quiesce: echo 'primary quiesced (stands for: routerctl drain primary)'",
-        "step 01 candidate (incarnation)",
-        "  when: always",
-        "  $ simulator: a new embedded simulator: [server.sim] {'cache': 'radix', 'time_scale': 0.001, "
-        "'output_tokens': 8} + step sim {}",
-        "step 02 main (run)",
-        "  when: always",
-        f"  workload: {MAIN} (8 bodies, sha256 {main_wl.sha256})",
-        "step 03 control (run)",
+        *(line for inc, run in (("A0", "A"), ("B0", "B")) for line in (
+            f"step {STEP_NO[inc]:02d} {inc} (incarnation)",
+            "  when: always",
+            f"  $ simulator: a new embedded simulator: [server.sim] {SIM} + step sim {{}}",
+            f"step {STEP_NO[run]:02d} {run} (run)",
+            "  when: always",
+            f"  workload: {MAIN} (16 bodies, sha256 {main_wl.sha256})")),
+        "step 05 control (run)",
         "  when: time_left > \"15m\" and previous_step_ok (evaluated just before it; false: skipped)",
-        f"  workload: {MAIN} (8 bodies, sha256 {main_wl.sha256})",
-        "step 04 trace (ab)",
-        "  when: step_ok = \"main\" (evaluated just before it; false: skipped)",
+        f"  workload: {MAIN} (16 bodies, sha256 {main_wl.sha256})",
+        "step 06 trace (ab)",
+        "  when: step_ok = \"A\" and step_ok = \"B\" (evaluated just before it; false: skipped)",
         f"  workload (its own): {AB} (4 bodies, sha256 {ab_wl.sha256})",
         "  $ arm off: sim:",
         "  $ arm on: sim:prefill_scale=1.1",
-        "step 05 restore (restore)",
+        "step 07 restore (restore)",
         "  when: always (a restore always runs)",
-        "  $ simulator: the incumbent simulator started again: [server.sim] {'cache': 'radix', 'time_scale': 0.001, "
-        "'output_tokens': 8}",
+        f"  $ simulator: the incumbent simulator started again: [server.sim] {SIM}",
         f"  $ check containment: test ! -e {kept.resolve()}/candidate.loaded && echo 'candidate unloaded'  "
         "(timeout 30 s)",
         f"  $ check monitoring: {py} -c \"import urllib.request as u; print(len(u.urlopen("
@@ -184,6 +433,17 @@ def test_dry_run_prints_every_step_condition_workload_and_command_and_writes_not
         f"  $ check preflight_routed: {py} -c \"import urllib.request as u; print(u.urlopen("
         "'http://127.0.0.1:{port}/v1/models').status, 'via the router')\"  (timeout 30 s)",
         "  $ check readmission: echo 'primary readmitted to the router'  (timeout 30 s)",
+        "  $ snapshot router (compared): echo 'pool main: primary weight 100 (stands for: routerctl show primary)'  "
+        "(timeout 30 s)",
+        f"  $ snapshot monitoring (compared): {py} -c \"import urllib.request as u; t = u.urlopen("
+        "'http://127.0.0.1:{port}/metrics').read().decode(); print(*sorted({l.split()[2] for l in t.splitlines() "
+        "if l.startswith('# TYPE')}), sep=chr(10))\"  (timeout 30 s)",
+        "  $ snapshot gpu (compared): echo 'GPU 0: model memory 141 GiB, ECC on (stands for: nvidia-smi -q)'  "
+        "(timeout 30 s)",
+        "  $ snapshot rollback (compared): echo 'incumbent image kvreplay-sim (stands for: the rollback artefact "
+        "digest)'  (timeout 30 s)",
+        f"  $ snapshot configuration (compared): {py} -c \"import urllib.request as u; print(u.urlopen("
+        "'http://127.0.0.1:{port}/version').read().decode())\"  (timeout 30 s)",
         f"experiment.json: not written (--dry-run writes nothing; it would be {kept / 'experiment.json'})",
     ]
     start = printed.index(want[0])

@@ -99,6 +99,9 @@ class ServerSpec:
     restore_checks: tuple[RestoreCheck, ...] = ()
     replicas: tuple[Any, ...] = ()
     """``[fleet]``: the replicas behind the ``target`` router (``runner.fleet.Replica``); empty: one server."""
+    snapshot: tuple[RestoreCheck, ...] = ()
+    """``[snapshot] commands``: outputs frozen before the first step, compared after the restore
+    (``experiments.snapshot``)."""
 
     @property
     def is_sim(self) -> bool:
@@ -125,6 +128,7 @@ class ServerSpec:
             **({"stop_grace_s": self.stop_grace_s} if self.stop_grace_s != STOP_GRACE_S else {}),
             **({"restore_checks": [c.to_json() for c in self.restore_checks]} if self.restore_checks else {}),
             **({"fleet": {"replicas": [r.to_json() for r in self.replicas]}} if self.replicas else {}),
+            **({"snapshot": [c.to_json() for c in self.snapshot]} if self.snapshot else {}),
         }
 
 

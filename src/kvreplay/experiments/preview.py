@@ -6,7 +6,8 @@ Below the schedule lines (``commands.experiment``), ``preview`` prints:
   body already holds them (the freeze asserted it);
 - the deadline arithmetic: what the deadlines count from (``[window] deadline_from``), when
   no new step starts, when in-flight requests are cancelled (``hard_deadline -
-  restore_reserve``) and when the restore must be done;
+  restore_reserve``) and when the restore must be done; the ``abort_if`` bounds, if any;
+- the ``[snapshot]`` commands run before the first step (``experiments.snapshot``);
 - per step: its condition (``when``), the workload it sends (path, bodies, sha256) and the
   exact lifecycle commands it will run (each kind's ``commands`` hook; ``{dir}``,
   ``{here}``, ``{python}``, ``{kvreplay}`` filled in; ``{port}`` is chosen when the window
@@ -72,7 +73,13 @@ def preview(doc: dict[str, Any], exp: Any, out: Path) -> str:
     else:
         lines.append("gates: none")
     lines += deadline_lines(doc["window"], doc["steps"])
+    if bounds := doc["window"].get("abort_if"):
+        lines.append(f"abort_if: {', '.join(bounds)}: checked at every counter read of a run, ab or sweep step; one "
+                     "crossed stops new requests, the window aborts and the restore runs")
     server = doc.get("server") or {}
+    for c in server.get("snapshot") or []:  # [snapshot] (experiments.snapshot)
+        lines.append(f"  $ snapshot {c['name']} (before the first step; compared after the restore): "
+                     f"{expand(c['cmd'], port=None, out_dir=out, here=here)}  (timeout {c['timeout_s']:g} s)")
     if fleet := server.get("fleet"):  # [fleet]: requests to the router, counters from every replica
         reps = ", ".join(r["url"] + "".join(f" {k}={r[k]}" for k in ("backend", "profile") if r.get(k))
                          for r in fleet["replicas"])

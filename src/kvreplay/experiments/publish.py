@@ -157,10 +157,14 @@ def stop_outcomes(steps: list[dict[str, Any]], final: list[dict[str, Any]] | Non
 
 
 _CELL_COMMON = {"hit_tokens": ("hit_tokens", "lookups", "query_tokens"),
-                "host_fetched_tokens": ("host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens")}
+                "host_fetched_tokens": ("host_fetched_tokens", "host_lookups", "host_hits", "host_reused_tokens"),
+                "host_lookups": ("host_lookups",), "host_hits": ("host_hits", "host_lookups"),
+                "host_reused_tokens": ("host_reused_tokens", "host_lookups")}
 """A run step's counter cell -> the common names its value or its absence rests on."""
 
-_CELL_FAMILY = {"hit_tokens": ("device", DEVICE_KEYS), "host_fetched_tokens": ("host", HOST_KEYS)}
+_CELL_FAMILY = {"hit_tokens": ("device", DEVICE_KEYS), "host_fetched_tokens": ("host", HOST_KEYS),
+                "host_lookups": ("host", ("host_lookups",)), "host_hits": ("host", ("host_hits",)),
+                "host_reused_tokens": ("host", ("host_reused_tokens",))}
 """A run step's counter cell -> its tier and the restore counters (most preferred first) it needs."""
 
 

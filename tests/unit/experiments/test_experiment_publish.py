@@ -104,7 +104,9 @@ def test_a_phase_cut_short_is_flagged_skipped_and_refused(tmp_path):
             if s == "B" and m.startswith("replay.")] == [
         ("replay.requests_ok", "aborted", 9, why), ("replay.ttft_p50_ms", "aborted", 0.822, why),
         ("replay.e2e_p50_ms", "aborted", 25.871, why), ("replay.cached_tokens", "aborted", 9000, why),
-        ("replay.hit_tokens", "aborted", None, why), ("replay.host_fetched_tokens", "aborted", None, why)]
+        ("replay.hit_tokens", "aborted", None, why), ("replay.host_fetched_tokens", "aborted", None, why),
+            ("replay.host_lookups", "aborted", None, why), ("replay.host_hits", "aborted", None, why),
+            ("replay.host_reused_tokens", "aborted", None, why)]
     # the complete phase before it is measured
     assert cells[("B", "prime.requests_ok")]["status"] == "measured"
     # the finding does not rest on B/replay: it names it as cut short
@@ -203,7 +205,9 @@ def test_compare_refuses_a_side_not_run_or_at_another_time_scale(tmp_path):
     assert [(c["metric"], c["status"], c["value"]) for c in r["cells"] if c["step"] == "B"] == [
         ("replay.requests_ok", "deferred", None), ("replay.ttft_p50_ms", "deferred", None),
         ("replay.e2e_p50_ms", "deferred", None), ("replay.cached_tokens", "deferred", None),
-        ("replay.hit_tokens", "deferred", None), ("replay.host_fetched_tokens", "deferred", None)]
+        ("replay.hit_tokens", "deferred", None), ("replay.host_fetched_tokens", "deferred", None),
+        ("replay.host_lookups", "deferred", None), ("replay.host_hits", "deferred", None),
+        ("replay.host_reused_tokens", "deferred", None)]
     assert r["time"]["latency"] == (
         "model ms at simulator time scale 0.01 (measured / 0.01; the client's own overhead is divided too): "
         "steps A, B; model ms at simulator time scale 0.02 (measured / 0.02; the client's own overhead is "

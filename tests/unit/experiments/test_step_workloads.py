@@ -31,7 +31,7 @@ def test_the_step_workload_is_frozen_with_its_hash_and_plan(tmp_path):
     main, ab = load_workload(MAIN), load_workload(AB)
     assert "workload" not in a
     assert b["workload"] == {"path": str(AB), "n_bodies": 4, "sha256": ab.sha256}
-    assert frozen.doc["workload"] == {"path": str(MAIN), "n_bodies": 8, "sha256": main.sha256}
+    assert frozen.doc["workload"] == {"path": str(MAIN), "n_bodies": 16, "sha256": main.sha256}
     assert b["plan_sha256"] == build_plan(ab, [parse_phase("b:forward:c1")]).sha256
     assert a["plan_sha256"] == build_plan(main, [parse_phase("a:forward:c1")]).sha256
     assert len(frozen.plans["B"].phases[0].sequence) == 4

@@ -4,7 +4,9 @@ TOML keys: ``arms`` (two ``{name, cmd}``, baseline first; ``cmd`` starts the arm
 server, ``{port}`` etc. expanded by ``experiments.lifecycle.expand``), ``reps``
 (3), ``phases`` (concurrencies, ``"c1,c4"``), ``order`` (forward), ``select`` (all),
 ``primary``/``protected`` (``METRIC:±X%`` thresholds), ``seed`` (0), ``ready_timeout``
-(60 s), ``cmd_timeout`` (120 s), ``drain_timeout`` (10 s).
+(60 s), ``cmd_timeout`` (120 s), ``drain_timeout`` (10 s), ``correctness`` (``"valid"`` or
+``"exact"``: the arms' outputs compared after the A/B, ``experiments.ab.correctness``; a
+failure makes the step ``failed`` and is its ``correctness`` cell).
 
 Frozen: the block plan (``plan``, ``plan_sha256``), the block order (``ab_order``: A B,
 B A, ...) and the settings (``ab``). Run: ``experiments.ab.arms.run_ab`` (with a ``[fleet]``,
@@ -62,6 +64,13 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
             raise ConfigError(f"{role} is a list of METRIC:±X% strings", path=path, line=line, field=f"{fld}.{role}")
         out[role] = list(v)
     out["seed"] = rest.get("seed", 0)
+    if "correctness" in rest:  # the outputs gate (experiments.ab.correctness)
+        from kvreplay.experiments.ab.correctness import MODES
+
+        if rest["correctness"] not in MODES:
+            raise ConfigError(f"correctness is one of {', '.join(map(repr, MODES))}", path=path, line=line,
+                              field=f"{fld}.correctness")
+        out["correctness"] = rest["correctness"]
     for key, default in (("ready_timeout", 60.0), ("cmd_timeout", 120.0), ("drain_timeout", 10.0)):
         out[f"{key}_s"] = where.duration(rest.get(key, default), key)
     return out
@@ -121,6 +130,15 @@ async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
             w.abort("ab_stopped", f"step {st.name}: {stopped}")
     else:
         res.status = "measured"
+    if s.get("correctness") and res.status == "measured":
+        from kvreplay.experiments.ab.correctness import check_outputs
+
+        gate = res.checks["correctness"] = check_outputs(w.out / st.dir, result["ab"].get("blocks") or [],
+                                                         s["arms"][0]["name"], s["correctness"])
+        w.say(f"  {st.name}: correctness ({gate['mode']}): " + (
+            f"{gate['checked']} outputs agree" if gate["ok"] else f"{gate['failures']} failed: {gate['first']}"))
+        if not gate["ok"]:
+            res.status, res.reason = "failed", f"correctness: {gate['first']}"
 
 
 def _runs_commands(step: StepSpec) -> bool:
@@ -166,6 +184,10 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
     for e in f["evidence"]:
         out.append({"step": name, "metric": e["cell"].split("/", 1)[1], "status": status,
                     "value": e["value"], "reason": e["decision"]})
+    gate = (st.get("checks") or {}).get("correctness")
+    if gate is not None:  # the outputs gate: its own cell, beside the timings
+        out.append({"step": name, "metric": "correctness", "status": "measured" if gate["ok"] else "failed",
+                    "value": gate["ok"], "reason": None if gate["ok"] else gate["first"]})
     if ctx.root is not None and st.get("run_dir"):  # arms that ran fleets: per replica and routing loss
         from kvreplay.experiments.ab.fleet import fleet_cells
 
@@ -209,7 +231,7 @@ def _schedule(fs: dict[str, Any]) -> str:
 KIND = StepKind(
     name="ab",
     keys=frozenset({"arms", "reps", "phases", "order", "select", "primary", "protected", "seed",
-                    "ready_timeout", "cmd_timeout", "drain_timeout"}),
+                    "ready_timeout", "cmd_timeout", "drain_timeout", "correctness"}),
     parse=_parse,
     execute=_execute,
     sends=True,

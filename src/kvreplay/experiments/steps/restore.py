@@ -18,6 +18,11 @@ embedded simulator, which ends with the window) and never stops the
 incumbent: ``checks.server_restored`` is true, the window leaves it running and names it in
 ``left_running`` ("...; check NAME failed (...); left running for a person to decide"). What
 a check leaves in its process group after it exits is stopped (``experiments.ledger``).
+
+``[snapshot] commands`` (``experiments.snapshot``) run again after the checks and are
+compared with their outputs frozen in ``snapshot.json`` before the first step: one cell
+``snapshot.NAME`` each (value true when the same), and a difference makes an otherwise
+measured restore ``failed`` (``snapshot NAME differs after the restore``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,35 @@ def _check(step: StepSpec, server: ServerSpec, where: Where) -> None:
 
 async def _execute(w: Window, st: StepSpec, res: StepResult) -> None:
     await _restore(w, st, res)
+    await _checks(w, st, res)
+    if w.exp.server.snapshot:
+        await _compare_snapshot(w, st, res)
+
+
+async def _compare_snapshot(w: Window, st: StepSpec, res: StepResult) -> None:
+    """``[snapshot]``: each command run again and compared with ``snapshot.json`` (``experiments.snapshot``)."""
+    import json
+
+    from kvreplay.experiments.snapshot import compare, run_snapshot
+
+    try:
+        frozen = json.loads((w.out / "snapshot.json").read_text(encoding="utf-8")).get("commands")
+    except (OSError, ValueError):
+        frozen = None
+    if frozen is None:  # the window aborted before the snapshot was taken: nothing to compare with
+        res.checks["snapshot"] = None
+        return
+    now = await run_snapshot(w.exp.server.snapshot, expand=w.server.expand, log_dir=w.out / st.dir,
+                             left_s=w.left(w.window.hard_deadline_s), ledger=w.server.ledger, port=w.server.port)
+    got = res.checks["snapshot"] = compare(frozen, now)
+    for g in got:
+        w.say(f"step {st.name}: snapshot {g['name']}: " + ("the same" if g["same"] else f"differs ({g['difference']})"))
+    bad = [g for g in got if not g["same"]]
+    if bad and res.status == "measured":
+        res.status, res.reason = "failed", f"snapshot {bad[0]['name']} differs after the restore"
+
+
+async def _checks(w: Window, st: StepSpec, res: StepResult) -> None:
     checks = w.exp.server.restore_checks
     if not checks:
         return
@@ -75,7 +109,9 @@ def _commands(fs: dict[str, Any], server: dict[str, Any]) -> list[tuple[str, str
     else:
         out = replace_commands(server, "restore")
     return out + [(f"check {c['name']}", f"{c['cmd']}  (timeout {c['timeout_s']:g} s)")
-                  for c in server.get("restore_checks") or []]
+                  for c in server.get("restore_checks") or []] + [
+        (f"snapshot {c['name']} (compared)", f"{c['cmd']}  (timeout {c['timeout_s']:g} s)")
+        for c in server.get("snapshot") or []]
 
 
 _identity_cell = check_cells("identity_restored")
@@ -84,7 +120,8 @@ _identity_cell = check_cells("identity_restored")
 def _cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) -> list[dict[str, Any]]:
     """``identity_restored``, then one ``restore_check.NAME`` cell per check run."""
     out = _identity_cell(step, frozen_step, ctx)
-    if out and step.get("status") == "failed" and (step.get("reason") or "").startswith("restore check "):
+    if out and step.get("status") == "failed" and (step.get("reason") or "").startswith(("restore check ",
+                                                                                          "snapshot ")):
         out[0] = {**out[0], "status": "measured", "value": True, "reason": None}  # the identity came back
     for g in (step.get("checks") or {}).get("restore_checks") or []:
         out.append({"step": step["name"], "metric": f"restore_check.{g['name']}",
@@ -92,6 +129,10 @@ def _cells(step: dict[str, Any], frozen_step: dict[str, Any], ctx: CellContext) 
                     "reason": None if g.get("ok") else (
                         f"timed out after {g.get('wall_s')} s" if g.get("timed_out") else
                         f"rc {g.get('rc')}: " + ((g.get("output") or "").strip().splitlines() or [""])[-1][:200])})
+    for g in (step.get("checks") or {}).get("snapshot") or []:
+        out.append({"step": step["name"], "metric": f"snapshot.{g['name']}",
+                    "status": "measured" if g.get("same") else "failed", "value": bool(g.get("same")),
+                    "reason": None if g.get("same") else f"differs after the restore: {g.get('difference')}"})
     return out
 
 

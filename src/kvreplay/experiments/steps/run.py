@@ -15,8 +15,9 @@ replica's adapter (``backends.fleet``), records naming their replica, ``phases[]
 Frozen: the exact plan (``plan``, ``plan_sha256``) and ``drain_timeout_s``. Run: the
 runner against the current incarnation, under the window's deadlines and abort rules;
 identity drift against the incarnation or pins that no longer hold abort the window.
-Cells per phase: requests, TTFT/E2E p50, cached tokens, device hit tokens and host
-restores (``experiments.findings``: repeats only, absent tiers are absent).
+Cells per phase: requests, TTFT/E2E p50, cached tokens, device hit tokens and the host
+tier's fetched tokens, lookups, hits and reused tokens (``HOST_CELLS``;
+``experiments.findings``: repeats only, absent tiers are absent).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from kvreplay.experiments.steps.base import COMMON_KEYS, CellContext, StepKind, 
 from kvreplay.plan import PhaseSpec, Plan, build_plan, parse_phase
 from kvreplay.workload import Workload
 
-__all__ = ["KIND", "judge_run"]
+__all__ = ["HOST_CELLS", "KIND", "judge_run"]
 
 
 def _phase_label(text: str | None) -> str | None:
@@ -209,6 +210,13 @@ def judge_run(w: Window, res: StepResult, summary: dict[str, Any]) -> None:
         res.status = "measured"
 
 
+HOST_CELLS = (("hit_tokens", "device"), ("host_fetched_tokens", "host"), ("host_lookups", "host"),
+              ("host_hits", "host"), ("host_reused_tokens", "host"))
+"""``(counter cell, its tier)`` of each phase: device hit tokens, then the host tier's fetched tokens,
+lookups, hits (lookups that found a checkpoint) and reused tokens (prompt tokens a checkpoint
+covered), summed over the phase's repeats (``experiments.findings``)."""
+
+
 def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dict[str, Any]]:
     """Per phase: requests, TTFT/E2E p50 (``model_ms`` beside at a time scale), cached, hit and host tokens.
 
@@ -246,7 +254,7 @@ def _cells(st: dict[str, Any], fs: dict[str, Any], ctx: CellContext) -> list[dic
                 c["model_ms"] = model_ms(c["value"], v.scale)
             out.append(c)
         ve = view_evidence(v)
-        for key, t in (("hit_tokens", "device"), ("host_fetched_tokens", "host")):
+        for key, t in HOST_CELLS:
             if pst not in ("measured", "aborted"):
                 # nothing behind it: the phase's own status and reason, before any tier rule
                 out.append({"step": name, "metric": f"{v.phase}.{key}", "status": pst, "value": None, "reason": pre})

@@ -314,8 +314,12 @@ class WindowRun:
                                   "ended": None, "how": "running", "steps": [], "stopped": []})
             if not self.resumed:
                 self.unread = await self._unread()
+                from kvreplay.experiments.snapshot import freeze_before
+
+                cmds = await freeze_before(self)  # [snapshot]: before anything is taken down
                 atomic_write_json(self.out / "snapshot.json", {"identity": ident, "note": self.snapshot_note,
-                                                               "unread_series": self.unread})
+                                                               "unread_series": self.unread,
+                                                               **({"commands": cmds} if cmds is not None else {})})
                 if self.unread:
                     self.say(f"warning: {self.unread['message']}")
             self._progress()
@@ -390,7 +394,8 @@ class WindowRun:
                 how = (f"timed out after {bad.get('wall_s')} s" if bad.get("timed_out")
                        else f"rc {bad.get('rc')}") + (f": {said}" if said else "")
                 by = (f"the incumbent restored by step {rs.name}; check {bad.get('name')} failed ({how}); "
-                      "left running for a person to decide")
+                      "left running for a person to decide") if bad else (
+                    f"the incumbent restored by step {rs.name}; {rs.reason}; left running for a person to decide")
             elif rs is not None:
                 by = f"a server this window started (restore step {rs.name} {rs.status}: it may not be the incumbent)"
             else:

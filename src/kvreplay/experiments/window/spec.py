@@ -45,6 +45,9 @@ An experiment file declares a whole diagnosis window (``kvreplay experiment FILE
     ``"previous_step_ok"``, ``'step_ok = "A"'``, or a list of them), and a sending step its own
     ``workload`` (relative to this file; frozen and hashed into experiment.json's step entry).
     [gates]  body = {max_tokens = 2048, temperature = 1}; fixed_bytes = true   (``experiments.gates``)
+    [snapshot] commands = [{name = "router", cmd = "routerctl show primary", timeout = "30s"}]
+             outputs frozen in snapshot.json before the first step, compared after the restore
+             (``experiments.snapshot``)
     [fleet]  replicas = ["http://...:8001", {url = "http://...:8002", backend = "llamacpp"}]
              the target is a router (``runner.fleet``, as a plan's ``[fleet]``; ``_fleet``): run
              and ab steps read every replica as ``kvreplay run --replica`` does; no probe step
@@ -227,11 +230,11 @@ def _fleet(data: Any, server: ServerSpec, raw_server: Any, text: str, path: Path
     return replace(server, target=target, replicas=replicas)
 
 
-def _restore_checks(raw: Any, *, path: Path, line: int | None) -> tuple[RestoreCheck, ...]:
-    """``[server.restore] checks = [{name, cmd, timeout}]`` (``timeout`` default 60 s)."""
+def _restore_checks(raw: Any, *, path: Path, line: int | None,
+                    fld: str = "server.restore.checks") -> tuple[RestoreCheck, ...]:
+    """``[server.restore] checks = [{name, cmd, timeout}]`` (``timeout`` default 60 s); also ``[snapshot] commands``."""
     if raw is None:
         return ()
-    fld = "server.restore.checks"
     if not isinstance(raw, list):
         raise ConfigError("checks is a list of {name = ..., cmd = ..., timeout = ...}", path=path, line=line,
                           field=fld)
@@ -252,6 +255,21 @@ def _restore_checks(raw: Any, *, path: Path, line: int | None) -> tuple[RestoreC
         out.append(RestoreCheck(name, c["cmd"], parse_duration(c.get("timeout", 60), path=path, line=line,
                                                                fld=f"{fld}[{i}].timeout")))
     return tuple(out)
+
+
+def _snapshot(data: Any, text: str, path: Path) -> tuple[RestoreCheck, ...]:
+    """``[snapshot] commands = [{name, cmd, timeout}]`` (``experiments.snapshot``)."""
+    line = _line_of(text, r"\[snapshot\]")
+    if not isinstance(data, dict):
+        raise ConfigError("must be a table", path=path, line=line, field="snapshot")
+    unknown = sorted(set(data) - {"commands"})
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r}", path=path, line=line, field=f"snapshot.{unknown[0]}")
+    out = _restore_checks(data.get("commands"), path=path, line=line, fld="snapshot.commands")
+    if not out:
+        raise ConfigError("needs commands = [{name = ..., cmd = ...}, ...]", path=path, line=line,
+                          field="snapshot.commands")
+    return out
 
 
 def _window(data: Any, text: str, path: Path) -> WindowSpec:
@@ -368,11 +386,15 @@ def load_experiment(path: str | Path, text: str | None = None) -> ExperimentSpec
         register_urls_in(text)  # every URL in the file (targets, commands, checks): in no output
     except ValueError as exc:
         raise ConfigError(f"credentials in a URL: {exc}", path=p) from None
-    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates", "fleet"})
+    unknown = sorted(set(data) - {"workload", "server", "window", "step", "compare", "gates", "fleet", "snapshot"})
     if unknown:
         raise ConfigError(f"unknown key {unknown[0]!r}", path=p, line=_line_of(text, rf"\[?{unknown[0]}\b"),
                           field=unknown[0])
     server = _server(data.get("server"), text, p)
+    if "snapshot" in data:  # [snapshot] commands (experiments.snapshot)
+        from dataclasses import replace
+
+        server = replace(server, snapshot=_snapshot(data["snapshot"], text, p))
     if "fleet" in data:
         server = _fleet(data["fleet"], server, data.get("server"), text, p)
     window = _window(data.get("window"), text, p)
