@@ -285,3 +285,38 @@ def test_a_router_that_does_not_answer_is_not_reached(tmp_path, replicas):
     assert [(r["status"], r["replica"], r["replica_reason"]) for r in sent] == [("connect", None, "not_reached")] * 3
     fleet = json.loads((tmp_path / "r" / "summary.json").read_text())["phases"][0]["fleet"]
     assert fleet["unattributed"]["reasons"] == {"not_reached": 3}
+
+
+def test_a_reset_phase_in_a_fleet_run_is_invalid_and_names_the_replica(tmp_path, replicas):
+    """Without --abort-on-restart a replica's restart leaves the run going: the phase is invalid,
+    its delta a reset naming only the restarted replica, and every request still attributed.
+
+    By hand: the toy router sends position p to upstream p % 2 (u1, u2, u1, ...); ``restart@2``
+    restarts u2 before its second request, position 3, whose per-request read on u2 is then its
+    value since the restart (above 0: attributed to u2, never lost); u2's first request's counts
+    go with the restart."""
+    u1 = replicas[0]
+    faulty, u2 = _start([sys.executable, "-m", "kvreplay", "serve-sim", "--port", "0", "--time-scale", "0",
+                         "--output-tokens", "4", "--fault", "restart@2"])
+    proc, router = _router([u1, u2])
+    try:
+        rc = _run(tmp_path / "r", router, [u1, u2], "a:forward:c1:first6")
+    finally:
+        _stop(proc)
+        _stop(faulty)
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert (rc, s["aborted"]) == (0, None)
+    (ph,) = s["phases"]
+    assert (ph["sent"], ph["ok"], ph["valid"]) == (6, 6, False)
+    assert "server restarted during the phase (a counter went down)" in ph["invalid_reasons"]
+    d = ph["counter_delta"]
+    # u2 was fresh (0) at the phase's start and counts again from 0 after its restart: no counter
+    # went down over the phase, its start marker alone changed
+    assert (d["reset"], d["reset_names"]) == (True, [f"start_marker@{u2}"])
+    recs = [r for r in _records(tmp_path / "r") if r["sent"]]
+    assert [(r["position"], r["replica"]) for r in recs] == [(p, (u1, u2)[p % 2]) for p in range(6)]
+    reps = {e["url"]: e for e in ph["replicas"]}
+    assert (reps[u1]["requests"], reps[u2]["requests"], ph["fleet"]["requests"]) == (3, 3, 6)
+    assert reps[u2]["counter_delta"]["reset"] is True and "reset" not in reps[u1]["counter_delta"]
+    # u1 looked up 3 requests (positions 0, 2, 4); u2 counts only the 2 served after its restart (3, 5)
+    assert (reps[u1]["counter_delta"]["lookups"], reps[u2]["counter_delta"]["lookups"]) == (3, 2)

@@ -38,8 +38,10 @@ summary.json::
                  conversation phases only (records with ``session``/``turn``):
                  "sessions": n (sessions planned: records of turn 0),
                  "by_turn": [{"turn", "requests" (ok), "ttft_ms": {n, mean, p50, p90, p99, max},
-                              "cached_tokens", "prompt_tokens", "hit_rate" (cached / prompt, null
-                              without prompt tokens), "cached_unknown" (only when > 0)}],
+                              "cached_tokens" (of the answers that reported it), "prompt_tokens",
+                              "hit_rate" (cached / prompt, null without prompt tokens or when an
+                              answer did not report cached_tokens: absent is not zero),
+                              "cached_unknown" (only when > 0)}],
                  "history": {"mode": "live", "turns", "differs"} (live history only: records sent,
                              and those whose sent bytes differ from the retained ones),
                  "replicas": [...], "fleet": {...} (a fleet target only: metrics.fleet)}]}
@@ -428,5 +430,6 @@ class _TurnStats:
     def to_json(self, turn: int) -> dict[str, Any]:
         return {"turn": turn, "requests": self.requests, "ttft_ms": self.ttft.summary_ms(),
                 "cached_tokens": self.cached_tokens, "prompt_tokens": self.prompt_tokens,
-                "hit_rate": round(self.cached_tokens / self.prompt_tokens, 6) if self.prompt_tokens else None,
+                "hit_rate": (round(self.cached_tokens / self.prompt_tokens, 6)
+                             if self.prompt_tokens and not self.cached_unknown else None),
                 **({"cached_unknown": self.cached_unknown} if self.cached_unknown else {})}

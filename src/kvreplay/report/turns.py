@@ -1,7 +1,8 @@
 """Reuse by turn of a conversation run: the table and the plot of ``summary.json``'s ``phases[].by_turn``.
 
 One row per (phase, turn index): ok requests, TTFT p50 and p99, cached and prompt
-tokens and the hit rate (cached / prompt). The plot draws, per phase, the hit rate
+tokens and the hit rate (cached / prompt; absent when an answer of the turn did not
+report cached tokens, which are then a floor). The plot draws, per phase, the hit rate
 and the TTFT p50 against the turn index: the curve of reuse climbing with the turns
 of a conversation, or not. Runs without sessions get neither (``by_turn_table``
 returns None, ``by_turn_plots`` nothing).
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvreplay.report import plots  # matplotlib loads on the first drawing call
-from kvreplay.report.cells import Cell, measured, phase_gate
+from kvreplay.report.cells import Cell, absent, measured, phase_gate
 from kvreplay.report.figures import Plot
 from kvreplay.report.sections import Table
 from kvreplay.report.units import sim_time_scale
@@ -25,6 +26,14 @@ _COLUMNS = ["requests", "TTFT p50 (ms)", "TTFT p99 (ms)", "cached tokens", "prom
 
 def _phases(run: RunData) -> list[dict[str, Any]]:
     return [ph for ph in run.summary.get("phases") or [] if ph.get("by_turn")]
+
+
+def _cached_cells(row: dict[str, Any], unknown: int) -> list[Cell]:
+    """The cached-tokens cell: absent when no answer reported it, noted when some did not."""
+    if unknown and unknown >= row["requests"]:
+        return [absent("the server reported no usage.prompt_tokens_details.cached_tokens")]
+    note = f"{unknown} answers without cached_tokens" if unknown else None
+    return [measured(f"{row['cached_tokens']:,}", note)]
 
 
 def _ms(v: float | None, scale: float | None) -> Cell:
@@ -50,10 +59,12 @@ def by_turn_table(run: RunData) -> Table | None:
                 continue
             ttft = row.get("ttft_ms") or {}
             hit = row.get("hit_rate")
+            unknown = int(row.get("cached_unknown") or 0)
             t.rows.append((head, [
                 measured(str(row["requests"])), _ms(ttft.get("p50"), scale), _ms(ttft.get("p99"), scale),
-                measured(f"{row['cached_tokens']:,}"), measured(f"{row['prompt_tokens']:,}"),
-                measured(f"{hit:.3f}") if hit is not None else Cell("failed", "failed", "no prompt tokens"),
+                *_cached_cells(row, unknown), measured(f"{row['prompt_tokens']:,}"),
+                absent(f"{unknown} of {row['requests']} answers without cached_tokens") if unknown
+                else measured(f"{hit:.3f}") if hit is not None else Cell("failed", "failed", "no prompt tokens"),
             ]))
     return t
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rundirs_evidence import write_run
 
-from kvreplay.evidence.engine import delta_evidence, restored_on
+from kvreplay.evidence.engine import delta_evidence, figure_on, restored_on
 from kvreplay.experiments.findings import load_views, restore_findings
 from kvreplay.report.document import build
 from kvreplay.rundir import load_run
@@ -55,3 +55,19 @@ def test_findings_control_lacking_the_main_tier_with_zero_elsewhere_is_no_restor
         ("A/fwd", "host_fetched_tokens", 0.0, "forward replay"),
         ("B/rev", "host_fetched_tokens", 0.0, "reverse replay"),
         ("C/control", "hit_tokens", 0.0, "control")]
+
+
+def test_a_control_with_two_live_tiers_where_only_the_second_restored():
+    # Compared on the host tier; the control has none. Its live tiers, in order: device
+    # (lookups 2, hit_tokens 0) then usage (2 ok answers, cached_tokens 128). The first reads 0,
+    # the second 128: the control restored, read on usage, not on its first tier's 0.
+    ev = delta_evidence("control", DEVICE0, usage_cached=128, ok=2)
+    assert [(t.tier, t.key, t.value) for t in ev.tiers] == [
+        ("device", "hit_tokens", 0.0), ("usage", "usage cached_tokens", 128.0)]
+    t = figure_on(ev, "host")
+    assert (t.tier, t.key, t.value) == ("usage", "usage cached_tokens", 128.0)
+    assert restored_on(ev, "host") is True
+    assert ev.restored is True
+    # the same control with both tiers at 0 reads on its first tier, and restored nothing
+    ev0 = delta_evidence("control", DEVICE0, usage_cached=0, ok=2)
+    assert (figure_on(ev0, "host").tier, restored_on(ev0, "host"), ev0.restored) == ("device", False, False)

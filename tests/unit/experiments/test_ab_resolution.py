@@ -264,3 +264,19 @@ def test_compare_blocks_interval_is_the_95_percent_one_by_hand():
     assert m["ci_change_pct"] == [2.0, 8.0]
     assert m["change_pct"] == 5.0
     assert res["bootstrap"]["alpha"] == 0.05
+
+
+def test_arms_whose_medians_sit_on_either_side_of_a_histogram_step_are_read_at_the_smaller():
+    # baseline 1,000 µs (step 10 µs: 1%), candidate 999 µs (step 1 µs: 1/999 = 0.1001%); a 0.3%
+    # threshold needs a step finer than 0.15%: the smaller arm's (0.1001%) is, the larger's is not.
+    e = _entry([1.0] * 3, [0.999] * 3)
+    assert resolution_gate(e, 0.3, "ok", True) == ("ok", None)
+    # the same the other way round (the baseline below the step)
+    assert resolution_gate(_entry([0.999] * 3, [1.0] * 3), 0.3, "ok", True) == ("ok", None)
+    # 10,000 µs (step 100 µs: 1%) against 9,990 µs (step 10 µs: 0.1001%), threshold 1%: stands
+    assert resolution_gate(_entry([10.0] * 3, [9.99] * 3), 1.0, "ok", True) == ("ok", None)
+    # a 0.15% threshold: half is 0.075%, and even the finer step (0.1001%) is coarser
+    d, why = resolution_gate(e, 0.15, "ok", True)
+    assert d == "no decision"
+    assert why == ("below resolution: itl_p50 is 999 µs, where the histogram's step is 1 µs (0.1%), coarser "
+                   "than half the 0.15% threshold")

@@ -300,3 +300,31 @@ def test_block_phase_specs_of_the_ab_command_and_the_ab_step():
     assert err.value.field == "step[3].phases"
     with pytest.raises(ConfigError, match="no phases"):
         block_phase_specs(" , ", "forward")
+
+
+def test_checks_with_different_numbers_of_usable_pairs():
+    # 3 pairs, every phase ok. ttft usable in all 3; ITL n/a in pair 2 (baseline 0); cached
+    # tokens n/a in pairs 0 and 1 (baseline 0, candidate missing): n = 3, 2, 1.
+    prs = pairs_of([(100, 110), (100, 108), (100, 112)])
+    for i, itl in enumerate((2.02, 2.04)):
+        prs[i]["baseline"]["summary"]["phases"][0]["itl_ms"]["p50"] = 2.0
+        prs[i]["candidate"]["summary"]["phases"][0]["itl_ms"]["p50"] = itl
+    prs[2]["baseline"]["summary"]["phases"][0]["itl_ms"]["p50"] = 0.0
+    prs[0]["baseline"]["summary"]["phases"][0]["tokens"]["cached"] = 0
+    del prs[1]["candidate"]["summary"]["phases"][0]["tokens"]["cached"]
+    res = compare_blocks(prs, [T("ttft_p50:-5%"), T("itl_p50:+3%", "protected"),
+                               T("cached_tokens:+5%", "protected")], n_boot=2000)
+    m = res["metrics"]
+    assert [m[k]["n"] for k in ("c1.ttft_p50", "c1.itl_p50", "c1.cached_tokens")] == [3, 2, 1]
+    assert m["c1.itl_p50"]["cells"] == [1.01, 1.02, "n/a"]
+    assert m["c1.cached_tokens"]["cells"] == ["n/a", "n/a", 1.0]
+    # two ratios 1.01, 1.02: median 1.015 (+1.5%); every resample's median is one of 1.01, 1.015,
+    # 1.02 with chances 1/4, 1/2, 1/4, so the 2.5th and 97.5th percentiles are 1.01 and 1.02
+    assert m["c1.itl_p50"]["median_ratio"] == pytest.approx(1.015)
+    assert m["c1.itl_p50"]["ci_ratio"] == pytest.approx([1.01, 1.02])
+    assert [(c["metric"], c["n"], c["decision"]) for c in res["checks"]] == [
+        ("ttft_p50", 3, "regression"), ("itl_p50", 2, "ok"), ("cached_tokens", 1, "no decision")]
+    assert res["checks"][2]["reason"] == "1 usable pair(s); at least 2 are needed"
+    assert res["reasons"] == ["c1.cached_tokens: only 1 usable pair(s)"]
+    assert res["verdict"] == "regression"
+    assert res["reps"] == {"planned": 3, "measured": 3}

@@ -150,3 +150,19 @@ def test_entry_bytes_fit_leaves_out_legs_over_the_cap_from_cached_tokens():
     assert entry_bytes_fit(legs)["bytes_per_token"] != 10.0  # the near-cap leg bends the slope
     f = entry_bytes_fit(legs, over_tokens=400 + 26)
     assert (f["bytes_per_token"], f["cap_bytes"], f["capped_legs"], f["capped_from_tokens"]) == (10.0, 4000, 1, 430)
+
+
+def test_prefix_exactly_at_cmax_is_covered_and_cap_bound_edges_are_exact():
+    # Cmax 400 = cap 4000 B / 10 B per token: a 400-token prefix is covered (Cmax >= prefix,
+    # not >), one token more is not, and needs 401 x 10 = 4010 bytes in one entry.
+    v = {"cmax_tokens": 400, "cmax_cap_bound": True, "bytes_per_token": 10.0, "entries_per_request": 2}
+    at = target_prefix_statement(v, 400)
+    assert (at["covered"], at["entry_bytes_needed"]) == (True, 4000)
+    assert at["sentence"] == (
+        "Cmax 400 tokens covers the 400-token prefix: one entry holds it, so the entry size is"
+        " not the wall; the entry count is (2 x (k + 1) entries keep it through k foreign requests)."
+    )
+    over = target_prefix_statement(v, 401)
+    assert (over["covered"], over["entry_bytes_needed"]) == (False, 4010)
+    # cap-bound: within 1 % of 400 tokens, i.e. 396..404 inclusive; 395 and 405 are not
+    assert [cap_bound(c, 10.0, 4000) for c in (395, 396, 400, 404, 405)] == [False, True, True, True, False]

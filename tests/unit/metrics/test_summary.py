@@ -145,3 +145,17 @@ def test_the_schedule_note_blames_the_concurrency_cap_only_when_it_held_a_send_b
     st.cap_wait_max_ns = None
     assert st.to_json()["schedule"]["note"] == ("client could not keep schedule: sends up to 120.063 ms late; "
                                                 "see *_from_intended latencies")
+
+
+def test_by_turn_cached_unknown_is_absent_not_a_lower_hit_rate():
+    # turn 0: two answers, cached 10 + 30 of 200 prompt tokens: 0.2. turn 1: cached 60 on one answer,
+    # the other did not report it: cached_unknown 1, and no hit rate (60 / 200 = 0.3 would be a floor
+    # passed off as the figure). A failed request counts in neither turn.
+    st = PhaseStats("p", 1, 1, 5)
+    for pos, turn, cached, status in ((0, 0, 10, "ok"), (1, 0, 30, "ok"), (2, 1, 60, "ok"),
+                                      (3, 1, None, "ok"), (4, 1, 50, "timeout")):
+        st.add({**rec(pos, status=status, cached=cached), "session": pos % 2, "turn": turn})
+    rows = st.to_json()["by_turn"]
+    assert [(r["turn"], r["requests"], r["cached_tokens"], r["prompt_tokens"], r["hit_rate"], r.get("cached_unknown"))
+            for r in rows] == [(0, 2, 40, 200, 0.2, None), (1, 2, 60, 200, None, 1)]
+    assert "cached_unknown" not in rows[0]

@@ -268,3 +268,27 @@ def test_a_replica_header_name_with_cr_lf_is_refused():
         check_header_name("x: y")
     with pytest.raises(ConfigError, match="empty"):
         check_header_name("")
+
+
+def test_fleet_ok_total_is_the_replicas_ok_answers_merged_or_not():
+    # A: 2 ok + 1 error; B: 1 ok + 1 timeout; 1 ok answer names no replica. The fleet's ok is the
+    # sum over the replicas (module docstring): 2 + 1 = 3 of 5 requests (the unattributed one is
+    # in "unattributed", not in the fleet's totals); failed answers add no tokens.
+    recs = [_rec(A, 100, 10), _rec(A, 100, 20), _rec(A, 100, 0, status="error"),
+            _rec(B, 100, 30), _rec(B, 100, 0, status="timeout"), _rec(None, 50, 0, reason="unattributed")]
+    st = FleetStats([A, B])
+    for r in recs:
+        st.add(r)
+    out = st.to_json()
+    assert [(e["url"], e["requests"], e["ok"]) for e in out["replicas"]] == [(A, 3, 2), (B, 2, 1)]
+    assert (out["fleet"]["requests"], out["fleet"]["ok"]) == (5, 3)
+    assert out["fleet"]["tokens"] == {"prompt": 300, "cached": 60, "completion": 12}
+    # the same records over two workers merge to the same ok total
+    one, two, merged = FleetStats([A, B]), FleetStats([A, B]), FleetStats()
+    for i, r in enumerate(recs):
+        (one if i % 2 else two).add(r)
+    for p in (one.to_payload(), two.to_payload()):
+        merged.merge_payload(p)
+    m = merged.to_json()
+    assert [(e["url"], e["ok"]) for e in m["replicas"]] == [(A, 2), (B, 1)]
+    assert (m["fleet"]["requests"], m["fleet"]["ok"]) == (5, 3)
