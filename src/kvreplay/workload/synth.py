@@ -52,7 +52,7 @@ from kvreplay.errors import ConfigError
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_json
 from kvreplay.workload.sessions import Turn, sessions_path, write_sessions
 from kvreplay.workload.synth_corpus import Corpus, Histogram, Length, corpus
-from kvreplay.workload.tokenizer_client import Tokenizer
+from kvreplay.workload.tokenizer_client import Tokenizer, common_prefix_len
 
 __all__ = ["MANIFEST_SUFFIX", "SynthResult", "SynthSpec", "manifest_path", "synthesize", "write_synth"]
 
@@ -142,15 +142,6 @@ def manifest_path(out: str | Path) -> Path:
     return p.with_name((p.name[:-6] if p.name.endswith(".jsonl") else p.name) + MANIFEST_SUFFIX)
 
 
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 @dataclass
 class _Group:
     text: str
@@ -182,7 +173,7 @@ class _Builder:
 
     def _head(self) -> int:
         first, *rest = (self._render(None, p) for p in _PROBES)
-        return min(_lcp(first, r) for r in rest)
+        return min(common_prefix_len(first, r) for r in rest)
 
     def _source(self, word: int, tokens: int, lead: str) -> list[int]:
         """Ids of corpus text from ``word`` on (after ``lead``), at least ``tokens`` + 16 of them.
@@ -238,7 +229,7 @@ class _Builder:
             if self.chat:
                 def shared(t: str) -> list[int]:
                     first, *rest = (self._render(t, " " + probe) for probe in _PROBES)
-                    return first[: min(_lcp(first, r) for r in rest)]
+                    return first[: min(common_prefix_len(first, r) for r in rest)]
                 got = self._fit(shared, src, p, max(1, p - self.head))
             else:
                 got = self._fit(lambda t: self._render(None, t), src, p, max(1, p - self.head))
@@ -375,7 +366,7 @@ def synthesize(spec: SynthSpec, tok: Tokenizer) -> SynthResult:
                 own = _draw_isl(spec, rng) - p
                 hist, text, new_ids = b.later_turn(history, ids, prev_osl, own, len(bodies))
                 osl = spec.osl.draw(rng, 1)
-                shared = _lcp(ids, new_ids)
+                shared = common_prefix_len(ids, new_ids)
                 ids = new_ids
                 if spec.api == "chat":
                     history = [*hist, {"role": "user", "content": text}]

@@ -31,7 +31,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 from kvreplay.workload.synth_corpus import corpus
-from kvreplay.workload.tokenizer_client import Tokenizer
+from kvreplay.workload.tokenizer_client import Tokenizer, common_prefix_len
 
 __all__ = ["VOCAB_WORDS", "TokenBlocks"]
 
@@ -41,15 +41,6 @@ VOCAB_WORDS = 256
 _RUN = 64
 _CANDIDATE = re.compile(r"[a-z]{2,10}")
 _PROBES = ("Alpha", "Bravo")
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class TokenBlocks:
@@ -71,7 +62,7 @@ class TokenBlocks:
         self.chat = chat
         self.vocab = self._vocabulary()
         a, b = (self._ids(p) for p in _PROBES)
-        self.head = _lcp(a, b)
+        self.head = common_prefix_len(a, b)
         one = self._ids(" " + self.vocab[0])
         self.tail = len(one) - self.head - 1  # after the content: 0 for completions
         if self.head >= block_tokens:

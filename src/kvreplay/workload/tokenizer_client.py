@@ -54,7 +54,8 @@ import orjson
 from kvreplay.errors import ConfigError
 from kvreplay.redaction import redact_url, register
 
-__all__ = ["FINGERPRINT_TEXT", "HttpTokenizer", "LocalTokenizer", "SimTokenizer", "Tokenizer", "open_tokenizer"]
+__all__ = ["FINGERPRINT_TEXT", "HttpTokenizer", "LocalTokenizer", "SimTokenizer", "Tokenizer", "common_prefix_len",
+           "open_tokenizer"]
 
 FINGERPRINT_TEXT = ("The quick brown fox jumps over the lazy dog; 0123456789 "
                     "\u00e9t\u00e9, \u4e2d\u6587, {\"key\": [1, 2.5]}\n\tdef f(x): return x**2\n")
@@ -371,3 +372,13 @@ def open_tokenizer(spec: str) -> Tokenizer:
         raise ConfigError(f"--tokenizer: {redact_url(spec)!r} is neither an http(s) URL nor an existing "
                           "tokenizer.json file (a model is never downloaded)")
     return LocalTokenizer(path)
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """How many leading token ids two sequences share (tokens)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

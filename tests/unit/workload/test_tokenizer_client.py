@@ -20,10 +20,10 @@ import pytest
 
 from kvreplay.errors import ConfigError
 from kvreplay.sim.tokenizer import pieces
-from kvreplay.workload.synth import SynthSpec, _lcp, synthesize
+from kvreplay.workload.synth import SynthSpec, synthesize
 from kvreplay.workload.synth_corpus import Length
 from kvreplay.workload.token_blocks import TokenBlocks
-from kvreplay.workload.tokenizer_client import open_tokenizer
+from kvreplay.workload.tokenizer_client import common_prefix_len, open_tokenizer
 
 BOS = 1
 
@@ -225,7 +225,7 @@ def test_synth_with_a_space_prefixing_tokenizer_shares_exactly_the_prefix(api) -
     ids = [tok.prompt_ids(b["prompt"]) if api == "completions" else tok.chat_ids(b["messages"]) for b in bodies]
     assert [len(x) for x in ids] == [60] * 6
     if api == "completions":  # the head is the BOS only: "the" starts on a word of its own, "Alpha" on a space
-        assert res.manifest["head_tokens"] == 1 == _lcp(ids[0], ids[1])
+        assert res.manifest["head_tokens"] == 1 == common_prefix_len(ids[0], ids[1])
     for i in range(2, 6):
         for j in range(i % 2, i, 2):  # every earlier body of its group: exactly the 30 prefix tokens
             assert ids[i][:30] == ids[j][:30] and ids[i][30] != ids[j][30], (i, j)
