@@ -24,12 +24,16 @@ from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["BOUND_RE", "add_declared", "bound", "decimal_text", "duration", "integer", "number", "number_list",
-           "seconds", "tokens"]
+__all__ = ["BOUND_RE", "CheckError", "add_declared", "bound", "decimal_text", "duration", "integer", "number",
+           "number_list", "seconds", "tokens"]
 
 BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
 """An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
 ``--abort-if`` of ``kvreplay run``/``ab`` and an experiment's ``window.abort_if``."""
+
+CheckError = argparse.ArgumentTypeError
+"""What a check of this module raises on a bad value (the command line reports it naming the flag;
+callers without a parser catch it by this name)."""
 
 _DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -156,3 +156,43 @@ def test_a_bad_value_is_refused_on_every_surface_naming_the_option(keyword, valu
         with pytest.raises(kvreplay.ConfigError) as window:
             load_experiment(exp)
         assert window.value.field == f"window.{keyword}"
+
+
+# Each other command's options: one dataclass (``kvreplay.options.<command>``) whose fields are its
+# parser's flags, with their defaults and help; the API builds the same object from keywords.
+def _subparser(command: str) -> argparse.ArgumentParser:
+    return next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+
+
+def _config_defaults(config: type) -> dict[str, object]:
+    return {f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            for f in fields(config)}
+
+
+def _walk(command: str, config: type, *, sim: bool) -> None:
+    parser = _subparser(command)
+    dests = {a.dest for a in parser._actions} - {"help"}
+    declared = set(_config_defaults(config)) - {"sim"}
+    if sim:
+        declared |= {f"sim_{k}" for k in SIM_KEYWORDS}
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+    parsed = vars(parser.parse_args([]))
+    differ = {k: (v, parsed[k]) for k, v in _config_defaults(config).items() if k != "sim" and parsed[k] != v}
+    assert differ == {}
+    assert [f.name for f in fields(config) if f.name != "sim" and not f.metadata.get("help")] == []
+
+
+def test_sweep_flags_are_sweep_config_and_the_api_builds_it():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.options.sweep import SweepConfig
+
+    _walk("sweep", SweepConfig, sim=True)
+    parsed = vars(_subparser("sweep").parse_args(["W", "--concurrency", "1,2", "--slo", "ttft_ms<=500",
+                                                  "--sim-time-scale", "0"]))
+    built = config_for(SweepConfig, {"workload": "W", "concurrency": "1,2", "slo": ["ttft_ms<=500"]},
+                       {"time_scale": 0.0})
+    assert SweepConfig.from_dests(parsed) == built
+    assert built.run_config(out="o") == RunConfig(workload="W", out="o", sim={"replicas": 1, "time_scale": 0.0})
+    with pytest.raises(kvreplay.ConfigError) as bad:
+        config_for(SweepConfig, {"concurency": "1"}, None)
+    assert (bad.value.field, str(bad.value)) == ("concurency", "field 'concurency': unknown option 'concurency'")

@@ -344,14 +344,15 @@ async def sweep_async(workload: PathLike, *, concurrency: Iterable[int] | str | 
         ConfigError, WorkloadError: bad input, before anything is sent.
         BackendError: the target cannot be used.
     """
-    from kvreplay.api.sweeping import add_arguments, run_sweep
+    from kvreplay.api._keywords import config_for
+    from kvreplay.api.sweeping import SweepConfig, run_sweep
 
     if isinstance(slo, str) or isinstance(until, str):
         raise ConfigError("slo and until are lists of strings, e.g. ['ttft_ms<=500']", field="slo")
     values = {"workload": os.fspath(workload), "concurrency": _loads_text(concurrency), "rate": _loads_text(rate),
               "target": target, "out": None if out is None else os.fspath(out), "cache": cache, "slo": list(slo),
               "until": list(until), "report": report, "quiet": quiet, **options}
-    doc = await run_sweep(_namespace_for(add_arguments, values, sim))
+    doc = await run_sweep(config_for(SweepConfig, values, sim))
     return SweepResult.from_document(doc, doc.pop("_out"))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Self, TypedDict
 
 from kvreplay.argtypes import bound, duration, integer, number
 from kvreplay.options.declare import option
@@ -287,7 +287,7 @@ class RunConfig:
     sim: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dests(cls, values: Mapping[str, Any]) -> RunConfig:
+    def from_dests(cls, values: Mapping[str, Any]) -> Self:
         """From parsed values by their flag ``dest`` (``sim_time_scale`` goes to ``sim["time_scale"]``).
 
         Values the command line left unset (None for a simulator option) are not put in ``sim``;
