@@ -141,7 +141,8 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
 
     Each field declared with ``kvreplay.options.declare.option`` carries in its metadata the
     flag (None: a positional), help, metavar, ``type=`` check, choices, action
-    (``store_true``, ``append``) and group; the default is the field's. Fields without that
+    (``store_true``, ``append``), ``nargs``/``const``, whether it is required, and group; the
+    default is the field's. Fields without that
     metadata (or of another group) are skipped.
 
     Args:
@@ -156,13 +157,19 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
         m = f.metadata
         if m.get("group") not in wanted:
             continue
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
+        default = f.default if f.default is not MISSING else None
+        if f.default_factory is not MISSING:
+            default = f.default_factory()
         if m["flag"] is None:
             parser.add_argument(f.name, nargs="?", default=default, help=m["help"], metavar=m.get("metavar"))
             continue
         kw: dict[str, Any] = {"default": default, "help": m["help"], "dest": f.name}
+        if m.get("required"):
+            kw["required"] = True
         if m.get("action"):
             kw["action"] = m["action"]
+        if m.get("nargs") is not None:
+            kw["nargs"], kw["const"] = m["nargs"], m.get("const")
         for key in ("metavar", "choices"):
             if m.get(key) is not None:
                 kw[key] = m[key]

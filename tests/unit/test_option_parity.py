@@ -166,18 +166,21 @@ def _subparser(command: str) -> argparse.ArgumentParser:
 
 def _config_defaults(config: type) -> dict[str, object]:
     return {f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-            for f in fields(config)}
+            for f in fields(config) if not f.metadata.get("required")}
 
 
-def _walk(command: str, config: type, *, sim: bool) -> None:
+def _walk(command: str, config: type, *, sim: bool, given: tuple[str, ...] = ()) -> None:
     parser = _subparser(command)
     dests = {a.dest for a in parser._actions} - {"help"}
-    declared = set(_config_defaults(config)) - {"sim"}
+    declared = {f.name for f in fields(config)} - {"sim"}
     if sim:
         declared |= {f"sim_{k}" for k in SIM_KEYWORDS}
     assert sorted(dests - declared) == [] and sorted(declared - dests) == []
-    parsed = vars(parser.parse_args([]))
-    differ = {k: (v, parsed[k]) for k, v in _config_defaults(config).items() if k != "sim" and parsed[k] != v}
+    parsed = vars(parser.parse_args(list(given)))
+    required = {f.name for f in fields(config) if f.metadata.get("required")}
+    assert required == {a.dest for a in parser._actions if a.required}
+    differ = {k: (v, parsed[k]) for k, v in _config_defaults(config).items()
+              if k != "sim" and k not in required and parsed[k] != v}
     assert differ == {}
     assert [f.name for f in fields(config) if f.name != "sim" and not f.metadata.get("help")] == []
 
@@ -196,3 +199,13 @@ def test_sweep_flags_are_sweep_config_and_the_api_builds_it():
     with pytest.raises(kvreplay.ConfigError) as bad:
         config_for(SweepConfig, {"concurency": "1"}, None)
     assert (bad.value.field, str(bad.value)) == ("concurency", "field 'concurency': unknown option 'concurency'")
+
+
+def test_synth_flags_are_synth_config():
+    from kvreplay.options.declare import from_dests
+    from kvreplay.options.synth import SynthConfig
+
+    _walk("synth", SynthConfig, sim=False, given=("--out", "w.jsonl", "--tokenizer", "sim"))
+    parsed = vars(_subparser("synth").parse_args(["--out", "w.jsonl", "--tokenizer", "sim", "--check"]))
+    assert from_dests(SynthConfig, {**parsed, "command": "synth"}) == SynthConfig(out="w.jsonl", tokenizer="sim",
+                                                                                  check="")
