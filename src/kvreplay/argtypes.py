@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 __all__ = ["BOUND_RE", "CheckError", "add_declared", "bound", "decimal_text", "duration", "integer", "number",
-           "number_list", "seconds", "tokens"]
+           "format_sizes", "number_list", "parse_sizes", "seconds", "token_sizes", "tokens"]
 
 BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
 """An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
@@ -233,3 +233,40 @@ def number_list(item: Callable[[str], Any]) -> Callable[[str], tuple]:
 
     parse.__name__ = "list"
     return parse
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Parse ``8k,16k,32k,64k`` (k = 1024 tokens) or plain integers into token counts.
+
+    Raises:
+        ValueError: an empty list, a non-number, or a size < 16 tokens.
+    """
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        if not p:
+            continue
+        mult = 1024 if p.endswith("k") else 1
+        num = p[:-1] if p.endswith("k") else p
+        if not num.isdigit():
+            raise ValueError(f"bad size {part!r}: use e.g. 8k or 8192")
+        v = int(num) * mult
+        if v < 16:
+            raise ValueError(f"size {part!r} is under 16 tokens")
+        out.append(v)
+    if not out:
+        raise ValueError("no sizes given")
+    return tuple(out)
+
+
+def format_sizes(sizes: tuple[int, ...] | list[int]) -> str:
+    """Token counts as ``parse_sizes`` reads them: ``(8192, 16384, 100)`` -> ``"8k,16k,100"``."""
+    return ",".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in sizes)
+
+
+def token_sizes(text: str) -> tuple[int, ...]:
+    """``--sizes``: ``parse_sizes`` as a check (``CheckError``: its message and the text given)."""
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None

@@ -209,3 +209,37 @@ def test_synth_flags_are_synth_config():
     parsed = vars(_subparser("synth").parse_args(["--out", "w.jsonl", "--tokenizer", "sim", "--check"]))
     assert from_dests(SynthConfig, {**parsed, "command": "synth"}) == SynthConfig(out="w.jsonl", tokenizer="sim",
                                                                                   check="")
+
+
+def test_probe_flags_are_probe_config_and_its_keywords_the_api_s():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.experiments.probe.legs import ProbeConfig
+    from kvreplay.options.probe import PROBE_KEYWORDS, ProbeCommandConfig, ProbeOptions
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS
+
+    parser = _subparser("probe")
+    dests = {a.dest for a in parser._actions} - {"help"}
+    declared = ({f.name for f in fields(ProbeCommandConfig)} - {"sim"}
+                | {f"sim_{k}" for k in SIM_KEYWORDS - SIM_FLEET_KEYWORDS})
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+    parsed = vars(parser.parse_args([]))
+    assert ProbeCommandConfig.from_dests(parsed) == ProbeCommandConfig()
+    # the defaults are what the probe measures by default (ProbeConfig, a probe step's too)
+    c, d = ProbeCommandConfig(), ProbeConfig()
+    assert (c.sizes, c.cold_repeats, c.flush_prefix, c.foreign_tokens, c.flush_max, c.flush_repeats, c.fit_on,
+            c.model, c.read_timeout) == (d.sizes, d.cold_repeats, d.flush_prefix_tokens, d.foreign_tokens,
+                                         d.flush_max, d.flush_repeats, d.fit_on, d.model, d.read_timeout_s)
+    assert {f.name for f in fields(ProbeCommandConfig)} - {"sim", "target", "out", "quiet"} == PROBE_KEYWORDS
+    for fn in (kvreplay.probe, kvreplay.probe_async):
+        assert typing.get_type_hints(fn, include_extras=True)["options"] == typing.Unpack[ProbeOptions]
+    # the keywords take the command line's text or the parsed value, and get its refusal
+    built = config_for(ProbeCommandConfig, {"sizes": "1k,2k", "flush_prefix": "4k", "target_prefix": 2048},
+                       {"time_scale": 0}, declared=ProbeOptions, fleet=False)
+    assert (built.sizes, built.flush_prefix, built.target_prefix, built.sim) == ((1024, 2048), 4096, 2048,
+                                                                               {"time_scale": 0})
+    with pytest.raises(kvreplay.ConfigError) as bad:
+        kvreplay.probe("sim", sizes="x")
+    assert (bad.value.field, str(bad.value)) == ("sizes", "field 'sizes': bad size 'x': use e.g. 8k or 8192, got 'x'")
+    with pytest.raises(kvreplay.ConfigError) as bad:
+        kvreplay.probe("sim", sim={"replicas": 2})
+    assert bad.value.field == "sim.replicas"

@@ -61,6 +61,7 @@ from kvreplay.api.sweeping import SweepPoint, SweepResult
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 from kvreplay.options import RunConfig, RunOptions, SimOptions
+from kvreplay.options.probe import ProbeOptions
 from kvreplay.rundir import RunData, load_run
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "InspectReport",
     "Latency",
     "PhaseResult",
+    "ProbeOptions",
     "RecordResult",
     "ReportResult",
     "RunData",
@@ -264,7 +266,7 @@ def demo(*, workload: PathLike | None = None, phases: Iterable[str] = (), target
 
 
 async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: SimOptions = _NO_SIM,
-                      quiet: bool = True, **options: Any) -> dict[str, Any]:
+                      quiet: bool = True, **options: Unpack[ProbeOptions]) -> dict[str, Any]:
     """Probe a server's prefix cache (``kvreplay probe``) in the running event loop.
 
     Args:
@@ -272,27 +274,37 @@ async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: 
         out: The output directory (verdict.json, report.md, requests.jsonl).
         sim: Simulator options without the ``sim-`` prefix.
         quiet: Print no progress (default).
-        **options: Any other option of ``kvreplay probe`` by its Python name, e.g.
-            ``sizes="1k,2k"``, ``flush_max=0``, ``backend="vllm"``.
+        **options: Any other option of ``kvreplay probe`` by its Python name (``ProbeOptions``), e.g.
+            ``sizes="1k,2k"``, ``flush_max=0``, ``backend="vllm"``; each checked as its flag is.
 
     Returns:
         The verdict as written to verdict.json, with ``"out"`` (the output directory) added.
 
     Raises:
-        ConfigError: a bad option.
+        ConfigError: a bad option (field: the keyword; ``sim.NAME`` for a simulator option).
         BackendError: the target cannot be used.
     """
-    from kvreplay.api.probing import add_arguments
+    from kvreplay.api._keywords import config_for
+    from kvreplay.api.probing import ProbeCommandConfig
     from kvreplay.api.probing import probe_async as run_probe
 
     values = {"target": target, "out": None if out is None else os.fspath(out), "quiet": quiet, **options}
-    verdict = await run_probe(_namespace_for(add_arguments, values, sim, sim_declared=SimOptions))
+    config = config_for(ProbeCommandConfig, values, sim, declared=_ProbeKeywords, sim_declared=SimOptions,
+                        fleet=False)
+    verdict = await run_probe(config)
     verdict["out"] = verdict.pop("_out")
     return verdict
 
 
+class _ProbeKeywords(ProbeOptions, total=False):
+    """``ProbeOptions`` plus the explicit parameters of ``probe``, for the run-time check of their types."""
+
+    target: str
+    quiet: bool
+
+
 def probe(target: str = "sim", *, out: PathLike | None = None, sim: SimOptions = _NO_SIM,
-          quiet: bool = True, **options: Any) -> dict[str, Any]:
+          quiet: bool = True, **options: Unpack[ProbeOptions]) -> dict[str, Any]:
     """Probe a server's prefix cache (``kvreplay probe``); blocks until the verdict is written.
 
     Example::
