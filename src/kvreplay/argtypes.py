@@ -161,7 +161,10 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
         if f.default_factory is not MISSING:
             default = f.default_factory()
         if m["flag"] is None:
-            parser.add_argument(f.name, nargs="?", default=default, help=m["help"], metavar=m.get("metavar"))
+            if m.get("required"):
+                parser.add_argument(f.name, help=m["help"], metavar=m.get("metavar"))
+            else:
+                parser.add_argument(f.name, nargs="?", default=default, help=m["help"], metavar=m.get("metavar"))
             continue
         kw: dict[str, Any] = {"default": default, "help": m["help"], "dest": f.name}
         if m.get("required"):

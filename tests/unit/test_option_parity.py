@@ -243,3 +243,25 @@ def test_probe_flags_are_probe_config_and_its_keywords_the_api_s():
     with pytest.raises(kvreplay.ConfigError) as bad:
         kvreplay.probe("sim", sim={"replicas": 2})
     assert bad.value.field == "sim.replicas"
+
+
+def test_ab_flags_are_ab_config_and_the_contract_is_run_s():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.options.ab import AbConfig
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+    parser = _subparser("ab")
+    dests = {a.dest for a in parser._actions} - {"help"}
+    declared = ({f.name for f in fields(AbConfig)} - {"sim"}
+                | {f"sim_{k}" for k in SIM_KEYWORDS - SIM_FLEET_KEYWORDS})
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+    assert {a.dest for a in parser._actions if a.required} == {"workload", "arm"}
+    parsed = vars(parser.parse_args(["W", "--arm", "off=sim:", "--arm", "on=sim:"]))
+    config = AbConfig.from_dests(parsed)
+    assert config == AbConfig(workload="W", arm=["off=sim:", "on=sim:"])
+    assert config.max_body_bytes == DEFAULT_MAX_BODY_BYTES
+    contract = {f.name: f.metadata for f in fields(RunConfig) if f.metadata.get("group") == "contract"}
+    assert {f.name: f.metadata for f in fields(AbConfig) if f.metadata.get("group") == "contract"} == contract
+    built = config_for(AbConfig, {"workload": "W", "arm": ["off=sim:", "on=sim:"]}, {"time_scale": 0}, fleet=False)
+    assert built == AbConfig(workload="W", arm=["off=sim:", "on=sim:"], sim={"time_scale": 0})

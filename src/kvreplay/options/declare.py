@@ -13,10 +13,10 @@ keywords, the plan.toml and ``[window]`` readers equal to them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field, fields
+from dataclasses import MISSING, field, fields
 from typing import Any, TypeVar
 
-__all__ = ["from_dests", "option"]
+__all__ = ["from_dests", "option", "reuse"]
 
 C = TypeVar("C")
 
@@ -60,3 +60,18 @@ def from_dests(cls: type[C], values: Mapping[str, Any]) -> C:
     """An options dataclass from parsed values by their flag ``dest``; keys of no field (``command``) ignored."""
     own = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in values.items() if k in own})
+
+
+def reuse(config: type, name: str) -> Any:
+    """Field ``name`` of options dataclass ``config`` as a field of another: the same default and declaration.
+
+    For a command that takes an option of another's as it is (``kvreplay ab``'s
+    ``--expect-identity``, declared once in ``RunConfig``): the flag, help and check are that
+    declaration's, the field sits where it is written in the new class.
+    """
+    f = next(f for f in fields(config) if f.name == name)
+    if f.default_factory is not MISSING:
+        return field(default_factory=f.default_factory, metadata=f.metadata)
+    if f.default is MISSING:
+        return field(metadata=f.metadata)
+    return field(default=f.default, metadata=f.metadata)
