@@ -172,7 +172,7 @@ def _config_defaults(config: type) -> dict[str, object]:
 def _walk(command: str, config: type, *, sim: bool, given: tuple[str, ...] = ()) -> None:
     parser = _subparser(command)
     dests = {a.dest for a in parser._actions} - {"help"}
-    declared = {f.name for f in fields(config)} - {"sim"}
+    declared = {f.name for f in fields(config) if f.metadata.get("group")}  # not a derived field (no flag)
     if sim:
         declared |= {f"sim_{k}" for k in SIM_KEYWORDS}
     assert sorted(dests - declared) == [] and sorted(declared - dests) == []
@@ -180,9 +180,9 @@ def _walk(command: str, config: type, *, sim: bool, given: tuple[str, ...] = ())
     required = {f.name for f in fields(config) if f.metadata.get("required")}
     assert required == {a.dest for a in parser._actions if a.required}
     differ = {k: (v, parsed[k]) for k, v in _config_defaults(config).items()
-              if k != "sim" and k not in required and parsed[k] != v}
+              if k in declared and k not in required and parsed[k] != v}
     assert differ == {}
-    assert [f.name for f in fields(config) if f.name != "sim" and not f.metadata.get("help")] == []
+    assert [f.name for f in fields(config) if f.name in declared and not f.metadata.get("help")] == []
 
 
 def test_sweep_flags_are_sweep_config_and_the_api_builds_it():
@@ -265,3 +265,16 @@ def test_ab_flags_are_ab_config_and_the_contract_is_run_s():
     assert {f.name: f.metadata for f in fields(AbConfig) if f.metadata.get("group") == "contract"} == contract
     built = config_for(AbConfig, {"workload": "W", "arm": ["off=sim:", "on=sim:"]}, {"time_scale": 0}, fleet=False)
     assert built == AbConfig(workload="W", arm=["off=sim:", "on=sim:"], sim={"time_scale": 0})
+
+
+def test_simulate_flags_are_simulate_config():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.options.simulate import SimulateConfig
+
+    _walk("simulate", SimulateConfig, sim=False, given=("W",))
+    parsed = vars(_subparser("simulate").parse_args(["W", "--capacities", "1,2", "--replicas", "2"]))
+    from kvreplay.options.declare import from_dests
+
+    assert from_dests(SimulateConfig, parsed) == SimulateConfig(source="W", capacities=(1.0, 2.0), replicas=2)
+    assert config_for(SimulateConfig, {"source": "W", "capacities": [1, 2]}) == SimulateConfig(source="W",
+                                                                                               capacities=[1, 2])
