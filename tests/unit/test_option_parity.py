@@ -278,3 +278,11 @@ def test_simulate_flags_are_simulate_config():
     assert from_dests(SimulateConfig, parsed) == SimulateConfig(source="W", capacities=(1.0, 2.0), replicas=2)
     assert config_for(SimulateConfig, {"source": "W", "capacities": [1, 2]}) == SimulateConfig(source="W",
                                                                                                capacities=[1, 2])
+
+
+def test_inspect_flags_are_inspect_config():
+    from kvreplay.options.inspect import InspectConfig
+    from kvreplay.workload import DEFAULT_BLOCK_BYTES
+
+    _walk("inspect", InspectConfig, sim=False, given=("W",))
+    assert InspectConfig(workload="W").block_bytes == DEFAULT_BLOCK_BYTES
