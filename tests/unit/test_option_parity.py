@@ -179,6 +179,7 @@ def _walk(command: str, config: type, *, sim: bool, given: tuple[str, ...] = ())
     parsed = vars(parser.parse_args(list(given)))
     required = {f.name for f in fields(config) if f.metadata.get("required")}
     assert required == {a.dest for a in parser._actions if a.required}
+    required |= {a.dest for a in parser._actions if set(a.option_strings) & set(given)}  # given, not defaulted
     differ = {k: (v, parsed[k]) for k, v in _config_defaults(config).items()
               if k in declared and k not in required and parsed[k] != v}
     assert differ == {}
@@ -286,3 +287,9 @@ def test_inspect_flags_are_inspect_config():
 
     _walk("inspect", InspectConfig, sim=False, given=("W",))
     assert InspectConfig(workload="W").block_bytes == DEFAULT_BLOCK_BYTES
+
+
+def test_snapshot_flags_are_snapshot_config():
+    from kvreplay.options.snapshot import SnapshotConfig
+
+    _walk("snapshot", SnapshotConfig, sim=False, given=("--target", "http://127.0.0.1:1"))
