@@ -161,10 +161,12 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
         if f.default_factory is not MISSING:
             default = f.default_factory()
         if m["flag"] is None:
-            if m.get("required"):
-                parser.add_argument(f.name, help=m["help"], metavar=m.get("metavar"))
-            else:
-                parser.add_argument(f.name, nargs="?", default=default, help=m["help"], metavar=m.get("metavar"))
+            positional: dict[str, Any] = {"help": m["help"], "metavar": m.get("metavar")}
+            if m.get("nargs") is not None:
+                positional["nargs"] = m["nargs"]
+            elif not m.get("required"):
+                positional["nargs"], positional["default"] = "?", default
+            parser.add_argument(f.name, **positional)
             continue
         kw: dict[str, Any] = {"default": default, "help": m["help"], "dest": f.name}
         if m.get("required"):

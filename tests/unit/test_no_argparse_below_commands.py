@@ -16,7 +16,8 @@ CLEAN = ["options", "sim", "recorder", "api/runflow", "api/run.py", "api/fleet.p
          "api/__init__.py", "api/results.py", "api/_keywords.py", "api/sweeping.py", "sweeps",
          "api/synthesis.py", "api/probing.py", "experiments/probe",
          "api/abtest.py", "experiments/ab", "api/simulation.py",
-         "api/inspection.py", "api/snapshots.py"]
+         "api/inspection.py", "api/snapshots.py",
+         "api/comparison.py"]
 
 
 def _files(entry: str) -> list[Path]:

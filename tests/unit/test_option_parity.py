@@ -293,3 +293,12 @@ def test_snapshot_flags_are_snapshot_config():
     from kvreplay.options.snapshot import SnapshotConfig
 
     _walk("snapshot", SnapshotConfig, sim=False, given=("--target", "http://127.0.0.1:1"))
+
+
+def test_compare_flags_are_compare_config():
+    from kvreplay.options.compare import CompareConfig
+    from kvreplay.options.declare import from_dests
+
+    _walk("compare", CompareConfig, sim=False, given=("A", "B"))
+    parsed = vars(_subparser("compare").parse_args(["A", "B", "--accept-busy-host"]))
+    assert from_dests(CompareConfig, parsed) == CompareConfig(dirs=["A", "B"], accept_busy_host=3.0)
