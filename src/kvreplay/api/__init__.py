@@ -43,7 +43,6 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Unpack
 
-from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.abtest import AbResult, ab, ab_async
 from kvreplay.api.comparison import CompareResult, compare
 from kvreplay.api.experiment import Experiment, resume_experiment, resume_experiment_async
@@ -131,7 +130,7 @@ type checker names a misspelt key of a ``sim={...}`` literal; None is still acce
 def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,
                  target: str, out: PathLike | None, sim: SimOptions | Mapping[str, Any] | None, report: str,
                  quiet: bool, extra: Mapping[str, Any]) -> RunConfig:
-    from kvreplay.api.run import add_arguments
+    from kvreplay.api._keywords import config_for
 
     if isinstance(phases, str):
         raise ConfigError("phases is a list of phase strings, e.g. ['prime:forward:c1']", field="phases")
@@ -140,8 +139,7 @@ def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLik
               "from_plan": None if from_plan is None else os.fspath(from_plan),
               "target": target, "out": None if out is None else os.fspath(out), "report": report, "quiet": quiet,
               **extra}
-    parsed = _namespace_for(add_arguments, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
-    return RunConfig.from_dests(vars(parsed))
+    return config_for(RunConfig, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
 
 
 class _RunKeywords(RunOptions, total=False):
