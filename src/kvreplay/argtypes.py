@@ -162,6 +162,8 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
             default = f.default_factory()
         if m["flag"] is None:
             positional: dict[str, Any] = {"help": m["help"], "metavar": m.get("metavar")}
+            if m.get("choices") is not None:
+                positional["choices"] = m["choices"]
             if m.get("nargs") is not None:
                 positional["nargs"] = m["nargs"]
             elif not m.get("required"):

@@ -302,3 +302,9 @@ def test_compare_flags_are_compare_config():
     _walk("compare", CompareConfig, sim=False, given=("A", "B"))
     parsed = vars(_subparser("compare").parse_args(["A", "B", "--accept-busy-host"]))
     assert from_dests(CompareConfig, parsed) == CompareConfig(dirs=["A", "B"], accept_busy_host=3.0)
+
+
+def test_export_flags_are_export_config():
+    from kvreplay.options.export import ExportConfig
+
+    _walk("export", ExportConfig, sim=False, given=("vllm", "W", "--out", "o.jsonl"))
