@@ -17,7 +17,8 @@ CLEAN = ["options", "sim", "recorder", "api/runflow", "api/run.py", "api/fleet.p
          "api/synthesis.py", "api/probing.py", "experiments/probe",
          "api/abtest.py", "experiments/ab", "api/simulation.py",
          "api/inspection.py", "api/snapshots.py",
-         "api/comparison.py", "api/exporting.py"]
+         "api/comparison.py", "api/exporting.py",
+         "api/recording.py"]
 
 
 def _files(entry: str) -> list[Path]:

@@ -308,3 +308,9 @@ def test_export_flags_are_export_config():
     from kvreplay.options.export import ExportConfig
 
     _walk("export", ExportConfig, sim=False, given=("vllm", "W", "--out", "o.jsonl"))
+
+
+def test_record_flags_are_record_config():
+    from kvreplay.options.record import RecordConfig
+
+    _walk("record", RecordConfig, sim=False, given=("--upstream", "http://127.0.0.1:1", "--out", "W"))
