@@ -314,3 +314,12 @@ def test_record_flags_are_record_config():
     from kvreplay.options.record import RecordConfig
 
     _walk("record", RecordConfig, sim=False, given=("--upstream", "http://127.0.0.1:1", "--out", "W"))
+
+
+def test_fit_flags_are_fit_config_and_the_defaults_the_model_s():
+    from kvreplay.offline.fit import DEFAULT_MARGIN_GIB, DEFAULT_NOISE_GIB
+    from kvreplay.options.fit import FitConfig
+
+    _walk("fit", FitConfig, sim=False)
+    c = FitConfig()
+    assert (c.margin_gib, c.noise_gib) == (str(float(DEFAULT_MARGIN_GIB)), str(float(DEFAULT_NOISE_GIB)))
