@@ -18,7 +18,8 @@ CLEAN = ["options", "sim", "recorder", "api/runflow", "api/run.py", "api/fleet.p
          "api/abtest.py", "experiments/ab", "api/simulation.py",
          "api/inspection.py", "api/snapshots.py",
          "api/comparison.py", "api/exporting.py",
-         "api/recording.py", "api/fitting.py"]
+         "api/recording.py", "api/fitting.py",
+         "api/serving.py"]
 
 
 def _files(entry: str) -> list[Path]:

@@ -323,3 +323,15 @@ def test_fit_flags_are_fit_config_and_the_defaults_the_model_s():
     _walk("fit", FitConfig, sim=False)
     c = FitConfig()
     assert (c.margin_gib, c.noise_gib) == (str(float(DEFAULT_MARGIN_GIB)), str(float(DEFAULT_NOISE_GIB)))
+
+
+def test_serve_sim_flags_are_serve_sim_config_and_the_simulator_s():
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS
+    from kvreplay.options.serve import ServeSimConfig
+
+    parser = _subparser("serve-sim")
+    dests = {a.dest for a in parser._actions} - {"help"}
+    own = {f.name for f in fields(ServeSimConfig)} - {"sim"}
+    assert dests == own | (SIM_KEYWORDS - SIM_FLEET_KEYWORDS)
+    parsed = vars(parser.parse_args(["--sim-cache", "radix", "--time-scale", "0", "--replicas", "2"]))
+    assert ServeSimConfig.from_dests(parsed) == ServeSimConfig(replicas=2, sim={"cache": "radix", "time_scale": 0.0})
