@@ -24,12 +24,16 @@ from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["BOUND_RE", "add_declared", "bound", "decimal_text", "duration", "integer", "number", "number_list",
-           "seconds", "tokens"]
+__all__ = ["BOUND_RE", "CheckError", "add_declared", "bound", "decimal_text", "duration", "integer", "number",
+           "format_sizes", "number_list", "parse_sizes", "seconds", "token_sizes", "tokens"]
 
 BOUND_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*")
 """An abort bound ``NAME OP NUMBER`` (``host_bytes>34e9``; OP one of > >= < <=), for ``fullmatch``:
 ``--abort-if`` of ``kvreplay run``/``ab`` and an experiment's ``window.abort_if``."""
+
+CheckError = argparse.ArgumentTypeError
+"""What a check of this module raises on a bad value (the command line reports it naming the flag;
+callers without a parser catch it by this name)."""
 
 _DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -137,7 +141,8 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
 
     Each field declared with ``kvreplay.options.declare.option`` carries in its metadata the
     flag (None: a positional), help, metavar, ``type=`` check, choices, action
-    (``store_true``, ``append``) and group; the default is the field's. Fields without that
+    (``store_true``, ``append``), ``nargs``/``const``, whether it is required, and group; the
+    default is the field's. Fields without that
     metadata (or of another group) are skipped.
 
     Args:
@@ -152,13 +157,26 @@ def add_declared(parser: Any, options: type, groups: Iterable[str]) -> None:
         m = f.metadata
         if m.get("group") not in wanted:
             continue
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
+        default = f.default if f.default is not MISSING else None
+        if f.default_factory is not MISSING:
+            default = f.default_factory()
         if m["flag"] is None:
-            parser.add_argument(f.name, nargs="?", default=default, help=m["help"], metavar=m.get("metavar"))
+            positional: dict[str, Any] = {"help": m["help"], "metavar": m.get("metavar")}
+            if m.get("choices") is not None:
+                positional["choices"] = m["choices"]
+            if m.get("nargs") is not None:
+                positional["nargs"] = m["nargs"]
+            elif not m.get("required"):
+                positional["nargs"], positional["default"] = "?", default
+            parser.add_argument(f.name, **positional)
             continue
         kw: dict[str, Any] = {"default": default, "help": m["help"], "dest": f.name}
+        if m.get("required"):
+            kw["required"] = True
         if m.get("action"):
             kw["action"] = m["action"]
+        if m.get("nargs") is not None:
+            kw["nargs"], kw["const"] = m["nargs"], m.get("const")
         for key in ("metavar", "choices"):
             if m.get(key) is not None:
                 kw[key] = m[key]
@@ -222,3 +240,40 @@ def number_list(item: Callable[[str], Any]) -> Callable[[str], tuple]:
 
     parse.__name__ = "list"
     return parse
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """Parse ``8k,16k,32k,64k`` (k = 1024 tokens) or plain integers into token counts.
+
+    Raises:
+        ValueError: an empty list, a non-number, or a size < 16 tokens.
+    """
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        if not p:
+            continue
+        mult = 1024 if p.endswith("k") else 1
+        num = p[:-1] if p.endswith("k") else p
+        if not num.isdigit():
+            raise ValueError(f"bad size {part!r}: use e.g. 8k or 8192")
+        v = int(num) * mult
+        if v < 16:
+            raise ValueError(f"size {part!r} is under 16 tokens")
+        out.append(v)
+    if not out:
+        raise ValueError("no sizes given")
+    return tuple(out)
+
+
+def format_sizes(sizes: tuple[int, ...] | list[int]) -> str:
+    """Token counts as ``parse_sizes`` reads them: ``(8192, 16384, 100)`` -> ``"8k,16k,100"``."""
+    return ",".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in sizes)
+
+
+def token_sizes(text: str) -> tuple[int, ...]:
+    """``--sizes``: ``parse_sizes`` as a check (``CheckError``: its message and the text given)."""
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None

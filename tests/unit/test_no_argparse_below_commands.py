@@ -13,7 +13,13 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "kvreplay"
 CLEAN = ["options", "sim", "recorder", "api/runflow", "api/run.py", "api/fleet.py", "api/demo_defaults.py",
-         "api/__init__.py", "api/results.py"]
+         "api/__init__.py", "api/results.py", "api/_keywords.py", "api/sweeping.py", "sweeps",
+         "api/synthesis.py", "api/probing.py", "experiments/probe",
+         "api/abtest.py", "experiments/ab", "api/simulation.py",
+         "api/inspection.py", "api/snapshots.py",
+         "api/comparison.py", "api/exporting.py",
+         "api/recording.py", "api/fitting.py",
+         "api/serving.py"]
 
 
 def _files(entry: str) -> list[Path]:

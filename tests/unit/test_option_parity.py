@@ -156,3 +156,182 @@ def test_a_bad_value_is_refused_on_every_surface_naming_the_option(keyword, valu
         with pytest.raises(kvreplay.ConfigError) as window:
             load_experiment(exp)
         assert window.value.field == f"window.{keyword}"
+
+
+# Each other command's options: one dataclass (``kvreplay.options.<command>``) whose fields are its
+# parser's flags, with their defaults and help; the API builds the same object from keywords.
+def _subparser(command: str) -> argparse.ArgumentParser:
+    return next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+
+
+def _config_defaults(config: type) -> dict[str, object]:
+    return {f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            for f in fields(config) if not f.metadata.get("required")}
+
+
+def _walk(command: str, config: type, *, sim: bool, given: tuple[str, ...] = ()) -> None:
+    parser = _subparser(command)
+    dests = {a.dest for a in parser._actions} - {"help"}
+    declared = {f.name for f in fields(config) if f.metadata.get("group")}  # not a derived field (no flag)
+    if sim:
+        declared |= {f"sim_{k}" for k in SIM_KEYWORDS}
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+    parsed = vars(parser.parse_args(list(given)))
+    required = {f.name for f in fields(config) if f.metadata.get("required")}
+    assert required == {a.dest for a in parser._actions if a.required}
+    required |= {a.dest for a in parser._actions if set(a.option_strings) & set(given)}  # given, not defaulted
+    differ = {k: (v, parsed[k]) for k, v in _config_defaults(config).items()
+              if k in declared and k not in required and parsed[k] != v}
+    assert differ == {}
+    assert [f.name for f in fields(config) if f.name in declared and not f.metadata.get("help")] == []
+
+
+def test_sweep_flags_are_sweep_config_and_the_api_builds_it():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.options.sweep import SweepConfig
+
+    _walk("sweep", SweepConfig, sim=True)
+    parsed = vars(_subparser("sweep").parse_args(["W", "--concurrency", "1,2", "--slo", "ttft_ms<=500",
+                                                  "--sim-time-scale", "0"]))
+    built = config_for(SweepConfig, {"workload": "W", "concurrency": "1,2", "slo": ["ttft_ms<=500"]},
+                       {"time_scale": 0.0})
+    assert SweepConfig.from_dests(parsed) == built
+    assert built.run_config(out="o") == RunConfig(workload="W", out="o", sim={"replicas": 1, "time_scale": 0.0})
+    with pytest.raises(kvreplay.ConfigError) as bad:
+        config_for(SweepConfig, {"concurency": "1"}, None)
+    assert (bad.value.field, str(bad.value)) == ("concurency", "field 'concurency': unknown option 'concurency'")
+
+
+def test_synth_flags_are_synth_config():
+    from kvreplay.options.declare import from_dests
+    from kvreplay.options.synth import SynthConfig
+
+    _walk("synth", SynthConfig, sim=False, given=("--out", "w.jsonl", "--tokenizer", "sim"))
+    parsed = vars(_subparser("synth").parse_args(["--out", "w.jsonl", "--tokenizer", "sim", "--check"]))
+    assert from_dests(SynthConfig, {**parsed, "command": "synth"}) == SynthConfig(out="w.jsonl", tokenizer="sim",
+                                                                                  check="")
+
+
+def test_probe_flags_are_probe_config_and_its_keywords_the_api_s():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.experiments.probe.legs import ProbeConfig
+    from kvreplay.options.probe import PROBE_KEYWORDS, ProbeCommandConfig, ProbeOptions
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS
+
+    parser = _subparser("probe")
+    dests = {a.dest for a in parser._actions} - {"help"}
+    declared = ({f.name for f in fields(ProbeCommandConfig)} - {"sim"}
+                | {f"sim_{k}" for k in SIM_KEYWORDS - SIM_FLEET_KEYWORDS})
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+    parsed = vars(parser.parse_args([]))
+    assert ProbeCommandConfig.from_dests(parsed) == ProbeCommandConfig()
+    # the defaults are what the probe measures by default (ProbeConfig, a probe step's too)
+    c, d = ProbeCommandConfig(), ProbeConfig()
+    assert (c.sizes, c.cold_repeats, c.flush_prefix, c.foreign_tokens, c.flush_max, c.flush_repeats, c.fit_on,
+            c.model, c.read_timeout) == (d.sizes, d.cold_repeats, d.flush_prefix_tokens, d.foreign_tokens,
+                                         d.flush_max, d.flush_repeats, d.fit_on, d.model, d.read_timeout_s)
+    assert {f.name for f in fields(ProbeCommandConfig)} - {"sim", "target", "out", "quiet"} == PROBE_KEYWORDS
+    for fn in (kvreplay.probe, kvreplay.probe_async):
+        assert typing.get_type_hints(fn, include_extras=True)["options"] == typing.Unpack[ProbeOptions]
+    # the keywords take the command line's text or the parsed value, and get its refusal
+    built = config_for(ProbeCommandConfig, {"sizes": "1k,2k", "flush_prefix": "4k", "target_prefix": 2048},
+                       {"time_scale": 0}, declared=ProbeOptions, fleet=False)
+    assert (built.sizes, built.flush_prefix, built.target_prefix, built.sim) == ((1024, 2048), 4096, 2048,
+                                                                               {"time_scale": 0})
+    with pytest.raises(kvreplay.ConfigError) as bad:
+        kvreplay.probe("sim", sizes="x")
+    assert (bad.value.field, str(bad.value)) == ("sizes", "field 'sizes': bad size 'x': use e.g. 8k or 8192, got 'x'")
+    with pytest.raises(kvreplay.ConfigError) as bad:
+        kvreplay.probe("sim", sim={"replicas": 2})
+    assert bad.value.field == "sim.replicas"
+
+
+def test_ab_flags_are_ab_config_and_the_contract_is_run_s():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.options.ab import AbConfig
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS
+    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+
+    parser = _subparser("ab")
+    dests = {a.dest for a in parser._actions} - {"help"}
+    declared = ({f.name for f in fields(AbConfig)} - {"sim"}
+                | {f"sim_{k}" for k in SIM_KEYWORDS - SIM_FLEET_KEYWORDS})
+    assert sorted(dests - declared) == [] and sorted(declared - dests) == []
+    assert {a.dest for a in parser._actions if a.required} == {"workload", "arm"}
+    parsed = vars(parser.parse_args(["W", "--arm", "off=sim:", "--arm", "on=sim:"]))
+    config = AbConfig.from_dests(parsed)
+    assert config == AbConfig(workload="W", arm=["off=sim:", "on=sim:"])
+    assert config.max_body_bytes == DEFAULT_MAX_BODY_BYTES
+    contract = {f.name: f.metadata for f in fields(RunConfig) if f.metadata.get("group") == "contract"}
+    assert {f.name: f.metadata for f in fields(AbConfig) if f.metadata.get("group") == "contract"} == contract
+    built = config_for(AbConfig, {"workload": "W", "arm": ["off=sim:", "on=sim:"]}, {"time_scale": 0}, fleet=False)
+    assert built == AbConfig(workload="W", arm=["off=sim:", "on=sim:"], sim={"time_scale": 0})
+
+
+def test_simulate_flags_are_simulate_config():
+    from kvreplay.api._keywords import config_for
+    from kvreplay.options.simulate import SimulateConfig
+
+    _walk("simulate", SimulateConfig, sim=False, given=("W",))
+    parsed = vars(_subparser("simulate").parse_args(["W", "--capacities", "1,2", "--replicas", "2"]))
+    from kvreplay.options.declare import from_dests
+
+    assert from_dests(SimulateConfig, parsed) == SimulateConfig(source="W", capacities=(1.0, 2.0), replicas=2)
+    assert config_for(SimulateConfig, {"source": "W", "capacities": [1, 2]}) == SimulateConfig(source="W",
+                                                                                               capacities=[1, 2])
+
+
+def test_inspect_flags_are_inspect_config():
+    from kvreplay.options.inspect import InspectConfig
+    from kvreplay.workload import DEFAULT_BLOCK_BYTES
+
+    _walk("inspect", InspectConfig, sim=False, given=("W",))
+    assert InspectConfig(workload="W").block_bytes == DEFAULT_BLOCK_BYTES
+
+
+def test_snapshot_flags_are_snapshot_config():
+    from kvreplay.options.snapshot import SnapshotConfig
+
+    _walk("snapshot", SnapshotConfig, sim=False, given=("--target", "http://127.0.0.1:1"))
+
+
+def test_compare_flags_are_compare_config():
+    from kvreplay.options.compare import CompareConfig
+    from kvreplay.options.declare import from_dests
+
+    _walk("compare", CompareConfig, sim=False, given=("A", "B"))
+    parsed = vars(_subparser("compare").parse_args(["A", "B", "--accept-busy-host"]))
+    assert from_dests(CompareConfig, parsed) == CompareConfig(dirs=["A", "B"], accept_busy_host=3.0)
+
+
+def test_export_flags_are_export_config():
+    from kvreplay.options.export import ExportConfig
+
+    _walk("export", ExportConfig, sim=False, given=("vllm", "W", "--out", "o.jsonl"))
+
+
+def test_record_flags_are_record_config():
+    from kvreplay.options.record import RecordConfig
+
+    _walk("record", RecordConfig, sim=False, given=("--upstream", "http://127.0.0.1:1", "--out", "W"))
+
+
+def test_fit_flags_are_fit_config_and_the_defaults_the_model_s():
+    from kvreplay.offline.fit import DEFAULT_MARGIN_GIB, DEFAULT_NOISE_GIB
+    from kvreplay.options.fit import FitConfig
+
+    _walk("fit", FitConfig, sim=False)
+    c = FitConfig()
+    assert (c.margin_gib, c.noise_gib) == (str(float(DEFAULT_MARGIN_GIB)), str(float(DEFAULT_NOISE_GIB)))
+
+
+def test_serve_sim_flags_are_serve_sim_config_and_the_simulator_s():
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS
+    from kvreplay.options.serve import ServeSimConfig
+
+    parser = _subparser("serve-sim")
+    dests = {a.dest for a in parser._actions} - {"help"}
+    own = {f.name for f in fields(ServeSimConfig)} - {"sim"}
+    assert dests == own | (SIM_KEYWORDS - SIM_FLEET_KEYWORDS)
+    parsed = vars(parser.parse_args(["--sim-cache", "radix", "--time-scale", "0", "--replicas", "2"]))
+    assert ServeSimConfig.from_dests(parsed) == ServeSimConfig(replicas=2, sim={"cache": "radix", "time_scale": 0.0})

@@ -43,7 +43,6 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Unpack
 
-from kvreplay.api._options import namespace_for as _namespace_for
 from kvreplay.api.abtest import AbResult, ab, ab_async
 from kvreplay.api.comparison import CompareResult, compare
 from kvreplay.api.experiment import Experiment, resume_experiment, resume_experiment_async
@@ -61,6 +60,7 @@ from kvreplay.api.sweeping import SweepPoint, SweepResult
 from kvreplay.bundled import DEMO_WORKLOAD
 from kvreplay.errors import BackendError, ConfigError, WorkloadError
 from kvreplay.options import RunConfig, RunOptions, SimOptions
+from kvreplay.options.probe import ProbeOptions
 from kvreplay.rundir import RunData, load_run
 
 __all__ = [
@@ -77,6 +77,7 @@ __all__ = [
     "InspectReport",
     "Latency",
     "PhaseResult",
+    "ProbeOptions",
     "RecordResult",
     "ReportResult",
     "RunData",
@@ -129,7 +130,7 @@ type checker names a misspelt key of a ``sim={...}`` literal; None is still acce
 def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLike | None, from_plan: PathLike | None,
                  target: str, out: PathLike | None, sim: SimOptions | Mapping[str, Any] | None, report: str,
                  quiet: bool, extra: Mapping[str, Any]) -> RunConfig:
-    from kvreplay.api.run import add_arguments
+    from kvreplay.api._keywords import config_for
 
     if isinstance(phases, str):
         raise ConfigError("phases is a list of phase strings, e.g. ['prime:forward:c1']", field="phases")
@@ -138,8 +139,7 @@ def _replay_args(workload: PathLike | None, phases: Iterable[str], plan: PathLik
               "from_plan": None if from_plan is None else os.fspath(from_plan),
               "target": target, "out": None if out is None else os.fspath(out), "report": report, "quiet": quiet,
               **extra}
-    parsed = _namespace_for(add_arguments, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
-    return RunConfig.from_dests(vars(parsed))
+    return config_for(RunConfig, values, sim, declared=_RunKeywords, sim_declared=SimOptions)
 
 
 class _RunKeywords(RunOptions, total=False):
@@ -264,7 +264,7 @@ def demo(*, workload: PathLike | None = None, phases: Iterable[str] = (), target
 
 
 async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: SimOptions = _NO_SIM,
-                      quiet: bool = True, **options: Any) -> dict[str, Any]:
+                      quiet: bool = True, **options: Unpack[ProbeOptions]) -> dict[str, Any]:
     """Probe a server's prefix cache (``kvreplay probe``) in the running event loop.
 
     Args:
@@ -272,27 +272,37 @@ async def probe_async(target: str = "sim", *, out: PathLike | None = None, sim: 
         out: The output directory (verdict.json, report.md, requests.jsonl).
         sim: Simulator options without the ``sim-`` prefix.
         quiet: Print no progress (default).
-        **options: Any other option of ``kvreplay probe`` by its Python name, e.g.
-            ``sizes="1k,2k"``, ``flush_max=0``, ``backend="vllm"``.
+        **options: Any other option of ``kvreplay probe`` by its Python name (``ProbeOptions``), e.g.
+            ``sizes="1k,2k"``, ``flush_max=0``, ``backend="vllm"``; each checked as its flag is.
 
     Returns:
         The verdict as written to verdict.json, with ``"out"`` (the output directory) added.
 
     Raises:
-        ConfigError: a bad option.
+        ConfigError: a bad option (field: the keyword; ``sim.NAME`` for a simulator option).
         BackendError: the target cannot be used.
     """
-    from kvreplay.api.probing import add_arguments
+    from kvreplay.api._keywords import config_for
+    from kvreplay.api.probing import ProbeCommandConfig
     from kvreplay.api.probing import probe_async as run_probe
 
     values = {"target": target, "out": None if out is None else os.fspath(out), "quiet": quiet, **options}
-    verdict = await run_probe(_namespace_for(add_arguments, values, sim, sim_declared=SimOptions))
+    config = config_for(ProbeCommandConfig, values, sim, declared=_ProbeKeywords, sim_declared=SimOptions,
+                        fleet=False)
+    verdict = await run_probe(config)
     verdict["out"] = verdict.pop("_out")
     return verdict
 
 
+class _ProbeKeywords(ProbeOptions, total=False):
+    """``ProbeOptions`` plus the explicit parameters of ``probe``, for the run-time check of their types."""
+
+    target: str
+    quiet: bool
+
+
 def probe(target: str = "sim", *, out: PathLike | None = None, sim: SimOptions = _NO_SIM,
-          quiet: bool = True, **options: Any) -> dict[str, Any]:
+          quiet: bool = True, **options: Unpack[ProbeOptions]) -> dict[str, Any]:
     """Probe a server's prefix cache (``kvreplay probe``); blocks until the verdict is written.
 
     Example::
@@ -344,14 +354,15 @@ async def sweep_async(workload: PathLike, *, concurrency: Iterable[int] | str | 
         ConfigError, WorkloadError: bad input, before anything is sent.
         BackendError: the target cannot be used.
     """
-    from kvreplay.api.sweeping import add_arguments, run_sweep
+    from kvreplay.api._keywords import config_for
+    from kvreplay.api.sweeping import SweepConfig, run_sweep
 
     if isinstance(slo, str) or isinstance(until, str):
         raise ConfigError("slo and until are lists of strings, e.g. ['ttft_ms<=500']", field="slo")
     values = {"workload": os.fspath(workload), "concurrency": _loads_text(concurrency), "rate": _loads_text(rate),
               "target": target, "out": None if out is None else os.fspath(out), "cache": cache, "slo": list(slo),
               "until": list(until), "report": report, "quiet": quiet, **options}
-    doc = await run_sweep(_namespace_for(add_arguments, values, sim))
+    doc = await run_sweep(config_for(SweepConfig, values, sim))
     return SweepResult.from_document(doc, doc.pop("_out"))
 
 

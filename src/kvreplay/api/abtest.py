@@ -1,7 +1,8 @@
 r"""A/B repetitions of two arms: the behaviour of ``kvreplay ab`` and ``kvreplay.ab``.
 
-``kvreplay ab`` (``commands/ab.py``) prints the verdict lines; this module declares
-the options (``add_arguments``), resolves the workload, plan, arms, thresholds,
+``kvreplay ab`` (``commands/ab.py``) prints the verdict lines; its options are
+``kvreplay.options.ab.AbConfig`` (the flags derive from it, ``kvreplay.ab``'s keywords build
+it); this module resolves the workload, plan, arms, thresholds,
 credentials and simulator calibration and runs the experiment
 (``kvreplay.experiments.ab.arms.run_ab``: ab.json, one run directory per block,
 compare.json, compare.md), and draws report.html (``write_report``). Examples::
@@ -14,19 +15,21 @@ compare.json, compare.md), and draws report.html (``write_report``). Examples::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
+from kvreplay.api._keywords import config_for
 from kvreplay.api.comparison import CompareResult
 from kvreplay.errors import ConfigError
+from kvreplay.options.ab import AbConfig
 from kvreplay.safe_io import echo
 
-__all__ = ["AbResult", "ab", "ab_args_async", "ab_async", "add_arguments", "write_report"]
+__all__ = ["AbConfig", "AbResult", "ab", "ab_args_async", "ab_async", "write_report"]
+
+PathLike = str | os.PathLike[str]
 
 
 class AbResult(CompareResult):
@@ -43,83 +46,12 @@ class AbResult(CompareResult):
     out: str
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``ab``'s options (plus the target options of ``run``)."""
-    from kvreplay.api.run import add_contract_arguments, add_target_arguments, parse_bound, parse_duration
-    from kvreplay.experiments.ab.resolution import ACCEPT_BUSY_FACTOR
-    from kvreplay.workload import DEFAULT_MAX_BODY_BYTES
+async def ab_args_async(args: AbConfig | object) -> dict[str, Any]:
+    """Run ``kvreplay ab`` on its options: resolve the inputs, run the blocks, compare.
 
-    p.add_argument("workload", help="folder of *.json bodies or a .jsonl file")
-    p.add_argument(
-        "--arm",
-        action="append",
-        default=[],
-        metavar="NAME=CMD",
-        required=True,
-        help="an arm and the command that switches the server to it (twice; baseline first); "
-        "with --target sim: NAME=sim:KEY=VALUE,... (e.g. sim:prefill_scale=1.1)",
-    )
-    p.add_argument("--reps", type=int, default=3, help="repetitions (pairs of blocks; default 3)")
-    p.add_argument(
-        "--phases", default="c1,c4", help="concurrencies of each block's phases (default c1,c4)"
-    )
-    p.add_argument(
-        "--order",
-        default="forward",
-        help="body order inside a phase: forward, reverse, shuffle:SEED",
-    )
-    p.add_argument(
-        "--select", default="all", metavar="firstN|lastN",
-        help="the bodies every phase sends: all (default), firstN or lastN (e.g. first8: the first 8 bodies)",
-    )
-    p.add_argument(
-        "--primary",
-        action="append",
-        default=[],
-        metavar="METRIC:±X%",
-        help="primary check, e.g. ttft_p50:-5%% (lower by 5%% is a benefit) or "
-        "ratio:hit_tokens/query_tokens:+5%% (a counter ratio 5%% higher is a benefit); metrics: "
-        "ttft/itl/tpot/e2e _p50/_p90/_p99, throughput, output_tps, cached_tokens, ratio:NUM/DEN; repeatable",
-    )
-    p.add_argument(
-        "--protected",
-        action="append",
-        default=[],
-        metavar="METRIC:±X%",
-        help="protected check, e.g. itl_p50:+3%% (rising by more is a regression); repeatable",
-    )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--accept-busy-host", type=float, nargs="?", const=ACCEPT_BUSY_FACTOR, default=None,
-                   metavar="FACTOR",
-                   help="accept a timing decision on a busy host (host_busy) when the effect clears every gate "
-                        f"FACTOR times over (default {ACCEPT_BUSY_FACTOR:g}); the verdict carries host_busy "
-                        "as a caveat")
-    p.add_argument("--ready-timeout", type=parse_duration, default=60.0, metavar="DUR",
-                   help="longest wait for the server to answer after an arm's command (s; default 60)")
-    p.add_argument("--cmd-timeout", type=parse_duration, default=600.0, metavar="DUR",
-                   help="longest an arm's switch command may run (s; default 600)")
-    p.add_argument("--drain-timeout", type=parse_duration, default=10.0, metavar="DUR",
-                   help="longest wait for the server to go idle before a block that asks for a drain (s; default 10)")
-    p.add_argument("--stop-new-after", type=parse_duration, default=None, metavar="DUR",
-                   help="send no new request after this long from the experiment's start (e.g. 70m); "
-                        "later blocks are deferred and the exit status is 3")
-    p.add_argument("--hard-deadline", type=parse_duration, default=None, metavar="DUR",
-                   help="cancel requests (and arm commands) still running at this point (e.g. 80m)")
-    p.add_argument("--abort-if", action="append", default=[], type=parse_bound, metavar="NAME>VALUE",
-                   help="abort the block (and the experiment) when a common counter or gauge crosses a "
-                        "bound, e.g. 'host_bytes>34e9'; repeatable")
-    add_contract_arguments(p)
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
-                   help="largest request body read from the workload; a larger one is refused (bytes)")
-    p.add_argument(
-        "--out", default=None, help="experiment directory (default runs/<UTC timestamp>)"
-    )
-    p.add_argument("--quiet", action="store_true", help="print no progress (the output directory holds everything)")
-    add_target_arguments(p)
-
-
-async def ab_args_async(args: argparse.Namespace) -> dict[str, Any]:
-    """Run ``kvreplay ab`` on parsed options: resolve the inputs, run the blocks, compare.
+    Args:
+        args: The options (``AbConfig``; an older caller's object of parsed flags by their
+            ``dest`` is read into one).
 
     Returns:
         The comparison (compare.json) with ``ab`` (ab.json) and ``_out`` (the directory).
@@ -134,6 +66,8 @@ async def ab_args_async(args: argparse.Namespace) -> dict[str, Any]:
     from kvreplay.plan import build_plan
     from kvreplay.workload import load_workload
 
+    if not isinstance(args, AbConfig):
+        args = AbConfig.from_dests(vars(args))
     arms = [parse_arm(a) for a in args.arm]
     thresholds = [parse_threshold(t, "primary") for t in args.primary]
     thresholds += [parse_threshold(t, "protected") for t in args.protected]
@@ -148,9 +82,9 @@ async def ab_args_async(args: argparse.Namespace) -> dict[str, Any]:
                             else (args.target, args.target))
     sim_base = calibration = None
     if args.target == "sim":
-        from kvreplay.sim.config import config_and_calibration
+        from kvreplay.sim.config import config_and_calibration_of
 
-        sim_base, calibration = config_and_calibration(args, prefix="sim-")
+        sim_base, calibration = config_and_calibration_of(args.sim, flag_prefix="--sim-")
         from kvreplay.experiments.timescale import fast_scale_warning
 
         if (warn := fast_scale_warning(sim_base.time_scale, sim_base.itl_s)) and not args.quiet:
@@ -197,15 +131,15 @@ def write_report(out: PathLike) -> str:
 
 def _ab_args(workload: PathLike, arms: Mapping[str, str] | Iterable[str], target: str, reps: int, phases: str,
              primary: Iterable[str], protected: Iterable[str], out: PathLike | None, sim: Mapping[str, Any] | None,
-             quiet: bool, options: Mapping[str, Any]) -> argparse.Namespace:
+             quiet: bool, options: Mapping[str, Any]) -> AbConfig:
     arm_list = [f"{k}={v}" for k, v in arms.items()] if isinstance(arms, Mapping) else list(arms)
     for name, value in (("arms", arms), ("primary", primary), ("protected", protected)):
         if isinstance(value, str):
             raise ConfigError(f"{name} is a list, e.g. ['off=sim:', 'on=sim:prefill_scale=1.1']", field=name)
-    values = {"workload": fspath(workload), "arm": arm_list, "target": target, "reps": reps, "phases": phases,
-              "primary": list(primary), "protected": list(protected), "out": fspath(out), "quiet": quiet,
-              **options}
-    return namespace_for(add_arguments, values, sim)
+    values = {"workload": os.fspath(workload), "arm": arm_list, "target": target, "reps": reps, "phases": phases,
+              "primary": list(primary), "protected": list(protected),
+              "out": None if out is None else os.fspath(out), "quiet": quiet, **options}
+    return config_for(AbConfig, values, sim, fleet=False)
 
 
 async def ab_async(workload: PathLike, *, arms: Mapping[str, str] | Iterable[str], target: str = "sim",

@@ -1,8 +1,8 @@
 """Compare matched A/B blocks: the behaviour of ``kvreplay compare`` and ``kvreplay.compare``.
 
 ``kvreplay compare`` (``commands/compare.py``) prints the verdict (or, quiet, the
-comparability warnings); this module declares the options (``add_arguments``), reads
-the blocks and the thresholds (given, else those saved in ``ab.json``), computes the
+comparability warnings); its options are ``kvreplay.options.compare.CompareConfig``;
+this module reads the blocks and the thresholds (given, else those saved in ``ab.json``), computes the
 median paired ratios with bootstrap intervals (``kvreplay.experiments.ab.compare``) and
 writes ``compare.json`` and ``compare.md`` (``compare_args``). Examples::
 
@@ -12,15 +12,17 @@ writes ``compare.json`` and ``compare.md`` (``compare_args``). Examples::
 
 from __future__ import annotations
 
-import argparse
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
 from kvreplay.errors import ConfigError
+from kvreplay.options.compare import CompareConfig
 
-__all__ = ["CompareResult", "add_arguments", "compare", "compare_args"]
+__all__ = ["CompareConfig", "CompareResult", "compare", "compare_args"]
+
+PathLike = str | os.PathLike[str]
 
 
 class CompareResult(TypedDict):
@@ -51,33 +53,8 @@ class CompareResult(TypedDict):
     bootstrap: dict[str, Any]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``compare``'s options."""
-    from kvreplay.experiments.ab.resolution import ACCEPT_BUSY_FACTOR
-
-    p.add_argument(
-        "dirs", nargs="+", metavar="RUN_DIR", help="ab directories, or run directories in pairs"
-    )
-    p.add_argument("--primary", action="append", default=[], metavar="METRIC:±X%",
-                   help="a benefit to detect, repeatable: the metric moves by at least X%% in that direction, "
-                        "e.g. ttft_p50:-5%% (5%% lower is a benefit)")
-    p.add_argument("--protected", action="append", default=[], metavar="METRIC:±X%",
-                   help="a regression to rule out, repeatable: the metric must not move by more than X%% in "
-                        "that direction, e.g. itl_p50:+3%%")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--accept-busy-host", type=float, nargs="?", const=ACCEPT_BUSY_FACTOR, default=None,
-                   metavar="FACTOR",
-                   help="accept a timing decision on a busy host when the effect clears every gate FACTOR times "
-                        f"over (default {ACCEPT_BUSY_FACTOR:g}; else the factor saved in ab.json); the verdict "
-                        "carries host_busy")
-    p.add_argument("--out", default=None, help="where to write compare.json / compare.md")
-    p.add_argument("--quiet", action="store_true",
-                   help="print no verdict (compare.json and compare.md hold it); warnings still go to stderr")
-
-
-def compare_args(args: argparse.Namespace) -> tuple[CompareResult, str]:
-    """Run ``kvreplay compare`` on parsed options; writes compare.json and compare.md into ``out``.
+def compare_args(args: CompareConfig) -> tuple[CompareResult, str]:
+    """Run ``kvreplay compare`` on its options; writes compare.json and compare.md into ``out``.
 
     ``out`` defaults to the single ab directory given, else the current directory.
 
@@ -94,14 +71,14 @@ def compare_args(args: argparse.Namespace) -> tuple[CompareResult, str]:
 
     thresholds = [parse_threshold(t, "primary") for t in args.primary]
     thresholds += [parse_threshold(t, "protected") for t in args.protected]
-    pairs, arms = load_pairs(args.dirs)
+    pairs, arms = load_pairs(list(args.dirs))
     ab = Path(args.dirs[0]) / "ab.json"
     saved_doc = orjson.loads(ab.read_bytes()) if ab.exists() else {}
     if not thresholds and saved_doc:
         saved = saved_doc.get("thresholds", {})
         thresholds = [parse_threshold(t, "primary") for t in saved.get("primary", [])]
         thresholds += [parse_threshold(t, "protected") for t in saved.get("protected", [])]
-    accept = getattr(args, "accept_busy_host", None)
+    accept = args.accept_busy_host
     if accept is None:
         accept = saved_doc.get("accept_busy_host")
     if accept is not None and not accept > 0:
@@ -148,7 +125,8 @@ def compare(dirs: Sequence[PathLike], *, primary: Iterable[str] = (), protected:
     for name, value in (("primary", primary), ("protected", protected)):
         if isinstance(value, str):
             raise ConfigError(f"{name} is a list of thresholds, e.g. ['ttft_p50:-5%']", field=name)
-    values = {"dirs": [fspath(d) for d in dirs], "primary": list(primary), "protected": list(protected),
-              "seed": seed, "n_boot": n_boot, "out": fspath(out), "accept_busy_host": accept_busy_host}
-    result, _text = compare_args(namespace_for(add_arguments, values, None))
+    config = CompareConfig(dirs=[os.fspath(d) for d in dirs], primary=list(primary), protected=list(protected),
+                           seed=seed, n_boot=n_boot, out=None if out is None else os.fspath(out),
+                           accept_busy_host=accept_busy_host)
+    result, _text = compare_args(config)
     return result

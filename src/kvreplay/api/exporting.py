@@ -1,49 +1,29 @@
 """Export a workload as a peer's dataset: the behaviour of ``kvreplay export`` and ``kvreplay.export_workload``.
 
 ``kvreplay export`` (``commands/export.py``) prints what was written and how to run the
-peer; this module declares the options (``add_arguments``) and writes the file
+peer; its options are ``kvreplay.options.export.ExportConfig``; this module writes the file
 (``kvreplay.workload.peers``). The schemas, and what each format cannot carry, are in
 ``kvreplay.workload.peers``.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 from typing import TYPE_CHECKING
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
 from kvreplay.errors import ConfigError
+from kvreplay.options.export import AIPERF_TYPES, EXPORT_FORMATS, ExportConfig
 from kvreplay.outpath import check_out
 
 if TYPE_CHECKING:
     from kvreplay.workload.peers import Exported
 
-__all__ = ["EXPORT_FORMATS", "add_arguments", "export_args", "export_workload"]
+__all__ = ["EXPORT_FORMATS", "ExportConfig", "export_args", "export_workload"]
 
-EXPORT_FORMATS = ("aiperf", "vllm")
-"""The peers ``kvreplay export`` writes for: AIPerf's custom datasets, ``vllm bench serve``'s custom JSONL."""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``export``'s options."""
-    from kvreplay.workload.peers import AIPERF_TYPES
-
-    p.add_argument("format", choices=EXPORT_FORMATS, help="the peer whose dataset file to write")
-    p.add_argument("workload", help="the workload (folder of *.json or .jsonl; its sessions side file is read)")
-    p.add_argument("--out", required=True, metavar="FILE", help="the .jsonl file to write")
-    p.add_argument("--aiperf-type", choices=AIPERF_TYPES, default="auto",
-                   help="aiperf: the custom dataset type (auto: multi_turn with sessions, else single_turn; "
-                        "mooncake_trace keeps each chat body's whole message array; raw_payload writes each chat "
-                        "body's exact bytes, a folder of one file per session when the workload has sessions)")
-    p.add_argument("--force", action="store_true",
-                   help="replace an existing --out file (and its .manifest.json); a device, FIFO or the workload "
-                        "itself is never replaced")
-    p.add_argument("--lossy", action="store_true",
-                   help="write even when the format cannot hold some of the workload (messages, roles, fields, "
-                        "sessions); the losses are counted on the terminal and in FILE.manifest.json either way")
+PathLike = str | os.PathLike[str]
 
 
-def export_args(args: argparse.Namespace) -> Exported:
+def export_args(args: ExportConfig) -> Exported:
     """Write ``args.workload`` as ``args.format``'s dataset file at ``args.out``.
 
     Raises:
@@ -91,14 +71,11 @@ def export_workload(fmt: str, workload: PathLike, out: PathLike, *, aiperf_type:
     """
     if fmt not in EXPORT_FORMATS:
         raise ConfigError(f"unknown format {fmt!r}: one of {', '.join(EXPORT_FORMATS)}", field="format")
-    from kvreplay.workload.peers import AIPERF_TYPES
-
     if aiperf_type not in AIPERF_TYPES:
         raise ConfigError(f"unknown AIPerf dataset type {aiperf_type!r}: one of {', '.join(AIPERF_TYPES)}",
                           field="aiperf_type")
     for name, flag in (("lossy", lossy), ("force", force)):
         if not isinstance(flag, bool):
             raise ConfigError(f"must be True or False, not {flag!r}", field=name)
-    values = {"format": fmt, "workload": fspath(workload), "out": fspath(out), "aiperf_type": aiperf_type,
-              "lossy": lossy, "force": force}
-    return export_args(namespace_for(add_arguments, values, None))
+    return export_args(ExportConfig(format=fmt, workload=os.fspath(workload), out=os.fspath(out),
+                                    aiperf_type=aiperf_type, lossy=lossy, force=force))

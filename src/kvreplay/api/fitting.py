@@ -1,7 +1,7 @@
 """KV pool sizing: the behaviour of ``kvreplay fit`` and ``kvreplay.fit``.
 
-``kvreplay fit`` (``commands/fit.py``) prints the verdict and tables; this module
-declares the options (``add_arguments``), reads the boot logs and the probe verdict,
+``kvreplay fit`` (``commands/fit.py``) prints the verdict and tables; its options are
+``kvreplay.options.fit.FitConfig``; this module reads the boot logs and the probe verdict,
 builds the exact ``FitInputs`` of ``kvreplay.offline.fit`` (flags win over a log) and
 makes the report (``fit_args``). ``fit`` is the typed entry point. Example::
 
@@ -10,15 +10,14 @@ makes the report (``fit_args``). ``fit`` is the typed entry point. Example::
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
-from kvreplay.argtypes import decimal_text, integer, number_list
 from kvreplay.errors import ConfigError
+from kvreplay.options.fit import ARENA_BASE_GIB, ARENA_PER_16K_GIB, VISION_GIB, FitConfig
 
 if TYPE_CHECKING:
     from kvreplay.offline.bootlog import BootLog
@@ -30,22 +29,15 @@ __all__ = [
     "HOST_RAM_GIB_RANGE",
     "MAX_TOK_NOTE",
     "VISION_GIB",
+    "FitConfig",
     "FitReport",
-    "add_arguments",
     "fit",
     "fit_args",
     "inputs_from_args",
     "report",
 ]
 
-ARENA_BASE_GIB = "3.80"
-"""halogen's measured arena base (GiB), the field skill's figure (issue 18)."""
-
-ARENA_PER_16K_GIB = "8.40"
-"""halogen's measured arena growth per 16384 tokens of max_tok (GiB, linear; issue 18)."""
-
-VISION_GIB = "1.97"
-"""halogen's vision tower when on (GiB; issue 18)."""
+PathLike = str | os.PathLike[str]
 
 MAX_TOK_NOTE = "--max-tok not given: "
 """Start of the warning saying which max_tok was used instead (shown first in text)."""
@@ -93,139 +85,6 @@ class FitReport(TypedDict, total=False):
     footprint: dict[str, Any]
 
 
-_GIB = decimal_text(0, unit="GiB")
-_POSITIVE_GIB = decimal_text(0, strict=True, unit="GiB")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``fit`` flags (every number checked when parsed: ``kvreplay.argtypes``)."""
-    from kvreplay.offline.fit import DEFAULT_MARGIN_GIB, DEFAULT_NOISE_GIB
-
-    ram = parser.add_mutually_exclusive_group()
-    ram.add_argument("--host-ram-gib", type=_POSITIVE_GIB, metavar="GIB", help="host RAM (GiB)")
-    ram.add_argument(
-        "--memtotal-kb",
-        type=decimal_text(0, strict=True, unit="kB"),
-        metavar="KB",
-        help="MemTotal from /proc/meminfo (kB = KiB), exact",
-    )
-    parser.add_argument(
-        "--weights-gib", type=_GIB, metavar="GIB", help="resident weights (GiB; default: from --from-log)"
-    )
-    parser.add_argument(
-        "--reserve-gib", type=_GIB, default=None, metavar="GIB", help="RAM kept back (GiB; default 0 or the log's)"
-    )
-    parser.add_argument(
-        "--positions", type=integer(1), help="requested KV pool (positions; default: from --from-log)"
-    )
-    parser.add_argument(
-        "--from-log",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a halogen boot log: the pool it got, clamp, OOM, memory left; twice to compare"
-        " the held footprints of two boots",
-    )
-    kv = parser.add_argument_group("KV bytes per position (give one way)")
-    kv.add_argument(
-        "--kv-bytes-per-position",
-        type=decimal_text(0, strict=True, unit="bytes"),
-        metavar="BYTES",
-        help="bytes per position, given or measured by a probe (bytes per token)",
-    )
-    kv.add_argument(
-        "--probe-verdict",
-        metavar="VERDICT_JSON",
-        help="take bytes per position from a probe verdict's measured bytes_per_token"
-        " (refused for a prompt-cache verdict unless --probe-bytes-are-kv)",
-    )
-    kv.add_argument(
-        "--probe-bytes-are-kv",
-        action="store_true",
-        help="accept a prompt-cache verdict's bytes per token as KV bytes per position",
-    )
-    kv.add_argument("--layers", type=integer(1), help="layers with a KV cache")
-    kv.add_argument("--kv-heads", type=integer(1), help="KV heads per layer")
-    kv.add_argument("--head-dim", type=integer(1), help="elements per head")
-    kv.add_argument(
-        "--kv-dtype", default="f16", help="cache dtype (f32, f16, bf16, fp8, q8_0, q4_0)"
-    )
-    parser.add_argument(
-        "--max-tok",
-        type=integer(0),
-        default=None,
-        help="tokens the arena is sized for (default: the boot log's max_tok, else the"
-        " printed need's --printed-at-max-tok; refused when a printed need has neither;"
-        " 0 under the formula alone)",
-    )
-    parser.add_argument(
-        "--arena-base-gib",
-        type=_GIB,
-        default=ARENA_BASE_GIB,
-        metavar="GIB",
-        help=f"arena base (GiB; default {ARENA_BASE_GIB}, measured on halogen)",
-    )
-    parser.add_argument(
-        "--arena-per-16k-gib",
-        type=_GIB,
-        default=ARENA_PER_16K_GIB,
-        metavar="GIB",
-        help="arena growth per 16384 tokens of --max-tok (GiB; default "
-        f"{ARENA_PER_16K_GIB}, measured on halogen); also the slope that moves a printed"
-        " need to another --max-tok",
-    )
-    vision = parser.add_mutually_exclusive_group()  # both given: exit 2, naming both
-    vision.add_argument("--vision-gib", type=_GIB, default="0", metavar="GIB", help="vision tower (GiB)")
-    vision.add_argument(
-        "--vision",
-        action="store_true",
-        help=f"the vision tower is on: --vision-gib {VISION_GIB} (halogen's)",
-    )
-    parser.add_argument(
-        "--margin-gib",
-        type=_GIB,
-        default=str(float(DEFAULT_MARGIN_GIB)),
-        metavar="GIB",
-        help="required margin (GiB; default 1.5, what halogen prints)",
-    )
-    parser.add_argument(
-        "--noise-gib",
-        type=_GIB,
-        default=str(float(DEFAULT_NOISE_GIB)),
-        metavar="GIB",
-        help="|headroom| at or under this is a knife edge (GiB; default 0.25)",
-    )
-    parser.add_argument(
-        "--ctx", type=integer(0), default=0, help="context length: the pool's floor (tokens)"
-    )
-    parser.add_argument(
-        "--position-step",
-        type=integer(1),
-        default=1,
-        help="round clamped pools down to a multiple of this (positions)",
-    )
-    parser.add_argument(
-        "--printed-need",
-        metavar="GIB@POSITIONS",
-        help="the server's own printed need for a pool size; overrides the model. Also in the"
-        " engine's words: '524288 positions need ~35.0 GiB (plus 1.5 of margin)'",
-    )
-    parser.add_argument(
-        "--printed-at-max-tok",
-        type=integer(0),
-        metavar="N",
-        help="the --max-tok the printed need was printed at; at another --max-tok the arena"
-        " term moves by --arena-per-16k-gib (default: --max-tok, with a warning)",
-    )
-    parser.add_argument(
-        "--reserves",
-        type=number_list(_GIB),
-        metavar="GIB,GIB,...",
-        help="reserves for the table (default: 0 to reserve+4 by 1 GiB)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
 def _probe_bytes(path: str, *, accept_entry_bytes: bool = False) -> Fraction:
     """``bytes_per_token`` measured by ``kvreplay probe`` (its verdict.json).
 
@@ -269,7 +128,7 @@ def _probe_bytes(path: str, *, accept_entry_bytes: bool = False) -> Fraction:
 
 
 def inputs_from_args(
-    args: argparse.Namespace, log: BootLog | None = None
+    args: FitConfig, log: BootLog | None = None
 ) -> tuple[FitInputs, list[str]]:
     """Build the sizing inputs from parsed flags (and a boot log's figures).
 
@@ -286,14 +145,14 @@ def inputs_from_args(
     from kvreplay.offline.fit import KIB_PER_GIB, FitInputs, kv_bytes_per_position, parse_printed_need, to_fraction
 
     notes: list[str] = []
-    if args.memtotal_kb is None and args.host_ram_gib is None:
-        raise ConfigError("give --host-ram-gib or --memtotal-kb", field="host-ram-gib")
     if args.memtotal_kb is not None:
         host = to_fraction(args.memtotal_kb, field="memtotal-kb") / KIB_PER_GIB
         from_memtotal = True
-    else:
+    elif args.host_ram_gib is not None:
         host = to_fraction(args.host_ram_gib, field="host-ram-gib")
         from_memtotal = False
+    else:
+        raise ConfigError("give --host-ram-gib or --memtotal-kb", field="host-ram-gib")
     ways = [
         flag
         for flag, given in (
@@ -314,7 +173,7 @@ def inputs_from_args(
         kvb = to_fraction(args.kv_bytes_per_position, field="kv-bytes-per-position")
     elif args.probe_verdict is not None:
         kvb = _probe_bytes(args.probe_verdict, accept_entry_bytes=args.probe_bytes_are_kv)
-    elif None not in (args.layers, args.kv_heads, args.head_dim):
+    elif args.layers is not None and args.kv_heads is not None and args.head_dim is not None:
         kvb = kv_bytes_per_position(
             layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim, dtype=args.kv_dtype
         )
@@ -402,7 +261,7 @@ real model is that small (1 layer x 1 KV head of 64 dimensions x 1 byte, fp8, x 
 V is already 128, and real models have tens of layers); the seed's "28 KiB" typed as 28."""
 
 
-def _unit_checks(inp: FitInputs, args: argparse.Namespace) -> list[str]:
+def _unit_checks(inp: FitInputs, args: FitConfig) -> list[str]:
     """Plausibility of the units (issue 29): an error where the verdict would be meaningless.
 
     Errors: host RAM outside ``HOST_RAM_GIB_RANGE`` (MiB typed as GiB, MemTotal in bytes
@@ -535,7 +394,7 @@ def report(inp: FitInputs, reserves: list[Fraction], notes: list[str] | None = N
     }
 
 
-def fit_args(args: argparse.Namespace) -> dict[str, Any]:
+def fit_args(args: FitConfig) -> dict[str, Any]:
     """Run ``kvreplay fit`` on parsed options: the report, or the boot logs' figures alone.
 
     With ``--from-log`` only (no host RAM or KV bytes), the result holds what the log(s)
@@ -614,8 +473,11 @@ def fit(*, host_ram_gib: str | float | None = None, memtotal_kb: str | int | Non
         raise ConfigError("unknown option 'json'", field="json")
     named = {"host_ram_gib": host_ram_gib, "memtotal_kb": memtotal_kb, "weights_gib": weights_gib,
              "positions": positions, "kv_bytes_per_position": kv_bytes_per_position,
-             "probe_verdict": fspath(probe_verdict), "max_tok": max_tok, "printed_need": printed_need,
+             "probe_verdict": None if probe_verdict is None else os.fspath(probe_verdict), "max_tok": max_tok,
+             "printed_need": printed_need,
              "reserves": None if reserves is None else list(reserves)}
-    values = {k: v for k, v in named.items() if v is not None} | {"from_log": [fspath(p) for p in from_log]}
-    rep: FitReport = fit_args(namespace_for(add_arguments, values | options, None))  # type: ignore[assignment]
+    values = {k: v for k, v in named.items() if v is not None} | {"from_log": [os.fspath(p) for p in from_log]}
+    from kvreplay.api._keywords import config_for
+
+    rep: FitReport = fit_args(config_for(FitConfig, values | options))  # type: ignore[assignment]
     return rep

@@ -15,7 +15,7 @@ from kvreplay.options import RunConfig
 from kvreplay.redaction import redact_url
 
 __all__ = ["add_fleet_arguments", "check_replicas_answer", "finish_routing_loss", "fleet_of", "no_backend",
-           "open_fleet_backend", "replica_cache_extra", "sim_fleet_size", "start_sim_fleet"]
+           "open_fleet_backend", "replica_cache_extra", "sim_fleet_size", "sim_option_check", "start_sim_fleet"]
 
 
 def add_fleet_arguments(p: Any) -> None:
@@ -33,6 +33,15 @@ def add_fleet_arguments(p: Any) -> None:
     p.add_argument("--sim-router", choices=ROUTER_POLICIES, default=None,
                    help="with --target sim: the embedded router's policy (default round_robin; "
                         "given with --sim-replicas 1, a router fronts the one replica)")
+
+
+def sim_option_check(name: str) -> Any:
+    """The command line's check of simulator option ``name`` (``replicas``, ``time_scale``...), or None."""
+    if name == "replicas":
+        return integer(1)
+    from kvreplay.sim.config import option_check
+
+    return option_check(name)
 
 
 def sim_fleet_size(args: Any) -> tuple[int, str] | None:

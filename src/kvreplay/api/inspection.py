@@ -1,7 +1,7 @@
 """The prefix structure of a workload: the behaviour of ``kvreplay inspect`` and ``kvreplay.inspect_workload``.
 
-``kvreplay inspect`` (``commands/inspect.py``) prints the text or the JSON; this module
-declares the options (``add_arguments``) and computes the structure (``analyse``,
+``kvreplay inspect`` (``commands/inspect.py``) prints the text or the JSON; its options are
+``kvreplay.options.inspect.InspectConfig``; this module computes the structure (``analyse``,
 ``inspect_args``), as the command's page describes:
 
 Every body gets a prefix chain (``kvreplay.workload.chain``: one link per chat
@@ -28,14 +28,16 @@ Sizes are bytes of the raw body as sent; no tokenizer is applied.
 
 from __future__ import annotations
 
-import argparse
+import os
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
+from kvreplay.options.inspect import InspectConfig
 from kvreplay.workload import DEFAULT_BLOCK_BYTES, Workload, load_workload
 
-__all__ = ["InspectReport", "add_arguments", "analyse", "inspect_args", "inspect_workload"]
+__all__ = ["InspectConfig", "InspectReport", "analyse", "inspect_args", "inspect_workload"]
+
+PathLike = str | os.PathLike[str]
 
 
 class InspectReport(TypedDict):
@@ -64,22 +66,6 @@ class InspectReport(TypedDict):
     groups: list[dict[str, Any]]
     per_body: list[dict[str, Any]]
     sessions: NotRequired[dict[str, Any]]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``inspect``'s arguments."""
-    p.add_argument("workload", metavar="WORKLOAD", help="folder of *.json bodies or a .jsonl file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument(
-        "--block-bytes",
-        type=int,
-        default=DEFAULT_BLOCK_BYTES,
-        metavar="N",
-        help=f"block size for completions prompts (bytes, default {DEFAULT_BLOCK_BYTES})",
-    )
-    p.add_argument(
-        "--max-groups", type=int, default=40, metavar="N", help="groups listed in the text output (default 40)"
-    )
 
 
 @dataclass
@@ -188,8 +174,11 @@ def _sessions(workload: Workload, block_bytes: int) -> dict[str, Any]:
             "per_turn": rows}
 
 
-def inspect_args(args: argparse.Namespace) -> InspectReport:
+def inspect_args(args: InspectConfig) -> InspectReport:
     """Load ``args.workload`` and compute its prefix structure with ``args.block_bytes``.
+
+    Args:
+        args: The options (``kvreplay inspect``'s flags).
 
     Raises:
         WorkloadError: an unreadable workload, a body with neither messages nor a prompt.
@@ -217,4 +206,4 @@ def inspect_workload(workload: PathLike, *, block_bytes: int = DEFAULT_BLOCK_BYT
         rep = kvreplay.inspect_workload(kvreplay.DEMO_WORKLOAD)
         print(rep["bodies"], rep["expected_reuse"]["fraction"], len(rep["groups"]))
     """
-    return inspect_args(namespace_for(add_arguments, {"workload": fspath(workload), "block_bytes": block_bytes}, None))
+    return inspect_args(InspectConfig(workload=os.fspath(workload), block_bytes=block_bytes))

@@ -4,8 +4,8 @@ Every request is forwarded byte for byte and every response streamed back as it
 arrives (``kvreplay.recorder``); POST bodies to ``paths`` are retained
 as ``W/NNNNNN.json`` with a manifest ``W/capture.jsonl`` and ``W.arrivals.json`` +
 ``W.plan.toml`` beside ``W`` (``kvreplay.workload.capture``). ``kvreplay record``
-(``commands/record.py``) prints; this module declares its options
-(``add_arguments``) and runs the proxy until stopped (``record_args_async``).
+(``commands/record.py``) prints; its options are ``kvreplay.options.record.RecordConfig``;
+this module runs the proxy until stopped (``record_args_async``).
 Example::
 
     import kvreplay
@@ -16,22 +16,23 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from kvreplay.api._options import PathLike, namespace_for
 from kvreplay.api.serving import Stop
+from kvreplay.options.record import RecordConfig
 from kvreplay.safe_io import echo
 
-__all__ = ["RecordResult", "add_arguments", "parse_listen", "record", "record_args_async", "record_async"]
+__all__ = ["RecordConfig", "RecordResult", "parse_listen", "record", "record_args_async", "record_async"]
+
+PathLike = str | os.PathLike[str]
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -49,36 +50,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"must be HOST:PORT (e.g. 127.0.0.1:8100), not {text!r}", field="--listen")
     return host, int(port)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``record``'s options."""
-    from kvreplay.argtypes import number
-
-    p.add_argument("--upstream", required=True, metavar="URL",
-                   help="the server to forward to (http://host:port[/prefix])")
-    p.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:0, a free port, printed)")
-    p.add_argument("--out", required=True, metavar="W",
-                   help="capture folder to create (bodies + capture.jsonl); W.arrivals.json and "
-                        "W.plan.toml are written beside it")
-    p.add_argument("--max-bodies", type=int, default=None, metavar="N",
-                   help="stop retaining after N bodies (still proxying)")
-    p.add_argument("--max-bytes", default=None, metavar="SIZE",
-                   help="stop retaining when bodies would pass SIZE in total (e.g. 500MB, 2GiB); "
-                        "still proxying")
-    p.add_argument("--paths", default="/v1/chat/completions,/v1/completions", metavar="P1,P2",
-                   help="comma-separated URL paths whose POST bodies are retained (others are only "
-                        "proxied); default /v1/chat/completions,/v1/completions")
-    p.add_argument("--redact-body-secrets", action="store_true",
-                   help="retain a body that holds a secret (a key shape, a secret field, the request's own "
-                        "credential) with the secret replaced by [REDACTED] (both hashes in the manifest) "
-                        "instead of skipping it")
-    p.add_argument("--duration", type=number(0.0, strict=True, unit="s"), default=None, metavar="S",
-                   help="stop after S seconds (> 0; default: until SIGINT/SIGTERM)")
-    p.add_argument("--force", action="store_true",
-                   help="replace W.arrivals.json and W.plan.toml when they exist beside --out (the folder "
-                        "itself must be new or empty)")
 
 
 @dataclass(frozen=True)
@@ -179,10 +150,13 @@ class _BadRequestLog(logging.Filter):
             self._held = 0
 
 
-async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | None = None,
+async def record_args_async(args: RecordConfig | object, *, ready: asyncio.Event | None = None,
                             stop: Stop | None = None,
                             on_listening: Callable[[str], object] | None = None) -> RecordResult:
-    """Run the proxy of ``kvreplay record``'s parsed options until SIGINT/SIGTERM, ``--duration`` or ``stop``.
+    """Run the proxy of ``kvreplay record``'s options until SIGINT/SIGTERM, ``--duration`` or ``stop``.
+
+    ``args`` is a ``RecordConfig`` (an older caller's object of parsed flags by their ``dest`` is
+    read into one).
 
     Warns on stderr when ``--listen`` is not loopback. ``on_listening(url)`` is called
     once the proxy listens; ``ready`` is set once the stop signals are watched.
@@ -205,11 +179,15 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
     from kvreplay.redaction import redact_url, register_url
     from kvreplay.workload.capture import CaptureWriter, parse_size, sidecar_paths
 
+    if not isinstance(args, RecordConfig):
+        from kvreplay.options.declare import from_dests
+
+        args = from_dests(RecordConfig, vars(args))
     duration = args.duration
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
                                  or not math.isfinite(duration) or duration <= 0):
         raise ConfigError(f"must be a number of seconds > 0, not {duration!r}", field="--duration")
-    check_out(args.out, force=getattr(args, "force", False), folder=True, siblings=sidecar_paths(args.out),
+    check_out(args.out, force=args.force, folder=True, siblings=sidecar_paths(args.out),
               make_parents=True)
     if not args.upstream.startswith(("http://", "https://")):
         raise ConfigError(f"must be an http:// or https:// URL, not {redact_url(args.upstream)!r}",
@@ -265,16 +243,11 @@ async def record_args_async(args: argparse.Namespace, *, ready: asyncio.Event | 
 
 
 def _record_args(upstream: str, out: PathLike, listen: str, paths: str | Iterable[str], max_bodies: int | None,
-                 max_bytes: int | str | None, redact_body_secrets: bool, duration: float | None) -> argparse.Namespace:
-    import os
-
-    values: dict[str, Any] = {
-        "upstream": upstream, "out": os.fspath(out), "listen": listen,
-        "paths": paths if isinstance(paths, str) else ",".join(paths), "max_bodies": max_bodies,
-        "max_bytes": None if max_bytes is None else str(max_bytes),
-        "redact_body_secrets": redact_body_secrets, "duration": duration,
-    }
-    return namespace_for(add_arguments, values, None)
+                 max_bytes: int | str | None, redact_body_secrets: bool, duration: float | None) -> RecordConfig:
+    return RecordConfig(upstream=upstream, out=os.fspath(out), listen=listen,
+                        paths=paths if isinstance(paths, str) else ",".join(paths), max_bodies=max_bodies,
+                        max_bytes=None if max_bytes is None else str(max_bytes),
+                        redact_body_secrets=redact_body_secrets, duration=duration)
 
 
 async def record_async(upstream: str, out: PathLike, *, listen: str = "127.0.0.1:0",

@@ -4,7 +4,8 @@
 the servers on a thread of their own) start the embedded simulator, or with
 ``replicas``/``router`` the embedded fleet, and give its URLs (``ServedSim``);
 ``kvreplay serve-sim`` (``commands/serve_sim.py``) starts the same through
-``start_sim_args`` and prints them. ``is_loopback`` says whether an address to bind
+``start_sim_args`` (its options: ``kvreplay.options.serve.ServeSimConfig``) and prints
+them. ``is_loopback`` says whether an address to bind
 is loopback (both commands warn when it is not); ``wait_for_stop`` waits for
 SIGINT/SIGTERM, a duration, or a caller's stop event, whichever comes first (the
 API's callers cannot send a signal). Example::
@@ -16,7 +17,6 @@ API's callers cannot send a signal). Example::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -26,7 +26,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ServedSim", "Stop", "add_arguments", "is_loopback", "serve_sim", "serve_sim_async", "start_sim_args",
+from kvreplay.options.serve import ServeSimConfig
+
+__all__ = ["ServeSimConfig", "ServedSim", "Stop", "is_loopback", "serve_sim", "serve_sim_async", "start_sim_args",
            "wait_for_stop"]
 
 Stop = asyncio.Event | Callable[[], Awaitable[object]]
@@ -72,33 +74,6 @@ async def wait_for_stop(duration: float | None, ready: asyncio.Event | None = No
                 loop.remove_signal_handler(sig)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--host``, ``--port``, ``--duration``, the fleet options and the simulator options (no prefix)."""
-    from kvreplay.argtypes import integer
-    from kvreplay.sim.config import add_arguments as add_sim_arguments
-    from kvreplay.sim.routing import ROUTER_POLICIES
-
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (default 0)")
-    parser.add_argument(
-        "--duration", type=float, default=None, metavar="S",
-        help="stop after S seconds (default: run until interrupted)",
-    )
-    fleet = parser.add_argument_group("fleet (N replicas behind a router: docs/fleets.md)")
-    fleet.add_argument(
-        "--replicas", type=integer(1), default=1, metavar="N",
-        help="simulated replicas behind a router (default 1: one server, no router)",
-    )
-    fleet.add_argument(
-        "--router", choices=ROUTER_POLICIES, default=None,
-        help="the router's policy (default round_robin; given with --replicas 1, a router fronts the one replica)",
-    )
-    fleet.add_argument(
-        "--router-seed", type=integer(0), default=0, metavar="S", help="seed of --router random (default 0)"
-    )
-    add_sim_arguments(parser, prefix="")
-
-
 @dataclass(frozen=True)
 class ServedSim:
     """The embedded simulator (or fleet) while it listens.
@@ -125,27 +100,30 @@ class ServedSim:
         await self._stop()
 
 
-async def start_sim_args(args: argparse.Namespace, config: Any = None, calibration: Any = None) -> ServedSim:
-    """Start what ``kvreplay serve-sim``'s parsed options describe, on the running loop (call ``stop()`` after).
+async def start_sim_args(args: ServeSimConfig | object, config: Any = None, calibration: Any = None) -> ServedSim:
+    """Start what ``kvreplay serve-sim``'s options describe, on the running loop (call ``stop()`` after).
 
     Args:
-        args: The options of ``add_arguments``.
+        args: The options (``kvreplay.options.serve.ServeSimConfig``; an older caller's object of
+            parsed flags by their ``dest`` is read into one).
         config: The ``SimConfig`` when already read from ``args`` (with ``calibration``), else read here
-            (``kvreplay.sim.config.config_and_calibration``).
+            (``kvreplay.sim.config.config_and_calibration_of``).
         calibration: The calibration that set ``config``, served in ``/version``.
 
     Raises:
         ConfigError: bad simulator options.
         OSError: the address cannot be bound (``strerror``: ``cannot listen on HOST:PORT: why``).
     """
+    if not isinstance(args, ServeSimConfig):
+        args = ServeSimConfig.from_dests(vars(args))
     if config is None:
-        from kvreplay.sim.config import config_and_calibration
+        from kvreplay.sim.config import config_and_calibration_of
 
-        config, calibration = config_and_calibration(args, prefix="")
+        config, calibration = config_and_calibration_of(args.sim, flag_prefix="--")
     return await _start(args, config, calibration)
 
 
-async def _start(args: argparse.Namespace, cfg: Any, calibration: Any) -> ServedSim:
+async def _start(args: ServeSimConfig, cfg: Any, calibration: Any) -> ServedSim:
     try:
         if args.replicas > 1 or args.router is not None:
             from kvreplay.sim.fleet import start_fleet
@@ -165,12 +143,18 @@ async def _start(args: argparse.Namespace, cfg: Any, calibration: Any) -> Served
 
 
 def _serve_args(host: str, port: int, replicas: int, router: str | None, router_seed: int,
-                options: dict[str, Any]) -> argparse.Namespace:
-    from kvreplay.api._options import namespace_for
+                options: dict[str, Any]) -> ServeSimConfig:
+    from kvreplay.api._keywords import config_for
+    from kvreplay.errors import ConfigError
+    from kvreplay.options.run import SIM_FLEET_KEYWORDS, SIM_KEYWORDS
 
+    own = {"host", "port", "duration"}
+    for key in options:
+        if key not in own and key.replace("-", "_") not in SIM_KEYWORDS - SIM_FLEET_KEYWORDS:
+            raise ConfigError(f"unknown option {key!r}", field=key)
     values = {"host": host, "port": port, "replicas": replicas, "router": router, "router_seed": router_seed,
-              **options}
-    return namespace_for(add_arguments, values, None)
+              **{k: v for k, v in options.items() if k in own}}
+    return config_for(ServeSimConfig, values, {k: v for k, v in options.items() if k not in own}, fleet=False)
 
 
 @contextlib.asynccontextmanager

@@ -1,7 +1,8 @@
 """Offline cache simulation: the behaviour of ``kvreplay simulate`` and ``kvreplay.simulate``.
 
-``kvreplay simulate`` (``commands/simulate.py``) prints the table or the JSON; this module
-declares the options (``add_arguments``), applies a probe verdict's calibration, builds
+``kvreplay simulate`` (``commands/simulate.py``) prints the table or the JSON; its options are
+``kvreplay.options.simulate.SimulateConfig`` (the flags derive from it, ``kvreplay.simulate``'s
+keywords build it); this module applies a probe verdict's calibration, builds
 the ``SimulateOptions`` of ``kvreplay.offline.simulate`` and runs it (``simulate_args``),
 writing the ``--plot`` PNG. ``simulate`` and ``simulate_fleet`` are the typed entry points.
 Nothing here imports numpy or the simulator until it is called. Examples::
@@ -12,14 +13,15 @@ Nothing here imports numpy or the simulator until it is called. Examples::
 
 from __future__ import annotations
 
-import argparse
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
-from kvreplay.argtypes import integer, number, number_list
+from kvreplay.api._keywords import config_for
+from kvreplay.argtypes import number, number_list
 from kvreplay.errors import ConfigError
+from kvreplay.options.simulate import SimulateConfig
 
 if TYPE_CHECKING:
     from kvreplay.offline.simulate import SimulateOptions
@@ -27,8 +29,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CurvePoint",
     "FleetReport",
+    "SimulateConfig",
     "SimulateReport",
-    "add_arguments",
+    "check_prefill",
     "options_from_args",
     "simulate",
     "simulate_args",
@@ -114,177 +117,36 @@ class FleetReport(TypedDict, total=False):
     sentence: str
 
 
-def _prefill(text: str) -> str:
-    """``--prefill a=...,rate=...`` checked when parsed (``parse_prefill``); the text is kept.
+PathLike = str | os.PathLike[str]
+
+
+def _fspath(value: PathLike | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+def check_prefill(text: str) -> str:
+    """``--prefill a=...,rate=...`` checked (``parse_prefill``); the text is kept (a verdict path unchecked here).
 
     A verdict file is read (and checked) with the other inputs, before any work.
+
+    Raises:
+        kvreplay.argtypes.CheckError: a malformed cost model (its message and the text given).
     """
     if "=" not in text:
         return text
+    from kvreplay.argtypes import CheckError
     from kvreplay.offline.report import parse_prefill
 
     try:
         parse_prefill(text)
     except ConfigError as exc:
-        raise argparse.ArgumentTypeError(f"{str(exc).split(': ', 1)[-1]}, got {text!r}") from None
+        raise CheckError(f"{str(exc).split(': ', 1)[-1]}, got {text!r}") from None
     return text
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``simulate`` flags (every number checked when parsed: ``kvreplay.argtypes``)."""
-    from kvreplay.sim.routing import ROUTER_POLICIES
-
-    parser.add_argument(
-        "source",
-        metavar="WORKLOAD_OR_TRACE",
-        help="workload (folder of *.json or .jsonl), plan.json, or block trace (hash_ids)",
-    )
-    parser.add_argument(
-        "--model",
-        choices=("radix", "entries"),
-        help="cache model (default: radix for traces, entries for workloads)",
-    )
-    parser.add_argument(
-        "--capacities",
-        type=number_list(number(0, strict=True)),
-        metavar="N,N,...",
-        help="capacities to report (see --capacity-unit)"
-    )
-    parser.add_argument(
-        "--capacity-unit",
-        choices=("units", "tokens", "gib"),
-        default="units",
-        help="unit of --capacities: entries/blocks, or for radix tokens or GiB (whole blocks)",
-    )
-    parser.add_argument(
-        "--points", type=integer(1), default=40, help="geometric capacities when none are given"
-    )
-    parser.add_argument(
-        "--phase",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="plan phases for a workload, e.g. prime:forward:c1 (repeatable; serial order)",
-    )
-    parser.add_argument("--interleave", metavar="PATH", help="second workload or trace mixed in")
-    parser.add_argument(
-        "--every",
-        type=integer(1),
-        default=None,
-        metavar="K",
-        help="with --interleave: foreign requests after every K (default 1)",
-    )
-    parser.add_argument(
-        "--burst",
-        type=integer(1),
-        default=None,
-        metavar="B",
-        help="with --interleave: B foreign requests per gap (default 1)",
-    )
-    parser.add_argument(
-        "--today",
-        type=integer(1),
-        default=None,
-        metavar="N",
-        help="the capacity run today: always reported, and the answer line compares it",
-    )
-    parser.add_argument(
-        "--sim-from-verdict",
-        metavar="VERDICT_JSON",
-        help="calibrate from a probe verdict: model, prefill fit, restore cost, block size,"
-        " bytes per token, entry cap; its capacity becomes --today (flags given win)",
-    )
-    parser.add_argument(
-        "--prefill",
-        type=_prefill,
-        metavar="a=S,rate=TOK_PER_S|verdict.json",
-        help="prefill cost model (prefill_s = a + tokens / rate)",
-    )
-    parser.add_argument(
-        "--share",
-        type=number(0, strict=True, maximum=1),
-        default=0.95,
-        help="recommend the smallest capacity reaching this share of the best hit ratio",
-    )
-    parser.add_argument(
-        "--metric",
-        choices=("tokens", "requests"),
-        default="tokens",
-        help="hit ratio the recommendation uses",
-    )
-    parser.add_argument(
-        "--bytes-per-token", type=integer(1, unit="bytes"), help="KV bytes per token (default: the simulator's)"
-    )
-    ent = parser.add_argument_group("entries model (as serve-sim --sim-cache entries)")
-    ent.add_argument(
-        "--snapshots", type=int, choices=(1, 2), default=2, help="snapshots per request"
-    )
-    ent.add_argument(
-        "--snapshot-at",
-        default="system,messages",
-        help="snapshot points in order (system, messages, prompt)",
-    )
-    ent.add_argument(
-        "--recency",
-        choices=("use", "offer"),
-        default="use",
-        help="what refreshes a snapshot: use (simulator default; per-capacity runs) "
-        "or offer (one pass)",
-    )
-    ent.add_argument(
-        "--max-entry-bytes",
-        type=integer(1, unit="bytes"),
-        help="per-snapshot cap (bytes): larger snapshots keep their first tokens that fit",
-    )
-    ent.add_argument(
-        "--refuse-over-bytes",
-        action="store_true",
-        help="refuse snapshots over --max-entry-bytes instead of truncating them",
-    )
-    rad = parser.add_argument_group("radix model")
-    rad.add_argument("--block-size", type=integer(1), help="tokens per block for workloads (default 16)")
-    rad.add_argument(
-        "--trace-block-tokens",
-        type=integer(1),
-        default=512,
-        help="tokens per hash_ids block of a trace (Mooncake: 512)",
-    )
-    rad.add_argument("--limit", type=integer(1), help="first N trace requests only")
-    rad.add_argument("--host-rows", type=integer(0), default=0, help="host tier rows (0: no host tier)")
-    rad.add_argument("--host-pages", type=integer(1), default=4096, help="host tier pages")
-    rad.add_argument("--page-tokens", type=integer(1), default=256, help="tokens per host page")
-    rad.add_argument("--host-evict", choices=("leaf-lru", "ancestor-compact"), default="leaf-lru",
-                     help="host tier eviction: leaf-lru (default) or ancestor-compact")
-    out = parser.add_argument_group(
-        "outputs (radix inserts the output's blocks, as serve-sim does)"
-    )
-    out.add_argument("--no-outputs", action="store_true", help="insert no output tokens")
-    out.add_argument("--output-tokens", type=integer(0), help="serve-sim's output_tokens")
-    out.add_argument("--max-output-tokens", type=integer(1), help="serve-sim's max_output_tokens")
-    fl = parser.add_argument_group(
-        "fleet: the routing loss over N replicas (docs/fleets.md); --capacities gives one capacity per replica"
-    )
-    fl.add_argument("--replicas", type=integer(1), default=None, metavar="N",
-                    help="simulate N replicas, each with the cache model above, and print the routing-loss"
-                    " table (merged-cache bound, greedy prefix affinity, round-robin, random)")
-    fl.add_argument("--router", choices=ROUTER_POLICIES, default=None,
-                    help="with --replicas: the policy taken as the observed routing (its kept %%)")
-    fl.add_argument("--router-seed", type=integer(0), default=0, metavar="S", help="seed of the random policy")
-    ses = parser.add_argument_group("sessions (a workload with a sessions side file: reuse by turn is reported)")
-    ses.add_argument("--sessions", type=integer(1), metavar="N",
-                     help="simulate N conversations in flight (closed loop) instead of the workload's order: the "
-                          "recommended capacity keeps N conversations warm")
-    ses.add_argument("--think-time", type=number(0.0, unit="s"), metavar="S",
-                     help="with --sessions: think time before every later turn (default: the side file's)")
-    ses.add_argument("--service-time", type=number(0.0, unit="s"), default=0.0, metavar="S",
-                     help="with --sessions: seconds from a turn's send to its last byte (default 0)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--plot", metavar="FILE.png", help="also write the curve as a PNG plot")
-
-
-def _apply_verdict(args: argparse.Namespace) -> dict[str, Any] | None:
+def _apply_verdict(args: SimulateConfig) -> dict[str, Any] | None:
     """Fill unset flags from ``--sim-from-verdict`` (kvreplay.sim.calibrate); returns its JSON."""
-    if not getattr(args, "sim_from_verdict", None):
+    if not args.sim_from_verdict:
         return None
     from kvreplay.sim.calibrate import calibrate_from_verdict
 
@@ -308,7 +170,7 @@ def _apply_verdict(args: argparse.Namespace) -> dict[str, Any] | None:
     return cal.to_json()
 
 
-def options_from_args(args: argparse.Namespace) -> SimulateOptions:
+def options_from_args(args: SimulateConfig) -> SimulateOptions:
     """Build the options.
 
     Raises:
@@ -317,7 +179,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     from kvreplay.offline.report import parse_prefill
     from kvreplay.offline.simulate import SimulateOptions
 
-    caps = None
+    caps: list[Any] | None = None
     if args.capacities:
         caps = list(args.capacities)
         if isinstance(args.capacities, str):  # a caller that did not parse the flags
@@ -350,7 +212,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     if args.host_rows:
         from kvreplay.sim.cache_host import HostTier
 
-        kw = {
+        kw: dict[str, Any] = {
             "rows": args.host_rows,
             "pages": args.host_pages,
             "page_tokens": args.page_tokens,
@@ -395,7 +257,7 @@ def options_from_args(args: argparse.Namespace) -> SimulateOptions:
     )
 
 
-def simulate_args(args: argparse.Namespace) -> dict[str, Any]:
+def simulate_args(args: SimulateConfig | object) -> dict[str, Any]:
     """Run ``kvreplay simulate`` on parsed options: the curve, or with ``args.replicas`` the routing loss.
 
     Applies ``--sim-from-verdict`` first (flags given win), adds the calibration and the
@@ -408,8 +270,12 @@ def simulate_args(args: argparse.Namespace) -> dict[str, Any]:
         ConfigError: a bad option (``--router`` without ``--replicas``...), an unreadable source.
         WorkloadError: a malformed workload.
     """
+    if not isinstance(args, SimulateConfig):  # an older caller's object of parsed flags by their dest
+        from kvreplay.options.declare import from_dests
+
+        args = from_dests(SimulateConfig, vars(args))
     calibration = _apply_verdict(args)
-    if getattr(args, "replicas", None) is not None:
+    if args.replicas is not None:
         from kvreplay.offline.routing import simulate_fleet as run_fleet
 
         return run_fleet(options_from_args(args), args.replicas, router=args.router, seed=args.router_seed)
@@ -424,7 +290,7 @@ def simulate_args(args: argparse.Namespace) -> dict[str, Any]:
         from kvreplay.offline.sizing import answer_line
 
         rep["answer"] = answer_line(rep, args.today)
-    if getattr(args, "plot", None):
+    if args.plot:
         from kvreplay.report.plots import curve_png
         from kvreplay.safe_io import atomic_write_bytes
 
@@ -439,8 +305,8 @@ def _values(source: PathLike, phases: Iterable[str], options: dict[str, Any], **
     for key in ("source", "phase", "json"):
         if key in options:
             raise ConfigError(f"unknown option {key!r}", field=key)
-    values = {"source": fspath(source), "phase": list(phases),
-              **{k: (fspath(v) if k in ("interleave", "sim_from_verdict", "plot") else v)
+    values = {"source": _fspath(source), "phase": list(phases),
+              **{k: (_fspath(v) if k in ("interleave", "sim_from_verdict", "plot") else v)
                  for k, v in named.items() if v is not None}, **options}
     if isinstance(values.get("capacities"), (list, tuple)):
         values["capacities"] = list(values["capacities"])
@@ -486,7 +352,7 @@ def simulate(source: PathLike, *, capacities: Sequence[float] | None = None, mod
         raise ConfigError("replicas: use kvreplay.simulate_fleet", field="replicas")
     values = _values(source, phases, options, capacities=capacities, model=model, today=today, prefill=prefill,
                      sim_from_verdict=sim_from_verdict, interleave=interleave, plot=plot)
-    rep: SimulateReport = simulate_args(namespace_for(add_arguments, values, None))  # type: ignore[assignment]
+    rep: SimulateReport = simulate_args(config_for(SimulateConfig, values))  # type: ignore[assignment]
     return rep
 
 
@@ -522,5 +388,5 @@ def simulate_fleet(source: PathLike, replicas: int, *, capacities: Sequence[floa
     """
     values = _values(source, phases, options, capacities=capacities, model=model, router=router)
     values["replicas"], values["router_seed"] = replicas, router_seed
-    rep: FleetReport = simulate_args(namespace_for(add_arguments, values, None))  # type: ignore[assignment]
+    rep: FleetReport = simulate_args(config_for(SimulateConfig, values))  # type: ignore[assignment]
     return rep

@@ -1,7 +1,7 @@
 """Read a server's counters once: the behaviour of ``kvreplay snapshot`` and ``kvreplay.snapshot``.
 
-``kvreplay snapshot`` (``commands/snapshot.py``) prints the JSON; this module declares
-the options (``add_arguments``) and reads the server (or a saved dump) through the
+``kvreplay snapshot`` (``commands/snapshot.py``) prints the JSON; its options are
+``kvreplay.options.snapshot.SnapshotConfig``; this module reads the server (or a saved dump) through the
 backend registry (``snapshot_args_async``). Nothing but control endpoints is contacted;
 no generation request is sent. Examples::
 
@@ -11,16 +11,18 @@ no generation request is sent. Examples::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
+import os
 from pathlib import Path
 from typing import Any, TypedDict
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
 from kvreplay.errors import BackendError, ConfigError
+from kvreplay.options.snapshot import SnapshotConfig
 
-__all__ = ["Snapshot", "add_arguments", "snapshot", "snapshot_args", "snapshot_args_async", "snapshot_async"]
+PathLike = str | os.PathLike[str]
+
+__all__ = ["Snapshot", "SnapshotConfig", "snapshot", "snapshot_args", "snapshot_args_async", "snapshot_async"]
 
 
 class Snapshot(TypedDict):
@@ -42,24 +44,6 @@ class Snapshot(TypedDict):
     units: dict[str, str]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--target``/``--from-file``, ``--backend``, ``--profile``, ``--timeout``."""
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--target", metavar="URL", help="server root URL, e.g. http://127.0.0.1:8000")
-    src.add_argument("--from-file", metavar="DUMP", help="a saved /metrics or /cache body")
-    from kvreplay.backends import backend_names
-
-    parser.add_argument(
-        "--backend",
-        default="auto",
-        help=f"auto (probe the server, or tell from the dump), {', '.join(backend_names())}",
-    )
-    parser.add_argument(
-        "--profile", default=None, help="profile name or TOML file (prometheus backend)"
-    )
-    parser.add_argument("--timeout", type=float, default=10.0, help="bound on the whole read (s)")
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
@@ -70,16 +54,17 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-async def _live(args: argparse.Namespace) -> dict[str, Any]:
+async def _live(args: SnapshotConfig) -> dict[str, Any]:
     import aiohttp
 
     from kvreplay.backends import detect, make_backend
 
+    target = args.target or ""  # a live read has a target (_check)
     async with aiohttp.ClientSession() as session:
         name = args.backend
         if name == "auto":
-            name = await detect(args.target, session)
-        backend = make_backend(name, args.target, session, profile=args.profile)
+            name = await detect(target, session)
+        backend = make_backend(name, target, session, profile=args.profile)
         identity = await backend.identity()
         snap = await backend.snapshot()
     return {
@@ -92,10 +77,10 @@ async def _live(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _offline(args: argparse.Namespace) -> dict[str, Any]:
+def _offline(args: SnapshotConfig) -> dict[str, Any]:
     from kvreplay.backends import make_backend, parse_dump
 
-    path = Path(args.from_file)
+    path = Path(args.from_file or "")  # an offline read has a dump (snapshot_args)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -115,14 +100,14 @@ def _offline(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _check(args: argparse.Namespace) -> None:
+def _check(args: SnapshotConfig) -> None:
     if args.target:
         from kvreplay.api.run import check_target
 
         check_target(args.target, sim=False)
 
 
-async def snapshot_args_async(args: argparse.Namespace) -> Snapshot:
+async def snapshot_args_async(args: SnapshotConfig) -> Snapshot:
     """Read ``args.target`` live (bounded by ``args.timeout`` s) or parse ``args.from_file``.
 
     Raises:
@@ -141,7 +126,7 @@ async def snapshot_args_async(args: argparse.Namespace) -> Snapshot:
     return snap
 
 
-def snapshot_args(args: argparse.Namespace) -> Snapshot:
+def snapshot_args(args: SnapshotConfig) -> Snapshot:
     """``snapshot_args_async`` on a fresh event loop (what ``kvreplay snapshot`` runs)."""
     _check(args)  # before a loop starts, as the command always did
     if args.from_file:
@@ -151,11 +136,11 @@ def snapshot_args(args: argparse.Namespace) -> Snapshot:
 
 
 def _args(target: str | None, from_file: PathLike | None, backend: str, profile: str | None,
-          timeout_s: float) -> argparse.Namespace:
+          timeout_s: float) -> SnapshotConfig:
     if (target is None) == (from_file is None):
         raise ConfigError("give target or from_file (one of them)", field="target")
-    return namespace_for(add_arguments, {"target": target, "from_file": fspath(from_file), "backend": backend,
-                                         "profile": profile, "timeout": timeout_s}, None)
+    return SnapshotConfig(target=target, from_file=None if from_file is None else os.fspath(from_file),
+                          backend=backend, profile=profile, timeout=timeout_s)
 
 
 async def snapshot_async(target: str | None = None, *, from_file: PathLike | None = None, backend: str = "auto",

@@ -5,8 +5,8 @@ Every point is executed by ``kvreplay.api.run.run_async`` (the code path of
 ``DIR/points/NN-c4/``; the point's figures are then read back from that directory
 alone (``sweep.points.point_entry``: goodput from its records, cache state proved
 from its counters and records) and ``DIR/sweep.json`` is rewritten after each point.
-``run``'s options are reused as they are declared (``api.run.add_arguments``), target
-and simulator included; the sweep adds its own. Examples::
+The options are ``kvreplay.options.sweep.SweepConfig``: a run's (``RunConfig``, target and
+simulator included; each point's) and the sweep's own. Examples::
 
     kvreplay sweep fixtures/workloads/mtbench-52 --target sim --concurrency 1,2,4,8 \
         --cache cold --slo ttft_ms<=500 --out sweeps/x
@@ -16,7 +16,6 @@ and simulator included; the sweep adds its own. Examples::
 
 from __future__ import annotations
 
-import argparse
 import math
 import shutil
 from collections.abc import Callable
@@ -25,15 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
+from kvreplay.options.sweep import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_RATE, SweepConfig
 
-__all__ = ["SweepPoint", "SweepResult", "add_arguments", "compare_sweep_dirs", "is_sweep", "run_sweep"]
-
-DEFAULT_MAX_CONCURRENCY = 256
-"""Largest concurrency ``--concurrency auto`` doubles to (``--max-load``)."""
-DEFAULT_MAX_RATE = 1024.0
-"""Largest rate ``--rate auto`` doubles to (requests/s; ``--max-load``)."""
+__all__ = ["DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_RATE", "SweepConfig", "SweepPoint", "SweepResult",
+           "compare_sweep_dirs", "is_sweep", "run_sweep"]
 
 
 @dataclass(frozen=True)
@@ -100,55 +95,6 @@ class SweepResult:
                    document=doc)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``run``'s options (``api.run.add_arguments``: target, simulator, timeouts, ...) and the sweep's own."""
-    from kvreplay.api.run import add_arguments as add_run_arguments
-    from kvreplay.sweeps.cache import CACHE_STATES
-
-    add_run_arguments(p)
-    g = p.add_argument_group("sweep")
-    g.add_argument("--concurrency", default=None, metavar="LIST|auto",
-                   help="closed-loop loads, e.g. 1,2,4,8, or auto (search the knee)")
-    g.add_argument("--rate", default=None, metavar="LIST|auto",
-                   help="open-loop loads in requests/s, e.g. 1,2,4, or auto (search the knee)")
-    g.add_argument("--arrivals", default="poisson", metavar="PROCESS",
-                   help="open loop: constant, poisson[:SEED] (default, seed 0) or gamma:CV[:SEED] (CV > 1 burstier)")
-    g.add_argument("--max-in-flight", type=integer(1), default=256, metavar="N",
-                   help="open loop: requests in flight at most (default 256)")
-    g.add_argument("--select", default=None, metavar="firstN|lastN",
-                   help="the bodies a point sends (default all)")
-    g.add_argument("--requests", type=integer(1), default=None, metavar="N",
-                   help="measured requests per point (the selection cycled; default: the selection once)")
-    g.add_argument("--duration", type=_duration, default=None, metavar="DUR",
-                   help="open loop: measured time per point (rate x DUR requests), e.g. 60s")
-    g.add_argument("--warmup", type=integer(0), default=0, metavar="N",
-                   help="requests sent and recorded before each measured phase, out of the point's figures "
-                        "(default 0)")
-    g.add_argument("--cache", choices=CACHE_STATES, default="cold",
-                   help="cache state of each point: cold (reset, proved empty; default), warm (primed with the "
-                        "point's bodies at C1, proved by cached tokens) or as-is (flagged)")
-    g.add_argument("--warm-min", type=number(0, strict=True, maximum=1.0), default=None, metavar="F",
-                   help="warm: the fraction of the first measured prompt that must be cached (default: its "
-                        "block-rounded length)")
-    g.add_argument("--slo", action="append", default=[], metavar="METRIC<=MS",
-                   help="per-request SLO in measured ms, repeatable: ttft_ms<=500, tpot_ms<=50, e2e_ms<=9000")
-    g.add_argument("--until", action="append", default=[], metavar="LIMIT",
-                   help="end the sweep at a point crossing it, repeatable: ttft_ms:p99>2000, slo_attainment<0.9")
-    g.add_argument("--start", type=number(0, strict=True), default=None, metavar="LOAD",
-                   help="auto: the first load (default 1)")
-    g.add_argument("--max-load", type=number(0, strict=True), default=None, metavar="LOAD",
-                   help=f"auto: largest load (default {DEFAULT_MAX_CONCURRENCY} in flight, "
-                        f"{DEFAULT_MAX_RATE:g} requests/s)")
-    g.add_argument("--force", action="store_true", help="replace an earlier sweep in --out")
-    g.add_argument("--csv", action="store_true", help="also write points.csv (one row per point)")
-
-
-def _duration(text: str) -> float:
-    from kvreplay.api.run import parse_duration
-
-    return parse_duration(text)
-
-
 def _prepare_out(out: Path, force: bool) -> None:
     """Refuse an existing ``--out`` unless ``--force`` and it is an earlier sweep or empty; then clear it."""
     from kvreplay.sweeps.document import CSV_NAME, POINTS_DIR, SWEEP_JSON, is_sweep_dir
@@ -195,12 +141,12 @@ def _check_target(target: str) -> None:
                           "http://USER:PASSWORD@HOST:PORT", field="--target")
 
 
-async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, Any]], None] | None = None,
+async def run_sweep(args: SweepConfig, *, on_point: Callable[[dict[str, Any]], None] | None = None,
                       on_message: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every point of a sweep and write ``DIR/sweep.json``; its document, with ``_out`` = DIR.
 
     Args:
-        args: ``add_arguments``'s namespace.
+        args: The sweep's options (``kvreplay sweep``'s flags, or ``kvreplay.sweep``'s keywords).
         on_point: Called with each point's entry once it is measured (live progress).
         on_message: Called with lines about the sweep itself (the point starting).
 
@@ -284,11 +230,10 @@ async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, A
         if on_message is not None:
             on_message(f"point {index}: {load_label(loads.kind, load)}, {len(spec.bodies)} measured request(s)"
                        + (f" after {args.warmup} warm-up" if args.warmup else "") + f", cache {args.cache}")
-        point_args = argparse.Namespace(**vars(args))
-        point_args.out, point_args.phase, point_args.quiet = str(run_dir), [], True
+        point_args = args.run_config(out=str(run_dir), phase=[], quiet=True)
         summary = await run_async(point_args, point_phases(spec))
         summary.pop("_out", None)
-        if getattr(args, "report", "html") != "none":
+        if args.report != "none":
             from kvreplay.api.run import write_reports_for
 
             write_reports_for(point_args, summary, str(run_dir))
@@ -311,7 +256,7 @@ async def run_sweep(args: argparse.Namespace, *, on_point: Callable[[dict[str, A
     write_sweep(out, doc)
     if args.csv:
         write_points_csv(out, doc)
-    if getattr(args, "report", "html") == "html":
+    if args.report == "html":
         from kvreplay.sweeps.report import write_sweep_report
 
         write_sweep_report(out, doc)

@@ -1,7 +1,8 @@
 r"""Synthesize a workload in the server's tokens: the behaviour of ``kvreplay synth``.
 
-``kvreplay synth`` (``commands/synth.py``) prints the lines; this module declares the
-options (``add_arguments``), opens the tokenizer (``kvreplay.workload.tokenizer_client``),
+``kvreplay synth`` (``commands/synth.py``, whose flags derive from
+``kvreplay.options.synth.SynthConfig``) prints the lines; this module takes those options,
+opens the tokenizer (``kvreplay.workload.tokenizer_client``),
 builds and writes the workload (``kvreplay.workload.synth``) and, with ``--check``,
 replays it once at C1 and compares each prefix group's designed shared tokens with the
 cached tokens the server reported (``check_workload``). Example::
@@ -13,62 +14,16 @@ cached tokens the server reported (``check_workload``). Example::
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from kvreplay.errors import ConfigError
+from kvreplay.options.synth import SynthConfig
 
-__all__ = ["add_arguments", "check_workload", "synth_args"]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``synth``'s options."""
-    from kvreplay.argtypes import integer, number
-
-    p.add_argument("--out", required=True, metavar="W.jsonl",
-                   help="workload file to write (one exact body a line); its manifest W.synth.json (and "
-                        "W.sessions.jsonl with --turns) beside it")
-    p.add_argument("--tokenizer", required=True, metavar="URL|sim|tokenizer.json",
-                   help="the server whose tokens size the bodies (vLLM, llama-server or serve-sim: POST /tokenize, "
-                        "/detokenize), sim (the embedded simulator's, for --target sim), or a local tokenizer.json "
-                        "(optional 'tokenizers' library); never a download")
-    p.add_argument("--requests", type=integer(1), default=100, metavar="N",
-                   help="bodies to write (sessions with --turns; default 100)")
-    p.add_argument("--isl", default=None, metavar="MEAN[:STDDEV]",
-                   help="input tokens of the whole prompt, shared prefix included (default 1024)")
-    p.add_argument("--isl-file", default=None, metavar="FILE",
-                   help="input lengths drawn from a histogram: one 'TOKENS WEIGHT' line each (instead of --isl)")
-    p.add_argument("--osl", default="128", metavar="MEAN[:STDDEV]",
-                   help="output tokens, forced with max_tokens + ignore_eos (+ min_tokens) (default 128)")
-    p.add_argument("--prefix-tokens", type=integer(0), default=0, metavar="P",
-                   help="tokens of a shared prefix at the start of the prompt (counted in --isl; default 0)")
-    p.add_argument("--prefix-groups", type=integer(1), default=1, metavar="K",
-                   help="distinct shared prefixes; sharing requests are dealt to them in turn (default 1)")
-    p.add_argument("--prefix-share", type=number(0.0, maximum=1.0), default=1.0,
-                   metavar="F", help="fraction of requests that start with a group prefix (default 1)")
-    p.add_argument("--turns", type=integer(1), default=1, metavar="T",
-                   help="turns per conversation (> 1: sessions side file; each turn resends the history)")
-    p.add_argument("--think-time", type=number(0.0), default=0.0, metavar="S",
-                   help="seconds before each later turn (default 0)")
-    p.add_argument("--api", choices=("completions", "chat"), default="completions",
-                   help="body shape: /v1/completions prompt or /v1/chat/completions messages (default completions)")
-    p.add_argument("--model", default=None,
-                   help="the bodies' model (default: the tokenizer server's, from its /v1/models)")
-    p.add_argument("--seed", type=integer(0), default=0, help="seed of every draw (default 0)")
-    p.add_argument("--no-min-tokens", action="store_true",
-                   help="leave min_tokens out of the bodies (for a server that refuses it; default: "
-                        "written, but for llama-server, which has no such field)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out (and its side files)")
-    p.add_argument("--check", nargs="?", const="", default=None, metavar="URL",
-                   help="then replay the workload once at C1 against URL (default: the --tokenizer server; sim: "
-                        "the embedded simulator's radix cache) and report, per prefix group, designed against "
-                        "cached tokens")
-    p.add_argument("--check-out", default=None, metavar="DIR",
-                   help="run directory of --check (default: W.check beside the workload; must not exist)")
+__all__ = ["SynthConfig", "check_workload", "synth_args"]
 
 
-def _spec(args: argparse.Namespace, model: str) -> Any:
+def _spec(args: SynthConfig, model: str) -> Any:
     from kvreplay.workload.synth import SynthSpec
     from kvreplay.workload.synth_corpus import Length, parse_length, read_histogram
 
@@ -82,8 +37,11 @@ def _spec(args: argparse.Namespace, model: str) -> Any:
                      min_tokens=not args.no_min_tokens)
 
 
-def synth_args(args: argparse.Namespace) -> list[str]:
+def synth_args(args: SynthConfig) -> list[str]:
     """Synthesize, write and (``--check``) verify; the lines ``kvreplay synth`` prints.
+
+    Args:
+        args: The options (``kvreplay synth``'s flags).
 
     Raises:
         ConfigError: bad options, an existing ``--out`` without ``--force``, a tokenizer

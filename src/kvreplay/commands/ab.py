@@ -40,9 +40,11 @@ import argparse
 import asyncio
 
 from kvreplay.api.abtest import ab_args_async as ab_async
-from kvreplay.api.abtest import add_arguments, write_report
-from kvreplay.api.run import install_loop
+from kvreplay.api.abtest import write_report
+from kvreplay.api.run import add_target_arguments, install_loop
+from kvreplay.argtypes import add_declared
 from kvreplay.experiments.ab.compare import NOT_COMPUTED, ci_pct_text
+from kvreplay.options.ab import AbConfig
 from kvreplay.safe_io import echo
 
 __all__ = ["EXIT_ABORTED", "ab_async", "add_arguments", "run"]
@@ -55,10 +57,17 @@ HELP = (
 EXIT_ABORTED = 3
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``ab``'s flags: ``AbConfig``'s (its own, the contract's, its output's), then the target's."""
+    for group in ("ab", "contract", "ab-out"):
+        add_declared(p, AbConfig, (group,))
+    add_target_arguments(p)
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay ab``; exit 0 with a verdict, 3 when a block aborted."""
     install_loop()
-    result = asyncio.run(ab_async(args))
+    result = asyncio.run(ab_async(args))  # read into an AbConfig there
     if not args.quiet:
         echo(f"verdict: {result['verdict']}")
         for cav in result.get("caveats") or []:

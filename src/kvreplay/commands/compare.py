@@ -27,13 +27,21 @@ from __future__ import annotations
 
 import argparse
 
-from kvreplay.api.comparison import add_arguments, compare_args
+from kvreplay.api.comparison import compare_args
+from kvreplay.argtypes import add_declared
+from kvreplay.options.compare import CompareConfig
+from kvreplay.options.declare import from_dests
 from kvreplay.safe_io import echo
 
 __all__ = ["add_arguments", "run"]
 
 NAME = "compare"
 HELP = "Compare matched A/B blocks: median paired ratios with bootstrap CIs and a verdict."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``compare``'s options: ``CompareConfig``'s fields."""
+    add_declared(p, CompareConfig, ("compare",))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             echo(f"{len(args.dirs)} sweeps on one chart: {path}")
         return 0
-    result, text = compare_args(args)
+    result, text = compare_args(from_dests(CompareConfig, vars(args)))
     if not args.quiet:
         echo(text)
     else:

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 
-from kvreplay.api.exporting import add_arguments, export_args
+from kvreplay.api.exporting import export_args
+from kvreplay.argtypes import add_declared
+from kvreplay.options.declare import from_dests
+from kvreplay.options.export import ExportConfig
 from kvreplay.safe_io import echo
 
 __all__ = ["add_arguments", "run"]
@@ -32,9 +35,14 @@ _RUN_WITH = {
 }
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``export``'s options: ``ExportConfig``'s fields."""
+    add_declared(p, ExportConfig, ("export",))
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay export``; exit 0, or 2 on a bad workload or a loss without ``--lossy`` (``WorkloadError``)."""
-    res = export_args(args)
+    res = export_args(from_dests(ExportConfig, vars(args)))
     kind = res.kind if args.format == "aiperf" else "custom"
     if kind == "raw_payload":  # the bodies as they are: AIPerf's raw endpoint adds no formatting or URL path
         echo(f"{res.bodies} bodies as {res.lines} aiperf raw_payload lines -> {res.path}")

@@ -15,11 +15,13 @@ from kvreplay.api.fitting import (
     HOST_RAM_GIB_RANGE,
     MAX_TOK_NOTE,
     VISION_GIB,
-    add_arguments,
     fit_args,
     inputs_from_args,
     report,
 )
+from kvreplay.argtypes import add_declared
+from kvreplay.options.declare import from_dests
+from kvreplay.options.fit import FIT_GROUPS, FitConfig
 from kvreplay.safe_io import echo
 
 __all__ = [
@@ -34,6 +36,16 @@ __all__ = [
     "run",
     "verdict_words",
 ]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``fit`` flags (every number checked when parsed: ``kvreplay.argtypes``): ``FitConfig``'s."""
+    for group, kind in FIT_GROUPS:
+        if kind == "exclusive":  # both given: exit 2, naming both
+            add_declared(parser.add_mutually_exclusive_group(), FitConfig, (group,))
+        else:
+            add_declared(parser.add_argument_group(kind) if kind else parser, FitConfig, (group,))
+
 
 NAME = "fit"
 HELP = "KV pool sizing: budget = RAM - weights - reserve vs need = KV + arena + vision (+ margin)."
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     With ``--from-log`` only (no host RAM or KV bytes), print what the log(s)
     say; with two logs, the footprint comparison too.
     """
-    rep = fit_args(args)
+    rep = fit_args(from_dests(FitConfig, vars(args)))
     if "verdict" not in rep:
         _print_logs_only(rep, as_json=args.json)
         return 0

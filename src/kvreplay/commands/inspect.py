@@ -13,7 +13,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from kvreplay.api.inspection import add_arguments, analyse, inspect_args
+from kvreplay.api.inspection import analyse, inspect_args
+from kvreplay.argtypes import add_declared
+from kvreplay.options.declare import from_dests
+from kvreplay.options.inspect import InspectConfig
 from kvreplay.safe_io import dumps_json, echo
 
 __all__ = ["add_arguments", "analyse", "render", "run"]
@@ -65,9 +68,14 @@ def render(a: Mapping[str, Any], *, max_groups: int = 40) -> str:
     return "\n".join(lines)
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``inspect``'s arguments: ``InspectConfig``'s fields."""
+    add_declared(p, InspectConfig, ("inspect",))
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the workload, print its prefix structure; 0 on success."""
-    a = inspect_args(args)
+    a = inspect_args(from_dests(InspectConfig, vars(args)))
     if args.json:
         sys.stdout.write(dumps_json(a).decode() + "\n")  # the sink's JSON: redacted, DEL/C1 as \u escapes
     else:

@@ -1,7 +1,8 @@
 """``kvreplay probe``: what does this server's cache hold, and what is it worth?
 
-A thin layer over ``kvreplay.api.probing`` (``kvreplay.probe``), which declares the
-options and runs the probe; this module prints the verdict's sentences. Examples::
+A thin layer over ``kvreplay.api.probing`` (``kvreplay.probe``), which runs the probe;
+the flags derive from ``kvreplay.options.probe.ProbeCommandConfig``; this module prints the
+verdict's sentences. Examples::
 
     kvreplay probe --target http://127.0.0.1:8000 --sizes 8k,16k,32k,64k --out runs/probe
     kvreplay probe --target sim --sim-cache-entries 8 --sim-time-scale 0 --out runs/probe-sim
@@ -12,8 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from kvreplay.api.probing import add_arguments, config_from_args, probe_async
-from kvreplay.api.run import install_loop
+from kvreplay.api.probing import config_from_args, probe_async
+from kvreplay.api.run import add_target_arguments, install_loop
+from kvreplay.argtypes import add_declared
+from kvreplay.options.probe import ProbeCommandConfig
 from kvreplay.safe_io import echo
 
 NAME = "probe"
@@ -24,10 +27,16 @@ HELP = (
 __all__ = ["add_arguments", "config_from_args", "probe_async", "run"]
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``probe``'s flags: ``ProbeCommandConfig``'s own, then the target's (``run``'s)."""
+    add_declared(p, ProbeCommandConfig, ("probe",))
+    add_target_arguments(p)
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay probe``; exit 0 with a verdict, 2 on bad input."""
     install_loop()
-    verdict = asyncio.run(probe_async(args))
+    verdict = asyncio.run(probe_async(ProbeCommandConfig.from_dests(vars(args))))
     out = verdict.pop("_out")
     if not args.quiet:
         echo(verdict["plain"])

@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from kvreplay.api.recording import add_arguments, parse_listen, record_args_async
+from kvreplay.api.recording import parse_listen, record_args_async
+from kvreplay.argtypes import add_declared
+from kvreplay.options.record import RecordConfig
 from kvreplay.redaction import redact_url
 from kvreplay.safe_io import echo
 
@@ -32,6 +34,11 @@ NAME = "record"
 HELP = "record live traffic through a transparent proxy into a replayable workload (exact bodies)"
 
 __all__ = ["HELP", "NAME", "add_arguments", "parse_listen", "record", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register ``record``'s options: ``RecordConfig``'s fields."""
+    add_declared(p, RecordConfig, ("record",))
 
 
 async def record(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> int:

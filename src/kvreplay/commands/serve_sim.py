@@ -25,7 +25,8 @@ import argparse
 import asyncio
 import sys
 
-from kvreplay.api.serving import add_arguments, is_loopback, start_sim_args, wait_for_stop
+from kvreplay.api.serving import is_loopback, start_sim_args, wait_for_stop
+from kvreplay.options.serve import SERVE_FLEET_TITLE, ServeSimConfig
 
 NAME = "serve-sim"
 HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faults)"
@@ -33,7 +34,17 @@ HELP = "run the embedded simulator server (OpenAI-compatible, cache models, faul
 __all__ = ["HELP", "NAME", "add_arguments", "is_loopback", "run", "serve", "wait_for_stop"]
 
 
-async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--host``, ``--port``, ``--duration``, the fleet options (``ServeSimConfig``), the simulator's options."""
+    from kvreplay.argtypes import add_declared
+    from kvreplay.sim.config import add_arguments as add_sim_arguments
+
+    add_declared(parser, ServeSimConfig, ("serve",))
+    add_declared(parser.add_argument_group(SERVE_FLEET_TITLE), ServeSimConfig, ("serve-fleet",))
+    add_sim_arguments(parser, prefix="")
+
+
+async def serve(args: argparse.Namespace | ServeSimConfig, *, ready: asyncio.Event | None = None) -> int:
     """Serve until interrupted or ``--duration`` elapses.
 
     Args:
@@ -43,9 +54,11 @@ async def serve(args: argparse.Namespace, *, ready: asyncio.Event | None = None)
     Returns:
         Exit status 0, or 2 when the address cannot be bound.
     """
-    from kvreplay.sim.config import config_and_calibration
+    from kvreplay.sim.config import config_and_calibration_of
 
-    cfg, calibration = config_and_calibration(args, prefix="")
+    if not isinstance(args, ServeSimConfig):
+        args = ServeSimConfig.from_dests(vars(args))
+    cfg, calibration = config_and_calibration_of(args.sim, flag_prefix="--")
     if not is_loopback(args.host):
         print(
             f"kvreplay serve-sim: warning: binding {args.host}, not loopback; the simulator has no authentication",

@@ -1,8 +1,8 @@
 """``kvreplay simulate``: hit ratio against cache capacity (a miss-ratio curve), offline.
 
 A thin layer over ``kvreplay.api.simulation`` (``kvreplay.simulate``,
-``kvreplay.simulate_fleet``), which declares the options and runs the simulation;
-this module prints the table or the JSON.
+``kvreplay.simulate_fleet``), which runs the simulation; the flags derive from
+``kvreplay.options.simulate.SimulateConfig``; this module prints the table or the JSON.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kvreplay.api.simulation import add_arguments, options_from_args, simulate_args
+from kvreplay.api.simulation import options_from_args, simulate_args
 from kvreplay.safe_io import echo
 
 __all__ = ["add_arguments", "fleet_table", "options_from_args", "run", "table"]
@@ -20,6 +20,23 @@ HELP = (
     "Offline cache simulation: hit ratio (requests, tokens) against capacity for a workload, "
     "plan or block trace, by LRU stack distances; prefill seconds saved; recommended size."
 )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``simulate`` flags: ``SimulateConfig``'s fields, one help section at a time.
+
+    Every number is checked when parsed (``kvreplay.argtypes``); ``--prefill`` by the offline
+    model's grammar (``api.simulation.check_prefill``), which only this layer may name.
+    """
+    from kvreplay.api.simulation import check_prefill
+    from kvreplay.argtypes import add_declared
+    from kvreplay.options.simulate import SIMULATE_GROUPS, SimulateConfig
+
+    for group, title in SIMULATE_GROUPS:
+        add_declared(parser if title is None else parser.add_argument_group(title), SimulateConfig, (group,))
+    for action in parser._actions:  # argparse has no public view of its actions
+        if action.dest == "prefill":
+            action.type = check_prefill
 
 
 def _by_turn_lines(ses: dict | None, unit: str) -> list[str]:

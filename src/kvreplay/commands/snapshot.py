@@ -20,8 +20,11 @@ import argparse
 import json
 import sys
 
-from kvreplay.api.snapshots import add_arguments, snapshot_args
+from kvreplay.api.snapshots import snapshot_args
+from kvreplay.argtypes import add_declared
 from kvreplay.errors import BackendError
+from kvreplay.options.declare import from_dests
+from kvreplay.options.snapshot import SnapshotConfig
 from kvreplay.safe_io import echo
 
 __all__ = ["EXIT_BACKEND", "add_arguments", "run"]
@@ -33,6 +36,17 @@ EXIT_BACKEND = 2
 """Exit status when the server or dump could not be read: 2, as for every bad input (``kvreplay.cli``)."""
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--target`` or ``--from-file``, ``--backend``, ``--profile``, ``--timeout``: ``SnapshotConfig``."""
+    from kvreplay.backends import backend_names
+
+    add_declared(parser.add_mutually_exclusive_group(required=True), SnapshotConfig, ("snapshot-source",))
+    add_declared(parser, SnapshotConfig, ("snapshot",))
+    for action in parser._actions:  # the backends' names are known here, above kvreplay.options
+        if action.dest == "backend":
+            action.help = f"auto (probe the server, or tell from the dump), {', '.join(backend_names())}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the snapshot JSON.
 
@@ -41,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         (``BackendError``, message on stderr), as for bad arguments (ConfigError).
     """
     try:
-        out = snapshot_args(args)
+        out = snapshot_args(from_dests(SnapshotConfig, vars(args)))
     except BackendError as exc:
         echo(f"kvreplay snapshot: {exc}", err=True)
         return EXIT_BACKEND

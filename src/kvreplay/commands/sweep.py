@@ -1,7 +1,8 @@
 r"""``kvreplay sweep``: a load sweep whose every point is a run directory with a declared, verified cache state.
 
-A thin layer over ``kvreplay.api.sweeping`` (options, points, sweep.json); this
-module prints each point as it is measured, the knee and the paths.
+A thin layer over ``kvreplay.api.sweeping`` (points, sweep.json): the flags are derived from
+``kvreplay.options.sweep.SweepConfig`` (a run's and the sweep's own); this module prints each
+point as it is measured, the knee and the paths.
 
 Examples::
 
@@ -16,7 +17,6 @@ import argparse
 import asyncio
 from typing import Any
 
-from kvreplay.api.sweeping import add_arguments
 from kvreplay.redaction import install_streams
 from kvreplay.safe_io import echo
 
@@ -25,6 +25,16 @@ HELP = ("Sweep a concurrency or rate over points (each an ordinary run), with go
         "per point and the knee.")
 
 __all__ = ["add_arguments", "point_line", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``run``'s flags (``api.run.add_arguments``: target, simulator, timeouts, ...), then the sweep's own."""
+    from kvreplay.api.run import add_arguments as add_run_arguments
+    from kvreplay.argtypes import add_declared
+    from kvreplay.options.sweep import SweepConfig
+
+    add_run_arguments(p)
+    add_declared(p.add_argument_group("sweep"), SweepConfig, ("sweep",))
 
 
 def _ms(block: Any, stat: str) -> str:
@@ -50,14 +60,16 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``kvreplay sweep``; exit 0, 2 bad input, 3 when a point was aborted."""
     from kvreplay.api.run import EXIT_ABORTED, install_loop
     from kvreplay.api.sweeping import run_sweep
+    from kvreplay.options.sweep import SweepConfig
 
+    config = SweepConfig.from_dests(vars(args))
     install_loop()
     old = install_streams()
-    quiet = args.quiet
-    kind = "rate" if args.rate is not None and args.concurrency is None else "concurrency"
+    quiet = config.quiet
+    kind = "rate" if config.rate is not None and config.concurrency is None else "concurrency"
     try:
         doc = asyncio.run(run_sweep(
-            args, on_point=None if quiet else (lambda e: echo(point_line(e, kind))),
+            config, on_point=None if quiet else (lambda e: echo(point_line(e, kind))),
             on_message=None if quiet else echo))
     finally:
         import sys

@@ -17,6 +17,7 @@ and ``errors``.
 """
 
 from kvreplay.options.check import check_keywords, check_value
-from kvreplay.options.run import RUN_KEYWORDS, SIM_KEYWORDS, RunConfig, RunOptions, SimOptions
+from kvreplay.options.run import RUN_KEYWORDS, SIM_KEYWORDS, RunConfig, RunOptions, SimOptions, TargetConfig
 
-__all__ = ["RUN_KEYWORDS", "SIM_KEYWORDS", "RunConfig", "RunOptions", "SimOptions", "check_keywords", "check_value"]
+__all__ = ["RUN_KEYWORDS", "SIM_KEYWORDS", "RunConfig", "RunOptions", "SimOptions", "TargetConfig", "check_keywords",
+           "check_value"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Self, TypedDict
 
 from kvreplay.argtypes import bound, duration, integer, number
 from kvreplay.options.declare import option
 
-__all__ = ["PLAN_TOML_KEYS", "RUN_KEYWORDS", "SIM_KEYWORDS", "WINDOW_KEYS", "WINDOW_ONLY_KEYS", "RunConfig",
-           "RunOptions", "SimOptions"]
+__all__ = ["PLAN_TOML_KEYS", "RUN_KEYWORDS", "SIM_FLEET_KEYWORDS", "SIM_KEYWORDS", "WINDOW_KEYS",
+           "WINDOW_ONLY_KEYS", "RunConfig", "RunOptions", "SimOptions", "TargetConfig"]
 
 
 class RunOptions(TypedDict, total=False):
@@ -136,13 +136,63 @@ RUN_KEYWORDS: frozenset[str] = frozenset(RunOptions.__annotations__)
 SIM_KEYWORDS: frozenset[str] = frozenset(SimOptions.__annotations__)
 """Every key of ``SimOptions``."""
 
+SIM_FLEET_KEYWORDS: frozenset[str] = frozenset({"replicas", "router"})
+"""The ``SimOptions`` keys of the embedded fleet (``--sim-replicas``, ``--sim-router``): a run's and a sweep's only."""
+
 
 def _list() -> list[Any]:
     return []
 
 
 @dataclass(slots=True, kw_only=True)
-class RunConfig:
+class TargetConfig:
+    """The options of every command that talks to a target (run, demo, sweep, probe): group ``target``.
+
+    Attributes:
+        target: ``sim`` or the server's base URL.
+        backend: The counter adapter (``auto``, ``none``, a backend's name).
+        profile: A TOML profile for ``backend="prometheus"``.
+        api_key_env: The environment variable holding the API key.
+        api_key_file: The file holding the API key.
+        ca_file: Extra trusted CA certificates (PEM).
+        sim: Simulator options given (``SimOptions`` keys, without their ``sim_`` prefix).
+    """
+
+    target: str = option("sim", flag="--target", group="target", toml="target",
+                         help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
+    backend: str = option("auto", flag="--backend", group="target", toml="backend",
+                          help="counter adapter: auto, none, or a backend name")
+    profile: str | None = option(flag="--profile", group="target", help="TOML profile for --backend prometheus")
+    api_key_env: str | None = option(flag="--api-key-env", metavar="NAME", group="target",
+                                     help="read the API key from this environment variable (never from the command "
+                                          "line)")
+    api_key_file: str | None = option(flag="--api-key-file", metavar="FILE", group="target",
+                                      help="read the API key from this file")
+    ca_file: str | None = option(flag="--ca-file", metavar="PEM", group="target",
+                                 help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed "
+                                      "server")
+    sim: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dests(cls, values: Mapping[str, Any]) -> Self:
+        """From parsed values by their flag ``dest`` (``sim_time_scale`` goes to ``sim["time_scale"]``).
+
+        Values the command line left unset (None for a simulator option) are not put in ``sim``;
+        keys that are no option of a run (a command's own, such as ``_run``) are ignored.
+        """
+        own = {f for f in cls.__dataclass_fields__ if f != "sim"}
+        kw: dict[str, Any] = {k: v for k, v in values.items() if k in own}
+        sim = {k[len("sim_"):]: v for k, v in values.items()
+               if k.startswith("sim_") and v is not None and k[len("sim_"):] in SIM_KEYWORDS}
+        return cls(**kw, sim=sim)
+
+    def sim_value(self, key: str, default: Any = None) -> Any:
+        """A simulator option given, else ``default``."""
+        return self.sim.get(key, default)
+
+
+@dataclass(slots=True, kw_only=True)
+class RunConfig(TargetConfig):
     """Every option of one run, typed: what ``kvreplay run`` parsed or ``kvreplay.replay`` was given.
 
     The run's orchestration (``kvreplay.api.runflow``) takes this object; the command line
@@ -255,19 +305,6 @@ class RunConfig:
                              help="run the --workers as Ray actors, on any host of a Ray cluster: 'auto', HOST:PORT, "
                                   "ray://HOST:10001, or 'local' for a new instance here (optional extra: pip install "
                                   "'kvreplay[ray]'); clocks are per host")
-    target: str = option("sim", flag="--target", group="target", toml="target",
-                         help="server base URL (http://127.0.0.1:8000) or 'sim' for the embedded simulator (default)")
-    backend: str = option("auto", flag="--backend", group="target", toml="backend",
-                          help="counter adapter: auto, none, or a backend name")
-    profile: str | None = option(flag="--profile", group="target", help="TOML profile for --backend prometheus")
-    api_key_env: str | None = option(flag="--api-key-env", metavar="NAME", group="target",
-                                     help="read the API key from this environment variable (never from the command "
-                                          "line)")
-    api_key_file: str | None = option(flag="--api-key-file", metavar="FILE", group="target",
-                                      help="read the API key from this file")
-    ca_file: str | None = option(flag="--ca-file", metavar="PEM", group="target",
-                                 help="extra trusted CA certificates (PEM) for an https target, e.g. a self-signed "
-                                      "server")
     # The fleet group: kvreplay.api.fleet.add_fleet_arguments adds it, with --sim-replicas/--sim-router.
     replica: list[str] = option(flag="--replica", action="append", factory=_list, group="fleet", toml="fleet",
                                 metavar="URL[,backend=NAME,profile=FILE,verdict=FILE]",
@@ -284,24 +321,6 @@ class RunConfig:
                                                  "stands for every --replica's cache: the run's phases[].routing_loss "
                                                  "is computed with it (without it, only the embedded fleet's replicas "
                                                  "have a known cache model)")
-    sim: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dests(cls, values: Mapping[str, Any]) -> RunConfig:
-        """From parsed values by their flag ``dest`` (``sim_time_scale`` goes to ``sim["time_scale"]``).
-
-        Values the command line left unset (None for a simulator option) are not put in ``sim``;
-        keys that are no option of a run (a command's own, such as ``_run``) are ignored.
-        """
-        own = {f for f in cls.__dataclass_fields__ if f != "sim"}
-        kw: dict[str, Any] = {k: v for k, v in values.items() if k in own}
-        sim = {k[len("sim_"):]: v for k, v in values.items()
-               if k.startswith("sim_") and v is not None and k[len("sim_"):] in SIM_KEYWORDS}
-        return cls(**kw, sim=sim)
-
-    def sim_value(self, key: str, default: Any = None) -> Any:
-        """A simulator option given, else ``default``."""
-        return self.sim.get(key, default)
 
 
 def _keys(kind: str) -> dict[str, str]:

@@ -42,6 +42,7 @@ __all__ = [
     "config_and_calibration",
     "config_and_calibration_of",
     "config_from_args",
+    "option_check",
 ]
 
 CACHE_MODELS = ("entries", "radix")
@@ -318,6 +319,11 @@ def _dest(prefix: str, name: str) -> str:
 def _flags(prefix: str, name: str) -> tuple[str, ...]:
     """``--PREFIXNAME``; without a prefix (``serve-sim``) ``--sim-NAME`` too, as ``run`` spells it."""
     return (f"--{prefix}{name}",) if prefix else (f"--{name}", f"--sim-{name}")
+
+
+def option_check(name: str) -> Any:
+    """The command line's ``type=`` check of simulator option ``name`` (``time_scale``); None for a string or flag."""
+    return next((typ for _, fname, typ, _ in _OPTIONS if fname == name and typ is not str), None)
 
 
 def add_arguments(parser: Any, prefix: str = "sim-") -> None:

@@ -30,13 +30,12 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
+from kvreplay.options.simulate import ROUTER_POLICIES
+
 __all__ = ["REPLICA_HEADER", "ROUTER_POLICIES", "PrefixPeek", "RouterPolicy"]
 
 REPLICA_HEADER = "x-kvreplay-replica"
 """Response header of the embedded fleet's router: the base URL of the replica that served."""
-
-ROUTER_POLICIES = ("round_robin", "random", "prefix_affinity")
-"""The embedded router's policies, in the order ``--router`` lists them."""
 
 
 class PrefixPeek(Protocol):

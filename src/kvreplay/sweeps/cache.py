@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from kvreplay.backends import OCCUPANCY_GAUGES
+from kvreplay.options.sweep import CACHE_STATES
 from kvreplay.rundir import COUNTERS, read_counter_log
 from kvreplay.rundir.counterlog import request_boundaries
 
 __all__ = ["CACHE_STATES", "NO_RESET", "block_size_of", "cache_evidence"]
 
-CACHE_STATES = ("cold", "warm", "as-is")
-"""The values of ``--cache``."""
 NO_RESET = "reset requested but the server has no cache reset"
 """The runner's ``invalid_reasons`` entry for a refused reset (``runner._runner``)."""
 _COUNTERS = ("lookups", "hits", "misses", "hit_tokens", "stores", "evictions", "entries", "bytes")

@@ -58,6 +58,7 @@ from typing import Any
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.options.export import AIPERF_TYPES
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_json
 from kvreplay.workload._loader import Body, json_line, load_workload
 from kvreplay.workload.conversation import (
@@ -73,8 +74,6 @@ from kvreplay.workload.sessions import MAX_THINK_TIME_S, load_sessions
 __all__ = ["AIPERF_TYPES", "LOSSES", "Exported", "export_aiperf", "export_vllm", "import_aiperf", "import_vllm",
            "manifest_path"]
 
-AIPERF_TYPES = ("auto", "single_turn", "multi_turn", "mooncake_trace", "raw_payload")
-"""``--aiperf-type`` choices; ``auto`` is ``multi_turn`` for a workload with sessions, else ``single_turn``."""
 
 _MEDIA = ("image", "images", "audio", "audios", "video", "videos", "image_uuids")
 

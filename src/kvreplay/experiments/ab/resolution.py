@@ -48,6 +48,7 @@ from typing import Any
 
 from kvreplay.experiments.stats import median
 from kvreplay.metrics.selfmeasure import HOST_CPU_WAIT_SHARE, host_busy, host_busy_text
+from kvreplay.options.ab import ACCEPT_BUSY_FACTOR
 
 __all__ = ["ACCEPT_BUSY_FACTOR", "HOST_CPU_WAIT_SHARE", "NOT_COMPUTED", "SPREAD_FACTOR", "busy_acceptance",
            "busy_caveat", "client_noise", "host_busy", "host_busy_text", "protected_width", "resolution_gate",
@@ -117,8 +118,6 @@ def client_noise(blocks: list[dict[str, Any]]) -> str | None:
     return f"client not quiet: the run's client self-check read {named}{lag}; rerun on a quieter host"
 
 
-ACCEPT_BUSY_FACTOR = 3.0
-"""``--accept-busy-host`` without a value: the factor by which a decisive effect must clear every gate."""
 
 
 def busy_caveat(blocks: list[dict[str, Any]]) -> str | None:

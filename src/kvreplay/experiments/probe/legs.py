@@ -52,6 +52,7 @@ from typing import Any
 
 import aiohttp
 
+from kvreplay.argtypes import format_sizes, parse_sizes
 from kvreplay.clock import now_ns
 from kvreplay.errors import BackendError
 from kvreplay.experiments.probe.cut import StopNew, stopped_json
@@ -73,6 +74,7 @@ from kvreplay.experiments.probe.sizing import (
     refused_stores,
     reuse_cap,
 )
+from kvreplay.options.probe import FIT_SOURCES
 from kvreplay.runner.backend import Backend, Snapshot, counter_delta
 from kvreplay.runner.counters import settled_snapshot, wait_drained
 from kvreplay.runner.http import send_body
@@ -80,36 +82,6 @@ from kvreplay.runner.http import send_body
 __all__ = ["FIT_SOURCES", "ProbeConfig", "format_sizes", "intercept_warning", "parse_sizes", "plain_line",
            "render_report", "run_probe"]
 
-FIT_SOURCES = ("ttft", "stream", "server")
-
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """Parse ``8k,16k,32k,64k`` (k = 1024 tokens) or plain integers into token counts.
-
-    Raises:
-        ValueError: an empty list, a non-number, or a size < 16 tokens.
-    """
-    out = []
-    for part in text.split(","):
-        p = part.strip().lower()
-        if not p:
-            continue
-        mult = 1024 if p.endswith("k") else 1
-        num = p[:-1] if p.endswith("k") else p
-        if not num.isdigit():
-            raise ValueError(f"bad size {part!r}: use e.g. 8k or 8192")
-        v = int(num) * mult
-        if v < 16:
-            raise ValueError(f"size {part!r} is under 16 tokens")
-        out.append(v)
-    if not out:
-        raise ValueError("no sizes given")
-    return tuple(out)
-
-
-def format_sizes(sizes: tuple[int, ...] | list[int]) -> str:
-    """Token counts as ``parse_sizes`` reads them: ``(8192, 16384, 100)`` -> ``"8k,16k,100"``."""
-    return ",".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in sizes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
