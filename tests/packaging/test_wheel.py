@@ -6,7 +6,9 @@ manylinux wheel, install that with ``pip --no-deps --no-index`` into a fresh ven
 dependencies come from the dev venv's site-packages (one ``.pth`` line, added after the
 install so pip never sees the dev install), then in an empty directory, with
 ``CC=/bin/false`` and a PATH of only the venv: ``kvreplay --version`` says ``accountant:
-native`` and ``kvreplay demo`` exits 0 with the bundled workload. The sdist built into a
+native`` and ``kvreplay demo`` exits 0 with the bundled workload; ``mypy --strict`` (the dev
+venv's, reading that venv's packages) passes the README's Python example against the installed
+wheel's types, and names a misspelt keyword and a misspelt ``sim`` key. The sdist built into a
 wheel with ``CC=/bin/false`` falls back to the pure path with one line. Not in the
 pure-Python pass of ``make test`` (it builds the native extension itself).
 """
@@ -113,6 +115,7 @@ def test_wheel_without_a_compiler_runs_the_demo_from_any_directory(tmp_path):
     assert version.strip() == "kvreplay 0.1.0 (accountant: native)"
     where = _sh(vpy, "-c", "import kvreplay; print(kvreplay.__file__)", cwd=empty, env=env).stdout.strip()
     assert where.startswith(str(purelib))  # the wheel's copy, not the checkout
+    _type_check_the_readme_example(tmp_path / "typed", vpy, purelib)
     _sh(venv / "bin" / "kvreplay", "demo", "--out", "d", "--quiet", "--report", "none", cwd=empty, env=env)
     summary = json.loads((empty / "d" / "summary.json").read_text())
     assert [ph["name"] for ph in summary["phases"]] == ["prime", "replay"]
@@ -127,3 +130,33 @@ def test_wheel_without_a_compiler_runs_the_demo_from_any_directory(tmp_path):
     pure_names = zipfile.ZipFile(next(pure.glob("kvreplay-*.whl"))).namelist()
     assert not [n for n in pure_names if n.endswith(".so")]
     assert "kvreplay/accounting/_sse_py.py" in pure_names
+
+
+def _readme_example() -> str:
+    """The README's Python API example (the first ``python`` block calling ``kvreplay.replay``)."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    return next(b for b in blocks if b.startswith("import kvreplay\n") and "kvreplay.replay(" in b)
+
+
+def _type_check_the_readme_example(where: Path, vpy: Path, purelib: Path) -> None:
+    # A user's script outside the checkout, checked against the installed wheel's types
+    # (py.typed; the API's keywords are TypedDicts): the example passes --strict, and a
+    # misspelt keyword or simulator option is an error naming it. One mypy run (~3 s).
+    where.mkdir()
+    good = _readme_example()
+    assert 'target="sim", sim={"time_scale": 0})' in good
+    (where / "readme_api.py").write_text(good)
+    (where / "misspelt.py").write_text(good.replace('target="sim",', 'target="sim", read_timout=30.0,')
+                                       .replace('"time_scale"', '"time_scal"'))
+    env = {k: v for k, v in _env().items() if k != "MYPYPATH"}
+    r = subprocess.run([sys.executable, "-m", "mypy", "-v", "--strict", "--no-error-summary", "--cache-dir",
+                        str(where / "cache"), "--python-executable", str(vpy), "readme_api.py", "misspelt.py"],
+                       cwd=where, env=env, capture_output=True, text=True, timeout=300, check=False)
+    parsed = re.search(r"Parsing (\S+) \(kvreplay\)$", r.stderr, flags=re.M)
+    assert parsed is not None and parsed.group(1) == str(purelib / "kvreplay" / "__init__.py")  # the wheel's
+    errors = sorted(ln.split(": error: ")[1] for ln in r.stdout.splitlines() if ": error: " in ln)
+    assert [ln.split(":")[0] for ln in r.stdout.splitlines() if ": error: " in ln] == ["misspelt.py"] * 2
+    assert errors == ['Extra key "time_scal" for TypedDict "SimOptions"  [typeddict-unknown-key]',
+                      'Unexpected keyword argument "read_timout" for "replay"; did you mean "read_timeout"?  '
+                      "[call-arg]"]
+    assert r.returncode == 1

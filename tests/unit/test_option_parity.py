@@ -335,3 +335,34 @@ def test_serve_sim_flags_are_serve_sim_config_and_the_simulator_s():
     assert dests == own | (SIM_KEYWORDS - SIM_FLEET_KEYWORDS)
     parsed = vars(parser.parse_args(["--sim-cache", "radix", "--time-scale", "0", "--replicas", "2"]))
     assert ServeSimConfig.from_dests(parsed) == ServeSimConfig(replicas=2, sim={"cache": "radix", "time_scale": 0.0})
+
+
+def test_import_flags_are_import_config_and_the_registry_s_formats():
+    from kvreplay.options.declare import from_dests
+    from kvreplay.options.importing import ImportConfig
+    from kvreplay.workload.formats import format_names, format_of
+
+    _walk("import", ImportConfig, sim=False, given=("mooncake", "t.jsonl", "--out", "o.jsonl"))
+    parser = _subparser("import")
+    assert next(a for a in parser._actions if a.dest == "format").choices == format_names()
+    parsed = vars(parser.parse_args(["sharegpt", "s.json", "--out", "o.jsonl", "--limit", "3", "--think-time", "2"]))
+    assert from_dests(ImportConfig, parsed) == ImportConfig(format="sharegpt", trace="s.json", out="o.jsonl",
+                                                            limit=3, think_time=2.0)
+    # every option a format takes is an ImportConfig field
+    own = {f.name for f in fields(ImportConfig)}
+    assert sorted({o for n in format_names() for o in format_of(n).options} - own) == []
+
+
+def test_import_args_takes_the_typed_object_or_an_older_caller_s_parsed_flags(tmp_path):
+    from kvreplay.api.importing import import_args
+    from kvreplay.options.importing import ImportConfig
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1]}\n')
+    typed = ImportConfig(format="mooncake", trace=str(trace), out=str(tmp_path / "a.jsonl"), block_tokens=4)
+    parsed = vars(_subparser("import").parse_args(["mooncake", str(trace), "--out", str(tmp_path / "b.jsonl"),
+                                                   "--block-tokens", "4"]))
+    a = import_args(typed)
+    b = import_args(argparse.Namespace(**parsed))
+    assert [ln.replace("a.", "b.") for ln in a] == b
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()

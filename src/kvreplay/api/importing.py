@@ -1,8 +1,8 @@
 r"""Import a workload from another source: the behaviour of ``kvreplay import`` and ``kvreplay.import_workload``.
 
-``kvreplay import`` (``commands/import_cmd.py``) prints the importer's lines; this module
-declares the options (``add_arguments``), checks them against the format's own options
-and runs the format's importer from the registry (``kvreplay.workload.formats``).
+``kvreplay import`` (``commands/import_cmd.py``) prints the importer's lines; its options are
+``kvreplay.options.importing.ImportConfig``; this module checks them against the format's own
+options and runs the format's importer from the registry (``kvreplay.workload.formats``).
 Example::
 
     kvreplay import mooncake fixtures/traces/mooncake_fast25_conversation_trace.jsonl \\
@@ -11,14 +11,17 @@ Example::
 
 from __future__ import annotations
 
-import argparse
+import os
+from dataclasses import fields
 from typing import Any, TypedDict
 
-from kvreplay.api._options import PathLike, fspath, namespace_for
 from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.options.importing import ImportConfig
 from kvreplay.outpath import check_out
 
-__all__ = ["ImportResult", "add_arguments", "import_args", "import_workload"]
+__all__ = ["ImportConfig", "ImportResult", "import_args", "import_workload"]
+
+PathLike = str | os.PathLike[str]
 
 
 class ImportResult(TypedDict):
@@ -35,92 +38,11 @@ class ImportResult(TypedDict):
     lines: list[str]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Register ``import``'s options."""
-    from kvreplay.argtypes import integer, number
-    from kvreplay.workload.capture import IMPORT_CONCURRENCY
-    from kvreplay.workload.conversation import DEFAULT_MAX_TOKENS, DEFAULT_MODEL
-    from kvreplay.workload.formats import format_names, format_of
-    from kvreplay.workload.importers import DEFAULT_SESSION_MIN_BLOCKS
-    from kvreplay.workload.sessions import MAX_THINK_TIME_S
+def import_args(args: ImportConfig | object) -> list[str]:
+    """Run the format's importer on ``kvreplay import``'s options; returns the lines to print.
 
-    p.add_argument("format", choices=format_names(),
-                   help="source format: " + "; ".join(f"{n}: {format_of(n).summary}" for n in format_names()))
-    p.add_argument(
-        "trace",
-        help="source file (Mooncake JSONL: timestamp, input_length, output_length, hash_ids; "
-        "a HAR 1.2 .har file; an OpenAI Batch input .jsonl; a ShareGPT .json)",
-    )
-    p.add_argument(
-        "--out",
-        required=True,
-        metavar="WORKLOAD",
-        help="mooncake, conversation formats: workload file to write (.jsonl); har, openai-batch: folder W to create; "
-        "arrivals and plan are written beside it",
-    )
-    p.add_argument(
-        "--paths",
-        default="/v1/chat/completions,/v1/completions",
-        metavar="P1,P2",
-        help="har, openai-batch: URL paths whose POST bodies are kept (default "
-        "/v1/chat/completions,/v1/completions); other entries are counted and skipped",
-    )
-    p.add_argument("--redact-body-secrets", action="store_true",
-                   help="har, openai-batch: keep a body that holds a secret (a key shape, a secret field, its "
-                        "request's credential) with the secret replaced by [REDACTED] instead of skipping it")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="first N requests only (sharegpt: first N conversations)")
-    p.add_argument(
-        "--block-tokens",
-        type=int,
-        default=None,
-        metavar="T",
-        help="tokens per hash block (default: 512 for mooncake, 16 for bailian, as in the published traces)",
-    )
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"model field of every body (default {DEFAULT_MODEL}; conversation formats: where the "
-                        "source names none)")
-    p.add_argument("--max-tokens", type=integer(1), default=DEFAULT_MAX_TOKENS, metavar="N",
-                   help=f"conversation formats: max_tokens of every body where the source names none "
-                        f"(default {DEFAULT_MAX_TOKENS})")
-    p.add_argument("--think-time", type=number(0.0, maximum=MAX_THINK_TIME_S, unit="s"), default=None,
-                   metavar="S", help="conversation formats: think time before every turn after the first (s; "
-                                     "default: the source's, else 0)")
-    p.add_argument(
-        "--chat", action="store_true", help="chat bodies (one user message) instead of completions"
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=IMPORT_CONCURRENCY, help="the plan's cap on requests in flight"
-    )
-    p.add_argument(
-        "--time-scale",
-        type=float,
-        default=1.0,
-        help="the plan's multiplier on trace offsets (0.5 = twice as fast)",
-    )
-    p.add_argument("--sessions", action="store_true",
-                   help="mooncake: also infer sessions from shared hash_ids prefixes (a request whose ids extend "
-                        "an earlier request's full blocks continues its session) and write the sessions side file")
-    p.add_argument("--session-min-blocks", type=integer(1), default=DEFAULT_SESSION_MIN_BLOCKS,
-                   metavar="K", help="mooncake --sessions: shortest shared prefix (blocks) that continues a "
-                                     f"session (default {DEFAULT_SESSION_MIN_BLOCKS})")
-    p.add_argument(
-        "--ignore-eos",
-        action="store_true",
-        help='add "ignore_eos": true (vLLM/SGLang) so outputs reach output_length',
-    )
-    p.add_argument("--tokenizer", default=None, metavar="URL|tokenizer.json",
-                   help="mooncake, bailian: write each hash block as exactly --block-tokens tokens of this "
-                        "tokenizer (a server's POST /tokenize: vLLM, llama-server, serve-sim; or a local "
-                        "tokenizer.json), so the trace's prefix structure lands on the server's blocks "
-                        "(default: the simulator's pseudo-words)")
-    p.add_argument("--force", action="store_true",
-                   help="replace an existing --out file (and the files beside it); a device, FIFO, the source "
-                        "itself or a non-empty folder is never replaced")
-
-
-def import_args(args: argparse.Namespace) -> list[str]:
-    """Run the format's importer on parsed options; returns the lines to print.
+    ``args`` is an ``ImportConfig`` (an older caller's object of parsed flags by their ``dest`` is
+    read into one).
 
     Raises:
         ConfigError: an option out of range for the format (``--limit``, ``--block-tokens``,
@@ -131,6 +53,10 @@ def import_args(args: argparse.Namespace) -> list[str]:
     """
     from kvreplay.workload.formats import format_of
 
+    if not isinstance(args, ImportConfig):
+        from kvreplay.options.declare import from_dests
+
+        args = from_dests(ImportConfig, vars(args))
     fmt = format_of(args.format)
     if "limit" in fmt.options and args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1", field="--limit")
@@ -159,37 +85,39 @@ def import_args(args: argparse.Namespace) -> list[str]:
 def _check_options(options: dict[str, Any]) -> None:
     """Check keyword options as the command line checks its flags: the same types, ranges and choices.
 
-    Each value goes through its flag's own parser (``argtypes.integer(1)`` for ``max_tokens``,
-    ``number(0, ...)`` for ``think_time``, the format's choices...): a switch must be a bool,
-    a number a number (not a bool), a text option a string; ``None`` is accepted where the
-    flag's default is ``None``.
+    Each value goes through its flag's own check (``ImportConfig``'s declarations:
+    ``argtypes.integer(1)`` for ``max_tokens``, ``number(0, ...)`` for ``think_time``...): a
+    switch must be a bool, a number a number (not a bool), a text option a string; ``None`` is
+    accepted where the flag's default is ``None``.
 
     Raises:
         ConfigError: the first bad value, with its keyword as the field.
     """
-    parser = argparse.ArgumentParser(add_help=False)
-    add_arguments(parser)
-    actions = {a.dest: a for a in parser._actions}
+    from kvreplay.argtypes import CheckError
+
+    declared = {f.name: f for f in fields(ImportConfig)}
     for key, value in options.items():
-        a = actions.get(key)
-        if a is None:
-            continue  # namespace_for names it
-        if value is None and a.default is None:
+        f = declared.get(key)
+        if f is None:
+            continue  # import_workload names it
+        m = f.metadata
+        if value is None and f.default is None:
             continue
-        if a.nargs == 0:  # a switch (store_true)
+        if m.get("action") == "store_true":
             if not isinstance(value, bool):
                 raise ConfigError(f"must be True or False, not {value!r}", field=key)
             continue
-        if isinstance(value, bool) or (a.type is None and not isinstance(value, str)) \
+        check = m.get("check")
+        if isinstance(value, bool) or (check is None and not isinstance(value, str)) \
                 or not isinstance(value, (str, int, float)):
-            raise ConfigError(f"must be {'a string' if a.type is None else 'a number'}, not {value!r}", field=key)
-        if callable(a.type):
+            raise ConfigError(f"must be {'a string' if check is None else 'a number'}, not {value!r}", field=key)
+        if check is not None:
             try:
-                a.type(str(value))
-            except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                check(str(value))
+            except (CheckError, ValueError, TypeError) as exc:
                 raise ConfigError(f"{value!r}: {exc}", field=key) from None
-        if a.choices is not None and value not in a.choices:
-            raise ConfigError(f"{value!r} is not one of {', '.join(map(str, a.choices))}", field=key)
+        if m.get("choices") is not None and value not in m["choices"]:
+            raise ConfigError(f"{value!r} is not one of {', '.join(map(str, m['choices']))}", field=key)
 
 
 def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -> ImportResult:
@@ -224,6 +152,9 @@ def import_workload(fmt: str, source: PathLike, out: PathLike, **options: Any) -
     if fmt not in format_names():
         raise ConfigError(f"unknown format {fmt!r}: one of {', '.join(format_names())}", field="format")
     _check_options(options)
-    values = {"format": fmt, "trace": fspath(source), "out": fspath(out), **options}
-    args = namespace_for(add_arguments, values, None)
+    known = {f.name for f in fields(ImportConfig)} - {"format", "trace", "out"}
+    for key in options:
+        if key not in known:
+            raise ConfigError(f"unknown option {key!r}", field=key)
+    args = ImportConfig(format=fmt, trace=os.fspath(source), out=os.fspath(out), **options)
     return {"format": fmt, "source": args.trace, "out": args.out, "lines": import_args(args)}

@@ -13,15 +13,16 @@ One entry point for the three directories kvreplay writes, told apart by what th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from kvreplay.api._options import PathLike
-
 __all__ = ["ReportResult", "report_kind", "write_report"]
 
 ReportKind = Literal["run", "ab", "experiment", "sweep"]
+
+PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any
 
 from kvreplay.argtypes import integer, number
 from kvreplay.errors import ConfigError
+from kvreplay.options.importing import SIM_MODEL
 from kvreplay.sim.cache_entries import DEFAULT_BYTES_PER_TOKEN
 from kvreplay.sim.cache_host import HOST_EVICT_POLICIES
 from kvreplay.sim.faults import FAULT_KINDS, FaultSpec, parse_fault
@@ -49,8 +50,9 @@ CACHE_MODELS = ("entries", "radix")
 SNAPSHOT_POINTS = ("system", "messages", "prompt")
 
 
-DEFAULT_MODEL = "kvreplay-sim"
-"""The model id the simulator serves by default (``/v1/models``; the default ``model`` of imported bodies)."""
+DEFAULT_MODEL = SIM_MODEL
+"""The model id the simulator serves by default (``/v1/models``; the default ``model`` of imported bodies;
+declared in ``kvreplay.options.importing``)."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:

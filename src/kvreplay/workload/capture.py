@@ -51,6 +51,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.options.importing import IMPORT_CONCURRENCY  # kvreplay import's --concurrency default
 from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 from kvreplay.workload.captureplan import sidecar_paths, toml_comment, toml_str, write_plan
@@ -115,9 +116,6 @@ def _atomic_body_write(path: Path, data: bytes) -> None:
 
 DEFAULT_BUDGET_BYTES = 256 << 20
 """Default cap on the decoded bytes held by all bodies being received at once (bytes)."""
-
-IMPORT_CONCURRENCY = 64
-"""The plan's cap on requests in flight for an imported file (no in-flight count was observed)."""
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from typing import Any
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.options.importing import DEFAULT_MAX_TOKENS, IMPORT_MODEL
 from kvreplay.safe_io import open_new
-from kvreplay.sim.config import DEFAULT_MODEL as SIM_MODEL
 from kvreplay.workload.jsonscan import value_end, ws
 from kvreplay.workload.sessions import Turn, sessions_path, write_sessions
 
@@ -38,11 +38,11 @@ __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "ConversationImport", "Session
            "chat_body",
            "iter_json_array", "jsonl_out"]
 
-DEFAULT_MODEL = SIM_MODEL
-"""``model`` of every imported body when the source has none and ``--model`` is not given (the simulator's)."""
+DEFAULT_MODEL = IMPORT_MODEL
+"""``model`` of every imported body when the source has none and ``--model`` is not given (the simulator's).
 
-DEFAULT_MAX_TOKENS = 256
-"""``max_tokens`` of every imported chat body when the source has none and ``--max-tokens`` is not given."""
+``DEFAULT_MAX_TOKENS`` (``max_tokens`` where the source has none) is declared with ``kvreplay import``'s
+options, ``kvreplay.options.importing``."""
 
 
 def chat_body(model: str, messages: list[dict[str, str]], max_tokens: int) -> bytes:

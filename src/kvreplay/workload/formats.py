@@ -30,8 +30,9 @@ class ImportFormat:
     Attributes:
         name: The format argument (``mooncake``, ``har``, ``openai-batch``).
         summary: What it reads and writes, one line (``kvreplay import --help``).
-        options: The ``kvreplay import`` options it takes, as their argparse ``dest``
-            names (``limit``, ``paths``, ...); each is passed to ``run`` as a keyword.
+        options: The ``kvreplay import`` options it takes, as their
+            ``kvreplay.options.importing.ImportConfig`` field names (``limit``, ``paths``, ...);
+            each is passed to ``run`` as a keyword.
         run: ``run(source, out, **options) -> lines``: import ``source`` into ``out``
             and return what to print (what was written, kept and skipped, how to replay).
             Raises ``WorkloadError`` (a bad source: file, line, field) or ``ConfigError``.

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
+from kvreplay.options.importing import DEFAULT_SESSION_MIN_BLOCKS  # kvreplay import's --session-min-blocks
 from kvreplay.safe_io import atomic_write_bytes, atomic_write_chunks, atomic_write_text
 from kvreplay.workload._loader import json_line
 from kvreplay.workload.capture import IMPORT_CONCURRENCY, toml_comment, toml_str
@@ -299,10 +300,6 @@ def _cut_words(text: str, words: int) -> str:
         if i < 0:
             return text
     return text[:i]
-
-
-DEFAULT_SESSION_MIN_BLOCKS = 2
-"""Shortest shared full-block prefix (blocks) that joins two requests into one session."""
 
 
 def _chain(ids: tuple[int, ...]) -> list[int]:

@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 
 from kvreplay.errors import WorkloadError
+from kvreplay.options.importing import MAX_THINK_TIME_S  # declared with kvreplay import's --think-time
 from kvreplay.safe_io import atomic_write_bytes
 
 __all__ = ["MAX_THINK_TIME_S", "SIDE_FILE_NAME", "Sessions", "Turn", "load_sessions", "sessions_path",
@@ -43,8 +44,6 @@ __all__ = ["MAX_THINK_TIME_S", "SIDE_FILE_NAME", "Sessions", "Turn", "load_sessi
 SIDE_FILE_NAME = "sessions.jsonl"
 """Name of the side file inside a folder workload."""
 
-MAX_THINK_TIME_S = 86_400.0
-"""Largest think time accepted (s): a day. A larger one is almost surely a unit error (ms or ns)."""
 
 _MAX_SIDE_FILE_BYTES = 1 << 30
 _FIELDS = ("body", "session", "turn", "think_time_s")
