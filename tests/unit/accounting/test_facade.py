@@ -39,7 +39,7 @@ def test_env_switch_selects_pure(monkeypatch, restore):
 
 
 def test_missing_native_falls_back_with_one_warning(monkeypatch, restore):
-    with pytest.warns(RuntimeWarning, match="pure-Python twin") as rec:
+    with pytest.warns(RuntimeWarning, match=r"pure-Python accountant \(no compiler at install time\)") as rec:
         mod = _reload_with(monkeypatch, env=None, hide_native=True)
     assert len(rec) == 1
     assert mod.IMPLEMENTATION == "pure" and mod.SSEAccountant is _sse_py.SSEAccountant

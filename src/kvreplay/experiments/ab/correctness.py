@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvreplay.rundir import read_records
+from kvreplay.rundir import RECORDS, read_records
 
 __all__ = ["MODES", "check_outputs"]
 
@@ -71,7 +71,7 @@ def check_outputs(ab_dir: Path, blocks: list[dict[str, Any]], baseline: str, mod
     """
     if mode not in MODES:
         raise ValueError(f"correctness is one of {', '.join(MODES)}, not {mode!r}")
-    recs = [(b, r) for b in blocks for r in read_records(ab_dir / b["dir"] / "records.jsonl") if r.get("sent")]
+    recs = [(b, r) for b in blocks for r in read_records(ab_dir / b["dir"] / RECORDS) if r.get("sent")]
     ref: dict[str, dict[str, Any]] = {}
     if mode == "exact":
         for b, r in recs:
