@@ -220,14 +220,7 @@ async def stop_entry(entry: dict[str, Any], *, grace_s: float,
     if stop_cmd is not None:
         ran = await stop_cmd(entry.get("port"))
     if not await _wait_gone(entry, 0.5 if ran is not None else 0.0, port_open):
-        how = "SIGTERM"
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        if not await _wait_gone(entry, grace_s, port_open):
-            how = "SIGKILL"
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            await _wait_gone(entry, 5.0, port_open)
+        how = await _term_then_kill(entry, pgid, grace_s, port_open)
     after = (now_ns() - t0) / 1e9
     gone = not alive_pids(entry)
     text = {"stop command": f"ended by the stop command in {after:.1f} s",
@@ -252,15 +245,21 @@ async def reap_group(pgid: int, grace_s: float = 2.0) -> dict[str, Any] | None:
         return None
     t0 = now_ns()
     entry = {"pid": pgid, "pgid": pgid, "start_ticks": None}
-    how = "SIGTERM"
+    how = await _term_then_kill(entry, pgid, grace_s, None)
+    return {"pids": left, "how": how, "after_s": round((now_ns() - t0) / 1e9, 3)}
+
+
+async def _term_then_kill(entry: dict[str, Any], pgid: int, grace_s: float,
+                          port_open: Callable[[], bool] | None) -> str:
+    """SIGTERM to the group, ``grace_s`` for it to go, then SIGKILL and 5 s more; which signal ended it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
-    if not await _wait_gone(entry, grace_s, None):
-        how = "SIGKILL"
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        await _wait_gone(entry, 5.0, None)
-    return {"pids": left, "how": how, "after_s": round((now_ns() - t0) / 1e9, 3)}
+    if await _wait_gone(entry, grace_s, port_open):
+        return "SIGTERM"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    await _wait_gone(entry, 5.0, port_open)
+    return "SIGKILL"
 
 
 def left_entry(entry: dict[str, Any], why: str) -> dict[str, Any]:
