@@ -39,6 +39,7 @@ from kvreplay.rundir.load import RunData, load_run, open_run
 from kvreplay.rundir.merge import adopt_worker_counters, merge_records, remove_worker_dirs, worker_records
 from kvreplay.rundir.names import (
     COUNTERS,
+    COUNTERS_RAW,
     EXPERIMENT,
     HISTOGRAMS,
     PLAN,
@@ -73,6 +74,7 @@ from kvreplay.rundir.summary import read_summary, rebuild_summary, write_report_
 
 __all__ = [
     "COUNTERS",
+    "COUNTERS_RAW",
     "DEFAULT_CAP_BYTES",
     "EXPERIMENT",
     "HISTOGRAMS",

@@ -5,12 +5,21 @@ server-specific series (a host tier's ``host_compactions_total``, refused
 stores, row/page capacity) has no common name, and without this file it would
 be lost. The format (one JSON line per counter read: ``t_ns``, ``phase``,
 ``at``; the first line ``full`` with every ``series``, later lines only
-``changed`` and ``removed`` — of the series the backend maps, when it names them
-(``kept``), the others once more in a ``run_end`` line; ``violations``; the final
-``truncated`` line) is
+``changed`` and ``removed``; ``violations``; the final ``truncated`` line) is
 documented once, in docs/summary-schema.md ("counters.jsonl"). This module is
 its one writer (``CounterLog``) and its one reader (``read_counter_log``,
 ``raw_changes``, ``read_violations``).
+
+When the backend names the series it maps (``kept``: vLLM, SGLang and the other
+Prometheus profiles read only those at each boundary), counters.jsonl holds only
+those; the others (histogram buckets, process and Python series: ~360 series, 40 KB
+a read on vLLM) go to ``counters-raw.jsonl.gz`` (``names.COUNTERS_RAW``) twice a run:
+the first read in full, and the run's last read's changes against it (``run_end``).
+Each is one gzip member (RFC 1952; a file of several members is one stream to
+``zcat``) holding one JSON line of the same shape as counters.jsonl's, written when
+it is known, so a killed run keeps the first. ``read_counter_log`` splices them back
+(the first member's series into the first line, the ``run_end`` line at the end), so
+every reader sees one log whatever file the series were kept in (issue 42 item 8).
 
 Nothing is written once the file reaches ``cap_bytes`` (default
 ``DEFAULT_CAP_BYTES``, 64 MiB) except one final ``truncated`` line, so a long
@@ -28,13 +37,15 @@ stored on that line under ``violations`` with the numbers):
 
 from __future__ import annotations
 
+import gzip
 import math
+import zlib
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
-from kvreplay.rundir.names import COUNTERS
+from kvreplay.rundir.names import COUNTERS, COUNTERS_RAW
 from kvreplay.safe_io import dumps_json, open_new
 
 __all__ = [
@@ -145,7 +156,10 @@ class CounterLog:
         path: The file (created or appended to, never through a symlink):
             ``run_dir / names.COUNTERS``.
         origin_ns: The run clock's origin (ns); ``t_ns`` is relative to it.
-        cap_bytes: Size cap (bytes).
+        cap_bytes: Size cap (bytes), of counters.jsonl and its ``COUNTERS_RAW``
+            side file together.
+        kept: The sample names logged at every read (None: every series); the
+            others go to ``path``'s sibling ``COUNTERS_RAW`` (module docstring).
 
     Attributes:
         violations: Every invariant break written, with ``phase`` and ``at``.
@@ -159,6 +173,7 @@ class CounterLog:
         self.kept = kept
         self._f = open_new(path, append=True)  # unbuffered, never through a symlink; closed in close()
         self.size = path.stat().st_size
+        self.raw_path = path.with_name(COUNTERS_RAW)
         self._last: dict[str, Any] | None = None  # the last read's series, as read
         self._logged: dict[str, Any] = {}  # the series as a reader of the file rebuilds them
         self._last_at: tuple[int, str] | None = None  # (t_ns, phase) of the last read
@@ -184,10 +199,18 @@ class CounterLog:
             return
         cur = flatten_raw(snap.raw)
         line: dict[str, Any] = {"t_ns": snap.taken_ns - self.origin_ns, "phase": phase, "at": at}
+        raw_line: dict[str, Any] | None = None  # the first read of the series outside ``kept``
         if self._last is None:
             line["full"] = True
-            line["series"] = cur
             self._logged = dict(cur)
+            if self.kept is None:
+                line["series"] = cur
+            else:
+                line["series"] = {k: v for k, v in cur.items() if self._is_kept(k)}
+                others = {k: v for k, v in cur.items() if not self._is_kept(k)}
+                if others:
+                    raw_line = {**line, "series": others}
+                    line["raw_in"] = COUNTERS_RAW
         else:
             self._diff_into(line, cur, only_kept=True)
         bad = cache_violations(self._last, cur)
@@ -197,6 +220,8 @@ class CounterLog:
         self._last = cur
         self._last_at = (line["t_ns"], phase)
         self._emit(line)
+        if raw_line is not None and not self.truncated:
+            self._emit_raw(raw_line)
 
     def _diff_into(self, line: dict[str, Any], cur: dict[str, Any], *, only_kept: bool) -> None:
         """Put into ``line`` what changed and what vanished against the logged series, and log it."""
@@ -215,20 +240,36 @@ class CounterLog:
     def _emit(self, line: dict[str, Any]) -> None:
         data = dumps_json(line, indent=False) + b"\n"  # the output sink: series labels may echo a secret
         if self.size + len(data) > self.cap_bytes:
-            self.truncated = True
-            data = orjson.dumps({"t_ns": line["t_ns"], "truncated": True,
-                                 "cap_bytes": self.cap_bytes}) + b"\n"
+            self._truncate(line["t_ns"])
+            return
         self._f.write(data)
+        self.size += len(data)
+
+    def _truncate(self, t_ns: int) -> None:
+        """Write the one ``truncated`` line: the cap is reached, nothing more is written."""
+        self.truncated = True
+        data = orjson.dumps({"t_ns": t_ns, "truncated": True, "cap_bytes": self.cap_bytes}) + b"\n"
+        self._f.write(data)
+        self.size += len(data)
+
+    def _emit_raw(self, line: dict[str, Any]) -> None:
+        """Append one JSON line to ``COUNTERS_RAW`` as its own gzip member (redacted before it is compressed)."""
+        data = gzip.compress(dumps_json(line, indent=False) + b"\n", compresslevel=6, mtime=0)
+        if self.size + len(data) > self.cap_bytes:
+            self._truncate(line["t_ns"])
+            return
+        with open_new(self.raw_path, append=True) as f:
+            f.write(data)
         self.size += len(data)
 
     def close(self) -> None:
         """Write the ``run_end`` line (the series not kept at every read, as the last read left them), close.
 
-        With ``kept``, the series outside it are logged twice in a run: in the first
-        line (``full``) and here, with the last read's time and phase, only those that
-        changed or vanished; a run whose last read left them as the first found them
-        writes no such line (issue 42 item 8: a phase-end read of vLLM changes ~320
-        histogram series, 28 KB a read).
+        With ``kept``, the series outside it are logged twice in a run, both times in
+        ``COUNTERS_RAW``: the first read in full, and here, with the last read's time and
+        phase, only those that changed or vanished; a run whose last read left them as
+        the first found them writes no such line (issue 42 item 8: a phase-end read of
+        vLLM changes ~320 histogram series, 28 KB a read).
         """
         if self._f.closed:
             return
@@ -236,7 +277,7 @@ class CounterLog:
             line: dict[str, Any] = {"t_ns": self._last_at[0], "phase": self._last_at[1], "at": "run_end"}
             self._diff_into(line, self._last, only_kept=False)
             if "changed" in line or "removed" in line:
-                self._emit(line)
+                self._emit_raw(line)
         self._f.close()
 
 
@@ -288,18 +329,54 @@ def request_boundaries(lines: list[dict[str, Any]]) -> list[tuple[str, str | int
     return out
 
 
-def read_counter_log(path: Path) -> list[dict[str, Any]]:
-    """counters.jsonl as dicts; a torn or non-JSON line is skipped; [] when absent."""
-    if not path.exists():
-        return []
+def _json_lines(data: bytes) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON Lines text; a torn or non-JSON line is skipped."""
     out = []
-    for raw in path.read_bytes().splitlines():
+    for raw in data.splitlines():
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue
         if isinstance(obj, dict):
             out.append(obj)
+    return out
+
+
+def _gzip_members(data: bytes) -> list[bytes]:
+    """The decompressed members of a gzip file (RFC 1952), in order, up to the first that is torn or not gzip."""
+    out = []
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            body = d.decompress(data)
+        except zlib.error:
+            break
+        if not d.eof:
+            break  # torn: the run was killed while this member was written
+        out.append(body)
+        data = d.unused_data
+    return out
+
+
+def read_counter_log(path: Path) -> list[dict[str, Any]]:
+    """counters.jsonl as dicts, with its ``COUNTERS_RAW`` side file spliced in; [] when absent.
+
+    A torn or non-JSON line (or gzip member) is skipped. The side file's first read
+    joins the first line's ``series`` and its ``run_end`` line comes last, so the
+    result has the shape of a file written with every series in counters.jsonl
+    (module docstring).
+    """
+    if not path.exists():
+        return []
+    out = _json_lines(path.read_bytes())
+    side = path.with_name(COUNTERS_RAW)
+    if not side.is_file() or not out:
+        return out
+    for ln in _json_lines(b"".join(_gzip_members(side.read_bytes()))):
+        if ln.get("full") and out[0].get("full") and out[0].get("t_ns") == ln.get("t_ns"):
+            out[0] = {**out[0], "series": {**(ln.get("series") or {}), **(out[0].get("series") or {})}}
+        elif ln.get("at") == "run_end":
+            out.append(ln)
     return out
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from kvreplay.rundir.names import COUNTERS, RECORDS, WORKERS, worker_dir
+from kvreplay.rundir.names import COUNTERS, COUNTERS_RAW, RECORDS, WORKERS, worker_dir
 
 __all__ = ["adopt_worker_counters", "merge_records", "remove_worker_dirs", "worker_records"]
 
@@ -124,11 +124,16 @@ def merge_records(paths: list[Path], phase_order: dict[str, int], run_dir: Path)
 
 
 def adopt_worker_counters(run_dir: Path, index: int = 0) -> bool:
-    """Copy worker ``index``'s counters.jsonl (worker 0 reads the counters) to the run's; False when it has none."""
+    """Copy worker ``index``'s counters.jsonl and its side file (worker 0 reads the counters) to the run's.
+
+    Returns False when the worker has no counters.jsonl.
+    """
     src = worker_dir(run_dir, index) / COUNTERS
     if not src.exists():
         return False
     shutil.copyfile(src, run_dir / COUNTERS)
+    if (side := src.with_name(COUNTERS_RAW)).exists():
+        shutil.copyfile(side, run_dir / COUNTERS_RAW)
     return True
 
 

@@ -5,6 +5,7 @@ A run directory (``kvreplay run --out DIR``; docs/summary-schema.md)::
     plan.json         PLAN        the frozen plan, written before the first request
     records.jsonl     RECORDS     one JSON line per request, flushed as written
     counters.jsonl    COUNTERS    every raw counter series read (docs/summary-schema.md)
+    counters-raw.jsonl.gz COUNTERS_RAW the series an adapter does not map, first and last read
     summary.json      SUMMARY     written at the end (rebuilt from records when missing)
     report.md         REPORT_MD   written by the layer above the runner (commands, experiments)
     report.html       REPORT_HTML ``kvreplay report DIR --html``
@@ -31,6 +32,7 @@ from kvreplay.metrics.histograms import hlog_name
 
 __all__ = [
     "COUNTERS",
+    "COUNTERS_RAW",
     "EXPERIMENT",
     "HISTOGRAMS",
     "PLAN",
@@ -53,6 +55,10 @@ __all__ = [
 PLAN = "plan.json"
 RECORDS = "records.jsonl"
 COUNTERS = "counters.jsonl"
+COUNTERS_RAW = "counters-raw.jsonl.gz"
+"""The series a partial-reads adapter does not map, at the run's first and last reads.
+
+gzip members of JSON lines (``kvreplay.rundir.counterlog``)."""
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"

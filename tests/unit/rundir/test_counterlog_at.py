@@ -3,6 +3,10 @@ delta is taken between request boundaries only (monitor and drain reads skipped)
 
 from __future__ import annotations
 
+import gzip
+
+import orjson
+
 from kvreplay.rundir import CounterLog, read_counter_log
 from kvreplay.rundir.counterlog import AT_KINDS, raw_changes, request_boundaries
 from kvreplay.runner.backend import Snapshot
@@ -55,8 +59,20 @@ def test_series_the_backend_does_not_read_are_logged_at_the_first_and_last_reads
     log.write(read(4, 5, 1, 1), "b", "before")
     log.write(read(5, 9, 3, None), "b", "phase_end")  # the le="2" bucket vanished
     log.close()
+    # counters.jsonl itself holds only the kept series; the others are two gzip members beside it
+    on_disk = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    assert on_disk[0] == {"t_ns": 1, "phase": "a", "at": "before", "full": True, "series": {"hits": 0},
+                          "raw_in": "counters-raw.jsonl.gz"}
+    assert all(set(ln.get("changed") or {}) <= {"hits"} for ln in on_disk) and len(on_disk) == 5
+    side = (tmp_path / "counters-raw.jsonl.gz").read_bytes()
+    assert [orjson.loads(x) for x in gzip.decompress(side).splitlines()] == [
+        {"t_ns": 1, "phase": "a", "at": "before", "full": True,
+         "series": {'ttft_bucket{le="1"}': 0, 'ttft_bucket{le="2"}': 0}},
+        {"t_ns": 5, "phase": "b", "at": "run_end", "changed": {'ttft_bucket{le="1"}': 3},
+         "removed": ['ttft_bucket{le="2"}']}]
+    assert side.count(b"\x1f\x8b\x08") == 2  # two members: the first is on disk before the run ends
     lines = read_counter_log(path)
-    assert lines[0] == {"t_ns": 1, "phase": "a", "at": "before", "full": True,
+    assert lines[0] == {"t_ns": 1, "phase": "a", "at": "before", "full": True, "raw_in": "counters-raw.jsonl.gz",
                         "series": {"hits": 0, 'ttft_bucket{le="1"}': 0, 'ttft_bucket{le="2"}': 0}}
     assert [(ln["at"], ln.get("changed"), ln.get("removed")) for ln in lines[1:]] == [
         (0, {"hits": 5}, None), ("phase_end", None, None), ("before", None, None),
@@ -67,6 +83,28 @@ def test_series_the_backend_does_not_read_are_logged_at_the_first_and_last_reads
                                   "(whole run)": {'ttft_bucket{le="1"}': (0, 3), 'ttft_bucket{le="2"}': (0, None)}}
     b = request_boundaries(lines)
     assert [(ph, at, st["hits"]) for ph, at, st in b] == [("a", "before", 0), ("a", 0, 5), ("b", "before", 5)]
+
+
+def test_a_killed_run_keeps_the_first_read_of_the_other_series_and_a_torn_member_is_skipped(tmp_path):
+    """The side file's first member is written at the first read: a run killed before ``close`` (no
+    ``run_end``) still reads every series at its first read; a half-written second member is skipped."""
+    path = tmp_path / "counters.jsonl"
+    log = CounterLog(path, 0, kept=frozenset({"hits"}))
+    log.write(_snap(1, hits=0, other=4), "a", "before")
+    log.write(_snap(2, hits=3, other=6), "a", "phase_end")
+    side = tmp_path / "counters-raw.jsonl.gz"
+    first = side.read_bytes()  # as a kill -9 here would leave it
+    log.close()
+    whole = side.read_bytes()
+    assert len(whole) > len(first)
+    for cut in (whole[: len(first)], whole[: len(first) + (len(whole) - len(first)) // 2]):
+        side.write_bytes(cut)
+        lines = read_counter_log(path)
+        assert lines[0]["series"] == {"hits": 0, "other": 4}
+        assert [ln["at"] for ln in lines] == ["before", "phase_end"]
+        assert raw_changes(lines) == {"a": {"hits": (0, 3)}}
+    side.write_bytes(whole)
+    assert raw_changes(read_counter_log(path)) == {"a": {"hits": (0, 3)}, "(whole run)": {"other": (4, 6)}}
 
 
 def test_a_run_whose_other_series_did_not_move_writes_no_run_end_line(tmp_path):
