@@ -118,6 +118,10 @@ def _p3(w):
 def _p4(w):
     win = w.doc["window"]
     assert (win["restore_reserve_s"], win["cancel_in_flight_at_s"]) == (1200.0, 5400.0 - 1200.0)
+    # the A/B (the last step before the restore) was handed the time left to 90 - 20 min as
+    # its hard deadline, not the time left to 90
+    limits = _json(w.out / "steps" / "06-trace" / "ab.json")["limits"]
+    assert 4200 - 60 < limits["hard_deadline_s"] <= limits["stop_new_after_s"] <= 4200
     assert w.res["restore"]["status"] == "measured"
 
 
