@@ -433,7 +433,8 @@ VARIANTS = {
             "growth"],
     "P25": ["tests/integration/test_experiment_window_full.py::test_abort_if_stops_the_window_on_containment_or_"
             "growth"],
-    "P26": ["tests/integration/test_identity_restart_sim.py::test_restart_with_another_build_is_caught_after_the_"
+    "P26": ["tests/integration/test_window_points.py::test_an_incarnation_off_the_pinned_identity_sends_nothing",
+            "tests/integration/test_identity_restart_sim.py::test_restart_with_another_build_is_caught_after_the_"
             "request_it_served",
             "tests/integration/test_experiment_fleet.py::test_identity_pins_hold_on_every_replica_or_the_step_aborts"],
     "P27": ["tests/integration/test_experiment_window_full.py::test_a_false_condition_skips_a_changed_workload_is_"
@@ -534,3 +535,23 @@ def test_no_step_starts_70_minutes_after_the_quiesce(tmp_path, monkeypatch):
     summary = _json(out / "steps" / "02-A" / "summary.json")  # A itself ran whole
     assert [(p["name"], p["sent"], p["not_sent"]) for p in summary["phases"]] == [("prime", 16, 0), ("replay", 16, 0)]
     assert (r["status"], r["aborted"]) == ("incomplete", None)
+
+
+@pytest.mark.timeout(120)
+def test_an_incarnation_off_the_pinned_identity_sends_nothing(tmp_path):
+    # B's candidate comes up with 52 host rows where the file pins the incumbent's 40: B0 fails
+    # on its pins and nothing of B, the control or the A/B is sent; the restore still runs.
+    text = FULL.read_text()
+    b0 = 'name = "B0"\nkind = "incarnation"\nfresh = true\n'
+    assert text.count(b0) == 1
+    f = window_copy(tmp_path, text.replace(b0, b0 + "sim = {host_rows = 52}\n"))
+    out = tmp_path / "w"
+    assert main(["experiment", str(f), "--out", str(out), "--quiet"]) == 3
+    r = _json(out / "result.json")
+    why = "identity pins do not hold: version.cache.host_rows: '40' -> 52"
+    assert [(s["name"], s["status"], s["reason"]) for s in r["steps"]] == [
+        ("quiesce", "measured", None), ("A0", "measured", None), ("A", "measured", None), ("B0", "failed", why),
+        *((n, "deferred", f"incarnation B0 failed: {why}") for n in ("B", "control", "trace")),
+        ("restore", "measured", None)]
+    assert sorted(p.name for p in (out / "steps").iterdir()) == ["00-quiesce", "01-A0", "02-A", "03-B0", "07-restore"]
+    assert [(c["metric"], c["value"]) for c in r["cells"] if c["step"] == "restore"][0] == ("identity_restored", True)
