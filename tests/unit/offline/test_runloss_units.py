@@ -140,8 +140,11 @@ def test_a_mixed_fleet_gets_each_replicas_model_and_token_ratio():
         {"url": "u0", "observed_cached_tokens_server": 300, "measured_cached_tokens": 300, "pct": 100.0},
         {"url": "u1", "observed_cached_tokens_server": 144, "measured_cached_tokens": 150, "pct": 96.0}]
     assert loss["observed_vs_measured_pct"] == 100.0 * 444 / 450
-    assert loss["sentence"].startswith("the observed routing served 444 cached tokens (no merged-cache bound: "
-                                       "replicas of different cache models, greedy affinity ")
+    # the sentence names each replica's ratio, not the fleet's one (444 / 196 is 2.265, not 2.25); greedy
+    # affinity sends all 392 simulated cached tokens to replica 0: 392 x 3 = 1,176 in its server's tokens
+    assert loss["sentence"] == ("the observed routing served 444 cached tokens (no merged-cache bound: replicas of "
+                                "different cache models, greedy affinity 1,176) (in each replica's server's tokens: "
+                                "simulator tokens × 3, × 1.5)")
 
 
 def test_replica_verdict_parses_and_stays_out_of_old_plans():
@@ -221,3 +224,6 @@ def test_report_line_states_each_replica_against_its_measured_figure():
     _tables, notes = routing_loss_section(run)  # type: ignore[misc]
     assert notes[0].endswith("(radix (blocks, block 4), radix (blocks, block 8)); u0: observed 300 of measured 300 "
                              "cached tokens (100.00%); u1: observed 144 of measured 150 cached tokens (96.00%)")
+    # 444 of 450 in the servers' tokens, each replica's own ratio; 196 of 450 in the simulator's
+    assert ("; measured cached tokens 450, observed figure 98.67% of it in each replica's server's tokens "
+            "(simulator tokens x 3 / 1.5; 43.56% in the simulator's tokens)") in notes[0]
