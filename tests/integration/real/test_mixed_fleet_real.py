@@ -22,9 +22,10 @@ import json
 import aiohttp
 import pytest
 from integration.real.conftest import require
-from integration.real.realsrv_helpers import lcp, post_json
+from integration.real.realsrv_helpers import lcp, post_json, scrape
 from integration.real.test_fleet_router_real import LLAMA_VERDICT
 from integration.real.test_fleet_router_real import prompt_tokens as llama_tokens
+from integration.real.test_vllm_real import block_size
 
 from kvreplay import testing as kt
 from kvreplay.backends import make_backend
@@ -32,7 +33,7 @@ from kvreplay.cli import main
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(600)]
 
-BLOCK = 128  # vLLM's default block size (vllm:cache_config_info block_size; the test reads it)
+BLOCK = 128  # vLLM's default block size (the test checks vllm:cache_config_info's block_size label)
 
 # A probe verdict of the vLLM replica, written by hand (a probe costs minutes): warm legs
 # whose cached tokens are whole 128-token blocks (as vLLM reports them), so
@@ -76,6 +77,7 @@ def test_vllm_and_llama_server_behind_sglang_router(tmp_path, mixed_pair, tiny_w
     require(kt.sglang_router_python(), "sglang-router")
     vllm, llama = (s.url for s in mixed_pair)
     backends = {vllm: "vllm", llama: "llamacpp"}
+    assert block_size(scrape(vllm)) == BLOCK
     post_json(vllm, "/reset_prefix_cache", {})
     post_json(llama, "/slots/0?action=erase", {})
     v1, v2 = tmp_path / "vllm-verdict.json", tmp_path / "llama-verdict.json"
@@ -122,7 +124,7 @@ def test_vllm_and_llama_server_behind_sglang_router(tmp_path, mixed_pair, tiny_w
     for u in backends:  # the cached tokens each response reports are the replica's own cached-token counter
         assert sum(r["usage"]["cached_tokens"] for r in recs if r["replica"] == u) == own[u]
     # vLLM: after its first request every hit is the shared system block's whole blocks (the bodies it
-    # served share no further whole block), so its figure per phase is that many times F
+    # served share no further whole block), so its figure per phase is that many times ``full``
     shared = min(lcp(toks[vllm][0], t) for t in toks[vllm][1:])
     full = shared // BLOCK * BLOCK
     assert full >= 2 * BLOCK
