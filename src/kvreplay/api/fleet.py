@@ -172,13 +172,17 @@ def replica_cache_extra(args: RunConfig, replicas: Any) -> dict[str, Any]:
     def model_of(src: str) -> tuple[dict[str, Any], Any]:
         cal = calibrate_from_verdict(src)
         cfg = SimConfig.from_mapping(cal.changes, where=src)
-        return {"source": str(src), "sha256": cal.sha256, "config": sim_fleet_json(cfg, 1, None)["config"]}, cfg
+        block = {"server_block_size": cal.changes["block_size"]} if "block_size" in cal.changes else {}
+        return {"source": str(src), "sha256": cal.sha256, "config": sim_fleet_json(cfg, 1, None)["config"],
+                **block}, cfg
 
     shared, shared_cfg = model_of(path) if path else (None, None)
     if not own:
         assert shared is not None and shared_cfg is not None
         return {"replica_cache": {"source": shared["source"], "sha256": shared["sha256"],
-                                  **sim_fleet_json(shared_cfg, len(replicas), None)}}
+                                  **sim_fleet_json(shared_cfg, len(replicas), None),
+                                  **({"server_block_size": shared["server_block_size"]}
+                                     if "server_block_size" in shared else {})}}
     per = []
     for r in replicas:
         if getattr(r, "verdict", None):

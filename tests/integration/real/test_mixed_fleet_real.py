@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from fractions import Fraction
 
 import aiohttp
 import pytest
@@ -129,6 +130,15 @@ def test_vllm_and_llama_server_behind_sglang_router(tmp_path, mixed_pair, tiny_w
     full = shared // BLOCK * BLOCK
     assert full >= 2 * BLOCK
     first_vllm = next(r for r in sent if r["replica"] == vllm)
+    # the model's vLLM block: the verdict's 128 (vLLM's tokens) over vLLM's tokens per simulator token
+    # in the whole run, in simulator tokens (offline.runloss.server_blocks); each phase's ratio is its
+    # records' prompt tokens over their simulated prompt tokens, so those are given back exactly
+    srv_sim = [(sum(r["usage"]["prompt_tokens"] for r in sent if r["phase"] == ph["name"] and r["replica"] == vllm),
+                ph["routing_loss"]["server_tokens_per_sim_token_per_replica"][0]) for ph in summary["phases"]]
+    run_ratio = Fraction(sum(a for a, _ in srv_sim), sum(round(a / x) for a, x in srv_sim))
+    sim_block = round(BLOCK / run_ratio)
+    assert f"the verdict's {BLOCK}-token block (the server's tokens) modelled as {sim_block} simulator tokens" \
+        in summary["phases"][0]["routing_loss"]["note"]
     figures = {}
     for ph in summary["phases"]:
         loss = ph["routing_loss"]
@@ -141,11 +151,14 @@ def test_vllm_and_llama_server_behind_sglang_router(tmp_path, mixed_pair, tiny_w
         assert loss["sentence"].endswith("(in each replica's server's tokens: simulator tokens "
                                          f"× {ratios[0]:.4g}, × {ratios[1]:.4g})"), loss["sentence"]
         assert 1.0 < ratios[0] < ratios[1]  # vLLM's BPE splits the text coarser than the tiny GGUF vocabulary
-        # the model's per-request figures: whole 128-token blocks (vLLM's model), 16-token blocks (llama's)
+        # the model's per-request figures: whole blocks of sim_block simulator tokens on vLLM, of 16 on
+        # llama-server; cold where the server was
+        assert loss["cache"]["models"] == [f"radix (blocks, block {sim_block})", "radix (blocks, block 16)"]
         obs = loss["observed"]
         assert obs["replica"] == [urls.index(r["replica"]) for r in mine]
-        assert all(c % (BLOCK if k == 0 else 16) == 0 for k, c in zip(obs["replica"], obs["cached_tokens"],
-                                                                          strict=True))
+        assert all(c % (sim_block, 16)[k] == 0 and (c == 0) == (r["usage"]["cached_tokens"] == 0)
+                   for k, c, r in zip(obs["replica"], obs["cached_tokens"], mine, strict=True))
+        print(ph["name"], "modelled per request (simulator tokens):", obs["cached_tokens"])
         for k, u in enumerate(urls):
             row = loss["per_replica_vs_measured"][k]
             served = [r for r in mine if r["replica"] == u]
