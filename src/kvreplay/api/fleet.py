@@ -153,7 +153,10 @@ def replica_cache_extra(args: RunConfig, replicas: Any) -> dict[str, Any]:
     replica's ``{"url", "source", "sha256", "config"}`` (its own verdict, else the
     ``--replica-cache-from`` one) and ``offline.runloss`` models each replica with its own
     cache and converts each replica's tokens with its own ratio; ``config`` is then the
-    first replica's. Empty without either.
+    first replica's. Where a verdict's cached-token counts gave the block size (``sim.calibrate``:
+    their gcd, in the server's tokens), its entry (or ``replica_cache`` itself) carries it as
+    ``server_block_size``, which ``offline.runloss.server_blocks`` converts to simulator tokens.
+    Empty without either.
 
     Raises:
         ConfigError: the flag without ``--replica``, a verdict that cannot calibrate, or
