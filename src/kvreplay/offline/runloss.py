@@ -14,12 +14,12 @@ this module turns them, the frozen plan and the replicas' cache models into
   verdict calibrates (``--replica-cache-from VERDICT``: ``run.replica_cache.config``,
   said in ``note``), or each replica's own (``--replica URL,verdict=FILE``:
   ``run.replica_cache.per_replica``, each replica's tokens then converted with its own
-  ratio); a verdict's block size, counted in the server's tokens, is modelled in the
-  simulator's (``server_blocks``: block / the replica's ratio over the run), or, for an
-  external ``serve-sim`` fleet, each replica's ``/version`` cache
+  ratio), or, for an external ``serve-sim`` fleet, each replica's ``/version`` cache
   configuration as the run's identity read kept it (``version_models``); otherwise none is
   known and the phase gets
-  ``{"note": "no cache model: routing loss not computed"}``;
+  ``{"note": "no cache model: routing loss not computed"}``. A verdict's block size,
+  counted in the server's tokens, is modelled in the simulator's (``server_blocks``:
+  block / the replica's ratio over the run);
 - the observed assignment: each record's ``replica`` mapped to its index in
   plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
   observed figure (said in ``note``);
