@@ -153,7 +153,10 @@ def replica_cache_extra(args: RunConfig, replicas: Any) -> dict[str, Any]:
     replica's ``{"url", "source", "sha256", "config"}`` (its own verdict, else the
     ``--replica-cache-from`` one) and ``offline.runloss`` models each replica with its own
     cache and converts each replica's tokens with its own ratio; ``config`` is then the
-    first replica's. Empty without either.
+    first replica's. Where a verdict's cached-token counts gave the block size (``sim.calibrate``:
+    their gcd, in the server's tokens), its entry (or ``replica_cache`` itself) carries it as
+    ``server_block_size``, which ``offline.runloss.server_blocks`` converts to simulator tokens.
+    Empty without either.
 
     Raises:
         ConfigError: the flag without ``--replica``, a verdict that cannot calibrate, or
@@ -172,13 +175,17 @@ def replica_cache_extra(args: RunConfig, replicas: Any) -> dict[str, Any]:
     def model_of(src: str) -> tuple[dict[str, Any], Any]:
         cal = calibrate_from_verdict(src)
         cfg = SimConfig.from_mapping(cal.changes, where=src)
-        return {"source": str(src), "sha256": cal.sha256, "config": sim_fleet_json(cfg, 1, None)["config"]}, cfg
+        block = {"server_block_size": cal.changes["block_size"]} if "block_size" in cal.changes else {}
+        return {"source": str(src), "sha256": cal.sha256, "config": sim_fleet_json(cfg, 1, None)["config"],
+                **block}, cfg
 
     shared, shared_cfg = model_of(path) if path else (None, None)
     if not own:
         assert shared is not None and shared_cfg is not None
         return {"replica_cache": {"source": shared["source"], "sha256": shared["sha256"],
-                                  **sim_fleet_json(shared_cfg, len(replicas), None)}}
+                                  **sim_fleet_json(shared_cfg, len(replicas), None),
+                                  **({"server_block_size": shared["server_block_size"]}
+                                     if "server_block_size" in shared else {})}}
     per = []
     for r in replicas:
         if getattr(r, "verdict", None):

@@ -308,16 +308,24 @@ def loss_sentence(loss: dict[str, Any]) -> str:
     bound Y, greedy affinity Z)``. Where ``server_tokens_per_sim_token`` R is
     given and not 1 (a real server's tokenizer: ``offline.runloss``), Y and Z are
     the figures' ``cached_tokens_server`` and the sentence ends ``(in the
-    server's tokens: simulator tokens × R)``.
+    server's tokens: simulator tokens × R)``. A mixed fleet's figures are converted
+    replica by replica (``server_tokens_per_sim_token_per_replica`` R1, R2, ... all
+    known, not all 1: ``offline.runloss``), so the sentence then ends ``(in each replica's
+    server's tokens: simulator tokens × R1, × R2)``, not the fleet's one ratio.
     """
     pol = loss["policies"]
     ratio = loss.get("server_tokens_per_sim_token")
-    key = ("cached_tokens_server" if ratio is not None and ratio != 1.0
+    per = loss.get("server_tokens_per_sim_token_per_replica")
+    per = per if (isinstance(per, list) and per and all(x is not None for x in per)
+                  and any(x != 1.0 for x in per)) else None
+    key = ("cached_tokens_server" if ratio is not None and (ratio != 1.0 or per is not None)
            and all(f.get("cached_tokens_server") is not None for f in pol.values()) else "cached_tokens")
     bound = (f"merged-cache bound {pol['merged'][key]:,}" if "merged" in pol
              else "no merged-cache bound: replicas of different cache models")
     tail = f"({bound}, greedy affinity {pol['prefix_affinity'][key]:,})"
-    if key == "cached_tokens_server":
+    if key == "cached_tokens_server" and per is not None:
+        tail += " (in each replica's server's tokens: simulator tokens " + ", ".join(f"× {x:.4g}" for x in per) + ")"
+    elif key == "cached_tokens_server":
         tail += f" (in the server's tokens: simulator tokens × {ratio:.4g})"
     if "observed" not in pol:
         return f"no observed assignment {tail}"

@@ -17,7 +17,9 @@ this module turns them, the frozen plan and the replicas' cache models into
   ratio), or, for an external ``serve-sim`` fleet, each replica's ``/version`` cache
   configuration as the run's identity read kept it (``version_models``); otherwise none is
   known and the phase gets
-  ``{"note": "no cache model: routing loss not computed"}``;
+  ``{"note": "no cache model: routing loss not computed"}``. A verdict's block size,
+  counted in the server's tokens, is modelled in the simulator's (``server_blocks``:
+  block / the replica's ratio over the run);
 - the observed assignment: each record's ``replica`` mapped to its index in
   plan.json ``run.fleet.replicas``; a sent record naming no replica leaves no
   observed figure (said in ``note``);
@@ -40,6 +42,7 @@ which the ``note`` says.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -181,6 +184,11 @@ def run_routing_loss(
                               output_tokens=base.output_tokens, max_output_tokens=base.max_output_tokens)
     picks = [index.get(r.get("replica")) for r in sent]
     seed = int((run_block.get("sim_fleet") or {}).get("seed", 0))
+    block_notes: list[str] = []
+    if source != "sim_fleet":
+        models, block_notes = server_blocks(models, _server_block_sizes(run_block, urls, source),
+                                            run_ratios(sent, rendered, picks, len(urls),
+                                                       per_replica=source == "per_replica"), urls)
     out: dict[str, dict[str, Any]] = {}
     for name, _reset, conc in phases:
         mine = [r.get("phase") == name for r in sent]
@@ -204,6 +212,7 @@ def run_routing_loss(
                                      for e in run_block["replica_cache"]["per_replica"])
                          + "), and each replica's tokens converted with its own ratio; prompts rendered with "
                          "the simulator's tokenizer, so the figures approximate the servers'")
+        notes += block_notes
         observed: list[int] | None = [p for p in picks[:last_pos + 1] if p is not None]
         if observed is not None and len(observed) != last_pos + 1:
             observed = None
@@ -232,6 +241,82 @@ def run_routing_loss(
         loss["note"] = "; ".join(notes) or None
         out[name] = loss
     return out
+
+
+def _server_block_sizes(run_block: dict[str, Any], urls: list[Any], source: str) -> list[int | None]:
+    """Each replica's verdict block size in its server's tokens (``server_block_size``), None where not recorded.
+
+    ``api.fleet.replica_cache_extra`` records it where the verdict's cached-token counts gave the
+    block size (their gcd); plan.json files written before it have none (their figures stay as they were).
+    """
+    rc = run_block.get("replica_cache")
+    if not isinstance(rc, dict) or rc.get("from_version"):
+        return [None] * len(urls)
+    if source == "per_replica":
+        by = {e.get("url"): e for e in rc.get("per_replica") or [] if isinstance(e, dict)}
+        got = [(by.get(u) or {}).get("server_block_size") for u in urls]
+    else:
+        got = [rc.get("server_block_size")] * len(urls)
+    return [b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else None for b in got]
+
+
+def run_ratios(sent: Sequence[dict[str, Any]], rendered: Sequence[ModelRequest], picks: Sequence[int | None],
+               n: int, *, per_replica: bool) -> list[Fraction | None]:
+    """The server's tokens per simulator token over the whole run: each replica's, or the fleet's for every one.
+
+    Args:
+        sent: The sent records in send order.
+        rendered: Their model requests (the simulator's tokens), in the same order.
+        picks: Each record's replica index, None where it names none.
+        n: Number of replicas.
+        per_replica: Each replica's own ratio (its records' ``usage.prompt_tokens`` over their
+            simulated prompt tokens; the fleet's where it served none with usage); else the fleet's for all.
+
+    Returns:
+        One ``Fraction`` per replica, None where no record carries ``usage.prompt_tokens``.
+    """
+    srv, sim = [0] * n, [0] * n
+    for r, q, k in zip(sent, rendered, picks, strict=False):
+        u = r.get("usage")
+        if isinstance(u, dict) and isinstance(u.get("prompt_tokens"), int) and q.tokens:
+            i = 0 if k is None or not per_replica else k
+            srv[i] += u["prompt_tokens"]
+            sim[i] += len(q.tokens)
+    fleet = Fraction(sum(srv), sum(sim)) if sum(sim) else None
+    return [Fraction(srv[i], sim[i]) if per_replica and sim[i] else fleet for i in range(n)]
+
+
+def server_blocks(models: list[SimConfig], blocks: Sequence[int | None], ratios: Sequence[Fraction | None],
+                  urls: Sequence[Any]) -> tuple[list[SimConfig], list[str]]:
+    """Radix models whose block size a verdict gave in the server's tokens, in simulator tokens.
+
+    A probe verdict's block size is the gcd of the cached-token counts the server reported
+    (``sim.calibrate``: vLLM's 128), counted in the server's tokens, and its capacity is a number
+    of those blocks; the routing loss renders prompts with the simulator's tokenizer. Replica
+    ``i``'s block becomes ``max(1, round(block_i / ratio_i))`` simulator tokens (ties to even),
+    ratio_i its server's tokens per simulator token (``run_ratios``), the number of blocks kept:
+    a 9-block prefix on the server is about 9 blocks in the model, not 9 x 128 / ratio_i tokens
+    rounded down to 128.
+
+    Args:
+        models: Each replica's model.
+        blocks: Each replica's verdict block size in its server's tokens, None where not recorded.
+        ratios: Each replica's ratio, None where unknown (the model then stays as it is).
+        urls: The replicas' names (for the notes).
+
+    Returns:
+        The models (changed ones are copies) and one note per replica changed.
+    """
+    out, notes = [], []
+    for cfg, b, ratio, u in zip(models, blocks, ratios, urls, strict=True):
+        if b is None or ratio is None or ratio <= 0 or cfg.cache != "radix" or cfg.block_size != b:
+            out.append(cfg)
+            continue
+        size = max(1, round(Fraction(b) / ratio))
+        out.append(replace(cfg, block_size=size))
+        notes.append(f"{u}: the verdict's {b}-token block (the server's tokens) modelled as {size} simulator "
+                     f"tokens (÷ {float(ratio):.4g})")
+    return out, notes
 
 
 def _per_replica_units(loss: dict[str, Any], urls: list[Any],

@@ -158,7 +158,15 @@ def routing_loss_section(run: RunData) -> tuple[list[Table], list[str]] | None:
             line += (f"; measured cached tokens {loss['measured_cached_tokens']:,}, observed figure "
                      f"{_num(loss.get('observed_vs_measured_pct'), '{:.2f}%').text} of it")
             ratio = loss.get("server_tokens_per_sim_token")
-            if ratio is not None and ratio != 1.0:  # offline.runloss.add_server_units
+            per = loss.get("server_tokens_per_sim_token_per_replica")
+            if (ratio is not None and isinstance(per, list) and per and all(x is not None for x in per)
+                    and any(x != 1.0 for x in per)):
+                # a mixed fleet: each replica's figure converted with its own ratio (offline.runloss)
+                line += (" in each replica's server's tokens (simulator tokens x "
+                         + " / ".join(f"{x:.4g}" for x in per) + "; "
+                         f"{_num(loss.get('observed_vs_measured_pct_sim_tokens'), '{:.2f}%').text} "
+                         "in the simulator's tokens)")
+            elif ratio is not None and ratio != 1.0:  # offline.runloss.add_server_units
                 line += (f" in the server's tokens (simulator tokens x {ratio:.4g}; "
                          f"{_num(loss.get('observed_vs_measured_pct_sim_tokens'), '{:.2f}%').text} "
                          "in the simulator's tokens)")

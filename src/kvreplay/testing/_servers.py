@@ -20,6 +20,7 @@ group, then SIGKILL after a grace period), never by name.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kvreplay.errors import KvreplayError
 
@@ -473,5 +475,39 @@ def start_sglang_router(
                 "--policy", policy, "--host", "127.0.0.1", "--port", str(port),
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), *extra_args]
 
-    return _start("sglang-router", argv, log_path=log_path, env=dict(os.environ), ready_paths=("/health",),
-                  ready_timeout_s=ready_timeout_s)
+    router = _start("sglang-router", argv, log_path=log_path, env=dict(os.environ), ready_paths=("/health",),
+                    ready_timeout_s=ready_timeout_s)
+    try:
+        _wait_workers(router, len(worker_urls), ready_timeout_s)
+    except ServerStartError:
+        router.stop()
+        raise
+    return router
+
+
+def _wait_workers(router: ServerProcess, n: int, timeout_s: float) -> None:
+    """Poll the router's ``GET /workers`` until it lists ``n`` healthy workers, within a bound.
+
+    The router answers ``/health`` before it has registered its workers (it discovers each
+    one's metadata in the background; a slower one, vLLM beside llama-server, comes later),
+    and until then it routes to the workers registered so far.
+
+    Raises:
+        ServerStartError: the bound passed, or the router exited.
+    """
+    deadline = time.monotonic() + timeout_s
+    got: Any = None
+    while time.monotonic() < deadline:
+        if not router.alive():
+            break
+        try:
+            with urllib.request.urlopen(router.url + "/workers", timeout=2.0) as resp:  # noqa: S310 (loopback)
+                got = json.loads(resp.read())
+        except (OSError, ValueError):
+            got = None
+        workers = got.get("workers") if isinstance(got, dict) else None
+        if isinstance(workers, list) and len(workers) == n and all(w.get("is_healthy") for w in workers):
+            return
+        time.sleep(0.25)
+    raise ServerStartError(f"sglang-router (pid {router.pid}) did not list {n} healthy workers within "
+                           f"{timeout_s:.0f} s (last /workers: {str(got)[:300]})", log_tail=router.log_tail())

@@ -140,8 +140,11 @@ def test_a_mixed_fleet_gets_each_replicas_model_and_token_ratio():
         {"url": "u0", "observed_cached_tokens_server": 300, "measured_cached_tokens": 300, "pct": 100.0},
         {"url": "u1", "observed_cached_tokens_server": 144, "measured_cached_tokens": 150, "pct": 96.0}]
     assert loss["observed_vs_measured_pct"] == 100.0 * 444 / 450
-    assert loss["sentence"].startswith("the observed routing served 444 cached tokens (no merged-cache bound: "
-                                       "replicas of different cache models, greedy affinity ")
+    # the sentence names each replica's ratio, not the fleet's one (444 / 196 is 2.265, not 2.25); greedy
+    # affinity sends all 392 simulated cached tokens to replica 0: 392 x 3 = 1,176 in its server's tokens
+    assert loss["sentence"] == ("the observed routing served 444 cached tokens (no merged-cache bound: replicas of "
+                                "different cache models, greedy affinity 1,176) (in each replica's server's tokens: "
+                                "simulator tokens × 3, × 1.5)")
 
 
 def test_replica_verdict_parses_and_stays_out_of_old_plans():
@@ -221,3 +224,79 @@ def test_report_line_states_each_replica_against_its_measured_figure():
     _tables, notes = routing_loss_section(run)  # type: ignore[misc]
     assert notes[0].endswith("(radix (blocks, block 4), radix (blocks, block 8)); u0: observed 300 of measured 300 "
                              "cached tokens (100.00%); u1: observed 144 of measured 150 cached tokens (96.00%)")
+    # 444 of 450 in the servers' tokens, each replica's own ratio; 196 of 450 in the simulator's
+    assert ("; measured cached tokens 450, observed figure 98.67% of it in each replica's server's tokens "
+            "(simulator tokens x 3 / 1.5; 43.56% in the simulator's tokens)") in notes[0]
+
+
+def test_a_verdicts_block_in_the_servers_tokens_is_modelled_in_the_simulators():
+    """A verdict block of 8 server tokens at 2 server tokens per simulator token is a 4-token block.
+
+    A, B (100 and 200 simulator tokens) on one replica; the server counted 200 and 400 prompt
+    tokens (ratio 2) and shares A's 200 of its tokens with B, so it hits 200 // 8 x 8 = 200. The
+    model with the verdict's 8 taken as simulator tokens hits 100 // 8 x 8 = 96 (192 of the
+    server's, 96%); with the block converted, 8 / 2 = 4: 100 // 4 x 4 = 100 (200, 100%).
+    """
+    from fractions import Fraction
+
+    from kvreplay.offline.runloss import _per_replica_units, run_ratios, server_blocks
+
+    recs = [{"usage": {"prompt_tokens": 200, "cached_tokens": 0}},
+            {"usage": {"prompt_tokens": 400, "cached_tokens": 200}}]
+    # replica 1 served none: the fleet's ratio stands for it
+    assert run_ratios(recs, REQS, [0, 0], 2, per_replica=True) == [Fraction(2), Fraction(2)]
+    assert run_ratios([recs[0], {"usage": {"prompt_tokens": 300}}], REQS, [0, 1], 2, per_replica=True) == [
+        Fraction(2), Fraction(3, 2)]
+    assert run_ratios([recs[0], {"usage": {"prompt_tokens": 300}}], REQS, [0, 1], 2, per_replica=False) == [
+        Fraction(5, 3), Fraction(5, 3)]  # (200 + 300) / (100 + 200)
+    assert run_ratios([{"usage": None}, {}], REQS, [0, 1], 2, per_replica=True) == [None, None]
+    blk8 = SimConfig(cache="radix", block_size=8, device_blocks=1000, time_scale=0)
+    for models, want in (([blk8, blk8], 192), (server_blocks([blk8, blk8], [8, 8], [Fraction(2), None],
+                                                             ["u0", "u1"])[0], 200)):
+        loss = routing_loss(REQS, models, observed=[0, 0], measured_cached_tokens=200)
+        add_server_units(loss, 600, 300)
+        _per_replica_units(loss, ["u0", "u1"], [(r, q, 0) for r, q in zip(recs, REQS, strict=True)])
+        assert loss["per_replica_vs_measured"][0]["observed_cached_tokens_server"] == want
+    models, notes = server_blocks([blk8, blk8], [8, 8], [Fraction(2), None], ["u0", "u1"])
+    assert [m.block_size for m in models] == [4, 8]  # no ratio for u1: its model stays
+    assert notes == ["u0: the verdict's 8-token block (the server's tokens) modelled as 4 simulator tokens (÷ 2)"]
+    # rounding (ties to even) and what is left alone: 40 / 3 = 13.3 -> 13; 128 / 1.8 = 71.1 -> 71; 6 / 4 = 1.5
+    # -> 2; a block the verdict did not give (None), a model whose block is not the verdict's, the entries model
+    blk40, blk128, blk6 = (SimConfig(cache="radix", block_size=b, device_blocks=10, time_scale=0) for b in (40, 128, 6))
+    ent = SimConfig(cache="entries", time_scale=0)
+    got, _ = server_blocks([blk40, blk128, blk6, blk8, blk8, ent], [40, 128, 6, None, 16, 8],
+                           [Fraction(3), Fraction(9, 5), Fraction(4), Fraction(2), Fraction(2), Fraction(2)],
+                           list("abcdef"))
+    assert [(m.cache, m.block_size, m.device_blocks) for m in got[:5]] == [
+        ("radix", 13, 10), ("radix", 71, 10), ("radix", 2, 10), ("radix", 8, 1000), ("radix", 8, 1000)]
+    assert got[5] is ent
+
+
+def test_replica_cache_records_the_verdicts_block_in_the_servers_tokens(tmp_path):
+    """A vLLM-like verdict's warm legs (1,152 and 2,048 cached) give a 128-token block: plan.json keeps it."""
+    import argparse
+    import json
+
+    from kvreplay.api.fleet import replica_cache_extra
+    from kvreplay.offline.runloss import _server_block_sizes
+    from kvreplay.runner.fleet import Replica
+
+    v = {"format": "kvreplay-probe/1", "backend": "vllm",
+         "prefill_fit": {"a_s": 0.01, "rate_tokens_per_s": 10000.0, "source": "ttft"},
+         "warm": [{"prompt_tokens": 1200, "cached_tokens": 1152, "warm_ttft_s": 0.05},
+                  {"prompt_tokens": 2100, "cached_tokens": 2048, "warm_ttft_s": 0.05}], "points": []}
+    vv = tmp_path / "vllm.json"
+    vv.write_text(json.dumps(v))
+    hal = _verdict(tmp_path, "h.json", 1_000_000)
+    reps = (Replica(url="http://h:1", verdict=str(vv)), Replica(url="http://h:2", verdict=hal))
+    rc = replica_cache_extra(argparse.Namespace(replica_cache_from=None), reps)["replica_cache"]
+    assert [e.get("server_block_size") for e in rc["per_replica"]] == [128, None]
+    run_block = {"replica_cache": rc}
+    assert _server_block_sizes(run_block, ["http://h:1", "http://h:2"], "per_replica") == [128, None]
+    shared = replica_cache_extra(argparse.Namespace(replica_cache_from=str(vv)),
+                                 (Replica(url="http://h:2"),))["replica_cache"]
+    assert shared["server_block_size"] == 128
+    assert _server_block_sizes({"replica_cache": shared}, ["http://h:2"], "replica_cache") == [128]
+    # a plan.json written before the key: nothing converted (its figures stay as they were)
+    old = {"replica_cache": {**shared, "server_block_size": None}}
+    assert _server_block_sizes(old, ["http://h:2"], "replica_cache") == [None]
