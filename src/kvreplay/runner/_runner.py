@@ -104,6 +104,9 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                  observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
         self.clock = clock or RunClock.start()
+        # plan.sha256 when the caller already took it (execute_plan, from plan.json's content):
+        # hashing a plan serialises every position again (~1 us each)
+        self.plan_sha256: str | None = None
         self.claim_ns: int | None = None
         self.counters_elsewhere = False  # a peer worker reads this run's counters (--workers, --ray)
         self.lag_hists: dict[str, Any] = {}
@@ -517,7 +520,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
     def summary(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "plan_sha256": self.plan.sha256,
+            "plan_sha256": self.plan_sha256 or self.plan.sha256,
             "implementation": IMPLEMENTATION,
             "aborted": self.abort,
             "restarts": self.restarts,
