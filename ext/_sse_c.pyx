@@ -364,6 +364,19 @@ cdef class SSEAccountant:
         # Decode the text the head still needs before touching any state: bytes the
         # scanner let through but UTF-8 decoding rejects go to orjson, which raises
         # the same StreamError (malformed) as the pure twin, never UnicodeDecodeError.
+        # The finish reason (the last choice's that has one, as the pure twin's loop leaves
+        # it) and the usage object are read before any state changes, as the heads are.
+        fr = None
+        usage = None
+        try:
+            for i in range(s.nch):
+                if s.fr_p[i] != NULL:
+                    fr = PyUnicode_DecodeUTF8(<const char*>s.fr_p[i], s.fr_n[i], NULL)
+            if s.usage_p != NULL:
+                usage = orjson.loads(PyBytes_FromStringAndSize(<const char*>s.usage_p, s.usage_n))
+        except ValueError:  # UnicodeDecodeError, orjson.JSONDecodeError: orjson decides, as below
+            self._fallback(PyBytes_FromStringAndSize(payload, n), recv_ns)
+            return 0
         heads = None
         if self._head_len < self._head_chars:
             heads = []
@@ -380,6 +393,10 @@ cdef class SSEAccountant:
                 self._fallback(PyBytes_FromStringAndSize(payload, n), recv_ns)
                 return 0
         self._chunks += 1
+        if usage is not None:
+            self._r.usage = usage
+        if fr is not None:
+            self._r.finish_reason = fr
         content_seen = False
         reasoning_seen = False
         for i in range(s.nch):

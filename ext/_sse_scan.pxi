@@ -27,6 +27,13 @@ cdef struct Scan:
     Py_ssize_t str_n[MAX_CHOICES]
     bint str_esc[MAX_CHOICES]
     bint reasoning[MAX_CHOICES]
+    # Per object-choice: its finish_reason when a string without escapes (first byte
+    # after the quote), NULL when null or absent (issue 43 item 2: the finish chunk).
+    cptr fr_p[MAX_CHOICES]
+    Py_ssize_t fr_n[MAX_CHOICES]
+    # The top-level "usage" object's bytes ('{' to '}'), NULL when absent or not an object.
+    cptr usage_p
+    Py_ssize_t usage_n
 
 
 # PLAIN[c] is 1 for bytes a JSON string can hold as they are, without a closer look.
@@ -335,6 +342,10 @@ cdef int scan_choice(Scan* s) noexcept nogil:
     cdef Py_ssize_t tn = 0
     cdef bint te = False
     cdef bint reasoning = False
+    cdef cptr fp = NULL
+    cdef Py_ssize_t fn = 0
+    cdef bint fe = False
+    cdef bint fr_seen = False
     cdef int i
     if s.nch >= MAX_CHOICES:
         return FALLBACK
@@ -342,8 +353,17 @@ cdef int scan_choice(Scan* s) noexcept nogil:
         return FALLBACK
     while more:
         if key_is(k, kn, "finish_reason", 13):
-            if s.p[0] != 110 or skip_lit(s, "null", 4):
-                return FALLBACK  # a finish reason (or a duplicate): orjson decides
+            # null, or one string without escapes; a string beside a duplicate key, or any
+            # other value: orjson decides (duplicates: the last wins)
+            if s.p[0] == 110:
+                if skip_lit(s, "null", 4) or fp != NULL:
+                    return FALLBACK
+            elif s.p[0] == 34:
+                if fr_seen or scan_string(s, &fp, &fn, &fe) or fe:
+                    return FALLBACK
+            else:
+                return FALLBACK
+            fr_seen = True
         elif key_is(k, kn, "delta", 5):
             if delta_state:
                 return FALLBACK
@@ -370,6 +390,8 @@ cdef int scan_choice(Scan* s) noexcept nogil:
             return FALLBACK
     i = s.nch
     s.nch += 1
+    s.fr_p[i] = fp
+    s.fr_n[i] = fn
     if delta_state == 1:
         s.str_p[i] = cp
         s.str_n[i] = cn
@@ -421,19 +443,32 @@ cdef int scan_members(Scan* s, cptr k, Py_ssize_t kn, bint more, bint seen_choic
     cdef cptr sp
     cdef Py_ssize_t sn
     cdef bint se
+    cdef bint seen_usage = False
     while more:
         if key_is(k, kn, "choices", 7):
             if seen_choices:
                 return FALLBACK
             seen_choices = True
-            if choices_at != NULL:
+            if choices_at != NULL and not seen_usage:  # a usage before it is state: no resumable prefix
                 choices_at[0] = s.p
             if s.p[0] == 91:
                 if scan_choices(s):
                     return FALLBACK
             elif skip_value(s, 2):
                 return FALLBACK
-        elif key_is(k, kn, "usage", 5) or key_is(k, kn, "timings", 7) or key_is(k, kn, "x_groq", 6):
+        elif key_is(k, kn, "usage", 5):
+            # an object is kept by its bytes (orjson reads them: the same dict); a duplicate
+            # key: orjson decides (the last wins)
+            if seen_usage:
+                return FALLBACK
+            seen_usage = True
+            sp = s.p
+            if skip_value(s, 2):
+                return FALLBACK
+            if sp[0] == 123:
+                s.usage_p = sp
+                s.usage_n = s.p - sp
+        elif key_is(k, kn, "timings", 7) or key_is(k, kn, "x_groq", 6):
             if s.p[0] == 123 or skip_value(s, 2):
                 return FALLBACK
         elif key_is(k, kn, "error", 5):
@@ -462,6 +497,7 @@ cdef int scan_chunk(Scan* s, cptr* choices_at) noexcept nogil:
     cdef Py_ssize_t kn
     cdef bint more
     s.nch = 0
+    s.usage_p = NULL
     choices_at[0] = NULL
     skip_ws(s)
     if s.p >= s.end or s.p[0] != 123:
@@ -483,4 +519,5 @@ cdef int scan_chunk_after(Scan* s) noexcept nogil:
     and the result is the one a full ``scan_chunk`` would give.
     """
     s.nch = 0
+    s.usage_p = NULL
     return scan_members(s, <cptr>CHOICES_KEY, 7, True, False, NULL)

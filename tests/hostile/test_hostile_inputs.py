@@ -275,7 +275,7 @@ def test_unexpected_exception_is_a_client_error_record_and_exit_1(workload, tmp_
     from kvreplay.runner import _runner
 
     calls = {"n": 0}
-    real = _runner.check_ranges
+    real = _runner.check_usage
 
     def flaky(out):
         calls["n"] += 1
@@ -283,7 +283,7 @@ def test_unexpected_exception_is_a_client_error_record_and_exit_1(workload, tmp_
             raise RuntimeError("boom in accounting")
         return real(out)
 
-    monkeypatch.setattr(_runner, "check_ranges", flaky)
+    monkeypatch.setattr(_runner, "check_usage", flaky)
     with HostileServer("ok") as srv:
         code, text = _main(_base(workload, srv.url, tmp_path / "run"), capsys)
     assert code == 1

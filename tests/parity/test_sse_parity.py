@@ -265,6 +265,30 @@ EDGES = [
     (b'{"choices":[{"delta":{"content":"a"}}],"choices":[]}', False),
     (b'{"choices":[{"delta":{"content":"a"},"delta":{}}]}', False),
     (b'{"choices":[{"delta":{},"finish_reason":"stop","finish_reason":null}]}', False),
+    # the finish reason and the usage object, read natively (issue 43 item 2)
+    (b'{"choices":[{"delta":{},"finish_reason":"stop"}]}', False),
+    (b'{"choices":[{"delta":{},"finish_reason":""}]}', False),
+    (b'{"choices":[{"delta":{},"finish_reason":"st\\u006fp"}]}', False),  # escaped: orjson
+    (b'{"choices":[{"delta":{},"finish_reason":null,"finish_reason":"length"}]}', False),
+    (b'{"choices":[{"delta":{},"finish_reason":"stop","finish_reason":"length"}]}', False),
+    (b'{"choices":[{"finish_reason":"stop"},{"finish_reason":null},{"finish_reason":"length"},{"text":"t"}]}', False),
+    (b'{"choices":[{"finish_reason":"\xf0\x9f\x98\x80"}]}', False),
+    (b'{"choices":[{"finish_reason":"\xc3"}]}', True),
+    (b'{"choices":[{"finish_reason":"\xed\xa0\x80"}]}', True),
+    (b'{"choices":[{"finish_reason":"a\x01"}]}', True),
+    (b'{"choices":[{"finish_reason":7}]}', False),
+    (b'{"choices":[{"finish_reason":["stop"]}]}', False),
+    (b'{"usage":{"prompt_tokens":1},"usage":null,"choices":[]}', False),
+    (b'{"usage":null,"usage":{"prompt_tokens":2},"choices":[]}', False),
+    (b'{"usage":{},"choices":[]}', False),
+    (b'{"usage":[1],"choices":[]}', False),
+    (b'{"usage":"u","choices":[]}', False),
+    (b'{"usage":{"prompt_tokens":1,"prompt_tokens":2}}', False),
+    (b'{"usage":{"a":[1,{"b":"\\u00e9"}],"t":1.5,"n":null,"big":' + b"9" * 30 + b'}}', False),
+    (b'{"usage":{"x":"\xc3"},"choices":[]}', True),
+    (b'{"usage":{"x":1,},"choices":[]}', True),
+    (b'{"choices":[{"delta":{"content":"a"},"finish_reason":"length"}],"usage":{"prompt_tokens":5},'
+     b'"x_groq":{"usage":{"prompt_tokens":9}}}', False),
     (b'{"object":"error","object":"chat.completion.chunk","choices":[]}', False),
     (b'{"object":"err\\u006fr","message":"escaped"}', False),
     (b'{"created":1e5,"choices":[{"delta":{"content":"a"}}]}', False),
@@ -294,16 +318,24 @@ def test_edges(payload, invalid):
 
 
 def test_native_scanner_handles_common_chunks_without_orjson():
-    """The native path is really taken: only usage / finish / odd chunks fall back."""
+    """The native path is really taken: only odd chunks fall back (x_groq, timings, errors, escapes).
+
+    The finish chunk and the usage chunk are read natively too (issue 43 item 2).
+    """
     acc = _native()()
     acc.feed(load_capture("openai_chat_gpt-4.1-nano_text.chunks.jsonl"), 0)
     res = acc.close()
-    assert res.chunks == 303
-    assert acc.fallbacks == 2  # the finish chunk and the usage-only chunk
+    assert (res.chunks, res.finish_reason, res.prompt_tokens, res.completion_tokens) == (303, "stop", 16, 300)
+    assert acc.fallbacks == 0
     acc = _native()()
     acc.feed(load_capture("deepseek_chat_deepseek-reasoner_reasoning.chunks.jsonl"), 0)
+    res = acc.close()
+    assert (res.finish_reason, res.reasoning_tokens) == ("stop", 205)
+    assert acc.fallbacks == 0  # the final chunk carries finish_reason and usage
+    acc = _native()()
+    acc.feed(load_capture("groq_chat_llama-3.3-70b_text.chunks.jsonl"), 0)
     acc.close()
-    assert acc.fallbacks == 1  # the final chunk carries finish_reason and usage
+    assert acc.fallbacks == 2  # x_groq objects: orjson
 
 
 # ------------------------------------------------------------------ shared payload prefixes
@@ -323,19 +355,35 @@ def test_shared_prefix_resumes_only_when_every_byte_matches():
         _ev(_PFX + b'[{"index":0,"delta":{"content":"c"}}],"choices":[]}'),  # resumed; duplicate key -> orjson
         _ev(_PFX.replace(b'"m"', b'"n"') + b'[{"delta":{"content":"d"}}]}'),  # other prefix: full scan
         _ev(_PFX + b'[{"index":0,"delta":{"content":"e"}}]}'),         # the new prefix does not match: full
-        _ev(_PFX + b'[{"index":0,"delta":{"content":"f"}}],"usage":{"prompt_tokens":3}}'),  # resumed; usage -> orjson
+        _ev(_PFX + b'[{"index":0,"delta":{"content":"f"}}],"usage":{"prompt_tokens":3}}'),  # resumed; usage read
         # one byte differs inside the prefix ("object":"error"): a full scan, which hands it to orjson
         _ev(_PFX.replace(b'"chat.completion.chunk"', b'"error"') + b'[{"index":0,"delta":{"content":"g"}}]}'),
     ])
     native = _native()(head_chars=64)
     native.feed(body, 5)
     res = native.close()
-    assert native.fallbacks == 3
+    assert native.fallbacks == 2
     # the duplicate "choices" keeps the last (empty) array: no delta from event 3
     assert (res.content_deltas, res.text_head, res.prompt_tokens) == (6, "abdefg", 3)
     both(split(body, "1-byte"))
     both([body])
 
+
+
+def test_a_usage_before_choices_is_never_a_resumed_prefix():
+    """A usage object before ``choices`` is state: its bytes are no prefix to resume after (issue 43 item 2)."""
+    u1 = b'{"id":"x","usage":{"prompt_tokens":1},"choices":'
+    body = b"".join([
+        _ev(u1 + b'[{"delta":{"content":"a"}}]}'),                     # usage 1, native
+        _ev(b'{"id":"x","usage":{"prompt_tokens":2},"x_groq":{"id":"g"},"choices":[]}'),  # usage 2, orjson
+        _ev(u1 + b'[{"delta":{"content":"b"}}]}'),                     # same bytes as the first: usage 1 again
+    ])
+    native = _native()(head_chars=64)
+    native.feed(body, 5)
+    res = native.close()
+    assert (native.fallbacks, res.prompt_tokens, res.text_head) == (1, 1, "ab")
+    both(split(body, "1-byte"))
+    both([body])
 
 
 def test_a_prefix_that_differs_in_one_byte_is_walked_in_full():

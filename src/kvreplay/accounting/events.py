@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["Accountant", "Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "itl_summary_ns",
-           "reasoning_tokens_of"]
+           "reasoning_tokens_of", "usage_counts"]
 
 HEAD_CHARS = 256
 """Default bound on the response text kept per request (characters)."""
@@ -235,6 +235,21 @@ def reasoning_tokens_of(usage: dict | None) -> int | None:
         if v is not None:
             return v
     return None
+
+
+def usage_counts(usage: dict | None) -> tuple[int | None, int | None, int | None, int | None]:
+    """``(prompt, completion, cached, reasoning)`` tokens of a usage object, read once.
+
+    The same values as ``StreamResult``'s ``prompt_tokens``, ``completion_tokens``,
+    ``cached_tokens`` and ``reasoning_tokens`` properties (each None when not
+    reported); the runner reads them once a request and passes them along.
+    """
+    if not isinstance(usage, dict):
+        return (None, None, None, None)
+    pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (pt if isinstance(pt, int) and not isinstance(pt, bool) else None,
+            ct if isinstance(ct, int) and not isinstance(ct, bool) else None,
+            cached_tokens_of(usage), reasoning_tokens_of(usage))
 
 
 def itl_gaps_ns(token_ns: Sequence[int]) -> np.ndarray:

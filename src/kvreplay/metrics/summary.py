@@ -191,7 +191,8 @@ class PhaseStats:
         if self.fleet is not None:
             self.fleet.add(rec, token_ns)
         status = rec["status"]
-        if rec.get("turn") == 0:
+        turn = rec.get("turn")
+        if turn == 0:
             self.sessions += 1
         if not rec.get("sent", True):
             self.not_sent += 1
@@ -200,7 +201,8 @@ class PhaseStats:
         if rec.get("history") == "live":
             self.live[0] += 1
             self.live[1] += bool(rec.get("history_differs"))
-        self._cross_check(rec)
+        if status != "ok" or rec.get("counter_delta"):  # else _cross_check has nothing to do
+            self._cross_check(rec)
         if status != "ok":
             self.failed[status] = self.failed.get(status, 0) + 1
             kind = failure_kind(rec)
@@ -224,8 +226,8 @@ class PhaseStats:
                 s[metric].record_ns(v)
         if token_ns is not None and len(token_ns) > 1:
             s["itl"].record_gaps_of(token_ns)
-        if rec.get("turn") is not None:
-            self.turns.setdefault(rec["turn"], _TurnStats()).add(rec)
+        if turn is not None:
+            self.turns.setdefault(turn, _TurnStats()).add(rec)
 
     def _cross_check(self, rec: dict[str, Any]) -> None:
         """Per request (C1): usage ``cached_tokens`` vs the counters' ``hit_tokens`` delta.

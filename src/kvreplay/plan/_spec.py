@@ -10,6 +10,7 @@ import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, overload
 
@@ -375,7 +376,13 @@ class SequenceView(Sequence[dict[str, Any]]):
         return self.entry(i % n)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self.entry(pos) for pos in range(len(self)))
+        """The entries in order: the pairs walked once, the digests' hex read in place (``entry`` each, faster)."""
+        sha, ins = self.sha, self.phase.intended_ns
+        digests = getattr(sha, "digests", None)  # workload.index.HexDigests: 32 bytes a body
+        n = len(sha)
+        for pos, (bi, rep) in enumerate(self.phase.sequence):
+            h = digests[32 * bi:32 * bi + 32].hex() if digests is not None and 0 <= bi < n else sha[bi]
+            yield sequence_entry(pos, bi, h, rep, None if ins is None else ins[pos])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -402,7 +409,9 @@ def json_chunks(doc: dict[str, Any], empty: bytes, sep: bytes, indent: bytes, op
     ``close`` before the ``]``. A quote inside a JSON string is escaped, so ``empty``
     only matches the key itself. The concatenated chunks equal ``dumps`` of the
     materialised doc (compact: ``sep`` ``b","``; indented by 2 at depth 4: ``sep``
-    ``b",\n" + 8 spaces``, ``indent`` 8 spaces, ``close`` ``b"\n" + 6 spaces``).
+    ``b",\n" + 8 spaces``, ``indent`` 8 spaces, ``close`` ``b"\n" + 6 spaces``). Those two
+    layouts are dumped ``_CHUNK_ENTRIES`` entries at a time as one list (the same bytes,
+    ~2.6x less CPU a position: issue 43 item 2); any other, entry by entry.
 
     Raises:
         ValueError: ``empty`` appears other than once per view.
@@ -416,8 +425,26 @@ def json_chunks(doc: dict[str, Any], empty: bytes, sep: bytes, indent: bytes, op
     if len(pieces) != len(streamed) + 1:
         raise ValueError("plan.json: a sequence key where none was expected")
     yield pieces[0]
+    # The layouts the two callers use (compact, or indented by 2 with the entries at ``indent``)
+    # are written a chunk at a time; any other, entry by entry.
+    fast = (sep == b"," and not indent) or (bool(option & orjson.OPT_INDENT_2) and len(indent) >= 2
+                                            and sep == b",\n" + indent)
+    deeper = b"\n" + indent[2:]
+
     for view, after in zip(streamed, pieces[1:], strict=True):
         yield empty[:-1]
+        if fast:
+            # _CHUNK_ENTRIES entries dumped as one list: its brackets (and, indented, the list's
+            # own level) taken off are the entries joined by ``sep`` (a JSON string holds no raw
+            # newline, so every newline is the layout's); the same bytes, one dumps a chunk
+            it, first = iter(view), True
+            while entries := list(islice(it, _CHUNK_ENTRIES)):
+                listed = orjson.dumps(entries, option=option)
+                body = listed[2:-2].replace(b"\n", deeper)[2:] if indent else listed[1:-1]
+                yield (sep[1:] if first else sep) + body
+                first = False
+            yield (close if len(view) else b"") + empty[-1:] + after
+            continue
         batch: list[bytes] = []
         for pos in range(len(view)):
             e = orjson.dumps(view.entry(pos), option=option)

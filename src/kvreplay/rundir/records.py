@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from kvreplay.redaction import redact_bytes
+from kvreplay.redaction import has_secrets, redact_bytes
 from kvreplay.safe_io import open_new
 
 __all__ = ["RecordStream", "RecordWriter", "iter_records", "mark_records", "read_records"]
@@ -61,7 +61,9 @@ class RecordWriter:
             TypeError / orjson.JSONEncodeError: the record cannot be serialised
                 (nothing is written).
         """
-        line = redact_bytes(orjson.dumps(rec) + b"\n")
+        line = orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)
+        if has_secrets():
+            line = redact_bytes(line)
         if self.failed is not None:
             self.lost += 1
             return

@@ -154,9 +154,10 @@ class ContractChecks:
 
     def check_transport(self, rec: dict[str, Any]) -> None:
         """Count consecutive transport failures; at ``max_transport_failures`` stop new requests."""
-        if not rec.get("sent", True) or rec.get("status") in ("aborted", "client_error"):
+        status = rec.get("status")
+        if not rec.get("sent", True) or status in ("aborted", "client_error"):
             return
-        if failure_kind(rec) != "transport":
+        if status == "ok" or failure_kind(rec) != "transport":  # ok is never a transport failure
             self.transport_run = 0
             return
         self.transport_run = getattr(self, "transport_run", 0) + 1

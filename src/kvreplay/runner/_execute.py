@@ -75,6 +75,7 @@ async def execute_plan(
     obs = observer or NullObserver()
     run = _Run(plan, workload, opts, None, obs)
     plan_json = plan_json_of(plan, opts, run.clock)
+    run.plan_sha256 = plan_json["plan_sha256"]  # the same plan's hash: summary.json's, not hashed again
     try:
         write_plan_json(opts.out_dir, plan_json)
     except ConfigError:

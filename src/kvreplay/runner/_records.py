@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvreplay.accounting.events import usage_counts
 from kvreplay.accounting.sse import itl_summary_ns
 from kvreplay.metrics.summary import PhaseStats
 from kvreplay.plan import Phase
 from kvreplay.redaction import escape_controls, redact
 from kvreplay.runner.http import RequestOutcome
+from kvreplay.runner.outcomes import Counts
 from kvreplay.workload.index import BodyChanged, sha_of, size_of
 
 __all__ = ["RecordMaking"]
@@ -63,14 +65,31 @@ class RecordMaking:
         return None if t is None else t - self.clock.origin_ns
 
     def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
-               delta: dict | None, attribution: str, intended_ns: int | None = None) -> dict[str, Any]:
+               delta: dict | None, attribution: str, intended_ns: int | None = None,
+               counts: Counts | None = None, sha: str | None = None) -> dict[str, Any]:
+        """The record of position ``pos`` (docs/summary-schema.md, "records.jsonl"); ``out`` None: not sent.
+
+        Args:
+            phase: The phase.
+            pos: The position in the phase.
+            bi: Its body's index in the workload.
+            rep: Its repetition.
+            out: The outcome; None for a position never sent.
+            delta: The request's counter delta (``counter_delta``), or None.
+            attribution: How counters are attributed to requests (``attribution``).
+            intended_ns: The open loop's intended send time (absolute ns), None in a closed loop.
+            counts: ``out``'s usage counts as ``outcomes.check_usage`` returned them (read
+                once a request); None: read here from ``out.stream.usage``.
+            sha: Body ``bi``'s hex SHA-256 when the caller holds it (the ``Body`` just
+                sent); None: from the workload's index.
+        """
         bodies = self.workload.bodies
         base = {
             "phase": phase.name,
             "repetition": rep,
             "position": pos,
             "body_index": bi,
-            "body_sha256": sha_of(bodies, bi),  # from the index: the body is not read again
+            "body_sha256": sha_of(bodies, bi) if sha is None else sha,  # from the index: not read again
             "body_bytes": size_of(bodies, bi),
             "concurrency": phase.spec.concurrency,
         }
@@ -98,13 +117,15 @@ class RecordMaking:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
         r = out.stream
-        ttft = r.first_token_ns - out.sent_ns if r.first_token_ns is not None else None
-        ct = r.completion_tokens
+        pt, ct, cached, reasoning = usage_counts(r.usage) if counts is None else counts
+        o = self.clock.origin_ns
+        sent_ns, done_ns, first_ns, last_ns = out.sent_ns, out.done_ns, r.first_token_ns, r.last_token_ns
+        ttft = first_ns - sent_ns if first_ns is not None else None
         tpot = None
-        if r.first_token_ns is not None and r.last_token_ns is not None:
+        if first_ns is not None and last_ns is not None:
             n = ct if ct is not None else len(r.token_ns)
             if n and n > 1:
-                tpot = (r.last_token_ns - r.first_token_ns) // (n - 1)
+                tpot = (last_ns - first_ns) // (n - 1)
         itl = None
         s = itl_summary_ns(r.token_ns)  # native: no Python int per token
         if s is not None:
@@ -112,8 +133,8 @@ class RecordMaking:
             itl = {"n": n_gaps, "mean_ms": round(total / n_gaps / 1e6, 3),
                    "p50_ms": round(p50 / 1e6, 3), "max_ms": round(top / 1e6, 3)}
         terminal = "finished" if r.finish_reason else ("errored" if out.status != "ok" else "stopped")
-        return {
-            **base,
+        headers_ns, first_byte, first_content = out.headers_ns, r.first_byte_ns, r.first_content_ns
+        base.update({
             "sent": True,
             "status": out.status,
             "http_status": out.http_status,
@@ -126,34 +147,34 @@ class RecordMaking:
             "content_deltas": r.content_deltas,
             "reasoning_deltas": r.reasoning_deltas,
             "usage": {
-                "prompt_tokens": r.prompt_tokens,
+                "prompt_tokens": pt,
                 "completion_tokens": ct,
-                "cached_tokens": r.cached_tokens,
-                "reasoning_tokens": r.reasoning_tokens,
+                "cached_tokens": cached,
+                "reasoning_tokens": reasoning,
             },
             "usage_raw": r.usage,
             "timings": r.timings,
             "error": out.error,
             "timeout_kind": out.timeout_kind,
             "reconnects": out.reconnects,
-            "t_intended_ns": self.rel(intended_ns),
-            "t_sent_ns": self.rel(out.sent_ns),
-            "t_headers_ns": self.rel(out.headers_ns),
-            "t_first_byte_ns": self.rel(r.first_byte_ns),
-            "t_first_token_ns": self.rel(r.first_token_ns),
-            "t_first_content_ns": self.rel(r.first_content_ns),
-            "t_last_token_ns": self.rel(r.last_token_ns),
-            "t_done_ns": self.rel(out.done_ns),
+            "t_intended_ns": None if intended_ns is None else intended_ns - o,
+            "t_sent_ns": sent_ns - o,
+            "t_headers_ns": None if headers_ns is None else headers_ns - o,
+            "t_first_byte_ns": None if first_byte is None else first_byte - o,
+            "t_first_token_ns": None if first_ns is None else first_ns - o,
+            "t_first_content_ns": None if first_content is None else first_content - o,
+            "t_last_token_ns": None if last_ns is None else last_ns - o,
+            "t_done_ns": done_ns - o,
             "ttft_ns": ttft,
             "tpot_ns": tpot,
-            "e2e_ns": out.done_ns - out.sent_ns,
-            "queue_ns": None if intended_ns is None else max(0, out.sent_ns - intended_ns),
-            "ttft_from_intended_ns": None if intended_ns is None or r.first_token_ns is None
-            else r.first_token_ns - intended_ns,
-            "e2e_from_intended_ns": None if intended_ns is None else out.done_ns - intended_ns,
+            "e2e_ns": done_ns - sent_ns,
+            "queue_ns": None if intended_ns is None else max(0, sent_ns - intended_ns),
+            "ttft_from_intended_ns": None if intended_ns is None or first_ns is None
+            else first_ns - intended_ns,
+            "e2e_from_intended_ns": None if intended_ns is None else done_ns - intended_ns,
             "itl": itl,
             "text_head": r.text_head,
             "attribution": attribution,
             "counter_delta": delta,
-        }
-
+        })
+        return base

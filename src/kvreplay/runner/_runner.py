@@ -65,7 +65,7 @@ from kvreplay.runner.h1 import H1Client, client_ssl_context
 from kvreplay.runner.http import RequestOutcome, send_body
 from kvreplay.runner.identity import IdentityGate
 from kvreplay.runner.observer import RunObserver
-from kvreplay.runner.outcomes import check_ranges, client_error_outcome, redact_outcome
+from kvreplay.runner.outcomes import Counts, check_usage, client_error_outcome, redact_outcome
 from kvreplay.workload import Workload
 from kvreplay.workload.conversations import LIVE_OFF_LOOP_BYTES, LiveHistory
 from kvreplay.workload.index import BodyChanged
@@ -104,6 +104,9 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                  observer: RunObserver, clock: RunClock | None = None) -> None:
         self.plan, self.workload, self.opts, self.backend = plan, workload, opts, backend
         self.clock = clock or RunClock.start()
+        # plan.sha256 when the caller already took it (execute_plan, from plan.json's content):
+        # hashing a plan serialises every position again (~1 us each)
+        self.plan_sha256: str | None = None
         self.claim_ns: int | None = None
         self.counters_elsewhere = False  # a peer worker reads this run's counters (--workers, --ray)
         self.lag_hists: dict[str, Any] = {}
@@ -347,9 +350,10 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                 out.stream.text_head = out.stream.text_head[:head_chars]
             delta = parts = None
             try:
-                check_ranges(out)
+                counts: Counts | None = check_usage(out)  # the usage counts, read once for the record
                 if has_secrets():
                     redact_outcome(out)
+                    counts = None  # a usage key can be redacted too: the record reads what is left
                 if per_req:
                     try:
                         r = out.stream if out.status == "ok" else None
@@ -364,7 +368,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                     parts = (part_deltas(counter_delta(self.last_snap, after).parts)
                              if fleet and self.last_snap is not None and after is not None else None)
                     self.last_snap = after
-                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int)
+                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int, counts, body.sha256)
                 if fleet:
                     rec.update(replica_fields(out.replica, parts, self.opts.replicas, per_request=per_req,
                                               reached=failure_kind(rec) != "transport"))
@@ -516,7 +520,7 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
     def summary(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "plan_sha256": self.plan.sha256,
+            "plan_sha256": self.plan_sha256 or self.plan.sha256,
             "implementation": IMPLEMENTATION,
             "aborted": self.abort,
             "restarts": self.restarts,

@@ -92,8 +92,8 @@ class _Exchange:
 
     __slots__ = ("acc", "body", "body_len", "chunked", "close_after", "complete", "conn", "ctype", "done_ns", "error",
                  "exc_status", "framed", "framing_run", "fut", "head_bytes", "head_chars", "headers_ns",
-                 "http_status", "interim", "last_rx_ns", "location", "on_body", "parser", "picked", "pieces",
-                 "reason", "state", "timeout_kind", "want")
+                 "http_status", "idle_first", "idle_from", "interim", "last_rx_ns", "location", "on_body", "parser",
+                 "picked", "pieces", "reason", "state", "timeout_kind", "want")
 
     def __init__(self, conn: _H1Conn | None, fut: asyncio.Future | None, head_chars: int,
                  want: bytes = b"\0") -> None:
@@ -124,6 +124,7 @@ class _Exchange:
         self.complete = False
         self.close_after = False
         self.last_rx_ns = 0
+        self.idle_first = self.idle_from = 0  # H1Client's idle watch: first check (ns), silence counted from
         self.done_ns = 0
         self.error: str | None = None
         self.exc_status: str | None = None  # failure class when the exchange failed
@@ -327,19 +328,28 @@ class _Exchange:
                    "<ContentLengthError: 400, message='Not enough data to satisfy content length header.'>")
             self._fail("cut", f"Response payload is not completed: {why}"[:ERROR_BYTES], now)
 
-    def check_idle(self, idle_ns: int, loop: asyncio.AbstractEventLoop, sent_ns: int) -> None:
-        """Timer callback: fail with a read timeout after ``idle_ns`` without a byte (aiohttp sock_read)."""
+    def idle_deadline(self, idle_ns: int, now: int) -> int | None:
+        """The idle watch's check at ``now``: fail with a read timeout after ``idle_ns`` without a byte.
+
+        aiohttp's sock_read. Checked first at ``idle_first`` (``idle_ns`` after the send
+        was set up), then whenever ``idle_ns`` may have passed since the last byte (or
+        since ``idle_from``, the send time, before any).
+
+        Returns:
+            When to check again (ns), or None: done, or failed now.
+        """
         if self.state == _DONE:
-            return
-        last = self.last_rx_ns or sent_ns
-        now = now_ns()
+            return None
+        if now < self.idle_first:
+            return self.idle_first
+        last = self.last_rx_ns or self.idle_from
         if now - last >= idle_ns:
             res = self.acc.result if self.acc is not None else None
             kind = "first_byte" if self.headers_ns is None or res is None or res.first_byte_ns is None \
                 else "read_idle"
             self._fail("timeout", f"{kind}_timeout", now, kind=kind)
-        else:
-            loop.call_later((last + idle_ns - now) / 1e9, self.check_idle, idle_ns, loop, sent_ns)
+            return None
+        return last + idle_ns
 
 
 class _H1Conn(asyncio.Protocol):
@@ -447,6 +457,11 @@ class H1Client:
         self._head_tail = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in hdrs.items()
                                    if k.lower() not in ("content-length", "transfer-encoding"))
         self._heads: dict[str, bytes] = {}
+        # The read-idle watch: the exchanges in flight and one timer at the earliest check any
+        # of them needs (``_sweep``), not a timer per request (a uvloop timer armed and
+        # cancelled costs ~2 us; issue 43 item 2).
+        self._watched: set[_Exchange] = set()
+        self._watch_timer: asyncio.TimerHandle | None = None
         self.idle: list[_H1Conn] = []
         self._all: set[_H1Conn] = set()
 
@@ -547,9 +562,12 @@ class H1Client:
         conn.x = x
         if conn.closed:  # lost between connect and write
             x.on_lost(None)
-        timer = None
-        if self.idle_ns is not None and x.state != _DONE:
-            timer = loop.call_later(self.idle_ns / 1e9, x.check_idle, self.idle_ns, loop, sent)
+        watched = self.idle_ns is not None and x.state != _DONE
+        if watched:
+            x.idle_first, x.idle_from = now_ns() + self.idle_ns, sent  # type: ignore[operator]
+            self._watched.add(x)
+            if self._watch_timer is None:  # else armed for an earlier check than this one's
+                self._watch_timer = loop.call_later(self.idle_ns / 1e9, self._sweep, loop)  # type: ignore[operator]
         try:
             if total_timeout_s is None:
                 await fut
@@ -574,12 +592,29 @@ class H1Client:
             conn.close()
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if watched:
+                self._watched.discard(x)
         out = self._outcome(x, sent, head_chars)
         if x.picked:
             out.replica = x.picked.decode("latin-1").strip()
         return out, pooled
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The idle watch's timer: check every exchange in flight (``_Exchange.idle_deadline``), re-arm for the next."""
+        self._watch_timer = None
+        idle = self.idle_ns
+        if idle is None:
+            return
+        now = now_ns()
+        nxt = None
+        for x in list(self._watched):
+            d = x.idle_deadline(idle, now)
+            if d is None:
+                self._watched.discard(x)
+            elif nxt is None or d < nxt:
+                nxt = d
+        if nxt is not None:
+            self._watch_timer = loop.call_later(max(0, nxt - now) / 1e9, self._sweep, loop)
 
     @staticmethod
     def _outcome(x: _Exchange, sent: int, head_chars: int) -> RequestOutcome:
@@ -601,7 +636,11 @@ class H1Client:
         return _json_outcome(b"".join(x.body or ()), sent, x.headers_ns, x.done_ns, head_chars)
 
     def close(self) -> None:
-        """Close every connection (idle or not)."""
+        """Close every connection (idle or not) and stop the idle watch."""
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+            self._watch_timer = None
+        self._watched.clear()
         for c in list(self._all):
             c.close()
         self._all.clear()

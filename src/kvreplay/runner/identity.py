@@ -290,7 +290,8 @@ class IdentityGate:
         Raises:
             TypeError / orjson.JSONEncodeError: as the writer's ``write``.
         """
-        if self._needs_check(rec):
+        v = self.verified_ns  # _needs_check, inline: once a record
+        if v is not None and (t := rec.get("t_sent_ns")) is not None and t > v:
             if self.drift_ns is not None:
                 rec["identity_unverified"] = True
                 self._count(str(rec.get("phase")))

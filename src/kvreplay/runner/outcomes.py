@@ -16,23 +16,36 @@ from dataclasses import replace
 from typing import overload
 
 from kvreplay.accounting import StreamResult
-from kvreplay.accounting.events import ERROR_BYTES
+from kvreplay.accounting.events import ERROR_BYTES, usage_counts
 from kvreplay.redaction import redact, redact_obj
 from kvreplay.runner.backend import Snapshot
 from kvreplay.runner.http import RequestOutcome
 
-__all__ = ["MAX_COUNT", "check_ranges", "client_error_outcome", "finite_snapshot", "redact_outcome"]
+__all__ = ["MAX_COUNT", "NO_COUNTS", "check_ranges", "check_usage", "client_error_outcome", "finite_snapshot",
+           "redact_outcome"]
 
 MAX_COUNT = 1 << 53
 """Largest token count accepted from a server (exclusive); 2^53 keeps every sum exact as a float."""
 
-
-def _bad(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and not 0 <= v < MAX_COUNT
+Counts = tuple[int | None, int | None, int | None, int | None]
+NO_COUNTS: Counts = (None, None, None, None)
+"""The usage counts of a request without usage (``accounting.events.usage_counts(None)``)."""
 
 
 def check_ranges(out: RequestOutcome) -> RequestOutcome:
     """Mark ``out`` ``malformed`` (in place) when its HTTP status or a usage count is out of range.
+
+    ``check_usage`` without its counts (ranges and effects there).
+
+    Returns:
+        ``out`` itself.
+    """
+    check_usage(out)
+    return out
+
+
+def check_usage(out: RequestOutcome) -> Counts:
+    """``check_ranges`` on ``out`` (in place), returning its usage counts read once.
 
     Ranges: HTTP status 100-999 (RFC 9110 section 15: three digits); usage
     ``prompt_tokens``, ``completion_tokens``, cached and reasoning tokens in
@@ -40,25 +53,31 @@ def check_ranges(out: RequestOutcome) -> RequestOutcome:
     (``usage_raw`` is then null), so nothing downstream sums it.
 
     Returns:
-        ``out`` itself.
+        ``(prompt, completion, cached, reasoning)`` tokens as ``accounting.events.usage_counts``
+        reads them from the usage kept (``NO_COUNTS`` when there is none or it was dropped);
+        the runner passes them to ``RecordMaking.record`` instead of reading them again.
     """
+    r = out.stream
     st = out.http_status
     if st is not None and not 100 <= st <= 999:
         out.status, out.http_status = "malformed", None
         out.error = f"HTTP status out of range: {str(st)[:40]}"
-        return out
-    r = out.stream
+        return usage_counts(r.usage)
     if r.usage is None:
-        return out
+        return NO_COUNTS
     try:
-        vals: tuple[int | None, ...] = (r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.reasoning_tokens)
+        vals: Counts = usage_counts(r.usage)
     except Exception:  # noqa: BLE001 - a usage object shaped to break the readers
-        vals = (-1,)
-    if any(_bad(v) for v in vals):
-        r.usage = None
-        out.status = "malformed"
-        out.error = "usage value out of range (a count outside [0, 2^53))"
-    return out
+        vals = (-1, None, None, None)
+    for v in vals:  # ints or None (usage_counts); a loop, not any(): once a request
+        if v is not None and not 0 <= v < MAX_COUNT:
+            break
+    else:
+        return vals
+    r.usage = None
+    out.status = "malformed"
+    out.error = "usage value out of range (a count outside [0, 2^53))"
+    return NO_COUNTS
 
 
 def client_error_outcome(out: RequestOutcome, exc: BaseException) -> RequestOutcome:
