@@ -44,7 +44,7 @@ class _SpyAcc:
 
 def test_three_chunks_of_one_read_are_one_feed_at_that_reads_time(monkeypatch):
     clock = iter([1_000, 2_000, 3_000])
-    monkeypatch.setattr(h1, "now_ns", lambda: next(clock))
+    monkeypatch.setattr("kvreplay.runner._h1exchange.now_ns", lambda: next(clock))  # the exchange's clock
     x = _Exchange(None, None, 0)
     x.on_data(HEAD_SSE)
     spy = _SpyAcc()
