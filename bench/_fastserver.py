@@ -6,7 +6,9 @@ one-token content chunks (the last with ``finish_reason``), a usage-only chunk
 (``choices: []``, ``prompt_tokens_details.cached_tokens``) and ``data: [DONE]``.
 Zero delay: every event is precomputed bytes written with its own
 ``transport.write`` (one send per event, as token-streaming servers do), with
-one loop yield between events so concurrent streams interleave. The request body
+one loop yield between events so concurrent streams interleave; the head, the role
+event and the first token go in one write from the request's own read callback
+(issue 43 item 2: the server adds nothing to the C1 TTFT floor but its parse). The request body
 is read in full (Content-Length) and otherwise ignored.
 
 Run as a process of its own, pinned to one core::
@@ -134,21 +136,31 @@ class _Conn(asyncio.Protocol):
         if len(self.buf) < end + 4 + n:
             return
         del self.buf[: end + 4 + n]
+        t = self.transport
+        assert t is not None
+        # The answer's head, role event and first token leave from this callback in one
+        # write: the server adds no loop iteration and no second segment to the C1 TTFT floor.
+        if self.yield_every < 0:  # burst: the whole response in one write (cheapest server)
+            t.write(self.events[0])
+            if self.buf:
+                self._next()
+            return
+        t.write(HEAD + self.events[0] + self.events[1])
+        if len(self.events) == 2:
+            if self.buf:
+                self._next()
+            return
         self.busy = True
         asyncio.get_running_loop().create_task(self._respond())
 
     async def _respond(self) -> None:
+        """The events after the first token, one write each, yielding every ``yield_every``."""
         t = self.transport
         assert t is not None
-        if self.yield_every < 0:  # burst: the whole response in one write (cheapest server)
-            t.write(self.events[0])
-            self.busy = False
-            if self.buf:
-                self._next()
-            return
-        t.write(HEAD)
         k = self.yield_every
         for i, ev in enumerate(self.events):
+            if i < 2:
+                continue  # written with the head
             if self.closed:
                 return
             t.write(ev)

@@ -29,12 +29,13 @@ the bundled mtbench-52 bodies (streamed, 128 output tokens each).
   second ``serve-sim --time-scale 0.001`` and a ``record --upstream URL --listen
   127.0.0.1:PORT`` in front of it; ``kvreplay run`` of the bundled workload
   (``kvreplay.bundled.DEMO_WORKLOAD``, 52 bodies) with ``--backend none --phase
-  a:forward:c1``, direct and through the proxy, three alternating pairs (direct
-  first, then proxied first, then direct first) after one unmeasured direct run
+  a:forward:c1``, direct and through the proxy, alternating pairs (direct
+  first, then proxied first, ...) after one unmeasured direct run
   that fills the simulator's prefix cache (every measured run sends fully cached
   bodies). Added TTFT = median of the proxied runs' ``summary.json``
-  ``phases[0].ttft_ms.p50`` minus the median of the direct runs'. Criterion:
-  <= 1.0 ms. ``--c1-runs-only`` measures this figure alone. After each pair, one more
+  ``phases[0].ttft_ms.p50`` minus the median of the direct runs'. Criteria:
+  <= 1.0 ms (issue 31), and <= the floor's added TTFT + 0.3 ms (issue 43, five
+  pairs: ``--c1-pairs``, default 5). ``--c1-runs-only`` measures this figure alone. After each pair, one more
   run goes through ``bench/_relay_floor.py`` (a byte relay on uvloop without HTTP): what
   two loopback hops and a per-read relay add at C1 on this machine, the floor under
   the proxy's figure.
@@ -315,8 +316,10 @@ def print_c1_runs(r: dict, before: str) -> None:
           + f"  (median {r['median_floor_ms']:.3f} ms: a byte relay without HTTP adds "
           f"{r['floor_added_ttft_ms']:+.3f} ms; bench/_relay_floor.py, after each pair)")
     print(f"    proxy CPU {r['proxy_cpu_ms_per_request']:.2f} ms per request (user + system, the proxied runs)")
-    print(f"    added TTFT {r['added_ttft_ms']:+.3f} ms  "
-          f"[criterion <= 1.0 ms: {'met' if r['added_ttft_ms'] <= 1.0 else 'NOT met'}]")
+    over = r['added_ttft_ms'] - r['floor_added_ttft_ms']
+    print(f"    added TTFT {r['added_ttft_ms']:+.3f} ms, {over:+.3f} ms over the floor's  "
+          f"[issue 43: <= the floor's + 0.3 ms: {'met' if over <= 0.3 else 'NOT met'}; "
+          f"issue 31: <= 1.0 ms: {'met' if r['added_ttft_ms'] <= 1.0 else 'NOT met'}]")
 
 
 def main() -> int:
@@ -331,7 +334,8 @@ def main() -> int:
                     help="more options for kvreplay record (e.g. --paths /none: proxy without retaining)")
     ap.add_argument("--c1-runs-only", action="store_true",
                     help="measure only the C1 figure of whole kvreplay runs (issue 31 item 2)")
-    ap.add_argument("--c1-pairs", type=int, default=3, help="alternating direct/proxied run pairs (C1 runs)")
+    ap.add_argument("--c1-pairs", type=int, default=5,
+                    help="alternating direct/proxied run pairs (C1 runs; issue 43 asks the median of 5)")
     args = ap.parse_args()
     before = _uptime()
     if args.c1_runs_only:
