@@ -408,8 +408,10 @@ def _metric(name: str, model: bool) -> str:
 
 
 def _utc_text(stamp: Any) -> str:
-    """A ``result.json`` time for the reports: ``2026-12-05T03:10:40Z`` as written (``Z`` already says UTC),
-    any other text with `` UTC`` after it (``"2026-12-05T03:10:40Z UTC"`` said the zone twice)."""
+    """A ``result.json`` time for the reports, with its zone said once.
+
+    ``2026-12-05T03:10:40Z`` stays as written (``Z`` is UTC); any other text gets `` UTC`` after it.
+    """
     text = str(stamp)
     return text if text.endswith("Z") else f"{text} UTC"
 
