@@ -95,3 +95,32 @@ def test_an_absurd_trace_arrival_is_exit_2_naming_its_index(tmp_path, capsys, of
     err = capsys.readouterr().err
     assert rc == 2 and not out.exists() and "Traceback" not in err
     assert err.startswith(f"kvreplay: error: {arr}, field 'arrival[1]': offset 1 (")
+
+
+@pytest.mark.parametrize(("flags", "err"), [
+    (["--backend", "vlm"], "field '--backend': unknown backend 'vlm'; one of: auto, halogen, llamacpp, openai, "
+                           "prometheus, sglang, vllm"),
+    (["--backend", "prometheus"], "field '--profile': the prometheus backend needs --profile (a name or a TOML file)"),
+    (["--backend", "prometheus", "--profile", "nosuch"],
+     "field '--profile': no built-in profile 'nosuch' (have: example-host-tier, llamacpp, sglang, sim, vllm)"),
+    (["--profile", "nosuch"],  # auto: detected later, the profile loaded now
+     "field '--profile': no built-in profile 'nosuch' (have: example-host-tier, llamacpp, sglang, sim, vllm)"),
+])
+def test_a_bad_backend_or_profile_is_exit_2_before_the_run_directory_is_made(tmp_path, capsys, flags, err):
+    # it used to leave plan.json, an empty records.jsonl and a summary with no phase and aborted null,
+    # and the corrected command was then refused: "run directory already holds records.jsonl"
+    out = tmp_path / "run"
+    rc = main(["run", str(WL), "--target", "sim", "--sim-time-scale", "0", "--phase", "a:forward:c1:first1",
+               *flags, "--out", str(out), "--quiet"])
+    assert capsys.readouterr().err.strip() == f"kvreplay: error: {err}"
+    assert rc == 2 and not out.exists()
+
+
+def test_ab_refuses_a_bad_profile_before_ab_json_and_the_first_block(tmp_path, capsys):
+    out = tmp_path / "ab"
+    rc = main(["ab", str(WL), "--target", "sim", "--arm", "off=sim:", "--arm", "on=sim:", "--reps", "1",
+               "--phases", "c1", "--select", "first1", "--sim-time-scale", "0", "--profile", "nosuch",
+               "--out", str(out), "--quiet"])
+    assert capsys.readouterr().err.strip() == ("kvreplay: error: field '--profile': no built-in profile 'nosuch' "
+                                               "(have: example-host-tier, llamacpp, sglang, sim, vllm)")
+    assert rc == 2 and not out.exists()

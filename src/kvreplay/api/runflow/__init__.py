@@ -26,6 +26,7 @@ from kvreplay.api.fleet import (
     start_sim_fleet,
 )
 from kvreplay.api.runflow.checks import (
+    check_backend,
     check_ca_file,
     check_out_dir,
     check_target,
@@ -126,6 +127,8 @@ async def run_async(args: RunConfig | object, specs: list[PhaseSpec] | None = No
         raise ConfigError("--sim-replicas / --sim-router run the embedded fleet: give --target sim",
                           field="--sim-replicas")
     check_ca_file(args.ca_file)
+    if not replicas:  # a fleet's adapters were checked by fleet_of
+        check_backend(args.backend, args.profile)
     out = Path(args.out) if args.out else default_out()
     if (out / RECORDS).exists():
         raise ConfigError(f"run directory already holds {RECORDS}; choose a new --out", path=out)
