@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_ABORTED = 3
+EXIT_INTERRUPTED = 130
 
 
 class _Command(tuple[str, str, str]):
@@ -189,10 +190,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point (a closed stdout pipe, as in ``| head``, ends quietly)."""
+    """Console-script entry point (a closed stdout pipe, as in ``| head``, ends quietly).
+
+    Ctrl-C that no command handles itself (a run stops its own requests; here, e.g., an A/B's
+    final comparison being computed) is one line on stderr and exit 130, not a traceback.
+    """
     try:
         code = main()
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        sys.stderr.write("\nkvreplay: interrupted (SIGINT); what was written before it is kept\n")
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:
         # Python's own advice: point stdout at devnull so the exit flush cannot fail again.
         import os

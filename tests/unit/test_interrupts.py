@@ -1,4 +1,4 @@
-"""Ctrl-C between a sweep's points: sweep.json keeps the points measured, one line, exit 130.
+"""Ctrl-C between a sweep's points, or where no command handles it: one line, exit 130, outputs kept.
 
 A point's own run stops itself on SIGINT (an aborted point, exit 3); a signal outside it
 (while a point's entry or report is drawn) raised KeyboardInterrupt with a traceback, exit 130,
@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+import kvreplay.cli as cli
 import kvreplay.sweeps.points as points
 from kvreplay.cli import main
 
@@ -38,3 +41,15 @@ def test_an_interrupt_between_points_keeps_sweep_json_and_exits_130(tmp_path, ca
     assert doc["stopped"] == stopped
     assert [(p["concurrency"], p["run_dir"]) for p in doc["points"]] == [(1, "points/01-c1")]
     assert main(["report", str(out)]) == 0
+
+
+def test_an_interrupt_no_command_handles_is_one_line_and_exit_130(capsys, monkeypatch):
+    # e.g. Ctrl-C during an A/B's final bootstrap comparison: it was a KeyboardInterrupt traceback
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    with pytest.raises(SystemExit) as ei:
+        cli.entry()
+    assert ei.value.code == 130
+    assert capsys.readouterr().err == "\nkvreplay: interrupted (SIGINT); what was written before it is kept\n"
