@@ -124,3 +124,13 @@ def test_ab_refuses_a_bad_profile_before_ab_json_and_the_first_block(tmp_path, c
     assert capsys.readouterr().err.strip() == ("kvreplay: error: field '--profile': no built-in profile 'nosuch' "
                                                "(have: example-host-tier, llamacpp, sglang, sim, vllm)")
     assert rc == 2 and not out.exists()
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_serve_sim_refuses_a_port_outside_0_65535_naming_the_flag(capsys, port):
+    # 99999 was an OverflowError traceback from bind(), exit 1
+    with pytest.raises(SystemExit) as ei:
+        main(["serve-sim", "--port", port, "--duration", "0.1"])
+    assert ei.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"kvreplay serve-sim: error: argument --port: expected a whole number >= 0 and <= 65535, got '{port}'")

@@ -38,7 +38,7 @@ class ServeSimConfig:
     """
 
     host: str = option("127.0.0.1", flag="--host", group="serve", help="address to bind (default 127.0.0.1)")
-    port: int = option(0, flag="--port", check=int, group="serve",
+    port: int = option(0, flag="--port", check=integer(0, maximum=65535), group="serve",
                        help="TCP port; 0 picks a free one (default 0)")
     duration: float | None = option(flag="--duration", check=float, metavar="S", unit="s", group="serve",
                                     help="stop after S seconds (default: run until interrupted)")
