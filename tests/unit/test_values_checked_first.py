@@ -134,3 +134,24 @@ def test_serve_sim_refuses_a_port_outside_0_65535_naming_the_flag(capsys, port):
     assert ei.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"kvreplay serve-sim: error: argument --port: expected a whole number >= 0 and <= 65535, got '{port}'")
+
+
+@pytest.mark.parametrize(("argv", "err"), [
+    # tracebacks: IndexError / ValueError from the bootstrap, ValueError from call_later(nan)
+    (["compare", "runs/x", "--n-boot", "0"],
+     "kvreplay compare: error: argument --n-boot: expected a whole number >= 1, got '0'"),
+    (["serve-sim", "--duration", "nan"], "kvreplay serve-sim: error: argument --duration: expected a number > 0 (s), "
+                                         "got 'nan'"),
+    # accepted, then every body refused as "over the limit of -1"
+    (["run", str(WL), "--max-body-bytes", "-1"],
+     "kvreplay run: error: argument --max-body-bytes: expected a whole number >= 1 (bytes), got '-1'"),
+    (["ab", str(WL), "--arm", "a=sim:", "--arm", "b=sim:", "--max-body-bytes", "0"],
+     "kvreplay ab: error: argument --max-body-bytes: expected a whole number >= 1 (bytes), got '0'"),
+    (["experiment", "x.toml", "--max-body-bytes", "-5"],
+     "kvreplay experiment: error: argument --max-body-bytes: expected a whole number >= 1 (bytes), got '-5'"),
+])
+def test_counts_and_durations_out_of_range_are_refused_by_the_parser(capsys, argv, err):
+    with pytest.raises(SystemExit) as ei:
+        main(argv)
+    assert ei.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == err

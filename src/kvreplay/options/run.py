@@ -288,7 +288,8 @@ class RunConfig(TargetConfig):
                                       group="run",
                                       help="close idle pooled connections after S seconds (below the server's own "
                                            "limit)")
-    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=int, metavar="BYTES", unit="bytes",
+    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=integer(1, unit="bytes"),
+                                 metavar="BYTES", unit="bytes",
                                  group="run",
                                  help=f"largest request body read from the workload; a larger one is refused (bytes; "
                                       f"default {64 << 20})")
