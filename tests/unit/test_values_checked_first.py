@@ -149,6 +149,14 @@ def test_serve_sim_refuses_a_port_outside_0_65535_naming_the_flag(capsys, port):
      "kvreplay ab: error: argument --max-body-bytes: expected a whole number >= 1 (bytes), got '0'"),
     (["experiment", "x.toml", "--max-body-bytes", "-5"],
      "kvreplay experiment: error: argument --max-body-bytes: expected a whole number >= 1 (bytes), got '-5'"),
+    # written into the plan (time_scale = nan), refused only by the run that read it
+    (["import", "mooncake", "t.jsonl", "--out", "w", "--time-scale", "nan"],
+     "kvreplay import: error: argument --time-scale: expected a number > 0, got 'nan'"),
+    # refused as "field '--block-tokens': --block-tokens and --concurrency must be >= 1, ..."
+    (["import", "mooncake", "t.jsonl", "--out", "w", "--concurrency", "0"],
+     "kvreplay import: error: argument --concurrency: expected a whole number >= 1, got '0'"),
+    (["snapshot", "--target", "http://127.0.0.1:9", "--timeout", "nan"],  # "no answer within nan s"
+     "kvreplay snapshot: error: argument --timeout: expected a number > 0 (s), got 'nan'"),
 ])
 def test_counts_and_durations_out_of_range_are_refused_by_the_parser(capsys, argv, err):
     with pytest.raises(SystemExit) as ei:
