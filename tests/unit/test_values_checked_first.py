@@ -163,3 +163,11 @@ def test_counts_and_durations_out_of_range_are_refused_by_the_parser(capsys, arg
         main(argv)
     assert ei.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == err
+
+
+def test_probe_refuses_a_bad_backend_before_its_output_directory_is_made(tmp_path, capsys):
+    out = tmp_path / "probe"  # it was made, with an empty requests.jsonl, then exit 2
+    rc = main(["probe", "--target", "sim", "--sim-time-scale", "0", "--backend", "vlm", "--out", str(out), "--quiet"])
+    assert capsys.readouterr().err.strip() == ("kvreplay: error: field '--backend': unknown backend 'vlm'; one of: "
+                                               "auto, halogen, llamacpp, openai, prometheus, sglang, vllm")
+    assert rc == 2 and not out.exists()

@@ -63,6 +63,9 @@ async def probe_async(args: ProbeCommandConfig | object) -> dict[str, Any]:
         check_entry_cap(sim_cfg.max_entry_bytes, sim_cfg.bytes_per_token, field="sim-max-entry-bytes")
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    from kvreplay.api.runflow.checks import check_backend
+
+    check_backend(args.backend, args.profile)  # before the output directory is made
     out = Path(args.out) if args.out else default_out()
     out.mkdir(parents=True, exist_ok=True)
     backend_name = args.backend
