@@ -171,3 +171,16 @@ def test_probe_refuses_a_bad_backend_before_its_output_directory_is_made(tmp_pat
     assert capsys.readouterr().err.strip() == ("kvreplay: error: field '--backend': unknown backend 'vlm'; one of: "
                                                "auto, halogen, llamacpp, openai, prometheus, sglang, vllm")
     assert rc == 2 and not out.exists()
+
+
+@pytest.mark.parametrize("name", ["verdict.json", "requests.jsonl"])
+def test_probe_refuses_a_folder_that_holds_an_earlier_probe(tmp_path, capsys, name):
+    # requests.jsonl is appended to: a second probe mixed its legs with the first's under a new verdict.json
+    out = tmp_path / "probe"
+    out.mkdir()
+    (out / name).write_text("earlier\n")
+    rc = main(["probe", "--target", "sim", "--sim-time-scale", "0", "--out", str(out), "--quiet"])
+    assert capsys.readouterr().err.strip() == (f"kvreplay: error: {out}, field '--out': directory already holds "
+                                               f"{name}; choose a new --out")
+    assert rc == 2 and sorted(p.name for p in out.iterdir()) == [name]
+    assert (out / name).read_text() == "earlier\n"
