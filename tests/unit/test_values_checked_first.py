@@ -184,3 +184,14 @@ def test_probe_refuses_a_folder_that_holds_an_earlier_probe(tmp_path, capsys, na
                                                f"{name}; choose a new --out")
     assert rc == 2 and sorted(p.name for p in out.iterdir()) == [name]
     assert (out / name).read_text() == "earlier\n"
+
+
+def test_from_plan_names_a_file_that_is_not_a_plan_before_asking_for_its_workload(tmp_path, capsys):
+    # a run's summary.json was refused with "plan names no workload; give it"
+    summary = tmp_path / "summary.json"
+    summary.write_text('{"schema_version": 1, "phases": []}')
+    out = tmp_path / "run"
+    rc = main(["run", "--from-plan", str(summary), "--target", "sim", "--out", str(out), "--quiet"])
+    assert capsys.readouterr().err.strip() == (f"kvreplay: error: {summary}, field 'format': not a kvreplay-plan/1 "
+                                               "file (give a run directory's plan.json)")
+    assert rc == 2 and not out.exists()
