@@ -127,7 +127,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     if argv is not None:
         chosen = next((a for a in argv if not a.startswith("-")), None)
     for cmd in _commands():
-        sp = sub.add_parser(cmd.name, help=cmd.help or None, description=cmd.help or None)
+        # no abbreviations: `simulate --out DIR` was taken as --output-tokens ("expected a whole
+        # number >= 0, got 'DIR'"); a flag is spelt in full or refused as unrecognized
+        sp = sub.add_parser(cmd.name, help=cmd.help or None, description=cmd.help or None, allow_abbrev=False)
         if argv is None or cmd.name == chosen:
             mod = importlib.import_module(cmd.module)
             mod.add_arguments(sp)

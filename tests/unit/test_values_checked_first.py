@@ -195,3 +195,13 @@ def test_from_plan_names_a_file_that_is_not_a_plan_before_asking_for_its_workloa
     assert capsys.readouterr().err.strip() == (f"kvreplay: error: {summary}, field 'format': not a kvreplay-plan/1 "
                                                "file (give a run directory's plan.json)")
     assert rc == 2 and not out.exists()
+
+
+def test_a_flag_is_never_taken_for_a_longer_one(capsys):
+    # `simulate --out DIR` was read as --output-tokens DIR: "expected a whole number >= 0, got 'DIR'"
+    try:
+        rc = main(["simulate", str(WL), "--out", "dir"])
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "kvreplay: error: unrecognized arguments: --out dir"
