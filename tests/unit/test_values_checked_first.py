@@ -205,3 +205,20 @@ def test_a_flag_is_never_taken_for_a_longer_one(capsys):
         rc = exc.code
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "kvreplay: error: unrecognized arguments: --out dir"
+
+
+def test_an_unreachable_target_is_one_error_line(tmp_path, capsys):
+    # the reason was printed twice: "abort: target_unusable: ..." then "kvreplay: error: cannot use the target: ..."
+    import json
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    rc = main(["run", str(WL), "--target", f"http://127.0.0.1:{port}", "--connect-timeout", "2", "--phase",
+               "a:forward:c1:first1", "--out", str(out)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1
+    assert lines[0].startswith(f"kvreplay: error: cannot use the target: cannot reach http://127.0.0.1:{port} ")
+    assert json.loads((out / "summary.json").read_text())["aborted"]["reason"] == "target_unusable"
