@@ -155,6 +155,8 @@ def test_serve_sim_refuses_a_port_outside_0_65535_naming_the_flag(capsys, port):
     # refused as "field '--block-tokens': --block-tokens and --concurrency must be >= 1, ..."
     (["import", "mooncake", "t.jsonl", "--out", "w", "--concurrency", "0"],
      "kvreplay import: error: argument --concurrency: expected a whole number >= 1, got '0'"),
+    (["run", str(WL), "--workers", "-3"],  # ran in one process, exit 0
+     "kvreplay run: error: argument --workers: expected a whole number >= 1, got '-3'"),
     (["inspect", str(WL), "--max-groups", "-1"],  # listed none and said "... 2 more" of 1 group
      "kvreplay inspect: error: argument --max-groups: expected a whole number >= 0, got '-1'"),
     (["snapshot", "--target", "http://127.0.0.1:9", "--timeout", "nan"],  # "no answer within nan s"
