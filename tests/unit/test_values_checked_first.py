@@ -226,3 +226,15 @@ def test_an_unreachable_target_is_one_error_line(tmp_path, capsys):
     assert rc == 2 and len(lines) == 1
     assert lines[0].startswith(f"kvreplay: error: cannot use the target: cannot reach http://127.0.0.1:{port} ")
     assert json.loads((out / "summary.json").read_text())["aborted"]["reason"] == "target_unusable"
+
+
+def test_compare_names_a_sweep_given_beside_a_run(tmp_path, capsys):
+    # it said "runs/sweep: neither an ab directory (ab.json) nor a run directory (summary.json)"
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"points": []}')
+    run = Path(__file__).resolve().parent / "rundir" / "data" / "run-dbea9ba"
+    rc = main(["compare", str(sweep), str(run)])
+    assert rc == 2
+    assert capsys.readouterr().err.strip() == (f"kvreplay: error: {sweep}, field 'dirs': a sweep directory "
+                                               f"(sweep.json) is compared with sweeps only, not with {run}")
