@@ -42,12 +42,12 @@ def test_bad_simulator_numbers_exit_2_naming_the_flag_and_make_no_run_directory(
 ])
 def test_bad_simulator_numbers_in_a_settings_file_name_the_file_and_key(tmp_path, capsys, key, value, why):
     cfg = tmp_path / "sim.toml"
-    cfg.write_text(f"{key} = {value}\n")  # TOML has nan and inf
+    cfg.write_text(f"{key} = {value}\n")  # TOML has nan and inf; the key's line is named too
     out = tmp_path / "run"
     rc = main(["run", str(WL), "--target", "sim", "--phase", "a:forward:c1:first1", "--sim-config", str(cfg),
                "--out", str(out), "--quiet"])
     assert rc == 2 and not out.exists()
-    assert capsys.readouterr().err.strip() == f"kvreplay: error: {cfg}, field '{key}': {why}"
+    assert capsys.readouterr().err.strip() == f"kvreplay: error: {cfg}:1, field '{key}': {why}"
 
 
 @pytest.mark.parametrize("content", [None, b"not a certificate\n"])
@@ -238,3 +238,13 @@ def test_compare_names_a_sweep_given_beside_a_run(tmp_path, capsys):
     assert rc == 2
     assert capsys.readouterr().err.strip() == (f"kvreplay: error: {sweep}, field 'dirs': a sweep directory "
                                                f"(sweep.json) is compared with sweeps only, not with {run}")
+
+
+def test_a_settings_file_names_the_line_of_a_bad_key(tmp_path, capsys):
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text('# the simulator\n[sim]\ncache = "entries"\n"cache_entres" = 8\n')
+    rc = main(["run", str(WL), "--target", "sim", "--phase", "a:forward:c1:first1", "--sim-config", str(cfg),
+               "--out", str(tmp_path / "run"), "--quiet"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip() == (f"kvreplay: error: {cfg}:4, field 'cache_entres': unknown simulator "
+                                               "setting 'cache_entres'")
