@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_ABORTED = 3
+EXIT_INTERRUPTED = 130
 
 
 class _Command(tuple[str, str, str]):
@@ -126,7 +127,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     if argv is not None:
         chosen = next((a for a in argv if not a.startswith("-")), None)
     for cmd in _commands():
-        sp = sub.add_parser(cmd.name, help=cmd.help or None, description=cmd.help or None)
+        # no abbreviations: `simulate --out DIR` was taken as --output-tokens ("expected a whole
+        # number >= 0, got 'DIR'"); a flag is spelt in full or refused as unrecognized
+        sp = sub.add_parser(cmd.name, help=cmd.help or None, description=cmd.help or None, allow_abbrev=False)
         if argv is None or cmd.name == chosen:
             mod = importlib.import_module(cmd.module)
             mod.add_arguments(sp)
@@ -189,10 +192,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point (a closed stdout pipe, as in ``| head``, ends quietly)."""
+    """Console-script entry point (a closed stdout pipe, as in ``| head``, ends quietly).
+
+    Ctrl-C that no command handles itself (a run stops its own requests; here, e.g., an A/B's
+    final comparison being computed) is one line on stderr and exit 130, not a traceback.
+    """
     try:
         code = main()
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        sys.stderr.write("\nkvreplay: interrupted (SIGINT); what was written before it is kept\n")
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:
         # Python's own advice: point stdout at devnull so the exit flush cannot fail again.
         import os

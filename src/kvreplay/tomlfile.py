@@ -14,7 +14,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 
-__all__ = ["parse_toml", "read_file_bytes", "read_toml"]
+__all__ = ["key_line", "parse_toml", "read_file_bytes", "read_toml"]
 
 
 def parse_toml(data: bytes, *, where: object) -> tuple[str, dict[str, Any]]:
@@ -72,3 +72,18 @@ def read_file_bytes(path: str | Path, *, what: str = "file") -> bytes:
         raise ConfigError(f"{what} not found", path=p) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what}: {exc.strerror or exc}", path=p) from None
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The 1-based line of the first ``key = ...`` in ``text`` (bare or quoted key), else None.
+
+    For messages about a value the TOML parser accepted but its reader refused.
+    """
+    import re
+
+    pat = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
+    for i, ln in enumerate(text.splitlines()):
+        if pat.match(ln):
+            return i + 1
+    return None
+

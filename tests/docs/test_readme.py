@@ -38,3 +38,25 @@ def test_readme_links_and_the_docs_navigation_point_at_pages_that_exist():
     assert [p for p in pages if not (ROOT / "docs" / p).is_file()] == []
     # every page linked from the README is in the site's navigation
     assert sorted({link[len("docs/"):] for link in links if link.startswith("docs/")} - set(pages)) == []
+
+
+def _header(text: str, first: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(first))
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_the_demo_table_in_the_readme_and_the_tutorial_has_the_columns_kvreplay_prints():
+    """``make demo`` (sim time scale 0.02) prints latencies in model ms and a hit_tokens column;
+    the README and docs/tutorials/diagnose-a-cache.md showed ``TTFT p50 ms`` and no hit_tokens."""
+    from kvreplay.report.markdown import render_table
+
+    phase = {"name": "prime", "concurrency": 1, "planned": 52, "ok": 52, "failed": {},
+             "tokens": {"prompt": 190516, "cached": 175848},
+             "counter_delta": {"hits": 51, "hit_tokens": 175848, "misses": 1, "stores": 53, "evictions": 45}}
+    printed = _header(render_table({"phases": [phase]}, 0.02), "| phase")
+    tutorial = (ROOT / "docs" / "tutorials" / "diagnose-a-cache.md").read_text()
+    assert _header(tutorial, "| phase  |") == printed
+    readme = _header(README, "| phase  |")  # "..." stands for the columns left out
+    cut = readme.index("...")
+    assert readme[:cut] == printed[:cut]
+    assert readme[cut + 1:] == printed[len(printed) - len(readme) + cut + 1:]

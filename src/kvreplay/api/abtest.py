@@ -61,6 +61,7 @@ async def ab_args_async(args: AbConfig | object) -> dict[str, Any]:
         BackendError: the target cannot be used.
     """
     from kvreplay.api.run import contract_options, default_out, read_api_key, split_credentials
+    from kvreplay.api.runflow.checks import check_backend
     from kvreplay.experiments.ab.arms import block_phase_specs, parse_arm, parse_select, run_ab
     from kvreplay.experiments.ab.compare import parse_threshold
     from kvreplay.plan import build_plan
@@ -93,6 +94,7 @@ async def ab_args_async(args: AbConfig | object) -> dict[str, Any]:
     if contract["identity_pins"] and args.backend == "none":
         raise ConfigError("identity pins need a backend that reads the server's identity, not --backend none",
                           field="--expect-identity")
+    check_backend(args.backend, args.profile)  # before ab.json and the first block's folder
     say = (lambda _m: None) if args.quiet else (lambda m: echo(f"ab: {m}"))
     out = Path(args.out) if args.out else default_out()
     return await run_ab(

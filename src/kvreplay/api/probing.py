@@ -50,6 +50,10 @@ async def probe_async(args: ProbeCommandConfig | object) -> dict[str, Any]:
 
     Returns:
         The verdict (as written to verdict.json), with ``_out`` added.
+
+    Raises:
+        ConfigError: a bad option or backend, or an ``--out`` that already holds ``verdict.json``
+            or ``requests.jsonl`` (an earlier probe), before anything is written.
     """
     if not isinstance(args, ProbeCommandConfig):
         args = ProbeCommandConfig.from_dests(vars(args))
@@ -63,7 +67,14 @@ async def probe_async(args: ProbeCommandConfig | object) -> dict[str, Any]:
         check_entry_cap(sim_cfg.max_entry_bytes, sim_cfg.bytes_per_token, field="sim-max-entry-bytes")
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    from kvreplay.api.runflow.checks import check_backend
+
+    check_backend(args.backend, args.profile)  # before the output directory is made
     out = Path(args.out) if args.out else default_out()
+    # requests.jsonl is appended to: a second probe into the folder mixed its legs with the first's
+    for name in ("verdict.json", "requests.jsonl"):
+        if (out / name).exists():
+            raise ConfigError(f"directory already holds {name}; choose a new --out", path=out, field="--out")
     out.mkdir(parents=True, exist_ok=True)
     backend_name = args.backend
     sim = None

@@ -16,6 +16,7 @@ simulator included; each point's) and the sweep's own. Examples::
 
 from __future__ import annotations
 
+import asyncio
 import math
 import shutil
 from collections.abc import Callable
@@ -27,8 +28,8 @@ from typing import Any
 from kvreplay.errors import ConfigError
 from kvreplay.options.sweep import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_RATE, SweepConfig
 
-__all__ = ["DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_RATE", "SweepConfig", "SweepPoint", "SweepResult",
-           "compare_sweep_dirs", "is_sweep", "run_sweep"]
+__all__ = ["DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_RATE", "SweepConfig", "SweepInterrupted", "SweepPoint",
+           "SweepResult", "compare_sweep_dirs", "is_sweep", "run_sweep"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,19 @@ class SweepResult:
             cache_reason=(p.get("cache") or {}).get("reason"), entry=p) for p in doc.get("points") or [])
         return cls(sweep_dir=d, kind=kind, points=pts, knee=doc.get("knee"), stopped=doc.get("stopped"),
                    document=doc)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) outside a point's run: ``sweep.json`` was written with ``stopped``.
+
+    Attributes:
+        out: The sweep directory.
+        stopped: ``sweep.json``'s ``stopped`` text.
+    """
+
+    def __init__(self, out: str, stopped: str) -> None:
+        super().__init__(stopped)
+        self.out, self.stopped = out, stopped
 
 
 def _prepare_out(out: Path, force: bool) -> None:
@@ -219,37 +233,46 @@ async def run_sweep(args: SweepConfig, *, on_point: Callable[[dict[str, Any]], N
         search = KneeSearch(kind=loads.kind, start=start, max_load=cap)
     pending = list(loads.values)
     index = 0
-    while True:
-        load = search.next_load() if search is not None else (pending.pop(0) if pending else None)
-        if load is None:
-            break
-        index += 1
-        spec = PointSpec(kind=loads.kind, load=load, bodies=bodies_for(load), cache=args.cache,
-                         warmup=args.warmup, arrival=arrival, max_in_flight=args.max_in_flight)
-        run_dir = out / POINTS_DIR / f"{index:02d}-{load_label(loads.kind, load)}"
-        if on_message is not None:
-            on_message(f"point {index}: {load_label(loads.kind, load)}, {len(spec.bodies)} measured request(s)"
-                       + (f" after {args.warmup} warm-up" if args.warmup else "") + f", cache {args.cache}")
-        point_args = args.run_config(out=str(run_dir), phase=[], quiet=True)
-        summary = await run_async(point_args, point_phases(spec))
-        summary.pop("_out", None)
-        if args.report != "none":
-            from kvreplay.api.run import write_reports_for
+    try:
+        while True:
+            load = search.next_load() if search is not None else (pending.pop(0) if pending else None)
+            if load is None:
+                break
+            index += 1
+            spec = PointSpec(kind=loads.kind, load=load, bodies=bodies_for(load), cache=args.cache,
+                             warmup=args.warmup, arrival=arrival, max_in_flight=args.max_in_flight)
+            run_dir = out / POINTS_DIR / f"{index:02d}-{load_label(loads.kind, load)}"
+            if on_message is not None:
+                on_message(f"point {index}: {load_label(loads.kind, load)}, {len(spec.bodies)} measured request(s)"
+                           + (f" after {args.warmup} warm-up" if args.warmup else "") + f", cache {args.cache}")
+            point_args = args.run_config(out=str(run_dir), phase=[], quiet=True)
+            summary = await run_async(point_args, point_phases(spec))
+            summary.pop("_out", None)
+            if args.report != "none":
+                from kvreplay.api.run import write_reports_for
 
-            write_reports_for(point_args, summary, str(run_dir))
-        entry = point_entry(run_dir, out, spec, slos=slos, until=until, warm_min=args.warm_min)
-        doc["points"].append(entry)
-        if search is not None:
-            search.record(load, entry["throughput_rps"], entry["limit_broken"] is not None)
-        if on_point is not None:
-            on_point(entry)
+                write_reports_for(point_args, summary, str(run_dir))
+            entry = point_entry(run_dir, out, spec, slos=slos, until=until, warm_min=args.warm_min)
+            doc["points"].append(entry)
+            if search is not None:
+                search.record(load, entry["throughput_rps"], entry["limit_broken"] is not None)
+            if on_point is not None:
+                on_point(entry)
+            write_sweep(out, doc)
+            if entry["aborted"]:
+                doc["stopped"] = f"point {index} ({load_label(loads.kind, load)}) was aborted: {entry['aborted']}"
+                break
+            if entry["limit_broken"] is not None and search is None:
+                doc["stopped"] = (f"point {index} ({load_label(loads.kind, load)}) crossed a limit: "
+                                  f"{entry['limit_broken']}")
+                break
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # a signal outside a point's run (its runner stops that run itself: an aborted point): keep
+        # what was measured, so that the folder stays a sweep `kvreplay report` reads
+        doc["stopped"] = (f"interrupted (SIGINT) at point {index}; sweep.json keeps the "
+                          f"{len(doc['points'])} point(s) measured")
         write_sweep(out, doc)
-        if entry["aborted"]:
-            doc["stopped"] = f"point {index} ({load_label(loads.kind, load)}) was aborted: {entry['aborted']}"
-            break
-        if entry["limit_broken"] is not None and search is None:
-            doc["stopped"] = f"point {index} ({load_label(loads.kind, load)}) crossed a limit: {entry['limit_broken']}"
-            break
+        raise SweepInterrupted(str(out), doc["stopped"]) from None
     if search is not None:
         doc["search"] = {"stop_reason": search.stop_reason}
         doc["knee"] = knee(doc["points"], loads.kind)

@@ -49,12 +49,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kvreplay.api.sweeping import compare_sweep_dirs, is_sweep
+    from kvreplay.errors import ConfigError
 
-    if all(is_sweep(Path(d)) for d in args.dirs):
+    sweeps = [d for d in args.dirs if is_sweep(Path(d))]
+    if sweeps and len(sweeps) == len(args.dirs):
         path = compare_sweep_dirs(args.dirs, args.out or ".")
         if not args.quiet:
             echo(f"{len(args.dirs)} sweeps on one chart: {path}")
         return 0
+    if sweeps:  # it said "neither an ab directory (ab.json) nor a run directory" of the sweep
+        raise ConfigError(f"a sweep directory (sweep.json) is compared with sweeps only, not with "
+                          f"{', '.join(d for d in args.dirs if d not in sweeps)}", path=sweeps[0], field="dirs")
     result, text = compare_args(from_dests(CompareConfig, vars(args)))
     if not args.quiet:
         echo(text)

@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-transport-failures", type=integer(0), default=None, metavar="N",
                    help="override [window] max_transport_failures: N consecutive sends that never reached the "
                         "server fail the step and abort the window (0 = never; default 3)")
-    p.add_argument("--max-body-bytes", type=int, default=None, metavar="BYTES",
+    p.add_argument("--max-body-bytes", type=integer(1, unit="bytes"), default=None, metavar="BYTES",
                    help="largest request body read from a workload; a larger one is refused (bytes; default "
                         "as kvreplay run)")
     p.add_argument("--quiet", action="store_true", help="print no progress (the output directory holds everything)")

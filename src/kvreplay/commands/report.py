@@ -29,7 +29,8 @@ import argparse
 from kvreplay.safe_io import echo
 
 NAME = "report"
-HELP = "Write report.md (and report.html with --html) for a run directory; rebuilds summary.json."
+HELP = ("Write report.md (and report.html with --html) for a run, ab, sweep or experiment directory; "
+        "a missing summary.json (a killed run) is rebuilt from records.jsonl.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

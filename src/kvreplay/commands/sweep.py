@@ -57,9 +57,9 @@ def point_line(entry: dict[str, Any], kind: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``kvreplay sweep``; exit 0, 2 bad input, 3 when a point was aborted."""
+    """Execute ``kvreplay sweep``; exit 0, 2 bad input, 3 when a point was aborted, 130 interrupted between points."""
     from kvreplay.api.run import EXIT_ABORTED, install_loop
-    from kvreplay.api.sweeping import run_sweep
+    from kvreplay.api.sweeping import SweepInterrupted, run_sweep
     from kvreplay.options.sweep import SweepConfig
 
     config = SweepConfig.from_dests(vars(args))
@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
         doc = asyncio.run(run_sweep(
             config, on_point=None if quiet else (lambda e: echo(point_line(e, kind))),
             on_message=None if quiet else echo))
+    except SweepInterrupted as exc:  # between points: sweep.json keeps those measured
+        echo(f"kvreplay: sweep {exc.stopped}; sweep directory: {exc.out} (kvreplay report {exc.out})", err=True)
+        return 130  # the command line's "interrupted" (kvreplay.cli)
     finally:
         import sys
 

@@ -407,13 +407,22 @@ def _metric(name: str, model: bool) -> str:
     return name
 
 
+def _utc_text(stamp: Any) -> str:
+    """A ``result.json`` time for the reports, with its zone said once.
+
+    ``2026-12-05T03:10:40Z`` stays as written (``Z`` is UTC); any other text gets `` UTC`` after it.
+    """
+    text = str(stamp)
+    return text if text.endswith("Z") else f"{text} UTC"
+
+
 def render_markdown(result: dict[str, Any], title: str) -> str:
     """``report.md``."""
     from kvreplay.experiments.history import history_lines
 
     hist = history_lines(result.get("attempts"))
     lines = [f"# Experiment {title}", ""] + ([f"- history: {h}" for h in hist] if hist else []) + [
-             f"- started {result['started']} UTC, ended {result['ended']} UTC",
+             f"- started {_utc_text(result['started'])}, ended {_utc_text(result['ended'])}",
              f"- experiment_sha256 `{result['experiment_sha256']}`",
              f"- server identity: {_ident_line(result.get('identity'))}",
              f"- status: {status_line(result)}",
@@ -446,8 +455,8 @@ def render_html(result: dict[str, Any], title: str) -> str:
 
     e = escape
     hist = "".join(f"History: {e(h)}<br>" for h in history_lines(result.get("attempts")))
-    parts = [f"<h1>Experiment {e(title)}</h1><p>{hist}Started <b>{e(result['started'])}</b> UTC, ended "
-             f"<b>{e(result['ended'])}</b> UTC.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
+    parts = [f"<h1>Experiment {e(title)}</h1><p>{hist}Started <b>{e(_utc_text(result['started']))}</b>, ended "
+             f"<b>{e(_utc_text(result['ended']))}</b>.<br>Server identity: {e(_ident_line(result.get('identity')))}<br>"
              f"experiment_sha256 <code>{e(result['experiment_sha256'])}</code><br>"
              f"Status: <b>{e(status_line(result))}</b>"
              f"<br>Window aborted: {e(str(result['aborted']['reason'] if result['aborted'] else 'no'))}"

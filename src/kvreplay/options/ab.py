@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvreplay.argtypes import bound, duration
+from kvreplay.argtypes import bound, duration, integer
 from kvreplay.options.declare import option, reuse
 from kvreplay.options.run import RunConfig, TargetConfig
 
@@ -108,7 +108,8 @@ class AbConfig(TargetConfig):
     expect_identity: list[str] = reuse(RunConfig, "expect_identity")
     abort_on_malformed: bool | None = reuse(RunConfig, "abort_on_malformed")
     on_check_fail: str | None = reuse(RunConfig, "on_check_fail")
-    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=int, metavar="BYTES", unit="bytes",
+    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=integer(1, unit="bytes"),
+                                 metavar="BYTES", unit="bytes",
                                  group="ab-out",
                                  help="largest request body read from the workload; a larger one is refused (bytes)")
     out: str | None = option(flag="--out", group="ab-out", help="experiment directory (default runs/<UTC timestamp>)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvreplay.argtypes import integer
 from kvreplay.options.ab import ACCEPT_BUSY_FACTOR
 from kvreplay.options.declare import option
 
@@ -44,7 +45,7 @@ class CompareConfig:
                                   help="a regression to rule out, repeatable: the metric must not move by more than "
                                        "X%% in that direction, e.g. itl_p50:+3%%")
     seed: int = option(0, flag="--seed", check=int, group="compare", help="bootstrap seed")
-    n_boot: int = option(10_000, flag="--n-boot", check=int, group="compare", help="bootstrap resamples")
+    n_boot: int = option(10_000, flag="--n-boot", check=integer(1), group="compare", help="bootstrap resamples")
     accept_busy_host: float | None = option(flag="--accept-busy-host", check=float, nargs="?",
                                             const=ACCEPT_BUSY_FACTOR, metavar="FACTOR", group="compare",
                                             help="accept a timing decision on a busy host when the effect clears "

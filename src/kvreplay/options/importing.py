@@ -81,9 +81,9 @@ class ImportConfig:
                                        help="har, openai-batch: keep a body that holds a secret (a key shape, a "
                                             "secret field, its request's credential) with the secret replaced by "
                                             "[REDACTED] instead of skipping it")
-    limit: int | None = option(flag="--limit", check=int, metavar="N", group="import",
+    limit: int | None = option(flag="--limit", check=integer(1), metavar="N", group="import",
                                help="first N requests only (sharegpt: first N conversations)")
-    block_tokens: int | None = option(flag="--block-tokens", check=int, metavar="T", group="import",
+    block_tokens: int | None = option(flag="--block-tokens", check=integer(1), metavar="T", group="import",
                                       help="tokens per hash block (default: 512 for mooncake, 16 for bailian, as in "
                                            "the published traces)")
     model: str = option(IMPORT_MODEL, flag="--model", group="import",
@@ -98,9 +98,9 @@ class ImportConfig:
                                            "default: the source's, else 0)")
     chat: bool = option(False, flag="--chat", action="store_true", group="import",
                         help="chat bodies (one user message) instead of completions")
-    concurrency: int = option(IMPORT_CONCURRENCY, flag="--concurrency", check=int, group="import",
+    concurrency: int = option(IMPORT_CONCURRENCY, flag="--concurrency", check=integer(1), group="import",
                               help="the plan's cap on requests in flight")
-    time_scale: float = option(1.0, flag="--time-scale", check=float, group="import",
+    time_scale: float = option(1.0, flag="--time-scale", check=number(0, strict=True), group="import",
                                help="the plan's multiplier on trace offsets (0.5 = twice as fast)")
     sessions: bool = option(False, flag="--sessions", action="store_true", group="import",
                             help="mooncake: also infer sessions from shared hash_ids prefixes (a request whose ids "

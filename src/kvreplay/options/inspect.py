@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvreplay.argtypes import integer
 from kvreplay.options.declare import option
 
 __all__ = ["InspectConfig"]
@@ -34,5 +35,5 @@ class InspectConfig:
     block_bytes: int = option(_BLOCK_BYTES, flag="--block-bytes", check=int, metavar="N", unit="bytes",
                               group="inspect",
                               help=f"block size for completions prompts (bytes, default {_BLOCK_BYTES})")
-    max_groups: int = option(40, flag="--max-groups", check=int, metavar="N", group="inspect",
+    max_groups: int = option(40, flag="--max-groups", check=integer(0), metavar="N", group="inspect",
                              help="groups listed in the text output (default 40)")

@@ -288,7 +288,8 @@ class RunConfig(TargetConfig):
                                       group="run",
                                       help="close idle pooled connections after S seconds (below the server's own "
                                            "limit)")
-    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=int, metavar="BYTES", unit="bytes",
+    max_body_bytes: int = option(64 << 20, flag="--max-body-bytes", check=integer(1, unit="bytes"),
+                                 metavar="BYTES", unit="bytes",
                                  group="run",
                                  help=f"largest request body read from the workload; a larger one is refused (bytes; "
                                       f"default {64 << 20})")
@@ -298,7 +299,7 @@ class RunConfig(TargetConfig):
                          help="reports written at the end: html (report.md and report.html; the default at every "
                               "size: records are streamed, about 2 s a 200,000-record run), md (report.md only), "
                               "none (records, summary and histograms only; draw later with kvreplay report)")
-    workers: int = option(1, flag="--workers", check=int, metavar="N", group="run",
+    workers: int = option(1, flag="--workers", check=integer(1), metavar="N", group="run",
                           help="run in N processes sharing each phase's frozen sequence (runner.multiproc); the "
                                "phase's concurrency is spread over them")
     ray: str | None = option(flag="--ray", metavar="ADDRESS", group="run",

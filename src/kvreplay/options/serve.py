@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvreplay.argtypes import integer
+from kvreplay.argtypes import integer, number
 from kvreplay.options.declare import option
 from kvreplay.options.run import SIM_FLEET_KEYWORDS, SIM_KEYWORDS
 from kvreplay.options.simulate import ROUTER_POLICIES
@@ -38,9 +38,10 @@ class ServeSimConfig:
     """
 
     host: str = option("127.0.0.1", flag="--host", group="serve", help="address to bind (default 127.0.0.1)")
-    port: int = option(0, flag="--port", check=int, group="serve",
+    port: int = option(0, flag="--port", check=integer(0, maximum=65535), group="serve",
                        help="TCP port; 0 picks a free one (default 0)")
-    duration: float | None = option(flag="--duration", check=float, metavar="S", unit="s", group="serve",
+    duration: float | None = option(flag="--duration", check=number(0, strict=True, unit="s"), metavar="S",
+                                    unit="s", group="serve",
                                     help="stop after S seconds (default: run until interrupted)")
     replicas: int = option(1, flag="--replicas", check=integer(1), metavar="N", group="serve-fleet",
                            help="simulated replicas behind a router (default 1: one server, no router)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvreplay.argtypes import number
 from kvreplay.options.declare import option
 
 __all__ = ["SnapshotConfig"]
@@ -35,5 +36,6 @@ class SnapshotConfig:
                           help="auto (probe the server, or tell from the dump), or a backend's name")
     profile: str | None = option(flag="--profile", group="snapshot",
                                  help="profile name or TOML file (prometheus backend)")
-    timeout: float = option(10.0, flag="--timeout", check=float, unit="s", group="snapshot",
+    timeout: float = option(10.0, flag="--timeout", check=number(0, strict=True, unit="s"), unit="s",
+                            group="snapshot",
                             help="bound on the whole read (s)")

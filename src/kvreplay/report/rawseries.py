@@ -14,6 +14,7 @@ first read to the last.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kvreplay.report.cells import measured
 from kvreplay.report.sections import Table, fmt_value
@@ -23,6 +24,34 @@ __all__ = ["raw_series_table"]
 
 MAX_ROWS = 400
 """Rows of the raw-series table (the file keeps every one)."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _whole(v: Any) -> bool:
+    """An integer, or a float that holds one exactly (a Prometheus counter: ``4326653952.0``)."""
+    return isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 2**53)
+
+
+def _raw(v: Any) -> str:
+    """A raw series value as read: integers in full, other floats to 12 significant digits.
+
+    ``fmt_value``'s one decimal drew a hit rate of 0.970588 as ``1.0``.
+    """
+    if not _number(v):
+        return fmt_value(v)
+    return str(int(v)) if _whole(v) else f"{v:.12g}"
+
+
+def _change(a: Any, b: Any) -> str:
+    """``b - a`` with its sign, exact for integers (``%g`` drew 4326653952 as ``+4.32665e+09``); "" if not numbers."""
+    if not (_number(a) and _number(b)):
+        return ""
+    if _whole(a) and _whole(b):
+        return f"{int(b) - int(a):+d}"
+    return f"{b - a:+.12g}"
 
 
 def raw_series_table(run_dir: Path) -> Table | None:
@@ -35,9 +64,7 @@ def raw_series_table(run_dir: Path) -> Table | None:
     for ph, series in raw_changes(lines).items():
         for k in sorted(series):
             a, b = series[k]
-            d = b - a if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
-            t.rows.append((f"{ph} · {k}", [measured(fmt_value(a)), measured(fmt_value(b)),
-                                             measured("" if d is None else f"{d:+g}")]))
+            t.rows.append((f"{ph} · {k}", [measured(_raw(a)), measured(_raw(b)), measured(_change(a, b))]))
             if len(t.rows) >= MAX_ROWS:
                 t.rows.append(("…", [measured(f"more in {COUNTERS}")] * 3))
                 return t

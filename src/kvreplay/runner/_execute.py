@@ -133,7 +133,11 @@ async def execute_run(run: _Run, plan_json: dict[str, Any], backend_factory: Bac
             try:
                 run.backend = await backend_factory(session) if backend_factory else None
             except BackendError as exc:
+                # kept in summary.json, not printed: the caller prints the error once ("kvreplay: error:
+                # cannot use the target: ..."), which followed the same text as an "abort:" progress line
+                say, run.progress = run.progress, (lambda _text: None)
                 run.request_abort("target_unusable", str(exc))
+                run.progress = say
                 raise
             # The adapter actually used (``auto`` resolved), still before the first request;
             # the run block is outside the plan's hash.

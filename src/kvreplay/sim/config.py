@@ -221,14 +221,21 @@ class SimConfig:
         """Load a TOML file (top level or ``[sim]`` table).
 
         Raises:
-            ConfigError: Unreadable file, invalid TOML or a bad setting.
+            ConfigError: Unreadable file, invalid TOML or a bad setting (its line named).
         """
         from kvreplay.tomlfile import read_toml
 
-        _, data = read_toml(path, what="simulator settings file")
+        text, data = read_toml(path, what="simulator settings file")
         if set(data) == {"sim"} and isinstance(data["sim"], dict):
             data = data["sim"]
-        return cls.from_mapping(data, where=path, base=base)
+        try:
+            return cls.from_mapping(data, where=path, base=base)
+        except ConfigError as exc:
+            if exc.line is not None or not exc.field:
+                raise
+            from kvreplay.tomlfile import key_line
+
+            raise ConfigError(exc.message, path=exc.path, line=key_line(text, exc.field), field=exc.field) from None
 
 
 _INT_OR_NONE = {"max_entry_bytes", "max_bytes", "output_tokens"}

@@ -169,3 +169,14 @@ def test_compare_rows_carry_the_caveats_of_their_sides_beside_each_ratio():
                           "identity": None, "steps": [], "cells": [], "findings": [], "compare": [t]}, "x")
     assert "| metric | A/replay | B/replay | ratio b/a | caveats |" in md
     assert f"| ttft_p50_ms | 10 | 17.97 | 1.797 | {cb} |" in md
+
+
+def test_reports_name_the_window_times_once_in_utc(tmp_path):
+    # result.json writes "...Z" (UTC already): the reports said "...Z UTC"; other text keeps " UTC"
+    frozen = {"experiment_sha256": "0" * 64, "server": {"target": "http://127.0.0.1:1"}, "steps": []}
+    r = build_result(tmp_path, frozen, [], started="2026-12-05T03:10:40Z", ended="2026-12-05T03:10:43Z",
+                     aborted=None, identity=None)
+    assert "- started 2026-12-05T03:10:40Z, ended 2026-12-05T03:10:43Z\n" in render_markdown(r, "x")
+    assert "Started <b>2026-12-05T03:10:40Z</b>, ended <b>2026-12-05T03:10:43Z</b>." in render_html(r, "x")
+    r["started"], r["ended"] = "2026-12-05 03:10:40", "2026-12-05 03:10:43"
+    assert "- started 2026-12-05 03:10:40 UTC, ended 2026-12-05 03:10:43 UTC\n" in render_markdown(r, "x")

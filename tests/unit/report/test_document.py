@@ -241,3 +241,25 @@ def test_report_lists_raw_series_per_phase_units_and_invariant_breaks(tmp_path):
     summary["units"] = {"hits": "lookups", "hit_tokens": "tokens"}
     (out / "summary.json").write_text(json.dumps(summary))
     assert "Δ hits (lookups)" in to_markdown(build(load_run(out)))
+
+
+def test_raw_series_values_and_changes_are_exact(tmp_path):
+    """Integers in full, floats to 12 significant digits: one decimal drew a hit rate of
+    33/34 = 0.970588... as 1.0, and ``%g`` a change of 4326653952 bytes as +4.32665e+09."""
+    from kvreplay.report.document import build, to_markdown
+    from kvreplay.rundir import load_run
+
+    plan = plan_json([("a", "forward", 1, [0])])
+    out = write_run(tmp_path / "run", plan, [record("a", 0, 0)])
+    lines = [
+        {"t_ns": 1, "phase": "a", "at": "before", "full": True,
+         "series": {"bytes": 0, "hit_rate": 0.0, "store_ms_total": 0.0, "x": 2.5}},
+        {"t_ns": 2, "phase": "a", "at": 0,
+         "changed": {"bytes": 4326653952.0, "hit_rate": 33 / 34, "store_ms_total": 626.085, "x": 2.75}},
+    ]
+    (out / "counters.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    md = to_markdown(build(load_run(out)))
+    assert "| a · bytes | 0 | 4326653952 | +4326653952 |" in md
+    assert "| a · hit_rate | 0 | 0.970588235294 | +0.970588235294 |" in md
+    assert "| a · store_ms_total | 0 | 626.085 | +626.085 |" in md
+    assert "| a · x | 2.5 | 2.75 | +0.25 |" in md

@@ -26,6 +26,7 @@ from kvreplay.api.fleet import (
     start_sim_fleet,
 )
 from kvreplay.api.runflow.checks import (
+    check_backend,
     check_ca_file,
     check_out_dir,
     check_target,
@@ -39,7 +40,7 @@ from kvreplay.api.runflow.checks import (
 )
 from kvreplay.errors import ConfigError
 from kvreplay.options import RunConfig
-from kvreplay.plan import PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
+from kvreplay.plan import PLAN_FORMAT, PhaseSpec, build_plan, load_plan_toml, parse_phase, plan_from_json
 from kvreplay.report.markdown import render_markdown
 from kvreplay.rundir import RECORDS, read_plan_file
 from kvreplay.runner import RunOptions, execute_plan
@@ -81,6 +82,10 @@ async def run_async(args: RunConfig | object, specs: list[PhaseSpec] | None = No
     wl_path = args.workload or settings.get("workload")
     if args.from_plan:
         plan_path_data = read_plan_file(args.from_plan)
+        if not isinstance(plan_path_data, dict) or plan_path_data.get("format") != PLAN_FORMAT:
+            # before the workload it names: a summary.json read "plan names no workload; give it"
+            raise ConfigError(f"not a {PLAN_FORMAT} file (give a run directory's plan.json)", path=args.from_plan,
+                              field="format")
         wl_info = plan_path_data.get("workload") if isinstance(plan_path_data, dict) else None
         wl_path = wl_path or (wl_info.get("path") if isinstance(wl_info, dict) else None)
         if wl_path is not None and not isinstance(wl_path, str):
@@ -126,6 +131,8 @@ async def run_async(args: RunConfig | object, specs: list[PhaseSpec] | None = No
         raise ConfigError("--sim-replicas / --sim-router run the embedded fleet: give --target sim",
                           field="--sim-replicas")
     check_ca_file(args.ca_file)
+    if not replicas:  # a fleet's adapters were checked by fleet_of
+        check_backend(args.backend, args.profile)
     out = Path(args.out) if args.out else default_out()
     if (out / RECORDS).exists():
         raise ConfigError(f"run directory already holds {RECORDS}; choose a new --out", path=out)

@@ -201,6 +201,35 @@ def check_ca_file(ca_file: str | None) -> None:
                           field="--ca-file") from None
 
 
+def check_backend(name: str, profile: str | None) -> None:
+    """Build the adapter ``--backend`` / ``--profile`` name, without a session, before the run directory is made.
+
+    A typo (``--backend vlm``, ``--profile nosuch``, ``prometheus`` without a profile) was
+    exit 2 only after ``plan.json``, an empty ``records.jsonl`` and a summary with no phase and
+    ``aborted: null`` had been written, and that directory then refused the corrected
+    command's ``--out``. ``auto`` is detected later; its ``--profile`` is loaded now. No request is sent.
+
+    Raises:
+        ConfigError: ``kvreplay.backends.make_backend``'s refusal (field ``--backend`` or ``--profile``).
+    """
+    if name == "none":
+        return
+    try:
+        from kvreplay.backends import load_profile, make_backend
+    except ImportError:  # no adapters installed: the run says so and reads no counters
+        return
+    try:
+        if name == "auto":
+            if profile is not None:
+                load_profile(profile)
+        else:
+            make_backend(name, "http://127.0.0.1", None, profile=profile)
+    except ConfigError as exc:
+        if exc.field is None:
+            raise ConfigError(exc.message, path=exc.path, line=exc.line, field="--profile") from None
+        raise
+
+
 def default_out() -> Path:
     """``runs/<UTC timestamp>``."""
     return Path("runs") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

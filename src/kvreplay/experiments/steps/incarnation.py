@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreplay.errors import ConfigError
 from kvreplay.experiments.fields import Where
 from kvreplay.experiments.lifecycle import identity_mismatches
 from kvreplay.experiments.model import STOP_GRACE_S, ServerSpec, StepResult, StepSpec
@@ -40,10 +41,21 @@ def _parse(rest: dict[str, Any], where: Where, common: dict[str, Any]) -> dict[s
 
 
 def _check(step: StepSpec, server: ServerSpec, where: Where) -> None:
-    """Refuse an incarnation that could not start anything: a URL target with no ``[server] start``."""
+    """Refuse an incarnation that could not start anything, or not as written.
+
+    That is a URL target with no ``[server] start``, and a ``sim`` overlay the simulator would
+    refuse over ``[server.sim]`` (``step[N].sim.KEY``).
+    """
     if not server.is_sim and server.start is None:
         raise where.error("an incarnation starts a fresh server: give [server] a start command "
                           "(or target = \"sim\")", "kind")
+    if server.is_sim and step.settings.get("sim"):
+        from kvreplay.sim import SimConfig
+
+        try:
+            SimConfig.from_mapping(dict(step.settings["sim"]), base=SimConfig.from_mapping(dict(server.sim)))
+        except ConfigError as exc:
+            raise where.error(exc.message, f"sim.{exc.field}" if exc.field else "sim") from None
 
 
 def _freeze(step: StepSpec, workload: Workload | None) -> tuple[dict[str, Any], Plan | None]:

@@ -62,6 +62,7 @@ the step and the field.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,8 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
         raise ConfigError("must be a table of simulator settings", path=path, line=line, field="server.sim")
     if sim and target != "sim":
         raise ConfigError("[server.sim] needs target = \"sim\"", path=path, line=line, field="server.sim")
+    if sim:
+        _check_sim(sim, text, path)
     ready = data.get("ready")
     ready_spec = None
     if ready is not None:
@@ -178,6 +181,28 @@ def _server(data: Any, text: str, path: Path) -> ServerSpec:
                       sim=dict(sim), ready=ready_spec, **cmds,
                       stop_grace_s=parse_duration(data.get("stop_grace", STOP_GRACE_S), path=path, line=line,
                                                   fld="server.stop_grace"), restore_checks=checks)
+
+
+def _check_sim(sim: dict[str, Any], text: str, path: Path) -> None:
+    """Refuse a ``[server.sim]`` the simulator would refuse, when the file is read (``--dry-run`` too).
+
+    Raises:
+        ConfigError: ``SimConfig``'s refusal (unknown setting, wrong type, value out of range), naming
+            the file, the line of the key (else of ``[server.sim]``) and ``server.sim.KEY``.
+    """
+    from kvreplay.sim import SimConfig
+
+    try:
+        SimConfig.from_mapping(dict(sim))
+    except ConfigError as exc:
+        head = _line_of(text, r"\[server\.sim\]")
+        key_line = None
+        if head is not None and exc.field:
+            table = list(itertools.takewhile(lambda ln: not ln.strip().startswith("["), text.splitlines()[head:]))
+            rel = _line_of("\n".join(table), rf"{re.escape(exc.field)}\s*=")
+            key_line = head + rel if rel is not None else None
+        raise ConfigError(exc.message, path=path, line=key_line or head or _line_of(text, r"\[server\]"),
+                          field=f"server.sim.{exc.field}" if exc.field else "server.sim") from None
 
 
 def _fleet(data: Any, server: ServerSpec, raw_server: Any, text: str, path: Path) -> ServerSpec:
