@@ -174,7 +174,7 @@ def test_an_unreadable_sessions_file_is_an_error_naming_it(tmp_path: Path, kind:
     ({"max_tokens": 2.5}, "max_tokens", "2.5: "),
     ({"think_time": -5}, "think_time", "-5: "),
     ({"think_time": float("nan")}, "think_time", "nan: "),
-    ({"limit": "ten"}, "limit", "'ten': invalid literal for int()"),
+    ({"limit": "ten"}, "limit", "'ten': expected a whole number >= 1"),
     ({"limit": True}, "limit", "must be a number, not True"),
     ({"model": 3}, "model", "must be a string, not 3"),
     ({"chat": "yes"}, "chat", "must be True or False, not 'yes'"),
