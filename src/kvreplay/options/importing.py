@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from kvreplay.argtypes import integer, number
 from kvreplay.options.declare import option
+from kvreplay.options.record import RETAINED_PATHS
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_SESSION_MIN_BLOCKS", "IMPORT_CONCURRENCY", "IMPORT_MODEL",
            "MAX_THINK_TIME_S", "SIM_MODEL", "ImportConfig"]
@@ -74,7 +75,7 @@ class ImportConfig:
     out: str = option(flag="--out", required=True, metavar="WORKLOAD", group="import",
                       help="mooncake, conversation formats: workload file to write (.jsonl); har, openai-batch: "
                            "folder W to create; arrivals and plan are written beside it")
-    paths: str = option("/v1/chat/completions,/v1/completions", flag="--paths", metavar="P1,P2", group="import",
+    paths: str = option(",".join(RETAINED_PATHS), flag="--paths", metavar="P1,P2", group="import",
                         help="har, openai-batch: URL paths whose POST bodies are kept (default "
                              "/v1/chat/completions,/v1/completions); other entries are counted and skipped")
     redact_body_secrets: bool = option(False, flag="--redact-body-secrets", action="store_true", group="import",

@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from kvreplay.argtypes import number
 from kvreplay.options.declare import option
 
-__all__ = ["RecordConfig"]
+__all__ = ["RETAINED_PATHS", "RecordConfig"]
+
+RETAINED_PATHS = ("/v1/chat/completions", "/v1/completions")
+"""URL paths whose POST bodies ``record`` retains and ``import har|openai-batch`` keeps by default
+(OpenAI-compatible generation; ``--paths``; ``kvreplay.workload.capture.DEFAULT_PATHS``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -42,7 +46,7 @@ class RecordConfig:
     max_bytes: str | None = option(flag="--max-bytes", metavar="SIZE", group="record",
                                    help="stop retaining when bodies would pass SIZE in total (e.g. 500MB, 2GiB); "
                                         "still proxying")
-    paths: str = option("/v1/chat/completions,/v1/completions", flag="--paths", metavar="P1,P2", group="record",
+    paths: str = option(",".join(RETAINED_PATHS), flag="--paths", metavar="P1,P2", group="record",
                         help="comma-separated URL paths whose POST bodies are retained (others are only proxied); "
                              "default /v1/chat/completions,/v1/completions")
     redact_body_secrets: bool = option(False, flag="--redact-body-secrets", action="store_true", group="record",

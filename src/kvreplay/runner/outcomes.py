@@ -21,7 +21,7 @@ from kvreplay.redaction import redact, redact_obj
 from kvreplay.runner.backend import Snapshot
 from kvreplay.runner.http import RequestOutcome
 
-__all__ = ["MAX_COUNT", "NO_COUNTS", "check_ranges", "check_usage", "client_error_outcome", "finite_snapshot",
+__all__ = ["MAX_COUNT", "NO_COUNTS", "check_usage", "client_error_outcome", "finite_snapshot",
            "redact_outcome"]
 
 MAX_COUNT = 1 << 53
@@ -32,20 +32,8 @@ NO_COUNTS: Counts = (None, None, None, None)
 """The usage counts of a request without usage (``accounting.events.usage_counts(None)``)."""
 
 
-def check_ranges(out: RequestOutcome) -> RequestOutcome:
-    """Mark ``out`` ``malformed`` (in place) when its HTTP status or a usage count is out of range.
-
-    ``check_usage`` without its counts (ranges and effects there).
-
-    Returns:
-        ``out`` itself.
-    """
-    check_usage(out)
-    return out
-
-
 def check_usage(out: RequestOutcome) -> Counts:
-    """``check_ranges`` on ``out`` (in place), returning its usage counts read once.
+    """Mark ``out`` ``malformed`` (in place) when its HTTP status or a usage count is out of range; its counts.
 
     Ranges: HTTP status 100-999 (RFC 9110 section 15: three digits); usage
     ``prompt_tokens``, ``completion_tokens``, cached and reasoning tokens in

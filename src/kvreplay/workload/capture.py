@@ -52,6 +52,7 @@ import orjson
 
 from kvreplay.errors import ConfigError, WorkloadError
 from kvreplay.options.importing import IMPORT_CONCURRENCY  # kvreplay import's --concurrency default
+from kvreplay.options.record import RETAINED_PATHS  # record's and import's --paths default
 from kvreplay.safe_io import atomic_write_bytes
 from kvreplay.workload._loader import DEFAULT_MAX_BODY_BYTES, Body, check_body
 from kvreplay.workload.captureplan import sidecar_paths, toml_comment, toml_str, write_plan
@@ -89,8 +90,8 @@ __all__ = [
 MANIFEST = "capture.jsonl"
 """Name of the manifest inside a capture folder."""
 
-DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
-"""URL paths whose request bodies are retained by default (OpenAI-compatible generation)."""
+DEFAULT_PATHS = RETAINED_PATHS
+"""URL paths whose request bodies are retained by default (``kvreplay.options.record.RETAINED_PATHS``)."""
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
