@@ -153,6 +153,34 @@ def child_plain(a: argparse.Namespace) -> dict:
     return {**r, "cpu_s": cpu, "wall_s": wall, "rss_mb": _rss_mb()}
 
 
+# --------------------------------------------------------------------------- the read floor
+
+
+def child_floor(a: argparse.Namespace) -> dict:
+    """Warm-up then measured run of ``_read_floor`` (stamps each read, parses nothing); CPU of the measured run.
+
+    Its token count is the answers' tokens as the server sends them (``--tokens`` each):
+    the floor does not parse events, so it cannot count them itself.
+    """
+    import uvloop
+
+    sys.path.insert(0, str(HERE))
+    from _read_floor import run_floor
+
+    bodies = [ln for ln in Path(a.workload).read_bytes().split(b"\n") if ln]
+    warm = [i % len(bodies) for i in range(a.warmup)]
+    order = [i % len(bodies) for i in range(a.requests)]
+
+    async def both() -> tuple[dict, float, float]:
+        await run_floor(a.port, bodies, warm, a.conc)
+        c0, t0 = time.process_time(), time.perf_counter()
+        r = await run_floor(a.port, bodies, order, a.conc)
+        return r, time.process_time() - c0, time.perf_counter() - t0
+
+    r, cpu, wall = uvloop.run(both())
+    return {**r, "tokens": r["requests"] * a.tokens, "cpu_s": cpu, "wall_s": wall, "rss_mb": _rss_mb()}
+
+
 # --------------------------------------------------------------------------- kvreplay client
 
 
@@ -275,6 +303,7 @@ def _run_child(
     tmp: Path,
     cpu: int | None,
     workers: int = 1,
+    tokens: int = 128,
 ) -> dict:
     out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{kind}-c{conc}-"))
     cmd = [
@@ -296,6 +325,8 @@ def _run_child(
         str(out),
         "--workers",
         str(workers),
+        "--tokens",
+        str(tokens),
     ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
@@ -340,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick", action="store_true", help="a quarter of the default request counts, 1 rep"
     )
-    ap.add_argument("--clients", default="plain,kvreplay")
+    ap.add_argument("--clients", default="plain,kvreplay",
+                    help="comma-separated: plain, kvreplay, floor (bench/_read_floor.py: stamps each "
+                    "read, parses nothing)")
     ap.add_argument(
         "--workers",
         default="1",
@@ -385,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                 for rep in range(a.reps):
                     order = kinds if rep % 2 == 0 else kinds[::-1]
                     for kind, w in order:
-                        r = _run_child(kind, port, conc, n, warm, wl, tmp, client_cpu, w)
+                        r = _run_child(kind, port, conc, n, warm, wl, tmp, client_cpu, w, a.tokens)
                         r.update(_per(r))
                         label = kind if w == 1 else f"{kind}-w{w}"
                         results.setdefault((label, conc), []).append(r)
@@ -442,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             cells = " | ".join(f"{_median(k, key) / _median(p, key):.2f}" for key in keys)
             print(f"| {conc} | **ratio kvreplay/plain** | {cells} | |")
+            if ("floor", conc) in results:
+                f = results[("floor", conc)]
+                cells = " | ".join(f"{_median(f, key) / _median(p, key):.2f}" for key in keys[:2])
+                print(f"| {conc} | **ratio floor/plain** (the least a per-read client costs) | {cells} | | | | |")
     if a.json:
         Path(a.json).write_text(
             json.dumps({f"{k}:{c}": v for (k, c), v in results.items()}, indent=1)
@@ -478,7 +515,7 @@ def test_client_overhead_c64(benchmark, kind, tmp_path):
 
 def child_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["plain", "kvreplay"])
+    ap.add_argument("kind", choices=["plain", "kvreplay", "floor"])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--conc", type=int, required=True)
     ap.add_argument("--requests", type=int, required=True)
@@ -487,9 +524,10 @@ def child_main(argv: list[str]) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cpu", type=int, default=None)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--tokens", type=int, default=128, help="tokens per answer (the floor's count)")
     a = ap.parse_args(argv)
     _pin(a.cpu)
-    r = child_plain(a) if a.kind == "plain" else child_kvreplay(a)
+    r = {"plain": child_plain, "kvreplay": child_kvreplay, "floor": child_floor}[a.kind](a)
     print(json.dumps(r))
     return 0
 

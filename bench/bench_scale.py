@@ -129,19 +129,24 @@ def run_kvreplay(port: int, workload: Path, n: int, bodies: int, conc: int, cpu:
     }
 
 
-def run_plain(port: int, workload: Path, n: int, conc: int, cpu: int | None, tmp: Path) -> dict:
-    """The plain aiohttp + orjson client of ``bench_client.py`` (no warm-up), ``n`` requests."""
-    out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"plain-{n}-"))
-    cmd = [sys.executable, str(HERE / "bench_client.py"), "_child", "plain", "--port", str(port),
+def run_plain(port: int, workload: Path, n: int, conc: int, cpu: int | None, tmp: Path,
+              kind: str = "plain", tokens: int = 128) -> dict:
+    """The plain aiohttp + orjson client of ``bench_client.py`` (no warm-up), ``n`` requests.
+
+    ``kind="floor"``: ``bench/_read_floor.py`` instead (stamps each read, parses nothing;
+    ``tokens`` per answer is its token count), the whole process's CPU all the same.
+    """
+    out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{kind}-{n}-"))
+    cmd = [sys.executable, str(HERE / "bench_client.py"), "_child", kind, "--port", str(port),
            "--conc", str(conc), "--requests", str(n), "--warmup", "0", "--workload", str(workload),
-           "--out", str(out)]
+           "--out", str(out), "--tokens", str(tokens)]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     rc, cpu_s, rss, so, err = _run_measured(cmd)
     if rc != 0:
-        raise RuntimeError(f"plain {n} failed (rc {rc}):\n{err[-3000:]}")
+        raise RuntimeError(f"{kind} {n} failed (rc {rc}):\n{err[-3000:]}")
     r = json.loads(so.strip().splitlines()[-1])
-    return {"client": "plain", "requests": r["requests"], "tokens": r["tokens"], "whole_cpu_s": cpu_s,
+    return {"client": kind, "requests": r["requests"], "tokens": r["tokens"], "whole_cpu_s": cpu_s,
             "steady_cpu_s": r["cpu_s"], "startup_cpu_s": None, "rss_mb": rss}
 
 

@@ -1,0 +1,88 @@
+"""The performance guard's own pieces (bench/guard.py, bench/_read_floor.py; issue 43 item 4).
+
+The guard is not run here (it times things); what it judges by is: the read floor must
+complete exactly the requests it is given (its end-of-answer test reads only the last five
+bytes of a read, so a wrong test would hang or count answers twice), and a figure past its
+baseline by more than its tolerance must be named as regressed, one within it not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture()
+def guard(monkeypatch):
+    """bench/guard.py imported with the PYTHONPATH and sys.path it changes restored afterwards."""
+    monkeypatch.setenv("PYTHONPATH", "")
+    monkeypatch.setattr(sys, "path", [str(BENCH), *sys.path])
+    for name in ("guard", "bench_client", "bench_record", "bench_scale", "_read_floor"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module("guard")
+
+
+def _server(tokens: int) -> tuple[subprocess.Popen, int]:
+    p = subprocess.Popen([sys.executable, str(BENCH / "_fastserver.py"), "--tokens", str(tokens)],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("PORT "), line
+    return p, int(line.split()[1])
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 128])
+def test_the_read_floor_completes_exactly_the_requests_it_is_given(guard, tokens):
+    floor = importlib.import_module("_read_floor")
+    srv, port = _server(tokens)
+    try:
+        bodies = [b'{"model":"m","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"x%d"}]}'
+                  % (tokens, i) for i in range(3)]
+        got = asyncio.run(asyncio.wait_for(floor.run_floor(port, bodies, [0, 1, 2, 0, 1, 2, 2], 2), 60))
+    finally:
+        srv.terminate()
+        srv.wait(10)
+        srv.stdout.close()
+    assert got["requests"] == 7
+    assert got["ttft_p50_us"] > 0
+
+
+def test_the_request_bytes_carry_the_body_and_its_length(guard):
+    floor = importlib.import_module("_read_floor")
+    assert floor.request_bytes("127.0.0.1", 8000, b'{"a":1}') == (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Type: application/json\r\n"
+        b"Accept: text/event-stream\r\nContent-Length: 7\r\n\r\n{\"a\":1}")
+
+
+def test_a_figure_past_its_tolerance_is_regressed_and_one_within_it_is_not(guard):
+    tol = guard.Tolerances(ratio=0.25, noisy=0.4, floor=0.15, rss_mb=10.0)
+    base = {"token_over_floor": 1.10, "request_ratio": 0.50, "token_ratio": 0.80, "rss_mb": 96.0}
+    # limits: 1.10 x 1.15 = 1.265; 0.50 x 1.25 = 0.625; 0.80 x 1.4 = 1.12; 96 + 10 = 106
+    within = {"token_over_floor": 1.26, "request_ratio": 0.62, "token_ratio": 1.11, "rss_mb": 105.9}
+    past = {"token_over_floor": 1.27, "request_ratio": 0.63, "token_ratio": 1.13, "rss_mb": 106.1}
+    assert dict(guard.verdicts(within, base, tol)) == dict.fromkeys(within, "ok")
+    assert dict(guard.verdicts(past, base, tol)) == dict.fromkeys(past, "REGRESSED")
+    assert dict(guard.verdicts({"whole_over_floor": 3.0}, base, tol)) == {"whole_over_floor": "no baseline"}
+
+
+def test_the_table_shows_the_floor_beside_the_target_it_is_over(guard):
+    tol = guard.Tolerances()
+    got = {"token_ratio": 0.8, "token_ratio_reps": [0.8], "token_ratio_floor": 0.7,
+           "request_ratio": 0.5, "request_ratio_reps": [0.5], "request_ratio_floor": 0.2,
+           "token_over_floor": 1.14, "token_over_floor_reps": [1.14]}
+    lines = guard.report(got, {"token_ratio": 0.87}, "default", tol)
+    rows = {ln.split(" | ")[0][2:]: ln for ln in lines[3:]}
+    assert rows["CPU per streamed token, C64, kvreplay / plain"] == (
+        "| CPU per streamed token, C64, kvreplay / plain | 0.800x | 0.800 | <= 0.120x (not met) "
+        "| 0.700x (over the target) | 0.870x | +40% | ok |")
+    assert rows["CPU per request, one-token answers, C64, kvreplay / plain"] == (
+        "| CPU per request, one-token answers, C64, kvreplay / plain | 0.500x | 0.500 | <= 0.250x (not met) "
+        "| 0.200x | - | +25% | no baseline |")
+    assert rows["CPU per streamed token, C64, kvreplay / read floor"] == (
+        "| CPU per streamed token, C64, kvreplay / read floor | 1.140x | 1.140 | - | - | - | +15% | no baseline |")
