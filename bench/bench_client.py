@@ -85,6 +85,22 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _reads() -> int:
+    """Read system calls this process made so far (``syscr`` of ``/proc/self/io``; 0 where there is none).
+
+    libuv reads a TCP socket with ``read(2)``, so each socket read counts once (a body's
+    ``pread`` too: one a request).
+    """
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("syscr:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 # --------------------------------------------------------------------------- plain client
 
 
@@ -145,9 +161,9 @@ def child_plain(a: argparse.Namespace) -> dict:
 
     async def both() -> tuple[dict, float, float]:
         await _plain_once(url, bodies, warm, a.conc)
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0, r0 = time.process_time(), time.perf_counter(), _reads()
         r = await _plain_once(url, bodies, order, a.conc)
-        return r, time.process_time() - c0, time.perf_counter() - t0
+        return {**r, "reads": _reads() - r0}, time.process_time() - c0, time.perf_counter() - t0
 
     r, cpu, wall = uvloop.run(both())
     return {**r, "cpu_s": cpu, "wall_s": wall, "rss_mb": _rss_mb()}
@@ -173,9 +189,9 @@ def child_floor(a: argparse.Namespace) -> dict:
 
     async def both() -> tuple[dict, float, float]:
         await run_floor(a.port, bodies, warm, a.conc)
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0, r0 = time.process_time(), time.perf_counter(), _reads()
         r = await run_floor(a.port, bodies, order, a.conc)
-        return r, time.process_time() - c0, time.perf_counter() - t0
+        return {**r, "reads": _reads() - r0}, time.process_time() - c0, time.perf_counter() - t0
 
     r, cpu, wall = uvloop.run(both())
     return {**r, "tokens": r["requests"] * a.tokens, "cpu_s": cpu, "wall_s": wall, "rss_mb": _rss_mb()}
@@ -213,12 +229,13 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
             wl,
             RunOptions(target_url=url, out_dir=out / "warm", quiet=True),
         )
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0, r0 = time.process_time(), time.perf_counter(), _reads()
         s = await execute_plan(
             plan_for("main", a.requests),
             wl,
             RunOptions(target_url=url, out_dir=out / "main", quiet=True),
         )
+        s["_reads"] = _reads() - r0
         return s, time.process_time() - c0, time.perf_counter() - t0
 
     if workers > 1:
@@ -255,6 +272,7 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
         "failed": ph["failed"],
         "records": s["records"],
         "phase_rps": ph["throughput_rps"],
+        "reads": s.get("_reads"),
     }
     if "client" in ph:
         rec["self"] = ph["client"]

@@ -62,10 +62,10 @@ def test_the_request_bytes_carry_the_body_and_its_length(guard):
 
 def test_a_figure_past_its_tolerance_is_regressed_and_one_within_it_is_not(guard):
     tol = guard.Tolerances(ratio=0.25, noisy=0.4, floor=0.15, rss_mb=10.0)
-    base = {"token_over_floor": 1.10, "request_ratio": 0.50, "token_ratio": 0.80, "rss_mb": 96.0}
+    base = {"read_over_floor": 1.10, "request_ratio": 0.50, "token_ratio": 0.80, "rss_mb": 96.0}
     # limits: 1.10 x 1.15 = 1.265; 0.50 x 1.25 = 0.625; 0.80 x 1.4 = 1.12; 96 + 10 = 106
-    within = {"token_over_floor": 1.26, "request_ratio": 0.62, "token_ratio": 1.11, "rss_mb": 105.9}
-    past = {"token_over_floor": 1.27, "request_ratio": 0.63, "token_ratio": 1.13, "rss_mb": 106.1}
+    within = {"read_over_floor": 1.26, "request_ratio": 0.62, "token_ratio": 1.11, "rss_mb": 105.9}
+    past = {"read_over_floor": 1.27, "request_ratio": 0.63, "token_ratio": 1.13, "rss_mb": 106.1}
     assert dict(guard.verdicts(within, base, tol)) == dict.fromkeys(within, "ok")
     assert dict(guard.verdicts(past, base, tol)) == dict.fromkeys(past, "REGRESSED")
     assert dict(guard.verdicts({"whole_over_floor": 3.0}, base, tol)) == {"whole_over_floor": "no baseline"}
@@ -75,7 +75,7 @@ def test_the_table_shows_the_floor_beside_the_target_it_is_over(guard):
     tol = guard.Tolerances()
     got = {"token_ratio": 0.8, "token_ratio_reps": [0.8], "token_ratio_floor": 0.7,
            "request_ratio": 0.5, "request_ratio_reps": [0.5], "request_ratio_floor": 0.2,
-           "token_over_floor": 1.14, "token_over_floor_reps": [1.14]}
+           "read_over_floor": 1.14, "read_over_floor_reps": [1.14]}
     lines = guard.report(got, {"token_ratio": 0.87}, "default", tol)
     rows = {ln.split(" | ")[0][2:]: ln for ln in lines[3:]}
     assert rows["CPU per streamed token, C64, kvreplay / plain"] == (
@@ -84,5 +84,6 @@ def test_the_table_shows_the_floor_beside_the_target_it_is_over(guard):
     assert rows["CPU per request, one-token answers, C64, kvreplay / plain"] == (
         "| CPU per request, one-token answers, C64, kvreplay / plain | 0.500x | 0.500 | <= 0.250x (not met) "
         "| 0.200x | - | +25% | no baseline |")
-    assert rows["CPU per streamed token, C64, kvreplay / read floor"] == (
-        "| CPU per streamed token, C64, kvreplay / read floor | 1.140x | 1.140 | - | - | - | +15% | no baseline |")
+    assert rows["CPU per socket read, C64 128-token answers, kvreplay / read floor"] == (
+        "| CPU per socket read, C64 128-token answers, kvreplay / read floor | 1.140x | 1.140 | - | - | - | +15% "
+        "| no baseline |")
