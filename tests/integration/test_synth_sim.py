@@ -54,6 +54,7 @@ def test_done_when_exact_lengths_and_designed_prefix_reuse(tmp_path, sim, capsys
     assert "  0            10             2700    2592" in printed
     assert "  1            10             2700    2592" in printed
     assert "every body's usage equals its designed prompt and output tokens" in printed
+    assert "  2 prefix groups of 300 tokens; every prompt starts with " in printed
     manifest = orjson.loads((tmp_path / "w.synth.json").read_bytes())
     assert manifest["workload_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert [(g["group"], g["leader"], g["members"], g["prefix_tokens"]) for g in manifest["groups"]] == [
@@ -70,6 +71,10 @@ def test_done_when_exact_lengths_and_designed_prefix_reuse(tmp_path, sim, capsys
     other = tmp_path / "other.jsonl"
     assert main(["synth", "--tokenizer", sim.url, "--out", str(other), *ARGS, "--seed", "1"]) == 0
     assert other.read_bytes() != out.read_bytes()
+    one = tmp_path / "one.jsonl"  # one group: the count's noun in the singular
+    capsys.readouterr()
+    assert main(["synth", "--tokenizer", "sim", "--out", str(one), *ARGS[:-1], "1"]) == 0
+    assert "  1 prefix group of 300 tokens; every prompt starts with " in capsys.readouterr().out
 
 
 def test_out_refused_without_force_and_credentials_redacted(tmp_path, sim, capsys):

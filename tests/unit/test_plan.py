@@ -80,6 +80,21 @@ def test_duplicate_names_and_bad_selection(wl):
         build_plan(wl, [spec])
 
 
+@pytest.mark.parametrize("sel", ["first21", "last21"])
+def test_a_first_or_last_past_the_workload_is_refused_not_cut(wl, sel):
+    with pytest.raises(ConfigError) as ei:
+        build_plan(wl, [parse_phase(f"a:forward:c1:{sel}")])
+    kind = sel.rstrip("0123456789")
+    assert str(ei.value) == (f"field 'select': phase 'a' selects {kind}:21 but the workload has 20 bodies "
+                             f"({kind}:20 or all sends every one)")
+
+
+@pytest.mark.parametrize("sel,want", [("first20", list(range(20))), ("last3", [17, 18, 19]), ("first1", [0])])
+def test_a_first_or_last_up_to_the_workload_sends_exactly_those(wl, sel, want):
+    plan = build_plan(wl, [parse_phase(f"a:forward:c1:{sel}")])
+    assert [bi for bi, _ in plan.phases[0].sequence] == want
+
+
 def test_toml_plan_and_errors_with_line(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('workload = "w"\n\n[[phase]]\nname = "prime"\nconcurrency = 1\n\n'

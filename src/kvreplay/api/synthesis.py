@@ -72,7 +72,8 @@ def synth_args(args: SynthConfig) -> list[str]:
     lines = [f"{len(result.bodies)} {m['api']} bodies ({tok.dialect} tokenizer, model {model}) -> {paths[0]}"]
     lines += [f"  wrote {p}" for p in paths[1:]]
     if m["groups"]:
-        lines.append(f"  {len(m['groups'])} prefix groups of {m['prefix_tokens']} tokens; every prompt starts with "
+        g = len(m["groups"])
+        lines.append(f"  {g} prefix group{'' if g == 1 else 's'} of {m['prefix_tokens']} tokens; every prompt starts with "
                      f"{m['head_tokens']} tokens common to all (BOS, template)")
     if args.check is not None:
         target = args.check or args.tokenizer

@@ -264,7 +264,11 @@ def _select(spec: PhaseSpec, n: int, noun: str = "body") -> Sequence[int]:
     kind, count = sel.split(":")
     if int(count) < 1:
         raise ConfigError(f"phase {spec.name!r} selects {sel}: nothing to send (N >= 1)", field="select")
-    k = min(int(count), n)
+    k = int(count)
+    if k > n:
+        many = {"body": "bodies"}.get(noun, noun + "s")
+        raise ConfigError(f"phase {spec.name!r} selects {sel} but the workload has {n} {noun if n == 1 else many} "
+                          f"({kind}:{n} or all sends every one)", field="select")
     return range(k) if kind == "first" else range(n - k, n)
 
 
