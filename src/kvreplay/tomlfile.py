@@ -87,3 +87,34 @@ def key_line(text: str, key: str) -> int | None:
             return i + 1
     return None
 
+
+
+def field_line(text: str, field: str) -> int | None:
+    """The 1-based line of a dotted ``field`` (``common.hit_tokens.unit``, ``series[1]``) in ``text``, else None.
+
+    The longest leading part of ``field`` that heads a table (``[common.hit_tokens]``) is
+    found first, then the rest's first key (``unit``; an index ``[i]`` is dropped: the list's
+    key names the line) between that header and the next; a field that is itself a table
+    is its header's line; a top-level key is found before the first header. For messages
+    about a value the TOML parser accepted but its reader refused (a profile's fields).
+    """
+    import re
+
+    parts = [re.sub(r"\[\d+\]$", "", x) for x in field.split(".")]
+    lines = text.splitlines()
+    headers = [(i, m.group(1).replace(" ", "").replace('"', "")) for i, ln in enumerate(lines)
+               if (m := re.match(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$", ln))]
+    start, end, rest = 0, len(lines), parts
+    for k in range(len(parts), 0, -1):
+        name = ".".join(parts[:k])
+        hit = [i for i, h in headers if h == name]
+        if hit:
+            if k == len(parts):
+                return hit[0] + 1
+            start, rest = hit[0] + 1, parts[k:]
+            end = next((i for i, _ in headers if i > hit[0]), len(lines))
+            break
+    else:
+        end = headers[0][0] if headers else len(lines)
+    found = key_line("\n".join(lines[start:end]), rest[0])
+    return None if found is None else start + found

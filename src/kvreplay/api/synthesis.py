@@ -73,8 +73,8 @@ def synth_args(args: SynthConfig) -> list[str]:
     lines += [f"  wrote {p}" for p in paths[1:]]
     if m["groups"]:
         g = len(m["groups"])
-        lines.append(f"  {g} prefix group{'' if g == 1 else 's'} of {m['prefix_tokens']} tokens; every prompt starts with "
-                     f"{m['head_tokens']} tokens common to all (BOS, template)")
+        lines.append(f"  {g} prefix group{'' if g == 1 else 's'} of {m['prefix_tokens']} tokens; "
+                     f"every prompt starts with {m['head_tokens']} tokens common to all (BOS, template)")
     if args.check is not None:
         target = args.check or args.tokenizer
         if target != "sim" and not target.startswith(("http://", "https://")):

@@ -425,7 +425,13 @@ def load_profile(name_or_path: str | Path) -> Profile:
             )
         raw = res.read_bytes()
         where = f"kvreplay/profiles/{name_or_path}.toml"
-    from kvreplay.tomlfile import parse_toml
+    from kvreplay.tomlfile import field_line, parse_toml
 
-    _, data = parse_toml(raw, where=where)
-    return Profile.from_mapping(data, where=where)
+    text, data = parse_toml(raw, where=where)
+    try:
+        return Profile.from_mapping(data, where=where)
+    except ConfigError as exc:
+        if exc.line is not None or exc.field is None:
+            raise
+        line = field_line(text, exc.field)  # the file names the line as well as the field
+        raise ConfigError(exc.message, path=exc.path, line=line, field=exc.field) from None

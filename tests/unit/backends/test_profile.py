@@ -160,6 +160,52 @@ def test_invalid_profiles_name_the_field(doc, field):
     assert ei.value.field == field
 
 
+MINE = """# my profile
+name = "mine"
+load_gauges = ["running"]
+
+[reset]
+method = "POST"
+path = "/reset"
+
+[common.running]
+series = ["my_busy"]
+unit = "requests"
+
+[common.hits]
+series = ["my_hits_total", { name = "my_gpu_hits_total", labels = { tier = "gpu" } }]
+aggregate = "sum"
+unit = "tokens"
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "where"),
+    [
+        (("unit = \"requests\"", "unit = \"furlongs\""), (11, "common.running.unit")),  # a key in a [common.X]
+        (("aggregate = \"sum\"", "aggregate = \"avg\""), (15, "common.hits.aggregate")),  # the second table
+        (("unit = \"tokens\"", "unit = \"furlongs\""), (16, "common.hits.unit")),  # not the first table's unit
+        (("name = \"my_gpu_hits_total\"", "name = \"\""), (14, "common.hits.series[1]")),  # a list's item: its line
+        (("path = \"/reset\"", "path = \"reset\""), (7, "reset.path")),
+        (("[common.hits]", "[common.hitz]"), (13, "common.hitz")),  # a table: its header
+        (("load_gauges = [\"running\"]", "load_gauges = [\"waiting\"]"), (3, "load_gauges")),  # top level
+        (("# my profile", "colour = 1"), (1, "colour")),
+    ],
+)
+def test_a_profile_file_error_names_its_line_and_field(tmp_path, edit, where):
+    f = tmp_path / "mine.toml"
+    assert load_profile_text(f, MINE).name == "mine"  # the file as written loads
+    with pytest.raises(ConfigError) as ei:
+        load_profile_text(f, MINE.replace(*edit))
+    assert (ei.value.line, ei.value.field) == where
+    assert str(ei.value).startswith(f"{f}:{where[0]}, field '{where[1]}': ")
+
+
+def load_profile_text(f, text):
+    f.write_text(text)
+    return load_profile(f)
+
+
 def test_unknown_builtin_and_bad_toml(tmp_path):
     with pytest.raises(ConfigError, match="no built-in profile"):
         load_profile("nonesuch")
