@@ -38,8 +38,22 @@ def _server(tokens: int) -> tuple[subprocess.Popen, int]:
 
 
 @pytest.mark.parametrize("tokens", [1, 3, 128])
-def test_the_read_floor_completes_exactly_the_requests_it_is_given(guard, tokens):
+def test_the_read_floor_completes_exactly_the_requests_it_is_given(guard, tokens, monkeypatch):
     floor = importlib.import_module("_read_floor")
+    fast = importlib.import_module("_fastserver")
+    answer = len(fast.HEAD + b"".join(fast.build_events(tokens, 1024)))  # the server's default prompt size
+    seen: dict[int, int] = {}  # bytes read so far, by connection
+    ends: list[int] = []  # the bytes a connection had read when the floor counted an answer done
+    plain = floor._FloorConn.data_received
+
+    def counted(self, data):
+        seen[id(self)] = seen.get(id(self), 0) + len(data)
+        done = self.run.done
+        plain(self, data)
+        if self.run.done > done:
+            ends.append(seen[id(self)])
+
+    monkeypatch.setattr(floor._FloorConn, "data_received", counted)
     srv, port = _server(tokens)
     try:
         bodies = [b'{"model":"m","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"x%d"}]}'
@@ -51,6 +65,10 @@ def test_the_read_floor_completes_exactly_the_requests_it_is_given(guard, tokens
         srv.stdout.close()
     assert got["requests"] == 7
     assert got["ttft_p50_us"] > 0
+    # Each answer counted at its very end, never at an event's or the head's: every end a whole
+    # number of answers into its connection, and the 7 answers read in full, no more.
+    assert [e % answer for e in ends] == [0] * 7
+    assert sum(seen.values()) == 7 * answer
 
 
 def test_the_request_bytes_carry_the_body_and_its_length(guard):
@@ -87,3 +105,19 @@ def test_the_table_shows_the_floor_beside_the_target_it_is_over(guard):
     assert rows["CPU per socket read, C64 128-token answers, kvreplay / read floor"] == (
         "| CPU per socket read, C64 128-token answers, kvreplay / read floor | 1.140x | 1.140 | - | - | - | +15% "
         "| no baseline |")
+
+
+def test_the_over_floor_figures_are_kvreplay_over_the_floor_per_read_and_per_request(guard):
+    # us: CPU µs per token (or request) by arm and repetition; *_read: per socket read
+    us = {"kvreplay": [4.4, 4.8], "plain": [5.5, 6.0], "floor": [4.0, 4.0],
+          "kvreplay_read": [4.6, 5.0], "floor_read": [4.0, 4.0]}
+    ratios = {"kvreplay": [0.8, 0.8], "floor": [4.0 / 5.5, 4.0 / 6.0]}
+    tok = guard._group("token_ratio", "token", us, ratios)
+    assert tok["read_over_floor_reps"] == pytest.approx([1.15, 1.25])
+    assert tok["read_over_floor"] == pytest.approx(1.2)
+    assert tok["token_ratio_floor"] == pytest.approx((4.0 / 5.5 + 4.0 / 6.0) / 2)
+    assert "request_over_floor" not in tok
+    req = guard._group("request_ratio", "request", us, ratios)
+    assert req["request_over_floor_reps"] == pytest.approx([1.1, 1.2])
+    assert "read_over_floor" not in req
+
