@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -344,10 +345,17 @@ class Tolerances:
 
 
 def verdicts(got: dict, base: dict | None, tol: Tolerances) -> list[tuple[str, str]]:
-    """``[(figure key, "ok" | "REGRESSED" | "no baseline")]`` against ``base`` (lower is better for all)."""
+    """``[(figure key, "ok" | "REGRESSED" | "no baseline" | "not measured")]`` against ``base`` (lower is better).
+
+    A figure that is not a finite number (NaN: e.g. no ``/proc/self/io`` for the per-read
+    count) is "not measured", never "ok": NaN compares false with any limit.
+    """
     out = []
     for key, (_, _, _, kind) in FIGURES.items():
         if key not in got:
+            continue
+        if not math.isfinite(got[key]):
+            out.append((key, "not measured"))
             continue
         if not base or key not in base:
             out.append((key, "no baseline"))
@@ -436,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         a.baseline.write_text(json.dumps(stored, indent=1) + "\n")
         print(f"baseline written: {a.baseline} ({mode})")
         return 0
+    unmeasured = [k for k, v in verdicts(got, base, tol) if v == "not measured"]
+    if unmeasured:
+        print(f"guard: not measured (not judged): {', '.join(unmeasured)}", file=sys.stderr)
     bad = [k for k, v in verdicts(got, base, tol) if v == "REGRESSED"]
     if bad:
         print(f"guard: regressed past tolerance: {', '.join(bad)}", file=sys.stderr)

@@ -121,3 +121,12 @@ def test_the_over_floor_figures_are_kvreplay_over_the_floor_per_read_and_per_req
     assert req["request_over_floor_reps"] == pytest.approx([1.1, 1.2])
     assert "read_over_floor" not in req
 
+
+def test_a_figure_that_could_not_be_measured_is_not_passed(guard):
+    # bench_client._reads() reads 0 where /proc/self/io is missing: the per-read figure is NaN,
+    # and NaN > limit is False, so it would read "ok" against any baseline.
+    nan = float("nan")
+    got = {"read_over_floor": nan, "token_ratio": 0.8}
+    base = {"read_over_floor": 1.1, "token_ratio": 0.8}
+    assert dict(guard.verdicts(got, base, guard.Tolerances())) == {"read_over_floor": "not measured",
+                                                                    "token_ratio": "ok"}
