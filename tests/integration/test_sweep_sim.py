@@ -134,6 +134,18 @@ def test_bad_sweep_input_exits_2_naming_the_flag_and_makes_nothing(tmp_path, cap
     assert not out.exists()
 
 
+@pytest.mark.parametrize("sel", ["first53", "last53"])
+def test_a_sweep_selecting_past_the_workload_is_refused_not_cut(tmp_path, capsys, sel):
+    # as a run's phase is (plan._select): first53 of mtbench-52 swept 52 bodies without a word
+    out = tmp_path / "bad"
+    assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--concurrency", "1", "--select", sel,
+                 "--out", str(out)]) == 2
+    kind = sel[:-2]
+    assert capsys.readouterr().err.strip() == (f"kvreplay: error: field '--select': {sel!r} selects {kind}:53 but "
+                                               f"the workload has 52 bodies ({kind}:52 or all sends every one)")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("target", ["http://127.0.0.1:9/?api_key=k3y-in-the-query", "http://127.0.0.1:9#k3y-in-the-query",
                                     "127.0.0.1:9"])
 def test_a_target_with_a_query_or_no_scheme_is_refused_before_anything_is_made(tmp_path, capsys, target):

@@ -38,7 +38,7 @@ def selection(select: str | None, n_bodies: int) -> list[int]:
     """Body indices of ``--select`` (``firstN``, ``lastN``, ``all`` or None) in a workload of ``n_bodies``.
 
     Raises:
-        ValueError: another selector, or N < 1.
+        ValueError: another selector, N < 1, or N past ``n_bodies``.
     """
     if select in (None, "all"):
         return list(range(n_bodies))
@@ -48,7 +48,9 @@ def selection(select: str | None, n_bodies: int) -> list[int]:
             k = int(select[len(kind):].lstrip(":"))
             if k < 1:
                 raise ValueError(f"{select!r}: N must be >= 1")
-            k = min(k, n_bodies)
+            if k > n_bodies:  # refused, not cut to the workload (as a run's phase: plan._select)
+                raise ValueError(f"{select!r} selects {kind}:{k} but the workload has {n_bodies} "
+                                 f"{'body' if n_bodies == 1 else 'bodies'} ({kind}:{n_bodies} or all sends every one)")
             return list(range(k)) if kind == "first" else list(range(n_bodies - k, n_bodies))
     raise ValueError(f"{select!r}: firstN, lastN or all")
 
