@@ -14,7 +14,7 @@ from typing import Any
 
 from kvreplay.errors import ConfigError
 
-__all__ = ["key_line", "parse_toml", "read_file_bytes", "read_toml"]
+__all__ = ["field_line", "key_line", "parse_toml", "read_file_bytes", "read_toml"]
 
 
 def parse_toml(data: bytes, *, where: object) -> tuple[str, dict[str, Any]]:
@@ -88,26 +88,37 @@ def key_line(text: str, key: str) -> int | None:
     return None
 
 
+_PART = r"""[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*'"""  # one key of a dotted key: bare, basic or literal
+
+
+def _key_path(key: str) -> list[str]:
+    """``common."hits".unit`` -> ``["common", "hits", "unit"]`` (quotes dropped; TOML 1.0, "Keys")."""
+    import re
+
+    return [x.strip("\"'") for x in re.findall(_PART, key)]
+
 
 def field_line(text: str, field: str) -> int | None:
     """The 1-based line of a dotted ``field`` (``common.hit_tokens.unit``, ``series[1]``) in ``text``, else None.
 
-    The longest leading part of ``field`` that heads a table (``[common.hit_tokens]``) is
-    found first, then the rest's first key (``unit``; an index ``[i]`` is dropped: the list's
-    key names the line) between that header and the next; a field that is itself a table
-    is its header's line; a top-level key is found before the first header. For messages
-    about a value the TOML parser accepted but its reader refused (a profile's fields).
+    The longest leading part of ``field`` that heads a table (``[common.hit_tokens]``,
+    ``[common."hit_tokens"]``) is found first, then the first key between that header and the
+    next whose dotted path starts the rest (``unit``; ``hit_tokens.unit`` or ``hit_tokens = {...}``
+    under ``[common]``; an index ``[i]`` is dropped: the list's key names the line); a field
+    that is itself a table is its header's line; a top-level key (``common.hit_tokens.unit =``
+    too) is found before the first header. For messages about a value the TOML parser
+    accepted but its reader refused (a profile's fields).
     """
     import re
 
     parts = [re.sub(r"\[\d+\]$", "", x) for x in field.split(".")]
     lines = text.splitlines()
-    headers = [(i, m.group(1).replace(" ", "").replace('"', "")) for i, ln in enumerate(lines)
-               if (m := re.match(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$", ln))]
+    path = rf"((?:{_PART})(?:\s*\.\s*(?:{_PART}))*)"
+    headers = [(i, _key_path(m.group(1))) for i, ln in enumerate(lines)
+               if (m := re.match(rf"^\s*\[\s*{path}\s*\]\s*(?:#.*)?$", ln))]
     start, end, rest = 0, len(lines), parts
     for k in range(len(parts), 0, -1):
-        name = ".".join(parts[:k])
-        hit = [i for i, h in headers if h == name]
+        hit = [i for i, h in headers if h == parts[:k]]
         if hit:
             if k == len(parts):
                 return hit[0] + 1
@@ -116,5 +127,9 @@ def field_line(text: str, field: str) -> int | None:
             break
     else:
         end = headers[0][0] if headers else len(lines)
-    found = key_line("\n".join(lines[start:end]), rest[0])
-    return None if found is None else start + found
+    key = re.compile(rf"^\s*{path}\s*=")
+    for i in range(start, end):
+        m = key.match(lines[i])
+        if m and rest[: len(got := _key_path(m.group(1)))] == got:
+            return i + 1
+    return None

@@ -312,3 +312,25 @@ def test_filtered_label_missing_from_an_older_build_stays_absent():
     )
     _, common, _ = make_backend("sglang", "", None).parse(newer)
     assert common["host_reused_tokens"] == 0  # labelled by source, host never incremented
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # dotted keys at the top level: the line of the dotted key, not none
+        ('name = "mine"\nload_gauges = ["running"]\ncommon.running.series = ["b"]\n'
+         'common.running.unit = "furlongs"\n', 4),
+        # dotted keys under a table's header
+        ('name = "mine"\nload_gauges = ["running"]\n\n[common]\nrunning.series = ["b"]\n'
+         'running.unit = "furlongs"\n', 6),
+        # a header with a single-quoted (literal) key, as with a double-quoted one
+        ("name = \"mine\"\nload_gauges = [\"running\"]\n\n[common.'running']\nseries = [\"b\"]\n"
+         "unit = \"furlongs\"\n", 6),
+        # an inline table: its key's line
+        ('name = "mine"\nload_gauges = ["running"]\n\n[common]\nrunning = { series = ["b"], unit = "furlongs" }\n', 5),
+    ],
+)
+def test_a_dotted_or_literal_key_names_its_line(tmp_path, text, line):
+    with pytest.raises(ConfigError) as ei:
+        load_profile_text(tmp_path / "mine.toml", text)
+    assert (ei.value.line, ei.value.field) == (line, "common.running.unit")
