@@ -75,7 +75,12 @@ async def ab_args_async(args: AbConfig | object) -> dict[str, Any]:
     workload = load_workload(args.workload, max_body_bytes=args.max_body_bytes)
     if args.accept_busy_host is not None and not args.accept_busy_host > 0:
         raise ConfigError(f"must be a factor > 0, not {args.accept_busy_host:g}", field="--accept-busy-host")
-    plan = build_plan(workload, block_phase_specs(args.phases, args.order, parse_select(args.select)))
+    try:
+        plan = build_plan(workload, block_phase_specs(args.phases, args.order, parse_select(args.select)))
+    except ConfigError as exc:  # a selection past the workload: the flag that chose it
+        if exc.field != "select":
+            raise
+        raise ConfigError(exc.message, field="--select") from None
     api_key = read_api_key(args)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     # URL credentials: an Authorization header, registered as secrets, never written (as in run).

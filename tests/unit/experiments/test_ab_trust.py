@@ -173,3 +173,17 @@ def test_ab_select_first8_runs_exactly_8_bodies(tmp_path):
         assert (ph["planned"], ph["sent"], ph["ok"]) == (8, 8, 8)
     assert res["checks"][0]["decision"] == "not computed"
     assert res["caveats"][0].startswith("timing_not_computed (the simulator ran at time scale 0")
+
+
+def test_ab_select_past_the_workload_names_the_flag_and_makes_nothing(tmp_path, capsys):
+    import kvreplay
+    from kvreplay.cli import main
+
+    out = tmp_path / "ab"
+    assert main(["ab", str(kvreplay.DEMO_WORKLOAD), "--target", "sim", "--arm", "off=sim:", "--arm",
+                 "on=sim:prefill_scale=1.5", "--reps", "1", "--phases", "c1", "--select", "first53",
+                 "--sim-time-scale", "0", "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvreplay: error: field '--select': phase 'c1' selects first:53 but the workload has 52 bodies "
+        "(first:52 or all sends every one)")
+    assert not out.exists()
