@@ -223,7 +223,10 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
 
     workers = getattr(a, "workers", 1)
 
+    reads: int | None = None  # socket reads of the measured run (one process only)
+
     async def both() -> tuple[dict, float, float]:
+        nonlocal reads
         await execute_plan(
             plan_for("warm", a.warmup),
             wl,
@@ -235,7 +238,7 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
             wl,
             RunOptions(target_url=url, out_dir=out / "main", quiet=True),
         )
-        s["_reads"] = _reads() - r0
+        reads = _reads() - r0
         return s, time.process_time() - c0, time.perf_counter() - t0
 
     if workers > 1:
@@ -272,7 +275,7 @@ def child_kvreplay(a: argparse.Namespace) -> dict:
         "failed": ph["failed"],
         "records": s["records"],
         "phase_rps": ph["throughput_rps"],
-        "reads": s.get("_reads"),
+        "reads": reads,
     }
     if "client" in ph:
         rec["self"] = ph["client"]

@@ -79,6 +79,7 @@ from kvreplay.plan._model import (
     json_chunks,
     load_plan_toml,
     parse_phase,
+    past_the_workload,
 )
 from kvreplay.plan._spec import (  # re-exported bounds, and the one builder of a sequence entry
     MAX_CONCURRENCY,
@@ -114,6 +115,7 @@ __all__ = [
     "json_chunks",
     "load_plan_toml",
     "parse_phase",
+    "past_the_workload",
     "plan_from_json",
     "sequence_entry",
 ]

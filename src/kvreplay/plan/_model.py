@@ -265,11 +265,23 @@ def _select(spec: PhaseSpec, n: int, noun: str = "body") -> Sequence[int]:
     if int(count) < 1:
         raise ConfigError(f"phase {spec.name!r} selects {sel}: nothing to send (N >= 1)", field="select")
     k = int(count)
-    if k > n:
-        many = {"body": "bodies"}.get(noun, noun + "s")
-        raise ConfigError(f"phase {spec.name!r} selects {sel} but the workload has {n} {noun if n == 1 else many} "
-                          f"({kind}:{n} or all sends every one)", field="select")
+    why = past_the_workload(kind, k, n, noun)
+    if why is not None:
+        raise ConfigError(f"phase {spec.name!r} {why}", field="select")
     return range(k) if kind == "first" else range(n - k, n)
+
+
+def past_the_workload(kind: str, k: int, n: int, noun: str = "body") -> str | None:
+    """Why ``firstK`` / ``lastK`` (``kind`` ``first`` or ``last``) cannot select from ``n`` items; None when it can.
+
+    A selection past the workload is refused, never cut to it (a run's phase, ab's and a
+    sweep's ``--select``): ``selects first:100 but the workload has 52 bodies (first:52 or
+    all sends every one)``. ``noun``: ``body`` or ``session``.
+    """
+    if k <= n:
+        return None
+    many = {"body": "bodies"}.get(noun, noun + "s")
+    return f"selects {kind}:{k} but the workload has {n} {noun if n == 1 else many} ({kind}:{n} or all sends every one)"
 
 
 def _shas(workload: Workload) -> Sequence[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvreplay.plan import PhaseSpec
+from kvreplay.plan import PhaseSpec, past_the_workload
 from kvreplay.rundir import open_run
 from kvreplay.sweeps.cache import cache_evidence
 from kvreplay.sweeps.goodput import goodput
@@ -48,9 +48,9 @@ def selection(select: str | None, n_bodies: int) -> list[int]:
             k = int(select[len(kind):].lstrip(":"))
             if k < 1:
                 raise ValueError(f"{select!r}: N must be >= 1")
-            if k > n_bodies:  # refused, not cut to the workload (as a run's phase: plan._select)
-                raise ValueError(f"{select!r} selects {kind}:{k} but the workload has {n_bodies} "
-                                 f"{'body' if n_bodies == 1 else 'bodies'} ({kind}:{n_bodies} or all sends every one)")
+            why = past_the_workload(kind, k, n_bodies)  # refused, not cut to the workload (as a run's phase)
+            if why is not None:
+                raise ValueError(f"{select!r} {why}")
             return list(range(k)) if kind == "first" else list(range(n_bodies - k, n_bodies))
     raise ValueError(f"{select!r}: firstN, lastN or all")
 
