@@ -11,7 +11,7 @@ RAY_STAMP := $(VENV)/.kvreplay-ray-installed
 
 .PHONY: demo test lint docs install bench clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxi)
+$(STAMP): pyproject.toml setup.py $(wildcard ext/*.pyx ext/*.pxi ext/*.pxd) src/kvreplay/runner/_h1exchange.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[dev]'

@@ -41,6 +41,35 @@ class OptionalBuildExt(build_ext):
             self._said = True
 
 
+EXCHANGE_SRC = "src/kvreplay/runner/_h1exchange.py"
+EXCHANGE_PXD = "ext/_h1exchange_c.pxd"
+
+
+def _exchange_copy():
+    """The compiled twin of the runner's HTTP/1.1 exchange: ``_h1exchange.py`` itself, typed by ``ext/_h1exchange_c.pxd``.
+
+    Cython compiles the one source in its pure-Python mode (the ``.pxd`` makes ``_Exchange`` a
+    ``cdef class`` with typed fields), so the two twins cannot differ in what they do. The copy
+    is written to ``ext/_h1exchange_c.py`` (generated, not committed) with the source's SHA-256
+    appended, which ``runner.h1`` compares with the ``.py`` beside it: a stale build is not used.
+    """
+    import hashlib
+
+    with open(EXCHANGE_SRC, "rb") as f:
+        src = f.read()
+    out = "ext/_h1exchange_c.py"
+    text = src + b"\n\nSOURCE_SHA256 = %r\n" % hashlib.sha256(src).hexdigest()
+    try:
+        with open(out, "rb") as f:
+            same = f.read() == text
+    except OSError:
+        same = False
+    if not same:  # rewritten only when it changed: the build's timestamps stay meaningful
+        with open(out, "wb") as f:
+            f.write(text)
+    return out
+
+
 ext_modules = []
 if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
     from Cython.Build import cythonize
@@ -57,6 +86,9 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
         ),
         Extension("kvreplay.workload._hash_c", ["ext/_hash_c.pyx"], define_macros=macros),
     ]
+    if os.path.exists(EXCHANGE_SRC):
+        extensions.append(Extension("kvreplay.runner._h1exchange_c", [_exchange_copy()], depends=[EXCHANGE_PXD],
+                                    define_macros=macros))
     extensions = [e for e in extensions if os.path.exists(e.sources[0])]
     ext_modules = cythonize(
         extensions,

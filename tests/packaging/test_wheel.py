@@ -74,6 +74,7 @@ def test_wheel_without_a_compiler_runs_the_demo_from_any_directory(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert f"kvreplay/accounting/_sse_c.{tag}.so" in names
     assert f"kvreplay/workload/_hash_c.{tag}.so" in names
+    assert f"kvreplay/runner/_h1exchange_c.{tag}.so" in names  # the exchange's compiled twin (issue 43 item 2)
     assert "kvreplay/py.typed" in names
     assert "kvreplay/accounting/_sse_c.pyi" in names
     assert sum(n.startswith("kvreplay/data/workloads/mtbench-52/") and n.endswith(".json") for n in names) == 52
@@ -115,6 +116,9 @@ def test_wheel_without_a_compiler_runs_the_demo_from_any_directory(tmp_path):
     assert version.strip() == "kvreplay 0.1.0 (accountant: native)"
     where = _sh(vpy, "-c", "import kvreplay; print(kvreplay.__file__)", cwd=empty, env=env).stdout.strip()
     assert where.startswith(str(purelib))  # the wheel's copy, not the checkout
+    exchange = _sh(vpy, "-W", "error::RuntimeWarning", "-c",
+                   "from kvreplay.runner.h1 import EXCHANGE_IMPLEMENTATION as e; print(e)", cwd=empty, env=env)
+    assert exchange.stdout.strip() == "native"  # the compiled twin, built from the source installed beside it
     _type_check_the_readme_example(tmp_path / "typed", vpy, purelib)
     _sh(venv / "bin" / "kvreplay", "demo", "--out", "d", "--quiet", "--report", "none", cwd=empty, env=env)
     summary = json.loads((empty / "d" / "summary.json").read_text())

@@ -442,9 +442,9 @@ def _http_response(body: bytes, sizes: list[int], framing: str, ext: bool) -> by
 
 def _through_exchange(cls, reads: list[bytes], monkeypatch, head_chars: int = 8) -> tuple:
     """Feed ``reads`` to one ``_Exchange`` whose accountant is ``cls``; every read at the same time."""
-    from kvreplay.runner import _h1exchange as hx  # the exchange's own names (runner.h1 re-exports the class)
     from kvreplay.runner import h1
 
+    hx = importlib.import_module(h1._Exchange.__module__)  # the names of the exchange in use (pure or compiled)
     monkeypatch.setattr(hx, "SSEAccountant", cls)
     monkeypatch.setattr(hx, "now_ns", lambda: 7_000)
     x = h1._Exchange(None, None, head_chars)

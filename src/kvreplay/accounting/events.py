@@ -244,8 +244,21 @@ def usage_counts(usage: dict | None) -> tuple[int | None, int | None, int | None
     ``cached_tokens`` and ``reasoning_tokens`` properties (each None when not
     reported); the runner reads them once a request and passes them along.
     """
-    if not isinstance(usage, dict):
-        return (None, None, None, None)
+    if type(usage) is not dict:  # noqa: E721 - a dict subclass takes the general path below
+        if not isinstance(usage, dict):
+            return (None, None, None, None)
+        return _usage_counts(usage)
+    get = usage.get
+    pt, ct, d = get("prompt_tokens"), get("completion_tokens"), get("prompt_tokens_details")
+    if (type(pt) is int and type(ct) is int and type(d) is dict and type(c := d.get("cached_tokens")) is int
+            and "completion_tokens_details" not in usage and "output_tokens_details" not in usage):
+        # the common shape (OpenAI, vLLM, SGLang): the same values as the general path, read
+        # without its calls (issue 43 item 2; tests/unit/accounting/test_usage_counts.py)
+        return pt, ct, c, None
+    return _usage_counts(usage)
+
+
+def _usage_counts(usage: dict) -> tuple[int | None, int | None, int | None, int | None]:
     pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
     return (pt if isinstance(pt, int) and not isinstance(pt, bool) else None,
             ct if isinstance(ct, int) and not isinstance(ct, bool) else None,

@@ -21,7 +21,19 @@ from kvreplay.runner.http import RequestOutcome
 from kvreplay.runner.outcomes import Counts
 from kvreplay.workload.index import BodyChanged, sha_of, size_of
 
-__all__ = ["RecordMaking"]
+__all__ = ["SENT_KEYS", "RecordMaking"]
+
+HEAD_KEYS = ("phase", "repetition", "position", "body_index", "body_sha256", "body_bytes", "concurrency")
+"""A record's first keys, in records.jsonl's order (docs/summary-schema.md, "records.jsonl")."""
+SENT_KEYS = ("sent", "status", "http_status", "finish_reason", "terminal", "done_marker", "visible",
+             "reasoning_only", "chunks", "content_deltas", "reasoning_deltas", "usage", "usage_raw", "timings",
+             "error", "timeout_kind", "reconnects", "t_intended_ns", "t_sent_ns", "t_headers_ns", "t_first_byte_ns",
+             "t_first_token_ns", "t_first_content_ns", "t_last_token_ns", "t_done_ns", "ttft_ns", "tpot_ns",
+             "e2e_ns", "queue_ns", "ttft_from_intended_ns", "e2e_from_intended_ns", "itl", "text_head",
+             "attribution", "counter_delta")
+"""A sent position's keys after the head (and a label's, a session's or a replica's keys), in order."""
+_SENT_TEMPLATE: dict[str, Any] = dict.fromkeys(SENT_KEYS)
+_PLAIN_TEMPLATE: dict[str, Any] = dict.fromkeys(HEAD_KEYS + SENT_KEYS)
 
 
 class RecordMaking:
@@ -66,7 +78,7 @@ class RecordMaking:
 
     def record(self, phase: Phase, pos: int, bi: int, rep: int, out: RequestOutcome | None,
                delta: dict | None, attribution: str, intended_ns: int | None = None,
-               counts: Counts | None = None, sha: str | None = None) -> dict[str, Any]:
+               counts: Counts | None = None, sha: str | None = None, size: int | None = None) -> dict[str, Any]:
         """The record of position ``pos`` (docs/summary-schema.md, "records.jsonl"); ``out`` None: not sent.
 
         Args:
@@ -82,23 +94,38 @@ class RecordMaking:
                 once a request); None: read here from ``out.stream.usage``.
             sha: Body ``bi``'s hex SHA-256 when the caller holds it (the ``Body`` just
                 sent); None: from the workload's index.
+            size: Body ``bi``'s bytes when the caller holds them (``len`` of the body just
+                sent, checked against the index); None: from the workload's index.
         """
         bodies = self.workload.bodies
+        spec = phase.spec
+        label, comparable = getattr(spec, "label", None), getattr(spec, "comparable", True)
+        turns = getattr(phase, "turns", None)
+        fleet = bool(getattr(getattr(self, "opts", None), "replicas", ()))
+        sha = sha_of(bodies, bi) if sha is None else sha  # from the index: not read again
+        size = size_of(bodies, bi) if size is None else size
+        if out is not None and label is None and comparable and turns is None and not fleet:
+            # The common record: a copy of the template (every key in place, in order) and
+            # the values assigned, not two dicts merged (issue 43 item 2).
+            rec = _PLAIN_TEMPLATE.copy()
+            rec["phase"], rec["repetition"], rec["position"], rec["body_index"] = phase.name, rep, pos, bi
+            rec["body_sha256"], rec["body_bytes"], rec["concurrency"] = sha, size, spec.concurrency
+            _fill_sent(rec, out, delta, attribution, intended_ns, counts, self.clock.origin_ns)
+            return rec
         base = {
             "phase": phase.name,
             "repetition": rep,
             "position": pos,
             "body_index": bi,
-            "body_sha256": sha_of(bodies, bi) if sha is None else sha,  # from the index: not read again
-            "body_bytes": size_of(bodies, bi),
-            "concurrency": phase.spec.concurrency,
+            "body_sha256": sha,
+            "body_bytes": size,
+            "concurrency": spec.concurrency,
         }
-        label, comparable = getattr(phase.spec, "label", None), getattr(phase.spec, "comparable", True)
         if label is not None:
             base["label"] = label
         if not comparable:
             base["comparable"] = False
-        if (turns := getattr(phase, "turns", None)) is not None:
+        if turns is not None:
             ss, prev = self.workload.sessions, self.prev_done.get(pos)
             base["session"], base["turn"] = turns[pos]
             # a session's first turn is sent when the session starts: its think time is not applied,
@@ -111,70 +138,73 @@ class RecordMaking:
                 sent_sha = self.sent_sha.get(pos) if out is not None else None
                 base["history"], base["sent_sha256"] = "live", sent_sha
                 base["history_differs"] = sent_sha is not None and sent_sha != base["body_sha256"]
-        if getattr(getattr(self, "opts", None), "replicas", ()):
+        if fleet:
             base["replica"] = None  # a fleet run: runner.fleet.replica_fields names it once the request is done
         if out is None:
             return {**base, "sent": False, "status": "aborted", "http_status": None,
                     "error": (self.abort or {}).get("reason", "not sent")}
-        r = out.stream
-        pt, ct, cached, reasoning = usage_counts(r.usage) if counts is None else counts
-        o = self.clock.origin_ns
-        sent_ns, done_ns, first_ns, last_ns = out.sent_ns, out.done_ns, r.first_token_ns, r.last_token_ns
-        ttft = first_ns - sent_ns if first_ns is not None else None
-        tpot = None
-        if first_ns is not None and last_ns is not None:
+        base.update(_SENT_TEMPLATE)
+        _fill_sent(base, out, delta, attribution, intended_ns, counts, self.clock.origin_ns)
+        return base
+
+
+def _fill_sent(rec: dict[str, Any], out: RequestOutcome, delta: dict | None, attribution: str,
+               intended_ns: int | None, counts: Counts | None, o: int) -> None:
+    """Assign a sent position's values to ``rec``'s keys from ``SENT_KEYS`` (in place; None stays where nothing came).
+
+    ``o`` is the run's clock origin (ns): the record's ``t_*`` times are relative to it.
+    """
+    r = out.stream
+    pt, ct, cached, reasoning = usage_counts(r.usage) if counts is None else counts
+    sent_ns, done_ns, first_ns, last_ns = out.sent_ns, out.done_ns, r.first_token_ns, r.last_token_ns
+    if first_ns is not None:
+        rec["ttft_ns"] = first_ns - sent_ns
+        rec["t_first_token_ns"] = first_ns - o
+        if last_ns is not None:
             n = ct if ct is not None else len(r.token_ns)
             if n and n > 1:
-                tpot = (last_ns - first_ns) // (n - 1)
-        itl = None
-        s = itl_summary_ns(r.token_ns)  # native: no Python int per token
-        if s is not None:
-            n_gaps, total, top, p50 = s
-            itl = {"n": n_gaps, "mean_ms": round(total / n_gaps / 1e6, 3),
-                   "p50_ms": round(p50 / 1e6, 3), "max_ms": round(top / 1e6, 3)}
-        terminal = "finished" if r.finish_reason else ("errored" if out.status != "ok" else "stopped")
-        headers_ns, first_byte, first_content = out.headers_ns, r.first_byte_ns, r.first_content_ns
-        base.update({
-            "sent": True,
-            "status": out.status,
-            "http_status": out.http_status,
-            "finish_reason": r.finish_reason,
-            "terminal": terminal,
-            "done_marker": r.done_marker,
-            "visible": r.visible,
-            "reasoning_only": r.reasoning_deltas > 0 and not r.visible,
-            "chunks": r.chunks,
-            "content_deltas": r.content_deltas,
-            "reasoning_deltas": r.reasoning_deltas,
-            "usage": {
-                "prompt_tokens": pt,
-                "completion_tokens": ct,
-                "cached_tokens": cached,
-                "reasoning_tokens": reasoning,
-            },
-            "usage_raw": r.usage,
-            "timings": r.timings,
-            "error": out.error,
-            "timeout_kind": out.timeout_kind,
-            "reconnects": out.reconnects,
-            "t_intended_ns": None if intended_ns is None else intended_ns - o,
-            "t_sent_ns": sent_ns - o,
-            "t_headers_ns": None if headers_ns is None else headers_ns - o,
-            "t_first_byte_ns": None if first_byte is None else first_byte - o,
-            "t_first_token_ns": None if first_ns is None else first_ns - o,
-            "t_first_content_ns": None if first_content is None else first_content - o,
-            "t_last_token_ns": None if last_ns is None else last_ns - o,
-            "t_done_ns": done_ns - o,
-            "ttft_ns": ttft,
-            "tpot_ns": tpot,
-            "e2e_ns": done_ns - sent_ns,
-            "queue_ns": None if intended_ns is None else max(0, sent_ns - intended_ns),
-            "ttft_from_intended_ns": None if intended_ns is None or first_ns is None
-            else first_ns - intended_ns,
-            "e2e_from_intended_ns": None if intended_ns is None else done_ns - intended_ns,
-            "itl": itl,
-            "text_head": r.text_head,
-            "attribution": attribution,
-            "counter_delta": delta,
-        })
-        return base
+                rec["tpot_ns"] = (last_ns - first_ns) // (n - 1)
+    s = itl_summary_ns(r.token_ns)  # native: no Python int per token
+    if s is not None:
+        n_gaps, total, top, p50 = s
+        rec["itl"] = {"n": n_gaps, "mean_ms": round(total / n_gaps / 1e6, 3),
+                      "p50_ms": round(p50 / 1e6, 3), "max_ms": round(top / 1e6, 3)}
+    status, finish, visible = out.status, r.finish_reason, r.visible
+    headers_ns, first_byte, first_content = out.headers_ns, r.first_byte_ns, r.first_content_ns
+    rec["sent"] = True
+    rec["status"] = status
+    rec["http_status"] = out.http_status
+    rec["finish_reason"] = finish
+    rec["terminal"] = "finished" if finish else ("errored" if status != "ok" else "stopped")
+    rec["done_marker"] = r.done_marker
+    rec["visible"] = visible
+    rec["reasoning_only"] = r.reasoning_deltas > 0 and not visible
+    rec["chunks"] = r.chunks
+    rec["content_deltas"] = r.content_deltas
+    rec["reasoning_deltas"] = r.reasoning_deltas
+    rec["usage"] = {"prompt_tokens": pt, "completion_tokens": ct, "cached_tokens": cached,
+                    "reasoning_tokens": reasoning}
+    rec["usage_raw"] = r.usage
+    rec["timings"] = r.timings
+    rec["error"] = out.error
+    rec["timeout_kind"] = out.timeout_kind
+    rec["reconnects"] = out.reconnects
+    rec["t_sent_ns"] = sent_ns - o
+    if headers_ns is not None:
+        rec["t_headers_ns"] = headers_ns - o
+    if first_byte is not None:
+        rec["t_first_byte_ns"] = first_byte - o
+    if first_content is not None:
+        rec["t_first_content_ns"] = first_content - o
+    if last_ns is not None:
+        rec["t_last_token_ns"] = last_ns - o
+    rec["t_done_ns"] = done_ns - o
+    rec["e2e_ns"] = done_ns - sent_ns
+    if intended_ns is not None:  # the open loop's times (None in a closed loop: the template's)
+        rec["t_intended_ns"] = intended_ns - o
+        rec["queue_ns"] = max(0, sent_ns - intended_ns)
+        rec["ttft_from_intended_ns"] = None if first_ns is None else first_ns - intended_ns
+        rec["e2e_from_intended_ns"] = done_ns - intended_ns
+    rec["text_head"] = r.text_head
+    rec["attribution"] = attribution
+    rec["counter_delta"] = delta

@@ -368,7 +368,8 @@ class _Run(RecordMaking, CounterReads, ContractChecks):
                     parts = (part_deltas(counter_delta(self.last_snap, after).parts)
                              if fleet and self.last_snap is not None and after is not None else None)
                     self.last_snap = after
-                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int, counts, body.sha256)
+                rec = self.record(phase, pos, bi, rep, out, delta, attribution, t_int, counts, body.sha256,
+                                  len(body.raw))
                 if fleet:
                     rec.update(replica_fields(out.replica, parts, self.opts.replicas, per_request=per_req,
                                               reached=failure_kind(rec) != "transport"))

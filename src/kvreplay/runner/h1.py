@@ -31,14 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import socket
 import ssl
+import warnings
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from kvreplay.accounting import StreamResult
+from kvreplay.accounting import IMPLEMENTATION, StreamResult
 from kvreplay.accounting.events import ERROR_BYTES
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
+from kvreplay.runner import _h1exchange
 from kvreplay.runner._h1exchange import (  # noqa: F401 (the exchange's names, re-exported: h1relay and tests)
     _BODY,
     _DONE,
@@ -48,7 +52,6 @@ from kvreplay.runner._h1exchange import (  # noqa: F401 (the exchange's names, r
     MAX_FRAMING_BYTES,
     MAX_HEAD_BYTES,
     MAX_INTERIM,
-    _Exchange,
     _LimitError,
 )
 from kvreplay.runner.http import (
@@ -61,7 +64,45 @@ from kvreplay.runner.http import (
     _stream_outcome,
 )
 
-__all__ = ["MAX_FRAMING_BYTES", "MAX_HEAD_BYTES", "MAX_INTERIM", "H1Client", "client_ssl_context"]
+__all__ = ["EXCHANGE_IMPLEMENTATION", "MAX_FRAMING_BYTES", "MAX_HEAD_BYTES", "MAX_INTERIM", "H1Client",
+           "client_ssl_context"]
+
+
+def _exchange_class() -> tuple[type[_h1exchange._Exchange], str]:
+    """The exchange class the client uses, and ``"native"`` or ``"pure"``.
+
+    The compiled twin (``_h1exchange_c``: ``_h1exchange.py`` itself compiled by Cython with the
+    typed fields of ``ext/_h1exchange_c.pxd``, issue 43 item 2) beside the native accountant
+    (``accounting.IMPLEMENTATION``); the module itself when the accountant is pure
+    (``KVREPLAY_NO_EXTENSIONS=1``, no compiler), when the twin was not built, or when it was
+    built from another version of the source (its ``SOURCE_SHA256`` is not the ``.py``'s: one
+    ``RuntimeWarning``, rebuild with ``make install``).
+    """
+    pure = _h1exchange._Exchange
+    if IMPLEMENTATION != "native":
+        return pure, "pure"
+    try:
+        from kvreplay.runner import _h1exchange_c  # type: ignore[attr-defined]
+    except ImportError:
+        return pure, "pure"
+    try:
+        with open(_h1exchange.__file__, "rb") as f:
+            current = hashlib.sha256(f.read()).hexdigest()
+    except OSError:  # no source beside the build (an installed wheel without it): the build is the code
+        current = _h1exchange_c.SOURCE_SHA256
+    if current != _h1exchange_c.SOURCE_SHA256:
+        warnings.warn("kvreplay: the compiled HTTP exchange was built from another version of "
+                      "runner/_h1exchange.py; using the source (rebuild: make install)", RuntimeWarning, stacklevel=2)
+        return pure, "pure"
+    return _h1exchange_c._Exchange, "native"
+
+
+EXCHANGE_IMPLEMENTATION: str
+"""``"native"`` (the compiled twin) or ``"pure"``: which exchange the client uses (``_exchange_class``)."""
+if TYPE_CHECKING:
+    from kvreplay.runner._h1exchange import _Exchange
+else:
+    _Exchange, EXCHANGE_IMPLEMENTATION = _exchange_class()
 
 CLIENT_ERRNOS = _CLIENT_ERRNOS
 """OS errors that are the client's own resource exhaustion, not the server's fault

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -44,7 +45,8 @@ class _SpyAcc:
 
 def test_three_chunks_of_one_read_are_one_feed_at_that_reads_time(monkeypatch):
     clock = iter([1_000, 2_000, 3_000])
-    monkeypatch.setattr("kvreplay.runner._h1exchange.now_ns", lambda: next(clock))  # the exchange's clock
+    # the exchange's clock, in the module of the class in use (the compiled twin has its own globals)
+    monkeypatch.setattr(sys.modules[_Exchange.__module__], "now_ns", lambda: next(clock))
     x = _Exchange(None, None, 0)
     x.on_data(HEAD_SSE)
     spy = _SpyAcc()

@@ -95,3 +95,114 @@ def test_a_record_given_the_counts_is_the_same_bytes(usage, tmp_path):
         assert rec["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "cached_tokens": 4,
                                 "reasoning_tokens": 1}
         assert rec["tpot_ns"] == 15  # (1090 - 1060) // (3 - 1)
+
+
+# -- the record's template (issue 43 item 2): every key in records.jsonl's order, exact values --------
+
+def _expected_ok(attribution="none"):
+    """The record of ``_outcome(USAGES[0])`` at position 3, body 0, repetition 1, closed loop, by hand."""
+    return [
+        ("phase", "p"), ("repetition", 1), ("position", 3), ("body_index", 0), ("body_sha256", SHA),
+        ("body_bytes", len(RAW)), ("concurrency", 2),
+        ("sent", True), ("status", "ok"), ("http_status", 200), ("finish_reason", "stop"),
+        ("terminal", "finished"), ("done_marker", True), ("visible", True), ("reasoning_only", False),
+        ("chunks", 4), ("content_deltas", 3), ("reasoning_deltas", 0),
+        ("usage", {"prompt_tokens": 7, "completion_tokens": 3, "cached_tokens": 4, "reasoning_tokens": 1}),
+        ("usage_raw", USAGES[0]), ("timings", None), ("error", None), ("timeout_kind", None), ("reconnects", 0),
+        ("t_intended_ns", None), ("t_sent_ns", 0), ("t_headers_ns", 40), ("t_first_byte_ns", 50),
+        ("t_first_token_ns", 60), ("t_first_content_ns", 60), ("t_last_token_ns", 90), ("t_done_ns", 100),
+        ("ttft_ns", 60), ("tpot_ns", 15), ("e2e_ns", 100), ("queue_ns", None), ("ttft_from_intended_ns", None),
+        ("e2e_from_intended_ns", None),
+        # gaps 10 and 20 ns: mean 15 ns, p50 of two gaps the lower (the native and pure ITL summaries agree)
+        ("itl", {"n": 2, "mean_ms": 0.0, "p50_ms": 0.0, "max_ms": 0.0}),
+        ("text_head", "abc"), ("attribution", attribution), ("counter_delta", None),
+    ]
+
+
+def test_a_plain_record_has_every_key_in_order_with_its_value():
+    m = _maker()
+    out = _outcome(dict(USAGES[0]))
+    rec = m.record(PHASE, 3, 0, 1, out, None, "none", None, check_usage(out), SHA, len(RAW))
+    assert list(rec.items()) == _expected_ok()
+    # the index's size and digest when the caller holds neither: the same record
+    out = _outcome(dict(USAGES[0]))
+    assert list(m.record(PHASE, 3, 0, 1, out, None, "none").items()) == _expected_ok()
+
+
+def test_a_labelled_record_is_the_plain_one_with_its_label_after_the_head():
+    """The general path (label, not comparable) and the template's fill the same keys in the same order."""
+    m = _maker()
+    labelled = types.SimpleNamespace(name="p", spec=types.SimpleNamespace(concurrency=2, label="L", comparable=False))
+    out = _outcome(dict(USAGES[0]))
+    rec = m.record(labelled, 3, 0, 1, out, {"hit_tokens": 4}, "per_request", None, check_usage(out), SHA)
+    want = _expected_ok("per_request")
+    want[-1] = ("counter_delta", {"hit_tokens": 4})
+    assert list(rec.items()) == want[:7] + [("label", "L"), ("comparable", False)] + want[7:]
+
+
+def test_an_open_loop_record_fills_the_intended_times():
+    m = _maker()
+    out = _outcome(dict(USAGES[0]))
+    rec = m.record(PHASE, 3, 0, 1, out, None, "none", 1_020, check_usage(out), SHA)
+    # intended 1,020 (20 after the origin), sent 1,000: not queued; first token 1,060; done 1,100
+    assert (rec["t_intended_ns"], rec["queue_ns"], rec["ttft_from_intended_ns"], rec["e2e_from_intended_ns"]) == (
+        20, 0, 40, 80)
+    rec = m.record(PHASE, 3, 0, 1, _outcome(None), None, "none", 990)  # sent 10 ns after its intended time
+    assert (rec["t_intended_ns"], rec["queue_ns"], rec["ttft_from_intended_ns"], rec["e2e_from_intended_ns"]) == (
+        -10, 10, 70, 110)
+
+
+def test_a_failed_record_keeps_none_where_nothing_came():
+    m = _maker()
+    r = StreamResult()
+    out = RequestOutcome("cut", None, 1_000, None, 1_500, r, error="Server disconnected")
+    rec = dict(m.record(PHASE, 0, 0, 0, out, None, "none"))
+    assert {k: rec[k] for k in ("status", "terminal", "t_headers_ns", "t_first_byte_ns", "t_first_token_ns",
+                                "t_first_content_ns", "t_last_token_ns", "ttft_ns", "tpot_ns", "itl", "e2e_ns",
+                                "t_done_ns", "usage", "error")} == {
+        "status": "cut", "terminal": "errored", "t_headers_ns": None, "t_first_byte_ns": None,
+        "t_first_token_ns": None, "t_first_content_ns": None, "t_last_token_ns": None, "ttft_ns": None,
+        "tpot_ns": None, "itl": None, "e2e_ns": 500, "t_done_ns": 500,
+        "usage": {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None,
+                  "reasoning_tokens": None},
+        "error": "Server disconnected"}
+    # the template is not changed by a record made from it
+    again = m.record(PHASE, 0, 0, 0, _outcome(None), None, "none")
+    assert (again["error"], again["t_headers_ns"]) == (None, 40)
+
+
+class _UsageDict(dict):
+    """A dict subclass: takes the general path."""
+
+
+SHAPES = [
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 5}}, (9, 2, 5, None)),
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 0}}, (9, 2, 0, None)),
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": True}},
+     (9, 2, None, None)),  # a bool is no count
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": None},
+      "input_tokens_details": {"cached_tokens": 3}}, (9, 2, 3, None)),  # the next key is read
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 5},
+      "completion_tokens_details": {"reasoning_tokens": 1}}, (9, 2, 5, 1)),
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 5},
+      "output_tokens_details": {"reasoning_tokens": 4}}, (9, 2, 5, 4)),
+    ({"prompt_tokens": True, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 5}},
+     (None, 2, 5, None)),
+    ({"prompt_tokens": 9, "completion_tokens": 2.0, "prompt_tokens_details": {"cached_tokens": 5}},
+     (9, None, 5, None)),
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": [5]}, (9, 2, None, None)),
+    ({"prompt_tokens": 9, "completion_tokens": 2, "prompt_cache_hit_tokens": 6}, (9, 2, 6, None)),  # DeepSeek
+    (_UsageDict(prompt_tokens=9, completion_tokens=2, prompt_tokens_details={"cached_tokens": 5}), (9, 2, 5, None)),
+    ({}, (None, None, None, None)),
+    ("not an object", (None, None, None, None)),
+]
+
+
+@pytest.mark.parametrize(("usage", "want"), SHAPES)
+def test_usage_counts_read_the_common_shape_as_the_general_path_does(usage, want):
+    """The common shape's short path (``usage_counts``) and the general one give the same, by-hand counts."""
+    from kvreplay.accounting.events import _usage_counts
+
+    assert usage_counts(usage) == want
+    if isinstance(usage, dict):
+        assert _usage_counts(usage) == want
