@@ -46,7 +46,7 @@ EXCHANGE_PXD = "ext/_h1exchange_c.pxd"
 
 
 def _exchange_copy():
-    """The compiled twin of the runner's HTTP/1.1 exchange: ``_h1exchange.py`` itself, typed by ``ext/_h1exchange_c.pxd``.
+    """The source of the HTTP/1.1 exchange's compiled twin: ``_h1exchange.py``, typed by ``ext/_h1exchange_c.pxd``.
 
     Cython compiles the one source in its pure-Python mode (the ``.pxd`` makes ``_Exchange`` a
     ``cdef class`` with typed fields), so the two twins cannot differ in what they do. The copy
