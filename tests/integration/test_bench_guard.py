@@ -87,6 +87,12 @@ def test_a_figure_past_its_tolerance_is_regressed_and_one_within_it_is_not(guard
     assert dict(guard.verdicts(within, base, tol)) == dict.fromkeys(within, "ok")
     assert dict(guard.verdicts(past, base, tol)) == dict.fromkeys(past, "REGRESSED")
     assert dict(guard.verdicts({"whole_over_floor": 3.0}, base, tol)) == {"whole_over_floor": "no baseline"}
+    # exactly at the limit still passes (the guard flags a figure over it, not at it): binary fractions,
+    # so the limit is exact (0.5 x 1.25 = 0.625; 0.75 x 1.5 = 1.125; 96 + 8 = 104)
+    exact = guard.Tolerances(ratio=0.25, noisy=0.5, floor=0.25, rss_mb=8.0)
+    at = {"request_ratio": 0.625, "token_ratio": 1.125, "read_over_floor": 1.25, "rss_mb": 104.0}
+    assert dict(guard.verdicts(at, {"request_ratio": 0.5, "token_ratio": 0.75, "read_over_floor": 1.0,
+                                    "rss_mb": 96.0}, exact)) == dict.fromkeys(at, "ok")
 
 
 def test_the_table_shows_the_floor_beside_the_target_it_is_over(guard):

@@ -146,6 +146,20 @@ def test_a_sweep_selecting_past_the_workload_is_refused_not_cut(tmp_path, capsys
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("sel", "first_body"), [("first52", 0), ("last52", 0), ("last2", 50)])
+def test_a_sweep_selecting_up_to_the_whole_workload_sends_it(tmp_path, sel, first_body):
+    """N = n is the boundary of the refusal above: ``first52`` and ``last52`` of 52 bodies send every one."""
+    out = tmp_path / sel
+    assert main(["sweep", WL, "--target", "sim", "--sim-time-scale", "0", "--concurrency", "4", "--select", sel,
+                 "--requests", "52", "--warmup", "0", "--cache", "as-is", "--no-per-request-counters",
+                 "--report", "none", "--quiet", "--out", str(out)]) == 0
+    (p,) = json.loads((out / "sweep.json").read_text())["points"]
+    recs = records_of(out / p["run_dir"])
+    n = 52 if sel.endswith("52") else 2
+    assert sorted(r["body_index"] for r in recs) == sorted((first_body + i % n) for i in range(52))
+    assert {r["status"] for r in recs} == {"ok"}
+
+
 @pytest.mark.parametrize("target", ["http://127.0.0.1:9/?api_key=k3y-in-the-query", "http://127.0.0.1:9#k3y-in-the-query",
                                     "127.0.0.1:9"])
 def test_a_target_with_a_query_or_no_scheme_is_refused_before_anything_is_made(tmp_path, capsys, target):

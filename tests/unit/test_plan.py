@@ -89,7 +89,8 @@ def test_a_first_or_last_past_the_workload_is_refused_not_cut(wl, sel):
                              f"({kind}:20 or all sends every one)")
 
 
-@pytest.mark.parametrize("sel,want", [("first20", list(range(20))), ("last3", [17, 18, 19]), ("first1", [0])])
+@pytest.mark.parametrize("sel,want", [("first20", list(range(20))), ("last20", list(range(20))),
+                                      ("last3", [17, 18, 19]), ("first1", [0]), ("last1", [19])])
 def test_a_first_or_last_up_to_the_workload_sends_exactly_those(wl, sel, want):
     plan = build_plan(wl, [parse_phase(f"a:forward:c1:{sel}")])
     assert [bi for bi, _ in plan.phases[0].sequence] == want
