@@ -404,6 +404,24 @@ def report(got: dict, base: dict | None, mode: str, tol: Tolerances) -> list[str
     return lines
 
 
+def _implementation() -> str:
+    """Which twins the measured tree runs: ``accountant native, exchange native`` (a stale or missing build reads pure).
+
+    Asked of a child with the measured tree's ``PYTHONPATH``, as every kvreplay arm is run; a tree
+    older than the exchange's compiled twin says ``exchange -``.
+    """
+    code = ("import warnings; warnings.simplefilter('ignore')\n"
+            "from kvreplay.accounting import IMPLEMENTATION as a\n"
+            "try:\n    from kvreplay.runner.h1 import EXCHANGE_IMPLEMENTATION as e\n"
+            "except ImportError:\n    e = '-'\n"
+            "print(f'accountant {a}, exchange {e}')")
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return "implementation unknown"
+    return r.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true",
@@ -443,8 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         base = {**(base or {}), **{k: got[k + "_ref"] for k in ("token_ratio", "request_ratio") if k + "_ref" in got}}
     tol = Tolerances(ratio=a.tol_ratio, noisy=a.tol_noisy, floor=a.tol_floor, rss_mb=a.tol_rss_mb)
     print("\n".join(report(got, base, mode, tol)))
-    print(f"tree {a.src or _git_head()}; {wall:.0f} s; {os.cpu_count()} CPUs, load average {load0[0]:.2f} before, "
-          f"{load1[0]:.2f} after; baseline: {(stored.get(mode) or {}).get('note', 'none')}")
+    print(f"tree {a.src or _git_head()} ({_implementation()}); {wall:.0f} s; {os.cpu_count()} CPUs, load average "
+          f"{load0[0]:.2f} before, {load1[0]:.2f} after; baseline: {(stored.get(mode) or {}).get('note', 'none')}")
     if a.json:
         a.json.write_text(json.dumps(got, indent=1))
     if a.write_baseline:
