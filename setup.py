@@ -45,28 +45,39 @@ EXCHANGE_SRC = "src/kvreplay/runner/_h1exchange.py"
 EXCHANGE_PXD = "ext/_h1exchange_c.pxd"
 
 
+GENERATED = "build/cython"
+"""Where the exchange's copy and its ``.pxd`` are written, as ``kvreplay/runner/_h1exchange_c.*``: Cython finds
+a module's ``.pxd`` by the module's full name on its include path, not beside a source of another name."""
+
+
 def _exchange_copy():
     """The source of the HTTP/1.1 exchange's compiled twin: ``_h1exchange.py``, typed by ``ext/_h1exchange_c.pxd``.
 
     Cython compiles the one source in its pure-Python mode (the ``.pxd`` makes ``_Exchange`` a
     ``cdef class`` with typed fields), so the two twins cannot differ in what they do. The copy
-    is written to ``ext/_h1exchange_c.py`` (generated, not committed) with the source's SHA-256
-    appended, which ``runner.h1`` compares with the ``.py`` beside it: a stale build is not used.
+    is written under ``build/cython/kvreplay/runner/`` (generated, not committed) with the
+    source's SHA-256 appended, which ``runner.h1`` compares with the ``.py`` beside it: a stale
+    build is not used. The ``.pxd`` is copied beside it under the module's own name.
     """
     import hashlib
 
     with open(EXCHANGE_SRC, "rb") as f:
         src = f.read()
-    out = "ext/_h1exchange_c.py"
+    with open(EXCHANGE_PXD, "rb") as f:
+        pxd = f.read()
+    where = os.path.join(GENERATED, "kvreplay", "runner")
+    os.makedirs(where, exist_ok=True)
+    out = os.path.join(where, "_h1exchange_c.py")
     text = src + b"\n\nSOURCE_SHA256 = %r\n" % hashlib.sha256(src).hexdigest()
-    try:
-        with open(out, "rb") as f:
-            same = f.read() == text
-    except OSError:
-        same = False
-    if not same:  # rewritten only when it changed: the build's timestamps stay meaningful
-        with open(out, "wb") as f:
-            f.write(text)
+    for path, data in ((out, text), (os.path.join(where, "_h1exchange_c.pxd"), pxd)):
+        try:
+            with open(path, "rb") as f:
+                same = f.read() == data
+        except OSError:
+            same = False
+        if not same:  # rewritten only when it changed: the build's timestamps stay meaningful
+            with open(path, "wb") as f:
+                f.write(data)
     return out
 
 
@@ -92,6 +103,7 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
     extensions = [e for e in extensions if os.path.exists(e.sources[0])]
     ext_modules = cythonize(
         extensions,
+        include_path=[GENERATED],  # the exchange's .pxd, found by its module's name (_exchange_copy)
         language_level=3,
         annotate=debug,
         quiet=True,

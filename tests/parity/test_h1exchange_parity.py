@@ -132,3 +132,12 @@ def test_a_twin_built_from_another_source_is_not_used(monkeypatch):
     assert (cls, impl) == (pure_mod._Exchange, "pure")
     monkeypatch.undo()
     assert h1._exchange_class() == (native_mod._Exchange, "native")
+
+
+def test_the_compiled_exchange_is_a_cdef_class_with_every_field_typed():
+    """The ``.pxd`` reached the build: a static type whose every slot is a C field (a getset of the
+    type), not the ``.py`` compiled as an ordinary class with ``__slots__`` (member descriptors)."""
+    cls = native_mod._Exchange
+    assert not cls.__flags__ & (1 << 9)  # Py_TPFLAGS_HEAPTYPE: a class statement's type, not a cdef class
+    kinds = {f: type(cls.__dict__.get(f)).__name__ for f in pure_mod._Exchange.__slots__}
+    assert kinds == dict.fromkeys(pure_mod._Exchange.__slots__, "getset_descriptor")

@@ -253,7 +253,7 @@ def usage_counts(usage: dict | None) -> tuple[int | None, int | None, int | None
     if (type(pt) is int and type(ct) is int and type(d) is dict and type(c := d.get("cached_tokens")) is int
             and "completion_tokens_details" not in usage and "output_tokens_details" not in usage):
         # the common shape (OpenAI, vLLM, SGLang): the same values as the general path, read
-        # without its calls (issue 43 item 2; tests/unit/accounting/test_usage_counts.py)
+        # without its calls (issue 43 item 2; tests/unit/runner/test_record_path.py)
         return pt, ct, c, None
     return _usage_counts(usage)
 
