@@ -55,8 +55,8 @@ figure is a ratio to a reference measured in the same run. The per-token figures
 (``--tol-noisy``), with more repetitions: kvreplay's CPU per token against a server that
 writes one event per send is bimodal (when the client keeps up, every read carries one
 event and a token costs a read; when it lags, reads carry several: one run read 0.381 and
-0.699 for the same tree), and the proxy and its floor are read in 10 ms clock ticks from
-``/proc`` (single pairs 1.3-3.5 in one run). RSS 10 MB
+0.699 for the same tree), and the proxy and its floor (read from ``/proc``'s schedstat in ns
+since 2026-12-05; before, in 10 ms clock ticks: single pairs 1.3-3.5 in one run) vary run to run. RSS 10 MB
 (``--tol-rss-mb``): it does not depend on load (same tree: within 2 MB).
 
     PYTHONPATH=src .venv/bin/python bench/guard.py            # small N: 60-100 s here at load 3-8
@@ -254,9 +254,9 @@ async def _proxy_runs(sim: Proc, rec: Proc, floor: Proc, n: int, reps: int) -> d
         for rep in range(reps):
             for which in ("proxied", "floor") if rep % 2 == 0 else ("floor", "proxied"):
                 relay = rec if which == "proxied" else floor
-                c0 = relay.cpu_s()
+                c0 = relay.cpu_ns()  # ns, from schedstat: /proc's 10 ms ticks were ~12% of the ratio's noise
                 _, tokens = await c64_run(s, sim.url, relay.url, bodies, n)
-                cpu[which].append((relay.cpu_s() - c0) / tokens * 1e6)
+                cpu[which].append((relay.cpu_ns() - c0) / tokens / 1e3)
         await reset(s, sim.url)
     ratio = [p / f for p, f in zip(cpu["proxied"], cpu["floor"], strict=True)]
     return {"proxy_over_floor": statistics.median(ratio), "proxy_over_floor_reps": ratio,

@@ -136,3 +136,17 @@ def test_a_figure_that_could_not_be_measured_is_not_passed(guard):
     base = {"read_over_floor": 1.1, "token_ratio": 0.8}
     assert dict(guard.verdicts(got, base, guard.Tolerances())) == {"read_over_floor": "not measured",
                                                                     "token_ratio": "ok"}
+
+
+def test_a_process_cpu_is_the_sum_of_its_threads_schedstat_in_ns(guard, tmp_path):
+    """The proxy's CPU in ns (``bench_record.task_cpu_ns``): every live thread's ``sum_exec_runtime``."""
+    rec = importlib.import_module("bench_record")
+    proc = tmp_path / "proc"
+    for tid, line in (("10", "123456789 2000 31\n"), ("11", "1000 7 2\n"), ("12", None), ("13", "garbage\n")):
+        (proc / "task" / tid).mkdir(parents=True)
+        if line is not None:  # 12: a thread gone between the listing and the read; 13: unreadable
+            (proc / "task" / tid / "schedstat").write_text(line)
+    assert rec.task_cpu_ns(proc) == 123_457_789
+    assert rec.task_cpu_ns(tmp_path / "no-such-process") is None
+    (tmp_path / "bare" / "task" / "1").mkdir(parents=True)  # a kernel without schedstat
+    assert rec.task_cpu_ns(tmp_path / "bare") is None
