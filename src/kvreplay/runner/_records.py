@@ -102,25 +102,18 @@ class RecordMaking:
         label, comparable = getattr(spec, "label", None), getattr(spec, "comparable", True)
         turns = getattr(phase, "turns", None)
         fleet = bool(getattr(getattr(self, "opts", None), "replicas", ()))
-        sha = sha_of(bodies, bi) if sha is None else sha  # from the index: not read again
-        size = size_of(bodies, bi) if size is None else size
+        head = (phase.name, rep, pos, bi,
+                sha_of(bodies, bi) if sha is None else sha,  # from the index: not read again
+                size_of(bodies, bi) if size is None else size, spec.concurrency)  # HEAD_KEYS' values
         if out is not None and label is None and comparable and turns is None and not fleet:
             # The common record: a copy of the template (every key in place, in order) and
             # the values assigned, not two dicts merged (issue 43 item 2).
             rec = _PLAIN_TEMPLATE.copy()
-            rec["phase"], rec["repetition"], rec["position"], rec["body_index"] = phase.name, rep, pos, bi
-            rec["body_sha256"], rec["body_bytes"], rec["concurrency"] = sha, size, spec.concurrency
+            (rec["phase"], rec["repetition"], rec["position"], rec["body_index"], rec["body_sha256"],
+             rec["body_bytes"], rec["concurrency"]) = head
             _fill_sent(rec, out, delta, attribution, intended_ns, counts, self.clock.origin_ns)
             return rec
-        base = {
-            "phase": phase.name,
-            "repetition": rep,
-            "position": pos,
-            "body_index": bi,
-            "body_sha256": sha,
-            "body_bytes": size,
-            "concurrency": spec.concurrency,
-        }
+        base = dict(zip(HEAD_KEYS, head, strict=True))
         if label is not None:
             base["label"] = label
         if not comparable:
