@@ -92,7 +92,7 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") != "1":
         Extension(
             "kvreplay.accounting._sse_c",
             ["ext/_sse_c.pyx"],
-            depends=["ext/_sse_scan.pxi"],
+            depends=["ext/_sse_scan.pxi", "ext/_sse_end.pxi"],
             define_macros=macros,
         ),
         Extension("kvreplay.workload._hash_c", ["ext/_hash_c.pyx"], define_macros=macros),

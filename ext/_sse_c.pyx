@@ -45,6 +45,7 @@ from kvreplay.errors import StreamError
 __all__ = ["SSEAccountant", "hdr_record_gaps", "itl_summary_ns"]
 
 include "_sse_scan.pxi"
+include "_sse_end.pxi"
 
 
 cdef enum:

@@ -14,7 +14,8 @@ One place, the way a template engine routes every page through one autoescape
   decodes to the same strings;
 - **written atomically and without following a symlink**: a file is written to
   ``<path>.tmp`` created with ``O_EXCL | O_NOFOLLOW`` in the same directory (a
-  stale or planted entry at that name is removed first, never followed),
+  stale or planted entry at that name makes the open fail: it is removed, never
+  followed, and the open tried once more),
   flushed with ``fsync``, then renamed over ``<path>`` (``rename`` replaces a
   symlink at ``<path>`` itself, never its target) and the directory is synced.
 
@@ -65,7 +66,7 @@ INT_MAX = 2**64 - 1
 """Largest integer written as a JSON number (orjson's range); larger ones become decimal strings."""
 
 
-def open_new(path: Path, *, append: bool = False) -> BinaryIO:
+def open_new(path: str | os.PathLike[str], *, append: bool = False) -> BinaryIO:
     """Open ``path`` for unbuffered binary writing without following a symlink.
 
     Args:
@@ -126,7 +127,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
     atomic_write_chunks(path, (data,), fsync=fsync)
 
 
-def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, fsync: bool = True) -> None:
+def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], *, fsync: bool = True) -> None:
     """``atomic_write_bytes`` of the concatenation of ``chunks``, written as they come (never joined in memory).
 
     No redaction: the caller vouches for the bytes (``rundir.planfile`` streams a
@@ -136,12 +137,15 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, fsync: bool = Tr
         OSError: as ``atomic_write_bytes``; any error raised by ``chunks`` itself passes through
             (the temporary file removed, the target unchanged).
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # a stale or planted entry (a symlink is removed, not followed)
+    path = os.fspath(path)
+    tmp = path + ".tmp"
     try:
-        with open_new(tmp) as f:
+        f = open_new(tmp)
+    except FileExistsError:  # a stale or planted entry (a symlink is removed, not followed); then once more
+        os.unlink(tmp)
+        f = open_new(tmp)
+    try:
+        with f:
             for data in chunks:
                 _write_all(f, data)
             if fsync:
@@ -152,7 +156,7 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, fsync: bool = Tr
             os.unlink(tmp)
         raise
     if fsync:
-        _sync_dir(path)
+        _sync_dir(Path(path))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

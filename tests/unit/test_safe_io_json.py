@@ -27,3 +27,24 @@ def test_an_unserializable_value_writes_nothing(tmp_path):
     with pytest.raises(TypeError):
         atomic_write_json(path, {"x": object()})
     assert path.read_bytes() == b"old\n"
+
+
+def test_a_stale_temporary_file_is_replaced_and_a_str_path_is_taken(tmp_path):
+    """A ``.tmp`` left by a crash makes the exclusive open fail once: it is removed and the write goes on."""
+    from kvreplay.safe_io import atomic_write_bytes
+
+    (tmp_path / "000001.json.tmp").write_bytes(b"half a body from before the crash")
+    atomic_write_bytes(str(tmp_path / "000001.json"), b'{"model":"m"}', fsync=False)
+    assert (tmp_path / "000001.json").read_bytes() == b'{"model":"m"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000001.json"]
+
+
+def test_a_folder_at_the_temporary_name_is_an_error_and_the_target_is_kept(tmp_path):
+    from kvreplay.safe_io import atomic_write_bytes
+
+    (tmp_path / "a.json").write_bytes(b"old")
+    (tmp_path / "a.json.tmp").mkdir()
+    with pytest.raises(OSError):
+        atomic_write_bytes(tmp_path / "a.json", b"new")
+    assert (tmp_path / "a.json").read_bytes() == b"old"
+    assert (tmp_path / "a.json.tmp").is_dir()  # not removed: it is not ours to delete

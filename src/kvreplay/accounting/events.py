@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Accountant", "Event", "StreamResult", "cached_tokens_of", "itl_gaps_ns", "itl_summary_ns",
-           "reasoning_tokens_of", "usage_counts"]
+__all__ = ["Accountant", "Event", "StreamResult", "cached_tokens_of", "end_marker_in", "itl_gaps_ns",
+           "itl_summary_ns", "reasoning_tokens_of", "usage_counts"]
 
 HEAD_CHARS = 256
 """Default bound on the response text kept per request (characters)."""
@@ -304,3 +304,25 @@ def itl_summary_ns(token_ns: array) -> tuple[int, int, int, int] | None:
     gs.partition(n // 2)
     return n, total, top, int(gs[n // 2])
 
+
+
+def end_marker_in(prev: bytes, chunk: bytes) -> bool:
+    """Whether ``chunk``, or the 16 bytes around its start (``prev``'s last 8, its first 8), holds an end marker.
+
+    The pure twin of the native ``_sse_c.end_marker_in`` (``accounting.sse`` picks one); the
+    capture proxy asks it of every read after the first token (``recorder._relay._Tally``),
+    and only when it answers True feeds the accountant, which decides. The markers are the
+    stream's last event ``data: [DONE]`` and a usage object ``"usage"`` (the final chunk of
+    an OpenAI-style stream with ``stream_options.include_usage``; SERVERS.md).
+
+    Args:
+        prev: The read before ``chunk`` (only its last 8 bytes are looked at); ``b""`` for none.
+        chunk: One upstream read of the stream.
+
+    Returns:
+        True when ``b"[DONE]"`` or ``b'"usage"'`` is in ``chunk`` or cut between the two reads.
+    """
+    if b"[DONE]" in chunk or b'"usage"' in chunk:
+        return True
+    seen = prev[-8:] + chunk[:8]
+    return b"[DONE]" in seen or b'"usage"' in seen

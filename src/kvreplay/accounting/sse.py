@@ -4,8 +4,8 @@ The pure twin is used when ``KVREPLAY_NO_EXTENSIONS=1`` or on a non-CPython
 interpreter. Otherwise the compiled ``_sse_c`` is imported; if that fails the
 facade falls back to the pure twin with one ``RuntimeWarning``.
 ``IMPLEMENTATION`` is ``"native"`` or ``"pure"`` and goes into ``plan.json``.
-The ITL helper ``itl_summary_ns`` (a record's ITL summary) comes from the
-same side; ``hdr_record_gaps``
+The ITL helper ``itl_summary_ns`` (a record's ITL summary) and the capture
+proxy's end-of-stream check ``end_marker_in`` come from the same side; ``hdr_record_gaps``
 is native only (None on the pure side, whose histograms take the numpy path).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from kvreplay.accounting import _sse_py, events
 from kvreplay.accounting.events import Accountant, Event, StreamResult
 
-__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "hdr_record_gaps",
+__all__ = ["IMPLEMENTATION", "Event", "SSEAccountant", "StreamResult", "end_marker_in", "hdr_record_gaps",
            "itl_summary_ns"]
 
 hdr_record_gaps: Callable[..., tuple[int, int, int, int | None, int | None] | None] | None = None
@@ -45,6 +45,7 @@ if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1" or platform.python_implem
     SSEAccountant = _sse_py.SSEAccountant
     IMPLEMENTATION = "pure"
     itl_summary_ns = events.itl_summary_ns
+    end_marker_in = events.end_marker_in
 else:
     try:
         from kvreplay.accounting import _sse_c
@@ -54,8 +55,10 @@ else:
         SSEAccountant = _sse_py.SSEAccountant
         IMPLEMENTATION = "pure"
         itl_summary_ns = events.itl_summary_ns
+        end_marker_in = events.end_marker_in
     else:
         SSEAccountant = _sse_c.SSEAccountant
         IMPLEMENTATION = "native"
         itl_summary_ns = _sse_c.itl_summary_ns
+        end_marker_in = _sse_c.end_marker_in
         hdr_record_gaps = _sse_c.hdr_record_gaps

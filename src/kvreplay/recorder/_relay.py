@@ -15,6 +15,7 @@ from collections.abc import Callable
 import orjson
 
 from kvreplay.accounting import SSEAccountant, StreamResult
+from kvreplay.accounting.sse import end_marker_in
 from kvreplay.clock import now_ns
 from kvreplay.errors import StreamError
 from kvreplay.runner.h1relay import RelayExchange
@@ -77,9 +78,23 @@ class _Down:
             self.wake()
             return
         if not self.gone:
-            self._write(data)
-        self._count(data, None)
-        if self.token_wake and not self.tally.timed:  # type: ignore[union-attr]
+            tr = self.tr
+            if tr is not None and not tr.is_closing():  # ``_write``'s common case, inline (one call less a read)
+                tr.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+                if tr.get_write_buffer_size() > _DRAIN_AT:
+                    self._pause(self.x)
+            else:
+                self._write(data)
+        t = self.tally
+        if t is None:
+            if self.keep is not None and len(self.keep) < _JSON_KEEP:
+                self.keep += data
+            return
+        t.feed(data)  # ``_count``, inline
+        if t.end_ns is not None and self.on_end is not None:
+            cb, self.on_end = self.on_end, None
+            cb()  # relayed: the request no longer in flight
+        if self.token_wake and not t.timed:
             self.token_wake = False
             self.wake()  # the first token is out: the handler runs the body's retention verdict
 
@@ -173,7 +188,7 @@ class _Tally:
         self.later: list[bytes] = []
         self.held = 0
         self.end_ns: int | None = None  # when the read that ended the stream was relayed (``ended``)
-        self.tail = b""  # the last bytes of the previous read: a marker cut between two reads is still found
+        self.tail = b""  # the previous read (its last 8 bytes are looked at): a marker cut between two reads is found
 
     def feed(self, chunk: bytes, at: int | None = None) -> None:
         """One upstream read, as relayed; ``at``: when it was read (ns; None: now)."""
@@ -192,18 +207,19 @@ class _Tally:
         self.held += len(chunk)
         if self.held >= _BULK:
             self._flush()
-        self._check_end(chunk, at)
+        if self.end_ns is None:
+            self._check_end(chunk, at)
 
     def _check_end(self, chunk: bytes, at: int | None) -> None:
         """Note when the stream ended: its ``[DONE]``, or a usage object after the finish reason.
 
-        Two byte searches per read; the accountant (flushed) decides only when one matches.
+        ``end_marker_in`` looks for either marker in the read and cut between it and the
+        previous one (native: ``memmem``); the accountant (flushed) decides only when one is found.
         """
         if self.end_ns is not None:
             return
-        seen = self.tail + chunk[:8]
-        self.tail = chunk[-8:]
-        if b"[DONE]" not in chunk and b'"usage"' not in chunk and b"[DONE]" not in seen and b'"usage"' not in seen:
+        prev, self.tail = self.tail, chunk
+        if not end_marker_in(prev, chunk):
             return
         self._flush()
         r = self.acct.result
