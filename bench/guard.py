@@ -91,7 +91,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 
 from bench_client import _run_child, _start_server, _stop_server, make_workload  # noqa: E402
-from bench_record import MTBENCH, Proc, c64_run, floor_relay, reset  # noqa: E402
+from bench_record import MTBENCH, Proc, c64_run, file_create_us, floor_relay, reset  # noqa: E402
 from bench_scale import make_distinct_workload, run_distinct, run_kvreplay, run_plain  # noqa: E402
 
 #: Sizes per mode: requests of the C64 128-token runs (per token, after a warm-up run;
@@ -269,13 +269,24 @@ def proxy(tmp: Path, n: int, reps: int) -> dict:
 
     sim = Proc("serve-sim", "--port", "0", "--time-scale", "0.05", "--slots", "64")
     procs = [sim]
+    # What a body file costs where the capture is written, before and after the runs: on an ext4
+    # without a journal (this machine's) it is 15-700 µs, depending on the files deleted in the last
+    # minutes anywhere on the disk (docs/performance.md, "The proxy's body files"), and the proxy's
+    # figure carries it once a body.
+    probes = [tmp / "probe-before", tmp / "probe-after"]
+    for p in probes:
+        p.mkdir()
+    create = [file_create_us(probes[0])]
     try:
         procs.append(Proc("record", "--upstream", sim.url, "--out", str(tmp / "W")))
         procs.append(floor_relay(sim))
-        return uvloop.run(_proxy_runs(sim, procs[1], procs[2], n, reps))
+        got = uvloop.run(_proxy_runs(sim, procs[1], procs[2], n, reps))
     finally:
         for p in reversed(procs):
             p.stop()
+    create.append(file_create_us(probes[1]))
+    got["detail"]["body_file_us"] = [round(x, 1) for x in create]
+    return got
 
 
 def rss(tmp: Path, n: int, srv_cpu: int | None, cli_cpu: int | None) -> dict:
@@ -461,6 +472,11 @@ def main(argv: list[str] | None = None) -> int:
         base = {**(base or {}), **{k: got[k + "_ref"] for k in ("token_ratio", "request_ratio") if k + "_ref" in got}}
     tol = Tolerances(ratio=a.tol_ratio, noisy=a.tol_noisy, floor=a.tol_floor, rss_mb=a.tol_rss_mb)
     print("\n".join(report(got, base, mode, tol)))
+    bf = got.get("detail", {}).get("proxy", {}).get("body_file_us")
+    if bf:
+        print(f"proxy: a body file where the capture is written (create, write 13 KB, rename) cost {bf[0]:.0f} us of "
+              f"CPU before the runs, {bf[1]:.0f} after; the proxy's figure carries it once a body (~104 tokens): "
+              "100 us a body is ~0.13x of a 7.5 us floor")
     print(f"tree {a.src or _git_head()} ({_implementation()}); {wall:.0f} s; {os.cpu_count()} CPUs, load average "
           f"{load0[0]:.2f} before, {load1[0]:.2f} after; baseline: {(stored.get(mode) or {}).get('note', 'none')}")
     if a.json:
