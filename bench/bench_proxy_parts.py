@@ -52,7 +52,7 @@ def _child(part: str, argv: list[str]) -> None:
     if part == "no_body_file":
         capture._atomic_body_write = lambda path, data: None
     elif part == "no_end_check":
-        relay._Tally._check_end = lambda self, chunk, at: None
+        relay.end_marker_in = lambda prev, chunk: False
     elif part == "no_secret_scan":
         capture.find_secrets = lambda raw, own=(), doc=None: []
     else:
