@@ -20,3 +20,13 @@ def impl(request):
     # A missing build is reported by tests/parity::test_extension_loaded.
     mod = pytest.importorskip("kvreplay.accounting._sse_c")
     return mod.SSEAccountant
+
+
+@pytest.fixture(params=IMPLS)
+def helpers(request):
+    """The module of one twin's stream helpers (``itl_summary_ns``, ``end_marker_in``): ``events`` or ``_sse_c``."""
+    if request.param == "pure":
+        return importlib.import_module("kvreplay.accounting.events")
+    if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1":
+        pytest.skip("native twin disabled by KVREPLAY_NO_EXTENSIONS=1")
+    return pytest.importorskip("kvreplay.accounting._sse_c")

@@ -18,15 +18,10 @@ from kvreplay.accounting import events
 MARKERS = (b"[DONE]", b'"usage"')
 
 
-@pytest.fixture(params=["native", "pure"])
-def twin(request):
-    """``end_marker_in`` of one twin."""
-    if request.param == "pure":
-        return events.end_marker_in
-    if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1":
-        pytest.skip("native twin disabled by KVREPLAY_NO_EXTENSIONS=1")
-    mod = pytest.importorskip("kvreplay.accounting._sse_c")
-    return mod.end_marker_in
+@pytest.fixture
+def twin(helpers):
+    """``end_marker_in`` of one twin (``conftest.helpers``)."""
+    return helpers.end_marker_in
 
 
 @pytest.mark.parametrize(("prev", "chunk", "expected"), [

@@ -18,15 +18,10 @@ import pytest
 from kvreplay.accounting import events
 
 
-@pytest.fixture(params=["native", "pure"])
-def twin(request):
-    """``itl_summary_ns`` of one twin."""
-    if request.param == "pure":
-        return events.itl_summary_ns
-    if os.environ.get("KVREPLAY_NO_EXTENSIONS", "") == "1":
-        pytest.skip("native twin disabled by KVREPLAY_NO_EXTENSIONS=1")
-    mod = pytest.importorskip("kvreplay.accounting._sse_c")
-    return mod.itl_summary_ns
+@pytest.fixture
+def twin(helpers):
+    """``itl_summary_ns`` of one twin (``conftest.helpers``)."""
+    return helpers.itl_summary_ns
 
 
 @pytest.mark.parametrize(("times", "expected"), [
