@@ -1,7 +1,7 @@
 # Included by _sse_c.pyx: the capture proxy's per-read check for a stream's end (``end_marker_in``).
 #
 # The pure twin is ``kvreplay.accounting.events.end_marker_in``; both answer the same for any two
-# byte strings (tests/parity/test_end_marker_parity.py). The markers are the OpenAI-style
+# byte strings (tests/unit/accounting/test_end_marker_twins.py). The markers are the OpenAI-style
 # stream's last event (``data: [DONE]``) and its usage object (``"usage"``, a final chunk with
 # ``stream_options.include_usage``): SERVERS.md, "usage fields".
 
@@ -16,7 +16,7 @@ cdef inline bint _has_marker(const char* p, Py_ssize_t n) noexcept nogil:
     return memmem(p, n, _DONE_M, 6) != NULL or memmem(p, n, _USAGE_M, 7) != NULL
 
 
-def end_marker_in(bytes prev, bytes chunk):
+def end_marker_in(bytes prev not None, bytes chunk not None):
     """Whether ``chunk``, or the 16 bytes around its start (``prev``'s last 8, its first 8), holds an end marker.
 
     Native twin of ``events.end_marker_in`` (glibc's ``memmem``, no bytes object made a read).

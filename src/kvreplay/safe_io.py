@@ -137,12 +137,13 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], *
         OSError: as ``atomic_write_bytes``; any error raised by ``chunks`` itself passes through
             (the temporary file removed, the target unchanged).
     """
-    path = os.fspath(path)
+    path = os.fspath(path if isinstance(path, Path) else Path(path))  # "a/b/" is "a/b", as a Path says
     tmp = path + ".tmp"
     try:
         f = open_new(tmp)
     except FileExistsError:  # a stale or planted entry (a symlink is removed, not followed); then once more
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):  # gone meanwhile (another writer of this file renamed it)
+            os.unlink(tmp)
         f = open_new(tmp)
     try:
         with f:

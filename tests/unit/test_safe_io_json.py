@@ -48,3 +48,10 @@ def test_a_folder_at_the_temporary_name_is_an_error_and_the_target_is_kept(tmp_p
         atomic_write_bytes(tmp_path / "a.json", b"new")
     assert (tmp_path / "a.json").read_bytes() == b"old"
     assert (tmp_path / "a.json.tmp").is_dir()  # not removed: it is not ours to delete
+
+
+def test_a_str_path_with_a_final_slash_names_the_file(tmp_path):
+    from kvreplay.safe_io import atomic_write_bytes
+
+    atomic_write_bytes(str(tmp_path / "t") + "/", b"new", fsync=False)
+    assert (tmp_path / "t").read_bytes() == b"new"

@@ -310,8 +310,9 @@ def end_marker_in(prev: bytes, chunk: bytes) -> bool:
     """Whether ``chunk``, or the 16 bytes around its start (``prev``'s last 8, its first 8), holds an end marker.
 
     The pure twin of the native ``_sse_c.end_marker_in`` (``accounting.sse`` picks one); the
-    capture proxy asks it of every read after the first token (``recorder._relay._Tally``),
-    and only when it answers True feeds the accountant, which decides. The markers are the
+    capture proxy asks it of every read of a stream until the stream ended
+    (``recorder._relay._Tally``); after the first token it feeds the accountant only when
+    this answers True, and the accountant decides. The markers are the
     stream's last event ``data: [DONE]`` and a usage object ``"usage"`` (the final chunk of
     an OpenAI-style stream with ``stream_options.include_usage``; SERVERS.md).
 

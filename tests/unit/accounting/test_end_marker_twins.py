@@ -71,3 +71,11 @@ def test_twins_agree_on_fuzz():
         assert native(prev, chunk) is want, (prev, chunk)
         seen[want] += 1
     assert seen[True] > 1000 and seen[False] > 1000  # both answers exercised
+
+
+def test_none_is_refused_by_both(twin):
+    """Not bytes: a TypeError from either twin (the native one reads no memory of a None)."""
+    with pytest.raises(TypeError):
+        twin(None, b"data: {}")
+    with pytest.raises(TypeError):
+        twin(b"", None)
