@@ -70,13 +70,25 @@ class HistogramArrays:
 
     @classmethod
     def from_histogram(cls, h: HdrHistogram) -> HistogramArrays:
-        """Arrays from a ``hdrh`` histogram's recorded values."""
+        """Arrays from a ``hdrh`` histogram's recorded values: the steps of its recorded iterator.
+
+        One step per count slot that holds a count, in slot order, until ``total_count``
+        values are counted: the value is hdrh's ``get_highest_equivalent_value`` of the slot's
+        ``get_value_from_index``, the count the slot's (as ``get_recorded_iterator`` gives
+        ``value_iterated_to`` and ``count_added_in_this_iter_step``). The slots are found with
+        numpy, not by stepping through all of them in Python (~23,000 slots: 20 ms a histogram
+        by the iterator, the report's reading of a run's five).
+        """
         import numpy as np
-        vals, counts = [], []
-        for it in h.get_recorded_iterator():
-            vals.append(it.value_iterated_to)
-            counts.append(it.count_added_in_this_iter_step)
-        return cls(np.asarray(vals, dtype=np.int64), np.asarray(counts, dtype=np.int64))
+        if h.total_count <= 0:
+            return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        counts = np.ctypeslib.as_array(h.counts)[: h.counts_len]
+        idx = np.flatnonzero(counts)
+        c = counts[idx].astype(np.int64)
+        stop = int(np.searchsorted(np.cumsum(c), h.total_count))  # the iterator ends at total_count
+        idx, c = idx[: stop + 1], c[: stop + 1]
+        vals = [h.get_highest_equivalent_value(h.get_value_from_index(int(i))) for i in idx]
+        return cls(np.asarray(vals, dtype=np.int64), c)
 
 
 def read_hlog(path: Path) -> HdrHistogram:
