@@ -2,7 +2,7 @@
 
 Each arm is one ``kvreplay record`` in front of the same ``kvreplay serve-sim --time-scale
 0.05 --slots 64``, measured as the guard's proxy group measures it (``bench_record``'s
-``Proc``, ``floor_relay``, ``c64_run``): C64 runs of ``--requests`` mtbench bodies (104 tokens
+``Proc``, ``floor_relay``, ``alternate_c64``): C64 runs of ``--requests`` mtbench bodies (104 tokens
 an answer), the arms and ``bench/_relay_floor.py`` alternated (reversed every other rep), the
 CPU of each relay's threads (schedstat, ns) per streamed token, and each arm's ratio to the
 floor's run of the same rep. Arms:
@@ -79,26 +79,6 @@ def _arms(spec: str) -> list[tuple[str, str | None, list[str], str | None]]:
     return out
 
 
-async def _runs(sim, procs: dict, n: int, reps: int) -> dict[str, list[float]]:
-    import aiohttp
-    from bench_record import MTBENCH, c64_run
-
-    bodies = [p.read_bytes() for p in sorted(MTBENCH.glob("*.json"))]
-    cpu: dict[str, list[float]] = {k: [] for k in procs}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=600)) as s:
-        for p in procs.values():  # warm-up: connections, imports
-            await c64_run(s, sim.url, p.url, bodies, 8)
-        names = list(procs)
-        for rep in range(reps):
-            for k in names if rep % 2 == 0 else names[::-1]:
-                p = procs[k]
-                c0 = p.cpu_ns()
-                _, tokens = await c64_run(s, sim.url, p.url, bodies, n)
-                cpu[k].append((p.cpu_ns() - c0) / tokens / 1e3)
-    return cpu
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arms", default="tree,noretain", help="comma-separated arms (see above)")
@@ -108,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                    "new temporary folder, left in place)")
     a = ap.parse_args(argv)
     import uvloop
-    from bench_record import Proc, floor_relay
+    from bench_record import Proc, alternate_c64, floor_relay
 
     where = Path(tempfile.mkdtemp(prefix="kvreplay-proxy-parts-", dir=a.capture_dir))
     arms = _arms(a.arms)
@@ -125,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = base_pp
         procs["floor"] = floor_relay(sim)
         t0 = time.perf_counter()
-        cpu = uvloop.run(_runs(sim, procs, a.requests, a.reps))
+        cpu = uvloop.run(alternate_c64(sim, procs, a.requests, a.reps))
     finally:
         os.environ["PYTHONPATH"] = base_pp
         for p in reversed(list(procs.values())):

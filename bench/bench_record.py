@@ -246,6 +246,35 @@ async def bench(args: argparse.Namespace, sim: Proc, rec: Proc, floor: Proc) -> 
     }
 
 
+async def alternate_c64(sim: Proc, relays: dict[str, Proc], n: int, reps: int) -> dict[str, list[float]]:
+    """CPU µs per streamed token of each relay over ``reps`` alternating C64 runs of ``n`` mtbench bodies.
+
+    One warm-up run of 8 each (connections, imports), then the relays in order, reversed every
+    other rep; each run's CPU is its process's threads' (``Proc.cpu_ns``, schedstat ns: /proc's
+    10 ms ticks were ~12% of a ratio's noise) over the tokens streamed through it. The
+    simulator's prefix cache is emptied before each run (``c64_run``) and after the last.
+    Returns ``{name: [µs a token, one per rep]}``: the guard's proxy group and
+    ``bench_proxy_parts`` take their ratios to the floor's from it.
+    """
+    import aiohttp
+
+    bodies = [p.read_bytes() for p in sorted(MTBENCH.glob("*.json"))]
+    cpu: dict[str, list[float]] = {k: [] for k in relays}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=600)) as s:
+        for p in relays.values():
+            await c64_run(s, sim.url, p.url, bodies, 8)
+        names = list(relays)
+        for rep in range(reps):
+            for k in names if rep % 2 == 0 else names[::-1]:
+                p = relays[k]
+                c0 = p.cpu_ns()
+                _, tokens = await c64_run(s, sim.url, p.url, bodies, n)
+                cpu[k].append((p.cpu_ns() - c0) / tokens / 1e3)
+        await reset(s, sim.url)
+    return cpu
+
+
 def floor_relay(sim: Proc) -> Proc:
     """``bench/_relay_floor.py`` in front of ``sim`` (its own process, a free port on 127.0.0.1)."""
     host, _, port = sim.url.split("//", 1)[1].rpartition(":")

@@ -42,7 +42,7 @@ which goes first):
 - **proxy over the relay floor, C64** (``proxy_over_floor``): ``kvreplay record``'s
   CPU per streamed token over ``bench/_relay_floor.py``'s on alternating C64 runs
   in front of ``kvreplay serve-sim --time-scale 0.05 --slots 64`` (``bench_record``'s
-  ``Proc``, ``floor_relay``, ``c64_run``). Target 1.5x (item 3).
+  ``Proc``, ``floor_relay``, ``alternate_c64``). Target 1.5x (item 3).
 - **peak RSS at N distinct bodies** (``rss_mb``): ``bench_scale``'s ``run_distinct``
   (one distinct ~6 KB body per request, closed loop C64, 8 tokens an answer),
   ``ru_maxrss`` of the whole ``kvreplay run``. Target 150 MB (issue 32).
@@ -91,7 +91,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 
 from bench_client import _run_child, _start_server, _stop_server, make_workload  # noqa: E402
-from bench_record import MTBENCH, Proc, c64_run, file_create_us, floor_relay, reset  # noqa: E402
+from bench_record import Proc, alternate_c64, file_create_us, floor_relay  # noqa: E402
 from bench_scale import make_distinct_workload, run_distinct, run_kvreplay, run_plain  # noqa: E402
 
 #: Sizes per mode: requests of the C64 128-token runs (per token, after a warm-up run;
@@ -243,21 +243,7 @@ def per_request(tmp: Path, n: int, warm: int, reps: int, srv_cpu: int | None, cl
 
 
 async def _proxy_runs(sim: Proc, rec: Proc, floor: Proc, n: int, reps: int) -> dict:
-    import aiohttp
-
-    bodies = [p.read_bytes() for p in sorted(MTBENCH.glob("*.json"))]
-    cpu = {"proxied": [], "floor": []}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=aiohttp.ClientTimeout(total=600)) as s:
-        for relay in (rec, floor):  # warm-up: connections, imports
-            await c64_run(s, sim.url, relay.url, bodies, 8)
-        for rep in range(reps):
-            for which in ("proxied", "floor") if rep % 2 == 0 else ("floor", "proxied"):
-                relay = rec if which == "proxied" else floor
-                c0 = relay.cpu_ns()  # ns, from schedstat: /proc's 10 ms ticks were ~12% of the ratio's noise
-                _, tokens = await c64_run(s, sim.url, relay.url, bodies, n)
-                cpu[which].append((relay.cpu_ns() - c0) / tokens / 1e3)
-        await reset(s, sim.url)
+    cpu = await alternate_c64(sim, {"proxied": rec, "floor": floor}, n, reps)
     ratio = [p / f for p, f in zip(cpu["proxied"], cpu["floor"], strict=True)]
     return {"proxy_over_floor": statistics.median(ratio), "proxy_over_floor_reps": ratio,
             "detail": {k: {"us_per_token": statistics.median(v)} for k, v in cpu.items()}}
@@ -271,7 +257,7 @@ def proxy(tmp: Path, n: int, reps: int) -> dict:
     procs = [sim]
     # What a body file costs where the capture is written, before and after the runs: on an ext4
     # without a journal (this machine's) it is 15-700 µs, depending on the files deleted in the last
-    # minutes anywhere on the disk (docs/performance.md, "The proxy's body files"), and the proxy's
+    # minutes anywhere on the disk (docs/performance.md, "The proxy at C64"), and the proxy's
     # figure carries it once a body.
     probes = [tmp / "probe-before", tmp / "probe-after"]
     for p in probes:

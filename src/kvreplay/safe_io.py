@@ -137,7 +137,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], *
         OSError: as ``atomic_write_bytes``; any error raised by ``chunks`` itself passes through
             (the temporary file removed, the target unchanged).
     """
-    path = os.fspath(path if isinstance(path, Path) else Path(path))  # "a/b/" is "a/b", as a Path says
+    path = os.fspath(Path(path))  # "a/b/" is "a/b", as a Path says
     tmp = path + ".tmp"
     try:
         f = open_new(tmp)

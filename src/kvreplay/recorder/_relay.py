@@ -78,23 +78,9 @@ class _Down:
             self.wake()
             return
         if not self.gone:
-            tr = self.tr
-            if tr is not None and not tr.is_closing():  # ``_write``'s common case, inline (one call less a read)
-                tr.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
-                if tr.get_write_buffer_size() > _DRAIN_AT:
-                    self._pause(self.x)
-            else:
-                self._write(data)
-        t = self.tally
-        if t is None:
-            if self.keep is not None and len(self.keep) < _JSON_KEEP:
-                self.keep += data
-            return
-        t.feed(data)  # ``_count``, inline
-        if t.end_ns is not None and self.on_end is not None:
-            cb, self.on_end = self.on_end, None
-            cb()  # relayed: the request no longer in flight
-        if self.token_wake and not t.timed:
+            self._write(data)
+        self._count(data, None)
+        if self.token_wake and not self.tally.timed:  # type: ignore[union-attr]
             self.token_wake = False
             self.wake()  # the first token is out: the handler runs the body's retention verdict
 
@@ -207,8 +193,7 @@ class _Tally:
         self.held += len(chunk)
         if self.held >= _BULK:
             self._flush()
-        if self.end_ns is None:
-            self._check_end(chunk, at)
+        self._check_end(chunk, at)
 
     def _check_end(self, chunk: bytes, at: int | None) -> None:
         """Note when the stream ended: its ``[DONE]``, or a usage object after the finish reason.
